@@ -1,0 +1,51 @@
+// Dense causal attention (flash-style on CUDA: online softmax, no T x T tensor).
+//
+// Layout: token t of sequence b, head h lives at
+//   q:  q  + b*qkv_batch_stride + t*qkv_row_stride + h*D          (same for k, v with head h_kv)
+//   o:  o  + b*o_batch_stride   + t*o_row_stride   + h*D
+// so a packed qkv activation [B, T, 3, H, D] is q = qkv, k = qkv + H*D, v = qkv + 2*H*D with
+// qkv_row_stride = 3*H*D. dq/dk/dv use the q/k/v strides; dout uses the o strides.
+// GQA: n_kv_head divides n_head; query head h reads kv head h / (n_head / n_kv_head).
+// lse: [B, H, T] fp32, the natural-log log-sum-exp of each row of scaled scores (saved by fwd).
+//
+// fwd: o and lse written (=).
+// bwd: dq, dk, dv written (=). The CUDA backward may accumulate dk/dv in fp32 internally.
+//
+// Room for the variants (Focus, SFA) that extend this family: window > 0 limits causal attention
+// to keys with t - window < s <= t (sliding window); the fields below `window` are reserved and
+// must be left at their defaults by dense callers.
+#pragma once
+#include "kernels/common/launch.h"
+
+namespace attnlab {
+
+template <typename T> struct AttentionParams {
+  const T* q = nullptr;
+  const T* k = nullptr;
+  const T* v = nullptr;
+  T* o = nullptr;
+  float* lse = nullptr;
+  const T* dout = nullptr;
+  T* dq = nullptr;
+  T* dk = nullptr;
+  T* dv = nullptr;
+  int64_t qkv_batch_stride = 0;
+  int64_t qkv_row_stride = 0;
+  int64_t o_batch_stride = 0;
+  int64_t o_row_stride = 0;
+  int B = 0;
+  int T_ = 0;  // sequence length
+  int n_head = 0;
+  int n_kv_head = 0;
+  int D = 0;  // head dim
+  float scale = 0.f;  // usually 1/sqrt(D)
+  bool causal = true;
+  int window = 0;  // 0: no sliding window
+  // Reserved for Focus/SFA (group gates, sparse feature indices); nullptr for dense.
+  const void* variant = nullptr;
+};
+
+template <typename T> void launch_attention_fwd(const AttentionParams<T>& p, Stream s);
+template <typename T> void launch_attention_bwd(const AttentionParams<T>& p, Stream s);
+
+}  // namespace attnlab

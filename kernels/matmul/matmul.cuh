@@ -1,0 +1,38 @@
+// Linear layer (PyTorch weight layout): y = x @ w^T + bias.
+// x, dx: [N, in]; w, dw: [out, in]; bias, dbias: [out] (bias may be null); y, dy: [N, out].
+// fwd: y written (=).
+// bwd: dx written (=), or accumulated (+=) when accumulate_dx; dw += x^T-contraction; dbias += sum dy.
+//      Any of dx / dw / dbias may be null: that product is skipped (frozen weights skip dw).
+// The CUDA path goes through cuBLASLt (workspace from the ExecContext).
+#pragma once
+#include <cstddef>
+
+#include "kernels/common/launch.h"
+
+struct cublasLtContext;
+
+namespace attnlab {
+
+template <typename T> struct MatmulParams {
+  const T* x = nullptr;
+  const T* w = nullptr;
+  const T* bias = nullptr;
+  T* y = nullptr;
+  const T* dy = nullptr;
+  T* dx = nullptr;
+  T* dw = nullptr;
+  T* dbias = nullptr;
+  int64_t N = 0;
+  int in = 0;
+  int out = 0;
+  bool accumulate_dx = false;
+  // CUDA only: the cuBLASLt handle and workspace.
+  cublasLtContext* cublaslt = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+template <typename T> void launch_matmul_fwd(const MatmulParams<T>& p, Stream s);
+template <typename T> void launch_matmul_bwd(const MatmulParams<T>& p, Stream s);
+
+}  // namespace attnlab

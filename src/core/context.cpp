@@ -1,0 +1,46 @@
+#include "core/context.h"
+
+#include "core/cuda_check.h"
+#include "core/error.h"
+
+namespace attnlab {
+
+ExecContext::~ExecContext() {
+  if (device != Device::cuda) return;
+  if (cublaslt) cublasLtDestroy(reinterpret_cast<cublasLtHandle_t>(cublaslt));
+  if (workspace) cudaFree(workspace);
+  if (stream) cudaStreamDestroy(reinterpret_cast<cudaStream_t>(stream));
+}
+
+std::unique_ptr<ExecContext> ExecContext::make_cpu() {
+  auto ctx = std::make_unique<ExecContext>();
+  ctx->device = Device::cpu;
+  return ctx;
+}
+
+std::unique_ptr<ExecContext> ExecContext::make_cuda(int device_index) {
+  ATTN_REQUIRE(cuda_available(), "train.device is cuda but no CUDA device is available");
+  int n = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&n));
+  ATTN_REQUIRE(device_index >= 0 && device_index < n, "CUDA device %d requested, %d present",
+               device_index, n);
+  auto ctx = std::make_unique<ExecContext>();
+  ctx->device = Device::cuda;
+  ctx->device_index = device_index;
+  CUDA_CHECK(cudaSetDevice(device_index));
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  ctx->stream = s;
+  cublasLtHandle_t h;
+  CUBLAS_CHECK(cublasLtCreate(&h));
+  ctx->cublaslt = h;
+  ctx->workspace_bytes = size_t(32) << 20;
+  CUDA_CHECK(cudaMalloc(&ctx->workspace, ctx->workspace_bytes));
+  return ctx;
+}
+
+void ExecContext::synchronize() const {
+  if (device == Device::cuda) CUDA_CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)));
+}
+
+}  // namespace attnlab

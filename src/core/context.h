@@ -1,0 +1,31 @@
+// ExecContext: where ops run. CPU: OpenMP threads. CUDA: one device, one stream, a cuBLASLt
+// handle and its workspace. Every op takes the context first and checks its tensors live there.
+#pragma once
+#include <memory>
+
+#include "core/dtype.h"
+
+struct CUstream_st;
+struct cublasLtContext;
+
+namespace attnlab {
+
+struct ExecContext {
+  Device device = Device::cpu;
+  int device_index = 0;
+  CUstream_st* stream = nullptr;         // cudaStream_t
+  cublasLtContext* cublaslt = nullptr;   // cublasLtHandle_t
+  void* workspace = nullptr;             // cuBLASLt workspace (device memory)
+  size_t workspace_bytes = 0;
+
+  ExecContext() = default;
+  ~ExecContext();
+  ExecContext(const ExecContext&) = delete;
+  ExecContext& operator=(const ExecContext&) = delete;
+
+  static std::unique_ptr<ExecContext> make_cpu();
+  static std::unique_ptr<ExecContext> make_cuda(int device_index);
+  void synchronize() const;  // no-op on CPU
+};
+
+}  // namespace attnlab

@@ -1,0 +1,29 @@
+#include "core/cuda_check.h"
+
+#include "core/error.h"
+
+namespace attnlab {
+
+void cuda_fail(cudaError_t err, const char* call, const char* file, int line) {
+  int dev = -1;
+  cudaGetDevice(&dev);
+  ATTN_FAIL("CUDA error %s (%s) in %s at %s:%d on device %d", cudaGetErrorName(err),
+            cudaGetErrorString(err), call, file, line, dev);
+}
+
+void cublas_fail(cublasStatus_t st, const char* call, const char* file, int line) {
+  int dev = -1;
+  cudaGetDevice(&dev);
+  ATTN_FAIL("cuBLAS error %d in %s at %s:%d on device %d", int(st), call, file, line, dev);
+}
+
+bool cuda_available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+}  // namespace attnlab
