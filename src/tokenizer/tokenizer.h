@@ -1,0 +1,47 @@
+// Tokenizer interface: text <-> token ids. Implementations: the built-in byte-level tokenizer
+// (256 byte tokens + <|endoftext|> = 256) and GPT-2 byte-level BPE (src/tokenizer/bpe.*).
+// Chosen by a spec string through make_tokenizer(); an unknown spec lists the valid forms.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attnlab {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::string name() const = 0;       // "byte", "gpt2-bpe", ...
+  virtual int vocab_size() const = 0;         // number of ids (including special tokens)
+  virtual int eot_id() const = 0;             // <|endoftext|>
+  // Appends the ids of `text` to `out`. Must be thread-safe (const, no shared mutable state).
+  virtual void encode(std::string_view text, std::vector<int32_t>& out) const = 0;
+  // Bytes of the ids, concatenated (may be invalid UTF-8 when cut inside a character).
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  // The bytes of one id (for `attnlab tokenize` and streaming generation).
+  virtual std::string piece(int32_t id) const = 0;
+  // A self-describing description written next to checkpoints (JSON text).
+  virtual std::string to_json() const = 0;
+};
+
+// Spec forms: "byte"; "gpt2:<dir>" (dir holding encoder.json + vocab.bpe);
+// "hf:<path/to/tokenizer.json>"; a path to a tokenizer JSON written by to_json().
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
+
+// The built-in byte-level tokenizer: id b (0..255) is byte b, 256 is <|endoftext|>.
+class ByteTokenizer final : public Tokenizer {
+ public:
+  static constexpr int kEot = 256;
+  std::string name() const override { return "byte"; }
+  int vocab_size() const override { return 257; }
+  int eot_id() const override { return kEot; }
+  void encode(std::string_view text, std::vector<int32_t>& out) const override;
+  std::string decode(std::span<const int32_t> ids) const override;
+  std::string piece(int32_t id) const override;
+  std::string to_json() const override;
+};
+
+}  // namespace attnlab
