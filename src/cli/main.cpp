@@ -1,1 +1,49 @@
-int main(){return 0;}
+// attnlab: the command line. Thin: argument parsing only; the work lives in src/cli/cmd_*.cpp.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+using namespace attnlab;
+
+int main(int argc, char** argv) {
+  CLI::App app{"attnlab: train GPT-style language models with dense, Focus and SFA attention"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "attnlab 0.1.0");
+
+  cli::RecipeArgs train_args, eval_args, info_args;
+  std::string resume, checkpoint;
+  int profile_steps = 0;
+  auto add_recipe = [](CLI::App* sub, cli::RecipeArgs& a) {
+    sub->add_option("recipe", a.recipe, "recipe YAML file")->required()->check(CLI::ExistingFile);
+    sub->add_option("--set", a.overrides, "override a recipe key: --set section.key=value (repeatable)");
+  };
+
+  CLI::App* train = app.add_subcommand("train", "train a model from a recipe");
+  add_recipe(train, train_args);
+  train->add_option("--resume", resume, "resume bit-exactly from a run directory or checkpoint directory");
+  train->add_option("--profile", profile_steps, "run N steps with NVTX ranges for nsys/ncu, then stop");
+
+  CLI::App* eval = app.add_subcommand("eval", "validation loss and perplexity of a checkpoint");
+  add_recipe(eval, eval_args);
+  eval->add_option("--checkpoint", checkpoint, "checkpoint directory or run directory")->required();
+
+  CLI::App* info = app.add_subcommand("info", "resolved recipe, parameter counts, memory and FLOPs");
+  add_recipe(info, info_args);
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*train) return cli::cmd_train(train_args, resume, profile_steps);
+    if (*eval) return cli::cmd_eval(eval_args, checkpoint);
+    if (*info) return cli::cmd_info(info_args);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "attnlab: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attnlab: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

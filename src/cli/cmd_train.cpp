@@ -1,0 +1,100 @@
+// attnlab train | eval | info
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "cli/commands.h"
+#include "config/recipe.h"
+#include "core/cuda_check.h"
+#include "model/gpt.h"
+#include "train/trainer.h"
+
+namespace attnlab::cli {
+
+int cmd_train(const RecipeArgs& args, const std::string& resume_dir, int profile_steps) {
+  Recipe r = load_recipe(args.recipe, args.overrides);
+  TrainOptions o;
+  o.resume = resume_dir;
+  o.profile_steps = profile_steps;
+  train(r, o);
+  return 0;
+}
+
+int cmd_eval(const RecipeArgs& args, const std::string& checkpoint) {
+  Recipe r = load_recipe(args.recipe, args.overrides);
+  EvalResult e = evaluate_checkpoint(r, checkpoint);
+  std::printf("val loss %.4f | val ppl %.3f | %lld tokens\n", e.loss, e.perplexity, (long long)e.tokens);
+  return 0;
+}
+
+namespace {
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  return strformat("%.2f %s", b, units[u]);
+}
+}  // namespace
+
+int cmd_info(const RecipeArgs& args) {
+  Recipe r = load_recipe(args.recipe, args.overrides);
+  std::printf("# resolved recipe\n%s\n", recipe_to_yaml(r).c_str());
+
+  GPTConfig c;
+  c.n_layer = r.model.n_layer;
+  c.n_head = r.model.n_head;
+  c.n_kv_head = r.model.n_kv_head;
+  c.n_embd = r.model.n_embd;
+  c.vocab_size = r.model.vocab_size;
+  c.padded_vocab = r.model.padded_vocab();
+  c.block_size = r.model.block_size;
+  c.attention.type = r.attention.type;
+  c.attention.window = r.attention.window;
+  GPT model(c);
+  ParameterStore store;
+  model.declare_params(store);
+  std::map<std::string, int64_t> by_role;
+  int64_t total = 0;
+  for (const auto& e : store.entries()) {
+    by_role[role_name(e.spec.role)] += e.spec.shape.numel();
+    total += e.spec.shape.numel();
+  }
+  const int64_t padding = int64_t(c.padded_vocab - c.vocab_size) * c.n_embd;
+  const auto trainable = r.retrofit.trainable_roles();
+  int64_t n_train = 0;
+  for (const auto& e : store.entries())
+    if (trainable.count(e.spec.role)) n_train += e.spec.shape.numel();
+
+  bool cuda = r.train.device == DeviceChoice::cuda ||
+              (r.train.device == DeviceChoice::auto_select && cuda_available());
+  DType dt = cuda && r.train.precision == Precision::bf16 ? DType::bf16 : DType::f32;
+  const double es = double(dtype_size(dt));
+  const double w = double(total) * es, g = double(n_train) * es;
+  const double opt = double(n_train) * 4.0 * (dt == DType::bf16 ? 3 : 2);
+  const double act = double(model.activation_bytes(r.train.micro_batch, r.train.seq_len, dt));
+  const int accum = r.train.grad_accum_steps(1);
+  const double fpt = model.flops_per_token(r.train.seq_len);
+
+  std::printf("# model\n");
+  std::printf("parameters        %lld (%.2fM; %lld with vocabulary padding)\n", (long long)(total - padding),
+              double(total - padding) / 1e6, (long long)total);
+  for (auto& [role, n] : by_role) std::printf("  role %-10s  %lld\n", role.c_str(), (long long)n);
+  std::printf("trainable         %lld\n", (long long)n_train);
+  std::printf("padded vocab      %d (vocab %d)\n", c.padded_vocab, c.vocab_size);
+  std::printf("\n# step\n");
+  std::printf("device            %s (%s)\n", cuda ? "cuda" : "cpu", dtype_name(dt));
+  std::printf("tokens per step   %lld = %d x %d x %d accumulation\n", (long long)r.train.tokens_per_step(),
+              r.train.micro_batch, r.train.seq_len, accum);
+  std::printf("FLOPs per token   %.3g (6N + attention)\n", fpt);
+  std::printf("FLOPs per step    %.3g\n", fpt * double(r.train.tokens_per_step()));
+  std::printf("\n# memory estimate (one rank)\n");
+  std::printf("weights           %s\n", human_bytes(w).c_str());
+  std::printf("gradients         %s\n", human_bytes(g).c_str());
+  std::printf("optimizer state   %s\n", human_bytes(opt).c_str());
+  std::printf("activations       %s (micro-batch %d x %d)\n", human_bytes(act).c_str(), r.train.micro_batch,
+              r.train.seq_len);
+  std::printf("total             %s\n", human_bytes(w + g + opt + act).c_str());
+  return 0;
+}
+
+}  // namespace attnlab::cli

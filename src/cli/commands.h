@@ -1,0 +1,18 @@
+// The attnlab subcommands. main.cpp only parses arguments (CLI11) and calls these; each returns
+// the process exit code and throws attnlab::Error for user errors.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace attnlab::cli {
+
+struct RecipeArgs {
+  std::string recipe;                 // path to the YAML recipe
+  std::vector<std::string> overrides; // --set a.b=value
+};
+
+int cmd_train(const RecipeArgs& args, const std::string& resume_dir, int profile_steps);
+int cmd_eval(const RecipeArgs& args, const std::string& checkpoint);
+int cmd_info(const RecipeArgs& args);
+
+}  // namespace attnlab::cli

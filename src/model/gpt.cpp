@@ -1,0 +1,260 @@
+#include "model/gpt.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "core/nvtx.h"
+#include "ops/ops.h"
+
+namespace attnlab {
+
+GPT::GPT(const GPTConfig& cfg) : cfg_(cfg) {
+  ATTN_REQUIRE(cfg.n_layer >= 1 && cfg.n_head >= 1 && cfg.n_embd >= 1, "model: n_layer, n_head and "
+               "n_embd must be >= 1 (got %d, %d, %d)", cfg.n_layer, cfg.n_head, cfg.n_embd);
+  ATTN_REQUIRE(cfg.n_embd % cfg.n_head == 0, "model.n_embd (%d) must be a multiple of model.n_head (%d)",
+               cfg.n_embd, cfg.n_head);
+  ATTN_REQUIRE(cfg.kv_heads() == cfg.n_head, "model.n_kv_head = %d: grouped-query attention is not "
+               "supported by the GPT-2 family yet (use 0 or n_head)", cfg.n_kv_head);
+  ATTN_REQUIRE(cfg.padded_vocab >= cfg.vocab_size, "padded vocab %d < vocab %d", cfg.padded_vocab,
+               cfg.vocab_size);
+  for (int l = 0; l < cfg.n_layer; ++l) attn_.push_back(make_attention(cfg.attention, l));
+}
+
+std::string GPT::p(int l, const char* name) const { return "h." + std::to_string(l) + "." + name; }
+
+void GPT::declare_params(ParameterStore& store) const {
+  const int64_t C = cfg_.n_embd;
+  const float std = cfg_.init_std;
+  const float proj_std = std / std::sqrt(2.f * cfg_.n_layer);  // GPT-2: scaled residual projections
+  auto weight = [&](const std::string& n, Shape s, float sd) {
+    store.declare({n, s, ParamRole::base, ParamInit::normal, sd, /*weight_decay=*/true});
+  };
+  auto vec = [&](const std::string& n, int64_t len, ParamInit init) {
+    store.declare({n, Shape{len}, ParamRole::base, init, 0.f, false});
+  };
+  weight("wte.weight", Shape{cfg_.padded_vocab, C}, std);
+  weight("wpe.weight", Shape{cfg_.block_size, C}, std / 2);  // GPT-2 used 0.01 for positions
+  AttentionShape as{0, 0, cfg_.n_head, cfg_.kv_heads(), cfg_.head_dim()};
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    vec(p(l, "ln_1.weight"), C, ParamInit::ones);
+    vec(p(l, "ln_1.bias"), C, ParamInit::zeros);
+    weight(p(l, "attn.c_attn.weight"), Shape{3 * C, C}, std);
+    vec(p(l, "attn.c_attn.bias"), 3 * C, ParamInit::zeros);
+    weight(p(l, "attn.c_proj.weight"), Shape{C, C}, proj_std);
+    vec(p(l, "attn.c_proj.bias"), C, ParamInit::zeros);
+    attn_[l]->declare_params(store, l, as);
+    vec(p(l, "ln_2.weight"), C, ParamInit::ones);
+    vec(p(l, "ln_2.bias"), C, ParamInit::zeros);
+    weight(p(l, "mlp.c_fc.weight"), Shape{4 * C, C}, std);
+    vec(p(l, "mlp.c_fc.bias"), 4 * C, ParamInit::zeros);
+    weight(p(l, "mlp.c_proj.weight"), Shape{C, 4 * C}, proj_std);
+    vec(p(l, "mlp.c_proj.bias"), C, ParamInit::zeros);
+  }
+  vec("ln_f.weight", C, ParamInit::ones);
+  vec("ln_f.bias", C, ParamInit::zeros);
+}
+
+void GPT::init_params(ParameterStore& store, uint64_t seed) const {
+  store.initialize(seed);
+  // Padding rows of the vocabulary never see a token or a target: keep them exactly zero.
+  Tensor wte = store.param("wte.weight");
+  int64_t pad_rows = cfg_.padded_vocab - cfg_.vocab_size;
+  if (pad_rows > 0) zero_tensor(wte.slice0(cfg_.vocab_size, cfg_.padded_vocab));
+}
+
+void GPT::allocate(const ExecContext& ctx, int B, int T, DType dtype) {
+  ATTN_REQUIRE(T >= 1 && T <= cfg_.block_size, "sequence length %d must be in [1, model.block_size = %d]",
+               T, cfg_.block_size);
+  ATTN_REQUIRE(B >= 1, "micro-batch must be >= 1, got %d", B);
+  maxB_ = B;
+  maxT_ = T;
+  dtype_ = dtype;
+  acts_ = Buffer(ctx.device, activation_bytes(B, T, dtype));
+  AttentionShape as{B, T, cfg_.n_head, cfg_.kv_heads(), cfg_.head_dim()};
+  for (auto& a : attn_) a->allocate(ctx, as, dtype);
+  B_ = 0;
+  T_ = 0;
+}
+
+size_t GPT::activation_bytes(int B, int T, DType dtype) const {
+  const size_t BT = size_t(B) * T, C = cfg_.n_embd, L = cfg_.n_layer, es = dtype_size(dtype);
+  auto al = [](size_t b) { return (b + 255) / 256 * 256; };
+  // per layer: ln1, atty, res2, ln2, res3 (C each), qkv (3C), fch, fch_gelu (4C each); 4 stats rows
+  size_t per_layer = 5 * al(BT * C * es) + al(BT * 3 * C * es) + 2 * al(BT * 4 * C * es) + 4 * al(BT * 4);
+  size_t head = 2 * al(BT * C * es) + 2 * al(BT * 4) + al(BT * cfg_.padded_vocab * es) + al(BT * 4);
+  size_t scratch = 3 * al(BT * C * es) + al(BT * 3 * C * es) + al(BT * 4 * C * es);
+  return L * per_layer + head + scratch;  // attention variants' saved state is theirs (saved_bytes)
+}
+
+// Carves the activation buffer into views for a [B, T] micro-batch (B <= maxB, T <= maxT).
+namespace {
+struct Carver {
+  const Buffer& buf;
+  size_t off = 0;
+  Tensor take(DType t, Shape s) {
+    Tensor v = buf.as(t, s, off);
+    off += (v.nbytes() + 255) / 256 * 256;
+    return v;
+  }
+};
+}  // namespace
+
+ForwardResult GPT::forward(const ExecContext& ctx, const ParameterStore& store, const Tensor& tokens,
+                           const Tensor& targets, AttentionMode mode, float dloss) {
+  NvtxRange range("gpt.forward");
+  ATTN_REQUIRE(tokens.ndim() == 2 && tokens.dtype == DType::i32, "model input must be i32[B, T], got %s",
+               tokens.str().c_str());
+  const int B = int(tokens.dim(0)), T = int(tokens.dim(1));
+  ATTN_REQUIRE(B <= maxB_ && T <= maxT_, "batch [%d, %d] exceeds the allocated [%d, %d]", B, T, maxB_, maxT_);
+  const int64_t BT = int64_t(B) * T, C = cfg_.n_embd, Vp = cfg_.padded_vocab;
+  const DType dt = dtype_;
+
+  // (Re)bind activation views for this shape.
+  if (B != B_ || T != T_) {
+    Carver cv{acts_};
+    layers_.assign(cfg_.n_layer, Layer{});
+    encoded_ = cv.take(dt, Shape{BT, C});
+    for (auto& L : layers_) {
+      L.ln1 = cv.take(dt, Shape{BT, C});
+      L.ln1_mean = cv.take(DType::f32, Shape{BT});
+      L.ln1_rstd = cv.take(DType::f32, Shape{BT});
+      L.qkv = cv.take(dt, Shape{B, T, 3 * C});
+      L.atty = cv.take(dt, Shape{B, T, C});
+      L.res2 = cv.take(dt, Shape{BT, C});
+      L.ln2 = cv.take(dt, Shape{BT, C});
+      L.ln2_mean = cv.take(DType::f32, Shape{BT});
+      L.ln2_rstd = cv.take(DType::f32, Shape{BT});
+      L.fch = cv.take(dt, Shape{BT, 4 * C});
+      L.fch_gelu = cv.take(dt, Shape{BT, 4 * C});
+      L.res3 = cv.take(dt, Shape{BT, C});
+    }
+    lnf_ = cv.take(dt, Shape{BT, C});
+    lnf_mean_ = cv.take(DType::f32, Shape{BT});
+    lnf_rstd_ = cv.take(DType::f32, Shape{BT});
+    logits_ = cv.take(dt, Shape{BT, Vp});
+    losses_ = cv.take(DType::f32, Shape{BT});
+    dres_ = cv.take(dt, Shape{BT, C});
+    dln_ = cv.take(dt, Shape{BT, C});
+    datty_ = cv.take(dt, Shape{B, T, C});
+    dqkv_ = cv.take(dt, Shape{B, T, 3 * C});
+    dfch_ = cv.take(dt, Shape{BT, 4 * C});
+    B_ = B;
+    T_ = T;
+  }
+
+  ops::embedding_fwd(ctx, encoded_.view(Shape{B, T, C}), tokens, store.param("wte.weight"),
+                     store.param("wpe.weight"));
+  ForwardResult result;
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    NvtxRange lr("layer");
+    Layer& L = layers_[l];
+    Tensor x = layer_input(l);
+    ops::layernorm_fwd(ctx, L.ln1, L.ln1_mean, L.ln1_rstd, x, store.param(p(l, "ln_1.weight")),
+                       store.param(p(l, "ln_1.bias")), cfg_.norm_eps);
+    ops::matmul_fwd(ctx, L.qkv.view(Shape{BT, 3 * C}), L.ln1, store.param(p(l, "attn.c_attn.weight")),
+                    store.param(p(l, "attn.c_attn.bias")));
+    attn_[l]->forward(ctx, store, L.ln1.view(Shape{B, T, C}), L.qkv, L.atty, mode);
+    result.aux_loss += attn_[l]->aux_loss();
+    // res2 = x + atty @ Wproj^T + b: the projection goes into res2, then the residual is added.
+    ops::matmul_fwd(ctx, L.res2, L.atty.view(Shape{BT, C}), store.param(p(l, "attn.c_proj.weight")),
+                    store.param(p(l, "attn.c_proj.bias")));
+    ops::residual_fwd(ctx, L.res2, L.res2, x);
+    ops::layernorm_fwd(ctx, L.ln2, L.ln2_mean, L.ln2_rstd, L.res2, store.param(p(l, "ln_2.weight")),
+                       store.param(p(l, "ln_2.bias")), cfg_.norm_eps);
+    ops::matmul_fwd(ctx, L.fch, L.ln2, store.param(p(l, "mlp.c_fc.weight")),
+                    store.param(p(l, "mlp.c_fc.bias")));
+    ops::gelu_fwd(ctx, L.fch_gelu, L.fch);
+    ops::matmul_fwd(ctx, L.res3, L.fch_gelu, store.param(p(l, "mlp.c_proj.weight")),
+                    store.param(p(l, "mlp.c_proj.bias")));
+    ops::residual_fwd(ctx, L.res3, L.res3, L.res2);
+  }
+  ops::layernorm_fwd(ctx, lnf_, lnf_mean_, lnf_rstd_, layers_.back().res3, store.param("ln_f.weight"),
+                     store.param("ln_f.bias"), cfg_.norm_eps);
+  ops::matmul_fwd(ctx, logits_, lnf_, store.param("wte.weight"), Tensor());
+  has_dlogits_ = false;
+  if (targets.empty()) {
+    result.loss = std::nan("");
+    return result;
+  }
+  ATTN_REQUIRE(targets.shape == tokens.shape && targets.dtype == DType::i32,
+               "targets must be i32%s like the tokens, got %s", tokens.shape.str().c_str(),
+               targets.str().c_str());
+  Tensor tflat = targets.view(Shape{BT});
+  if (dloss != 0.f) {
+    ops::crossentropy_fwd_bwd(ctx, losses_, logits_, logits_, tflat, cfg_.vocab_size, kIgnoreIndex, dloss);
+    has_dlogits_ = true;
+  } else {
+    ops::crossentropy_fwd(ctx, losses_, logits_, tflat, cfg_.vocab_size, kIgnoreIndex);
+  }
+  // Mean over valid targets, summed on the host in a fixed order (deterministic).
+  std::vector<float> losses(BT);
+  std::vector<int32_t> tgt(BT);
+  copy_tensor(Tensor(losses.data(), DType::f32, Device::cpu, Shape{BT}), losses_);
+  copy_tensor(Tensor(tgt.data(), DType::i32, Device::cpu, Shape{BT}), tflat);
+  double sum = 0.0;
+  for (int64_t i = 0; i < BT; ++i)
+    if (tgt[i] != kIgnoreIndex) {
+      sum += losses[i];
+      ++result.valid;
+    }
+  result.loss = result.valid ? sum / double(result.valid) : std::nan("");
+  return result;
+}
+
+Tensor GPT::layer_input(int l) const { return l == 0 ? encoded_ : layers_[l - 1].res3; }
+
+void GPT::backward(const ExecContext& ctx, const ParameterStore& store, const Tensor& tokens) {
+  NvtxRange range("gpt.backward");
+  ATTN_REQUIRE(has_dlogits_, "backward() needs a forward() with targets and dloss != 0 first");
+  const int B = B_, T = T_;
+  const int64_t BT = int64_t(B) * T, C = cfg_.n_embd;
+  // Head: logits = lnf @ wte^T (dlogits sit in the logits buffer).
+  ops::matmul_bwd(ctx, dln_, store.grad("wte.weight"), Tensor(), logits_, lnf_, store.param("wte.weight"));
+  zero_tensor(dres_);
+  ops::layernorm_bwd(ctx, dres_, store.grad("ln_f.weight"), store.grad("ln_f.bias"), dln_,
+                     layers_.back().res3, store.param("ln_f.weight"), lnf_mean_, lnf_rstd_);
+  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+    NvtxRange lr("layer.backward");
+    Layer& L = layers_[l];
+    Tensor x = layer_input(l);
+    // dres holds d(res3); the residual passes it to res2 unchanged, the MLP branch adds to it.
+    ops::matmul_bwd(ctx, dfch_, store.grad(p(l, "mlp.c_proj.weight")), store.grad(p(l, "mlp.c_proj.bias")),
+                    dres_, L.fch_gelu, store.param(p(l, "mlp.c_proj.weight")));
+    ops::gelu_bwd(ctx, dfch_, dfch_, L.fch);
+    ops::matmul_bwd(ctx, dln_, store.grad(p(l, "mlp.c_fc.weight")), store.grad(p(l, "mlp.c_fc.bias")),
+                    dfch_, L.ln2, store.param(p(l, "mlp.c_fc.weight")));
+    ops::layernorm_bwd(ctx, dres_, store.grad(p(l, "ln_2.weight")), store.grad(p(l, "ln_2.bias")), dln_,
+                       L.res2, store.param(p(l, "ln_2.weight")), L.ln2_mean, L.ln2_rstd);
+    // dres now holds d(res2); attention branch.
+    ops::matmul_bwd(ctx, datty_.view(Shape{BT, C}), store.grad(p(l, "attn.c_proj.weight")),
+                    store.grad(p(l, "attn.c_proj.bias")), dres_, L.atty.view(Shape{BT, C}),
+                    store.param(p(l, "attn.c_proj.weight")));
+    bool dh = attn_[l]->uses_h();
+    if (dh) zero_tensor(dln_);
+    attn_[l]->backward(ctx, store, L.ln1.view(Shape{B, T, C}), L.qkv, L.atty, datty_, dqkv_,
+                       dln_.view(Shape{B, T, C}));
+    ops::matmul_bwd(ctx, dln_, store.grad(p(l, "attn.c_attn.weight")), store.grad(p(l, "attn.c_attn.bias")),
+                    dqkv_.view(Shape{BT, 3 * C}), L.ln1, store.param(p(l, "attn.c_attn.weight")),
+                    /*accumulate_dx=*/dh);
+    ops::layernorm_bwd(ctx, dres_, store.grad(p(l, "ln_1.weight")), store.grad(p(l, "ln_1.bias")), dln_,
+                       x, store.param(p(l, "ln_1.weight")), L.ln1_mean, L.ln1_rstd);
+  }
+  ops::embedding_bwd(ctx, store.grad("wte.weight"), store.grad("wpe.weight"), dres_.view(Shape{B, T, C}),
+                     tokens);
+  has_dlogits_ = false;
+}
+
+int64_t GPT::num_params_unpadded(const ParameterStore& store) const {
+  return store.num_params() - int64_t(cfg_.padded_vocab - cfg_.vocab_size) * cfg_.n_embd;
+}
+
+double GPT::flops_per_token(int T) const {
+  // PaLM appendix B: 6 N for the weight matmuls (fwd + bwd) plus 12 L C T for attention scores,
+  // halved for the causal mask (the work a causal kernel actually does).
+  const double C = cfg_.n_embd, L = cfg_.n_layer;
+  double n = L * 12.0 * C * C + double(cfg_.vocab_size) * C;  // weights in matmuls (LM head tied)
+  return 6.0 * n + 6.0 * L * C * T;
+}
+
+}  // namespace attnlab

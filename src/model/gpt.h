@@ -1,0 +1,90 @@
+// GPT: the decoder-only model family (GPT-2 now; LLaMA-style choices land as config options of the
+// same block). Composes host ops (src/ops/ops.h) so the same code runs on CPU (f32) and CUDA
+// (f32 or bf16). Parameters live in a ParameterStore under stable names (docs/architecture.md):
+//   wte.weight [Vp,C]  wpe.weight [block,C]  ln_f.{weight,bias} [C]
+//   h.<l>.ln_1.{weight,bias}  h.<l>.attn.c_attn.{weight [3C,C], bias [3C]}
+//   h.<l>.attn.c_proj.{weight [C,C], bias}  h.<l>.ln_2.{weight,bias}
+//   h.<l>.mlp.c_fc.{weight [4C,C], bias [4C]}  h.<l>.mlp.c_proj.{weight [C,4C], bias [C]}
+// The LM head is tied to wte. Weights use the PyTorch nn.Linear layout [out, in].
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "core/parameters.h"
+#include "nn/attention.h"
+
+namespace attnlab {
+
+struct GPTConfig {
+  int n_layer = 12, n_head = 12, n_kv_head = 0, n_embd = 768;
+  int vocab_size = 50257;   // real vocabulary (loss and sampling ignore the padding)
+  int padded_vocab = 50304; // rows of wte
+  int block_size = 1024;    // rows of wpe (maximum sequence length)
+  float norm_eps = 1e-5f;
+  float init_std = 0.02f;
+  AttentionOptions attention;
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int head_dim() const { return n_embd / n_head; }
+};
+
+struct ForwardResult {
+  double loss = 0.0;       // mean cross-entropy over valid targets (NaN when no targets)
+  int64_t valid = 0;       // number of targets != ignore_index
+  double aux_loss = 0.0;   // sum of the attention variants' auxiliary losses
+};
+
+class GPT {
+ public:
+  static constexpr int kIgnoreIndex = -1;
+
+  explicit GPT(const GPTConfig& cfg);
+  const GPTConfig& config() const { return cfg_; }
+
+  // Declares every parameter (base weights and the attention variants') into `store`.
+  void declare_params(ParameterStore& store) const;
+  // GPT-2 initialisation (normal(0.02), residual projections scaled by 1/sqrt(2 n_layer),
+  // LayerNorm ones/zeros, padded vocabulary rows zero).
+  void init_params(ParameterStore& store, uint64_t seed) const;
+
+  // Allocates activations for micro-batches of up to [B, T] on the context's device.
+  void allocate(const ExecContext& ctx, int B, int T, DType dtype);
+
+  // tokens, targets: [B, T] i32 on the context's device (targets may be empty: logits only).
+  // With targets and dloss != 0, the fused loss kernel also writes dlogits (scaled by dloss),
+  // ready for backward(). Host-synchronises to read the losses.
+  ForwardResult forward(const ExecContext& ctx, const ParameterStore& store, const Tensor& tokens,
+                        const Tensor& targets, AttentionMode mode, float dloss = 0.f);
+  // Accumulates parameter gradients (+=) into store's gradient buffer; frozen tensors are skipped.
+  void backward(const ExecContext& ctx, const ParameterStore& store, const Tensor& tokens);
+
+  // Logits of the last forward: [B, T, Vp] (columns >= vocab_size are padding).
+  Tensor logits() const { return logits_.view(Shape{B_, T_, cfg_.padded_vocab}); }
+
+  // Parameter count (excluding vocabulary padding) and FLOPs per token of a training step.
+  int64_t num_params_unpadded(const ParameterStore& store) const;
+  double flops_per_token(int T) const;
+  // Bytes of activations (forward saved state + backward scratch) for a [B, T] micro-batch.
+  size_t activation_bytes(int B, int T, DType dtype) const;
+
+ private:
+  struct Layer {
+    Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
+  };
+  std::string p(int l, const char* name) const;  // "h.<l>.<name>"
+  Tensor layer_input(int l) const;
+
+  GPTConfig cfg_;
+  std::vector<std::unique_ptr<AttentionModule>> attn_;
+  int B_ = 0, T_ = 0, maxB_ = 0, maxT_ = 0;
+  DType dtype_ = DType::f32;
+  Buffer acts_;
+  Tensor encoded_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
+  std::vector<Layer> layers_;
+  // Backward scratch, reused by every layer.
+  Tensor dres_, dln_, datty_, dqkv_, dfch_;
+  bool has_dlogits_ = false;
+};
+
+}  // namespace attnlab

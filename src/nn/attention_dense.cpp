@@ -1,0 +1,39 @@
+#include "nn/attention_dense.h"
+
+#include "ops/ops.h"
+
+namespace attnlab {
+
+DenseAttention::DenseAttention(const AttentionOptions& opts) : window_(opts.window) {
+  // The kernels support sliding windows (AttentionParams::window); the host op does not expose
+  // them yet, so refuse rather than silently attend to everything.
+  ATTN_REQUIRE(opts.window == 0, "attention.window = %d: sliding windows are not supported by "
+               "'dense' yet (use 0)", opts.window);
+}
+
+void DenseAttention::allocate(const ExecContext& ctx, const AttentionShape& s, DType /*dtype*/) {
+  shape_ = s;
+  lse_buf_ = Buffer(ctx.device, size_t(s.B) * s.n_head * s.T * sizeof(float));
+  lse_ = lse_buf_.as(DType::f32, Shape{s.B, s.n_head, s.T});
+}
+
+void DenseAttention::forward(const ExecContext& ctx, const ParameterStore& /*store*/,
+                             const Tensor& /*h*/, const Tensor& qkv, const Tensor& out,
+                             AttentionMode /*mode*/) {
+  Tensor lse = lse_;
+  if (qkv.dim(0) != shape_.B || qkv.dim(1) != shape_.T)  // eval/generation on a shorter batch
+    lse = lse_buf_.as(DType::f32, Shape{qkv.dim(0), shape_.n_head, qkv.dim(1)});
+  ops::attention_fwd(ctx, out, lse, qkv, shape_.n_head);
+}
+
+void DenseAttention::backward(const ExecContext& ctx, const ParameterStore& /*store*/,
+                              const Tensor& /*h*/, const Tensor& qkv, const Tensor& out,
+                              const Tensor& dout, const Tensor& dqkv, const Tensor& /*dh*/) {
+  ops::attention_bwd(ctx, dqkv, dout, qkv, out, lse_, shape_.n_head);
+}
+
+size_t DenseAttention::saved_bytes(const AttentionShape& s, DType /*dtype*/) const {
+  return size_t(s.B) * s.n_head * s.T * sizeof(float);
+}
+
+}  // namespace attnlab

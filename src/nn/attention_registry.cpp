@@ -1,0 +1,37 @@
+// The one registry of attention variants. To add a variant: implement AttentionModule in
+// src/nn/attention_<name>.{h,cpp} and add one line to kRegistry below.
+#include <functional>
+
+#include "core/error.h"
+#include "nn/attention.h"
+#include "nn/attention_dense.h"
+
+namespace attnlab {
+namespace {
+
+using Factory = std::function<std::unique_ptr<AttentionModule>(const AttentionOptions&, int)>;
+
+const std::vector<std::pair<std::string, Factory>>& registry() {
+  static const std::vector<std::pair<std::string, Factory>> kRegistry = {
+      {"dense", [](const AttentionOptions& o, int) { return std::make_unique<DenseAttention>(o); }},
+  };
+  return kRegistry;
+}
+
+}  // namespace
+
+std::vector<std::string> attention_types() {
+  std::vector<std::string> names;
+  for (auto& [name, f] : registry()) names.push_back(name);
+  return names;
+}
+
+std::unique_ptr<AttentionModule> make_attention(const AttentionOptions& opts, int layer) {
+  for (auto& [name, factory] : registry())
+    if (name == opts.type) return factory(opts, layer);
+  std::string valid;
+  for (auto& n : attention_types()) valid += (valid.empty() ? "" : ", ") + n;
+  ATTN_FAIL("attention.type: unknown attention '%s' (valid: %s)", opts.type.c_str(), valid.c_str());
+}
+
+}  // namespace attnlab

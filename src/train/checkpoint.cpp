@@ -1,0 +1,147 @@
+#include "train/checkpoint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace attnlab {
+namespace {
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step_%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+void fsync_dir(const std::string& dir) {
+  // Makes the rename itself durable (best effort: some filesystems refuse fsync on directories).
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+bool run_has_checkpoints(const std::string& run_dir) {
+  return fs::exists(fs::path(run_dir) / "checkpoints" / "latest");
+}
+
+std::string save_checkpoint(const std::string& run_dir, const CheckpointContents& c, int keep_last) {
+  ATTN_ASSERT(c.store != nullptr);
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  io::ensure_dir(root.string());
+  const std::string name = step_name(c.state.step);
+  const fs::path final_dir = root / name;
+  const fs::path tmp_dir = root / (name + ".tmp");
+  std::error_code ec;
+  fs::remove_all(tmp_dir, ec);
+  io::ensure_dir(tmp_dir.string());
+
+  io::SafetensorsWriter model;
+  for (const auto& e : c.store->entries()) model.add(e.spec.name, c.store->param(e.spec.name));
+  model.set_metadata("format", "attnlab");
+  model.set_metadata("step", std::to_string(c.state.step));
+  model.set_metadata("recipe", c.recipe_yaml);
+  model.write((tmp_dir / "model.safetensors").string());
+
+  io::SafetensorsWriter optim;
+  for (const auto& [n, t] : c.optimizer_state) optim.add(n, t);
+  optim.set_metadata("step", std::to_string(c.state.step));
+  optim.write((tmp_dir / "optimizer.safetensors").string());
+
+  nlohmann::json js = {{"step", c.state.step},
+                       {"data_epoch", c.state.data_epoch},
+                       {"data_position", c.state.data_position},
+                       {"tokens_seen", c.state.tokens_seen},
+                       {"elapsed_seconds", c.state.elapsed_seconds}};
+  io::write_file_atomic((tmp_dir / "trainer_state.json").string(), js.dump(2) + "\n");
+  io::write_file_atomic((tmp_dir / "recipe.yaml").string(), c.recipe_yaml);
+  if (!c.tokenizer_json.empty())
+    io::write_file_atomic((tmp_dir / "tokenizer.json").string(), c.tokenizer_json);
+
+  // Replace an older checkpoint of the same step (a re-run after resume) only once the new one
+  // is complete.
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);
+  fs::rename(tmp_dir, final_dir, ec);
+  ATTN_REQUIRE(!ec, "cannot rename '%s' to '%s': %s", tmp_dir.c_str(), final_dir.c_str(),
+               ec.message().c_str());
+  fsync_dir(root.string());
+  io::write_file_atomic((root / "latest").string(), name + "\n");
+
+  // Keep the newest keep_last checkpoints.
+  std::vector<std::string> steps;
+  for (const auto& d : fs::directory_iterator(root)) {
+    std::string n = d.path().filename().string();
+    if (d.is_directory() && n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos)
+      steps.push_back(n);
+  }
+  std::sort(steps.begin(), steps.end());
+  for (size_t i = 0; i + size_t(std::max(keep_last, 1)) < steps.size(); ++i)
+    if (steps[i] != name) fs::remove_all(root / steps[i], ec);
+  return final_dir.string();
+}
+
+std::string resolve_checkpoint_dir(const std::string& path) {
+  fs::path p(path);
+  ATTN_REQUIRE(fs::exists(p), "checkpoint path '%s' does not exist", path.c_str());
+  if (fs::exists(p / "model.safetensors")) return p.string();
+  fs::path latest = p / "checkpoints" / "latest";
+  ATTN_REQUIRE(fs::exists(latest), "'%s' is neither a checkpoint directory (no model.safetensors) "
+               "nor a run directory (no checkpoints/latest)", path.c_str());
+  std::string name = io::read_file(latest.string());
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  fs::path dir = p / "checkpoints" / name;
+  ATTN_REQUIRE(fs::exists(dir / "model.safetensors"), "'%s' names checkpoint '%s', which is missing "
+               "or incomplete", latest.c_str(), name.c_str());
+  return dir.string();
+}
+
+void load_model_weights(const std::string& ckpt_dir, const ParameterStore& store) {
+  io::SafetensorsFile f((fs::path(ckpt_dir) / "model.safetensors").string());
+  for (const auto& e : store.entries()) {
+    ATTN_REQUIRE(f.contains(e.spec.name), "checkpoint '%s' has no tensor '%s' that the model needs",
+                 f.path().c_str(), e.spec.name.c_str());
+    f.load_into(e.spec.name, store.param(e.spec.name));
+  }
+}
+
+void load_optimizer_state(
+    const std::string& ckpt_dir,
+    const std::function<void(const std::vector<std::pair<std::string, Tensor>>&)>& use) {
+  io::SafetensorsFile f((fs::path(ckpt_dir) / "optimizer.safetensors").string());
+  std::vector<std::pair<std::string, Tensor>> views;
+  for (const auto& n : f.names()) views.emplace_back(n, f.view(n));
+  use(views);
+}
+
+TrainerState load_trainer_state(const std::string& ckpt_dir) {
+  const std::string path = (fs::path(ckpt_dir) / "trainer_state.json").string();
+  nlohmann::json js;
+  try {
+    js = nlohmann::json::parse(io::read_file(path));
+    TrainerState s;
+    s.step = js.at("step").get<int64_t>();
+    s.data_epoch = js.at("data_epoch").get<uint64_t>();
+    s.data_position = js.at("data_position").get<uint64_t>();
+    s.tokens_seen = js.at("tokens_seen").get<int64_t>();
+    s.elapsed_seconds = js.at("elapsed_seconds").get<double>();
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    ATTN_FAIL("corrupt trainer state '%s': %s", path.c_str(), e.what());
+  }
+}
+
+}  // namespace attnlab

@@ -1,0 +1,371 @@
+#include "train/trainer.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/context.h"
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "data/loader.h"
+#include "data/synthetic.h"
+#include "dist/communicator.h"
+#include "io/atomic_file.h"
+#include "io/metrics.h"
+#include "model/gpt.h"
+#include "tokenizer/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+
+namespace fs = std::filesystem;
+
+namespace attnlab {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+GPTConfig gpt_config(const Recipe& r) {
+  GPTConfig c;
+  c.n_layer = r.model.n_layer;
+  c.n_head = r.model.n_head;
+  c.n_kv_head = r.model.n_kv_head;
+  c.n_embd = r.model.n_embd;
+  c.vocab_size = r.model.vocab_size;
+  c.padded_vocab = r.model.padded_vocab();
+  c.block_size = r.model.block_size;
+  c.norm_eps = float(r.model.norm_eps);
+  c.init_std = float(r.model.init_std);
+  c.attention.type = r.attention.type;
+  c.attention.window = r.attention.window;
+  return c;
+}
+
+// Everything a run (train or eval) needs, built from the recipe.
+struct Session {
+  std::unique_ptr<ExecContext> ctx;
+  std::unique_ptr<Communicator> comm;
+  DType dtype = DType::f32;
+  std::unique_ptr<GPT> model;
+  ParameterStore store;
+  std::unique_ptr<DataLoader> train_loader, val_loader;
+  double unigram_baseline = std::nan("");
+  std::string tokenizer_json;
+  Buffer batch_dev;  // device copies of tokens and targets
+  Tensor tokens_dev, targets_dev;
+};
+
+void setup_device(const Recipe& r, Session& s) {
+  if (r.train.threads > 0) omp_set_num_threads(r.train.threads);
+  bool want_cuda = r.train.device == DeviceChoice::cuda ||
+                   (r.train.device == DeviceChoice::auto_select && cuda_available());
+  if (want_cuda) {
+    s.ctx = ExecContext::make_cuda(s.comm->rank());
+    s.dtype = r.train.precision == Precision::bf16 ? DType::bf16 : DType::f32;
+  } else {
+    s.ctx = ExecContext::make_cpu();
+    s.dtype = DType::f32;  // the CPU reference path is fp32
+  }
+}
+
+std::shared_ptr<const TokenSource> memory_source(std::vector<int32_t> tokens, const char* name) {
+  return std::make_shared<MemoryTokens>(std::move(tokens), name);
+}
+
+void setup_data(const Recipe& r, Session& s, bool need_train) {
+  DataLoaderOptions train_opts;
+  train_opts.batch_size = r.train.micro_batch;
+  train_opts.seq_len = r.train.seq_len;
+  train_opts.shuffle = r.data.shuffle;
+  train_opts.seed = uint64_t(r.data.seed);
+  train_opts.rank = s.comm->rank();
+  train_opts.world_size = s.comm->world_size();
+  train_opts.vocab_size = r.model.vocab_size;
+  DataLoaderOptions val_opts = train_opts;
+  val_opts.shuffle = false;
+
+  if (r.data.source == DataSource::synthetic) {
+    ATTN_REQUIRE(r.data.synthetic.vocab_size <= r.model.vocab_size,
+                 "data.synthetic.vocab_size (%d) exceeds model.vocab_size (%d)",
+                 r.data.synthetic.vocab_size, r.model.vocab_size);
+    SyntheticConfig sc;
+    sc.vocab_size = r.data.synthetic.vocab_size;
+    sc.train_tokens = need_train ? r.data.synthetic.train_tokens : r.train.seq_len + 1;
+    sc.val_tokens = r.data.synthetic.val_tokens;
+    sc.seed = uint64_t(r.data.synthetic.seed);
+    SyntheticData d = generate_synthetic(sc);
+    s.unigram_baseline = unigram_entropy(d.val, sc.vocab_size);
+    s.train_loader = std::make_unique<DataLoader>(
+        std::vector<std::shared_ptr<const TokenSource>>{memory_source(std::move(d.train), "synthetic/train")},
+        train_opts);
+    s.val_loader = std::make_unique<DataLoader>(
+        std::vector<std::shared_ptr<const TokenSource>>{memory_source(std::move(d.val), "synthetic/val")},
+        val_opts);
+    return;
+  }
+  ATTN_REQUIRE(!r.data.train.empty() || !need_train, "data.source is 'shards' but data.train is empty "
+               "(expected a glob of token shard files, e.g. data/tiny/train_*.bin)");
+  if (need_train) s.train_loader = std::make_unique<DataLoader>(DataLoader::from_files({r.data.train}, train_opts));
+  if (!r.data.val.empty()) {
+    s.val_loader = std::make_unique<DataLoader>(DataLoader::from_files({r.data.val}, val_opts));
+    // Unigram baseline over (at most) the first 8M validation tokens.
+    std::vector<int32_t> toks;
+    for (const auto& src : s.val_loader->sources()) {
+      int64_t n = std::min<int64_t>(src->size(), (int64_t(8) << 20) - int64_t(toks.size()));
+      if (n <= 0) break;
+      size_t at = toks.size();
+      toks.resize(at + size_t(n));
+      src->read(0, n, toks.data() + at);
+    }
+    s.unigram_baseline = unigram_entropy(toks, r.model.vocab_size);
+  }
+  try {
+    s.tokenizer_json = make_tokenizer(r.data.tokenizer)->to_json();
+  } catch (const Error&) {
+    s.tokenizer_json.clear();  // the tokenizer is optional for training on prepared shards
+  }
+}
+
+void setup_model(const Recipe& r, Session& s) {
+  s.model = std::make_unique<GPT>(gpt_config(r));
+  s.model->declare_params(s.store);
+  s.store.finalize(s.ctx->device, s.dtype, r.retrofit.trainable_roles());
+  s.model->init_params(s.store, uint64_t(r.train.seed));
+  s.model->allocate(*s.ctx, r.train.micro_batch, r.train.seq_len, s.dtype);
+  const int64_t BT = int64_t(r.train.micro_batch) * r.train.seq_len;
+  s.batch_dev = Buffer(s.ctx->device, size_t(2 * BT) * sizeof(int32_t));
+  s.tokens_dev = s.batch_dev.as(DType::i32, Shape{r.train.micro_batch, r.train.seq_len});
+  s.targets_dev = s.batch_dev.as(DType::i32, Shape{r.train.micro_batch, r.train.seq_len}, size_t(BT) * 4);
+}
+
+void upload(Session& s, const int32_t* inputs, const int32_t* targets) {
+  const Shape sh = s.tokens_dev.shape;
+  copy_tensor(s.tokens_dev, Tensor(const_cast<int32_t*>(inputs), DType::i32, Device::cpu, sh));
+  copy_tensor(s.targets_dev, Tensor(const_cast<int32_t*>(targets), DType::i32, Device::cpu, sh));
+}
+
+// Mean validation loss over up to `batches` micro-batches from the start of the validation set.
+EvalResult run_eval(Session& s, int batches) {
+  EvalResult out;
+  if (!s.val_loader) return out;
+  s.val_loader->reset();
+  int64_t n = std::min<int64_t>(batches, s.val_loader->batches_per_epoch());
+  ATTN_REQUIRE(n > 0, "the validation set holds fewer than one micro-batch of sequences");
+  const size_t BT = size_t(s.tokens_dev.numel());
+  std::vector<int32_t> in(BT), tg(BT);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    s.val_loader->next(in.data(), tg.data());
+    upload(s, in.data(), tg.data());
+    ForwardResult fr = s.model->forward(*s.ctx, s.store, s.tokens_dev, s.targets_dev, AttentionMode::eval);
+    sum += fr.loss * double(fr.valid);
+    out.tokens += fr.valid;
+  }
+  out.loss = sum / double(out.tokens);
+  out.perplexity = std::exp(out.loss);
+  return out;
+}
+
+std::string fmt_count(double v) {
+  if (v >= 1e9) return strformat("%.2fB", v / 1e9);
+  if (v >= 1e6) return strformat("%.2fM", v / 1e6);
+  if (v >= 1e3) return strformat("%.1fK", v / 1e3);
+  return strformat("%.0f", v);
+}
+
+}  // namespace
+
+TrainResult train(const Recipe& recipe, const TrainOptions& options) {
+  recipe.validate();
+  Session s;
+  s.comm = make_communicator("none");
+  const bool rank0 = s.comm->rank() == 0;
+  setup_device(recipe, s);
+  setup_data(recipe, s, /*need_train=*/true);
+  setup_model(recipe, s);
+
+  AdamWConfig oc;
+  oc.lr = float(recipe.optim.lr);
+  oc.beta1 = float(recipe.optim.beta1);
+  oc.beta2 = float(recipe.optim.beta2);
+  oc.eps = float(recipe.optim.eps);
+  oc.weight_decay = float(recipe.optim.weight_decay);
+  oc.grad_clip = float(recipe.optim.grad_clip);
+  AdamW opt(*s.ctx, s.store, oc);
+
+  ScheduleSpec sched;
+  sched.type = ScheduleSpec::Type(int(recipe.schedule.type));
+  sched.lr = float(recipe.optim.lr);
+  sched.warmup_steps = int(recipe.schedule.warmup_steps);
+  sched.total_steps = int(recipe.train.steps);
+  sched.final_lr_frac = float(recipe.schedule.final_lr_frac);
+  sched.decay_frac = float(recipe.schedule.decay_frac);
+
+  const int accum = recipe.train.grad_accum_steps(s.comm->world_size());
+  const int64_t step_tokens = recipe.train.tokens_per_step();
+  const std::string run_dir = recipe.train.out_dir;
+  const std::string recipe_yaml = recipe_to_yaml(recipe);
+
+  // ---- run directory and resume --------------------------------------------------------------
+  TrainerState st;
+  if (rank0) io::ensure_dir(run_dir);
+  if (!options.resume.empty()) {
+    std::string dir = resolve_checkpoint_dir(options.resume);
+    load_model_weights(dir, s.store);
+    load_optimizer_state(dir, [&](const auto& views) { opt.load_state(views); });
+    st = load_trainer_state(dir);
+    s.train_loader->set_state(DataLoader::State{st.data_epoch, st.data_position});
+    if (rank0 && !options.quiet) std::fprintf(stderr, "resumed from %s at step %lld\n", dir.c_str(), (long long)st.step);
+  } else {
+    ATTN_REQUIRE(!run_has_checkpoints(run_dir), "train.out_dir '%s' already holds a run with checkpoints; "
+                 "continue it with --resume %s, or choose another train.out_dir", run_dir.c_str(),
+                 run_dir.c_str());
+  }
+  if (rank0) io::write_file_atomic((fs::path(run_dir) / "recipe.yaml").string(), recipe_yaml);
+  std::unique_ptr<io::MetricsWriter> metrics;
+  if (rank0 && !recipe.log.metrics_file.empty())
+    metrics = std::make_unique<io::MetricsWriter>((fs::path(run_dir) / recipe.log.metrics_file).string(),
+                                                  st.step);
+
+  const int64_t n_params = s.model->num_params_unpadded(s.store);
+  const double flops_tok = s.model->flops_per_token(recipe.train.seq_len);
+  if (rank0 && !options.quiet) {
+    std::fprintf(stderr,
+                 "attnlab train | %s | %s params (%s trainable) | device %s (%s) | %s tok/step "
+                 "(%d x %d x %d accum) | %lld steps\n",
+                 run_dir.c_str(), fmt_count(double(n_params)).c_str(),
+                 fmt_count(double(s.store.num_trainable())).c_str(), device_name(s.ctx->device),
+                 dtype_name(s.dtype), fmt_count(double(step_tokens)).c_str(), recipe.train.micro_batch,
+                 recipe.train.seq_len, accum, (long long)recipe.train.steps);
+    if (!std::isnan(s.unigram_baseline))
+      std::fprintf(stderr, "unigram baseline (validation): %.4f nats\n", s.unigram_baseline);
+  }
+
+  // ---- the loop ------------------------------------------------------------------------------
+  const int64_t BT = s.tokens_dev.numel();
+  std::vector<int32_t> inputs(size_t(BT) * accum), targets(size_t(BT) * accum);
+  const int64_t last_step = options.profile_steps > 0
+                                ? std::min<int64_t>(recipe.train.steps, st.step + options.profile_steps)
+                                : recipe.train.steps;
+  TrainResult result;
+  result.run_dir = run_dir;
+  result.unigram_baseline = s.unigram_baseline;
+  result.final_val_loss = std::nan("");
+  double last_loss = std::nan("");
+  auto t_start = Clock::now();
+  double elapsed_before = st.elapsed_seconds;
+  double ema_step_s = 0.0;
+
+  auto checkpoint = [&]() {
+    if (!rank0 || options.profile_steps > 0) return;
+    CheckpointContents c;
+    c.store = &s.store;
+    c.optimizer_state = opt.state_tensors();
+    c.state = st;
+    c.state.elapsed_seconds = elapsed_before + seconds_since(t_start);
+    c.recipe_yaml = recipe_yaml;
+    c.tokenizer_json = s.tokenizer_json;
+    std::string dir = save_checkpoint(run_dir, c, recipe.checkpoint.keep_last);
+    if (!options.quiet) std::fprintf(stderr, "checkpoint: %s\n", dir.c_str());
+  };
+
+  while (st.step < last_step) {
+    auto t0 = Clock::now();
+    const float lr = lr_at(sched, int(st.step));
+    // Fetch every micro-batch first so the loss scale is exact: 1 / (valid targets in the step).
+    int64_t valid = 0;
+    for (int m = 0; m < accum; ++m) {
+      s.train_loader->next(inputs.data() + size_t(m) * BT, targets.data() + size_t(m) * BT);
+    }
+    for (size_t i = 0; i < targets.size(); ++i) valid += targets[i] != GPT::kIgnoreIndex;
+    ATTN_REQUIRE(valid > 0, "step %lld: every target of the batch is ignored", (long long)st.step);
+    const float dloss = float(1.0 / double(valid));
+    s.store.zero_grads();
+    double loss_sum = 0.0;
+    for (int m = 0; m < accum; ++m) {
+      upload(s, inputs.data() + size_t(m) * BT, targets.data() + size_t(m) * BT);
+      ForwardResult fr = s.model->forward(*s.ctx, s.store, s.tokens_dev, s.targets_dev, AttentionMode::train, dloss);
+      loss_sum += fr.loss * double(fr.valid);
+      s.model->backward(*s.ctx, s.store, s.tokens_dev);
+    }
+    const double loss = loss_sum / double(valid);
+    ATTN_REQUIRE(std::isfinite(loss), "loss is %f at step %lld (lr %.3e): training diverged; the last "
+                 "checkpoint (if any) is intact — lower optim.lr or raise schedule.warmup_steps",
+                 loss, (long long)st.step + 1, lr);
+    StepStats ss = opt.step(lr, int(st.step) + 1);
+    ATTN_REQUIRE(ss.finite, "gradient norm is not finite at step %lld: training diverged; the last "
+                 "checkpoint (if any) is intact", (long long)st.step + 1);
+    s.ctx->synchronize();
+    st.step += 1;
+    st.tokens_seen += step_tokens;
+    auto ls = s.train_loader->state();
+    st.data_epoch = ls.epoch;
+    st.data_position = ls.position;
+    last_loss = loss;
+
+    const double step_s = seconds_since(t0);
+    ema_step_s = ema_step_s == 0.0 ? step_s : 0.9 * ema_step_s + 0.1 * step_s;
+    const double tok_s = double(step_tokens) / step_s;
+    if (rank0) {
+      const double eta = ema_step_s * double(last_step - st.step);
+      if (metrics)
+        metrics->write({{"step", double(st.step)}, {"loss", loss}, {"lr", lr}, {"grad_norm", ss.grad_norm},
+                        {"tok_per_s", tok_s}, {"ms_per_step", step_s * 1e3},
+                        {"mfu_flops_per_s", flops_tok * tok_s}});
+      if (!options.quiet && (st.step % recipe.log.every == 0 || st.step == last_step || st.step == 1))
+        std::fprintf(stderr, "%s\n",
+                     io::format_progress({st.step, last_step, loss, lr, ss.grad_norm, tok_s, step_s * 1e3, eta})
+                         .c_str());
+    }
+
+    const bool last = st.step == last_step;
+    if (s.val_loader && ((recipe.eval.every > 0 && st.step % recipe.eval.every == 0) ||
+                         (last && recipe.eval.at_end))) {
+      EvalResult ev = run_eval(s, recipe.eval.batches);
+      result.final_val_loss = ev.loss;
+      if (rank0) {
+        if (metrics) metrics->write({{"step", double(st.step)}, {"val_loss", ev.loss}, {"val_ppl", ev.perplexity}});
+        if (!options.quiet)
+          std::fprintf(stderr, "step %lld | val loss %.4f | val ppl %.2f | %s tokens\n", (long long)st.step,
+                       ev.loss, ev.perplexity, fmt_count(double(ev.tokens)).c_str());
+      }
+    }
+    if ((recipe.checkpoint.every > 0 && st.step % recipe.checkpoint.every == 0) ||
+        (last && recipe.checkpoint.at_end))
+      checkpoint();
+  }
+
+  result.steps = st.step;
+  result.final_train_loss = last_loss;
+  if (rank0 && !options.quiet && !std::isnan(result.final_val_loss)) {
+    std::fprintf(stderr, "done: %lld steps in %.1f s | final val loss %.4f", (long long)st.step,
+                 seconds_since(t_start), result.final_val_loss);
+    if (!std::isnan(s.unigram_baseline))
+      std::fprintf(stderr, " vs unigram baseline %.4f (%.1f%% lower)", s.unigram_baseline,
+                   100.0 * (1.0 - result.final_val_loss / s.unigram_baseline));
+    std::fprintf(stderr, "\n");
+  }
+  return result;
+}
+
+EvalResult evaluate_checkpoint(const Recipe& recipe, const std::string& checkpoint) {
+  recipe.validate();
+  Session s;
+  s.comm = make_communicator("none");
+  setup_device(recipe, s);
+  setup_data(recipe, s, /*need_train=*/false);
+  ATTN_REQUIRE(s.val_loader != nullptr, "eval needs validation data: set data.val (a glob of shards) "
+               "or use data.source: synthetic");
+  setup_model(recipe, s);
+  load_model_weights(resolve_checkpoint_dir(checkpoint), s.store);
+  return run_eval(s, recipe.eval.batches);
+}
+
+}  // namespace attnlab

@@ -1,0 +1,35 @@
+// The training loop: builds the model, optimizer and data from a Recipe, then runs steps with
+// gradient accumulation, logging, evaluation and checkpoints. Resume is bit-exact on CPU.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "config/recipe.h"
+
+namespace attnlab {
+
+struct TrainOptions {
+  std::string resume;      // run or checkpoint directory; "" = fresh run
+  int profile_steps = 0;   // > 0: run this many steps (for nsys/ncu), no checkpoints
+  bool quiet = false;      // no progress lines (tests)
+};
+
+struct TrainResult {
+  int64_t steps = 0;         // optimizer steps completed in total
+  double final_train_loss = 0.0;
+  double final_val_loss = 0.0;   // NaN when evaluation is off
+  double unigram_baseline = 0.0; // loss of the best token-frequency model on validation data
+  std::string run_dir;
+};
+
+TrainResult train(const Recipe& recipe, const TrainOptions& options);
+
+// Validation loss of a checkpoint (for `attnlab eval`).
+struct EvalResult {
+  double loss = 0.0;
+  double perplexity = 0.0;
+  int64_t tokens = 0;
+};
+EvalResult evaluate_checkpoint(const Recipe& recipe, const std::string& checkpoint);
+
+}  // namespace attnlab

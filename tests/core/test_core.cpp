@@ -1,0 +1,73 @@
+// Tensor views, buffers and the parameter store (ordering by role, frozen tensors, initialisation).
+#include <gtest/gtest.h>
+
+#include "core/parameters.h"
+#include "core/tensor.h"
+
+using namespace attnlab;
+
+TEST(Tensor, ViewAndSlice) {
+  Buffer b(Device::cpu, 6 * 4 * sizeof(float));
+  Tensor t = b.as(DType::f32, Shape{6, 4});
+  for (int i = 0; i < 24; ++i) t.ptr<float>()[i] = float(i) + 0.5f;
+  Tensor rows = t.slice0(2, 5);
+  EXPECT_EQ(rows.shape, (Shape{3, 4}));
+  EXPECT_EQ(rows.ptr<float>()[0], 8.5f);
+  EXPECT_EQ(t.view(Shape{24}).numel(), 24);
+  EXPECT_THROW(t.view(Shape{5, 5}), Error);
+  EXPECT_EQ(t.str(), "f32[6, 4] on cpu");
+}
+
+TEST(Tensor, CopyChecksSizes) {
+  Buffer a(Device::cpu, 16), b(Device::cpu, 32);
+  Tensor ta = a.as(DType::f32, Shape{4}), tb = b.as(DType::f32, Shape{8});
+  EXPECT_THROW(copy_tensor(ta, tb), Error);
+}
+
+TEST(ParameterStore, TrainableRolesFormAPrefix) {
+  ParameterStore s;
+  s.declare({"a", Shape{3, 2}, ParamRole::base, ParamInit::normal, 0.02f, true});
+  s.declare({"centroids", Shape{4}, ParamRole::attention, ParamInit::normal, 0.02f, false});
+  s.declare({"b", Shape{5}, ParamRole::base, ParamInit::ones, 0.f, false});
+  s.finalize(Device::cpu, DType::f32, {ParamRole::attention});
+  EXPECT_EQ(s.num_params(), 15);
+  EXPECT_EQ(s.num_trainable(), 4);
+  EXPECT_EQ(s.entries()[0].spec.name, "centroids");
+  EXPECT_EQ(s.entry("centroids").offset, 0);
+  EXPECT_TRUE(s.grad("a").empty());
+  EXPECT_FALSE(s.grad("centroids").empty());
+  EXPECT_EQ(s.grads().numel(), 4);
+  EXPECT_THROW(s.param("nope"), Error);
+}
+
+TEST(ParameterStore, InitialisationIsDeterministicAndByKind) {
+  auto make = [](uint64_t seed) {
+    auto s = std::make_unique<ParameterStore>();
+    s->declare({"w", Shape{64, 8}, ParamRole::base, ParamInit::normal, 0.5f, true});
+    s->declare({"g", Shape{8}, ParamRole::base, ParamInit::ones, 0.f, false});
+    s->declare({"z", Shape{8}, ParamRole::base, ParamInit::zeros, 0.f, false});
+    s->finalize(Device::cpu, DType::f32, {ParamRole::base});
+    s->initialize(seed);
+    return s;
+  };
+  auto a = make(1), b = make(1), c = make(2);
+  const float* wa = a->param("w").ptr<float>();
+  const float* wb = b->param("w").ptr<float>();
+  const float* wc = c->param("w").ptr<float>();
+  double sq = 0;
+  int same_c = 0;
+  for (int i = 0; i < 512; ++i) {
+    EXPECT_EQ(wa[i], wb[i]);
+    same_c += wa[i] == wc[i];
+    sq += double(wa[i]) * wa[i];
+  }
+  EXPECT_LT(same_c, 5);
+  EXPECT_NEAR(std::sqrt(sq / 512), 0.5, 0.06);  // the requested std
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(a->param("g").ptr<float>()[i], 1.f);
+    EXPECT_EQ(a->param("z").ptr<float>()[i], 0.f);
+  }
+  ParameterStore dup;
+  dup.declare({"x", Shape{1}});
+  EXPECT_THROW(dup.declare({"x", Shape{1}}), Error);
+}
