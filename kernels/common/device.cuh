@@ -1,0 +1,78 @@
+// Device-side helpers shared by the .cu files (never included from host-only code):
+// float <-> T conversion, 16-byte packs, warp reductions, stream-ordered scratch memory.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "kernels/common/launch.h"
+
+namespace attnlab::dev {
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(bf16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ bf16 from_f<bf16>(float x) { return __float2bfloat16(x); }
+
+// 16 bytes of T: 4 floats or 8 bf16, loaded and stored as one int4.
+template <typename T> struct alignas(16) Pack {
+  static constexpr int N = 16 / sizeof(T);
+  T v[N];
+  __device__ __forceinline__ float f(int i) const { return to_f(v[i]); }
+  __device__ __forceinline__ void set(int i, float x) { v[i] = from_f<T>(x); }
+};
+template <typename T> __device__ __forceinline__ Pack<T> load_pack(const T* p) {
+  Pack<T> r;
+  *reinterpret_cast<int4*>(&r) = *reinterpret_cast<const int4*>(p);
+  return r;
+}
+template <typename T> __device__ __forceinline__ void store_pack(T* p, const Pack<T>& r) {
+  *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&r);
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+}  // namespace attnlab::dev
+
+namespace attnlab {
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+inline int div_up(int64_t a, int64_t b) { return int((a + b - 1) / b); }
+
+// Scratch device memory ordered on a stream (no host synchronisation): freed on the stream after
+// the kernels that use it, so a launcher can use temporaries and stay asynchronous.
+class StreamScratch {
+ public:
+  StreamScratch(size_t bytes, Stream s) : stream_(s) {
+    if (bytes) CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, reinterpret_cast<cudaStream_t>(s)));
+  }
+  ~StreamScratch() {
+    if (ptr_) cudaFreeAsync(ptr_, reinterpret_cast<cudaStream_t>(stream_));
+  }
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  template <typename U> U* as() const { return static_cast<U*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  Stream stream_;
+};
+
+}  // namespace attnlab
