@@ -27,6 +27,18 @@ int cmd_eval(const RecipeArgs& args, const std::string& checkpoint) {
   return 0;
 }
 
+int cmd_generate(const GenerateOptions& options) {
+  std::fputs(options.prompt.c_str(), stdout);
+  GenerateResult r = generate(options, [](const std::string& piece) {
+    std::fputs(piece.c_str(), stdout);
+    std::fflush(stdout);
+  });
+  std::printf("\n");
+  std::fprintf(stderr, "[%d prompt tokens, %d generated, %.1f tok/s]\n", r.prompt_tokens, r.new_tokens,
+               r.tokens_per_second);
+  return 0;
+}
+
 namespace {
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

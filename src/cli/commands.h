@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "train/generate.h"
+
 namespace attnlab::cli {
 
 struct RecipeArgs {
@@ -14,5 +16,6 @@ struct RecipeArgs {
 int cmd_train(const RecipeArgs& args, const std::string& resume_dir, int profile_steps);
 int cmd_eval(const RecipeArgs& args, const std::string& checkpoint);
 int cmd_info(const RecipeArgs& args);
+int cmd_generate(const GenerateOptions& options);
 
 }  // namespace attnlab::cli

@@ -33,11 +33,25 @@ int main(int argc, char** argv) {
   CLI::App* info = app.add_subcommand("info", "resolved recipe, parameter counts, memory and FLOPs");
   add_recipe(info, info_args);
 
+  GenerateOptions gen;
+  CLI::App* generate = app.add_subcommand("generate", "sample text from a checkpoint (streamed)");
+  generate->add_option("checkpoint", gen.checkpoint, "checkpoint or run directory")->required();
+  generate->add_option("--prompt,-p", gen.prompt, "text to continue (default: a new document)");
+  generate->add_option("--max-new-tokens,-n", gen.max_new_tokens, "tokens to generate")->capture_default_str();
+  generate->add_option("--temperature,-t", gen.sampling.temperature, "0 = greedy")->capture_default_str();
+  generate->add_option("--top-k", gen.sampling.top_k, "keep the k most likely tokens (0 = all)")->capture_default_str();
+  generate->add_option("--top-p", gen.sampling.top_p, "nucleus sampling mass")->capture_default_str();
+  generate->add_option("--seed", gen.seed, "sampling seed")->capture_default_str();
+  generate->add_option("--tokenizer", gen.tokenizer, "tokenizer spec (default: the checkpoint's tokenizer.json)");
+  generate->add_option("--device", gen.device, "auto | cpu | cuda")->capture_default_str();
+  generate->add_flag("!--no-stop", gen.stop_at_eot, "keep going past <|endoftext|>");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*train) return cli::cmd_train(train_args, resume, profile_steps);
     if (*eval) return cli::cmd_eval(eval_args, checkpoint);
     if (*info) return cli::cmd_info(info_args);
+    if (*generate) return cli::cmd_generate(gen);
   } catch (const Error& e) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());
     return 1;

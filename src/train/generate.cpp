@@ -1,0 +1,109 @@
+#include "train/generate.h"
+
+#include <chrono>
+#include <filesystem>
+#include <vector>
+
+#include "config/recipe.h"
+#include "core/context.h"
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "core/nvtx.h"
+#include "io/atomic_file.h"
+#include "model/gpt.h"
+#include "tokenizer/tokenizer.h"
+#include "train/checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace attnlab {
+
+GenerateResult generate(const GenerateOptions& o, const std::function<void(const std::string&)>& on_text) {
+  ATTN_REQUIRE(o.max_new_tokens >= 0, "max new tokens must be >= 0, got %d", o.max_new_tokens);
+  const std::string dir = resolve_checkpoint_dir(o.checkpoint);
+  const fs::path recipe_path = fs::path(dir) / "recipe.yaml";
+  Recipe r = parse_recipe(io::read_file(recipe_path.string()), recipe_path.string(), {});
+
+  std::string tok_spec = o.tokenizer;
+  if (tok_spec.empty()) {
+    fs::path tj = fs::path(dir) / "tokenizer.json";
+    ATTN_REQUIRE(fs::exists(tj), "checkpoint '%s' has no tokenizer.json; pass a tokenizer spec "
+                 "(e.g. --tokenizer byte or --tokenizer gpt2:<dir>)", dir.c_str());
+    tok_spec = tj.string();
+  }
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(tok_spec);
+  ATTN_REQUIRE(tok->vocab_size() <= r.model.vocab_size, "tokenizer '%s' has %d ids but the model's "
+               "vocabulary has %d", tok_spec.c_str(), tok->vocab_size(), r.model.vocab_size);
+
+  std::unique_ptr<ExecContext> ctx;
+  DType dtype = DType::f32;
+  bool cuda = o.device == "cuda" || (o.device == "auto" && cuda_available());
+  ATTN_REQUIRE(o.device == "auto" || o.device == "cpu" || o.device == "cuda",
+               "device must be auto, cpu or cuda, got '%s'", o.device.c_str());
+  if (cuda) {
+    ctx = ExecContext::make_cuda(0);
+    dtype = r.train.precision == Precision::bf16 ? DType::bf16 : DType::f32;
+  } else {
+    ctx = ExecContext::make_cpu();
+  }
+
+  GPTConfig c;
+  c.n_layer = r.model.n_layer;
+  c.n_head = r.model.n_head;
+  c.n_kv_head = r.model.n_kv_head;
+  c.n_embd = r.model.n_embd;
+  c.vocab_size = r.model.vocab_size;
+  c.padded_vocab = r.model.padded_vocab();
+  c.block_size = r.model.block_size;
+  c.norm_eps = float(r.model.norm_eps);
+  c.attention.type = r.attention.type;
+  c.attention.window = r.attention.window;
+  GPT model(c);
+  ParameterStore store;
+  model.declare_params(store);
+  store.finalize(ctx->device, dtype, {});
+  load_model_weights(dir, store);
+  const int T_max = c.block_size;
+  model.allocate(*ctx, 1, T_max, dtype);
+
+  std::vector<int32_t> ids;
+  tok->encode(o.prompt, ids);
+  if (ids.empty()) ids.push_back(tok->eot_id());  // an empty prompt starts a new document
+  ATTN_REQUIRE(int(ids.size()) <= T_max, "the prompt is %zu tokens, longer than the model's context "
+               "(model.block_size = %d)", ids.size(), T_max);
+
+  GenerateResult res;
+  res.prompt_tokens = int(ids.size());
+  std::mt19937_64 rng(o.seed);
+  Buffer tok_dev(ctx->device, size_t(T_max) * sizeof(int32_t));
+  std::vector<float> row(size_t(c.padded_vocab));
+  std::vector<bf16> row_bf(size_t(c.padded_vocab));
+  auto t0 = std::chrono::steady_clock::now();
+  for (int n = 0; n < o.max_new_tokens; ++n) {
+    NvtxRange range("generate.token");
+    const int T = std::min<int>(int(ids.size()), T_max);  // sliding context
+    const int32_t* window = ids.data() + ids.size() - size_t(T);
+    Tensor tokens = tok_dev.as(DType::i32, Shape{1, T});
+    copy_tensor(tokens, Tensor(const_cast<int32_t*>(window), DType::i32, Device::cpu, Shape{1, T}));
+    model.forward(*ctx, store, tokens, Tensor(), AttentionMode::generate);
+    Tensor last = model.logits().view(Shape{T, c.padded_vocab}).slice0(T - 1, T);
+    if (dtype == DType::f32) {
+      copy_tensor(Tensor(row.data(), DType::f32, Device::cpu, last.shape), last);
+    } else {
+      copy_tensor(Tensor(row_bf.data(), DType::bf16, Device::cpu, last.shape), last);
+      for (size_t i = 0; i < row.size(); ++i) row[i] = __bfloat162float(row_bf[i]);
+    }
+    const int32_t next = sample_token(row.data(), tok->vocab_size(), o.sampling, rng);
+    ++res.new_tokens;
+    if (o.stop_at_eot && next == tok->eot_id()) break;
+    ids.push_back(next);
+    std::string piece = tok->piece(next);
+    res.text += piece;
+    if (on_text) on_text(piece);
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.tokens_per_second = s > 0 ? res.new_tokens / s : 0.0;
+  return res;
+}
+
+}  // namespace attnlab
