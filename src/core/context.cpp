@@ -28,8 +28,10 @@ std::unique_ptr<ExecContext> ExecContext::make_cuda(int device_index) {
   ctx->device = Device::cuda;
   ctx->device_index = device_index;
   CUDA_CHECK(cudaSetDevice(device_index));
+  // A blocking stream: it synchronises with the legacy default stream, so plain cudaMemcpy /
+  // cudaMemset (copy_tensor, Buffer::zero) are ordered with the kernels launched on it.
   cudaStream_t s;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreate(&s));
   ctx->stream = s;
   cublasLtHandle_t h;
   CUBLAS_CHECK(cublasLtCreate(&h));

@@ -17,7 +17,7 @@ int32_t sample_token(const float* logits, int V, const SamplingOptions& o, std::
   if (o.temperature == 0.f) return int32_t(std::max_element(logits, logits + V) - logits);
 
   // Candidates sorted by logit (descending), cut to top-k.
-  std::vector<int32_t> idx(size_t(V));
+  std::vector<int32_t> idx(static_cast<size_t>(V));
   std::iota(idx.begin(), idx.end(), 0);
   const int k = o.top_k > 0 ? std::min(o.top_k, V) : V;
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),

@@ -201,7 +201,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   AdamW opt(*s.ctx, s.store, oc);
 
   ScheduleSpec sched;
-  sched.type = ScheduleSpec::Type(int(recipe.schedule.type));
+  sched.type = parse_schedule_type(std::string(enum_name(recipe.schedule.type)));
   sched.lr = float(recipe.optim.lr);
   sched.warmup_steps = int(recipe.schedule.warmup_steps);
   sched.total_steps = int(recipe.train.steps);
