@@ -24,11 +24,10 @@ Logger::Logger(int rank, std::FILE* sink, std::optional<bool> color)
       sink_(sink),
       color_(color.value_or(sink == stderr && stderr_supports_color())) {
   ATTN_REQUIRE(rank >= 0, "logger: rank must be >= 0, got %d", rank);
-  ATTN_REQUIRE(sink != nullptr, "logger: no output stream");
 }
 
 void Logger::emit(const std::string& line) const {
-  if (!is_main()) return;
+  if (!is_main() || sink_ == nullptr) return;  // a null sink is a quiet logger (metrics only)
   // One fputs per line, flushed at once, so lines interleave whole with other output.
   std::string text = line + "\n";
   std::fputs(text.c_str(), sink_);

@@ -16,6 +16,7 @@ namespace attnlab::io {
 class Logger {
  public:
   // `color`: default is stderr_supports_color() when the sink is stderr, otherwise off.
+  // A null sink makes a quiet logger: nothing is printed, metrics are still written.
   explicit Logger(int rank = 0, std::FILE* sink = stderr, std::optional<bool> color = {});
 
   int rank() const { return rank_; }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "core/context.h"
 #include "core/cuda_check.h"
@@ -14,6 +15,7 @@
 #include "data/synthetic.h"
 #include "dist/communicator.h"
 #include "io/atomic_file.h"
+#include "io/logger.h"
 #include "io/metrics.h"
 #include "model/gpt.h"
 #include "tokenizer/tokenizer.h"
@@ -173,13 +175,6 @@ EvalResult run_eval(Session& s, int batches) {
   return out;
 }
 
-std::string fmt_count(double v) {
-  if (v >= 1e9) return strformat("%.2fB", v / 1e9);
-  if (v >= 1e6) return strformat("%.2fM", v / 1e6);
-  if (v >= 1e3) return strformat("%.1fK", v / 1e3);
-  return strformat("%.0f", v);
-}
-
 }  // namespace
 
 TrainResult train(const Recipe& recipe, const TrainOptions& options) {
@@ -215,6 +210,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
 
   // ---- run directory and resume --------------------------------------------------------------
   TrainerState st;
+  std::string resumed_from;
   if (rank0) io::ensure_dir(run_dir);
   if (!options.resume.empty()) {
     std::string dir = resolve_checkpoint_dir(options.resume);
@@ -222,30 +218,33 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     load_optimizer_state(dir, [&](const auto& views) { opt.load_state(views); });
     st = load_trainer_state(dir);
     s.train_loader->set_state(DataLoader::State{st.data_epoch, st.data_position});
-    if (rank0 && !options.quiet) std::fprintf(stderr, "resumed from %s at step %lld\n", dir.c_str(), (long long)st.step);
+    resumed_from = dir;
   } else {
     ATTN_REQUIRE(!run_has_checkpoints(run_dir), "train.out_dir '%s' already holds a run with checkpoints; "
                  "continue it with --resume %s, or choose another train.out_dir", run_dir.c_str(),
                  run_dir.c_str());
   }
   if (rank0) io::write_file_atomic((fs::path(run_dir) / "recipe.yaml").string(), recipe_yaml);
-  std::unique_ptr<io::MetricsWriter> metrics;
-  if (rank0 && !recipe.log.metrics_file.empty())
-    metrics = std::make_unique<io::MetricsWriter>((fs::path(run_dir) / recipe.log.metrics_file).string(),
-                                                  st.step);
+  std::optional<bool> color;
+  if (recipe.log.color != ColorMode::auto_detect) color = recipe.log.color == ColorMode::always;
+  io::Logger log(s.comm->rank(), options.quiet ? nullptr : stderr, color);
+  if (!recipe.log.metrics_file.empty())
+    log.open_metrics((fs::path(run_dir) / recipe.log.metrics_file).string(),
+                     options.resume.empty() ? std::optional<int64_t>() : std::optional<int64_t>(st.step));
 
   const int64_t n_params = s.model->num_params_unpadded(s.store);
   const double flops_tok = s.model->flops_per_token(recipe.train.seq_len);
-  if (rank0 && !options.quiet) {
-    std::fprintf(stderr,
+  if (!resumed_from.empty()) log.info("resumed from %s at step %lld", resumed_from.c_str(), (long long)st.step);
+  {
+    log.info(
                  "attnlab train | %s | %s params (%s trainable) | device %s (%s) | %s tok/step "
-                 "(%d x %d x %d accum) | %lld steps\n",
-                 run_dir.c_str(), fmt_count(double(n_params)).c_str(),
-                 fmt_count(double(s.store.num_trainable())).c_str(), device_name(s.ctx->device),
-                 dtype_name(s.dtype), fmt_count(double(step_tokens)).c_str(), recipe.train.micro_batch,
+                 "(%d x %d x %d accum) | %lld steps",
+                 run_dir.c_str(), io::format_count(double(n_params)).c_str(),
+                 io::format_count(double(s.store.num_trainable())).c_str(), device_name(s.ctx->device),
+                 dtype_name(s.dtype), io::format_count(double(step_tokens)).c_str(), recipe.train.micro_batch,
                  recipe.train.seq_len, accum, (long long)recipe.train.steps);
     if (!std::isnan(s.unigram_baseline))
-      std::fprintf(stderr, "unigram baseline (validation): %.4f nats\n", s.unigram_baseline);
+      log.info("unigram baseline (validation): %.4f nats", s.unigram_baseline);
   }
 
   // ---- the loop ------------------------------------------------------------------------------
@@ -273,7 +272,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     c.recipe_yaml = recipe_yaml;
     c.tokenizer_json = s.tokenizer_json;
     std::string dir = save_checkpoint(run_dir, c, recipe.checkpoint.keep_last);
-    if (!options.quiet) std::fprintf(stderr, "checkpoint: %s\n", dir.c_str());
+    log.info("checkpoint: %s", dir.c_str());
   };
 
   while (st.step < last_step) {
@@ -313,16 +312,20 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     const double step_s = seconds_since(t0);
     ema_step_s = ema_step_s == 0.0 ? step_s : 0.9 * ema_step_s + 0.1 * step_s;
     const double tok_s = double(step_tokens) / step_s;
-    if (rank0) {
-      const double eta = ema_step_s * double(last_step - st.step);
-      if (metrics)
-        metrics->write({{"step", double(st.step)}, {"loss", loss}, {"lr", lr}, {"grad_norm", ss.grad_norm},
-                        {"tok_per_s", tok_s}, {"ms_per_step", step_s * 1e3},
-                        {"mfu_flops_per_s", flops_tok * tok_s}});
-      if (!options.quiet && (st.step % recipe.log.every == 0 || st.step == last_step || st.step == 1))
-        std::fprintf(stderr, "%s\n",
-                     io::format_progress({st.step, last_step, loss, lr, ss.grad_norm, tok_s, step_s * 1e3, eta})
-                         .c_str());
+    log.metrics({{"step", st.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", ss.grad_norm},
+                 {"tokens", st.tokens_seen}, {"tok_per_s", tok_s}, {"ms_per_step", step_s * 1e3},
+                 {"flops_per_s", flops_tok * tok_s}});
+    if (st.step % recipe.log.every == 0 || st.step == last_step || st.step == 1) {
+      io::ProgressStats ps;
+      ps.step = st.step;
+      ps.total_steps = last_step;
+      ps.loss = loss;
+      ps.lr = lr;
+      ps.grad_norm = ss.grad_norm;
+      ps.tokens_per_s = tok_s;
+      ps.step_ms = step_s * 1e3;
+      ps.eta_s = ema_step_s * double(last_step - st.step);
+      log.progress(ps);
     }
 
     const bool last = st.step == last_step;
@@ -330,12 +333,9 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
                          (last && recipe.eval.at_end))) {
       EvalResult ev = run_eval(s, recipe.eval.batches);
       result.final_val_loss = ev.loss;
-      if (rank0) {
-        if (metrics) metrics->write({{"step", double(st.step)}, {"val_loss", ev.loss}, {"val_ppl", ev.perplexity}});
-        if (!options.quiet)
-          std::fprintf(stderr, "step %lld | val loss %.4f | val ppl %.2f | %s tokens\n", (long long)st.step,
-                       ev.loss, ev.perplexity, fmt_count(double(ev.tokens)).c_str());
-      }
+      log.metrics({{"step", st.step}, {"val_loss", ev.loss}, {"val_ppl", ev.perplexity}});
+      log.info("step %lld | val loss %.4f | val ppl %.2f | %s tokens", (long long)st.step, ev.loss,
+               ev.perplexity, io::format_count(double(ev.tokens)).c_str());
     }
     if ((recipe.checkpoint.every > 0 && st.step % recipe.checkpoint.every == 0) ||
         (last && recipe.checkpoint.at_end))
@@ -344,13 +344,13 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
 
   result.steps = st.step;
   result.final_train_loss = last_loss;
-  if (rank0 && !options.quiet && !std::isnan(result.final_val_loss)) {
-    std::fprintf(stderr, "done: %lld steps in %.1f s | final val loss %.4f", (long long)st.step,
-                 seconds_since(t_start), result.final_val_loss);
+  if (!std::isnan(result.final_val_loss)) {
+    std::string vs;
     if (!std::isnan(s.unigram_baseline))
-      std::fprintf(stderr, " vs unigram baseline %.4f (%.1f%% lower)", s.unigram_baseline,
-                   100.0 * (1.0 - result.final_val_loss / s.unigram_baseline));
-    std::fprintf(stderr, "\n");
+      vs = strformat(" vs unigram baseline %.4f (%.1f%% lower)", s.unigram_baseline,
+                     100.0 * (1.0 - result.final_val_loss / s.unigram_baseline));
+    log.info("done: %lld steps in %.1f s | final val loss %.4f%s", (long long)st.step,
+             seconds_since(t_start), result.final_val_loss, vs.c_str());
   }
   return result;
 }
