@@ -1,0 +1,57 @@
+// `attnlab prepare`: text corpora -> token shards.
+//
+// Inputs (files or globs; plain, .gz or .xz) are split into documents (at `delimiter`, or one JSON
+// object per line with the text in `jsonl_field`). Each document goes to val with probability
+// val_fraction, decided by a seeded hash of its text (so the split does not depend on file order or
+// thread count, and duplicate documents land in the same split). Every document is preceded by
+// <|endoftext|> (llm.c convention). Documents are encoded on `threads` threads, in order, and
+// written to <out_dir>/train_NNNNNN.bin and <out_dir>/val_NNNNNN.bin, at most shard_tokens tokens
+// per shard (a document may continue in the next shard), uint16 when the vocabulary fits, else
+// uint32 (see shard.h). <out_dir>/tokenizer.json describes the tokenizer. Shards of an earlier
+// run in out_dir (train_*.bin / val_*.bin) are deleted first.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attnlab {
+
+struct PrepareOptions {
+  std::vector<std::string> inputs;  // files or glob patterns
+  std::string out_dir;
+  std::string tokenizer = "byte";   // a make_tokenizer() spec
+  std::string delimiter = "\n\n\n";  // empty: one document per file
+  std::string jsonl_field;          // non-empty: inputs are JSON lines, documents are this field
+  double val_fraction = 0.005;
+  uint64_t seed = 1337;
+  int64_t shard_tokens = 100'000'000;
+  int threads = 0;                  // 0: all hardware threads
+  bool progress = true;             // a progress line on stderr
+  void validate() const;
+};
+
+struct SplitSummary {
+  int64_t documents = 0;
+  int64_t tokens = 0;  // including one <|endoftext|> per document
+  int64_t bytes = 0;   // text bytes of the documents
+  std::vector<std::string> shards;
+  double tokens_per_byte() const { return bytes > 0 ? double(tokens) / double(bytes) : 0.0; }
+};
+
+struct PrepareSummary {
+  SplitSummary train, val;
+  std::string tokenizer;  // name()
+  int vocab_size = 0;
+  int shard_version = 0;
+  int64_t input_files = 0;
+  double seconds = 0.0;
+  std::string to_string() const;  // a few human-readable lines
+};
+
+PrepareSummary prepare(const PrepareOptions& options);
+
+// The split decision for one document (exposed for tests and tools).
+bool is_val_document(std::string_view text, uint64_t seed, double val_fraction);
+
+}  // namespace attnlab

@@ -1,0 +1,286 @@
+#include "data/text_reader.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "core/error.h"
+
+#ifdef ATTNLAB_HAVE_ZLIB
+#include <zlib.h>
+#endif
+#ifdef ATTNLAB_HAVE_LZMA
+#include <lzma.h>
+#endif
+
+namespace attnlab {
+
+namespace {
+
+enum class Format { kPlain, kGzip, kXz };
+
+Format detect_format(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  ATTN_REQUIRE(f != nullptr, "cannot open text file '%s': %s", path.c_str(), std::strerror(errno));
+  unsigned char magic[6] = {};
+  const size_t n = std::fread(magic, 1, sizeof(magic), f);
+  std::fclose(f);
+  if (n >= 2 && magic[0] == 0x1f && magic[1] == 0x8b) return Format::kGzip;
+  static const unsigned char kXzMagic[6] = {0xfd, '7', 'z', 'X', 'Z', 0x00};
+  if (n == 6 && std::memcmp(magic, kXzMagic, 6) == 0) return Format::kXz;
+  return Format::kPlain;
+}
+
+class PlainStream final : public TextStream {
+ public:
+  explicit PlainStream(const std::string& path) : TextStream(path) {
+    file_ = std::fopen(path.c_str(), "rb");
+    ATTN_REQUIRE(file_ != nullptr, "cannot open text file '%s': %s", path.c_str(),
+                 std::strerror(errno));
+  }
+  ~PlainStream() override { std::fclose(file_); }
+  size_t read(char* buf, size_t n) override {
+    const size_t got = std::fread(buf, 1, n, file_);
+    ATTN_REQUIRE(got > 0 || !std::ferror(file_), "error reading '%s': %s", path_.c_str(),
+                 std::strerror(errno));
+    consumed_ += int64_t(got);
+    return got;
+  }
+  int64_t file_bytes_consumed() const override { return consumed_; }
+
+ private:
+  std::FILE* file_ = nullptr;
+  int64_t consumed_ = 0;
+};
+
+#ifdef ATTNLAB_HAVE_ZLIB
+class GzipStream final : public TextStream {
+ public:
+  explicit GzipStream(const std::string& path) : TextStream(path) {
+    file_ = gzopen(path.c_str(), "rb");
+    ATTN_REQUIRE(file_ != nullptr, "cannot open gzip file '%s': %s", path.c_str(),
+                 std::strerror(errno));
+    gzbuffer(file_, 1 << 20);
+  }
+  ~GzipStream() override { gzclose(file_); }
+  size_t read(char* buf, size_t n) override {
+    const unsigned chunk = unsigned(std::min<size_t>(n, 1u << 30));
+    const int got = gzread(file_, buf, chunk);
+    if (got < 0) {
+      int errnum = 0;
+      const char* msg = gzerror(file_, &errnum);
+      ATTN_FAIL("corrupt gzip data in '%s': %s", path_.c_str(), msg);
+    }
+    if (got == 0) {  // a truncated stream ends without the gzip trailer
+      int errnum = 0;
+      const char* msg = gzerror(file_, &errnum);
+      ATTN_REQUIRE(errnum == Z_OK || errnum == Z_STREAM_END, "corrupt gzip data in '%s': %s",
+                   path_.c_str(), msg);
+    }
+    return size_t(got);
+  }
+  int64_t file_bytes_consumed() const override { return int64_t(gzoffset(file_)); }
+
+ private:
+  gzFile file_ = nullptr;
+};
+#endif
+
+#ifdef ATTNLAB_HAVE_LZMA
+class XzStream final : public TextStream {
+ public:
+  explicit XzStream(const std::string& path) : TextStream(path), in_buf_(size_t(1) << 20, '\0') {
+    file_ = std::fopen(path.c_str(), "rb");
+    ATTN_REQUIRE(file_ != nullptr, "cannot open xz file '%s': %s", path.c_str(),
+                 std::strerror(errno));
+    const lzma_ret rc = lzma_stream_decoder(&strm_, UINT64_MAX, LZMA_CONCATENATED);
+    if (rc != LZMA_OK) {
+      std::fclose(file_);
+      ATTN_FAIL("cannot initialise the xz decoder for '%s' (lzma error %d)", path.c_str(), int(rc));
+    }
+  }
+  ~XzStream() override {
+    lzma_end(&strm_);
+    std::fclose(file_);
+  }
+  size_t read(char* buf, size_t n) override {
+    if (done_) return 0;
+    strm_.next_out = reinterpret_cast<uint8_t*>(buf);
+    strm_.avail_out = n;
+    while (strm_.avail_out == n) {  // until some output (or the end)
+      lzma_action action = LZMA_RUN;
+      if (strm_.avail_in == 0) {
+        const size_t got = std::fread(in_buf_.data(), 1, in_buf_.size(), file_);
+        ATTN_REQUIRE(got > 0 || !std::ferror(file_), "error reading '%s': %s", path_.c_str(),
+                     std::strerror(errno));
+        strm_.next_in = reinterpret_cast<const uint8_t*>(in_buf_.data());
+        strm_.avail_in = got;
+        if (got == 0) action = LZMA_FINISH;
+      }
+      const lzma_ret rc = lzma_code(&strm_, action);
+      if (rc == LZMA_STREAM_END) {
+        done_ = true;
+        break;
+      }
+      ATTN_REQUIRE(rc == LZMA_OK, "corrupt or truncated xz data in '%s' (%s)", path_.c_str(),
+                   rc == LZMA_BUF_ERROR ? "unexpected end of input" : "decoder error");
+    }
+    return n - strm_.avail_out;
+  }
+  int64_t file_bytes_consumed() const override { return int64_t(strm_.total_in); }
+
+ private:
+  std::FILE* file_ = nullptr;
+  lzma_stream strm_ = LZMA_STREAM_INIT;
+  std::string in_buf_;
+  bool done_ = false;
+};
+#endif
+
+bool program_on_path(const char* name) {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return false;
+  const std::string_view dirs(path);
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string_view dir = dirs.substr(start, end - start);
+    std::string candidate(dir.empty() ? std::string_view(".") : dir);
+    candidate.append("/").append(name);
+    if (::access(candidate.c_str(), X_OK) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+class PipeStream final : public TextStream {
+ public:
+  PipeStream(const std::string& path, const std::string& command) : TextStream(path) {
+    pipe_ = ::popen(command.c_str(), "r");
+    ATTN_REQUIRE(pipe_ != nullptr, "cannot run '%s': %s", command.c_str(), std::strerror(errno));
+  }
+  ~PipeStream() override {
+    if (pipe_ != nullptr) ::pclose(pipe_);
+  }
+  size_t read(char* buf, size_t n) override {
+    if (pipe_ == nullptr) return 0;
+    const size_t got = std::fread(buf, 1, n, pipe_);
+    if (got == 0) {
+      const int status = ::pclose(pipe_);
+      pipe_ = nullptr;
+      ATTN_REQUIRE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                   "`xz -dc` failed on '%s' (exit status %d): corrupt or truncated xz file?",
+                   path_.c_str(), WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    }
+    return got;
+  }
+  int64_t file_bytes_consumed() const override { return -1; }
+
+ private:
+  std::FILE* pipe_ = nullptr;
+};
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') q += "'\\''";
+    else q += c;
+  }
+  return q + "'";
+}
+
+}  // namespace
+
+std::unique_ptr<TextStream> open_xz_with_program(const std::string& path) {
+  ATTN_REQUIRE(::access(path.c_str(), R_OK) == 0, "cannot open xz file '%s': %s", path.c_str(),
+               std::strerror(errno));
+  ATTN_REQUIRE(program_on_path("xz"),
+               "cannot read '%s': attnlab was built without liblzma and the `xz` program is not "
+               "on PATH (install xz-utils, or decompress the file first)",
+               path.c_str());
+  return std::make_unique<PipeStream>(path, "xz -dc -- " + shell_quote(path) + " 2>/dev/null");
+}
+
+std::unique_ptr<TextStream> open_text_stream(const std::string& path) {
+  switch (detect_format(path)) {
+    case Format::kPlain: return std::make_unique<PlainStream>(path);
+    case Format::kGzip:
+#ifdef ATTNLAB_HAVE_ZLIB
+      return std::make_unique<GzipStream>(path);
+#else
+      ATTN_FAIL("cannot read gzip file '%s': attnlab was built without zlib", path.c_str());
+#endif
+    case Format::kXz:
+#ifdef ATTNLAB_HAVE_LZMA
+      return std::make_unique<XzStream>(path);
+#else
+      return open_xz_with_program(path);
+#endif
+  }
+  ATTN_FAIL("internal error: unknown text format for '%s'", path.c_str());
+}
+
+std::string read_text_file(const std::string& path) {
+  auto stream = open_text_stream(path);
+  std::string text;
+  std::string chunk(1 << 20, '\0');
+  while (const size_t got = stream->read(chunk.data(), chunk.size())) text.append(chunk, 0, got);
+  return text;
+}
+
+// ---- DocumentReader -----------------------------------------------------------------------------
+
+DocumentReader::DocumentReader(std::unique_ptr<TextStream> stream, std::string delimiter)
+    : stream_(std::move(stream)), delimiter_(std::move(delimiter)) {}
+
+bool DocumentReader::fill() {
+  if (eof_) return false;
+  if (begin_ > 0 && begin_ * 2 >= buffer_.size()) {  // drop the consumed prefix
+    buffer_.erase(0, begin_);
+    scan_ -= begin_;
+    begin_ = 0;
+  }
+  constexpr size_t kChunk = 4 << 20;
+  if (chunk_.size() != kChunk) chunk_.resize(kChunk);
+  const size_t got = stream_->read(chunk_.data(), kChunk);
+  buffer_.append(chunk_.data(), got);
+  if (got == 0) eof_ = true;
+  return got > 0;
+}
+
+bool DocumentReader::next(std::string& doc) {
+  while (true) {
+    size_t end = std::string::npos;
+    if (!delimiter_.empty()) {
+      end = buffer_.find(delimiter_, scan_);
+      if (end == std::string::npos) {
+        // The delimiter may straddle the refill; resume just before the end.
+        scan_ = std::max(begin_, buffer_.size() - std::min(buffer_.size(), delimiter_.size() - 1));
+      }
+    }
+    size_t next_begin = 0;
+    if (end != std::string::npos) {
+      next_begin = end + delimiter_.size();
+    } else if (!fill()) {
+      if (begin_ >= buffer_.size()) return false;
+      end = next_begin = buffer_.size();  // the last document
+    } else {
+      continue;
+    }
+    size_t stop = end;
+    while (stop > begin_ && buffer_[stop - 1] == '\n') --stop;
+    const bool empty = stop == begin_;
+    if (!empty) doc.assign(buffer_, begin_, stop - begin_);
+    begin_ = scan_ = next_begin;
+    if (!empty) return true;
+  }
+}
+
+}  // namespace attnlab

@@ -1,0 +1,208 @@
+// prepare: text files -> shards, end to end with the byte tokenizer.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "core/error.h"
+#include "data/prepare.h"
+#include "data/shard.h"
+
+namespace attnlab {
+namespace {
+
+namespace fs = std::filesystem;
+
+class PrepareTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("attnlab_prepare_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "in");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  void write(const std::string& name, const std::string& text) {
+    std::ofstream f(path(name), std::ios::binary);
+    f << text;
+  }
+  PrepareOptions options() const {
+    PrepareOptions o;
+    o.inputs = {path("in/*.txt*")};
+    o.out_dir = path("out");
+    o.val_fraction = 0.3;
+    o.seed = 5;
+    o.threads = 2;
+    o.progress = false;
+    return o;
+  }
+  // All tokens of a split, shards concatenated.
+  std::vector<int32_t> split_tokens(const SplitSummary& s) const {
+    std::vector<int32_t> all;
+    for (const auto& shard : s.shards) {
+      const auto t = read_shard(shard);
+      all.insert(all.end(), t.begin(), t.end());
+    }
+    return all;
+  }
+  fs::path dir_;
+};
+
+// Decodes a byte-token stream into documents: each begins right after an eot (256).
+std::vector<std::string> documents_of(const std::vector<int32_t>& tokens) {
+  std::vector<std::string> docs;
+  for (int32_t t : tokens) {
+    if (t == 256) docs.emplace_back();
+    else {
+      EXPECT_FALSE(docs.empty()) << "tokens before the first eot";
+      if (!docs.empty()) docs.back() += char(t);
+    }
+  }
+  return docs;
+}
+
+std::vector<std::string> make_docs(int n, int salt) {
+  std::vector<std::string> docs;
+  for (int i = 0; i < n; ++i) {
+    std::string d = "Document " + std::to_string(salt) + "/" + std::to_string(i) + ":";
+    for (int j = 0; j < (i * 7 + salt) % 40 + 3; ++j) d += " word" + std::to_string(j * i % 17);
+    if (i % 3 == 0) d += "\n\nsecond paragraph";
+    docs.push_back(d);
+  }
+  return docs;
+}
+
+std::string join(const std::vector<std::string>& docs) {
+  std::string s;
+  for (size_t i = 0; i < docs.size(); ++i) s += (i ? "\n\n\n" : "") + docs[i];
+  return s + "\n";
+}
+
+TEST_F(PrepareTest, EndToEndByteTokenizer) {
+  const auto docs_a = make_docs(60, 1), docs_b = make_docs(45, 2);
+  write("in/a.txt", join(docs_a));
+  write("in/b.txt", join(docs_b));
+  if (std::system("command -v xz > /dev/null 2>&1") == 0) {  // an .xz input too
+    fs::rename(path("in/b.txt"), path("in/b_plain"));
+    ASSERT_EQ(std::system(("xz -c " + path("in/b_plain") + " > " + path("in/b.txt.xz")).c_str()), 0);
+    fs::remove(path("in/b_plain"));
+  }
+  auto o = options();
+  o.shard_tokens = 1000;  // several shards per split; documents continue across shards
+  const auto s = prepare(o);
+
+  EXPECT_EQ(s.tokenizer, "byte");
+  EXPECT_EQ(s.shard_version, 1);
+  EXPECT_EQ(s.input_files, 2);
+  EXPECT_EQ(s.train.documents + s.val.documents, 105);
+  EXPECT_GT(s.val.documents, 10);  // ~30%
+  EXPECT_GT(s.train.documents, 50);
+  EXPECT_GT(s.train.shards.size(), 2u);
+  EXPECT_EQ(s.train.shards[0], path("out/train_000000.bin"));
+  for (size_t i = 0; i + 1 < s.train.shards.size(); ++i) {
+    EXPECT_EQ(ShardFile::open(s.train.shards[i])->size(), 1000);
+  }
+
+  // Byte tokenizer: tokens = bytes + one eot per document.
+  EXPECT_EQ(s.train.tokens, s.train.bytes + s.train.documents);
+  EXPECT_EQ(s.val.tokens, s.val.bytes + s.val.documents);
+  const auto train = split_tokens(s.train), val = split_tokens(s.val);
+  ASSERT_EQ(int64_t(train.size()), s.train.tokens);
+  ASSERT_EQ(int64_t(val.size()), s.val.tokens);
+  EXPECT_EQ(train[0], 256);  // eot BEFORE each document
+  EXPECT_EQ(val[0], 256);
+
+  // Each document is whole in exactly one split, in input order, decided by the seeded hash.
+  std::vector<std::string> expect_train, expect_val;
+  for (const auto* docs : {&docs_a, &docs_b})
+    for (const auto& d : *docs) (is_val_document(d, 5, 0.3) ? expect_val : expect_train).push_back(d);
+  EXPECT_EQ(documents_of(train), expect_train);
+  EXPECT_EQ(documents_of(val), expect_val);
+
+  std::ifstream tj(path("out/tokenizer.json"));
+  std::string json((std::istreambuf_iterator<char>(tj)), {});
+  EXPECT_NE(json.find("\"byte\""), std::string::npos);
+  EXPECT_NE(s.to_string().find("train"), std::string::npos);
+
+  // Same inputs, one thread, bigger shards: identical token streams (order-preserving encoding).
+  o.threads = 1;
+  o.shard_tokens = 1 << 20;
+  o.out_dir = path("out1");
+  const auto s1 = prepare(o);
+  EXPECT_EQ(split_tokens(s1.train), train);
+  EXPECT_EQ(split_tokens(s1.val), val);
+  ASSERT_EQ(s1.train.shards.size(), 1u);
+
+  // A re-run into the first directory removes stale shards from the earlier run.
+  o.out_dir = path("out");
+  prepare(o);
+  EXPECT_FALSE(fs::exists(path("out/train_000001.bin")));
+}
+
+TEST_F(PrepareTest, SplitIsByDocumentAndSeeded) {
+  int val = 0, differs = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const std::string d = "doc " + std::to_string(i);
+    val += is_val_document(d, 1, 0.1);
+    differs += is_val_document(d, 1, 0.1) != is_val_document(d, 2, 0.1);
+    ASSERT_EQ(is_val_document(d, 1, 0.1), is_val_document(d, 1, 0.1));
+    ASSERT_FALSE(is_val_document(d, 1, 0.0));
+  }
+  EXPECT_NEAR(val, 2000, 200);
+  EXPECT_GT(differs, 2000);  // ~18% of documents change side with the seed
+}
+
+TEST_F(PrepareTest, OneDocumentPerFileAndJsonl) {
+  write("in/x.txt", "first\n\n\nstill first\n");
+  write("in/y.txt", "second");
+  auto o = options();
+  o.delimiter = "";
+  o.val_fraction = 0.0;
+  auto s = prepare(o);
+  EXPECT_EQ(s.train.documents, 2);
+  EXPECT_EQ(s.val.documents, 0);
+  EXPECT_TRUE(s.val.shards.empty());
+  EXPECT_EQ(documents_of(split_tokens(s.train)),
+            (std::vector<std::string>{"first\n\n\nstill first", "second"}));
+
+  fs::remove_all(path("in"));
+  fs::create_directories(path("in"));
+  write("in/d.txt", "{\"text\": \"alpha \\u00e9\", \"id\": 1}\n\n{\"text\": \"beta\\nline\"}\n");
+  o.jsonl_field = "text";
+  s = prepare(o);
+  EXPECT_EQ(documents_of(split_tokens(s.train)),
+            (std::vector<std::string>{"alpha \xc3\xa9", "beta\nline"}));
+
+  write("in/e.txt", "{\"body\": \"no text field\"}\n");
+  try {
+    prepare(o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("e.txt"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'text'"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(PrepareTest, ErrorsNameTheProblem) {
+  auto o = options();
+  try {
+    prepare(o);  // nothing in in/
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("in/*.txt*"), std::string::npos) << e.what();
+  }
+  write("in/a.txt", "x");
+  o.tokenizer = "nonsense";
+  EXPECT_THROW(prepare(o), Error);
+  o = options();
+  o.val_fraction = 1.5;
+  EXPECT_THROW(prepare(o), Error);
+}
+
+}  // namespace
+}  // namespace attnlab
