@@ -39,6 +39,24 @@ int cmd_generate(const GenerateOptions& options) {
   return 0;
 }
 
+int cmd_prepare(PrepareOptions options) {
+  // The delimiter comes from a shell: accept the escapes \n, \t and \\ in it.
+  std::string d;
+  for (size_t i = 0; i < options.delimiter.size(); ++i) {
+    char c = options.delimiter[i];
+    if (c == '\\' && i + 1 < options.delimiter.size()) {
+      char n = options.delimiter[++i];
+      d += n == 'n' ? '\n' : n == 't' ? '\t' : n;
+    } else {
+      d += c;
+    }
+  }
+  options.delimiter = d;
+  PrepareSummary s = prepare(options);
+  std::printf("%s\n", s.to_string().c_str());
+  return 0;
+}
+
 namespace {
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

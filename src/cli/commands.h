@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "data/prepare.h"
 #include "train/generate.h"
 
 namespace attnlab::cli {
@@ -17,5 +18,6 @@ int cmd_train(const RecipeArgs& args, const std::string& resume_dir, int profile
 int cmd_eval(const RecipeArgs& args, const std::string& checkpoint);
 int cmd_info(const RecipeArgs& args);
 int cmd_generate(const GenerateOptions& options);
+int cmd_prepare(PrepareOptions options);
 
 }  // namespace attnlab::cli

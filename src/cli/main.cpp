@@ -46,12 +46,28 @@ int main(int argc, char** argv) {
   generate->add_option("--device", gen.device, "auto | cpu | cuda")->capture_default_str();
   generate->add_flag("!--no-stop", gen.stop_at_eot, "keep going past <|endoftext|>");
 
+  PrepareOptions prep;
+  CLI::App* prepare = app.add_subcommand("prepare", "turn text files into llm.c-compatible token shards");
+  prepare->add_option("inputs", prep.inputs, "text files or globs (plain, .gz, .xz; or JSONL with --jsonl-field)")
+      ->required();
+  prepare->add_option("--out,-o", prep.out_dir, "output directory for train_*.bin / val_*.bin")->required();
+  prepare->add_option("--tokenizer", prep.tokenizer, "byte | gpt2:<dir> | hf:<tokenizer.json>")->capture_default_str();
+  prepare->add_option("--delimiter", prep.delimiter, "document separator (\"\" = one document per file; "
+                      "escapes \\n \\t understood)");
+  prepare->add_option("--jsonl-field", prep.jsonl_field, "inputs are JSON lines; documents are this field");
+  prepare->add_option("--val-fraction", prep.val_fraction, "fraction of documents for validation")->capture_default_str();
+  prepare->add_option("--seed", prep.seed, "seed of the train/val split")->capture_default_str();
+  prepare->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard")->capture_default_str();
+  prepare->add_option("--threads", prep.threads, "encoding threads (0 = all cores)")->capture_default_str();
+  prepare->add_flag("!--no-progress", prep.progress, "no progress line");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*train) return cli::cmd_train(train_args, resume, profile_steps);
     if (*eval) return cli::cmd_eval(eval_args, checkpoint);
     if (*info) return cli::cmd_info(info_args);
     if (*generate) return cli::cmd_generate(gen);
+    if (*prepare) return cli::cmd_prepare(prep);
   } catch (const Error& e) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());
     return 1;
