@@ -26,8 +26,9 @@ constexpr ModelPreset kPresets[] = {
 }
 
 void require_min(const std::string& key, int64_t value, int64_t min) {
-  if (value < min) fail_key(key, strformat("%s must be >= %lld, got %lld", key.c_str(),
-                                           (long long)min, (long long)value));
+  if (value < min)
+    fail_key(key, strformat("%s must be >= %lld, got %lld", key.c_str(), (long long)min,
+                            (long long)value));
 }
 
 // Finite and inside [lo, hi] (lo_open / hi_open exclude the bound).
@@ -36,9 +37,9 @@ void require_range(const std::string& key, double value, double lo, bool lo_open
   bool ok = std::isfinite(value) && (lo_open ? value > lo : value >= lo) &&
             (hi_open ? value < hi : value <= hi);
   if (ok) return;
-  std::string range = std::isinf(hi) ? strformat("%s %g", lo_open ? ">" : ">=", lo)
-                                     : strformat("in %s%g, %g%s", lo_open ? "(" : "[", lo, hi,
-                                                 hi_open ? ")" : "]");
+  std::string range =
+      std::isinf(hi) ? strformat("%s %g", lo_open ? ">" : ">=", lo)
+                     : strformat("in %s%g, %g%s", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
   fail_key(key, strformat("%s must be %s, got %g", key.c_str(), range.c_str(), value));
 }
 
@@ -92,8 +93,8 @@ void ModelConfig::validate() const {
   if (int64_t(vocab_size) + vocab_multiple > INT32_MAX)
     fail_key("model.vocab_size", strformat("model.vocab_size %d is too large", vocab_size));
   if (n_embd % n_head != 0)
-    fail_key("model.n_embd", strformat("model.n_embd (%d) must be divisible by model.n_head (%d)",
-                                       n_embd, n_head));
+    fail_key("model.n_embd",
+             strformat("model.n_embd (%d) must be divisible by model.n_head (%d)", n_embd, n_head));
   if (n_kv_head > 0 && (n_kv_head > n_head || n_head % n_kv_head != 0))
     fail_key("model.n_kv_head",
              strformat("model.n_kv_head (%d) must divide model.n_head (%d); 0 means n_head",

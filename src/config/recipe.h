@@ -16,6 +16,8 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -116,7 +118,9 @@ struct EnumNames<DistBackend> {
 };
 
 template <class E>
-concept RecipeEnum = std::is_enum_v<E> && requires { EnumNames<E>::names; };
+concept RecipeEnum = std::is_enum_v<E> && requires {
+  EnumNames<E>::names;
+};
 
 // The YAML spelling of an enum value, e.g. enum_name(ScheduleType::wsd) == "wsd".
 template <RecipeEnum E>
@@ -181,8 +185,8 @@ struct SyntheticDataConfig {
 
 struct DataConfig {
   DataSource source = DataSource::synthetic;
-  std::string train;  // glob of token shard files (source: shards)
-  std::string val;    // glob of validation shard files
+  std::string train;               // glob of token shard files (source: shards)
+  std::string val;                 // glob of validation shard files
   std::string tokenizer = "byte";  // a make_tokenizer() spec
   bool shuffle = true;
   int64_t seed = 1337;
@@ -205,7 +209,7 @@ struct OptimConfig {
 
 struct ScheduleConfig {
   ScheduleType type = ScheduleType::cosine;
-  int64_t warmup_steps = 0;   // linear warm-up from 0 to optim.lr
+  int64_t warmup_steps = 0;    // linear warm-up from 0 to optim.lr
   double final_lr_frac = 0.0;  // final lr = final_lr_frac * optim.lr, in [0, 1]
   double decay_frac = 0.2;     // wsd: fraction of train.steps spent decaying, in (0, 1]
   void validate() const;
@@ -213,10 +217,10 @@ struct ScheduleConfig {
 };
 
 struct TrainConfig {
-  std::string name;  // run name (logs, metrics); "" = derived from the recipe file name
-  int64_t steps = 1000;  // optimizer steps
-  int micro_batch = 4;   // sequences per forward/backward on one rank
-  int seq_len = 1024;    // tokens per sequence, <= model.block_size
+  std::string name;          // run name (logs, metrics); "" = derived from the recipe file name
+  int64_t steps = 1000;      // optimizer steps
+  int micro_batch = 4;       // sequences per forward/backward on one rank
+  int seq_len = 1024;        // tokens per sequence, <= model.block_size
   int64_t batch_tokens = 0;  // tokens per optimizer step over all ranks; 0 = micro_batch * seq_len
   DeviceChoice device = DeviceChoice::auto_select;
   Precision precision = Precision::bf16;
@@ -253,7 +257,7 @@ struct CheckpointConfig {
 };
 
 struct LogConfig {
-  int64_t every = 1;  // print a line every N steps
+  int64_t every = 1;                           // print a line every N steps
   std::string metrics_file = "metrics.jsonl";  // in train.out_dir; "" = no metrics file
   ColorMode color = ColorMode::auto_detect;
   void validate() const;
@@ -268,7 +272,7 @@ struct DistributedConfig {
 
 struct RetrofitConfig {
   bool enabled = false;
-  std::string checkpoint;  // dense checkpoint to start from
+  std::string checkpoint;                             // dense checkpoint to start from
   std::vector<std::string> train_roles{"attention"};  // parameter roles trained; others frozen
   // The roles the optimizer updates: train_roles when enabled, every role otherwise.
   std::set<ParamRole> trainable_roles() const;

@@ -225,7 +225,8 @@ const std::string& scalar_text(const YAML::Node& n, const std::string& path, con
 bool parse_int64(std::string text, int64_t& out) {
   std::string digits;
   for (size_t i = 0; i < text.size(); ++i) {
-    bool between_digits = i > 0 && i + 1 < text.size() && std::isdigit((unsigned char)text[i - 1]) &&
+    bool between_digits = i > 0 && i + 1 < text.size() &&
+                          std::isdigit((unsigned char)text[i - 1]) &&
                           std::isdigit((unsigned char)text[i + 1]);
     if (text[i] == '_' && between_digits) continue;
     digits += text[i];
@@ -284,8 +285,7 @@ void read_value(const YAML::Node& n, const std::string& path, const Source& src,
   src.fail(n, strformat("%s: expected true or false, got '%s'", path.c_str(), s.c_str()));
 }
 
-void read_value(const YAML::Node& n, const std::string& path, const Source& src,
-                std::string& out) {
+void read_value(const YAML::Node& n, const std::string& path, const Source& src, std::string& out) {
   if (n.IsNull()) return void(out.clear());  // "key:" with nothing after it
   out = scalar_text(n, path, src, "a string");
 }
@@ -321,13 +321,12 @@ void read_value(const YAML::Node& n, const std::string& path, const Source& src,
       src.fail(n, strformat("%s '%s' is not supported yet (valid: %s)", path.c_str(), s.c_str(),
                             valid.c_str()));
   std::string hint = closest_match(s, enum_names<E>());
-  src.fail(n, strformat("%s '%s' is not a valid value (valid: %s)%s", path.c_str(), s.c_str(),
-                        valid.c_str(),
-                        hint.empty() ? "" : ("; did you mean '" + hint + "'?").c_str()));
+  src.fail(
+      n, strformat("%s '%s' is not a valid value (valid: %s)%s", path.c_str(), s.c_str(),
+                   valid.c_str(), hint.empty() ? "" : ("; did you mean '" + hint + "'?").c_str()));
 }
 
-void read_value(const YAML::Node& n, const std::string& path, const Source& src,
-                ReservedSection&) {
+void read_value(const YAML::Node& n, const std::string& path, const Source& src, ReservedSection&) {
   if (n.IsNull() || (n.IsMap() && n.size() == 0)) return;
   if (!n.IsMap())
     src.fail(n, strformat("%s: expected a map (reserved for a later release; use {}), got %s",
@@ -339,7 +338,7 @@ void read_value(const YAML::Node& n, const std::string& path, const Source& src,
 }
 
 std::string unknown_key_message(const std::string& prefix, const std::string& key,
-                                 const KeyLister& keys) {
+                                const KeyLister& keys) {
   const std::string full = join_path(prefix, key.c_str());
   const char* what = prefix.empty() ? "section" : "key";
   std::vector<std::string> spellings;
@@ -394,8 +393,8 @@ void read_section(const YAML::Node& n, const std::string& prefix, const Source& 
   if (!n.IsMap()) {
     if (prefix.empty())
       src.fail(n, "a recipe must be a map of sections (model:, train:, ...), got " + describe(n));
-    src.fail(n, strformat("%s: expected a map of keys, got %s", prefix.c_str(),
-                          describe(n).c_str()));
+    src.fail(n,
+             strformat("%s: expected a map of keys, got %s", prefix.c_str(), describe(n).c_str()));
   }
   KeyLister keys;
   visit(keys, s);
@@ -409,9 +408,9 @@ void read_section(const YAML::Node& n, const std::string& prefix, const Source& 
     if (!known) src.fail(key, unknown_key_message(prefix, name, keys));
     auto [prev, inserted] = seen.emplace(name, key);
     if (!inserted)
-      src.fail(key, strformat("duplicate key '%s' (first set at %s)",
-                              join_path(prefix, name.c_str()).c_str(),
-                              src.where(prev->second).c_str()));
+      src.fail(key,
+               strformat("duplicate key '%s' (first set at %s)",
+                         join_path(prefix, name.c_str()).c_str(), src.where(prev->second).c_str()));
   }
   FieldReader reader{n, prefix, src};
   visit(reader, s);

@@ -114,10 +114,10 @@ TEST(RecipePresets, SetShapeAndExplicitKeysWin) {
     EXPECT_EQ(r.model.head_dim(), 64);
   }
   // A preset given with --set still loses to the file's explicit keys.
-  Recipe r = parse_recipe("model:\n  n_embd: 256\n  n_head: 4\n  block_size: 512\n"
-                          "train:\n  seq_len: 512\n",
-                          "p.yaml",
-                          {"model.preset=gpt2-xl"});
+  Recipe r = parse_recipe(
+      "model:\n  n_embd: 256\n  n_head: 4\n  block_size: 512\n"
+      "train:\n  seq_len: 512\n",
+      "p.yaml", {"model.preset=gpt2-xl"});
   EXPECT_EQ(r.model.n_layer, 48);
   EXPECT_EQ(r.model.n_embd, 256);
   EXPECT_EQ(r.model.block_size, 512);
@@ -130,12 +130,12 @@ TEST(RecipeOverrides, PrecedenceAndValueForms) {
   const std::string yaml =
       "optim:\n  lr: 1e-3\ntrain:\n  steps: 50\n  seq_len: 64\n  micro_batch: 2\n"
       "model:\n  block_size: 64\n";
-  Recipe r = parse_recipe(yaml, "o.yaml",
-                          {"optim.lr=3e-4", "train.steps=1_000", "train.steps=2_000",
-                           "data.train=data/shards/*.bin", "train.name=run #1",
-                           "retrofit.train_roles=[attention, adapter]", "train.device=cpu",
-                           "train.deterministic=off", "attention.focus={}", "data.val=",
-                           "data.synthetic.train_tokens=4e5", "train.out_dir='runs/a b'"});
+  Recipe r = parse_recipe(
+      yaml, "o.yaml",
+      {"optim.lr=3e-4", "train.steps=1_000", "train.steps=2_000", "data.train=data/shards/*.bin",
+       "train.name=run #1", "retrofit.train_roles=[attention, adapter]", "train.device=cpu",
+       "train.deterministic=off", "attention.focus={}",
+       "data.val=", "data.synthetic.train_tokens=4e5", "train.out_dir='runs/a b'"});
   EXPECT_DOUBLE_EQ(r.optim.lr, 3e-4);
   EXPECT_EQ(r.train.steps, 2000) << "later --set wins";
   EXPECT_EQ(r.train.seq_len, 64) << "file keys not overridden stay";
@@ -164,8 +164,9 @@ TEST(RecipeErrors, UnknownKeysSuggestTheRightOne) {
             "x.yaml:4: unknown key 'data.synthetic.tokns'; did you mean "
             "'data.synthetic.train_tokens'?");
   std::string m = parse_error("log:\n  qqqqqqqq: 1\n");
-  EXPECT_HAS(m, "x.yaml:2: unknown key 'log.qqqqqqqq' (valid keys in log: every, metrics_file, "
-                "color)");
+  EXPECT_HAS(m,
+             "x.yaml:2: unknown key 'log.qqqqqqqq' (valid keys in log: every, metrics_file, "
+             "color)");
   EXPECT_HAS(parse_error("train:\n  steps: 1\n  steps: 2\n"),
              "x.yaml:3: duplicate key 'train.steps' (first set at x.yaml:2)");
   EXPECT_EQ(parse_error("", {"optim.learnig_rate=1"}),
@@ -181,8 +182,10 @@ TEST(RecipeErrors, WrongTypes) {
             "x.yaml:2: train.micro_batch: 99999999999 does not fit a 32-bit integer");
   EXPECT_EQ(parse_error("model:\n  bias: maybe\n"),
             "x.yaml:2: model.bias: expected true or false, got 'maybe'");
-  EXPECT_EQ(parse_error("optim:\n  lr: [1, 2]\n"), "x.yaml:2: optim.lr: expected a float, got a list");
-  EXPECT_EQ(parse_error("optim:\n  lr: .inf\n"), "x.yaml:2: optim.lr: expected a float, got '.inf'");
+  EXPECT_EQ(parse_error("optim:\n  lr: [1, 2]\n"),
+            "x.yaml:2: optim.lr: expected a float, got a list");
+  EXPECT_EQ(parse_error("optim:\n  lr: .inf\n"),
+            "x.yaml:2: optim.lr: expected a float, got '.inf'");
   EXPECT_EQ(parse_error("train: 5\n"), "x.yaml:1: train: expected a map of keys, got '5'");
   EXPECT_EQ(parse_error("- a\n- b\n"),
             "x.yaml:1: a recipe must be a map of sections (model:, train:, ...), got a list");
@@ -203,7 +206,8 @@ TEST(RecipeErrors, OutOfRangeAndCrossField) {
             "x.yaml:2: train.micro_batch must be >= 1, got 0");
   EXPECT_EQ(parse_error("", {"train.micro_batch=0"}),
             "--set 'train.micro_batch=0': train.micro_batch must be >= 1, got 0");
-  EXPECT_EQ(parse_error("optim:\n  beta2: 1.0\n"), "x.yaml:2: optim.beta2 must be in [0, 1), got 1");
+  EXPECT_EQ(parse_error("optim:\n  beta2: 1.0\n"),
+            "x.yaml:2: optim.beta2 must be in [0, 1), got 1");
   EXPECT_EQ(parse_error("schedule:\n  decay_frac: 0\n"),
             "x.yaml:2: schedule.decay_frac must be in (0, 1], got 0");
   EXPECT_EQ(parse_error("optim:\n  lr: -1\n"), "x.yaml:2: optim.lr must be > 0, got -1");
@@ -270,8 +274,8 @@ TEST(RecipeErrors, EnumsAndUnsupportedFeatures) {
 }
 
 TEST(RecipeErrors, BadSetSyntax) {
-  for (const char* bad : {"train.steps", "=5", ".steps=5", "train..steps=5", "train.steps.=5",
-                          "train steps=5"}) {
+  for (const char* bad :
+       {"train.steps", "=5", ".steps=5", "train..steps=5", "train.steps.=5", "train steps=5"}) {
     EXPECT_EQ(parse_error("", {bad}), std::string("--set '") + bad +
                                           "': expected key=value with a dotted key, e.g. --set "
                                           "optim.lr=3e-4")
@@ -279,10 +283,12 @@ TEST(RecipeErrors, BadSetSyntax) {
   }
   EXPECT_HAS(parse_error("", {"retrofit.train_roles=[a"}),
              "--set 'retrofit.train_roles=[a': invalid YAML value");
-  EXPECT_EQ(parse_error("", {"train=5"}), "--set 'train=5': train: expected a map of keys, got '5'");
-  EXPECT_EQ(parse_error("", {"nope.x=5"}), "--set 'nope.x=5': unknown section 'nope' (valid "
-                                           "sections: model, attention, data, optim, schedule, "
-                                           "train, eval, checkpoint, log, distributed, retrofit)");
+  EXPECT_EQ(parse_error("", {"train=5"}),
+            "--set 'train=5': train: expected a map of keys, got '5'");
+  EXPECT_EQ(parse_error("", {"nope.x=5"}),
+            "--set 'nope.x=5': unknown section 'nope' (valid "
+            "sections: model, attention, data, optim, schedule, "
+            "train, eval, checkpoint, log, distributed, retrofit)");
   EXPECT_HAS(error_of([] { load_recipe("/nonexistent/recipe.yaml", {}); }),
              "cannot open recipe '/nonexistent/recipe.yaml'");
 }
