@@ -1,0 +1,243 @@
+// Recipe defaults, model presets and validation. Parsing and printing live in recipe_yaml.cpp.
+#include "config/recipe.h"
+
+#include <cmath>
+
+#include "config/suggest.h"
+
+namespace attnlab {
+namespace {
+
+struct ModelPreset {
+  const char* name;
+  int n_layer, n_head, n_embd;
+};
+
+// The four GPT-2 sizes (Radford et al. 2019); all use vocab 50257 and a 1024-token context.
+constexpr ModelPreset kPresets[] = {
+    {"gpt2", 12, 12, 768},
+    {"gpt2-medium", 24, 16, 1024},
+    {"gpt2-large", 36, 20, 1280},
+    {"gpt2-xl", 48, 25, 1600},
+};
+
+[[noreturn]] void fail_key(const std::string& key, const std::string& msg) {
+  throw ConfigError(key, msg);
+}
+
+void require_min(const std::string& key, int64_t value, int64_t min) {
+  if (value < min)
+    fail_key(key, strformat("%s must be >= %lld, got %lld", key.c_str(), (long long)min,
+                            (long long)value));
+}
+
+// Finite and inside [lo, hi] (lo_open / hi_open exclude the bound).
+void require_range(const std::string& key, double value, double lo, bool lo_open, double hi,
+                   bool hi_open) {
+  bool ok = std::isfinite(value) && (lo_open ? value > lo : value >= lo) &&
+            (hi_open ? value < hi : value <= hi);
+  if (ok) return;
+  std::string range =
+      std::isinf(hi) ? strformat("%s %g", lo_open ? ">" : ">=", lo)
+                     : strformat("in %s%g, %g%s", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
+  fail_key(key, strformat("%s must be %s, got %g", key.c_str(), range.c_str(), value));
+}
+
+constexpr double kInf = INFINITY;
+
+}  // namespace
+
+const std::vector<std::string>& model_preset_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const ModelPreset& p : kPresets) v.emplace_back(p.name);
+    return v;
+  }();
+  return names;
+}
+
+void apply_model_preset(ModelConfig& model, const std::string& preset) {
+  if (preset.empty()) return;
+  for (const ModelPreset& p : kPresets) {
+    if (preset != p.name) continue;
+    model.n_layer = p.n_layer;
+    model.n_head = p.n_head;
+    model.n_embd = p.n_embd;
+    model.vocab_size = 50257;
+    model.block_size = 1024;
+    return;
+  }
+  std::string hint = closest_match(preset, model_preset_names());
+  fail_key("model.preset",
+           strformat("model.preset '%s' is not a known preset (valid: %s)%s", preset.c_str(),
+                     join_names(model_preset_names()).c_str(),
+                     hint.empty() ? "" : ("; did you mean '" + hint + "'?").c_str()));
+}
+
+int ModelConfig::padded_vocab() const {
+  return (vocab_size + vocab_multiple - 1) / vocab_multiple * vocab_multiple;
+}
+
+void ModelConfig::validate() const {
+  if (!preset.empty()) {
+    ModelConfig scratch;
+    apply_model_preset(scratch, preset);  // throws for an unknown name
+  }
+  require_min("model.n_layer", n_layer, 1);
+  require_min("model.n_head", n_head, 1);
+  require_min("model.n_kv_head", n_kv_head, 0);
+  require_min("model.n_embd", n_embd, 1);
+  require_min("model.vocab_size", vocab_size, 1);
+  require_min("model.block_size", block_size, 1);
+  require_min("model.vocab_multiple", vocab_multiple, 1);
+  if (int64_t(vocab_size) + vocab_multiple > INT32_MAX)
+    fail_key("model.vocab_size", strformat("model.vocab_size %d is too large", vocab_size));
+  if (n_embd % n_head != 0)
+    fail_key("model.n_embd",
+             strformat("model.n_embd (%d) must be divisible by model.n_head (%d)", n_embd, n_head));
+  if (n_kv_head > 0 && (n_kv_head > n_head || n_head % n_kv_head != 0))
+    fail_key("model.n_kv_head",
+             strformat("model.n_kv_head (%d) must divide model.n_head (%d); 0 means n_head",
+                       n_kv_head, n_head));
+  require_range("model.norm_eps", norm_eps, 0, true, kInf, false);
+  require_range("model.init_std", init_std, 0, true, kInf, false);
+}
+
+void AttentionConfig::validate() const {
+  if (type.empty()) fail_key("attention.type", "attention.type must not be empty");
+  require_min("attention.window", window, 0);
+}
+
+void DataConfig::validate() const {
+  if (source == DataSource::shards && train.empty())
+    fail_key("data.train",
+             "data.train must name the training shards (a glob) when data.source is 'shards'");
+  if (tokenizer.empty()) fail_key("data.tokenizer", "data.tokenizer must not be empty");
+  require_min("data.synthetic.vocab_size", synthetic.vocab_size, 2);
+  require_min("data.synthetic.train_tokens", synthetic.train_tokens, 2);
+  require_min("data.synthetic.val_tokens", synthetic.val_tokens, 0);
+}
+
+void OptimConfig::validate() const {
+  require_range("optim.lr", lr, 0, true, kInf, false);
+  require_range("optim.beta1", beta1, 0, false, 1, true);
+  require_range("optim.beta2", beta2, 0, false, 1, true);
+  require_range("optim.eps", eps, 0, true, kInf, false);
+  require_range("optim.weight_decay", weight_decay, 0, false, kInf, false);
+  require_range("optim.grad_clip", grad_clip, 0, false, kInf, false);
+}
+
+void ScheduleConfig::validate() const {
+  require_min("schedule.warmup_steps", warmup_steps, 0);
+  require_range("schedule.final_lr_frac", final_lr_frac, 0, false, 1, false);
+  require_range("schedule.decay_frac", decay_frac, 0, true, 1, false);
+}
+
+int TrainConfig::grad_accum_steps(int world_size) const {
+  ATTN_REQUIRE(world_size >= 1, "world size must be >= 1, got %d", world_size);
+  const int64_t per_round = micro_tokens() * world_size;
+  if (tokens_per_step() % per_round != 0)
+    fail_key("train.batch_tokens",
+             strformat("train.batch_tokens (%lld) must be a multiple of train.micro_batch * "
+                       "train.seq_len * world size = %d * %d * %d = %lld",
+                       (long long)tokens_per_step(), micro_batch, seq_len, world_size,
+                       (long long)per_round));
+  return int(tokens_per_step() / per_round);
+}
+
+void TrainConfig::validate() const {
+  require_min("train.steps", steps, 1);
+  require_min("train.micro_batch", micro_batch, 1);
+  require_min("train.seq_len", seq_len, 1);
+  require_min("train.batch_tokens", batch_tokens, 0);
+  require_min("train.threads", threads, 0);
+  if (out_dir.empty()) fail_key("train.out_dir", "train.out_dir must not be empty");
+  if (batch_tokens % micro_tokens() != 0)
+    fail_key("train.batch_tokens",
+             strformat("train.batch_tokens (%lld) must be a multiple of train.micro_batch * "
+                       "train.seq_len = %d * %d = %lld",
+                       (long long)batch_tokens, micro_batch, seq_len, (long long)micro_tokens()));
+  if (tokens_per_step() / micro_tokens() > INT32_MAX)
+    fail_key("train.batch_tokens", "train.batch_tokens is too large");
+}
+
+void EvalConfig::validate() const {
+  require_min("eval.every", every, 0);
+  require_min("eval.batches", batches, 1);
+}
+
+void CheckpointConfig::validate() const {
+  require_min("checkpoint.every", every, 0);
+  require_min("checkpoint.keep_last", keep_last, 1);
+}
+
+void LogConfig::validate() const { require_min("log.every", every, 1); }
+
+void DistributedConfig::validate() const {}
+
+std::set<ParamRole> RetrofitConfig::trainable_roles() const {
+  if (!enabled) return {ParamRole::base, ParamRole::attention, ParamRole::adapter};
+  std::set<ParamRole> roles;
+  for (const std::string& r : train_roles) roles.insert(parse_role(r));
+  return roles;
+}
+
+void RetrofitConfig::validate() const {
+  for (const std::string& r : train_roles) {
+    try {
+      parse_role(r);
+    } catch (const Error& e) {
+      fail_key("retrofit.train_roles", std::string("retrofit.train_roles: ") + e.what());
+    }
+  }
+  if (enabled)
+    fail_key("retrofit.enabled",
+             "retrofit.enabled: retrofitting a trained model is not supported yet "
+             "(set retrofit.enabled=false)");
+  if (train_roles.empty())
+    fail_key("retrofit.train_roles", "retrofit.train_roles must name at least one role");
+}
+
+void Recipe::validate() const {
+  model.validate();
+  attention.validate();
+  data.validate();
+  optim.validate();
+  schedule.validate();
+  train.validate();
+  eval.validate();
+  checkpoint.validate();
+  log.validate();
+  distributed.validate();
+  retrofit.validate();
+
+  if (train.seq_len > model.block_size)
+    fail_key("train.seq_len", strformat("train.seq_len (%d) must be <= model.block_size (%d)",
+                                        train.seq_len, model.block_size));
+  if (schedule.warmup_steps > train.steps)
+    fail_key("schedule.warmup_steps",
+             strformat("schedule.warmup_steps (%lld) must be <= train.steps (%lld)",
+                       (long long)schedule.warmup_steps, (long long)train.steps));
+  if (data.source == DataSource::synthetic) {
+    if (data.synthetic.vocab_size > model.vocab_size)
+      fail_key("data.synthetic.vocab_size",
+               strformat("data.synthetic.vocab_size (%d) must be <= model.vocab_size (%d)",
+                         data.synthetic.vocab_size, model.vocab_size));
+    if (data.synthetic.train_tokens <= train.seq_len)
+      fail_key("data.synthetic.train_tokens",
+               strformat("data.synthetic.train_tokens (%lld) must exceed train.seq_len (%d): "
+                         "one sequence needs seq_len + 1 tokens",
+                         (long long)data.synthetic.train_tokens, train.seq_len));
+    if (eval.enabled() && data.synthetic.val_tokens <= train.seq_len)
+      fail_key("data.synthetic.val_tokens",
+               strformat("data.synthetic.val_tokens (%lld) must exceed train.seq_len (%d) while "
+                         "evaluation is on (or turn it off: eval.every=0, eval.at_end=false)",
+                         (long long)data.synthetic.val_tokens, train.seq_len));
+  } else if (eval.enabled() && data.val.empty()) {
+    fail_key("data.val",
+             "data.val is empty but evaluation is on; set data.val to the validation shards, or "
+             "turn evaluation off with eval.every=0 and eval.at_end=false");
+  }
+}
+
+}  // namespace attnlab

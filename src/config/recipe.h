@@ -1,0 +1,318 @@
+// Typed recipes: one struct per YAML section, each with its defaults and a validate() that checks
+// the section alone; Recipe::validate() adds the checks that span sections. docs/recipes.md lists
+// every key with its type, default and meaning.
+//
+// Loading order (later wins): struct defaults < model.preset < keys in the file < --set overrides.
+// The preset is the final value of model.preset (file or --set), so `--set model.preset=gpt2-xl`
+// on a file that sets n_layer keeps the file's n_layer: explicit keys always beat the preset.
+//
+// Errors are attnlab::Error and name the place and the key: "recipes/x.yaml:12: unknown key
+// 'optim.learnig_rate'; did you mean 'optim.lr'?", "--set 'train.steps=abc': train.steps: expected
+// an integer, got 'abc'". validate() throws ConfigError, which also carries the key path.
+#pragma once
+#include <array>
+#include <concepts>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parameters.h"
+
+namespace attnlab {
+
+// A recipe error about one key (key_path() = "train.seq_len"). parse_recipe() prefixes the
+// message with the file and line that set that key.
+class ConfigError : public Error {
+ public:
+  ConfigError(std::string key_path, const std::string& msg)
+      : Error(msg), key_path_(std::move(key_path)) {}
+  const std::string& key_path() const { return key_path_; }
+
+ private:
+  std::string key_path_;
+};
+
+// ---- enumerations: the YAML spelling of each value is EnumNames<E>::names[value] --------------
+// `future` lists spellings that are planned but not implemented: they are rejected with
+// "not supported yet" instead of "invalid value".
+template <class E>
+struct EnumNames;
+
+enum class ModelFamily : uint8_t { gpt2 };
+enum class NormKind : uint8_t { layernorm };
+enum class MlpKind : uint8_t { gelu };
+enum class PositionKind : uint8_t { learned };
+enum class DataSource : uint8_t { synthetic, shards };
+enum class OptimizerName : uint8_t { adamw };
+enum class ScheduleType : uint8_t { cosine, linear, constant, wsd };
+enum class DeviceChoice : uint8_t { auto_select, cpu, cuda };
+enum class Precision : uint8_t { bf16, fp32 };
+enum class Recompute : uint8_t { none, gelu, block };
+enum class ColorMode : uint8_t { auto_detect, always, never };
+enum class DistBackend : uint8_t { none };
+
+template <>
+struct EnumNames<ModelFamily> {
+  static constexpr std::array<std::string_view, 1> names{"gpt2"};
+  static constexpr std::array<std::string_view, 2> future{"llama", "mistral"};
+};
+template <>
+struct EnumNames<NormKind> {
+  static constexpr std::array<std::string_view, 1> names{"layernorm"};
+  static constexpr std::array<std::string_view, 1> future{"rmsnorm"};
+};
+template <>
+struct EnumNames<MlpKind> {
+  static constexpr std::array<std::string_view, 1> names{"gelu"};
+  static constexpr std::array<std::string_view, 1> future{"swiglu"};
+};
+template <>
+struct EnumNames<PositionKind> {
+  static constexpr std::array<std::string_view, 1> names{"learned"};
+  static constexpr std::array<std::string_view, 1> future{"rope"};
+};
+template <>
+struct EnumNames<DataSource> {
+  static constexpr std::array<std::string_view, 2> names{"synthetic", "shards"};
+  static constexpr std::array<std::string_view, 0> future{};
+};
+template <>
+struct EnumNames<OptimizerName> {
+  static constexpr std::array<std::string_view, 1> names{"adamw"};
+  static constexpr std::array<std::string_view, 0> future{};
+};
+template <>
+struct EnumNames<ScheduleType> {
+  static constexpr std::array<std::string_view, 4> names{"cosine", "linear", "constant", "wsd"};
+  static constexpr std::array<std::string_view, 0> future{};
+};
+template <>
+struct EnumNames<DeviceChoice> {
+  static constexpr std::array<std::string_view, 3> names{"auto", "cpu", "cuda"};
+  static constexpr std::array<std::string_view, 0> future{};
+};
+template <>
+struct EnumNames<Precision> {
+  static constexpr std::array<std::string_view, 2> names{"bf16", "fp32"};
+  static constexpr std::array<std::string_view, 0> future{};
+};
+template <>
+struct EnumNames<Recompute> {
+  static constexpr std::array<std::string_view, 3> names{"none", "gelu", "block"};
+  static constexpr std::array<std::string_view, 0> future{};
+};
+template <>
+struct EnumNames<ColorMode> {
+  static constexpr std::array<std::string_view, 3> names{"auto", "always", "never"};
+  static constexpr std::array<std::string_view, 0> future{};
+};
+template <>
+struct EnumNames<DistBackend> {
+  static constexpr std::array<std::string_view, 1> names{"none"};
+  static constexpr std::array<std::string_view, 1> future{"nccl"};
+};
+
+template <class E>
+concept RecipeEnum = std::is_enum_v<E> && requires {
+  EnumNames<E>::names;
+};
+
+// The YAML spelling of an enum value, e.g. enum_name(ScheduleType::wsd) == "wsd".
+template <RecipeEnum E>
+constexpr std::string_view enum_name(E e) {
+  return EnumNames<E>::names[static_cast<size_t>(e)];
+}
+
+// ---- sections ---------------------------------------------------------------------------------
+
+struct ModelConfig {
+  std::string preset;  // "", gpt2, gpt2-medium, gpt2-large, gpt2-xl
+  ModelFamily family = ModelFamily::gpt2;
+  int n_layer = 12;
+  int n_head = 12;
+  int n_kv_head = 0;  // 0 = n_head (no grouped-query attention)
+  int n_embd = 768;
+  int vocab_size = 50257;
+  int block_size = 1024;  // maximum sequence length (learned position table size)
+  int vocab_multiple = 128;
+  NormKind norm = NormKind::layernorm;
+  MlpKind mlp = MlpKind::gelu;
+  PositionKind position = PositionKind::learned;
+  bool bias = true;
+  bool tied_embeddings = true;
+  double norm_eps = 1e-5;
+  double init_std = 0.02;
+
+  int padded_vocab() const;  // vocab_size rounded up to a multiple of vocab_multiple
+  int head_dim() const { return n_embd / n_head; }
+  int kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
+  void validate() const;
+  bool operator==(const ModelConfig&) const = default;
+};
+
+// Sets n_layer, n_head, n_embd, vocab_size and block_size from a named preset; "" does nothing.
+// Unknown names throw with the valid ones.
+void apply_model_preset(ModelConfig& model, const std::string& preset);
+const std::vector<std::string>& model_preset_names();  // gpt2, gpt2-medium, gpt2-large, gpt2-xl
+
+// Options of later attention variants. Their keys are reserved: an empty map is accepted, any key
+// inside is an error until the variant lands.
+struct ReservedSection {
+  bool operator==(const ReservedSection&) const = default;
+};
+
+struct AttentionConfig {
+  std::string type = "dense";  // checked against the attention registry when the model is built
+  int window = 0;              // sliding-window size in tokens; 0 = full causal attention
+  ReservedSection focus;
+  ReservedSection sfa;
+  void validate() const;
+  bool operator==(const AttentionConfig&) const = default;
+};
+
+struct SyntheticDataConfig {
+  int vocab_size = 512;  // ids drawn from [0, vocab_size); must be <= model.vocab_size
+  int64_t train_tokens = 4000000;
+  int64_t val_tokens = 262144;
+  int64_t seed = 1234;
+  bool operator==(const SyntheticDataConfig&) const = default;
+};
+
+struct DataConfig {
+  DataSource source = DataSource::synthetic;
+  std::string train;               // glob of token shard files (source: shards)
+  std::string val;                 // glob of validation shard files
+  std::string tokenizer = "byte";  // a make_tokenizer() spec
+  bool shuffle = true;
+  int64_t seed = 1337;
+  SyntheticDataConfig synthetic;
+  void validate() const;
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct OptimConfig {
+  OptimizerName name = OptimizerName::adamw;
+  double lr = 6e-4;  // peak learning rate
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // applied to 2-D weights only
+  double grad_clip = 1.0;     // global gradient-norm clip; 0 = off
+  void validate() const;
+  bool operator==(const OptimConfig&) const = default;
+};
+
+struct ScheduleConfig {
+  ScheduleType type = ScheduleType::cosine;
+  int64_t warmup_steps = 0;    // linear warm-up from 0 to optim.lr
+  double final_lr_frac = 0.0;  // final lr = final_lr_frac * optim.lr, in [0, 1]
+  double decay_frac = 0.2;     // wsd: fraction of train.steps spent decaying, in (0, 1]
+  void validate() const;
+  bool operator==(const ScheduleConfig&) const = default;
+};
+
+struct TrainConfig {
+  std::string name;          // run name (logs, metrics); "" = derived from the recipe file name
+  int64_t steps = 1000;      // optimizer steps
+  int micro_batch = 4;       // sequences per forward/backward on one rank
+  int seq_len = 1024;        // tokens per sequence, <= model.block_size
+  int64_t batch_tokens = 0;  // tokens per optimizer step over all ranks; 0 = micro_batch * seq_len
+  DeviceChoice device = DeviceChoice::auto_select;
+  Precision precision = Precision::bf16;
+  int64_t seed = 1337;
+  int threads = 0;  // CPU threads; 0 = all cores
+  Recompute recompute = Recompute::none;
+  std::string out_dir = "runs/default";
+  bool deterministic = true;
+
+  int64_t micro_tokens() const { return int64_t(micro_batch) * seq_len; }
+  int64_t tokens_per_step() const { return batch_tokens == 0 ? micro_tokens() : batch_tokens; }
+  // Micro-batches each rank accumulates per optimizer step; throws when tokens_per_step() is not
+  // a multiple of micro_tokens() * world_size.
+  int grad_accum_steps(int world_size) const;
+  void validate() const;
+  bool operator==(const TrainConfig&) const = default;
+};
+
+struct EvalConfig {
+  int64_t every = 100;  // evaluate every N steps; 0 = only at the end
+  int batches = 20;     // micro-batches of validation data per evaluation
+  bool at_end = true;
+  bool enabled() const { return every > 0 || at_end; }
+  void validate() const;
+  bool operator==(const EvalConfig&) const = default;
+};
+
+struct CheckpointConfig {
+  int64_t every = 0;  // save every N steps; 0 = only at the end
+  bool at_end = true;
+  int keep_last = 2;  // periodic checkpoints kept on disk (older ones are deleted)
+  void validate() const;
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
+struct LogConfig {
+  int64_t every = 1;                           // print a line every N steps
+  std::string metrics_file = "metrics.jsonl";  // in train.out_dir; "" = no metrics file
+  ColorMode color = ColorMode::auto_detect;
+  void validate() const;
+  bool operator==(const LogConfig&) const = default;
+};
+
+struct DistributedConfig {
+  DistBackend backend = DistBackend::none;
+  void validate() const;
+  bool operator==(const DistributedConfig&) const = default;
+};
+
+struct RetrofitConfig {
+  bool enabled = false;
+  std::string checkpoint;                             // dense checkpoint to start from
+  std::vector<std::string> train_roles{"attention"};  // parameter roles trained; others frozen
+  // The roles the optimizer updates: train_roles when enabled, every role otherwise.
+  std::set<ParamRole> trainable_roles() const;
+  void validate() const;
+  bool operator==(const RetrofitConfig&) const = default;
+};
+
+struct Recipe {
+  ModelConfig model;
+  AttentionConfig attention;
+  DataConfig data;
+  OptimConfig optim;
+  ScheduleConfig schedule;
+  TrainConfig train;
+  EvalConfig eval;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  DistributedConfig distributed;
+  RetrofitConfig retrofit;
+
+  // Every section's validate(), then the checks across sections (seq_len <= block_size, ...).
+  void validate() const;
+  bool operator==(const Recipe&) const = default;
+};
+
+// ---- loading and saving -----------------------------------------------------------------------
+
+// Parses YAML text (source_name is used in messages), applies `overrides` ("a.b=value", the value
+// parsed as a YAML scalar or flow list) and validates. Throws attnlab::Error.
+Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides = {});
+
+// Reads the file at `path` and calls parse_recipe.
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The resolved recipe as YAML: every key of every section, in schema order. Loading it gives back
+// an identical Recipe (parse_recipe(recipe_to_yaml(r), ...) == r).
+std::string recipe_to_yaml(const Recipe& recipe);
+
+// Every leaf key path of the schema in order ("model.preset", ..., "retrofit.train_roles").
+std::vector<std::string> recipe_key_paths();
+
+}  // namespace attnlab

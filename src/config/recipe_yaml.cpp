@@ -1,0 +1,595 @@
+// Recipe <-> YAML. The schema (key names, their order, and misspellings worth a hint) is written
+// once, in the visit() functions below; reading, printing and listing keys all walk it.
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "config/recipe.h"
+#include "config/suggest.h"
+
+namespace attnlab {
+namespace {
+
+template <class T, class U>
+concept Is = std::same_as<std::remove_const_t<T>, U>;
+
+// Each field: key, member, and other spellings users try (only used for "did you mean").
+template <class V>
+void visit(V& v, Is<ModelConfig> auto& m) {
+  v.field("preset", m.preset);
+  v.field("family", m.family, {"arch", "architecture"});
+  v.field("n_layer", m.n_layer, {"n_layers", "num_layers", "layers", "depth"});
+  v.field("n_head", m.n_head, {"n_heads", "num_heads", "heads"});
+  v.field("n_kv_head", m.n_kv_head, {"n_kv_heads", "num_kv_heads"});
+  v.field("n_embd", m.n_embd, {"n_embed", "d_model", "hidden_size", "dim", "width"});
+  v.field("vocab_size", m.vocab_size, {"vocab"});
+  v.field("block_size", m.block_size, {"context_length", "max_seq_len", "n_ctx", "context"});
+  v.field("vocab_multiple", m.vocab_multiple, {"pad_vocab", "vocab_pad"});
+  v.field("norm", m.norm, {"normalization"});
+  v.field("mlp", m.mlp, {"activation"});
+  v.field("position", m.position, {"positional", "pos_emb"});
+  v.field("bias", m.bias, {"biases", "use_bias"});
+  v.field("tied_embeddings", m.tied_embeddings, {"tie_embeddings", "tied", "tie_weights"});
+  v.field("norm_eps", m.norm_eps, {"eps", "layernorm_eps", "ln_eps"});
+  v.field("init_std", m.init_std, {"std"});
+}
+
+template <class V>
+void visit(V& v, Is<AttentionConfig> auto& a) {
+  v.field("type", a.type, {"name", "kind", "variant"});
+  v.field("window", a.window, {"window_size", "sliding_window"});
+  v.field("focus", a.focus);
+  v.field("sfa", a.sfa);
+}
+
+template <class V>
+void visit(V& v, Is<SyntheticDataConfig> auto& s) {
+  v.field("vocab_size", s.vocab_size, {"vocab"});
+  v.field("train_tokens", s.train_tokens, {"tokens"});
+  v.field("val_tokens", s.val_tokens);
+  v.field("seed", s.seed);
+}
+
+template <class V>
+void visit(V& v, Is<DataConfig> auto& d) {
+  v.field("source", d.source, {"kind", "type"});
+  v.field("train", d.train, {"train_files", "train_glob", "train_shards"});
+  v.field("val", d.val, {"val_files", "val_glob", "val_shards", "valid", "validation"});
+  v.field("tokenizer", d.tokenizer);
+  v.field("shuffle", d.shuffle);
+  v.field("seed", d.seed);
+  v.section("synthetic", d.synthetic);
+}
+
+template <class V>
+void visit(V& v, Is<OptimConfig> auto& o) {
+  v.field("name", o.name, {"type", "optimizer"});
+  v.field("lr", o.lr, {"learning_rate", "max_lr", "peak_lr"});
+  v.field("beta1", o.beta1, {"b1"});
+  v.field("beta2", o.beta2, {"b2"});
+  v.field("eps", o.eps, {"epsilon"});
+  v.field("weight_decay", o.weight_decay, {"wd"});
+  v.field("grad_clip", o.grad_clip, {"clip", "max_grad_norm", "grad_norm_clip"});
+}
+
+template <class V>
+void visit(V& v, Is<ScheduleConfig> auto& s) {
+  v.field("type", s.type, {"name", "kind"});
+  v.field("warmup_steps", s.warmup_steps, {"warmup", "warmup_iters"});
+  v.field("final_lr_frac", s.final_lr_frac, {"min_lr_frac", "final_frac"});
+  v.field("decay_frac", s.decay_frac, {"cooldown_frac"});
+}
+
+template <class V>
+void visit(V& v, Is<TrainConfig> auto& t) {
+  v.field("name", t.name, {"run_name"});
+  v.field("steps", t.steps, {"max_steps", "num_steps", "iters", "num_iterations"});
+  v.field("micro_batch", t.micro_batch, {"batch_size", "micro_batch_size"});
+  v.field("seq_len", t.seq_len, {"sequence_length", "seq_length", "context"});
+  v.field("batch_tokens", t.batch_tokens, {"total_batch_size", "tokens_per_step"});
+  v.field("device", t.device);
+  v.field("precision", t.precision, {"dtype"});
+  v.field("seed", t.seed);
+  v.field("threads", t.threads, {"num_threads"});
+  v.field("recompute", t.recompute, {"checkpointing", "activation_checkpointing"});
+  v.field("out_dir", t.out_dir, {"output_dir", "outdir", "run_dir"});
+  v.field("deterministic", t.deterministic);
+}
+
+template <class V>
+void visit(V& v, Is<EvalConfig> auto& e) {
+  v.field("every", e.every, {"interval", "eval_every"});
+  v.field("batches", e.batches, {"steps", "eval_batches"});
+  v.field("at_end", e.at_end);
+}
+
+template <class V>
+void visit(V& v, Is<CheckpointConfig> auto& c) {
+  v.field("every", c.every, {"interval", "save_every"});
+  v.field("at_end", c.at_end);
+  v.field("keep_last", c.keep_last, {"keep"});
+}
+
+template <class V>
+void visit(V& v, Is<LogConfig> auto& l) {
+  v.field("every", l.every, {"interval", "log_every"});
+  v.field("metrics_file", l.metrics_file, {"metrics"});
+  v.field("color", l.color, {"colour"});
+}
+
+template <class V>
+void visit(V& v, Is<DistributedConfig> auto& d) {
+  v.field("backend", d.backend);
+}
+
+template <class V>
+void visit(V& v, Is<RetrofitConfig> auto& r) {
+  v.field("enabled", r.enabled, {"enable"});
+  v.field("checkpoint", r.checkpoint, {"from", "init_from"});
+  v.field("train_roles", r.train_roles, {"roles", "trainable_roles"});
+}
+
+template <class V>
+void visit(V& v, Is<Recipe> auto& r) {
+  v.section("model", r.model, {"arch"});
+  v.section("attention", r.attention, {"attn"});
+  v.section("data", r.data, {"dataset"});
+  v.section("optim", r.optim, {"optimizer", "optimiser", "opt"});
+  v.section("schedule", r.schedule, {"scheduler", "lr_schedule"});
+  v.section("train", r.train, {"training", "trainer"});
+  v.section("eval", r.eval, {"evaluation", "validation"});
+  v.section("checkpoint", r.checkpoint, {"checkpointing", "ckpt"});
+  v.section("log", r.log, {"logging"});
+  v.section("distributed", r.distributed, {"dist", "ddp", "parallel"});
+  v.section("retrofit", r.retrofit);
+}
+
+using Aliases = std::initializer_list<const char*>;
+
+std::string join_path(const std::string& prefix, const char* key) {
+  return prefix.empty() ? std::string(key) : prefix + "." + key;
+}
+
+// ---- key listing ------------------------------------------------------------------------------
+
+// The keys of one section (not recursive), with their aliases mapped to the real key.
+struct KeyLister {
+  std::vector<std::string> keys;
+  std::vector<std::pair<std::string, std::string>> spellings;  // (spelling, key)
+  template <class T>
+  void field(const char* key, const T&, Aliases aliases = {}) {
+    keys.emplace_back(key);
+    spellings.emplace_back(key, key);
+    for (const char* a : aliases) spellings.emplace_back(a, key);
+  }
+  template <class S>
+  void section(const char* key, const S& s, Aliases aliases = {}) {
+    field(key, s, aliases);
+  }
+};
+
+struct PathLister {
+  std::string prefix;
+  std::vector<std::string>* out;
+  template <class T>
+  void field(const char* key, const T&, Aliases = {}) {
+    out->push_back(join_path(prefix, key));
+  }
+  template <class S>
+  void section(const char* key, const S& s, Aliases = {}) {
+    PathLister sub{join_path(prefix, key), out};
+    visit(sub, s);
+  }
+};
+
+// ---- reading ----------------------------------------------------------------------------------
+
+// Where values come from: a file (messages give file:line) or one --set argument.
+struct Source {
+  std::string name;  // "recipes/x.yaml" or "--set 'a.b=1'"
+  bool has_lines = false;
+  std::map<std::string, std::string>* locations = nullptr;  // key path -> where it was set
+
+  std::string where(const YAML::Node& node) const {
+    if (!has_lines || node.Mark().is_null()) return name;
+    return name + ":" + std::to_string(node.Mark().line + 1);
+  }
+  [[noreturn]] void fail(const YAML::Node& node, const std::string& msg) const {
+    throw Error(where(node) + ": " + msg);
+  }
+};
+
+std::string describe(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return "an empty value";
+  if (n.IsMap()) return "a map";
+  if (n.IsSequence()) return "a list";
+  return "'" + n.Scalar() + "'";
+}
+
+const std::string& scalar_text(const YAML::Node& n, const std::string& path, const Source& src,
+                               const char* expected) {
+  if (!n.IsScalar())
+    src.fail(n, strformat("%s: expected %s, got %s", path.c_str(), expected, describe(n).c_str()));
+  return n.Scalar();
+}
+
+// Integers: "123", "-4", "1_000_000", or a float spelling of an exact integer ("4e6").
+bool parse_int64(std::string text, int64_t& out) {
+  std::string digits;
+  for (size_t i = 0; i < text.size(); ++i) {
+    bool between_digits = i > 0 && i + 1 < text.size() &&
+                          std::isdigit((unsigned char)text[i - 1]) &&
+                          std::isdigit((unsigned char)text[i + 1]);
+    if (text[i] == '_' && between_digits) continue;
+    digits += text[i];
+  }
+  const char* b = digits.data();
+  const char* e = b + digits.size();
+  if (b != e && *b == '+') ++b;
+  auto [p, ec] = std::from_chars(b, e, out);
+  if (ec == std::errc() && p == e) return true;
+  if (ec == std::errc::result_out_of_range) return false;
+  double d = 0;
+  auto [pd, ecd] = std::from_chars(b, e, d);
+  if (ecd != std::errc() || pd != e || !std::isfinite(d) || d != std::floor(d) ||
+      std::fabs(d) > 9.0e15)
+    return false;
+  out = int64_t(d);
+  return true;
+}
+
+bool parse_double(const std::string& text, double& out) {
+  const char* b = text.data();
+  const char* e = b + text.size();
+  if (b != e && *b == '+') ++b;
+  auto [p, ec] = std::from_chars(b, e, out);
+  return ec == std::errc() && p == e && std::isfinite(out);
+}
+
+void read_value(const YAML::Node& n, const std::string& path, const Source& src, int64_t& out) {
+  const std::string& s = scalar_text(n, path, src, "an integer");
+  if (!parse_int64(s, out))
+    src.fail(n, strformat("%s: expected an integer, got '%s'", path.c_str(), s.c_str()));
+}
+
+void read_value(const YAML::Node& n, const std::string& path, const Source& src, int& out) {
+  int64_t v = 0;
+  read_value(n, path, src, v);
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+    src.fail(n, strformat("%s: %lld does not fit a 32-bit integer", path.c_str(), (long long)v));
+  out = int(v);
+}
+
+void read_value(const YAML::Node& n, const std::string& path, const Source& src, double& out) {
+  const std::string& s = scalar_text(n, path, src, "a float");
+  if (!parse_double(s, out))
+    src.fail(n, strformat("%s: expected a float, got '%s'", path.c_str(), s.c_str()));
+}
+
+void read_value(const YAML::Node& n, const std::string& path, const Source& src, bool& out) {
+  const std::string& s = scalar_text(n, path, src, "true or false");
+  static const char* kTrue[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
+  static const char* kFalse[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
+  for (const char* t : kTrue)
+    if (s == t) return void(out = true);
+  for (const char* f : kFalse)
+    if (s == f) return void(out = false);
+  src.fail(n, strformat("%s: expected true or false, got '%s'", path.c_str(), s.c_str()));
+}
+
+void read_value(const YAML::Node& n, const std::string& path, const Source& src, std::string& out) {
+  if (n.IsNull()) return void(out.clear());  // "key:" with nothing after it
+  out = scalar_text(n, path, src, "a string");
+}
+
+void read_value(const YAML::Node& n, const std::string& path, const Source& src,
+                std::vector<std::string>& out) {
+  if (n.IsNull()) return void(out.clear());
+  if (!n.IsSequence())
+    src.fail(n, strformat("%s: expected a list of strings such as [a, b], got %s", path.c_str(),
+                          describe(n).c_str()));
+  std::vector<std::string> items;
+  for (size_t i = 0; i < n.size(); ++i) {
+    items.emplace_back();
+    read_value(n[i], strformat("%s[%zu]", path.c_str(), i), src, items.back());
+  }
+  out = std::move(items);
+}
+
+template <RecipeEnum E>
+std::vector<std::string> enum_names() {
+  return {EnumNames<E>::names.begin(), EnumNames<E>::names.end()};
+}
+
+template <RecipeEnum E>
+void read_value(const YAML::Node& n, const std::string& path, const Source& src, E& out) {
+  const std::string& s = scalar_text(n, path, src, "a name");
+  const auto& names = EnumNames<E>::names;
+  for (size_t i = 0; i < names.size(); ++i)
+    if (s == names[i]) return void(out = static_cast<E>(i));
+  const std::string valid = join_names(enum_names<E>());
+  for (std::string_view f : EnumNames<E>::future)
+    if (s == f)
+      src.fail(n, strformat("%s '%s' is not supported yet (valid: %s)", path.c_str(), s.c_str(),
+                            valid.c_str()));
+  std::string hint = closest_match(s, enum_names<E>());
+  src.fail(
+      n, strformat("%s '%s' is not a valid value (valid: %s)%s", path.c_str(), s.c_str(),
+                   valid.c_str(), hint.empty() ? "" : ("; did you mean '" + hint + "'?").c_str()));
+}
+
+void read_value(const YAML::Node& n, const std::string& path, const Source& src, ReservedSection&) {
+  if (n.IsNull() || (n.IsMap() && n.size() == 0)) return;
+  if (!n.IsMap())
+    src.fail(n, strformat("%s: expected a map (reserved for a later release; use {}), got %s",
+                          path.c_str(), describe(n).c_str()));
+  const YAML::Node key = n.begin()->first;
+  src.fail(key, strformat("%s.%s: the '%s' section is reserved for a later release and takes no "
+                          "keys yet",
+                          path.c_str(), key.Scalar().c_str(), path.c_str()));
+}
+
+std::string unknown_key_message(const std::string& prefix, const std::string& key,
+                                const KeyLister& keys) {
+  const std::string full = join_path(prefix, key.c_str());
+  const char* what = prefix.empty() ? "section" : "key";
+  std::vector<std::string> spellings;
+  for (const auto& s : keys.spellings) spellings.push_back(s.first);
+  std::string hint = closest_match(key, spellings);
+  if (!hint.empty()) {
+    for (const auto& s : keys.spellings)
+      if (s.first == hint) hint = join_path(prefix, s.second.c_str());
+  } else {
+    // The right key in the wrong section ("train.lr" -> "optim.lr").
+    for (const std::string& p : recipe_key_paths()) {
+      std::string last = p.substr(p.rfind('.') + 1);
+      if (last == key) {
+        hint = p;
+        break;
+      }
+    }
+  }
+  if (!hint.empty())
+    return strformat("unknown %s '%s'; did you mean '%s'?", what, full.c_str(), hint.c_str());
+  return strformat("unknown %s '%s' (valid %ss%s%s: %s)", what, full.c_str(), what,
+                   prefix.empty() ? "" : " in ", prefix.c_str(), join_names(keys.keys).c_str());
+}
+
+template <class S>
+void read_section(const YAML::Node& n, const std::string& prefix, const Source& src, S& s);
+
+// Reads the keys present in one map node into the fields of a section.
+struct FieldReader {
+  const YAML::Node& map;
+  const std::string& prefix;
+  const Source& src;
+
+  template <class T>
+  void field(const char* key, T& value, Aliases = {}) {
+    const YAML::Node n = map[key];
+    if (!n.IsDefined()) return;
+    const std::string path = join_path(prefix, key);
+    read_value(n, path, src, value);
+    if (src.locations) (*src.locations)[path] = src.where(n);
+  }
+  template <class S>
+  void section(const char* key, S& s, Aliases = {}) {
+    const YAML::Node n = map[key];
+    if (n.IsDefined()) read_section(n, join_path(prefix, key), src, s);
+  }
+};
+
+template <class S>
+void read_section(const YAML::Node& n, const std::string& prefix, const Source& src, S& s) {
+  if (n.IsNull()) return;  // "train:" with no keys: all defaults
+  if (!n.IsMap()) {
+    if (prefix.empty())
+      src.fail(n, "a recipe must be a map of sections (model:, train:, ...), got " + describe(n));
+    src.fail(n,
+             strformat("%s: expected a map of keys, got %s", prefix.c_str(), describe(n).c_str()));
+  }
+  KeyLister keys;
+  visit(keys, s);
+  std::map<std::string, YAML::Node> seen;
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const YAML::Node key = it->first;
+    if (!key.IsScalar()) src.fail(key, "keys must be plain names, got " + describe(key));
+    const std::string& name = key.Scalar();
+    bool known = false;
+    for (const std::string& k : keys.keys) known |= (k == name);
+    if (!known) src.fail(key, unknown_key_message(prefix, name, keys));
+    auto [prev, inserted] = seen.emplace(name, key);
+    if (!inserted)
+      src.fail(key,
+               strformat("duplicate key '%s' (first set at %s)",
+                         join_path(prefix, name.c_str()).c_str(), src.where(prev->second).c_str()));
+  }
+  FieldReader reader{n, prefix, src};
+  visit(reader, s);
+}
+
+// "a.b=value" -> ("a.b", value node). Flow lists/maps and quoted strings are parsed as YAML; any
+// other text is taken verbatim (so globs such as *.bin and strings with '#' survive).
+std::pair<std::string, YAML::Node> parse_override(const std::string& arg) {
+  const std::string where = "--set '" + arg + "'";
+  const size_t eq = arg.find('=');
+  auto syntax_error = [&] {
+    ATTN_FAIL("%s: expected key=value with a dotted key, e.g. --set optim.lr=3e-4", where.c_str());
+  };
+  if (eq == std::string::npos || eq == 0) syntax_error();
+  const std::string key = arg.substr(0, eq);
+  const std::string text = arg.substr(eq + 1);
+  bool prev_dot = true;
+  for (char c : key) {
+    bool dot = c == '.';
+    if ((dot && prev_dot) || !(dot || std::isalnum((unsigned char)c) || c == '_' || c == '-'))
+      syntax_error();
+    prev_dot = dot;
+  }
+  if (prev_dot) syntax_error();
+  const char first = text.empty() ? '\0' : text[0];
+  if (first == '[' || first == '{' || first == '"' || first == '\'') {
+    try {
+      return {key, YAML::Load(text)};
+    } catch (const YAML::Exception& e) {
+      ATTN_FAIL("%s: invalid YAML value: %s", where.c_str(), e.msg.c_str());
+    }
+  }
+  return {key, YAML::Node(text)};
+}
+
+// {a: {b: value}} for key "a.b", so that an override goes through the same reader as the file.
+YAML::Node nest(const std::string& key, const YAML::Node& value) {
+  YAML::Node map(YAML::NodeType::Map);
+  const size_t dot = key.find('.');
+  if (dot == std::string::npos) {
+    map[key] = value;
+  } else {
+    map[key.substr(0, dot)] = nest(key.substr(dot + 1), value);
+  }
+  return map;
+}
+
+// ---- printing ---------------------------------------------------------------------------------
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      out += strformat("\\x%02x", c);
+    } else {
+      out += char(c);
+    }
+  }
+  return out + "\"";
+}
+
+std::string format_value(const std::string& v) { return quote(v); }
+std::string format_value(int v) { return std::to_string(v); }
+std::string format_value(int64_t v) { return std::to_string(v); }
+std::string format_value(bool v) { return v ? "true" : "false"; }
+std::string format_value(const ReservedSection&) { return "{}"; }
+template <RecipeEnum E>
+std::string format_value(E v) {
+  return std::string(enum_name(v));
+}
+std::string format_value(double v) {
+  // Shortest text that reads back to the same double; always with a '.' so it reads as a float.
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  ATTN_ASSERT(ec == std::errc());
+  std::string s(buf, end);
+  if (s.find_first_of(".en") == std::string::npos) return s + ".0";  // "1" -> "1.0"
+  size_t e = s.find('e');
+  if (e != std::string::npos && s.find('.') == std::string::npos) s.insert(e, ".0");
+  return s;
+}
+std::string format_value(const std::vector<std::string>& v) {
+  std::vector<std::string> items;
+  for (const std::string& s : v) items.push_back(quote(s));
+  return "[" + join_names(items) + "]";
+}
+
+struct Printer {
+  std::string indent;
+  std::string* out;
+  template <class T>
+  void field(const char* key, const T& value, Aliases = {}) {
+    *out += indent + key + ": " + format_value(value) + "\n";
+  }
+  template <class S>
+  void section(const char* key, const S& s, Aliases = {}) {
+    *out += indent + key + ":\n";
+    Printer sub{indent + "  ", out};
+    visit(sub, s);
+  }
+};
+
+}  // namespace
+
+std::vector<std::string> recipe_key_paths() {
+  static const std::vector<std::string> paths = [] {
+    std::vector<std::string> out;
+    PathLister lister{"", &out};
+    const Recipe r{};
+    visit(lister, r);
+    return out;
+  }();
+  return paths;
+}
+
+std::string recipe_to_yaml(const Recipe& recipe) {
+  std::string out = "# attnlab recipe, fully resolved (every key; docs/recipes.md)\n";
+  Printer printer{"", &out};
+  visit(printer, recipe);
+  return out;
+}
+
+Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides) {
+  std::map<std::string, std::string> locations;
+  const Source file{source_name, true, &locations};
+  const YAML::Node root = [&] {
+    try {
+      return YAML::Load(yaml_text);
+    } catch (const YAML::ParserException& e) {
+      ATTN_FAIL("%s:%d: YAML syntax error: %s", source_name.c_str(), e.mark.line + 1,
+                e.msg.c_str());
+    }
+  }();
+
+  std::vector<std::pair<Source, YAML::Node>> sets;
+  for (const std::string& arg : overrides) {
+    auto [key, value] = parse_override(arg);
+    sets.emplace_back(Source{"--set '" + arg + "'", false, &locations}, nest(key, value));
+  }
+
+  Recipe recipe;
+  // The preset goes first so that explicit keys (file or --set) win over it.
+  std::string preset;
+  auto probe_preset = [&](const YAML::Node& tree, const Source& src) {
+    if (!tree.IsMap()) return;
+    const YAML::Node model = tree["model"];
+    const std::string prefix = "model";
+    if (model.IsDefined() && model.IsMap()) FieldReader{model, prefix, src}.field("preset", preset);
+  };
+  probe_preset(root, file);
+  for (const auto& [src, tree] : sets) probe_preset(tree, src);
+  try {
+    apply_model_preset(recipe.model, preset);
+  } catch (const ConfigError& e) {
+    throw Error(locations["model.preset"] + ": " + e.what());
+  }
+
+  read_section(root, "", file, recipe);
+  for (const auto& [src, tree] : sets) read_section(tree, "", src, recipe);
+
+  try {
+    recipe.validate();
+  } catch (const ConfigError& e) {
+    auto it = locations.find(e.key_path());
+    throw Error((it != locations.end() ? it->second : source_name) + ": " + e.what());
+  }
+  return recipe;
+}
+
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  ATTN_REQUIRE(in.good(), "cannot open recipe '%s': %s", path.c_str(), std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_recipe(text.str(), path, overrides);
+}
+
+}  // namespace attnlab

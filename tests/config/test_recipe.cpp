@@ -1,0 +1,396 @@
+// Recipe loading: defaults, presets, precedence, every class of error (with its message), the
+// YAML round trip, and every recipe shipped in recipes/.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "config/recipe.h"
+#include "config/suggest.h"
+
+namespace attnlab {
+namespace {
+
+// The message of the attnlab::Error thrown by `fn` ("" when nothing is thrown).
+template <class Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string parse_error(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  return error_of([&] { parse_recipe(yaml, "x.yaml", sets); });
+}
+
+#define EXPECT_HAS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "message: " << (haystack)
+
+TEST(RecipeSuggest, EditDistanceAndClosestMatch) {
+  EXPECT_EQ(edit_distance("", ""), 0);
+  EXPECT_EQ(edit_distance("abc", ""), 3);
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3);
+  EXPECT_EQ(edit_distance("lr", "rl"), 1);
+  EXPECT_EQ(edit_distance("stesp", "steps"), 1);
+  EXPECT_EQ(edit_distance("ca", "abc"), 3);
+  EXPECT_EQ(closest_match("cosin", {"cosine", "linear"}), "cosine");
+  EXPECT_EQ(closest_match("COSINE", {"linear", "cosine"}), "cosine");
+  EXPECT_EQ(closest_match("zzzzzz", {"cosine", "linear"}), "");
+  EXPECT_EQ(join_names({"a", "b", "c"}), "a, b, c");
+}
+
+TEST(RecipeDefaults, EmptyTextGivesDefaults) {
+  Recipe r = parse_recipe("", "empty.yaml");
+  EXPECT_EQ(r, Recipe{});
+  EXPECT_EQ(r.model.family, ModelFamily::gpt2);
+  EXPECT_EQ(r.model.n_layer, 12);
+  EXPECT_EQ(r.model.n_kv_head, 0);
+  EXPECT_EQ(r.model.kv_heads(), 12);
+  EXPECT_EQ(r.model.head_dim(), 64);
+  EXPECT_EQ(r.model.padded_vocab(), 50304);  // 50257 rounded up to a multiple of 128
+  EXPECT_EQ(r.attention.type, "dense");
+  EXPECT_EQ(r.data.source, DataSource::synthetic);
+  EXPECT_EQ(r.data.synthetic.train_tokens, 4000000);
+  EXPECT_DOUBLE_EQ(r.optim.lr, 6e-4);
+  EXPECT_DOUBLE_EQ(r.optim.beta2, 0.95);
+  EXPECT_EQ(r.schedule.type, ScheduleType::cosine);
+  EXPECT_DOUBLE_EQ(r.schedule.decay_frac, 0.2);
+  EXPECT_EQ(r.train.device, DeviceChoice::auto_select);
+  EXPECT_EQ(r.train.precision, Precision::bf16);
+  EXPECT_EQ(r.train.tokens_per_step(), 4 * 1024);
+  EXPECT_EQ(r.train.grad_accum_steps(1), 1);
+  EXPECT_EQ(r.eval.every, 100);
+  EXPECT_EQ(r.checkpoint.keep_last, 2);
+  EXPECT_EQ(r.log.color, ColorMode::auto_detect);
+  EXPECT_EQ(r.distributed.backend, DistBackend::none);
+  EXPECT_EQ(r.retrofit.train_roles, std::vector<std::string>{"attention"});
+  EXPECT_EQ(r.retrofit.trainable_roles().size(), 3u);  // disabled: everything trains
+  EXPECT_NO_THROW(Recipe{}.validate());
+  // Null sections ("train:" with nothing below) and null strings are accepted.
+  Recipe n = parse_recipe("train:\ndata:\n  val:\n", "null.yaml");
+  EXPECT_EQ(n, Recipe{});
+}
+
+TEST(RecipeDefaults, HelperArithmetic) {
+  ModelConfig m;
+  m.vocab_size = 257;
+  m.vocab_multiple = 64;
+  EXPECT_EQ(m.padded_vocab(), 320);
+  m.vocab_multiple = 1;
+  EXPECT_EQ(m.padded_vocab(), 257);
+  TrainConfig t;
+  t.micro_batch = 8;
+  t.seq_len = 256;
+  t.batch_tokens = 8 * 256 * 12;
+  EXPECT_EQ(t.grad_accum_steps(1), 12);
+  EXPECT_EQ(t.grad_accum_steps(4), 3);
+  EXPECT_HAS(error_of([&] { t.grad_accum_steps(5); }),
+             "must be a multiple of train.micro_batch * train.seq_len * world size = 8 * 256 * 5");
+  EXPECT_EQ(enum_name(ScheduleType::wsd), "wsd");
+  EXPECT_EQ(enum_name(DeviceChoice::auto_select), "auto");
+}
+
+TEST(RecipePresets, SetShapeAndExplicitKeysWin) {
+  struct Want {
+    const char* name;
+    int n_layer, n_head, n_embd;
+  };
+  for (Want w : {Want{"gpt2", 12, 12, 768}, Want{"gpt2-medium", 24, 16, 1024},
+                 Want{"gpt2-large", 36, 20, 1280}, Want{"gpt2-xl", 48, 25, 1600}}) {
+    Recipe r = parse_recipe(std::string("model:\n  n_layer: 3\n  preset: ") + w.name, "p.yaml");
+    EXPECT_EQ(r.model.preset, w.name);
+    EXPECT_EQ(r.model.n_layer, 3) << "an explicit key must beat the preset, even written first";
+    EXPECT_EQ(r.model.n_head, w.n_head) << w.name;
+    EXPECT_EQ(r.model.n_embd, w.n_embd) << w.name;
+    EXPECT_EQ(r.model.vocab_size, 50257);
+    EXPECT_EQ(r.model.block_size, 1024);
+    EXPECT_EQ(r.model.head_dim(), 64);
+  }
+  // A preset given with --set still loses to the file's explicit keys.
+  Recipe r = parse_recipe(
+      "model:\n  n_embd: 256\n  n_head: 4\n  block_size: 512\n"
+      "train:\n  seq_len: 512\n",
+      "p.yaml", {"model.preset=gpt2-xl"});
+  EXPECT_EQ(r.model.n_layer, 48);
+  EXPECT_EQ(r.model.n_embd, 256);
+  EXPECT_EQ(r.model.block_size, 512);
+  EXPECT_HAS(parse_error("model:\n  preset: gpt3\n"),
+             "x.yaml:2: model.preset 'gpt3' is not a known preset (valid: gpt2, gpt2-medium, "
+             "gpt2-large, gpt2-xl); did you mean 'gpt2'?");
+}
+
+TEST(RecipeOverrides, PrecedenceAndValueForms) {
+  const std::string yaml =
+      "optim:\n  lr: 1e-3\ntrain:\n  steps: 50\n  seq_len: 64\n  micro_batch: 2\n"
+      "model:\n  block_size: 64\n";
+  Recipe r = parse_recipe(
+      yaml, "o.yaml",
+      {"optim.lr=3e-4", "train.steps=1_000", "train.steps=2_000", "data.train=data/shards/*.bin",
+       "train.name=run #1", "retrofit.train_roles=[attention, adapter]", "train.device=cpu",
+       "train.deterministic=off", "attention.focus={}",
+       "data.val=", "data.synthetic.train_tokens=4e5", "train.out_dir='runs/a b'"});
+  EXPECT_DOUBLE_EQ(r.optim.lr, 3e-4);
+  EXPECT_EQ(r.train.steps, 2000) << "later --set wins";
+  EXPECT_EQ(r.train.seq_len, 64) << "file keys not overridden stay";
+  EXPECT_EQ(r.data.train, "data/shards/*.bin");
+  EXPECT_EQ(r.train.name, "run #1");
+  EXPECT_EQ(r.retrofit.train_roles, (std::vector<std::string>{"attention", "adapter"}));
+  EXPECT_EQ(r.train.device, DeviceChoice::cpu);
+  EXPECT_FALSE(r.train.deterministic);
+  EXPECT_EQ(r.data.val, "");
+  EXPECT_EQ(r.data.synthetic.train_tokens, 400000);
+  EXPECT_EQ(r.train.out_dir, "runs/a b");
+  // An override can repair a file value that would not validate on its own.
+  EXPECT_NO_THROW(parse_recipe("train:\n  micro_batch: 0\n", "o.yaml", {"train.micro_batch=1"}));
+}
+
+TEST(RecipeErrors, UnknownKeysSuggestTheRightOne) {
+  EXPECT_EQ(parse_error("model:\n  n_layer: 2\noptim:\n  lr: 1e-3\n  learnig_rate: 3e-4\n"),
+            "x.yaml:5: unknown key 'optim.learnig_rate'; did you mean 'optim.lr'?");
+  EXPECT_EQ(parse_error("train:\n  stesp: 10\n"),
+            "x.yaml:2: unknown key 'train.stesp'; did you mean 'train.steps'?");
+  EXPECT_EQ(parse_error("train:\n  lr: 1e-3\n"),
+            "x.yaml:2: unknown key 'train.lr'; did you mean 'optim.lr'?");
+  EXPECT_EQ(parse_error("optimizer:\n  lr: 1e-3\n"),
+            "x.yaml:1: unknown section 'optimizer'; did you mean 'optim'?");
+  EXPECT_EQ(parse_error("data:\n  synthetic:\n    vocab_size: 9\n    tokns: 5\n"),
+            "x.yaml:4: unknown key 'data.synthetic.tokns'; did you mean "
+            "'data.synthetic.train_tokens'?");
+  std::string m = parse_error("log:\n  qqqqqqqq: 1\n");
+  EXPECT_HAS(m,
+             "x.yaml:2: unknown key 'log.qqqqqqqq' (valid keys in log: every, metrics_file, "
+             "color)");
+  EXPECT_HAS(parse_error("train:\n  steps: 1\n  steps: 2\n"),
+             "x.yaml:3: duplicate key 'train.steps' (first set at x.yaml:2)");
+  EXPECT_EQ(parse_error("", {"optim.learnig_rate=1"}),
+            "--set 'optim.learnig_rate=1': unknown key 'optim.learnig_rate'; did you mean "
+            "'optim.lr'?");
+}
+
+TEST(RecipeErrors, WrongTypes) {
+  EXPECT_EQ(parse_error("optim:\n  lr: abc\n"), "x.yaml:2: optim.lr: expected a float, got 'abc'");
+  EXPECT_EQ(parse_error("train:\n\n  steps: 1.5\n"),
+            "x.yaml:3: train.steps: expected an integer, got '1.5'");
+  EXPECT_EQ(parse_error("train:\n  micro_batch: 99999999999\n"),
+            "x.yaml:2: train.micro_batch: 99999999999 does not fit a 32-bit integer");
+  EXPECT_EQ(parse_error("model:\n  bias: maybe\n"),
+            "x.yaml:2: model.bias: expected true or false, got 'maybe'");
+  EXPECT_EQ(parse_error("optim:\n  lr: [1, 2]\n"),
+            "x.yaml:2: optim.lr: expected a float, got a list");
+  EXPECT_EQ(parse_error("optim:\n  lr: .inf\n"),
+            "x.yaml:2: optim.lr: expected a float, got '.inf'");
+  EXPECT_EQ(parse_error("train: 5\n"), "x.yaml:1: train: expected a map of keys, got '5'");
+  EXPECT_EQ(parse_error("- a\n- b\n"),
+            "x.yaml:1: a recipe must be a map of sections (model:, train:, ...), got a list");
+  EXPECT_EQ(parse_error("retrofit:\n  train_roles: attention\n"),
+            "x.yaml:2: retrofit.train_roles: expected a list of strings such as [a, b], got "
+            "'attention'");
+  EXPECT_EQ(parse_error("", {"train.steps=abc"}),
+            "--set 'train.steps=abc': train.steps: expected an integer, got 'abc'");
+  {
+    std::string m = parse_error("train:\n  steps: [1\n");
+    EXPECT_EQ(m.rfind("x.yaml:", 0), 0u) << m;
+    EXPECT_HAS(m, ": YAML syntax error");
+  }
+}
+
+TEST(RecipeErrors, OutOfRangeAndCrossField) {
+  EXPECT_EQ(parse_error("train:\n  micro_batch: 0\n"),
+            "x.yaml:2: train.micro_batch must be >= 1, got 0");
+  EXPECT_EQ(parse_error("", {"train.micro_batch=0"}),
+            "--set 'train.micro_batch=0': train.micro_batch must be >= 1, got 0");
+  EXPECT_EQ(parse_error("optim:\n  beta2: 1.0\n"),
+            "x.yaml:2: optim.beta2 must be in [0, 1), got 1");
+  EXPECT_EQ(parse_error("schedule:\n  decay_frac: 0\n"),
+            "x.yaml:2: schedule.decay_frac must be in (0, 1], got 0");
+  EXPECT_EQ(parse_error("optim:\n  lr: -1\n"), "x.yaml:2: optim.lr must be > 0, got -1");
+  EXPECT_EQ(parse_error("checkpoint:\n  keep_last: 0\n"),
+            "x.yaml:2: checkpoint.keep_last must be >= 1, got 0");
+  EXPECT_EQ(parse_error("train:\n  seq_len: 2048\n"),
+            "x.yaml:2: train.seq_len (2048) must be <= model.block_size (1024)");
+  EXPECT_EQ(parse_error("train:\n  micro_batch: 4\n  seq_len: 1024\n  batch_tokens: 10000\n"),
+            "x.yaml:4: train.batch_tokens (10000) must be a multiple of train.micro_batch * "
+            "train.seq_len = 4 * 1024 = 4096");
+  EXPECT_EQ(parse_error("model:\n  n_head: 5\n"),
+            "x.yaml: model.n_embd (768) must be divisible by model.n_head (5)");
+  EXPECT_EQ(parse_error("model:\n  n_kv_head: 5\n"),
+            "x.yaml:2: model.n_kv_head (5) must divide model.n_head (12); 0 means n_head");
+  EXPECT_EQ(parse_error("schedule:\n  warmup_steps: 5000\n"),
+            "x.yaml:2: schedule.warmup_steps (5000) must be <= train.steps (1000)");
+  EXPECT_EQ(parse_error("data:\n  source: shards\n  val: v*.bin\n"),
+            "x.yaml: data.train must name the training shards (a glob) when data.source is "
+            "'shards'");
+  EXPECT_HAS(parse_error("data:\n  source: shards\n  train: t*.bin\n"),
+             "x.yaml: data.val is empty but evaluation is on");
+  EXPECT_NO_THROW(parse_recipe("data:\n  source: shards\n  train: t*.bin\n", "x.yaml",
+                               {"eval.every=0", "eval.at_end=false"}));
+  EXPECT_EQ(parse_error("model:\n  vocab_size: 300\n"),
+            "x.yaml: data.synthetic.vocab_size (512) must be <= model.vocab_size (300)");
+  // validate() alone (no file) names only the key.
+  Recipe r;
+  r.train.micro_batch = 0;
+  try {
+    r.validate();
+    ADD_FAILURE() << "validate() accepted micro_batch 0";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key_path(), "train.micro_batch");
+    EXPECT_STREQ(e.what(), "train.micro_batch must be >= 1, got 0");
+  }
+}
+
+TEST(RecipeErrors, EnumsAndUnsupportedFeatures) {
+  EXPECT_EQ(parse_error("model:\n  family: llama\n"),
+            "x.yaml:2: model.family 'llama' is not supported yet (valid: gpt2)");
+  EXPECT_EQ(parse_error("model:\n  norm: rmsnorm\n"),
+            "x.yaml:2: model.norm 'rmsnorm' is not supported yet (valid: layernorm)");
+  EXPECT_EQ(parse_error("model:\n  mlp: swiglu\n"),
+            "x.yaml:2: model.mlp 'swiglu' is not supported yet (valid: gelu)");
+  EXPECT_EQ(parse_error("model:\n  position: rope\n"),
+            "x.yaml:2: model.position 'rope' is not supported yet (valid: learned)");
+  EXPECT_EQ(parse_error("distributed:\n  backend: nccl\n"),
+            "x.yaml:2: distributed.backend 'nccl' is not supported yet (valid: none)");
+  EXPECT_EQ(parse_error("schedule:\n  type: cosin\n"),
+            "x.yaml:2: schedule.type 'cosin' is not a valid value (valid: cosine, linear, "
+            "constant, wsd); did you mean 'cosine'?");
+  EXPECT_EQ(parse_error("train:\n  precision: int4\n"),
+            "x.yaml:2: train.precision 'int4' is not a valid value (valid: bf16, fp32)");
+  EXPECT_EQ(parse_error("retrofit:\n  enabled: true\n"),
+            "x.yaml:2: retrofit.enabled: retrofitting a trained model is not supported yet "
+            "(set retrofit.enabled=false)");
+  EXPECT_EQ(parse_error("retrofit:\n  train_roles: [attention, centroids]\n"),
+            "x.yaml:2: retrofit.train_roles: unknown parameter role 'centroids' (valid: base, "
+            "attention, adapter)");
+  EXPECT_EQ(parse_error("attention:\n  focus:\n    groups: 8\n"),
+            "x.yaml:3: attention.focus.groups: the 'attention.focus' section is reserved for a "
+            "later release and takes no keys yet");
+  EXPECT_NO_THROW(parse_recipe("attention:\n  focus: {}\n  sfa:\n", "x.yaml"));
+}
+
+TEST(RecipeErrors, BadSetSyntax) {
+  for (const char* bad :
+       {"train.steps", "=5", ".steps=5", "train..steps=5", "train.steps.=5", "train steps=5"}) {
+    EXPECT_EQ(parse_error("", {bad}), std::string("--set '") + bad +
+                                          "': expected key=value with a dotted key, e.g. --set "
+                                          "optim.lr=3e-4")
+        << bad;
+  }
+  EXPECT_HAS(parse_error("", {"retrofit.train_roles=[a"}),
+             "--set 'retrofit.train_roles=[a': invalid YAML value");
+  EXPECT_EQ(parse_error("", {"train=5"}),
+            "--set 'train=5': train: expected a map of keys, got '5'");
+  EXPECT_EQ(parse_error("", {"nope.x=5"}),
+            "--set 'nope.x=5': unknown section 'nope' (valid "
+            "sections: model, attention, data, optim, schedule, "
+            "train, eval, checkpoint, log, distributed, retrofit)");
+  EXPECT_HAS(error_of([] { load_recipe("/nonexistent/recipe.yaml", {}); }),
+             "cannot open recipe '/nonexistent/recipe.yaml'");
+}
+
+TEST(RecipeYaml, RoundTripIsExact) {
+  Recipe r;
+  r.model.preset = "gpt2-medium";
+  r.model.n_layer = 3;
+  r.model.n_head = 16;
+  r.model.n_embd = 1024;
+  r.model.norm_eps = 1.0 / 3.0;  // needs all 17 digits
+  r.model.init_std = 0.02 / std::sqrt(2.0 * 3);
+  r.model.tied_embeddings = false;
+  r.attention.type = "focus";
+  r.attention.window = 256;
+  r.data.source = DataSource::shards;
+  r.data.train = "data/*train*.bin";
+  r.data.val = "data/\"quoted\"\\val #1.bin";
+  r.data.tokenizer = "gpt2:/models/gpt2";
+  r.data.synthetic.train_tokens = 123456789012LL;
+  r.optim.lr = 6e-4;
+  r.optim.eps = 1e-10;
+  r.optim.grad_clip = 0;
+  r.schedule.type = ScheduleType::wsd;
+  r.schedule.final_lr_frac = 0.1;
+  r.train.name = "";
+  r.train.seq_len = 512;
+  r.train.micro_batch = 3;
+  r.train.batch_tokens = 3 * 512 * 7;
+  r.train.device = DeviceChoice::cuda;
+  r.train.recompute = Recompute::block;
+  r.train.seed = -5;
+  r.log.color = ColorMode::never;
+  r.retrofit.train_roles = {"attention", "adapter"};
+  r.model.block_size = 512;
+  ASSERT_NO_THROW(r.validate());
+  const std::string yaml = recipe_to_yaml(r);
+  Recipe back = parse_recipe(yaml, "resolved.yaml");
+  EXPECT_EQ(back, r) << yaml;
+  EXPECT_EQ(recipe_to_yaml(back), yaml);
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(Recipe{}), "d.yaml"), Recipe{});
+  // Every key is printed, floats always read as floats, enums by name.
+  for (const std::string& path : recipe_key_paths()) {
+    std::string line = "\n";
+    line.append(2 * std::count(path.begin(), path.end(), '.'), ' ');
+    line.append(path.substr(path.rfind('.') + 1)).append(":");
+    EXPECT_HAS(yaml, line);
+  }
+  EXPECT_HAS(yaml, "  grad_clip: 0.0\n");
+  EXPECT_HAS(yaml, "  lr: 6.0e-04\n");
+  EXPECT_HAS(yaml, "  type: wsd\n");
+  EXPECT_HAS(yaml, "  device: cuda\n");
+  EXPECT_HAS(yaml, "  focus: {}\n");
+  EXPECT_HAS(yaml, "  train_roles: [\"attention\", \"adapter\"]\n");
+}
+
+TEST(RecipeYaml, KeyPathsCoverTheSchema) {
+  std::vector<std::string> paths = recipe_key_paths();
+  EXPECT_EQ(paths.front(), "model.preset");
+  EXPECT_EQ(paths.back(), "retrofit.train_roles");
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "data.synthetic.seed"), paths.end());
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "attention.focus"), paths.end());
+  EXPECT_EQ(std::set<std::string>(paths.begin(), paths.end()).size(), paths.size());
+}
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(RecipeFiles, ShippedRecipesLoadAndValidate) {
+  const std::filesystem::path dir = std::filesystem::path(ATTNLAB_SOURCE_DIR) / "recipes";
+  int count = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(entry.path().string());
+    Recipe r;
+    ASSERT_NO_THROW(r = load_recipe(entry.path().string(), {}));
+    EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "resolved.yaml"), r);
+    ++count;
+  }
+  EXPECT_GE(count, 2);
+
+  Recipe gpt2 = load_recipe((dir / "gpt2-124m-dense.yaml").string(), {});
+  EXPECT_EQ(gpt2.model.n_layer, 12);
+  EXPECT_EQ(gpt2.model.n_embd, 768);
+  EXPECT_EQ(gpt2.train.tokens_per_step(), 524288);
+  EXPECT_EQ(gpt2.train.grad_accum_steps(1), 8);
+  EXPECT_EQ(gpt2.data.source, DataSource::shards);
+  Recipe quick = load_recipe((dir / "quickstart.yaml").string(), {});
+  EXPECT_EQ(quick.model.n_embd, 128);
+  EXPECT_EQ(quick.data.source, DataSource::synthetic);
+}
+
+TEST(RecipeFiles, DocsNameEveryKey) {
+  const std::string docs =
+      read_text(std::filesystem::path(ATTNLAB_SOURCE_DIR) / "docs" / "recipes.md");
+  ASSERT_FALSE(docs.empty());
+  for (const std::string& path : recipe_key_paths()) EXPECT_HAS(docs, "`" + path + "`");
+}
+
+}  // namespace
+}  // namespace attnlab
