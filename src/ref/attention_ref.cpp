@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ref/parallel.h"
 
 namespace attnlab {
 
@@ -48,7 +49,7 @@ void attention_fwd_ref(const AttentionParams<float>& p) {
   check_params(p);
   const int T = p.T_, H = p.n_head, D = p.D, group = p.n_head / p.n_kv_head;
   const int64_t rows = int64_t(p.B) * H * T;
-#pragma omp parallel
+#pragma omp parallel if (worth_parallel(rows * T * D))
   {
     std::vector<double> score(T), acc(D);
 #pragma omp for schedule(dynamic, 16)
@@ -88,7 +89,8 @@ void attention_bwd_ref(const AttentionParams<float>& p) {
   check_params(p);
   const int T = p.T_, H = p.n_head, D = p.D, group = p.n_head / p.n_kv_head;
   const int tasks = p.B * p.n_kv_head;
-#pragma omp parallel
+  const int64_t work = int64_t(tasks) * group * T * T * D;
+#pragma omp parallel if (tasks > 1 && worth_parallel(work))
   {
     std::vector<double> prob(T), dprob(T), dk(size_t(T) * D), dv(size_t(T) * D), dq(D);
 #pragma omp for schedule(dynamic, 1)

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "ref/parallel.h"
+
 namespace attnlab {
 
 namespace {
@@ -40,12 +42,12 @@ void crossentropy_row(const CrossEntropyParams<float>& p, int64_t i, float* dlog
 }  // namespace
 
 void crossentropy_fwd_ref(const CrossEntropyParams<float>& p) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(p.N * p.Vp))
   for (int64_t i = 0; i < p.N; ++i) crossentropy_row(p, i, nullptr);
 }
 
 void crossentropy_fwd_bwd_ref(const CrossEntropyParams<float>& p) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(p.N * p.Vp))
   for (int64_t i = 0; i < p.N; ++i) crossentropy_row(p, i, p.dlogits + i * p.Vp);
 }
 

@@ -2,12 +2,14 @@
 
 #include <vector>
 
+#include "ref/parallel.h"
+
 namespace attnlab {
 
 void embedding_fwd_ref(const EmbeddingParams<float>& p) {
   const int64_t rows = p.B * p.T_;
   const int C = p.C;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(rows * C))
   for (int64_t r = 0; r < rows; ++r) {
     const float* te = p.wte + int64_t(p.tokens[r]) * C;
     const float* pe = p.wpe + int64_t(r % p.T_) * C;
@@ -23,7 +25,7 @@ void embedding_bwd_ref(const EmbeddingParams<float>& p) {
   const int64_t rows = p.B * p.T_;
   const int C = p.C;
   if (p.dwpe) {
-#pragma omp parallel
+#pragma omp parallel if (worth_parallel(rows * C))
     {
       std::vector<double> acc(C);
 #pragma omp for schedule(static)
@@ -45,7 +47,7 @@ void embedding_bwd_ref(const EmbeddingParams<float>& p) {
     std::vector<int64_t> order(static_cast<size_t>(rows));
     std::vector<int64_t> fill(start.begin(), start.end() - 1);
     for (int64_t r = 0; r < rows; ++r) order[size_t(fill[size_t(p.tokens[r])]++)] = r;
-#pragma omp parallel
+#pragma omp parallel if (worth_parallel(rows * C))
     {
       std::vector<double> acc(C);
 #pragma omp for schedule(dynamic, 64)

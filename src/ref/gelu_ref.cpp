@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "ref/parallel.h"
+
 namespace attnlab {
 
 namespace {
@@ -10,7 +12,7 @@ constexpr double kCubic = 0.044715;
 }  // namespace
 
 void gelu_fwd_ref(const GeluParams<float>& p) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(p.n * 16))
   for (int64_t i = 0; i < p.n; ++i) {
     const double x = p.x[i];
     const double u = kSqrt2OverPi * (x + kCubic * x * x * x);
@@ -21,7 +23,7 @@ void gelu_fwd_ref(const GeluParams<float>& p) {
 // d/dx [0.5 x (1 + tanh u)] = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx,
 // du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
 void gelu_bwd_ref(const GeluParams<float>& p) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(p.n * 16))
   for (int64_t i = 0; i < p.n; ++i) {
     const double x = p.x[i];
     const double u = kSqrt2OverPi * (x + kCubic * x * x * x);

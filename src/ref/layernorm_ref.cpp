@@ -3,13 +3,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ref/parallel.h"
+
 namespace attnlab {
 
 // Mean and variance per row in double (two passes, so no cancellation); the saved mean and rstd
 // are float and y is computed from those saved values, exactly as the backward will see them.
 void layernorm_fwd_ref(const LayerNormParams<float>& p) {
   const int C = p.cols;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(p.rows * C))
   for (int64_t r = 0; r < p.rows; ++r) {
     const float* x = p.x + r * C;
     double sum = 0.0;
@@ -37,7 +39,7 @@ void layernorm_fwd_ref(const LayerNormParams<float>& p) {
 // dx may be null (skipped). dgamma/dbeta: column blocks are owned by one thread each and sum the rows in order.
 void layernorm_bwd_ref(const LayerNormParams<float>& p) {
   const int C = p.cols;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(p.rows * C))
   for (int64_t r = 0; r < (p.dx ? p.rows : 0); ++r) {
     const float* x = p.x + r * C;
     const float* dy = p.dy + r * C;
@@ -59,7 +61,7 @@ void layernorm_bwd_ref(const LayerNormParams<float>& p) {
   if (!p.dgamma && !p.dbeta) return;
   constexpr int kBlock = 64;
   const int nblocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(p.rows * C))
   for (int blk = 0; blk < nblocks; ++blk) {
     const int c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
     double acc_g[kBlock] = {}, acc_b[kBlock] = {};

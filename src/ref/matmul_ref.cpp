@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "ref/parallel.h"
+
 namespace attnlab {
 
 namespace {
@@ -149,7 +151,7 @@ void gemm_blocked(const GemmArgs& g, MicroKernel kernel) {
   static_assert(kNC % NR == 0);
   const int64_t m_tiles = (g.M + MC - 1) / MC, n_tiles = (g.N + kNC - 1) / kNC;
   const int64_t tiles = m_tiles * n_tiles;
-#pragma omp parallel if (tiles > 1)
+#pragma omp parallel if (tiles > 1 && worth_parallel(g.M * g.N * g.K))
   {
     AlignedFloats a_pack(size_t(MC * kKC)), b_pack(size_t(kKC * kNC));
 #pragma omp for schedule(dynamic, 1)
@@ -194,7 +196,7 @@ void gemm(const GemmArgs& g) {
 void matmul_fwd_ref(const MatmulParams<float>& p) {
   gemm({p.x, p.in, 1, p.w, 1, p.in, p.y, p.out, p.N, p.out, p.in, false});
   if (!p.bias) return;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(p.N * p.out))
   for (int64_t n = 0; n < p.N; ++n) {
     float* y = p.y + n * p.out;
     for (int o = 0; o < p.out; ++o) y[o] += p.bias[o];
@@ -208,7 +210,7 @@ void matmul_bwd_ref(const MatmulParams<float>& p) {
   if (!p.dbias) return;
   constexpr int kBlock = 64;
   const int nblocks = (p.out + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(p.N * p.out))
   for (int blk = 0; blk < nblocks; ++blk) {
     const int o0 = blk * kBlock, o1 = std::min(p.out, o0 + kBlock);
     double acc[kBlock] = {};
