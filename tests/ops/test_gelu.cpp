@@ -48,7 +48,7 @@ TEST(GeluRef, BackwardMatchesFiniteDifferences) {
   p.dy = dy.data();
   p.dx = dx.data();
   gelu_bwd_ref(p);
-  EXPECT_LT(max_rel_error(dx, fd), 1e-3);
+  EXPECT_LT(max_rel_error(dx, fd), 5e-4);
   // dx is written (=), and may alias dy.
   std::vector<float> inplace = dy;
   p.dy = inplace.data();

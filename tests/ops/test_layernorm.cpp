@@ -78,9 +78,9 @@ TEST(LayerNormRef, BackwardMatchesFiniteDifferences) {
   p.dgamma = dgamma.data();
   p.dbeta = dbeta.data();
   layernorm_bwd_ref(p);
-  EXPECT_LT(max_rel_error(dx, fd_x), 2e-3);
-  EXPECT_LT(max_rel_error(dgamma, fd_gamma), 2e-3);
-  EXPECT_LT(max_rel_error(dbeta, fd_beta), 2e-3);
+  EXPECT_LT(max_rel_error(dx, fd_x), 2e-4);
+  EXPECT_LT(max_rel_error(dgamma, fd_gamma), 2e-4);
+  EXPECT_LT(max_rel_error(dbeta, fd_beta), 2e-4);
 }
 
 // dx, dgamma and dbeta are all accumulated: a second backward adds the same amount again.
