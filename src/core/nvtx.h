@@ -1,8 +1,11 @@
-// RAII NVTX range so a profile reads like the model (free when no profiler is attached).
+// NVTX ranges so that a profile (nsys) reads like the model: one range per op and layer.
+// Without a profiler attached the push/pop calls are near-free no-ops.
 #pragma once
 #include <nvtx3/nvToolsExt.h>
 
 namespace attnlab {
+
+// RAII: pushes a named range on construction, pops it on destruction.
 class NvtxRange {
  public:
   explicit NvtxRange(const char* name) { nvtxRangePushA(name); }
@@ -10,4 +13,5 @@ class NvtxRange {
   NvtxRange(const NvtxRange&) = delete;
   NvtxRange& operator=(const NvtxRange&) = delete;
 };
+
 }  // namespace attnlab

@@ -1,0 +1,239 @@
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+
+#include "ops/ops.h"
+#include "ref/attention_ref.h"
+#include "test_util.h"
+
+namespace attnlab {
+namespace {
+
+using test::cpu_tensor;
+using test::max_rel_error;
+using test::random_vector;
+
+// q, k, v interleaved per token row as [q: H*D | k: Hkv*D | v: Hkv*D | 2 pad], with a gap between
+// batches; o likewise padded. Odd strides check that the reference honours them.
+struct AttentionCase {
+  int B, T, H, Hkv, D;
+  bool causal;
+  int window;
+  int64_t row, batch, orow, obatch;
+  std::vector<float> qkv, o, lse;
+
+  AttentionCase(int b, int t, int h, int hkv, int d, bool c, int w, uint32_t seed)
+      : B(b), T(t), H(h), Hkv(hkv), D(d), causal(c), window(w) {
+    row = int64_t(H + 2 * Hkv) * D + 2;
+    batch = T * row + 5;
+    orow = int64_t(H) * D + 1;
+    obatch = T * orow + 3;
+    qkv = random_vector(size_t(B * batch), seed, -1.5f, 1.5f);
+    o.assign(size_t(B * obatch), 0.f);
+    lse.assign(size_t(B) * H * T, 0.f);
+  }
+  int64_t q_at(int b, int t, int h, int d) const { return b * batch + t * row + h * D + d; }
+  int64_t k_at(int b, int t, int h, int d) const { return q_at(b, t, H + h, d); }
+  int64_t v_at(int b, int t, int h, int d) const { return q_at(b, t, H + Hkv + h, d); }
+  int64_t o_at(int b, int t, int h, int d) const { return b * obatch + t * orow + h * D + d; }
+  bool visible(int t, int s) const {
+    if (causal && s > t) return false;
+    return window == 0 || s > t - window;
+  }
+
+  AttentionParams<float> params() {
+    AttentionParams<float> p;
+    p.q = qkv.data();
+    p.k = qkv.data() + int64_t(H) * D;
+    p.v = qkv.data() + int64_t(H + Hkv) * D;
+    p.o = o.data();
+    p.lse = lse.data();
+    p.qkv_batch_stride = batch;
+    p.qkv_row_stride = row;
+    p.o_batch_stride = obatch;
+    p.o_row_stride = orow;
+    p.B = B;
+    p.T_ = T;
+    p.n_head = H;
+    p.n_kv_head = Hkv;
+    p.D = D;
+    p.scale = float(1.0 / std::sqrt(double(D)));
+    p.causal = causal;
+    p.window = window;
+    return p;
+  }
+
+  // softmax(scale q k^T + mask) v with the full score matrix, in double; also the lse.
+  void naive(std::vector<double>* out, std::vector<double>* out_lse) const {
+    out->assign(o.size(), 0.0);
+    out_lse->assign(lse.size(), 0.0);
+    const double scale = 1.0 / std::sqrt(double(D));
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < H; ++h) {
+        const int hk = h / (H / Hkv);
+        for (int t = 0; t < T; ++t) {
+          std::vector<double> s(T, -std::numeric_limits<double>::infinity());
+          double mx = -std::numeric_limits<double>::infinity();
+          for (int j = 0; j < T; ++j) {
+            if (!visible(t, j)) continue;
+            double dot = 0;
+            for (int d = 0; d < D; ++d) dot += double(qkv[q_at(b, t, h, d)]) * qkv[k_at(b, j, hk, d)];
+            s[j] = dot * scale;
+            mx = std::max(mx, s[j]);
+          }
+          double sum = 0;
+          for (int j = 0; j < T; ++j) sum += std::exp(s[j] - mx);
+          (*out_lse)[(b * H + h) * T + t] = mx + std::log(sum);
+          for (int j = 0; j < T; ++j) {
+            const double pj = std::exp(s[j] - mx) / sum;
+            for (int d = 0; d < D; ++d) (*out)[o_at(b, t, h, d)] += pj * qkv[v_at(b, j, hk, d)];
+          }
+        }
+      }
+  }
+};
+
+TEST(AttentionRef, ForwardMatchesNaiveSoftmax) {
+  struct Shape {
+    int B, T, H, Hkv, D;
+    bool causal;
+    int window;
+  };
+  const Shape shapes[] = {{2, 13, 4, 4, 8, true, 0},  {1, 1, 2, 2, 4, true, 0},
+                          {2, 13, 4, 2, 8, true, 0},  {2, 13, 4, 1, 8, true, 4},
+                          {1, 9, 2, 2, 16, false, 0}, {1, 7, 3, 3, 5, true, 1}};
+  for (const auto& s : shapes) {
+    AttentionCase c(s.B, s.T, s.H, s.Hkv, s.D, s.causal, s.window, 5);
+    attention_fwd_ref(c.params());
+    std::vector<double> o, lse;
+    c.naive(&o, &lse);
+    EXPECT_LT(max_rel_error(c.o, o), 1e-6) << s.T << " " << s.Hkv << " " << s.window;
+    EXPECT_LT(max_rel_error(c.lse, lse), 1e-6) << s.T << " " << s.Hkv << " " << s.window;
+  }
+}
+
+// The analytic backward (recomputed from the saved lse) against central differences of
+// sum(dout * o) w.r.t. every element of the qkv buffer (padding included: its gradient is 0).
+void check_backward(AttentionCase c, uint32_t seed) {
+  const auto dout = random_vector(c.o.size(), seed);
+  auto loss = [&] {
+    attention_fwd_ref(c.params());
+    return test::weighted_sum(dout, c.o);
+  };
+  const auto fd = test::finite_difference(c.qkv.data(), c.qkv.size(), loss);
+  attention_fwd_ref(c.params());
+  std::vector<float> dqkv(c.qkv.size(), 0.f);
+  AttentionParams<float> p = c.params();
+  p.dout = dout.data();
+  p.dq = dqkv.data();
+  p.dk = dqkv.data() + int64_t(c.H) * c.D;
+  p.dv = dqkv.data() + int64_t(c.H + c.Hkv) * c.D;
+  attention_bwd_ref(p);
+  EXPECT_LT(max_rel_error(dqkv, fd), 1e-4)
+      << "T=" << c.T << " H=" << c.H << " Hkv=" << c.Hkv << " window=" << c.window;
+  // dq, dk, dv are written (=): a second call over stale values gives the same bits.
+  const auto first = dqkv;
+  for (int b = 0; b < c.B; ++b)
+    for (int t = 0; t < c.T; ++t)
+      for (int d = 0; d < c.D; ++d) dqkv[c.k_at(b, t, 0, d)] += 3.f;
+  attention_bwd_ref(p);
+  EXPECT_EQ(dqkv, first);
+}
+
+TEST(AttentionRef, BackwardMatchesFiniteDifferences) {
+  check_backward(AttentionCase(2, 5, 2, 2, 4, true, 0, 11), 12);
+  check_backward(AttentionCase(1, 6, 4, 2, 3, true, 0, 13), 14);   // GQA
+  check_backward(AttentionCase(1, 6, 2, 1, 4, true, 2, 15), 16);   // GQA + window
+  check_backward(AttentionCase(1, 4, 2, 2, 4, false, 0, 17), 18);  // bidirectional
+  check_backward(AttentionCase(2, 1, 2, 2, 4, true, 0, 19), 20);   // T = 1
+}
+
+TEST(AttentionRef, DeterministicAcrossThreadCounts) {
+  AttentionCase c(2, 64, 4, 2, 16, true, 0, 21);
+  const auto dout = random_vector(c.o.size(), 22);
+  auto run = [&](int threads) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<float> dqkv(c.qkv.size(), 0.f);
+    AttentionParams<float> p = c.params();
+    attention_fwd_ref(p);
+    p.dout = dout.data();
+    p.dq = dqkv.data();
+    p.dk = dqkv.data() + int64_t(c.H) * c.D;
+    p.dv = dqkv.data() + int64_t(c.H + c.Hkv) * c.D;
+    attention_bwd_ref(p);
+    omp_set_num_threads(saved);
+    dqkv.insert(dqkv.end(), c.o.begin(), c.o.end());
+    dqkv.insert(dqkv.end(), c.lse.begin(), c.lse.end());
+    return dqkv;
+  };
+  const auto one = run(1);
+  EXPECT_EQ(one, run(2));
+  EXPECT_EQ(one, run(3));
+}
+
+TEST(AttentionRef, RejectsUnsupportedParams) {
+  AttentionCase c(1, 4, 3, 2, 4, true, 0, 23);
+  EXPECT_EQ(test::thrown_message([&] { attention_fwd_ref(c.params()); }),
+            "attention: n_kv_head (2) must divide n_head (3)");
+  AttentionCase w(1, 4, 2, 2, 4, false, 2, 24);
+  EXPECT_EQ(test::thrown_message([&] { attention_fwd_ref(w.params()); }),
+            "attention: a sliding window requires causal attention");
+}
+
+// The op on a packed [B, T, 3C] qkv equals the reference called with the packed strides.
+TEST(AttentionOp, PackedLayoutAndArgumentChecks) {
+  auto ctx = ExecContext::make_cpu();
+  const int B = 2, T = 7, H = 3, D = 4, C = H * D;
+  auto qkv = random_vector(size_t(B * T * 3 * C), 31);
+  std::vector<float> out(size_t(B * T * C)), lse(size_t(B * H * T)), dqkv(qkv.size());
+  const auto dout = random_vector(out.size(), 32);
+  auto dout_v = dout;
+  ops::attention_fwd(*ctx, cpu_tensor(out, {B, T, C}), cpu_tensor(lse, {B, H, T}),
+                     cpu_tensor(qkv, {B, T, 3 * C}), H);
+  ops::attention_bwd(*ctx, cpu_tensor(dqkv, {B, T, 3 * C}), cpu_tensor(dout_v, {B, T, C}),
+                     cpu_tensor(qkv, {B, T, 3 * C}), cpu_tensor(out, {B, T, C}),
+                     cpu_tensor(lse, {B, H, T}), H);
+
+  std::vector<float> out_ref(out.size()), lse_ref(lse.size()), dqkv_ref(qkv.size());
+  AttentionParams<float> p;
+  p.q = qkv.data();
+  p.k = qkv.data() + C;
+  p.v = qkv.data() + 2 * C;
+  p.o = out_ref.data();
+  p.lse = lse_ref.data();
+  p.qkv_batch_stride = T * 3 * C;
+  p.qkv_row_stride = 3 * C;
+  p.o_batch_stride = T * C;
+  p.o_row_stride = C;
+  p.B = B;
+  p.T_ = T;
+  p.n_head = p.n_kv_head = H;
+  p.D = D;
+  p.scale = 0.5f;
+  attention_fwd_ref(p);
+  p.dout = dout.data();
+  p.dq = dqkv_ref.data();
+  p.dk = dqkv_ref.data() + C;
+  p.dv = dqkv_ref.data() + 2 * C;
+  attention_bwd_ref(p);
+  EXPECT_EQ(out, out_ref);
+  EXPECT_EQ(lse, lse_ref);
+  EXPECT_EQ(dqkv, dqkv_ref);
+
+  EXPECT_EQ(test::thrown_message([&] {
+              ops::attention_fwd(*ctx, cpu_tensor(out, {B, T, C}), cpu_tensor(lse, {B, H, T}),
+                                 cpu_tensor(qkv, {B, T, 3 * C}), 5);
+            }),
+            "attention: n_head (5) must divide the model width C = 12");
+  EXPECT_EQ(test::thrown_message([&] {
+              ops::attention_fwd(*ctx, cpu_tensor(out, {B, T, C}), cpu_tensor(lse, {B, T, H}),
+                                 cpu_tensor(qkv, {B, T, 3 * C}), H);
+            }),
+            "attention: lse must be f32[2, 3, 7] on cpu, got f32[2, 7, 3] on cpu");
+}
+
+}  // namespace
+}  // namespace attnlab

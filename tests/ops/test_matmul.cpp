@@ -1,0 +1,191 @@
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include "ops/ops.h"
+#include "ref/matmul_ref.h"
+#include "test_util.h"
+
+namespace attnlab {
+namespace {
+
+using test::cpu_tensor;
+using test::max_rel_error;
+using test::random_vector;
+
+struct MatmulCase {
+  int64_t N;
+  int in, out;
+  std::vector<float> x, w, bias, y;
+  MatmulCase(int64_t n, int i, int o, uint32_t seed)
+      : N(n), in(i), out(o), x(random_vector(size_t(n * i), seed)),
+        w(random_vector(size_t(o) * i, seed + 1)), bias(random_vector(size_t(o), seed + 2)),
+        y(size_t(n * o)) {}
+  MatmulParams<float> params() {
+    MatmulParams<float> p;
+    p.x = x.data();
+    p.w = w.data();
+    p.bias = bias.data();
+    p.y = y.data();
+    p.N = N;
+    p.in = in;
+    p.out = out;
+    return p;
+  }
+};
+
+std::vector<double> naive_fwd(const MatmulCase& c) {
+  std::vector<double> y(size_t(c.N) * c.out);
+  for (int64_t n = 0; n < c.N; ++n)
+    for (int o = 0; o < c.out; ++o) {
+      double s = c.bias[o];
+      for (int i = 0; i < c.in; ++i) s += double(c.x[n * c.in + i]) * c.w[size_t(o) * c.in + i];
+      y[n * c.out + o] = s;
+    }
+  return y;
+}
+
+// Shapes that hit every tile edge of the blocked GEMM (micro-tile, MC/NC/KC blocks), plus the
+// degenerate ones.
+TEST(MatmulRef, ForwardMatchesNaive) {
+  const int shapes[][3] = {{1, 1, 1}, {7, 33, 19}, {130, 300, 70}, {97, 257, 260}, {5, 513, 3}};
+  for (const auto& s : shapes) {
+    MatmulCase c(s[0], s[1], s[2], 7);
+    matmul_fwd_ref(c.params());
+    EXPECT_LT(max_rel_error(c.y, naive_fwd(c)), 2e-6) << s[0] << "x" << s[1] << "x" << s[2];
+  }
+}
+
+TEST(MatmulRef, BackwardMatchesNaive) {
+  MatmulCase c(131, 270, 45, 17);
+  const auto dy = random_vector(c.y.size(), 18);
+  const auto dw0 = random_vector(c.w.size(), 19);
+  const auto db0 = random_vector(c.bias.size(), 20);
+  std::vector<float> dx(c.x.size(), 123.f), dw = dw0, dbias = db0;
+  MatmulParams<float> p = c.params();
+  p.dy = dy.data();
+  p.dx = dx.data();
+  p.dw = dw.data();
+  p.dbias = dbias.data();
+  matmul_bwd_ref(p);
+  std::vector<double> edx(dx.size()), edw(dw.size()), edb(dbias.size());
+  for (int64_t n = 0; n < c.N; ++n)
+    for (int o = 0; o < c.out; ++o) {
+      const double g = dy[n * c.out + o];
+      edb[o] += g;
+      for (int i = 0; i < c.in; ++i) {
+        edx[n * c.in + i] += g * c.w[size_t(o) * c.in + i];
+        edw[size_t(o) * c.in + i] += g * c.x[n * c.in + i];
+      }
+    }
+  for (size_t i = 0; i < edw.size(); ++i) edw[i] += dw0[i];
+  for (size_t i = 0; i < edb.size(); ++i) edb[i] += db0[i];
+  EXPECT_LT(max_rel_error(dx, edx), 2e-6);
+  EXPECT_LT(max_rel_error(dw, edw), 2e-6);
+  EXPECT_LT(max_rel_error(dbias, edb), 2e-6);
+}
+
+TEST(MatmulRef, BackwardMatchesFiniteDifferences) {
+  MatmulCase c(5, 9, 6, 27);
+  const auto dy = random_vector(c.y.size(), 28);
+  auto loss = [&] {
+    matmul_fwd_ref(c.params());
+    return test::weighted_sum(dy, c.y);
+  };
+  const auto fd_x = test::finite_difference(c.x.data(), c.x.size(), loss);
+  const auto fd_w = test::finite_difference(c.w.data(), c.w.size(), loss);
+  const auto fd_b = test::finite_difference(c.bias.data(), c.bias.size(), loss);
+  std::vector<float> dx(c.x.size()), dw(c.w.size(), 0.f), dbias(c.bias.size(), 0.f);
+  MatmulParams<float> p = c.params();
+  p.dy = dy.data();
+  p.dx = dx.data();
+  p.dw = dw.data();
+  p.dbias = dbias.data();
+  matmul_bwd_ref(p);
+  EXPECT_LT(max_rel_error(dx, fd_x), 1e-4);
+  EXPECT_LT(max_rel_error(dw, fd_w), 1e-4);
+  EXPECT_LT(max_rel_error(dbias, fd_b), 1e-4);
+}
+
+// dx is written unless accumulate_dx; dw and dbias always accumulate; null outputs are skipped.
+TEST(MatmulRef, BackwardWriteAndAccumulateContract) {
+  MatmulCase c(9, 20, 11, 37);
+  const auto dy = random_vector(c.y.size(), 38);
+  std::vector<float> dx(c.x.size(), 5.f), dw(c.w.size(), 0.f), dbias(c.bias.size(), 0.f);
+  MatmulParams<float> p = c.params();
+  p.dy = dy.data();
+  p.dx = dx.data();
+  p.dw = dw.data();
+  p.dbias = dbias.data();
+  matmul_bwd_ref(p);
+  const auto dx1 = dx, dw1 = dw, db1 = dbias;
+  matmul_bwd_ref(p);
+  EXPECT_EQ(dx, dx1);  // written: the same again
+  for (size_t i = 0; i < dw.size(); ++i) EXPECT_NEAR(dw[i], 2 * dw1[i], 1e-5);
+  for (size_t i = 0; i < dbias.size(); ++i) EXPECT_NEAR(dbias[i], 2 * db1[i], 1e-5);
+  p.accumulate_dx = true;
+  p.dw = nullptr;
+  p.dbias = nullptr;
+  matmul_bwd_ref(p);
+  for (size_t i = 0; i < dx.size(); ++i) EXPECT_NEAR(dx[i], 2 * dx1[i], 1e-5);
+  EXPECT_EQ(dbias[0], 2 * db1[0]);  // untouched by the call without dbias
+}
+
+// Bit-identical for any thread count (resume bit-exactness depends on it).
+TEST(MatmulRef, DeterministicAcrossThreadCounts) {
+  MatmulCase c(200, 300, 260, 47);
+  const auto dy = random_vector(c.y.size(), 48);
+  auto run = [&](int threads) {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<float> dx(c.x.size()), dw(c.w.size(), 0.f);
+    MatmulParams<float> p = c.params();
+    matmul_fwd_ref(p);
+    p.dy = dy.data();
+    p.dx = dx.data();
+    p.dw = dw.data();
+    matmul_bwd_ref(p);
+    omp_set_num_threads(saved);
+    std::vector<float> all = c.y;
+    all.insert(all.end(), dx.begin(), dx.end());
+    all.insert(all.end(), dw.begin(), dw.end());
+    return all;
+  };
+  const auto one = run(1);
+  EXPECT_EQ(one, run(2));
+  EXPECT_EQ(one, run(3));
+}
+
+TEST(MatmulOp, FlattensLeadingDimsAndChecksArguments) {
+  auto ctx = ExecContext::make_cpu();
+  MatmulCase c(6, 8, 5, 57);
+  std::vector<float> y(c.y.size());
+  ops::matmul_fwd(*ctx, cpu_tensor(y, {2, 3, 5}), cpu_tensor(c.x, {2, 3, 8}),
+                  cpu_tensor(c.w, {5, 8}), cpu_tensor(c.bias, {5}));
+  matmul_fwd_ref(c.params());
+  EXPECT_EQ(y, c.y);
+  ops::matmul_fwd(*ctx, cpu_tensor(y, {6, 5}), cpu_tensor(c.x, {6, 8}), cpu_tensor(c.w, {5, 8}),
+                  Tensor());
+  EXPECT_NEAR(y[0] + c.bias[0], c.y[0], 1e-6);
+
+  EXPECT_EQ(test::thrown_message([&] {
+              ops::matmul_fwd(*ctx, cpu_tensor(y, {6, 5}), cpu_tensor(c.x, {6, 8}),
+                              cpu_tensor(c.w, {8, 5}), Tensor());
+            }),
+            "matmul: w must be f32[out, 8] on cpu (in = last dim of x f32[6, 8] on cpu), got "
+            "f32[8, 5] on cpu");
+  EXPECT_EQ(test::thrown_message([&] {
+              ops::matmul_fwd(*ctx, cpu_tensor(y, {5, 6}), cpu_tensor(c.x, {6, 8}),
+                              cpu_tensor(c.w, {5, 8}), Tensor());
+            }),
+            "matmul: y must be f32[6, 5] on cpu, got f32[5, 6] on cpu");
+  std::vector<float> dy(c.y.size(), 1.f), dw(c.w.size());
+  Tensor dw_cuda(dw.data(), DType::f32, Device::cuda, {5, 8});
+  EXPECT_EQ(test::thrown_message([&] {
+              ops::matmul_bwd(*ctx, Tensor(), dw_cuda, Tensor(), cpu_tensor(dy, {6, 5}),
+                              cpu_tensor(c.x, {6, 8}), cpu_tensor(c.w, {5, 8}));
+            }),
+            "matmul: dw must be f32[5, 8] on cpu, got f32[5, 8] on cuda");
+}
+
+}  // namespace
+}  // namespace attnlab
