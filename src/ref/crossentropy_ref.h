@@ -1,0 +1,12 @@
+// CPU reference for kernels/loss/crossentropy.cuh, with the same contract on float (T = float).
+// It is the CPU backend and the oracle for the CUDA kernels. Deterministic: every output is
+// computed by one thread in a fixed order, so results are bit-identical for any thread count.
+#pragma once
+#include "kernels/loss/crossentropy.cuh"
+
+namespace attnlab {
+
+void crossentropy_fwd_ref(const CrossEntropyParams<float>& p);
+void crossentropy_fwd_bwd_ref(const CrossEntropyParams<float>& p);
+
+}  // namespace attnlab

@@ -1,0 +1,109 @@
+// Small helpers shared by the tests. Header-only.
+//   random_vector / fill_random  deterministic uniform values from a fixed seed (never zeros)
+//   cpu_tensor                   a Tensor view of a std::vector on the CPU
+//   max_rel_error                max |a - b| relative to the largest |b| (b is the reference)
+//   finite_difference            central-difference gradient of a scalar function, in double
+//   thrown_message               the message of the attnlab::Error a call throws ("" if none)
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace attnlab::test {
+
+// Uniform in [lo, hi) from std::mt19937(seed): the same values on every platform and run.
+inline void fill_random(float* p, size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 gen(seed);
+  for (size_t i = 0; i < n; ++i) {
+    const double u = double(gen()) / 4294967296.0;  // [0, 1)
+    p[i] = static_cast<float>(lo + (hi - lo) * u);
+  }
+}
+
+inline std::vector<float> random_vector(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::vector<float> v(n);
+  fill_random(v.data(), n, seed, lo, hi);
+  return v;
+}
+
+// Random integers in [0, bound) (e.g. token ids).
+inline std::vector<int32_t> random_ints(size_t n, uint32_t seed, int32_t bound) {
+  std::mt19937 gen(seed);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = static_cast<int32_t>(gen() % uint32_t(bound));
+  return v;
+}
+
+inline Tensor cpu_tensor(std::vector<float>& v, Shape s) {
+  ATTN_ASSERT(size_t(s.numel()) == v.size());
+  return Tensor(v.data(), DType::f32, Device::cpu, s);
+}
+inline Tensor cpu_tensor(std::vector<int32_t>& v, Shape s) {
+  ATTN_ASSERT(size_t(s.numel()) == v.size());
+  return Tensor(v.data(), DType::i32, Device::cpu, s);
+}
+
+// max_i |a_i - b_i| / max_i |b_i|: the error relative to the scale of the reference b, so that
+// entries near zero neither hide nor inflate the error. 0 when both are all zero.
+template <typename A, typename B>
+double max_rel_error(const A* a, const B* b, size_t n) {
+  double err = 0.0, scale = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    err = std::max(err, std::fabs(double(a[i]) - double(b[i])));
+    scale = std::max(scale, std::fabs(double(b[i])));
+  }
+  if (!(err == err)) return INFINITY;  // NaN anywhere fails every tolerance
+  return scale > 0.0 ? err / scale : err;
+}
+template <typename A, typename B>
+double max_rel_error(const std::vector<A>& a, const std::vector<B>& b) {
+  ATTN_ASSERT(a.size() == b.size());
+  return max_rel_error(a.data(), b.data(), a.size());
+}
+
+// d f / d x_i by central differences (f(x + h) - f(x - h)) / 2h for each of the n inputs, which
+// are perturbed in place and restored. f should compute in double (e.g. a weighted sum of the op's
+// outputs) so the only float rounding is in the op itself.
+inline std::vector<double> finite_difference(float* x, size_t n, const std::function<double()>& f,
+                                             float h = 1e-2f) {
+  std::vector<double> grad(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float saved = x[i];
+    x[i] = saved + h;
+    const double fp = f();
+    const double hp = double(x[i]) - saved;  // the step actually taken after float rounding
+    x[i] = saved - h;
+    const double fm = f();
+    const double hm = saved - double(x[i]);
+    x[i] = saved;
+    grad[i] = (fp - fm) / (hp + hm);
+  }
+  return grad;
+}
+
+// sum_i w_i y_i in double: the scalar whose gradient w.r.t. y is w (w plays the role of dy).
+inline double weighted_sum(const std::vector<float>& w, const std::vector<float>& y) {
+  ATTN_ASSERT(w.size() == y.size());
+  double s = 0.0;
+  for (size_t i = 0; i < w.size(); ++i) s += double(w[i]) * y[i];
+  return s;
+}
+
+// The message of the attnlab::Error thrown by f, or "" when f does not throw.
+inline std::string thrown_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace attnlab::test
