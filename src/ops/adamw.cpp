@@ -1,0 +1,133 @@
+// Host ops for the optimizer: AdamW update and the deterministic gradient sum of squares.
+#include "kernels/optim/adamw.cuh"
+
+#include <nvtx3/nvToolsExt.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/cuda_check.h"
+#include "ops/ops.h"
+#include "ref/adamw_ref.h"
+
+namespace attnlab::ops {
+namespace {
+
+struct NvtxRange {
+  explicit NvtxRange(const char* name) { nvtxRangePushA(name); }
+  ~NvtxRange() { nvtxRangePop(); }
+  NvtxRange(const NvtxRange&) = delete;
+  NvtxRange& operator=(const NvtxRange&) = delete;
+};
+
+// Elements per partial sum on the CPU. Fixed (not derived from the thread count) so the result is
+// bit-identical for any OMP_NUM_THREADS.
+constexpr int64_t kSumsqChunk = int64_t(1) << 16;
+
+void check_on_ctx(const ExecContext& ctx, const Tensor& t, const char* op, const char* name) {
+  ATTN_REQUIRE(t.device == ctx.device, "%s: %s is %s but the context runs on %s", op, name,
+               t.str().c_str(), device_name(ctx.device));
+}
+
+void check_state(const ExecContext& ctx, const Tensor& t, const Tensor& param, const char* name) {
+  ATTN_REQUIRE(!t.empty(), "adamw_update: %s must not be empty", name);
+  check_on_ctx(ctx, t, "adamw_update", name);
+  ATTN_REQUIRE(t.dtype == DType::f32, "adamw_update: %s must be f32, got %s", name,
+               t.str().c_str());
+  ATTN_REQUIRE(t.numel() == param.numel(),
+               "adamw_update: %s must have as many elements as param %s (%lld), got %s", name,
+               param.str().c_str(), (long long)param.numel(), t.str().c_str());
+}
+
+template <typename T>
+AdamWParams<T> make_params(const Tensor& param, const Tensor& master, const Tensor& grad,
+                           const Tensor& m, const Tensor& v, const AdamWStep& s) {
+  AdamWParams<T> p;
+  p.param = param.ptr<T>();
+  p.master = master.empty() ? nullptr : master.ptr<float>();
+  p.grad = grad.ptr<T>();
+  p.m = m.ptr<float>();
+  p.v = v.ptr<float>();
+  p.n = param.numel();
+  p.lr = s.lr;
+  p.beta1 = s.beta1;
+  p.beta2 = s.beta2;
+  p.eps = s.eps;
+  p.weight_decay = s.weight_decay;
+  p.grad_scale = s.grad_scale;
+  p.step = s.step;
+  p.seed = s.seed;
+  return p;
+}
+
+}  // namespace
+
+void adamw_update(const ExecContext& ctx, const Tensor& param, const Tensor& master,
+                  const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& s) {
+  NvtxRange range("adamw_update");
+  ATTN_REQUIRE(!param.empty() && !grad.empty(), "adamw_update: param and grad must not be empty");
+  check_on_ctx(ctx, param, "adamw_update", "param");
+  check_on_ctx(ctx, grad, "adamw_update", "grad");
+  ATTN_REQUIRE(param.dtype == DType::f32 || param.dtype == DType::bf16,
+               "adamw_update: param must be f32 or bf16, got %s", param.str().c_str());
+  ATTN_REQUIRE(grad.dtype == param.dtype && grad.shape == param.shape,
+               "adamw_update: grad must match param %s, got %s", param.str().c_str(),
+               grad.str().c_str());
+  check_state(ctx, m, param, "m");
+  check_state(ctx, v, param, "v");
+  if (!master.empty()) check_state(ctx, master, param, "master");
+  ATTN_REQUIRE(s.step >= 1, "adamw_update: step counts from 1, got %d", s.step);
+  ATTN_REQUIRE(s.beta1 >= 0.f && s.beta1 < 1.f && s.beta2 >= 0.f && s.beta2 < 1.f,
+               "adamw_update: beta1 and beta2 must be in [0, 1), got %g and %g", s.beta1, s.beta2);
+  ATTN_REQUIRE(std::isfinite(s.lr) && std::isfinite(s.grad_scale) && s.eps > 0.f,
+               "adamw_update: lr (%g) and grad_scale (%g) must be finite and eps (%g) > 0", s.lr,
+               s.grad_scale, s.eps);
+  if (ctx.device == Device::cpu) {
+    ATTN_REQUIRE(param.dtype == DType::f32, "adamw_update: the CPU supports f32 only, got param %s",
+                 param.str().c_str());
+    adamw_ref(make_params<float>(param, master, grad, m, v, s));
+    return;
+  }
+  if (param.dtype == DType::f32)
+    launch_adamw(make_params<float>(param, master, grad, m, v, s), ctx.stream);
+  else
+    launch_adamw(make_params<bf16>(param, master, grad, m, v, s), ctx.stream);
+}
+
+double sum_of_squares(const ExecContext& ctx, const Tensor& grad) {
+  NvtxRange range("sum_of_squares");
+  check_on_ctx(ctx, grad, "sum_of_squares", "grad");
+  ATTN_REQUIRE(grad.dtype == DType::f32 || grad.dtype == DType::bf16,
+               "sum_of_squares: grad must be f32 or bf16, got %s", grad.str().c_str());
+  const int64_t n = grad.numel();
+  if (n == 0) return 0.0;
+  ATTN_REQUIRE(!grad.empty(), "sum_of_squares: grad %s has no data", grad.str().c_str());
+  if (ctx.device == Device::cpu) {
+    ATTN_REQUIRE(grad.dtype == DType::f32, "sum_of_squares: the CPU supports f32 only, got %s",
+                 grad.str().c_str());
+    const float* g = grad.ptr<float>();
+    const int64_t chunks = (n + kSumsqChunk - 1) / kSumsqChunk;
+    std::vector<double> partial(size_t(chunks), 0.0);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t begin = c * kSumsqChunk;
+      partial[size_t(c)] = sumsq_ref(g + begin, std::min(kSumsqChunk, n - begin));
+    }
+    double total = 0.0;
+    for (double x : partial) total += x;
+    return total;
+  }
+  Buffer out(Device::cuda, sizeof(float));
+  auto stream = reinterpret_cast<cudaStream_t>(ctx.stream);
+  if (grad.dtype == DType::f32)
+    launch_sumsq(grad.ptr<float>(), n, static_cast<float*>(out.data()), ctx.stream);
+  else
+    launch_sumsq(grad.ptr<bf16>(), n, static_cast<float*>(out.data()), ctx.stream);
+  float host = 0.f;
+  CUDA_CHECK(cudaMemcpyAsync(&host, out.data(), sizeof(float), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return double(host);
+}
+
+}  // namespace attnlab::ops

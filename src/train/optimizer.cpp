@@ -1,0 +1,158 @@
+#include "train/optimizer.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/cuda_check.h"
+#include "ops/ops.h"
+
+namespace attnlab {
+
+void AdamWConfig::validate() const {
+  ATTN_REQUIRE(std::isfinite(lr) && lr >= 0.f, "optimizer.lr must be finite and >= 0, got %g", lr);
+  ATTN_REQUIRE(beta1 >= 0.f && beta1 < 1.f, "optimizer.beta1 must be in [0, 1), got %g", beta1);
+  ATTN_REQUIRE(beta2 >= 0.f && beta2 < 1.f, "optimizer.beta2 must be in [0, 1), got %g", beta2);
+  ATTN_REQUIRE(eps > 0.f && std::isfinite(eps), "optimizer.eps must be > 0, got %g", eps);
+  ATTN_REQUIRE(weight_decay >= 0.f && std::isfinite(weight_decay),
+               "optimizer.weight_decay must be >= 0, got %g", weight_decay);
+  ATTN_REQUIRE(std::isfinite(grad_clip), "optimizer.grad_clip must be finite, got %g", grad_clip);
+}
+
+AdamW::AdamW(const ExecContext& ctx, ParameterStore& store, const AdamWConfig& config)
+    : ctx_(ctx), store_(store), config_(config) {
+  config_.validate();
+  ATTN_REQUIRE(store.finalized(), "AdamW: the parameter store must be finalized first");
+  ATTN_REQUIRE(store.device() == ctx.device, "AdamW: parameters are on %s but the context is %s",
+               device_name(store.device()), device_name(ctx.device));
+  ATTN_REQUIRE(store.dtype() == DType::f32 || store.dtype() == DType::bf16,
+               "AdamW: parameters must be f32 or bf16, got %s", dtype_name(store.dtype()));
+  for (const auto& e : store.entries()) {
+    if (!e.trainable) continue;  // trainable entries form a prefix, in offset order
+    const int64_t n = e.spec.shape.numel();
+    if (!ranges_.empty() && ranges_.back().decay == e.spec.weight_decay &&
+        ranges_.back().offset + ranges_.back().numel == e.offset) {
+      ranges_.back().numel += n;
+    } else {
+      ranges_.push_back(Range{e.offset, n, e.spec.weight_decay});
+    }
+  }
+  const size_t bytes = size_t(store.num_trainable()) * sizeof(float);
+  m_ = Buffer(store.device(), bytes);
+  v_ = Buffer(store.device(), bytes);
+  m_.zero();
+  v_.zero();
+  if (store.dtype() == DType::bf16) {
+    master_ = Buffer(store.device(), bytes);
+    sync_master_from_params();
+  }
+}
+
+StepStats AdamW::step(float lr, int step) {
+  ATTN_REQUIRE(step >= 1, "AdamW::step: step counts from 1, got %d", step);
+  StepStats stats;
+  const Tensor grads = store_.grads();
+  stats.grad_norm = std::sqrt(ops::sum_of_squares(ctx_, grads));
+  if (!std::isfinite(stats.grad_norm)) {
+    stats.finite = false;
+    stats.clip_scale = 0.f;
+    return stats;
+  }
+  if (config_.grad_clip > 0.f)
+    stats.clip_scale =
+        float(config_.grad_clip / std::max(stats.grad_norm, double(config_.grad_clip)));
+
+  const Tensor params = store_.trainable_params();
+  const size_t esize = dtype_size(store_.dtype());
+  for (size_t i = 0; i < ranges_.size(); ++i) {
+    const Range& r = ranges_[i];
+    const Shape shape{r.numel};
+    const auto at = [&](const Tensor& flat) {
+      return Tensor(static_cast<char*>(flat.data) + size_t(r.offset) * esize, flat.dtype,
+                    flat.device, shape);
+    };
+    ops::AdamWStep s;
+    s.lr = lr;
+    s.beta1 = config_.beta1;
+    s.beta2 = config_.beta2;
+    s.eps = config_.eps;
+    s.weight_decay = r.decay ? config_.weight_decay : 0.f;
+    s.grad_scale = stats.clip_scale;
+    s.step = step;
+    // A distinct stream of random bits per step and range for stochastic rounding (bf16).
+    s.seed = uint32_t(step) * 0x9E3779B9u ^ (uint32_t(i) + 1u) * 0x85EBCA6Bu;
+    const size_t f32off = size_t(r.offset) * sizeof(float);
+    const Tensor master = master_.data() ? master_.as(DType::f32, shape, f32off) : Tensor();
+    ops::adamw_update(ctx_, at(params), master, at(grads), m_.as(DType::f32, shape, f32off),
+                      v_.as(DType::f32, shape, f32off), s);
+  }
+  return stats;
+}
+
+std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {
+  const Shape shape{store_.num_trainable()};
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.emplace_back("adamw.m", m_.as(DType::f32, shape));
+  out.emplace_back("adamw.v", v_.as(DType::f32, shape));
+  if (store_.dtype() == DType::bf16)
+    out.emplace_back("adamw.master", master_.as(DType::f32, shape));
+  return out;
+}
+
+void AdamW::copy_state(const Tensor& dst, const Tensor& src) const {
+  if (dst.nbytes() == 0) return;
+  // On the context's stream: a plain cudaMemcpy would not order with a non-blocking stream.
+  ctx_.synchronize();
+  if (dst.device == Device::cpu && src.device == Device::cpu) {
+    copy_tensor(dst, src);
+    return;
+  }
+  const cudaMemcpyKind kind = dst.device == Device::cpu   ? cudaMemcpyDeviceToHost
+                              : src.device == Device::cpu ? cudaMemcpyHostToDevice
+                                                          : cudaMemcpyDeviceToDevice;
+  auto stream = reinterpret_cast<cudaStream_t>(ctx_.stream);
+  CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, dst.nbytes(), kind, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& state) {
+  const auto mine = state_tensors();
+  std::string valid;
+  for (const auto& [name, t] : mine) valid += (valid.empty() ? "" : ", ") + name;
+  for (const auto& [name, src] : state) {
+    bool known = false;
+    for (const auto& [n, t] : mine) known |= n == name;
+    if (name == "adamw.master" && store_.dtype() == DType::f32) continue;  // from a bf16 run
+    ATTN_REQUIRE(known, "optimizer state: unexpected tensor '%s' (expected %s)", name.c_str(),
+                 valid.c_str());
+  }
+  bool have_master = false;
+  for (const auto& [name, dst] : mine) {
+    const Tensor* src = nullptr;
+    for (const auto& [n, t] : state)
+      if (n == name) src = &t;
+    if (!src) {
+      ATTN_REQUIRE(name == "adamw.master", "optimizer state: missing tensor '%s'", name.c_str());
+      continue;
+    }
+    ATTN_REQUIRE(src->dtype == DType::f32 && src->numel() == dst.numel(),
+                 "optimizer state: '%s' must be f32 with %lld elements (the trainable parameters), "
+                 "got %s",
+                 name.c_str(), (long long)dst.numel(), src->str().c_str());
+    copy_state(dst, *src);
+    have_master |= name == "adamw.master";
+  }
+  if (store_.dtype() == DType::bf16 && !have_master) sync_master_from_params();
+}
+
+void AdamW::sync_master_from_params() {
+  if (store_.dtype() != DType::bf16) return;
+  const int64_t n = store_.num_trainable();
+  std::vector<bf16> weights(static_cast<size_t>(n));
+  std::vector<float> master(static_cast<size_t>(n));
+  const Shape shape{n};
+  copy_state(Tensor(weights.data(), DType::bf16, Device::cpu, shape), store_.trainable_params());
+  for (int64_t i = 0; i < n; ++i) master[size_t(i)] = __bfloat162float(weights[size_t(i)]);
+  copy_state(master_.as(DType::f32, shape), Tensor(master.data(), DType::f32, Device::cpu, shape));
+}
+
+}  // namespace attnlab
