@@ -1,0 +1,787 @@
+// Dense causal attention, flash-style (no T x T tensor), forward and backward.
+//
+// bf16: tensor-core kernels (mma.sync m16n8k16, bf16 operands, fp32 accumulation), head dim 64 or
+// 128 (the host op rejects others; here it is only asserted). A block owns a 64-row tile; each of
+// its 4 warps owns 16 rows. K/V (or Q/dO) tiles stream through double-buffered shared memory
+// (cp.async), rows padded by 16 bytes so that ldmatrix is free of bank conflicts.
+//   fwd:  per 64-query tile, loop over key tiles: S = Q K^T, online softmax in the log2 domain,
+//         O += P V; writes O and lse (natural log).
+//   bwd:  delta = rowsum(dO * O); then two kernels that recompute P from lse:
+//         dK/dV: a block owns 64 keys of one kv head and loops over every query head of its GQA
+//                group and every query tile that sees those keys: dV += P^T dO, dK += dS^T Q;
+//         dQ:    a block owns 64 queries: dQ += dS K.
+//         No atomics: every output element is written by exactly one thread after a fixed-order
+//         loop, so the backward is bitwise deterministic. (The price: S and dP are computed twice.)
+// fp32: simple one-warp-per-row kernels (no tensor cores), for tests and debugging; any D <= 128.
+// Masking: key s is visible to query t iff s < T, (!causal || s <= t), (window == 0 || s > t - window).
+#include <cuda_bf16.h>
+
+#include "kernels/attention/attention.cuh"
+#include "kernels/common/device.cuh"
+
+namespace attnlab {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kTile = 64;     // rows per block tile (queries in fwd / dQ, keys in dK/dV)
+constexpr int kThreads = 128;  // 4 warps x 16 rows
+
+// ---- PTX wrappers ---------------------------------------------------------------------------
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 16 : 0;  // 0: zero-fill the 16 bytes
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+// c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col).
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// ---- fragment helpers (one warp; smem tiles row-major with leading dimension LD) --------------
+// A operand (16x16) from rows r0.., cols k0.. of a row-major tile.
+template <int LD> __device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* s, int r0,
+                                                         int k0, int lane) {
+  ldsm_x4(a, s + (r0 + (lane & 15)) * LD + k0 + (lane >> 4) * 8);
+}
+// B operands for two n8 tiles (n0.., n0+8..) x k16 when the tile stores B^T (rows = n, cols = k):
+// b[0], b[1] for n-tile n0 and b[2], b[3] for n-tile n0 + 8.
+template <int LD> __device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], const bf16* s, int n0,
+                                                            int k0, int lane) {
+  ldsm_x4(b, s + (n0 + (lane & 7) + ((lane >> 4) << 3)) * LD + k0 + ((lane >> 3) & 1) * 8);
+}
+// Same, when the tile stores B itself (rows = k, cols = n).
+template <int LD> __device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const bf16* s, int k0,
+                                                            int n0, int lane) {
+  ldsm_x4_t(b, s + (k0 + (lane & 15)) * LD + n0 + (lane >> 4) * 8);
+}
+// A operand (16 rows x 16 cols, cols kk*16..) from a warp's fp32 C fragments c[n-tile][4].
+__device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4],
+                                       const float (&c1)[4]) {
+  a[0] = pack_bf16(c0[0], c0[1]);
+  a[1] = pack_bf16(c0[2], c0[3]);
+  a[2] = pack_bf16(c1[0], c1[1]);
+  a[3] = pack_bf16(c1[2], c1[3]);
+}
+
+// Copies rows row0.. row0+kTile-1 (zero past T) of a [T, D] strided matrix into smem via cp.async.
+template <int D>
+__device__ __forceinline__ void load_tile(bf16* s, const bf16* g, int64_t row_stride, int row0,
+                                          int T) {
+  constexpr int kChunks = D / 8, LD = D + 8;
+  for (int i = threadIdx.x; i < kTile * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const bool valid = row0 + r < T;
+    const bf16* src = valid ? g + int64_t(row0 + r) * row_stride + c * 8 : g;
+    cp_async16(s + r * LD + c * 8, src, valid);
+  }
+}
+
+__device__ __forceinline__ bool visible(int s, int t, int T, bool causal, int window) {
+  return s < T && t < T && (!causal || s <= t) && (window <= 0 || s > t - window);
+}
+
+struct Heads {
+  int b, h, hk;
+};
+
+// ---- forward (bf16, tensor cores) -----------------------------------------------------------
+template <int D>
+__global__ void __launch_bounds__(kThreads) attn_fwd_bf16(const AttentionParams<bf16> p) {
+  constexpr int LD = D + 8, kT = kTile * LD;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
+  bf16* sK = sQ + kT;      // [2][kTile][LD]
+  bf16* sV = sK + 2 * kT;  // [2][kTile][LD]
+  const int T = p.T_;
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) tiles first
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
+  const int q0 = m_block * kTile;
+  const bf16* gq = p.q + b * p.qkv_batch_stride + h * D;
+  const bf16* gk = p.k + b * p.qkv_batch_stride + hk * D;
+  const bf16* gv = p.v + b * p.qkv_batch_stride + hk * D;
+
+  int n_end = (T + kTile - 1) / kTile;
+  if (p.causal) n_end = min(n_end, m_block + 1);
+  const int n_begin = p.window > 0 ? max(0, q0 - p.window + 1) / kTile : 0;
+
+  load_tile<D>(sQ, gq, p.qkv_row_stride, q0, T);
+  load_tile<D>(sK, gk, p.qkv_row_stride, n_begin * kTile, T);
+  load_tile<D>(sV, gv, p.qkv_row_stride, n_begin * kTile, T);
+  cp_async_commit();
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  uint32_t qf[D / 16][4];
+  const float sl2 = p.scale * kLog2e;
+
+  for (int nb = n_begin; nb < n_end; ++nb) {
+    const int buf = (nb - n_begin) & 1;
+    cp_async_wait_all();
+    __syncthreads();
+    if (nb == n_begin) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) load_a<LD>(qf[kk], sQ, warp * 16, kk * 16, lane);
+    }
+    if (nb + 1 < n_end) {
+      load_tile<D>(sK + (buf ^ 1) * kT, gk, p.qkv_row_stride, (nb + 1) * kTile, T);
+      load_tile<D>(sV + (buf ^ 1) * kT, gv, p.qkv_row_stride, (nb + 1) * kTile, T);
+      cp_async_commit();
+    }
+    const bf16* cK = sK + buf * kT;
+    const bf16* cV = sV + buf * kT;
+
+    float s[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint32_t bk[4];
+        load_b_nk<LD>(bk, cK, j * 16, kk * 16, lane);
+        mma16816(s[2 * j], qf[kk], bk[0], bk[1]);
+        mma16816(s[2 * j + 1], qf[kk], bk[2], bk[3]);
+      }
+    }
+    const int k0 = nb * kTile;
+    const bool need_mask = k0 + kTile > T || (p.causal && k0 + kTile - 1 > q0) ||
+                           (p.window > 0 && k0 <= q0 + kTile - 1 - p.window);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        float x = s[nt][c] * sl2;
+        if (need_mask) {
+          const int key = k0 + nt * 8 + 2 * tig + (c & 1);
+          const int qi = q0 + warp * 16 + g + (c >= 2 ? 8 : 0);
+          if (key >= T || (p.causal && key > qi) || (p.window > 0 && key <= qi - p.window)) {
+            x = -INFINITY;
+          }
+        }
+        s[nt][c] = x;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(row_max[r], mx);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float corr = exp2f(row_max[r] - m_use);
+      row_max[r] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        s[nt][2 * r] = exp2f(s[nt][2 * r] - m_use);
+        s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - m_use);
+        sum += s[nt][2 * r] + s[nt][2 * r + 1];
+      }
+      row_sum[r] = row_sum[r] * corr + sum;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        o[dt][2 * r] *= corr;
+        o[dt][2 * r + 1] *= corr;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t a[4];
+      c_to_a(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int dt = 0; dt < D / 16; ++dt) {
+        uint32_t bv[4];
+        load_b_kn<LD>(bv, cV, kk * 16, dt * 16, lane);
+        mma16816(o[2 * dt], a, bv[0], bv[1]);
+        mma16816(o[2 * dt + 1], a, bv[2], bv[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int qi = q0 + warp * 16 + g + 8 * r;
+    if (qi >= T) continue;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    bf16* out = p.o + b * p.o_batch_stride + int64_t(qi) * p.o_row_stride + h * D;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      *reinterpret_cast<__nv_bfloat162*>(out + dt * 8 + 2 * tig) =
+          __floats2bfloat162_rn(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+    }
+    if (tig == 0) {
+      p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (row_max[r] + log2f(l)) * kLn2;
+    }
+  }
+}
+
+// ---- backward: delta = rowsum(dO * O) (any T; one warp per row) ------------------------------
+template <typename T>
+__global__ void attn_bwd_delta(const AttentionParams<T> p, float* __restrict__ delta) {
+  const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;  // (b, h, t)
+  const int lane = threadIdx.x % 32;
+  const int64_t rows = int64_t(p.B) * p.n_head * p.T_;
+  if (row >= rows) return;
+  const int t = int(row % p.T_), h = int((row / p.T_) % p.n_head), b = int(row / (int64_t(p.T_) * p.n_head));
+  const int64_t off = b * p.o_batch_stride + int64_t(t) * p.o_row_stride + int64_t(h) * p.D;
+  float acc = 0.f;
+  for (int d = lane; d < p.D; d += 32) acc += dev::to_f(p.dout[off + d]) * dev::to_f(p.o[off + d]);
+  acc = dev::warp_sum(acc);
+  if (lane == 0) delta[row] = acc;
+}
+
+// ---- backward dK/dV (bf16) ------------------------------------------------------------------
+// Block: 64 keys of kv head hk; warp w owns keys w*16..w*16+15. Loops over (query head in the
+// group, query tile) in a fixed order; Q/dO/lse/delta tiles double-buffered.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    attn_bwd_dkdv_bf16(const AttentionParams<bf16> p, const float* __restrict__ delta) {
+  constexpr int LD = D + 8, kT = kTile * LD;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* sK = reinterpret_cast<bf16*>(smem_raw);
+  bf16* sV = sK + kT;
+  bf16* sQ = sV + kT;       // [2][kTile][LD]
+  bf16* sdO = sQ + 2 * kT;  // [2][kTile][LD]
+  float* sLse = reinterpret_cast<float*>(sdO + 2 * kT);  // [2][kTile], log2 domain
+  float* sDelta = sLse + 2 * kTile;                       // [2][kTile]
+  const int T = p.T_;
+  const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
+  const int k0 = blockIdx.x * kTile;
+  const bf16* gk = p.k + b * p.qkv_batch_stride + hk * D;
+  const bf16* gv = p.v + b * p.qkv_batch_stride + hk * D;
+
+  const int m_begin = p.causal ? k0 / kTile : 0;
+  int m_end = (T + kTile - 1) / kTile;
+  if (p.window > 0) m_end = min(m_end, (k0 + kTile - 1 + p.window - 1) / kTile + 1);
+  const int per_head = max(0, m_end - m_begin);
+  const int iters = group * per_head;
+
+  auto issue = [&](int it, int buf) {
+    const int h = hk * group + it / per_head;
+    const int q0 = (m_begin + it % per_head) * kTile;
+    const bf16* gq = p.q + b * p.qkv_batch_stride + h * D;
+    const bf16* gdo = p.dout + b * p.o_batch_stride + h * D;
+    load_tile<D>(sQ + buf * kT, gq, p.qkv_row_stride, q0, T);
+    load_tile<D>(sdO + buf * kT, gdo, p.o_row_stride, q0, T);
+    const int64_t base = (int64_t(b) * p.n_head + h) * T;
+    for (int i = threadIdx.x; i < kTile; i += kThreads) {
+      const bool ok = q0 + i < T;
+      sLse[buf * kTile + i] = ok ? p.lse[base + q0 + i] * kLog2e : 0.f;
+      sDelta[buf * kTile + i] = ok ? delta[base + q0 + i] : 0.f;
+    }
+  };
+
+  load_tile<D>(sK, gk, p.qkv_row_stride, k0, T);
+  load_tile<D>(sV, gv, p.qkv_row_stride, k0, T);
+  if (iters > 0) issue(0, 0);
+  cp_async_commit();
+
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) dk[i][c] = dv[i][c] = 0.f;
+  }
+  const float sl2 = p.scale * kLog2e;
+
+  for (int it = 0; it < iters; ++it) {
+    const int buf = it & 1;
+    cp_async_wait_all();
+    __syncthreads();
+    if (it + 1 < iters) {
+      issue(it + 1, buf ^ 1);
+      cp_async_commit();
+    }
+    const int q0 = (m_begin + it % per_head) * kTile;
+    const bf16* cQ = sQ + buf * kT;
+    const bf16* cdO = sdO + buf * kT;
+    const float* cLse = sLse + buf * kTile;
+    const float* cDelta = sDelta + buf * kTile;
+
+    // S^T = K_w Q^T  and  dP^T = V_w dO^T  (16 keys x 64 queries each)
+    float pt[8][4], dpt[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) pt[i][c] = dpt[i][c] = 0.f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t ak[4], av[4];
+      load_a<LD>(ak, sK, warp * 16, kk * 16, lane);
+      load_a<LD>(av, sV, warp * 16, kk * 16, lane);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint32_t bq[4], bd[4];
+        load_b_nk<LD>(bq, cQ, j * 16, kk * 16, lane);
+        mma16816(pt[2 * j], ak, bq[0], bq[1]);
+        mma16816(pt[2 * j + 1], ak, bq[2], bq[3]);
+        load_b_nk<LD>(bd, cdO, j * 16, kk * 16, lane);
+        mma16816(dpt[2 * j], av, bd[0], bd[1]);
+        mma16816(dpt[2 * j + 1], av, bd[2], bd[3]);
+      }
+    }
+    // P^T = exp(S^T scale - lse) masked; dS^T = P^T (dP^T - delta)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int qc = nt * 8 + 2 * tig + (c & 1);
+        const int key = k0 + warp * 16 + g + (c >= 2 ? 8 : 0);
+        const float pv =
+            visible(key, q0 + qc, T, p.causal, p.window) ? exp2f(pt[nt][c] * sl2 - cLse[qc]) : 0.f;
+        pt[nt][c] = pv;
+        dpt[nt][c] = pv * (dpt[nt][c] - cDelta[qc]);
+      }
+    }
+    // dV += P^T dO;  dK += dS^T Q   (k = the 64 queries)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t ap[4], ads[4];
+      c_to_a(ap, pt[2 * kk], pt[2 * kk + 1]);
+      c_to_a(ads, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+      for (int dt = 0; dt < D / 16; ++dt) {
+        uint32_t bd[4], bq[4];
+        load_b_kn<LD>(bd, cdO, kk * 16, dt * 16, lane);
+        mma16816(dv[2 * dt], ap, bd[0], bd[1]);
+        mma16816(dv[2 * dt + 1], ap, bd[2], bd[3]);
+        load_b_kn<LD>(bq, cQ, kk * 16, dt * 16, lane);
+        mma16816(dk[2 * dt], ads, bq[0], bq[1]);
+        mma16816(dk[2 * dt + 1], ads, bq[2], bq[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = k0 + warp * 16 + g + 8 * r;
+    if (key >= T) continue;
+    const int64_t off = b * p.qkv_batch_stride + int64_t(key) * p.qkv_row_stride + hk * D;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      *reinterpret_cast<__nv_bfloat162*>(p.dk + off + dt * 8 + 2 * tig) =
+          __floats2bfloat162_rn(dk[dt][2 * r] * p.scale, dk[dt][2 * r + 1] * p.scale);
+      *reinterpret_cast<__nv_bfloat162*>(p.dv + off + dt * 8 + 2 * tig) =
+          __floats2bfloat162_rn(dv[dt][2 * r], dv[dt][2 * r + 1]);
+    }
+  }
+}
+
+// ---- backward dQ (bf16) ---------------------------------------------------------------------
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    attn_bwd_dq_bf16(const AttentionParams<bf16> p, const float* __restrict__ delta) {
+  constexpr int LD = D + 8, kT = kTile * LD;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
+  bf16* sdO = sQ + kT;
+  bf16* sK = sdO + kT;     // [2][kTile][LD]
+  bf16* sV = sK + 2 * kT;  // [2][kTile][LD]
+  const int T = p.T_;
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
+  const int q0 = m_block * kTile;
+  const bf16* gk = p.k + b * p.qkv_batch_stride + hk * D;
+  const bf16* gv = p.v + b * p.qkv_batch_stride + hk * D;
+
+  int n_end = (T + kTile - 1) / kTile;
+  if (p.causal) n_end = min(n_end, m_block + 1);
+  const int n_begin = p.window > 0 ? max(0, q0 - p.window + 1) / kTile : 0;
+
+  load_tile<D>(sQ, p.q + b * p.qkv_batch_stride + h * D, p.qkv_row_stride, q0, T);
+  load_tile<D>(sdO, p.dout + b * p.o_batch_stride + h * D, p.o_row_stride, q0, T);
+  load_tile<D>(sK, gk, p.qkv_row_stride, n_begin * kTile, T);
+  load_tile<D>(sV, gv, p.qkv_row_stride, n_begin * kTile, T);
+  cp_async_commit();
+
+  float lse2[2], dl[2];
+  const int64_t base = (int64_t(b) * p.n_head + h) * T;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int qi = q0 + warp * 16 + g + 8 * r;
+    lse2[r] = qi < T ? p.lse[base + qi] * kLog2e : 0.f;
+    dl[r] = qi < T ? delta[base + qi] : 0.f;
+  }
+  float dq[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+  const float sl2 = p.scale * kLog2e;
+
+  for (int nb = n_begin; nb < n_end; ++nb) {
+    const int buf = (nb - n_begin) & 1;
+    cp_async_wait_all();
+    __syncthreads();
+    if (nb + 1 < n_end) {
+      load_tile<D>(sK + (buf ^ 1) * kT, gk, p.qkv_row_stride, (nb + 1) * kTile, T);
+      load_tile<D>(sV + (buf ^ 1) * kT, gv, p.qkv_row_stride, (nb + 1) * kTile, T);
+      cp_async_commit();
+    }
+    const bf16* cK = sK + buf * kT;
+    const bf16* cV = sV + buf * kT;
+    float s[8][4], dp[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[i][c] = dp[i][c] = 0.f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t aq[4], ado[4];
+      load_a<LD>(aq, sQ, warp * 16, kk * 16, lane);
+      load_a<LD>(ado, sdO, warp * 16, kk * 16, lane);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint32_t bk[4], bv[4];
+        load_b_nk<LD>(bk, cK, j * 16, kk * 16, lane);
+        mma16816(s[2 * j], aq, bk[0], bk[1]);
+        mma16816(s[2 * j + 1], aq, bk[2], bk[3]);
+        load_b_nk<LD>(bv, cV, j * 16, kk * 16, lane);
+        mma16816(dp[2 * j], ado, bv[0], bv[1]);
+        mma16816(dp[2 * j + 1], ado, bv[2], bv[3]);
+      }
+    }
+    const int k0 = nb * kTile;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int r = c >> 1;
+        const int key = k0 + nt * 8 + 2 * tig + (c & 1);
+        const int qi = q0 + warp * 16 + g + 8 * r;
+        const float pv =
+            visible(key, qi, T, p.causal, p.window) ? exp2f(s[nt][c] * sl2 - lse2[r]) : 0.f;
+        dp[nt][c] = pv * (dp[nt][c] - dl[r]);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t ads[4];
+      c_to_a(ads, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+      for (int dt = 0; dt < D / 16; ++dt) {
+        uint32_t bk[4];
+        load_b_kn<LD>(bk, cK, kk * 16, dt * 16, lane);
+        mma16816(dq[2 * dt], ads, bk[0], bk[1]);
+        mma16816(dq[2 * dt + 1], ads, bk[2], bk[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int qi = q0 + warp * 16 + g + 8 * r;
+    if (qi >= T) continue;
+    bf16* out = p.dq + b * p.qkv_batch_stride + int64_t(qi) * p.qkv_row_stride + h * D;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      *reinterpret_cast<__nv_bfloat162*>(out + dt * 8 + 2 * tig) =
+          __floats2bfloat162_rn(dq[dt][2 * r] * p.scale, dq[dt][2 * r + 1] * p.scale);
+    }
+  }
+}
+
+// ---- fp32 reference-style kernels (one warp per row, lanes split D, D <= 128) ----------------
+constexpr int kMaxDPerLane = 4;
+
+__device__ __forceinline__ void key_range(const AttentionParams<float>& p, int t, int& lo, int& hi) {
+  lo = p.window > 0 ? max(0, t - p.window + 1) : 0;
+  hi = p.causal ? t + 1 : p.T_;
+}
+
+__device__ __forceinline__ Heads row_heads(const AttentionParams<float>& p, int64_t row, int& t) {
+  t = int(row % p.T_);
+  const int h = int((row / p.T_) % p.n_head);
+  return {int(row / (int64_t(p.T_) * p.n_head)), h, h / (p.n_head / p.n_kv_head)};
+}
+
+__global__ void attn_fwd_f32(const AttentionParams<float> p) {
+  const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, D = p.D;
+  if (row >= int64_t(p.B) * p.n_head * p.T_) return;
+  int t;
+  const Heads hd = row_heads(p, row, t);
+  const float* q = p.q + hd.b * p.qkv_batch_stride + int64_t(t) * p.qkv_row_stride + hd.h * D;
+  const float* kb = p.k + hd.b * p.qkv_batch_stride + hd.hk * D;
+  const float* vb = p.v + hd.b * p.qkv_batch_stride + hd.hk * D;
+  float qr[kMaxDPerLane], o[kMaxDPerLane];
+#pragma unroll
+  for (int j = 0; j < kMaxDPerLane; ++j) {
+    const int d = lane + 32 * j;
+    qr[j] = d < D ? q[d] : 0.f;
+    o[j] = 0.f;
+  }
+  int lo, hi;
+  key_range(p, t, lo, hi);
+  float m = -INFINITY, l = 0.f;
+  for (int s = lo; s < hi; ++s) {
+    const float* k = kb + int64_t(s) * p.qkv_row_stride;
+    const float* v = vb + int64_t(s) * p.qkv_row_stride;
+    float dot = 0.f;
+#pragma unroll
+    for (int j = 0; j < kMaxDPerLane; ++j) {
+      const int d = lane + 32 * j;
+      if (d < D) dot += qr[j] * k[d];
+    }
+    const float sc = dev::warp_sum(dot) * p.scale;
+    const float m_new = fmaxf(m, sc);
+    const float corr = expf(m - m_new), e = expf(sc - m_new);
+    l = l * corr + e;
+#pragma unroll
+    for (int j = 0; j < kMaxDPerLane; ++j) {
+      const int d = lane + 32 * j;
+      o[j] = o[j] * corr + (d < D ? e * v[d] : 0.f);
+    }
+    m = m_new;
+  }
+  float* out = p.o + hd.b * p.o_batch_stride + int64_t(t) * p.o_row_stride + hd.h * D;
+#pragma unroll
+  for (int j = 0; j < kMaxDPerLane; ++j) {
+    const int d = lane + 32 * j;
+    if (d < D) out[d] = o[j] / l;
+  }
+  if (lane == 0) p.lse[row] = m + logf(l);
+}
+
+__global__ void attn_bwd_dq_f32(const AttentionParams<float> p, const float* __restrict__ delta) {
+  const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, D = p.D;
+  if (row >= int64_t(p.B) * p.n_head * p.T_) return;
+  int t;
+  const Heads hd = row_heads(p, row, t);
+  const int64_t qoff = hd.b * p.qkv_batch_stride + int64_t(t) * p.qkv_row_stride + hd.h * D;
+  const float* q = p.q + qoff;
+  const float* dout = p.dout + hd.b * p.o_batch_stride + int64_t(t) * p.o_row_stride + hd.h * D;
+  const float* kb = p.k + hd.b * p.qkv_batch_stride + hd.hk * D;
+  const float* vb = p.v + hd.b * p.qkv_batch_stride + hd.hk * D;
+  float qr[kMaxDPerLane], dor[kMaxDPerLane], dq[kMaxDPerLane];
+#pragma unroll
+  for (int j = 0; j < kMaxDPerLane; ++j) {
+    const int d = lane + 32 * j;
+    qr[j] = d < D ? q[d] : 0.f;
+    dor[j] = d < D ? dout[d] : 0.f;
+    dq[j] = 0.f;
+  }
+  const float lse = p.lse[row], dl = delta[row];
+  int lo, hi;
+  key_range(p, t, lo, hi);
+  for (int s = lo; s < hi; ++s) {
+    const float* k = kb + int64_t(s) * p.qkv_row_stride;
+    const float* v = vb + int64_t(s) * p.qkv_row_stride;
+    float dot = 0.f, dpv = 0.f;
+#pragma unroll
+    for (int j = 0; j < kMaxDPerLane; ++j) {
+      const int d = lane + 32 * j;
+      if (d < D) {
+        dot += qr[j] * k[d];
+        dpv += dor[j] * v[d];
+      }
+    }
+    const float pr = expf(dev::warp_sum(dot) * p.scale - lse);
+    const float ds = pr * (dev::warp_sum(dpv) - dl);
+#pragma unroll
+    for (int j = 0; j < kMaxDPerLane; ++j) {
+      const int d = lane + 32 * j;
+      if (d < D) dq[j] += ds * k[d];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxDPerLane; ++j) {
+    const int d = lane + 32 * j;
+    if (d < D) p.dq[qoff + d] = dq[j] * p.scale;
+  }
+}
+
+// One warp per (b, kv head, key s); loops over the group's query heads and the queries seeing s.
+__global__ void attn_bwd_dkdv_f32(const AttentionParams<float> p, const float* __restrict__ delta) {
+  const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, D = p.D, T = p.T_;
+  if (row >= int64_t(p.B) * p.n_kv_head * T) return;
+  const int s = int(row % T), hk = int((row / T) % p.n_kv_head);
+  const int b = int(row / (int64_t(T) * p.n_kv_head));
+  const int group = p.n_head / p.n_kv_head;
+  const int64_t koff = b * p.qkv_batch_stride + int64_t(s) * p.qkv_row_stride + hk * D;
+  float kr[kMaxDPerLane], vr[kMaxDPerLane], dk[kMaxDPerLane], dv[kMaxDPerLane];
+#pragma unroll
+  for (int j = 0; j < kMaxDPerLane; ++j) {
+    const int d = lane + 32 * j;
+    kr[j] = d < D ? p.k[koff + d] : 0.f;
+    vr[j] = d < D ? p.v[koff + d] : 0.f;
+    dk[j] = dv[j] = 0.f;
+  }
+  const int t_lo = p.causal ? s : 0;
+  const int t_hi = p.window > 0 ? min(T, s + p.window) : T;
+  for (int h = hk * group; h < (hk + 1) * group; ++h) {
+    const int64_t lrow = (int64_t(b) * p.n_head + h) * T;
+    for (int t = t_lo; t < t_hi; ++t) {
+      const float* q = p.q + b * p.qkv_batch_stride + int64_t(t) * p.qkv_row_stride + h * D;
+      const float* dout = p.dout + b * p.o_batch_stride + int64_t(t) * p.o_row_stride + h * D;
+      float dot = 0.f, dpv = 0.f;
+#pragma unroll
+      for (int j = 0; j < kMaxDPerLane; ++j) {
+        const int d = lane + 32 * j;
+        if (d < D) {
+          dot += q[d] * kr[j];
+          dpv += dout[d] * vr[j];
+        }
+      }
+      const float pr = expf(dev::warp_sum(dot) * p.scale - p.lse[lrow + t]);
+      const float ds = pr * (dev::warp_sum(dpv) - delta[lrow + t]);
+#pragma unroll
+      for (int j = 0; j < kMaxDPerLane; ++j) {
+        const int d = lane + 32 * j;
+        if (d < D) {
+          dv[j] += pr * dout[d];
+          dk[j] += ds * q[d];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxDPerLane; ++j) {
+    const int d = lane + 32 * j;
+    if (d < D) {
+      p.dk[koff + d] = dk[j] * p.scale;
+      p.dv[koff + d] = dv[j];
+    }
+  }
+}
+
+// ---- launchers -------------------------------------------------------------------------------
+template <typename T> void check_params(const AttentionParams<T>& p) {
+  ATTN_ASSERT(p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0 && p.T_ > 0 && p.B > 0);
+  ATTN_ASSERT(p.window >= 0 && p.variant == nullptr);
+}
+
+template <typename K> void set_smem(K kernel, size_t bytes) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+void check_bf16_layout(const AttentionParams<bf16>& p) {
+  ATTN_ASSERT(p.D == 64 || p.D == 128);
+  ATTN_ASSERT(p.qkv_row_stride % 8 == 0 && p.qkv_batch_stride % 8 == 0 && p.o_row_stride % 8 == 0 &&
+              p.o_batch_stride % 8 == 0);
+  ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v));
+}
+
+template <int D> void fwd_bf16(const AttentionParams<bf16>& p, cudaStream_t st) {
+  const size_t smem = size_t(5) * kTile * (D + 8) * sizeof(bf16);
+  set_smem(attn_fwd_bf16<D>, smem);
+  const dim3 grid(div_up(p.T_, kTile), p.n_head, p.B);
+  attn_fwd_bf16<D><<<grid, kThreads, smem, st>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <int D> void bwd_bf16(const AttentionParams<bf16>& p, const float* delta, cudaStream_t st) {
+  const size_t tile = size_t(kTile) * (D + 8) * sizeof(bf16);
+  const size_t smem_kv = 6 * tile + 4 * kTile * sizeof(float);
+  set_smem(attn_bwd_dkdv_bf16<D>, smem_kv);
+  attn_bwd_dkdv_bf16<D><<<dim3(div_up(p.T_, kTile), p.n_kv_head, p.B), kThreads, smem_kv, st>>>(
+      p, delta);
+  CUDA_CHECK_LAUNCH();
+  const size_t smem_q = 6 * tile;
+  set_smem(attn_bwd_dq_bf16<D>, smem_q);
+  attn_bwd_dq_bf16<D><<<dim3(div_up(p.T_, kTile), p.n_head, p.B), kThreads, smem_q, st>>>(p,
+                                                                                           delta);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_fwd_f32(const AttentionParams<float>& p, Stream s) {
+  ATTN_ASSERT(p.D > 0 && p.D <= 32 * kMaxDPerLane);
+  const int64_t rows = int64_t(p.B) * p.n_head * p.T_;
+  attn_fwd_f32<<<div_up(rows, 4), 128, 0, reinterpret_cast<cudaStream_t>(s)>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_bwd_f32(const AttentionParams<float>& p, Stream s) {
+  ATTN_ASSERT(p.D > 0 && p.D <= 32 * kMaxDPerLane);
+  auto st = reinterpret_cast<cudaStream_t>(s);
+  const int64_t rows = int64_t(p.B) * p.n_head * p.T_;
+  StreamScratch delta(sizeof(float) * rows, s);
+  attn_bwd_delta<float><<<div_up(rows, 4), 128, 0, st>>>(p, delta.as<float>());
+  CUDA_CHECK_LAUNCH();
+  attn_bwd_dq_f32<<<div_up(rows, 4), 128, 0, st>>>(p, delta.as<float>());
+  CUDA_CHECK_LAUNCH();
+  const int64_t krows = int64_t(p.B) * p.n_kv_head * p.T_;
+  attn_bwd_dkdv_f32<<<div_up(krows, 4), 128, 0, st>>>(p, delta.as<float>());
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+template <typename T> void launch_attention_fwd(const AttentionParams<T>& p, Stream s) {
+  check_params(p);
+  if constexpr (std::is_same_v<T, float>) {
+    launch_fwd_f32(p, s);
+  } else {
+    check_bf16_layout(p);
+    auto st = reinterpret_cast<cudaStream_t>(s);
+    if (p.D == 64) {
+      fwd_bf16<64>(p, st);
+    } else {
+      fwd_bf16<128>(p, st);
+    }
+  }
+}
+
+template <typename T> void launch_attention_bwd(const AttentionParams<T>& p, Stream s) {
+  check_params(p);
+  if constexpr (std::is_same_v<T, float>) {
+    launch_bwd_f32(p, s);
+  } else {
+    check_bf16_layout(p);
+    auto st = reinterpret_cast<cudaStream_t>(s);
+    const int64_t rows = int64_t(p.B) * p.n_head * p.T_;
+    StreamScratch delta(sizeof(float) * rows, s);
+    attn_bwd_delta<bf16><<<div_up(rows, 4), 128, 0, st>>>(p, delta.as<float>());
+    CUDA_CHECK_LAUNCH();
+    if (p.D == 64) {
+      bwd_bf16<64>(p, delta.as<float>(), st);
+    } else {
+      bwd_bf16<128>(p, delta.as<float>(), st);
+    }
+  }
+}
+
+template void launch_attention_fwd<float>(const AttentionParams<float>&, Stream);
+template void launch_attention_fwd<bf16>(const AttentionParams<bf16>&, Stream);
+template void launch_attention_bwd<float>(const AttentionParams<float>&, Stream);
+template void launch_attention_bwd<bf16>(const AttentionParams<bf16>&, Stream);
+
+}  // namespace attnlab
