@@ -8,18 +8,12 @@
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "core/nvtx.h"
 #include "ops/ops.h"
 #include "ref/adamw_ref.h"
 
 namespace attnlab::ops {
 namespace {
-
-struct NvtxRange {
-  explicit NvtxRange(const char* name) { nvtxRangePushA(name); }
-  ~NvtxRange() { nvtxRangePop(); }
-  NvtxRange(const NvtxRange&) = delete;
-  NvtxRange& operator=(const NvtxRange&) = delete;
-};
 
 // Elements per partial sum on the CPU. Fixed (not derived from the thread count) so the result is
 // bit-identical for any OMP_NUM_THREADS.

@@ -1,6 +1,8 @@
 // Tensor views, buffers and the parameter store (ordering by role, frozen tensors, initialisation).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/parameters.h"
 #include "core/tensor.h"
 

@@ -67,11 +67,13 @@ std::map<std::string, std::string> checkpoint_bytes(const std::string& ckpt) {
 
 TEST(TrainIntegration, LossDecreasesAndBeatsNothingSilly) {
   std::string dir = temp_dir("learn");
-  Recipe r = tiny(dir, {"train.steps=30", "eval.every=0"});
+  Recipe r = tiny(dir, {"train.steps=120", "eval.every=0"});
   TrainResult res = train(r, quiet());
-  EXPECT_EQ(res.steps, 30);
-  // ln(64) = 4.16 at initialisation; after 30 steps the model must be well below it.
-  EXPECT_LT(res.final_train_loss, 3.9);
+  EXPECT_EQ(res.steps, 120);
+  // ln(64) = 4.16 at initialisation; the model must learn the Markov structure and beat the
+  // best context-free (unigram) predictor on validation data.
+  EXPECT_LT(res.final_train_loss, 3.6);
+  EXPECT_LT(res.final_val_loss, res.unigram_baseline - 0.2);
   EXPECT_TRUE(std::isfinite(res.final_val_loss));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "recipe.yaml"));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "metrics.jsonl"));
@@ -80,11 +82,11 @@ TEST(TrainIntegration, LossDecreasesAndBeatsNothingSilly) {
 
 TEST(TrainIntegration, ResumeIsBitExact) {
   std::string a = temp_dir("resume_a"), b = temp_dir("resume_b");
-  // A: 8 steps straight. B: 4 steps, then resume for the remaining 4.
+  // A: 8 steps straight, checkpointing at 4 and 8. B: resumes from A's step-4 checkpoint (as if
+  // A had been killed after it) and runs the remaining 4 steps into a new run directory.
   train(tiny(a), quiet());
-  train(tiny(b, {"train.steps=4"}), quiet());
   TrainOptions o = quiet();
-  o.resume = b;
+  o.resume = (fs::path(a) / "checkpoints" / "step_00000004").string();
   TrainResult rb = train(tiny(b), o);
   EXPECT_EQ(rb.steps, 8);
   auto ba = checkpoint_bytes(resolve_checkpoint_dir(a));
@@ -100,9 +102,9 @@ TEST(TrainIntegration, ResumeIsBitExact) {
 
 TEST(TrainIntegration, RefusesToOverwriteARun) {
   std::string dir = temp_dir("overwrite");
-  train(tiny(dir, {"train.steps=1"}), quiet());
+  train(tiny(dir, {"train.steps=1", "schedule.warmup_steps=0"}), quiet());
   try {
-    train(tiny(dir, {"train.steps=1"}), quiet());
+    train(tiny(dir, {"train.steps=1", "schedule.warmup_steps=0"}), quiet());
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--resume"), std::string::npos) << e.what();
@@ -113,8 +115,8 @@ TEST(TrainIntegration, RefusesToOverwriteARun) {
 TEST(TrainIntegration, GradientAccumulationMatchesOneBigBatch) {
   // 4 micro-batches of 1 sequence == 1 micro-batch of 4 sequences (same data, same step).
   std::string a = temp_dir("accum_a"), b = temp_dir("accum_b");
-  std::vector<std::string> common = {"train.steps=1", "data.shuffle=false", "eval.at_end=false",
-                                     "optim.grad_clip=0"};
+  std::vector<std::string> common = {"train.steps=1", "schedule.warmup_steps=0", "data.shuffle=false",
+                                     "eval.at_end=false", "optim.grad_clip=0"};
   auto ra = common, rb = common;
   ra.push_back("train.micro_batch=4");
   rb.push_back("train.micro_batch=1");
@@ -130,9 +132,9 @@ TEST(TrainIntegration, GradientAccumulationMatchesOneBigBatch) {
     const float* pb = static_cast<const float*>(tb.data);
     for (int64_t i = 0; i < ta.numel(); ++i) max_diff = std::max(max_diff, double(std::fabs(pa[i] - pb[i])));
   }
-  // The first AdamW step moves each weight by about lr_0 = 1.5e-3 (warmup); accumulation changes
-  // only the summation order of the gradients, so the weights agree to a tiny fraction of that.
-  EXPECT_LT(max_diff, 1.5e-3 * 1e-3);
+  // The first AdamW step moves each weight by about lr = 3e-3; accumulation changes only the
+  // summation order of the gradients, so the weights agree to a tiny fraction of that.
+  EXPECT_LT(max_diff, 3e-3 * 1e-3);
   fs::remove_all(a);
   fs::remove_all(b);
 }
