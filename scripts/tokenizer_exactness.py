@@ -8,9 +8,10 @@ module over the text decoded with surrogateescape (each invalid byte becomes one
 category Cs = "other"), each piece then encoded with tiktoken's own BPE of one piece.
 
   python3 scripts/tokenizer_exactness.py compare --bench-exe BUILD/bench_tokenizer [--mb-per-file 0.5]
-      Samples text from every corpus file (start and middle), plus synthetic stress text (all
-      scripts, emoji, combining marks, long whitespace/digit runs, control characters, and a part
-      with invalid UTF-8), encodes it with both, and reports bytes compared and mismatches.
+      Samples text from every corpus file (start and middle), plus synthetic stress text (many
+      scripts, emoji, combining marks, long whitespace/digit runs, control characters; a part
+      with invalid UTF-8; every code point in context), encodes it with both, and reports bytes
+      compared and mismatches.
   python3 scripts/tokenizer_exactness.py golden OUT.jsonl
       Writes the golden cases used by tests/tokenizer/test_gpt2_golden.cpp.
 
@@ -149,6 +150,13 @@ def stress_text(rng, n_chars, allow_invalid):
   return data
 
 
+def all_code_points_text():
+  """Every code point (no surrogates) between a letter, a digit and punctuation: exercises the
+  class of each one in context (about 16 MB)."""
+  return "".join(chr(cp) + "a" + chr(cp) + "1" + chr(cp) + "."
+                 for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF).encode("utf-8")
+
+
 # ---- modes -----------------------------------------------------------------------------------
 
 def run_ours(bench_exe, data_dir, data):
@@ -170,6 +178,8 @@ def compare(args):
   samples = corpus_samples(data_dir, int(args.mb_per_file * 1e6))
   samples.append(("synthetic:valid", stress_text(rng, int(args.synthetic_mb * 1e6), False)))
   samples.append(("synthetic:invalid-utf8", stress_text(rng, int(args.synthetic_mb * 1e6), True)))
+  if not args.skip_all_code_points:
+    samples.append(("synthetic:all-code-points", all_code_points_text()))
   total_bytes = total_tokens = mismatched = 0
   for name, data in samples:
     want = reference_ids(enc, data)
@@ -234,6 +244,8 @@ def main():
   c.add_argument("--bench-exe", required=True, help="path of the built bench_tokenizer")
   c.add_argument("--mb-per-file", type=float, default=0.5, help="MB sampled from each corpus file")
   c.add_argument("--synthetic-mb", type=float, default=0.5, help="MB of each synthetic sample")
+  c.add_argument("--skip-all-code-points", action="store_true",
+                 help="leave out the 16 MB sample with every code point")
   g = sub.add_parser("golden")
   g.add_argument("out")
   args = p.parse_args()
