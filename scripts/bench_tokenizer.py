@@ -82,13 +82,14 @@ def main():
   data_dir = te.shared_data_dir()
   enc = te.reference_encoding(data_dir)
   text = corpus_text(data_dir, int(args.mb * 1e6))
-  print(f"text: {len(text):,d} bytes from {data_dir}/corpus; machine: {platform.processor() or platform.machine()}, "
+  machine = platform.processor() or platform.machine()
+  print(f"text: {len(text):,d} bytes from {data_dir}/corpus; machine: {machine}, "
         f"{os.cpu_count()} logical CPUs; {time.strftime('%Y-%m-%d')}")
   with tempfile.NamedTemporaryFile(suffix=".txt") as f:
     f.write(text)
     f.flush()
-    print(f"{'threads':>7} {'tiktoken MB/s':>14} {'attnlab cold MB/s':>18} {'attnlab warm MB/s':>18} "
-          f"{'ratio cold':>10} {'ratio warm':>10}")
+    print(f"{'threads':>7} {'tiktoken MB/s':>14} {'attnlab cold MB/s':>18} "
+          f"{'attnlab warm MB/s':>18} {'ratio cold':>10} {'ratio warm':>10}")
     for n in args.threads:
       tk = bench_tiktoken(enc, text, n, args.repeats)
       cold, warm = bench_ours(args.bench_exe, os.path.join(data_dir, "gpt2-vocab"), f.name, n,

@@ -7,7 +7,8 @@ invalid UTF-8 (which tiktoken cannot take), the reference is the GPT-2 pattern i
 module over the text decoded with surrogateescape (each invalid byte becomes one lone surrogate,
 category Cs = "other"), each piece then encoded with tiktoken's own BPE of one piece.
 
-  python3 scripts/tokenizer_exactness.py compare --bench-exe BUILD/bench_tokenizer [--mb-per-file 0.5]
+  python3 scripts/tokenizer_exactness.py compare --bench-exe BUILD/bench_tokenizer \
+      [--mb-per-file 0.5] [--synthetic-mb 0.5] [--skip-all-code-points]
       Samples text from every corpus file (start and middle), plus synthetic stress text (many
       scripts, emoji, combining marks, long whitespace/digit runs, control characters; a part
       with invalid UTF-8; every code point in context), encodes it with both, and reports bytes
@@ -205,24 +206,34 @@ GOLDEN_CASES = [
     ("contractions", "I'm sure it's what they'll say: we've, you're, he'd, don't."),
     ("contractions_upper", "IT'S I'M WE'LL THEY'RE 'S 'T 'Re"),
     ("apostrophes", "'' ''s ' 's rock'n'roll o'clock"),
-    ("numbers", "1 12 123 1234 12345 3.14159 1,000,000 2024-05-01 0x1F 1e10 \u0661\u0662\u0663 \u216b\u00b2"),
+    ("numbers", "1 12 123 1234 12345 3.14159 1,000,000 2024-05-01 0x1F 1e10 "
+                "\u0661\u0662\u0663 \u216b\u00b2"),
     ("long_number", "9" * 300),
     ("whitespace_runs", "a  b   c    d\n\ne\n\n\nf \n g\t\th  \t i" + " " * 50 + "j" + " " * 7),
     ("trailing_spaces", "end   "),
     ("crlf_tabs", "line one\r\nline two\r\n\tindented\r\n\r\n"),
     ("long_whitespace", " " * 2000 + "x" + "\n" * 300 + "\t" * 100),
-    ("emoji", "I \u2764\ufe0f tokens \U0001F600\U0001F44D\U0001F3FD \U0001F468\u200D\U0001F469\u200D\U0001F467 !!!"),
-    ("cjk", "\u4f60\u597d\uff0c\u4e16\u754c\uff01 \u65e5\u672c\u8a9e\u306e\u6587\u7ae0\u3002 \ud55c\uad6d\uc5b4 \ud14d\uc2a4\ud2b8"),
-    ("mixed_scripts", "\u041f\u0440\u0438\u0432\u0435\u0442 \u043c\u0438\u0440, \u0645\u0631\u062d\u0628\u0627 \u05e9\u05dc\u05d5\u05dd \u0928\u092e\u0938\u094d\u0924\u0947 \u0e2a\u0e27\u0e31\u0e2a\u0e14\u0e35 Gr\u00fc\u00dfe \u03b1\u03b2\u03b3"),
-    ("combining", "e\u0301 a\u0308 n\u0303o Zalgo: Z\u0351\u036b\u0343a\u0310\u0352l\u0346g\u0344o\u0308"),
+    ("emoji", "I \u2764\ufe0f tokens \U0001F600\U0001F44D\U0001F3FD "
+              "\U0001F468\u200D\U0001F469\u200D\U0001F467 !!!"),
+    ("cjk", "\u4f60\u597d\uff0c\u4e16\u754c\uff01 \u65e5\u672c\u8a9e\u306e\u6587\u7ae0\u3002 "
+            "\ud55c\uad6d\uc5b4 \ud14d\uc2a4\ud2b8"),
+    ("mixed_scripts", "\u041f\u0440\u0438\u0432\u0435\u0442 \u043c\u0438\u0440, "
+                      "\u0645\u0631\u062d\u0628\u0627 \u05e9\u05dc\u05d5\u05dd "
+                      "\u0928\u092e\u0938\u094d\u0924\u0947 \u0e2a\u0e27\u0e31\u0e2a\u0e14\u0e35 "
+                      "Gr\u00fc\u00dfe \u03b1\u03b2\u03b3"),
+    ("combining", "e\u0301 a\u0308 n\u0303o "
+                  "Zalgo: Z\u0351\u036b\u0343a\u0310\u0352l\u0346g\u0344o\u0308"),
     ("precomposed", "caf\u00e9 na\u00efve r\u00e9sum\u00e9 \u00c5ngstr\u00f6m"),
     ("special_text", "text <|endoftext|> more"),
     ("unicode_spaces", "a\u00a0b\u2003c\u3000d\u2028e\u0085f\u200bg\x0bh\x0ci\x1cj"),
     ("controls", "\x00\x01\x07\x1b[0m\x7f end"),
-    ("code", "def f(x):\n    return x**2  # square\n\nif __name__ == '__main__':\n\tprint(f(3))\n"),
+    ("code", "def f(x):\n    return x**2  # square\n\n"
+             "if __name__ == '__main__':\n\tprint(f(3))\n"),
     ("math_letters", "\U0001d400\U0001d401 \U0001d7ce\U0001d7cf \u2102\u211d"),
-    ("invalid_utf8", b"ok \xff\xfe bytes \xc3( \xe2\x82 \xed\xa0\x80 \xf4\x90\x80\x80 \xc0\x80 end\x80"),
-    ("invalid_utf8_mixed", b"caf\xc3\xa9 \xe9t\xe9 \xf0\x9f\x98 smile \xf0\x9f\x98\x80 \xbf\xbf\xbf"),
+    ("invalid_utf8",
+     b"ok \xff\xfe bytes \xc3( \xe2\x82 \xed\xa0\x80 \xf4\x90\x80\x80 \xc0\x80 end\x80"),
+    ("invalid_utf8_mixed",
+     b"caf\xc3\xa9 \xe9t\xe9 \xf0\x9f\x98 smile \xf0\x9f\x98\x80 \xbf\xbf\xbf"),
 ]
 
 

@@ -4,10 +4,9 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "tokenizer/pretokenize.h"
@@ -94,7 +93,7 @@ size_t pow2_at_least(size_t n) {
 std::atomic<uint64_t> g_next_serial{1};
 
 constexpr uint32_t kNoRank = UINT32_MAX;
-constexpr size_t kLinearMax = 64;     // pieces up to this many bytes use the linear-scan merge
+constexpr size_t kLinearMax = 64;       // pieces up to this many bytes use the linear-scan merge
 constexpr size_t kCacheMaxPiece = 256;  // longer pieces are not cached
 
 // Per-thread cache of pre-token bytes -> ids, for pre-tokens that are not a single token.
@@ -126,8 +125,8 @@ class PieceCache {
 
   void insert(std::string_view piece, uint64_t h, const int32_t* ids, size_t n_ids) {
     if (piece.size() > kCacheMaxPiece) return;
-    if (2 * (count_ + 1) > slots_.size()) {
-      if (slots_.size() >= kMaxSlots) {
+    if (2 * (count_ + 1) > slots_.size() || keys_.size() > kMaxKeyBytes) {
+      if (slots_.size() >= kMaxSlots || keys_.size() > kMaxKeyBytes) {
         reset(owner_);
       } else {
         grow();
@@ -147,7 +146,8 @@ class PieceCache {
     uint32_t key_off = 0, key_len = 0;  // key_len 0: empty (cached pieces have >= 2 bytes)
     uint32_t ids_off = 0, ids_len = 0;
   };
-  static constexpr size_t kMaxSlots = size_t(1) << 20;
+  static constexpr size_t kMaxSlots = size_t(1) << 20;      // at most 512K cached pieces
+  static constexpr size_t kMaxKeyBytes = size_t(32) << 20;  // and 32 MB of piece bytes
 
   void place(const Slot& s) {
     const size_t mask = slots_.size() - 1;
@@ -228,7 +228,9 @@ struct BpeTokenizer::Tables {
   std::vector<MergeSlot> merge_slots;
   std::vector<std::pair<std::string, int32_t>> specials;  // text, id (longest first)
 
-  static uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+  static uint64_t pair_key(int32_t a, int32_t b) {
+    return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+  }
 
   const MergeSlot* find_merge(int32_t a, int32_t b) const {
     const uint64_t key = pair_key(a, b);
@@ -294,12 +296,16 @@ BpeTokenizer::BpeTokenizer(BpeVocabData data, const std::string& origin)
     auto valid = [&](int32_t id) {
       return id >= 0 && size_t(id) < V && data_.has_token[id] && !data_.is_special[id];
     };
-    ATTN_REQUIRE(valid(a) && valid(b), "%s: merge %zu refers to token ids %d, %d, which are not "
-                 "ordinary tokens", origin.c_str(), r, a, b);
+    ATTN_REQUIRE(valid(a) && valid(b),
+                 "%s: merge %zu refers to token ids %d, %d, which are not "
+                 "ordinary tokens",
+                 origin.c_str(), r, a, b);
     const std::string joined = data_.tokens[a] + data_.tokens[b];
     auto it = by_bytes.find(joined);
-    ATTN_REQUIRE(it != by_bytes.end(), "%s: merge %zu ('%s' + '%s') makes '%s', which is not in "
-                 "the vocabulary", origin.c_str(), r, gpt2_bytes_to_symbols(data_.tokens[a]).c_str(),
+    ATTN_REQUIRE(it != by_bytes.end(),
+                 "%s: merge %zu ('%s' + '%s') makes '%s', which is not in "
+                 "the vocabulary",
+                 origin.c_str(), r, gpt2_bytes_to_symbols(data_.tokens[a]).c_str(),
                  gpt2_bytes_to_symbols(data_.tokens[b]).c_str(),
                  gpt2_bytes_to_symbols(joined).c_str());
     const uint64_t key = Tables::pair_key(a, b);
@@ -358,8 +364,8 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ou
 void BpeTokenizer::merge_linear(const unsigned char* s, size_t n, std::vector<int32_t>& out) const {
   const Tables& t = *tables_;
   int32_t ids[kLinearMax];
-  uint32_t rank[kLinearMax];    // rank[i]: rank of the pair (ids[i], ids[i+1])
-  int32_t merged[kLinearMax];   // merged[i]: the token that pair becomes
+  uint32_t rank[kLinearMax];   // rank[i]: rank of the pair (ids[i], ids[i+1])
+  int32_t merged[kLinearMax];  // merged[i]: the token that pair becomes
   size_t m = n;
   for (size_t i = 0; i < m; ++i) ids[i] = t.byte_id[s[i]];
   for (size_t i = 0; i + 1 < m; ++i) rank[i] = t.rank_of(ids[i], ids[i + 1], merged[i]);

@@ -30,8 +30,8 @@ const Table& bmp_table() {
 CharClass classify(uint32_t cp) {
   if (cp < 0x10000) return bmp_table()[cp];
   const ClassRange* end = kClassRanges + kNumClassRanges;
-  const ClassRange* it = std::upper_bound(kClassRanges, end, cp,
-                                          [](uint32_t v, const ClassRange& r) { return v < r.first; });
+  const ClassRange* it = std::upper_bound(
+      kClassRanges, end, cp, [](uint32_t v, const ClassRange& r) { return v < r.first; });
   if (it == kClassRanges) return CharClass::kOther;
   --it;
   return cp <= it->last ? it->cls : CharClass::kOther;
@@ -46,10 +46,14 @@ using unicode::CharClass;
 constexpr std::array<CharClass, 128> make_ascii_classes() {
   std::array<CharClass, 128> t{};
   for (int c = 0; c < 128; ++c) {
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) t[c] = CharClass::kLetter;
-    else if (c >= '0' && c <= '9') t[c] = CharClass::kNumber;
-    else if (c == ' ' || (c >= 0x09 && c <= 0x0D)) t[c] = CharClass::kSpace;
-    else t[c] = CharClass::kOther;
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
+      t[c] = CharClass::kLetter;
+    else if (c >= '0' && c <= '9')
+      t[c] = CharClass::kNumber;
+    else if (c == ' ' || (c >= 0x09 && c <= 0x0D))
+      t[c] = CharClass::kSpace;
+    else
+      t[c] = CharClass::kOther;
   }
   return t;
 }

@@ -1,9 +1,8 @@
 #include "tokenizer/tokenizer.h"
 
 #include <filesystem>
-#include <unordered_map>
-
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "tokenizer/bpe.h"
@@ -28,7 +27,9 @@ std::string ByteTokenizer::piece(int32_t id) const {
   return std::string(1, char(id));
 }
 
-std::string ByteTokenizer::to_json() const { return R"({"type": "byte", "vocab_size": 257, "eot_id": 256})"; }
+std::string ByteTokenizer::to_json() const {
+  return R"({"type": "byte", "vocab_size": 257, "eot_id": 256})";
+}
 
 // ---- vocabulary loaders -------------------------------------------------------------------------
 
@@ -53,17 +54,20 @@ class VocabBuilder {
   explicit VocabBuilder(std::string path) : path_(std::move(path)) {}
 
   void add(int64_t id, std::string bytes, bool special, const std::string& shown) {
-    ATTN_REQUIRE(id >= 0 && id < kMaxVocab, "tokenizer: '%s': token '%s' has id %lld, expected "
-                 "0 <= id < %lld", path_.c_str(), shown.c_str(), (long long)id,
-                 (long long)kMaxVocab);
+    ATTN_REQUIRE(id >= 0 && id < kMaxVocab,
+                 "tokenizer: '%s': token '%s' has id %lld, expected "
+                 "0 <= id < %lld",
+                 path_.c_str(), shown.c_str(), (long long)id, (long long)kMaxVocab);
     if (size_t(id) >= d_.tokens.size()) {
       d_.tokens.resize(id + 1);
       d_.has_token.resize(id + 1, false);
       d_.is_special.resize(id + 1, false);
     }
     if (d_.has_token[id]) {
-      ATTN_REQUIRE(d_.tokens[id] == bytes, "tokenizer: '%s': id %lld is used by two tokens "
-                   "('%s' and another)", path_.c_str(), (long long)id, shown.c_str());
+      ATTN_REQUIRE(d_.tokens[id] == bytes,
+                   "tokenizer: '%s': id %lld is used by two tokens "
+                   "('%s' and another)",
+                   path_.c_str(), (long long)id, shown.c_str());
       d_.is_special[id] = d_.is_special[id] || special;
       return;
     }
@@ -83,17 +87,22 @@ using SymbolIds = std::unordered_map<std::string, int32_t>;
 
 void add_symbol_tokens(const json& vocab, const std::string& path, VocabBuilder& vb,
                        SymbolIds& ids) {
-  ATTN_REQUIRE(vocab.is_object(), "tokenizer: '%s': the vocabulary must be a JSON object mapping "
-               "token strings to ids", path.c_str());
+  ATTN_REQUIRE(vocab.is_object(),
+               "tokenizer: '%s': the vocabulary must be a JSON object mapping "
+               "token strings to ids",
+               path.c_str());
   for (const auto& [sym, value] : vocab.items()) {
-    ATTN_REQUIRE(value.is_number_integer(), "tokenizer: '%s': the id of token '%s' is not an "
-                 "integer", path.c_str(), sym.c_str());
+    ATTN_REQUIRE(value.is_number_integer(),
+                 "tokenizer: '%s': the id of token '%s' is not an "
+                 "integer",
+                 path.c_str(), sym.c_str());
     const bool special = sym == kEndOfText;
     std::string bytes;
     if (special) {
       bytes = sym;
     } else {
-      ATTN_REQUIRE(gpt2_symbols_to_bytes(sym, bytes), "tokenizer: '%s': token '%s' contains a "
+      ATTN_REQUIRE(gpt2_symbols_to_bytes(sym, bytes),
+                   "tokenizer: '%s': token '%s' contains a "
                    "character outside GPT-2's byte alphabet (not a byte-level BPE vocabulary?)",
                    path.c_str(), sym.c_str());
     }
@@ -201,8 +210,10 @@ BpeVocabData load_hf_tokenizer_json(const std::string& path) {
                    "tokenizer: '%s': each added token needs an integer id and a content string",
                    path.c_str());
       const std::string content = t["content"].get<std::string>();
-      ATTN_REQUIRE(t.value("special", false), "tokenizer: '%s': non-special added token '%s' is "
-                   "not supported", path.c_str(), content.c_str());
+      ATTN_REQUIRE(t.value("special", false),
+                   "tokenizer: '%s': non-special added token '%s' is "
+                   "not supported",
+                   path.c_str(), content.c_str());
       vb.add(t["id"].get<int64_t>(), content, true, content);
     }
   }
@@ -223,8 +234,8 @@ BpeVocabData load_hf_tokenizer_json(const std::string& path) {
       ATTN_REQUIRE(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
                    "tokenizer: %s: expected \"left right\" or [\"left\", \"right\"]",
                    where.c_str());
-      d.merges.push_back(resolve_merge(m[0].get<std::string>(), m[1].get<std::string>(), ids,
-                                       where));
+      d.merges.push_back(
+          resolve_merge(m[0].get<std::string>(), m[1].get<std::string>(), ids, where));
     }
   }
   return std::move(d);
@@ -239,8 +250,9 @@ BpeVocabData attnlab_bpe_from_json(const json& j, const std::string& path) {
   };
   ATTN_REQUIRE(field("version") == 1, "tokenizer: '%s': unsupported version %s (expected 1)",
                path.c_str(), field("version").dump().c_str());
-  ATTN_REQUIRE(field("pre_tokenizer") == "gpt2" && field("byte_encoding") == "gpt2-bytes-to-unicode",
-               "tokenizer: '%s': unsupported pre_tokenizer/byte_encoding", path.c_str());
+  ATTN_REQUIRE(
+      field("pre_tokenizer") == "gpt2" && field("byte_encoding") == "gpt2-bytes-to-unicode",
+      "tokenizer: '%s': unsupported pre_tokenizer/byte_encoding", path.c_str());
   const json& tokens = field("tokens");
   const json& special_ids = field("special_ids");
   const json& merges = field("merges");
@@ -262,8 +274,10 @@ BpeVocabData attnlab_bpe_from_json(const json& j, const std::string& path) {
                  path.c_str(), id);
     const std::string sym = tokens[id].get<std::string>();
     std::string bytes;
-    ATTN_REQUIRE(gpt2_symbols_to_bytes(sym, bytes), "tokenizer: '%s': tokens[%zu] ('%s') is not "
-                 "in GPT-2's byte alphabet", path.c_str(), id, sym.c_str());
+    ATTN_REQUIRE(gpt2_symbols_to_bytes(sym, bytes),
+                 "tokenizer: '%s': tokens[%zu] ('%s') is not "
+                 "in GPT-2's byte alphabet",
+                 path.c_str(), id, sym.c_str());
     vb.add(int64_t(id), std::move(bytes), special[id], sym);
     if (!special[id]) ids[sym] = int32_t(id);
   }
@@ -318,11 +332,14 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
     }
     ATTN_REQUIRE(type == "bpe" && j.value("format", std::string()) == "attnlab-tokenizer",
                  "tokenizer: '%s' is neither an attnlab tokenizer JSON (\"type\": \"byte\" or "
-                 "\"bpe\") nor a Hugging Face tokenizer.json", spec.c_str());
+                 "\"bpe\") nor a Hugging Face tokenizer.json",
+                 spec.c_str());
     return std::make_unique<BpeTokenizer>(attnlab_bpe_from_json(j, spec), spec);
   }
-  ATTN_FAIL("unknown tokenizer '%s' (valid: byte, gpt2:<dir with encoder.json and vocab.bpe>, "
-            "hf:<tokenizer.json>, or a tokenizer JSON file written by attnlab)", spec.c_str());
+  ATTN_FAIL(
+      "unknown tokenizer '%s' (valid: byte, gpt2:<dir with encoder.json and vocab.bpe>, "
+      "hf:<tokenizer.json>, or a tokenizer JSON file written by attnlab)",
+      spec.c_str());
 }
 
 }  // namespace attnlab

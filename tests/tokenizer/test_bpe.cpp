@@ -200,7 +200,8 @@ TEST(Bpe, SpecialTokens) {
 }
 
 TEST(Bpe, ToJsonRebuildsTheSameTokenizer) {
-  TinyVocab v(Merges{{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {" ", "w"}, {"\xC3", "\xA9"}});
+  TinyVocab v(
+      Merges{{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {" ", "w"}, {"\xC3", "\xA9"}});
   BpeTokenizer t(v.data, "tiny");
   const auto path = std::filesystem::temp_directory_path() / "attnlab_test_tiny_tokenizer.json";
   {
@@ -228,7 +229,8 @@ TEST(Bpe, BadVocabulariesAreRejected) {
             BpeTokenizer t(v.data, "tiny.json");
           } catch (const Error& e) {
             EXPECT_NE(std::string(e.what()).find("tiny.json: byte 0x41 has no token"),
-                      std::string::npos) << e.what();
+                      std::string::npos)
+                << e.what();
             throw;
           }
         },
@@ -242,7 +244,8 @@ TEST(Bpe, BadVocabulariesAreRejected) {
       FAIL() << "expected an error";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("makes 'xy', which is not in the vocabulary"),
-                std::string::npos) << e.what();
+                std::string::npos)
+          << e.what();
     }
   }
   {

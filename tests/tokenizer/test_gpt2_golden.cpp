@@ -6,12 +6,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tokenizer/bpe.h"
 
@@ -25,7 +24,7 @@ std::string gpt2_dir() {
   return env ? std::string(env) + "/gpt2-vocab" : std::string();
 }
 
-#define REQUIRE_SHARED_DATA()                                             \
+#define REQUIRE_SHARED_DATA() \
   if (gpt2_dir().empty()) GTEST_SKIP() << "ATTNLAB_SHARED_DATA is not set"
 
 const BpeTokenizer& gpt2() {
@@ -41,7 +40,8 @@ std::vector<int32_t> encode(const Tokenizer& t, std::string_view text) {
 
 std::string from_hex(const std::string& hex) {
   std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out += char(std::stoi(hex.substr(i, 2), nullptr, 16));
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    out += char(std::stoi(hex.substr(i, 2), nullptr, 16));
   return out;
 }
 
@@ -114,8 +114,8 @@ TEST(Gpt2Golden, ToJsonAndHuggingFaceFormatGiveTheSameIds) {
     std::getline(bpe, line);  // #version
     while (std::getline(bpe, line))
       if (!line.empty()) merges.push_back(line);
-    json hf = {{"added_tokens", json::array({{{"id", 50256}, {"content", "<|endoftext|>"},
-                                              {"special", true}}})},
+    json hf = {{"added_tokens",
+                json::array({{{"id", 50256}, {"content", "<|endoftext|>"}, {"special", true}}})},
                {"normalizer", nullptr},
                {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
                {"model", {{"type", "BPE"}, {"vocab", json::parse(enc)}, {"merges", merges}}}};

@@ -40,8 +40,8 @@ TEST(Pretokenize, Contractions) {
   EXPECT_EQ(split("'S"), (V{"'", "S"}));
   EXPECT_EQ(split("don't they'll"), (V{"don", "'t", " they", "'ll"}));
   EXPECT_EQ(split("'re'VE"), (V{"'re", "'", "VE"}));
-  EXPECT_EQ(split(" 's"), (V{" '", "s"}));   // the space takes the apostrophe as punctuation
-  EXPECT_EQ(split("''s"), (V{"''", "s"}));   // a punctuation run is greedy
+  EXPECT_EQ(split(" 's"), (V{" '", "s"}));  // the space takes the apostrophe as punctuation
+  EXPECT_EQ(split("''s"), (V{"''", "s"}));  // a punctuation run is greedy
   EXPECT_EQ(split("'"), (V{"'"}));
 }
 
@@ -49,7 +49,10 @@ TEST(Pretokenize, NumbersAndPunctuation) {
   EXPECT_EQ(split("123abc"), (V{"123", "abc"}));
   EXPECT_EQ(split(" 123"), (V{" 123"}));
   EXPECT_EQ(split("x=1;"), (V{"x", "=", "1", ";"}));
-  EXPECT_EQ(split("\u216B\u00B2" "3"), (V{"\u216B\u00B2" "3"}));  // Nl, No, Nd: one number run
+  EXPECT_EQ(split("\u216B\u00B2"
+                  "3"),
+            (V{"\u216B\u00B2"
+               "3"}));  // Nl, No, Nd: one number run
 }
 
 TEST(Pretokenize, WhitespaceRuns) {
@@ -70,13 +73,21 @@ TEST(Pretokenize, NonLatinScripts) {
 }
 
 TEST(Pretokenize, InvalidUtf8BytesAreOtherCharacters) {
-  EXPECT_EQ(split("\xFF\xFE" "ab"), (V{"\xFF\xFE", "ab"}));
-  EXPECT_EQ(split("a\xFF" "b"), (V{"a", "\xFF", "b"}));
+  EXPECT_EQ(split("\xFF\xFE"
+                  "ab"),
+            (V{"\xFF\xFE", "ab"}));
+  EXPECT_EQ(split("a\xFF"
+                  "b"),
+            (V{"a", "\xFF", "b"}));
   EXPECT_EQ(split(" \x80"), (V{" \x80"}));
-  EXPECT_EQ(split("x\xE2\x82"), (V{"x", "\xE2\x82"}));           // truncated 3-byte sequence
-  EXPECT_EQ(split("\xC0\x80" "a"), (V{"\xC0\x80", "a"}));         // overlong NUL
-  EXPECT_EQ(split("\xED\xA0\x80" "a"), (V{"\xED\xA0\x80", "a"}));  // encoded surrogate
-  EXPECT_EQ(split("\xF4\x90\x80\x80"), (V{"\xF4\x90\x80\x80"}));   // above U+10FFFF
+  EXPECT_EQ(split("x\xE2\x82"), (V{"x", "\xE2\x82"}));  // truncated 3-byte sequence
+  EXPECT_EQ(split("\xC0\x80"
+                  "a"),
+            (V{"\xC0\x80", "a"}));  // overlong NUL
+  EXPECT_EQ(split("\xED\xA0\x80"
+                  "a"),
+            (V{"\xED\xA0\x80", "a"}));                            // encoded surrogate
+  EXPECT_EQ(split("\xF4\x90\x80\x80"), (V{"\xF4\x90\x80\x80"}));  // above U+10FFFF
 }
 
 TEST(Pretokenize, Utf8Decoding) {
@@ -89,8 +100,9 @@ TEST(Pretokenize, Utf8Decoding) {
   EXPECT_EQ(ch("\xF0\x9F\x98\x80").len, 4u);
   EXPECT_EQ(ch("\xF0\x9F\x98\x80").cls, CharClass::kOther);
   EXPECT_EQ(ch("\xF0\xA0\x80\x80").cls, CharClass::kLetter);  // U+20000, CJK extension B
-  for (const char* bad : {"\xC0\x80", "\xC1\xBF", "\xE0\x80\x80", "\xED\xA0\x80", "\xF0\x80\x80\x80",
-                          "\xF4\x90\x80\x80", "\xF5\x80\x80\x80", "\x80", "\xC3", "\xE4\xB8"}) {
+  for (const char* bad :
+       {"\xC0\x80", "\xC1\xBF", "\xE0\x80\x80", "\xED\xA0\x80", "\xF0\x80\x80\x80",
+        "\xF4\x90\x80\x80", "\xF5\x80\x80\x80", "\x80", "\xC3", "\xE4\xB8"}) {
     const Utf8Char c = ch(bad);
     EXPECT_EQ(c.len, 1u) << bad;
     EXPECT_EQ(c.cls, CharClass::kOther);
@@ -117,10 +129,10 @@ TEST(Pretokenize, Classify) {
 
 // Any byte string splits into non-empty pieces that concatenate back to it.
 TEST(Pretokenize, PiecesCoverRandomBytes) {
-  const std::vector<std::string> palette = {"a", "Z", "7", " ", "  ", "\n", "\t", "'", "'s", "'ll",
-                                            ".", "\u00E9", "\u0301", "\u4E16", "\U0001F600",
-                                            "\u00A0", "\u3000", "\xFF", "\x80", "\xE2\x82",
-                                            "\xF0\x9F"};
+  const std::vector<std::string> palette = {
+      "a",          "Z",      "7",      " ",    "  ",     "\n",       "\t",
+      "'",          "'s",     "'ll",    ".",    "\u00E9", "\u0301",   "\u4E16",
+      "\U0001F600", "\u00A0", "\u3000", "\xFF", "\x80",   "\xE2\x82", "\xF0\x9F"};
   std::mt19937 rng(1234);
   for (int trial = 0; trial < 300; ++trial) {
     std::string text;

@@ -4,10 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "tokenizer/bpe.h"
@@ -21,9 +20,10 @@ using nlohmann::json;
 class TokenizerFiles : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("attnlab_tokfiles_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-            "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ =
+        fs::temp_directory_path() /
+        ("attnlab_tokfiles_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+         "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -83,15 +83,23 @@ TEST_F(TokenizerFiles, Gpt2PairLoads) {
 
 TEST_F(TokenizerFiles, HuggingFaceJsonLoads) {
   json hf = {{"version", "1.0"},
-             {"added_tokens", json::array({{{"id", 258}, {"content", "<|endoftext|>"},
-                                            {"special", true}}})},
+             {"added_tokens",
+              json::array({{{"id", 258}, {"content", "<|endoftext|>"}, {"special", true}}})},
              {"normalizer", nullptr},
-             {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false},
-                                {"trim_offsets", true}, {"use_regex", true}}},
-             {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-                        {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""},
-                        {"fuse_unk", false}, {"vocab", tiny_encoder()},
-                        {"merges", json::array({"a b", json::array({"\u0120", "ab"})})}}}};
+             {"pre_tokenizer",
+              {{"type", "ByteLevel"},
+               {"add_prefix_space", false},
+               {"trim_offsets", true},
+               {"use_regex", true}}},
+             {"model",
+              {{"type", "BPE"},
+               {"dropout", nullptr},
+               {"unk_token", nullptr},
+               {"continuing_subword_prefix", ""},
+               {"end_of_word_suffix", ""},
+               {"fuse_unk", false},
+               {"vocab", tiny_encoder()},
+               {"merges", json::array({"a b", json::array({"\u0120", "ab"})})}}}};
   write("tokenizer.json", hf.dump());
   for (const std::string& spec : {"hf:" + path("tokenizer.json"), path("tokenizer.json")}) {
     const auto t = make_tokenizer(spec);
