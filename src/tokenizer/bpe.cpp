@@ -92,6 +92,12 @@ size_t pow2_at_least(size_t n) {
 
 std::atomic<uint64_t> g_next_serial{1};
 
+// Room for `extra` more ids, keeping geometric growth: a plain reserve(size + extra) would
+// reallocate on every call when encode() appends document after document to one vector.
+void reserve_more(std::vector<int32_t>& v, size_t extra) {
+  if (v.capacity() - v.size() < extra) v.reserve(std::max(v.size() + extra, 2 * v.capacity()));
+}
+
 constexpr uint32_t kNoRank = UINT32_MAX;
 constexpr size_t kLinearMax = 64;       // pieces up to this many bytes use the linear-scan merge
 constexpr size_t kCacheMaxPiece = 256;  // longer pieces are not cached
@@ -446,7 +452,7 @@ void BpeTokenizer::encode(std::string_view text, std::vector<int32_t>& out) cons
 void BpeTokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
   const Tables& t = *tables_;
   PieceCache& cache = thread_cache(serial_);
-  out.reserve(out.size() + text.size() / 4 + 16);
+  reserve_more(out, text.size() / 4 + 16);
   size_t pos = 0;
   while (pos < text.size()) {
     const size_t end = gpt2_pretoken_end(text, pos);

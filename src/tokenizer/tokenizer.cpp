@@ -1,5 +1,6 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
@@ -10,7 +11,10 @@
 namespace attnlab {
 
 void ByteTokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
-  out.reserve(out.size() + text.size());
+  // Geometric growth: reserve(size + n) on every call would reallocate on every call when
+  // documents are appended one by one.
+  if (out.capacity() - out.size() < text.size())
+    out.reserve(std::max(out.size() + text.size(), 2 * out.capacity()));
   for (unsigned char c : text) out.push_back(int32_t(c));
 }
 

@@ -185,6 +185,26 @@ TEST(Bpe, RoundTripsArbitraryBytes) {
   }
 }
 
+// encode() appends; many small appends must not reallocate every time (quadratic copying).
+// "ab ab cd" is 6 BPE tokens here: ab, " " ab, " " c d.
+TEST(Bpe, AppendingKeepsGeometricGrowth) {
+  TinyVocab v(Merges{{"a", "b"}});
+  BpeTokenizer bpe(v.data, "tiny");
+  ByteTokenizer byte;
+  for (const Tokenizer* t :
+       {static_cast<const Tokenizer*>(&bpe), static_cast<const Tokenizer*>(&byte)}) {
+    std::vector<int32_t> ids;
+    int reallocations = 0;
+    for (int doc = 0; doc < 20000; ++doc) {
+      const size_t cap = ids.capacity();
+      t->encode("ab ab cd", ids);
+      reallocations += ids.capacity() != cap;
+    }
+    EXPECT_EQ(ids.size(), (t == &bpe ? 6u : 8u) * 20000);
+    EXPECT_LT(reallocations, 40) << t->name();
+  }
+}
+
 TEST(Bpe, SpecialTokens) {
   TinyVocab v(Merges{{"a", "b"}});
   BpeTokenizer t(v.data, "tiny");
