@@ -402,6 +402,7 @@ void BpeTokenizer::merge_linear(const unsigned char* s, size_t n, std::vector<in
 // O(n log n): candidate pairs in a min-heap keyed by (rank, position), tokens in a linked list.
 // A popped candidate is stale (skipped) when either of its tokens has changed since it was pushed.
 void BpeTokenizer::merge_heap(const unsigned char* s, size_t n, std::vector<int32_t>& out) const {
+  ATTN_REQUIRE(n < size_t(INT32_MAX), "bpe: a single pre-token of %zu bytes is too long", n);
   const Tables& t = *tables_;
   struct Node {
     int32_t id, prev, next;  // id -1: merged into its left neighbour
