@@ -1,0 +1,75 @@
+#include "cli/cmd_tokenize.h"
+
+#include <cstdio>
+#include <vector>
+
+#include "tokenizer/pretokenize.h"
+#include "tokenizer/tokenizer.h"
+
+namespace attnlab {
+
+namespace {
+
+// Double-quoted, escaped form of a token's bytes; whole UTF-8 characters are kept as they are.
+std::string quote_piece(const std::string& bytes) {
+  std::string out = "\"";
+  const auto* s = reinterpret_cast<const unsigned char*>(bytes.data());
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const unsigned char c = s[i];
+    if (c >= 0x80) {
+      const Utf8Char ch = next_char(s + i, bytes.size() - i);
+      if (ch.len > 1) {
+        out.append(bytes, i, ch.len);
+        i += ch.len;
+        continue;
+      }
+    }
+    char buf[8];
+    switch (c) {
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      default:
+        if (c >= 0x20 && c < 0x7F) {
+          out += char(c);
+        } else {
+          std::snprintf(buf, sizeof(buf), "\\x%02X", c);
+          out += buf;
+        }
+    }
+    ++i;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+int run_tokenize(const std::string& tokenizer_spec, const std::string& text, bool show_pieces) {
+  const auto tok = make_tokenizer(tokenizer_spec);
+  std::vector<int32_t> ids;
+  tok->encode(text, ids);
+  std::printf("%zu tokens, %zu bytes, tokenizer %s (vocab %d)\n", ids.size(), text.size(),
+              tok->name().c_str(), tok->vocab_size());
+  for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
+  std::printf("\n");
+  if (show_pieces) {
+    for (int32_t id : ids) std::printf("%d\t%s\n", id, quote_piece(tok->piece(id)).c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace attnlab
