@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "cli/cmd_tokenize.h"
 #include "cli/commands.h"
 #include "core/error.h"
 
@@ -61,6 +62,14 @@ int main(int argc, char** argv) {
   prepare->add_option("--threads", prep.threads, "encoding threads (0 = all cores)")->capture_default_str();
   prepare->add_flag("!--no-progress", prep.progress, "no progress line");
 
+  std::string tok_spec = "byte", tok_text;
+  bool tok_pieces = true;
+  CLI::App* tokenize = app.add_subcommand("tokenize", "show the ids and pieces of a text");
+  tokenize->add_option("text", tok_text, "text to tokenize")->required();
+  tokenize->add_option("--tokenizer", tok_spec, "byte | gpt2:<dir> | hf:<tokenizer.json> | <tokenizer.json>")
+      ->capture_default_str();
+  tokenize->add_flag("!--ids-only", tok_pieces, "print only the ids");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*train) return cli::cmd_train(train_args, resume, profile_steps);
@@ -68,6 +77,7 @@ int main(int argc, char** argv) {
     if (*info) return cli::cmd_info(info_args);
     if (*generate) return cli::cmd_generate(gen);
     if (*prepare) return cli::cmd_prepare(prep);
+    if (*tokenize) return run_tokenize(tok_spec, tok_text, tok_pieces);
   } catch (const Error& e) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());
     return 1;
