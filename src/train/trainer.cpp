@@ -308,6 +308,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     st.data_epoch = ls.epoch;
     st.data_position = ls.position;
     last_loss = loss;
+    result.losses.push_back(loss);
 
     const double step_s = seconds_since(t0);
     ema_step_s = ema_step_s == 0.0 ? step_s : 0.9 * ema_step_s + 0.1 * step_s;

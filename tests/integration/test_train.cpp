@@ -67,16 +67,30 @@ std::map<std::string, std::string> checkpoint_bytes(const std::string& ckpt) {
 
 TEST(TrainIntegration, LossDecreasesAndBeatsNothingSilly) {
   std::string dir = temp_dir("learn");
-  Recipe r = tiny(dir, {"train.steps=120", "eval.every=0"});
+  Recipe r = tiny(dir, {"train.steps=150", "train.micro_batch=8", "train.seq_len=32", "optim.lr=1e-2",
+                        "eval.every=0"});
   TrainResult res = train(r, quiet());
-  EXPECT_EQ(res.steps, 120);
+  EXPECT_EQ(res.steps, 150);
   // ln(64) = 4.16 at initialisation; the model must learn the Markov structure and beat the
-  // best context-free (unigram) predictor on validation data.
+  // best context-free (unigram) predictor on validation data by a wide margin (measured: 2.94
+  // against 4.01).
   EXPECT_LT(res.final_train_loss, 3.6);
-  EXPECT_LT(res.final_val_loss, res.unigram_baseline - 0.2);
+  EXPECT_LT(res.final_val_loss, res.unigram_baseline - 0.6);
   EXPECT_TRUE(std::isfinite(res.final_val_loss));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "recipe.yaml"));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "metrics.jsonl"));
+  fs::remove_all(dir);
+}
+
+// Golden losses of the first steps of the tiny recipe: any change to initialisation, data order,
+// an op or the optimizer shows up here. Regenerate (and say why in the commit) only when such a
+// change is intended.
+TEST(TrainIntegration, GoldenLosses) {
+  std::string dir = temp_dir("golden");
+  TrainResult res = train(tiny(dir, {"train.steps=5", "eval.at_end=false"}), quiet());
+  const double golden[5] = {4.1651347242295742, 4.1168442778289318, 4.0214969515800476, 4.09270054474473, 4.1283904612064362};
+  ASSERT_EQ(res.losses.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(res.losses[size_t(i)], golden[i], 1e-5) << "step " << i + 1;
   fs::remove_all(dir);
 }
 
