@@ -28,35 +28,74 @@ constexpr int kTile = 64;     // rows per block tile (queries in fwd / dQ, keys 
 constexpr int kThreads = 128;  // 4 warps x 16 rows
 
 // ---- PTX wrappers ---------------------------------------------------------------------------
+// cp.async, ldmatrix and bf16 mma need sm_80+. A build for an older target (CMake's default
+// CMAKE_CUDA_ARCHITECTURES is the compiler's, e.g. 75) still compiles; the launcher then refuses
+// to run these kernels with a clear message instead of trapping.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define ATTN_SM80_OR_TRAP() __trap()
+#else
+#define ATTN_SM80_OR_TRAP()
+#endif
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define ATTN_HAVE_SM80 1
+#else
+#define ATTN_HAVE_SM80 0
+#endif
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   const int n = valid ? 16 : 0;  // 0: zero-fill the 16 bytes
+#if ATTN_HAVE_SM80
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+#else
+  (void)s, (void)gmem, (void)n;
+  ATTN_SM80_OR_TRAP();
+#endif
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+__device__ __forceinline__ void cp_async_commit() {
+#if ATTN_HAVE_SM80
+  asm volatile("cp.async.commit_group;\n");
+#endif
+}
 __device__ __forceinline__ void cp_async_wait_all() {
+#if ATTN_HAVE_SM80
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#endif
 }
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+#if ATTN_HAVE_SM80
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
+#else
+  r[0] = r[1] = r[2] = r[3] = a;
+  ATTN_SM80_OR_TRAP();
+#endif
 }
 __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16* p) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+#if ATTN_HAVE_SM80
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
+#else
+  r[0] = r[1] = r[2] = r[3] = a;
+  ATTN_SM80_OR_TRAP();
+#endif
 }
 // c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col).
 __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {
+#if ATTN_HAVE_SM80
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  (void)c, (void)a, (void)b0, (void)b1;
+  ATTN_SM80_OR_TRAP();
+#endif
 }
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -693,7 +732,21 @@ template <typename K> void set_smem(K kernel, size_t bytes) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
+// The tensor-core kernels need machine code for sm_80 or newer in this build.
+void check_bf16_build() {
+  static const int version = [] {
+    cudaFuncAttributes attr{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, attn_fwd_bf16<64>));
+    return attr.binaryVersion;
+  }();
+  ATTN_REQUIRE(version >= 80,
+               "bf16 attention kernels were built for sm_%d; they need sm_80 or newer (configure "
+               "with -DCMAKE_CUDA_ARCHITECTURES=90 for H100/H200)",
+               version);
+}
+
 void check_bf16_layout(const AttentionParams<bf16>& p) {
+  check_bf16_build();
   ATTN_ASSERT(p.D == 64 || p.D == 128);
   ATTN_ASSERT(p.qkv_row_stride % 8 == 0 && p.qkv_batch_stride % 8 == 0 && p.o_row_stride % 8 == 0 &&
               p.o_batch_stride % 8 == 0);
