@@ -24,6 +24,14 @@ t2=$(date +%s)
 echo "tests: rc=$tests_rc, $((t2 - t1)) s"
 grep -E "^\[  FAILED  \]|Failure|Expected|Which is|error" "$LOGS/tests.log" | head -40
 
+if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  # Out-of-bounds / misaligned accesses in the attention kernels (small shapes are enough).
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/attnlab_tests" \
+    --gtest_filter='AttentionCuda.*:EmbeddingCuda.*:CrossEntropyCuda.*' >"$LOGS/memcheck.log" 2>&1
+  echo "memcheck: rc=$? ($(grep -c 'Invalid' "$LOGS/memcheck.log") invalid accesses)"
+  grep -E "ERROR SUMMARY" "$LOGS/memcheck.log" | tail -1
+fi
+
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   "$BUILD/bench_attention" "$LOGS/ours.csv" 2>&1 | tee "$LOGS/bench.log"
   PYTHONUNBUFFERED=1 python3 scripts/bench/sdpa_peer.py "$LOGS/peer.csv" 2>&1 | tee "$LOGS/peer.log"
