@@ -11,8 +11,8 @@ mkdir -p "$LOGS"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader | tee "$LOGS/gpu.txt"
 
 t0=$(date +%s)
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$LOGS/cmake.log" 2>&1 \
-  || { tail -30 "$LOGS/cmake.log"; exit 1; }
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$BUILD.cmake.log" 2>&1 \
+  || { tail -30 "$BUILD.cmake.log"; exit 1; }
 make -C "$BUILD" -j16 attnlab_tests bench_attention >"$LOGS/build.log" 2>&1 \
   || { grep -E "error|Error" -A3 "$LOGS/build.log" | head -60; exit 1; }
 t1=$(date +%s)
@@ -34,12 +34,17 @@ fi
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   "$BUILD/bench_attention" "$LOGS/ours.csv" 2>&1 | tee "$LOGS/bench.log"
-  PYTHONUNBUFFERED=1 python3 scripts/bench/sdpa_peer.py "$LOGS/peer.csv" 2>&1 | tee "$LOGS/peer.log"
+  PYTHONUNBUFFERED=1 python3 scripts/bench/sdpa_peer.py "$LOGS/peer.csv" 2>&1 | tee -a "$LOGS/bench.log"
 fi
 
 echo
 echo "==== correctness (max rel error, CUDA vs CPU reference) ===="
-grep "\[cuda-err\]" "$LOGS/tests.log" | sort -t' ' -k1,1 | awk '{printf "  %s\n", $0}' | cut -c1-100 | tail -80
+# One line per op and precision: the worst error over its shapes and outputs.
+grep "\[cuda-err\]" "$LOGS/tests.log" | awk '{k = $2 " " $3; e = $NF + 0; if (!(k in m) || e > m[k]) m[k] = e}
+  END {for (k in m) printf "  %-24s worst %.2e\n", k, m[k]}' | sort
+echo "  attention, per shape (o / dq / dk / dv):"
+grep "\[cuda-err\] attention" "$LOGS/tests.log" | awk '{k = $3 " " $4 " " $5 " " $6 " " $7 " " $8 " " $9;
+  v[k] = v[k] " " $10 "=" $NF} END {for (k in v) printf "    %-40s%s\n", k, v[k]}' | sort
 grep -E "^\[==========\]|^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]" "$LOGS/tests.log" | tail -12
 if [ -f "$LOGS/ours.csv" ] && [ -f "$LOGS/peer.csv" ]; then
   echo "==== attention bf16 causal, TFLOP/s (ours / PyTorch SDPA) ===="

@@ -1,7 +1,7 @@
 // Attention CUDA kernels vs the CPU reference, on a packed qkv [B, T, (H + 2 Hkv) D] activation.
 // fp32 uses the simple kernels (tight bound); bf16 the tensor-core kernels, checked against the
-// reference run on bf16-rounded inputs: fwd 1e-2, bwd 2e-2 (P and dS are rounded to bf16 before
-// their tensor-core products). Every output is poisoned with NaN first; the backward must be
+// reference run on bf16-rounded inputs: 1e-2 for o, dq, dk, dv (measured on an H200: at most
+// 3e-3 for o and 5.2e-3 for the gradients, which also see P and dS rounded to bf16). Every output is poisoned with NaN first; the backward must be
 // bitwise deterministic.
 #include <gtest/gtest.h>
 
@@ -91,7 +91,7 @@ template <typename T> void check_attention(const AttnCase& c, uint32_t seed) {
       err = d == d ? std::max(err, d) : INFINITY;
     }
     err /= std::max(part_scale[k], floor);
-    EXPECT_LT(report((name + part[k]).c_str(), err), f32 ? 1e-5 : 2e-2);
+    EXPECT_LT(report((name + part[k]).c_str(), err), f32 ? 1e-5 : 1e-2);
   }
   const auto first = dqkv.raw();
   dqkv.poison();
