@@ -26,7 +26,15 @@ Dims check_qkv(const ExecContext& ctx, DType* dt, const Tensor& qkv, int n_head)
                "attention: n_head (%d) must divide the model width C = %lld", n_head,
                static_cast<long long>(qkv.dim(2) / 3));
   const int64_t C = qkv.dim(2) / 3;
-  return {qkv.dim(0), qkv.dim(1), C, n_head, C / n_head};
+  const int64_t D = C / n_head;
+  // The tensor-core kernels are written for these head dims; fp32 (debug) and CPU take any D.
+  ATTN_REQUIRE(ctx.device != Device::cuda || *dt != DType::bf16 || D == 64 || D == 128,
+               "attention: head dim must be 64 or 128 for bf16 on CUDA, got %lld (n_embd %lld / n_head %d); "
+               "use train.precision: fp32 or change model.n_embd / model.n_head", (long long)D,
+               (long long)C, n_head);
+  ATTN_REQUIRE(ctx.device != Device::cuda || D <= 128,
+               "attention: head dim must be <= 128 on CUDA, got %lld", (long long)D);
+  return {qkv.dim(0), qkv.dim(1), C, n_head, D};
 }
 
 // Packed layout: q, k, v of token (b, t) are consecutive blocks of C in one row of 3C.
