@@ -17,6 +17,25 @@
 
 namespace attnlab {
 
+// Activation recomputation: trade backward compute for activation memory.
+//   none   keep every activation of the forward
+//   gelu   do not keep GELU(fch) per layer; recompute it from fch in backward (saves L-1 [B,T,4C])
+//   block  keep only each layer's input residual; re-run the layer's forward inside backward
+//          (one shared set of layer buffers instead of L; about one extra forward of the blocks)
+// Gradients are bitwise identical across the modes (the recomputation runs the same ops on the
+// same inputs).
+enum class ActivationRecompute : uint8_t { none, gelu, block };
+const char* recompute_name(ActivationRecompute r);
+
+// Optional per-op-group observer for benchmarks: begin/end bracket each group of ops the model
+// launches (e.g. "fwd.matmul.qkv", "bwd.attention"); a CUDA observer records events there.
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  virtual void begin(const char* group) = 0;
+  virtual void end(const char* group) = 0;
+};
+
 struct GPTConfig {
   int n_layer = 12, n_head = 12, n_kv_head = 0, n_embd = 768;
   int vocab_size = 50257;   // real vocabulary (loss and sampling ignore the padding)
@@ -25,6 +44,7 @@ struct GPTConfig {
   float norm_eps = 1e-5f;
   float init_std = 0.02f;
   AttentionOptions attention;
+  ActivationRecompute recompute = ActivationRecompute::none;
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int head_dim() const { return n_embd / n_head; }
 };
@@ -65,8 +85,12 @@ class GPT {
   // Parameter count (excluding vocabulary padding) and FLOPs per token of a training step.
   int64_t num_params_unpadded(const ParameterStore& store) const;
   double flops_per_token(int T) const;
-  // Bytes of activations (forward saved state + backward scratch) for a [B, T] micro-batch.
+  // Bytes of activations (forward saved state + backward scratch) for a [B, T] micro-batch under
+  // the config's recompute mode (attention variants' saved state excluded: see saved_bytes).
   size_t activation_bytes(int B, int T, DType dtype) const;
+
+  // Observer of op groups (nullptr = none); not owned, must outlive its use.
+  void set_observer(OpObserver* o) { observer_ = o; }
 
  private:
   struct Layer {
@@ -74,6 +98,12 @@ class GPT {
   };
   std::string p(int l, const char* name) const;  // "h.<l>.<name>"
   Tensor layer_input(int l) const;
+  void bind_activations(int B, int T);
+  // The layer's forward; with_output = false stops before the MLP projection (recompute: res3 is
+  // already saved and backward does not read it).
+  void layer_forward(const ExecContext& ctx, const ParameterStore& store, int l, AttentionMode mode,
+                     bool with_output, ForwardResult* result);
+  void layer_backward(const ExecContext& ctx, const ParameterStore& store, int l);
 
   GPTConfig cfg_;
   std::vector<std::unique_ptr<AttentionModule>> attn_;
@@ -85,6 +115,23 @@ class GPT {
   // Backward scratch, reused by every layer.
   Tensor dres_, dln_, datty_, dqkv_, dfch_;
   bool has_dlogits_ = false;
+  OpObserver* observer_ = nullptr;
 };
+
+// Device-memory estimate of a training run on one rank (what `attnlab info` prints) and the
+// start-up check against the free memory of the device.
+struct TrainingMemoryEstimate {
+  size_t weights = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0;
+  size_t total() const { return weights + grads + optimizer + activations + workspace; }
+};
+// num_params counts the whole store (padding included), num_trainable its trainable range; the
+// optimizer holds f32 m and v, plus an f32 master copy for bf16 weights.
+TrainingMemoryEstimate estimate_training_memory(const GPT& model, int64_t num_params,
+                                                int64_t num_trainable, int B, int T, DType dtype);
+// "" when the estimate fits into free_bytes (with a 5% margin for the allocator and the CUDA
+// context); otherwise the message of the start-up out-of-memory error, with a hint.
+std::string device_memory_shortfall(const TrainingMemoryEstimate& e, size_t free_bytes,
+                                    int micro_batch, ActivationRecompute recompute);
+
 
 }  // namespace attnlab

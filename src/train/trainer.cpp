@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <cuda_profiler_api.h>
+#include <cuda_runtime.h>
 #include <omp.h>
 
 #include <chrono>
@@ -11,6 +13,7 @@
 #include "core/context.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "core/nvtx.h"
 #include "data/loader.h"
 #include "data/synthetic.h"
 #include "dist/communicator.h"
@@ -47,6 +50,11 @@ GPTConfig gpt_config(const Recipe& r) {
   c.init_std = float(r.model.init_std);
   c.attention.type = r.attention.type;
   c.attention.window = r.attention.window;
+  switch (r.train.recompute) {
+    case Recompute::none: c.recompute = ActivationRecompute::none; break;
+    case Recompute::gelu: c.recompute = ActivationRecompute::gelu; break;
+    case Recompute::block: c.recompute = ActivationRecompute::block; break;
+  }
   return c;
 }
 
@@ -135,9 +143,28 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
   }
 }
 
+// Start-up out-of-memory check: the estimate of `attnlab info` against the free device memory,
+// before anything large is allocated (a clear message instead of a failed cudaMalloc later).
+void check_device_memory(const Recipe& r, const Session& s) {
+  const auto trainable = r.retrofit.trainable_roles();
+  int64_t n = 0, n_train = 0;
+  for (const auto& e : s.store.entries()) {
+    n += e.spec.shape.numel();
+    if (trainable.count(e.spec.role)) n_train += e.spec.shape.numel();
+  }
+  TrainingMemoryEstimate est = estimate_training_memory(*s.model, n, n_train, r.train.micro_batch,
+                                                        r.train.seq_len, s.dtype);
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  std::string shortfall = device_memory_shortfall(est, free_bytes, r.train.micro_batch,
+                                                  s.model->config().recompute);
+  ATTN_REQUIRE(shortfall.empty(), "%s", shortfall.c_str());
+}
+
 void setup_model(const Recipe& r, Session& s) {
   s.model = std::make_unique<GPT>(gpt_config(r));
   s.model->declare_params(s.store);
+  if (s.ctx->device == Device::cuda) check_device_memory(r, s);
   s.store.finalize(s.ctx->device, s.dtype, r.retrofit.trainable_roles());
   s.model->init_params(s.store, uint64_t(r.train.seed));
   s.model->allocate(*s.ctx, r.train.micro_batch, r.train.seq_len, s.dtype);
@@ -275,7 +302,12 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     log.info("checkpoint: %s", dir.c_str());
   };
 
+  // --profile N: the N steps form the capture range of `nsys --capture-range=cudaProfilerApi`
+  // (each step, micro-step and the optimizer are NVTX ranges; every op and layer has its own).
+  const bool profiling = options.profile_steps > 0 && s.ctx->device == Device::cuda;
+  if (profiling) CUDA_CHECK(cudaProfilerStart());
   while (st.step < last_step) {
+    NvtxRange step_range("train.step");
     auto t0 = Clock::now();
     const float lr = lr_at(sched, int(st.step));
     // Fetch every micro-batch first so the loss scale is exact: 1 / (valid targets in the step).
@@ -289,6 +321,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     s.store.zero_grads();
     double loss_sum = 0.0;
     for (int m = 0; m < accum; ++m) {
+      NvtxRange micro_range("train.micro_step");
       upload(s, inputs.data() + size_t(m) * BT, targets.data() + size_t(m) * BT);
       ForwardResult fr = s.model->forward(*s.ctx, s.store, s.tokens_dev, s.targets_dev, AttentionMode::train, dloss);
       loss_sum += fr.loss * double(fr.valid);
@@ -298,7 +331,11 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     ATTN_REQUIRE(std::isfinite(loss), "loss is %f at step %lld (lr %.3e): training diverged; the last "
                  "checkpoint (if any) is intact — lower optim.lr or raise schedule.warmup_steps",
                  loss, (long long)st.step + 1, lr);
-    StepStats ss = opt.step(lr, int(st.step) + 1);
+    StepStats ss;
+    {
+      NvtxRange opt_range("optimizer.step");
+      ss = opt.step(lr, int(st.step) + 1);
+    }
     ATTN_REQUIRE(ss.finite, "gradient norm is not finite at step %lld: training diverged; the last "
                  "checkpoint (if any) is intact", (long long)st.step + 1);
     s.ctx->synchronize();
@@ -343,6 +380,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
       checkpoint();
   }
 
+  if (profiling) CUDA_CHECK(cudaProfilerStop());
   result.steps = st.step;
   result.final_train_loss = last_loss;
   if (!std::isnan(result.final_val_loss)) {

@@ -1,0 +1,52 @@
+// Shared by the training benchmarks and dump tools: the GPTConfig of a recipe (the same mapping
+// as the trainer's) and the optimizer/schedule settings.
+#pragma once
+#include "config/recipe.h"
+#include "model/gpt.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+
+namespace attnlab::bench {
+
+inline GPTConfig gpt_config_of(const Recipe& r) {
+  GPTConfig c;
+  c.n_layer = r.model.n_layer;
+  c.n_head = r.model.n_head;
+  c.n_kv_head = r.model.n_kv_head;
+  c.n_embd = r.model.n_embd;
+  c.vocab_size = r.model.vocab_size;
+  c.padded_vocab = r.model.padded_vocab();
+  c.block_size = r.model.block_size;
+  c.norm_eps = float(r.model.norm_eps);
+  c.init_std = float(r.model.init_std);
+  c.attention.type = r.attention.type;
+  c.attention.window = r.attention.window;
+  c.recompute = r.train.recompute == Recompute::gelu    ? ActivationRecompute::gelu
+                : r.train.recompute == Recompute::block ? ActivationRecompute::block
+                                                        : ActivationRecompute::none;
+  return c;
+}
+
+inline AdamWConfig adamw_config_of(const Recipe& r) {
+  AdamWConfig oc;
+  oc.lr = float(r.optim.lr);
+  oc.beta1 = float(r.optim.beta1);
+  oc.beta2 = float(r.optim.beta2);
+  oc.eps = float(r.optim.eps);
+  oc.weight_decay = float(r.optim.weight_decay);
+  oc.grad_clip = float(r.optim.grad_clip);
+  return oc;
+}
+
+inline ScheduleSpec schedule_of(const Recipe& r, int total_steps) {
+  ScheduleSpec s;
+  s.type = parse_schedule_type(std::string(enum_name(r.schedule.type)));
+  s.lr = float(r.optim.lr);
+  s.warmup_steps = int(r.schedule.warmup_steps);
+  s.total_steps = total_steps;
+  s.final_lr_frac = float(r.schedule.final_lr_frac);
+  s.decay_frac = float(r.schedule.decay_frac);
+  return s;
+}
+
+}  // namespace attnlab::bench

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""External oracle for attnlab's GPT-2 training step (PyTorch only as the reference; run on the GPU host).
+
+A minimal GPT-2 written here (no `transformers`), loaded from an attnlab model.safetensors, runs the
+batch that scripts/bench/gpt2_step_dump.cpp ran and compares:
+  * logits (last sequence), loss and every parameter gradient of one forward/backward;
+  * 10 AdamW steps from the same weights, data, hyperparameters and learning rates.
+The oracle runs in fp32 (TF32 off). The tolerance for attnlab's bf16 numbers is derived from a
+same-precision run: the same PyTorch model under bf16 autocast, compared with the fp32 oracle
+(tolerance = 2x that error, per quantity; STYLE.md).
+
+  python3 scripts/torch_gpt2_check.py --dump dump.safetensors --model DIR/model.safetensors \
+      --tokens batches.i32 --batch 4 --seq 1024 --recipe-json hp.json
+Exit status 0 when everything agrees.
+"""
+import argparse
+import json
+import math
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def read_safetensors(path):
+    """{name: torch tensor (CPU)} and metadata; the format is an 8-byte header length + JSON + data."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    data = memoryview(raw)[8 + n:]
+    out = {}
+    dt = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "I32": torch.int32}
+    for name, info in header.items():
+        b, e = info["data_offsets"]
+        t = torch.frombuffer(bytearray(data[b:e]), dtype=dt[info["dtype"]]) if e > b else torch.empty(0)
+        out[name] = t.reshape(info["shape"])
+    return out, meta
+
+
+class GPT2(torch.nn.Module):
+    """GPT-2 with attnlab's parameter names and layout ([out, in] weights, tied wte, padded vocab)."""
+
+    def __init__(self, weights, n_head, vocab_size, eps=1e-5):
+        super().__init__()
+        self.n_head, self.vocab_size, self.eps = n_head, vocab_size, eps
+        self.p = torch.nn.ParameterDict({k.replace(".", "__"): torch.nn.Parameter(v.clone())
+                                         for k, v in weights.items()})
+        self.n_layer = 1 + max(int(k.split(".")[1]) for k in weights if k.startswith("h."))
+
+    def w(self, name):
+        return self.p[name.replace(".", "__")]
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        x = self.w("wte.weight")[idx] + self.w("wpe.weight")[:T]
+        C = x.shape[-1]
+        for l in range(self.n_layer):
+            g = lambda n: self.w(f"h.{l}.{n}")
+            h = F.layer_norm(x, (C,), g("ln_1.weight"), g("ln_1.bias"), self.eps)
+            qkv = F.linear(h, g("attn.c_attn.weight"), g("attn.c_attn.bias"))
+            q, k, v = qkv.split(C, dim=-1)
+            sh = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+            y = F.scaled_dot_product_attention(sh(q), sh(k), sh(v), is_causal=True)
+            y = y.transpose(1, 2).reshape(B, T, C)
+            x = x + F.linear(y, g("attn.c_proj.weight"), g("attn.c_proj.bias"))
+            h = F.layer_norm(x, (C,), g("ln_2.weight"), g("ln_2.bias"), self.eps)
+            h = F.gelu(F.linear(h, g("mlp.c_fc.weight"), g("mlp.c_fc.bias")), approximate="tanh")
+            x = x + F.linear(h, g("mlp.c_proj.weight"), g("mlp.c_proj.bias"))
+        x = F.layer_norm(x, (C,), self.w("ln_f.weight"), self.w("ln_f.bias"), self.eps)
+        logits = F.linear(x, self.w("wte.weight"))
+        loss = F.cross_entropy(logits[..., :self.vocab_size].float().reshape(B * T, -1),
+                               targets.reshape(-1), ignore_index=-1)
+        return logits, loss
+
+
+def batches(path, B, T):
+    a = np.fromfile(path, dtype="<i4").reshape(-1, B, T + 1)
+    return [(torch.from_numpy(r[:, :-1].copy()).long(), torch.from_numpy(r[:, 1:].copy()).long()) for r in a]
+
+
+def rel(a, b):
+    """max |a - b| / max |b| (b the reference)."""
+    a, b = a.double(), b.double()
+    s = b.abs().max().item()
+    return (a - b).abs().max().item() / (s if s > 0 else 1.0)
+
+
+def run_step(model, x, y, bf16):
+    model.zero_grad(set_to_none=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+        logits, loss = model(x, y)
+    loss.backward()
+    grads = {k.replace("__", "."): p.grad.detach().float().clone() for k, p in model.p.items()}
+    return logits[-1].detach().float(), loss.item(), grads
+
+
+def adamw_train(model, data, lrs, hp, bf16):
+    """AdamW as attnlab runs it: global-norm clip (scale = clip / max(norm, clip)), decoupled weight
+    decay on 2-D weights only, bias-corrected moments, fp32 state."""
+    params = list(model.p.items())
+    decay = [p for k, p in params if p.dim() == 2]
+    no_decay = [p for k, p in params if p.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": hp["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lrs[0], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"], foreach=False)
+    losses = []
+    for s, lr in enumerate(lrs):
+        x, y = data[s]
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            _, loss = model(x.cuda(), y.cuda())
+        loss.backward()
+        norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for _, p in params)).item()
+        if hp["grad_clip"] > 0:
+            scale = hp["grad_clip"] / max(norm, hp["grad_clip"])
+            for _, p in params:
+                p.grad.mul_(scale)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dump", required=True)
+    ap.add_argument("--model", required=True, help="attnlab model.safetensors (the initial weights)")
+    ap.add_argument("--tokens", required=True)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--n-head", type=int, default=12)
+    ap.add_argument("--vocab", type=int, default=50257)
+    ap.add_argument("--hp", required=True, help="JSON: lr, beta1, beta2, eps, weight_decay, grad_clip")
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    hp = json.loads(args.hp)
+
+    weights, _ = read_safetensors(args.model)
+    weights = {k: v.float().cuda() for k, v in weights.items()}
+    dump, meta = read_safetensors(args.dump)
+    data = batches(args.tokens, args.batch, args.seq)
+    x, y = data[0][0].cuda(), data[0][1].cuda()
+
+    ref = GPT2(weights, args.n_head, args.vocab).cuda()
+    lg32, loss32, g32 = run_step(ref, x, y, bf16=False)
+    peer = GPT2(weights, args.n_head, args.vocab).cuda()
+    lg16, loss16, g16 = run_step(peer, x, y, bf16=True)
+
+    ours_lg = dump["logits"].float().cuda()
+    ours_loss = dump["loss"].item()
+    rows = []
+    ok = True
+
+    def check(what, ours_err, peer_err, floor=0.0):
+        nonlocal ok
+        tol = max(2.0 * peer_err, floor)
+        good = ours_err <= tol
+        ok &= good
+        rows.append((what, ours_err, peer_err, tol, "ok" if good else "FAIL"))
+
+    check("logits (last seq)", rel(ours_lg, lg32), rel(lg16, lg32))
+    check("loss", abs(ours_loss - loss32) / loss32, abs(loss16 - loss32) / loss32, 1e-4)
+    worst_ours, worst_peer, worst_name = 0.0, 0.0, ""
+    for name, g in g32.items():
+        eo = rel(dump["grad." + name].float().cuda(), g)
+        ep = rel(g16[name], g)
+        if eo / max(ep, 1e-12) > worst_ours / max(worst_peer, 1e-12) or not worst_name:
+            worst_ours, worst_peer, worst_name = eo, ep, name
+        check("grad " + name, eo, ep)
+    print(f"dtype {meta.get('dtype')} | loss ours {ours_loss:.6f} torch fp32 {loss32:.6f} torch bf16 {loss16:.6f}")
+    print(f"{'quantity':40s} {'ours vs fp32':>13s} {'torch bf16':>11s} {'tol':>10s}")
+    shown = [r for r in rows if not r[0].startswith("grad ")] + \
+            [r for r in rows if r[0] == "grad " + worst_name] + [r for r in rows if r[4] == "FAIL" and r[0].startswith("grad ")][:10]
+    for r in shown:
+        print(f"{r[0]:40s} {r[1]:13.3e} {r[2]:11.3e} {r[3]:10.3e} {r[4]}")
+    ngrad = sum(1 for r in rows if r[0].startswith("grad "))
+    nbad = sum(1 for r in rows if r[0].startswith("grad ") and r[4] == "FAIL")
+    print(f"gradients: {ngrad - nbad}/{ngrad} within 2x the torch-bf16 error (worst ratio: {worst_name})")
+
+    if "train_loss" in dump:
+        ours = dump["train_loss"].tolist()
+        lrs = dump["lr"].tolist()
+        t32 = adamw_train(GPT2(weights, args.n_head, args.vocab).cuda(), data, lrs, hp, bf16=False)
+        t16 = adamw_train(GPT2(weights, args.n_head, args.vocab).cuda(), data, lrs, hp, bf16=True)
+        print(f"\n{'step':>4s} {'lr':>10s} {'attnlab':>10s} {'torch fp32':>11s} {'torch bf16':>11s} {'|ours-fp32|':>12s} {'|bf16-fp32|':>12s}")
+        worst_o, worst_p = 0.0, 0.0
+        for s in range(len(ours)):
+            do, dp = abs(ours[s] - t32[s]), abs(t16[s] - t32[s])
+            worst_o, worst_p = max(worst_o, do), max(worst_p, dp)
+            print(f"{s + 1:4d} {lrs[s]:10.3e} {ours[s]:10.5f} {t32[s]:11.5f} {t16[s]:11.5f} {do:12.2e} {dp:12.2e}")
+        tol = max(2.0 * worst_p, 2e-3)
+        good = worst_o <= tol
+        ok &= good
+        print(f"10-step losses: max |ours - fp32| {worst_o:.2e} vs tolerance {tol:.2e} "
+              f"(2x max |torch bf16 - fp32|, floor 2e-3): {'ok' if good else 'FAIL'}")
+    print("TORCH CHECK:", "PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
