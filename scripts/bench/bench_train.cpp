@@ -25,7 +25,7 @@
 #include "core/context.h"
 #include "core/cuda_check.h"
 #include "ops/ops.h"
-#include "recipe_model.h"
+#include "train/from_recipe.h"
 
 using namespace attnlab;
 
@@ -117,7 +117,7 @@ struct Result {
 
 bool run_one(const Recipe& r, int B, int T, int steps, int warmup, double ceiling, Result& out) {
   auto ctx = ExecContext::make_cuda(0);
-  GPT model(bench::gpt_config_of(r));
+  GPT model(gpt_config_of(r));
   ParameterStore store;
   model.declare_params(store);
   int64_t n = 0;
@@ -133,7 +133,7 @@ bool run_one(const Recipe& r, int B, int T, int steps, int warmup, double ceilin
   store.finalize(Device::cuda, DType::bf16, {ParamRole::base, ParamRole::attention});
   model.init_params(store, 1337);
   model.allocate(*ctx, B, T, DType::bf16);
-  AdamW opt(*ctx, store, bench::adamw_config_of(r));
+  AdamW opt(*ctx, store, adamw_config_of(r));
   Buffer batch(Device::cuda, size_t(2 * B * T) * 4);
   Tensor tok = batch.as(DType::i32, Shape{B, T}), tgt = batch.as(DType::i32, Shape{B, T}, size_t(B * T) * 4);
   std::vector<int32_t> h(size_t(B) * T);

@@ -23,7 +23,7 @@
 #include "core/context.h"
 #include "core/cuda_check.h"
 #include "io/safetensors.h"
-#include "recipe_model.h"
+#include "train/from_recipe.h"
 #include "train/checkpoint.h"
 
 using namespace attnlab;
@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
     const bool cuda = r.train.device != DeviceChoice::cpu && cuda_available();
     auto ctx = cuda ? ExecContext::make_cuda(0) : ExecContext::make_cpu();
     const DType dt = cuda && r.train.precision == Precision::bf16 ? DType::bf16 : DType::f32;
-    GPT model(bench::gpt_config_of(r));
+    GPT model(gpt_config_of(r));
     ParameterStore store;
     model.declare_params(store);
     store.finalize(ctx->device, dt, r.retrofit.trainable_roles());
@@ -125,8 +125,8 @@ int main(int argc, char** argv) {
 
     std::vector<float> train_loss, lrs;
     if (train_steps > 0) {
-      AdamW opt(*ctx, store, bench::adamw_config_of(r));
-      ScheduleSpec sched = bench::schedule_of(r, int(r.train.steps));
+      AdamW opt(*ctx, store, adamw_config_of(r));
+      ScheduleSpec sched = schedule_of(r, int(r.train.steps));
       for (int s = 0; s < train_steps; ++s) {
         const int64_t valid = load_batch(s);
         const float lr = lr_at(sched, s);

@@ -7,6 +7,7 @@
 #include "config/recipe.h"
 #include "core/cuda_check.h"
 #include "model/gpt.h"
+#include "train/from_recipe.h"
 #include "train/trainer.h"
 
 namespace attnlab::cli {
@@ -70,16 +71,7 @@ int cmd_info(const RecipeArgs& args) {
   Recipe r = load_recipe(args.recipe, args.overrides);
   std::printf("# resolved recipe\n%s\n", recipe_to_yaml(r).c_str());
 
-  GPTConfig c;
-  c.n_layer = r.model.n_layer;
-  c.n_head = r.model.n_head;
-  c.n_kv_head = r.model.n_kv_head;
-  c.n_embd = r.model.n_embd;
-  c.vocab_size = r.model.vocab_size;
-  c.padded_vocab = r.model.padded_vocab();
-  c.block_size = r.model.block_size;
-  c.attention.type = r.attention.type;
-  c.attention.window = r.attention.window;
+  const GPTConfig c = gpt_config_of(r);
   GPT model(c);
   ParameterStore store;
   model.declare_params(store);
@@ -98,10 +90,8 @@ int cmd_info(const RecipeArgs& args) {
   bool cuda = r.train.device == DeviceChoice::cuda ||
               (r.train.device == DeviceChoice::auto_select && cuda_available());
   DType dt = cuda && r.train.precision == Precision::bf16 ? DType::bf16 : DType::f32;
-  const double es = double(dtype_size(dt));
-  const double w = double(total) * es, g = double(n_train) * es;
-  const double opt = double(n_train) * 4.0 * (dt == DType::bf16 ? 3 : 2);
-  const double act = double(model.activation_bytes(r.train.micro_batch, r.train.seq_len, dt));
+  const TrainingMemoryEstimate mem =
+      estimate_training_memory(model, total, n_train, r.train.micro_batch, r.train.seq_len, dt);
   const int accum = r.train.grad_accum_steps(1);
   const double fpt = model.flops_per_token(r.train.seq_len);
 
@@ -118,12 +108,14 @@ int cmd_info(const RecipeArgs& args) {
   std::printf("FLOPs per token   %.3g (6N + attention)\n", fpt);
   std::printf("FLOPs per step    %.3g\n", fpt * double(r.train.tokens_per_step()));
   std::printf("\n# memory estimate (one rank)\n");
-  std::printf("weights           %s\n", human_bytes(w).c_str());
-  std::printf("gradients         %s\n", human_bytes(g).c_str());
-  std::printf("optimizer state   %s\n", human_bytes(opt).c_str());
-  std::printf("activations       %s (micro-batch %d x %d)\n", human_bytes(act).c_str(), r.train.micro_batch,
-              r.train.seq_len);
-  std::printf("total             %s\n", human_bytes(w + g + opt + act).c_str());
+  std::printf("weights           %s\n", human_bytes(double(mem.weights)).c_str());
+  std::printf("gradients         %s\n", human_bytes(double(mem.grads)).c_str());
+  std::printf("optimizer state   %s\n", human_bytes(double(mem.optimizer)).c_str());
+  std::printf("activations       %s (micro-batch %d x %d, recompute %s)\n",
+              human_bytes(double(mem.activations)).c_str(), r.train.micro_batch, r.train.seq_len,
+              recompute_name(c.recompute));
+  if (mem.workspace) std::printf("workspace         %s\n", human_bytes(double(mem.workspace)).c_str());
+  std::printf("total             %s\n", human_bytes(double(mem.total())).c_str());
   return 0;
 }
 

@@ -23,6 +23,7 @@
 #include "model/gpt.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
+#include "train/from_recipe.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 
@@ -35,27 +36,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-GPTConfig gpt_config(const Recipe& r) {
-  GPTConfig c;
-  c.n_layer = r.model.n_layer;
-  c.n_head = r.model.n_head;
-  c.n_kv_head = r.model.n_kv_head;
-  c.n_embd = r.model.n_embd;
-  c.vocab_size = r.model.vocab_size;
-  c.padded_vocab = r.model.padded_vocab();
-  c.block_size = r.model.block_size;
-  c.norm_eps = float(r.model.norm_eps);
-  c.init_std = float(r.model.init_std);
-  c.attention.type = r.attention.type;
-  c.attention.window = r.attention.window;
-  switch (r.train.recompute) {
-    case Recompute::none: c.recompute = ActivationRecompute::none; break;
-    case Recompute::gelu: c.recompute = ActivationRecompute::gelu; break;
-    case Recompute::block: c.recompute = ActivationRecompute::block; break;
-  }
-  return c;
 }
 
 // Everything a run (train or eval) needs, built from the recipe.
@@ -162,7 +142,7 @@ void check_device_memory(const Recipe& r, const Session& s) {
 }
 
 void setup_model(const Recipe& r, Session& s) {
-  s.model = std::make_unique<GPT>(gpt_config(r));
+  s.model = std::make_unique<GPT>(gpt_config_of(r));
   s.model->declare_params(s.store);
   if (s.ctx->device == Device::cuda) check_device_memory(r, s);
   s.store.finalize(s.ctx->device, s.dtype, r.retrofit.trainable_roles());
@@ -213,22 +193,8 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   setup_data(recipe, s, /*need_train=*/true);
   setup_model(recipe, s);
 
-  AdamWConfig oc;
-  oc.lr = float(recipe.optim.lr);
-  oc.beta1 = float(recipe.optim.beta1);
-  oc.beta2 = float(recipe.optim.beta2);
-  oc.eps = float(recipe.optim.eps);
-  oc.weight_decay = float(recipe.optim.weight_decay);
-  oc.grad_clip = float(recipe.optim.grad_clip);
-  AdamW opt(*s.ctx, s.store, oc);
-
-  ScheduleSpec sched;
-  sched.type = parse_schedule_type(std::string(enum_name(recipe.schedule.type)));
-  sched.lr = float(recipe.optim.lr);
-  sched.warmup_steps = int(recipe.schedule.warmup_steps);
-  sched.total_steps = int(recipe.train.steps);
-  sched.final_lr_frac = float(recipe.schedule.final_lr_frac);
-  sched.decay_frac = float(recipe.schedule.decay_frac);
+  AdamW opt(*s.ctx, s.store, adamw_config_of(recipe));
+  const ScheduleSpec sched = schedule_of(recipe, int(recipe.train.steps));
 
   const int accum = recipe.train.grad_accum_steps(s.comm->world_size());
   const int64_t step_tokens = recipe.train.tokens_per_step();

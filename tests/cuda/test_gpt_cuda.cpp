@@ -219,9 +219,19 @@ void step_check(DType dt) {
     gpu.set_batch(sb.tok, sb.tgt);
     const float dl = float(1.0 / double(sb.valid));
     ForwardResult a = cpu.train_pass(dl), g = gpu.train_pass(dl);
-    oc_cpu.step(oc.lr, step);
-    oc_gpu.step(oc.lr, step);
+    StepStats sc = oc_cpu.step(oc.lr, step);
+    StepStats sg = oc_gpu.step(oc.lr, step);
     gpu.ctx->synchronize();
+    if (step == 1) {
+      // Diagnostics: the update of each tensor on both sides after the first step.
+      std::printf("[%s] step 1 grad norm cpu %.6e gpu %.6e clip %.6f / %.6f\n", dtype_name(dt),
+                  sc.grad_norm, sg.grad_norm, sc.clip_scale, sg.clip_scale);
+      for (const auto& e : cpu.store.entries()) {
+        double err = test::max_rel_error(Side::host(gpu.store.param(e.spec.name)),
+                                         Side::host(cpu.store.param(e.spec.name)));
+        if (err > 1e-4) std::printf("    after step 1: %-28s param rel err %.3e\n", e.spec.name.c_str(), err);
+      }
+    }
     const double rel = std::fabs(g.loss - a.loss) / a.loss;
     worst_loss = std::max(worst_loss, rel);
     std::printf("[%s] adamw step %d loss cpu %.6f gpu %.6f rel %.2e\n", dtype_name(dt), step, a.loss,

@@ -1,14 +1,10 @@
-// Shared by the training benchmarks and dump tools: the GPTConfig of a recipe (the same mapping
-// as the trainer's) and the optimizer/schedule settings.
-#pragma once
-#include "config/recipe.h"
-#include "model/gpt.h"
-#include "train/optimizer.h"
-#include "train/schedule.h"
+#include "train/from_recipe.h"
 
-namespace attnlab::bench {
+#include <string>
 
-inline GPTConfig gpt_config_of(const Recipe& r) {
+namespace attnlab {
+
+GPTConfig gpt_config_of(const Recipe& r) {
   GPTConfig c;
   c.n_layer = r.model.n_layer;
   c.n_head = r.model.n_head;
@@ -27,7 +23,7 @@ inline GPTConfig gpt_config_of(const Recipe& r) {
   return c;
 }
 
-inline AdamWConfig adamw_config_of(const Recipe& r) {
+AdamWConfig adamw_config_of(const Recipe& r) {
   AdamWConfig oc;
   oc.lr = float(r.optim.lr);
   oc.beta1 = float(r.optim.beta1);
@@ -38,7 +34,7 @@ inline AdamWConfig adamw_config_of(const Recipe& r) {
   return oc;
 }
 
-inline ScheduleSpec schedule_of(const Recipe& r, int total_steps) {
+ScheduleSpec schedule_of(const Recipe& r, int total_steps) {
   ScheduleSpec s;
   s.type = parse_schedule_type(std::string(enum_name(r.schedule.type)));
   s.lr = float(r.optim.lr);
@@ -49,4 +45,4 @@ inline ScheduleSpec schedule_of(const Recipe& r, int total_steps) {
   return s;
 }
 
-}  // namespace attnlab::bench
+}  // namespace attnlab

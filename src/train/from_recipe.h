@@ -1,0 +1,15 @@
+// The one mapping from a Recipe to the settings of the model, optimizer and LR schedule, shared by
+// the trainer, `attnlab info`, generation and the benchmarks.
+#pragma once
+#include "config/recipe.h"
+#include "model/gpt.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+
+namespace attnlab {
+
+GPTConfig gpt_config_of(const Recipe& r);
+AdamWConfig adamw_config_of(const Recipe& r);
+ScheduleSpec schedule_of(const Recipe& r, int total_steps);
+
+}  // namespace attnlab
