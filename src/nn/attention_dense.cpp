@@ -32,6 +32,16 @@ void DenseAttention::backward(const ExecContext& ctx, const ParameterStore& /*st
   ops::attention_bwd(ctx, dqkv, dout, qkv, out, lse_, shape_.n_head);
 }
 
+void DenseAttention::decode(const ExecContext& ctx, const ParameterStore& /*store*/,
+                            const Tensor& /*h*/, const Tensor& qkv, const KVCacheView& cache,
+                            int pos, const Tensor& out) {
+  // The packed qkv has as many kv heads as query heads: the cache's head count is n_head (and
+  // decode does not need allocate(), which sizes the training state).
+  const int n_head = int(cache.k.dim(1));
+  ops::kv_cache_write(ctx, cache.k, cache.v, qkv, pos, n_head);
+  ops::attention_decode(ctx, out, qkv, cache.k, cache.v, pos, n_head);
+}
+
 size_t DenseAttention::saved_bytes(const AttentionShape& s, DType /*dtype*/) const {
   return size_t(s.B) * s.n_head * s.T * sizeof(float);
 }
