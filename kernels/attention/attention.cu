@@ -28,35 +28,74 @@ constexpr int kTile = 64;     // rows per block tile (queries in fwd / dQ, keys 
 constexpr int kThreads = 128;  // 4 warps x 16 rows
 
 // ---- PTX wrappers ---------------------------------------------------------------------------
+// cp.async, ldmatrix and bf16 mma need sm_80+. A build for an older target (CMake's default
+// CMAKE_CUDA_ARCHITECTURES is the compiler's, e.g. 75) still compiles; the launcher then refuses
+// to run these kernels with a clear message instead of trapping.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define ATTN_SM80_OR_TRAP() __trap()
+#else
+#define ATTN_SM80_OR_TRAP()
+#endif
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define ATTN_HAVE_SM80 1
+#else
+#define ATTN_HAVE_SM80 0
+#endif
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   const int n = valid ? 16 : 0;  // 0: zero-fill the 16 bytes
+#if ATTN_HAVE_SM80
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+#else
+  (void)s, (void)gmem, (void)n;
+  ATTN_SM80_OR_TRAP();
+#endif
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+__device__ __forceinline__ void cp_async_commit() {
+#if ATTN_HAVE_SM80
+  asm volatile("cp.async.commit_group;\n");
+#endif
+}
 __device__ __forceinline__ void cp_async_wait_all() {
+#if ATTN_HAVE_SM80
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#endif
 }
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+#if ATTN_HAVE_SM80
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
+#else
+  r[0] = r[1] = r[2] = r[3] = a;
+  ATTN_SM80_OR_TRAP();
+#endif
 }
 __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16* p) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+#if ATTN_HAVE_SM80
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
+#else
+  r[0] = r[1] = r[2] = r[3] = a;
+  ATTN_SM80_OR_TRAP();
+#endif
 }
 // c (16x8 fp32) += a (16x16 bf16, row) * b (16x8 bf16, col).
 __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {
+#if ATTN_HAVE_SM80
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  (void)c, (void)a, (void)b0, (void)b1;
+  ATTN_SM80_OR_TRAP();
+#endif
 }
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -111,140 +150,208 @@ struct Heads {
 };
 
 // ---- forward (bf16, tensor cores) -----------------------------------------------------------
+// A block owns kFwdRows = 128 queries: each warp two 16-row m-tiles, so that every K/V fragment
+// read from shared memory feeds four tensor-core products (smem bandwidth is the limiter with
+// one m-tile). Q fragments stay in registers for D = 64 and are re-read from smem for D = 128.
+constexpr int kFwdMT = 2;                      // m-tiles (16 rows) per warp
+constexpr int kFwdRows = 4 * 16 * kFwdMT;      // queries per block
+
+template <int ROWS, int D>
+__device__ __forceinline__ void load_rows(bf16* s, const bf16* g, int64_t row_stride, int row0,
+                                          int T) {
+  constexpr int kChunks = D / 8, LD = D + 8;
+  for (int i = threadIdx.x; i < ROWS * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const bool valid = row0 + r < T;
+    const bf16* src = valid ? g + int64_t(row0 + r) * row_stride + c * 8 : g;
+    cp_async16(s + r * LD + c * 8, src, valid);
+  }
+}
+
 template <int D>
 __global__ void __launch_bounds__(kThreads) attn_fwd_bf16(const AttentionParams<bf16> p) {
   constexpr int LD = D + 8, kT = kTile * LD;
+  constexpr bool kQInRegs = D <= 64;
+  constexpr int kQF = kQInRegs ? D / 16 : 1;
+  // Keys per softmax step (a tuning knob: halves of the tile cut score registers but add rescales;
+  // for D = 128 that did not remove the compiler's small spill, so whole tiles it is).
+  constexpr int kSub = kTile;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
-  bf16* sK = sQ + kT;      // [2][kTile][LD]
-  bf16* sV = sK + 2 * kT;  // [2][kTile][LD]
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // [kFwdRows][LD]
+  bf16* sK = sQ + kFwdRows * LD;                 // [2][kTile][LD]
+  bf16* sV = sK + 2 * kT;                        // [2][kTile][LD]
   const int T = p.T_;
   const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) tiles first
   const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
-  const int q0 = m_block * kTile;
+  const int q0 = m_block * kFwdRows;
+  const int wrow = warp * 16 * kFwdMT;  // first row of this warp inside the block tile
   const bf16* gq = p.q + b * p.qkv_batch_stride + h * D;
   const bf16* gk = p.k + b * p.qkv_batch_stride + hk * D;
   const bf16* gv = p.v + b * p.qkv_batch_stride + hk * D;
 
   int n_end = (T + kTile - 1) / kTile;
-  if (p.causal) n_end = min(n_end, m_block + 1);
+  if (p.causal) n_end = min(n_end, (q0 + kFwdRows - 1) / kTile + 1);
   const int n_begin = p.window > 0 ? max(0, q0 - p.window + 1) / kTile : 0;
 
-  load_tile<D>(sQ, gq, p.qkv_row_stride, q0, T);
-  load_tile<D>(sK, gk, p.qkv_row_stride, n_begin * kTile, T);
-  load_tile<D>(sV, gv, p.qkv_row_stride, n_begin * kTile, T);
+  load_rows<kFwdRows, D>(sQ, gq, p.qkv_row_stride, q0, T);
+  load_rows<kTile, D>(sK, gk, p.qkv_row_stride, n_begin * kTile, T);
+  load_rows<kTile, D>(sV, gv, p.qkv_row_stride, n_begin * kTile, T);
   cp_async_commit();
 
-  float o[D / 8][4];
+  float o[kFwdMT][D / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-  uint32_t qf[D / 16][4];
+  for (int mt = 0; mt < kFwdMT; ++mt) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+  }
+  float row_max[kFwdMT][2], row_sum[kFwdMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kFwdMT; ++mt) {
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
+  uint32_t qf[kFwdMT][kQF][4];
   const float sl2 = p.scale * kLog2e;
 
   for (int nb = n_begin; nb < n_end; ++nb) {
     const int buf = (nb - n_begin) & 1;
     cp_async_wait_all();
     __syncthreads();
-    if (nb == n_begin) {
+    if constexpr (kQInRegs) {
+      if (nb == n_begin) {
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) load_a<LD>(qf[kk], sQ, warp * 16, kk * 16, lane);
+        for (int mt = 0; mt < kFwdMT; ++mt) {
+#pragma unroll
+          for (int kk = 0; kk < kQF; ++kk) load_a<LD>(qf[mt][kk], sQ, wrow + mt * 16, kk * 16, lane);
+        }
+      }
     }
     if (nb + 1 < n_end) {
-      load_tile<D>(sK + (buf ^ 1) * kT, gk, p.qkv_row_stride, (nb + 1) * kTile, T);
-      load_tile<D>(sV + (buf ^ 1) * kT, gv, p.qkv_row_stride, (nb + 1) * kTile, T);
+      load_rows<kTile, D>(sK + (buf ^ 1) * kT, gk, p.qkv_row_stride, (nb + 1) * kTile, T);
+      load_rows<kTile, D>(sV + (buf ^ 1) * kT, gv, p.qkv_row_stride, (nb + 1) * kTile, T);
       cp_async_commit();
     }
     const bf16* cK = sK + buf * kT;
     const bf16* cV = sV + buf * kT;
 
-    float s[8][4];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    for (int sub = 0; sub < kTile / kSub; ++sub) {
+    float s[kFwdMT][kSub / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < kFwdMT; ++mt) {
+#pragma unroll
+      for (int i = 0; i < kSub / 8; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
+    }
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t aq[kFwdMT][4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        uint32_t bk[4];
-        load_b_nk<LD>(bk, cK, j * 16, kk * 16, lane);
-        mma16816(s[2 * j], qf[kk], bk[0], bk[1]);
-        mma16816(s[2 * j + 1], qf[kk], bk[2], bk[3]);
-      }
-    }
-    const int k0 = nb * kTile;
-    const bool need_mask = k0 + kTile > T || (p.causal && k0 + kTile - 1 > q0) ||
-                           (p.window > 0 && k0 <= q0 + kTile - 1 - p.window);
+      for (int mt = 0; mt < kFwdMT; ++mt) {
+        if constexpr (kQInRegs) {
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        float x = s[nt][c] * sl2;
-        if (need_mask) {
-          const int key = k0 + nt * 8 + 2 * tig + (c & 1);
-          const int qi = q0 + warp * 16 + g + (c >= 2 ? 8 : 0);
-          if (key >= T || (p.causal && key > qi) || (p.window > 0 && key <= qi - p.window)) {
-            x = -INFINITY;
-          }
+          for (int i = 0; i < 4; ++i) aq[mt][i] = qf[mt][kk][i];
+        } else {
+          load_a<LD>(aq[mt], sQ, wrow + mt * 16, kk * 16, lane);
         }
-        s[nt][c] = x;
+      }
+#pragma unroll
+      for (int j = 0; j < kSub / 16; ++j) {
+        uint32_t bk[4];
+        load_b_nk<LD>(bk, cK, sub * kSub + j * 16, kk * 16, lane);
+#pragma unroll
+        for (int mt = 0; mt < kFwdMT; ++mt) {
+          mma16816(s[mt][2 * j], aq[mt], bk[0], bk[1]);
+          mma16816(s[mt][2 * j + 1], aq[mt], bk[2], bk[3]);
+        }
+      }
+    }
+    const int k0 = nb * kTile + sub * kSub;
+    const bool need_mask = k0 + kSub > T || (p.causal && k0 + kSub - 1 > q0) ||
+                           (p.window > 0 && k0 <= q0 + kFwdRows - 1 - p.window);
+#pragma unroll
+    for (int mt = 0; mt < kFwdMT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < kSub / 8; ++nt) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          float x = s[mt][nt][c] * sl2;
+          if (need_mask) {
+            const int key = k0 + nt * 8 + 2 * tig + (c & 1);
+            const int qi = q0 + wrow + mt * 16 + g + (c >= 2 ? 8 : 0);
+            if (key >= T || (p.causal && key > qi) || (p.window > 0 && key <= qi - p.window)) {
+              x = -INFINITY;
+            }
+          }
+          s[mt][nt][c] = x;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < kSub / 8; ++nt) {
+          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(row_max[mt][r], mx);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;
+        const float corr = exp2f(row_max[mt][r] - m_use);
+        row_max[mt][r] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kSub / 8; ++nt) {
+          s[mt][nt][2 * r] = exp2f(s[mt][nt][2 * r] - m_use);
+          s[mt][nt][2 * r + 1] = exp2f(s[mt][nt][2 * r + 1] - m_use);
+          sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
+        }
+        row_sum[mt][r] = row_sum[mt][r] * corr + sum;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+          o[mt][dt][2 * r] *= corr;
+          o[mt][dt][2 * r + 1] *= corr;
+        }
       }
     }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
+    for (int kk = 0; kk < kSub / 16; ++kk) {
+      uint32_t a[kFwdMT][4];
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(row_max[r], mx);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      const float corr = exp2f(row_max[r] - m_use);
-      row_max[r] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        s[nt][2 * r] = exp2f(s[nt][2 * r] - m_use);
-        s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - m_use);
-        sum += s[nt][2 * r] + s[nt][2 * r + 1];
-      }
-      row_sum[r] = row_sum[r] * corr + sum;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        o[dt][2 * r] *= corr;
-        o[dt][2 * r + 1] *= corr;
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      uint32_t a[4];
-      c_to_a(a, s[2 * kk], s[2 * kk + 1]);
+      for (int mt = 0; mt < kFwdMT; ++mt) c_to_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
 #pragma unroll
       for (int dt = 0; dt < D / 16; ++dt) {
         uint32_t bv[4];
-        load_b_kn<LD>(bv, cV, kk * 16, dt * 16, lane);
-        mma16816(o[2 * dt], a, bv[0], bv[1]);
-        mma16816(o[2 * dt + 1], a, bv[2], bv[3]);
+        load_b_kn<LD>(bv, cV, sub * kSub + kk * 16, dt * 16, lane);
+#pragma unroll
+        for (int mt = 0; mt < kFwdMT; ++mt) {
+          mma16816(o[mt][2 * dt], a[mt], bv[0], bv[1]);
+          mma16816(o[mt][2 * dt + 1], a[mt], bv[2], bv[3]);
+        }
       }
     }
+    }  // sub
   }
 
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = row_sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int qi = q0 + warp * 16 + g + 8 * r;
-    if (qi >= T) continue;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    bf16* out = p.o + b * p.o_batch_stride + int64_t(qi) * p.o_row_stride + h * D;
+  for (int mt = 0; mt < kFwdMT; ++mt) {
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      *reinterpret_cast<__nv_bfloat162*>(out + dt * 8 + 2 * tig) =
-          __floats2bfloat162_rn(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
-    }
-    if (tig == 0) {
-      p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (row_max[r] + log2f(l)) * kLn2;
+    for (int r = 0; r < 2; ++r) {
+      float l = row_sum[mt][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int qi = q0 + wrow + mt * 16 + g + 8 * r;
+      if (qi >= T) continue;
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      bf16* out = p.o + b * p.o_batch_stride + int64_t(qi) * p.o_row_stride + h * D;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        *reinterpret_cast<__nv_bfloat162*>(out + dt * 8 + 2 * tig) =
+            __floats2bfloat162_rn(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
+      }
+      if (tig == 0) {
+        p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (row_max[mt][r] + log2f(l)) * kLn2;
+      }
     }
   }
 }
@@ -693,7 +800,21 @@ template <typename K> void set_smem(K kernel, size_t bytes) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
+// The tensor-core kernels need machine code for sm_80 or newer in this build.
+void check_bf16_build() {
+  static const int version = [] {
+    cudaFuncAttributes attr{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, attn_fwd_bf16<64>));
+    return attr.binaryVersion;
+  }();
+  ATTN_REQUIRE(version >= 80,
+               "bf16 attention kernels were built for sm_%d; they need sm_80 or newer (configure "
+               "with -DCMAKE_CUDA_ARCHITECTURES=90 for H100/H200)",
+               version);
+}
+
 void check_bf16_layout(const AttentionParams<bf16>& p) {
+  check_bf16_build();
   ATTN_ASSERT(p.D == 64 || p.D == 128);
   ATTN_ASSERT(p.qkv_row_stride % 8 == 0 && p.qkv_batch_stride % 8 == 0 && p.o_row_stride % 8 == 0 &&
               p.o_batch_stride % 8 == 0);
@@ -701,9 +822,9 @@ void check_bf16_layout(const AttentionParams<bf16>& p) {
 }
 
 template <int D> void fwd_bf16(const AttentionParams<bf16>& p, cudaStream_t st) {
-  const size_t smem = size_t(5) * kTile * (D + 8) * sizeof(bf16);
+  const size_t smem = size_t(kFwdRows + 4 * kTile) * (D + 8) * sizeof(bf16);
   set_smem(attn_fwd_bf16<D>, smem);
-  const dim3 grid(div_up(p.T_, kTile), p.n_head, p.B);
+  const dim3 grid(div_up(p.T_, kFwdRows), p.n_head, p.B);
   attn_fwd_bf16<D><<<grid, kThreads, smem, st>>>(p);
   CUDA_CHECK_LAUNCH();
 }

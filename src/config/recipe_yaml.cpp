@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -589,7 +590,9 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   ATTN_REQUIRE(in.good(), "cannot open recipe '%s': %s", path.c_str(), std::strerror(errno));
   std::stringstream text;
   text << in.rdbuf();
-  return parse_recipe(text.str(), path, overrides);
+  Recipe r = parse_recipe(text.str(), path, overrides);
+  if (r.train.name.empty()) r.train.name = std::filesystem::path(path).stem().string();
+  return r;
 }
 
 }  // namespace attnlab

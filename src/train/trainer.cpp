@@ -237,9 +237,9 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   if (!resumed_from.empty()) log.info("resumed from %s at step %lld", resumed_from.c_str(), (long long)st.step);
   {
     log.info(
-                 "attnlab train | %s | %s params (%s trainable) | device %s (%s) | %s tok/step "
+                 "attnlab train %s | %s | %s params (%s trainable) | device %s (%s) | %s tok/step "
                  "(%d x %d x %d accum) | %lld steps",
-                 run_dir.c_str(), io::format_count(double(n_params)).c_str(),
+                 recipe.train.name.c_str(), run_dir.c_str(), io::format_count(double(n_params)).c_str(),
                  io::format_count(double(s.store.num_trainable())).c_str(), device_name(s.ctx->device),
                  dtype_name(s.dtype), io::format_count(double(step_tokens)).c_str(), recipe.train.micro_batch,
                  recipe.train.seq_len, accum, (long long)recipe.train.steps);
@@ -313,7 +313,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     const double step_s = seconds_since(t0);
     ema_step_s = ema_step_s == 0.0 ? step_s : 0.9 * ema_step_s + 0.1 * step_s;
     const double tok_s = double(step_tokens) / step_s;
-    log.metrics({{"step", st.step}, {"loss", loss}, {"lr", lr}, {"grad_norm", ss.grad_norm},
+    log.metrics({{"step", st.step}, {"run", recipe.train.name}, {"loss", loss}, {"lr", lr}, {"grad_norm", ss.grad_norm},
                  {"tokens", st.tokens_seen}, {"tok_per_s", tok_s}, {"ms_per_step", step_s * 1e3},
                  {"flops_per_s", flops_tok * tok_s}});
     if (st.step % recipe.log.every == 0 || st.step == last_step || st.step == 1) {

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Device check: build for Hopper, run the whole test suite (CPU and CUDA tests), the attention
+# benchmark and its PyTorch SDPA peer, and print a short table at the end.
+# Usage (repo root, on the GPU machine): bash scripts/device_check.sh [build_dir]
+# Logs and CSVs go to $OUT (the device tool's folder) or /tmp/attnlab_device.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+BUILD=${1:-build-device}
+LOGS=${OUT:-/tmp/attnlab_device}
+mkdir -p "$LOGS"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader | tee "$LOGS/gpu.txt"
+
+t0=$(date +%s)
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$BUILD.cmake.log" 2>&1 \
+  || { tail -30 "$BUILD.cmake.log"; exit 1; }
+make -C "$BUILD" -j16 attnlab_tests bench_attention >"$LOGS/build.log" 2>&1 \
+  || { grep -E "error|Error" -A3 "$LOGS/build.log" | head -60; exit 1; }
+t1=$(date +%s)
+echo "build: $((t1 - t0)) s"
+
+"$BUILD/attnlab_tests" ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} >"$LOGS/tests.log" 2>&1
+tests_rc=$?
+t2=$(date +%s)
+echo "tests: rc=$tests_rc, $((t2 - t1)) s"
+grep -E "^\[  FAILED  \]|Failure|Expected|Which is|error" "$LOGS/tests.log" | head -40
+
+if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  # Out-of-bounds / misaligned accesses in the attention kernels (small shapes are enough).
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/attnlab_tests" \
+    --gtest_filter='AttentionCuda.*:EmbeddingCuda.*:CrossEntropyCuda.*' >"$LOGS/memcheck.log" 2>&1
+  echo "memcheck: rc=$? ($(grep -c 'Invalid' "$LOGS/memcheck.log") invalid accesses)"
+  grep -E "ERROR SUMMARY" "$LOGS/memcheck.log" | tail -1
+fi
+
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  "$BUILD/bench_attention" "$LOGS/ours.csv" 2>&1 | tee "$LOGS/bench.log"
+  PYTHONUNBUFFERED=1 python3 scripts/bench/sdpa_peer.py "$LOGS/peer.csv" 2>&1 | tee -a "$LOGS/bench.log"
+fi
+
+echo
+echo "==== correctness (max rel error, CUDA vs CPU reference) ===="
+# One line per op and precision: the worst error over its shapes and outputs.
+grep "\[cuda-err\]" "$LOGS/tests.log" | awk '{k = $2 " " $3; e = $NF + 0; if (!(k in m) || e > m[k]) m[k] = e}
+  END {for (k in m) printf "  %-24s worst %.2e\n", k, m[k]}' | sort
+echo "  attention, per shape (o / dq / dk / dv):"
+grep "\[cuda-err\] attention" "$LOGS/tests.log" | awk '{k = $3 " " $4 " " $5 " " $6 " " $7 " " $8 " " $9;
+  v[k] = v[k] " " $10 "=" $NF} END {for (k in v) printf "    %-40s%s\n", k, v[k]}' | sort
+grep -E "^\[==========\]|^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]" "$LOGS/tests.log" | tail -12
+if [ -f "$LOGS/ours.csv" ] && [ -f "$LOGS/peer.csv" ]; then
+  echo "==== attention bf16 causal, TFLOP/s (ours / PyTorch SDPA) ===="
+  python3 - "$LOGS/ours.csv" "$LOGS/peer.csv" <<'PY'
+import csv, sys
+ours = {(r["D"], r["T"]): r for r in csv.DictReader(open(sys.argv[1]))}
+peer = {(r["D"], r["T"]): r for r in csv.DictReader(open(sys.argv[2]))}
+print(f"{'D':>4} {'T':>6} {'fwd ours':>9} {'fwd sdpa':>9} {'ratio':>6} {'f+b ours':>9} {'f+b sdpa':>9} {'ratio':>6}")
+for key, o in ours.items():
+    p = peer.get(key)
+    if not p:
+        continue
+    fo, fp = float(o["fwd_tflops"]), float(p["fwd_tflops"])
+    bo, bp = float(o["fwdbwd_tflops"]), float(p["fwdbwd_tflops"])
+    print(f"{key[0]:>4} {key[1]:>6} {fo:9.1f} {fp:9.1f} {fo/fp:6.2f} {bo:9.1f} {bp:9.1f} {bo/bp:6.2f}")
+PY
+fi
+exit $tests_rc

@@ -1,0 +1,118 @@
+// Fused AdamW and the deterministic sum of squares vs the CPU references.
+// bf16 params with an fp32 master: the master, m and v match the reference; the bf16 param is one
+// of the two bf16 neighbours of the master, chosen without bias (stochastic rounding), and the
+// same seed reproduces the same rounding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cuda_test_util.h"
+#include "kernels/optim/adamw.cuh"
+#include "ref/adamw_ref.h"
+
+namespace attnlab {
+namespace {
+
+using namespace test;
+
+AdamWParams<float> hyper(int64_t n, int step) {
+  AdamWParams<float> p;
+  p.n = n, p.lr = 1e-2f, p.beta1 = 0.9f, p.beta2 = 0.95f, p.eps = 1e-8f, p.weight_decay = 0.1f;
+  p.grad_scale = 0.7f, p.step = step, p.seed = 1234;
+  return p;
+}
+
+TEST(AdamWCuda, MatchesReferenceF32) {
+  CUDA_TEST_PREAMBLE();
+  for (int64_t n : {1, 1000, 100003}) {
+    auto w = random_vector(size_t(n), 1), g = random_vector(size_t(n), 2);
+    auto m = random_vector(size_t(n), 3, -0.1f, 0.1f), v = random_vector(size_t(n), 4, 0.f, 0.01f);
+    DeviceArray<float> dw(w), dg(g), dm(m), dv(v);
+    AdamWParams<float> r = hyper(n, 3);
+    r.param = w.data(), r.grad = g.data(), r.m = m.data(), r.v = v.data();
+    adamw_ref(r);
+    AdamWParams<float> p = hyper(n, 3);
+    p.param = dw.ptr(), p.grad = dg.ptr(), p.m = dm.ptr(), p.v = dv.ptr();
+    launch_adamw<float>(p, nullptr);
+    const auto name = strformat("adamw f32 n=%lld", (long long)n);
+    EXPECT_LT(report((name + " param").c_str(), max_rel_error(dw.download(), w)), 1e-5);
+    EXPECT_LT(report((name + " m").c_str(), max_rel_error(dm.download(), m)), 1e-5);
+    EXPECT_LT(report((name + " v").c_str(), max_rel_error(dv.download(), v)), 1e-5);
+  }
+}
+
+TEST(AdamWCuda, BF16WithMasterUsesUnbiasedStochasticRounding) {
+  CUDA_TEST_PREAMBLE();
+  const int64_t n = 200003;
+  auto master = random_vector(size_t(n), 1), g = to_precision<bf16>(random_vector(size_t(n), 2));
+  auto m = random_vector(size_t(n), 3, -0.1f, 0.1f), v = random_vector(size_t(n), 4, 0.f, 0.01f);
+  const auto master0 = master, m0 = m, v0 = v;  // adamw_ref updates master, m, v in place
+  DeviceArray<bf16> dparam(to_precision<bf16>(master)), dg(g);
+  DeviceArray<float> dmaster(master), dm(m), dv(v);
+  AdamWParams<float> r = hyper(n, 1);
+  std::vector<float> param_ref = master;
+  r.param = param_ref.data(), r.master = master.data(), r.grad = g.data(), r.m = m.data();
+  r.v = v.data();
+  adamw_ref(r);
+  AdamWParams<bf16> p;
+  {
+    const AdamWParams<float> h = hyper(n, 1);
+    p.n = n, p.lr = h.lr, p.beta1 = h.beta1, p.beta2 = h.beta2, p.eps = h.eps;
+    p.weight_decay = h.weight_decay, p.grad_scale = h.grad_scale, p.step = h.step, p.seed = h.seed;
+  }
+  p.param = dparam.ptr(), p.master = dmaster.ptr(), p.grad = dg.ptr(), p.m = dm.ptr();
+  p.v = dv.ptr();
+  launch_adamw<bf16>(p, nullptr);
+  const auto got_master = dmaster.download();
+  EXPECT_LT(report("adamw bf16 master", max_rel_error(got_master, master)), 1e-5);
+  EXPECT_LT(report("adamw bf16 m", max_rel_error(dm.download(), m)), 1e-5);
+  EXPECT_LT(report("adamw bf16 v", max_rel_error(dv.download(), v)), 1e-5);
+
+  // Each param is the bf16 just below or above its master value; the signed rounding offset in
+  // ulps averages to ~0 (round-to-nearest or truncation would give a visible bias on this data).
+  const auto param = dparam.download();
+  double bias = 0.0;
+  int64_t not_neighbour = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = got_master[i];
+    const float lo = __bfloat162float(__float2bfloat16_rd(x));
+    const float hi = __bfloat162float(__float2bfloat16_ru(x));
+    if (param[i] != lo && param[i] != hi) ++not_neighbour;
+    if (hi != lo) bias += (double(param[i]) - x) / (double(hi) - lo);
+  }
+  EXPECT_EQ(not_neighbour, 0);
+  EXPECT_LT(std::fabs(report("adamw bf16 stochastic rounding bias (ulp)", bias / n)), 0.01);
+
+  // Same seed, same start: bitwise the same params.
+  const auto first = dparam.raw();
+  dparam.upload(to_precision<bf16>(master0));
+  dmaster.upload(master0);
+  dm.upload(m0);
+  dv.upload(v0);
+  launch_adamw<bf16>(p, nullptr);
+  EXPECT_TRUE(bitwise_equal(first, dparam.raw()));
+}
+
+template <typename T> void check_sumsq(int64_t n, uint32_t seed) {
+  const auto g = to_precision<T>(random_vector(size_t(n), seed));
+  DeviceArray<T> dg(g);
+  DeviceArray<float> out(1);
+  launch_sumsq<T>(dg.ptr(), n, out.ptr(), nullptr);
+  const double ref = sumsq_ref(g.data(), n);
+  const float got = out.download()[0];
+  const auto name = strformat("sumsq %s n=%lld", type_name<T>(), (long long)n);
+  EXPECT_LT(report(name.c_str(), std::fabs(got - ref) / ref), 1e-5);
+  launch_sumsq<T>(dg.ptr(), n, out.ptr(), nullptr);
+  EXPECT_EQ(got, out.download()[0]) << "sumsq must be deterministic";
+}
+
+TEST(AdamWCuda, SumOfSquaresMatchesReference) {
+  CUDA_TEST_PREAMBLE();
+  for (int64_t n : {1, 1000, (1 << 20) + 5}) {
+    check_sumsq<float>(n, uint32_t(n));
+    check_sumsq<bf16>(n, uint32_t(n) + 1);
+  }
+}
+
+}  // namespace
+}  // namespace attnlab

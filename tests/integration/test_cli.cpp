@@ -1,0 +1,166 @@
+// The attnlab command line end to end: prepare -> train -> eval -> generate on a tiny model, and
+// every kind of bad input giving a clear message and a non-zero exit without damaging earlier output.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "data/shard.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CliResult {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CliResult run(const std::string& args) {
+  std::string cmd = std::string(ATTNLAB_BINARY) + " " + args + " 2>&1";
+  CliResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("attnlab_cli_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    recipe_ = (dir_ / "tiny.yaml").string();
+    std::ofstream(recipe_) << R"(# a tiny recipe for CLI tests
+model: {n_layer: 1, n_head: 2, n_embd: 16, vocab_size: 260, block_size: 32, vocab_multiple: 32}
+data:
+  source: synthetic
+  synthetic: {vocab_size: 64, train_tokens: 8000, val_tokens: 2048, seed: 3}
+optim: {lr: 1.0e-2}
+schedule: {type: constant}
+train: {steps: 3, micro_batch: 2, seq_len: 16, device: cpu}
+eval: {every: 0, batches: 2}
+log: {every: 1}
+)";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string train_args(const std::string& extra = "") const {
+    return "train " + recipe_ + " --set train.out_dir=" + (dir_ / "run").string() + " " + extra;
+  }
+  fs::path dir_;
+  std::string recipe_;
+};
+
+void expect_error(const CliResult& r, const std::string& needle) {
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(needle), std::string::npos) << "expected '" << needle << "' in:\n" << r.out;
+}
+
+}  // namespace
+
+TEST_F(Cli, HelpAndVersion) {
+  CliResult r = run("--help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* sub : {"train", "eval", "info", "prepare", "generate", "tokenize"})
+    EXPECT_NE(r.out.find(sub), std::string::npos) << sub;
+  EXPECT_EQ(run("--version").code, 0);
+  EXPECT_NE(run("frobnicate").code, 0);
+}
+
+TEST_F(Cli, TrainEvalGenerateInfo) {
+  CliResult t = run(train_args());
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("step 3/3"), std::string::npos) << t.out;
+  EXPECT_TRUE(fs::exists(dir_ / "run" / "checkpoints" / "step_00000003" / "model.safetensors"));
+  CliResult e = run("eval " + recipe_ + " --checkpoint " + (dir_ / "run").string());
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("val loss"), std::string::npos);
+  CliResult g = run("generate " + (dir_ / "run").string() + " -n 5 --seed 1 --tokenizer byte");
+  ASSERT_EQ(g.code, 0) << g.out;
+  CliResult i = run("info " + recipe_);
+  ASSERT_EQ(i.code, 0) << i.out;
+  EXPECT_NE(i.out.find("FLOPs per token"), std::string::npos);
+}
+
+TEST_F(Cli, PrepareThenTrainOnShards) {
+  fs::create_directories(dir_ / "text");
+  for (int f = 0; f < 3; ++f) {
+    std::ofstream o(dir_ / "text" / ("doc" + std::to_string(f) + ".txt"));
+    for (int d = 0; d < 20; ++d)
+      o << "Document " << d << " of file " << f << ": the quick brown fox jumps over the lazy dog.\n\n\n";
+  }
+  CliResult p = run("prepare '" + (dir_ / "text").string() + "/*.txt' --out " + (dir_ / "shards").string() +
+              " --val-fraction 0.2 --no-progress");
+  ASSERT_EQ(p.code, 0) << p.out;
+  CliResult t = run(train_args("--set data.source=shards --set data.train=" + (dir_ / "shards").string() +
+                         "/train_*.bin --set data.val=" + (dir_ / "shards").string() +
+                         "/val_*.bin --set eval.at_end=true --set eval.batches=1"));
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("val loss"), std::string::npos) << t.out;
+}
+
+TEST_F(Cli, RecipeErrors) {
+  expect_error(run(train_args("--set optim.learnig_rate=1")), "did you mean 'optim.lr'");
+  expect_error(run(train_args("--set train.steps=abc")), "train.steps");
+  expect_error(run(train_args("--set train.micro_batch=0")), "train.micro_batch");
+  expect_error(run(train_args("--set schedule.type=cosin")), "cosine");
+  expect_error(run(train_args("--set attention.type=flash9")), "valid: dense");
+  std::ofstream(dir_ / "typo.yaml") << "model:\n  n_layr: 2\n";
+  expect_error(run("train " + (dir_ / "typo.yaml").string()), "typo.yaml:2");
+  expect_error(run("train " + (dir_ / "missing.yaml").string()), "missing.yaml");
+}
+
+TEST_F(Cli, DataErrors) {
+  expect_error(run(train_args("--set data.source=shards --set data.train=" + (dir_ / "none").string() +
+                              "/*.bin --set eval.at_end=false")),
+               "none/*.bin");
+  // Wrong magic, then a truncated file.
+  std::vector<int32_t> toks(100, 5);
+  std::string shard = (dir_ / "bad_000000.bin").string();
+  attnlab::write_shard(shard, toks, 260);
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    int32_t bad = 12345;
+    f.write(reinterpret_cast<const char*>(&bad), 4);
+  }
+  expect_error(run(train_args("--set data.source=shards --set data.train=" + shard + " --set eval.at_end=false")),
+               "magic");
+  attnlab::write_shard(shard, toks, 260);
+  fs::resize_file(shard, fs::file_size(shard) - 10);
+  expect_error(run(train_args("--set data.source=shards --set data.train=" + shard + " --set eval.at_end=false")),
+               "bad_000000.bin");
+}
+
+TEST_F(Cli, OutputAndCheckpointErrors) {
+  std::ofstream(dir_ / "a_file") << "x";
+  expect_error(run("train " + recipe_ + " --set train.out_dir=" + (dir_ / "a_file" / "run").string()), "a_file");
+  ASSERT_EQ(run(train_args()).code, 0);
+  // Resuming with a different model shape names the tensor and both shapes.
+  expect_error(run(train_args("--set model.n_embd=32 --resume " + (dir_ / "run").string())), "shape");
+  expect_error(run(train_args("--resume " + (dir_ / "nowhere").string())), "nowhere");
+}
+
+TEST_F(Cli, DivergenceStopsWithoutDamagingTheLastCheckpoint) {
+  ASSERT_EQ(run(train_args()).code, 0);
+  const fs::path ckpt = dir_ / "run" / "checkpoints" / "step_00000003" / "model.safetensors";
+  const auto size_before = fs::file_size(ckpt);
+  const auto time_before = fs::last_write_time(ckpt);
+  // A huge learning rate blows the weights up; the loss becomes non-finite within a few steps.
+  CliResult r = run(train_args("--set train.steps=12 --set optim.lr=1e30 --set optim.grad_clip=0 "
+                         "--set checkpoint.every=100 --resume " + (dir_ / "run").string()));
+  expect_error(r, "diverged");
+  EXPECT_EQ(fs::file_size(ckpt), size_before);
+  EXPECT_EQ(fs::last_write_time(ckpt), time_before);
+  EXPECT_EQ(run("eval " + recipe_ + " --checkpoint " + (dir_ / "run").string()).code, 0);
+}
