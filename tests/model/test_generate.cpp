@@ -14,6 +14,7 @@
 #include "core/context.h"
 #include "model/gpt.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/tokenizer.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/generate.h"
@@ -115,6 +116,7 @@ TEST(GPTDecode, RejectsMismatchedCacheAndInput) {
 namespace {
 
 // Trains a tiny byte-vocabulary model for two steps once; the checkpoint is shared by the tests.
+// Its tokenizer.json (byte) is what generate uses unless a test passes another spec.
 class GenerateTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -135,6 +137,9 @@ log: {every: 1}
     TrainOptions o;
     o.quiet = true;
     train(r, o);
+    // Synthetic-data runs carry no tokenizer; a run on prepared shards writes this file.
+    std::ofstream(fs::path(resolve_checkpoint_dir(run_dir_)) / "tokenizer.json")
+        << make_tokenizer("byte")->to_json();
   }
   static void TearDownTestSuite() { fs::remove_all(run_dir_); }
 
@@ -204,10 +209,11 @@ TEST_F(GenerateTest, TokenizerLargerThanTheModelIsAnError) {
   fs::create_directories(dir);
   nlohmann::json enc = nlohmann::json::object();
   for (int b = 0; b < 256; ++b) enc[gpt2_bytes_to_symbols(std::string(1, char(b)))] = b;
-  for (int i = 256; i < 299; ++i) enc["extra" + std::to_string(i)] = i;
+  enc["ab"] = 256;
+  for (int i = 257; i < 299; ++i) enc["extra" + std::to_string(i)] = i;
   enc["<|endoftext|>"] = 299;
   std::ofstream(dir / "encoder.json") << enc.dump();
-  std::ofstream(dir / "vocab.bpe") << "#version: 0.2\n";
+  std::ofstream(dir / "vocab.bpe") << "#version: 0.2\na b\n";
   o.tokenizer = "gpt2:" + dir.string();
   std::string msg = test::thrown_message([&] { generate(o, nullptr); });
   EXPECT_NE(msg.find("has 300 ids but the model's vocabulary has 257"), std::string::npos) << msg;
