@@ -1,12 +1,12 @@
 // Attention against a KV cache (contract in attention_decode.cuh).
 //
 // attention_decode: one block of 4 warps per (split, head, b * Tq + i). Warp w walks the keys
-// w, w + 4, ... of the block's chunk; each lane holds the head dims lane, lane + 32, ... (D <= 128),
-// so a key's dot product is one warp reduction. Online softmax in the log2 domain per warp, then
-// the 4 warps merge in shared memory. One split writes o; several write (o, m, l) partials that a
-// second kernel merges in split order (deterministic). Memory-bound: each key/value byte of the
-// chunk is read once per query head.
-// kv_cache_write: one thread per element, a plain strided copy.
+// w, w + 4, ... of the block's chunk; each lane holds the head dims lane, lane + 32, ... (D <=
+// 128), so a key's dot product is one warp reduction. Online softmax in the log2 domain per warp,
+// then the 4 warps merge in shared memory. One split writes o; several write (o, m, l) partials
+// that a second kernel merges in split order (deterministic). Memory-bound: each key/value byte of
+// the chunk is read once per query head. kv_cache_write: one thread per element, a plain strided
+// copy.
 #include <cuda_bf16.h>
 
 #include "kernels/attention/attention_decode.cuh"
@@ -19,7 +19,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kWarps = 4;
 constexpr int kMaxDimsPerLane = 4;  // D <= 128
 
-template <typename T> __global__ void kv_cache_write_kernel(KVCacheWriteParams<T> p) {
+template <typename T>
+__global__ void kv_cache_write_kernel(KVCacheWriteParams<T> p) {
   const int64_t n = int64_t(p.B) * p.Tq * p.n_kv_head * p.D;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n;
        e += int64_t(gridDim.x) * blockDim.x) {
@@ -34,10 +35,11 @@ template <typename T> __global__ void kv_cache_write_kernel(KVCacheWriteParams<T
   }
 }
 
-// partial layout: [row = (b * Tq + i) * n_head + h][split][D + 2] = (o[0..D), m, l); m in log2 units.
+// partial layout: [row = (b * Tq + i) * n_head + h][split][D + 2] = (o[0..D), m, l); m in log2
+// units.
 template <typename T>
-__global__ void __launch_bounds__(kWarps * 32) decode_kernel(AttentionDecodeParams<T> p, int chunk,
-                                                             float* partial) {
+__global__ void __launch_bounds__(kWarps * 32)
+    decode_kernel(AttentionDecodeParams<T> p, int chunk, float* partial) {
   const int split = blockIdx.x, h = blockIdx.y;
   const int b = blockIdx.z / p.Tq, i = blockIdx.z % p.Tq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -147,7 +149,8 @@ __global__ void decode_combine_kernel(AttentionDecodeParams<T> p, const float* p
 
 }  // namespace
 
-template <typename T> void launch_kv_cache_write(const KVCacheWriteParams<T>& p, Stream s) {
+template <typename T>
+void launch_kv_cache_write(const KVCacheWriteParams<T>& p, Stream s) {
   const int64_t n = int64_t(p.B) * p.Tq * p.n_kv_head * p.D;
   if (n == 0) return;
   const int threads = 256;
@@ -156,7 +159,8 @@ template <typename T> void launch_kv_cache_write(const KVCacheWriteParams<T>& p,
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename T> void launch_attention_decode(const AttentionDecodeParams<T>& p_in, Stream s) {
+template <typename T>
+void launch_attention_decode(const AttentionDecodeParams<T>& p_in, Stream s) {
   ATTN_ASSERT(p_in.D >= 1 && p_in.D <= 32 * kMaxDimsPerLane && p_in.n_head % p_in.n_kv_head == 0);
   ATTN_ASSERT(int64_t(p_in.B) * p_in.Tq <= 65535 && p_in.pos + p_in.Tq <= p_in.max_T);
   if (p_in.B == 0 || p_in.Tq == 0) return;

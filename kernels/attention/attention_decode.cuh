@@ -21,7 +21,8 @@
 
 namespace attnlab {
 
-template <typename T> struct KVCacheWriteParams {
+template <typename T>
+struct KVCacheWriteParams {
   const T* k = nullptr;
   const T* v = nullptr;
   int64_t src_batch_stride = 0;
@@ -31,7 +32,8 @@ template <typename T> struct KVCacheWriteParams {
   int B = 0, Tq = 0, n_kv_head = 0, D = 0, max_T = 0, pos = 0;
 };
 
-template <typename T> struct AttentionDecodeParams {
+template <typename T>
+struct AttentionDecodeParams {
   const T* q = nullptr;
   int64_t q_batch_stride = 0;
   int64_t q_row_stride = 0;
@@ -58,7 +60,9 @@ inline int attention_decode_splits(int64_t rows, int keys) {
   return s < 1 ? 1 : (s > kDecodeMaxSplits ? kDecodeMaxSplits : s);
 }
 
-template <typename T> void launch_kv_cache_write(const KVCacheWriteParams<T>& p, Stream s);
-template <typename T> void launch_attention_decode(const AttentionDecodeParams<T>& p, Stream s);
+template <typename T>
+void launch_kv_cache_write(const KVCacheWriteParams<T>& p, Stream s);
+template <typename T>
+void launch_attention_decode(const AttentionDecodeParams<T>& p, Stream s);
 
 }  // namespace attnlab

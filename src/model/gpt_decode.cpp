@@ -19,7 +19,7 @@ namespace {
 
 // The decoding activations, carved from one buffer for chunks of up to `rows` = B * max_T tokens.
 struct DecodeActs {
-  Tensor x, h, mean, rstd, qkv, atty, fch, fch_gelu;  // [rows, ...]
+  Tensor x, h, mean, rstd, qkv, atty, fch, fch_gelu;     // [rows, ...]
   Tensor last, last_norm, last_mean, last_rstd, logits;  // [B, ...]
   size_t bytes = 0;
 
@@ -66,10 +66,14 @@ Tensor GPT::prefill(const ExecContext& ctx, const ParameterStore& store, const T
 Tensor GPT::decode_step(const ExecContext& ctx, const ParameterStore& store, const Tensor& tokens,
                         KVCache& cache) {
   NvtxRange range("gpt.decode_step");
-  ATTN_REQUIRE(tokens.ndim() == 2 && tokens.dim(1) == 1, "decode_step: tokens must be i32[B, 1], "
-               "got %s", tokens.str().c_str());
-  ATTN_REQUIRE(cache.free_positions() > 0, "decode_step: the KV cache is full (%d tokens); "
-               "prefill a shorter context to continue", cache.max_len());
+  ATTN_REQUIRE(tokens.ndim() == 2 && tokens.dim(1) == 1,
+               "decode_step: tokens must be i32[B, 1], "
+               "got %s",
+               tokens.str().c_str());
+  ATTN_REQUIRE(cache.free_positions() > 0,
+               "decode_step: the KV cache is full (%d tokens); "
+               "prefill a shorter context to continue",
+               cache.max_len());
   return decode_chunk(ctx, store, tokens, cache);
 }
 
@@ -83,13 +87,17 @@ Tensor GPT::decode_chunk(const ExecContext& ctx, const ParameterStore& store, co
                tokens.str().c_str());
   const int B = int(tokens.dim(0)), T = int(tokens.dim(1)), pos = cache.length();
   ATTN_REQUIRE(B == cache.batch(), "tokens have batch %d, the KV cache %d", B, cache.batch());
-  ATTN_REQUIRE(T >= 1 && pos + T <= cache.max_len(), "%d new tokens after %d cached ones exceed "
-               "the KV cache length %d", T, pos, cache.max_len());
+  ATTN_REQUIRE(T >= 1 && pos + T <= cache.max_len(),
+               "%d new tokens after %d cached ones exceed "
+               "the KV cache length %d",
+               T, pos, cache.max_len());
   const Tensor wte = store.param("wte.weight");
   const DType dt = wte.dtype;
-  ATTN_REQUIRE(cache.dtype() == dt && cache.device() == ctx.device, "KV cache is %s on %s, the "
-               "parameters %s on %s", dtype_name(cache.dtype()), device_name(cache.device()),
-               dtype_name(dt), device_name(ctx.device));
+  ATTN_REQUIRE(cache.dtype() == dt && cache.device() == ctx.device,
+               "KV cache is %s on %s, the "
+               "parameters %s on %s",
+               dtype_name(cache.dtype()), device_name(cache.device()), dtype_name(dt),
+               device_name(ctx.device));
   const int64_t C = cfg_.n_embd, Vp = cfg_.padded_vocab, BT = int64_t(B) * T;
   const DecodeActs full(&cache.scratch(), B, int64_t(B) * cache.max_len(), C, Vp, dt);
   const Tensor x = full.x.slice0(0, BT), h = full.h.slice0(0, BT), mean = full.mean.slice0(0, BT),

@@ -7,8 +7,10 @@ namespace attnlab {
 DenseAttention::DenseAttention(const AttentionOptions& opts) : window_(opts.window) {
   // The kernels support sliding windows (AttentionParams::window); the host op does not expose
   // them yet, so refuse rather than silently attend to everything.
-  ATTN_REQUIRE(opts.window == 0, "attention.window = %d: sliding windows are not supported by "
-               "'dense' yet (use 0)", opts.window);
+  ATTN_REQUIRE(opts.window == 0,
+               "attention.window = %d: sliding windows are not supported by "
+               "'dense' yet (use 0)",
+               opts.window);
 }
 
 void DenseAttention::allocate(const ExecContext& ctx, const AttentionShape& s, DType /*dtype*/) {

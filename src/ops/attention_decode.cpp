@@ -1,7 +1,8 @@
+#include "kernels/attention/attention_decode.cuh"
+
 #include <cmath>
 
 #include "core/nvtx.h"
-#include "kernels/attention/attention_decode.cuh"
 #include "ops/op_checks.h"
 #include "ops/ops.h"
 #include "ref/attention_decode_ref.h"
@@ -25,8 +26,9 @@ CacheDims check_cache(const char* op, const ExecContext& ctx, DType* dt, const T
   ATTN_REQUIRE(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0 && qkv.dim(2) > 0,
                "%s: qkv must be [B, T, 3 * C], got %s", op, qkv.str().c_str());
   const int64_t C = qkv.dim(2) / 3;
-  ATTN_REQUIRE(n_head > 0 && C % n_head == 0, "%s: n_head (%d) must divide the model width C = %lld",
-               op, n_head, static_cast<long long>(C));
+  ATTN_REQUIRE(n_head > 0 && C % n_head == 0,
+               "%s: n_head (%d) must divide the model width C = %lld", op, n_head,
+               static_cast<long long>(C));
   const int64_t D = C / n_head;
   ATTN_REQUIRE(D <= 128, "%s: head dim must be <= 128, got %lld", op, static_cast<long long>(D));
   require_present(op, "k_cache", k_cache);

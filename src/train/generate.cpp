@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 
 namespace attnlab {
 
-GenerateResult generate(const GenerateOptions& o, const std::function<void(const std::string&)>& on_text) {
+GenerateResult generate(const GenerateOptions& o,
+                        const std::function<void(const std::string&)>& on_text) {
   ATTN_REQUIRE(o.max_new_tokens >= 0, "max new tokens must be >= 0, got %d", o.max_new_tokens);
   const std::string dir = resolve_checkpoint_dir(o.checkpoint);
   const fs::path recipe_path = fs::path(dir) / "recipe.yaml";
@@ -29,13 +30,17 @@ GenerateResult generate(const GenerateOptions& o, const std::function<void(const
   std::string tok_spec = o.tokenizer;
   if (tok_spec.empty()) {
     fs::path tj = fs::path(dir) / "tokenizer.json";
-    ATTN_REQUIRE(fs::exists(tj), "checkpoint '%s' has no tokenizer.json; pass a tokenizer spec "
-                 "(e.g. --tokenizer byte or --tokenizer gpt2:<dir>)", dir.c_str());
+    ATTN_REQUIRE(fs::exists(tj),
+                 "checkpoint '%s' has no tokenizer.json; pass a tokenizer spec "
+                 "(e.g. --tokenizer byte or --tokenizer gpt2:<dir>)",
+                 dir.c_str());
     tok_spec = tj.string();
   }
   std::unique_ptr<Tokenizer> tok = make_tokenizer(tok_spec);
-  ATTN_REQUIRE(tok->vocab_size() <= r.model.vocab_size, "tokenizer '%s' has %d ids but the model's "
-               "vocabulary has %d", tok_spec.c_str(), tok->vocab_size(), r.model.vocab_size);
+  ATTN_REQUIRE(tok->vocab_size() <= r.model.vocab_size,
+               "tokenizer '%s' has %d ids but the model's "
+               "vocabulary has %d",
+               tok_spec.c_str(), tok->vocab_size(), r.model.vocab_size);
 
   std::unique_ptr<ExecContext> ctx;
   DType dtype = DType::f32;
@@ -71,8 +76,10 @@ GenerateResult generate(const GenerateOptions& o, const std::function<void(const
   std::vector<int32_t> ids;
   tok->encode(o.prompt, ids);
   if (ids.empty()) ids.push_back(tok->eot_id());  // an empty prompt starts a new document
-  ATTN_REQUIRE(int(ids.size()) <= T_max, "the prompt is %zu tokens, longer than the model's context "
-               "(model.block_size = %d)", ids.size(), T_max);
+  ATTN_REQUIRE(int(ids.size()) <= T_max,
+               "the prompt is %zu tokens, longer than the model's context "
+               "(model.block_size = %d)",
+               ids.size(), T_max);
 
   GenerateResult res;
   res.prompt_tokens = int(ids.size());

@@ -15,9 +15,9 @@
 namespace attnlab {
 
 struct GenerateOptions {
-  std::string checkpoint;     // checkpoint or run directory
+  std::string checkpoint;  // checkpoint or run directory
   std::string prompt;
-  std::string tokenizer;      // "" = the checkpoint's tokenizer.json
+  std::string tokenizer;  // "" = the checkpoint's tokenizer.json
   int max_new_tokens = 128;
   SamplingOptions sampling;
   uint64_t seed = 1337;
@@ -26,7 +26,7 @@ struct GenerateOptions {
 };
 
 struct GenerateResult {
-  std::string text;            // the generated continuation (without the prompt)
+  std::string text;  // the generated continuation (without the prompt)
   int prompt_tokens = 0;
   int new_tokens = 0;
   double tokens_per_second = 0.0;  // new tokens over the time of prefill + decode steps
@@ -34,6 +34,7 @@ struct GenerateResult {
 };
 
 // Calls on_text with each new piece of text as it is produced.
-GenerateResult generate(const GenerateOptions& o, const std::function<void(const std::string&)>& on_text);
+GenerateResult generate(const GenerateOptions& o,
+                        const std::function<void(const std::string&)>& on_text);
 
 }  // namespace attnlab

@@ -19,11 +19,13 @@ using test::random_vector;
 using test::report;
 using test::to_precision;
 
-template <typename T> constexpr DType dtype_of_t() {
+template <typename T>
+constexpr DType dtype_of_t() {
   return std::is_same_v<T, bf16> ? DType::bf16 : DType::f32;
 }
 
-template <typename T> void check_decode(int B, int H, int D, int pos, int Tq, int n_splits) {
+template <typename T>
+void check_decode(int B, int H, int D, int pos, int Tq, int n_splits) {
   const int C = H * D, max_T = pos + Tq + 5;
   const uint32_t seed = uint32_t(B * 1000 + H * 100 + D + pos + Tq);
   auto qkv = to_precision<T>(random_vector(size_t(B) * Tq * 3 * C, seed, -2.f, 2.f));
@@ -34,29 +36,32 @@ template <typename T> void check_decode(int B, int H, int D, int pos, int Tq, in
   std::vector<float> kc_ref = kc, vc_ref = vc, o_ref(size_t(B) * Tq * C);
   const Shape qs{B, Tq, 3 * C}, cs{B, H, max_T, D}, os{B, Tq, C};
   Tensor q_cpu(qkv.data(), DType::f32, Device::cpu, qs);
-  Tensor k_cpu(kc_ref.data(), DType::f32, Device::cpu, cs), v_cpu(vc_ref.data(), DType::f32, Device::cpu, cs);
+  Tensor k_cpu(kc_ref.data(), DType::f32, Device::cpu, cs),
+      v_cpu(vc_ref.data(), DType::f32, Device::cpu, cs);
   ops::kv_cache_write(*cpu, k_cpu, v_cpu, q_cpu, pos, H);
-  ops::attention_decode(*cpu, Tensor(o_ref.data(), DType::f32, Device::cpu, os), q_cpu, k_cpu, v_cpu,
-                        pos, H);
+  ops::attention_decode(*cpu, Tensor(o_ref.data(), DType::f32, Device::cpu, os), q_cpu, k_cpu,
+                        v_cpu, pos, H);
   // CUDA.
   auto ctx = ExecContext::make_cuda(0);
   const DType dt = dtype_of_t<T>();
   DeviceArray<T> dq(qkv), dk(kc), dv(vc), dout(o_ref.size());
   dout.poison();
-  Tensor q(dq.ptr(), dt, Device::cuda, qs), k(dk.ptr(), dt, Device::cuda, cs), v(dv.ptr(), dt, Device::cuda, cs);
+  Tensor q(dq.ptr(), dt, Device::cuda, qs), k(dk.ptr(), dt, Device::cuda, cs),
+      v(dv.ptr(), dt, Device::cuda, cs);
   ops::kv_cache_write(*ctx, k, v, q, pos, H);
   ops::attention_decode(*ctx, Tensor(dout.ptr(), dt, Device::cuda, os), q, k, v, pos, H, n_splits);
   EXPECT_EQ(dk.download(), kc_ref);
   EXPECT_EQ(dv.download(), vc_ref);
   auto o = dout.download();
   char what[128];
-  std::snprintf(what, sizeof what, "decode %s B%d H%d D%d pos%d Tq%d splits%d", test::type_name<T>(), B,
-                H, D, pos, Tq, n_splits);
+  std::snprintf(what, sizeof what, "decode %s B%d H%d D%d pos%d Tq%d splits%d",
+                test::type_name<T>(), B, H, D, pos, Tq, n_splits);
   const double tol = std::is_same_v<T, bf16> ? 1e-2 : 1e-5;
   EXPECT_LT(report(what, max_rel_error(o.data(), o_ref.data(), o.size())), tol) << what;
 }
 
-template <typename T> void check_all_shapes() {
+template <typename T>
+void check_all_shapes() {
   for (int splits : {0, 1, 3}) {
     check_decode<T>(1, 12, 64, 0, 1, splits);
     check_decode<T>(1, 12, 64, 999, 1, splits);
@@ -113,18 +118,20 @@ void check_model_decode(DType dt, double tol) {
   const auto full = to_host(model.logits().view(Shape{T, c.padded_vocab}));
   KVCache cache = model.make_kv_cache(*ctx, 1, T, dt);
   double err = 0.0;
-  Tensor logits = model.prefill(*ctx, store, Tensor(dev_ids.ptr(), DType::i32, Device::cuda, Shape{1, P}),
-                                cache);
+  Tensor logits = model.prefill(
+      *ctx, store, Tensor(dev_ids.ptr(), DType::i32, Device::cuda, Shape{1, P}), cache);
   for (int t = P - 1; t < T; ++t) {
     if (t > P - 1)
-      logits = model.decode_step(*ctx, store,
-                                 Tensor(dev_ids.ptr() + t, DType::i32, Device::cuda, Shape{1, 1}), cache);
+      logits = model.decode_step(
+          *ctx, store, Tensor(dev_ids.ptr() + t, DType::i32, Device::cuda, Shape{1, 1}), cache);
     const auto row = to_host(logits);
-    err = std::max(err, max_rel_error(row.data(), full.data() + size_t(t) * c.padded_vocab, row.size()));
+    err = std::max(err,
+                   max_rel_error(row.data(), full.data() + size_t(t) * c.padded_vocab, row.size()));
   }
   EXPECT_EQ(cache.length(), T);
-  EXPECT_LT(report(dt == DType::f32 ? "gpt decode vs forward f32" : "gpt decode vs forward bf16", err),
-            tol);
+  EXPECT_LT(
+      report(dt == DType::f32 ? "gpt decode vs forward f32" : "gpt decode vs forward bf16", err),
+      tol);
 }
 
 TEST(AttentionDecodeCuda, ModelDecodeMatchesForward) {

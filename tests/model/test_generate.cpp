@@ -5,17 +5,16 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "config/recipe.h"
 #include "core/context.h"
 #include "model/gpt.h"
+#include "test_util.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/tokenizer.h"
-#include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/generate.h"
 #include "train/trainer.h"
@@ -55,7 +54,8 @@ struct DecodeFixture {
   // Logits [B, T, Vp] of forward() on tokens [B, T].
   std::vector<float> full_logits(std::vector<int32_t>& ids, int B, int T) {
     model.allocate(*ctx, B, T, DType::f32);
-    model.forward(*ctx, store, test::cpu_tensor(ids, Shape{B, T}), Tensor(), AttentionMode::generate);
+    model.forward(*ctx, store, test::cpu_tensor(ids, Shape{B, T}), Tensor(),
+                  AttentionMode::generate);
     Tensor l = model.logits();
     return std::vector<float>(l.ptr<float>(), l.ptr<float>() + l.numel());
   }
@@ -90,7 +90,8 @@ TEST(GPTDecode, PrefillAndStepsMatchForward) {
     }
     EXPECT_EQ(cache.length(), T);
     // Full: one more token is refused with a message that says what to do.
-    std::string msg = test::thrown_message([&] { f.model.decode_step(*f.ctx, f.store, cols(0, 1), cache); });
+    std::string msg =
+        test::thrown_message([&] { f.model.decode_step(*f.ctx, f.store, cols(0, 1), cache); });
     EXPECT_NE(msg.find("KV cache is full (12 tokens)"), std::string::npos) << msg;
   }
 }
@@ -99,15 +100,19 @@ TEST(GPTDecode, RejectsMismatchedCacheAndInput) {
   DecodeFixture f;
   std::vector<int32_t> ids = test::random_ints(10, 6, f.c.vocab_size);
   KVCache small = f.model.make_kv_cache(*f.ctx, 1, 4, DType::f32);
-  std::string msg = test::thrown_message(
-      [&] { f.model.prefill(*f.ctx, f.store, test::cpu_tensor(ids, Shape{1, 10}), small); });
+  std::string msg = test::thrown_message([&] {
+    f.model.prefill(*f.ctx, f.store, test::cpu_tensor(ids, Shape{1, 10}), small);
+  });
   EXPECT_NE(msg.find("exceed the KV cache length 4"), std::string::npos) << msg;
-  msg = test::thrown_message(
-      [&] { f.model.prefill(*f.ctx, f.store, test::cpu_tensor(ids, Shape{2, 5}), small); });
+  msg = test::thrown_message([&] {
+    f.model.prefill(*f.ctx, f.store, test::cpu_tensor(ids, Shape{2, 5}), small);
+  });
   EXPECT_NE(msg.find("tokens have batch 2, the KV cache 1"), std::string::npos) << msg;
   msg = test::thrown_message([&] { f.model.make_kv_cache(*f.ctx, 1, 13, DType::f32); });
   EXPECT_NE(msg.find("model.block_size = 12"), std::string::npos) << msg;
-  msg = test::thrown_message([&] { f.model.decode_step(*f.ctx, f.store, test::cpu_tensor(ids, Shape{1, 10}), small); });
+  msg = test::thrown_message([&] {
+    f.model.decode_step(*f.ctx, f.store, test::cpu_tensor(ids, Shape{1, 10}), small);
+  });
   EXPECT_NE(msg.find("i32[B, 1]"), std::string::npos) << msg;
 }
 
@@ -189,8 +194,10 @@ TEST_F(GenerateTest, InvalidUtf8PromptIsTakenByteForByte) {
 
 TEST_F(GenerateTest, PromptLongerThanTheContextIsAnError) {
   std::string msg = test::thrown_message([&] { generate(options(std::string(25, 'x')), nullptr); });
-  EXPECT_NE(msg.find("the prompt is 25 tokens, longer than the model's context (model.block_size = 24)"),
-            std::string::npos) << msg;
+  EXPECT_NE(
+      msg.find("the prompt is 25 tokens, longer than the model's context (model.block_size = 24)"),
+      std::string::npos)
+      << msg;
   EXPECT_NO_THROW(generate(options(std::string(24, 'x')), nullptr));  // exactly full: slides first
 }
 

@@ -100,7 +100,8 @@ TEST(AttentionDecode, GroupedQueryHeadsAgainstNaive) {
         for (int c = 0; c < D; ++c) {
           double ref = 0.0;
           for (int s = 0; s < len; ++s) ref += w[s] / sum * vc[((b * Hkv + g) * max_T + s) * D + c];
-          err = std::max(err, std::fabs(ref - o[b * p.o_batch_stride + i * p.o_row_stride + h * D + c]));
+          err = std::max(err,
+                         std::fabs(ref - o[b * p.o_batch_stride + i * p.o_row_stride + h * D + c]));
         }
       }
   EXPECT_LT(err, 1e-6);
