@@ -8,7 +8,8 @@
 # OUT_DIR: default .data/corpora in the repository (ignored by git). Writes OUT_DIR/books and
 #   OUT_DIR/general, each with train_*.bin / val_*.bin (llm.c format, uint16) and the prepare summary.
 # Environment: ATTNLAB (the CLI; default build/attnlab), THREADS (default 0 = all cores),
-#   VAL_FRACTION (default 0.005), SEED (default 1337), SHARD_TOKENS (default 100000000).
+#   VAL_FRACTION_BOOKS (default 0.03: the books corpus has only 371 long documents),
+#   VAL_FRACTION_GENERAL (default 0.005), SEED (default 1337), SHARD_TOKENS (default 100000000).
 # Documents in these files are separated by two blank lines ("\n\n\n"); prepare writes
 # <|endoftext|> between documents and splits train/val by document. See docs/corpora.md.
 set -euo pipefail
@@ -18,7 +19,7 @@ data="${1:-${ATTNLAB_SHARED_DATA:-$repo/../shared/data}}"
 out="${2:-$repo/.data/corpora}"
 attnlab="${ATTNLAB:-$repo/build/attnlab}"
 threads="${THREADS:-0}"
-val_fraction="${VAL_FRACTION:-0.005}"
+declare -A val_fraction=([books]="${VAL_FRACTION_BOOKS:-0.03}" [general]="${VAL_FRACTION_GENERAL:-0.005}")
 seed="${SEED:-1337}"
 shard_tokens="${SHARD_TOKENS:-100000000}"
 
@@ -36,7 +37,7 @@ for corpus in books general; do
   echo "== $corpus: ${#files[@]} files -> $out/$corpus"
   mkdir -p "$out/$corpus"
   "$attnlab" prepare "${files[@]}" --out "$out/$corpus" --tokenizer "gpt2:$vocab" \
-    --delimiter '\n\n\n' --val-fraction "$val_fraction" --seed "$seed" \
+    --delimiter '\n\n\n' --val-fraction "${val_fraction[$corpus]}" --seed "$seed" \
     --shard-tokens "$shard_tokens" --threads "$threads" 2>&1 | tee "$out/$corpus/prepare.log"
 done
 echo "done: $out/{books,general}"
