@@ -13,6 +13,7 @@
 
 #include "core/context.h"
 #include "core/parameters.h"
+#include "model/kv_cache.h"  // incremental decoding
 #include "nn/attention.h"
 
 namespace attnlab {
@@ -116,6 +117,24 @@ class GPT {
   Tensor dres_, dln_, datty_, dqkv_, dfch_;
   bool has_dlogits_ = false;
   OpObserver* observer_ = nullptr;
+
+  // ==== Incremental decoding with a KV cache (implemented in model/gpt_decode.cpp) ====
+ public:
+  // A cache for B sequences of up to max_T <= block_size tokens, with the decoding activations
+  // for chunks of up to max_T tokens; on ctx's device, in `dtype` (the parameters' dtype).
+  KVCache make_kv_cache(const ExecContext& ctx, int B, int max_T, DType dtype) const;
+  // Resets the cache and runs tokens [B, T] (i32, ctx's device) from position 0. Returns the
+  // logits of the last position, [B, Vp] (a view into the cache, valid until its next call).
+  Tensor prefill(const ExecContext& ctx, const ParameterStore& store, const Tensor& tokens,
+                 KVCache& cache);
+  // Runs tokens [B, 1] at position cache.length() (which must be < max_T) and appends them.
+  Tensor decode_step(const ExecContext& ctx, const ParameterStore& store, const Tensor& tokens,
+                     KVCache& cache);
+
+ private:
+  Tensor decode_chunk(const ExecContext& ctx, const ParameterStore& store, const Tensor& tokens,
+                      KVCache& cache);
+  // ==== end of incremental decoding ====
 };
 
 // Device-memory estimate of a training run on one rank (what `attnlab info` prints) and the

@@ -26,6 +26,12 @@ struct AttentionShape {
   int n_embd() const { return n_head * head_dim; }
 };
 
+// One layer's slice of a KV cache (model/kv_cache.h): k, v [B, n_kv_head, max_T, D] in the
+// activation dtype on the context's device. Variants that cache more (Focus group ids) add fields.
+struct KVCacheView {
+  Tensor k, v;
+};
+
 struct AttentionOptions {
   std::string type = "dense";
   int window = 0;  // sliding-window size (0: full causal)
@@ -47,6 +53,16 @@ class AttentionModule {
   virtual void backward(const ExecContext& ctx, const ParameterStore& store, const Tensor& h,
                         const Tensor& qkv, const Tensor& out, const Tensor& dout,
                         const Tensor& dqkv, const Tensor& dh) = 0;
+  // Incremental decoding (AttentionMode::generate with a KV cache): qkv [B,T,3C] holds T new
+  // tokens at positions pos .. pos+T-1 of every sequence, h [B,T,C] as in forward. Appends their
+  // keys/values to `cache` and writes out [B,T,C], where new token t attends to cache positions
+  // [0, pos + t]. Equal to the rows of forward() on the whole prefix. No saved state.
+  virtual void decode(const ExecContext& /*ctx*/, const ParameterStore& /*store*/,
+                      const Tensor& /*h*/, const Tensor& /*qkv*/, const KVCacheView& /*cache*/,
+                      int /*pos*/, const Tensor& /*out*/) {
+    ATTN_FAIL("incremental decoding (KV cache) is not supported by attention '%s'",
+              name().c_str());
+  }
   // Auxiliary loss of the last forward (added to the LM loss; 0 for dense), and telemetry.
   virtual double aux_loss() const { return 0.0; }
   virtual void metrics(std::map<std::string, double>& /*out*/) const {}

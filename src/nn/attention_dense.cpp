@@ -7,8 +7,10 @@ namespace attnlab {
 DenseAttention::DenseAttention(const AttentionOptions& opts) : window_(opts.window) {
   // The kernels support sliding windows (AttentionParams::window); the host op does not expose
   // them yet, so refuse rather than silently attend to everything.
-  ATTN_REQUIRE(opts.window == 0, "attention.window = %d: sliding windows are not supported by "
-               "'dense' yet (use 0)", opts.window);
+  ATTN_REQUIRE(opts.window == 0,
+               "attention.window = %d: sliding windows are not supported by "
+               "'dense' yet (use 0)",
+               opts.window);
 }
 
 void DenseAttention::allocate(const ExecContext& ctx, const AttentionShape& s, DType /*dtype*/) {
@@ -30,6 +32,16 @@ void DenseAttention::backward(const ExecContext& ctx, const ParameterStore& /*st
                               const Tensor& /*h*/, const Tensor& qkv, const Tensor& out,
                               const Tensor& dout, const Tensor& dqkv, const Tensor& /*dh*/) {
   ops::attention_bwd(ctx, dqkv, dout, qkv, out, lse_, shape_.n_head);
+}
+
+void DenseAttention::decode(const ExecContext& ctx, const ParameterStore& /*store*/,
+                            const Tensor& /*h*/, const Tensor& qkv, const KVCacheView& cache,
+                            int pos, const Tensor& out) {
+  // The packed qkv has as many kv heads as query heads: the cache's head count is n_head (and
+  // decode does not need allocate(), which sizes the training state).
+  const int n_head = int(cache.k.dim(1));
+  ops::kv_cache_write(ctx, cache.k, cache.v, qkv, pos, n_head);
+  ops::attention_decode(ctx, out, qkv, cache.k, cache.v, pos, n_head);
 }
 
 size_t DenseAttention::saved_bytes(const AttentionShape& s, DType /*dtype*/) const {

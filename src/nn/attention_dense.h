@@ -15,6 +15,8 @@ class DenseAttention final : public AttentionModule {
   void backward(const ExecContext& ctx, const ParameterStore& store, const Tensor& h,
                 const Tensor& qkv, const Tensor& out, const Tensor& dout, const Tensor& dqkv,
                 const Tensor& dh) override;
+  void decode(const ExecContext& ctx, const ParameterStore& store, const Tensor& h,
+              const Tensor& qkv, const KVCacheView& cache, int pos, const Tensor& out) override;
   size_t saved_bytes(const AttentionShape& s, DType dtype) const override;
 
  private:

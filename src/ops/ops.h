@@ -61,3 +61,19 @@ void adamw_update(const ExecContext& ctx, const Tensor& param, const Tensor& mas
 double sum_of_squares(const ExecContext& ctx, const Tensor& grad);
 
 }  // namespace attnlab::ops
+
+// ---- Attention against a KV cache (kernels/attention/attention_decode.cuh) ----
+namespace attnlab::ops {
+
+// Copies the keys/values of the Tq tokens of a packed qkv [B,Tq,3C] (C = n_head*D) into cache
+// positions pos .. pos+Tq-1 of k_cache, v_cache [B, n_head, max_T, D] (same dtype as qkv).
+void kv_cache_write(const ExecContext& ctx, const Tensor& k_cache, const Tensor& v_cache,
+                    const Tensor& qkv, int pos, int n_head);
+// out [B,Tq,C]: query i of qkv [B,Tq,3C] (at position pos + i) attends causally to cache
+// positions [0, pos + i]; the new tokens' K/V must already be in the cache (kv_cache_write).
+// n_splits: split-K chunks on CUDA (0 = automatic; the CPU ignores it).
+void attention_decode(const ExecContext& ctx, const Tensor& out, const Tensor& qkv,
+                      const Tensor& k_cache, const Tensor& v_cache, int pos, int n_head,
+                      int n_splits = 0);
+
+}  // namespace attnlab::ops

@@ -1,5 +1,6 @@
 #include "train/generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "core/nvtx.h"
 #include "io/atomic_file.h"
 #include "model/gpt.h"
+#include "model/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 
@@ -18,7 +20,8 @@ namespace fs = std::filesystem;
 
 namespace attnlab {
 
-GenerateResult generate(const GenerateOptions& o, const std::function<void(const std::string&)>& on_text) {
+GenerateResult generate(const GenerateOptions& o,
+                        const std::function<void(const std::string&)>& on_text) {
   ATTN_REQUIRE(o.max_new_tokens >= 0, "max new tokens must be >= 0, got %d", o.max_new_tokens);
   const std::string dir = resolve_checkpoint_dir(o.checkpoint);
   const fs::path recipe_path = fs::path(dir) / "recipe.yaml";
@@ -27,13 +30,17 @@ GenerateResult generate(const GenerateOptions& o, const std::function<void(const
   std::string tok_spec = o.tokenizer;
   if (tok_spec.empty()) {
     fs::path tj = fs::path(dir) / "tokenizer.json";
-    ATTN_REQUIRE(fs::exists(tj), "checkpoint '%s' has no tokenizer.json; pass a tokenizer spec "
-                 "(e.g. --tokenizer byte or --tokenizer gpt2:<dir>)", dir.c_str());
+    ATTN_REQUIRE(fs::exists(tj),
+                 "checkpoint '%s' has no tokenizer.json; pass a tokenizer spec "
+                 "(e.g. --tokenizer byte or --tokenizer gpt2:<dir>)",
+                 dir.c_str());
     tok_spec = tj.string();
   }
   std::unique_ptr<Tokenizer> tok = make_tokenizer(tok_spec);
-  ATTN_REQUIRE(tok->vocab_size() <= r.model.vocab_size, "tokenizer '%s' has %d ids but the model's "
-               "vocabulary has %d", tok_spec.c_str(), tok->vocab_size(), r.model.vocab_size);
+  ATTN_REQUIRE(tok->vocab_size() <= r.model.vocab_size,
+               "tokenizer '%s' has %d ids but the model's "
+               "vocabulary has %d",
+               tok_spec.c_str(), tok->vocab_size(), r.model.vocab_size);
 
   std::unique_ptr<ExecContext> ctx;
   DType dtype = DType::f32;
@@ -64,33 +71,37 @@ GenerateResult generate(const GenerateOptions& o, const std::function<void(const
   store.finalize(ctx->device, dtype, {});
   load_model_weights(dir, store);
   const int T_max = c.block_size;
-  model.allocate(*ctx, 1, T_max, dtype);
+  KVCache cache = model.make_kv_cache(*ctx, 1, T_max, dtype);
 
   std::vector<int32_t> ids;
   tok->encode(o.prompt, ids);
   if (ids.empty()) ids.push_back(tok->eot_id());  // an empty prompt starts a new document
-  ATTN_REQUIRE(int(ids.size()) <= T_max, "the prompt is %zu tokens, longer than the model's context "
-               "(model.block_size = %d)", ids.size(), T_max);
+  ATTN_REQUIRE(int(ids.size()) <= T_max,
+               "the prompt is %zu tokens, longer than the model's context "
+               "(model.block_size = %d)",
+               ids.size(), T_max);
 
   GenerateResult res;
   res.prompt_tokens = int(ids.size());
   std::mt19937_64 rng(o.seed);
   Buffer tok_dev(ctx->device, size_t(T_max) * sizeof(int32_t));
+  // Runs the last n ids from position 0 (a fresh cache).
+  auto prefill_last = [&](size_t n) {
+    Tensor tokens = tok_dev.as(DType::i32, Shape{1, int64_t(n)});
+    copy_tensor(tokens, Tensor(ids.data() + ids.size() - n, DType::i32, Device::cpu, tokens.shape));
+    return model.prefill(*ctx, store, tokens, cache);
+  };
   std::vector<float> row(size_t(c.padded_vocab));
   std::vector<bf16> row_bf(size_t(c.padded_vocab));
   auto t0 = std::chrono::steady_clock::now();
+  Tensor logits;
+  if (o.max_new_tokens > 0) logits = prefill_last(ids.size());
   for (int n = 0; n < o.max_new_tokens; ++n) {
     NvtxRange range("generate.token");
-    const int T = std::min<int>(int(ids.size()), T_max);  // sliding context
-    const int32_t* window = ids.data() + ids.size() - size_t(T);
-    Tensor tokens = tok_dev.as(DType::i32, Shape{1, T});
-    copy_tensor(tokens, Tensor(const_cast<int32_t*>(window), DType::i32, Device::cpu, Shape{1, T}));
-    model.forward(*ctx, store, tokens, Tensor(), AttentionMode::generate);
-    Tensor last = model.logits().view(Shape{T, c.padded_vocab}).slice0(T - 1, T);
     if (dtype == DType::f32) {
-      copy_tensor(Tensor(row.data(), DType::f32, Device::cpu, last.shape), last);
+      copy_tensor(Tensor(row.data(), DType::f32, Device::cpu, logits.shape), logits);
     } else {
-      copy_tensor(Tensor(row_bf.data(), DType::bf16, Device::cpu, last.shape), last);
+      copy_tensor(Tensor(row_bf.data(), DType::bf16, Device::cpu, logits.shape), logits);
       for (size_t i = 0; i < row.size(); ++i) row[i] = __bfloat162float(row_bf[i]);
     }
     const int32_t next = sample_token(row.data(), tok->vocab_size(), o.sampling, rng);
@@ -100,6 +111,16 @@ GenerateResult generate(const GenerateOptions& o, const std::function<void(const
     std::string piece = tok->piece(next);
     res.text += piece;
     if (on_text) on_text(piece);
+    if (n + 1 == o.max_new_tokens) break;
+    if (cache.free_positions() == 0) {
+      // The context is full: slide it by re-running the last half (see docs/generate.md).
+      logits = prefill_last(size_t(std::max(1, T_max / 2)));
+      ++res.context_slides;
+    } else {
+      Tensor tokens = tok_dev.as(DType::i32, Shape{1, 1});
+      copy_tensor(tokens, Tensor(&ids.back(), DType::i32, Device::cpu, tokens.shape));
+      logits = model.decode_step(*ctx, store, tokens, cache);
+    }
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   res.tokens_per_second = s > 0 ? res.new_tokens / s : 0.0;

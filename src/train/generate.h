@@ -1,6 +1,10 @@
 // Text generation from a checkpoint: the model and tokenizer the checkpoint describes, sampled
-// token by token and streamed. Dense attention recomputes the context each token on the CPU
-// reference path; the context slides when it reaches model.block_size.
+// token by token and streamed, on the CPU or CUDA. The prompt is prefilled into a KV cache, then
+// each new token is one decode step (GPT::decode_step). When the context reaches model.block_size
+// it slides: the last block_size / 2 tokens are prefilled again (positions restart at 0).
+// Bad input: a tokenizer with more ids than the model's vocabulary, a prompt longer than
+// block_size, or a checkpoint without tokenizer.json (and no --tokenizer) is an error. An empty
+// prompt starts a new document (<|endoftext|>); any bytes, valid UTF-8 or not, are a prompt.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -11,9 +15,9 @@
 namespace attnlab {
 
 struct GenerateOptions {
-  std::string checkpoint;     // checkpoint or run directory
+  std::string checkpoint;  // checkpoint or run directory
   std::string prompt;
-  std::string tokenizer;      // "" = the checkpoint's tokenizer.json
+  std::string tokenizer;  // "" = the checkpoint's tokenizer.json
   int max_new_tokens = 128;
   SamplingOptions sampling;
   uint64_t seed = 1337;
@@ -22,13 +26,15 @@ struct GenerateOptions {
 };
 
 struct GenerateResult {
-  std::string text;            // the generated continuation (without the prompt)
+  std::string text;  // the generated continuation (without the prompt)
   int prompt_tokens = 0;
   int new_tokens = 0;
-  double tokens_per_second = 0.0;
+  double tokens_per_second = 0.0;  // new tokens over the time of prefill + decode steps
+  int context_slides = 0;          // times the full context was cut to its last half
 };
 
 // Calls on_text with each new piece of text as it is produced.
-GenerateResult generate(const GenerateOptions& o, const std::function<void(const std::string&)>& on_text);
+GenerateResult generate(const GenerateOptions& o,
+                        const std::function<void(const std::string&)>& on_text);
 
 }  // namespace attnlab

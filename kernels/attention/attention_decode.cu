@@ -1,0 +1,193 @@
+// Attention against a KV cache (contract in attention_decode.cuh).
+//
+// attention_decode: one block of 4 warps per (split, head, b * Tq + i). Warp w walks the keys
+// w, w + 4, ... of the block's chunk; each lane holds the head dims lane, lane + 32, ... (D <=
+// 128), so a key's dot product is one warp reduction. Online softmax in the log2 domain per warp,
+// then the 4 warps merge in shared memory. One split writes o; several write (o, m, l) partials
+// that a second kernel merges in split order (deterministic). Memory-bound: each key/value byte of
+// the chunk is read once per query head. kv_cache_write: one thread per element, a plain strided
+// copy.
+#include <cuda_bf16.h>
+
+#include "kernels/attention/attention_decode.cuh"
+#include "kernels/common/device.cuh"
+
+namespace attnlab {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kWarps = 4;
+constexpr int kMaxDimsPerLane = 4;  // D <= 128
+
+template <typename T>
+__global__ void kv_cache_write_kernel(KVCacheWriteParams<T> p) {
+  const int64_t n = int64_t(p.B) * p.Tq * p.n_kv_head * p.D;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int c = int(e % p.D);
+    const int g = int((e / p.D) % p.n_kv_head);
+    const int t = int((e / (int64_t(p.D) * p.n_kv_head)) % p.Tq);
+    const int b = int(e / (int64_t(p.D) * p.n_kv_head * p.Tq));
+    const int64_t src = b * p.src_batch_stride + t * p.src_row_stride + int64_t(g) * p.D + c;
+    const int64_t dst = ((int64_t(b) * p.n_kv_head + g) * p.max_T + p.pos + t) * p.D + c;
+    p.k_cache[dst] = p.k[src];
+    p.v_cache[dst] = p.v[src];
+  }
+}
+
+// partial layout: [row = (b * Tq + i) * n_head + h][split][D + 2] = (o[0..D), m, l); m in log2
+// units.
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32)
+    decode_kernel(AttentionDecodeParams<T> p, int chunk, float* partial) {
+  const int split = blockIdx.x, h = blockIdx.y;
+  const int b = blockIdx.z / p.Tq, i = blockIdx.z % p.Tq;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = h / (p.n_head / p.n_kv_head);
+  const int len = p.pos + i + 1;
+  const int s0 = split * chunk, s1 = min(len, s0 + chunk);
+  const T* q = p.q + b * p.q_batch_stride + i * p.q_row_stride + int64_t(h) * p.D;
+  const T* kc = p.k_cache + (int64_t(b) * p.n_kv_head + g) * p.max_T * p.D;
+  const T* vc = p.v_cache + (int64_t(b) * p.n_kv_head + g) * p.max_T * p.D;
+  const float qs = p.scale * kLog2e;
+
+  float qr[kMaxDimsPerLane], acc[kMaxDimsPerLane];
+#pragma unroll
+  for (int j = 0; j < kMaxDimsPerLane; ++j) {
+    const int c = lane + 32 * j;
+    qr[j] = c < p.D ? dev::to_f(q[c]) * qs : 0.f;
+    acc[j] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  for (int s = s0 + warp; s < s1; s += kWarps) {
+    const T* k = kc + int64_t(s) * p.D;
+    float d = 0.f;
+#pragma unroll
+    for (int j = 0; j < kMaxDimsPerLane; ++j) {
+      const int c = lane + 32 * j;
+      if (c < p.D) d += qr[j] * dev::to_f(k[c]);
+    }
+    d = dev::warp_sum(d);
+    const float m_new = fmaxf(m, d);
+    const float corr = exp2f(m - m_new);  // 0 on the first key (m = -inf)
+    const float w = exp2f(d - m_new);
+    l = l * corr + w;
+    const T* v = vc + int64_t(s) * p.D;
+#pragma unroll
+    for (int j = 0; j < kMaxDimsPerLane; ++j) {
+      const int c = lane + 32 * j;
+      acc[j] = acc[j] * corr + (c < p.D ? w * dev::to_f(v[c]) : 0.f);
+    }
+    m = m_new;
+  }
+
+  __shared__ float sm_m[kWarps], sm_l[kWarps], sm_o[kWarps][32 * kMaxDimsPerLane];
+  if (lane == 0) {
+    sm_m[warp] = m;
+    sm_l[warp] = l;
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxDimsPerLane; ++j) sm_o[warp][lane + 32 * j] = acc[j];
+  __syncthreads();
+  float M = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w]);
+  float wt[kWarps], L = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    wt[w] = sm_m[w] == -INFINITY ? 0.f : exp2f(sm_m[w] - M);
+    L += sm_l[w] * wt[w];
+  }
+  const int64_t row = (int64_t(b) * p.Tq + i) * p.n_head + h;
+  if (partial == nullptr) {
+    T* o = p.o + b * p.o_batch_stride + i * p.o_row_stride + int64_t(h) * p.D;
+    for (int c = threadIdx.x; c < p.D; c += blockDim.x) {
+      float x = 0.f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) x += sm_o[w][c] * wt[w];
+      o[c] = dev::from_f<T>(x / L);
+    }
+  } else {
+    float* out = partial + (row * p.n_splits + split) * (p.D + 2);
+    for (int c = threadIdx.x; c < p.D; c += blockDim.x) {
+      float x = 0.f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) x += sm_o[w][c] * wt[w];
+      out[c] = x;
+    }
+    if (threadIdx.x == 0) {
+      out[p.D] = M;
+      out[p.D + 1] = L;
+    }
+  }
+}
+
+template <typename T>
+__global__ void decode_combine_kernel(AttentionDecodeParams<T> p, const float* partial) {
+  const int64_t row = blockIdx.x;
+  const int h = int(row % p.n_head);
+  const int i = int((row / p.n_head) % p.Tq);
+  const int b = int(row / (int64_t(p.n_head) * p.Tq));
+  const float* part = partial + row * p.n_splits * (p.D + 2);
+  float M = -INFINITY;
+  for (int s = 0; s < p.n_splits; ++s) M = fmaxf(M, part[s * (p.D + 2) + p.D]);
+  float L = 0.f;
+  for (int s = 0; s < p.n_splits; ++s) {
+    const float ms = part[s * (p.D + 2) + p.D];
+    if (ms != -INFINITY) L += part[s * (p.D + 2) + p.D + 1] * exp2f(ms - M);
+  }
+  T* o = p.o + b * p.o_batch_stride + i * p.o_row_stride + int64_t(h) * p.D;
+  for (int c = threadIdx.x; c < p.D; c += blockDim.x) {
+    float x = 0.f;
+    for (int s = 0; s < p.n_splits; ++s) {
+      const float ms = part[s * (p.D + 2) + p.D];
+      if (ms != -INFINITY) x += part[s * (p.D + 2) + c] * exp2f(ms - M);
+    }
+    o[c] = dev::from_f<T>(x / L);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void launch_kv_cache_write(const KVCacheWriteParams<T>& p, Stream s) {
+  const int64_t n = int64_t(p.B) * p.Tq * p.n_kv_head * p.D;
+  if (n == 0) return;
+  const int threads = 256;
+  const int blocks = int(std::min<int64_t>(div_up(n, threads), 65535));
+  kv_cache_write_kernel<T><<<blocks, threads, 0, reinterpret_cast<cudaStream_t>(s)>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void launch_attention_decode(const AttentionDecodeParams<T>& p_in, Stream s) {
+  ATTN_ASSERT(p_in.D >= 1 && p_in.D <= 32 * kMaxDimsPerLane && p_in.n_head % p_in.n_kv_head == 0);
+  ATTN_ASSERT(int64_t(p_in.B) * p_in.Tq <= 65535 && p_in.pos + p_in.Tq <= p_in.max_T);
+  if (p_in.B == 0 || p_in.Tq == 0) return;
+  AttentionDecodeParams<T> p = p_in;
+  const int keys = p.pos + p.Tq;
+  const int64_t rows = int64_t(p.B) * p.Tq * p.n_head;
+  if (p.n_splits <= 0) p.n_splits = attention_decode_splits(rows, keys);
+  p.n_splits = std::min(p.n_splits, keys);
+  const int chunk = div_up(keys, p.n_splits);
+  p.n_splits = div_up(keys, chunk);  // no empty trailing split
+  const cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
+  const dim3 grid(p.n_splits, p.n_head, p.B * p.Tq);
+  if (p.n_splits == 1) {
+    decode_kernel<T><<<grid, kWarps * 32, 0, st>>>(p, chunk, nullptr);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  StreamScratch scratch(size_t(rows) * p.n_splits * (p.D + 2) * sizeof(float), s);
+  decode_kernel<T><<<grid, kWarps * 32, 0, st>>>(p, chunk, scratch.as<float>());
+  CUDA_CHECK_LAUNCH();
+  decode_combine_kernel<T><<<unsigned(rows), 128, 0, st>>>(p, scratch.as<float>());
+  CUDA_CHECK_LAUNCH();
+}
+
+template void launch_kv_cache_write<float>(const KVCacheWriteParams<float>&, Stream);
+template void launch_kv_cache_write<bf16>(const KVCacheWriteParams<bf16>&, Stream);
+template void launch_attention_decode<float>(const AttentionDecodeParams<float>&, Stream);
+template void launch_attention_decode<bf16>(const AttentionDecodeParams<bf16>&, Stream);
+
+}  // namespace attnlab

@@ -1,0 +1,243 @@
+// Incremental decoding (GPT::prefill / decode_step over a KV cache) against the full forward on
+// the CPU, and attnlab::generate on a checkpoint trained in the test: bad input, sliding context,
+// determinism.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <vector>
+
+#include "config/recipe.h"
+#include "core/context.h"
+#include "model/gpt.h"
+#include "test_util.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/generate.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
+using namespace attnlab;
+
+namespace {
+
+GPTConfig decode_config() {
+  GPTConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.vocab_size = 23;
+  c.padded_vocab = 32;
+  c.block_size = 12;
+  return c;
+}
+
+struct DecodeFixture {
+  std::unique_ptr<ExecContext> ctx = ExecContext::make_cpu();
+  GPTConfig c = decode_config();
+  GPT model{c};
+  ParameterStore store;
+
+  DecodeFixture() {
+    model.declare_params(store);
+    store.finalize(Device::cpu, DType::f32, {});
+    model.init_params(store, 7);
+    // Larger weights than GPT-2's init, so that attention is far from uniform.
+    std::mt19937 rng(9);
+    std::normal_distribution<float> nd(0.f, 0.3f);
+    float* w = store.all_params().ptr<float>();
+    for (int64_t i = 0; i < store.num_params(); ++i) w[i] += nd(rng);
+  }
+  // Logits [B, T, Vp] of forward() on tokens [B, T].
+  std::vector<float> full_logits(std::vector<int32_t>& ids, int B, int T) {
+    model.allocate(*ctx, B, T, DType::f32);
+    model.forward(*ctx, store, test::cpu_tensor(ids, Shape{B, T}), Tensor(),
+                  AttentionMode::generate);
+    Tensor l = model.logits();
+    return std::vector<float>(l.ptr<float>(), l.ptr<float>() + l.numel());
+  }
+};
+
+}  // namespace
+
+TEST(GPTDecode, PrefillAndStepsMatchForward) {
+  DecodeFixture f;
+  const int B = 2, T = 12, Vp = f.c.padded_vocab;
+  std::vector<int32_t> ids = test::random_ints(size_t(B) * T, 5, f.c.vocab_size);
+  const std::vector<float> full = f.full_logits(ids, B, T);
+  for (int P : {1, 4, T}) {
+    KVCache cache = f.model.make_kv_cache(*f.ctx, B, T, DType::f32);
+    // Tokens [B, n] starting at column t0 of every sequence.
+    auto cols = [&](int t0, int n) {
+      static std::vector<int32_t> buf;
+      buf.clear();
+      for (int b = 0; b < B; ++b)
+        for (int t = t0; t < t0 + n; ++t) buf.push_back(ids[size_t(b) * T + t]);
+      return test::cpu_tensor(buf, Shape{B, n});
+    };
+    Tensor logits = f.model.prefill(*f.ctx, f.store, cols(0, P), cache);
+    for (int t = P - 1; t < T; ++t) {
+      if (t > P - 1) logits = f.model.decode_step(*f.ctx, f.store, cols(t, 1), cache);
+      ASSERT_EQ(logits.shape, (Shape{B, Vp}));
+      for (int b = 0; b < B; ++b) {
+        const float* ref = full.data() + (size_t(b) * T + t) * Vp;
+        EXPECT_LT(test::max_rel_error(logits.ptr<float>() + size_t(b) * Vp, ref, size_t(Vp)), 1e-5)
+            << "P=" << P << " t=" << t << " b=" << b;
+      }
+    }
+    EXPECT_EQ(cache.length(), T);
+    // Full: one more token is refused with a message that says what to do.
+    std::string msg =
+        test::thrown_message([&] { f.model.decode_step(*f.ctx, f.store, cols(0, 1), cache); });
+    EXPECT_NE(msg.find("KV cache is full (12 tokens)"), std::string::npos) << msg;
+  }
+}
+
+TEST(GPTDecode, RejectsMismatchedCacheAndInput) {
+  DecodeFixture f;
+  std::vector<int32_t> ids = test::random_ints(10, 6, f.c.vocab_size);
+  KVCache small = f.model.make_kv_cache(*f.ctx, 1, 4, DType::f32);
+  std::string msg = test::thrown_message([&] {
+    f.model.prefill(*f.ctx, f.store, test::cpu_tensor(ids, Shape{1, 10}), small);
+  });
+  EXPECT_NE(msg.find("exceed the KV cache length 4"), std::string::npos) << msg;
+  msg = test::thrown_message([&] {
+    f.model.prefill(*f.ctx, f.store, test::cpu_tensor(ids, Shape{2, 5}), small);
+  });
+  EXPECT_NE(msg.find("tokens have batch 2, the KV cache 1"), std::string::npos) << msg;
+  msg = test::thrown_message([&] { f.model.make_kv_cache(*f.ctx, 1, 13, DType::f32); });
+  EXPECT_NE(msg.find("model.block_size = 12"), std::string::npos) << msg;
+  msg = test::thrown_message([&] {
+    f.model.decode_step(*f.ctx, f.store, test::cpu_tensor(ids, Shape{1, 10}), small);
+  });
+  EXPECT_NE(msg.find("i32[B, 1]"), std::string::npos) << msg;
+}
+
+// ---- attnlab::generate on a checkpoint trained here --------------------------------------------
+
+namespace {
+
+// Trains a tiny byte-vocabulary model for two steps once; the checkpoint is shared by the tests.
+// Its tokenizer.json (byte) is what generate uses unless a test passes another spec.
+class GenerateTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    run_dir_ = (fs::temp_directory_path() / ("attnlab_gen_" + std::to_string(::getpid()))).string();
+    fs::remove_all(run_dir_);
+    const char* recipe = R"(
+model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 257, block_size: 24, vocab_multiple: 32}
+data:
+  source: synthetic
+  tokenizer: byte
+  synthetic: {vocab_size: 64, train_tokens: 4096, val_tokens: 1024, seed: 7}
+train: {steps: 2, micro_batch: 2, seq_len: 16, device: cpu, seed: 11}
+eval: {every: 0}
+checkpoint: {every: 2, keep_last: 1}
+log: {every: 1}
+)";
+    Recipe r = parse_recipe(recipe, "gen.yaml", {"train.out_dir=" + run_dir_});
+    TrainOptions o;
+    o.quiet = true;
+    train(r, o);
+    // Synthetic-data runs carry no tokenizer; a run on prepared shards writes this file.
+    std::ofstream(fs::path(resolve_checkpoint_dir(run_dir_)) / "tokenizer.json")
+        << make_tokenizer("byte")->to_json();
+  }
+  static void TearDownTestSuite() { fs::remove_all(run_dir_); }
+
+  GenerateOptions options(const std::string& prompt) const {
+    GenerateOptions o;
+    o.checkpoint = run_dir_;
+    o.prompt = prompt;
+    o.max_new_tokens = 10;
+    o.device = "cpu";
+    o.stop_at_eot = false;
+    return o;
+  }
+  static std::string run_dir_;
+};
+std::string GenerateTest::run_dir_;
+
+}  // namespace
+
+TEST_F(GenerateTest, DeterministicForASeed) {
+  GenerateOptions o = options("hello");
+  std::vector<std::string> streamed;
+  GenerateResult a = generate(o, [&](const std::string& s) { streamed.push_back(s); });
+  GenerateResult b = generate(o, nullptr);
+  EXPECT_EQ(a.prompt_tokens, 5);
+  EXPECT_EQ(a.new_tokens, 10);
+  EXPECT_EQ(a.text, b.text);
+  std::string joined;
+  for (auto& s : streamed) joined += s;
+  EXPECT_EQ(joined, a.text);  // streaming delivers exactly the text, piece by piece
+  EXPECT_EQ(streamed.size(), 10u);
+  o.seed = 99;
+  EXPECT_NE(generate(o, nullptr).text, a.text);  // 10 bytes from 257 nearly uniform ids
+}
+
+TEST_F(GenerateTest, EmptyPromptStartsANewDocument) {
+  GenerateResult r = generate(options(""), nullptr);
+  EXPECT_EQ(r.prompt_tokens, 1);  // <|endoftext|>
+  EXPECT_EQ(r.new_tokens, 10);
+}
+
+TEST_F(GenerateTest, InvalidUtf8PromptIsTakenByteForByte) {
+  const std::string bytes = "a\xff\xfe\xc3 \x80z";  // stray continuation, truncated sequence
+  GenerateResult r = generate(options(bytes), nullptr);
+  EXPECT_EQ(r.prompt_tokens, int(bytes.size()));
+  EXPECT_EQ(r.new_tokens, 10);
+}
+
+TEST_F(GenerateTest, PromptLongerThanTheContextIsAnError) {
+  std::string msg = test::thrown_message([&] { generate(options(std::string(25, 'x')), nullptr); });
+  EXPECT_NE(
+      msg.find("the prompt is 25 tokens, longer than the model's context (model.block_size = 24)"),
+      std::string::npos)
+      << msg;
+  EXPECT_NO_THROW(generate(options(std::string(24, 'x')), nullptr));  // exactly full: slides first
+}
+
+TEST_F(GenerateTest, ContextSlidesWhenTheCacheIsFull) {
+  GenerateOptions o = options("abc");
+  o.max_new_tokens = 50;  // 3 + 50 > 24: the cache fills at 24, then every 12 tokens
+  GenerateResult r = generate(o, nullptr);
+  EXPECT_EQ(r.new_tokens, 50);
+  EXPECT_EQ(r.context_slides, 3);  // full after 22, 35 and 48 generated tokens
+}
+
+TEST_F(GenerateTest, TokenizerLargerThanTheModelIsAnError) {
+  GenerateOptions o = options("hi");
+  // A GPT-2 style vocabulary written next to the test: 300 ids > the model's 257.
+  fs::path dir = fs::path(run_dir_) / "big_vocab";
+  fs::create_directories(dir);
+  nlohmann::json enc = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) enc[gpt2_bytes_to_symbols(std::string(1, char(b)))] = b;
+  enc["ab"] = 256;
+  for (int i = 257; i < 299; ++i) enc["extra" + std::to_string(i)] = i;
+  enc["<|endoftext|>"] = 299;
+  std::ofstream(dir / "encoder.json") << enc.dump();
+  std::ofstream(dir / "vocab.bpe") << "#version: 0.2\na b\n";
+  o.tokenizer = "gpt2:" + dir.string();
+  std::string msg = test::thrown_message([&] { generate(o, nullptr); });
+  EXPECT_NE(msg.find("has 300 ids but the model's vocabulary has 257"), std::string::npos) << msg;
+}
+
+TEST_F(GenerateTest, MissingTokenizerJsonIsAnError) {
+  fs::path copy = fs::path(run_dir_ + "_copy");
+  fs::remove_all(copy);
+  fs::copy(resolve_checkpoint_dir(run_dir_), copy, fs::copy_options::recursive);
+  ASSERT_TRUE(fs::remove(copy / "tokenizer.json"));
+  GenerateOptions o = options("hi");
+  o.checkpoint = copy.string();
+  std::string msg = test::thrown_message([&] { generate(o, nullptr); });
+  EXPECT_NE(msg.find("has no tokenizer.json; pass a tokenizer spec"), std::string::npos) << msg;
+  o.tokenizer = "byte";  // the way out the message names
+  EXPECT_EQ(generate(o, nullptr).new_tokens, 10);
+  o.tokenizer = (copy / "missing.json").string();
+  EXPECT_NE(test::thrown_message([&] { generate(o, nullptr); }), "");
+  fs::remove_all(copy);
+}
