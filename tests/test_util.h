@@ -4,13 +4,25 @@
 //   max_rel_error                max |a - b| relative to the largest |b| (b is the reference)
 //   finite_difference            central-difference gradient of a scalar function, in double
 //   thrown_message               the message of the attnlab::Error a call throws ("" if none)
+//   expect_error                 a call must throw attnlab::Error whose message contains a needle
+//   TempDir                      a fresh directory per process and test, removed at scope exit
+//   ScopedOmpThreads             limits OpenMP to n threads until the end of the scope
 #pragma once
+#include <gtest/gtest.h>
+#include <omp.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <random>
+#include <source_location>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "core/error.h"
@@ -105,5 +117,82 @@ inline std::string thrown_message(const std::function<void()>& f) {
   }
   return "";
 }
+
+// Expects f to throw attnlab::Error whose message contains every one of `needles`; otherwise adds
+// a failure, reported at the caller's line, that shows the message (or says nothing was thrown).
+inline void expect_error(const std::function<void()>& f, std::initializer_list<std::string> needles,
+                         const std::source_location& where = std::source_location::current()) {
+  std::string joined;
+  for (const auto& n : needles) joined += (joined.empty() ? "'" : ", '") + n + "'";
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const auto& n : needles)
+      if (msg.find(n) == std::string::npos)
+        ADD_FAILURE_AT(where.file_name(), int(where.line()))
+            << "message '" << msg << "' lacks '" << n << "'";
+    return;
+  }
+  ADD_FAILURE_AT(where.file_name(), int(where.line()))
+      << "expected an attnlab::Error containing " << joined << "; nothing was thrown";
+}
+inline void expect_error(const std::function<void()>& f, const std::string& needle,
+                         const std::source_location& where = std::source_location::current()) {
+  expect_error(f, {needle}, where);
+}
+
+// A fresh, empty directory under the system temp dir named after the tag, the process id, the
+// running test and a per-process counter (so parallel runs, tests and several TempDirs of one test
+// never share one). Destruction removes it with its contents, first restoring owner permissions
+// that a test may have taken away.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag = "tmp") {
+    static std::atomic<int> counter{0};
+    std::string test = "no_test";
+    if (const auto* info = ::testing::UnitTest::GetInstance()->current_test_info())
+      test = std::string(info->test_suite_name()) + "." + info->name();
+    for (char& c : test)
+      if (c == '/' || c == '\\' || c == ' ') c = '_';  // parameterized names contain '/'
+    path_ = std::filesystem::temp_directory_path() /
+            ("attnlab_" + tag + "_" + std::to_string(::getpid()) + "_" + test + "_" +
+             std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    namespace fs = std::filesystem;
+    std::error_code ec, ignored;  // a destructor must not throw; leftovers are only litter
+    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ignored);
+    for (auto it = fs::recursive_directory_iterator(path_, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+      fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ignored);
+    fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  // The path of `name` (which may contain '/') inside the directory; nothing is created.
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// For determinism checks: the CPU references must give the same bits for any thread count.
+class ScopedOmpThreads {
+ public:
+  explicit ScopedOmpThreads(int threads) : saved_(omp_get_max_threads()) {
+    omp_set_num_threads(threads);
+  }
+  ~ScopedOmpThreads() { omp_set_num_threads(saved_); }
+  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
+  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
+
+ private:
+  int saved_;
+};
 
 }  // namespace attnlab::test

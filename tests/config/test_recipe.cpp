@@ -11,23 +11,15 @@
 
 #include "config/recipe.h"
 #include "config/suggest.h"
+#include "test_util.h"
 
 namespace attnlab {
 namespace {
 
-// The message of the attnlab::Error thrown by `fn` ("" when nothing is thrown).
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::thrown_message;
 
 std::string parse_error(const std::string& yaml, const std::vector<std::string>& sets = {}) {
-  return error_of([&] { parse_recipe(yaml, "x.yaml", sets); });
+  return thrown_message([&] { parse_recipe(yaml, "x.yaml", sets); });
 }
 
 #define EXPECT_HAS(haystack, needle) \
@@ -91,8 +83,9 @@ TEST(RecipeDefaults, HelperArithmetic) {
   t.batch_tokens = 8 * 256 * 12;
   EXPECT_EQ(t.grad_accum_steps(1), 12);
   EXPECT_EQ(t.grad_accum_steps(4), 3);
-  EXPECT_HAS(error_of([&] { t.grad_accum_steps(5); }),
-             "must be a multiple of train.micro_batch * train.seq_len * world size = 8 * 256 * 5");
+  test::expect_error(
+      [&] { t.grad_accum_steps(5); },
+      "must be a multiple of train.micro_batch * train.seq_len * world size = 8 * 256 * 5");
   EXPECT_EQ(enum_name(ScheduleType::wsd), "wsd");
   EXPECT_EQ(enum_name(DeviceChoice::auto_select), "auto");
 }
@@ -289,8 +282,8 @@ TEST(RecipeErrors, BadSetSyntax) {
             "--set 'nope.x=5': unknown section 'nope' (valid "
             "sections: model, attention, data, optim, schedule, "
             "train, eval, checkpoint, log, distributed, retrofit)");
-  EXPECT_HAS(error_of([] { load_recipe("/nonexistent/recipe.yaml", {}); }),
-             "cannot open recipe '/nonexistent/recipe.yaml'");
+  test::expect_error([] { load_recipe("/nonexistent/recipe.yaml", {}); },
+                     "cannot open recipe '/nonexistent/recipe.yaml'");
 }
 
 TEST(RecipeYaml, RoundTripIsExact) {

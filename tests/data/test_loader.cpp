@@ -1,6 +1,5 @@
 // DataLoader: windows, determinism, shuffling per epoch, rank sharding, exact resume, eval mode.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -8,6 +7,7 @@
 
 #include "core/error.h"
 #include "data/loader.h"
+#include "test_util.h"
 
 namespace attnlab {
 namespace {
@@ -174,13 +174,9 @@ TEST(DataLoader, EvalModeIsSequentialAndResettable) {
 }
 
 TEST(DataLoader, ErrorsNameTheProblem) {
-  try {
-    DataLoader loader(make_sources({100, 8}), opts(1, 8, false));
-    FAIL() << "expected an error for a source shorter than T+1";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("src1"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("8 tokens"), std::string::npos) << e.what();
-  }
+  // A source shorter than T+1.
+  test::expect_error([] { DataLoader(make_sources({100, 8}), opts(1, 8, false)); },
+                     {"src1", "8 tokens"});
   EXPECT_THROW(DataLoader(make_sources({100}), opts(1, 8, false, 0, 2, 2)), Error);
   EXPECT_THROW(DataLoader(make_sources({100}), opts(0, 8, false)), Error);
   auto o = opts(1, 8, false);
@@ -192,9 +188,8 @@ TEST(DataLoader, ErrorsNameTheProblem) {
 }
 
 TEST(DataLoader, ReadsShardFiles) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("attnlab_loader_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const test::TempDir tmp("loader");
+  const auto& dir = tmp.path();
   std::vector<int32_t> a(300), b(500);
   for (size_t i = 0; i < a.size(); ++i) a[i] = int32_t(i * 7 % 65000);
   for (size_t i = 0; i < b.size(); ++i) b[i] = int32_t(70000 + i);  // needs uint32
@@ -210,7 +205,6 @@ TEST(DataLoader, ReadsShardFiles) {
   batch = loader.next();
   EXPECT_EQ(batch.inputs[0], b[0]);
   EXPECT_EQ(batch.targets[31], b[32]);
-  fs::remove_all(dir);
 }
 
 }  // namespace

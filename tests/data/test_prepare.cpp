@@ -1,6 +1,5 @@
 // prepare: text files -> shards, end to end with the byte tokenizer.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +9,7 @@
 #include "core/error.h"
 #include "data/prepare.h"
 #include "data/shard.h"
+#include "test_util.h"
 
 namespace attnlab {
 namespace {
@@ -18,15 +18,8 @@ namespace fs = std::filesystem;
 
 class PrepareTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("attnlab_prepare_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "in");
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  void SetUp() override { fs::create_directories(path("in")); }
+  std::string path(const std::string& name) const { return dir_.file(name); }
   void write(const std::string& name, const std::string& text) {
     std::ofstream f(path(name), std::ios::binary);
     f << text;
@@ -50,7 +43,7 @@ class PrepareTest : public ::testing::Test {
     }
     return all;
   }
-  fs::path dir_;
+  test::TempDir dir_{"prepare"};
 };
 
 // Decodes a byte-token stream into documents: each begins right after an eot (256).
@@ -179,23 +172,12 @@ TEST_F(PrepareTest, OneDocumentPerFileAndJsonl) {
             (std::vector<std::string>{"alpha \xc3\xa9", "beta\nline"}));
 
   write("in/e.txt", "{\"body\": \"no text field\"}\n");
-  try {
-    prepare(o);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("e.txt"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("'text'"), std::string::npos) << e.what();
-  }
+  test::expect_error([&] { prepare(o); }, {"e.txt", "'text'"});
 }
 
 TEST_F(PrepareTest, ErrorsNameTheProblem) {
   auto o = options();
-  try {
-    prepare(o);  // nothing in in/
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("in/*.txt*"), std::string::npos) << e.what();
-  }
+  test::expect_error([&] { prepare(o); }, "in/*.txt*");  // nothing in in/
   write("in/a.txt", "x");
   o.tokenizer = "nonsense";
   EXPECT_THROW(prepare(o), Error);

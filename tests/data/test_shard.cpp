@@ -9,24 +9,19 @@
 
 #include "core/error.h"
 #include "data/shard.h"
+#include "test_util.h"
 
 namespace attnlab {
 namespace {
+
+using test::expect_error;
 
 namespace fs = std::filesystem;
 
 class ShardTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("attnlab_shard_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  std::string path(const std::string& name) const { return dir_.file(name); }
+  test::TempDir dir_{"shard"};
 };
 
 std::vector<int32_t> random_tokens(size_t n, int32_t vocab, uint32_t seed) {
@@ -34,18 +29,6 @@ std::vector<int32_t> random_tokens(size_t n, int32_t vocab, uint32_t seed) {
   std::vector<int32_t> t(n);
   for (auto& x : t) x = int32_t(rng() % uint32_t(vocab));
   return t;
-}
-
-// Expects `fn` to throw attnlab::Error whose message contains every string of `parts`.
-template <class Fn>
-void expect_error(Fn&& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected attnlab::Error";
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-        << "message '" << e.what() << "' lacks '" << p << "'";
-  }
 }
 
 void write_bytes(const std::string& p, const std::vector<unsigned char>& bytes) {
@@ -115,7 +98,7 @@ TEST_F(ShardTest, StreamingWriterAppendsAndEmptyShard) {
     w.append(tokens);
   }
   EXPECT_FALSE(fs::exists(path("d.bin")));
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 2);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_.path()), fs::directory_iterator()), 2);
 }
 
 TEST_F(ShardTest, WriterRejectsIdsThatDoNotFit) {

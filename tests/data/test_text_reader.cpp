@@ -1,6 +1,5 @@
 // Text reading: plain / gzip / xz (liblzma and the xz program), document splitting.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -9,6 +8,7 @@
 
 #include "core/error.h"
 #include "data/text_reader.h"
+#include "test_util.h"
 
 #ifdef ATTNLAB_HAVE_ZLIB
 #include <zlib.h>
@@ -21,16 +21,8 @@ namespace fs = std::filesystem;
 
 class TextReaderTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("attnlab_text_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  std::string path(const std::string& name) const { return dir_.file(name); }
+  test::TempDir dir_{"text"};
 };
 
 // ~300 KB of varied text with document breaks, including UTF-8 and tabs.
@@ -63,12 +55,7 @@ TEST_F(TextReaderTest, PlainFile) {
   EXPECT_EQ(read_text_file(path("a.txt")), text);
   write_file(path("empty.txt"), "");
   EXPECT_EQ(read_text_file(path("empty.txt")), "");
-  try {
-    read_text_file(path("missing.txt"));
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("missing.txt"), std::string::npos);
-  }
+  test::expect_error([&] { read_text_file(path("missing.txt")); }, "missing.txt");
 }
 
 #ifdef ATTNLAB_HAVE_ZLIB

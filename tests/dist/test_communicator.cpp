@@ -5,19 +5,12 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "test_util.h"
 
 namespace attnlab {
 namespace {
 
-template <typename Fn>
-void expect_error(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error containing '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using test::expect_error;
 
 TEST(Communicator, LocalIsWorldOfOneAndLeavesDataAlone) {
   auto comm = make_communicator("none");

@@ -2,7 +2,6 @@
 // every kind of bad input giving a clear message and a non-zero exit without damaging earlier output.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -11,6 +10,7 @@
 #include <string>
 
 #include "data/shard.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 
@@ -37,10 +37,6 @@ CliResult run(const std::string& args) {
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("attnlab_cli_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
     recipe_ = (dir_ / "tiny.yaml").string();
     std::ofstream(recipe_) << R"(# a tiny recipe for CLI tests
 model: {n_layer: 1, n_head: 2, n_embd: 16, vocab_size: 260, block_size: 32, vocab_multiple: 32}
@@ -54,11 +50,11 @@ eval: {every: 0, batches: 2}
 log: {every: 1}
 )";
   }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string train_args(const std::string& extra = "") const {
     return "train " + recipe_ + " --set train.out_dir=" + (dir_ / "run").string() + " " + extra;
   }
-  fs::path dir_;
+  attnlab::test::TempDir tmp_{"cli"};
+  const fs::path dir_ = tmp_.path();
   std::string recipe_;
 };
 

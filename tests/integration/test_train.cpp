@@ -13,17 +13,12 @@
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using namespace attnlab;
 
 namespace {
-
-std::string temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("attnlab_it_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p.string();
-}
 
 // A model small enough that a step takes a few milliseconds on one core.
 const char* kTinyRecipe = R"(
@@ -66,7 +61,8 @@ std::map<std::string, std::string> checkpoint_bytes(const std::string& ckpt) {
 }  // namespace
 
 TEST(TrainIntegration, LossDecreasesAndBeatsNothingSilly) {
-  std::string dir = temp_dir("learn");
+  const test::TempDir tmp("it");
+  const std::string dir = tmp.file("learn");
   Recipe r = tiny(dir, {"train.steps=150", "train.micro_batch=8", "train.seq_len=32", "optim.lr=1e-2",
                         "eval.every=0"});
   TrainResult res = train(r, quiet());
@@ -79,23 +75,23 @@ TEST(TrainIntegration, LossDecreasesAndBeatsNothingSilly) {
   EXPECT_TRUE(std::isfinite(res.final_val_loss));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "recipe.yaml"));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "metrics.jsonl"));
-  fs::remove_all(dir);
 }
 
 // Golden losses of the first steps of the tiny recipe: any change to initialisation, data order,
 // an op or the optimizer shows up here. Regenerate (and say why in the commit) only when such a
 // change is intended.
 TEST(TrainIntegration, GoldenLosses) {
-  std::string dir = temp_dir("golden");
+  const test::TempDir tmp("it");
+  const std::string dir = tmp.file("golden");
   TrainResult res = train(tiny(dir, {"train.steps=5", "eval.at_end=false"}), quiet());
   const double golden[5] = {4.1651347242295742, 4.1168442778289318, 4.0214969515800476, 4.09270054474473, 4.1283904612064362};
   ASSERT_EQ(res.losses.size(), 5u);
   for (int i = 0; i < 5; ++i) EXPECT_NEAR(res.losses[size_t(i)], golden[i], 1e-5) << "step " << i + 1;
-  fs::remove_all(dir);
 }
 
 TEST(TrainIntegration, ResumeIsBitExact) {
-  std::string a = temp_dir("resume_a"), b = temp_dir("resume_b");
+  const test::TempDir tmp("it");
+  const std::string a = tmp.file("resume_a"), b = tmp.file("resume_b");
   // A: 8 steps straight, checkpointing at 4 and 8. B: resumes from A's step-4 checkpoint (as if
   // A had been killed after it) and runs the remaining 4 steps into a new run directory.
   train(tiny(a), quiet());
@@ -110,25 +106,20 @@ TEST(TrainIntegration, ResumeIsBitExact) {
     ASSERT_TRUE(bb.count(name)) << name;
     EXPECT_TRUE(bytes == bb[name]) << "tensor " << name << " differs after resume";
   }
-  fs::remove_all(a);
-  fs::remove_all(b);
 }
 
 TEST(TrainIntegration, RefusesToOverwriteARun) {
-  std::string dir = temp_dir("overwrite");
+  const test::TempDir tmp("it");
+  const std::string dir = tmp.file("overwrite");
   train(tiny(dir, {"train.steps=1", "schedule.warmup_steps=0"}), quiet());
-  try {
-    train(tiny(dir, {"train.steps=1", "schedule.warmup_steps=0"}), quiet());
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--resume"), std::string::npos) << e.what();
-  }
-  fs::remove_all(dir);
+  test::expect_error([&] { train(tiny(dir, {"train.steps=1", "schedule.warmup_steps=0"}), quiet()); },
+                     "--resume");
 }
 
 TEST(TrainIntegration, GradientAccumulationMatchesOneBigBatch) {
   // 4 micro-batches of 1 sequence == 1 micro-batch of 4 sequences (same data, same step).
-  std::string a = temp_dir("accum_a"), b = temp_dir("accum_b");
+  const test::TempDir tmp("it");
+  const std::string a = tmp.file("accum_a"), b = tmp.file("accum_b");
   std::vector<std::string> common = {"train.steps=1", "schedule.warmup_steps=0", "data.shuffle=false",
                                      "eval.at_end=false", "optim.grad_clip=0"};
   auto ra = common, rb = common;
@@ -149,6 +140,4 @@ TEST(TrainIntegration, GradientAccumulationMatchesOneBigBatch) {
   // The first AdamW step moves each weight by about lr = 3e-3; accumulation changes only the
   // summation order of the gradients, so the weights agree to a tiny fraction of that.
   EXPECT_LT(max_diff, 3e-3 * 1e-3);
-  fs::remove_all(a);
-  fs::remove_all(b);
 }

@@ -1,34 +1,24 @@
 // Atomic writes and ensure_dir: the old file survives an abandoned writer, errors name the path.
 #include <gtest/gtest.h>
-#include <unistd.h>
+#include <unistd.h>  // geteuid
 
 #include <filesystem>
-#include <functional>
 #include <random>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "test_util.h"
 
 namespace attnlab::io {
 namespace {
 
 namespace fs = std::filesystem;
 
+// TempDir restores the permissions EnsureDirInReadOnlyDirFails takes away before removing it.
 class AtomicFile : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "attnlab_atomic_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::add, ec);
-    for (auto& e : fs::recursive_directory_iterator(dir_, ec))
-      fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(dir_, ec);
-  }
-  std::string dir_;
+  test::TempDir tmp_{"atomic"};
+  const std::string dir_ = tmp_.path().string();
 };
 
 std::string random_bytes(size_t n, uint32_t seed) {
@@ -36,15 +26,6 @@ std::string random_bytes(size_t n, uint32_t seed) {
   std::string s(n, '\0');
   for (char& c : s) c = char(rng());
   return s;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST_F(AtomicFile, WriteReplacesContentsAndLeavesNoTemp) {
@@ -111,12 +92,10 @@ TEST_F(AtomicFile, CommitTwiceAndWriteAfterCommitFail) {
 }
 
 TEST_F(AtomicFile, ErrorsNameThePathAndReason) {
-  std::string msg = error_of([&] { write_file_atomic(dir_ + "/missing/x.bin", "data"); });
-  EXPECT_NE(msg.find("cannot write '" + dir_ + "/missing/x.bin.tmp'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("No such file or directory"), std::string::npos) << msg;
+  test::expect_error([&] { write_file_atomic(dir_ + "/missing/x.bin", "data"); },
+                     {"cannot write '" + dir_ + "/missing/x.bin.tmp'", "No such file or directory"});
 
-  msg = error_of([&] { read_file(dir_ + "/nope"); });
-  EXPECT_NE(msg.find("cannot read '" + dir_ + "/nope'"), std::string::npos) << msg;
+  test::expect_error([&] { read_file(dir_ + "/nope"); }, "cannot read '" + dir_ + "/nope'");
 }
 
 TEST_F(AtomicFile, EnsureDirCreatesNestedAndAcceptsExisting) {
@@ -132,11 +111,9 @@ TEST_F(AtomicFile, EnsureDirCreatesNestedAndAcceptsExisting) {
 TEST_F(AtomicFile, EnsureDirUnderAFileFails) {
   // Fails for root as well, unlike permission checks.
   write_file_atomic(dir_ + "/plain", "x");
-  std::string msg = error_of([&] { ensure_dir(dir_ + "/plain/sub/dir"); });
-  EXPECT_NE(msg.find("'" + dir_ + "/plain' exists and is not a directory"), std::string::npos)
-      << msg;
-  msg = error_of([&] { ensure_dir(dir_ + "/plain"); });
-  EXPECT_NE(msg.find("is not a directory"), std::string::npos) << msg;
+  test::expect_error([&] { ensure_dir(dir_ + "/plain/sub/dir"); },
+                     "'" + dir_ + "/plain' exists and is not a directory");
+  test::expect_error([&] { ensure_dir(dir_ + "/plain"); }, "is not a directory");
 }
 
 TEST_F(AtomicFile, EnsureDirInReadOnlyDirFails) {
@@ -144,15 +121,11 @@ TEST_F(AtomicFile, EnsureDirInReadOnlyDirFails) {
   std::string ro = dir_ + "/ro";
   ensure_dir(ro);
   fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
-  std::string msg = error_of([&] { ensure_dir(ro + "/sub"); });
-  EXPECT_NE(msg.find("cannot create directory '" + ro + "/sub': Permission denied"),
-            std::string::npos)
-      << msg;
-  msg = error_of([&] { ensure_dir(ro); });
-  EXPECT_NE(msg.find("directory '" + ro + "' is not writable"), std::string::npos) << msg;
-  msg = error_of([&] { write_file_atomic(ro + "/f", "x"); });
-  EXPECT_NE(msg.find("cannot write '" + ro + "/f.tmp': Permission denied"), std::string::npos)
-      << msg;
+  test::expect_error([&] { ensure_dir(ro + "/sub"); },
+                     "cannot create directory '" + ro + "/sub': Permission denied");
+  test::expect_error([&] { ensure_dir(ro); }, "directory '" + ro + "' is not writable");
+  test::expect_error([&] { write_file_atomic(ro + "/f", "x"); },
+                     "cannot write '" + ro + "/f.tmp': Permission denied");
 }
 
 }  // namespace

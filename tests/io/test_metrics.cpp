@@ -1,6 +1,5 @@
 // Metrics JSON lines (append, truncate on resume), the progress line format, the rank-0 logger.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <regex>
@@ -10,6 +9,7 @@
 #include "io/atomic_file.h"
 #include "io/logger.h"
 #include "io/metrics.h"
+#include "test_util.h"
 
 namespace attnlab::io {
 namespace {
@@ -19,16 +19,8 @@ using nlohmann::json;
 
 class Metrics : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "attnlab_metrics_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string dir_;
+  test::TempDir tmp_{"metrics"};
+  const std::string dir_ = tmp_.path().string();
 };
 
 std::vector<json> read_lines(const std::string& path) {
@@ -86,14 +78,8 @@ TEST_F(Metrics, ResumeDropsLaterStepsAndPartialLines) {
 }
 
 TEST_F(Metrics, UnwritablePathNamesTheFile) {
-  try {
-    MetricsWriter w(dir_ + "/no/such/dir/m.jsonl");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot write '" + dir_ + "/no/such/dir/m.jsonl'"),
-              std::string::npos)
-        << e.what();
-  }
+  test::expect_error([&] { MetricsWriter w(dir_ + "/no/such/dir/m.jsonl"); },
+                     "cannot write '" + dir_ + "/no/such/dir/m.jsonl'");
 }
 
 TEST(ProgressLineTest, PlainFormatMatchesTheReference) {

@@ -1,12 +1,10 @@
 // safetensors: round trips for every dtype, conversions on load, and every corruption the reader
 // must reject with a message that names the file and the tensor.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <random>
 
 #include <cuda_fp16.h>
@@ -16,6 +14,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "test_util.h"
 
 namespace attnlab::io {
 namespace {
@@ -24,15 +23,6 @@ namespace fs = std::filesystem;
 
 class Safetensors : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "attnlab_st_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
   // A file with a hand-written header (padded or not) and `data` bytes.
   std::string write_raw(const std::string& header, const std::string& data,
                         const std::string& name = "raw.safetensors") {
@@ -42,21 +32,13 @@ class Safetensors : public ::testing::Test {
     write_file_atomic(path, bytes + header + data);
     return path;
   }
-  std::string dir_;
+  test::TempDir tmp_{"st"};
+  const std::string dir_ = tmp_.path().string();
 };
 
 std::string open_error(const std::string& path) {
   try {
     SafetensorsFile f(path);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
   } catch (const Error& e) {
     return e.what();
   }
@@ -141,7 +123,7 @@ TEST_F(Safetensors, RoundTripAllDtypesMetadataAndEdgeShapes) {
   std::vector<float> dst(42);
   f.load_into("h.0.attn.c_attn.weight", Tensor(dst.data(), DType::f32, Device::cpu, {6, 7}));
   EXPECT_EQ(dst, f32);
-  EXPECT_CONTAINS(error_of([&] { f.view("long"); }), "has no attnlab dtype");
+  test::expect_error([&] { f.view("long"); }, "has no attnlab dtype");
 }
 
 TEST_F(Safetensors, HeaderIsPaddedAndMatchesSpec) {
@@ -221,18 +203,15 @@ TEST_F(Safetensors, LoadIntoConvertsAndChecks) {
   EXPECT_EQ(h, (std::vector<float>{0.5f, -2.25f, 65504.f}));
 
   std::vector<float> wrong(64);
-  EXPECT_CONTAINS(error_of([&] {
-                    f.load_into("w", Tensor(wrong.data(), DType::f32, Device::cpu, {64}));
-                  }),
-                  "checkpoint '" + path + "': tensor 'w' has shape [8, 8], the model expects [64]");
-  EXPECT_CONTAINS(error_of([&] {
-                    f.load_into("ids", Tensor(wrong.data(), DType::f32, Device::cpu, {3}));
-                  }),
-                  "tensor 'ids' is I32, the model expects F32");
-  EXPECT_CONTAINS(error_of([&] {
-                    f.load_into("nope", Tensor(wrong.data(), DType::f32, Device::cpu, {3}));
-                  }),
-                  "checkpoint '" + path + "' has no tensor 'nope'");
+  auto load_wrong = [&](const char* name, int64_t n) {
+    return [&f, &wrong, name, n] {
+      f.load_into(name, Tensor(wrong.data(), DType::f32, Device::cpu, {n}));
+    };
+  };
+  test::expect_error(load_wrong("w", 64),
+                     "checkpoint '" + path + "': tensor 'w' has shape [8, 8], the model expects [64]");
+  test::expect_error(load_wrong("ids", 3), "tensor 'ids' is I32, the model expects F32");
+  test::expect_error(load_wrong("nope", 3), "checkpoint '" + path + "' has no tensor 'nope'");
 }
 
 TEST_F(Safetensors, CudaTensorsWriteAndLoad) {

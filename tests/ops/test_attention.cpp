@@ -1,5 +1,4 @@
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <limits>
@@ -64,6 +63,15 @@ struct AttentionCase {
     p.window = window;
     return p;
   }
+  // params() with dout and dq, dk, dv pointing into dqkv, which has the layout of qkv.
+  AttentionParams<float> bwd_params(const float* dout, float* dqkv) {
+    AttentionParams<float> p = params();
+    p.dout = dout;
+    p.dq = dqkv;
+    p.dk = dqkv + int64_t(H) * D;
+    p.dv = dqkv + int64_t(H + Hkv) * D;
+    return p;
+  }
 
   // softmax(scale q k^T + mask) v with the full score matrix, in double; also the lse.
   void naive(std::vector<double>* out, std::vector<double>* out_lse) const {
@@ -125,11 +133,7 @@ void check_backward(AttentionCase c, uint32_t seed) {
   const auto fd = test::finite_difference(c.qkv.data(), c.qkv.size(), loss);
   attention_fwd_ref(c.params());
   std::vector<float> dqkv(c.qkv.size(), 0.f);
-  AttentionParams<float> p = c.params();
-  p.dout = dout.data();
-  p.dq = dqkv.data();
-  p.dk = dqkv.data() + int64_t(c.H) * c.D;
-  p.dv = dqkv.data() + int64_t(c.H + c.Hkv) * c.D;
+  const AttentionParams<float> p = c.bwd_params(dout.data(), dqkv.data());
   attention_bwd_ref(p);
   EXPECT_LT(max_rel_error(dqkv, fd), 1e-4)
       << "T=" << c.T << " H=" << c.H << " Hkv=" << c.Hkv << " window=" << c.window;
@@ -154,17 +158,10 @@ TEST(AttentionRef, DeterministicAcrossThreadCounts) {
   AttentionCase c(2, 64, 4, 2, 16, true, 0, 21);
   const auto dout = random_vector(c.o.size(), 22);
   auto run = [&](int threads) {
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(threads);
+    const test::ScopedOmpThreads limit(threads);
     std::vector<float> dqkv(c.qkv.size(), 0.f);
-    AttentionParams<float> p = c.params();
-    attention_fwd_ref(p);
-    p.dout = dout.data();
-    p.dq = dqkv.data();
-    p.dk = dqkv.data() + int64_t(c.H) * c.D;
-    p.dv = dqkv.data() + int64_t(c.H + c.Hkv) * c.D;
-    attention_bwd_ref(p);
-    omp_set_num_threads(saved);
+    attention_fwd_ref(c.params());
+    attention_bwd_ref(c.bwd_params(dout.data(), dqkv.data()));
     dqkv.insert(dqkv.end(), c.o.begin(), c.o.end());
     dqkv.insert(dqkv.end(), c.lse.begin(), c.lse.end());
     return dqkv;

@@ -1,5 +1,4 @@
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include "ops/ops.h"
 #include "ref/embedding_ref.h"
@@ -33,6 +32,14 @@ struct EmbeddingCase {
     p.vocab = vocab;
     return p;
   }
+  // params() with the gradient buffers (a null one is skipped by the backward).
+  EmbeddingParams<float> bwd_params(const float* dout, float* dwte, float* dwpe) {
+    EmbeddingParams<float> p = params();
+    p.dout = dout;
+    p.dwte = dwte;
+    p.dwpe = dwpe;
+    return p;
+  }
 };
 
 TEST(EmbeddingRef, ForwardGathersAndAdds) {
@@ -55,10 +62,7 @@ TEST(EmbeddingRef, BackwardMatchesFiniteDifferencesAndAccumulates) {
   const auto fd_wte = test::finite_difference(c.wte.data(), c.wte.size(), loss);
   const auto fd_wpe = test::finite_difference(c.wpe.data(), c.wpe.size(), loss);
   std::vector<float> dwte(c.wte.size(), 0.f), dwpe(c.wpe.size(), 0.f);
-  EmbeddingParams<float> p = c.params();
-  p.dout = dy.data();
-  p.dwte = dwte.data();
-  p.dwpe = dwpe.data();
+  EmbeddingParams<float> p = c.bwd_params(dy.data(), dwte.data(), dwpe.data());
   embedding_bwd_ref(p);
   EXPECT_LT(max_rel_error(dwte, fd_wte), 1e-5);
   EXPECT_LT(max_rel_error(dwpe, fd_wpe), 1e-5);
@@ -73,15 +77,9 @@ TEST(EmbeddingRef, BackwardDeterministicAcrossThreadCounts) {
   EmbeddingCase c(8, 128, 48, 50, 128, 21);  // large enough to run in parallel
   const auto dy = random_vector(c.out.size(), 22);
   auto run = [&](int threads) {
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(threads);
+    const test::ScopedOmpThreads limit(threads);
     std::vector<float> dwte = random_vector(c.wte.size(), 23), dwpe(c.wpe.size(), 0.5f);
-    EmbeddingParams<float> p = c.params();
-    p.dout = dy.data();
-    p.dwte = dwte.data();
-    p.dwpe = dwpe.data();
-    embedding_bwd_ref(p);
-    omp_set_num_threads(saved);
+    embedding_bwd_ref(c.bwd_params(dy.data(), dwte.data(), dwpe.data()));
     dwte.insert(dwte.end(), dwpe.begin(), dwpe.end());
     return dwte;
   };

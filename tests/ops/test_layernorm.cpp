@@ -36,6 +36,15 @@ struct LayerNormCase {
     p.cols = cols;
     return p;
   }
+  // params() with the gradient buffers (a null one is skipped by the backward).
+  LayerNormParams<float> bwd_params(const float* dy, float* dx, float* dgamma, float* dbeta) {
+    LayerNormParams<float> p = params();
+    p.dy = dy;
+    p.dx = dx;
+    p.dgamma = dgamma;
+    p.dbeta = dbeta;
+    return p;
+  }
 };
 
 TEST(LayerNormRef, ForwardMatchesDoubleFormula) {
@@ -72,12 +81,7 @@ TEST(LayerNormRef, BackwardMatchesFiniteDifferences) {
 
   layernorm_fwd_ref(c.params());
   std::vector<float> dx(c.x.size(), 0.f), dgamma(c.cols, 0.f), dbeta(c.cols, 0.f);
-  LayerNormParams<float> p = c.params();
-  p.dy = dy.data();
-  p.dx = dx.data();
-  p.dgamma = dgamma.data();
-  p.dbeta = dbeta.data();
-  layernorm_bwd_ref(p);
+  layernorm_bwd_ref(c.bwd_params(dy.data(), dx.data(), dgamma.data(), dbeta.data()));
   EXPECT_LT(max_rel_error(dx, fd_x), 2e-4);
   EXPECT_LT(max_rel_error(dgamma, fd_gamma), 2e-4);
   EXPECT_LT(max_rel_error(dbeta, fd_beta), 2e-4);
@@ -91,11 +95,7 @@ TEST(LayerNormRef, BackwardAccumulates) {
   const auto dx0 = random_vector(c.x.size(), 33);
   const auto dg0 = random_vector(size_t(c.cols), 34);
   std::vector<float> dx = dx0, dgamma = dg0, dbeta(size_t(c.cols), 0.f);
-  LayerNormParams<float> p = c.params();
-  p.dy = dy.data();
-  p.dx = dx.data();
-  p.dgamma = dgamma.data();
-  p.dbeta = dbeta.data();
+  const LayerNormParams<float> p = c.bwd_params(dy.data(), dx.data(), dgamma.data(), dbeta.data());
   layernorm_bwd_ref(p);
   const auto dx1 = dx, dg1 = dgamma, db1 = dbeta;
   layernorm_bwd_ref(p);

@@ -1,5 +1,4 @@
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include "ops/ops.h"
 #include "ref/matmul_ref.h"
@@ -29,6 +28,15 @@ struct MatmulCase {
     p.N = N;
     p.in = in;
     p.out = out;
+    return p;
+  }
+  // params() with the gradient buffers (a null one is skipped by the backward).
+  MatmulParams<float> bwd_params(const float* dy, float* dx, float* dw, float* dbias) {
+    MatmulParams<float> p = params();
+    p.dy = dy;
+    p.dx = dx;
+    p.dw = dw;
+    p.dbias = dbias;
     return p;
   }
 };
@@ -61,12 +69,7 @@ TEST(MatmulRef, BackwardMatchesNaive) {
   const auto dw0 = random_vector(c.w.size(), 19);
   const auto db0 = random_vector(c.bias.size(), 20);
   std::vector<float> dx(c.x.size(), 123.f), dw = dw0, dbias = db0;
-  MatmulParams<float> p = c.params();
-  p.dy = dy.data();
-  p.dx = dx.data();
-  p.dw = dw.data();
-  p.dbias = dbias.data();
-  matmul_bwd_ref(p);
+  matmul_bwd_ref(c.bwd_params(dy.data(), dx.data(), dw.data(), dbias.data()));
   std::vector<double> edx(dx.size()), edw(dw.size()), edb(dbias.size());
   for (int64_t n = 0; n < c.N; ++n)
     for (int o = 0; o < c.out; ++o) {
@@ -95,12 +98,7 @@ TEST(MatmulRef, BackwardMatchesFiniteDifferences) {
   const auto fd_w = test::finite_difference(c.w.data(), c.w.size(), loss);
   const auto fd_b = test::finite_difference(c.bias.data(), c.bias.size(), loss);
   std::vector<float> dx(c.x.size()), dw(c.w.size(), 0.f), dbias(c.bias.size(), 0.f);
-  MatmulParams<float> p = c.params();
-  p.dy = dy.data();
-  p.dx = dx.data();
-  p.dw = dw.data();
-  p.dbias = dbias.data();
-  matmul_bwd_ref(p);
+  matmul_bwd_ref(c.bwd_params(dy.data(), dx.data(), dw.data(), dbias.data()));
   EXPECT_LT(max_rel_error(dx, fd_x), 1e-4);
   EXPECT_LT(max_rel_error(dw, fd_w), 1e-4);
   EXPECT_LT(max_rel_error(dbias, fd_b), 1e-4);
@@ -111,11 +109,7 @@ TEST(MatmulRef, BackwardWriteAndAccumulateContract) {
   MatmulCase c(9, 20, 11, 37);
   const auto dy = random_vector(c.y.size(), 38);
   std::vector<float> dx(c.x.size(), 5.f), dw(c.w.size(), 0.f), dbias(c.bias.size(), 0.f);
-  MatmulParams<float> p = c.params();
-  p.dy = dy.data();
-  p.dx = dx.data();
-  p.dw = dw.data();
-  p.dbias = dbias.data();
+  MatmulParams<float> p = c.bwd_params(dy.data(), dx.data(), dw.data(), dbias.data());
   matmul_bwd_ref(p);
   const auto dx1 = dx, dw1 = dw, db1 = dbias;
   matmul_bwd_ref(p);
@@ -135,16 +129,10 @@ TEST(MatmulRef, DeterministicAcrossThreadCounts) {
   MatmulCase c(200, 300, 260, 47);
   const auto dy = random_vector(c.y.size(), 48);
   auto run = [&](int threads) {
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(threads);
+    const test::ScopedOmpThreads limit(threads);
     std::vector<float> dx(c.x.size()), dw(c.w.size(), 0.f);
-    MatmulParams<float> p = c.params();
-    matmul_fwd_ref(p);
-    p.dy = dy.data();
-    p.dx = dx.data();
-    p.dw = dw.data();
-    matmul_bwd_ref(p);
-    omp_set_num_threads(saved);
+    matmul_fwd_ref(c.params());
+    matmul_bwd_ref(c.bwd_params(dy.data(), dx.data(), dw.data(), nullptr));
     std::vector<float> all = c.y;
     all.insert(all.end(), dx.begin(), dx.end());
     all.insert(all.end(), dw.begin(), dw.end());

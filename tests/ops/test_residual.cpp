@@ -10,14 +10,20 @@ namespace {
 using test::cpu_tensor;
 using test::random_vector;
 
-TEST(ResidualRef, ForwardAddsAndMayAlias) {
-  auto a = random_vector(37, 1), b = random_vector(37, 2);
-  std::vector<float> y(37);
+ResidualParams<float> fwd_params(std::vector<float>& a, std::vector<float>& b,
+                                 std::vector<float>& y) {
   ResidualParams<float> p;
   p.a = a.data();
   p.b = b.data();
   p.y = y.data();
-  p.n = 37;
+  p.n = int64_t(y.size());
+  return p;
+}
+
+TEST(ResidualRef, ForwardAddsAndMayAlias) {
+  auto a = random_vector(37, 1), b = random_vector(37, 2);
+  std::vector<float> y(37);
+  ResidualParams<float> p = fwd_params(a, b, y);
   residual_fwd_ref(p);
   for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], a[i] + b[i]);
   p.y = a.data();  // in place into a
@@ -31,11 +37,7 @@ TEST(ResidualRef, BackwardAccumulatesAndMatchesFiniteDifferences) {
   auto a = random_vector(29, 3), b = random_vector(29, 4);
   const auto dy = random_vector(29, 5);
   std::vector<float> y(29);
-  ResidualParams<float> fp;
-  fp.a = a.data();
-  fp.b = b.data();
-  fp.y = y.data();
-  fp.n = 29;
+  const ResidualParams<float> fp = fwd_params(a, b, y);
   auto loss = [&] {
     residual_fwd_ref(fp);
     return test::weighted_sum(dy, y);

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "test_util.h"
 #include "tokenizer/bpe.h"
 
 namespace attnlab {
@@ -223,13 +223,13 @@ TEST(Bpe, ToJsonRebuildsTheSameTokenizer) {
   TinyVocab v(
       Merges{{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {" ", "w"}, {"\xC3", "\xA9"}});
   BpeTokenizer t(v.data, "tiny");
-  const auto path = std::filesystem::temp_directory_path() / "attnlab_test_tiny_tokenizer.json";
+  const test::TempDir tmp("bpe");
+  const std::string path = tmp.file("tiny_tokenizer.json");
   {
     std::ofstream f(path);
     f << t.to_json();
   }
-  const auto u = make_tokenizer(path.string());
-  std::remove(path.string().c_str());
+  const auto u = make_tokenizer(path);
   EXPECT_EQ(u->vocab_size(), t.vocab_size());
   EXPECT_EQ(u->eot_id(), t.eot_id());
   EXPECT_EQ(u->name(), t.name());
@@ -243,30 +243,14 @@ TEST(Bpe, BadVocabulariesAreRejected) {
   {
     TinyVocab v(Merges{});
     v.data.tokens[65] = "xyz";  // byte 'A' has no token any more
-    EXPECT_THROW(
-        {
-          try {
-            BpeTokenizer t(v.data, "tiny.json");
-          } catch (const Error& e) {
-            EXPECT_NE(std::string(e.what()).find("tiny.json: byte 0x41 has no token"),
-                      std::string::npos)
-                << e.what();
-            throw;
-          }
-        },
-        Error);
+    test::expect_error([&] { BpeTokenizer(v.data, "tiny.json"); },
+                       "tiny.json: byte 0x41 has no token");
   }
   {
     TinyVocab v(Merges{{"a", "b"}});
     v.data.merges.emplace_back(v.id.at("x"), v.id.at("y"));  // makes "xy", not a token
-    try {
-      BpeTokenizer t(v.data, "tiny.json");
-      FAIL() << "expected an error";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("makes 'xy', which is not in the vocabulary"),
-                std::string::npos)
-          << e.what();
-    }
+    test::expect_error([&] { BpeTokenizer(v.data, "tiny.json"); },
+                       "makes 'xy', which is not in the vocabulary");
   }
   {
     TinyVocab v(Merges{{"a", "b"}, {"a", "b"}});

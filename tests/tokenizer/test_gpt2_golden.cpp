@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "test_util.h"
 #include "tokenizer/bpe.h"
 
 namespace attnlab {
@@ -100,8 +101,8 @@ TEST(Gpt2Golden, LinearAndHeapAgree) {
 
 TEST(Gpt2Golden, ToJsonAndHuggingFaceFormatGiveTheSameIds) {
   REQUIRE_SHARED_DATA();
-  const auto dir = std::filesystem::temp_directory_path() / "attnlab_gpt2_golden_json";
-  std::filesystem::create_directories(dir);
+  const test::TempDir tmp("gpt2_golden");
+  const auto& dir = tmp.path();
   {
     std::ofstream f(dir / "tok.json");
     f << gpt2().to_json();
@@ -124,7 +125,6 @@ TEST(Gpt2Golden, ToJsonAndHuggingFaceFormatGiveTheSameIds) {
   }
   const auto from_json = make_tokenizer((dir / "tok.json").string());
   const auto from_hf = make_tokenizer("hf:" + (dir / "tokenizer.json").string());
-  std::filesystem::remove_all(dir);
   for (const Golden& g : load_golden()) {
     EXPECT_EQ(encode(*from_json, g.bytes), g.ids) << g.name;
     EXPECT_EQ(encode(*from_hf, g.bytes), g.ids) << g.name;

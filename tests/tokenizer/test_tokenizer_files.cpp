@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "test_util.h"
 #include "tokenizer/bpe.h"
 
 namespace attnlab {
@@ -19,16 +20,7 @@ using nlohmann::json;
 
 class TokenizerFiles : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ =
-        fs::temp_directory_path() /
-        ("attnlab_tokfiles_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-         "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return tmp_.file(name); }
   void write(const std::string& name, const std::string& text) const {
     std::ofstream f(dir_ / name, std::ios::binary);
     f << text;
@@ -51,18 +43,14 @@ class TokenizerFiles : public ::testing::Test {
   }
 
   // Expects make_tokenizer(spec) to throw an Error whose message contains every one of `parts`.
-  static void expect_error(const std::string& spec, const std::vector<std::string>& parts) {
-    try {
-      make_tokenizer(spec);
-      ADD_FAILURE() << "no error for " << spec;
-    } catch (const Error& e) {
-      for (const auto& p : parts)
-        EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-            << "message '" << e.what() << "' lacks '" << p << "'";
-    }
+  static void expect_error(const std::string& spec, std::initializer_list<std::string> parts,
+                           const std::source_location& where = std::source_location::current()) {
+    SCOPED_TRACE("make_tokenizer(\"" + spec + "\")");
+    test::expect_error([&] { make_tokenizer(spec); }, parts, where);
   }
 
-  fs::path dir_;
+  test::TempDir tmp_{"tokfiles"};
+  const fs::path dir_ = tmp_.path();
 };
 
 std::vector<int32_t> encode(const Tokenizer& t, const std::string& text) {

@@ -2,7 +2,6 @@
 // weight decay only where declared, global-norm clipping, frozen tensors, non-finite gradients,
 // the deterministic sum of squares, state round trips and error messages.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,20 +13,12 @@
 #include "core/cuda_check.h"
 #include "ops/ops.h"
 #include "train/optimizer.h"
+#include "test_util.h"
 
 namespace attnlab {
 namespace {
 
-// Expects `fn` to throw attnlab::Error whose message contains `needle`.
-template <typename Fn>
-void expect_error(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error containing '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using test::expect_error;
 
 void expect_close(double expected, float actual, double rel, const std::string& what) {
   EXPECT_NEAR(actual, expected, rel * std::abs(expected) + 1e-12) << what;
@@ -352,13 +343,11 @@ TEST(SumOfSquares, DeterministicAcrossThreadCountsAndAccurate) {
   HostTensor g(n, rng, 3.f);
   long double exact = 0;
   for (float x : g.data) exact += (long double)x * x;
-  const int saved = omp_get_max_threads();
   std::vector<double> results;
   for (int threads : {1, 2, 3, 4}) {
-    omp_set_num_threads(threads);
+    const test::ScopedOmpThreads limit(threads);
     results.push_back(ops::sum_of_squares(*ctx, g.t));
   }
-  omp_set_num_threads(saved);
   for (double r : results) EXPECT_EQ(r, results[0]);  // bit-identical
   EXPECT_NEAR(results[0], double(exact), 1e-13 * double(exact));
   EXPECT_EQ(ops::sum_of_squares(*ctx, g.t.slice0(0, 0)), 0.0);

@@ -7,19 +7,12 @@
 
 #include "core/error.h"
 #include "train/schedule.h"
+#include "test_util.h"
 
 namespace attnlab {
 namespace {
 
-template <typename Fn>
-void expect_error(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an error containing '" << needle << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using test::expect_error;
 
 ScheduleSpec make(ScheduleSpec::Type type, int warmup, int total, float final_frac = 0.1f,
                   float decay_frac = 0.2f) {
