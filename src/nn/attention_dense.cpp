@@ -22,10 +22,11 @@ void DenseAttention::allocate(const ExecContext& ctx, const AttentionShape& s, D
 void DenseAttention::forward(const ExecContext& ctx, const ParameterStore& /*store*/,
                              const Tensor& /*h*/, const Tensor& qkv, const Tensor& out,
                              AttentionMode /*mode*/) {
-  Tensor lse = lse_;
-  if (qkv.dim(0) != shape_.B || qkv.dim(1) != shape_.T)  // eval/generation on a shorter batch
-    lse = lse_buf_.as(DType::f32, Shape{qkv.dim(0), shape_.n_head, qkv.dim(1)});
-  ops::attention_fwd(ctx, out, lse, qkv, shape_.n_head);
+  // A micro-batch may be shorter than the allocated [B, T] (eval, the last batch, generation):
+  // the saved statistics take its shape, and the backward reads the same view.
+  ATTN_ASSERT(qkv.dim(0) <= shape_.B && qkv.dim(1) <= shape_.T);
+  lse_ = lse_buf_.as(DType::f32, Shape{qkv.dim(0), shape_.n_head, qkv.dim(1)});
+  ops::attention_fwd(ctx, out, lse_, qkv, shape_.n_head);
 }
 
 void DenseAttention::backward(const ExecContext& ctx, const ParameterStore& /*store*/,

@@ -23,7 +23,7 @@ class DenseAttention final : public AttentionModule {
   int window_ = 0;
   AttentionShape shape_;
   Buffer lse_buf_;
-  Tensor lse_;  // [B, H, T] f32
+  Tensor lse_;  // [B, H, T] f32 of the last forward (its B, T may be below the allocated ones)
 };
 
 }  // namespace attnlab

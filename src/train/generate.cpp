@@ -15,6 +15,7 @@
 #include "model/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
+#include "train/from_recipe.h"
 
 namespace fs = std::filesystem;
 
@@ -54,17 +55,7 @@ GenerateResult generate(const GenerateOptions& o,
     ctx = ExecContext::make_cpu();
   }
 
-  GPTConfig c;
-  c.n_layer = r.model.n_layer;
-  c.n_head = r.model.n_head;
-  c.n_kv_head = r.model.n_kv_head;
-  c.n_embd = r.model.n_embd;
-  c.vocab_size = r.model.vocab_size;
-  c.padded_vocab = r.model.padded_vocab();
-  c.block_size = r.model.block_size;
-  c.norm_eps = float(r.model.norm_eps);
-  c.attention.type = r.attention.type;
-  c.attention.window = r.attention.window;
+  const GPTConfig c = gpt_config_of(r);
   GPT model(c);
   ParameterStore store;
   model.declare_params(store);

@@ -126,3 +126,20 @@ TEST(GPTModel, FrozenBaseHasNoGradients) {
   f.model.forward(*f.ctx, f.store, f.t(f.tokens, 0, 1), f.t(f.targets, 0, 1), AttentionMode::train, 0.25f);
   f.model.backward(*f.ctx, f.store, f.t(f.tokens, 0, 1));  // must skip every weight product
 }
+
+TEST(GPTModel, ShorterMicroBatchThanAllocated) {
+  // Allocated for 4 sequences, run on 1: the same gradients as a model allocated for exactly 1.
+  Fixture big(4, 6), small(1, 6);
+  const float dloss = 1.f / 5.f;
+  big.store.zero_grads();
+  big.model.forward(*big.ctx, big.store, big.t(big.tokens, 0, 1), big.t(big.targets, 0, 1),
+                    AttentionMode::train, dloss);
+  big.model.backward(*big.ctx, big.store, big.t(big.tokens, 0, 1));
+  small.store.zero_grads();
+  small.model.forward(*small.ctx, small.store, small.t(small.tokens, 0, 1),
+                      small.t(small.targets, 0, 1), AttentionMode::train, dloss);
+  small.model.backward(*small.ctx, small.store, small.t(small.tokens, 0, 1));
+  const float* ga = big.store.grads().ptr<float>();
+  const float* gb = small.store.grads().ptr<float>();
+  for (int64_t i = 0; i < big.store.num_trainable(); ++i) ASSERT_EQ(ga[i], gb[i]) << i;
+}
