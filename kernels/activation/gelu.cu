@@ -48,7 +48,8 @@ __global__ void gelu_kernel(const T* __restrict__ x, const T* dy, T* out, int64_
   }
 }
 
-template <typename T> void launch_gelu(const T* x, const T* dy, T* out, int64_t n, Stream s) {
+template <typename T>
+void launch_gelu(const T* x, const T* dy, T* out, int64_t n, Stream s) {
   if (n <= 0) return;
   constexpr int kThreads = 256;
   const bool vec = n % dev::Pack<T>::N == 0 && aligned16(x) && aligned16(out) &&
@@ -66,10 +67,12 @@ template <typename T> void launch_gelu(const T* x, const T* dy, T* out, int64_t 
 
 }  // namespace
 
-template <typename T> void launch_gelu_fwd(const GeluParams<T>& p, Stream s) {
+template <typename T>
+void launch_gelu_fwd(const GeluParams<T>& p, Stream s) {
   launch_gelu<T>(p.x, nullptr, p.y, p.n, s);
 }
-template <typename T> void launch_gelu_bwd(const GeluParams<T>& p, Stream s) {
+template <typename T>
+void launch_gelu_bwd(const GeluParams<T>& p, Stream s) {
   launch_gelu<T>(p.x, p.dy, p.dx, p.n, s);
 }
 

@@ -5,7 +5,8 @@
 
 namespace attnlab {
 
-template <typename T> struct GeluParams {
+template <typename T>
+struct GeluParams {
   const T* x = nullptr;
   T* y = nullptr;
   const T* dy = nullptr;
@@ -13,7 +14,9 @@ template <typename T> struct GeluParams {
   int64_t n = 0;
 };
 
-template <typename T> void launch_gelu_fwd(const GeluParams<T>& p, Stream s);
-template <typename T> void launch_gelu_bwd(const GeluParams<T>& p, Stream s);
+template <typename T>
+void launch_gelu_fwd(const GeluParams<T>& p, Stream s);
+template <typename T>
+void launch_gelu_bwd(const GeluParams<T>& p, Stream s);
 
 }  // namespace attnlab

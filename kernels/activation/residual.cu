@@ -25,7 +25,8 @@ __global__ void add_kernel(const T* a, const T* b, T* out, int64_t n) {
   }
 }
 
-template <typename T> void launch_add(const T* a, const T* b, T* out, int64_t n, Stream s) {
+template <typename T>
+void launch_add(const T* a, const T* b, T* out, int64_t n, Stream s) {
   if (n <= 0) return;
   constexpr int kThreads = 256;
   const bool vec = n % dev::Pack<T>::N == 0 && aligned16(a) && aligned16(b) && aligned16(out);
@@ -42,10 +43,12 @@ template <typename T> void launch_add(const T* a, const T* b, T* out, int64_t n,
 
 }  // namespace
 
-template <typename T> void launch_residual_fwd(const ResidualParams<T>& p, Stream s) {
+template <typename T>
+void launch_residual_fwd(const ResidualParams<T>& p, Stream s) {
   launch_add<T>(p.a, p.b, p.y, p.n, s);
 }
-template <typename T> void launch_residual_bwd(const ResidualParams<T>& p, Stream s) {
+template <typename T>
+void launch_residual_bwd(const ResidualParams<T>& p, Stream s) {
   if (p.da) launch_add<T>(p.da, p.dy, p.da, p.n, s);
   if (p.db) launch_add<T>(p.db, p.dy, p.db, p.n, s);
 }

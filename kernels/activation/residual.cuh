@@ -6,7 +6,8 @@
 
 namespace attnlab {
 
-template <typename T> struct ResidualParams {
+template <typename T>
+struct ResidualParams {
   const T* a = nullptr;
   const T* b = nullptr;
   T* y = nullptr;
@@ -16,7 +17,9 @@ template <typename T> struct ResidualParams {
   int64_t n = 0;
 };
 
-template <typename T> void launch_residual_fwd(const ResidualParams<T>& p, Stream s);
-template <typename T> void launch_residual_bwd(const ResidualParams<T>& p, Stream s);
+template <typename T>
+void launch_residual_fwd(const ResidualParams<T>& p, Stream s);
+template <typename T>
+void launch_residual_bwd(const ResidualParams<T>& p, Stream s);
 
 }  // namespace attnlab

@@ -13,7 +13,8 @@
 //         No atomics: every output element is written by exactly one thread after a fixed-order
 //         loop, so the backward is bitwise deterministic. (The price: S and dP are computed twice.)
 // fp32: simple one-warp-per-row kernels (no tensor cores), for tests and debugging; any D <= 128.
-// Masking: key s is visible to query t iff s < T, (!causal || s <= t), (window == 0 || s > t - window).
+// Masking: key s is visible to query t iff s < T, (!causal || s <= t), (window == 0 || s > t -
+// window).
 #include <cuda_bf16.h>
 
 #include "kernels/attention/attention.cuh"
@@ -24,7 +25,7 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-constexpr int kTile = 64;     // rows per block tile (queries in fwd / dQ, keys in dK/dV)
+constexpr int kTile = 64;      // rows per block tile (queries in fwd / dQ, keys in dK/dV)
 constexpr int kThreads = 128;  // 4 warps x 16 rows
 
 // ---- PTX wrappers ---------------------------------------------------------------------------
@@ -104,19 +105,21 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 // ---- fragment helpers (one warp; smem tiles row-major with leading dimension LD) --------------
 // A operand (16x16) from rows r0.., cols k0.. of a row-major tile.
-template <int LD> __device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* s, int r0,
-                                                         int k0, int lane) {
+template <int LD>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* s, int r0, int k0, int lane) {
   ldsm_x4(a, s + (r0 + (lane & 15)) * LD + k0 + (lane >> 4) * 8);
 }
 // B operands for two n8 tiles (n0.., n0+8..) x k16 when the tile stores B^T (rows = n, cols = k):
 // b[0], b[1] for n-tile n0 and b[2], b[3] for n-tile n0 + 8.
-template <int LD> __device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], const bf16* s, int n0,
-                                                            int k0, int lane) {
+template <int LD>
+__device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], const bf16* s, int n0, int k0,
+                                          int lane) {
   ldsm_x4(b, s + (n0 + (lane & 7) + ((lane >> 4) << 3)) * LD + k0 + ((lane >> 3) & 1) * 8);
 }
 // Same, when the tile stores B itself (rows = k, cols = n).
-template <int LD> __device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const bf16* s, int k0,
-                                                            int n0, int lane) {
+template <int LD>
+__device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const bf16* s, int k0, int n0,
+                                          int lane) {
   ldsm_x4_t(b, s + (k0 + (lane & 15)) * LD + n0 + (lane >> 4) * 8);
 }
 // A operand (16 rows x 16 cols, cols kk*16..) from a warp's fp32 C fragments c[n-tile][4].
@@ -153,8 +156,8 @@ struct Heads {
 // A block owns kFwdRows = 128 queries: each warp two 16-row m-tiles, so that every K/V fragment
 // read from shared memory feeds four tensor-core products (smem bandwidth is the limiter with
 // one m-tile). Q fragments stay in registers for D = 64 and are re-read from smem for D = 128.
-constexpr int kFwdMT = 2;                      // m-tiles (16 rows) per warp
-constexpr int kFwdRows = 4 * 16 * kFwdMT;      // queries per block
+constexpr int kFwdMT = 2;                  // m-tiles (16 rows) per warp
+constexpr int kFwdRows = 4 * 16 * kFwdMT;  // queries per block
 
 template <int ROWS, int D>
 __device__ __forceinline__ void load_rows(bf16* s, const bf16* g, int64_t row_stride, int row0,
@@ -223,7 +226,8 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_bf16(const AttentionParams<
 #pragma unroll
         for (int mt = 0; mt < kFwdMT; ++mt) {
 #pragma unroll
-          for (int kk = 0; kk < kQF; ++kk) load_a<LD>(qf[mt][kk], sQ, wrow + mt * 16, kk * 16, lane);
+          for (int kk = 0; kk < kQF; ++kk)
+            load_a<LD>(qf[mt][kk], sQ, wrow + mt * 16, kk * 16, lane);
         }
       }
     }
@@ -237,99 +241,100 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_bf16(const AttentionParams<
 
 #pragma unroll
     for (int sub = 0; sub < kTile / kSub; ++sub) {
-    float s[kFwdMT][kSub / 8][4];
-#pragma unroll
-    for (int mt = 0; mt < kFwdMT; ++mt) {
-#pragma unroll
-      for (int i = 0; i < kSub / 8; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
-    }
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t aq[kFwdMT][4];
+      float s[kFwdMT][kSub / 8][4];
 #pragma unroll
       for (int mt = 0; mt < kFwdMT; ++mt) {
-        if constexpr (kQInRegs) {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) aq[mt][i] = qf[mt][kk][i];
-        } else {
-          load_a<LD>(aq[mt], sQ, wrow + mt * 16, kk * 16, lane);
-        }
+        for (int i = 0; i < kSub / 8; ++i)
+          s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
       }
 #pragma unroll
-      for (int j = 0; j < kSub / 16; ++j) {
-        uint32_t bk[4];
-        load_b_nk<LD>(bk, cK, sub * kSub + j * 16, kk * 16, lane);
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t aq[kFwdMT][4];
 #pragma unroll
         for (int mt = 0; mt < kFwdMT; ++mt) {
-          mma16816(s[mt][2 * j], aq[mt], bk[0], bk[1]);
-          mma16816(s[mt][2 * j + 1], aq[mt], bk[2], bk[3]);
-        }
-      }
-    }
-    const int k0 = nb * kTile + sub * kSub;
-    const bool need_mask = k0 + kSub > T || (p.causal && k0 + kSub - 1 > q0) ||
-                           (p.window > 0 && k0 <= q0 + kFwdRows - 1 - p.window);
+          if constexpr (kQInRegs) {
 #pragma unroll
-    for (int mt = 0; mt < kFwdMT; ++mt) {
-#pragma unroll
-      for (int nt = 0; nt < kSub / 8; ++nt) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          float x = s[mt][nt][c] * sl2;
-          if (need_mask) {
-            const int key = k0 + nt * 8 + 2 * tig + (c & 1);
-            const int qi = q0 + wrow + mt * 16 + g + (c >= 2 ? 8 : 0);
-            if (key >= T || (p.causal && key > qi) || (p.window > 0 && key <= qi - p.window)) {
-              x = -INFINITY;
-            }
+            for (int i = 0; i < 4; ++i) aq[mt][i] = qf[mt][kk][i];
+          } else {
+            load_a<LD>(aq[mt], sQ, wrow + mt * 16, kk * 16, lane);
           }
-          s[mt][nt][c] = x;
+        }
+#pragma unroll
+        for (int j = 0; j < kSub / 16; ++j) {
+          uint32_t bk[4];
+          load_b_nk<LD>(bk, cK, sub * kSub + j * 16, kk * 16, lane);
+#pragma unroll
+          for (int mt = 0; mt < kFwdMT; ++mt) {
+            mma16816(s[mt][2 * j], aq[mt], bk[0], bk[1]);
+            mma16816(s[mt][2 * j + 1], aq[mt], bk[2], bk[3]);
+          }
         }
       }
+      const int k0 = nb * kTile + sub * kSub;
+      const bool need_mask = k0 + kSub > T || (p.causal && k0 + kSub - 1 > q0) ||
+                             (p.window > 0 && k0 <= q0 + kFwdRows - 1 - p.window);
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = -INFINITY;
+      for (int mt = 0; mt < kFwdMT; ++mt) {
 #pragma unroll
         for (int nt = 0; nt < kSub / 8; ++nt) {
-          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(row_max[mt][r], mx);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        const float corr = exp2f(row_max[mt][r] - m_use);
-        row_max[mt][r] = m_new;
-        float sum = 0.f;
 #pragma unroll
-        for (int nt = 0; nt < kSub / 8; ++nt) {
-          s[mt][nt][2 * r] = exp2f(s[mt][nt][2 * r] - m_use);
-          s[mt][nt][2 * r + 1] = exp2f(s[mt][nt][2 * r + 1] - m_use);
-          sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
+          for (int c = 0; c < 4; ++c) {
+            float x = s[mt][nt][c] * sl2;
+            if (need_mask) {
+              const int key = k0 + nt * 8 + 2 * tig + (c & 1);
+              const int qi = q0 + wrow + mt * 16 + g + (c >= 2 ? 8 : 0);
+              if (key >= T || (p.causal && key > qi) || (p.window > 0 && key <= qi - p.window)) {
+                x = -INFINITY;
+              }
+            }
+            s[mt][nt][c] = x;
+          }
         }
-        row_sum[mt][r] = row_sum[mt][r] * corr + sum;
 #pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) {
-          o[mt][dt][2 * r] *= corr;
-          o[mt][dt][2 * r + 1] *= corr;
+        for (int r = 0; r < 2; ++r) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int nt = 0; nt < kSub / 8; ++nt) {
+            mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+          }
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(row_max[mt][r], mx);
+          const float m_use = m_new == -INFINITY ? 0.f : m_new;
+          const float corr = exp2f(row_max[mt][r] - m_use);
+          row_max[mt][r] = m_new;
+          float sum = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < kSub / 8; ++nt) {
+            s[mt][nt][2 * r] = exp2f(s[mt][nt][2 * r] - m_use);
+            s[mt][nt][2 * r + 1] = exp2f(s[mt][nt][2 * r + 1] - m_use);
+            sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
+          }
+          row_sum[mt][r] = row_sum[mt][r] * corr + sum;
+#pragma unroll
+          for (int dt = 0; dt < D / 8; ++dt) {
+            o[mt][dt][2 * r] *= corr;
+            o[mt][dt][2 * r + 1] *= corr;
+          }
         }
       }
-    }
 #pragma unroll
-    for (int kk = 0; kk < kSub / 16; ++kk) {
-      uint32_t a[kFwdMT][4];
+      for (int kk = 0; kk < kSub / 16; ++kk) {
+        uint32_t a[kFwdMT][4];
 #pragma unroll
-      for (int mt = 0; mt < kFwdMT; ++mt) c_to_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+        for (int mt = 0; mt < kFwdMT; ++mt) c_to_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
 #pragma unroll
-      for (int dt = 0; dt < D / 16; ++dt) {
-        uint32_t bv[4];
-        load_b_kn<LD>(bv, cV, sub * kSub + kk * 16, dt * 16, lane);
+        for (int dt = 0; dt < D / 16; ++dt) {
+          uint32_t bv[4];
+          load_b_kn<LD>(bv, cV, sub * kSub + kk * 16, dt * 16, lane);
 #pragma unroll
-        for (int mt = 0; mt < kFwdMT; ++mt) {
-          mma16816(o[mt][2 * dt], a[mt], bv[0], bv[1]);
-          mma16816(o[mt][2 * dt + 1], a[mt], bv[2], bv[3]);
+          for (int mt = 0; mt < kFwdMT; ++mt) {
+            mma16816(o[mt][2 * dt], a[mt], bv[0], bv[1]);
+            mma16816(o[mt][2 * dt + 1], a[mt], bv[2], bv[3]);
+          }
         }
       }
-    }
     }  // sub
   }
 
@@ -363,7 +368,8 @@ __global__ void attn_bwd_delta(const AttentionParams<T> p, float* __restrict__ d
   const int lane = threadIdx.x % 32;
   const int64_t rows = int64_t(p.B) * p.n_head * p.T_;
   if (row >= rows) return;
-  const int t = int(row % p.T_), h = int((row / p.T_) % p.n_head), b = int(row / (int64_t(p.T_) * p.n_head));
+  const int t = int(row % p.T_), h = int((row / p.T_) % p.n_head),
+            b = int(row / (int64_t(p.T_) * p.n_head));
   const int64_t off = b * p.o_batch_stride + int64_t(t) * p.o_row_stride + int64_t(h) * p.D;
   float acc = 0.f;
   for (int d = lane; d < p.D; d += 32) acc += dev::to_f(p.dout[off + d]) * dev::to_f(p.o[off + d]);
@@ -381,10 +387,10 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sK = reinterpret_cast<bf16*>(smem_raw);
   bf16* sV = sK + kT;
-  bf16* sQ = sV + kT;       // [2][kTile][LD]
-  bf16* sdO = sQ + 2 * kT;  // [2][kTile][LD]
+  bf16* sQ = sV + kT;                                    // [2][kTile][LD]
+  bf16* sdO = sQ + 2 * kT;                               // [2][kTile][LD]
   float* sLse = reinterpret_cast<float*>(sdO + 2 * kT);  // [2][kTile], log2 domain
-  float* sDelta = sLse + 2 * kTile;                       // [2][kTile]
+  float* sDelta = sLse + 2 * kTile;                      // [2][kTile]
   const int T = p.T_;
   const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
@@ -627,7 +633,8 @@ __global__ void __launch_bounds__(kThreads)
 // ---- fp32 reference-style kernels (one warp per row, lanes split D, D <= 128) ----------------
 constexpr int kMaxDPerLane = 4;
 
-__device__ __forceinline__ void key_range(const AttentionParams<float>& p, int t, int& lo, int& hi) {
+__device__ __forceinline__ void key_range(const AttentionParams<float>& p, int t, int& lo,
+                                          int& hi) {
   lo = p.window > 0 ? max(0, t - p.window + 1) : 0;
   hi = p.causal ? t + 1 : p.T_;
 }
@@ -791,12 +798,14 @@ __global__ void attn_bwd_dkdv_f32(const AttentionParams<float> p, const float* _
 }
 
 // ---- launchers -------------------------------------------------------------------------------
-template <typename T> void check_params(const AttentionParams<T>& p) {
+template <typename T>
+void check_params(const AttentionParams<T>& p) {
   ATTN_ASSERT(p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0 && p.T_ > 0 && p.B > 0);
   ATTN_ASSERT(p.window >= 0 && p.variant == nullptr);
 }
 
-template <typename K> void set_smem(K kernel, size_t bytes) {
+template <typename K>
+void set_smem(K kernel, size_t bytes) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
@@ -821,7 +830,8 @@ void check_bf16_layout(const AttentionParams<bf16>& p) {
   ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v));
 }
 
-template <int D> void fwd_bf16(const AttentionParams<bf16>& p, cudaStream_t st) {
+template <int D>
+void fwd_bf16(const AttentionParams<bf16>& p, cudaStream_t st) {
   const size_t smem = size_t(kFwdRows + 4 * kTile) * (D + 8) * sizeof(bf16);
   set_smem(attn_fwd_bf16<D>, smem);
   const dim3 grid(div_up(p.T_, kFwdRows), p.n_head, p.B);
@@ -829,17 +839,17 @@ template <int D> void fwd_bf16(const AttentionParams<bf16>& p, cudaStream_t st) 
   CUDA_CHECK_LAUNCH();
 }
 
-template <int D> void bwd_bf16(const AttentionParams<bf16>& p, const float* delta, cudaStream_t st) {
+template <int D>
+void bwd_bf16(const AttentionParams<bf16>& p, const float* delta, cudaStream_t st) {
   const size_t tile = size_t(kTile) * (D + 8) * sizeof(bf16);
   const size_t smem_kv = 6 * tile + 4 * kTile * sizeof(float);
   set_smem(attn_bwd_dkdv_bf16<D>, smem_kv);
-  attn_bwd_dkdv_bf16<D><<<dim3(div_up(p.T_, kTile), p.n_kv_head, p.B), kThreads, smem_kv, st>>>(
-      p, delta);
+  attn_bwd_dkdv_bf16<D>
+      <<<dim3(div_up(p.T_, kTile), p.n_kv_head, p.B), kThreads, smem_kv, st>>>(p, delta);
   CUDA_CHECK_LAUNCH();
   const size_t smem_q = 6 * tile;
   set_smem(attn_bwd_dq_bf16<D>, smem_q);
-  attn_bwd_dq_bf16<D><<<dim3(div_up(p.T_, kTile), p.n_head, p.B), kThreads, smem_q, st>>>(p,
-                                                                                           delta);
+  attn_bwd_dq_bf16<D><<<dim3(div_up(p.T_, kTile), p.n_head, p.B), kThreads, smem_q, st>>>(p, delta);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -866,7 +876,8 @@ void launch_bwd_f32(const AttentionParams<float>& p, Stream s) {
 
 }  // namespace
 
-template <typename T> void launch_attention_fwd(const AttentionParams<T>& p, Stream s) {
+template <typename T>
+void launch_attention_fwd(const AttentionParams<T>& p, Stream s) {
   check_params(p);
   if constexpr (std::is_same_v<T, float>) {
     launch_fwd_f32(p, s);
@@ -881,7 +892,8 @@ template <typename T> void launch_attention_fwd(const AttentionParams<T>& p, Str
   }
 }
 
-template <typename T> void launch_attention_bwd(const AttentionParams<T>& p, Stream s) {
+template <typename T>
+void launch_attention_bwd(const AttentionParams<T>& p, Stream s) {
   check_params(p);
   if constexpr (std::is_same_v<T, float>) {
     launch_bwd_f32(p, s);

@@ -19,7 +19,8 @@
 
 namespace attnlab {
 
-template <typename T> struct AttentionParams {
+template <typename T>
+struct AttentionParams {
   const T* q = nullptr;
   const T* k = nullptr;
   const T* v = nullptr;
@@ -37,7 +38,7 @@ template <typename T> struct AttentionParams {
   int T_ = 0;  // sequence length
   int n_head = 0;
   int n_kv_head = 0;
-  int D = 0;  // head dim
+  int D = 0;          // head dim
   float scale = 0.f;  // usually 1/sqrt(D)
   bool causal = true;
   int window = 0;  // 0: no sliding window
@@ -45,7 +46,9 @@ template <typename T> struct AttentionParams {
   const void* variant = nullptr;
 };
 
-template <typename T> void launch_attention_fwd(const AttentionParams<T>& p, Stream s);
-template <typename T> void launch_attention_bwd(const AttentionParams<T>& p, Stream s);
+template <typename T>
+void launch_attention_fwd(const AttentionParams<T>& p, Stream s);
+template <typename T>
+void launch_attention_bwd(const AttentionParams<T>& p, Stream s);
 
 }  // namespace attnlab

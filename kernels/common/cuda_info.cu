@@ -1,4 +1,5 @@
-// Small device queries shared by the host code (kept in a .cu so the kernels library is never empty).
+// Small device queries shared by the host code (kept in a .cu so the kernels library is never
+// empty).
 #include <cuda_runtime.h>
 
 namespace attnlab {

@@ -1,13 +1,13 @@
 // Device-side helpers shared by the .cu files (never included from host-only code):
 // float <-> T conversion, 16-byte packs, warp reductions, stream-ordered scratch memory.
 #pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
-
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
 
 #include "core/cuda_check.h"
 #include "core/error.h"
@@ -17,23 +17,33 @@ namespace attnlab::dev {
 
 __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(bf16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ bf16 from_f<bf16>(float x) { return __float2bfloat16(x); }
+template <typename T>
+__device__ __forceinline__ T from_f(float x);
+template <>
+__device__ __forceinline__ float from_f<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ bf16 from_f<bf16>(float x) {
+  return __float2bfloat16(x);
+}
 
 // 16 bytes of T: 4 floats or 8 bf16, loaded and stored as one int4.
-template <typename T> struct alignas(16) Pack {
+template <typename T>
+struct alignas(16) Pack {
   static constexpr int N = 16 / sizeof(T);
   T v[N];
   __device__ __forceinline__ float f(int i) const { return to_f(v[i]); }
   __device__ __forceinline__ void set(int i, float x) { v[i] = from_f<T>(x); }
 };
-template <typename T> __device__ __forceinline__ Pack<T> load_pack(const T* p) {
+template <typename T>
+__device__ __forceinline__ Pack<T> load_pack(const T* p) {
   Pack<T> r;
   *reinterpret_cast<int4*>(&r) = *reinterpret_cast<const int4*>(p);
   return r;
 }
-template <typename T> __device__ __forceinline__ void store_pack(T* p, const Pack<T>& r) {
+template <typename T>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T>& r) {
   *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&r);
 }
 
@@ -68,7 +78,10 @@ class StreamScratch {
   }
   StreamScratch(const StreamScratch&) = delete;
   StreamScratch& operator=(const StreamScratch&) = delete;
-  template <typename U> U* as() const { return static_cast<U*>(ptr_); }
+  template <typename U>
+  U* as() const {
+    return static_cast<U*>(ptr_);
+  }
 
  private:
   void* ptr_ = nullptr;

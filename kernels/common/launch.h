@@ -1,8 +1,8 @@
 // Shared by every kernel header: the stream type without pulling CUDA headers into host code.
 #pragma once
-#include <cstdint>
-
 #include <cuda_bf16.h>
+
+#include <cstdint>
 
 struct CUstream_st;
 namespace attnlab {

@@ -97,25 +97,28 @@ __global__ void dwpe_kernel(const T* __restrict__ dout, T* __restrict__ dwpe, in
 
 }  // namespace
 
-template <typename T> void launch_embedding_fwd(const EmbeddingParams<T>& p, Stream s) {
+template <typename T>
+void launch_embedding_fwd(const EmbeddingParams<T>& p, Stream s) {
   const int64_t BT = p.B * p.T_;
   if (BT == 0 || p.C == 0) return;
   auto st = reinterpret_cast<cudaStream_t>(s);
-  const bool vec = p.C % dev::Pack<T>::N == 0 && aligned16(p.wte) && aligned16(p.wpe) &&
-                   aligned16(p.out);
-  const int threads = std::min(256, std::max(32, (p.C / (vec ? dev::Pack<T>::N : 1) + 31) / 32 * 32));
+  const bool vec =
+      p.C % dev::Pack<T>::N == 0 && aligned16(p.wte) && aligned16(p.wpe) && aligned16(p.out);
+  const int threads =
+      std::min(256, std::max(32, (p.C / (vec ? dev::Pack<T>::N : 1) + 31) / 32 * 32));
   ATTN_ASSERT(BT < (int64_t(1) << 31));
   if (vec) {
-    embedding_fwd_vec_kernel<T><<<unsigned(BT), threads, 0, st>>>(p.tokens, p.wte, p.wpe, p.out,
-                                                                    BT, p.T_, p.C);
+    embedding_fwd_vec_kernel<T>
+        <<<unsigned(BT), threads, 0, st>>>(p.tokens, p.wte, p.wpe, p.out, BT, p.T_, p.C);
   } else {
-    embedding_fwd_kernel<T><<<unsigned(BT), threads, 0, st>>>(p.tokens, p.wte, p.wpe, p.out, BT,
-                                                                p.T_, p.C);
+    embedding_fwd_kernel<T>
+        <<<unsigned(BT), threads, 0, st>>>(p.tokens, p.wte, p.wpe, p.out, BT, p.T_, p.C);
   }
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename T> void launch_embedding_bwd(const EmbeddingParams<T>& p, Stream s) {
+template <typename T>
+void launch_embedding_bwd(const EmbeddingParams<T>& p, Stream s) {
   const int64_t BT = p.B * p.T_;
   if (BT == 0 || p.C == 0) return;
   auto st = reinterpret_cast<cudaStream_t>(s);

@@ -91,7 +91,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T> void launch_ce(const CrossEntropyParams<T>& p, T* dlogits, Stream s) {
+template <typename T>
+void launch_ce(const CrossEntropyParams<T>& p, T* dlogits, Stream s) {
   if (p.N == 0) return;
   ATTN_ASSERT(p.N < (int64_t(1) << 31) && p.V > 0 && p.V <= p.Vp);
   auto st = reinterpret_cast<cudaStream_t>(s);
@@ -109,10 +110,12 @@ template <typename T> void launch_ce(const CrossEntropyParams<T>& p, T* dlogits,
 
 }  // namespace
 
-template <typename T> void launch_crossentropy_fwd(const CrossEntropyParams<T>& p, Stream s) {
+template <typename T>
+void launch_crossentropy_fwd(const CrossEntropyParams<T>& p, Stream s) {
   launch_ce<T>(p, nullptr, s);
 }
-template <typename T> void launch_crossentropy_fwd_bwd(const CrossEntropyParams<T>& p, Stream s) {
+template <typename T>
+void launch_crossentropy_fwd_bwd(const CrossEntropyParams<T>& p, Stream s) {
   launch_ce<T>(p, p.dlogits, s);
 }
 

@@ -11,7 +11,8 @@
 
 namespace attnlab {
 
-template <typename T> struct CrossEntropyParams {
+template <typename T>
+struct CrossEntropyParams {
   const T* logits = nullptr;
   const int32_t* targets = nullptr;
   float* losses = nullptr;
@@ -23,8 +24,10 @@ template <typename T> struct CrossEntropyParams {
   float dloss = 1.f;
 };
 
-template <typename T> void launch_crossentropy_fwd(const CrossEntropyParams<T>& p, Stream s);
+template <typename T>
+void launch_crossentropy_fwd(const CrossEntropyParams<T>& p, Stream s);
 // Fused: writes losses and dlogits in one pass over the logits.
-template <typename T> void launch_crossentropy_fwd_bwd(const CrossEntropyParams<T>& p, Stream s);
+template <typename T>
+void launch_crossentropy_fwd_bwd(const CrossEntropyParams<T>& p, Stream s);
 
 }  // namespace attnlab

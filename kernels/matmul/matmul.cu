@@ -12,9 +12,16 @@
 namespace attnlab {
 namespace {
 
-template <typename T> constexpr cudaDataType_t cuda_type();
-template <> constexpr cudaDataType_t cuda_type<float>() { return CUDA_R_32F; }
-template <> constexpr cudaDataType_t cuda_type<bf16>() { return CUDA_R_16BF; }
+template <typename T>
+constexpr cudaDataType_t cuda_type();
+template <>
+constexpr cudaDataType_t cuda_type<float>() {
+  return CUDA_R_32F;
+}
+template <>
+constexpr cudaDataType_t cuda_type<bf16>() {
+  return CUDA_R_16BF;
+}
 
 // D(m x n, ld m) = alpha op(A) op(B) + beta D (+ bias[m] when bias != nullptr); column-major.
 template <typename T>
@@ -48,9 +55,10 @@ void lt_matmul(const MatmulParams<T>& p, bool trans_a, bool trans_b, int64_t m, 
                                                     &ws, sizeof(ws)));
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, ld, ld, pref, 1, &heur, &found));
-  ATTN_REQUIRE(found > 0, "cuBLASLt found no algorithm for a %lldx%lldx%lld matmul",
-               (long long)m, (long long)n, (long long)k);
+  CUBLAS_CHECK(
+      cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, ld, ld, pref, 1, &heur, &found));
+  ATTN_REQUIRE(found > 0, "cuBLASLt found no algorithm for a %lldx%lldx%lld matmul", (long long)m,
+               (long long)n, (long long)k);
   const float alpha = 1.f;
   CUBLAS_CHECK(cublasLtMatmul(handle, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &heur.algo,
                               p.workspace, ws, reinterpret_cast<cudaStream_t>(s)));
@@ -92,13 +100,15 @@ __global__ void colsum_final_kernel(const float* __restrict__ partial, T* __rest
 
 }  // namespace
 
-template <typename T> void launch_matmul_fwd(const MatmulParams<T>& p, Stream s) {
+template <typename T>
+void launch_matmul_fwd(const MatmulParams<T>& p, Stream s) {
   if (p.N == 0 || p.out == 0) return;
   // Y(out x N) = W^T X: A = W stored (in x out, ld in) transposed; B = X (in x N, ld in).
   lt_matmul<T>(p, true, false, p.out, p.N, p.in, p.w, p.in, p.x, p.in, p.y, p.out, 0.f, p.bias, s);
 }
 
-template <typename T> void launch_matmul_bwd(const MatmulParams<T>& p, Stream s) {
+template <typename T>
+void launch_matmul_bwd(const MatmulParams<T>& p, Stream s) {
   if (p.N == 0) return;
   if (p.dx) {
     // dX(in x N) = W(in x out) dY(out x N).
@@ -117,8 +127,8 @@ template <typename T> void launch_matmul_bwd(const MatmulParams<T>& p, Stream s)
     colsum_partial_kernel<T><<<dim3(div_up(p.out, 32), groups), dim3(32, 8), 0, st>>>(
         p.dy, partial.as<float>(), p.N, p.out);
     CUDA_CHECK_LAUNCH();
-    colsum_final_kernel<T><<<div_up(p.out, 256), 256, 0, st>>>(partial.as<float>(), p.dbias,
-                                                                groups, p.out);
+    colsum_final_kernel<T>
+        <<<div_up(p.out, 256), 256, 0, st>>>(partial.as<float>(), p.dbias, groups, p.out);
     CUDA_CHECK_LAUNCH();
   }
 }

@@ -1,7 +1,8 @@
 // Linear layer (PyTorch weight layout): y = x @ w^T + bias.
 // x, dx: [N, in]; w, dw: [out, in]; bias, dbias: [out] (bias may be null); y, dy: [N, out].
 // fwd: y written (=).
-// bwd: dx written (=), or accumulated (+=) when accumulate_dx; dw += x^T-contraction; dbias += sum dy.
+// bwd: dx written (=), or accumulated (+=) when accumulate_dx; dw += x^T-contraction; dbias += sum
+// dy.
 //      Any of dx / dw / dbias may be null: that product is skipped (frozen weights skip dw).
 // The CUDA path goes through cuBLASLt (workspace from the ExecContext).
 #pragma once
@@ -13,7 +14,8 @@ struct cublasLtContext;
 
 namespace attnlab {
 
-template <typename T> struct MatmulParams {
+template <typename T>
+struct MatmulParams {
   const T* x = nullptr;
   const T* w = nullptr;
   const T* bias = nullptr;
@@ -32,7 +34,9 @@ template <typename T> struct MatmulParams {
   size_t workspace_bytes = 0;
 };
 
-template <typename T> void launch_matmul_fwd(const MatmulParams<T>& p, Stream s);
-template <typename T> void launch_matmul_bwd(const MatmulParams<T>& p, Stream s);
+template <typename T>
+void launch_matmul_fwd(const MatmulParams<T>& p, Stream s);
+template <typename T>
+void launch_matmul_bwd(const MatmulParams<T>& p, Stream s);
 
 }  // namespace attnlab

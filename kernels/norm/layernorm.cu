@@ -71,8 +71,8 @@ template <typename T>
 __global__ void layernorm_param_partial_kernel(const T* __restrict__ x,
                                                const float* __restrict__ mean,
                                                const float* __restrict__ rstd,
-                                               const T* __restrict__ dy, float* __restrict__ partial,
-                                               int64_t rows, int C) {
+                                               const T* __restrict__ dy,
+                                               float* __restrict__ partial, int64_t rows, int C) {
   __shared__ float sh[2][8][33];
   const int c = blockIdx.x * 32 + threadIdx.x;
   const int groups = gridDim.y;
@@ -113,15 +113,17 @@ __global__ void layernorm_param_final_kernel(const float* __restrict__ partial, 
 
 }  // namespace
 
-template <typename T> void launch_layernorm_fwd(const LayerNormParams<T>& p, Stream s) {
+template <typename T>
+void launch_layernorm_fwd(const LayerNormParams<T>& p, Stream s) {
   if (p.rows == 0) return;
-  layernorm_fwd_kernel<T><<<div_up(p.rows, kRowWarps), kRowWarps * 32, 0,
-                            reinterpret_cast<cudaStream_t>(s)>>>(p.x, p.gamma, p.beta, p.y, p.mean,
-                                                                 p.rstd, p.rows, p.cols, p.eps);
+  layernorm_fwd_kernel<T>
+      <<<div_up(p.rows, kRowWarps), kRowWarps * 32, 0, reinterpret_cast<cudaStream_t>(s)>>>(
+          p.x, p.gamma, p.beta, p.y, p.mean, p.rstd, p.rows, p.cols, p.eps);
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename T> void launch_layernorm_bwd(const LayerNormParams<T>& p, Stream s) {
+template <typename T>
+void launch_layernorm_bwd(const LayerNormParams<T>& p, Stream s) {
   if (p.rows == 0) return;
   auto st = reinterpret_cast<cudaStream_t>(s);
   if (p.dx) {
@@ -136,8 +138,8 @@ template <typename T> void launch_layernorm_bwd(const LayerNormParams<T>& p, Str
   layernorm_param_partial_kernel<T><<<dim3(div_up(p.cols, 32), groups), dim3(32, 8), 0, st>>>(
       p.x, p.mean, p.rstd, p.dy, partial.as<float>(), p.rows, p.cols);
   CUDA_CHECK_LAUNCH();
-  layernorm_param_final_kernel<T><<<div_up(p.cols, 256), 256, 0, st>>>(
-      partial.as<float>(), p.dgamma, p.dbeta, groups, p.cols);
+  layernorm_param_final_kernel<T>
+      <<<div_up(p.cols, 256), 256, 0, st>>>(partial.as<float>(), p.dgamma, p.dbeta, groups, p.cols);
   CUDA_CHECK_LAUNCH();
 }
 

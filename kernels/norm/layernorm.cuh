@@ -2,14 +2,15 @@
 // x, y, dy, dx: [rows, cols]; gamma, beta, dgamma, dbeta: [cols]; mean, rstd: [rows] fp32.
 // fwd: mean/rstd written; y = (x - mean) * rstd * gamma + beta                     (written =)
 // bwd: dx += ...  (accumulated: the residual stream gradient flows through it)
-//      dgamma += sum_rows dy * xhat; dbeta += sum_rows dy                            (accumulated +=)
-//      dgamma/dbeta may be null (frozen parameters).
+//      dgamma += sum_rows dy * xhat; dbeta += sum_rows dy                            (accumulated
+//      +=) dgamma/dbeta may be null (frozen parameters).
 #pragma once
 #include "kernels/common/launch.h"
 
 namespace attnlab {
 
-template <typename T> struct LayerNormParams {
+template <typename T>
+struct LayerNormParams {
   const T* x = nullptr;
   const T* gamma = nullptr;
   const T* beta = nullptr;
@@ -25,7 +26,9 @@ template <typename T> struct LayerNormParams {
   float eps = 1e-5f;
 };
 
-template <typename T> void launch_layernorm_fwd(const LayerNormParams<T>& p, Stream s);
-template <typename T> void launch_layernorm_bwd(const LayerNormParams<T>& p, Stream s);
+template <typename T>
+void launch_layernorm_fwd(const LayerNormParams<T>& p, Stream s);
+template <typename T>
+void launch_layernorm_bwd(const LayerNormParams<T>& p, Stream s);
 
 }  // namespace attnlab

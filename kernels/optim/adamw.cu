@@ -90,7 +90,8 @@ __global__ void sumsq_final_kernel(const float* __restrict__ partial, float* out
 
 }  // namespace
 
-template <typename T> void launch_adamw(const AdamWParams<T>& p, Stream s) {
+template <typename T>
+void launch_adamw(const AdamWParams<T>& p, Stream s) {
   if (p.n == 0) return;
   const float bc1 = 1.f - std::pow(p.beta1, float(p.step));
   const float bc2 = 1.f - std::pow(p.beta2, float(p.step));
@@ -101,7 +102,8 @@ template <typename T> void launch_adamw(const AdamWParams<T>& p, Stream s) {
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename T> void launch_sumsq(const T* grad, int64_t n, float* out, Stream s) {
+template <typename T>
+void launch_sumsq(const T* grad, int64_t n, float* out, Stream s) {
   auto st = reinterpret_cast<cudaStream_t>(s);
   StreamScratch partial(sizeof(float) * kSumsqBlocks, s);
   sumsq_partial_kernel<T><<<kSumsqBlocks, kThreads, 0, st>>>(grad, n, partial.as<float>());

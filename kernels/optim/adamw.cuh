@@ -12,7 +12,8 @@
 
 namespace attnlab {
 
-template <typename T> struct AdamWParams {
+template <typename T>
+struct AdamWParams {
   T* param = nullptr;
   float* master = nullptr;
   const T* grad = nullptr;
@@ -25,9 +26,11 @@ template <typename T> struct AdamWParams {
   uint32_t seed = 0;  // for stochastic rounding into bf16 params (CUDA)
 };
 
-template <typename T> void launch_adamw(const AdamWParams<T>& p, Stream s);
+template <typename T>
+void launch_adamw(const AdamWParams<T>& p, Stream s);
 
 // out[0] = sum(grad[i]^2) in fp32, with a fixed reduction order; out is device memory.
-template <typename T> void launch_sumsq(const T* grad, int64_t n, float* out, Stream s);
+template <typename T>
+void launch_sumsq(const T* grad, int64_t n, float* out, Stream s);
 
 }  // namespace attnlab

@@ -2,13 +2,13 @@
 // FLOPs: forward 4*B*H*T*T*D/2 (two matmuls, half the square is causal), backward 2.5x that.
 // Shapes: D 64/128 with model width 2048 (H = 2048/D), T 1K/4K/16K, B*T = 32K tokens.
 // Usage: bench_attention [csv_out]   (prints a table; the CSV is read by scripts/device_check.sh)
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <vector>
-
-#include <cuda_runtime.h>
 
 #include "core/cuda_check.h"
 #include "core/tensor.h"
@@ -28,7 +28,8 @@ void fill_random_bf16(const Buffer& buf, size_t n, uint64_t seed) {
   CUDA_CHECK(cudaMemcpy(buf.data(), h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
 }
 
-template <typename F> double median_ms(F&& f, int reps) {
+template <typename F>
+double median_ms(F&& f, int reps) {
   cudaEvent_t a, b;
   CUDA_CHECK(cudaEventCreate(&a));
   CUDA_CHECK(cudaEventCreate(&b));
@@ -93,7 +94,8 @@ int main(int argc, char** argv) {
       std::printf("%4d %6d %3d %3d %10.3f %10.1f %12.3f %12.1f\n", D, T, B, H, f_ms, f_tf, fb_ms,
                   fb_tf);
       if (csv) {
-        std::fprintf(csv, "%d,%d,%d,%d,%.4f,%.2f,%.4f,%.2f\n", D, T, B, H, f_ms, f_tf, fb_ms, fb_tf);
+        std::fprintf(csv, "%d,%d,%d,%d,%.4f,%.2f,%.4f,%.2f\n", D, T, B, H, f_ms, f_tf, fb_ms,
+                     fb_tf);
       }
     }
   }

@@ -10,9 +10,9 @@
 // layers). A step is what the trainer does: zero grads, forward with the fused loss, backward,
 // AdamW (global-norm clip included). One micro-batch per step (no accumulation).
 // The last lines are machine-readable: "RESULT key=value ..." (scripts/gpu_step_check.sh).
-#include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -84,12 +84,14 @@ class EventObserver : public OpObserver {
 // cuBLASLt bf16 GEMM ceiling: y[M,N] = x[M,K] w[N,K]^T at 8192^3 through the matmul op.
 double gemm_ceiling(const ExecContext& ctx) {
   const int64_t n = 8192;
-  Buffer x(Device::cuda, size_t(n * n) * 2), w(Device::cuda, size_t(n * n) * 2), y(Device::cuda, size_t(n * n) * 2);
+  Buffer x(Device::cuda, size_t(n * n) * 2), w(Device::cuda, size_t(n * n) * 2),
+      y(Device::cuda, size_t(n * n) * 2);
   std::vector<bf16> h(size_t(n * n));
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (auto& v : h) v = __float2bfloat16(u(rng));
-  Tensor tx = x.as(DType::bf16, Shape{n, n}), tw = w.as(DType::bf16, Shape{n, n}), ty = y.as(DType::bf16, Shape{n, n});
+  Tensor tx = x.as(DType::bf16, Shape{n, n}), tw = w.as(DType::bf16, Shape{n, n}),
+         ty = y.as(DType::bf16, Shape{n, n});
   copy_tensor(tx, Tensor(h.data(), DType::bf16, Device::cpu, tx.shape));
   copy_tensor(tw, Tensor(h.data(), DType::bf16, Device::cpu, tw.shape));
   for (int i = 0; i < 3; ++i) ops::matmul_fwd(ctx, ty, tx, tw, Tensor());
@@ -135,7 +137,8 @@ bool run_one(const Recipe& r, int B, int T, int steps, int warmup, double ceilin
   model.allocate(*ctx, B, T, DType::bf16);
   AdamW opt(*ctx, store, adamw_config_of(r));
   Buffer batch(Device::cuda, size_t(2 * B * T) * 4);
-  Tensor tok = batch.as(DType::i32, Shape{B, T}), tgt = batch.as(DType::i32, Shape{B, T}, size_t(B * T) * 4);
+  Tensor tok = batch.as(DType::i32, Shape{B, T}),
+         tgt = batch.as(DType::i32, Shape{B, T}, size_t(B * T) * 4);
   std::vector<int32_t> h(size_t(B) * T);
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> v(0, r.model.vocab_size - 1);
@@ -191,9 +194,10 @@ bool run_one(const Recipe& r, int B, int T, int steps, int warmup, double ceilin
 }
 
 void print_result(const Result& r, int T) {
-  std::printf("\nmicro-batch %d x %d: %.0f tok/s | %.2f ms/step | MFU %.1f%% of 989 TFLOP/s "
-              "(%.1f%% of the measured GEMM ceiling) | device memory in use %.2f GiB (estimate %.2f GiB)\n",
-              r.B, T, r.tok_s, r.ms, 100 * r.mfu, 100 * r.mfu_ceiling, r.peak_gib, r.est_gib);
+  std::printf(
+      "\nmicro-batch %d x %d: %.0f tok/s | %.2f ms/step | MFU %.1f%% of 989 TFLOP/s "
+      "(%.1f%% of the measured GEMM ceiling) | device memory in use %.2f GiB (estimate %.2f GiB)\n",
+      r.B, T, r.tok_s, r.ms, 100 * r.mfu, 100 * r.mfu_ceiling, r.peak_gib, r.est_gib);
   double total = 0;
   for (auto& [k, v] : r.ops_ms) total += v;
   std::vector<std::pair<std::string, double>> sorted(r.ops_ms.begin(), r.ops_ms.end());
@@ -244,8 +248,9 @@ int main(int argc, char** argv) {
       }
     }
     for (auto& res : results)
-      std::printf("RESULT bench_train mb=%d tok_s=%.0f ms=%.3f mfu=%.4f mem_gib=%.2f ceiling_tflops=%.0f\n",
-                  res.B, res.tok_s, res.ms, res.mfu, res.peak_gib, ceiling / 1e12);
+      std::printf(
+          "RESULT bench_train mb=%d tok_s=%.0f ms=%.3f mfu=%.4f mem_gib=%.2f ceiling_tflops=%.0f\n",
+          res.B, res.tok_s, res.ms, res.mfu, res.peak_gib, ceiling / 1e12);
   } catch (const Error& e) {
     std::fprintf(stderr, "bench_train: error: %s\n", e.what());
     return 1;

@@ -1,5 +1,6 @@
 // gpt2_step_dump: one forward/backward (and optionally N AdamW steps) of a recipe's model on a
-// given token file, written to a safetensors file for an external oracle (scripts/torch_gpt2_check.py).
+// given token file, written to a safetensors file for an external oracle
+// (scripts/torch_gpt2_check.py).
 //
 //   gpt2_step_dump --recipe R.yaml --tokens batches.i32 --batch B --seq T --out dump.safetensors
 //                  [--checkpoint DIR | --init-out DIR] [--train-steps N] [--set k=v ...]
@@ -13,7 +14,6 @@
 //   grad.<param> (store dtype) every parameter gradient of batch 0, loss scaled 1 / valid targets
 //   train_loss [N], lr [N] f32 the loss and learning rate of each AdamW step (batches 0..N-1)
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -23,8 +23,8 @@
 #include "core/context.h"
 #include "core/cuda_check.h"
 #include "io/safetensors.h"
-#include "train/from_recipe.h"
 #include "train/checkpoint.h"
+#include "train/from_recipe.h"
 
 using namespace attnlab;
 
@@ -71,17 +71,21 @@ int main(int argc, char** argv) {
     const size_t row = size_t(B) * (T + 1);
     f.seekg(0, std::ios::end);
     const size_t bytes = size_t(f.tellg());
-    ATTN_REQUIRE(bytes % (row * 4) == 0 && bytes >= row * 4, "--tokens %s: %zu bytes is not a whole "
-                 "number of [%d, %d] int32 batches", tokens_path.c_str(), bytes, B, T + 1);
+    ATTN_REQUIRE(bytes % (row * 4) == 0 && bytes >= row * 4,
+                 "--tokens %s: %zu bytes is not a whole "
+                 "number of [%d, %d] int32 batches",
+                 tokens_path.c_str(), bytes, B, T + 1);
     std::vector<int32_t> toks(bytes / 4);
     f.seekg(0);
     f.read(reinterpret_cast<char*>(toks.data()), std::streamsize(bytes));
     const int n_batches = int(toks.size() / row);
-    ATTN_REQUIRE(train_steps <= n_batches, "--train-steps %d needs %d batches in --tokens, it holds %d",
-                 train_steps, train_steps, n_batches);
+    ATTN_REQUIRE(train_steps <= n_batches,
+                 "--train-steps %d needs %d batches in --tokens, it holds %d", train_steps,
+                 train_steps, n_batches);
 
     Buffer dev(ctx->device, size_t(2 * B * T) * 4);
-    Tensor tin = dev.as(DType::i32, Shape{B, T}), ttg = dev.as(DType::i32, Shape{B, T}, size_t(B * T) * 4);
+    Tensor tin = dev.as(DType::i32, Shape{B, T}),
+           ttg = dev.as(DType::i32, Shape{B, T}, size_t(B * T) * 4);
     // Uploads batch i; returns its number of valid targets.
     auto load_batch = [&](int i) {
       int64_t valid = 0;
@@ -120,7 +124,8 @@ int main(int argc, char** argv) {
     for (const auto& e : store.entries()) {
       if (!e.trainable) continue;
       names.push_back("grad." + e.spec.name);
-      w.add(names.back(), gcopy.slice0(e.offset, e.offset + e.spec.shape.numel()).view(e.spec.shape));
+      w.add(names.back(),
+            gcopy.slice0(e.offset, e.offset + e.spec.shape.numel()).view(e.spec.shape));
     }
 
     std::vector<float> train_loss, lrs;
@@ -131,12 +136,14 @@ int main(int argc, char** argv) {
         const int64_t valid = load_batch(s);
         const float lr = lr_at(sched, s);
         store.zero_grads();
-        ForwardResult tr = model.forward(*ctx, store, tin, ttg, AttentionMode::train, float(1.0 / double(valid)));
+        ForwardResult tr =
+            model.forward(*ctx, store, tin, ttg, AttentionMode::train, float(1.0 / double(valid)));
         model.backward(*ctx, store, tin);
         StepStats ss = opt.step(lr, s + 1);
         train_loss.push_back(float(tr.loss));
         lrs.push_back(lr);
-        std::printf("step %2d | lr %.3e | loss %.6f | grad norm %.4f\n", s + 1, lr, tr.loss, ss.grad_norm);
+        std::printf("step %2d | lr %.3e | loss %.6f | grad norm %.4f\n", s + 1, lr, tr.loss,
+                    ss.grad_norm);
       }
       ctx->synchronize();
       w.add("train_loss", Tensor(train_loss.data(), DType::f32, Device::cpu, Shape{train_steps}));
@@ -144,8 +151,8 @@ int main(int argc, char** argv) {
     }
     w.set_metadata("dtype", dtype_name(dt));
     w.write(out_path);
-    std::printf("%s: loss %.6f (%lld targets), %zu gradients, dtype %s\n", out_path.c_str(), fr.loss,
-                (long long)fr.valid, names.size(), dtype_name(dt));
+    std::printf("%s: loss %.6f (%lld targets), %zu gradients, dtype %s\n", out_path.c_str(),
+                fr.loss, (long long)fr.valid, names.size(), dtype_name(dt));
   } catch (const Error& e) {
     std::fprintf(stderr, "gpt2_step_dump: error: %s\n", e.what());
     return 1;

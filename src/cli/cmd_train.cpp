@@ -24,7 +24,8 @@ int cmd_train(const RecipeArgs& args, const std::string& resume_dir, int profile
 int cmd_eval(const RecipeArgs& args, const std::string& checkpoint) {
   Recipe r = load_recipe(args.recipe, args.overrides);
   EvalResult e = evaluate_checkpoint(r, checkpoint);
-  std::printf("val loss %.4f | val ppl %.3f | %lld tokens\n", e.loss, e.perplexity, (long long)e.tokens);
+  std::printf("val loss %.4f | val ppl %.3f | %lld tokens\n", e.loss, e.perplexity,
+              (long long)e.tokens);
   return 0;
 }
 
@@ -35,8 +36,8 @@ int cmd_generate(const GenerateOptions& options) {
     std::fflush(stdout);
   });
   std::printf("\n");
-  std::fprintf(stderr, "[%d prompt tokens, %d generated, %.1f tok/s]\n", r.prompt_tokens, r.new_tokens,
-               r.tokens_per_second);
+  std::fprintf(stderr, "[%d prompt tokens, %d generated, %.1f tok/s]\n", r.prompt_tokens,
+               r.new_tokens, r.tokens_per_second);
   return 0;
 }
 
@@ -96,15 +97,15 @@ int cmd_info(const RecipeArgs& args) {
   const double fpt = model.flops_per_token(r.train.seq_len);
 
   std::printf("# model\n");
-  std::printf("parameters        %lld (%.2fM; %lld with vocabulary padding)\n", (long long)(total - padding),
-              double(total - padding) / 1e6, (long long)total);
+  std::printf("parameters        %lld (%.2fM; %lld with vocabulary padding)\n",
+              (long long)(total - padding), double(total - padding) / 1e6, (long long)total);
   for (auto& [role, n] : by_role) std::printf("  role %-10s  %lld\n", role.c_str(), (long long)n);
   std::printf("trainable         %lld\n", (long long)n_train);
   std::printf("padded vocab      %d (vocab %d)\n", c.padded_vocab, c.vocab_size);
   std::printf("\n# step\n");
   std::printf("device            %s (%s)\n", cuda ? "cuda" : "cpu", dtype_name(dt));
-  std::printf("tokens per step   %lld = %d x %d x %d accumulation\n", (long long)r.train.tokens_per_step(),
-              r.train.micro_batch, r.train.seq_len, accum);
+  std::printf("tokens per step   %lld = %d x %d x %d accumulation\n",
+              (long long)r.train.tokens_per_step(), r.train.micro_batch, r.train.seq_len, accum);
   std::printf("FLOPs per token   %.3g (6N + attention)\n", fpt);
   std::printf("FLOPs per step    %.3g\n", fpt * double(r.train.tokens_per_step()));
   std::printf("\n# memory estimate (one rank)\n");
@@ -114,7 +115,8 @@ int cmd_info(const RecipeArgs& args) {
   std::printf("activations       %s (micro-batch %d x %d, recompute %s)\n",
               human_bytes(double(mem.activations)).c_str(), r.train.micro_batch, r.train.seq_len,
               recompute_name(c.recompute));
-  if (mem.workspace) std::printf("workspace         %s\n", human_bytes(double(mem.workspace)).c_str());
+  if (mem.workspace)
+    std::printf("workspace         %s\n", human_bytes(double(mem.workspace)).c_str());
   std::printf("total             %s\n", human_bytes(double(mem.total())).c_str());
   return 0;
 }

@@ -10,8 +10,8 @@
 namespace attnlab::cli {
 
 struct RecipeArgs {
-  std::string recipe;                 // path to the YAML recipe
-  std::vector<std::string> overrides; // --set a.b=value
+  std::string recipe;                  // path to the YAML recipe
+  std::vector<std::string> overrides;  // --set a.b=value
 };
 
 int cmd_train(const RecipeArgs& args, const std::string& resume_dir, int profile_steps);

@@ -19,54 +19,75 @@ int main(int argc, char** argv) {
   int profile_steps = 0;
   auto add_recipe = [](CLI::App* sub, cli::RecipeArgs& a) {
     sub->add_option("recipe", a.recipe, "recipe YAML file")->required()->check(CLI::ExistingFile);
-    sub->add_option("--set", a.overrides, "override a recipe key: --set section.key=value (repeatable)");
+    sub->add_option("--set", a.overrides,
+                    "override a recipe key: --set section.key=value (repeatable)");
   };
 
   CLI::App* train = app.add_subcommand("train", "train a model from a recipe");
   add_recipe(train, train_args);
-  train->add_option("--resume", resume, "resume bit-exactly from a run directory or checkpoint directory");
-  train->add_option("--profile", profile_steps, "run N steps with NVTX ranges for nsys/ncu, then stop");
+  train->add_option("--resume", resume,
+                    "resume bit-exactly from a run directory or checkpoint directory");
+  train->add_option("--profile", profile_steps,
+                    "run N steps with NVTX ranges for nsys/ncu, then stop");
 
   CLI::App* eval = app.add_subcommand("eval", "validation loss and perplexity of a checkpoint");
   add_recipe(eval, eval_args);
   eval->add_option("--checkpoint", checkpoint, "checkpoint directory or run directory")->required();
 
-  CLI::App* info = app.add_subcommand("info", "resolved recipe, parameter counts, memory and FLOPs");
+  CLI::App* info =
+      app.add_subcommand("info", "resolved recipe, parameter counts, memory and FLOPs");
   add_recipe(info, info_args);
 
   GenerateOptions gen;
   CLI::App* generate = app.add_subcommand("generate", "sample text from a checkpoint (streamed)");
   generate->add_option("checkpoint", gen.checkpoint, "checkpoint or run directory")->required();
   generate->add_option("--prompt,-p", gen.prompt, "text to continue (default: a new document)");
-  generate->add_option("--max-new-tokens,-n", gen.max_new_tokens, "tokens to generate")->capture_default_str();
-  generate->add_option("--temperature,-t", gen.sampling.temperature, "0 = greedy")->capture_default_str();
-  generate->add_option("--top-k", gen.sampling.top_k, "keep the k most likely tokens (0 = all)")->capture_default_str();
-  generate->add_option("--top-p", gen.sampling.top_p, "nucleus sampling mass")->capture_default_str();
+  generate->add_option("--max-new-tokens,-n", gen.max_new_tokens, "tokens to generate")
+      ->capture_default_str();
+  generate->add_option("--temperature,-t", gen.sampling.temperature, "0 = greedy")
+      ->capture_default_str();
+  generate->add_option("--top-k", gen.sampling.top_k, "keep the k most likely tokens (0 = all)")
+      ->capture_default_str();
+  generate->add_option("--top-p", gen.sampling.top_p, "nucleus sampling mass")
+      ->capture_default_str();
   generate->add_option("--seed", gen.seed, "sampling seed")->capture_default_str();
-  generate->add_option("--tokenizer", gen.tokenizer, "tokenizer spec (default: the checkpoint's tokenizer.json)");
+  generate->add_option("--tokenizer", gen.tokenizer,
+                       "tokenizer spec (default: the checkpoint's tokenizer.json)");
   generate->add_option("--device", gen.device, "auto | cpu | cuda")->capture_default_str();
   generate->add_flag("!--no-stop", gen.stop_at_eot, "keep going past <|endoftext|>");
 
   PrepareOptions prep;
-  CLI::App* prepare = app.add_subcommand("prepare", "turn text files into llm.c-compatible token shards");
-  prepare->add_option("inputs", prep.inputs, "text files or globs (plain, .gz, .xz; or JSONL with --jsonl-field)")
+  CLI::App* prepare =
+      app.add_subcommand("prepare", "turn text files into llm.c-compatible token shards");
+  prepare
+      ->add_option("inputs", prep.inputs,
+                   "text files or globs (plain, .gz, .xz; or JSONL with --jsonl-field)")
       ->required();
-  prepare->add_option("--out,-o", prep.out_dir, "output directory for train_*.bin / val_*.bin")->required();
-  prepare->add_option("--tokenizer", prep.tokenizer, "byte | gpt2:<dir> | hf:<tokenizer.json>")->capture_default_str();
-  prepare->add_option("--delimiter", prep.delimiter, "document separator (\"\" = one document per file; "
+  prepare->add_option("--out,-o", prep.out_dir, "output directory for train_*.bin / val_*.bin")
+      ->required();
+  prepare->add_option("--tokenizer", prep.tokenizer, "byte | gpt2:<dir> | hf:<tokenizer.json>")
+      ->capture_default_str();
+  prepare->add_option("--delimiter", prep.delimiter,
+                      "document separator (\"\" = one document per file; "
                       "escapes \\n \\t understood)");
-  prepare->add_option("--jsonl-field", prep.jsonl_field, "inputs are JSON lines; documents are this field");
-  prepare->add_option("--val-fraction", prep.val_fraction, "fraction of documents for validation")->capture_default_str();
+  prepare->add_option("--jsonl-field", prep.jsonl_field,
+                      "inputs are JSON lines; documents are this field");
+  prepare->add_option("--val-fraction", prep.val_fraction, "fraction of documents for validation")
+      ->capture_default_str();
   prepare->add_option("--seed", prep.seed, "seed of the train/val split")->capture_default_str();
-  prepare->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard")->capture_default_str();
-  prepare->add_option("--threads", prep.threads, "encoding threads (0 = all cores)")->capture_default_str();
+  prepare->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard")
+      ->capture_default_str();
+  prepare->add_option("--threads", prep.threads, "encoding threads (0 = all cores)")
+      ->capture_default_str();
   prepare->add_flag("!--no-progress", prep.progress, "no progress line");
 
   std::string tok_spec = "byte", tok_text;
   bool tok_pieces = true;
   CLI::App* tokenize = app.add_subcommand("tokenize", "show the ids and pieces of a text");
   tokenize->add_option("text", tok_text, "text to tokenize")->required();
-  tokenize->add_option("--tokenizer", tok_spec, "byte | gpt2:<dir> | hf:<tokenizer.json> | <tokenizer.json>")
+  tokenize
+      ->add_option("--tokenizer", tok_spec,
+                   "byte | gpt2:<dir> | hf:<tokenizer.json> | <tokenizer.json>")
       ->capture_default_str();
   tokenize->add_flag("!--ids-only", tok_pieces, "print only the ids");
 

@@ -42,7 +42,8 @@ std::unique_ptr<ExecContext> ExecContext::make_cuda(int device_index) {
 }
 
 void ExecContext::synchronize() const {
-  if (device == Device::cuda) CUDA_CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)));
+  if (device == Device::cuda)
+    CUDA_CHECK(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)));
 }
 
 }  // namespace attnlab

@@ -13,9 +13,9 @@ namespace attnlab {
 struct ExecContext {
   Device device = Device::cpu;
   int device_index = 0;
-  CUstream_st* stream = nullptr;         // cudaStream_t
-  cublasLtContext* cublaslt = nullptr;   // cublasLtHandle_t
-  void* workspace = nullptr;             // cuBLASLt workspace (device memory)
+  CUstream_st* stream = nullptr;        // cudaStream_t
+  cublasLtContext* cublaslt = nullptr;  // cublasLtHandle_t
+  void* workspace = nullptr;            // cuBLASLt workspace (device memory)
   size_t workspace_bytes = 0;
 
   ExecContext() = default;

@@ -10,17 +10,17 @@ namespace attnlab {
 bool cuda_available();
 }  // namespace attnlab
 
-#define CUDA_CHECK(call)                                                          \
-  do {                                                                            \
-    cudaError_t err_ = (call);                                                    \
+#define CUDA_CHECK(call)                                                            \
+  do {                                                                              \
+    cudaError_t err_ = (call);                                                      \
     if (err_ != cudaSuccess) ::attnlab::cuda_fail(err_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // After a kernel launch: checks the launch itself (not its completion).
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
 
-#define CUBLAS_CHECK(call)                                                                 \
-  do {                                                                                     \
-    cublasStatus_t st_ = (call);                                                           \
+#define CUBLAS_CHECK(call)                                                                    \
+  do {                                                                                        \
+    cublasStatus_t st_ = (call);                                                              \
     if (st_ != CUBLAS_STATUS_SUCCESS) ::attnlab::cublas_fail(st_, #call, __FILE__, __LINE__); \
   } while (0)

@@ -20,8 +20,8 @@ std::string strformat(const char* fmt, ...) __attribute__((format(printf, 1, 2))
 }  // namespace attnlab
 
 // REQUIRE(cond, fmt, ...): user-facing precondition. Throws attnlab::Error with the message.
-#define ATTN_REQUIRE(cond, ...)                                          \
-  do {                                                                   \
+#define ATTN_REQUIRE(cond, ...)                                             \
+  do {                                                                      \
     if (!(cond)) ::attnlab::throw_error(::attnlab::strformat(__VA_ARGS__)); \
   } while (0)
 
@@ -29,9 +29,9 @@ std::string strformat(const char* fmt, ...) __attribute__((format(printf, 1, 2))
 #define ATTN_FAIL(...) ::attnlab::throw_error(::attnlab::strformat(__VA_ARGS__))
 
 // Internal invariant (a bug in attnlab, not in the user's input); names file:line.
-#define ATTN_ASSERT(cond)                                                                        \
-  do {                                                                                           \
-    if (!(cond))                                                                                 \
-      ::attnlab::throw_error(::attnlab::strformat("internal error: %s failed at %s:%d", #cond,    \
-                                                  __FILE__, __LINE__));                          \
+#define ATTN_ASSERT(cond)                                                                         \
+  do {                                                                                            \
+    if (!(cond))                                                                                  \
+      ::attnlab::throw_error(                                                                     \
+          ::attnlab::strformat("internal error: %s failed at %s:%d", #cond, __FILE__, __LINE__)); \
   } while (0)

@@ -10,9 +10,12 @@ namespace attnlab {
 
 const char* role_name(ParamRole r) {
   switch (r) {
-    case ParamRole::base: return "base";
-    case ParamRole::attention: return "attention";
-    case ParamRole::adapter: return "adapter";
+    case ParamRole::base:
+      return "base";
+    case ParamRole::attention:
+      return "attention";
+    case ParamRole::adapter:
+      return "adapter";
   }
   return "?";
 }
@@ -31,11 +34,13 @@ void ParameterStore::declare(const ParamSpec& spec) {
   entries_.push_back(Entry{spec, 0, true});
 }
 
-void ParameterStore::finalize(Device device, DType dtype, const std::set<ParamRole>& trainable_roles) {
+void ParameterStore::finalize(Device device, DType dtype,
+                              const std::set<ParamRole>& trainable_roles) {
   ATTN_ASSERT(!finalized_);
   for (auto& e : entries_) e.trainable = trainable_roles.count(e.spec.role) != 0;
   // Trainable tensors first, so that gradients and optimizer state cover one contiguous prefix.
-  std::stable_partition(entries_.begin(), entries_.end(), [](const Entry& e) { return e.trainable; });
+  std::stable_partition(entries_.begin(), entries_.end(),
+                        [](const Entry& e) { return e.trainable; });
   index_.clear();
   int64_t off = 0;
   for (size_t i = 0; i < entries_.size(); ++i) {
@@ -61,8 +66,8 @@ const ParameterStore::Entry& ParameterStore::entry(const std::string& name) cons
     for (auto& e : entries_)
       if (e.spec.name.find(name.substr(0, name.find('.') + 1)) == 0 && near.size() < 400)
         near += " " + e.spec.name;
-    ATTN_FAIL("no parameter named '%s'%s%s", name.c_str(), near.empty() ? "" : "; similar:",
-              near.c_str());
+    ATTN_FAIL("no parameter named '%s'%s%s", name.c_str(),
+              near.empty() ? "" : "; similar:", near.c_str());
   }
   return entries_[it->second];
 }
@@ -79,7 +84,9 @@ Tensor ParameterStore::grad(const std::string& name) const {
 }
 
 Tensor ParameterStore::all_params() const { return params_.as(dtype_, Shape{num_params_}); }
-Tensor ParameterStore::trainable_params() const { return params_.as(dtype_, Shape{num_trainable_}); }
+Tensor ParameterStore::trainable_params() const {
+  return params_.as(dtype_, Shape{num_trainable_});
+}
 Tensor ParameterStore::grads() const { return grads_.as(dtype_, Shape{num_trainable_}); }
 
 void ParameterStore::initialize(uint64_t seed) {

@@ -14,7 +14,7 @@
 namespace attnlab {
 
 enum class ParamRole : uint8_t { base, attention, adapter };
-const char* role_name(ParamRole r);  // "base", "attention", "adapter"
+const char* role_name(ParamRole r);          // "base", "attention", "adapter"
 ParamRole parse_role(const std::string& s);  // throws with the valid names
 
 enum class ParamInit : uint8_t { normal, zeros, ones };

@@ -9,11 +9,16 @@ namespace attnlab {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::i32: return "i32";
-    case DType::u16: return "u16";
-    case DType::u32: return "u32";
+    case DType::f32:
+      return "f32";
+    case DType::bf16:
+      return "bf16";
+    case DType::i32:
+      return "i32";
+    case DType::u16:
+      return "u16";
+    case DType::u32:
+      return "u32";
   }
   return "?";
 }
@@ -55,7 +60,8 @@ Tensor Tensor::slice0(int64_t begin, int64_t end) const {
   Shape s = shape;
   s.dims[0] = end - begin;
   int64_t row = shape[0] ? numel() / shape[0] : 0;
-  return Tensor(static_cast<char*>(data) + size_t(begin * row) * dtype_size(dtype), dtype, device, s);
+  return Tensor(static_cast<char*>(data) + size_t(begin * row) * dtype_size(dtype), dtype, device,
+                s);
 }
 
 std::string Tensor::str() const {
@@ -74,9 +80,10 @@ Buffer::Buffer(Device dev, size_t bytes) : bytes_(bytes), device_(dev) {
       size_t free_b = 0, total_b = 0;
       cudaGetLastError();
       cudaMemGetInfo(&free_b, &total_b);
-      ATTN_FAIL("out of GPU memory allocating %.1f MiB (%.1f MiB free of %.1f MiB); "
-                "try a smaller train.micro_batch or train.seq_len",
-                bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
+      ATTN_FAIL(
+          "out of GPU memory allocating %.1f MiB (%.1f MiB free of %.1f MiB); "
+          "try a smaller train.micro_batch or train.seq_len",
+          bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
     }
     CUDA_CHECK(err);
   }
@@ -103,8 +110,10 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
 
 void Buffer::release() {
   if (!data_) return;
-  if (device_ == Device::cpu) std::free(data_);
-  else cudaFree(data_);
+  if (device_ == Device::cpu)
+    std::free(data_);
+  else
+    cudaFree(data_);
   data_ = nullptr;
   bytes_ = 0;
 }
@@ -116,8 +125,10 @@ Tensor Buffer::as(DType t, Shape s, size_t byte_offset) const {
 
 void Buffer::zero() {
   if (!data_) return;
-  if (device_ == Device::cpu) std::memset(data_, 0, bytes_);
-  else CUDA_CHECK(cudaMemset(data_, 0, bytes_));
+  if (device_ == Device::cpu)
+    std::memset(data_, 0, bytes_);
+  else
+    CUDA_CHECK(cudaMemset(data_, 0, bytes_));
 }
 
 void copy_tensor(const Tensor& dst, const Tensor& src) {
@@ -128,7 +139,7 @@ void copy_tensor(const Tensor& dst, const Tensor& src) {
     std::memcpy(dst.data, src.data, dst.nbytes());
     return;
   }
-  cudaMemcpyKind kind = dst.device == Device::cpu ? cudaMemcpyDeviceToHost
+  cudaMemcpyKind kind = dst.device == Device::cpu   ? cudaMemcpyDeviceToHost
                         : src.device == Device::cpu ? cudaMemcpyHostToDevice
                                                     : cudaMemcpyDeviceToDevice;
   CUDA_CHECK(cudaMemcpy(dst.data, src.data, dst.nbytes(), kind));
@@ -136,8 +147,10 @@ void copy_tensor(const Tensor& dst, const Tensor& src) {
 
 void zero_tensor(const Tensor& t) {
   if (t.nbytes() == 0) return;
-  if (t.device == Device::cpu) std::memset(t.data, 0, t.nbytes());
-  else CUDA_CHECK(cudaMemset(t.data, 0, t.nbytes()));
+  if (t.device == Device::cpu)
+    std::memset(t.data, 0, t.nbytes());
+  else
+    CUDA_CHECK(cudaMemset(t.data, 0, t.nbytes()));
 }
 
 }  // namespace attnlab

@@ -44,7 +44,8 @@ struct Tensor {
   // Rows [begin, end) of the leading dimension.
   Tensor slice0(int64_t begin, int64_t end) const;
 
-  template <typename T> T* ptr() const {
+  template <typename T>
+  T* ptr() const {
     ATTN_ASSERT(dtype_of<T>() == dtype);
     return static_cast<T*>(data);
   }

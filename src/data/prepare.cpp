@@ -125,8 +125,11 @@ class SplitWriter {
  public:
   SplitWriter(std::string dir, std::string split, int32_t version, int64_t shard_tokens,
               SplitSummary& summary)
-      : dir_(std::move(dir)), split_(std::move(split)), version_(version),
-        shard_tokens_(shard_tokens), summary_(summary) {}
+      : dir_(std::move(dir)),
+        split_(std::move(split)),
+        version_(version),
+        shard_tokens_(shard_tokens),
+        summary_(summary) {}
 
   void append(const EncodedBatch& batch, int s) {
     std::span<const int32_t> tokens(batch.tokens[s]);
@@ -135,13 +138,13 @@ class SplitWriter {
     summary_.tokens += int64_t(tokens.size());
     while (!tokens.empty()) {
       if (!writer_) {
-        const std::string path = strformat("%s/%s_%06d.bin", dir_.c_str(), split_.c_str(),
-                                           int(summary_.shards.size()));
+        const std::string path =
+            strformat("%s/%s_%06d.bin", dir_.c_str(), split_.c_str(), int(summary_.shards.size()));
         writer_ = std::make_unique<ShardWriter>(path, version_);
         summary_.shards.push_back(path);
       }
-      const size_t take = size_t(std::min<int64_t>(int64_t(tokens.size()),
-                                                   shard_tokens_ - writer_->size()));
+      const size_t take =
+          size_t(std::min<int64_t>(int64_t(tokens.size()), shard_tokens_ - writer_->size()));
       writer_->append(tokens.first(take));
       tokens = tokens.subspan(take);
       if (writer_->size() == shard_tokens_) finish();
@@ -180,7 +183,8 @@ class Progress {
     if (!force && now - last_ < std::chrono::milliseconds(500)) return;
     last_ = now;
     const double elapsed = std::chrono::duration<double>(now - start_).count();
-    const double fraction = total_ > 0 ? std::min(1.0, double(file_bytes_done) / double(total_)) : 0;
+    const double fraction =
+        total_ > 0 ? std::min(1.0, double(file_bytes_done) / double(total_)) : 0;
     const std::string eta = fraction > 0.001 && fraction < 1.0
                                 ? format_duration(elapsed * (1.0 - fraction) / fraction)
                                 : std::string("?");
@@ -254,8 +258,8 @@ PrepareSummary prepare(const PrepareOptions& options) {
   const auto start = Clock::now();
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(options.tokenizer);
   const std::vector<std::string> files = expand_globs(options.inputs);
-  const int threads =
-      options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = options.threads > 0 ? options.threads
+                                          : int(std::max(1u, std::thread::hardware_concurrency()));
 
   PrepareSummary summary;
   summary.tokenizer = tokenizer->name();
@@ -265,17 +269,19 @@ PrepareSummary prepare(const PrepareOptions& options) {
 
   std::error_code ec;
   fs::create_directories(options.out_dir, ec);
-  ATTN_REQUIRE(fs::is_directory(options.out_dir), "prepare: cannot create output directory '%s'%s%s",
-               options.out_dir.c_str(), ec ? ": " : "", ec ? ec.message().c_str() : "");
+  ATTN_REQUIRE(fs::is_directory(options.out_dir),
+               "prepare: cannot create output directory '%s'%s%s", options.out_dir.c_str(),
+               ec ? ": " : "", ec ? ec.message().c_str() : "");
   remove_old_shards(options.out_dir);
 
   int64_t total_file_bytes = 0;
   for (const auto& f : files) total_file_bytes += int64_t(fs::file_size(f));
   Progress progress(options.progress, total_file_bytes);
 
-  SplitWriter writers[2] = {
-      SplitWriter(options.out_dir, "train", summary.shard_version, options.shard_tokens, summary.train),
-      SplitWriter(options.out_dir, "val", summary.shard_version, options.shard_tokens, summary.val)};
+  SplitWriter writers[2] = {SplitWriter(options.out_dir, "train", summary.shard_version,
+                                        options.shard_tokens, summary.train),
+                            SplitWriter(options.out_dir, "val", summary.shard_version,
+                                        options.shard_tokens, summary.val)};
   const int64_t batch_bytes = int64_t(threads) * (8 << 20);
 
   // Pipeline: the main thread reads batch k+1 while batch k is being encoded.
@@ -341,16 +347,18 @@ PrepareSummary prepare(const PrepareOptions& options) {
   write_text_atomic(options.out_dir + "/tokenizer.json", tokenizer->to_json());
   summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (options.val_fraction > 0 && summary.val.documents == 0 && options.progress)
-    std::fprintf(stderr, "prepare: warning: no document went to val (val_fraction %g, %lld "
+    std::fprintf(stderr,
+                 "prepare: warning: no document went to val (val_fraction %g, %lld "
                  "documents); raise val_fraction or add documents\n",
                  options.val_fraction, (long long)summary.train.documents);
   return summary;
 }
 
 std::string PrepareSummary::to_string() const {
-  std::string s = strformat("prepared %lld file(s) with tokenizer %s (vocab %d, %s shards) in %.1f s\n",
-                            (long long)input_files, tokenizer.c_str(), vocab_size,
-                            shard_version == kShardVersionU16 ? "uint16" : "uint32", seconds);
+  std::string s =
+      strformat("prepared %lld file(s) with tokenizer %s (vocab %d, %s shards) in %.1f s\n",
+                (long long)input_files, tokenizer.c_str(), vocab_size,
+                shard_version == kShardVersionU16 ? "uint16" : "uint32", seconds);
   const std::pair<const char*, const SplitSummary*> splits[] = {{"train", &train}, {"val", &val}};
   for (const auto& [name, split] : splits) {
     s += strformat("  %-5s %s documents, %s tokens, %s bytes, %.4f tokens/byte, %zu shard(s)\n",

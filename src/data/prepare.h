@@ -20,14 +20,14 @@ namespace attnlab {
 struct PrepareOptions {
   std::vector<std::string> inputs;  // files or glob patterns
   std::string out_dir;
-  std::string tokenizer = "byte";   // a make_tokenizer() spec
+  std::string tokenizer = "byte";    // a make_tokenizer() spec
   std::string delimiter = "\n\n\n";  // empty: one document per file
-  std::string jsonl_field;          // non-empty: inputs are JSON lines, documents are this field
+  std::string jsonl_field;           // non-empty: inputs are JSON lines, documents are this field
   double val_fraction = 0.005;
   uint64_t seed = 1337;
   int64_t shard_tokens = 100'000'000;
-  int threads = 0;                  // 0: all hardware threads
-  bool progress = true;             // a progress line on stderr
+  int threads = 0;       // 0: all hardware threads
+  bool progress = true;  // a progress line on stderr
   void validate() const;
 };
 

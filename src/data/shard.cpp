@@ -84,8 +84,8 @@ std::unique_ptr<ShardFile> ShardFile::open(const std::string& path, int64_t voca
                "token shard '%s': unsupported version %d (expected 1 = uint16 tokens or 2 = uint32 "
                "tokens)",
                path.c_str(), version);
-  ATTN_REQUIRE(count >= 0, "token shard '%s': negative token count %d in the header",
-               path.c_str(), count);
+  ATTN_REQUIRE(count >= 0, "token shard '%s': negative token count %d in the header", path.c_str(),
+               count);
   const int64_t expected = kShardHeaderBytes + int64_t(count) * bytes_per_token(version);
   ATTN_REQUIRE(file_bytes >= expected,
                "token shard '%s' is truncated: the header promises %d tokens (%lld bytes) but the "
@@ -135,7 +135,8 @@ void ShardFile::read(int64_t start, int64_t count, int32_t* out) const {
 int32_t ShardFile::max_token() const {
   int64_t max_id = -1;
   if (version_ == kShardVersionU16) {
-    for (int64_t i = 0; i < num_tokens_; ++i) max_id = std::max<int64_t>(max_id, load_u16(data_ + 2 * i));
+    for (int64_t i = 0; i < num_tokens_; ++i)
+      max_id = std::max<int64_t>(max_id, load_u16(data_ + 2 * i));
   } else {
     for (int64_t i = 0; i < num_tokens_; ++i) {
       const uint32_t v = load_u32(data_ + 4 * i);

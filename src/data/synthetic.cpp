@@ -126,8 +126,8 @@ void SyntheticConfig::validate() const {
 
 SyntheticIds synthetic_ids(int vocab_size) {
   ATTN_REQUIRE(vocab_size >= 64, "synthetic data: vocab_size must be >= 64, got %d", vocab_size);
-  return SyntheticIds{vocab_size - 1, vocab_size - 2, vocab_size - 3, vocab_size - 4,
-                      vocab_size - 5, vocab_size - kNumReserved};
+  return SyntheticIds{vocab_size - 1, vocab_size - 2, vocab_size - 3,
+                      vocab_size - 4, vocab_size - 5, vocab_size - kNumReserved};
 }
 
 SyntheticData generate_synthetic(const SyntheticConfig& config) {
@@ -144,14 +144,22 @@ SyntheticData generate_synthetic(const SyntheticConfig& config) {
 
 const char* synthetic_kind_name(SyntheticKind kind) {
   switch (kind) {
-    case SyntheticKind::kMarker: return "marker";
-    case SyntheticKind::kMarkov: return "markov";
-    case SyntheticKind::kBindKey: return "bind_key";
-    case SyntheticKind::kBindValue: return "bind_value";
-    case SyntheticKind::kQueryKey: return "query_key";
-    case SyntheticKind::kRecall: return "recall";
-    case SyntheticKind::kCopySource: return "copy_source";
-    case SyntheticKind::kCopied: return "copied";
+    case SyntheticKind::kMarker:
+      return "marker";
+    case SyntheticKind::kMarkov:
+      return "markov";
+    case SyntheticKind::kBindKey:
+      return "bind_key";
+    case SyntheticKind::kBindValue:
+      return "bind_value";
+    case SyntheticKind::kQueryKey:
+      return "query_key";
+    case SyntheticKind::kRecall:
+      return "recall";
+    case SyntheticKind::kCopySource:
+      return "copy_source";
+    case SyntheticKind::kCopied:
+      return "copied";
   }
   return "?";
 }
@@ -201,8 +209,10 @@ std::vector<RecallQuery> find_recall_queries(const std::vector<int32_t>& tokens,
     } else if (t == ids.query && i + 2 < n) {
       const int32_t key = tokens[size_t(i + 1)];
       const auto it = latest.find(key);
-      ATTN_REQUIRE(it != latest.end(), "synthetic stream: QUERY at %lld asks for key %d, which "
-                   "has no earlier binding in its document", (long long)i, key);
+      ATTN_REQUIRE(it != latest.end(),
+                   "synthetic stream: QUERY at %lld asks for key %d, which "
+                   "has no earlier binding in its document",
+                   (long long)i, key);
       queries.push_back(RecallQuery{i + 2, it->second, key, tokens[size_t(i + 2)]});
       i += 2;
     }

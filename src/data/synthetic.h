@@ -39,9 +39,9 @@ SyntheticData generate_synthetic(const SyntheticConfig& config);
 // What a position of a synthetic stream is, for per-kind losses (a long-range probe: "recall" and
 // "copied" tokens can only be predicted by attending back).
 enum class SyntheticKind : uint8_t {
-  kMarker,      // eot / BIND / QUERY / COPY / SEP
-  kMarkov,      // a step of the Markov chain (the first token of a walk is uniform)
-  kBindKey,     // a key or value inside a BIND triple (uniform random)
+  kMarker,   // eot / BIND / QUERY / COPY / SEP
+  kMarkov,   // a step of the Markov chain (the first token of a walk is uniform)
+  kBindKey,  // a key or value inside a BIND triple (uniform random)
   kBindValue,
   kQueryKey,    // the key of a QUERY triple (one of the bound keys)
   kRecall,      // the value of a QUERY triple: determined by the most recent binding of its key

@@ -190,8 +190,10 @@ class PipeStream final : public TextStream {
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) {
-    if (c == '\'') q += "'\\''";
-    else q += c;
+    if (c == '\'')
+      q += "'\\''";
+    else
+      q += c;
   }
   return q + "'";
 }
@@ -210,7 +212,8 @@ std::unique_ptr<TextStream> open_xz_with_program(const std::string& path) {
 
 std::unique_ptr<TextStream> open_text_stream(const std::string& path) {
   switch (detect_format(path)) {
-    case Format::kPlain: return std::make_unique<PlainStream>(path);
+    case Format::kPlain:
+      return std::make_unique<PlainStream>(path);
     case Format::kGzip:
 #ifdef ATTNLAB_HAVE_ZLIB
       return std::make_unique<GzipStream>(path);

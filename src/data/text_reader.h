@@ -51,8 +51,8 @@ class DocumentReader {
   std::string delimiter_;
   std::string buffer_;
   std::vector<char> chunk_;  // read target (appended to buffer_)
-  size_t begin_ = 0;   // start of the unconsumed part of buffer_
-  size_t scan_ = 0;    // delimiter search resumes here
+  size_t begin_ = 0;         // start of the unconsumed part of buffer_
+  size_t scan_ = 0;          // delimiter search resumes here
   bool eof_ = false;
 };
 

@@ -46,8 +46,7 @@ AtomicFileWriter::AtomicFileWriter(std::string path)
     : path_(std::move(path)), temp_path_(path_ + ".tmp") {
   ATTN_REQUIRE(!path_.empty(), "cannot write a file with an empty path");
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0)
-    ATTN_FAIL("cannot write '%s': %s", temp_path_.c_str(), errno_text(errno).c_str());
+  if (fd_ < 0) ATTN_FAIL("cannot write '%s': %s", temp_path_.c_str(), errno_text(errno).c_str());
 }
 
 AtomicFileWriter::~AtomicFileWriter() {

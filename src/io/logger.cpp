@@ -20,9 +20,7 @@ std::string vformat(const char* fmt, va_list ap) {
 }  // namespace
 
 Logger::Logger(int rank, std::FILE* sink, std::optional<bool> color)
-    : rank_(rank),
-      sink_(sink),
-      color_(color.value_or(sink == stderr && stderr_supports_color())) {
+    : rank_(rank), sink_(sink), color_(color.value_or(sink == stderr && stderr_supports_color())) {
   ATTN_REQUIRE(rank >= 0, "logger: rank must be >= 0, got %d", rank);
 }
 

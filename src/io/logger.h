@@ -4,10 +4,9 @@
 #pragma once
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "io/metrics.h"
 

@@ -99,8 +99,9 @@ std::string format_count(double v) {
     v /= 1000;
     ++k;
   }
-  const char* fmt = k == 0 || std::abs(v) >= 99.95 ? "%.0f%s" : std::abs(v) >= 9.995 ? "%.1f%s"
-                                                                                      : "%.2f%s";
+  const char* fmt = k == 0 || std::abs(v) >= 99.95 ? "%.0f%s"
+                    : std::abs(v) >= 9.995         ? "%.1f%s"
+                                                   : "%.2f%s";
   return strformat(fmt, v, kSuffix[k]);
 }
 

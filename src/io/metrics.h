@@ -2,11 +2,10 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace attnlab::io {
 
@@ -45,14 +44,14 @@ class MetricsWriter {
 // One training step as the progress line reports it. NaN fields other than the loss are left out
 // of the line (a NaN loss prints as "nan").
 struct ProgressStats {
-  int64_t step = 0;          // steps completed, 1-based
+  int64_t step = 0;  // steps completed, 1-based
   int64_t total_steps = 0;
   double loss = NAN;
   double lr = NAN;
   double grad_norm = NAN;
   double tokens_per_s = NAN;
   double step_ms = NAN;
-  double eta_s = NAN;        // NaN: estimated as step_ms * (total_steps - step)
+  double eta_s = NAN;  // NaN: estimated as step_ms * (total_steps - step)
   std::vector<std::pair<std::string, std::string>> extra;  // appended as "key value"
 };
 

@@ -1,5 +1,6 @@
 #include "io/safetensors.h"
 
+#include <cuda_fp16.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -9,10 +10,8 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <set>
-
-#include <cuda_fp16.h>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/cuda_check.h"
 #include "io/atomic_file.h"
@@ -25,7 +24,7 @@ static_assert(std::endian::native == std::endian::little,
 namespace {
 
 constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;  // the reference implementation's limit
-constexpr size_t kStagingBytes = size_t(64) << 20;          // CUDA -> host and conversion chunks
+constexpr size_t kStagingBytes = size_t(64) << 20;         // CUDA -> host and conversion chunks
 constexpr const char* kMetadataKey = "__metadata__";
 
 constexpr StDType kAllStDTypes[] = {StDType::F32, StDType::BF16, StDType::F16, StDType::I32,
@@ -70,7 +69,8 @@ float load_as_float(const std::byte* src, StDType t, int64_t i) {
       std::memcpy(&r.x, src + 2 * i, 2);
       return __half2float(__half(r));
     }
-    default: ATTN_ASSERT(false);
+    default:
+      ATTN_ASSERT(false);
   }
   return 0.f;
 }
@@ -94,33 +94,52 @@ bool is_float_type(StDType t) {
 
 const char* st_dtype_name(StDType t) {
   switch (t) {
-    case StDType::F32: return "F32";
-    case StDType::BF16: return "BF16";
-    case StDType::F16: return "F16";
-    case StDType::I32: return "I32";
-    case StDType::U16: return "U16";
-    case StDType::U32: return "U32";
-    case StDType::I64: return "I64";
+    case StDType::F32:
+      return "F32";
+    case StDType::BF16:
+      return "BF16";
+    case StDType::F16:
+      return "F16";
+    case StDType::I32:
+      return "I32";
+    case StDType::U16:
+      return "U16";
+    case StDType::U32:
+      return "U32";
+    case StDType::I64:
+      return "I64";
   }
   return "?";
 }
 
 size_t st_dtype_size(StDType t) {
   switch (t) {
-    case StDType::F32: case StDType::I32: case StDType::U32: return 4;
-    case StDType::BF16: case StDType::F16: case StDType::U16: return 2;
-    case StDType::I64: return 8;
+    case StDType::F32:
+    case StDType::I32:
+    case StDType::U32:
+      return 4;
+    case StDType::BF16:
+    case StDType::F16:
+    case StDType::U16:
+      return 2;
+    case StDType::I64:
+      return 8;
   }
   return 0;
 }
 
 StDType st_dtype_of(DType t) {
   switch (t) {
-    case DType::f32: return StDType::F32;
-    case DType::bf16: return StDType::BF16;
-    case DType::i32: return StDType::I32;
-    case DType::u16: return StDType::U16;
-    case DType::u32: return StDType::U32;
+    case DType::f32:
+      return StDType::F32;
+    case DType::bf16:
+      return StDType::BF16;
+    case DType::i32:
+      return StDType::I32;
+    case DType::u16:
+      return StDType::U16;
+    case DType::u32:
+      return StDType::U32;
   }
   ATTN_ASSERT(false);
   return StDType::F32;
@@ -128,12 +147,18 @@ StDType st_dtype_of(DType t) {
 
 DType dtype_of(StDType t) {
   switch (t) {
-    case StDType::F32: return DType::f32;
-    case StDType::BF16: return DType::bf16;
-    case StDType::I32: return DType::i32;
-    case StDType::U16: return DType::u16;
-    case StDType::U32: return DType::u32;
-    default: ATTN_FAIL("safetensors dtype %s has no attnlab dtype", st_dtype_name(t));
+    case StDType::F32:
+      return DType::f32;
+    case StDType::BF16:
+      return DType::bf16;
+    case StDType::I32:
+      return DType::i32;
+    case StDType::U16:
+      return DType::u16;
+    case StDType::U32:
+      return DType::u32;
+    default:
+      ATTN_FAIL("safetensors dtype %s has no attnlab dtype", st_dtype_name(t));
   }
 }
 
@@ -153,8 +178,8 @@ void SafetensorsWriter::add(const std::string& name, const Tensor& t) {
   entries_.back().device = t.device;
 }
 
-void SafetensorsWriter::add_raw(const std::string& name, StDType dtype,
-                                std::vector<int64_t> shape, const void* data) {
+void SafetensorsWriter::add_raw(const std::string& name, StDType dtype, std::vector<int64_t> shape,
+                                const void* data) {
   ATTN_REQUIRE(!name.empty(), "safetensors: tensor names must not be empty");
   ATTN_REQUIRE(name != kMetadataKey, "safetensors: '%s' is reserved for metadata", kMetadataKey);
   for (const Entry& e : entries_)
@@ -166,8 +191,7 @@ void SafetensorsWriter::add_raw(const std::string& name, StDType dtype,
     numel *= d;
   }
   size_t bytes = size_t(numel) * st_dtype_size(dtype);
-  ATTN_REQUIRE(bytes == 0 || data != nullptr, "safetensors: tensor '%s' has no data",
-               name.c_str());
+  ATTN_REQUIRE(bytes == 0 || data != nullptr, "safetensors: tensor '%s' has no data", name.c_str());
   entries_.push_back(Entry{name, dtype, std::move(shape), data, Device::cpu, bytes});
 }
 
@@ -246,9 +270,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   file_size_ = size_t(st.st_size);
   if (file_size_ < 8) {
     ::close(fd);
-    ATTN_FAIL("checkpoint '%s' is not a safetensors file: %zu bytes, too short for the 8-byte "
-              "header length",
-              path.c_str(), file_size_);
+    ATTN_FAIL(
+        "checkpoint '%s' is not a safetensors file: %zu bytes, too short for the 8-byte "
+        "header length",
+        path.c_str(), file_size_);
   }
   map_ = ::mmap(nullptr, file_size_, PROT_READ, MAP_PRIVATE, fd, 0);
   int err = errno;
@@ -299,8 +324,7 @@ void SafetensorsFile::parse_header(const char* text, size_t len) {
     if (name == kMetadataKey) {
       ATTN_REQUIRE(entry.is_object(), "checkpoint '%s': __metadata__ is not a JSON object", p);
       for (const auto& [k, v] : entry.items()) {
-        ATTN_REQUIRE(v.is_string(), "checkpoint '%s': metadata '%s' is not a string", p,
-                     k.c_str());
+        ATTN_REQUIRE(v.is_string(), "checkpoint '%s': metadata '%s' is not a string", p, k.c_str());
         metadata_[k] = v.get<std::string>();
       }
       continue;
@@ -351,7 +375,8 @@ void SafetensorsFile::parse_header(const char* text, size_t len) {
                  "%llu bytes",
                  p, n, st_dtype_name(ti.dtype), ti.shape_str().c_str(),
                  bytes > u128(UINT64_MAX) ? std::string("> 2^64").c_str()
-                                          : std::to_string(uint64_t(bytes)).c_str(), (unsigned long long)(ti.end - ti.begin));
+                                          : std::to_string(uint64_t(bytes)).c_str(),
+                 (unsigned long long)(ti.end - ti.begin));
     infos_[name] = std::move(ti);
   }
 
@@ -366,11 +391,12 @@ void SafetensorsFile::parse_header(const char* text, size_t len) {
   for (const std::string& name : names_) {
     const TensorInfo& ti = infos_.at(name);
     if (ti.begin < covered)
-      ATTN_FAIL("checkpoint '%s': tensors '%s' and '%s' overlap (data_offsets [%llu, %llu] and "
-                "[%llu, %llu])",
-                p, prev->c_str(), name.c_str(), (unsigned long long)infos_.at(*prev).begin,
-                (unsigned long long)infos_.at(*prev).end, (unsigned long long)ti.begin,
-                (unsigned long long)ti.end);
+      ATTN_FAIL(
+          "checkpoint '%s': tensors '%s' and '%s' overlap (data_offsets [%llu, %llu] and "
+          "[%llu, %llu])",
+          p, prev->c_str(), name.c_str(), (unsigned long long)infos_.at(*prev).begin,
+          (unsigned long long)infos_.at(*prev).end, (unsigned long long)ti.begin,
+          (unsigned long long)ti.end);
     ATTN_REQUIRE(ti.begin == covered,
                  "checkpoint '%s': %llu bytes before tensor '%s' belong to no tensor", p,
                  (unsigned long long)(ti.begin - covered), name.c_str());
@@ -428,8 +454,10 @@ void SafetensorsFile::load_into(const std::string& name, const Tensor& dst) cons
   const int64_t numel = ti.numel();
   if (ti.dtype == want_dt) {
     if (numel == 0) return;
-    if (dst.device == Device::cpu) std::memcpy(dst.data, src, dst.nbytes());
-    else CUDA_CHECK(cudaMemcpy(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice));
+    if (dst.device == Device::cpu)
+      std::memcpy(dst.data, src, dst.nbytes());
+    else
+      CUDA_CHECK(cudaMemcpy(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice));
     return;
   }
   ATTN_REQUIRE(is_float_type(ti.dtype) && is_float_type(want_dt) && want_dt != StDType::F16,

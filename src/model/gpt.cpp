@@ -11,12 +11,16 @@
 namespace attnlab {
 
 GPT::GPT(const GPTConfig& cfg) : cfg_(cfg) {
-  ATTN_REQUIRE(cfg.n_layer >= 1 && cfg.n_head >= 1 && cfg.n_embd >= 1, "model: n_layer, n_head and "
-               "n_embd must be >= 1 (got %d, %d, %d)", cfg.n_layer, cfg.n_head, cfg.n_embd);
-  ATTN_REQUIRE(cfg.n_embd % cfg.n_head == 0, "model.n_embd (%d) must be a multiple of model.n_head (%d)",
-               cfg.n_embd, cfg.n_head);
-  ATTN_REQUIRE(cfg.kv_heads() == cfg.n_head, "model.n_kv_head = %d: grouped-query attention is not "
-               "supported by the GPT-2 family yet (use 0 or n_head)", cfg.n_kv_head);
+  ATTN_REQUIRE(cfg.n_layer >= 1 && cfg.n_head >= 1 && cfg.n_embd >= 1,
+               "model: n_layer, n_head and "
+               "n_embd must be >= 1 (got %d, %d, %d)",
+               cfg.n_layer, cfg.n_head, cfg.n_embd);
+  ATTN_REQUIRE(cfg.n_embd % cfg.n_head == 0,
+               "model.n_embd (%d) must be a multiple of model.n_head (%d)", cfg.n_embd, cfg.n_head);
+  ATTN_REQUIRE(cfg.kv_heads() == cfg.n_head,
+               "model.n_kv_head = %d: grouped-query attention is not "
+               "supported by the GPT-2 family yet (use 0 or n_head)",
+               cfg.n_kv_head);
   ATTN_REQUIRE(cfg.padded_vocab >= cfg.vocab_size, "padded vocab %d < vocab %d", cfg.padded_vocab,
                cfg.vocab_size);
   for (int l = 0; l < cfg.n_layer; ++l) attn_.push_back(make_attention(cfg.attention, l));
@@ -65,8 +69,8 @@ void GPT::init_params(ParameterStore& store, uint64_t seed) const {
 }
 
 void GPT::allocate(const ExecContext& ctx, int B, int T, DType dtype) {
-  ATTN_REQUIRE(T >= 1 && T <= cfg_.block_size, "sequence length %d must be in [1, model.block_size = %d]",
-               T, cfg_.block_size);
+  ATTN_REQUIRE(T >= 1 && T <= cfg_.block_size,
+               "sequence length %d must be in [1, model.block_size = %d]", T, cfg_.block_size);
   ATTN_REQUIRE(B >= 1, "micro-batch must be >= 1, got %d", B);
   maxB_ = B;
   maxT_ = T;
@@ -88,9 +92,15 @@ size_t GPT::activation_bytes(int B, int T, DType dtype) const {
   const size_t core = 4 * aC + a3C + a4C + stats;
   size_t layers = 0;
   switch (cfg_.recompute) {
-    case ActivationRecompute::none: layers = L * (core + a4C + aC); break;
-    case ActivationRecompute::gelu: layers = L * (core + aC) + a4C; break;        // one shared GELU
-    case ActivationRecompute::block: layers = (core + a4C) + L * aC; break;       // one shared layer
+    case ActivationRecompute::none:
+      layers = L * (core + a4C + aC);
+      break;
+    case ActivationRecompute::gelu:
+      layers = L * (core + aC) + a4C;
+      break;  // one shared GELU
+    case ActivationRecompute::block:
+      layers = (core + a4C) + L * aC;
+      break;  // one shared layer
   }
   size_t head = 2 * aC + 2 * al(BT * 4) + al(BT * cfg_.padded_vocab * es) + al(BT * 4);
   size_t scratch = 3 * aC + a3C + a4C;
@@ -99,9 +109,12 @@ size_t GPT::activation_bytes(int B, int T, DType dtype) const {
 
 const char* recompute_name(ActivationRecompute r) {
   switch (r) {
-    case ActivationRecompute::none: return "none";
-    case ActivationRecompute::gelu: return "gelu";
-    case ActivationRecompute::block: return "block";
+    case ActivationRecompute::none:
+      return "none";
+    case ActivationRecompute::gelu:
+      return "gelu";
+    case ActivationRecompute::block:
+      return "block";
   }
   return "?";
 }
@@ -194,8 +207,8 @@ void GPT::bind_activations(int B, int T) {
   T_ = T;
 }
 
-void GPT::layer_forward(const ExecContext& ctx, const ParameterStore& store, int l, AttentionMode mode,
-                        bool with_output, ForwardResult* result) {
+void GPT::layer_forward(const ExecContext& ctx, const ParameterStore& store, int l,
+                        AttentionMode mode, bool with_output, ForwardResult* result) {
   const int B = B_, T = T_;
   const int64_t BT = int64_t(B) * T, C = cfg_.n_embd;
   Layer& L = layers_[l];
@@ -208,8 +221,8 @@ void GPT::layer_forward(const ExecContext& ctx, const ParameterStore& store, int
   }
   {
     OpScope s(ob, "fwd.matmul.qkv");
-    ops::matmul_fwd(ctx, L.qkv.view(Shape{BT, 3 * C}), L.ln1, store.param(p(l, "attn.c_attn.weight")),
-                    store.param(p(l, "attn.c_attn.bias")));
+    ops::matmul_fwd(ctx, L.qkv.view(Shape{BT, 3 * C}), L.ln1,
+                    store.param(p(l, "attn.c_attn.weight")), store.param(p(l, "attn.c_attn.bias")));
   }
   {
     OpScope s(ob, "fwd.attention");
@@ -252,13 +265,15 @@ void GPT::layer_forward(const ExecContext& ctx, const ParameterStore& store, int
   }
 }
 
-ForwardResult GPT::forward(const ExecContext& ctx, const ParameterStore& store, const Tensor& tokens,
-                           const Tensor& targets, AttentionMode mode, float dloss) {
+ForwardResult GPT::forward(const ExecContext& ctx, const ParameterStore& store,
+                           const Tensor& tokens, const Tensor& targets, AttentionMode mode,
+                           float dloss) {
   NvtxRange range("gpt.forward");
-  ATTN_REQUIRE(tokens.ndim() == 2 && tokens.dtype == DType::i32, "model input must be i32[B, T], got %s",
-               tokens.str().c_str());
+  ATTN_REQUIRE(tokens.ndim() == 2 && tokens.dtype == DType::i32,
+               "model input must be i32[B, T], got %s", tokens.str().c_str());
   const int B = int(tokens.dim(0)), T = int(tokens.dim(1));
-  ATTN_REQUIRE(B <= maxB_ && T <= maxT_, "batch [%d, %d] exceeds the allocated [%d, %d]", B, T, maxB_, maxT_);
+  ATTN_REQUIRE(B <= maxB_ && T <= maxT_, "batch [%d, %d] exceeds the allocated [%d, %d]", B, T,
+               maxB_, maxT_);
   const int64_t BT = int64_t(B) * T, C = cfg_.n_embd;
   if (B != B_ || T != T_) bind_activations(B, T);
   OpObserver* ob = observer_;
@@ -275,8 +290,8 @@ ForwardResult GPT::forward(const ExecContext& ctx, const ParameterStore& store, 
   }
   {
     OpScope s(ob, "fwd.layernorm");
-    ops::layernorm_fwd(ctx, lnf_, lnf_mean_, lnf_rstd_, layers_.back().res3, store.param("ln_f.weight"),
-                       store.param("ln_f.bias"), cfg_.norm_eps);
+    ops::layernorm_fwd(ctx, lnf_, lnf_mean_, lnf_rstd_, layers_.back().res3,
+                       store.param("ln_f.weight"), store.param("ln_f.bias"), cfg_.norm_eps);
   }
   {
     OpScope s(ob, "fwd.matmul.lm_head");
@@ -294,8 +309,8 @@ ForwardResult GPT::forward(const ExecContext& ctx, const ParameterStore& store, 
   {
     OpScope s(ob, "fwd.crossentropy");
     if (dloss != 0.f) {
-      ops::crossentropy_fwd_bwd(ctx, losses_, logits_, logits_, tflat, cfg_.vocab_size, kIgnoreIndex,
-                                dloss);
+      ops::crossentropy_fwd_bwd(ctx, losses_, logits_, logits_, tflat, cfg_.vocab_size,
+                                kIgnoreIndex, dloss);
       has_dlogits_ = true;
     } else {
       ops::crossentropy_fwd(ctx, losses_, logits_, tflat, cfg_.vocab_size, kIgnoreIndex);
@@ -337,8 +352,9 @@ void GPT::layer_backward(const ExecContext& ctx, const ParameterStore& store, in
   // dres holds d(res3); the residual passes it to res2 unchanged, the MLP branch adds to it.
   {
     OpScope s(ob, "bwd.matmul.mlp_proj");
-    ops::matmul_bwd(ctx, dfch_, store.grad(p(l, "mlp.c_proj.weight")), store.grad(p(l, "mlp.c_proj.bias")),
-                    dres_, L.fch_gelu, store.param(p(l, "mlp.c_proj.weight")));
+    ops::matmul_bwd(ctx, dfch_, store.grad(p(l, "mlp.c_proj.weight")),
+                    store.grad(p(l, "mlp.c_proj.bias")), dres_, L.fch_gelu,
+                    store.param(p(l, "mlp.c_proj.weight")));
   }
   {
     OpScope s(ob, "bwd.gelu");
@@ -346,13 +362,14 @@ void GPT::layer_backward(const ExecContext& ctx, const ParameterStore& store, in
   }
   {
     OpScope s(ob, "bwd.matmul.fc");
-    ops::matmul_bwd(ctx, dln_, store.grad(p(l, "mlp.c_fc.weight")), store.grad(p(l, "mlp.c_fc.bias")),
-                    dfch_, L.ln2, store.param(p(l, "mlp.c_fc.weight")));
+    ops::matmul_bwd(ctx, dln_, store.grad(p(l, "mlp.c_fc.weight")),
+                    store.grad(p(l, "mlp.c_fc.bias")), dfch_, L.ln2,
+                    store.param(p(l, "mlp.c_fc.weight")));
   }
   {
     OpScope s(ob, "bwd.layernorm");
-    ops::layernorm_bwd(ctx, dres_, store.grad(p(l, "ln_2.weight")), store.grad(p(l, "ln_2.bias")), dln_,
-                       L.res2, store.param(p(l, "ln_2.weight")), L.ln2_mean, L.ln2_rstd);
+    ops::layernorm_bwd(ctx, dres_, store.grad(p(l, "ln_2.weight")), store.grad(p(l, "ln_2.bias")),
+                       dln_, L.res2, store.param(p(l, "ln_2.weight")), L.ln2_mean, L.ln2_rstd);
   }
   // dres now holds d(res2); attention branch.
   {
@@ -370,14 +387,15 @@ void GPT::layer_backward(const ExecContext& ctx, const ParameterStore& store, in
   }
   {
     OpScope s(ob, "bwd.matmul.qkv");
-    ops::matmul_bwd(ctx, dln_, store.grad(p(l, "attn.c_attn.weight")), store.grad(p(l, "attn.c_attn.bias")),
-                    dqkv_.view(Shape{BT, 3 * C}), L.ln1, store.param(p(l, "attn.c_attn.weight")),
+    ops::matmul_bwd(ctx, dln_, store.grad(p(l, "attn.c_attn.weight")),
+                    store.grad(p(l, "attn.c_attn.bias")), dqkv_.view(Shape{BT, 3 * C}), L.ln1,
+                    store.param(p(l, "attn.c_attn.weight")),
                     /*accumulate_dx=*/dh);
   }
   {
     OpScope s(ob, "bwd.layernorm");
-    ops::layernorm_bwd(ctx, dres_, store.grad(p(l, "ln_1.weight")), store.grad(p(l, "ln_1.bias")), dln_,
-                       x, store.param(p(l, "ln_1.weight")), L.ln1_mean, L.ln1_rstd);
+    ops::layernorm_bwd(ctx, dres_, store.grad(p(l, "ln_1.weight")), store.grad(p(l, "ln_1.bias")),
+                       dln_, x, store.param(p(l, "ln_1.weight")), L.ln1_mean, L.ln1_rstd);
   }
 }
 
@@ -390,7 +408,8 @@ void GPT::backward(const ExecContext& ctx, const ParameterStore& store, const Te
   // Head: logits = lnf @ wte^T (dlogits sit in the logits buffer).
   {
     OpScope s(ob, "bwd.matmul.lm_head");
-    ops::matmul_bwd(ctx, dln_, store.grad("wte.weight"), Tensor(), logits_, lnf_, store.param("wte.weight"));
+    ops::matmul_bwd(ctx, dln_, store.grad("wte.weight"), Tensor(), logits_, lnf_,
+                    store.param("wte.weight"));
   }
   {
     OpScope s(ob, "bwd.layernorm");
@@ -404,8 +423,8 @@ void GPT::backward(const ExecContext& ctx, const ParameterStore& store, const Te
   }
   {
     OpScope s(ob, "bwd.embedding");
-    ops::embedding_bwd(ctx, store.grad("wte.weight"), store.grad("wpe.weight"), dres_.view(Shape{B, T, C}),
-                       tokens);
+    ops::embedding_bwd(ctx, store.grad("wte.weight"), store.grad("wpe.weight"),
+                       dres_.view(Shape{B, T, C}), tokens);
   }
   has_dlogits_ = false;
 }
@@ -448,8 +467,9 @@ std::string device_memory_shortfall(const TrainingMemoryEstimate& e, size_t free
   std::string hint;
   const size_t fixed = e.weights + e.grads + e.optimizer + e.workspace;
   if (fixed + fixed / 20 >= free_bytes) {
-    hint = "the weights, gradients and optimizer state alone do not fit: use a smaller model or a "
-           "GPU with more memory";
+    hint =
+        "the weights, gradients and optimizer state alone do not fit: use a smaller model or a "
+        "GPU with more memory";
   } else {
     // Activations scale with the micro-batch: the largest that fits, keeping the recompute mode.
     const double room = double(free_bytes) / 1.05 - double(fixed) - double(1 << 20);
@@ -460,12 +480,13 @@ std::string device_memory_shortfall(const TrainingMemoryEstimate& e, size_t free
     if (recompute != ActivationRecompute::block)
       hint += ", or set train.recompute: block (keeps only each layer's input)";
   }
-  return strformat("out of device memory at start-up: the run needs about %s (weights %s, "
-                   "gradients %s, optimizer %s, activations %s for micro-batch %d, recompute %s) "
-                   "but the GPU has %s free; %s",
-                   gib(e.total()).c_str(), gib(e.weights).c_str(), gib(e.grads).c_str(),
-                   gib(e.optimizer).c_str(), gib(e.activations).c_str(), micro_batch,
-                   recompute_name(recompute), gib(free_bytes).c_str(), hint.c_str());
+  return strformat(
+      "out of device memory at start-up: the run needs about %s (weights %s, "
+      "gradients %s, optimizer %s, activations %s for micro-batch %d, recompute %s) "
+      "but the GPU has %s free; %s",
+      gib(e.total()).c_str(), gib(e.weights).c_str(), gib(e.grads).c_str(),
+      gib(e.optimizer).c_str(), gib(e.activations).c_str(), micro_batch, recompute_name(recompute),
+      gib(free_bytes).c_str(), hint.c_str());
 }
 
 }  // namespace attnlab

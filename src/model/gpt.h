@@ -39,9 +39,9 @@ class OpObserver {
 
 struct GPTConfig {
   int n_layer = 12, n_head = 12, n_kv_head = 0, n_embd = 768;
-  int vocab_size = 50257;   // real vocabulary (loss and sampling ignore the padding)
-  int padded_vocab = 50304; // rows of wte
-  int block_size = 1024;    // rows of wpe (maximum sequence length)
+  int vocab_size = 50257;    // real vocabulary (loss and sampling ignore the padding)
+  int padded_vocab = 50304;  // rows of wte
+  int block_size = 1024;     // rows of wpe (maximum sequence length)
   float norm_eps = 1e-5f;
   float init_std = 0.02f;
   AttentionOptions attention;
@@ -51,9 +51,9 @@ struct GPTConfig {
 };
 
 struct ForwardResult {
-  double loss = 0.0;       // mean cross-entropy over valid targets (NaN when no targets)
-  int64_t valid = 0;       // number of targets != ignore_index
-  double aux_loss = 0.0;   // sum of the attention variants' auxiliary losses
+  double loss = 0.0;      // mean cross-entropy over valid targets (NaN when no targets)
+  int64_t valid = 0;      // number of targets != ignore_index
+  double aux_loss = 0.0;  // sum of the attention variants' auxiliary losses
 };
 
 class GPT {
@@ -151,6 +151,5 @@ TrainingMemoryEstimate estimate_training_memory(const GPT& model, int64_t num_pa
 // context); otherwise the message of the start-up out-of-memory error, with a hint.
 std::string device_memory_shortfall(const TrainingMemoryEstimate& e, size_t free_bytes,
                                     int micro_batch, ActivationRecompute recompute);
-
 
 }  // namespace attnlab

@@ -20,14 +20,16 @@ int32_t sample_token(const float* logits, int V, const SamplingOptions& o, std::
   std::vector<int32_t> idx(static_cast<size_t>(V));
   std::iota(idx.begin(), idx.end(), 0);
   const int k = o.top_k > 0 ? std::min(o.top_k, V) : V;
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
   idx.resize(size_t(k));
   // Softmax at the temperature, in double.
   std::vector<double> p(idx.size());
   const double mx = logits[idx[0]];
   double sum = 0.0;
-  for (size_t i = 0; i < idx.size(); ++i) sum += p[i] = std::exp((double(logits[idx[i]]) - mx) / o.temperature);
+  for (size_t i = 0; i < idx.size(); ++i)
+    sum += p[i] = std::exp((double(logits[idx[i]]) - mx) / o.temperature);
   for (double& x : p) x /= sum;
   // Nucleus: the smallest prefix whose mass reaches top_p.
   size_t keep = p.size();

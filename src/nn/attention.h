@@ -42,7 +42,8 @@ class AttentionModule {
   virtual ~AttentionModule() = default;
   virtual std::string name() const = 0;
   // Declares this layer's variant parameters (role ParamRole::attention). Dense has none.
-  virtual void declare_params(ParameterStore& /*store*/, int /*layer*/, const AttentionShape& /*s*/) {}
+  virtual void declare_params(ParameterStore& /*store*/, int /*layer*/,
+                              const AttentionShape& /*s*/) {}
   // (Re)allocates saved state for activations of shape s on the context's device.
   virtual void allocate(const ExecContext& ctx, const AttentionShape& s, DType dtype) = 0;
   // True when the module reads h and so contributes to dh in backward.
@@ -60,8 +61,7 @@ class AttentionModule {
   virtual void decode(const ExecContext& /*ctx*/, const ParameterStore& /*store*/,
                       const Tensor& /*h*/, const Tensor& /*qkv*/, const KVCacheView& /*cache*/,
                       int /*pos*/, const Tensor& /*out*/) {
-    ATTN_FAIL("incremental decoding (KV cache) is not supported by attention '%s'",
-              name().c_str());
+    ATTN_FAIL("incremental decoding (KV cache) is not supported by attention '%s'", name().c_str());
   }
   // Auxiliary loss of the last forward (added to the LM loss; 0 for dense), and telemetry.
   virtual double aux_loss() const { return 0.0; }

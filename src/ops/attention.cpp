@@ -1,7 +1,8 @@
+#include "kernels/attention/attention.cuh"
+
 #include <cmath>
 
 #include "core/nvtx.h"
-#include "kernels/attention/attention.cuh"
 #include "ops/op_checks.h"
 #include "ops/ops.h"
 #include "ref/attention_ref.h"
@@ -28,10 +29,11 @@ Dims check_qkv(const ExecContext& ctx, DType* dt, const Tensor& qkv, int n_head)
   const int64_t C = qkv.dim(2) / 3;
   const int64_t D = C / n_head;
   // The tensor-core kernels are written for these head dims; fp32 (debug) and CPU take any D.
-  ATTN_REQUIRE(ctx.device != Device::cuda || *dt != DType::bf16 || D == 64 || D == 128,
-               "attention: head dim must be 64 or 128 for bf16 on CUDA, got %lld (n_embd %lld / n_head %d); "
-               "use train.precision: fp32 or change model.n_embd / model.n_head", (long long)D,
-               (long long)C, n_head);
+  ATTN_REQUIRE(
+      ctx.device != Device::cuda || *dt != DType::bf16 || D == 64 || D == 128,
+      "attention: head dim must be 64 or 128 for bf16 on CUDA, got %lld (n_embd %lld / n_head %d); "
+      "use train.precision: fp32 or change model.n_embd / model.n_head",
+      (long long)D, (long long)C, n_head);
   ATTN_REQUIRE(ctx.device != Device::cuda || D <= 128,
                "attention: head dim must be <= 128 on CUDA, got %lld", (long long)D);
   return {qkv.dim(0), qkv.dim(1), C, n_head, D};
@@ -71,8 +73,7 @@ void attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
   require_tensor(kOp, "out", out, dt, Shape{d.B, d.T, d.C}, ctx);
   require_tensor(kOp, "lse", lse, DType::f32, Shape{d.B, d.H, d.T}, ctx);
   auto make = [&]<typename T>() { return packed_params<T>(d, qkv, out, lse); };
-  run_op(ctx, dt, make, attention_fwd_ref, launch_attention_fwd<float>,
-         launch_attention_fwd<bf16>);
+  run_op(ctx, dt, make, attention_fwd_ref, launch_attention_fwd<float>, launch_attention_fwd<bf16>);
 }
 
 // dqkv is written (=) in the packed layout of qkv.
@@ -94,8 +95,7 @@ void attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dou
     p.dv = dbase + 2 * d.C;
     return p;
   };
-  run_op(ctx, dt, make, attention_bwd_ref, launch_attention_bwd<float>,
-         launch_attention_bwd<bf16>);
+  run_op(ctx, dt, make, attention_bwd_ref, launch_attention_bwd<float>, launch_attention_bwd<bf16>);
 }
 
 }  // namespace attnlab::ops

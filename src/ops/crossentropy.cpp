@@ -1,5 +1,6 @@
-#include "core/nvtx.h"
 #include "kernels/loss/crossentropy.cuh"
+
+#include "core/nvtx.h"
 #include "ops/op_checks.h"
 #include "ops/ops.h"
 #include "ref/crossentropy_ref.h"
@@ -12,12 +13,14 @@ namespace {
 constexpr const char* kOp = "crossentropy";
 
 // logits [..., Vp]; targets and losses hold one entry per row. Returns the number of rows.
-int64_t check_common(const ExecContext& ctx, DType* dt, const Tensor& losses,
-                     const Tensor& logits, const Tensor& targets, int V, int ignore_index) {
+int64_t check_common(const ExecContext& ctx, DType* dt, const Tensor& losses, const Tensor& logits,
+                     const Tensor& targets, int V, int ignore_index) {
   *dt = require_activation(kOp, "logits", logits, ctx, 2);
   const int64_t Vp = logits.dim(-1);
-  ATTN_REQUIRE(V > 0 && V <= Vp, "crossentropy: vocab size V = %d must be in [1, %lld] (the "
-               "padded vocab of logits %s)", V, static_cast<long long>(Vp), logits.str().c_str());
+  ATTN_REQUIRE(V > 0 && V <= Vp,
+               "crossentropy: vocab size V = %d must be in [1, %lld] (the "
+               "padded vocab of logits %s)",
+               V, static_cast<long long>(Vp), logits.str().c_str());
   ATTN_REQUIRE(ignore_index < 0 || ignore_index >= V,
                "crossentropy: ignore_index %d is a valid token id (V = %d)", ignore_index, V);
   const int64_t N = logits.numel() / Vp;
@@ -28,14 +31,15 @@ int64_t check_common(const ExecContext& ctx, DType* dt, const Tensor& losses,
     for (int64_t i = 0; i < N; ++i)
       ATTN_REQUIRE(tgt[i] == ignore_index || (tgt[i] >= 0 && tgt[i] < V),
                    "crossentropy: target %d at row %lld is outside [0, %d) and not the "
-                   "ignore_index %d", tgt[i], static_cast<long long>(i), V, ignore_index);
+                   "ignore_index %d",
+                   tgt[i], static_cast<long long>(i), V, ignore_index);
   }
   return N;
 }
 
 template <typename T>
-CrossEntropyParams<T> make_params(const Tensor& losses, const Tensor& logits,
-                                  const Tensor& targets, int V, int ignore_index, int64_t N) {
+CrossEntropyParams<T> make_params(const Tensor& losses, const Tensor& logits, const Tensor& targets,
+                                  int V, int ignore_index, int64_t N) {
   CrossEntropyParams<T> p;
   p.logits = static_cast<const T*>(logits.data);
   p.targets = static_cast<const int32_t*>(targets.data);

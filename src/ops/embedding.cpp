@@ -1,5 +1,6 @@
-#include "core/nvtx.h"
 #include "kernels/embed/embedding.cuh"
+
+#include "core/nvtx.h"
 #include "ops/op_checks.h"
 #include "ops/ops.h"
 #include "ref/embedding_ref.h"
@@ -35,8 +36,8 @@ void check_table(const ExecContext& ctx, const char* name, const Tensor& t, DTyp
   ATTN_REQUIRE(t.dtype == dt && t.ndim() == 2 && t.dim(1) == C && t.dim(0) >= min_rows &&
                    t.device == ctx.device,
                "embedding: %s must be %s[rows >= %lld, %lld] on %s, got %s", name, dtype_name(dt),
-               static_cast<long long>(min_rows), static_cast<long long>(C),
-               device_name(ctx.device), t.str().c_str());
+               static_cast<long long>(min_rows), static_cast<long long>(C), device_name(ctx.device),
+               t.str().c_str());
 }
 }  // namespace
 
@@ -62,8 +63,7 @@ void embedding_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& toke
     p.vocab = int(wte.dim(0));
     return p;
   };
-  run_op(ctx, dt, make, embedding_fwd_ref, launch_embedding_fwd<float>,
-         launch_embedding_fwd<bf16>);
+  run_op(ctx, dt, make, embedding_fwd_ref, launch_embedding_fwd<float>, launch_embedding_fwd<bf16>);
 }
 
 // dwpe is required unless both gradients are empty (fully frozen embeddings: nothing to do).
@@ -92,8 +92,7 @@ void embedding_bwd(const ExecContext& ctx, const Tensor& dwte, const Tensor& dwp
     p.vocab = dwte.empty() ? 0 : int(dwte.dim(0));
     return p;
   };
-  run_op(ctx, dt, make, embedding_bwd_ref, launch_embedding_bwd<float>,
-         launch_embedding_bwd<bf16>);
+  run_op(ctx, dt, make, embedding_bwd_ref, launch_embedding_bwd<float>, launch_embedding_bwd<bf16>);
 }
 
 }  // namespace attnlab::ops

@@ -1,5 +1,6 @@
-#include "core/nvtx.h"
 #include "kernels/norm/layernorm.cuh"
+
+#include "core/nvtx.h"
 #include "ops/op_checks.h"
 #include "ops/ops.h"
 #include "ref/layernorm_ref.h"

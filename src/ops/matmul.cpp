@@ -1,5 +1,6 @@
-#include "core/nvtx.h"
 #include "kernels/matmul/matmul.cuh"
+
+#include "core/nvtx.h"
 #include "ops/op_checks.h"
 #include "ops/ops.h"
 #include "ref/matmul_ref.h"

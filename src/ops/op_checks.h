@@ -58,7 +58,8 @@ inline Shape with_last_dim(const Shape& s, int64_t last) {
 }
 
 // Typed data pointer, or nullptr for an empty (optional) tensor.
-template <typename T> T* data_or_null(const Tensor& t) {
+template <typename T>
+T* data_or_null(const Tensor& t) {
   return t.empty() ? nullptr : static_cast<T*>(t.data);
 }
 

@@ -10,17 +10,17 @@
 namespace attnlab::ops {
 
 // tokens [B,T] i32; wte [Vp,C]; wpe [maxT,C]; out [B,T,C]
-void embedding_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& tokens, const Tensor& wte,
-                   const Tensor& wpe);
-void embedding_bwd(const ExecContext& ctx, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
-                   const Tensor& tokens);
+void embedding_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& tokens,
+                   const Tensor& wte, const Tensor& wpe);
+void embedding_bwd(const ExecContext& ctx, const Tensor& dwte, const Tensor& dwpe,
+                   const Tensor& dout, const Tensor& tokens);
 
 // x, y [N,C]; gamma, beta [C]; mean, rstd [N] f32
 void layernorm_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& mean, const Tensor& rstd,
                    const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps = 1e-5f);
-void layernorm_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                   const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                   const Tensor& rstd);
+void layernorm_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dgamma,
+                   const Tensor& dbeta, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                   const Tensor& mean, const Tensor& rstd);
 
 // y [N,out] = x [N,in] @ w[out,in]^T + bias[out]   (leading dims of x/y are flattened)
 void matmul_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w,
@@ -37,8 +37,8 @@ void residual_bwd(const ExecContext& ctx, const Tensor& da, const Tensor& db, co
 // Dense causal attention on a packed qkv [B,T,3C] (C = n_head*D): out [B,T,C], lse [B,H,T] f32.
 void attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv,
                    int n_head);
-void attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                   const Tensor& out, const Tensor& lse, int n_head);
+void attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dout,
+                   const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head);
 
 // logits [N,Vp]; targets [N] i32; losses [N] f32. V = real vocab (columns >= V masked).
 void crossentropy_fwd(const ExecContext& ctx, const Tensor& losses, const Tensor& logits,
@@ -55,8 +55,8 @@ struct AdamWStep {
   uint32_t seed = 0;
 };
 // param/grad same dtype; master f32 or empty; m, v f32; all the same numel.
-void adamw_update(const ExecContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
-                  const Tensor& m, const Tensor& v, const AdamWStep& s);
+void adamw_update(const ExecContext& ctx, const Tensor& param, const Tensor& master,
+                  const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& s);
 // Sum of squares of a gradient tensor, deterministic, returned to the host (synchronizes on CUDA).
 double sum_of_squares(const ExecContext& ctx, const Tensor& grad);
 

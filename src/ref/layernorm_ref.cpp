@@ -36,7 +36,8 @@ void layernorm_fwd_ref(const LayerNormParams<float>& p) {
 }
 
 // dx += rstd * (g - mean(g) - xhat * mean(g * xhat)),  g = dy * gamma.
-// dx may be null (skipped). dgamma/dbeta: column blocks are owned by one thread each and sum the rows in order.
+// dx may be null (skipped). dgamma/dbeta: column blocks are owned by one thread each and sum the
+// rows in order.
 void layernorm_bwd_ref(const LayerNormParams<float>& p) {
   const int C = p.cols;
 #pragma omp parallel for schedule(static) if (worth_parallel(p.rows * C))

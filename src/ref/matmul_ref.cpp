@@ -29,9 +29,9 @@ struct GemmArgs {
   const float* b;
   int64_t b_rs, b_cs;  // B(k, n) = b[k * b_rs + n * b_cs]
   float* c;
-  int64_t ldc;         // C(m, n) = c[m * ldc + n]
+  int64_t ldc;  // C(m, n) = c[m * ldc + n]
   int64_t M, N, K;
-  bool accumulate;     // C += A B instead of C = A B
+  bool accumulate;  // C += A B instead of C = A B
 };
 
 constexpr int64_t kKC = 256;
@@ -85,9 +85,9 @@ typedef float V8 __attribute__((vector_size(32)));
 typedef float V16 __attribute__((vector_size(64)));
 
 __attribute__((target("avx512f,fma"))) void micro_kernel_avx512(int64_t kc, const float* a,
-                                                                 const float* b, float* c,
-                                                                 int64_t ldc, int mv, int nv,
-                                                                 bool acc) {
+                                                                const float* b, float* c,
+                                                                int64_t ldc, int mv, int nv,
+                                                                bool acc) {
   micro_kernel_body<8, 2, V16>(kc, a, b, c, ldc, mv, nv, acc);
 }
 __attribute__((target("avx2,fma"))) void micro_kernel_avx2(int64_t kc, const float* a,
@@ -167,8 +167,8 @@ void gemm_blocked(const GemmArgs& g, MicroKernel kernel) {
           const int nv = int(std::min<int64_t>(NR, nc - j0));
           for (int64_t i0 = 0; i0 < mc; i0 += MR) {
             const int mv = int(std::min<int64_t>(MR, mc - i0));
-            kernel(kc, a_pack.ptr + i0 * kc, b_pack.ptr + j0 * kc, g.c + (m0 + i0) * g.ldc + n0 + j0,
-                   g.ldc, mv, nv, accumulate);
+            kernel(kc, a_pack.ptr + i0 * kc, b_pack.ptr + j0 * kc,
+                   g.c + (m0 + i0) * g.ldc + n0 + j0, g.ldc, mv, nv, accumulate);
           }
         }
       }
@@ -185,10 +185,13 @@ void gemm(const GemmArgs& g) {
   }
   static const int isa = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") ? 2
                          : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")  ? 1
-                                                                                             : 0;
-  if (isa == 2) gemm_blocked<8, 32>(g, micro_kernel_avx512);
-  else if (isa == 1) gemm_blocked<6, 16>(g, micro_kernel_avx2);
-  else gemm_blocked<6, 16>(g, micro_kernel_portable);
+                                                                                            : 0;
+  if (isa == 2)
+    gemm_blocked<8, 32>(g, micro_kernel_avx512);
+  else if (isa == 1)
+    gemm_blocked<6, 16>(g, micro_kernel_avx2);
+  else
+    gemm_blocked<6, 16>(g, micro_kernel_portable);
 }
 
 }  // namespace

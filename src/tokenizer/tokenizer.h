@@ -14,9 +14,9 @@ namespace attnlab {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  virtual std::string name() const = 0;       // "byte", "gpt2-bpe", ...
-  virtual int vocab_size() const = 0;         // number of ids (including special tokens)
-  virtual int eot_id() const = 0;             // <|endoftext|>
+  virtual std::string name() const = 0;  // "byte", "gpt2-bpe", ...
+  virtual int vocab_size() const = 0;    // number of ids (including special tokens)
+  virtual int eot_id() const = 0;        // <|endoftext|>
   // Appends the ids of `text` to `out`. Must be thread-safe (const, no shared mutable state).
   virtual void encode(std::string_view text, std::vector<int32_t>& out) const = 0;
   // Bytes of the ids, concatenated (may be invalid UTF-8 when cut inside a character).

@@ -1,13 +1,13 @@
 #include "train/checkpoint.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
@@ -39,7 +39,8 @@ bool run_has_checkpoints(const std::string& run_dir) {
   return fs::exists(fs::path(run_dir) / "checkpoints" / "latest");
 }
 
-std::string save_checkpoint(const std::string& run_dir, const CheckpointContents& c, int keep_last) {
+std::string save_checkpoint(const std::string& run_dir, const CheckpointContents& c,
+                            int keep_last) {
   ATTN_ASSERT(c.store != nullptr);
   const fs::path root = fs::path(run_dir) / "checkpoints";
   io::ensure_dir(root.string());
@@ -99,13 +100,17 @@ std::string resolve_checkpoint_dir(const std::string& path) {
   ATTN_REQUIRE(fs::exists(p), "checkpoint path '%s' does not exist", path.c_str());
   if (fs::exists(p / "model.safetensors")) return p.string();
   fs::path latest = p / "checkpoints" / "latest";
-  ATTN_REQUIRE(fs::exists(latest), "'%s' is neither a checkpoint directory (no model.safetensors) "
-               "nor a run directory (no checkpoints/latest)", path.c_str());
+  ATTN_REQUIRE(fs::exists(latest),
+               "'%s' is neither a checkpoint directory (no model.safetensors) "
+               "nor a run directory (no checkpoints/latest)",
+               path.c_str());
   std::string name = io::read_file(latest.string());
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
   fs::path dir = p / "checkpoints" / name;
-  ATTN_REQUIRE(fs::exists(dir / "model.safetensors"), "'%s' names checkpoint '%s', which is missing "
-               "or incomplete", latest.c_str(), name.c_str());
+  ATTN_REQUIRE(fs::exists(dir / "model.safetensors"),
+               "'%s' names checkpoint '%s', which is missing "
+               "or incomplete",
+               latest.c_str(), name.c_str());
   return dir.string();
 }
 

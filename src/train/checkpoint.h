@@ -3,8 +3,8 @@
 //   metrics.jsonl               every logged value (JSON lines)
 //   checkpoints/step_00000100/  one checkpoint:
 //       model.safetensors       parameters under their stable names; metadata: step, recipe, format
-//       optimizer.safetensors   AdamW state (adamw.m, adamw.v[, adamw.master]) over the trainable range
-//       trainer_state.json      step, data-loader position, tokens seen, elapsed time
+//       optimizer.safetensors   AdamW state (adamw.m, adamw.v[, adamw.master]) over the trainable
+//       range trainer_state.json      step, data-loader position, tokens seen, elapsed time
 //       tokenizer.json          the tokenizer of the data (when known)
 //   checkpoints/latest          the name of the newest complete checkpoint
 // A checkpoint is written into a temporary directory, fsynced and renamed into place, then
@@ -22,8 +22,8 @@
 namespace attnlab {
 
 struct TrainerState {
-  int64_t step = 0;              // optimizer steps completed
-  uint64_t data_epoch = 0;       // train loader position
+  int64_t step = 0;         // optimizer steps completed
+  uint64_t data_epoch = 0;  // train loader position
   uint64_t data_position = 0;
   int64_t tokens_seen = 0;
   double elapsed_seconds = 0.0;

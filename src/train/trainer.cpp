@@ -92,17 +92,22 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
     sc.seed = uint64_t(r.data.synthetic.seed);
     SyntheticData d = generate_synthetic(sc);
     s.unigram_baseline = unigram_entropy(d.val, sc.vocab_size);
-    s.train_loader = std::make_unique<DataLoader>(
-        std::vector<std::shared_ptr<const TokenSource>>{memory_source(std::move(d.train), "synthetic/train")},
-        train_opts);
-    s.val_loader = std::make_unique<DataLoader>(
-        std::vector<std::shared_ptr<const TokenSource>>{memory_source(std::move(d.val), "synthetic/val")},
-        val_opts);
+    s.train_loader =
+        std::make_unique<DataLoader>(std::vector<std::shared_ptr<const TokenSource>>{memory_source(
+                                         std::move(d.train), "synthetic/train")},
+                                     train_opts);
+    s.val_loader =
+        std::make_unique<DataLoader>(std::vector<std::shared_ptr<const TokenSource>>{memory_source(
+                                         std::move(d.val), "synthetic/val")},
+                                     val_opts);
     return;
   }
-  ATTN_REQUIRE(!r.data.train.empty() || !need_train, "data.source is 'shards' but data.train is empty "
+  ATTN_REQUIRE(!r.data.train.empty() || !need_train,
+               "data.source is 'shards' but data.train is empty "
                "(expected a glob of token shard files, e.g. data/tiny/train_*.bin)");
-  if (need_train) s.train_loader = std::make_unique<DataLoader>(DataLoader::from_files({r.data.train}, train_opts));
+  if (need_train)
+    s.train_loader =
+        std::make_unique<DataLoader>(DataLoader::from_files({r.data.train}, train_opts));
   if (!r.data.val.empty()) {
     s.val_loader = std::make_unique<DataLoader>(DataLoader::from_files({r.data.val}, val_opts));
     // Unigram baseline over (at most) the first 8M validation tokens.
@@ -132,12 +137,12 @@ void check_device_memory(const Recipe& r, const Session& s) {
     n += e.spec.shape.numel();
     if (trainable.count(e.spec.role)) n_train += e.spec.shape.numel();
   }
-  TrainingMemoryEstimate est = estimate_training_memory(*s.model, n, n_train, r.train.micro_batch,
-                                                        r.train.seq_len, s.dtype);
+  TrainingMemoryEstimate est =
+      estimate_training_memory(*s.model, n, n_train, r.train.micro_batch, r.train.seq_len, s.dtype);
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  std::string shortfall = device_memory_shortfall(est, free_bytes, r.train.micro_batch,
-                                                  s.model->config().recompute);
+  std::string shortfall =
+      device_memory_shortfall(est, free_bytes, r.train.micro_batch, s.model->config().recompute);
   ATTN_REQUIRE(shortfall.empty(), "%s", shortfall.c_str());
 }
 
@@ -151,7 +156,8 @@ void setup_model(const Recipe& r, Session& s) {
   const int64_t BT = int64_t(r.train.micro_batch) * r.train.seq_len;
   s.batch_dev = Buffer(s.ctx->device, size_t(2 * BT) * sizeof(int32_t));
   s.tokens_dev = s.batch_dev.as(DType::i32, Shape{r.train.micro_batch, r.train.seq_len});
-  s.targets_dev = s.batch_dev.as(DType::i32, Shape{r.train.micro_batch, r.train.seq_len}, size_t(BT) * 4);
+  s.targets_dev =
+      s.batch_dev.as(DType::i32, Shape{r.train.micro_batch, r.train.seq_len}, size_t(BT) * 4);
 }
 
 void upload(Session& s, const int32_t* inputs, const int32_t* targets) {
@@ -173,7 +179,8 @@ EvalResult run_eval(Session& s, int batches) {
   for (int64_t i = 0; i < n; ++i) {
     s.val_loader->next(in.data(), tg.data());
     upload(s, in.data(), tg.data());
-    ForwardResult fr = s.model->forward(*s.ctx, s.store, s.tokens_dev, s.targets_dev, AttentionMode::eval);
+    ForwardResult fr =
+        s.model->forward(*s.ctx, s.store, s.tokens_dev, s.targets_dev, AttentionMode::eval);
     sum += fr.loss * double(fr.valid);
     out.tokens += fr.valid;
   }
@@ -213,29 +220,32 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     s.train_loader->set_state(DataLoader::State{st.data_epoch, st.data_position});
     resumed_from = dir;
   } else {
-    ATTN_REQUIRE(!run_has_checkpoints(run_dir), "train.out_dir '%s' already holds a run with checkpoints; "
-                 "continue it with --resume %s, or choose another train.out_dir", run_dir.c_str(),
-                 run_dir.c_str());
+    ATTN_REQUIRE(!run_has_checkpoints(run_dir),
+                 "train.out_dir '%s' already holds a run with checkpoints; "
+                 "continue it with --resume %s, or choose another train.out_dir",
+                 run_dir.c_str(), run_dir.c_str());
   }
   if (rank0) io::write_file_atomic((fs::path(run_dir) / "recipe.yaml").string(), recipe_yaml);
   std::optional<bool> color;
   if (recipe.log.color != ColorMode::auto_detect) color = recipe.log.color == ColorMode::always;
   io::Logger log(s.comm->rank(), options.quiet ? nullptr : stderr, color);
   if (!recipe.log.metrics_file.empty())
-    log.open_metrics((fs::path(run_dir) / recipe.log.metrics_file).string(),
-                     options.resume.empty() ? std::optional<int64_t>() : std::optional<int64_t>(st.step));
+    log.open_metrics(
+        (fs::path(run_dir) / recipe.log.metrics_file).string(),
+        options.resume.empty() ? std::optional<int64_t>() : std::optional<int64_t>(st.step));
 
   const int64_t n_params = s.model->num_params_unpadded(s.store);
   const double flops_tok = s.model->flops_per_token(recipe.train.seq_len);
-  if (!resumed_from.empty()) log.info("resumed from %s at step %lld", resumed_from.c_str(), (long long)st.step);
+  if (!resumed_from.empty())
+    log.info("resumed from %s at step %lld", resumed_from.c_str(), (long long)st.step);
   {
     log.info(
-                 "attnlab train %s | %s | %s params (%s trainable) | device %s (%s) | %s tok/step "
-                 "(%d x %d x %d accum) | %lld steps",
-                 recipe.train.name.c_str(), run_dir.c_str(), io::format_count(double(n_params)).c_str(),
-                 io::format_count(double(s.store.num_trainable())).c_str(), device_name(s.ctx->device),
-                 dtype_name(s.dtype), io::format_count(double(step_tokens)).c_str(), recipe.train.micro_batch,
-                 recipe.train.seq_len, accum, (long long)recipe.train.steps);
+        "attnlab train %s | %s | %s params (%s trainable) | device %s (%s) | %s tok/step "
+        "(%d x %d x %d accum) | %lld steps",
+        recipe.train.name.c_str(), run_dir.c_str(), io::format_count(double(n_params)).c_str(),
+        io::format_count(double(s.store.num_trainable())).c_str(), device_name(s.ctx->device),
+        dtype_name(s.dtype), io::format_count(double(step_tokens)).c_str(),
+        recipe.train.micro_batch, recipe.train.seq_len, accum, (long long)recipe.train.steps);
     if (!std::isnan(s.unigram_baseline))
       log.info("unigram baseline (validation): %.4f nats", s.unigram_baseline);
   }
@@ -243,9 +253,10 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   // ---- the loop ------------------------------------------------------------------------------
   const int64_t BT = s.tokens_dev.numel();
   std::vector<int32_t> inputs(size_t(BT) * accum), targets(size_t(BT) * accum);
-  const int64_t last_step = options.profile_steps > 0
-                                ? std::min<int64_t>(recipe.train.steps, st.step + options.profile_steps)
-                                : recipe.train.steps;
+  const int64_t last_step =
+      options.profile_steps > 0
+          ? std::min<int64_t>(recipe.train.steps, st.step + options.profile_steps)
+          : recipe.train.steps;
   TrainResult result;
   result.run_dir = run_dir;
   result.unigram_baseline = s.unigram_baseline;
@@ -289,12 +300,14 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     for (int m = 0; m < accum; ++m) {
       NvtxRange micro_range("train.micro_step");
       upload(s, inputs.data() + size_t(m) * BT, targets.data() + size_t(m) * BT);
-      ForwardResult fr = s.model->forward(*s.ctx, s.store, s.tokens_dev, s.targets_dev, AttentionMode::train, dloss);
+      ForwardResult fr = s.model->forward(*s.ctx, s.store, s.tokens_dev, s.targets_dev,
+                                          AttentionMode::train, dloss);
       loss_sum += fr.loss * double(fr.valid);
       s.model->backward(*s.ctx, s.store, s.tokens_dev);
     }
     const double loss = loss_sum / double(valid);
-    ATTN_REQUIRE(std::isfinite(loss), "loss is %f at step %lld (lr %.3e): training diverged; the last "
+    ATTN_REQUIRE(std::isfinite(loss),
+                 "loss is %f at step %lld (lr %.3e): training diverged; the last "
                  "checkpoint (if any) is intact — lower optim.lr or raise schedule.warmup_steps",
                  loss, (long long)st.step + 1, lr);
     StepStats ss;
@@ -302,8 +315,10 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
       NvtxRange opt_range("optimizer.step");
       ss = opt.step(lr, int(st.step) + 1);
     }
-    ATTN_REQUIRE(ss.finite, "gradient norm is not finite at step %lld: training diverged; the last "
-                 "checkpoint (if any) is intact", (long long)st.step + 1);
+    ATTN_REQUIRE(ss.finite,
+                 "gradient norm is not finite at step %lld: training diverged; the last "
+                 "checkpoint (if any) is intact",
+                 (long long)st.step + 1);
     s.ctx->synchronize();
     st.step += 1;
     st.tokens_seen += step_tokens;
@@ -316,8 +331,14 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     const double step_s = seconds_since(t0);
     ema_step_s = ema_step_s == 0.0 ? step_s : 0.9 * ema_step_s + 0.1 * step_s;
     const double tok_s = double(step_tokens) / step_s;
-    log.metrics({{"step", st.step}, {"run", recipe.train.name}, {"loss", loss}, {"lr", lr}, {"grad_norm", ss.grad_norm},
-                 {"tokens", st.tokens_seen}, {"tok_per_s", tok_s}, {"ms_per_step", step_s * 1e3},
+    log.metrics({{"step", st.step},
+                 {"run", recipe.train.name},
+                 {"loss", loss},
+                 {"lr", lr},
+                 {"grad_norm", ss.grad_norm},
+                 {"tokens", st.tokens_seen},
+                 {"tok_per_s", tok_s},
+                 {"ms_per_step", step_s * 1e3},
                  {"flops_per_s", flops_tok * tok_s}});
     if (st.step % recipe.log.every == 0 || st.step == last_step || st.step == 1) {
       io::ProgressStats ps;
@@ -366,7 +387,8 @@ EvalResult evaluate_checkpoint(const Recipe& recipe, const std::string& checkpoi
   s.comm = make_communicator("none");
   setup_device(recipe, s);
   setup_data(recipe, s, /*need_train=*/false);
-  ATTN_REQUIRE(s.val_loader != nullptr, "eval needs validation data: set data.val (a glob of shards) "
+  ATTN_REQUIRE(s.val_loader != nullptr,
+               "eval needs validation data: set data.val (a glob of shards) "
                "or use data.source: synthetic");
   setup_model(recipe, s);
   load_model_weights(resolve_checkpoint_dir(checkpoint), s.store);

@@ -10,17 +10,17 @@
 namespace attnlab {
 
 struct TrainOptions {
-  std::string resume;      // run or checkpoint directory; "" = fresh run
-  int profile_steps = 0;   // > 0: run this many steps (for nsys/ncu), no checkpoints
-  bool quiet = false;      // no progress lines (tests)
+  std::string resume;     // run or checkpoint directory; "" = fresh run
+  int profile_steps = 0;  // > 0: run this many steps (for nsys/ncu), no checkpoints
+  bool quiet = false;     // no progress lines (tests)
 };
 
 struct TrainResult {
-  int64_t steps = 0;         // optimizer steps completed in total
+  int64_t steps = 0;  // optimizer steps completed in total
   double final_train_loss = 0.0;
-  std::vector<double> losses;    // training loss of every step run by this call
-  double final_val_loss = 0.0;   // NaN when evaluation is off
-  double unigram_baseline = 0.0; // loss of the best token-frequency model on validation data
+  std::vector<double> losses;     // training loss of every step run by this call
+  double final_val_loss = 0.0;    // NaN when evaluation is off
+  double unigram_baseline = 0.0;  // loss of the best token-frequency model on validation data
   std::string run_dir;
 };
 

@@ -8,40 +8,42 @@
 // bf16 (half-ulp of bf16 is 2^-9 = 2e-3 relative; measured errors are 1e-3 to 5.5e-3, so the
 // bound is about 2x the observed error).
 #pragma once
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
-#include <cuda_runtime.h>
-
 #include "core/context.h"
 #include "core/cuda_check.h"
 #include "core/tensor.h"
 #include "test_util.h"
 
-#define CUDA_TEST_PREAMBLE()                                                   \
-  do {                                                                         \
-    if (!::attnlab::cuda_available()) GTEST_SKIP() << "no CUDA device";        \
+#define CUDA_TEST_PREAMBLE()                                            \
+  do {                                                                  \
+    if (!::attnlab::cuda_available()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
 namespace attnlab::test {
 
 inline float round_to_bf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
-template <typename T> std::vector<float> to_precision(std::vector<float> v) {
+template <typename T>
+std::vector<float> to_precision(std::vector<float> v) {
   if constexpr (std::is_same_v<T, bf16>) {
     for (auto& x : v) x = round_to_bf16(x);
   }
   return v;
 }
 
-template <typename T> constexpr const char* type_name() {
+template <typename T>
+constexpr const char* type_name() {
   return std::is_same_v<T, bf16> ? "bf16" : "f32";
 }
 
-template <typename T> class DeviceArray {
+template <typename T>
+class DeviceArray {
  public:
   explicit DeviceArray(size_t n) : buf_(Device::cuda, std::max<size_t>(n, 1) * sizeof(T)), n_(n) {}
   explicit DeviceArray(const std::vector<float>& v) : DeviceArray(v.size()) { upload(v); }
@@ -92,7 +94,8 @@ inline double report(const char* what, double err) {
   return err;
 }
 
-template <typename T> bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
+template <typename T>
+bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 

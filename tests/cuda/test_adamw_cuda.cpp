@@ -93,7 +93,8 @@ TEST(AdamWCuda, BF16WithMasterUsesUnbiasedStochasticRounding) {
   EXPECT_TRUE(bitwise_equal(first, dparam.raw()));
 }
 
-template <typename T> void check_sumsq(int64_t n, uint32_t seed) {
+template <typename T>
+void check_sumsq(int64_t n, uint32_t seed) {
   const auto g = to_precision<T>(random_vector(size_t(n), seed));
   DeviceArray<T> dg(g);
   DeviceArray<float> out(1);

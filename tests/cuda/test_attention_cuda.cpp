@@ -1,8 +1,8 @@
 // Attention CUDA kernels vs the CPU reference, on a packed qkv [B, T, (H + 2 Hkv) D] activation.
 // fp32 uses the simple kernels (tight bound); bf16 the tensor-core kernels, checked against the
 // reference run on bf16-rounded inputs: 1e-2 for o, dq, dk, dv (measured on an H200: at most
-// 3e-3 for o and 5.2e-3 for the gradients, which also see P and dS rounded to bf16). Every output is poisoned with NaN first; the backward must be
-// bitwise deterministic.
+// 3e-3 for o and 5.2e-3 for the gradients, which also see P and dS rounded to bf16). Every output
+// is poisoned with NaN first; the backward must be bitwise deterministic.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,7 +34,8 @@ void set_layout(P& p, const AttnCase& c, U* qkv, U* o, U* dout, U* dqkv) {
   p.causal = true, p.window = c.window;
 }
 
-template <typename T> void check_attention(const AttnCase& c, uint32_t seed) {
+template <typename T>
+void check_attention(const AttnCase& c, uint32_t seed) {
   const size_t n_qkv = size_t(c.B) * c.T * (c.H + 2 * c.Hkv) * c.D;
   const size_t n_o = size_t(c.B) * c.T * c.H * c.D, n_lse = size_t(c.B) * c.H * c.T;
   const auto qkv = to_precision<T>(random_vector(n_qkv, seed, -2.f, 2.f));
@@ -100,8 +101,8 @@ template <typename T> void check_attention(const AttnCase& c, uint32_t seed) {
 }
 
 const AttnCase kCases[] = {
-    {2, 1, 2, 2, 64, 0},    {1, 64, 4, 2, 64, 0},    {2, 127, 4, 1, 128, 0},
-    {1, 1024, 2, 2, 64, 0}, {1, 1024, 4, 2, 128, 0}, {2, 200, 4, 4, 64, 37},
+    {2, 1, 2, 2, 64, 0},      {1, 64, 4, 2, 64, 0},    {2, 127, 4, 1, 128, 0},
+    {1, 1024, 2, 2, 64, 0},   {1, 1024, 4, 2, 128, 0}, {2, 200, 4, 4, 64, 37},
     {1, 300, 2, 1, 128, 100},
 };
 

@@ -11,7 +11,8 @@ namespace {
 
 using namespace test;
 
-template <typename T> void check_ce(int64_t N, int V, int Vp, bool alias, uint32_t seed) {
+template <typename T>
+void check_ce(int64_t N, int V, int Vp, bool alias, uint32_t seed) {
   const auto logits = to_precision<T>(random_vector(size_t(N) * Vp, seed, -6.f, 6.f));
   auto targets = random_ints(size_t(N), seed + 1, V);
   if (N > 2) targets[1] = -1;  // ignored row

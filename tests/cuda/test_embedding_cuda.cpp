@@ -11,7 +11,8 @@ namespace {
 
 using namespace test;
 
-template <typename T> void check_embedding(int B, int Tn, int C, int vocab, int distinct, uint32_t seed) {
+template <typename T>
+void check_embedding(int B, int Tn, int C, int vocab, int distinct, uint32_t seed) {
   // Few distinct tokens -> long runs of repeated tokens in the backward.
   auto tokens = random_ints(size_t(B) * Tn, seed, distinct);
   for (auto& t : tokens) t = int32_t((int64_t(t) * 7919) % vocab);
@@ -29,8 +30,7 @@ template <typename T> void check_embedding(int B, int Tn, int C, int vocab, int 
   embedding_bwd_ref(r);
 
   DeviceInts dtok(tokens);
-  DeviceArray<T> dwte_(wte), dwpe_(wpe), dout_(dout), out(out_ref.size()), dwte(dwte0),
-      dwpe(dwpe0);
+  DeviceArray<T> dwte_(wte), dwpe_(wpe), dout_(dout), out(out_ref.size()), dwte(dwte0), dwpe(dwpe0);
   out.poison();
   EmbeddingParams<T> p;
   p.tokens = dtok.ptr(), p.wte = dwte_.ptr(), p.wpe = dwpe_.ptr(), p.out = out.ptr();
@@ -62,7 +62,7 @@ TEST(EmbeddingCuda, MatchesReferenceF32) {
   CUDA_TEST_PREAMBLE();
   check_embedding<float>(1, 1, 8, 5, 5, 1);
   check_embedding<float>(2, 5, 12, 37, 37, 2);
-  check_embedding<float>(3, 17, 300, 50, 3, 3);   // long runs, C > 256 (two column chunks)
+  check_embedding<float>(3, 17, 300, 50, 3, 3);  // long runs, C > 256 (two column chunks)
   check_embedding<float>(4, 256, 768, 1000, 200, 4);
 }
 

@@ -10,7 +10,8 @@ namespace {
 
 using namespace test;
 
-template <typename T> void check_gelu(int64_t n, bool alias_dx_dy, uint32_t seed) {
+template <typename T>
+void check_gelu(int64_t n, bool alias_dx_dy, uint32_t seed) {
   const auto x = to_precision<T>(random_vector(size_t(n), seed, -4.f, 4.f));
   const auto dy = to_precision<T>(random_vector(size_t(n), seed + 1));
   std::vector<float> y_ref(n), dx_ref(n);

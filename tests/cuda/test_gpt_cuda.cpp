@@ -133,9 +133,9 @@ Batch make_batch(uint32_t seed) {
 }
 
 // max over tensors of the per-tensor relative error, with the worst tensor's name.
-std::pair<double, std::string> worst_grad_error(const std::map<std::string, std::vector<float>>& a,
-                                                const std::map<std::string, std::vector<float>>& ref,
-                                                bool verbose) {
+std::pair<double, std::string> worst_grad_error(
+    const std::map<std::string, std::vector<float>>& a,
+    const std::map<std::string, std::vector<float>>& ref, bool verbose) {
   double worst = 0.0;
   std::string name;
   for (const auto& [n, r] : ref) {
@@ -229,13 +229,14 @@ void step_check(DType dt) {
       for (const auto& e : cpu.store.entries()) {
         double err = test::max_rel_error(Side::host(gpu.store.param(e.spec.name)),
                                          Side::host(cpu.store.param(e.spec.name)));
-        if (err > 1e-4) std::printf("    after step 1: %-28s param rel err %.3e\n", e.spec.name.c_str(), err);
+        if (err > 1e-4)
+          std::printf("    after step 1: %-28s param rel err %.3e\n", e.spec.name.c_str(), err);
       }
     }
     const double rel = std::fabs(g.loss - a.loss) / a.loss;
     worst_loss = std::max(worst_loss, rel);
-    std::printf("[%s] adamw step %d loss cpu %.6f gpu %.6f rel %.2e\n", dtype_name(dt), step, a.loss,
-                g.loss, rel);
+    std::printf("[%s] adamw step %d loss cpu %.6f gpu %.6f rel %.2e\n", dtype_name(dt), step,
+                a.loss, g.loss, rel);
   }
   // Later steps add the divergence of the weights (bf16 master rounding): allow 4x the one-step
   // tolerance for bf16, and 1e-4 for fp32.

@@ -11,7 +11,8 @@ namespace {
 
 using namespace test;
 
-template <typename T> void check_layernorm(int64_t rows, int C, uint32_t seed) {
+template <typename T>
+void check_layernorm(int64_t rows, int C, uint32_t seed) {
   const auto x = to_precision<T>(random_vector(size_t(rows * C), seed, -2.f, 3.f));
   const auto gamma = to_precision<T>(random_vector(size_t(C), seed + 1, 0.5f, 1.5f));
   const auto beta = to_precision<T>(random_vector(size_t(C), seed + 2));
@@ -20,7 +21,7 @@ template <typename T> void check_layernorm(int64_t rows, int C, uint32_t seed) {
   const auto dg0 = to_precision<T>(random_vector(size_t(C), seed + 5));
   const auto db0 = to_precision<T>(random_vector(size_t(C), seed + 6));
   std::vector<float> y_ref(x.size()), mean_ref(rows), rstd_ref(rows), dx_ref = dx0, dg_ref = dg0,
-      db_ref = db0;
+                                                                      db_ref = db0;
   LayerNormParams<float> r;
   r.x = x.data(), r.gamma = gamma.data(), r.beta = beta.data(), r.y = y_ref.data();
   r.mean = mean_ref.data(), r.rstd = rstd_ref.data(), r.dy = dy.data(), r.dx = dx_ref.data();

@@ -30,8 +30,7 @@ void check_matmul(const ExecContext& ctx, int64_t N, int in, int out, bool bias,
   matmul_fwd_ref(r);
   matmul_bwd_ref(r);
 
-  DeviceArray<T> dx_in(x), dw_in(w), db_in(b), ddy(dy), y(y_ref.size()), dx(dx0), dw(dw0),
-      db(db0);
+  DeviceArray<T> dx_in(x), dw_in(w), db_in(b), ddy(dy), y(y_ref.size()), dx(dx0), dw(dw0), db(db0);
   y.poison();
   if (!acc_dx) dx.poison();
   MatmulParams<T> p;
@@ -42,8 +41,8 @@ void check_matmul(const ExecContext& ctx, int64_t N, int in, int out, bool bias,
   launch_matmul_fwd<T>(p, ctx.stream);
   launch_matmul_bwd<T>(p, ctx.stream);
   const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-2;
-  const auto name = strformat("matmul %s N=%lld in=%d out=%d%s%s", type_name<T>(), (long long)N,
-                              in, out, bias ? " bias" : "", acc_dx ? " acc_dx" : "");
+  const auto name = strformat("matmul %s N=%lld in=%d out=%d%s%s", type_name<T>(), (long long)N, in,
+                              out, bias ? " bias" : "", acc_dx ? " acc_dx" : "");
   EXPECT_LT(report((name + " y").c_str(), max_rel_error(y.download(), y_ref)), tol);
   EXPECT_LT(report((name + " dx").c_str(), max_rel_error(dx.download(), dx_ref)), tol);
   EXPECT_LT(report((name + " dw").c_str(), max_rel_error(dw.download(), dw_ref)), tol);

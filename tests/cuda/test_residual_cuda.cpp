@@ -10,7 +10,8 @@ namespace {
 
 using namespace test;
 
-template <typename T> void check_residual(int64_t n, bool with_db, uint32_t seed) {
+template <typename T>
+void check_residual(int64_t n, bool with_db, uint32_t seed) {
   const auto a = to_precision<T>(random_vector(size_t(n), seed));
   const auto b = to_precision<T>(random_vector(size_t(n), seed + 1));
   const auto dy = to_precision<T>(random_vector(size_t(n), seed + 2));

@@ -125,7 +125,8 @@ TEST(DataLoader, RanksAreDisjointAndComplete) {
   const auto starts = window_starts(kSizes, T);
   for (int world : {2, 3, 5}) {  // 48 windows: 5 does not divide, batches straddle epochs
     std::vector<DataLoader> ranks;
-    for (int r = 0; r < world; ++r) ranks.emplace_back(make_sources(kSizes), opts(B, T, true, 3, r, world));
+    for (int r = 0; r < world; ++r)
+      ranks.emplace_back(make_sources(kSizes), opts(B, T, true, 3, r, world));
     std::vector<int64_t> seen;  // windows of epoch 0 in stream order
     std::multiset<int64_t> all;
     for (int step = 0; step < 60; ++step) {
@@ -175,8 +176,11 @@ TEST(DataLoader, EvalModeIsSequentialAndResettable) {
 
 TEST(DataLoader, ErrorsNameTheProblem) {
   // A source shorter than T+1.
-  test::expect_error([] { DataLoader(make_sources({100, 8}), opts(1, 8, false)); },
-                     {"src1", "8 tokens"});
+  test::expect_error(
+      [] {
+        DataLoader(make_sources({100, 8}), opts(1, 8, false));
+      },
+      {"src1", "8 tokens"});
   EXPECT_THROW(DataLoader(make_sources({100}), opts(1, 8, false, 0, 2, 2)), Error);
   EXPECT_THROW(DataLoader(make_sources({100}), opts(0, 8, false)), Error);
   auto o = opts(1, 8, false);

@@ -50,7 +50,8 @@ class PrepareTest : public ::testing::Test {
 std::vector<std::string> documents_of(const std::vector<int32_t>& tokens) {
   std::vector<std::string> docs;
   for (int32_t t : tokens) {
-    if (t == 256) docs.emplace_back();
+    if (t == 256)
+      docs.emplace_back();
     else {
       EXPECT_FALSE(docs.empty()) << "tokens before the first eot";
       if (!docs.empty()) docs.back() += char(t);
@@ -82,7 +83,8 @@ TEST_F(PrepareTest, EndToEndByteTokenizer) {
   write("in/b.txt", join(docs_b));
   if (std::system("command -v xz > /dev/null 2>&1") == 0) {  // an .xz input too
     fs::rename(path("in/b.txt"), path("in/b_plain"));
-    ASSERT_EQ(std::system(("xz -c " + path("in/b_plain") + " > " + path("in/b.txt.xz")).c_str()), 0);
+    ASSERT_EQ(std::system(("xz -c " + path("in/b_plain") + " > " + path("in/b.txt.xz")).c_str()),
+              0);
     fs::remove(path("in/b_plain"));
   }
   auto o = options();
@@ -113,7 +115,8 @@ TEST_F(PrepareTest, EndToEndByteTokenizer) {
   // Each document is whole in exactly one split, in input order, decided by the seeded hash.
   std::vector<std::string> expect_train, expect_val;
   for (const auto* docs : {&docs_a, &docs_b})
-    for (const auto& d : *docs) (is_val_document(d, 5, 0.3) ? expect_val : expect_train).push_back(d);
+    for (const auto& d : *docs)
+      (is_val_document(d, 5, 0.3) ? expect_val : expect_train).push_back(d);
   EXPECT_EQ(documents_of(train), expect_train);
   EXPECT_EQ(documents_of(val), expect_val);
 

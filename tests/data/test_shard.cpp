@@ -85,7 +85,8 @@ TEST_F(ShardTest, StreamingWriterAppendsAndEmptyShard) {
   {
     ShardWriter w(path("c.bin"), kShardVersionU16);
     for (size_t i = 0; i < tokens.size(); i += 700)
-      w.append(std::span<const int32_t>(tokens).subspan(i, std::min<size_t>(700, tokens.size() - i)));
+      w.append(
+          std::span<const int32_t>(tokens).subspan(i, std::min<size_t>(700, tokens.size() - i)));
     EXPECT_EQ(w.size(), 3000);
     EXPECT_FALSE(fs::exists(path("c.bin")));  // nothing under the final name before finish()
     w.finish();
@@ -128,7 +129,8 @@ TEST_F(ShardTest, CorruptFilesAreRejectedWithClearMessages) {
   auto truncated = good;
   truncated.resize(good.size() - 3);
   write_bytes(path("trunc.bin"), truncated);
-  expect_error([&] { ShardFile::open(path("trunc.bin")); }, {"trunc.bin", "truncated", "500 tokens"});
+  expect_error([&] { ShardFile::open(path("trunc.bin")); },
+               {"trunc.bin", "truncated", "500 tokens"});
 
   write_bytes(path("tiny.bin"), std::vector<unsigned char>(good.begin(), good.begin() + 100));
   expect_error([&] { ShardFile::open(path("tiny.bin")); }, {"tiny.bin", "truncated"});
@@ -150,7 +152,8 @@ TEST_F(ShardTest, CorruptFilesAreRejectedWithClearMessages) {
 }
 
 TEST_F(ShardTest, GlobsAreSortedAndEmptyMatchesFail) {
-  for (const char* name : {"train_000002.bin", "train_000000.bin", "train_000001.bin", "val_000000.bin"})
+  for (const char* name :
+       {"train_000002.bin", "train_000000.bin", "train_000001.bin", "val_000000.bin"})
     write_shard(path(name), std::vector<int32_t>{1, 2, 3}, 10);
   const auto files = expand_glob(path("train_*.bin"));
   ASSERT_EQ(files.size(), 3u);

@@ -1,5 +1,6 @@
 // The attnlab command line end to end: prepare -> train -> eval -> generate on a tiny model, and
-// every kind of bad input giving a clear message and a non-zero exit without damaging earlier output.
+// every kind of bad input giving a clear message and a non-zero exit without damaging earlier
+// output.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -94,14 +95,16 @@ TEST_F(Cli, PrepareThenTrainOnShards) {
   for (int f = 0; f < 3; ++f) {
     std::ofstream o(dir_ / "text" / ("doc" + std::to_string(f) + ".txt"));
     for (int d = 0; d < 20; ++d)
-      o << "Document " << d << " of file " << f << ": the quick brown fox jumps over the lazy dog.\n\n\n";
+      o << "Document " << d << " of file " << f
+        << ": the quick brown fox jumps over the lazy dog.\n\n\n";
   }
-  CliResult p = run("prepare '" + (dir_ / "text").string() + "/*.txt' --out " + (dir_ / "shards").string() +
-              " --val-fraction 0.2 --no-progress");
+  CliResult p = run("prepare '" + (dir_ / "text").string() + "/*.txt' --out " +
+                    (dir_ / "shards").string() + " --val-fraction 0.2 --no-progress");
   ASSERT_EQ(p.code, 0) << p.out;
-  CliResult t = run(train_args("--set data.source=shards --set data.train=" + (dir_ / "shards").string() +
-                         "/train_*.bin --set data.val=" + (dir_ / "shards").string() +
-                         "/val_*.bin --set eval.at_end=true --set eval.batches=1"));
+  CliResult t =
+      run(train_args("--set data.source=shards --set data.train=" + (dir_ / "shards").string() +
+                     "/train_*.bin --set data.val=" + (dir_ / "shards").string() +
+                     "/val_*.bin --set eval.at_end=true --set eval.batches=1"));
   ASSERT_EQ(t.code, 0) << t.out;
   EXPECT_NE(t.out.find("val loss"), std::string::npos) << t.out;
 }
@@ -118,8 +121,8 @@ TEST_F(Cli, RecipeErrors) {
 }
 
 TEST_F(Cli, DataErrors) {
-  expect_error(run(train_args("--set data.source=shards --set data.train=" + (dir_ / "none").string() +
-                              "/*.bin --set eval.at_end=false")),
+  expect_error(run(train_args("--set data.source=shards --set data.train=" +
+                              (dir_ / "none").string() + "/*.bin --set eval.at_end=false")),
                "none/*.bin");
   // Wrong magic, then a truncated file.
   std::vector<int32_t> toks(100, 5);
@@ -130,20 +133,25 @@ TEST_F(Cli, DataErrors) {
     int32_t bad = 12345;
     f.write(reinterpret_cast<const char*>(&bad), 4);
   }
-  expect_error(run(train_args("--set data.source=shards --set data.train=" + shard + " --set eval.at_end=false")),
+  expect_error(run(train_args("--set data.source=shards --set data.train=" + shard +
+                              " --set eval.at_end=false")),
                "magic");
   attnlab::write_shard(shard, toks, 260);
   fs::resize_file(shard, fs::file_size(shard) - 10);
-  expect_error(run(train_args("--set data.source=shards --set data.train=" + shard + " --set eval.at_end=false")),
+  expect_error(run(train_args("--set data.source=shards --set data.train=" + shard +
+                              " --set eval.at_end=false")),
                "bad_000000.bin");
 }
 
 TEST_F(Cli, OutputAndCheckpointErrors) {
   std::ofstream(dir_ / "a_file") << "x";
-  expect_error(run("train " + recipe_ + " --set train.out_dir=" + (dir_ / "a_file" / "run").string()), "a_file");
+  expect_error(
+      run("train " + recipe_ + " --set train.out_dir=" + (dir_ / "a_file" / "run").string()),
+      "a_file");
   ASSERT_EQ(run(train_args()).code, 0);
   // Resuming with a different model shape names the tensor and both shapes.
-  expect_error(run(train_args("--set model.n_embd=32 --resume " + (dir_ / "run").string())), "shape");
+  expect_error(run(train_args("--set model.n_embd=32 --resume " + (dir_ / "run").string())),
+               "shape");
   expect_error(run(train_args("--resume " + (dir_ / "nowhere").string())), "nowhere");
 }
 
@@ -153,8 +161,10 @@ TEST_F(Cli, DivergenceStopsWithoutDamagingTheLastCheckpoint) {
   const auto size_before = fs::file_size(ckpt);
   const auto time_before = fs::last_write_time(ckpt);
   // A huge learning rate blows the weights up; the loss becomes non-finite within a few steps.
-  CliResult r = run(train_args("--set train.steps=12 --set optim.lr=1e30 --set optim.grad_clip=0 "
-                         "--set checkpoint.every=100 --resume " + (dir_ / "run").string()));
+  CliResult r =
+      run(train_args("--set train.steps=12 --set optim.lr=1e30 --set optim.grad_clip=0 "
+                     "--set checkpoint.every=100 --resume " +
+                     (dir_ / "run").string()));
   expect_error(r, "diverged");
   EXPECT_EQ(fs::file_size(ckpt), size_before);
   EXPECT_EQ(fs::last_write_time(ckpt), time_before);

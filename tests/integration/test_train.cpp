@@ -11,9 +11,9 @@
 
 #include "config/recipe.h"
 #include "io/safetensors.h"
+#include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
-#include "test_util.h"
 
 namespace fs = std::filesystem;
 using namespace attnlab;
@@ -52,7 +52,8 @@ std::map<std::string, std::string> checkpoint_bytes(const std::string& ckpt) {
     io::SafetensorsFile st((fs::path(ckpt) / f).string());
     for (const auto& n : st.names()) {
       auto raw = st.raw(n);
-      out[std::string(f) + ":" + n] = std::string(reinterpret_cast<const char*>(raw.data()), raw.size());
+      out[std::string(f) + ":" + n] =
+          std::string(reinterpret_cast<const char*>(raw.data()), raw.size());
     }
   }
   return out;
@@ -63,8 +64,8 @@ std::map<std::string, std::string> checkpoint_bytes(const std::string& ckpt) {
 TEST(TrainIntegration, LossDecreasesAndBeatsNothingSilly) {
   const test::TempDir tmp("it");
   const std::string dir = tmp.file("learn");
-  Recipe r = tiny(dir, {"train.steps=150", "train.micro_batch=8", "train.seq_len=32", "optim.lr=1e-2",
-                        "eval.every=0"});
+  Recipe r = tiny(dir, {"train.steps=150", "train.micro_batch=8", "train.seq_len=32",
+                        "optim.lr=1e-2", "eval.every=0"});
   TrainResult res = train(r, quiet());
   EXPECT_EQ(res.steps, 150);
   // ln(64) = 4.16 at initialisation; the model must learn the Markov structure and beat the
@@ -84,9 +85,11 @@ TEST(TrainIntegration, GoldenLosses) {
   const test::TempDir tmp("it");
   const std::string dir = tmp.file("golden");
   TrainResult res = train(tiny(dir, {"train.steps=5", "eval.at_end=false"}), quiet());
-  const double golden[5] = {4.1651347242295742, 4.1168442778289318, 4.0214969515800476, 4.09270054474473, 4.1283904612064362};
+  const double golden[5] = {4.1651347242295742, 4.1168442778289318, 4.0214969515800476,
+                            4.09270054474473, 4.1283904612064362};
   ASSERT_EQ(res.losses.size(), 5u);
-  for (int i = 0; i < 5; ++i) EXPECT_NEAR(res.losses[size_t(i)], golden[i], 1e-5) << "step " << i + 1;
+  for (int i = 0; i < 5; ++i)
+    EXPECT_NEAR(res.losses[size_t(i)], golden[i], 1e-5) << "step " << i + 1;
 }
 
 TEST(TrainIntegration, ResumeIsBitExact) {
@@ -112,16 +115,20 @@ TEST(TrainIntegration, RefusesToOverwriteARun) {
   const test::TempDir tmp("it");
   const std::string dir = tmp.file("overwrite");
   train(tiny(dir, {"train.steps=1", "schedule.warmup_steps=0"}), quiet());
-  test::expect_error([&] { train(tiny(dir, {"train.steps=1", "schedule.warmup_steps=0"}), quiet()); },
-                     "--resume");
+  test::expect_error(
+      [&] {
+        train(tiny(dir, {"train.steps=1", "schedule.warmup_steps=0"}), quiet());
+      },
+      "--resume");
 }
 
 TEST(TrainIntegration, GradientAccumulationMatchesOneBigBatch) {
   // 4 micro-batches of 1 sequence == 1 micro-batch of 4 sequences (same data, same step).
   const test::TempDir tmp("it");
   const std::string a = tmp.file("accum_a"), b = tmp.file("accum_b");
-  std::vector<std::string> common = {"train.steps=1", "schedule.warmup_steps=0", "data.shuffle=false",
-                                     "eval.at_end=false", "optim.grad_clip=0"};
+  std::vector<std::string> common = {"train.steps=1", "schedule.warmup_steps=0",
+                                     "data.shuffle=false", "eval.at_end=false",
+                                     "optim.grad_clip=0"};
   auto ra = common, rb = common;
   ra.push_back("train.micro_batch=4");
   rb.push_back("train.micro_batch=1");
@@ -135,7 +142,8 @@ TEST(TrainIntegration, GradientAccumulationMatchesOneBigBatch) {
     Tensor ta = fa.view(n), tb = fb.view(n);
     const float* pa = static_cast<const float*>(ta.data);
     const float* pb = static_cast<const float*>(tb.data);
-    for (int64_t i = 0; i < ta.numel(); ++i) max_diff = std::max(max_diff, double(std::fabs(pa[i] - pb[i])));
+    for (int64_t i = 0; i < ta.numel(); ++i)
+      max_diff = std::max(max_diff, double(std::fabs(pa[i] - pb[i])));
   }
   // The first AdamW step moves each weight by about lr = 3e-3; accumulation changes only the
   // summation order of the gradients, so the weights agree to a tiny fraction of that.

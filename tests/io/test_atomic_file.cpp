@@ -92,8 +92,9 @@ TEST_F(AtomicFile, CommitTwiceAndWriteAfterCommitFail) {
 }
 
 TEST_F(AtomicFile, ErrorsNameThePathAndReason) {
-  test::expect_error([&] { write_file_atomic(dir_ + "/missing/x.bin", "data"); },
-                     {"cannot write '" + dir_ + "/missing/x.bin.tmp'", "No such file or directory"});
+  test::expect_error(
+      [&] { write_file_atomic(dir_ + "/missing/x.bin", "data"); },
+      {"cannot write '" + dir_ + "/missing/x.bin.tmp'", "No such file or directory"});
 
   test::expect_error([&] { read_file(dir_ + "/nope"); }, "cannot read '" + dir_ + "/nope'");
 }

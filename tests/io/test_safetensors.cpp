@@ -1,14 +1,13 @@
 // safetensors: round trips for every dtype, conversions on load, and every corruption the reader
 // must reject with a message that names the file and the tensor.
+#include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <random>
-
-#include <cuda_fp16.h>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "core/cuda_check.h"
 #include "core/error.h"
@@ -48,20 +47,26 @@ std::string open_error(const std::string& path) {
 #define EXPECT_CONTAINS(haystack, needle) \
   EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
 
-template <typename T> std::vector<T> random_values(size_t n, uint32_t seed) {
+template <typename T>
+std::vector<T> random_values(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-3.f, 3.f);
   std::vector<T> v(n);
   for (auto& x : v) {
-    if constexpr (std::is_same_v<T, float>) x = u(rng);
-    else if constexpr (std::is_same_v<T, bf16>) x = __float2bfloat16(u(rng));
-    else if constexpr (std::is_same_v<T, __half>) x = __float2half(u(rng));
-    else x = T(rng());
+    if constexpr (std::is_same_v<T, float>)
+      x = u(rng);
+    else if constexpr (std::is_same_v<T, bf16>)
+      x = __float2bfloat16(u(rng));
+    else if constexpr (std::is_same_v<T, __half>)
+      x = __float2half(u(rng));
+    else
+      x = T(rng());
   }
   return v;
 }
 
-template <typename T> bool same_bytes(const void* a, const std::vector<T>& b) {
+template <typename T>
+bool same_bytes(const void* a, const std::vector<T>& b) {
   return std::memcmp(a, b.data(), b.size() * sizeof(T)) == 0;
 }
 
@@ -208,8 +213,9 @@ TEST_F(Safetensors, LoadIntoConvertsAndChecks) {
       f.load_into(name, Tensor(wrong.data(), DType::f32, Device::cpu, {n}));
     };
   };
-  test::expect_error(load_wrong("w", 64),
-                     "checkpoint '" + path + "': tensor 'w' has shape [8, 8], the model expects [64]");
+  test::expect_error(
+      load_wrong("w", 64),
+      "checkpoint '" + path + "': tensor 'w' has shape [8, 8], the model expects [64]");
   test::expect_error(load_wrong("ids", 3), "tensor 'ids' is I32, the model expects F32");
   test::expect_error(load_wrong("nope", 3), "checkpoint '" + path + "' has no tensor 'nope'");
 }
@@ -236,7 +242,8 @@ TEST_F(Safetensors, CudaTensorsWriteAndLoad) {
     ASSERT_EQ(__bfloat162float(got[i]), __bfloat162float(__float2bfloat16(host[i]))) << i;
 }
 
-// ---- corrupt files -------------------------------------------------------------------------------
+// ---- corrupt files
+// -------------------------------------------------------------------------------
 
 TEST_F(Safetensors, RejectsTruncatedFiles) {
   std::vector<float> a = random_values<float>(100, 41);
@@ -248,8 +255,9 @@ TEST_F(Safetensors, RejectsTruncatedFiles) {
 
   write_file_atomic(path, bytes.substr(0, bytes.size() - 4));
   std::string msg = open_error(path);
-  EXPECT_CONTAINS(msg, "checkpoint '" + path + "': tensor 'a' has data_offsets [0, 400] outside "
-                       "the data (396 bytes)");
+  EXPECT_CONTAINS(msg, "checkpoint '" + path +
+                           "': tensor 'a' has data_offsets [0, 400] outside "
+                           "the data (396 bytes)");
   write_file_atomic(path, bytes.substr(0, 20));
   EXPECT_CONTAINS(open_error(path), "header length");
   EXPECT_CONTAINS(open_error(path), "exceeds the file size (20 bytes)");
@@ -276,15 +284,14 @@ TEST_F(Safetensors, RejectsBadJson) {
 
 TEST_F(Safetensors, RejectsBadDtypeAndShapes) {
   std::string d8(8, 'x');
-  std::string msg = open_error(
-      write_raw(R"({"w": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}})", d8));
+  std::string msg =
+      open_error(write_raw(R"({"w": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}})", d8));
   EXPECT_CONTAINS(msg, "tensor 'w' has dtype 'F64'; attnlab reads F32, BF16, F16, I32");
+  EXPECT_CONTAINS(open_error(write_raw(R"({"w": {"shape": [2], "data_offsets": [0, 8]}})", d8)),
+                  "tensor 'w' has no string 'dtype'");
   EXPECT_CONTAINS(
-      open_error(write_raw(R"({"w": {"shape": [2], "data_offsets": [0, 8]}})", d8)),
-      "tensor 'w' has no string 'dtype'");
-  EXPECT_CONTAINS(open_error(write_raw(
-                      R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", d8)),
-                  "tensor 'w' is F32 [3] (12 bytes) but its data_offsets span 8 bytes");
+      open_error(write_raw(R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", d8)),
+      "tensor 'w' is F32 [3] (12 bytes) but its data_offsets span 8 bytes");
   EXPECT_CONTAINS(open_error(write_raw(
                       R"({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", d8)),
                   "tensor 'w' has a shape entry that is not a non-negative integer");

@@ -2,13 +2,12 @@
 // ATTNLAB_SAFETENSORS_XCHECK_DIR is set; scripts/check_safetensors.py sets it, writes
 // python.safetensors there, runs this test, then verifies attnlab.safetensors with the package.
 // Both sides fill tensor i-th elements from the same integer formulas, exact in every dtype.
+#include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-
-#include <cuda_fp16.h>
 
 #include "io/safetensors.h"
 
@@ -23,10 +22,14 @@ struct Spec {
 
 // Keep in sync with SPECS in scripts/check_safetensors.py.
 const std::vector<Spec> kSpecs = {
-    {"h.0.attn.c_attn.weight", StDType::F32, {3, 5, 7}}, {"h.0.ln_1.weight", StDType::BF16, {33}},
-    {"half", StDType::F16, {2, 3}},   {"ids", StDType::I32, {4, 4}},
-    {"tokens", StDType::U16, {7}},    {"u", StDType::U32, {5}},
-    {"long", StDType::I64, {2, 2}},   {"empty", StDType::F32, {0, 4}},
+    {"h.0.attn.c_attn.weight", StDType::F32, {3, 5, 7}},
+    {"h.0.ln_1.weight", StDType::BF16, {33}},
+    {"half", StDType::F16, {2, 3}},
+    {"ids", StDType::I32, {4, 4}},
+    {"tokens", StDType::U16, {7}},
+    {"u", StDType::U32, {5}},
+    {"long", StDType::I64, {2, 2}},
+    {"empty", StDType::F32, {0, 4}},
     {"scalar", StDType::F32, {}},
 };
 
@@ -34,13 +37,27 @@ const std::vector<Spec> kSpecs = {
 void append_element(std::string& out, StDType t, uint64_t i) {
   auto put = [&](const auto& v) { out.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
   switch (t) {
-    case StDType::F32: put(float(int64_t(i * 37 % 1000) - 500) / 64.f); break;
-    case StDType::BF16: put(__float2bfloat16(float(int64_t(i * 37 % 256) - 128) / 4.f)); break;
-    case StDType::F16: put(__float2half(float(int64_t(i * 37 % 2048) - 1024) / 16.f)); break;
-    case StDType::I32: put(int32_t(uint32_t(i * 2654435761u))); break;
-    case StDType::U16: put(uint16_t(i * 40503u)); break;
-    case StDType::U32: put(uint32_t(i * 2654435761u)); break;
-    case StDType::I64: put(int64_t(i * 0x9E3779B97F4A7C15ull)); break;
+    case StDType::F32:
+      put(float(int64_t(i * 37 % 1000) - 500) / 64.f);
+      break;
+    case StDType::BF16:
+      put(__float2bfloat16(float(int64_t(i * 37 % 256) - 128) / 4.f));
+      break;
+    case StDType::F16:
+      put(__float2half(float(int64_t(i * 37 % 2048) - 1024) / 16.f));
+      break;
+    case StDType::I32:
+      put(int32_t(uint32_t(i * 2654435761u)));
+      break;
+    case StDType::U16:
+      put(uint16_t(i * 40503u));
+      break;
+    case StDType::U32:
+      put(uint32_t(i * 2654435761u));
+      break;
+    case StDType::I64:
+      put(int64_t(i * 0x9E3779B97F4A7C15ull));
+      break;
   }
 }
 
@@ -68,8 +85,7 @@ TEST(SafetensorsXCheck, PythonInterop) {
     EXPECT_EQ(ti.dtype, s.dtype) << s.name;
     EXPECT_EQ(ti.shape, s.shape) << s.name;
     auto raw = py.raw(s.name);
-    EXPECT_EQ(std::string(reinterpret_cast<const char*>(raw.data()), raw.size()),
-              expected_bytes(s))
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(raw.data()), raw.size()), expected_bytes(s))
         << s.name;
   }
 

@@ -41,7 +41,8 @@ struct Fixture {
     std::normal_distribution<float> nd(0.f, 0.3f);
     float* w = store.all_params().ptr<float>();
     for (int64_t i = 0; i < store.num_params(); ++i) w[i] += nd(rng);
-    zero_tensor(store.param("wte.weight").slice0(tiny_config().vocab_size, tiny_config().padded_vocab));
+    zero_tensor(
+        store.param("wte.weight").slice0(tiny_config().vocab_size, tiny_config().padded_vocab));
     model.allocate(*ctx, B, T, DType::f32);
     std::uniform_int_distribution<int> tok(0, tiny_config().vocab_size - 1);
     for (int i = 0; i < B * T; ++i) tokens.push_back(tok(rng)), targets.push_back(tok(rng));
@@ -123,7 +124,8 @@ TEST(GPTModel, FrozenBaseHasNoGradients) {
   Fixture f(1, 4, {ParamRole::attention});
   EXPECT_EQ(f.store.num_trainable(), 0);  // dense attention has no variant parameters
   EXPECT_TRUE(f.store.grad("h.0.attn.c_attn.weight").empty());
-  f.model.forward(*f.ctx, f.store, f.t(f.tokens, 0, 1), f.t(f.targets, 0, 1), AttentionMode::train, 0.25f);
+  f.model.forward(*f.ctx, f.store, f.t(f.tokens, 0, 1), f.t(f.targets, 0, 1), AttentionMode::train,
+                  0.25f);
   f.model.backward(*f.ctx, f.store, f.t(f.tokens, 0, 1));  // must skip every weight product
 }
 

@@ -130,9 +130,12 @@ TEST(GPTRecompute, OutOfMemoryMessage) {
   EXPECT_GE(mb, 1);
   EXPECT_LT(mb, 64);
   EXPECT_EQ(device_memory_shortfall(estimate_training_memory(model, n, n, mb, 1024, DType::bf16),
-                                    16 * GiB, mb, ActivationRecompute::none), "");
-  EXPECT_NE(device_memory_shortfall(estimate_training_memory(model, n, n, mb + 2, 1024, DType::bf16),
-                                    16 * GiB, mb + 2, ActivationRecompute::none), "");
+                                    16 * GiB, mb, ActivationRecompute::none),
+            "");
+  EXPECT_NE(
+      device_memory_shortfall(estimate_training_memory(model, n, n, mb + 2, 1024, DType::bf16),
+                              16 * GiB, mb + 2, ActivationRecompute::none),
+      "");
   // Already on block: no recompute hint. Weights alone too big: a different hint.
   std::string mblock = device_memory_shortfall(e, 16 * GiB, 64, ActivationRecompute::block);
   EXPECT_EQ(mblock.find("train.recompute"), std::string::npos) << mblock;

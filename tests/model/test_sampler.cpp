@@ -33,7 +33,8 @@ TEST(Sampler, SeededAndValidated) {
   for (int i = 0; i < 50; ++i) logits[i] = float((i * 37) % 11) * 0.3f;
   std::mt19937_64 a(9), b(9);
   SamplingOptions o;
-  for (int i = 0; i < 50; ++i) EXPECT_EQ(sample_token(logits, 50, o, a), sample_token(logits, 50, o, b));
+  for (int i = 0; i < 50; ++i)
+    EXPECT_EQ(sample_token(logits, 50, o, a), sample_token(logits, 50, o, b));
   o.top_p = 0.f;
   EXPECT_THROW(sample_token(logits, 50, o, a), Error);
 }

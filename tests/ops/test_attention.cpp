@@ -87,7 +87,8 @@ struct AttentionCase {
           for (int j = 0; j < T; ++j) {
             if (!visible(t, j)) continue;
             double dot = 0;
-            for (int d = 0; d < D; ++d) dot += double(qkv[q_at(b, t, h, d)]) * qkv[k_at(b, j, hk, d)];
+            for (int d = 0; d < D; ++d)
+              dot += double(qkv[q_at(b, t, h, d)]) * qkv[k_at(b, j, hk, d)];
             s[j] = dot * scale;
             mx = std::max(mx, s[j]);
           }

@@ -25,7 +25,8 @@ struct CrossEntropyCase {
   std::vector<float> losses;
   explicit CrossEntropyCase(uint32_t seed)
       : logits(random_vector(size_t(N) * Vp, seed, -4.f, 4.f)),
-        targets(test::random_ints(size_t(N), seed + 1, V)), losses(size_t(N), -1.f) {
+        targets(test::random_ints(size_t(N), seed + 1, V)),
+        losses(size_t(N), -1.f) {
     targets[2] = kIgnore;
     targets[5] = kIgnore;
     for (int64_t i = 0; i < N; ++i)

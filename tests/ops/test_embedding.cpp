@@ -17,8 +17,14 @@ struct EmbeddingCase {
   std::vector<int32_t> tokens;
   std::vector<float> wte, wpe, out;
   EmbeddingCase(int64_t b, int t, int c, int v, int mt, uint32_t seed)
-      : B(b), T(t), C(c), vocab(v), max_T(mt), tokens(test::random_ints(size_t(b * t), seed, v)),
-        wte(random_vector(size_t(v) * c, seed + 1)), wpe(random_vector(size_t(mt) * c, seed + 2)),
+      : B(b),
+        T(t),
+        C(c),
+        vocab(v),
+        max_T(mt),
+        tokens(test::random_ints(size_t(b * t), seed, v)),
+        wte(random_vector(size_t(v) * c, seed + 1)),
+        wpe(random_vector(size_t(mt) * c, seed + 2)),
         out(size_t(b * t * c)) {}
   EmbeddingParams<float> params() {
     EmbeddingParams<float> p;

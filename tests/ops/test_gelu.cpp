@@ -64,8 +64,9 @@ TEST(GeluOp, RunsAndChecksShapes) {
   ops::gelu_fwd(*ctx, cpu_tensor(y, {2, 3, 4}), cpu_tensor(x, {2, 3, 4}));
   gelu_fwd_ref(gelu_params(x, y_ref));
   EXPECT_EQ(y, y_ref);
-  EXPECT_EQ(test::thrown_message(
-                [&] { ops::gelu_fwd(*ctx, cpu_tensor(small, {3, 4}), cpu_tensor(x, {2, 3, 4})); }),
+  EXPECT_EQ(test::thrown_message([&] {
+              ops::gelu_fwd(*ctx, cpu_tensor(small, {3, 4}), cpu_tensor(x, {2, 3, 4}));
+            }),
             "gelu: y must be f32[2, 3, 4] on cpu, got f32[3, 4] on cpu");
 }
 

@@ -19,9 +19,13 @@ struct LayerNormCase {
   std::vector<float> x, gamma, beta, y, mean, rstd;
 
   LayerNormCase(int64_t r, int c, uint32_t seed)
-      : rows(r), cols(c), x(random_vector(size_t(r * c), seed, -2.f, 3.f)),
+      : rows(r),
+        cols(c),
+        x(random_vector(size_t(r * c), seed, -2.f, 3.f)),
         gamma(random_vector(size_t(c), seed + 1, 0.5f, 1.5f)),
-        beta(random_vector(size_t(c), seed + 2)), y(size_t(r * c)), mean(size_t(r)),
+        beta(random_vector(size_t(c), seed + 2)),
+        y(size_t(r * c)),
+        mean(size_t(r)),
         rstd(size_t(r)) {}
 
   LayerNormParams<float> params() {

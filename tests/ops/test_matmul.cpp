@@ -16,8 +16,12 @@ struct MatmulCase {
   int in, out;
   std::vector<float> x, w, bias, y;
   MatmulCase(int64_t n, int i, int o, uint32_t seed)
-      : N(n), in(i), out(o), x(random_vector(size_t(n * i), seed)),
-        w(random_vector(size_t(o) * i, seed + 1)), bias(random_vector(size_t(o), seed + 2)),
+      : N(n),
+        in(i),
+        out(o),
+        x(random_vector(size_t(n * i), seed)),
+        w(random_vector(size_t(o) * i, seed + 1)),
+        bias(random_vector(size_t(o), seed + 2)),
         y(size_t(n * o)) {}
   MatmulParams<float> params() {
     MatmulParams<float> p;

@@ -12,8 +12,8 @@
 
 #include "core/cuda_check.h"
 #include "ops/ops.h"
-#include "train/optimizer.h"
 #include "test_util.h"
+#include "train/optimizer.h"
 
 namespace attnlab {
 namespace {

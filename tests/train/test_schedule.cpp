@@ -6,8 +6,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "train/schedule.h"
 #include "test_util.h"
+#include "train/schedule.h"
 
 namespace attnlab {
 namespace {
