@@ -13,7 +13,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,n
 t0=$(date +%s)
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$BUILD.cmake.log" 2>&1 \
   || { tail -30 "$BUILD.cmake.log"; exit 1; }
-make -C "$BUILD" -j16 attnlab_tests bench_attention >"$LOGS/build.log" 2>&1 \
+make -C "$BUILD" -j16 attnlab attnlab_tests bench_attention bench_train gpt2_step_dump >"$LOGS/build.log" 2>&1 \
   || { grep -E "error|Error" -A3 "$LOGS/build.log" | head -60; exit 1; }
 t1=$(date +%s)
 echo "build: $((t1 - t0)) s"
@@ -32,9 +32,23 @@ if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   grep -E "ERROR SUMMARY" "$LOGS/memcheck.log" | tail -1
 fi
 
+# The real trainer on the GPT-2 124M recipe (synthetic tokens: no dataset on the device), a few
+# optimizer steps of 524K tokens, through the CLI a user runs.
+if [ "${SKIP_TRAIN:-0}" != 1 ]; then
+  timeout 240 "$BUILD/attnlab" train recipes/gpt2-124m-dense.yaml --set data.source=synthetic \
+    --set data.synthetic.vocab_size=50257 --set data.synthetic.train_tokens=8000000 \
+    --set data.synthetic.val_tokens=300000 --set train.steps=6 --set schedule.warmup_steps=2 \
+    --set eval.every=0 --set eval.batches=2 --set checkpoint.at_end=false \
+    --set train.out_dir="$LOGS/gpt2_run" >"$LOGS/gpt2_train.log" 2>&1
+  echo "gpt2-124m trainer run: rc=$?"; tail -4 "$LOGS/gpt2_train.log"
+fi
+
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   "$BUILD/bench_attention" "$LOGS/ours.csv" 2>&1 | tee "$LOGS/bench.log"
   PYTHONUNBUFFERED=1 python3 scripts/bench/sdpa_peer.py "$LOGS/peer.csv" 2>&1 | tee -a "$LOGS/bench.log"
+  # The whole training step: GPU vs CPU test, PyTorch oracle, bench_train vs torch eager/compile.
+  SKIP_BUILD=1 OUT="$LOGS/step" bash scripts/gpu_step_check.sh "$BUILD" >"$LOGS/step.log" 2>&1
+  step_rc=$?
 fi
 
 echo
@@ -61,5 +75,10 @@ for key, o in ours.items():
     bo, bp = float(o["fwdbwd_tflops"]), float(p["fwdbwd_tflops"])
     print(f"{key[0]:>4} {key[1]:>6} {fo:9.1f} {fp:9.1f} {fo/fp:6.2f} {bo:9.1f} {bp:9.1f} {bo/bp:6.2f}")
 PY
+fi
+if [ -f "$LOGS/step.log" ]; then
+  sed -n '/=== GPU training step: summary ===/,$p' "$LOGS/step.log"
+  grep -E "adamw step|after step 1|grad norm cpu" "$LOGS/step/test_gpt_cuda.log" 2>/dev/null | head -30
+  echo "gpu_step_check rc=${step_rc:-?}"
 fi
 exit $tests_rc
