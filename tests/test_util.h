@@ -68,10 +68,13 @@ template <typename A, typename B>
 double max_rel_error(const A* a, const B* b, size_t n) {
   double err = 0.0, scale = 0.0;
   for (size_t i = 0; i < n; ++i) {
-    err = std::max(err, std::fabs(double(a[i]) - double(b[i])));
+    const double d = std::fabs(double(a[i]) - double(b[i]));
+    // std::max drops a NaN argument, so test for it explicitly: NaN or Inf anywhere (in either
+    // input) fails every tolerance.
+    if (!std::isfinite(d)) return INFINITY;
+    err = std::max(err, d);
     scale = std::max(scale, std::fabs(double(b[i])));
   }
-  if (!(err == err)) return INFINITY;  // NaN anywhere fails every tolerance
   return scale > 0.0 ? err / scale : err;
 }
 template <typename A, typename B>

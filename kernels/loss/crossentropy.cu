@@ -70,6 +70,7 @@ __global__ void __launch_bounds__(kThreads)
   if (dlogits == nullptr) return;
 
   T* dx = dlogits + row * Vp;
+  // An ignored row has no softmax (lse = -inf): its gradient is exactly zero, never inf * 0.
   const float scale = ignored ? 0.f : dloss;
   if constexpr (kVec) {
     for (int c = threadIdx.x * N; c < Vp; c += kThreads * N) {
@@ -78,14 +79,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < N; ++j) {
         const int cj = c + j;
-        const float p = cj < V ? expf(v.f(j) - lse) : 0.f;
+        const float p = !ignored && cj < V ? expf(v.f(j) - lse) : 0.f;
         r.set(j, (p - (cj == target ? 1.f : 0.f)) * scale);
       }
       dev::store_pack(dx + c, r);
     }
   } else {
     for (int c = threadIdx.x; c < Vp; c += kThreads) {
-      const float p = c < V ? expf(dev::to_f(x[c]) - lse) : 0.f;
+      const float p = !ignored && c < V ? expf(dev::to_f(x[c]) - lse) : 0.f;
       dx[c] = dev::from_f<T>((p - (c == target ? 1.f : 0.f)) * scale);
     }
   }

@@ -5,6 +5,7 @@
 
 #include "core/parameters.h"
 #include "core/tensor.h"
+#include "test_util.h"
 
 using namespace attnlab;
 
@@ -72,4 +73,15 @@ TEST(ParameterStore, InitialisationIsDeterministicAndByKind) {
   ParameterStore dup;
   dup.declare({"x", Shape{1}});
   EXPECT_THROW(dup.declare({"x", Shape{1}}), Error);
+}
+
+TEST(TestUtil, MaxRelErrorFailsOnNaNAndInf) {
+  // The comparisons of every kernel test rely on this: a NaN must never pass a tolerance.
+  std::vector<float> ref = {1.f, -2.f, 3.f}, same = ref, nan = ref, inf = ref;
+  nan[1] = std::nanf("");
+  inf[2] = INFINITY;
+  EXPECT_EQ(test::max_rel_error(same, ref), 0.0);
+  EXPECT_TRUE(std::isinf(test::max_rel_error(nan, ref)));
+  EXPECT_TRUE(std::isinf(test::max_rel_error(inf, ref)));
+  EXPECT_TRUE(std::isinf(test::max_rel_error(ref, nan)));
 }

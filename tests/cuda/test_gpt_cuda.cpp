@@ -222,6 +222,9 @@ void step_check(DType dt) {
     StepStats sc = oc_cpu.step(oc.lr, step);
     StepStats sg = oc_gpu.step(oc.lr, step);
     gpu.ctx->synchronize();
+    ASSERT_TRUE(sc.finite && sg.finite)
+        << "step " << step << ": grad norm cpu " << sc.grad_norm << " gpu " << sg.grad_norm;
+    EXPECT_NEAR(sg.grad_norm, sc.grad_norm, (bf ? 2e-2 : 1e-4) * sc.grad_norm) << "step " << step;
     if (step == 1) {
       // Diagnostics: the update of each tensor on both sides after the first step.
       std::printf("[%s] step 1 grad norm cpu %.6e gpu %.6e clip %.6f / %.6f\n", dtype_name(dt),
