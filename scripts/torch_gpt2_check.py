@@ -123,6 +123,8 @@ def adamw_train(model, data, lrs, hp, bf16):
             g["lr"] = lr
         opt.step()
         losses.append(loss.item())
+        print(f"  torch {'bf16' if bf16 else 'fp32'} step {s + 1:2d} | lr {lr:.3e} | loss {loss.item():.6f} "
+              f"| grad norm {norm:.4f}", flush=True)
     return losses
 
 
