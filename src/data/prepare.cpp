@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -384,29 +386,41 @@ PrepareSummary prepare(const PrepareOptions& options) {
                                         options.shard_tokens, summary.train),
                             SplitWriter(options.out_dir, "val", summary.shard_version,
                                         options.shard_tokens, summary.val)};
-  // Pipeline: the main thread reads the next batch and writes finished ones while the pool
-  // encodes; up to kInFlight batches stay queued or in encoding while it reads, so the pool has
-  // the next batch at hand when one ends. Memory: about kInFlight + 2 batches of text and ids.
+  // Pipeline: the main thread reads and cuts batches; the pool encodes them; a writer task per
+  // batch (chained, so batches are written in order, each on its own short-lived thread) waits
+  // for its batch and writes it. Reading, encoding and writing overlap, and the main thread only
+  // reads, so it keeps up with many encoding threads. The main thread waits while more than
+  // kInFlight batches are unwritten. Memory: about kInFlight + 1 batches of text and ids.
   // Batches start small (the pool waits for the first one) and double up to the full size.
-  constexpr size_t kInFlight = 2;
+  constexpr size_t kInFlight = 3;
   const int64_t full_batch_bytes =
       options.batch_bytes > 0 ? options.batch_bytes : int64_t(threads) * (2 << 20);
   int64_t batch_bytes =
       options.batch_bytes > 0 ? options.batch_bytes : int64_t(threads) * (256 << 10);
+  std::atomic<int64_t> tokens_written{0};  // for the progress line
+  // Declared after `writers` and before `written`: a pending writer task (which the destructor
+  // of its future waits for, also when an error unwinds this function) uses both.
   EncodePool pool(*tokenizer, threads, options.seed, options.val_fraction);
-  std::deque<std::shared_ptr<Batch>> in_flight;
-  auto write_oldest = [&] {
-    pool.wait(*in_flight.front());
-    write_batch(*in_flight.front(), writers);
-    in_flight.pop_front();
-  };
+  std::deque<std::shared_future<void>> written;
   auto submit = [&](std::vector<std::string>&& docs) {
     auto batch = std::make_shared<Batch>();
     batch->docs = std::move(docs);
     plan_tasks(*tokenizer, size_t(threads) * kTasksPerThread, *batch);
     pool.submit(batch);
-    in_flight.push_back(std::move(batch));
-    while (in_flight.size() > kInFlight) write_oldest();
+    std::shared_future<void> previous =
+        written.empty() ? std::shared_future<void>() : written.back();
+    written.push_back(std::async(std::launch::async, [&, previous, batch = std::move(batch)] {
+                        if (previous.valid()) previous.get();  // rethrows an earlier write error
+                        pool.wait(*batch);
+                        write_batch(*batch, writers);
+                        int64_t n = 0;
+                        for (const auto& t : batch->tokens) n += int64_t(t.size());
+                        tokens_written += n;
+                      }).share());
+    while (written.size() > kInFlight) {
+      written.front().get();
+      written.pop_front();
+    }
     batch_bytes = std::min(full_batch_bytes, 2 * batch_bytes);
   };
 
@@ -445,12 +459,13 @@ PrepareSummary prepare(const PrepareOptions& options) {
       }
       const int64_t consumed = reader.stream().file_bytes_consumed();
       progress.update(files_done_bytes + std::max<int64_t>(0, consumed), text_bytes,
-                      summary.train.tokens + summary.val.tokens, fi + 1, files.size());
+                      tokens_written.load(), fi + 1, files.size());
     }
     files_done_bytes += int64_t(fs::file_size(files[fi]));
   }
   if (!batch.empty()) submit(std::move(batch));
-  while (!in_flight.empty()) write_oldest();
+  for (auto& w : written) w.get();
+  written.clear();
   for (auto& w : writers) w.finish();
   progress.update(files_done_bytes, text_bytes, summary.train.tokens + summary.val.tokens,
                   files.size(), files.size(), /*force=*/true);
