@@ -70,7 +70,7 @@ struct Batch {
   std::vector<std::string> docs;
   std::vector<Segment> segments;
   std::vector<size_t> task_first;  // task t holds segments [task_first[t], task_first[t + 1])
-  // Results, written by the task's worker, read by the main thread once the batch is done.
+  // Results, written by the task's worker, read by the batch's writer once the batch is done.
   std::vector<Split> split;                  // per document, by the task holding its start
   std::vector<std::vector<int32_t>> tokens;  // per task: its segments' ids, eot included
   std::vector<size_t> segment_end;           // per segment: end of its ids in its task's tokens
