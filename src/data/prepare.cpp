@@ -3,15 +3,21 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <span>
 #include <thread>
 
 #include "core/error.h"
@@ -48,77 +54,157 @@ uint64_t hash_text(std::string_view text, uint64_t seed) {
   return mix64(h);
 }
 
-enum Split { kTrain = 0, kVal = 1 };
+// Tasks per thread and batch: enough that threads finishing early find work.
+constexpr size_t kTasksPerThread = 4;
 
-struct EncodedBatch {
-  std::vector<int32_t> tokens[2];
-  int64_t documents[2] = {0, 0};
-  int64_t bytes[2] = {0, 0};
+enum Split : uint8_t { kTrain = 0, kVal = 1 };
+
+// A batch of whole documents, cut into tasks of about equal bytes for the encode pool. A task is
+// a run of consecutive segments; a segment is a whole document or a part of one cut at
+// Tokenizer::split_point(), so encoding the segments one by one gives the ids of the whole
+// documents. Tasks are encoded in any order on any thread; the writer walks them in order.
+struct Batch {
+  struct Segment {
+    size_t doc, begin, end;  // bytes [begin, end) of docs[doc]
+  };
+  std::vector<std::string> docs;
+  std::vector<Segment> segments;
+  std::vector<size_t> task_first;  // task t holds segments [task_first[t], task_first[t + 1])
+  // Results, written by the task's worker, read by the batch's writer once the batch is done.
+  std::vector<Split> split;                  // per document, by the task holding its start
+  std::vector<std::vector<int32_t>> tokens;  // per task: its segments' ids, eot included
+  std::vector<size_t> segment_end;           // per segment: end of its ids in its task's tokens
+  std::vector<std::exception_ptr> errors;    // per task
+  // Scheduling state, guarded by EncodePool's mutex.
+  size_t next_task = 0, done_tasks = 0;
+
+  size_t num_tasks() const { return task_first.size() - 1; }
 };
 
-// Encodes documents [begin, end) of `docs`, each preceded by <|endoftext|>.
-void encode_range(const Tokenizer& tokenizer, const std::vector<std::string>& docs, size_t begin,
-                  size_t end, uint64_t seed, double val_fraction, EncodedBatch& out) {
-  const int32_t eot = tokenizer.eot_id();
-  for (size_t d = begin; d < end; ++d) {
-    const int split = is_val_document(docs[d], seed, val_fraction) ? kVal : kTrain;
-    out.tokens[split].push_back(eot);
-    tokenizer.encode(docs[d], out.tokens[split]);
-    ++out.documents[split];
-    out.bytes[split] += int64_t(docs[d].size());
-  }
-}
-
-// Encodes a batch on `threads` threads (contiguous ranges of about equal bytes), keeping order.
-EncodedBatch encode_batch(const Tokenizer& tokenizer, const std::vector<std::string>& docs,
-                          int threads, uint64_t seed, double val_fraction) {
-  int64_t total_bytes = 0;
-  for (const auto& d : docs) total_bytes += int64_t(d.size());
-  const size_t parts = std::max<size_t>(1, std::min<size_t>(size_t(threads), docs.size()));
-  std::vector<size_t> bounds{0};
-  int64_t acc = 0;
-  for (size_t d = 0; d < docs.size() && bounds.size() < parts; ++d) {
-    acc += int64_t(docs[d].size());
-    if (acc * int64_t(parts) >= total_bytes * int64_t(bounds.size())) bounds.push_back(d + 1);
-  }
-  if (bounds.back() != docs.size()) bounds.push_back(docs.size());
-
-  std::vector<EncodedBatch> pieces(bounds.size() - 1);
-  std::vector<std::exception_ptr> errors(pieces.size());
-  std::vector<std::thread> workers;
-  for (size_t p = 1; p < pieces.size(); ++p) {
-    workers.emplace_back([&, p] {
-      try {
-        encode_range(tokenizer, docs, bounds[p], bounds[p + 1], seed, val_fraction, pieces[p]);
-      } catch (...) {
-        errors[p] = std::current_exception();
+// Cuts `batch.docs` into segments and about `parts` tasks of about equal bytes: a document that
+// does not fit the current task is cut at the first split_point() at or after the place where
+// the task would be full (or not at all, when the tokenizer finds no cut nearby).
+void plan_tasks(const Tokenizer& tokenizer, size_t parts, Batch& batch) {
+  size_t total = 0;
+  for (const auto& d : batch.docs) total += d.size();
+  const size_t target = std::max<size_t>(1, total / std::max<size_t>(1, parts));
+  batch.task_first.assign(1, 0);
+  size_t filled = 0;  // bytes in the open task; always < target at the top of the loop
+  for (size_t d = 0; d < batch.docs.size(); ++d) {
+    const std::string_view text = batch.docs[d];
+    size_t begin = 0;
+    do {
+      size_t end = text.size();
+      if (filled + (end - begin) > target) {
+        end = begin + tokenizer.split_point(text.substr(begin), target - filled);
+        ATTN_ASSERT(end > begin && end <= text.size());
       }
-    });
+      batch.segments.push_back({d, begin, end});
+      filled += end - begin;
+      begin = end;
+      if (filled >= target) {
+        batch.task_first.push_back(batch.segments.size());
+        filled = 0;
+      }
+    } while (begin < text.size());
   }
-  if (!pieces.empty()) {
-    try {
-      encode_range(tokenizer, docs, bounds[0], bounds[1], seed, val_fraction, pieces[0]);
-    } catch (...) {
-      errors[0] = std::current_exception();
-    }
-  }
-  for (auto& w : workers) w.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-  EncodedBatch out;
-  for (int s = 0; s < 2; ++s) {
-    size_t n = 0;
-    for (const auto& piece : pieces) n += piece.tokens[s].size();
-    out.tokens[s].reserve(n);
-    for (const auto& piece : pieces) {
-      out.tokens[s].insert(out.tokens[s].end(), piece.tokens[s].begin(), piece.tokens[s].end());
-      out.documents[s] += piece.documents[s];
-      out.bytes[s] += piece.bytes[s];
-    }
-  }
-  return out;
+  if (batch.task_first.back() != batch.segments.size())
+    batch.task_first.push_back(batch.segments.size());
+  batch.split.assign(batch.docs.size(), kTrain);
+  batch.tokens.resize(batch.num_tasks());
+  batch.segment_end.resize(batch.segments.size());
+  batch.errors.resize(batch.num_tasks());
 }
+
+// Encodes task t of a batch: <|endoftext|> before the first segment of each document, and the
+// train/val decision (a hash of the whole document) where the document starts.
+void encode_task(const Tokenizer& tokenizer, uint64_t seed, double val_fraction, Batch& batch,
+                 size_t t) {
+  std::vector<int32_t>& out = batch.tokens[t];
+  for (size_t i = batch.task_first[t]; i < batch.task_first[t + 1]; ++i) {
+    const Batch::Segment& seg = batch.segments[i];
+    const std::string_view doc = batch.docs[seg.doc];
+    if (seg.begin == 0) {
+      batch.split[seg.doc] = is_val_document(doc, seed, val_fraction) ? kVal : kTrain;
+      out.push_back(tokenizer.eot_id());
+    }
+    tokenizer.encode(doc.substr(seg.begin, seg.end - seg.begin), out);
+    batch.segment_end[i] = out.size();
+  }
+}
+
+// `threads` encoding threads that live for the whole run (the BPE tokenizer keeps a cache per
+// thread, which a thread per batch would throw away). Batches are queued; a worker takes the next
+// task of the oldest batch that has one left, so the next batch starts while the last tasks of
+// the previous one finish, and no thread waits at a batch boundary.
+class EncodePool {
+ public:
+  EncodePool(const Tokenizer& tokenizer, int threads, uint64_t seed, double val_fraction)
+      : tokenizer_(tokenizer), seed_(seed), val_fraction_(val_fraction) {
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  }
+  ~EncodePool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+      queue_.clear();
+    }
+    work_cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+
+  void submit(std::shared_ptr<Batch> batch) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(std::move(batch));
+    }
+    work_cv_.notify_all();
+  }
+
+  // Blocks until every task of `batch` is done; rethrows the first error of its tasks.
+  void wait(const Batch& batch) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_cv_.wait(lock, [&] { return batch.done_tasks == batch.num_tasks(); });
+    for (const auto& e : batch.errors) {
+      if (e) std::rethrow_exception(e);
+    }
+  }
+
+ private:
+  void work() {
+    while (true) {
+      std::shared_ptr<Batch> batch;
+      size_t t;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        batch = queue_.front();
+        t = batch->next_task++;
+        if (batch->next_task == batch->num_tasks()) queue_.pop_front();
+      }
+      try {
+        encode_task(tokenizer_, seed_, val_fraction_, *batch, t);
+      } catch (...) {
+        batch->errors[t] = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (++batch->done_tasks < batch->num_tasks()) continue;
+      }
+      done_cv_.notify_all();
+    }
+  }
+
+  const Tokenizer& tokenizer_;
+  const uint64_t seed_;
+  const double val_fraction_;
+  std::mutex mutex_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<std::shared_ptr<Batch>> queue_;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
 
 // Cuts one split's token stream into shards of at most shard_tokens tokens.
 class SplitWriter {
@@ -131,10 +217,7 @@ class SplitWriter {
         shard_tokens_(shard_tokens),
         summary_(summary) {}
 
-  void append(const EncodedBatch& batch, int s) {
-    std::span<const int32_t> tokens(batch.tokens[s]);
-    summary_.documents += batch.documents[s];
-    summary_.bytes += batch.bytes[s];
+  void append(std::span<const int32_t> tokens) {
     summary_.tokens += int64_t(tokens.size());
     while (!tokens.empty()) {
       if (!writer_) {
@@ -150,6 +233,10 @@ class SplitWriter {
       if (writer_->size() == shard_tokens_) finish();
     }
   }
+  void count(int64_t documents, int64_t bytes) {
+    summary_.documents += documents;
+    summary_.bytes += bytes;
+  }
 
   void finish() {
     if (writer_) writer_->finish();
@@ -163,6 +250,21 @@ class SplitWriter {
   SplitSummary& summary_;
   std::unique_ptr<ShardWriter> writer_;
 };
+
+// Appends an encoded batch to the two splits, segment by segment in input order.
+void write_batch(const Batch& batch, SplitWriter (&writers)[2]) {
+  for (size_t t = 0; t < batch.num_tasks(); ++t) {
+    const std::vector<int32_t>& tokens = batch.tokens[t];
+    size_t from = 0;
+    for (size_t i = batch.task_first[t]; i < batch.task_first[t + 1]; ++i) {
+      const Batch::Segment& seg = batch.segments[i];
+      SplitWriter& w = writers[batch.split[seg.doc]];
+      w.count(seg.begin == 0 ? 1 : 0, int64_t(seg.end - seg.begin));
+      w.append(std::span<const int32_t>(tokens).subspan(from, batch.segment_end[i] - from));
+      from = batch.segment_end[i];
+    }
+  }
+}
 
 std::string format_duration(double seconds) {
   const int64_t s = int64_t(seconds + 0.5);
@@ -250,6 +352,8 @@ void PrepareOptions::validate() const {
   ATTN_REQUIRE(shard_tokens > 0 && shard_tokens <= kShardMaxTokens,
                "prepare: shard_tokens must be in [1, %lld], got %lld", (long long)kShardMaxTokens,
                (long long)shard_tokens);
+  ATTN_REQUIRE(batch_bytes >= 0, "prepare: batch_bytes must be >= 0, got %lld",
+               (long long)batch_bytes);
   ATTN_REQUIRE(threads >= 0, "prepare: threads must be >= 0, got %d", threads);
 }
 
@@ -282,20 +386,42 @@ PrepareSummary prepare(const PrepareOptions& options) {
                                         options.shard_tokens, summary.train),
                             SplitWriter(options.out_dir, "val", summary.shard_version,
                                         options.shard_tokens, summary.val)};
-  const int64_t batch_bytes = int64_t(threads) * (8 << 20);
-
-  // Pipeline: the main thread reads batch k+1 while batch k is being encoded.
-  std::future<EncodedBatch> pending;
-  auto write_pending = [&] {
-    if (!pending.valid()) return;
-    const EncodedBatch encoded = pending.get();
-    for (int s = 0; s < 2; ++s) writers[s].append(encoded, s);
-  };
+  // Pipeline: the main thread reads and cuts batches; the pool encodes them; a writer task per
+  // batch (chained, so batches are written in order, each on its own short-lived thread) waits
+  // for its batch and writes it. Reading, encoding and writing overlap, and the main thread only
+  // reads, so it keeps up with many encoding threads. The main thread waits while more than
+  // kInFlight batches are unwritten. Memory: about kInFlight + 1 batches of text and ids.
+  // Batches start small (the pool waits for the first one) and double up to the full size.
+  constexpr size_t kInFlight = 3;
+  const int64_t full_batch_bytes =
+      options.batch_bytes > 0 ? options.batch_bytes : int64_t(threads) * (2 << 20);
+  int64_t batch_bytes =
+      options.batch_bytes > 0 ? options.batch_bytes : int64_t(threads) * (256 << 10);
+  std::atomic<int64_t> tokens_written{0};  // for the progress line
+  // Declared after `writers` and before `written`: a pending writer task (which the destructor
+  // of its future waits for, also when an error unwinds this function) uses both.
+  EncodePool pool(*tokenizer, threads, options.seed, options.val_fraction);
+  std::deque<std::shared_future<void>> written;
   auto submit = [&](std::vector<std::string>&& docs) {
-    write_pending();
-    pending = std::async(std::launch::async, [&, docs = std::move(docs)] {
-      return encode_batch(*tokenizer, docs, threads, options.seed, options.val_fraction);
-    });
+    auto batch = std::make_shared<Batch>();
+    batch->docs = std::move(docs);
+    plan_tasks(*tokenizer, size_t(threads) * kTasksPerThread, *batch);
+    pool.submit(batch);
+    std::shared_future<void> previous =
+        written.empty() ? std::shared_future<void>() : written.back();
+    written.push_back(std::async(std::launch::async, [&, previous, batch = std::move(batch)] {
+                        if (previous.valid()) previous.get();  // rethrows an earlier write error
+                        pool.wait(*batch);
+                        write_batch(*batch, writers);
+                        int64_t n = 0;
+                        for (const auto& t : batch->tokens) n += int64_t(t.size());
+                        tokens_written += n;
+                      }).share());
+    while (written.size() > kInFlight) {
+      written.front().get();
+      written.pop_front();
+    }
+    batch_bytes = std::min(full_batch_bytes, 2 * batch_bytes);
   };
 
   std::vector<std::string> batch;
@@ -333,12 +459,13 @@ PrepareSummary prepare(const PrepareOptions& options) {
       }
       const int64_t consumed = reader.stream().file_bytes_consumed();
       progress.update(files_done_bytes + std::max<int64_t>(0, consumed), text_bytes,
-                      summary.train.tokens + summary.val.tokens, fi + 1, files.size());
+                      tokens_written.load(), fi + 1, files.size());
     }
     files_done_bytes += int64_t(fs::file_size(files[fi]));
   }
   if (!batch.empty()) submit(std::move(batch));
-  write_pending();
+  for (auto& w : written) w.get();
+  written.clear();
   for (auto& w : writers) w.finish();
   progress.update(files_done_bytes, text_bytes, summary.train.tokens + summary.val.tokens,
                   files.size(), files.size(), /*force=*/true);

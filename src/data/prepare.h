@@ -4,11 +4,13 @@
 // object per line with the text in `jsonl_field`). Each document goes to val with probability
 // val_fraction, decided by a seeded hash of its text (so the split does not depend on file order or
 // thread count, and duplicate documents land in the same split). Every document is preceded by
-// <|endoftext|> (llm.c convention). Documents are encoded on `threads` threads, in order, and
-// written to <out_dir>/train_NNNNNN.bin and <out_dir>/val_NNNNNN.bin, at most shard_tokens tokens
-// per shard (a document may continue in the next shard), uint16 when the vocabulary fits, else
-// uint32 (see shard.h). <out_dir>/tokenizer.json describes the tokenizer. Shards of an earlier
-// run in out_dir (train_*.bin / val_*.bin) are deleted first.
+// <|endoftext|> (llm.c convention). Documents are encoded on `threads` threads, long ones cut into
+// parts at Tokenizer::split_point() so that the threads get equal work; the ids, and so the shard
+// bytes, are the same for every thread count and batch size. They are written to
+// <out_dir>/train_NNNNNN.bin and <out_dir>/val_NNNNNN.bin, at most shard_tokens tokens per shard
+// (a document may continue in the next shard), uint16 when the vocabulary fits, else uint32 (see
+// shard.h). <out_dir>/tokenizer.json describes the tokenizer. Shards of an earlier run in out_dir
+// (train_*.bin / val_*.bin) are deleted first.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,7 +28,10 @@ struct PrepareOptions {
   double val_fraction = 0.005;
   uint64_t seed = 1337;
   int64_t shard_tokens = 100'000'000;
-  int threads = 0;       // 0: all hardware threads
+  int threads = 0;  // 0: all hardware threads
+  // Text bytes per batch of documents handed to the encoding threads. 0: 2 MiB per thread (the
+  // first batches are smaller so encoding starts early). Tests set it small to get many batches.
+  int64_t batch_bytes = 0;
   bool progress = true;  // a progress line on stderr
   void validate() const;
 };

@@ -502,6 +502,43 @@ void BpeTokenizer::encode_with_special(std::string_view text, std::vector<int32_
   }
 }
 
+// Why a cut at p with text[p-1] an ASCII letter, text[p] == ' ' and text[p+1] an ASCII letter
+// keeps the ids: encode() is the concatenation of the BPE of each GPT-2 pre-token, so it is
+// enough that pre-tokenizing text[0, p) and text[p, end) separately gives the pre-tokens of the
+// whole text. Go through the alternatives of the pattern (pretokenize.h):
+// - The pre-token holding the letter at p-1 ends at p. A contraction ('s 't 're 've 'm 'll 'd) is
+//   an apostrophe and letters, so one holding p-1 must end there ('re, 've, 'll would need a
+//   letter at p, which is a space). ` ?\p{L}+` stops at the first non-letter: at p. Numbers,
+//   `[^\s\p{L}\p{N}]+` and whitespace runs cannot hold a letter. So there is a pre-token
+//   boundary at p in the whole text.
+// - text[0, p) alone: every pre-token before p is decided by the characters up to and including
+//   the first one it does not take (greedy runs; the whitespace rule's (?!\S) looks one character
+//   past its run). A pre-token ending at or before p-1 looks at most at p-1, which is in the
+//   prefix. The one ending at p looked at text[p] (a space, not a letter, so the run stops) and,
+//   for a contraction, at text[p] to rule out 're/'ve/'ll: in the prefix that character is
+//   missing, which also stops the run and also rules out the longer contraction. The whitespace
+//   rule's special case at the end of the text does not apply: the prefix ends in a letter.
+// - text[p, end) alone: the pattern has no look-behind, so the pre-tokens from a boundary on
+//   depend only on the text from there: " x..." is matched by ` ?\p{L}+` in both cases, and the
+//   rest follows identically. (The letter at p+1 is not needed by this argument, and the whitespace
+//   rule would make most cuts before " <letter>" safe even without the letter at p-1; the
+//   stricter rule keeps the argument short, and ordinary prose has such a place every few bytes.)
+// ASCII letters are single bytes, never part of a multi-byte UTF-8 character, so the byte tests
+// see whole characters.
+size_t BpeTokenizer::split_point(std::string_view text, size_t near) const {
+  const size_t n = text.size();
+  if (near >= n) return n;
+  const auto is_letter = [](unsigned char c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; };
+  const size_t stop = std::min(n - 1, near + kSplitScanBytes);  // p + 1 must be < n
+  for (size_t p = std::max<size_t>(near, 1); p < stop; ++p) {
+    const void* hit = std::memchr(text.data() + p, ' ', stop - p);
+    if (!hit) break;
+    p = size_t(static_cast<const char*>(hit) - text.data());
+    if (is_letter(text[p - 1]) && is_letter(text[p + 1])) return p;
+  }
+  return n;
+}
+
 std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
   size_t total = 0;
   for (int32_t id : ids) {

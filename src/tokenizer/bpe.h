@@ -67,6 +67,11 @@ class BpeTokenizer final : public Tokenizer {
   int vocab_size() const override { return int(data_.tokens.size()); }
   int eot_id() const override { return data_.eot_id; }
   void encode(std::string_view text, std::vector<int32_t>& out) const override;
+  // The first offset p >= near, at most kSplitScanBytes past it, with text[p-1] an ASCII letter,
+  // text[p] == ' ' and text[p+1] an ASCII letter (why that is a safe cut: bpe.cpp); text.size()
+  // when there is none.
+  size_t split_point(std::string_view text, size_t near) const override;
+  static constexpr size_t kSplitScanBytes = 1 << 20;
   std::string decode(std::span<const int32_t> ids) const override;
   std::string piece(int32_t id) const override;
   std::string to_json() const override;

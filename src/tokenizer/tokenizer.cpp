@@ -18,6 +18,10 @@ void ByteTokenizer::encode(std::string_view text, std::vector<int32_t>& out) con
   for (unsigned char c : text) out.push_back(int32_t(c));
 }
 
+size_t ByteTokenizer::split_point(std::string_view text, size_t near) const {
+  return std::min(near, text.size());
+}
+
 std::string ByteTokenizer::decode(std::span<const int32_t> ids) const {
   std::string s;
   s.reserve(ids.size());

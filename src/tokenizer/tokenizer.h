@@ -19,6 +19,11 @@ class Tokenizer {
   virtual int eot_id() const = 0;        // <|endoftext|>
   // Appends the ids of `text` to `out`. Must be thread-safe (const, no shared mutable state).
   virtual void encode(std::string_view text, std::vector<int32_t>& out) const = 0;
+  // A byte offset p >= near (or text.size() when near >= text.size() or no such offset is found
+  // nearby) at which `text` can be cut into two parts encoded independently without changing
+  // the ids: encode(text[0, p)) followed by encode(text[p, end)) == encode(text). `prepare` cuts
+  // long documents there to spread one document over several threads. Pure and thread-safe.
+  virtual size_t split_point(std::string_view text, size_t near) const = 0;
   // Bytes of the ids, concatenated (may be invalid UTF-8 when cut inside a character).
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   // The bytes of one id (for `attnlab tokenize` and streaming generation).
@@ -39,6 +44,8 @@ class ByteTokenizer final : public Tokenizer {
   int vocab_size() const override { return 257; }
   int eot_id() const override { return kEot; }
   void encode(std::string_view text, std::vector<int32_t>& out) const override;
+  // One id per byte: any offset is a cut point.
+  size_t split_point(std::string_view text, size_t near) const override;
   std::string decode(std::span<const int32_t> ids) const override;
   std::string piece(int32_t id) const override;
   std::string to_json() const override;

@@ -5,11 +5,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 
 #include "core/error.h"
 #include "data/prepare.h"
 #include "data/shard.h"
 #include "test_util.h"
+#include "tests/tokenizer/split_text.h"
+#include "tokenizer/bpe.h"
 
 namespace attnlab {
 namespace {
@@ -17,7 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 class PrepareTest : public ::testing::Test {
- protected:
+ public:
   void SetUp() override { fs::create_directories(path("in")); }
   std::string path(const std::string& name) const { return dir_.file(name); }
   void write(const std::string& name, const std::string& text) {
@@ -178,6 +181,89 @@ TEST_F(PrepareTest, OneDocumentPerFileAndJsonl) {
   test::expect_error([&] { prepare(o); }, {"e.txt", "'text'"});
 }
 
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
+// Long documents are cut into parts encoded on different threads: the shards must be byte for
+// byte the same for every thread count and batch size, and hold exactly the ids of the whole
+// documents (the reference encodes each document in one piece), each preceded by one eot.
+struct RunShape {
+  int threads;
+  int64_t batch_bytes;
+};
+
+void expect_identical_shards(PrepareTest& fixture, const std::string& tokenizer_spec,
+                             const std::vector<RunShape>& runs) {
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(tokenizer_spec);
+  std::vector<std::string> docs;
+  for (int i = 0; i < 40; ++i) {
+    // Mostly small documents; every 7th is far larger than a batch and than a task.
+    const size_t bytes = i % 7 == 3 ? 20000 + 2000 * size_t(i) : 50 + 37 * size_t(i);
+    docs.push_back(test::random_text(bytes, 1000 + i, i % 3 != 1));
+    while (!docs.back().empty() && docs.back().back() == '\n') docs.back().pop_back();
+    // The delimiter must not occur inside a document.
+    for (size_t at; (at = docs.back().find("\n\n\n")) != std::string::npos;)
+      docs.back().replace(at, 3, "\n\n");
+    if (i % 7 == 3) {
+      EXPECT_LT(tokenizer->split_point(docs.back(), 1000), docs.back().size())
+          << "the large documents must have cut points";
+    }
+  }
+  fixture.write("in/a.txt", join(docs));
+
+  // The reference: every document encoded whole, in input order, split by the seeded hash.
+  std::vector<int32_t> expect[2];
+  for (const auto& d : docs) {
+    auto& out = expect[is_val_document(d, 5, 0.3) ? 1 : 0];
+    out.push_back(tokenizer->eot_id());
+    tokenizer->encode(d, out);
+  }
+  ASSERT_GT(expect[1].size(), 1000u);
+
+  std::map<std::string, std::string> first;  // shard file name -> bytes of the first run
+  for (const auto [threads, batch_bytes] : runs) {
+    SCOPED_TRACE(testing::Message() << "threads " << threads << ", batch_bytes " << batch_bytes);
+    auto o = fixture.options();
+    o.tokenizer = tokenizer_spec;
+    o.threads = threads;
+    o.batch_bytes = batch_bytes;
+    o.shard_tokens = 7000;  // several shards; documents continue across shards
+    o.out_dir = fixture.path("out_" + std::to_string(threads) + "_" + std::to_string(batch_bytes));
+    const auto s = prepare(o);
+    EXPECT_EQ(s.train.documents + s.val.documents, int64_t(docs.size()));
+    EXPECT_EQ(fixture.split_tokens(s.train), expect[0]);
+    EXPECT_EQ(fixture.split_tokens(s.val), expect[1]);
+    EXPECT_GT(s.train.shards.size(), 2u);
+    std::map<std::string, std::string> shards;
+    for (const auto* split : {&s.train, &s.val})
+      for (const auto& shard : split->shards)
+        shards[fs::path(shard).filename().string()] = file_bytes(shard);
+    if (first.empty())
+      first = shards;
+    else
+      EXPECT_TRUE(shards == first) << "shard bytes differ from the first run";
+  }
+}
+
+TEST_F(PrepareTest, ShardsAreIdenticalForAnyThreadCountTinyBpe) {
+  BpeTokenizer tiny(test::tiny_english_vocab(), "tiny");
+  write("tiny_tokenizer.json", tiny.to_json());
+  std::vector<RunShape> runs;
+  for (int64_t batch_bytes : {int64_t(0), int64_t(3000), int64_t(50000)})
+    for (int threads : {1, 2, 3, 7}) runs.push_back({threads, batch_bytes});
+  expect_identical_shards(*this, path("tiny_tokenizer.json"), runs);
+}
+
+TEST_F(PrepareTest, ShardsAreIdenticalForAnyThreadCountGpt2) {
+  const char* env = std::getenv("ATTNLAB_SHARED_DATA");
+  if (!env) GTEST_SKIP() << "ATTNLAB_SHARED_DATA is not set";
+  // Fewer runs: each one loads the vocabulary (~0.3 s).
+  expect_identical_shards(*this, std::string("gpt2:") + env + "/gpt2-vocab",
+                          {{1, 0}, {2, 3000}, {3, 0}, {7, 3000}});
+}
+
 TEST_F(PrepareTest, ErrorsNameTheProblem) {
   auto o = options();
   test::expect_error([&] { prepare(o); }, "in/*.txt*");  // nothing in in/
@@ -187,6 +273,9 @@ TEST_F(PrepareTest, ErrorsNameTheProblem) {
   o = options();
   o.val_fraction = 1.5;
   EXPECT_THROW(prepare(o), Error);
+  o = options();
+  o.batch_bytes = -1;
+  test::expect_error([&] { prepare(o); }, "batch_bytes");
 }
 
 }  // namespace
