@@ -4,7 +4,7 @@
 
 namespace attnlab {
 
-DenseAttention::DenseAttention(const AttentionOptions& opts) : window_(opts.window) {
+DenseAttention::DenseAttention(const AttentionOptions& opts) {
   // The kernels support sliding windows (AttentionParams::window); the host op does not expose
   // them yet, so refuse rather than silently attend to everything.
   ATTN_REQUIRE(opts.window == 0,

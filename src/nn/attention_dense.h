@@ -20,7 +20,6 @@ class DenseAttention final : public AttentionModule {
   size_t saved_bytes(const AttentionShape& s, DType dtype) const override;
 
  private:
-  int window_ = 0;
   AttentionShape shape_;
   Buffer lse_buf_;
   Tensor lse_;  // [B, H, T] f32 of the last forward (its B, T may be below the allocated ones)

@@ -8,6 +8,7 @@
 
 #include "core/context.h"
 #include "model/gpt.h"
+#include "test_util.h"
 
 using namespace attnlab;
 
@@ -144,4 +145,13 @@ TEST(GPTModel, ShorterMicroBatchThanAllocated) {
   const float* ga = big.store.grads().ptr<float>();
   const float* gb = small.store.grads().ptr<float>();
   for (int64_t i = 0; i < big.store.num_trainable(); ++i) ASSERT_EQ(ga[i], gb[i]) << i;
+}
+
+TEST(GPTModel, UnsupportedAttentionOptionsAreRejected) {
+  GPTConfig c = tiny_config();
+  c.attention.window = 5;  // the dense host op does not expose sliding windows yet
+  test::expect_error([&] { GPT m(c); }, "sliding windows");
+  c.attention.window = 0;
+  c.attention.type = "flash9";
+  test::expect_error([&] { GPT m(c); }, "valid: dense");
 }
