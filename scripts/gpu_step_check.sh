@@ -30,12 +30,20 @@ echo "== 2. PyTorch oracle: GPT-2 124M, B=4, T=1024, 10 AdamW steps (scripts/tor
 TOK="$OUTDIR/batches.i32"
 python3 -c "import numpy as np; np.random.default_rng(0).integers(0, 50257, size=(10, 4, 1025), dtype=np.int32).tofile('$TOK')"
 SETS=(--set train.steps=10 --set schedule.warmup_steps=3)
-"$BUILD/gpt2_step_dump" --recipe "$ROOT/recipes/gpt2-124m-dense.yaml" "${SETS[@]}" --tokens "$TOK" --batch 4 --seq 1024 \
-  --init-out "$OUTDIR/init" --train-steps 10 --out "$OUTDIR/dump.safetensors" 2>&1 | tee "$OUTDIR/dump.log"
 HP='{"lr":6e-4,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1,"grad_clip":1.0}'
-python3 "$ROOT/scripts/torch_gpt2_check.py" --dump "$OUTDIR/dump.safetensors" --model "$OUTDIR/init/model.safetensors" \
-  --tokens "$TOK" --batch 4 --seq 1024 --hp "$HP" 2>&1 | tee "$OUTDIR/torch_check.log"
-grep -q 'TORCH CHECK: PASS' "$OUTDIR/torch_check.log" && t2=PASS || { t2=FAIL; status=1; }
+# bf16 (the product's training precision) and fp32 (must agree with the fp32 oracle to ~1e-6).
+# The weights after step 5 are dumped so the check can show which tensors' updates differ.
+t2=PASS
+for prec in bf16 fp32; do
+  echo "-- attnlab $prec vs PyTorch --"
+  "$BUILD/gpt2_step_dump" --recipe "$ROOT/recipes/gpt2-124m-dense.yaml" "${SETS[@]}" --set train.precision=$prec \
+    --tokens "$TOK" --batch 4 --seq 1024 --init-out "$OUTDIR/init_$prec" --train-steps 10 --weights-after 5 \
+    --out "$OUTDIR/dump_$prec.safetensors" 2>&1 | tee "$OUTDIR/dump_$prec.log"
+  python3 "$ROOT/scripts/torch_gpt2_check.py" --dump "$OUTDIR/dump_$prec.safetensors" \
+    --model "$OUTDIR/init_$prec/model.safetensors" --tokens "$TOK" --batch 4 --seq 1024 --hp "$HP" 2>&1 |
+    grep -v '^  torch ' | tee "$OUTDIR/torch_check_$prec.log"
+  grep -q 'TORCH CHECK: PASS' "$OUTDIR/torch_check_$prec.log" || { t2=FAIL; status=1; }
+done
 
 echo "== 3. bench_train (GPT-2 124M, T=1024, random data) =="
 "$BUILD/bench_train" --batch "$BATCH,32,16" --steps "$STEPS" 2>&1 | tee "$OUTDIR/bench_train.log"
@@ -51,7 +59,7 @@ comp=$(val 'torch_peer mode=compile' tok_s "$OUTDIR/torch_peer.log"); comp_mem=$
 ratio() { python3 -c "import sys; a,b=sys.argv[1:]; print(f'{float(a)/float(b):.2f}x' if a and b else 'n/a')" "${1:-}" "${2:-}"; }
 echo
 echo "================ GPU training step: summary ================"
-printf '%-44s %s\n' "GPU step test (fp32 + bf16 vs CPU)" "$t1" "PyTorch oracle (logits, loss, grads, 10 steps)" "$t2"
+printf '%-44s %s\n' "GPU step test (fp32 + bf16 vs CPU)" "$t1" "PyTorch oracle bf16+fp32 (logits, loss, grads, 10 steps)" "$t2"
 printf '%-22s %12s %10s %10s %16s\n' "GPT-2 124M, mb ${MB:-?}" "tok/s" "ms/step" "mem GiB" "ours / this"
 printf '%-22s %12s %10s %10s %16s\n' "attnlab" "${ours:-n/a}" "${ours_ms:-n/a}" "${ours_mem:-n/a}" "MFU ${mfu:-n/a}"
 printf '%-22s %12s %10s %10s %16s\n' "torch eager" "${eager:-n/a}" "" "${eager_mem:-n/a}" "$(ratio "$ours" "$eager")"

@@ -98,9 +98,11 @@ def run_step(model, x, y, bf16):
     return logits[-1].detach().float(), loss.item(), grads
 
 
-def adamw_train(model, data, lrs, hp, bf16):
+def adamw_train(model, data, lrs, hp, bf16, norms=None, keep_after=(), kept=None):
     """AdamW as attnlab runs it: global-norm clip (scale = clip / max(norm, clip)), decoupled weight
-    decay on 2-D weights only, bias-corrected moments, fp32 state."""
+    decay on 2-D weights only, bias-corrected moments, fp32 state. norms (a list) receives each
+    step's {param: grad norm}; kept (a dict) receives {step: {param: weights}} after the steps in
+    keep_after."""
     params = list(model.p.items())
     decay = [p for k, p in params if p.dim() == 2]
     no_decay = [p for k, p in params if p.dim() != 2]
@@ -115,6 +117,8 @@ def adamw_train(model, data, lrs, hp, bf16):
             _, loss = model(x.cuda(), y.cuda())
         loss.backward()
         norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for _, p in params)).item()
+        if norms is not None:
+            norms.append({k.replace("__", "."): p.grad.double().norm().item() for k, p in params})
         if hp["grad_clip"] > 0:
             scale = hp["grad_clip"] / max(norm, hp["grad_clip"])
             for _, p in params:
@@ -122,6 +126,8 @@ def adamw_train(model, data, lrs, hp, bf16):
         for g in opt.param_groups:
             g["lr"] = lr
         opt.step()
+        if kept is not None and s + 1 in keep_after:
+            kept[s + 1] = {k.replace("__", "."): p.detach().float().clone() for k, p in params}
         losses.append(loss.item())
         print(f"  torch {'bf16' if bf16 else 'fp32'} step {s + 1:2d} | lr {lr:.3e} | loss {loss.item():.6f} "
               f"| grad norm {norm:.4f}", flush=True)
@@ -188,8 +194,33 @@ def main():
     if "train_loss" in dump:
         ours = dump["train_loss"].tolist()
         lrs = dump["lr"].tolist()
-        t32 = adamw_train(GPT2(weights, args.n_head, args.vocab).cuda(), data, lrs, hp, bf16=False)
-        t16 = adamw_train(GPT2(weights, args.n_head, args.vocab).cuda(), data, lrs, hp, bf16=True)
+        after = sorted({int(k[5:].split(".")[0]) for k in dump if k.startswith("after")})
+        n32, n16, kept32 = [], [], {}
+        t32 = adamw_train(GPT2(weights, args.n_head, args.vocab).cuda(), data, lrs, hp, bf16=False,
+                          norms=n32, keep_after=after, kept=kept32)
+        t16 = adamw_train(GPT2(weights, args.n_head, args.vocab).cuda(), data, lrs, hp, bf16=True, norms=n16)
+        if "train_grad_norms" in dump:
+            names = meta["grad_norm_names"].split(",")
+            on = dump["train_grad_norms"].double()
+            ev = dump["train_eval_loss"].tolist() if "train_eval_loss" in dump else None
+            print("\nper-step gradient norms: the 5 parameters whose norm differs most from torch fp32 "
+                  "(relative), ours vs torch bf16")
+            for s in range(on.shape[0]):
+                d = sorted(((abs(on[s, i].item() - n32[s][nm]) / max(n32[s][nm], 1e-30),
+                             abs(n16[s][nm] - n32[s][nm]) / max(n32[s][nm], 1e-30), nm)
+                            for i, nm in enumerate(names)), reverse=True)[:5]
+                extra = f" | eval-forward loss {ev[s]:.6f}" if ev else ""
+                print(f"  step {s + 1:2d}{extra}: " + "; ".join(f"{nm} {a:.1e} (bf16 {b:.1e})" for a, b, nm in d))
+        for k in after:
+            init = {n: w for n, w in weights.items()}
+            rows_w = []
+            for nm, tw in kept32[k].items():
+                ow = dump[f"after{k}.{nm}"].float().cuda()
+                du, dt = ow - init[nm], tw - init[nm]
+                rows_w.append(((du - dt).norm().item() / max(dt.norm().item(), 1e-30), nm))
+            rows_w.sort(reverse=True)
+            print(f"\nweights after step {k}: |update_ours - update_torch32| / |update_torch32|, worst 8: " +
+                  "; ".join(f"{nm} {e:.2e}" for e, nm in rows_w[:8]))
         print(f"\n{'step':>4s} {'lr':>10s} {'attnlab':>10s} {'torch fp32':>11s} {'torch bf16':>11s} {'|ours-fp32|':>12s} {'|bf16-fp32|':>12s}")
         worst_o, worst_p = 0.0, 0.0
         for s in range(len(ours)):

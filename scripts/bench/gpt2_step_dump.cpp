@@ -13,7 +13,14 @@
 //   logits [T, Vp]            last sequence of batch 0 (the store's dtype)
 //   grad.<param> (store dtype) every parameter gradient of batch 0, loss scaled 1 / valid targets
 //   train_loss [N], lr [N] f32 the loss and learning rate of each AdamW step (batches 0..N-1)
+//   train_eval_loss [N] f32    the same batch's loss from an extra eval forward before the step
+//                              (equal to train_loss unless a kernel is nondeterministic)
+//   train_grad_norms [N, P] f32 per-step L2 norm of each trainable gradient (before clipping),
+//                              P in store order, names in the "grad_norm_names" metadata
+//   after<K>.<param> (store dtype) the weights after AdamW step K, for each K in --weights-after
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -33,6 +40,7 @@ int main(int argc, char** argv) {
   std::string recipe_path, tokens_path, out_path, checkpoint, init_out;
   std::vector<std::string> overrides;
   int B = 4, T = 1024, train_steps = 0;
+  std::vector<int> weights_after;
   app.add_option("--recipe", recipe_path)->required();
   app.add_option("--tokens", tokens_path)->required();
   app.add_option("--out", out_path)->required();
@@ -42,6 +50,7 @@ int main(int argc, char** argv) {
   app.add_option("--init-out", init_out);
   app.add_option("--train-steps", train_steps);
   app.add_option("--set", overrides);
+  app.add_option("--weights-after", weights_after, "dump the weights after these AdamW steps");
   CLI11_PARSE(app, argc, argv);
   try {
     Recipe r = load_recipe(recipe_path, overrides);
@@ -128,26 +137,71 @@ int main(int argc, char** argv) {
             gcopy.slice0(e.offset, e.offset + e.spec.shape.numel()).view(e.spec.shape));
     }
 
-    std::vector<float> train_loss, lrs;
+    std::vector<float> train_loss, eval_loss, lrs, grad_norms;
+    std::vector<Buffer> kept;  // weights after the --weights-after steps (the writer holds views)
+    std::vector<std::string> kept_names;
+    std::string norm_names;
+    for (const auto& e : store.entries())
+      if (e.trainable) norm_names += (norm_names.empty() ? "" : ",") + e.spec.name;
+    // Per-parameter gradient norms in double, from a host copy of the gradients.
+    auto record_grad_norms = [&]() {
+      Tensor g = store.grads();
+      std::vector<float> host(size_t(g.numel()));
+      if (g.dtype == DType::f32) {
+        copy_tensor(Tensor(host.data(), DType::f32, Device::cpu, g.shape), g);
+      } else {
+        std::vector<bf16> hb(size_t(g.numel()));
+        copy_tensor(Tensor(hb.data(), DType::bf16, Device::cpu, g.shape), g);
+        for (size_t i = 0; i < hb.size(); ++i) host[i] = __bfloat162float(hb[i]);
+      }
+      for (const auto& e : store.entries()) {
+        if (!e.trainable) continue;
+        double ss = 0;
+        for (int64_t i = 0; i < e.spec.shape.numel(); ++i) {
+          const double x = host[size_t(e.offset + i)];
+          ss += x * x;
+        }
+        grad_norms.push_back(float(std::sqrt(ss)));
+      }
+    };
     if (train_steps > 0) {
       AdamW opt(*ctx, store, adamw_config_of(r));
       ScheduleSpec sched = schedule_of(r, int(r.train.steps));
       for (int s = 0; s < train_steps; ++s) {
         const int64_t valid = load_batch(s);
         const float lr = lr_at(sched, s);
+        const ForwardResult er = model.forward(*ctx, store, tin, ttg, AttentionMode::eval);
         store.zero_grads();
         ForwardResult tr =
             model.forward(*ctx, store, tin, ttg, AttentionMode::train, float(1.0 / double(valid)));
         model.backward(*ctx, store, tin);
+        record_grad_norms();
         StepStats ss = opt.step(lr, s + 1);
         train_loss.push_back(float(tr.loss));
+        eval_loss.push_back(float(er.loss));
         lrs.push_back(lr);
-        std::printf("step %2d | lr %.3e | loss %.6f | grad norm %.4f\n", s + 1, lr, tr.loss,
-                    ss.grad_norm);
+        std::printf("step %2d | lr %.3e | loss %.6f (eval forward %.6f) | grad norm %.4f\n", s + 1,
+                    lr, tr.loss, er.loss, ss.grad_norm);
+        if (std::find(weights_after.begin(), weights_after.end(), s + 1) != weights_after.end()) {
+          kept.emplace_back(ctx->device, store.all_params().nbytes());
+          Tensor copy = kept.back().as(store.all_params().dtype, store.all_params().shape);
+          copy_tensor(copy, store.all_params());
+          for (const auto& e : store.entries()) {
+            kept_names.push_back(strformat("after%d.%s", s + 1, e.spec.name.c_str()));
+            w.add(kept_names.back(),
+                  copy.slice0(e.offset, e.offset + e.spec.shape.numel()).view(e.spec.shape));
+          }
+        }
       }
       ctx->synchronize();
       w.add("train_loss", Tensor(train_loss.data(), DType::f32, Device::cpu, Shape{train_steps}));
       w.add("lr", Tensor(lrs.data(), DType::f32, Device::cpu, Shape{train_steps}));
+      w.add("train_eval_loss",
+            Tensor(eval_loss.data(), DType::f32, Device::cpu, Shape{train_steps}));
+      const int64_t P = int64_t(grad_norms.size()) / train_steps;
+      w.add("train_grad_norms",
+            Tensor(grad_norms.data(), DType::f32, Device::cpu, Shape{train_steps, P}));
+      w.set_metadata("grad_norm_names", norm_names);
     }
     w.set_metadata("dtype", dtype_name(dt));
     w.write(out_path);
