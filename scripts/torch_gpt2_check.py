@@ -134,6 +134,51 @@ def adamw_train(model, data, lrs, hp, bf16, norms=None, keep_after=(), kept=None
     return losses
 
 
+def sr_bf16(t, gen):
+    """fp32 -> bf16 with unbiased stochastic rounding (random low 16 bits added to the magnitude)."""
+    bits = t.detach().contiguous().view(torch.int32)
+    r = torch.randint(0, 1 << 16, bits.shape, device=t.device, dtype=torch.int32, generator=gen)
+    return ((bits + r) & -65536).view(torch.float32).to(torch.bfloat16)
+
+
+def pure_bf16_train(weights, n_head, vocab, data, lrs, hp, seed=0):
+    """attnlab's precision policy in PyTorch: bf16 weights, activations (residual stream included)
+    and gradients, fp32 master weights and AdamW state, stochastic rounding of the master into the
+    bf16 weights after each update. The same-precision reference for the 10-step check."""
+    master = {k: torch.nn.Parameter(v.clone()) for k, v in weights.items()}
+    model = GPT2({k: v.to(torch.bfloat16) for k, v in weights.items()}, n_head, vocab).cuda()
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    decay = [p for p in master.values() if p.dim() == 2]
+    no_decay = [p for p in master.values() if p.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": hp["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lrs[0], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"], foreach=False)
+    losses = []
+    for s, lr in enumerate(lrs):
+        x, y = data[s]
+        model.zero_grad(set_to_none=True)
+        _, loss = model(x.cuda(), y.cuda())
+        loss.backward()
+        for k, p in model.p.items():
+            master[k.replace("__", ".")].grad = p.grad.float()
+        norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in master.values())).item()
+        if hp["grad_clip"] > 0:
+            scale = hp["grad_clip"] / max(norm, hp["grad_clip"])
+            for p in master.values():
+                p.grad.mul_(scale)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        with torch.no_grad():
+            for k, p in model.p.items():
+                p.copy_(sr_bf16(master[k.replace("__", ".")], gen))
+        losses.append(loss.item())
+        print(f"  torch pure-bf16 step {s + 1:2d} | lr {lr:.3e} | loss {loss.item():.6f} | grad norm {norm:.4f}",
+              flush=True)
+    return losses
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", required=True)
@@ -221,17 +266,29 @@ def main():
             rows_w.sort(reverse=True)
             print(f"\nweights after step {k}: |update_ours - update_torch32| / |update_torch32|, worst 8: " +
                   "; ".join(f"{nm} {e:.2e}" for e, nm in rows_w[:8]))
-        print(f"\n{'step':>4s} {'lr':>10s} {'attnlab':>10s} {'torch fp32':>11s} {'torch bf16':>11s} {'|ours-fp32|':>12s} {'|bf16-fp32|':>12s}")
-        worst_o, worst_p = 0.0, 0.0
+        pure = meta.get("dtype") == "bf16"
+        tpb = pure_bf16_train(weights, args.n_head, args.vocab, data, lrs, hp) if pure else None
+        print(f"\n{'step':>4s} {'lr':>10s} {'attnlab':>10s} {'torch fp32':>11s} {'autocast':>11s} "
+              f"{'pure bf16':>11s} {'|ours-fp32|':>12s} {'|autoc-fp32|':>12s} {'|pure-fp32|':>12s}")
+        worst_o, worst_p, worst_b = 0.0, 0.0, 0.0
         for s in range(len(ours)):
             do, dp = abs(ours[s] - t32[s]), abs(t16[s] - t32[s])
-            worst_o, worst_p = max(worst_o, do), max(worst_p, dp)
-            print(f"{s + 1:4d} {lrs[s]:10.3e} {ours[s]:10.5f} {t32[s]:11.5f} {t16[s]:11.5f} {do:12.2e} {dp:12.2e}")
-        tol = max(2.0 * worst_p, 2e-3)
+            db = abs(tpb[s] - t32[s]) if pure else 0.0
+            worst_o, worst_p, worst_b = max(worst_o, do), max(worst_p, dp), max(worst_b, db)
+            pb = f"{tpb[s]:11.5f}" if pure else f"{'-':>11s}"
+            print(f"{s + 1:4d} {lrs[s]:10.3e} {ours[s]:10.5f} {t32[s]:11.5f} {t16[s]:11.5f} {pb} "
+                  f"{do:12.2e} {dp:12.2e} {db:12.2e}")
+        # The tolerance comes from a same-precision reference: for attnlab's bf16 policy (bf16
+        # weights, activations, residual stream and gradients; fp32 master) that is PyTorch run
+        # with the same policy ("pure bf16"); autocast (fp32 weights and residual) is shown beside.
+        # For fp32 runs: bf16 autocast's deviation bounds it from above, 2e-3 floor.
+        peer = worst_b if pure else worst_p
+        tol = max(2.0 * peer, 2e-3)
         good = worst_o <= tol
         ok &= good
         print(f"10-step losses: max |ours - fp32| {worst_o:.2e} vs tolerance {tol:.2e} "
-              f"(2x max |torch bf16 - fp32|, floor 2e-3): {'ok' if good else 'FAIL'}")
+              f"(2x max |torch {'pure-bf16' if pure else 'autocast'} - fp32|, floor 2e-3; "
+              f"autocast's max deviation {worst_p:.2e}): {'ok' if good else 'FAIL'}")
     print("TORCH CHECK:", "PASS" if ok else "FAIL")
     return 0 if ok else 1
 

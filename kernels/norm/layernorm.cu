@@ -9,16 +9,9 @@ namespace {
 
 constexpr int kRowWarps = 8;  // rows per block in the row kernels
 
-// The parameter at column c: the fp32 copy when given, else the T one.
-template <typename T>
-__device__ __forceinline__ float param_at(const float* f32, const T* t, int c) {
-  return f32 ? f32[c] : dev::to_f(t[c]);
-}
-
 template <typename T>
 __global__ void layernorm_fwd_kernel(const T* __restrict__ x, const T* __restrict__ gamma,
-                                     const T* __restrict__ beta, const float* __restrict__ gamma32,
-                                     const float* __restrict__ beta32, T* __restrict__ y,
+                                     const T* __restrict__ beta, T* __restrict__ y,
                                      float* __restrict__ mean_out, float* __restrict__ rstd_out,
                                      int64_t rows, int C, float eps) {
   const int64_t row = int64_t(blockIdx.x) * kRowWarps + threadIdx.x / 32;
@@ -37,7 +30,7 @@ __global__ void layernorm_fwd_kernel(const T* __restrict__ x, const T* __restric
   T* yr = y + row * C;
   for (int c = lane; c < C; c += 32) {
     const float xh = (dev::to_f(xr[c]) - mean) * rstd;
-    yr[c] = dev::from_f<T>(xh * param_at(gamma32, gamma, c) + param_at(beta32, beta, c));
+    yr[c] = dev::from_f<T>(xh * dev::to_f(gamma[c]) + dev::to_f(beta[c]));
   }
   if (lane == 0) {
     if (mean_out) mean_out[row] = mean;
@@ -48,7 +41,6 @@ __global__ void layernorm_fwd_kernel(const T* __restrict__ x, const T* __restric
 // dx += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
 template <typename T>
 __global__ void layernorm_bwd_dx_kernel(const T* __restrict__ x, const T* __restrict__ gamma,
-                                        const float* __restrict__ gamma32,
                                         const float* __restrict__ mean,
                                         const float* __restrict__ rstd, const T* __restrict__ dy,
                                         T* __restrict__ dx, int64_t rows, int C) {
@@ -60,7 +52,7 @@ __global__ void layernorm_bwd_dx_kernel(const T* __restrict__ x, const T* __rest
   const float mu = mean[row], rs = rstd[row];
   float sg = 0.f, sgx = 0.f;
   for (int c = lane; c < C; c += 32) {
-    const float g = dev::to_f(dyr[c]) * param_at(gamma32, gamma, c);
+    const float g = dev::to_f(dyr[c]) * dev::to_f(gamma[c]);
     sg += g;
     sgx += g * (dev::to_f(xr[c]) - mu) * rs;
   }
@@ -68,7 +60,7 @@ __global__ void layernorm_bwd_dx_kernel(const T* __restrict__ x, const T* __rest
   sgx = dev::warp_sum(sgx) / C;
   T* dxr = dx + row * C;
   for (int c = lane; c < C; c += 32) {
-    const float g = dev::to_f(dyr[c]) * param_at(gamma32, gamma, c);
+    const float g = dev::to_f(dyr[c]) * dev::to_f(gamma[c]);
     const float xh = (dev::to_f(xr[c]) - mu) * rs;
     dxr[c] = dev::from_f<T>(dev::to_f(dxr[c]) + rs * (g - sg - xh * sgx));
   }
@@ -126,8 +118,7 @@ void launch_layernorm_fwd(const LayerNormParams<T>& p, Stream s) {
   if (p.rows == 0) return;
   layernorm_fwd_kernel<T>
       <<<div_up(p.rows, kRowWarps), kRowWarps * 32, 0, reinterpret_cast<cudaStream_t>(s)>>>(
-          p.x, p.gamma, p.beta, p.gamma_f32, p.beta_f32, p.y, p.mean, p.rstd, p.rows, p.cols,
-          p.eps);
+          p.x, p.gamma, p.beta, p.y, p.mean, p.rstd, p.rows, p.cols, p.eps);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -137,7 +128,7 @@ void launch_layernorm_bwd(const LayerNormParams<T>& p, Stream s) {
   auto st = reinterpret_cast<cudaStream_t>(s);
   if (p.dx) {
     layernorm_bwd_dx_kernel<T><<<div_up(p.rows, kRowWarps), kRowWarps * 32, 0, st>>>(
-        p.x, p.gamma, p.gamma_f32, p.mean, p.rstd, p.dy, p.dx, p.rows, p.cols);
+        p.x, p.gamma, p.mean, p.rstd, p.dy, p.dx, p.rows, p.cols);
     CUDA_CHECK_LAUNCH();
   }
   if (!p.dgamma && !p.dbeta) return;

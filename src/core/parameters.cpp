@@ -83,25 +83,6 @@ Tensor ParameterStore::grad(const std::string& name) const {
   return grads_.as(dtype_, e.spec.shape, size_t(e.offset) * dtype_size(dtype_));
 }
 
-void ParameterStore::attach_master(const Tensor& master) {
-  ATTN_REQUIRE(master.empty() || (master.dtype == DType::f32 && master.device == device_ &&
-                                  master.numel() == num_trainable_),
-               "ParameterStore::attach_master: expected f32 [%lld] on %s, got %s",
-               (long long)num_trainable_, device_name(device_), master.str().c_str());
-  master_ = master;
-}
-
-Tensor ParameterStore::param_master(const std::string& name) const {
-  const Entry& e = entry(name);
-  if (master_.empty() || !e.trainable) return Tensor();
-  return Tensor(static_cast<float*>(master_.data) + e.offset, DType::f32, device_, e.spec.shape);
-}
-
-Tensor ParameterStore::param_prefer_master(const std::string& name) const {
-  Tensor m = param_master(name);
-  return m.empty() ? param(name) : m;
-}
-
 Tensor ParameterStore::all_params() const { return params_.as(dtype_, Shape{num_params_}); }
 Tensor ParameterStore::trainable_params() const {
   return params_.as(dtype_, Shape{num_trainable_});

@@ -56,15 +56,6 @@ class ParameterStore {
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
 
-  // An fp32 copy of the trainable range [num_trainable] kept by an optimizer (AdamW's master
-  // weights of a bf16 store); a non-owning view, detached with an empty Tensor. param_master(name)
-  // is that copy's view of one trainable tensor, or an empty Tensor (no copy attached, frozen).
-  // The model reads LayerNorm parameters from it (kernels/norm/layernorm.cuh says why).
-  void attach_master(const Tensor& master);
-  Tensor param_master(const std::string& name) const;
-  // param_master(name) when there is one, else param(name).
-  Tensor param_prefer_master(const std::string& name) const;
-
   // Fills every tensor by its ParamInit from a seeded generator (deterministic on any device).
   void initialize(uint64_t seed);
   void zero_grads();
@@ -73,7 +64,6 @@ class ParameterStore {
   std::vector<Entry> entries_;
   std::map<std::string, size_t> index_;
   Buffer params_, grads_;
-  Tensor master_;
   int64_t num_params_ = 0, num_trainable_ = 0;
   DType dtype_ = DType::f32;
   Device device_ = Device::cpu;

@@ -216,9 +216,8 @@ void GPT::layer_forward(const ExecContext& ctx, const ParameterStore& store, int
   OpObserver* ob = observer_;
   {
     OpScope s(ob, "fwd.layernorm");
-    ops::layernorm_fwd(ctx, L.ln1, L.ln1_mean, L.ln1_rstd, x,
-                       store.param_prefer_master(p(l, "ln_1.weight")),
-                       store.param_prefer_master(p(l, "ln_1.bias")), cfg_.norm_eps);
+    ops::layernorm_fwd(ctx, L.ln1, L.ln1_mean, L.ln1_rstd, x, store.param(p(l, "ln_1.weight")),
+                       store.param(p(l, "ln_1.bias")), cfg_.norm_eps);
   }
   {
     OpScope s(ob, "fwd.matmul.qkv");
@@ -242,9 +241,8 @@ void GPT::layer_forward(const ExecContext& ctx, const ParameterStore& store, int
   }
   {
     OpScope s(ob, "fwd.layernorm");
-    ops::layernorm_fwd(ctx, L.ln2, L.ln2_mean, L.ln2_rstd, L.res2,
-                       store.param_prefer_master(p(l, "ln_2.weight")),
-                       store.param_prefer_master(p(l, "ln_2.bias")), cfg_.norm_eps);
+    ops::layernorm_fwd(ctx, L.ln2, L.ln2_mean, L.ln2_rstd, L.res2, store.param(p(l, "ln_2.weight")),
+                       store.param(p(l, "ln_2.bias")), cfg_.norm_eps);
   }
   {
     OpScope s(ob, "fwd.matmul.fc");
@@ -293,8 +291,7 @@ ForwardResult GPT::forward(const ExecContext& ctx, const ParameterStore& store,
   {
     OpScope s(ob, "fwd.layernorm");
     ops::layernorm_fwd(ctx, lnf_, lnf_mean_, lnf_rstd_, layers_.back().res3,
-                       store.param_prefer_master("ln_f.weight"),
-                       store.param_prefer_master("ln_f.bias"), cfg_.norm_eps);
+                       store.param("ln_f.weight"), store.param("ln_f.bias"), cfg_.norm_eps);
   }
   {
     OpScope s(ob, "fwd.matmul.lm_head");
@@ -372,8 +369,7 @@ void GPT::layer_backward(const ExecContext& ctx, const ParameterStore& store, in
   {
     OpScope s(ob, "bwd.layernorm");
     ops::layernorm_bwd(ctx, dres_, store.grad(p(l, "ln_2.weight")), store.grad(p(l, "ln_2.bias")),
-                       dln_, L.res2, store.param_prefer_master(p(l, "ln_2.weight")), L.ln2_mean,
-                       L.ln2_rstd);
+                       dln_, L.res2, store.param(p(l, "ln_2.weight")), L.ln2_mean, L.ln2_rstd);
   }
   // dres now holds d(res2); attention branch.
   {
@@ -399,8 +395,7 @@ void GPT::layer_backward(const ExecContext& ctx, const ParameterStore& store, in
   {
     OpScope s(ob, "bwd.layernorm");
     ops::layernorm_bwd(ctx, dres_, store.grad(p(l, "ln_1.weight")), store.grad(p(l, "ln_1.bias")),
-                       dln_, x, store.param_prefer_master(p(l, "ln_1.weight")), L.ln1_mean,
-                       L.ln1_rstd);
+                       dln_, x, store.param(p(l, "ln_1.weight")), L.ln1_mean, L.ln1_rstd);
   }
 }
 
@@ -420,8 +415,7 @@ void GPT::backward(const ExecContext& ctx, const ParameterStore& store, const Te
     OpScope s(ob, "bwd.layernorm");
     zero_tensor(dres_);
     ops::layernorm_bwd(ctx, dres_, store.grad("ln_f.weight"), store.grad("ln_f.bias"), dln_,
-                       layers_.back().res3, store.param_prefer_master("ln_f.weight"), lnf_mean_,
-                       lnf_rstd_);
+                       layers_.back().res3, store.param("ln_f.weight"), lnf_mean_, lnf_rstd_);
   }
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     NvtxRange lr("layer.backward");

@@ -108,8 +108,8 @@ Tensor GPT::decode_chunk(const ExecContext& ctx, const ParameterStore& store, co
   ops::embedding_fwd(ctx, x.view(Shape{B, T, C}), tokens, wte, wpe.slice0(pos, wpe.dim(0)));
   for (int l = 0; l < cfg_.n_layer; ++l) {
     NvtxRange lr("layer.decode");
-    ops::layernorm_fwd(ctx, h, mean, rstd, x, store.param_prefer_master(p(l, "ln_1.weight")),
-                       store.param_prefer_master(p(l, "ln_1.bias")), cfg_.norm_eps);
+    ops::layernorm_fwd(ctx, h, mean, rstd, x, store.param(p(l, "ln_1.weight")),
+                       store.param(p(l, "ln_1.bias")), cfg_.norm_eps);
     ops::matmul_fwd(ctx, qkv, h, store.param(p(l, "attn.c_attn.weight")),
                     store.param(p(l, "attn.c_attn.bias")));
     attn_[l]->decode(ctx, store, h.view(Shape{B, T, C}), qkv.view(Shape{B, T, 3 * C}),
@@ -118,8 +118,8 @@ Tensor GPT::decode_chunk(const ExecContext& ctx, const ParameterStore& store, co
     ops::matmul_fwd(ctx, h, atty, store.param(p(l, "attn.c_proj.weight")),
                     store.param(p(l, "attn.c_proj.bias")));
     ops::residual_fwd(ctx, x, h, x);
-    ops::layernorm_fwd(ctx, h, mean, rstd, x, store.param_prefer_master(p(l, "ln_2.weight")),
-                       store.param_prefer_master(p(l, "ln_2.bias")), cfg_.norm_eps);
+    ops::layernorm_fwd(ctx, h, mean, rstd, x, store.param(p(l, "ln_2.weight")),
+                       store.param(p(l, "ln_2.bias")), cfg_.norm_eps);
     ops::matmul_fwd(ctx, fch, h, store.param(p(l, "mlp.c_fc.weight")),
                     store.param(p(l, "mlp.c_fc.bias")));
     ops::gelu_fwd(ctx, fch_gelu, fch);
@@ -138,8 +138,7 @@ Tensor GPT::decode_chunk(const ExecContext& ctx, const ParameterStore& store, co
   }
   const Tensor last_norm = full.last_norm.slice0(0, B), logits = full.logits.slice0(0, B);
   ops::layernorm_fwd(ctx, last_norm, full.last_mean.slice0(0, B), full.last_rstd.slice0(0, B), last,
-                     store.param_prefer_master("ln_f.weight"),
-                     store.param_prefer_master("ln_f.bias"), cfg_.norm_eps);
+                     store.param("ln_f.weight"), store.param("ln_f.bias"), cfg_.norm_eps);
   ops::matmul_fwd(ctx, logits, last_norm, wte, Tensor());
   return logits;
 }

@@ -18,9 +18,7 @@ int64_t check_common(const ExecContext& ctx, DType dt, const Tensor& x, const Te
   const int64_t C = x.dim(-1);
   ATTN_REQUIRE(C > 0, "layernorm: x must have a non-empty last dimension, got %s", x.str().c_str());
   const int64_t rows = x.numel() / C;
-  // bf16 activations may come with fp32 parameters (the optimizer's master copy).
-  require_tensor(kOp, "gamma", gamma,
-                 dt == DType::bf16 && gamma.dtype == DType::f32 ? gamma.dtype : dt, Shape{C}, ctx);
+  require_tensor(kOp, "gamma", gamma, dt, Shape{C}, ctx);
   require_numel(kOp, "mean", mean, DType::f32, rows, ctx);
   require_numel(kOp, "rstd", rstd, DType::f32, rows, ctx);
   return rows;
@@ -32,19 +30,14 @@ void layernorm_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& mean, 
   NvtxRange range("layernorm_fwd");
   const DType dt = require_activation(kOp, "x", x, ctx);
   const int64_t rows = check_common(ctx, dt, x, gamma, mean, rstd);
-  require_tensor(kOp, "beta", beta, gamma.dtype, gamma.shape, ctx);
+  require_tensor(kOp, "beta", beta, dt, gamma.shape, ctx);
   require_tensor(kOp, "y", y, dt, x.shape, ctx);
   ATTN_REQUIRE(eps > 0.f, "layernorm: eps must be > 0, got %g", double(eps));
   auto make = [&]<typename T>() {
     LayerNormParams<T> p;
     p.x = static_cast<const T*>(x.data);
-    if (gamma.dtype == dt) {
-      p.gamma = static_cast<const T*>(gamma.data);
-      p.beta = static_cast<const T*>(beta.data);
-    } else {
-      p.gamma_f32 = static_cast<const float*>(gamma.data);
-      p.beta_f32 = static_cast<const float*>(beta.data);
-    }
+    p.gamma = static_cast<const T*>(gamma.data);
+    p.beta = static_cast<const T*>(beta.data);
     p.y = static_cast<T*>(y.data);
     p.mean = static_cast<float*>(mean.data);
     p.rstd = static_cast<float*>(rstd.data);
@@ -64,15 +57,12 @@ void layernorm_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dgamm
   const int64_t rows = check_common(ctx, dt, x, gamma, mean, rstd);
   require_tensor(kOp, "dy", dy, dt, x.shape, ctx);
   require_tensor(kOp, "dx", dx, dt, x.shape, ctx);
-  if (!dgamma.empty()) require_tensor(kOp, "dgamma", dgamma, dt, gamma.shape, ctx);  // grads: dt
+  if (!dgamma.empty()) require_tensor(kOp, "dgamma", dgamma, dt, gamma.shape, ctx);
   if (!dbeta.empty()) require_tensor(kOp, "dbeta", dbeta, dt, gamma.shape, ctx);
   auto make = [&]<typename T>() {
     LayerNormParams<T> p;
     p.x = static_cast<const T*>(x.data);
-    if (gamma.dtype == dt)
-      p.gamma = static_cast<const T*>(gamma.data);
-    else
-      p.gamma_f32 = static_cast<const float*>(gamma.data);
+    p.gamma = static_cast<const T*>(gamma.data);
     p.mean = static_cast<float*>(mean.data);
     p.rstd = static_cast<float*>(rstd.data);
     p.dy = static_cast<const T*>(dy.data);

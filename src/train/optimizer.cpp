@@ -44,12 +44,7 @@ AdamW::AdamW(const ExecContext& ctx, ParameterStore& store, const AdamWConfig& c
   if (store.dtype() == DType::bf16) {
     master_ = Buffer(store.device(), bytes);
     sync_master_from_params();
-    store.attach_master(master_.as(DType::f32, Shape{store.num_trainable()}));
   }
-}
-
-AdamW::~AdamW() {
-  if (master_.data()) store_.attach_master(Tensor());
 }
 
 StepStats AdamW::step(float lr, int step) {

@@ -2,9 +2,7 @@
 // State: fp32 first and second moments m, v over the trainable range [0, num_trainable), and an
 // fp32 master copy of the trainable weights when the store holds bf16 (the update is applied to
 // the master and rounded into the bf16 weights). Frozen tensors get no state and are never
-// touched. Weight decay applies only to entries whose ParamSpec has weight_decay set. For bf16
-// stores the master copy is attached to the store while the optimizer lives
-// (ParameterStore::attach_master), so the model can read fp32 LayerNorm parameters.
+// touched. Weight decay applies only to entries whose ParamSpec has weight_decay set.
 #pragma once
 #include <string>
 #include <utility>
@@ -40,10 +38,6 @@ class AdamW {
   // grad_clip / max(norm, grad_clip), then AdamW over each contiguous run of trainable tensors
   // that share the weight-decay flag. A non-finite norm skips the update (see StepStats).
   StepStats step(float lr, int step);
-  // Detaches the master copy from the store (bf16 stores; see ParameterStore::attach_master).
-  ~AdamW();
-  AdamW(const AdamW&) = delete;
-  AdamW& operator=(const AdamW&) = delete;
 
   const AdamWConfig& config() const { return config_; }
 

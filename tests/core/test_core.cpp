@@ -43,33 +43,6 @@ TEST(ParameterStore, TrainableRolesFormAPrefix) {
   EXPECT_THROW(s.param("nope"), Error);
 }
 
-TEST(ParameterStore, MasterCopyViews) {
-  ParameterStore s;
-  s.declare({"w", Shape{3, 2}, ParamRole::base, ParamInit::normal, 0.02f, true});
-  s.declare({"centroids", Shape{4}, ParamRole::attention, ParamInit::normal, 0.02f, false});
-  s.declare({"g", Shape{5}, ParamRole::attention, ParamInit::ones, 0.f, false});
-  s.finalize(Device::cpu, DType::f32, {ParamRole::attention});
-  s.initialize(1);
-  // Nothing attached: the stored weights.
-  EXPECT_TRUE(s.param_master("g").empty());
-  EXPECT_EQ(s.param_prefer_master("g").data, s.param("g").data);
-  std::vector<float> master(size_t(s.num_trainable()));
-  for (size_t i = 0; i < master.size(); ++i) master[i] = 0.5f + float(i);
-  s.attach_master(Tensor(master.data(), DType::f32, Device::cpu, Shape{s.num_trainable()}));
-  const Tensor g = s.param_prefer_master("g");
-  EXPECT_EQ(g.shape, (Shape{5}));
-  EXPECT_EQ(g.ptr<float>(), master.data() + s.entry("g").offset);
-  EXPECT_EQ(g.ptr<float>()[0], 0.5f + float(s.entry("g").offset));
-  EXPECT_TRUE(s.param_master("w").empty());  // frozen: no master copy
-  EXPECT_EQ(s.param_prefer_master("w").data, s.param("w").data);
-  std::vector<float> wrong(3);
-  test::expect_error(
-      [&] { s.attach_master(Tensor(wrong.data(), DType::f32, Device::cpu, Shape{3})); },
-      "attach_master");
-  s.attach_master(Tensor());
-  EXPECT_TRUE(s.param_master("g").empty());
-}
-
 TEST(ParameterStore, InitialisationIsDeterministicAndByKind) {
   auto make = [](uint64_t seed) {
     auto s = std::make_unique<ParameterStore>();
