@@ -98,6 +98,22 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
   ATTN_SM80_OR_TRAP();
 #endif
 }
+// 2^x without the denormal fix-up that exp2f adds around MUFU.EX2 (results below 2^-126 flush to
+// 0, which changes nothing in a softmax).
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+// g[0] += a, g[1] += b in global memory (one vector reduction on sm_90; result unused, so RED).
+__device__ __forceinline__ void red_add2(float* g, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(g), make_float2(a, b));
+#else
+  atomicAdd(g, a);
+  atomicAdd(g + 1, b);
+#endif
+}
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -105,9 +121,15 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 // ---- fragment helpers (one warp; smem tiles row-major with leading dimension LD) --------------
 // A operand (16x16) from rows r0.., cols k0.. of a row-major tile.
+// (load_a_t: the same operand when the tile stores A^T, i.e. A[m][k] = s[k][m]: k0.. are tile rows.)
 template <int LD>
 __device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* s, int r0, int k0, int lane) {
   ldsm_x4(a, s + (r0 + (lane & 15)) * LD + k0 + (lane >> 4) * 8);
+}
+template <int LD>
+__device__ __forceinline__ void load_a_t(uint32_t (&a)[4], const bf16* s, int k0, int m0,
+                                         int lane) {
+  ldsm_x4_t(a, s + (k0 + (lane & 7) + ((lane >> 4) << 3)) * LD + m0 + ((lane >> 3) & 1) * 8);
 }
 // B operands for two n8 tiles (n0.., n0+8..) x k16 when the tile stores B^T (rows = n, cols = k):
 // b[0], b[1] for n-tile n0 and b[2], b[3] for n-tile n0 + 8.
@@ -241,6 +263,13 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_bf16(const AttentionParams<
 
 #pragma unroll
     for (int sub = 0; sub < kTile / kSub; ++sub) {
+      // A warp whose rows see none of these keys (past its causal diagonal or before its window)
+      // skips them; its block-mates still need the tile, so only the arithmetic is skipped.
+      const int k_first = nb * kTile + sub * kSub;
+      if ((p.causal && k_first > q0 + wrow + 16 * kFwdMT - 1) ||
+          (p.window > 0 && k_first + kSub - 1 <= q0 + wrow - p.window)) {
+        continue;
+      }
       float s[kFwdMT][kSub / 8][4];
 #pragma unroll
       for (int mt = 0; mt < kFwdMT; ++mt) {
@@ -276,21 +305,21 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_bf16(const AttentionParams<
                              (p.window > 0 && k0 <= q0 + kFwdRows - 1 - p.window);
 #pragma unroll
       for (int mt = 0; mt < kFwdMT; ++mt) {
+        if (need_mask) {
 #pragma unroll
-        for (int nt = 0; nt < kSub / 8; ++nt) {
+          for (int nt = 0; nt < kSub / 8; ++nt) {
 #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            float x = s[mt][nt][c] * sl2;
-            if (need_mask) {
+            for (int c = 0; c < 4; ++c) {
               const int key = k0 + nt * 8 + 2 * tig + (c & 1);
               const int qi = q0 + wrow + mt * 16 + g + (c >= 2 ? 8 : 0);
               if (key >= T || (p.causal && key > qi) || (p.window > 0 && key <= qi - p.window)) {
-                x = -INFINITY;
+                s[mt][nt][c] = -INFINITY;
               }
             }
-            s[mt][nt][c] = x;
           }
         }
+        // Raw scores here; the scale is folded into the exponent (one FFMA per score), which is
+        // exact for the max because scale > 0. row_max is kept in the scaled log2 domain.
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           float mx = -INFINITY;
@@ -300,15 +329,15 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_bf16(const AttentionParams<
           }
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float m_new = fmaxf(row_max[mt][r], mx);
+          const float m_new = fmaxf(row_max[mt][r], mx * sl2);
           const float m_use = m_new == -INFINITY ? 0.f : m_new;
-          const float corr = exp2f(row_max[mt][r] - m_use);
+          const float corr = exp2_ftz(row_max[mt][r] - m_use);
           row_max[mt][r] = m_new;
           float sum = 0.f;
 #pragma unroll
           for (int nt = 0; nt < kSub / 8; ++nt) {
-            s[mt][nt][2 * r] = exp2f(s[mt][nt][2 * r] - m_use);
-            s[mt][nt][2 * r + 1] = exp2f(s[mt][nt][2 * r + 1] - m_use);
+            s[mt][nt][2 * r] = exp2_ftz(fmaf(s[mt][nt][2 * r], sl2, -m_use));
+            s[mt][nt][2 * r + 1] = exp2_ftz(fmaf(s[mt][nt][2 * r + 1], sl2, -m_use));
             sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
           }
           row_sum[mt][r] = row_sum[mt][r] * corr + sum;
@@ -362,8 +391,10 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_bf16(const AttentionParams<
 }
 
 // ---- backward: delta = rowsum(dO * O) (any T; one warp per row) ------------------------------
+// Also zeroes the fp32 dQ accumulator rows ([B, H, T, D], same row order) when one is given.
 template <typename T>
-__global__ void attn_bwd_delta(const AttentionParams<T> p, float* __restrict__ delta) {
+__global__ void attn_bwd_delta(const AttentionParams<T> p, float* __restrict__ delta,
+                               float* __restrict__ dq_accum) {
   const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;  // (b, h, t)
   const int lane = threadIdx.x % 32;
   const int64_t rows = int64_t(p.B) * p.n_head * p.T_;
@@ -375,15 +406,40 @@ __global__ void attn_bwd_delta(const AttentionParams<T> p, float* __restrict__ d
   for (int d = lane; d < p.D; d += 32) acc += dev::to_f(p.dout[off + d]) * dev::to_f(p.o[off + d]);
   acc = dev::warp_sum(acc);
   if (lane == 0) delta[row] = acc;
+  if (dq_accum != nullptr) {  // D is 64 or 128 here: a multiple of 4 floats per row
+    float4* z = reinterpret_cast<float4*>(dq_accum + row * p.D);
+    for (int i = lane; i < p.D / 4; i += 32) z[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
 }
 
-// ---- backward dK/dV (bf16) ------------------------------------------------------------------
+// dq = scale * dq_accum, fp32 [B, H, T, D] -> bf16 at the q layout; 4 values per thread.
+__global__ void attn_bwd_dq_convert(const AttentionParams<bf16> p,
+                                    const float* __restrict__ dq_accum) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // index of 4 values
+  const int quads = p.D / 4;
+  if (i >= int64_t(p.B) * p.n_head * p.T_ * quads) return;
+  const int64_t row = i / quads;
+  const int d = int(i % quads) * 4;
+  const int t = int(row % p.T_), h = int((row / p.T_) % p.n_head),
+            b = int(row / (int64_t(p.T_) * p.n_head));
+  const float4 v = reinterpret_cast<const float4*>(dq_accum)[i];
+  bf16* out = p.dq + b * p.qkv_batch_stride + int64_t(t) * p.qkv_row_stride + h * p.D + d;
+  reinterpret_cast<__nv_bfloat162*>(out)[0] = __floats2bfloat162_rn(v.x * p.scale, v.y * p.scale);
+  reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(v.z * p.scale, v.w * p.scale);
+}
+
+// ---- backward dK/dV, optionally with dQ (bf16) ----------------------------------------------
 // Block: 64 keys of kv head hk; warp w owns keys w*16..w*16+15. Loops over (query head in the
 // group, query tile) in a fixed order; Q/dO/lse/delta tiles double-buffered.
-template <int D>
-__global__ void __launch_bounds__(kThreads)
-    attn_bwd_dkdv_bf16(const AttentionParams<bf16> p, const float* __restrict__ delta) {
-  constexpr int LD = D + 8, kT = kTile * LD;
+// kFusedDq (the default, non-deterministic path): dS also goes to shared memory, and after a
+// barrier warp w computes the 16 x D product dS[w's 16 queries, 64 keys] K and adds it to the fp32
+// accumulator with vector atomics (dq_accum, unscaled). The order of those fp32 additions varies
+// from run to run, so dQ may differ in the last bits; dK and dV stay bitwise deterministic.
+template <int D, bool kFusedDq>
+__global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
+    attn_bwd_dkdv_bf16(const AttentionParams<bf16> p, const float* __restrict__ delta,
+                       float* __restrict__ dq_accum) {
+  constexpr int LD = D + 8, kT = kTile * LD, kLdS = kTile + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sK = reinterpret_cast<bf16*>(smem_raw);
   bf16* sV = sK + kT;
@@ -391,6 +447,7 @@ __global__ void __launch_bounds__(kThreads)
   bf16* sdO = sQ + 2 * kT;                               // [2][kTile][LD]
   float* sLse = reinterpret_cast<float*>(sdO + 2 * kT);  // [2][kTile], log2 domain
   float* sDelta = sLse + 2 * kTile;                      // [2][kTile]
+  bf16* sdS = reinterpret_cast<bf16*>(sDelta + 2 * kTile);  // [kTile keys][kLdS], fused only
   const int T = p.T_;
   const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
@@ -440,6 +497,7 @@ __global__ void __launch_bounds__(kThreads)
       issue(it + 1, buf ^ 1);
       cp_async_commit();
     }
+    const int h = hk * group + it / per_head;
     const int q0 = (m_begin + it % per_head) * kTile;
     const bf16* cQ = sQ + buf * kT;
     const bf16* cdO = sdO + buf * kT;
@@ -469,17 +527,30 @@ __global__ void __launch_bounds__(kThreads)
         mma16816(dpt[2 * j + 1], av, bd[2], bd[3]);
       }
     }
-    // P^T = exp(S^T scale - lse) masked; dS^T = P^T (dP^T - delta)
+    // P^T = exp(S^T scale - lse) masked; dS^T = P^T (dP^T - delta). Only tiles that touch the
+    // diagonal, the window's edge or the end of the sequence test each element.
+    const bool need_mask = q0 + kTile > T || k0 + kTile > T || (p.causal && k0 + kTile - 1 > q0) ||
+                           (p.window > 0 && k0 <= q0 + kTile - 1 - p.window);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int qc = nt * 8 + 2 * tig + (c & 1);
         const int key = k0 + warp * 16 + g + (c >= 2 ? 8 : 0);
-        const float pv =
-            visible(key, q0 + qc, T, p.causal, p.window) ? exp2f(pt[nt][c] * sl2 - cLse[qc]) : 0.f;
+        float pv = exp2_ftz(fmaf(pt[nt][c], sl2, -cLse[qc]));
+        if (need_mask && !visible(key, q0 + qc, T, p.causal, p.window)) pv = 0.f;
         pt[nt][c] = pv;
         dpt[nt][c] = pv * (dpt[nt][c] - cDelta[qc]);
+      }
+    }
+    if constexpr (kFusedDq) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g + 8 * r) * kLdS + nt * 8 + 2 * tig) =
+              pack_bf16(dpt[nt][2 * r], dpt[nt][2 * r + 1]);
+        }
       }
     }
     // dV += P^T dO;  dK += dS^T Q   (k = the 64 queries)
@@ -497,6 +568,34 @@ __global__ void __launch_bounds__(kThreads)
         load_b_kn<LD>(bq, cQ, kk * 16, dt * 16, lane);
         mma16816(dk[2 * dt], ads, bq[0], bq[1]);
         mma16816(dk[2 * dt + 1], ads, bq[2], bq[3]);
+      }
+    }
+    if constexpr (kFusedDq) {
+      // dQ[q0 + w*16.., :] += dS[w's queries, 64 keys] K   (k = the 64 keys; A from dS^T in smem)
+      __syncthreads();
+      uint32_t ads[4][4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) load_a_t<kLdS>(ads[kk], sdS, kk * 16, warp * 16, lane);
+      const int qrow = q0 + warp * 16 + g;
+      float* acc_row = dq_accum + ((int64_t(b) * p.n_head + h) * T + qrow) * D + 2 * tig;
+#pragma unroll
+      for (int dt = 0; dt < D / 16; ++dt) {
+        float acc[2][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          uint32_t bk[4];
+          load_b_kn<LD>(bk, sK, kk * 16, dt * 16, lane);
+          mma16816(acc[0], ads[kk], bk[0], bk[1]);
+          mma16816(acc[1], ads[kk], bk[2], bk[3]);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          if (qrow + 8 * r >= T) continue;
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {
+            red_add2(acc_row + 8 * r * D + dt * 16 + n * 8, acc[n][2 * r], acc[n][2 * r + 1]);
+          }
+        }
       }
     }
   }
@@ -591,6 +690,8 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     const int k0 = nb * kTile;
+    const bool need_mask = q0 + kTile > T || k0 + kTile > T || (p.causal && k0 + kTile - 1 > q0) ||
+                           (p.window > 0 && k0 <= q0 + kTile - 1 - p.window);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -598,8 +699,8 @@ __global__ void __launch_bounds__(kThreads)
         const int r = c >> 1;
         const int key = k0 + nt * 8 + 2 * tig + (c & 1);
         const int qi = q0 + warp * 16 + g + 8 * r;
-        const float pv =
-            visible(key, qi, T, p.causal, p.window) ? exp2f(s[nt][c] * sl2 - lse2[r]) : 0.f;
+        float pv = exp2_ftz(fmaf(s[nt][c], sl2, -lse2[r]));
+        if (need_mask && !visible(key, qi, T, p.causal, p.window)) pv = 0.f;
         dp[nt][c] = pv * (dp[nt][c] - dl[r]);
       }
     }
@@ -807,6 +908,9 @@ void check_params(const AttentionParams<T>& p) {
 template <typename K>
 void set_smem(K kernel, size_t bytes) {
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  // Largest shared-memory carveout: two 112 KiB dK/dV blocks (D = 128) must share an SM.
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  int(cudaSharedmemCarveoutMaxShared)));
 }
 
 // The tensor-core kernels need machine code for sm_80 or newer in this build.
@@ -825,6 +929,7 @@ void check_bf16_build() {
 void check_bf16_layout(const AttentionParams<bf16>& p) {
   check_bf16_build();
   ATTN_ASSERT(p.D == 64 || p.D == 128);
+  ATTN_ASSERT(p.scale > 0.f);  // the forward folds the scale into exp2 after the row max
   ATTN_ASSERT(p.qkv_row_stride % 8 == 0 && p.qkv_batch_stride % 8 == 0 && p.o_row_stride % 8 == 0 &&
               p.o_batch_stride % 8 == 0);
   ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v));
@@ -840,12 +945,23 @@ void fwd_bf16(const AttentionParams<bf16>& p, cudaStream_t st) {
 }
 
 template <int D>
-void bwd_bf16(const AttentionParams<bf16>& p, const float* delta, cudaStream_t st) {
+void bwd_bf16(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
+              cudaStream_t st) {
   const size_t tile = size_t(kTile) * (D + 8) * sizeof(bf16);
+  const dim3 kv_grid(div_up(p.T_, kTile), p.n_kv_head, p.B);
   const size_t smem_kv = 6 * tile + 4 * kTile * sizeof(float);
-  set_smem(attn_bwd_dkdv_bf16<D>, smem_kv);
-  attn_bwd_dkdv_bf16<D>
-      <<<dim3(div_up(p.T_, kTile), p.n_kv_head, p.B), kThreads, smem_kv, st>>>(p, delta);
+  if (!p.deterministic) {
+    const size_t smem = smem_kv + size_t(kTile) * (kTile + 8) * sizeof(bf16);
+    set_smem(attn_bwd_dkdv_bf16<D, true>, smem);
+    attn_bwd_dkdv_bf16<D, true><<<kv_grid, kThreads, smem, st>>>(p, delta, dq_accum);
+    CUDA_CHECK_LAUNCH();
+    const int64_t quads = int64_t(p.B) * p.n_head * p.T_ * (D / 4);
+    attn_bwd_dq_convert<<<div_up(quads, 256), 256, 0, st>>>(p, dq_accum);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  set_smem(attn_bwd_dkdv_bf16<D, false>, smem_kv);
+  attn_bwd_dkdv_bf16<D, false><<<kv_grid, kThreads, smem_kv, st>>>(p, delta, nullptr);
   CUDA_CHECK_LAUNCH();
   const size_t smem_q = 6 * tile;
   set_smem(attn_bwd_dq_bf16<D>, smem_q);
@@ -865,7 +981,7 @@ void launch_bwd_f32(const AttentionParams<float>& p, Stream s) {
   auto st = reinterpret_cast<cudaStream_t>(s);
   const int64_t rows = int64_t(p.B) * p.n_head * p.T_;
   StreamScratch delta(sizeof(float) * rows, s);
-  attn_bwd_delta<float><<<div_up(rows, 4), 128, 0, st>>>(p, delta.as<float>());
+  attn_bwd_delta<float><<<div_up(rows, 4), 128, 0, st>>>(p, delta.as<float>(), nullptr);
   CUDA_CHECK_LAUNCH();
   attn_bwd_dq_f32<<<div_up(rows, 4), 128, 0, st>>>(p, delta.as<float>());
   CUDA_CHECK_LAUNCH();
@@ -902,12 +1018,15 @@ void launch_attention_bwd(const AttentionParams<T>& p, Stream s) {
     auto st = reinterpret_cast<cudaStream_t>(s);
     const int64_t rows = int64_t(p.B) * p.n_head * p.T_;
     StreamScratch delta(sizeof(float) * rows, s);
-    attn_bwd_delta<bf16><<<div_up(rows, 4), 128, 0, st>>>(p, delta.as<float>());
+    // Fast path: dQ accumulates in fp32 [B, H, T, D], zeroed by the delta kernel.
+    StreamScratch dq_accum(p.deterministic ? 0 : sizeof(float) * rows * p.D, s);
+    attn_bwd_delta<bf16>
+        <<<div_up(rows, 4), 128, 0, st>>>(p, delta.as<float>(), dq_accum.as<float>());
     CUDA_CHECK_LAUNCH();
     if (p.D == 64) {
-      bwd_bf16<64>(p, delta.as<float>(), st);
+      bwd_bf16<64>(p, delta.as<float>(), dq_accum.as<float>(), st);
     } else {
-      bwd_bf16<128>(p, delta.as<float>(), st);
+      bwd_bf16<128>(p, delta.as<float>(), dq_accum.as<float>(), st);
     }
   }
 }
