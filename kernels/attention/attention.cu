@@ -17,6 +17,8 @@
 // window).
 #include <cuda_bf16.h>
 
+#include <cstdlib>
+
 #include "kernels/attention/attention.cuh"
 #include "kernels/common/device.cuh"
 
@@ -47,6 +49,17 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   const int n = valid ? 16 : 0;  // 0: zero-fill the 16 bytes
 #if ATTN_HAVE_SM80
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+#else
+  (void)s, (void)gmem, (void)n;
+  ATTN_SM80_OR_TRAP();
+#endif
+}
+// 4-byte variant (for per-row floats, whose rows need not be 16-byte aligned).
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 4 : 0;
+#if ATTN_HAVE_SM80
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 #else
   (void)s, (void)gmem, (void)n;
   ATTN_SM80_OR_TRAP();
@@ -114,6 +127,15 @@ __device__ __forceinline__ void red_add2(float* g, float a, float b) {
   atomicAdd(g + 1, b);
 #endif
 }
+// g[0..3] += a..d (g 16-byte aligned).
+__device__ __forceinline__ void red_add4(float* g, float a, float b, float c, float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float4*>(g), make_float4(a, b, c, d));
+#else
+  red_add2(g, a, b);
+  red_add2(g + 2, c, d);
+#endif
+}
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -158,7 +180,7 @@ template <int D>
 __device__ __forceinline__ void load_tile(bf16* s, const bf16* g, int64_t row_stride, int row0,
                                           int T) {
   constexpr int kChunks = D / 8, LD = D + 8;
-  for (int i = threadIdx.x; i < kTile * kChunks; i += kThreads) {
+  for (int i = threadIdx.x; i < kTile * kChunks; i += blockDim.x) {
     const int r = i / kChunks, c = i % kChunks;
     const bool valid = row0 + r < T;
     const bf16* src = valid ? g + int64_t(row0 + r) * row_stride + c * 8 : g;
@@ -185,7 +207,7 @@ template <int ROWS, int D>
 __device__ __forceinline__ void load_rows(bf16* s, const bf16* g, int64_t row_stride, int row0,
                                           int T) {
   constexpr int kChunks = D / 8, LD = D + 8;
-  for (int i = threadIdx.x; i < ROWS * kChunks; i += kThreads) {
+  for (int i = threadIdx.x; i < ROWS * kChunks; i += blockDim.x) {
     const int r = i / kChunks, c = i % kChunks;
     const bool valid = row0 + r < T;
     const bf16* src = valid ? g + int64_t(row0 + r) * row_stride + c * 8 : g;
@@ -193,18 +215,18 @@ __device__ __forceinline__ void load_rows(bf16* s, const bf16* g, int64_t row_st
   }
 }
 
-template <int D>
+// kKT keys per shared-memory K/V tile (one barrier each), processed in softmax steps of kSub = 64
+// keys (32-key steps were measured slower: more rescales).
+template <int D, int kKT = kTile>
 __global__ void __launch_bounds__(kThreads) attn_fwd_bf16(const AttentionParams<bf16> p) {
-  constexpr int LD = D + 8, kT = kTile * LD;
+  constexpr int LD = D + 8;
   constexpr bool kQInRegs = D <= 64;
   constexpr int kQF = kQInRegs ? D / 16 : 1;
-  // Keys per softmax step (a tuning knob: halves of the tile cut score registers but add rescales;
-  // for D = 128 that did not remove the compiler's small spill, so whole tiles it is).
   constexpr int kSub = kTile;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // [kFwdRows][LD]
-  bf16* sK = sQ + kFwdRows * LD;                 // [2][kTile][LD]
-  bf16* sV = sK + 2 * kT;                        // [2][kTile][LD]
+  bf16* sK = sQ + kFwdRows * LD;                 // [2][kKT][LD]
+  bf16* sV = sK + 2 * kKT * LD;                  // [2][kKT][LD]
   const int T = p.T_;
   const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) tiles first
   const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
@@ -215,13 +237,13 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_bf16(const AttentionParams<
   const bf16* gk = p.k + b * p.qkv_batch_stride + hk * D;
   const bf16* gv = p.v + b * p.qkv_batch_stride + hk * D;
 
-  int n_end = (T + kTile - 1) / kTile;
-  if (p.causal) n_end = min(n_end, (q0 + kFwdRows - 1) / kTile + 1);
-  const int n_begin = p.window > 0 ? max(0, q0 - p.window + 1) / kTile : 0;
+  int n_end = (T + kKT - 1) / kKT;
+  if (p.causal) n_end = min(n_end, (q0 + kFwdRows - 1) / kKT + 1);
+  const int n_begin = p.window > 0 ? max(0, q0 - p.window + 1) / kKT : 0;
 
   load_rows<kFwdRows, D>(sQ, gq, p.qkv_row_stride, q0, T);
-  load_rows<kTile, D>(sK, gk, p.qkv_row_stride, n_begin * kTile, T);
-  load_rows<kTile, D>(sV, gv, p.qkv_row_stride, n_begin * kTile, T);
+  load_rows<kKT, D>(sK, gk, p.qkv_row_stride, n_begin * kKT, T);
+  load_rows<kKT, D>(sV, gv, p.qkv_row_stride, n_begin * kKT, T);
   cp_async_commit();
 
   float o[kFwdMT][D / 8][4];
@@ -254,18 +276,18 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_bf16(const AttentionParams<
       }
     }
     if (nb + 1 < n_end) {
-      load_rows<kTile, D>(sK + (buf ^ 1) * kT, gk, p.qkv_row_stride, (nb + 1) * kTile, T);
-      load_rows<kTile, D>(sV + (buf ^ 1) * kT, gv, p.qkv_row_stride, (nb + 1) * kTile, T);
+      load_rows<kKT, D>(sK + (buf ^ 1) * kKT * LD, gk, p.qkv_row_stride, (nb + 1) * kKT, T);
+      load_rows<kKT, D>(sV + (buf ^ 1) * kKT * LD, gv, p.qkv_row_stride, (nb + 1) * kKT, T);
       cp_async_commit();
     }
-    const bf16* cK = sK + buf * kT;
-    const bf16* cV = sV + buf * kT;
+    const bf16* cK = sK + buf * kKT * LD;
+    const bf16* cV = sV + buf * kKT * LD;
 
 #pragma unroll
-    for (int sub = 0; sub < kTile / kSub; ++sub) {
+    for (int sub = 0; sub < kKT / kSub; ++sub) {
       // A warp whose rows see none of these keys (past its causal diagonal or before its window)
       // skips them; its block-mates still need the tile, so only the arithmetic is skipped.
-      const int k_first = nb * kTile + sub * kSub;
+      const int k_first = nb * kKT + sub * kSub;
       if ((p.causal && k_first > q0 + wrow + 16 * kFwdMT - 1) ||
           (p.window > 0 && k_first + kSub - 1 <= q0 + wrow - p.window)) {
         continue;
@@ -300,7 +322,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_bf16(const AttentionParams<
           }
         }
       }
-      const int k0 = nb * kTile + sub * kSub;
+      const int k0 = nb * kKT + sub * kSub;
       const bool need_mask = k0 + kSub > T || (p.causal && k0 + kSub - 1 > q0) ||
                              (p.window > 0 && k0 <= q0 + kFwdRows - 1 - p.window);
 #pragma unroll
@@ -412,6 +434,38 @@ __global__ void attn_bwd_delta(const AttentionParams<T> p, float* __restrict__ d
   }
 }
 
+// The same for bf16 with 16-byte rows accesses (o and dout 16-byte aligned): D / 8 lanes per row.
+template <int D>
+__global__ void attn_bwd_delta_bf16(const AttentionParams<bf16> p, float* __restrict__ delta,
+                                    float* __restrict__ dq_accum) {
+  constexpr int kLanes = D / 8;  // 8 or 16: a row's lanes sit in one warp
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t row = idx / kLanes, rows = int64_t(p.B) * p.n_head * p.T_;
+  const int part = int(idx % kLanes);
+  float acc = 0.f;
+  if (row < rows) {
+    const int t = int(row % p.T_), h = int((row / p.T_) % p.n_head),
+              b = int(row / (int64_t(p.T_) * p.n_head));
+    const int64_t off = b * p.o_batch_stride + int64_t(t) * p.o_row_stride + h * D + part * 8;
+    const uint4 u = *reinterpret_cast<const uint4*>(p.dout + off);
+    const uint4 w = *reinterpret_cast<const uint4*>(p.o + off);
+    const auto* du = reinterpret_cast<const __nv_bfloat162*>(&u);
+    const auto* ow = reinterpret_cast<const __nv_bfloat162*>(&w);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 a = __bfloat1622float2(du[i]), c = __bfloat1622float2(ow[i]);
+      acc += a.x * c.x + a.y * c.y;
+    }
+    if (dq_accum != nullptr) {
+      float4* z = reinterpret_cast<float4*>(dq_accum + row * D + part * 8);
+      z[0] = z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+#pragma unroll
+  for (int m = kLanes / 2; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+  if (row < rows && part == 0) delta[row] = acc;
+}
+
 // dq = scale * dq_accum, fp32 [B, H, T, D] -> bf16 at the q layout; 4 values per thread.
 __global__ void attn_bwd_dq_convert(const AttentionParams<bf16> p,
                                     const float* __restrict__ dq_accum) {
@@ -429,63 +483,72 @@ __global__ void attn_bwd_dq_convert(const AttentionParams<bf16> p,
 }
 
 // ---- backward dK/dV, optionally with dQ (bf16) ----------------------------------------------
-// Block: 64 keys of kv head hk; warp w owns keys w*16..w*16+15. Loops over (query head in the
-// group, query tile) in a fixed order; Q/dO/lse/delta tiles double-buffered.
+// Block: kKeys = 16 * kMT * kWarps keys of kv head hk; warp w owns kMT 16-key m-tiles (keys
+// w*16*kMT..). Loops over (query head in the group, kQ-query tile) in a fixed order; Q/dO/lse/
+// delta tiles double-buffered. Each Q/dO fragment read from shared memory feeds 2 * kMT products.
 // kFusedDq (the default, non-deterministic path): dS also goes to shared memory, and after a
-// barrier warp w computes the 16 x D product dS[w's 16 queries, 64 keys] K and adds it to the fp32
-// accumulator with vector atomics (dq_accum, unscaled). The order of those fp32 additions varies
-// from run to run, so dQ may differ in the last bits; dK and dV stay bitwise deterministic.
-template <int D, bool kFusedDq>
-__global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
+// barrier each warp computes a 16-query x (D / column groups) slice of dS K over the block's keys
+// and adds it to the fp32 accumulator with vector atomics (dq_accum, unscaled). The order of those
+// fp32 additions varies from run to run, so dQ may differ in the last bits; dK and dV stay bitwise
+// deterministic.
+template <int D, bool kFusedDq, int kWarps, int kMT, int kQ, bool kRed4>
+__global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? 1 : (kMT == 2 || D == 128 ? 2 : 3))
     attn_bwd_dkdv_bf16(const AttentionParams<bf16> p, const float* __restrict__ delta,
                        float* __restrict__ dq_accum) {
-  constexpr int LD = D + 8, kT = kTile * LD, kLdS = kTile + 8;
+  constexpr int LD = D + 8, kKeys = 16 * kMT * kWarps, kQT = kQ * LD, kLdS = kQ + 8;
+  constexpr int kNT = kQ / 8;  // n8 tiles of scores per key m-tile
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* sK = reinterpret_cast<bf16*>(smem_raw);
-  bf16* sV = sK + kT;
-  bf16* sQ = sV + kT;                                    // [2][kTile][LD]
-  bf16* sdO = sQ + 2 * kT;                               // [2][kTile][LD]
-  float* sLse = reinterpret_cast<float*>(sdO + 2 * kT);  // [2][kTile], log2 domain
-  float* sDelta = sLse + 2 * kTile;                      // [2][kTile]
-  bf16* sdS = reinterpret_cast<bf16*>(sDelta + 2 * kTile);  // [kTile keys][kLdS], fused only
+  bf16* sK = reinterpret_cast<bf16*>(smem_raw);          // [kKeys][LD]
+  bf16* sV = sK + kKeys * LD;                            // [kKeys][LD]
+  bf16* sQ = sV + kKeys * LD;                            // [2][kQ][LD]
+  bf16* sdO = sQ + 2 * kQT;                              // [2][kQ][LD]
+  float* sLse = reinterpret_cast<float*>(sdO + 2 * kQT);  // [2][kQ], natural log
+  float* sDelta = sLse + 2 * kQ;                          // [2][kQ]
+  bf16* sdS = reinterpret_cast<bf16*>(sDelta + 2 * kQ);   // [kKeys][kLdS], fused only
   const int T = p.T_;
   const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
-  const int k0 = blockIdx.x * kTile;
+  const int k0 = blockIdx.x * kKeys;
+  const int wkey = warp * 16 * kMT;  // first key of this warp inside the block
   const bf16* gk = p.k + b * p.qkv_batch_stride + hk * D;
   const bf16* gv = p.v + b * p.qkv_batch_stride + hk * D;
 
-  const int m_begin = p.causal ? k0 / kTile : 0;
-  int m_end = (T + kTile - 1) / kTile;
-  if (p.window > 0) m_end = min(m_end, (k0 + kTile - 1 + p.window - 1) / kTile + 1);
+  const int m_begin = p.causal ? k0 / kQ : 0;
+  int m_end = (T + kQ - 1) / kQ;
+  if (p.window > 0) m_end = min(m_end, (k0 + kKeys - 1 + p.window - 1) / kQ + 1);
   const int per_head = max(0, m_end - m_begin);
   const int iters = group * per_head;
 
   auto issue = [&](int it, int buf) {
     const int h = hk * group + it / per_head;
-    const int q0 = (m_begin + it % per_head) * kTile;
+    const int q0 = (m_begin + it % per_head) * kQ;
     const bf16* gq = p.q + b * p.qkv_batch_stride + h * D;
     const bf16* gdo = p.dout + b * p.o_batch_stride + h * D;
-    load_tile<D>(sQ + buf * kT, gq, p.qkv_row_stride, q0, T);
-    load_tile<D>(sdO + buf * kT, gdo, p.o_row_stride, q0, T);
-    const int64_t base = (int64_t(b) * p.n_head + h) * T;
-    for (int i = threadIdx.x; i < kTile; i += kThreads) {
+    load_rows<kQ, D>(sQ + buf * kQT, gq, p.qkv_row_stride, q0, T);
+    load_rows<kQ, D>(sdO + buf * kQT, gdo, p.o_row_stride, q0, T);
+    // Asynchronous too: a plain load here would stall the warp for a global round trip at the
+    // top of every iteration. Rows past T read as 0.
+    const int64_t base = (int64_t(b) * p.n_head + h) * T + q0;
+    for (int i = threadIdx.x; i < kQ; i += 32 * kWarps) {
       const bool ok = q0 + i < T;
-      sLse[buf * kTile + i] = ok ? p.lse[base + q0 + i] * kLog2e : 0.f;
-      sDelta[buf * kTile + i] = ok ? delta[base + q0 + i] : 0.f;
+      cp_async4(sLse + buf * kQ + i, p.lse + (ok ? base + i : 0), ok);
+      cp_async4(sDelta + buf * kQ + i, delta + (ok ? base + i : 0), ok);
     }
   };
 
-  load_tile<D>(sK, gk, p.qkv_row_stride, k0, T);
-  load_tile<D>(sV, gv, p.qkv_row_stride, k0, T);
+  load_rows<kKeys, D>(sK, gk, p.qkv_row_stride, k0, T);
+  load_rows<kKeys, D>(sV, gv, p.qkv_row_stride, k0, T);
   if (iters > 0) issue(0, 0);
   cp_async_commit();
 
-  float dk[D / 8][4], dv[D / 8][4];
+  float dk[kMT][D / 8][4], dv[kMT][D / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) {
+  for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-    for (int c = 0; c < 4; ++c) dk[i][c] = dv[i][c] = 0.f;
+    for (int i = 0; i < D / 8; ++i) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) dk[mt][i][c] = dv[mt][i][c] = 0.f;
+    }
   }
   const float sl2 = p.scale * kLog2e;
 
@@ -498,102 +561,150 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
       cp_async_commit();
     }
     const int h = hk * group + it / per_head;
-    const int q0 = (m_begin + it % per_head) * kTile;
-    const bf16* cQ = sQ + buf * kT;
-    const bf16* cdO = sdO + buf * kT;
-    const float* cLse = sLse + buf * kTile;
-    const float* cDelta = sDelta + buf * kTile;
+    const int q0 = (m_begin + it % per_head) * kQ;
+    const bf16* cQ = sQ + buf * kQT;
+    const bf16* cdO = sdO + buf * kQT;
+    const float* cLse = sLse + buf * kQ;
+    const float* cDelta = sDelta + buf * kQ;
 
-    // S^T = K_w Q^T  and  dP^T = V_w dO^T  (16 keys x 64 queries each)
-    float pt[8][4], dpt[8][4];
+    // S^T = K_w Q^T  and  dP^T = V_w dO^T  (16 * kMT keys x kQ queries each)
+    float pt[kMT][kNT][4], dpt[kMT][kNT][4];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-      for (int c = 0; c < 4; ++c) pt[i][c] = dpt[i][c] = 0.f;
+      for (int i = 0; i < kNT; ++i) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) pt[mt][i][c] = dpt[mt][i][c] = 0.f;
+      }
     }
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t ak[4], av[4];
-      load_a<LD>(ak, sK, warp * 16, kk * 16, lane);
-      load_a<LD>(av, sV, warp * 16, kk * 16, lane);
+      uint32_t ak[kMT][4], av[kMT][4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int mt = 0; mt < kMT; ++mt) {
+        load_a<LD>(ak[mt], sK, wkey + mt * 16, kk * 16, lane);
+        load_a<LD>(av[mt], sV, wkey + mt * 16, kk * 16, lane);
+      }
+#pragma unroll
+      for (int j = 0; j < kQ / 16; ++j) {
         uint32_t bq[4], bd[4];
         load_b_nk<LD>(bq, cQ, j * 16, kk * 16, lane);
-        mma16816(pt[2 * j], ak, bq[0], bq[1]);
-        mma16816(pt[2 * j + 1], ak, bq[2], bq[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma16816(pt[mt][2 * j], ak[mt], bq[0], bq[1]);
+          mma16816(pt[mt][2 * j + 1], ak[mt], bq[2], bq[3]);
+        }
         load_b_nk<LD>(bd, cdO, j * 16, kk * 16, lane);
-        mma16816(dpt[2 * j], av, bd[0], bd[1]);
-        mma16816(dpt[2 * j + 1], av, bd[2], bd[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma16816(dpt[mt][2 * j], av[mt], bd[0], bd[1]);
+          mma16816(dpt[mt][2 * j + 1], av[mt], bd[2], bd[3]);
+        }
       }
     }
     // P^T = exp(S^T scale - lse) masked; dS^T = P^T (dP^T - delta). Only tiles that touch the
     // diagonal, the window's edge or the end of the sequence test each element.
-    const bool need_mask = q0 + kTile > T || k0 + kTile > T || (p.causal && k0 + kTile - 1 > q0) ||
-                           (p.window > 0 && k0 <= q0 + kTile - 1 - p.window);
+    const bool need_mask = q0 + kQ > T || k0 + kKeys > T || (p.causal && k0 + kKeys - 1 > q0) ||
+                           (p.window > 0 && k0 <= q0 + kQ - 1 - p.window);
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+    for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int qc = nt * 8 + 2 * tig + (c & 1);
-        const int key = k0 + warp * 16 + g + (c >= 2 ? 8 : 0);
-        float pv = exp2_ftz(fmaf(pt[nt][c], sl2, -cLse[qc]));
-        if (need_mask && !visible(key, q0 + qc, T, p.causal, p.window)) pv = 0.f;
-        pt[nt][c] = pv;
-        dpt[nt][c] = pv * (dpt[nt][c] - cDelta[qc]);
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int qc = nt * 8 + 2 * tig + (c & 1);
+          const int key = k0 + wkey + mt * 16 + g + (c >= 2 ? 8 : 0);
+          float pv = exp2_ftz(fmaf(pt[mt][nt][c], sl2, -cLse[qc] * kLog2e));
+          if (need_mask && !visible(key, q0 + qc, T, p.causal, p.window)) pv = 0.f;
+          pt[mt][nt][c] = pv;
+          dpt[mt][nt][c] = pv * (dpt[mt][nt][c] - cDelta[qc]);
+        }
       }
     }
     if constexpr (kFusedDq) {
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
+      for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          *reinterpret_cast<uint32_t*>(sdS + (warp * 16 + g + 8 * r) * kLdS + nt * 8 + 2 * tig) =
-              pack_bf16(dpt[nt][2 * r], dpt[nt][2 * r + 1]);
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            *reinterpret_cast<uint32_t*>(sdS + (wkey + mt * 16 + g + 8 * r) * kLdS + nt * 8 +
+                                         2 * tig) = pack_bf16(dpt[mt][nt][2 * r], dpt[mt][nt][2 * r + 1]);
+          }
         }
       }
     }
-    // dV += P^T dO;  dK += dS^T Q   (k = the 64 queries)
+    // dV += P^T dO;  dK += dS^T Q   (k = the kQ queries)
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      uint32_t ap[4], ads[4];
-      c_to_a(ap, pt[2 * kk], pt[2 * kk + 1]);
-      c_to_a(ads, dpt[2 * kk], dpt[2 * kk + 1]);
+    for (int kk = 0; kk < kQ / 16; ++kk) {
+      uint32_t ap[kMT][4], ads[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        c_to_a(ap[mt], pt[mt][2 * kk], pt[mt][2 * kk + 1]);
+        c_to_a(ads[mt], dpt[mt][2 * kk], dpt[mt][2 * kk + 1]);
+      }
 #pragma unroll
       for (int dt = 0; dt < D / 16; ++dt) {
         uint32_t bd[4], bq[4];
         load_b_kn<LD>(bd, cdO, kk * 16, dt * 16, lane);
-        mma16816(dv[2 * dt], ap, bd[0], bd[1]);
-        mma16816(dv[2 * dt + 1], ap, bd[2], bd[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma16816(dv[mt][2 * dt], ap[mt], bd[0], bd[1]);
+          mma16816(dv[mt][2 * dt + 1], ap[mt], bd[2], bd[3]);
+        }
         load_b_kn<LD>(bq, cQ, kk * 16, dt * 16, lane);
-        mma16816(dk[2 * dt], ads, bq[0], bq[1]);
-        mma16816(dk[2 * dt + 1], ads, bq[2], bq[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma16816(dk[mt][2 * dt], ads[mt], bq[0], bq[1]);
+          mma16816(dk[mt][2 * dt + 1], ads[mt], bq[2], bq[3]);
+        }
       }
     }
     if constexpr (kFusedDq) {
-      // dQ[q0 + w*16.., :] += dS[w's queries, 64 keys] K   (k = the 64 keys; A from dS^T in smem)
+      // dQ += dS K over the block's keys (A = dS from dS^T in smem). The kQ queries are kQ / 16
+      // m-tiles; the warps split into those m-tiles x column groups of D.
       __syncthreads();
-      uint32_t ads[4][4];
+      constexpr int kGroups = kWarps / (kQ / 16), kCols = D / kGroups;
+      const int mq = warp % (kQ / 16), col0 = (warp / (kQ / 16)) * kCols;
+      uint32_t adq[kKeys / 16][4];
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) load_a_t<kLdS>(ads[kk], sdS, kk * 16, warp * 16, lane);
-      const int qrow = q0 + warp * 16 + g;
-      float* acc_row = dq_accum + ((int64_t(b) * p.n_head + h) * T + qrow) * D + 2 * tig;
+      for (int kk = 0; kk < kKeys / 16; ++kk) load_a_t<kLdS>(adq[kk], sdS, kk * 16, mq * 16, lane);
+      const int qrow = q0 + mq * 16 + g;
+      float* acc_row = dq_accum + ((int64_t(b) * p.n_head + h) * T + qrow) * D + col0;
 #pragma unroll
-      for (int dt = 0; dt < D / 16; ++dt) {
+      for (int dt = 0; dt < kCols / 16; ++dt) {
         float acc[2][4] = {};
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
+        for (int kk = 0; kk < kKeys / 16; ++kk) {
           uint32_t bk[4];
-          load_b_kn<LD>(bk, sK, kk * 16, dt * 16, lane);
-          mma16816(acc[0], ads[kk], bk[0], bk[1]);
-          mma16816(acc[1], ads[kk], bk[2], bk[3]);
+          load_b_kn<LD>(bk, sK, kk * 16, col0 + dt * 16, lane);
+          mma16816(acc[0], adq[kk], bk[0], bk[1]);
+          mma16816(acc[1], adq[kk], bk[2], bk[3]);
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          if (qrow + 8 * r >= T) continue;
+          float* dst = acc_row + 8 * r * D + dt * 16;
+          if constexpr (kRed4) {
+            // Pair lanes (tig, tig ^ 1) so that each holds 4 consecutive columns: even tig the
+            // first n8 tile's 2*tig.., odd tig the second one's 8 + 2*(tig - 1)..
+            const bool odd = tig & 1;
+            const float s0 = odd ? acc[0][2 * r] : acc[1][2 * r];
+            const float s1 = odd ? acc[0][2 * r + 1] : acc[1][2 * r + 1];
+            const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1);
+            const float r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+            if (qrow + 8 * r < T) {
+              if (odd) {
+                red_add4(dst + 8 + 2 * (tig - 1), r0, r1, acc[1][2 * r], acc[1][2 * r + 1]);
+              } else {
+                red_add4(dst + 2 * tig, acc[0][2 * r], acc[0][2 * r + 1], r0, r1);
+              }
+            }
+          } else {
+            if (qrow + 8 * r >= T) continue;
 #pragma unroll
-          for (int n = 0; n < 2; ++n) {
-            red_add2(acc_row + 8 * r * D + dt * 16 + n * 8, acc[n][2 * r], acc[n][2 * r + 1]);
+            for (int n = 0; n < 2; ++n) {
+              red_add2(dst + n * 8 + 2 * tig, acc[n][2 * r], acc[n][2 * r + 1]);
+            }
           }
         }
       }
@@ -601,16 +712,19 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
   }
 
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int key = k0 + warp * 16 + g + 8 * r;
-    if (key >= T) continue;
-    const int64_t off = b * p.qkv_batch_stride + int64_t(key) * p.qkv_row_stride + hk * D;
+  for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      *reinterpret_cast<__nv_bfloat162*>(p.dk + off + dt * 8 + 2 * tig) =
-          __floats2bfloat162_rn(dk[dt][2 * r] * p.scale, dk[dt][2 * r + 1] * p.scale);
-      *reinterpret_cast<__nv_bfloat162*>(p.dv + off + dt * 8 + 2 * tig) =
-          __floats2bfloat162_rn(dv[dt][2 * r], dv[dt][2 * r + 1]);
+    for (int r = 0; r < 2; ++r) {
+      const int key = k0 + wkey + mt * 16 + g + 8 * r;
+      if (key >= T) continue;
+      const int64_t off = b * p.qkv_batch_stride + int64_t(key) * p.qkv_row_stride + hk * D;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        *reinterpret_cast<__nv_bfloat162*>(p.dk + off + dt * 8 + 2 * tig) =
+            __floats2bfloat162_rn(dk[mt][dt][2 * r] * p.scale, dk[mt][dt][2 * r + 1] * p.scale);
+        *reinterpret_cast<__nv_bfloat162*>(p.dv + off + dt * 8 + 2 * tig) =
+            __floats2bfloat162_rn(dv[mt][dt][2 * r], dv[mt][dt][2 * r + 1]);
+      }
     }
   }
 }
@@ -937,33 +1051,78 @@ void check_bf16_layout(const AttentionParams<bf16>& p) {
 
 template <int D>
 void fwd_bf16(const AttentionParams<bf16>& p, cudaStream_t st) {
-  const size_t smem = size_t(kFwdRows + 4 * kTile) * (D + 8) * sizeof(bf16);
-  set_smem(attn_fwd_bf16<D>, smem);
   const dim3 grid(div_up(p.T_, kFwdRows), p.n_head, p.B);
-  attn_fwd_bf16<D><<<grid, kThreads, smem, st>>>(p);
+  if (D == 64 && std::getenv("ATTN_FWD128") != nullptr) {  // TEMPORARY A/B switch
+    constexpr int kKT = D == 64 ? 128 : kTile;
+    const size_t smem = size_t(kFwdRows + 4 * kKT) * (D + 8) * sizeof(bf16);
+    set_smem(attn_fwd_bf16<D, kKT>, smem);
+    attn_fwd_bf16<D, kKT><<<grid, kThreads, smem, st>>>(p);
+  } else {
+    const size_t smem = size_t(kFwdRows + 4 * kTile) * (D + 8) * sizeof(bf16);
+    set_smem(attn_fwd_bf16<D>, smem);
+    attn_fwd_bf16<D><<<grid, kThreads, smem, st>>>(p);
+  }
   CUDA_CHECK_LAUNCH();
+}
+
+// Dynamic shared memory of attn_bwd_dkdv_bf16: K, V (kKeys rows), double-buffered Q, dO (kQ
+// rows), lse and delta, and dS^T for the fused dQ.
+constexpr size_t bwd_smem(int D, int keys, int q, bool fused) {
+  return size_t(2 * keys + 4 * q) * (D + 8) * sizeof(bf16) + 4 * q * sizeof(float) +
+         (fused ? size_t(keys) * (q + 8) * sizeof(bf16) : 0);
+}
+
+template <int D, bool kFused, int kWarps, int kMT, int kQ, bool kRed4>
+void launch_dkdv(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
+                 cudaStream_t st) {
+  constexpr int kKeys = 16 * kMT * kWarps;
+  constexpr size_t smem = bwd_smem(D, kKeys, kQ, kFused);
+  auto* kernel = attn_bwd_dkdv_bf16<D, kFused, kWarps, kMT, kQ, kRed4>;
+  set_smem(kernel, smem);
+  kernel<<<dim3(div_up(p.T_, kKeys), p.n_kv_head, p.B), 32 * kWarps, smem, st>>>(p, delta,
+                                                                                  dq_accum);
+  CUDA_CHECK_LAUNCH();
+}
+
+// TEMPORARY A/B switch for one device run: ATTN_BWD = shape (0: 4 warps x 16 keys, 64 queries;
+// 1: 8 warps x 16 keys; 2: 4 warps x 32 keys, 32 queries, D = 64 only) + 4 for float4 atomics.
+int bwd_variant() {
+  static const int v = [] {
+    const char* e = std::getenv("ATTN_BWD");
+    return e ? std::atoi(e) : 0;
+  }();
+  return v;
+}
+
+template <int D, bool kRed4>
+void launch_fused(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
+                  cudaStream_t st) {
+  const int shape = bwd_variant() & 3;
+  if (shape == 1) {
+    launch_dkdv<D, true, 8, 1, 64, kRed4>(p, delta, dq_accum, st);
+  } else if (shape == 2 && D == 64) {
+    launch_dkdv<D, true, 4, (D == 64 ? 2 : 1), (D == 64 ? 32 : 64), kRed4>(p, delta, dq_accum, st);
+  } else {
+    launch_dkdv<D, true, 4, 1, 64, kRed4>(p, delta, dq_accum, st);
+  }
 }
 
 template <int D>
 void bwd_bf16(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
               cudaStream_t st) {
-  const size_t tile = size_t(kTile) * (D + 8) * sizeof(bf16);
-  const dim3 kv_grid(div_up(p.T_, kTile), p.n_kv_head, p.B);
-  const size_t smem_kv = 6 * tile + 4 * kTile * sizeof(float);
   if (!p.deterministic) {
-    const size_t smem = smem_kv + size_t(kTile) * (kTile + 8) * sizeof(bf16);
-    set_smem(attn_bwd_dkdv_bf16<D, true>, smem);
-    attn_bwd_dkdv_bf16<D, true><<<kv_grid, kThreads, smem, st>>>(p, delta, dq_accum);
-    CUDA_CHECK_LAUNCH();
+    if (bwd_variant() & 4) {
+      launch_fused<D, true>(p, delta, dq_accum, st);
+    } else {
+      launch_fused<D, false>(p, delta, dq_accum, st);
+    }
     const int64_t quads = int64_t(p.B) * p.n_head * p.T_ * (D / 4);
     attn_bwd_dq_convert<<<div_up(quads, 256), 256, 0, st>>>(p, dq_accum);
     CUDA_CHECK_LAUNCH();
     return;
   }
-  set_smem(attn_bwd_dkdv_bf16<D, false>, smem_kv);
-  attn_bwd_dkdv_bf16<D, false><<<kv_grid, kThreads, smem_kv, st>>>(p, delta, nullptr);
-  CUDA_CHECK_LAUNCH();
-  const size_t smem_q = 6 * tile;
+  launch_dkdv<D, false, 4, 1, 64, false>(p, delta, nullptr, st);
+  const size_t smem_q = 6 * size_t(kTile) * (D + 8) * sizeof(bf16);
   set_smem(attn_bwd_dq_bf16<D>, smem_q);
   attn_bwd_dq_bf16<D><<<dim3(div_up(p.T_, kTile), p.n_head, p.B), kThreads, smem_q, st>>>(p, delta);
   CUDA_CHECK_LAUNCH();
@@ -1020,8 +1179,19 @@ void launch_attention_bwd(const AttentionParams<T>& p, Stream s) {
     StreamScratch delta(sizeof(float) * rows, s);
     // Fast path: dQ accumulates in fp32 [B, H, T, D], zeroed by the delta kernel.
     StreamScratch dq_accum(p.deterministic ? 0 : sizeof(float) * rows * p.D, s);
-    attn_bwd_delta<bf16>
-        <<<div_up(rows, 4), 128, 0, st>>>(p, delta.as<float>(), dq_accum.as<float>());
+    if (aligned16(p.o) && aligned16(p.dout)) {
+      const int64_t threads = rows * (p.D / 8);
+      if (p.D == 64) {
+        attn_bwd_delta_bf16<64>
+            <<<div_up(threads, 256), 256, 0, st>>>(p, delta.as<float>(), dq_accum.as<float>());
+      } else {
+        attn_bwd_delta_bf16<128>
+            <<<div_up(threads, 256), 256, 0, st>>>(p, delta.as<float>(), dq_accum.as<float>());
+      }
+    } else {
+      attn_bwd_delta<bf16>
+          <<<div_up(rows, 4), 128, 0, st>>>(p, delta.as<float>(), dq_accum.as<float>());
+    }
     CUDA_CHECK_LAUNCH();
     if (p.D == 64) {
       bwd_bf16<64>(p, delta.as<float>(), dq_accum.as<float>(), st);

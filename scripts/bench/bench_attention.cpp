@@ -2,8 +2,9 @@
 // FLOPs: forward 4*B*H*T*T*D/2 (two matmuls, half the square is causal), backward 2.5x that.
 // Shapes: D 64/128 with model width 2048 (H = 2048/D), T 1K/4K/16K, B*T = 32K tokens; with --gpt2
 // also the GPT-2 124M training shape B=64 T=1024 H=12 D=64 (its own CSV row, "gpt2" in `shape`).
-// fwd+bwd uses the default (fast) backward; "det" is fwd+bwd with AttentionParams::deterministic.
-// Usage: bench_attention [csv_out] [--gpt2]   (prints a table; the CSV is read by
+// fwd+bwd uses the default (fast) backward; "det" is fwd+bwd with AttentionParams::deterministic
+// (--no-det skips it and prints 0).
+// Usage: bench_attention [csv_out] [--gpt2] [--no-det]   (prints a table; the CSV is read by
 // scripts/device_check.sh)
 #include <cuda_runtime.h>
 
@@ -60,14 +61,17 @@ int main(int argc, char** argv) {
     return 0;
   }
   const char* csv_path = nullptr;
-  bool gpt2 = false;
+  bool gpt2 = false, det = true;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--gpt2") == 0) {
       gpt2 = true;
+    } else if (std::strcmp(argv[i], "--no-det") == 0) {
+      det = false;
     } else if (argv[i][0] != '-') {
       csv_path = argv[i];
     } else {
-      std::fprintf(stderr, "bench_attention: unknown option %s (valid: --gpt2)\n", argv[i]);
+      std::fprintf(stderr, "bench_attention: unknown option %s (valid: --gpt2, --no-det)\n",
+                   argv[i]);
       return 2;
     }
   }
@@ -114,12 +118,13 @@ int main(int argc, char** argv) {
         },
         reps);
     p.deterministic = true;
-    const double det_ms = median_ms(
-        [&] {
-          launch_attention_fwd<bf16>(p, nullptr);
-          launch_attention_bwd<bf16>(p, nullptr);
-        },
-        reps);
+    const double det_ms = !det ? 0.0
+                               : median_ms(
+                                     [&] {
+                                       launch_attention_fwd<bf16>(p, nullptr);
+                                       launch_attention_bwd<bf16>(p, nullptr);
+                                     },
+                                     reps);
     CUDA_CHECK(cudaDeviceSynchronize());
     const double f_tf = fwd_flops / (f_ms * 1e-3) / 1e12;
     const double fb_tf = 3.5 * fwd_flops / (fb_ms * 1e-3) / 1e12;
