@@ -1,23 +1,26 @@
 // Dense causal attention, flash-style (no T x T tensor), forward and backward.
 //
 // bf16: tensor-core kernels (mma.sync m16n8k16, bf16 operands, fp32 accumulation), head dim 64 or
-// 128 (the host op rejects others; here it is only asserted). A block owns a 64-row tile; each of
-// its 4 warps owns 16 rows. K/V (or Q/dO) tiles stream through double-buffered shared memory
-// (cp.async), rows padded by 16 bytes so that ldmatrix is free of bank conflicts.
-//   fwd:  per 64-query tile, loop over key tiles: S = Q K^T, online softmax in the log2 domain,
-//         O += P V; writes O and lse (natural log).
-//   bwd:  delta = rowsum(dO * O); then two kernels that recompute P from lse:
-//         dK/dV: a block owns 64 keys of one kv head and loops over every query head of its GQA
-//                group and every query tile that sees those keys: dV += P^T dO, dK += dS^T Q;
-//         dQ:    a block owns 64 queries: dQ += dS K.
-//         No atomics: every output element is written by exactly one thread after a fixed-order
-//         loop, so the backward is bitwise deterministic. (The price: S and dP are computed twice.)
+// 128 (the host op rejects others; here it is only asserted). Tiles stream through double-buffered
+// shared memory (cp.async), rows padded by 16 bytes so that ldmatrix is free of bank conflicts.
+// Softmax in the log2 domain with ex2.approx.ftz and the scale folded into one FFMA per score;
+// element masks only on tiles that touch the diagonal, the window edge or the end of T.
+//   fwd:  a block owns 128 queries (4 warps x 2 m-tiles of 16 rows), loops over K/V tiles (128
+//         keys for D = 64, 64 for D = 128): S = Q K^T, online softmax, O += P V; writes O and lse
+//         (natural log). Warps skip key tiles entirely past their causal diagonal.
+//   bwd:  delta = rowsum(dO * O) (this kernel also zeroes the fp32 dQ accumulator); then
+//         default (AttentionParams::deterministic = false): one kernel per block of 128 keys of one
+//                kv head loops over every query head of its GQA group and every query tile that
+//                sees those keys: dV += P^T dO, dK += dS^T Q in registers, and dQ += dS K added
+//                to an fp32 [B, H, T, D] scratch with atomics; a last kernel converts it to bf16.
+//                5 matmul-sized products; dq is not bitwise reproducible (fp32 addition order).
+//         deterministic: the same dK/dV kernel without dQ (64 keys per block) and a dQ kernel
+//                (64 queries per block) that recomputes S and dP: 7 products, no atomics, every
+//                output written by one thread after a fixed-order loop: bitwise deterministic.
 // fp32: simple one-warp-per-row kernels (no tensor cores), for tests and debugging; any D <= 128.
 // Masking: key s is visible to query t iff s < T, (!causal || s <= t), (window == 0 || s > t -
 // window).
 #include <cuda_bf16.h>
-
-#include <cstdlib>
 
 #include "kernels/attention/attention.cuh"
 #include "kernels/common/device.cuh"
@@ -27,7 +30,7 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-constexpr int kTile = 64;      // rows per block tile (queries in fwd / dQ, keys in dK/dV)
+constexpr int kTile = 64;      // rows of the basic tile (queries or keys)
 constexpr int kThreads = 128;  // 4 warps x 16 rows
 
 // ---- PTX wrappers ---------------------------------------------------------------------------
@@ -127,15 +130,6 @@ __device__ __forceinline__ void red_add2(float* g, float a, float b) {
   atomicAdd(g + 1, b);
 #endif
 }
-// g[0..3] += a..d (g 16-byte aligned).
-__device__ __forceinline__ void red_add4(float* g, float a, float b, float c, float d) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float4*>(g), make_float4(a, b, c, d));
-#else
-  red_add2(g, a, b);
-  red_add2(g + 2, c, d);
-#endif
-}
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -143,7 +137,8 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 // ---- fragment helpers (one warp; smem tiles row-major with leading dimension LD) --------------
 // A operand (16x16) from rows r0.., cols k0.. of a row-major tile.
-// (load_a_t: the same operand when the tile stores A^T, i.e. A[m][k] = s[k][m]: k0.. are tile rows.)
+// (load_a_t: the same operand when the tile stores A^T, i.e. A[m][k] = s[k][m]: k0.. are tile
+// rows.)
 template <int LD>
 __device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* s, int r0, int k0, int lane) {
   ldsm_x4(a, s + (r0 + (lane & 15)) * LD + k0 + (lane >> 4) * 8);
@@ -175,19 +170,6 @@ __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4],
   a[3] = pack_bf16(c1[2], c1[3]);
 }
 
-// Copies rows row0.. row0+kTile-1 (zero past T) of a [T, D] strided matrix into smem via cp.async.
-template <int D>
-__device__ __forceinline__ void load_tile(bf16* s, const bf16* g, int64_t row_stride, int row0,
-                                          int T) {
-  constexpr int kChunks = D / 8, LD = D + 8;
-  for (int i = threadIdx.x; i < kTile * kChunks; i += blockDim.x) {
-    const int r = i / kChunks, c = i % kChunks;
-    const bool valid = row0 + r < T;
-    const bf16* src = valid ? g + int64_t(row0 + r) * row_stride + c * 8 : g;
-    cp_async16(s + r * LD + c * 8, src, valid);
-  }
-}
-
 __device__ __forceinline__ bool visible(int s, int t, int T, bool causal, int window) {
   return s < T && t < T && (!causal || s <= t) && (window <= 0 || s > t - window);
 }
@@ -203,11 +185,14 @@ struct Heads {
 constexpr int kFwdMT = 2;                  // m-tiles (16 rows) per warp
 constexpr int kFwdRows = 4 * 16 * kFwdMT;  // queries per block
 
-template <int ROWS, int D>
+// Copies rows row0.. row0+ROWS-1 (zero past T) of a [T, D] strided matrix into smem via cp.async;
+// kNThreads = the block size. (A compile-time stride lets the compiler unroll the loop: with
+// blockDim.x here the forward measured 8-18% slower.)
+template <int ROWS, int D, int kNThreads = kThreads>
 __device__ __forceinline__ void load_rows(bf16* s, const bf16* g, int64_t row_stride, int row0,
                                           int T) {
   constexpr int kChunks = D / 8, LD = D + 8;
-  for (int i = threadIdx.x; i < ROWS * kChunks; i += blockDim.x) {
+  for (int i = threadIdx.x; i < ROWS * kChunks; i += kNThreads) {
     const int r = i / kChunks, c = i % kChunks;
     const bool valid = row0 + r < T;
     const bf16* src = valid ? g + int64_t(row0 + r) * row_stride + c * 8 : g;
@@ -216,8 +201,12 @@ __device__ __forceinline__ void load_rows(bf16* s, const bf16* g, int64_t row_st
 }
 
 // kKT keys per shared-memory K/V tile (one barrier each), processed in softmax steps of kSub = 64
-// keys (32-key steps were measured slower: more rescales).
-template <int D, int kKT = kTile>
+// keys (32-key steps were measured slower: more rescales). 128-key tiles for D = 64 (half the
+// barriers; measured 2-4% faster); 64 for D = 128 (two 128-key tiles would not leave room for 2
+// blocks/SM).
+template <int D>
+constexpr int kFwdKeyTile = D == 64 ? 128 : kTile;
+template <int D, int kKT = kFwdKeyTile<D>>
 __global__ void __launch_bounds__(kThreads) attn_fwd_bf16(const AttentionParams<bf16> p) {
   constexpr int LD = D + 8;
   constexpr bool kQInRegs = D <= 64;
@@ -491,17 +480,17 @@ __global__ void attn_bwd_dq_convert(const AttentionParams<bf16> p,
 // and adds it to the fp32 accumulator with vector atomics (dq_accum, unscaled). The order of those
 // fp32 additions varies from run to run, so dQ may differ in the last bits; dK and dV stay bitwise
 // deterministic.
-template <int D, bool kFusedDq, int kWarps, int kMT, int kQ, bool kRed4>
+template <int D, bool kFusedDq, int kWarps, int kMT, int kQ>
 __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? 1 : (kMT == 2 || D == 128 ? 2 : 3))
     attn_bwd_dkdv_bf16(const AttentionParams<bf16> p, const float* __restrict__ delta,
                        float* __restrict__ dq_accum) {
   constexpr int LD = D + 8, kKeys = 16 * kMT * kWarps, kQT = kQ * LD, kLdS = kQ + 8;
   constexpr int kNT = kQ / 8;  // n8 tiles of scores per key m-tile
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* sK = reinterpret_cast<bf16*>(smem_raw);          // [kKeys][LD]
-  bf16* sV = sK + kKeys * LD;                            // [kKeys][LD]
-  bf16* sQ = sV + kKeys * LD;                            // [2][kQ][LD]
-  bf16* sdO = sQ + 2 * kQT;                              // [2][kQ][LD]
+  bf16* sK = reinterpret_cast<bf16*>(smem_raw);           // [kKeys][LD]
+  bf16* sV = sK + kKeys * LD;                             // [kKeys][LD]
+  bf16* sQ = sV + kKeys * LD;                             // [2][kQ][LD]
+  bf16* sdO = sQ + 2 * kQT;                               // [2][kQ][LD]
   float* sLse = reinterpret_cast<float*>(sdO + 2 * kQT);  // [2][kQ], natural log
   float* sDelta = sLse + 2 * kQ;                          // [2][kQ]
   bf16* sdS = reinterpret_cast<bf16*>(sDelta + 2 * kQ);   // [kKeys][kLdS], fused only
@@ -524,8 +513,8 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? 1 : (kMT == 2 || D 
     const int q0 = (m_begin + it % per_head) * kQ;
     const bf16* gq = p.q + b * p.qkv_batch_stride + h * D;
     const bf16* gdo = p.dout + b * p.o_batch_stride + h * D;
-    load_rows<kQ, D>(sQ + buf * kQT, gq, p.qkv_row_stride, q0, T);
-    load_rows<kQ, D>(sdO + buf * kQT, gdo, p.o_row_stride, q0, T);
+    load_rows<kQ, D, 32 * kWarps>(sQ + buf * kQT, gq, p.qkv_row_stride, q0, T);
+    load_rows<kQ, D, 32 * kWarps>(sdO + buf * kQT, gdo, p.o_row_stride, q0, T);
     // Asynchronous too: a plain load here would stall the warp for a global round trip at the
     // top of every iteration. Rows past T read as 0.
     const int64_t base = (int64_t(b) * p.n_head + h) * T + q0;
@@ -536,8 +525,8 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? 1 : (kMT == 2 || D 
     }
   };
 
-  load_rows<kKeys, D>(sK, gk, p.qkv_row_stride, k0, T);
-  load_rows<kKeys, D>(sV, gv, p.qkv_row_stride, k0, T);
+  load_rows<kKeys, D, 32 * kWarps>(sK, gk, p.qkv_row_stride, k0, T);
+  load_rows<kKeys, D, 32 * kWarps>(sV, gv, p.qkv_row_stride, k0, T);
   if (iters > 0) issue(0, 0);
   cp_async_commit();
 
@@ -629,7 +618,8 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? 1 : (kMT == 2 || D 
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             *reinterpret_cast<uint32_t*>(sdS + (wkey + mt * 16 + g + 8 * r) * kLdS + nt * 8 +
-                                         2 * tig) = pack_bf16(dpt[mt][nt][2 * r], dpt[mt][nt][2 * r + 1]);
+                                         2 * tig) =
+                pack_bf16(dpt[mt][nt][2 * r], dpt[mt][nt][2 * r + 1]);
           }
         }
       }
@@ -684,27 +674,10 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 8 ? 1 : (kMT == 2 || D 
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           float* dst = acc_row + 8 * r * D + dt * 16;
-          if constexpr (kRed4) {
-            // Pair lanes (tig, tig ^ 1) so that each holds 4 consecutive columns: even tig the
-            // first n8 tile's 2*tig.., odd tig the second one's 8 + 2*(tig - 1)..
-            const bool odd = tig & 1;
-            const float s0 = odd ? acc[0][2 * r] : acc[1][2 * r];
-            const float s1 = odd ? acc[0][2 * r + 1] : acc[1][2 * r + 1];
-            const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1);
-            const float r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-            if (qrow + 8 * r < T) {
-              if (odd) {
-                red_add4(dst + 8 + 2 * (tig - 1), r0, r1, acc[1][2 * r], acc[1][2 * r + 1]);
-              } else {
-                red_add4(dst + 2 * tig, acc[0][2 * r], acc[0][2 * r + 1], r0, r1);
-              }
-            }
-          } else {
-            if (qrow + 8 * r >= T) continue;
+          if (qrow + 8 * r >= T) continue;
 #pragma unroll
-            for (int n = 0; n < 2; ++n) {
-              red_add2(dst + n * 8 + 2 * tig, acc[n][2 * r], acc[n][2 * r + 1]);
-            }
+          for (int n = 0; n < 2; ++n) {
+            red_add2(dst + n * 8 + 2 * tig, acc[n][2 * r], acc[n][2 * r + 1]);
           }
         }
       }
@@ -751,10 +724,10 @@ __global__ void __launch_bounds__(kThreads)
   if (p.causal) n_end = min(n_end, m_block + 1);
   const int n_begin = p.window > 0 ? max(0, q0 - p.window + 1) / kTile : 0;
 
-  load_tile<D>(sQ, p.q + b * p.qkv_batch_stride + h * D, p.qkv_row_stride, q0, T);
-  load_tile<D>(sdO, p.dout + b * p.o_batch_stride + h * D, p.o_row_stride, q0, T);
-  load_tile<D>(sK, gk, p.qkv_row_stride, n_begin * kTile, T);
-  load_tile<D>(sV, gv, p.qkv_row_stride, n_begin * kTile, T);
+  load_rows<kTile, D>(sQ, p.q + b * p.qkv_batch_stride + h * D, p.qkv_row_stride, q0, T);
+  load_rows<kTile, D>(sdO, p.dout + b * p.o_batch_stride + h * D, p.o_row_stride, q0, T);
+  load_rows<kTile, D>(sK, gk, p.qkv_row_stride, n_begin * kTile, T);
+  load_rows<kTile, D>(sV, gv, p.qkv_row_stride, n_begin * kTile, T);
   cp_async_commit();
 
   float lse2[2], dl[2];
@@ -775,8 +748,8 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_wait_all();
     __syncthreads();
     if (nb + 1 < n_end) {
-      load_tile<D>(sK + (buf ^ 1) * kT, gk, p.qkv_row_stride, (nb + 1) * kTile, T);
-      load_tile<D>(sV + (buf ^ 1) * kT, gv, p.qkv_row_stride, (nb + 1) * kTile, T);
+      load_rows<kTile, D>(sK + (buf ^ 1) * kT, gk, p.qkv_row_stride, (nb + 1) * kTile, T);
+      load_rows<kTile, D>(sV + (buf ^ 1) * kT, gv, p.qkv_row_stride, (nb + 1) * kTile, T);
       cp_async_commit();
     }
     const bf16* cK = sK + buf * kT;
@@ -1052,16 +1025,10 @@ void check_bf16_layout(const AttentionParams<bf16>& p) {
 template <int D>
 void fwd_bf16(const AttentionParams<bf16>& p, cudaStream_t st) {
   const dim3 grid(div_up(p.T_, kFwdRows), p.n_head, p.B);
-  if (D == 64 && std::getenv("ATTN_FWD128") != nullptr) {  // TEMPORARY A/B switch
-    constexpr int kKT = D == 64 ? 128 : kTile;
-    const size_t smem = size_t(kFwdRows + 4 * kKT) * (D + 8) * sizeof(bf16);
-    set_smem(attn_fwd_bf16<D, kKT>, smem);
-    attn_fwd_bf16<D, kKT><<<grid, kThreads, smem, st>>>(p);
-  } else {
-    const size_t smem = size_t(kFwdRows + 4 * kTile) * (D + 8) * sizeof(bf16);
-    set_smem(attn_fwd_bf16<D>, smem);
-    attn_fwd_bf16<D><<<grid, kThreads, smem, st>>>(p);
-  }
+  constexpr int kKT = kFwdKeyTile<D>;
+  const size_t smem = size_t(kFwdRows + 4 * kKT) * (D + 8) * sizeof(bf16);
+  set_smem(attn_fwd_bf16<D, kKT>, smem);
+  attn_fwd_bf16<D, kKT><<<grid, kThreads, smem, st>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -1072,56 +1039,37 @@ constexpr size_t bwd_smem(int D, int keys, int q, bool fused) {
          (fused ? size_t(keys) * (q + 8) * sizeof(bf16) : 0);
 }
 
-template <int D, bool kFused, int kWarps, int kMT, int kQ, bool kRed4>
+template <int D, bool kFused, int kWarps, int kMT, int kQ>
 void launch_dkdv(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
                  cudaStream_t st) {
   constexpr int kKeys = 16 * kMT * kWarps;
   constexpr size_t smem = bwd_smem(D, kKeys, kQ, kFused);
-  auto* kernel = attn_bwd_dkdv_bf16<D, kFused, kWarps, kMT, kQ, kRed4>;
+  auto* kernel = attn_bwd_dkdv_bf16<D, kFused, kWarps, kMT, kQ>;
   set_smem(kernel, smem);
   kernel<<<dim3(div_up(p.T_, kKeys), p.n_kv_head, p.B), 32 * kWarps, smem, st>>>(p, delta,
-                                                                                  dq_accum);
+                                                                                 dq_accum);
   CUDA_CHECK_LAUNCH();
-}
-
-// TEMPORARY A/B switch for one device run: ATTN_BWD = shape (0: 4 warps x 16 keys, 64 queries;
-// 1: 8 warps x 16 keys; 2: 4 warps x 32 keys, 32 queries, D = 64 only) + 4 for float4 atomics.
-int bwd_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("ATTN_BWD");
-    return e ? std::atoi(e) : 0;
-  }();
-  return v;
-}
-
-template <int D, bool kRed4>
-void launch_fused(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
-                  cudaStream_t st) {
-  const int shape = bwd_variant() & 3;
-  if (shape == 1) {
-    launch_dkdv<D, true, 8, 1, 64, kRed4>(p, delta, dq_accum, st);
-  } else if (shape == 2 && D == 64) {
-    launch_dkdv<D, true, 4, (D == 64 ? 2 : 1), (D == 64 ? 32 : 64), kRed4>(p, delta, dq_accum, st);
-  } else {
-    launch_dkdv<D, true, 4, 1, 64, kRed4>(p, delta, dq_accum, st);
-  }
 }
 
 template <int D>
 void bwd_bf16(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
               cudaStream_t st) {
   if (!p.deterministic) {
-    if (bwd_variant() & 4) {
-      launch_fused<D, true>(p, delta, dq_accum, st);
+    // 128 keys per block halves the dQ atomics of 64 (measured on an H200, bwd time: D = 64
+    // 2.18 / 6.54 / 23.9 ms at T = 1K / 4K / 16K vs 2.19 / 7.11 / 26.7 with 4 warps x 16 keys;
+    // D = 128 2.16 / 6.50 / 23.2 vs 2.21 / 7.16 / 26.7). D = 64 fits 32 keys per warp in
+    // registers (2 blocks/SM); D = 128 needs 8 warps of 16 keys (1 block/SM).
+    if constexpr (D == 64) {
+      launch_dkdv<D, true, 4, 2, 32>(p, delta, dq_accum, st);
     } else {
-      launch_fused<D, false>(p, delta, dq_accum, st);
+      launch_dkdv<D, true, 8, 1, 64>(p, delta, dq_accum, st);
     }
     const int64_t quads = int64_t(p.B) * p.n_head * p.T_ * (D / 4);
     attn_bwd_dq_convert<<<div_up(quads, 256), 256, 0, st>>>(p, dq_accum);
     CUDA_CHECK_LAUNCH();
     return;
   }
-  launch_dkdv<D, false, 4, 1, 64, false>(p, delta, nullptr, st);
+  launch_dkdv<D, false, 4, 1, 64>(p, delta, nullptr, st);
   const size_t smem_q = 6 * size_t(kTile) * (D + 8) * sizeof(bf16);
   set_smem(attn_bwd_dq_bf16<D>, smem_q);
   attn_bwd_dq_bf16<D><<<dim3(div_up(p.T_, kTile), p.n_head, p.B), kThreads, smem_q, st>>>(p, delta);
