@@ -1,13 +1,18 @@
 // Attention benchmark: our flash-style bf16 kernels, forward and forward+backward, causal.
 // FLOPs: forward 4*B*H*T*T*D/2 (two matmuls, half the square is causal), backward 2.5x that.
-// Shapes: D 64/128 with model width 2048 (H = 2048/D), T 1K/4K/16K, B*T = 32K tokens.
-// Usage: bench_attention [csv_out]   (prints a table; the CSV is read by scripts/device_check.sh)
+// Shapes: D 64/128 with model width 2048 (H = 2048/D), T 1K/4K/16K, B*T = 32K tokens; with --gpt2
+// also the GPT-2 124M training shape B=64 T=1024 H=12 D=64 (its own CSV row, "gpt2" in `shape`).
+// fwd+bwd uses the default (fast) backward; "det" is fwd+bwd with AttentionParams::deterministic
+// (--no-det skips it and prints 0).
+// Usage: bench_attention [csv_out] [--gpt2] [--no-det]   (prints a table; the CSV is read by
+// scripts/device_check.sh)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -55,48 +60,80 @@ int main(int argc, char** argv) {
     std::printf("bench_attention: no CUDA device\n");
     return 0;
   }
-  FILE* csv = argc > 1 ? std::fopen(argv[1], "w") : nullptr;
-  if (csv) std::fprintf(csv, "D,T,B,H,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops\n");
-  std::printf("%4s %6s %3s %3s %10s %10s %12s %12s\n", "D", "T", "B", "H", "fwd ms", "fwd TF/s",
-              "fwd+bwd ms", "fwd+bwd TF/s");
-  const int64_t tokens = 32768, width = 2048;
+  const char* csv_path = nullptr;
+  bool gpt2 = false, det = true;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--gpt2") == 0) {
+      gpt2 = true;
+    } else if (std::strcmp(argv[i], "--no-det") == 0) {
+      det = false;
+    } else if (argv[i][0] != '-') {
+      csv_path = argv[i];
+    } else {
+      std::fprintf(stderr, "bench_attention: unknown option %s (valid: --gpt2, --no-det)\n",
+                   argv[i]);
+      return 2;
+    }
+  }
+  FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
+  if (csv) {
+    std::fprintf(csv, "D,T,B,H,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops,det_fwdbwd_ms,shape\n");
+  }
+  std::printf("%4s %6s %3s %3s %9s %9s %11s %11s %11s\n", "D", "T", "B", "H", "fwd ms", "fwd TF/s",
+              "f+b ms", "f+b TF/s", "det f+b ms");
+  struct Shape {
+    int D, T, B, H;
+  };
+  std::vector<Shape> shapes;
   for (int D : {64, 128}) {
-    for (int T : {1024, 4096, 16384}) {
-      const int B = int(tokens / T), H = int(width / D);
-      const size_t n_qkv = size_t(tokens) * 3 * width, n_o = size_t(tokens) * width;
-      Buffer qkv(Device::cuda, n_qkv * 2), dqkv(Device::cuda, n_qkv * 2), o(Device::cuda, n_o * 2),
-          dout(Device::cuda, n_o * 2), lse(Device::cuda, size_t(B) * H * T * 4);
-      fill_random_bf16(qkv, n_qkv, 1);
-      fill_random_bf16(dout, n_o, 2);
-      AttentionParams<bf16> p;
-      auto* q = static_cast<bf16*>(qkv.data());
-      auto* dq = static_cast<bf16*>(dqkv.data());
-      p.q = q, p.k = q + width, p.v = q + 2 * width;
-      p.dq = dq, p.dk = dq + width, p.dv = dq + 2 * width;
-      p.o = static_cast<bf16*>(o.data()), p.dout = static_cast<bf16*>(dout.data());
-      p.lse = static_cast<float*>(lse.data());
-      p.qkv_row_stride = 3 * width, p.qkv_batch_stride = 3 * width * T;
-      p.o_row_stride = width, p.o_batch_stride = width * T;
-      p.B = B, p.T_ = T, p.n_head = H, p.n_kv_head = H, p.D = D;
-      p.scale = 1.f / std::sqrt(float(D));
-      const double fwd_flops = 4.0 * B * H * double(T) * T * D / 2;
-      const int reps = T >= 16384 ? 5 : 10;
-      const double f_ms = median_ms([&] { launch_attention_fwd<bf16>(p, nullptr); }, reps);
-      const double fb_ms = median_ms(
-          [&] {
-            launch_attention_fwd<bf16>(p, nullptr);
-            launch_attention_bwd<bf16>(p, nullptr);
-          },
-          reps);
-      CUDA_CHECK(cudaDeviceSynchronize());
-      const double f_tf = fwd_flops / (f_ms * 1e-3) / 1e12;
-      const double fb_tf = 3.5 * fwd_flops / (fb_ms * 1e-3) / 1e12;
-      std::printf("%4d %6d %3d %3d %10.3f %10.1f %12.3f %12.1f\n", D, T, B, H, f_ms, f_tf, fb_ms,
-                  fb_tf);
-      if (csv) {
-        std::fprintf(csv, "%d,%d,%d,%d,%.4f,%.2f,%.4f,%.2f\n", D, T, B, H, f_ms, f_tf, fb_ms,
-                     fb_tf);
-      }
+    for (int T : {1024, 4096, 16384}) shapes.push_back({D, T, 32768 / T, 2048 / D});
+  }
+  if (gpt2) shapes.push_back({64, 1024, 64, 12});
+  for (size_t si = 0; si < shapes.size(); ++si) {
+    const int D = shapes[si].D, T = shapes[si].T, B = shapes[si].B, H = shapes[si].H;
+    const int64_t tokens = int64_t(B) * T, width = int64_t(H) * D;
+    const size_t n_qkv = size_t(tokens) * 3 * width, n_o = size_t(tokens) * width;
+    Buffer qkv(Device::cuda, n_qkv * 2), dqkv(Device::cuda, n_qkv * 2), o(Device::cuda, n_o * 2),
+        dout(Device::cuda, n_o * 2), lse(Device::cuda, size_t(B) * H * T * 4);
+    fill_random_bf16(qkv, n_qkv, 1);
+    fill_random_bf16(dout, n_o, 2);
+    AttentionParams<bf16> p;
+    auto* q = static_cast<bf16*>(qkv.data());
+    auto* dq = static_cast<bf16*>(dqkv.data());
+    p.q = q, p.k = q + width, p.v = q + 2 * width;
+    p.dq = dq, p.dk = dq + width, p.dv = dq + 2 * width;
+    p.o = static_cast<bf16*>(o.data()), p.dout = static_cast<bf16*>(dout.data());
+    p.lse = static_cast<float*>(lse.data());
+    p.qkv_row_stride = 3 * width, p.qkv_batch_stride = 3 * width * T;
+    p.o_row_stride = width, p.o_batch_stride = width * T;
+    p.B = B, p.T_ = T, p.n_head = H, p.n_kv_head = H, p.D = D;
+    p.scale = 1.f / std::sqrt(float(D));
+    const double fwd_flops = 4.0 * B * H * double(T) * T * D / 2;
+    const int reps = T >= 16384 ? 5 : 10;
+    const double f_ms = median_ms([&] { launch_attention_fwd<bf16>(p, nullptr); }, reps);
+    const double fb_ms = median_ms(
+        [&] {
+          launch_attention_fwd<bf16>(p, nullptr);
+          launch_attention_bwd<bf16>(p, nullptr);
+        },
+        reps);
+    p.deterministic = true;
+    const double det_ms = !det ? 0.0
+                               : median_ms(
+                                     [&] {
+                                       launch_attention_fwd<bf16>(p, nullptr);
+                                       launch_attention_bwd<bf16>(p, nullptr);
+                                     },
+                                     reps);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const double f_tf = fwd_flops / (f_ms * 1e-3) / 1e12;
+    const double fb_tf = 3.5 * fwd_flops / (fb_ms * 1e-3) / 1e12;
+    const bool is_gpt2 = si + 1 == shapes.size() && gpt2;
+    std::printf("%4d %6d %3d %3d %9.3f %9.1f %11.3f %11.1f %11.3f%s\n", D, T, B, H, f_ms, f_tf,
+                fb_ms, fb_tf, det_ms, is_gpt2 ? "  (gpt2)" : "");
+    if (csv) {
+      std::fprintf(csv, "%d,%d,%d,%d,%.4f,%.2f,%.4f,%.2f,%.4f,%s\n", D, T, B, H, f_ms, f_tf, fb_ms,
+                   fb_tf, det_ms, is_gpt2 ? "gpt2" : "sweep");
     }
   }
   if (csv) std::fclose(csv);
