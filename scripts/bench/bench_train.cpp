@@ -119,6 +119,7 @@ struct Result {
 
 bool run_one(const Recipe& r, int B, int T, int steps, int warmup, double ceiling, Result& out) {
   auto ctx = ExecContext::make_cuda(0);
+  ctx->deterministic = r.train.deterministic;
   GPT model(gpt_config_of(r));
   ParameterStore store;
   model.declare_params(store);
@@ -232,9 +233,10 @@ int main(int argc, char** argv) {
     Recipe r = load_recipe(recipe_path, overrides);
     auto ctx = ExecContext::make_cuda(0);
     const double ceiling = gemm_ceiling(*ctx);
-    std::printf("bench_train | %s | %d layers, n_embd %d, T %d | recompute %s | bf16\n",
+    std::printf("bench_train | %s | %d layers, n_embd %d, T %d | recompute %s | bf16 | %s\n",
                 recipe_path.c_str(), r.model.n_layer, r.model.n_embd, T,
-                std::string(enum_name(r.train.recompute)).c_str());
+                std::string(enum_name(r.train.recompute)).c_str(),
+                r.train.deterministic ? "deterministic" : "nondeterministic dQ");
     std::printf("measured bf16 GEMM ceiling (8192^3, cuBLASLt): %.0f TFLOP/s\n", ceiling / 1e12);
     std::stringstream ss(batches);
     std::string item;

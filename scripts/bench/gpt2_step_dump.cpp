@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
     Recipe r = load_recipe(recipe_path, overrides);
     const bool cuda = r.train.device != DeviceChoice::cpu && cuda_available();
     auto ctx = cuda ? ExecContext::make_cuda(0) : ExecContext::make_cpu();
+    ctx->deterministic = r.train.deterministic;
     const DType dt = cuda && r.train.precision == Precision::bf16 ? DType::bf16 : DType::f32;
     GPT model(gpt_config_of(r));
     ParameterStore store;

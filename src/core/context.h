@@ -17,6 +17,10 @@ struct ExecContext {
   cublasLtContext* cublaslt = nullptr;  // cublasLtHandle_t
   void* workspace = nullptr;            // cuBLASLt workspace (device memory)
   size_t workspace_bytes = 0;
+  // Ops with a faster nondeterministic CUDA variant (today: the attention backward's fp32-atomic
+  // dQ) use their bitwise-reproducible variant when set. The CPU path is always deterministic.
+  // The trainer sets it from train.deterministic.
+  bool deterministic = false;
 
   ExecContext() = default;
   ~ExecContext();

@@ -90,6 +90,7 @@ void attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dou
     AttentionParams<T> p = packed_params<T>(d, qkv, out, lse);
     T* dbase = static_cast<T*>(dqkv.data);
     p.dout = static_cast<const T*>(dout.data);
+    p.deterministic = ctx.deterministic;
     p.dq = dbase;
     p.dk = dbase + d.C;
     p.dv = dbase + 2 * d.C;

@@ -58,6 +58,7 @@ void setup_device(const Recipe& r, Session& s) {
                    (r.train.device == DeviceChoice::auto_select && cuda_available());
   if (want_cuda) {
     s.ctx = ExecContext::make_cuda(s.comm->rank());
+    s.ctx->deterministic = r.train.deterministic;
     s.dtype = r.train.precision == Precision::bf16 ? DType::bf16 : DType::f32;
   } else {
     s.ctx = ExecContext::make_cpu();

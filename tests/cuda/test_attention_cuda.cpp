@@ -12,6 +12,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/attention/attention.cuh"
+#include "ops/ops.h"
 #include "ref/attention_ref.h"
 
 namespace attnlab {
@@ -145,6 +146,32 @@ TEST(AttentionCuda, TensorCoreKernelsMatchReferenceBF16) {
     seed += 10;
     check_attention<bf16>(c, seed, /*deterministic=*/true);
     check_attention<bf16>(c, seed, /*deterministic=*/false);
+  }
+}
+
+// ExecContext::deterministic (train.deterministic) reaches the kernel through the host op: with
+// it set, two backward passes give bitwise identical dq at a shape with many key blocks per
+// query row (where the fp32-atomic dQ sums in a run-dependent order).
+TEST(AttentionCuda, ContextDeterministicSelectsReproducibleBackward) {
+  CUDA_TEST_PREAMBLE();
+  auto ctx = ExecContext::make_cuda(0);
+  ctx->deterministic = true;
+  const int B = 2, T = 1024, H = 4, D = 64, C = H * D;
+  DeviceArray<bf16> qkv(to_precision<bf16>(random_vector(size_t(B) * T * 3 * C, 91)));
+  DeviceArray<bf16> dout(to_precision<bf16>(random_vector(size_t(B) * T * C, 92)));
+  DeviceArray<bf16> out(size_t(B) * T * C), dqkv(size_t(B) * T * 3 * C);
+  DeviceArray<float> lse(size_t(B) * H * T);
+  auto t = [](auto& a, Shape s, DType dt) { return Tensor(a.ptr(), dt, Device::cuda, s); };
+  const Tensor tq = t(qkv, Shape{B, T, 3 * C}, DType::bf16),
+               to = t(out, Shape{B, T, C}, DType::bf16);
+  const Tensor tl = t(lse, Shape{B, H, T}, DType::f32), td = t(dout, Shape{B, T, C}, DType::bf16);
+  const Tensor tg = t(dqkv, Shape{B, T, 3 * C}, DType::bf16);
+  ops::attention_fwd(*ctx, to, tl, tq, H);
+  ops::attention_bwd(*ctx, tg, td, tq, to, tl, H);
+  const auto first = dqkv.raw();
+  for (int rep = 0; rep < 3; ++rep) {
+    ops::attention_bwd(*ctx, tg, td, tq, to, tl, H);
+    EXPECT_TRUE(bitwise_equal(first, dqkv.raw())) << "rerun " << rep;
   }
 }
 
