@@ -1,5 +1,6 @@
 // Fused cross-entropy vs the CPU reference: losses (fp32) and dlogits, padded vocabulary masked,
-// ignore_index rows zero, and dlogits aliasing the logits buffer.
+// ignore_index rows zero, and dlogits aliasing the logits buffer; rows kept in shared memory
+// (vectorized, fits), re-read from global memory (too large) and the scalar path (unaligned).
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -50,6 +51,7 @@ TEST(CrossEntropyCuda, MatchesReferenceF32) {
   check_ce<float>(3, 10, 16, false, 2);
   check_ce<float>(5, 1000, 1003, true, 3);  // Vp not a multiple of the pack: scalar path
   check_ce<float>(16, 50257, 50304, true, 4);
+  check_ce<float>(4, 59990, 60000, true, 5);  // row larger than shared memory: global re-reads
 }
 
 TEST(CrossEntropyCuda, MatchesReferenceBF16) {
