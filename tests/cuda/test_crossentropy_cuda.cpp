@@ -1,7 +1,6 @@
 // Fused cross-entropy vs the CPU reference: losses (fp32) and dlogits, padded vocabulary masked,
-// ignore_index rows zero, and dlogits aliasing the logits buffer; every kernel path: persistent
-// double-buffered rows (two fit in shared memory, more rows than blocks), one row in shared memory,
-// re-reads from global memory (too large) and the scalar path (unaligned).
+// ignore_index rows zero, and dlogits aliasing the logits buffer; every kernel path: the row in
+// shared memory (fits), re-reads from global memory (too large) and the scalar path (unaligned).
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -52,8 +51,8 @@ TEST(CrossEntropyCuda, MatchesReferenceF32) {
   check_ce<float>(3, 10, 16, false, 2);
   check_ce<float>(5, 1000, 1003, true, 3);  // Vp not a multiple of the pack: scalar path
   check_ce<float>(16, 50257, 50304, true, 4);
-  check_ce<float>(4, 59990, 60000, true, 5);   // row larger than shared memory: global re-reads
-  check_ce<float>(1000, 1000, 1008, true, 6);  // more rows than blocks: the pipelined kernel
+  check_ce<float>(4, 59990, 60000, true, 5);  // row larger than shared memory: global re-reads
+  check_ce<float>(1000, 1000, 1008, true, 6);
 }
 
 TEST(CrossEntropyCuda, MatchesReferenceBF16) {
@@ -63,7 +62,7 @@ TEST(CrossEntropyCuda, MatchesReferenceBF16) {
   check_ce<bf16>(5, 1000, 1003, true, 13);
   check_ce<bf16>(16, 50257, 50304, true, 14);
   check_ce<bf16>(1000, 1000, 1008, true, 15);    // several rows per block (pipelined)
-  check_ce<bf16>(300, 50257, 50304, false, 16);  // GPT-2 rows, double-buffered
+  check_ce<bf16>(300, 50257, 50304, false, 16);  // GPT-2 rows, not aliased
 }
 
 }  // namespace
