@@ -1,95 +1,141 @@
-// Softmax cross-entropy, fused forward + backward. One block per row: pass 1 reads the row once
-// with an online max/sum (fp32, per thread, then merged across the block) and picks up the target
-// logit; pass 2 (backward only) re-reads the row (mostly from L2) and writes dlogits. The logits
-// are never copied to fp32, and dlogits may alias logits: every read of a row happens before the
-// barrier that precedes its first write.
+// Softmax cross-entropy, fused forward + backward. One block per row, three passes:
+//   A  max over the row (one read of the logits from global memory, 16-byte loads, several in
+//      flight per thread); the row is kept in shared memory when it fits (bf16 GPT-2: 100 KB),
+//   B  sum of exp(x - max) and the target logit -> lse, loss,
+//   C  (backward only) dlogits = (softmax - onehot) * dloss, written once.
+// B and C read the shared-memory copy, so the logits cross HBM once and dlogits once. Rows that do
+// not fit (or unaligned rows: scalar path) re-read global memory (mostly L2). exp via exp2 of a
+// pre-scaled argument (one FFMA + one MUFU op per element and pass). dlogits may alias logits:
+// every read of a row from global memory happens before the barrier that precedes its writes.
 #include "kernels/common/device.cuh"
 #include "kernels/loss/crossentropy.cuh"
 
 namespace attnlab {
 namespace {
 
-constexpr int kThreads = 512;
+constexpr int kThreads = 1024;
+constexpr int kUnroll = 4;  // loads in flight per thread in pass A
+constexpr float kLog2e = 1.4426950408889634f;
 
-struct MaxSum {
-  float m, s;  // running max and sum of exp(x - m)
+// V consecutive elements of T: one 16-byte pack, or one scalar (V = 1).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Chunk {
+  T v[V];
+  __device__ __forceinline__ float f(int j) const { return dev::to_f(v[j]); }
 };
-__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
-  const float m = fmaxf(a.m, b.m);
-  if (m == -INFINITY) return {m, 0.f};
-  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
-}
-__device__ __forceinline__ void push(MaxSum& a, float x) {
-  if (x > a.m) {
-    a.s = a.s * expf(a.m - x) + 1.f;
-    a.m = x;
+template <typename T, int V>
+__device__ __forceinline__ Chunk<T, V> load_chunk(const T* p) {
+  Chunk<T, V> r;
+  if constexpr (sizeof(Chunk<T, V>) == 16) {
+    *reinterpret_cast<int4*>(&r) = *reinterpret_cast<const int4*>(p);
   } else {
-    a.s += expf(x - a.m);
+    r = *reinterpret_cast<const Chunk<T, V>*>(p);
   }
+  return r;
 }
 
-template <typename T, bool kVec>
+// Block-wide reduction of one float per thread (op = max or sum); every thread gets the result.
+// `red` holds one slot per warp; callers use a different `red` for back-to-back reductions.
+template <bool kMax>
+__device__ __forceinline__ float block_reduce(float v, float* red) {
+  v = kMax ? dev::warp_max(v) : dev::warp_sum(v);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float r = red[0];
+  for (int w = 1; w < kThreads / 32; ++w) r = kMax ? fmaxf(r, red[w]) : r + red[w];
+  return r;
+}
+
+// V: elements per chunk (Pack<T>::N, or 1 for the scalar path); kSmem: keep the row in shared
+// memory (dynamic, Vp * sizeof(T) bytes).
+template <typename T, int V, bool kSmem>
 __global__ void __launch_bounds__(kThreads)
     crossentropy_kernel(const T* logits, const int32_t* __restrict__ targets,
-                        float* __restrict__ losses, T* dlogits, int V, int Vp, int ignore_index,
+                        float* __restrict__ losses, T* dlogits, int Vreal, int Vp, int ignore_index,
                         float dloss) {
-  constexpr int N = dev::Pack<T>::N;
-  __shared__ MaxSum sh[kThreads / 32];
+  extern __shared__ float4 smem4[];
+  T* row_sh = reinterpret_cast<T*>(smem4);
+  __shared__ float red_max[kThreads / 32], red_sum[kThreads / 32];
   __shared__ float sh_target;
   const int64_t row = blockIdx.x;
   const T* x = logits + row * Vp;
+  T* dx = dlogits ? dlogits + row * Vp : nullptr;
   const int target = targets[row];
-  const bool ignored = target == ignore_index;
+  if (target == ignore_index) {  // loss 0, gradient exactly zero (no softmax of this row)
+    if (threadIdx.x == 0) losses[row] = 0.f;
+    if (dx) {
+      Chunk<T, V> zero;
+#pragma unroll
+      for (int j = 0; j < V; ++j) zero.v[j] = dev::from_f<T>(0.f);
+      for (int c = threadIdx.x * V; c < Vp; c += kThreads * V)
+        *reinterpret_cast<Chunk<T, V>*>(dx + c) = zero;
+    }
+    return;
+  }
+  constexpr int kStride = kThreads * V;
+  const T* src = kSmem ? row_sh : x;  // what passes B and C read
 
-  MaxSum ms{-INFINITY, 0.f};
-  if (!ignored) {
-    if constexpr (kVec) {
-      for (int c = threadIdx.x * N; c < V; c += kThreads * N) {
-        const dev::Pack<T> v = dev::load_pack(x + c);
+  // Pass A: max over the real columns; copy the row to shared memory.
+  float mx = -INFINITY;
+  for (int c0 = threadIdx.x * V; c0 < Vp; c0 += kUnroll * kStride) {
+    Chunk<T, V> ch[kUnroll];
 #pragma unroll
-        for (int j = 0; j < N; ++j) {
-          if (c + j < V) push(ms, v.f(j));
-        }
-      }
-    } else {
-      for (int c = threadIdx.x; c < V; c += kThreads) push(ms, dev::to_f(x[c]));
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kStride;
+      if (c < Vp) ch[u] = load_chunk<T, V>(x + c);
     }
-    if (threadIdx.x == 0) sh_target = dev::to_f(x[target]);
-  }
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    MaxSum other{__shfl_xor_sync(0xffffffffu, ms.m, o), __shfl_xor_sync(0xffffffffu, ms.s, o)};
-    ms = merge(ms, other);
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kStride;
+      if (c >= Vp) break;
+      if constexpr (kSmem) *reinterpret_cast<Chunk<T, V>*>(row_sh + c) = ch[u];
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (c + j < Vreal) mx = fmaxf(mx, ch[u].f(j));
+    }
   }
-  if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = ms;
-  __syncthreads();  // all reads of the row (in pass 1) happen before any write below
-  ms = sh[0];
-  for (int w = 1; w < kThreads / 32; ++w) ms = merge(ms, sh[w]);
-  const float lse = ms.m + logf(ms.s);
-  if (threadIdx.x == 0) losses[row] = ignored ? 0.f : lse - sh_target;
-  if (dlogits == nullptr) return;
+  if (threadIdx.x == 0) sh_target = dev::to_f(x[target]);
+  mx = block_reduce<true>(mx, red_max);  // its barrier also publishes row_sh and sh_target
 
-  T* dx = dlogits + row * Vp;
-  // An ignored row has no softmax (lse = -inf): its gradient is exactly zero, never inf * 0.
-  const float scale = ignored ? 0.f : dloss;
-  if constexpr (kVec) {
-    for (int c = threadIdx.x * N; c < Vp; c += kThreads * N) {
-      const dev::Pack<T> v = dev::load_pack(x + c);
-      dev::Pack<T> r;
+  // Pass B: sum of exp(x - max).
+  const float mx2 = mx * kLog2e;
+  float sum = 0.f;
+  for (int c = threadIdx.x * V; c < Vreal; c += kStride) {
+    const Chunk<T, V> ch = load_chunk<T, V>(src + c);
 #pragma unroll
-      for (int j = 0; j < N; ++j) {
-        const int cj = c + j;
-        const float p = !ignored && cj < V ? expf(v.f(j) - lse) : 0.f;
-        r.set(j, (p - (cj == target ? 1.f : 0.f)) * scale);
-      }
-      dev::store_pack(dx + c, r);
-    }
-  } else {
-    for (int c = threadIdx.x; c < Vp; c += kThreads) {
-      const float p = !ignored && c < V ? expf(dev::to_f(x[c]) - lse) : 0.f;
-      dx[c] = dev::from_f<T>((p - (c == target ? 1.f : 0.f)) * scale);
-    }
+    for (int j = 0; j < V; ++j)
+      if (c + j < Vreal) sum += exp2f(fmaf(ch.f(j), kLog2e, -mx2));
   }
+  sum = block_reduce<false>(sum, red_sum);
+  const float lse = mx + logf(sum);
+  if (threadIdx.x == 0) losses[row] = lse - sh_target;
+  if (!dx) return;
+
+  // Pass C: dlogits = (softmax - onehot) * dloss; padding columns get 0.
+  const float lse2 = lse * kLog2e;
+  for (int c = threadIdx.x * V; c < Vp; c += kStride) {
+    const Chunk<T, V> ch = load_chunk<T, V>(src + c);
+    Chunk<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int cj = c + j;
+      const float p = cj < Vreal ? exp2f(fmaf(ch.f(j), kLog2e, -lse2)) : 0.f;
+      out.v[j] = dev::from_f<T>((p - (cj == target ? 1.f : 0.f)) * dloss);
+    }
+    *reinterpret_cast<Chunk<T, V>*>(dx + c) = out;
+  }
+}
+
+template <typename T, int V, bool kSmem>
+void launch_kernel(const CrossEntropyParams<T>& p, T* dlogits, size_t smem, cudaStream_t st) {
+  auto kernel = crossentropy_kernel<T, V, kSmem>;
+  if (smem > 48 * 1024) {
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  }
+  kernel<<<unsigned(p.N), kThreads, smem, st>>>(p.logits, p.targets, p.losses, dlogits, p.V, p.Vp,
+                                                p.ignore_index, p.dloss);
+  CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
@@ -97,16 +143,19 @@ void launch_ce(const CrossEntropyParams<T>& p, T* dlogits, Stream s) {
   if (p.N == 0) return;
   ATTN_ASSERT(p.N < (int64_t(1) << 31) && p.V > 0 && p.V <= p.Vp);
   auto st = reinterpret_cast<cudaStream_t>(s);
-  const bool vec = p.Vp % dev::Pack<T>::N == 0 && aligned16(p.logits) &&
-                   (dlogits == nullptr || aligned16(dlogits));
-  if (vec) {
-    crossentropy_kernel<T, true><<<unsigned(p.N), kThreads, 0, st>>>(
-        p.logits, p.targets, p.losses, dlogits, p.V, p.Vp, p.ignore_index, p.dloss);
-  } else {
-    crossentropy_kernel<T, false><<<unsigned(p.N), kThreads, 0, st>>>(
-        p.logits, p.targets, p.losses, dlogits, p.V, p.Vp, p.ignore_index, p.dloss);
-  }
-  CUDA_CHECK_LAUNCH();
+  constexpr int N = dev::Pack<T>::N;
+  const bool vec =
+      p.Vp % N == 0 && aligned16(p.logits) && (dlogits == nullptr || aligned16(dlogits));
+  if (!vec) return launch_kernel<T, 1, false>(p, dlogits, 0, st);
+  int optin = 0, dev_id = 0;
+  CUDA_CHECK(cudaGetDevice(&dev_id));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev_id));
+  const size_t row_bytes = size_t(p.Vp) * sizeof(T);
+  // The forward alone reads the row twice (A, B) and gains little from the copy. Static shared
+  // memory of the kernel (reductions) comes on top of the dynamic row.
+  if (dlogits && row_bytes + 512 <= size_t(optin))
+    return launch_kernel<T, N, true>(p, dlogits, row_bytes, st);
+  launch_kernel<T, N, false>(p, dlogits, 0, st);
 }
 
 }  // namespace

@@ -1,10 +1,16 @@
 // Linear layer (PyTorch weight layout): y = x @ w^T + bias.
 // x, dx: [N, in]; w, dw: [out, in]; bias, dbias: [out] (bias may be null); y, dy: [N, out].
 // fwd: y written (=).
+//      residual [N, out] (optional, must not alias y): y = x @ w^T + bias + residual (the residual
+//      stream add fused into the GEMM epilogue).
+//      gelu_pre [N, out] (optional): gelu_pre = x @ w^T + bias and y = gelu(gelu_pre) (tanh
+//      approximation, as kernels/activation/gelu.cuh), both written; not with residual.
 // bwd: dx written (=), or accumulated (+=) when accumulate_dx; dw += x^T-contraction; dbias += sum
-// dy.
-//      Any of dx / dw / dbias may be null: that product is skipped (frozen weights skip dw).
-// The CUDA path goes through cuBLASLt (workspace from the ExecContext).
+//      dy. Any of dx / dw / dbias may be null: that product is skipped (frozen weights skip dw).
+//      gelu_pre (optional, read): dx = (dy @ w) * gelu'(gelu_pre), the backward of a GELU that
+//      produced x (written =; not with accumulate_dx).
+// The CUDA path goes through cuBLASLt (workspace from the ExecContext); the fusions are cuBLASLt
+// epilogues (beta = 1 with C = residual; bf16 GELU_AUX_BIAS and DGELU; BGRADB for dbias).
 #pragma once
 #include <cstddef>
 
@@ -24,6 +30,8 @@ struct MatmulParams {
   T* dx = nullptr;
   T* dw = nullptr;
   T* dbias = nullptr;
+  const T* residual = nullptr;
+  T* gelu_pre = nullptr;
   int64_t N = 0;
   int in = 0;
   int out = 0;

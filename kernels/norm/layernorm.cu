@@ -1,15 +1,44 @@
-// LayerNorm forward and backward. One warp per row (fp32 statistics, two-pass variance).
-// dgamma/dbeta: deterministic two-stage reduction: stage 1 sums fixed row groups per column into
-// fp32 partials (the grouping depends on the shape only), stage 2 adds the partials in order.
+// LayerNorm forward and backward. One warp per row, fp32 statistics (two-pass variance), 16-byte
+// loads when every row is 16-byte aligned (a scalar path otherwise).
+// Backward: one kernel reads x, dy and dx once per row, writes dx and accumulates dgamma/dbeta
+// per warp in shared memory; each block then writes its column sums to a partial row and a second
+// kernel adds the partials in a fixed order. The rows of a block depend on the shape only, so
+// dgamma/dbeta are bitwise reproducible.
+#include <initializer_list>
+
 #include "kernels/common/device.cuh"
 #include "kernels/norm/layernorm.cuh"
 
 namespace attnlab {
 namespace {
 
-constexpr int kRowWarps = 8;  // rows per block in the row kernels
+constexpr int kRowWarps = 8;  // rows per block in the forward
+constexpr int kBwdWarps = 8;  // warps per block in the backward (fewer for very wide rows)
 
-template <typename T>
+// V consecutive values at p as floats: one 16-byte pack (V = Pack<T>::N) or one scalar (V = 1).
+template <typename T, int V>
+__device__ __forceinline__ void load_vals(const T* p, float (&out)[V]) {
+  if constexpr (V == 1) {
+    out[0] = dev::to_f(*p);
+  } else {
+    const dev::Pack<T> pk = dev::load_pack(p);
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = pk.f(j);
+  }
+}
+template <typename T, int V>
+__device__ __forceinline__ void store_vals(T* p, const float (&in)[V]) {
+  if constexpr (V == 1) {
+    *p = dev::from_f<T>(in[0]);
+  } else {
+    dev::Pack<T> pk;
+#pragma unroll
+    for (int j = 0; j < V; ++j) pk.set(j, in[j]);
+    dev::store_pack(p, pk);
+  }
+}
+
+template <typename T, int V>
 __global__ void layernorm_fwd_kernel(const T* __restrict__ x, const T* __restrict__ gamma,
                                      const T* __restrict__ beta, T* __restrict__ y,
                                      float* __restrict__ mean_out, float* __restrict__ rstd_out,
@@ -18,19 +47,30 @@ __global__ void layernorm_fwd_kernel(const T* __restrict__ x, const T* __restric
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
   const T* xr = x + row * C;
+  float v[V];
   float s = 0.f;
-  for (int c = lane; c < C; c += 32) s += dev::to_f(xr[c]);
-  const float mean = dev::warp_sum(s) / C;
-  float v = 0.f;
-  for (int c = lane; c < C; c += 32) {
-    const float d = dev::to_f(xr[c]) - mean;
-    v += d * d;
+  for (int c = lane * V; c < C; c += 32 * V) {
+    load_vals<T, V>(xr + c, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) s += v[j];
   }
-  const float rstd = rsqrtf(dev::warp_sum(v) / C + eps);
+  const float mean = dev::warp_sum(s) / C;
+  float var = 0.f;
+  for (int c = lane * V; c < C; c += 32 * V) {
+    load_vals<T, V>(xr + c, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) var += (v[j] - mean) * (v[j] - mean);
+  }
+  const float rstd = rsqrtf(dev::warp_sum(var) / C + eps);
   T* yr = y + row * C;
-  for (int c = lane; c < C; c += 32) {
-    const float xh = (dev::to_f(xr[c]) - mean) * rstd;
-    yr[c] = dev::from_f<T>(xh * dev::to_f(gamma[c]) + dev::to_f(beta[c]));
+  float g[V], b[V];
+  for (int c = lane * V; c < C; c += 32 * V) {
+    load_vals<T, V>(xr + c, v);
+    load_vals<T, V>(gamma + c, g);
+    load_vals<T, V>(beta + c, b);
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = (v[j] - mean) * rstd * g[j] + b[j];
+    store_vals<T, V>(yr + c, v);
   }
   if (lane == 0) {
     if (mean_out) mean_out[row] = mean;
@@ -38,77 +78,149 @@ __global__ void layernorm_fwd_kernel(const T* __restrict__ x, const T* __restric
   }
 }
 
-// dx += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
-template <typename T>
-__global__ void layernorm_bwd_dx_kernel(const T* __restrict__ x, const T* __restrict__ gamma,
-                                        const float* __restrict__ mean,
-                                        const float* __restrict__ rstd, const T* __restrict__ dy,
-                                        T* __restrict__ dx, int64_t rows, int C) {
-  const int64_t row = int64_t(blockIdx.x) * kRowWarps + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  const T* xr = x + row * C;
-  const T* dyr = dy + row * C;
-  const float mu = mean[row], rs = rstd[row];
-  float sg = 0.f, sgx = 0.f;
-  for (int c = lane; c < C; c += 32) {
-    const float g = dev::to_f(dyr[c]) * dev::to_f(gamma[c]);
-    sg += g;
-    sgx += g * (dev::to_f(xr[c]) - mu) * rs;
-  }
-  sg = dev::warp_sum(sg) / C;
-  sgx = dev::warp_sum(sgx) / C;
-  T* dxr = dx + row * C;
-  for (int c = lane; c < C; c += 32) {
-    const float g = dev::to_f(dyr[c]) * dev::to_f(gamma[c]);
-    const float xh = (dev::to_f(xr[c]) - mu) * rs;
-    dxr[c] = dev::from_f<T>(dev::to_f(dxr[c]) + rs * (g - sg - xh * sgx));
+// acc[0..V) += v; float4 accesses when V allows (fewer shared-memory bank conflicts).
+template <int V>
+__device__ __forceinline__ void add_vals(float* acc, const float (&v)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < V; j += 4) {
+      float4* a4 = reinterpret_cast<float4*>(acc + j);
+      float4 a = *a4;
+      a.x += v[j];
+      a.y += v[j + 1];
+      a.z += v[j + 2];
+      a.w += v[j + 3];
+      *a4 = a;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j] += v[j];
   }
 }
 
-// Stage 1: block (32 columns x 8 row lanes); blockIdx.y = row group. partial[2][groups][C].
+// dx += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma (when dx != null);
+// with partial != null, block b writes partial[b][c] = sum dy * xhat and
+// partial[groups + b][c] = sum dy over its rows (rows_per_block consecutive rows).
+// Shared memory: [warps][2][C] floats, each warp accumulating its own rows.
+template <typename T, int V>
+__global__ void layernorm_bwd_kernel(const T* __restrict__ x, const T* __restrict__ gamma,
+                                     const float* __restrict__ mean, const float* __restrict__ rstd,
+                                     const T* __restrict__ dy, T* __restrict__ dx,
+                                     float* __restrict__ partial, int64_t rows, int C,
+                                     int rows_per_block) {
+  extern __shared__ float4 smem4[];
+  float* acc = reinterpret_cast<float*>(smem4);
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* dg = acc + int64_t(warp) * 2 * C;
+  float* db = dg + C;
+  if (partial) {
+    for (int c = lane; c < C; c += 32) dg[c] = db[c] = 0.f;
+    __syncwarp();
+  }
+  const int64_t r0 = int64_t(blockIdx.x) * rows_per_block;
+  const int64_t r1 = std::min<int64_t>(rows, r0 + rows_per_block);
+  float xv[V], dv[V], gv[V], ov[V];
+  for (int64_t row = r0 + warp; row < r1; row += warps) {
+    const T* xr = x + row * C;
+    const T* dyr = dy + row * C;
+    const float mu = mean[row], rs = rstd[row];
+    float sg = 0.f, sgx = 0.f;
+    if (dx) {
+      for (int c = lane * V; c < C; c += 32 * V) {
+        load_vals<T, V>(xr + c, xv);
+        load_vals<T, V>(dyr + c, dv);
+        load_vals<T, V>(gamma + c, gv);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float g = dv[j] * gv[j];
+          sg += g;
+          sgx += g * (xv[j] - mu) * rs;
+        }
+      }
+      sg = dev::warp_sum(sg) / C;
+      sgx = dev::warp_sum(sgx) / C;
+    }
+    T* dxr = dx ? dx + row * C : nullptr;
+    for (int c = lane * V; c < C; c += 32 * V) {
+      load_vals<T, V>(xr + c, xv);
+      load_vals<T, V>(dyr + c, dv);
+      if (dxr) {
+        load_vals<T, V>(gamma + c, gv);
+        load_vals<T, V>(dxr + c, ov);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float xh = (xv[j] - mu) * rs;
+          ov[j] += rs * (dv[j] * gv[j] - sg - xh * sgx);
+        }
+        store_vals<T, V>(dxr + c, ov);
+      }
+      if (partial) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) ov[j] = dv[j] * ((xv[j] - mu) * rs);
+        add_vals<V>(dg + c, ov);
+        add_vals<V>(db + c, dv);
+      }
+    }
+  }
+  if (!partial) return;
+  __syncthreads();
+  const int groups = gridDim.x;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float g = 0.f, b = 0.f;
+    for (int w = 0; w < warps; ++w) {
+      g += acc[int64_t(w) * 2 * C + c];
+      b += acc[int64_t(w) * 2 * C + C + c];
+    }
+    partial[int64_t(blockIdx.x) * C + c] = g;
+    partial[int64_t(groups + blockIdx.x) * C + c] = b;
+  }
+}
+
+// dgamma[c] += sum_g partial[g][c]; dbeta[c] += sum_g partial[groups + g][c]. Block: 32 columns x
+// 32 group lanes; lane k sums groups k, k + 32, ... in order, then the lanes are added in order.
 template <typename T>
-__global__ void layernorm_param_partial_kernel(const T* __restrict__ x,
-                                               const float* __restrict__ mean,
-                                               const float* __restrict__ rstd,
-                                               const T* __restrict__ dy,
-                                               float* __restrict__ partial, int64_t rows, int C) {
-  __shared__ float sh[2][8][33];
+__global__ void layernorm_param_final_kernel(const float* __restrict__ partial, T* dgamma, T* dbeta,
+                                             int groups, int C) {
+  __shared__ float sh[2][32][33];
   const int c = blockIdx.x * 32 + threadIdx.x;
-  const int groups = gridDim.y;
   float dg = 0.f, db = 0.f;
   if (c < C) {
-    for (int64_t r = int64_t(blockIdx.y) * 8 + threadIdx.y; r < rows; r += int64_t(groups) * 8) {
-      const float d = dev::to_f(dy[r * C + c]);
-      dg += d * (dev::to_f(x[r * C + c]) - mean[r]) * rstd[r];
-      db += d;
+    for (int g = threadIdx.y; g < groups; g += 32) {
+      dg += partial[int64_t(g) * C + c];
+      db += partial[int64_t(groups + g) * C + c];
     }
   }
   sh[0][threadIdx.y][threadIdx.x] = dg;
   sh[1][threadIdx.y][threadIdx.x] = db;
   __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int k = 1; k < 8; ++k) {
-      dg += sh[0][k][threadIdx.x];
-      db += sh[1][k][threadIdx.x];
-    }
-    partial[int64_t(blockIdx.y) * C + c] = dg;
-    partial[int64_t(groups + blockIdx.y) * C + c] = db;
-  }
-}
-
-template <typename T>
-__global__ void layernorm_param_final_kernel(const float* __restrict__ partial, T* dgamma, T* dbeta,
-                                             int groups, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float dg = 0.f, db = 0.f;
-  for (int g = 0; g < groups; ++g) {
-    dg += partial[int64_t(g) * C + c];
-    db += partial[int64_t(groups + g) * C + c];
+  if (threadIdx.y != 0 || c >= C) return;
+  for (int k = 1; k < 32; ++k) {
+    dg += sh[0][k][threadIdx.x];
+    db += sh[1][k][threadIdx.x];
   }
   if (dgamma) dgamma[c] = dev::from_f<T>(dev::to_f(dgamma[c]) + dg);
   if (dbeta) dbeta[c] = dev::from_f<T>(dev::to_f(dbeta[c]) + db);
+}
+
+template <typename T>
+bool rows_vectorizable(int C, std::initializer_list<const void*> ptrs) {
+  if (C % dev::Pack<T>::N != 0) return false;
+  for (const void* p : ptrs)
+    if (p && !aligned16(p)) return false;
+  return true;
+}
+
+template <typename T, int V>
+void launch_bwd(const LayerNormParams<T>& p, float* partial, int groups, int rows_per_block,
+                int warps, size_t smem, cudaStream_t st) {
+  auto kernel = layernorm_bwd_kernel<T, V>;
+  if (smem > 48 * 1024) {
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  }
+  kernel<<<groups, warps * 32, smem, st>>>(p.x, p.gamma, p.mean, p.rstd, p.dy, p.dx, partial,
+                                           p.rows, p.cols, rows_per_block);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -116,30 +228,48 @@ __global__ void layernorm_param_final_kernel(const float* __restrict__ partial, 
 template <typename T>
 void launch_layernorm_fwd(const LayerNormParams<T>& p, Stream s) {
   if (p.rows == 0) return;
-  layernorm_fwd_kernel<T>
-      <<<div_up(p.rows, kRowWarps), kRowWarps * 32, 0, reinterpret_cast<cudaStream_t>(s)>>>(
-          p.x, p.gamma, p.beta, p.y, p.mean, p.rstd, p.rows, p.cols, p.eps);
+  auto st = reinterpret_cast<cudaStream_t>(s);
+  const int blocks = div_up(p.rows, kRowWarps);
+  if (rows_vectorizable<T>(p.cols, {p.x, p.gamma, p.beta, p.y})) {
+    layernorm_fwd_kernel<T, dev::Pack<T>::N><<<blocks, kRowWarps * 32, 0, st>>>(
+        p.x, p.gamma, p.beta, p.y, p.mean, p.rstd, p.rows, p.cols, p.eps);
+  } else {
+    layernorm_fwd_kernel<T, 1><<<blocks, kRowWarps * 32, 0, st>>>(p.x, p.gamma, p.beta, p.y, p.mean,
+                                                                  p.rstd, p.rows, p.cols, p.eps);
+  }
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 void launch_layernorm_bwd(const LayerNormParams<T>& p, Stream s) {
   if (p.rows == 0) return;
+  const bool params = p.dgamma || p.dbeta;
+  if (!p.dx && !params) return;
   auto st = reinterpret_cast<cudaStream_t>(s);
-  if (p.dx) {
-    layernorm_bwd_dx_kernel<T><<<div_up(p.rows, kRowWarps), kRowWarps * 32, 0, st>>>(
-        p.x, p.gamma, p.mean, p.rstd, p.dy, p.dx, p.rows, p.cols);
-    CUDA_CHECK_LAUNCH();
+  // Per-warp accumulators: 2 * C floats each; as many warps (up to kBwdWarps) as fit.
+  int optin = 0, dev_id = 0;
+  CUDA_CHECK(cudaGetDevice(&dev_id));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev_id));
+  const size_t per_warp = params ? size_t(2) * p.cols * sizeof(float) : 0;
+  int warps = kBwdWarps;
+  if (per_warp > 0) warps = int(std::min<size_t>(kBwdWarps, size_t(optin) / per_warp));
+  ATTN_REQUIRE(warps >= 1,
+               "layernorm backward: %d columns need %zu bytes of shared memory per warp for the "
+               "parameter gradients; the device allows %d",
+               p.cols, per_warp, optin);
+  // Rows per block depend on the shape only (determinism): about 512 blocks for large inputs.
+  const int rows_per_block = int(std::max<int64_t>(4 * warps, div_up(p.rows, 512)));
+  const int groups = div_up(p.rows, rows_per_block);
+  StreamScratch partial(params ? sizeof(float) * 2 * size_t(groups) * p.cols : 0, s);
+  const size_t smem = per_warp * warps;
+  if (rows_vectorizable<T>(p.cols, {p.x, p.gamma, p.dy, p.dx})) {
+    launch_bwd<T, dev::Pack<T>::N>(p, partial.as<float>(), groups, rows_per_block, warps, smem, st);
+  } else {
+    launch_bwd<T, 1>(p, partial.as<float>(), groups, rows_per_block, warps, smem, st);
   }
-  if (!p.dgamma && !p.dbeta) return;
-  // Row groups depend on the shape only, so the summation order (and result) is reproducible.
-  const int groups = int(std::min<int64_t>(div_up(p.rows, 64), 128));
-  StreamScratch partial(sizeof(float) * 2 * size_t(groups) * p.cols, s);
-  layernorm_param_partial_kernel<T><<<dim3(div_up(p.cols, 32), groups), dim3(32, 8), 0, st>>>(
-      p.x, p.mean, p.rstd, p.dy, partial.as<float>(), p.rows, p.cols);
-  CUDA_CHECK_LAUNCH();
-  layernorm_param_final_kernel<T>
-      <<<div_up(p.cols, 256), 256, 0, st>>>(partial.as<float>(), p.dgamma, p.dbeta, groups, p.cols);
+  if (!params) return;
+  layernorm_param_final_kernel<T><<<div_up(p.cols, 32), dim3(32, 32), 0, st>>>(
+      partial.as<float>(), p.dgamma, p.dbeta, groups, p.cols);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,9 +1,8 @@
 // LayerNorm over the last dimension.
 // x, y, dy, dx: [rows, cols]; gamma, beta, dgamma, dbeta: [cols]; mean, rstd: [rows] fp32.
 // fwd: mean/rstd written; y = (x - mean) * rstd * gamma + beta                     (written =)
-// bwd: dx += ...  (accumulated: the residual stream gradient flows through it)
-//      dgamma += sum_rows dy * xhat; dbeta += sum_rows dy                            (accumulated
-//      +=) dgamma/dbeta may be null (frozen parameters).
+// bwd: dx += ...  (accumulated: the residual stream gradient flows through it; may be null)
+//      dgamma += sum_rows dy * xhat; dbeta += sum_rows dy    (accumulated +=; null = frozen)
 #pragma once
 #include "kernels/common/launch.h"
 

@@ -230,26 +230,30 @@ void GPT::layer_forward(const ExecContext& ctx, const ParameterStore& store, int
   }
   if (result) result->aux_loss += attn_[l]->aux_loss();
   {
-    // res2 = x + atty @ Wproj^T + b: the projection goes into res2, then the residual is added.
+    // res2 = x + atty @ Wproj^T + b: the residual add is the GEMM's epilogue (C = x, beta = 1).
     OpScope s(ob, "fwd.matmul.attn_proj");
     ops::matmul_fwd(ctx, L.res2, L.atty.view(Shape{BT, C}), store.param(p(l, "attn.c_proj.weight")),
-                    store.param(p(l, "attn.c_proj.bias")));
-  }
-  {
-    OpScope s(ob, "fwd.residual");
-    ops::residual_fwd(ctx, L.res2, L.res2, x);
+                    store.param(p(l, "attn.c_proj.bias")), x);
   }
   {
     OpScope s(ob, "fwd.layernorm");
     ops::layernorm_fwd(ctx, L.ln2, L.ln2_mean, L.ln2_rstd, L.res2, store.param(p(l, "ln_2.weight")),
                        store.param(p(l, "ln_2.bias")), cfg_.norm_eps);
   }
-  {
+  if (cfg_.recompute != ActivationRecompute::gelu) {
+    // fch = ln2 @ Wfc^T + b and fch_gelu = gelu(fch) from one GEMM (GELU epilogue).
     OpScope s(ob, "fwd.matmul.fc");
-    ops::matmul_fwd(ctx, L.fch, L.ln2, store.param(p(l, "mlp.c_fc.weight")),
-                    store.param(p(l, "mlp.c_fc.bias")));
-  }
-  {
+    ops::matmul_gelu_fwd(ctx, L.fch_gelu, L.fch, L.ln2, store.param(p(l, "mlp.c_fc.weight")),
+                         store.param(p(l, "mlp.c_fc.bias")));
+  } else {
+    // The backward recomputes fch_gelu with gelu_fwd from fch; the forward runs the same kernel
+    // so the recomputation reproduces it bitwise (the epilogue's GELU on the fp32 accumulator
+    // would differ from the GELU of the rounded fch in the last bit).
+    {
+      OpScope s(ob, "fwd.matmul.fc");
+      ops::matmul_fwd(ctx, L.fch, L.ln2, store.param(p(l, "mlp.c_fc.weight")),
+                      store.param(p(l, "mlp.c_fc.bias")));
+    }
     OpScope s(ob, "fwd.gelu");
     ops::gelu_fwd(ctx, L.fch_gelu, L.fch);
   }
@@ -257,11 +261,7 @@ void GPT::layer_forward(const ExecContext& ctx, const ParameterStore& store, int
   {
     OpScope s(ob, "fwd.matmul.mlp_proj");
     ops::matmul_fwd(ctx, L.res3, L.fch_gelu, store.param(p(l, "mlp.c_proj.weight")),
-                    store.param(p(l, "mlp.c_proj.bias")));
-  }
-  {
-    OpScope s(ob, "fwd.residual");
-    ops::residual_fwd(ctx, L.res3, L.res3, L.res2);
+                    store.param(p(l, "mlp.c_proj.bias")), L.res2);
   }
 }
 
@@ -351,14 +351,11 @@ void GPT::layer_backward(const ExecContext& ctx, const ParameterStore& store, in
   }
   // dres holds d(res3); the residual passes it to res2 unchanged, the MLP branch adds to it.
   {
+    // d(fch) = (dres @ Wproj) * gelu'(fch): the GELU backward is the GEMM's DGELU epilogue.
     OpScope s(ob, "bwd.matmul.mlp_proj");
-    ops::matmul_bwd(ctx, dfch_, store.grad(p(l, "mlp.c_proj.weight")),
-                    store.grad(p(l, "mlp.c_proj.bias")), dres_, L.fch_gelu,
-                    store.param(p(l, "mlp.c_proj.weight")));
-  }
-  {
-    OpScope s(ob, "bwd.gelu");
-    ops::gelu_bwd(ctx, dfch_, dfch_, L.fch);
+    ops::matmul_dgelu_bwd(ctx, dfch_, store.grad(p(l, "mlp.c_proj.weight")),
+                          store.grad(p(l, "mlp.c_proj.bias")), dres_, L.fch_gelu,
+                          store.param(p(l, "mlp.c_proj.weight")), L.fch);
   }
   {
     OpScope s(ob, "bwd.matmul.fc");

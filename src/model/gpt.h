@@ -23,8 +23,11 @@ namespace attnlab {
 //   gelu   do not keep GELU(fch) per layer; recompute it from fch in backward (saves L-1 [B,T,4C])
 //   block  keep only each layer's input residual; re-run the layer's forward inside backward
 //          (one shared set of layer buffers instead of L; about one extra forward of the blocks)
-// Gradients are bitwise identical across the modes (the recomputation runs the same ops on the
-// same inputs).
+// Each mode's recomputation runs the same ops on the same inputs as its forward, so it reproduces
+// the forward bitwise. On the CPU the modes give bitwise identical gradients. On CUDA (bf16) none
+// and block compute GELU in the c_fc GEMM's epilogue (on the fp32 accumulator) while gelu runs it
+// as a separate kernel on the rounded pre-activation (what its backward recomputes), so gelu
+// differs from the others within bf16 rounding.
 enum class ActivationRecompute : uint8_t { none, gelu, block };
 const char* recompute_name(ActivationRecompute r);
 

@@ -112,14 +112,18 @@ double sum_of_squares(const ExecContext& ctx, const Tensor& grad) {
     for (double x : partial) total += x;
     return total;
   }
-  Buffer out(Device::cuda, sizeof(float));
+  // Stream-ordered scratch (cudaMalloc/cudaFree would synchronise the whole device): the one
+  // synchronisation is the read of the result.
   auto stream = reinterpret_cast<cudaStream_t>(ctx.stream);
+  float* out = nullptr;
+  CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&out), sizeof(float), stream));
   if (grad.dtype == DType::f32)
-    launch_sumsq(grad.ptr<float>(), n, static_cast<float*>(out.data()), ctx.stream);
+    launch_sumsq(grad.ptr<float>(), n, out, ctx.stream);
   else
-    launch_sumsq(grad.ptr<bf16>(), n, static_cast<float*>(out.data()), ctx.stream);
+    launch_sumsq(grad.ptr<bf16>(), n, out, ctx.stream);
   float host = 0.f;
-  CUDA_CHECK(cudaMemcpyAsync(&host, out.data(), sizeof(float), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(&host, out, sizeof(float), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaFreeAsync(out, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   return double(host);
 }

@@ -40,25 +40,54 @@ MatmulParams<T> base_params(const ExecContext& ctx, const Tensor& x, const Tenso
 }  // namespace
 
 void matmul_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w,
-                const Tensor& bias) {
+                const Tensor& bias, const Tensor& residual) {
   NvtxRange range("matmul_fwd");
   const DType dt = require_activation(kOp, "x", x, ctx);
   const int64_t N = check_weight(ctx, dt, x, w);
   const int64_t out = w.dim(0);
   if (!bias.empty()) require_tensor(kOp, "bias", bias, dt, Shape{out}, ctx);
   require_tensor(kOp, "y", y, dt, with_last_dim(x.shape, out), ctx);
+  if (!residual.empty()) {
+    require_numel(kOp, "residual", residual, dt, y.numel(), ctx);
+    ATTN_REQUIRE(residual.data != y.data, "matmul: residual must not be the output y (%s)",
+                 y.str().c_str());
+  }
   auto make = [&]<typename T>() {
     MatmulParams<T> p = base_params<T>(ctx, x, w, N);
     p.bias = data_or_null<const T>(bias);
+    p.residual = data_or_null<const T>(residual);
     p.y = static_cast<T*>(y.data);
     return p;
   };
   run_op(ctx, dt, make, matmul_fwd_ref, launch_matmul_fwd<float>, launch_matmul_fwd<bf16>);
 }
 
-void matmul_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dbias,
-                const Tensor& dy, const Tensor& x, const Tensor& w, bool accumulate_dx) {
-  NvtxRange range("matmul_bwd");
+void matmul_gelu_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& pre, const Tensor& x,
+                     const Tensor& w, const Tensor& bias) {
+  NvtxRange range("matmul_gelu_fwd");
+  const DType dt = require_activation(kOp, "x", x, ctx);
+  const int64_t N = check_weight(ctx, dt, x, w);
+  const int64_t out = w.dim(0);
+  if (!bias.empty()) require_tensor(kOp, "bias", bias, dt, Shape{out}, ctx);
+  require_tensor(kOp, "y", y, dt, with_last_dim(x.shape, out), ctx);
+  require_tensor(kOp, "pre", pre, dt, y.shape, ctx);
+  ATTN_REQUIRE(pre.data != y.data, "matmul_gelu: pre and y must be different buffers, got %s",
+               y.str().c_str());
+  auto make = [&]<typename T>() {
+    MatmulParams<T> p = base_params<T>(ctx, x, w, N);
+    p.bias = data_or_null<const T>(bias);
+    p.y = static_cast<T*>(y.data);
+    p.gelu_pre = static_cast<T*>(pre.data);
+    return p;
+  };
+  run_op(ctx, dt, make, matmul_fwd_ref, launch_matmul_fwd<float>, launch_matmul_fwd<bf16>);
+}
+
+namespace {
+// Shared by matmul_bwd and matmul_dgelu_bwd; pre empty = no GELU.
+void run_matmul_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dbias,
+                    const Tensor& dy, const Tensor& x, const Tensor& w, bool accumulate_dx,
+                    const Tensor& pre) {
   const DType dt = require_activation(kOp, "x", x, ctx);
   const int64_t N = check_weight(ctx, dt, x, w);
   const int64_t out = w.dim(0);
@@ -66,6 +95,7 @@ void matmul_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dw, cons
   if (!dx.empty()) require_tensor(kOp, "dx", dx, dt, x.shape, ctx);
   if (!dw.empty()) require_tensor(kOp, "dw", dw, dt, w.shape, ctx);
   if (!dbias.empty()) require_tensor(kOp, "dbias", dbias, dt, Shape{out}, ctx);
+  if (!pre.empty()) require_tensor(kOp, "pre", pre, dt, x.shape, ctx);
   if (dx.empty() && dw.empty() && dbias.empty()) return;
   auto make = [&]<typename T>() {
     MatmulParams<T> p = base_params<T>(ctx, x, w, N);
@@ -74,9 +104,25 @@ void matmul_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dw, cons
     p.dw = data_or_null<T>(dw);
     p.dbias = data_or_null<T>(dbias);
     p.accumulate_dx = accumulate_dx;
+    p.gelu_pre = data_or_null<T>(pre);
     return p;
   };
   run_op(ctx, dt, make, matmul_bwd_ref, launch_matmul_bwd<float>, launch_matmul_bwd<bf16>);
+}
+}  // namespace
+
+void matmul_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dbias,
+                const Tensor& dy, const Tensor& x, const Tensor& w, bool accumulate_dx) {
+  NvtxRange range("matmul_bwd");
+  run_matmul_bwd(ctx, dx, dw, dbias, dy, x, w, accumulate_dx, Tensor());
+}
+
+void matmul_dgelu_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dw,
+                      const Tensor& dbias, const Tensor& dy, const Tensor& x, const Tensor& w,
+                      const Tensor& pre) {
+  NvtxRange range("matmul_dgelu_bwd");
+  require_present(kOp, "pre", pre);
+  run_matmul_bwd(ctx, dx, dw, dbias, dy, x, w, false, pre);
 }
 
 }  // namespace attnlab::ops

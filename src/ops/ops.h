@@ -22,11 +22,20 @@ void layernorm_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dgamm
                    const Tensor& dbeta, const Tensor& dy, const Tensor& x, const Tensor& gamma,
                    const Tensor& mean, const Tensor& rstd);
 
-// y [N,out] = x [N,in] @ w[out,in]^T + bias[out]   (leading dims of x/y are flattened)
+// y [N,out] = x [N,in] @ w[out,in]^T + bias[out] (+ residual [N,out], which must not be y)
+// (leading dims of x/y are flattened)
 void matmul_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w,
-                const Tensor& bias);
+                const Tensor& bias, const Tensor& residual = Tensor());
 void matmul_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dbias,
                 const Tensor& dy, const Tensor& x, const Tensor& w, bool accumulate_dx = false);
+// Linear + GELU: pre = x @ w^T + bias, y = gelu(pre); both written (pre is the backward's input).
+void matmul_gelu_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& pre, const Tensor& x,
+                     const Tensor& w, const Tensor& bias);
+// matmul_bwd of a linear layer whose input x = gelu(pre): dx = (dy @ w) * gelu'(pre) is the
+// gradient of pre (written); dw, dbias accumulated as in matmul_bwd. dx may be empty (skipped).
+void matmul_dgelu_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dw,
+                      const Tensor& dbias, const Tensor& dy, const Tensor& x, const Tensor& w,
+                      const Tensor& pre);
 
 void gelu_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& x);
 void gelu_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x);

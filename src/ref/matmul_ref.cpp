@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "ref/gelu_ref.h"
 #include "ref/parallel.h"
 
 namespace attnlab {
@@ -196,19 +197,47 @@ void gemm(const GemmArgs& g) {
 
 }  // namespace
 
+// y = x @ w^T + bias (+ residual); with gelu_pre the product goes there and y = gelu(gelu_pre).
+// Each step rounds to float exactly as the separate ops (matmul, residual, gelu) would, so the
+// fused and unfused compositions give identical bits.
 void matmul_fwd_ref(const MatmulParams<float>& p) {
-  gemm({p.x, p.in, 1, p.w, 1, p.in, p.y, p.out, p.N, p.out, p.in, false});
-  if (!p.bias) return;
+  float* out = p.gelu_pre ? p.gelu_pre : p.y;
+  gemm({p.x, p.in, 1, p.w, 1, p.in, out, p.out, p.N, p.out, p.in, false});
+  if (p.bias) {
 #pragma omp parallel for schedule(static) if (worth_parallel(p.N * p.out))
-  for (int64_t n = 0; n < p.N; ++n) {
-    float* y = p.y + n * p.out;
-    for (int o = 0; o < p.out; ++o) y[o] += p.bias[o];
+    for (int64_t n = 0; n < p.N; ++n) {
+      float* y = out + n * p.out;
+      for (int o = 0; o < p.out; ++o) y[o] += p.bias[o];
+    }
+  }
+  const int64_t total = p.N * p.out;
+  if (p.residual) {
+#pragma omp parallel for schedule(static) if (worth_parallel(total))
+    for (int64_t i = 0; i < total; ++i) out[i] = out[i] + p.residual[i];
+  }
+  if (p.gelu_pre) {
+    GeluParams<float> g;
+    g.x = p.gelu_pre;
+    g.y = p.y;
+    g.n = total;
+    gelu_fwd_ref(g);
   }
 }
 
-// dx (=, or += with accumulate_dx) = dy @ w;  dw += dy^T @ x;  dbias += sum over rows of dy.
+// dx (=, or += with accumulate_dx) = dy @ w, times gelu'(gelu_pre) when given;  dw += dy^T @ x;
+// dbias += sum over rows of dy.
 void matmul_bwd_ref(const MatmulParams<float>& p) {
-  if (p.dx) gemm({p.dy, p.out, 1, p.w, p.in, 1, p.dx, p.in, p.N, p.in, p.out, p.accumulate_dx});
+  if (p.dx) {
+    gemm({p.dy, p.out, 1, p.w, p.in, 1, p.dx, p.in, p.N, p.in, p.out, p.accumulate_dx});
+    if (p.gelu_pre) {
+      GeluParams<float> g;
+      g.x = p.gelu_pre;
+      g.dy = p.dx;
+      g.dx = p.dx;
+      g.n = p.N * p.in;
+      gelu_bwd_ref(g);
+    }
+  }
   if (p.dw) gemm({p.dy, 1, p.out, p.x, p.in, 1, p.dw, p.in, p.out, p.in, p.N, true});
   if (!p.dbias) return;
   constexpr int kBlock = 64;

@@ -1,5 +1,6 @@
 // Fused cross-entropy vs the CPU reference: losses (fp32) and dlogits, padded vocabulary masked,
-// ignore_index rows zero, and dlogits aliasing the logits buffer.
+// ignore_index rows zero, and dlogits aliasing the logits buffer; every kernel path: the row in
+// shared memory (fits), re-reads from global memory (too large) and the scalar path (unaligned).
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -15,7 +16,7 @@ template <typename T>
 void check_ce(int64_t N, int V, int Vp, bool alias, uint32_t seed) {
   const auto logits = to_precision<T>(random_vector(size_t(N) * Vp, seed, -6.f, 6.f));
   auto targets = random_ints(size_t(N), seed + 1, V);
-  if (N > 2) targets[1] = -1;  // ignored row
+  for (int64_t i = 1; i < N; i += 7) targets[size_t(i)] = -1;  // ignored rows
   const float dloss = 1.f / float(N);
   std::vector<float> loss_ref(N), dl_ref(logits.size());
   CrossEntropyParams<float> r;
@@ -50,6 +51,8 @@ TEST(CrossEntropyCuda, MatchesReferenceF32) {
   check_ce<float>(3, 10, 16, false, 2);
   check_ce<float>(5, 1000, 1003, true, 3);  // Vp not a multiple of the pack: scalar path
   check_ce<float>(16, 50257, 50304, true, 4);
+  check_ce<float>(4, 59990, 60000, true, 5);  // row larger than shared memory: global re-reads
+  check_ce<float>(1000, 1000, 1008, true, 6);
 }
 
 TEST(CrossEntropyCuda, MatchesReferenceBF16) {
@@ -58,6 +61,8 @@ TEST(CrossEntropyCuda, MatchesReferenceBF16) {
   check_ce<bf16>(3, 10, 16, false, 12);
   check_ce<bf16>(5, 1000, 1003, true, 13);
   check_ce<bf16>(16, 50257, 50304, true, 14);
+  check_ce<bf16>(1000, 1000, 1008, true, 15);    // several rows per block (pipelined)
+  check_ce<bf16>(300, 50257, 50304, false, 16);  // GPT-2 rows, not aliased
 }
 
 }  // namespace

@@ -68,6 +68,7 @@ TEST(LayerNormCuda, MatchesReferenceF32) {
   check_layernorm<float>(7, 768, 2);
   check_layernorm<float>(3, 4097, 3);
   check_layernorm<float>(4099, 64, 4);
+  check_layernorm<float>(2050, 768, 5);  // many blocks of the fused backward
 }
 
 TEST(LayerNormCuda, MatchesReferenceBF16) {
@@ -76,6 +77,8 @@ TEST(LayerNormCuda, MatchesReferenceBF16) {
   check_layernorm<bf16>(7, 768, 12);
   check_layernorm<bf16>(3, 4097, 13);
   check_layernorm<bf16>(4099, 64, 14);
+  check_layernorm<bf16>(2050, 768, 15);
+  check_layernorm<bf16>(5, 20000, 16);  // wide rows: fewer warps per block (shared memory)
 }
 
 }  // namespace

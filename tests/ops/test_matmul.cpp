@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "ops/ops.h"
+#include "ref/gelu_ref.h"
 #include "ref/matmul_ref.h"
 #include "test_util.h"
 
@@ -177,6 +178,91 @@ TEST(MatmulOp, FlattensLeadingDimsAndChecksArguments) {
                               cpu_tensor(c.x, {6, 8}), cpu_tensor(c.w, {5, 8}));
             }),
             "matmul: dw must be f32[5, 8] on cpu, got f32[5, 8] on cuda");
+}
+
+// The fused epilogues (residual add, GELU forward, GELU backward) give exactly the bits of the
+// separate ops they replace: the model's CPU results do not depend on the fusion.
+TEST(MatmulFused, EqualsTheSeparateOpsBitwise) {
+  auto ctx = ExecContext::make_cpu();
+  MatmulCase c(13, 24, 40, 61);
+  auto res = random_vector(c.y.size(), 62);
+  const Shape xs{13, 24}, ws{40, 24}, ys{13, 40};
+  // y = x @ w^T + b + residual.
+  std::vector<float> fused(c.y.size()), sep(c.y.size());
+  ops::matmul_fwd(*ctx, cpu_tensor(fused, ys), cpu_tensor(c.x, xs), cpu_tensor(c.w, ws),
+                  cpu_tensor(c.bias, {40}), cpu_tensor(res, ys));
+  ops::matmul_fwd(*ctx, cpu_tensor(sep, ys), cpu_tensor(c.x, xs), cpu_tensor(c.w, ws),
+                  cpu_tensor(c.bias, {40}));
+  ops::residual_fwd(*ctx, cpu_tensor(sep, ys), cpu_tensor(sep, ys), cpu_tensor(res, ys));
+  EXPECT_EQ(fused, sep);
+  // pre = x @ w^T + b, y = gelu(pre).
+  std::vector<float> pre(c.y.size()), y(c.y.size()), pre2(c.y.size()), y2(c.y.size());
+  ops::matmul_gelu_fwd(*ctx, cpu_tensor(y, ys), cpu_tensor(pre, ys), cpu_tensor(c.x, xs),
+                       cpu_tensor(c.w, ws), cpu_tensor(c.bias, {40}));
+  ops::matmul_fwd(*ctx, cpu_tensor(pre2, ys), cpu_tensor(c.x, xs), cpu_tensor(c.w, ws),
+                  cpu_tensor(c.bias, {40}));
+  ops::gelu_fwd(*ctx, cpu_tensor(y2, ys), cpu_tensor(pre2, ys));
+  EXPECT_EQ(pre, pre2);
+  EXPECT_EQ(y, y2);
+  // The next layer, v = y @ u^T + d, backward through the GELU: d(pre) = (dv @ u) * gelu'(pre).
+  auto u = random_vector(size_t(24) * 40, 63), dv = random_vector(size_t(13) * 24, 64);
+  std::vector<float> dpre(y.size()), dpre2(y.size()), du(u.size(), 0.f), du2(u.size(), 0.f),
+      dd(24, 0.f), dd2(24, 0.f);
+  ops::matmul_dgelu_bwd(*ctx, cpu_tensor(dpre, ys), cpu_tensor(du, {24, 40}), cpu_tensor(dd, {24}),
+                        cpu_tensor(dv, xs), cpu_tensor(y, ys), cpu_tensor(u, {24, 40}),
+                        cpu_tensor(pre, ys));
+  ops::matmul_bwd(*ctx, cpu_tensor(dpre2, ys), cpu_tensor(du2, {24, 40}), cpu_tensor(dd2, {24}),
+                  cpu_tensor(dv, xs), cpu_tensor(y, ys), cpu_tensor(u, {24, 40}));
+  ops::gelu_bwd(*ctx, cpu_tensor(dpre2, ys), cpu_tensor(dpre2, ys), cpu_tensor(pre, ys));
+  EXPECT_EQ(dpre, dpre2);
+  EXPECT_EQ(du, du2);
+  EXPECT_EQ(dd, dd2);
+  EXPECT_EQ(test::thrown_message([&] {
+              ops::matmul_fwd(*ctx, cpu_tensor(sep, ys), cpu_tensor(c.x, xs), cpu_tensor(c.w, ws),
+                              Tensor(), cpu_tensor(sep, ys));
+            }),
+            "matmul: residual must not be the output y (f32[13, 40] on cpu)");
+  EXPECT_EQ(test::thrown_message([&] {
+              ops::matmul_gelu_fwd(*ctx, cpu_tensor(y, ys), cpu_tensor(pre, {40, 13}),
+                                   cpu_tensor(c.x, xs), cpu_tensor(c.w, ws), Tensor());
+            }),
+            "matmul: pre must be f32[13, 40] on cpu, got f32[40, 13] on cpu");
+}
+
+// Finite differences through the fused pair: L = sum(dv * (gelu(x @ w^T + b) @ u^T)); the
+// gradient of pre from matmul_dgelu_bwd, then x, w, b through matmul_bwd.
+TEST(MatmulFused, GeluBackwardMatchesFiniteDifferences) {
+  MatmulCase c(4, 7, 10, 71);
+  auto u = random_vector(size_t(5) * 10, 72);
+  const auto dv = random_vector(size_t(4) * 5, 73, -1.f, 1.f);
+  std::vector<float> pre(c.y.size()), v(dv.size());
+  for (auto& w : c.w) w *= 2.f;  // pre-activations in [-3, 3]: the curved part of GELU
+  auto forward = [&] {
+    MatmulParams<float> p = c.params();
+    p.gelu_pre = pre.data();
+    matmul_fwd_ref(p);
+    MatmulParams<float> q;
+    q.x = c.y.data(), q.w = u.data(), q.y = v.data(), q.N = 4, q.in = 10, q.out = 5;
+    matmul_fwd_ref(q);
+    return test::weighted_sum(dv, v);
+  };
+  const auto fd_x = test::finite_difference(c.x.data(), c.x.size(), forward, 3e-3f);
+  const auto fd_w = test::finite_difference(c.w.data(), c.w.size(), forward, 3e-3f);
+  const auto fd_b = test::finite_difference(c.bias.data(), c.bias.size(), forward, 3e-3f);
+  const auto fd_u = test::finite_difference(u.data(), u.size(), forward, 3e-3f);
+  forward();
+  std::vector<float> dpre(pre.size()), du(u.size(), 0.f);
+  MatmulParams<float> q;
+  q.x = c.y.data(), q.w = u.data(), q.dy = dv.data(), q.dx = dpre.data(), q.dw = du.data();
+  q.gelu_pre = pre.data(), q.N = 4, q.in = 10, q.out = 5;
+  matmul_bwd_ref(q);
+  std::vector<float> dx(c.x.size()), dw(c.w.size(), 0.f), db(c.bias.size(), 0.f);
+  matmul_bwd_ref(c.bwd_params(dpre.data(), dx.data(), dw.data(), db.data()));
+  // h = 3e-3: float rounding of the loss over 2h is ~3e-5 relative, the O(h^2) term smaller.
+  EXPECT_LT(max_rel_error(du, fd_u), 5e-4);
+  EXPECT_LT(max_rel_error(dx, fd_x), 5e-4);
+  EXPECT_LT(max_rel_error(dw, fd_w), 5e-4);
+  EXPECT_LT(max_rel_error(db, fd_b), 5e-4);
 }
 
 }  // namespace
