@@ -51,6 +51,14 @@ struct PrepareSummary {
   int shard_version = 0;
   int64_t input_files = 0;
   double seconds = 0.0;
+  // Where the time went. threads: encoding threads; encode_thread_seconds: their busy time summed
+  // over threads; input_wait_seconds: the main thread waiting for decoded input (input-bound
+  // when large); encoder_wait_seconds: the main thread waiting for the encoders to free a batch
+  // (encoding-bound); write_seconds: the writer thread writing shards, including flush_seconds,
+  // the final flush of the last shards to disk (after the encoding is done).
+  int threads = 0;
+  double encode_thread_seconds = 0.0, input_wait_seconds = 0.0, encoder_wait_seconds = 0.0;
+  double write_seconds = 0.0, flush_seconds = 0.0;
   std::string to_string() const;  // a few human-readable lines
 };
 
