@@ -12,7 +12,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
-#include <future>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -63,11 +63,17 @@ enum Split : uint8_t { kTrain = 0, kVal = 1 };
 // a run of consecutive segments; a segment is a whole document or a part of one cut at
 // Tokenizer::split_point(), so encoding the segments one by one gives the ids of the whole
 // documents. Tasks are encoded in any order on any thread; the writer walks them in order.
+// Batches are recycled (BatchQueue): their buffers keep their capacity, so after the first few
+// batches nothing is allocated per document or per task, and no thread page-faults fresh memory.
 struct Batch {
   struct Segment {
     size_t doc, begin, end;  // bytes [begin, end) of docs[doc]
   };
-  std::vector<std::string> docs;
+  std::string text;                          // decoded input; plain-text documents are ranges of it
+  std::string decoded;                       // JSON lines input: the documents' text, back to back
+  std::vector<DocumentScanner::Span> spans;  // the documents, ranges of `text` or `decoded`
+  int64_t doc_bytes = 0;                     // sum of the spans' sizes
+  std::vector<std::string_view> docs;        // the spans as views, set by plan_tasks()
   std::vector<Segment> segments;
   std::vector<size_t> task_first;  // task t holds segments [task_first[t], task_first[t + 1])
   // Results, written by the task's worker, read by the batch's writer once the batch is done.
@@ -76,17 +82,30 @@ struct Batch {
   std::vector<size_t> segment_end;           // per segment: end of its ids in its task's tokens
   std::vector<std::exception_ptr> errors;    // per task
   // Scheduling state, guarded by EncodePool's mutex.
-  size_t next_task = 0, done_tasks = 0;
+  size_t next_task = 0;
+  std::vector<uint8_t> task_done;  // per task
 
   size_t num_tasks() const { return task_first.size() - 1; }
+  void clear() {  // keeps every buffer's capacity
+    text.clear();
+    decoded.clear();
+    spans.clear();
+    doc_bytes = 0;
+    docs.clear();
+    segments.clear();
+    task_first.clear();
+    for (auto& t : tokens) t.clear();
+    next_task = 0;
+  }
 };
 
-// Cuts `batch.docs` into segments and about `parts` tasks of about equal bytes: a document that
-// does not fit the current task is cut at the first split_point() at or after the place where
-// the task would be full (or not at all, when the tokenizer finds no cut nearby).
-void plan_tasks(const Tokenizer& tokenizer, size_t parts, Batch& batch) {
-  size_t total = 0;
-  for (const auto& d : batch.docs) total += d.size();
+// Cuts the batch's documents into segments and about `parts` tasks of about equal bytes: a
+// document that does not fit the current task is cut at the first split_point() at or after the
+// place where the task would be full (or not at all, when the tokenizer finds no cut nearby).
+void plan_tasks(const Tokenizer& tokenizer, size_t parts, bool spans_of_decoded, Batch& batch) {
+  const std::string_view source = spans_of_decoded ? batch.decoded : batch.text;
+  for (const auto& s : batch.spans) batch.docs.push_back(source.substr(s.begin, s.end - s.begin));
+  const size_t total = size_t(batch.doc_bytes);
   const size_t target = std::max<size_t>(1, total / std::max<size_t>(1, parts));
   batch.task_first.assign(1, 0);
   size_t filled = 0;  // bytes in the open task; always < target at the top of the loop
@@ -111,16 +130,21 @@ void plan_tasks(const Tokenizer& tokenizer, size_t parts, Batch& batch) {
   if (batch.task_first.back() != batch.segments.size())
     batch.task_first.push_back(batch.segments.size());
   batch.split.assign(batch.docs.size(), kTrain);
-  batch.tokens.resize(batch.num_tasks());
+  if (batch.tokens.size() < batch.num_tasks()) batch.tokens.resize(batch.num_tasks());
   batch.segment_end.resize(batch.segments.size());
-  batch.errors.resize(batch.num_tasks());
+  batch.errors.assign(batch.num_tasks(), nullptr);
+  batch.task_done.assign(batch.num_tasks(), 0);
 }
 
-// Encodes task t of a batch: <|endoftext|> before the first segment of each document, and the
-// train/val decision (a hash of the whole document) where the document starts.
+// Encodes task t of a batch into `out` (the calling thread's own vector, then swapped into the
+// batch): <|endoftext|> before the first segment of each document, and the train/val decision
+// (a hash of the whole document) where the document starts. Encoding straight into
+// batch.tokens[t] would be false sharing: the vectors of neighbouring tasks, encoded at the same
+// time on other threads, share cache lines, and every appended id writes the vector's end
+// pointer (on the 16-core host that tripled the CPU time per byte at 8-16 threads).
 void encode_task(const Tokenizer& tokenizer, uint64_t seed, double val_fraction, Batch& batch,
-                 size_t t) {
-  std::vector<int32_t>& out = batch.tokens[t];
+                 size_t t, std::vector<int32_t>& out) {
+  out.clear();
   for (size_t i = batch.task_first[t]; i < batch.task_first[t + 1]; ++i) {
     const Batch::Segment& seg = batch.segments[i];
     const std::string_view doc = batch.docs[seg.doc];
@@ -131,6 +155,7 @@ void encode_task(const Tokenizer& tokenizer, uint64_t seed, double val_fraction,
     tokenizer.encode(doc.substr(seg.begin, seg.end - seg.begin), out);
     batch.segment_end[i] = out.size();
   }
+  batch.tokens[t].swap(out);  // `out` takes the batch's old buffer, for the next task
 }
 
 // `threads` encoding threads that live for the whole run (the BPE tokenizer keeps a cache per
@@ -161,17 +186,25 @@ class EncodePool {
     work_cv_.notify_all();
   }
 
-  // Blocks until every task of `batch` is done; rethrows the first error of its tasks.
-  void wait(const Batch& batch) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_cv_.wait(lock, [&] { return batch.done_tasks == batch.num_tasks(); });
-    for (const auto& e : batch.errors) {
-      if (e) std::rethrow_exception(e);
-    }
+  // True when no task waits for a thread (the threads may still be finishing theirs).
+  bool starving() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return queue_.empty();
   }
+
+  // Blocks until task t of `batch` is done; rethrows its error.
+  void wait(const Batch& batch, size_t t) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_cv_.wait(lock, [&] { return batch.task_done[t] != 0; });
+    if (batch.errors[t]) std::rethrow_exception(batch.errors[t]);
+  }
+
+  // Seconds the threads spent encoding, summed over threads.
+  double busy_seconds() const { return double(busy_ns_.load()) * 1e-9; }
 
  private:
   void work() {
+    std::vector<int32_t> tokens;  // this thread's output buffer (see encode_task)
     while (true) {
       std::shared_ptr<Batch> batch;
       size_t t;
@@ -183,14 +216,17 @@ class EncodePool {
         t = batch->next_task++;
         if (batch->next_task == batch->num_tasks()) queue_.pop_front();
       }
+      const auto start = Clock::now();
       try {
-        encode_task(tokenizer_, seed_, val_fraction_, *batch, t);
+        encode_task(tokenizer_, seed_, val_fraction_, *batch, t, tokens);
       } catch (...) {
         batch->errors[t] = std::current_exception();
       }
+      busy_ns_ +=
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (++batch->done_tasks < batch->num_tasks()) continue;
+        batch->task_done[t] = 1;
       }
       done_cv_.notify_all();
     }
@@ -203,6 +239,7 @@ class EncodePool {
   std::condition_variable work_cv_, done_cv_;
   std::deque<std::shared_ptr<Batch>> queue_;
   bool stop_ = false;
+  std::atomic<int64_t> busy_ns_{0};
   std::vector<std::thread> workers_;
 };
 
@@ -251,20 +288,118 @@ class SplitWriter {
   std::unique_ptr<ShardWriter> writer_;
 };
 
-// Appends an encoded batch to the two splits, segment by segment in input order.
-void write_batch(const Batch& batch, SplitWriter (&writers)[2]) {
-  for (size_t t = 0; t < batch.num_tasks(); ++t) {
-    const std::vector<int32_t>& tokens = batch.tokens[t];
-    size_t from = 0;
-    for (size_t i = batch.task_first[t]; i < batch.task_first[t + 1]; ++i) {
+// Appends task t of an encoded batch to the two splits in input order: each run of consecutive
+// segments of one split goes to its writer in one piece.
+void write_task(const Batch& batch, size_t t, SplitWriter (&writers)[2]) {
+  const std::span<const int32_t> tokens(batch.tokens[t]);
+  size_t from = 0;
+  size_t i = batch.task_first[t];
+  while (i < batch.task_first[t + 1]) {
+    const Split split = batch.split[batch.segments[i].doc];
+    int64_t documents = 0, bytes = 0;
+    for (; i < batch.task_first[t + 1] && batch.split[batch.segments[i].doc] == split; ++i) {
       const Batch::Segment& seg = batch.segments[i];
-      SplitWriter& w = writers[batch.split[seg.doc]];
-      w.count(seg.begin == 0 ? 1 : 0, int64_t(seg.end - seg.begin));
-      w.append(std::span<const int32_t>(tokens).subspan(from, batch.segment_end[i] - from));
-      from = batch.segment_end[i];
+      documents += seg.begin == 0 ? 1 : 0;
+      bytes += int64_t(seg.end - seg.begin);
     }
+    writers[split].count(documents, bytes);
+    writers[split].append(tokens.subspan(from, batch.segment_end[i - 1] - from));
+    from = batch.segment_end[i - 1];
   }
 }
+
+// The batches between the reading main thread and the writer thread: at most `capacity` exist
+// (one being filled, the rest being encoded or written), and they are recycled. The writer thread
+// takes submitted batches in order, waits until they are encoded and writes them. Its errors
+// (and the encoding errors it rethrows) come back to the main thread through acquire()/finish().
+class BatchQueue {
+ public:
+  BatchQueue(size_t capacity, std::function<void(Batch&)> write)
+      : capacity_(capacity), write_(std::move(write)), writer_([this] { run(); }) {}
+  ~BatchQueue() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    writer_.join();
+  }
+
+  // An empty batch; waits while `capacity` batches are in use.
+  std::shared_ptr<Batch> acquire() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const auto start = Clock::now();
+    cv_.wait(lock, [&] { return error_ || !free_.empty() || created_ < capacity_; });
+    wait_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+    if (error_) std::rethrow_exception(error_);
+    if (free_.empty()) {
+      ++created_;
+      return std::make_shared<Batch>();
+    }
+    std::shared_ptr<Batch> batch = std::move(free_.back());
+    free_.pop_back();
+    return batch;
+  }
+
+  void submit(std::shared_ptr<Batch> batch) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_.push_back(std::move(batch));
+    }
+    cv_.notify_all();
+  }
+
+  // Waits until every submitted batch is written; rethrows the writer's error.
+  void finish() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return error_ || (pending_.empty() && !writing_); });
+    if (error_) std::rethrow_exception(error_);
+  }
+
+  double wait_seconds() const { return wait_seconds_; }  // in acquire(), for the summary
+
+ private:
+  void run() {
+    while (true) {
+      std::shared_ptr<Batch> batch;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+        if (stop_ || error_) return;
+        batch = std::move(pending_.front());
+        pending_.pop_front();
+        writing_ = true;
+      }
+      std::exception_ptr error;
+      try {
+        write_(*batch);  // waits for the encoding, then writes
+      } catch (...) {
+        error = std::current_exception();
+      }
+      batch->clear();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        writing_ = false;
+        free_.push_back(std::move(batch));
+        if (error) error_ = error;
+      }
+      cv_.notify_all();
+      if (error) return;
+    }
+  }
+
+  const size_t capacity_;
+  const std::function<void(Batch&)> write_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Batch>> pending_;
+  std::vector<std::shared_ptr<Batch>> free_;
+  size_t created_ = 0;
+  bool writing_ = false, stop_ = false;
+  std::exception_ptr error_;
+  double wait_seconds_ = 0.0;
+  std::thread writer_;  // last: starts after the members above exist
+};
 
 std::string format_duration(double seconds) {
   const int64_t s = int64_t(seconds + 0.5);
@@ -370,6 +505,7 @@ PrepareSummary prepare(const PrepareOptions& options) {
   summary.vocab_size = tokenizer->vocab_size();
   summary.shard_version = shard_version_for_vocab(tokenizer->vocab_size());
   summary.input_files = int64_t(files.size());
+  summary.threads = threads;
 
   std::error_code ec;
   fs::create_directories(options.out_dir, ec);
@@ -386,93 +522,139 @@ PrepareSummary prepare(const PrepareOptions& options) {
                                         options.shard_tokens, summary.train),
                             SplitWriter(options.out_dir, "val", summary.shard_version,
                                         options.shard_tokens, summary.val)};
-  // Pipeline: the main thread reads and cuts batches; the pool encodes them; a writer task per
-  // batch (chained, so batches are written in order, each on its own short-lived thread) waits
-  // for its batch and writes it. Reading, encoding and writing overlap, and the main thread only
-  // reads, so it keeps up with many encoding threads. The main thread waits while more than
-  // kInFlight batches are unwritten. Memory: about kInFlight + 1 batches of text and ids.
-  // Batches start small (the pool waits for the first one) and double up to the full size.
-  constexpr size_t kInFlight = 3;
+  // Pipeline, each stage on its own threads, so that they overlap:
+  //   decoders (ParallelFileReader: up to `threads` files at once, each file on one thread)
+  //   -> main thread: appends the decoded blocks to a batch and finds the documents in place
+  //      (DocumentScanner; JSON lines are parsed here), cuts the batch into tasks
+  //   -> `threads` encoding threads (EncodePool)
+  //   -> one writer thread: writes the batches in order (BatchQueue).
+  // `threads` counts the encoding threads only: the other stages are light (reading and cutting a
+  // plain file runs at GB/s; writing is a conversion to uint16) except decoding, which for
+  // .gz/.xz input runs in a decoder thread (or the xz program) beside the encoders.
+  // Batches start small (the pool waits for the first one) and double up to the full size. A
+  // batch also goes out early, at any size, when the encoders have nothing left to do and the
+  // next block of input is not decoded yet (input slower than encoding: .xz).
+  // Memory: kBatches batches of text and ids, plus up to kAheadBytesPerThread x threads of text
+  // decoded ahead.
+  constexpr size_t kBatches = 4;
+  constexpr size_t kAheadBytesPerThread = size_t(16) << 20;
   const int64_t full_batch_bytes =
       options.batch_bytes > 0 ? options.batch_bytes : int64_t(threads) * (2 << 20);
   int64_t batch_bytes =
       options.batch_bytes > 0 ? options.batch_bytes : int64_t(threads) * (256 << 10);
+  const int64_t early_batch_bytes = std::min<int64_t>(batch_bytes, int64_t(threads) * (16 << 10));
   std::atomic<int64_t> tokens_written{0};  // for the progress line
-  // Declared after `writers` and before `written`: a pending writer task (which the destructor
-  // of its future waits for, also when an error unwinds this function) uses both.
+  double write_seconds = 0.0;              // the writer thread's, read after queue.finish()
+  const bool jsonl = !options.jsonl_field.empty();
+
+  // Destroyed in reverse order: the reader's decoders stop first, then the writer thread (which
+  // may be waiting for the pool), then the pool.
   EncodePool pool(*tokenizer, threads, options.seed, options.val_fraction);
-  std::deque<std::shared_future<void>> written;
-  auto submit = [&](std::vector<std::string>&& docs) {
-    auto batch = std::make_shared<Batch>();
-    batch->docs = std::move(docs);
-    plan_tasks(*tokenizer, size_t(threads) * kTasksPerThread, *batch);
-    pool.submit(batch);
-    std::shared_future<void> previous =
-        written.empty() ? std::shared_future<void>() : written.back();
-    written.push_back(std::async(std::launch::async, [&, previous, batch = std::move(batch)] {
-                        if (previous.valid()) previous.get();  // rethrows an earlier write error
-                        pool.wait(*batch);
-                        write_batch(*batch, writers);
-                        int64_t n = 0;
-                        for (const auto& t : batch->tokens) n += int64_t(t.size());
-                        tokens_written += n;
-                      }).share());
-    while (written.size() > kInFlight) {
-      written.front().get();
-      written.pop_front();
+  // Each task is written as soon as it and the tasks before it are encoded, so that little
+  // writing is left when the last task is done.
+  BatchQueue queue(kBatches, [&](Batch& batch) {
+    for (size_t t = 0; t < batch.num_tasks(); ++t) {
+      pool.wait(batch, t);  // rethrows an encoding error
+      const auto t0 = Clock::now();
+      write_task(batch, t, writers);
+      tokens_written += int64_t(batch.tokens[t].size());
+      write_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     }
+  });
+  ParallelFileReader reader(files, threads, kAheadBytesPerThread * size_t(threads));
+
+  DocumentScanner scanner(jsonl ? "\n" : options.delimiter);
+  std::vector<DocumentScanner::Span> lines;  // JSON lines input: the lines of the last block
+  int64_t record = 0;                        // JSON lines input: non-empty lines of this file
+  size_t file = 0;                           // file of the last block
+  std::shared_ptr<Batch> batch = queue.acquire();
+
+  // Takes the documents completed in the batch's text (all of them at the end of a file).
+  auto take_documents = [&](bool end_of_file) {
+    std::vector<DocumentScanner::Span>& found = jsonl ? lines : batch->spans;
+    const size_t before = found.size();
+    if (end_of_file)
+      scanner.finish(batch->text, found);
+    else
+      scanner.scan(batch->text, found);
+    if (!jsonl) {
+      for (size_t i = before; i < found.size(); ++i)
+        batch->doc_bytes += int64_t(found[i].end - found[i].begin);
+      return;
+    }
+    for (const auto& line : lines) {
+      ++record;
+      nlohmann::json obj;
+      try {
+        obj = nlohmann::json::parse(batch->text.begin() + int64_t(line.begin),
+                                    batch->text.begin() + int64_t(line.end));
+      } catch (const nlohmann::json::exception& e) {
+        ATTN_FAIL("'%s': record %lld is not valid JSON: %s", files[file].c_str(), (long long)record,
+                  e.what());
+      }
+      const auto it = obj.is_object() ? obj.find(options.jsonl_field) : obj.end();
+      ATTN_REQUIRE(obj.is_object() && it != obj.end() && it->is_string(),
+                   "'%s': record %lld has no string field '%s'", files[file].c_str(),
+                   (long long)record, options.jsonl_field.c_str());
+      const std::string& value = it->get_ref<const std::string&>();
+      if (value.empty()) continue;
+      batch->spans.push_back({batch->decoded.size(), batch->decoded.size() + value.size()});
+      batch->decoded += value;
+      batch->doc_bytes += int64_t(value.size());
+    }
+    lines.clear();
+  };
+  // Sends the batch's documents to be encoded and written; the incomplete document at the end of
+  // its text moves to the next batch.
+  auto submit = [&] {
+    std::shared_ptr<Batch> next = queue.acquire();
+    const size_t keep = scanner.begin();
+    next->text.reserve(size_t(full_batch_bytes) + 2 * ParallelFileReader::kBlockBytes);
+    next->text.assign(batch->text, keep, std::string::npos);
+    scanner.drop_prefix(keep);
+    plan_tasks(*tokenizer, size_t(threads) * kTasksPerThread, jsonl, *batch);
+    pool.submit(batch);
+    queue.submit(std::move(batch));
+    batch = std::move(next);
     batch_bytes = std::min(full_batch_bytes, 2 * batch_bytes);
   };
 
-  std::vector<std::string> batch;
-  int64_t batch_size = 0, text_bytes = 0, files_done_bytes = 0;
-  const bool jsonl = !options.jsonl_field.empty();
-  for (size_t fi = 0; fi < files.size(); ++fi) {
-    DocumentReader reader(open_text_stream(files[fi]), jsonl ? "\n" : options.delimiter);
-    std::string doc;
-    int64_t record = 0;
-    while (reader.next(doc)) {
-      ++record;
-      if (jsonl) {
-        nlohmann::json obj;
-        try {
-          obj = nlohmann::json::parse(doc);
-        } catch (const nlohmann::json::exception& e) {
-          ATTN_FAIL("'%s': record %lld is not valid JSON: %s", files[fi].c_str(), (long long)record,
-                    e.what());
-        }
-        const auto it = obj.is_object() ? obj.find(options.jsonl_field) : obj.end();
-        ATTN_REQUIRE(obj.is_object() && it != obj.end() && it->is_string(),
-                     "'%s': record %lld has no string field '%s'", files[fi].c_str(),
-                     (long long)record, options.jsonl_field.c_str());
-        doc = it->get<std::string>();
-        if (doc.empty()) continue;
-      }
-      text_bytes += int64_t(doc.size());
-      batch_size += int64_t(doc.size());
-      batch.push_back(std::move(doc));
-      doc = std::string();
-      if (batch_size >= batch_bytes) {
-        submit(std::move(batch));
-        batch = {};
-        batch_size = 0;
-      }
-      const int64_t consumed = reader.stream().file_bytes_consumed();
-      progress.update(files_done_bytes + std::max<int64_t>(0, consumed), text_bytes,
-                      tokens_written.load(), fi + 1, files.size());
+  std::string block;
+  int64_t text_bytes = 0;
+  double input_wait_seconds = 0.0;
+  while (true) {
+    if (batch->doc_bytes >= early_batch_bytes && !reader.ready() && pool.starving()) submit();
+    const auto t0 = Clock::now();
+    if (!reader.next(block, file)) break;
+    input_wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    if (block.empty()) {  // end of a file: the rest of the text is its last document
+      take_documents(/*end_of_file=*/true);
+      record = 0;
+    } else {
+      batch->text += block;
+      text_bytes += int64_t(block.size());
+      take_documents(/*end_of_file=*/false);
     }
-    files_done_bytes += int64_t(fs::file_size(files[fi]));
+    if (batch->doc_bytes >= batch_bytes) submit();
+    progress.update(reader.file_bytes_consumed(), text_bytes, tokens_written.load(), file + 1,
+                    files.size());
   }
-  if (!batch.empty()) submit(std::move(batch));
-  for (auto& w : written) w.get();
-  written.clear();
+  if (!batch->spans.empty()) submit();
+  queue.finish();
+  const auto t0 = Clock::now();
   for (auto& w : writers) w.finish();
-  progress.update(files_done_bytes, text_bytes, summary.train.tokens + summary.val.tokens,
+  summary.flush_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  write_seconds += summary.flush_seconds;
+  progress.update(total_file_bytes, text_bytes, summary.train.tokens + summary.val.tokens,
                   files.size(), files.size(), /*force=*/true);
   progress.finish();
 
   write_text_atomic(options.out_dir + "/tokenizer.json", tokenizer->to_json());
   summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  summary.encode_thread_seconds = pool.busy_seconds();
+  summary.input_wait_seconds = input_wait_seconds;
+  summary.encoder_wait_seconds = queue.wait_seconds();
+  summary.write_seconds = write_seconds;
   if (options.val_fraction > 0 && summary.val.documents == 0 && options.progress)
     std::fprintf(stderr,
                  "prepare: warning: no document went to val (val_fraction %g, %lld "
@@ -493,6 +675,13 @@ std::string PrepareSummary::to_string() const {
                    with_commas(split->bytes).c_str(), split->tokens_per_byte(),
                    split->shards.size());
   }
+  // Where the time went: which stage bounds the run.
+  s += strformat(
+      "  time: %d encoding threads busy %.0f%% of the run; main thread waited %.2f s for "
+      "decoded input and %.2f s for the encoders; writing took %.2f s (%.2f s of it the final "
+      "flush to disk)\n",
+      threads, 100.0 * encode_thread_seconds / std::max(1e-9, double(threads) * seconds),
+      input_wait_seconds, encoder_wait_seconds, write_seconds, flush_seconds);
   return s;
 }
 

@@ -5,8 +5,10 @@
 // val_fraction, decided by a seeded hash of its text (so the split does not depend on file order or
 // thread count, and duplicate documents land in the same split). Every document is preceded by
 // <|endoftext|> (llm.c convention). Documents are encoded on `threads` threads, long ones cut into
-// parts at Tokenizer::split_point() so that the threads get equal work; the ids, and so the shard
-// bytes, are the same for every thread count and batch size. They are written to
+// parts at Tokenizer::split_point() so that the threads get equal work; decoding (up to `threads`
+// files at once), finding documents and writing run on threads of their own beside them (see
+// docs/tokenizer.md "prepare throughput"). The ids, and so the shard bytes, are the same for every
+// thread count and batch size. They are written to
 // <out_dir>/train_NNNNNN.bin and <out_dir>/val_NNNNNN.bin, at most shard_tokens tokens per shard
 // (a document may continue in the next shard), uint16 when the vocabulary fits, else uint32 (see
 // shard.h). <out_dir>/tokenizer.json describes the tokenizer. Shards of an earlier run in out_dir
@@ -28,7 +30,7 @@ struct PrepareOptions {
   double val_fraction = 0.005;
   uint64_t seed = 1337;
   int64_t shard_tokens = 100'000'000;
-  int threads = 0;  // 0: all hardware threads
+  int threads = 0;  // encoding threads; 0: all hardware threads
   // Text bytes per batch of documents handed to the encoding threads. 0: 2 MiB per thread (the
   // first batches are smaller so encoding starts early). Tests set it small to get many batches.
   int64_t batch_bytes = 0;
@@ -51,6 +53,14 @@ struct PrepareSummary {
   int shard_version = 0;
   int64_t input_files = 0;
   double seconds = 0.0;
+  // Where the time went. threads: encoding threads; encode_thread_seconds: their busy time summed
+  // over threads; input_wait_seconds: the main thread waiting for decoded input (input-bound
+  // when large); encoder_wait_seconds: the main thread waiting for the encoders to free a batch
+  // (encoding-bound); write_seconds: the writer thread writing shards, including flush_seconds,
+  // the final flush of the last shards to disk (after the encoding is done).
+  int threads = 0;
+  double encode_thread_seconds = 0.0, input_wait_seconds = 0.0, encoder_wait_seconds = 0.0;
+  double write_seconds = 0.0, flush_seconds = 0.0;
   std::string to_string() const;  // a few human-readable lines
 };
 

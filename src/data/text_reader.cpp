@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string_view>
 #include <vector>
 
@@ -284,6 +285,195 @@ bool DocumentReader::next(std::string& doc) {
     begin_ = scan_ = next_begin;
     if (!empty) return true;
   }
+}
+
+// ---- DocumentScanner ----------------------------------------------------------------------------
+
+void DocumentScanner::add(std::string_view text, size_t begin, size_t end,
+                          std::vector<Span>& docs) const {
+  while (end > begin && text[end - 1] == '\n') --end;
+  if (end > begin) docs.push_back({begin, end});
+}
+
+namespace {
+
+// The first occurrence of `needle` (non-empty) in `hay`, or npos. memchr for the first byte,
+// then a compare: delimiters start with a newline (the default "\n\n\n", JSON lines), which
+// prose has every ~70 bytes, and memchr skips the bytes between at vector speed; for "\n\n\n"
+// that is 2.6x faster than glibc's memmem (24 vs 65 ms for 90 MB of corpus text).
+size_t find_delimiter(std::string_view hay, std::string_view needle) {
+  const size_t n = needle.size();
+  const char* p = hay.data();
+  const char* const last = hay.data() + hay.size();  // a match must start at or before last - n
+  while (size_t(last - p) >= n) {
+    p = static_cast<const char*>(std::memchr(p, needle[0], size_t(last - p) - (n - 1)));
+    if (p == nullptr) break;
+    size_t k = 1;  // inline: most candidates fail at the second byte, and a call costs more
+    while (k < n && p[k] == needle[k]) ++k;
+    if (k == n) return size_t(p - hay.data());
+    ++p;
+  }
+  return std::string_view::npos;
+}
+
+}  // namespace
+
+void DocumentScanner::scan(std::string_view text, std::vector<Span>& docs) {
+  if (delimiter_.empty()) return;  // one document per input: finish() takes it
+  const size_t n = delimiter_.size();
+  while (true) {
+    const size_t hit = find_delimiter(text.substr(scan_), delimiter_);
+    if (hit == std::string_view::npos) {
+      // The delimiter may straddle the next append; resume just before the end.
+      scan_ = std::max(begin_, text.size() - std::min(text.size(), n - 1));
+      return;
+    }
+    const size_t at = scan_ + hit;
+    add(text, begin_, at, docs);
+    begin_ = scan_ = at + n;
+  }
+}
+
+void DocumentScanner::finish(std::string_view text, std::vector<Span>& docs) {
+  add(text, begin_, text.size(), docs);
+  begin_ = scan_ = text.size();
+}
+
+void DocumentScanner::drop_prefix(size_t n) {
+  ATTN_ASSERT(n <= begin_);
+  begin_ -= n;
+  scan_ -= n;
+}
+
+// ---- ParallelFileReader -------------------------------------------------------------------------
+
+namespace {
+// Blocks the file being consumed may run ahead of the consumer, whatever the budget says.
+constexpr size_t kCurrentFileBlocks = 4;
+}  // namespace
+
+ParallelFileReader::ParallelFileReader(std::vector<std::string> files, int parallel,
+                                       size_t ahead_bytes)
+    : files_(std::move(files)), ahead_bytes_(ahead_bytes), state_(files_.size()) {
+  const size_t n = std::min(files_.size(), size_t(std::max(1, parallel)));
+  for (size_t i = 0; i < n; ++i) decoders_.emplace_back([this] { decode_files(); });
+}
+
+ParallelFileReader::~ParallelFileReader() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  decoder_cv_.notify_all();
+  for (auto& d : decoders_) d.join();
+}
+
+void ParallelFileReader::decode_files() {
+  while (true) {
+    size_t f;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      // A file after the current one is started only while the budget has room.
+      decoder_cv_.wait(lock, [&] {
+        return stop_ || next_file_ >= files_.size() || next_file_ == current_ ||
+               buffered_ < ahead_bytes_;
+      });
+      if (stop_ || next_file_ >= files_.size()) return;
+      f = next_file_++;
+    }
+    std::exception_ptr error;
+    try {
+      const std::unique_ptr<TextStream> stream = open_text_stream(files_[f]);
+      while (true) {
+        std::string block;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          if (!free_blocks_.empty()) {
+            block = std::move(free_blocks_.back());
+            free_blocks_.pop_back();
+          }
+        }
+        block.resize(kBlockBytes);
+        size_t got = 0;
+        while (got < block.size()) {
+          const size_t n = stream->read(block.data() + got, block.size() - got);
+          if (n == 0) break;
+          got += n;
+        }
+        block.resize(got);
+        std::unique_lock<std::mutex> lock(mutex_);
+        FileState& s = state_[f];
+        const int64_t consumed = std::max<int64_t>(0, stream->file_bytes_consumed());
+        consumed_total_ += consumed - s.consumed;
+        s.consumed = consumed;
+        if (got == 0) break;
+        decoder_cv_.wait(lock, [&] {
+          return stop_ || (f == current_ ? s.blocks.size() < kCurrentFileBlocks
+                                         : buffered_ + got <= ahead_bytes_ || s.blocks.empty());
+        });
+        if (stop_) return;
+        s.blocks.push_back(std::move(block));
+        s.buffered += got;
+        buffered_ += got;
+        lock.unlock();
+        consumer_cv_.notify_all();
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      FileState& s = state_[f];
+      s.error = error;
+      s.finished = true;
+      std::error_code ec;
+      const int64_t size = int64_t(std::filesystem::file_size(files_[f], ec));
+      if (!error && !ec) {
+        consumed_total_ += size - s.consumed;
+        s.consumed = size;
+      }
+    }
+    consumer_cv_.notify_all();
+  }
+}
+
+bool ParallelFileReader::ready_locked() const {
+  if (current_ >= files_.size()) return true;
+  const FileState& s = state_[current_];
+  return !s.blocks.empty() || s.finished;
+}
+
+bool ParallelFileReader::ready() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ready_locked();
+}
+
+bool ParallelFileReader::next(std::string& block, size_t& file) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (block.capacity() >= kBlockBytes && free_blocks_.size() < decoders_.size() + 4)
+    free_blocks_.push_back(std::move(block));
+  block.clear();
+  consumer_cv_.wait(lock, [&] { return ready_locked(); });
+  if (current_ >= files_.size()) return false;
+  FileState& s = state_[current_];
+  file = current_;
+  if (!s.blocks.empty()) {
+    block = std::move(s.blocks.front());
+    s.blocks.pop_front();
+    s.buffered -= block.size();
+    buffered_ -= block.size();
+  } else {
+    if (s.error) std::rethrow_exception(s.error);
+    ++current_;
+  }
+  lock.unlock();
+  decoder_cv_.notify_all();
+  return true;
+}
+
+int64_t ParallelFileReader::file_bytes_consumed() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return consumed_total_;
 }
 
 }  // namespace attnlab

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "data/prepare.h"
@@ -262,6 +263,75 @@ TEST_F(PrepareTest, ShardsAreIdenticalForAnyThreadCountGpt2) {
   // Fewer runs: each one loads the vocabulary (~0.3 s).
   expect_identical_shards(*this, std::string("gpt2:") + env + "/gpt2-vocab",
                           {{1, 0}, {2, 3000}, {3, 0}, {7, 3000}});
+}
+
+// Many input files (an empty one, one without a final newline, plain and .xz) and JSON lines,
+// read by several decoders at once and cut into batches of any size: 1 and 4 threads must write
+// the same shard bytes, holding the documents in input order.
+TEST_F(PrepareTest, ShardsAreIdenticalForManyFilesAndJsonl) {
+  const bool xz = std::system("command -v xz > /dev/null 2>&1") == 0;
+  std::vector<std::string> expect_docs;
+  for (int f = 0; f < 7; ++f) {
+    const auto docs = f == 3 ? std::vector<std::string>{} : make_docs(5 + 9 * f, f);
+    std::string text = join(docs);
+    if (f == 4) text.pop_back();  // no final newline
+    const std::string name = "in/f" + std::to_string(f) + ".txt";
+    write(name, text);
+    if (xz && f % 2 == 1) {
+      ASSERT_EQ(std::system(("xz -1 -T1 " + path(name)).c_str()), 0);
+    }
+    expect_docs.insert(expect_docs.end(), docs.begin(), docs.end());
+  }
+  const auto run_all = [&](PrepareOptions o, const std::string& tag) {
+    std::map<std::string, std::string> first;
+    for (const int threads : {1, 4}) {
+      for (const int64_t batch_bytes : {int64_t(0), int64_t(700)}) {
+        o.threads = threads;
+        o.batch_bytes = batch_bytes;
+        o.shard_tokens = 3000;
+        o.out_dir =
+            path("out_" + tag + std::to_string(threads) + "_" + std::to_string(batch_bytes));
+        const auto s = prepare(o);
+        std::vector<std::string> got_train = documents_of(split_tokens(s.train)),
+                                 got_val = documents_of(split_tokens(s.val));
+        std::vector<std::string> want_train, want_val;
+        for (const auto& d : expect_docs)
+          (is_val_document(d, 5, 0.3) ? want_val : want_train).push_back(d);
+        EXPECT_EQ(got_train, want_train) << tag << " threads " << threads;
+        EXPECT_EQ(got_val, want_val) << tag << " threads " << threads;
+        EXPECT_EQ(s.threads, threads);
+        EXPECT_GT(s.encode_thread_seconds, 0.0);
+        std::map<std::string, std::string> shards;
+        for (const auto* split : {&s.train, &s.val})
+          for (const auto& shard : split->shards)
+            shards[fs::path(shard).filename().string()] = file_bytes(shard);
+        if (first.empty())
+          first = shards;
+        else
+          EXPECT_TRUE(shards == first) << tag << ": shard bytes differ from the first run";
+      }
+    }
+  };
+  run_all(options(), "text");
+
+  // The same documents as JSON lines (with blank lines and empty texts, which are skipped).
+  fs::remove_all(path("in"));
+  fs::create_directories(path("in"));
+  for (int f = 0; f < 3; ++f) {
+    std::string lines;
+    for (size_t i = f; i < expect_docs.size(); i += 3) {
+      lines += nlohmann::json({{"id", i}, {"text", expect_docs[i]}}).dump() + "\n";
+      if (i % 5 == 0) lines += "\n{\"text\": \"\"}\n";
+    }
+    write("in/j" + std::to_string(f) + ".txt", lines);
+  }
+  std::vector<std::string> reordered;  // file by file
+  for (int f = 0; f < 3; ++f)
+    for (size_t i = f; i < expect_docs.size(); i += 3) reordered.push_back(expect_docs[i]);
+  expect_docs = reordered;
+  auto o = options();
+  o.jsonl_field = "text";
+  run_all(o, "jsonl");
 }
 
 TEST_F(PrepareTest, ErrorsNameTheProblem) {

@@ -153,5 +153,136 @@ TEST(DocumentReader, SplitsOnDelimiterAcrossReads) {
   }
 }
 
+// DocumentScanner must find exactly the documents of DocumentReader, however the bytes arrive:
+// random text rich in newlines (and in the delimiter's other characters), appended in random
+// pieces, with the consumed prefix dropped at random times (as prepare does between batches).
+TEST(DocumentScanner, MatchesDocumentReaderForAnyAppendPattern) {
+  std::mt19937 rng(7);
+  const char alphabet[] = {'\n', '\n', '\n', 'a', 'b', '<', '>', ' '};
+  for (const std::string delim : {"\n\n\n", "\n", "<doc>", "ab", ""}) {
+    for (int trial = 0; trial < 30; ++trial) {
+      std::string data;
+      const size_t n = rng() % 3000;
+      for (size_t i = 0; i < n; ++i) data += alphabet[rng() % sizeof(alphabet)];
+      if (trial % 3 == 0) data = "\n\n" + data + "<doc>\n";  // leading newlines, trailing delimiter
+      const std::vector<std::string> expect = split_all(data, delim);
+
+      DocumentScanner scanner(delim);
+      std::string buffer;
+      std::vector<DocumentScanner::Span> spans;
+      std::vector<std::string> got;
+      auto take = [&] {
+        for (const auto& s : spans) got.push_back(buffer.substr(s.begin, s.end - s.begin));
+        spans.clear();
+      };
+      for (size_t pos = 0; pos < data.size();) {
+        const size_t take_bytes = std::min<size_t>(data.size() - pos, 1 + rng() % 97);
+        buffer.append(data, pos, take_bytes);
+        pos += take_bytes;
+        scanner.scan(buffer, spans);
+        take();
+        if (rng() % 4 == 0) {  // drop what the documents found so far used
+          const size_t keep = scanner.begin();
+          buffer.erase(0, keep);
+          scanner.drop_prefix(keep);
+        }
+      }
+      scanner.finish(buffer, spans);
+      take();
+      ASSERT_EQ(got, expect) << "delimiter size " << delim.size() << ", trial " << trial;
+    }
+  }
+}
+
+// All blocks of a ParallelFileReader, per file: the bytes must be each file's content, the
+// files in order, each closed by exactly one empty block.
+std::vector<std::string> read_all_files(ParallelFileReader& reader, size_t files) {
+  std::vector<std::string> content(files);
+  std::vector<int> ends(files, 0);
+  std::string block;
+  size_t file = 0, last = 0;
+  while (reader.next(block, file)) {
+    EXPECT_LT(file, files);
+    if (file >= files) break;
+    EXPECT_GE(file, last) << "files out of order";
+    EXPECT_EQ(ends[file], 0) << "bytes after the end of file " << file;
+    last = file;
+    if (block.empty())
+      ++ends[file];
+    else
+      content[file] += block;
+  }
+  for (size_t f = 0; f < files; ++f) EXPECT_EQ(ends[f], 1) << "file " << f;
+  return content;
+}
+
+TEST_F(TextReaderTest, ParallelFileReaderKeepsFileOrder) {
+  // Files of 0 bytes to several blocks, plain and compressed, decoded by 1 to 8 threads with
+  // budgets from none (files after the current one wait) to plenty.
+  std::vector<std::string> files, expect;
+  std::mt19937 rng(3);
+  for (int i = 0; i < 9; ++i) {
+    const size_t bytes =
+        i == 2 ? 0 : (i == 5 ? 3 * ParallelFileReader::kBlockBytes + 17 : 1 + rng() % 50000);
+    std::string text(bytes, ' ');
+    for (auto& c : text) c = char('a' + rng() % 26);
+    files.push_back(path("f" + std::to_string(i) + ".txt"));
+    write_file(files.back(), text);
+    expect.push_back(text);
+  }
+#ifdef ATTNLAB_HAVE_ZLIB
+  {
+    files.push_back(path("g.txt.gz"));
+    expect.push_back(sample_text());
+    gzFile gz = gzopen(files.back().c_str(), "wb1");
+    ASSERT_NE(gz, nullptr);
+    ASSERT_EQ(gzwrite(gz, expect.back().data(), unsigned(expect.back().size())),
+              int(expect.back().size()));
+    gzclose(gz);
+  }
+#endif
+  if (have_xz_program()) {
+    write_file(path("x.txt"), sample_text() + "xz");
+    ASSERT_EQ(std::system(("xz -1 -T1 " + path("x.txt")).c_str()), 0);
+    files.push_back(path("x.txt.xz"));
+    expect.push_back(sample_text() + "xz");
+  }
+  for (const int parallel : {1, 3, 8}) {
+    for (const size_t ahead : {size_t(0), size_t(100000), size_t(64) << 20}) {
+      SCOPED_TRACE(testing::Message() << "parallel " << parallel << ", ahead " << ahead);
+      ParallelFileReader reader(files, parallel, ahead);
+      EXPECT_EQ(read_all_files(reader, files.size()), expect);
+      EXPECT_TRUE(reader.ready());  // at the end: next() returns false at once
+      std::string block;
+      size_t file = 0;
+      EXPECT_FALSE(reader.next(block, file));
+    }
+  }
+  // Stopping early (an error elsewhere in prepare) must not hang: decoders blocked on the budget
+  // are released by the destructor.
+  ParallelFileReader early(files, 4, 0);
+  std::string block;
+  size_t file = 0;
+  ASSERT_TRUE(early.next(block, file));
+}
+
+TEST_F(TextReaderTest, ParallelFileReaderReportsErrorsInOrder) {
+  // A missing file between two good ones: the first file's bytes come out whole, then the error
+  // (naming the file), even when the third file was decoded before the consumer got there.
+  write_file(path("a.txt"), "first file");
+  write_file(path("c.txt"), "third file");
+  ParallelFileReader reader({path("a.txt"), path("b_missing.txt"), path("c.txt")}, 3, 1 << 20);
+  std::string block, got;
+  size_t file = 0;
+  ASSERT_TRUE(reader.next(block, file));
+  EXPECT_EQ(file, 0u);
+  got = block;
+  ASSERT_TRUE(reader.next(block, file));
+  EXPECT_EQ(file, 0u);
+  EXPECT_TRUE(block.empty());
+  EXPECT_EQ(got, "first file");
+  test::expect_error([&] { reader.next(block, file); }, "b_missing.txt");
+}
+
 }  // namespace
 }  // namespace attnlab
