@@ -98,17 +98,36 @@ def run_step(model, x, y, bf16):
     return logits[-1].detach().float(), loss.item(), grads
 
 
+def make_adamw(params, lr, hp):
+    """torch AdamW set up as attnlab's: decoupled weight decay on 2-D weights only, fp32 state."""
+    decay = [p for p in params if p.dim() == 2]
+    no_decay = [p for p in params if p.dim() != 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": hp["weight_decay"]},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"], foreach=False)
+
+
+def clip_and_step(opt, params, lr, hp):
+    """attnlab's global-norm clip (scale = clip / max(norm, clip)), then one AdamW step at lr.
+    Returns the norm before clipping."""
+    norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in params)).item()
+    if hp["grad_clip"] > 0:
+        scale = hp["grad_clip"] / max(norm, hp["grad_clip"])
+        for p in params:
+            p.grad.mul_(scale)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    opt.step()
+    return norm
+
+
 def adamw_train(model, data, lrs, hp, bf16, norms=None, keep_after=(), kept=None):
     """AdamW as attnlab runs it: global-norm clip (scale = clip / max(norm, clip)), decoupled weight
     decay on 2-D weights only, bias-corrected moments, fp32 state. norms (a list) receives each
     step's {param: grad norm}; kept (a dict) receives {step: {param: weights}} after the steps in
     keep_after."""
     params = list(model.p.items())
-    decay = [p for k, p in params if p.dim() == 2]
-    no_decay = [p for k, p in params if p.dim() != 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": hp["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=lrs[0], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"], foreach=False)
+    opt = make_adamw([p for _, p in params], lrs[0], hp)
     losses = []
     for s, lr in enumerate(lrs):
         x, y = data[s]
@@ -116,16 +135,9 @@ def adamw_train(model, data, lrs, hp, bf16, norms=None, keep_after=(), kept=None
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
             _, loss = model(x.cuda(), y.cuda())
         loss.backward()
-        norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for _, p in params)).item()
         if norms is not None:
             norms.append({k.replace("__", "."): p.grad.double().norm().item() for k, p in params})
-        if hp["grad_clip"] > 0:
-            scale = hp["grad_clip"] / max(norm, hp["grad_clip"])
-            for _, p in params:
-                p.grad.mul_(scale)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.step()
+        norm = clip_and_step(opt, [p for _, p in params], lr, hp)
         if kept is not None and s + 1 in keep_after:
             kept[s + 1] = {k.replace("__", "."): p.detach().float().clone() for k, p in params}
         losses.append(loss.item())
@@ -149,11 +161,7 @@ def pure_bf16_train(weights, n_head, vocab, data, lrs, hp, seed=0):
     model = GPT2({k: v.to(torch.bfloat16) for k, v in weights.items()}, n_head, vocab).cuda()
     gen = torch.Generator(device="cuda")
     gen.manual_seed(seed)
-    decay = [p for p in master.values() if p.dim() == 2]
-    no_decay = [p for p in master.values() if p.dim() != 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": hp["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=lrs[0], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"], foreach=False)
+    opt = make_adamw(list(master.values()), lrs[0], hp)
     losses = []
     for s, lr in enumerate(lrs):
         x, y = data[s]
@@ -162,14 +170,7 @@ def pure_bf16_train(weights, n_head, vocab, data, lrs, hp, seed=0):
         loss.backward()
         for k, p in model.p.items():
             master[k.replace("__", ".")].grad = p.grad.float()
-        norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in master.values())).item()
-        if hp["grad_clip"] > 0:
-            scale = hp["grad_clip"] / max(norm, hp["grad_clip"])
-            for p in master.values():
-                p.grad.mul_(scale)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.step()
+        norm = clip_and_step(opt, list(master.values()), lr, hp)
         with torch.no_grad():
             for k, p in model.p.items():
                 p.copy_(sr_bf16(master[k.replace("__", ".")], gen))
