@@ -92,6 +92,10 @@ int main(int argc, char** argv) {
     ATTN_REQUIRE(train_steps <= n_batches,
                  "--train-steps %d needs %d batches in --tokens, it holds %d", train_steps,
                  train_steps, n_batches);
+    for (int k : weights_after)
+      ATTN_REQUIRE(k >= 1 && k <= train_steps,
+                   "--weights-after %d: expected a step in [1, --train-steps = %d]", k,
+                   train_steps);
 
     Buffer dev(ctx->device, size_t(2 * B * T) * 4);
     Tensor tin = dev.as(DType::i32, Shape{B, T}),
