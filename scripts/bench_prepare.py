@@ -14,6 +14,9 @@ each thread count N measures, best of `--repeats`:
                    including xz decoding, document splitting, train/val split and shard writing
   prepare K x .xz  the same on the K files (decoded up to N at a time)
   prepare .txt     the same on the plain file
+  N procs .txt     N separate `prepare --threads 1` processes on the plain file at once, MB/s of
+                   all together: the machine's own ceiling for N single-threaded encoders (SMT,
+                   clock boost and memory bandwidth limit it; threads in one process cannot beat it)
 With `--copies C` the prepare inputs hold the text C times over (tiktoken encodes it once: its
 rate does not depend on the length), so that runs at many threads last long enough to measure.
 Process start-up and vocabulary loading (measured with a one-line input, best of 5 or more) are
@@ -47,6 +50,24 @@ def run_prepare(exe, vocab_dir, path, out_dir, threads):
                   "--delimiter", "\\n\\n\\n", "--threads", str(threads), "--no-progress"],
                  check=True, capture_output=True, text=True)
   return time.perf_counter() - t0
+
+
+def run_processes(exe, vocab_dir, path, out_dir, n):
+  """Wall time of n concurrent single-threaded prepare runs of the same file."""
+  outs = [f"{out_dir}_p{i}" for i in range(n)]
+  for o in outs:
+    shutil.rmtree(o, ignore_errors=True)
+  t0 = time.perf_counter()
+  procs = [subprocess.Popen([exe, "prepare", path, "--out", o, "--tokenizer", "gpt2:" + vocab_dir,
+                             "--delimiter", "\\n\\n\\n", "--threads", "1", "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for o in outs]
+  rcs = [q.wait() for q in procs]
+  seconds = time.perf_counter() - t0
+  if any(rcs):
+    raise RuntimeError(f"prepare exited with {rcs}")
+  for o in outs:
+    shutil.rmtree(o, ignore_errors=True)
+  return seconds
 
 
 def best_prepare(exe, vocab_dir, path, out_dir, threads, repeats):
@@ -110,15 +131,18 @@ def main():
     k = f"{len(parts)} x .xz"
     print(f"{'threads':>7} {'tiktoken MB/s':>14} {'prepare .xz MB/s':>17} "
           f"{'prepare ' + k + ' MB/s':>20} {'prepare .txt MB/s':>18} {'ratio .xz':>9} "
-          f"{'ratio ' + k:>14} {'ratio .txt':>10}")
+          f"{'ratio ' + k:>14} {'ratio .txt':>10} {'N procs .txt MB/s':>18}")
     for n in args.threads:
       tk = bt.bench_tiktoken(enc, text, n, args.repeats)
       t_xz = best_prepare(args.attnlab, vocab_dir, xz, out, n, args.repeats) - startup
       t_parts = best_prepare(args.attnlab, vocab_dir, xz_parts, out, n, args.repeats) - startup
       t_txt = best_prepare(args.attnlab, vocab_dir, plain, out, n, args.repeats) - startup
+      t_procs = min(run_processes(args.attnlab, vocab_dir, plain, out, n)
+                    for _ in range(args.repeats)) - startup
       (s_xz, r_xz), (s_parts, r_parts), (s_txt, r_txt) = rate(t_xz), rate(t_parts), rate(t_txt)
+      s_procs = "n/a" if t_procs <= 0 else f"{n * mb / t_procs:.2f}"
       print(f"{n:>7} {tk:>14.2f} {s_xz:>17} {s_parts:>20} {s_txt:>18} {ratio(r_xz, tk):>9} "
-            f"{ratio(r_parts, tk):>14} {ratio(r_txt, tk):>10}", flush=True)
+            f"{ratio(r_parts, tk):>14} {ratio(r_txt, tk):>10} {s_procs:>18}", flush=True)
 
 
 if __name__ == "__main__":
