@@ -1,0 +1,448 @@
+// Dense attention forward for Hopper on warpgroup MMA (wgmma), bf16, head dim 64 or 128.
+// Contract: attention_wgmma.cuh (= launch_attention_fwd<bf16>'s: o and lse written, lse in natural
+// log, packed strided q/k/v, GQA, causal or not, sliding window).
+//
+// Design (FlashAttention-3's forward, first version: no warp specialization, no TMA):
+//   A block owns kBlockM = 128 queries of one (batch, head) and runs 2 warpgroups (256 threads);
+//   warpgroup w owns queries 64w..64w+63 of the block (the M = 64 of one wgmma). The block loops
+//   over tiles of kBlockN = 128 keys, double-buffered in shared memory and loaded with cp.async
+//   by all 256 threads (the load of tile n+1 runs during the compute of tile n):
+//     S = Q K^T      wgmma m64n128k16, A = Q and B = K both from shared memory (K-major),
+//                    D / 16 instructions, fp32 accumulators in registers (64 per thread);
+//     online softmax in registers: log2 domain, scale folded into one FFMA per score, ex2.approx;
+//     O += P V       wgmma m64nDk16 with A = P from registers (bf16, converted from S in place:
+//                    the accumulator layout of S is the register-A layout of P) and B = V from
+//                    shared memory (MN-major: V is [keys][D] with D contiguous), kBlockN / 16
+//                    instructions.
+//   A warpgroup skips the arithmetic of key tiles that lie entirely past its causal diagonal or
+//   before its window (its block-mate may still need them). Element masks only on tiles that
+//   touch the diagonal, the window edge or the end of T.
+//
+// Shared-memory layout (all operands): 128-byte swizzle, the canonical wgmma layout. A [rows][D]
+// bf16 tile is split into D / 64 column blocks of 64 elements (128 bytes); a column block is a
+// [rows][128 B] array in which 16-byte chunk c of row r is stored at chunk position c ^ (r % 8).
+// The hardware applies the same XOR to address bits [4:6] with bits [7:9] of the shared-memory
+// address, so every tile starts on a 1024-byte boundary (the swizzle period: 8 rows x 128 B).
+// The XOR spreads the 8 rows of a core matrix over all 32 banks: no bank conflicts for wgmma
+// reads and, since a warp writes whole 128-byte rows, none for the cp.async writes either.
+//
+// Synchronization, per K/V tile:
+//   cp.async.wait_group 0           this thread's copies of the tile have landed
+//   fence.proxy.async.shared::cta   make them visible to the async proxy that wgmma reads through
+//   __syncthreads                   everybody's copies landed and fenced; also, both warpgroups
+//                                   finished (wgmma.wait_group 0) reading the other buffer, which
+//                                   the next cp.async overwrites
+//   wgmma.fence                     before the first wgmma of a batch: orders earlier register
+//                                   writes/reads of the accumulators and of P before the async MMA
+//   wgmma x n, commit_group, wait_group 0: the accumulators are valid after the wait.
+// Accumulator and P registers are also passed through empty asm statements around each batch
+// (fence_regs), so the compiler can neither move their uses above the wait nor reuse P's
+// registers while the MMA still reads them.
+//
+// The kernel body exists only in the sm_90a compilation (wgmma is an sm_90a feature); CMake
+// compiles this file for sm_90a alone when CMAKE_CUDA_ARCHITECTURES contains 90, and otherwise for
+// the project's architectures with an empty body (ATTNLAB_WGMMA_SM90A undefined: the launcher
+// reports unsupported).
+#include <cuda_bf16.h>
+
+#include "kernels/attention/attention_wgmma.cuh"
+#include "kernels/common/device.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ATTN_WGMMA_DEVICE 1
+#else
+#define ATTN_WGMMA_DEVICE 0
+#endif
+
+namespace attnlab {
+namespace {
+
+constexpr int kWarpgroups = 2;
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kBlockM = 64 * kWarpgroups;  // queries per block
+constexpr int kBlockN = 128;               // keys per shared-memory tile
+
+// Bytes of one [rows][D] bf16 tile (D / 64 column blocks of rows x 128 B).
+constexpr uint32_t tile_bytes(int rows, int D) { return uint32_t(rows) * D * 2; }
+// Dynamic shared memory: Q, 2 K and 2 V tiles, plus 1 KiB to align the base to 1024 bytes.
+constexpr size_t smem_bytes(int D) {
+  return size_t(tile_bytes(kBlockM, D)) + 4 * size_t(tile_bytes(kBlockN, D)) + 1024;
+}
+// Blocks per SM the launch bounds ask registers for: D = 64 (81 KiB of shared memory) fits two
+// blocks (<= 128 registers per thread); D = 128 (161 KiB) one.
+template <int D>
+constexpr int kMinBlocks = D == 64 ? 2 : 1;
+
+#if ATTN_WGMMA_DEVICE
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---- PTX wrappers (sm_90a) --------------------------------------------------------------------
+__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, bool valid) {
+  const int n = valid ? 16 : 0;  // 0: zero-fill the 16 bytes (rows past T)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+// Generic-proxy writes (cp.async, st.shared) become visible to the async proxy (wgmma operand
+// reads) only through this fence.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+  }
+}
+
+// Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"), 64 bits:
+//   bits  0-13  start address >> 4: shared-window address of the operand's first element. Moving
+//               along K inside a 128-byte row (K-major) is done by adding the byte offset here:
+//               the hardware swizzles the address it computes, so +32 B selects the next 16
+//               elements of every row exactly as the XOR pattern stored them.
+//   bits 16-29  leading-dimension byte offset >> 4 (LBO)
+//   bits 32-45  stride-dimension byte offset >> 4 (SBO)
+//   bits 49-51  base offset: 0, since every tile (and every start address used, up to +96 B
+//               within a row) lies in a 1024-byte-aligned swizzle period
+//   bits 62-63  swizzle mode: 1 = 128-byte swizzle
+// Canonical 128-byte-swizzle layouts (CUTLASS notation, T = 8 bf16 = 16 bytes):
+//   K-major  ((8, m), (T, 2)) : ((8T, SBO), (1, T)): 8 rows at 128 B, groups of 8 rows at SBO;
+//            the k16 of one instruction (32 B) stays inside one 128-byte row, so LBO is unused
+//            (set to 1, i.e. 16 B, by convention).
+//   MN-major ((T, 8, m), (8, k)) : ((1, T, LBO), (8T, SBO)): 64 contiguous elements along N in
+//            a 128-byte row, the next 64 (next column block) at LBO; 8 K-rows at 128 B, the next
+//            8 K-rows at SBO.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo & 0x3FFFF) >> 4) << 16) |
+         (uint64_t((sbo & 0x3FFFF) >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// Accumulator operand lists: C is the constraint ("+f"), d the float array.
+#define ATTN_WG_ACC8(C, d, i)                                                                   \
+  C(d[(i) + 0]), C(d[(i) + 1]), C(d[(i) + 2]), C(d[(i) + 3]), C(d[(i) + 4]), C(d[(i) + 5]), \
+      C(d[(i) + 6]), C(d[(i) + 7])
+#define ATTN_WG_ACC32(C, d) \
+  ATTN_WG_ACC8(C, d, 0), ATTN_WG_ACC8(C, d, 8), ATTN_WG_ACC8(C, d, 16), ATTN_WG_ACC8(C, d, 24)
+#define ATTN_WG_ACC64(C, d)                                                                     \
+  ATTN_WG_ACC32(C, d), ATTN_WG_ACC8(C, d, 32), ATTN_WG_ACC8(C, d, 40), ATTN_WG_ACC8(C, d, 48), \
+      ATTN_WG_ACC8(C, d, 56)
+#define ATTN_WG_REGS32                                                                        \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define ATTN_WG_REGS64                                                                          \
+  ATTN_WG_REGS32                                                                                \
+  ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
+  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+
+// d (64 x N fp32, accumulator fragments) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x N)
+// from shared memory, both K-major (imm-trans-a = imm-trans-b = 0), scale-a = scale-b = 1.
+// With accumulate = 0 the previous contents of d are ignored (the first k-step of S = Q K^T).
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b,
+                                         int accumulate) {
+  static_assert(N == 128, "S tiles are 128 keys wide");
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" ATTN_WG_REGS64
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : ATTN_WG_ACC64("+f", d)
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// d (64 x N fp32) += A B with A (64 x 16 bf16) from registers (4 x 32 bits per thread, the
+// m16n8k16-style fragment of the thread's warp: rows 16 * warp + ...) and B (16 x N) from shared
+// memory, MN-major (imm-trans-b = 1: B is stored [K][N] with N contiguous).
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
+  static_assert(N == 64 || N == 128, "head dim 64 or 128");
+  if constexpr (N == 64) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" ATTN_WG_REGS32
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : ATTN_WG_ACC32("+f", d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" ATTN_WG_REGS64
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : ATTN_WG_ACC64("+f", d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
+  }
+}
+
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Byte offset of 16-byte chunk `chunk` (elements 8 chunk .. 8 chunk + 7 of D) of row `row` in a
+// [ROWS][D] tile in the 128-byte swizzled layout described at the top.
+template <int ROWS>
+__device__ __forceinline__ uint32_t swizzled_offset(int row, int chunk) {
+  return uint32_t((chunk >> 3) * ROWS * 128 + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+// Rows row0 .. row0 + ROWS - 1 (zero past T) of a [T, D] strided matrix into a swizzled tile at
+// shared address s; consecutive threads read consecutive 16 bytes of a row.
+template <int ROWS, int D>
+__device__ __forceinline__ void load_tile(uint32_t s, const bf16* g, int64_t row_stride, int row0,
+                                          int T) {
+  constexpr int kChunks = D / 8;
+  static_assert(ROWS * kChunks % kThreads == 0, "whole rounds of 16-byte copies");
+#pragma unroll
+  for (int it = 0; it < ROWS * kChunks / kThreads; ++it) {
+    const int i = it * kThreads + threadIdx.x, r = i / kChunks, c = i % kChunks;
+    const bool valid = row0 + r < T;
+    const bf16* src = valid ? g + int64_t(row0 + r) * row_stride + c * 8 : g;
+    cp_async16(s + swizzled_offset<ROWS>(r, c), src, valid);
+  }
+}
+#endif  // ATTN_WGMMA_DEVICE
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
+    attn_fwd_wgmma_kernel(const AttentionParams<bf16> p) {
+#if ATTN_WGMMA_DEVICE
+  constexpr uint32_t kQBytes = tile_bytes(kBlockM, D), kKVBytes = tile_bytes(kBlockN, D);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t smem_base =
+      (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const uint32_t sQ = smem_base;               // [kBlockM] rows
+  const uint32_t sK = sQ + kQBytes;            // [2][kBlockN] rows
+  const uint32_t sV = sK + 2 * kKVBytes;       // [2][kBlockN] rows
+
+  const int T = p.T_;
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) blocks first
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, tig = lane & 3;
+  const int q0 = m_block * kBlockM;
+  const int wq0 = q0 + 64 * wg;         // first query of this warpgroup
+  const int row0 = wq0 + 16 * warp + g;  // this thread's rows: row0 (c = 0, 1), row0 + 8 (c = 2, 3)
+  const bf16* gq = p.q + b * p.qkv_batch_stride + h * D;
+  const bf16* gk = p.k + b * p.qkv_batch_stride + hk * D;
+  const bf16* gv = p.v + b * p.qkv_batch_stride + hk * D;
+
+  int n_end = (T + kBlockN - 1) / kBlockN;
+  if (p.causal) n_end = min(n_end, (q0 + kBlockM - 1) / kBlockN + 1);
+  const int n_begin = p.window > 0 ? max(0, q0 - p.window + 1) / kBlockN : 0;
+
+  load_tile<kBlockM, D>(sQ, gq, p.qkv_row_stride, q0, T);
+  load_tile<kBlockN, D>(sK, gk, p.qkv_row_stride, n_begin * kBlockN, T);
+  load_tile<kBlockN, D>(sV, gv, p.qkv_row_stride, n_begin * kBlockN, T);
+  cp_async_commit();
+
+  // Accumulator fragments (wgmma D layout, per warp the m16n8 C layout repeated along N):
+  // element 4j + c holds row row0 + 8 (c >> 1), column 8j + 2 tig + (c & 1).
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  const float sl2 = p.scale * kLog2e;
+  // Q descriptors: this warpgroup's 64 rows start 64 * 128 B into each column block.
+  const uint32_t q_rows = sQ + wg * 64 * 128;
+
+  for (int nb = n_begin; nb < n_end; ++nb) {
+    const int buf = (nb - n_begin) & 1;
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();
+    if (nb + 1 < n_end) {
+      load_tile<kBlockN, D>(sK + (buf ^ 1) * kKVBytes, gk, p.qkv_row_stride, (nb + 1) * kBlockN,
+                            T);
+      load_tile<kBlockN, D>(sV + (buf ^ 1) * kKVBytes, gv, p.qkv_row_stride, (nb + 1) * kBlockN,
+                            T);
+      cp_async_commit();
+    }
+    const int k0 = nb * kBlockN;
+    // Uniform per warpgroup (wgmma needs all 128 threads): keys all past the diagonal of this
+    // warpgroup's last row, or all before the window of its first row.
+    if ((p.causal && k0 > wq0 + 63) || (p.window > 0 && k0 + kBlockN - 1 <= wq0 - p.window)) {
+      continue;
+    }
+    const uint32_t k_tile = sK + buf * kKVBytes, v_tile = sV + buf * kKVBytes;
+
+    // ---- S = Q K^T: D / 16 k-steps; step kk reads elements 16 kk .. 16 kk + 15 of every row,
+    // i.e. column block kk / 4 at byte 32 (kk % 4) of each 128-byte row. SBO = 1024 (8 rows).
+    float s[kBlockN / 2];
+    fence_regs(s);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t koff = (kk % 4) * 32u;
+      const uint64_t a = smem_desc(q_rows + (kk / 4) * kBlockM * 128 + koff, 16, 1024);
+      const uint64_t bk = smem_desc(k_tile + (kk / 4) * kBlockN * 128 + koff, 16, 1024);
+      wgmma_ss<kBlockN>(s, a, bk, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_regs(s);
+
+    // ---- online softmax on this thread's two rows (4 threads share a row: shuffles over tig).
+    const bool need_mask = k0 + kBlockN > T || (p.causal && k0 + kBlockN - 1 > wq0) ||
+                           (p.window > 0 && k0 <= wq0 + 63 - p.window);
+    if (need_mask) {
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int key = k0 + 8 * j + 2 * tig + (c & 1);
+          const int qi = row0 + 8 * (c >> 1);
+          if (key >= T || (p.causal && key > qi) || (p.window > 0 && key <= qi - p.window)) {
+            s[4 * j + c] = -INFINITY;
+          }
+        }
+      }
+    }
+    // Raw scores; the scale is folded into the exponent (exact for the max because scale > 0).
+    // row_max is kept in the scaled log2 domain.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(row_max[r], mx * sl2);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float corr = exp2_ftz(row_max[r] - m_use);
+      row_max[r] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        s[4 * j + 2 * r] = exp2_ftz(fmaf(s[4 * j + 2 * r], sl2, -m_use));
+        s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], sl2, -m_use));
+        sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+      }
+      row_sum[r] = row_sum[r] * corr + sum;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        o[4 * j + 2 * r] *= corr;
+        o[4 * j + 2 * r + 1] *= corr;
+      }
+    }
+
+    // ---- P (bf16) as register A fragments: k-step kk covers keys 16 kk .. 16 kk + 15, which are
+    // S columns 8 (2 kk) .. 8 (2 kk + 1) + 7: a0/a1 rows g/g+8 keys 2 tig.., a2/a3 keys 8 + 2 tig..
+    uint32_t pa[kBlockN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      pa[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+
+    // ---- O += P V: kBlockN / 16 k-steps of 16 keys = 2 groups of 8 rows (SBO = 1024) starting
+    // 16 x 128 B apart; N = D spans D / 64 column blocks kBlockN x 128 B apart (LBO).
+    fence_regs(o);
+    fence_regs(pa);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      const uint64_t bv = smem_desc(v_tile + kk * 16 * 128, kBlockN * 128, 1024);
+      wgmma_rs<D>(o, pa[kk], bv);
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_regs(o);
+    fence_regs(pa);
+  }
+
+  // ---- epilogue: o / l in bf16 and lse = (max + log2 l) ln 2, rows < T only.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int qi = row0 + 8 * r;
+    if (qi >= T) continue;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    bf16* out = p.o + b * p.o_batch_stride + int64_t(qi) * p.o_row_stride + h * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      *reinterpret_cast<__nv_bfloat162*>(out + 8 * j + 2 * tig) =
+          __floats2bfloat162_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    }
+    if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (row_max[r] + log2f(l)) * kLn2;
+  }
+#else
+  (void)p;
+#endif
+}
+
+template <int D>
+void launch(const AttentionParams<bf16>& p, cudaStream_t st) {
+  constexpr size_t smem = smem_bytes(D);
+  CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_wgmma_kernel<D>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const dim3 grid(div_up(p.T_, kBlockM), p.n_head, p.B);
+  attn_fwd_wgmma_kernel<D><<<grid, kThreads, smem, st>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool attention_fwd_wgmma_supported(const AttentionParams<bf16>& p) {
+#if defined(ATTNLAB_WGMMA_SM90A)
+  if ((p.D != 64 && p.D != 128) || p.variant != nullptr) return false;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();  // leave no sticky error for the caller's next check
+    return false;
+  }
+  return major == 9 && minor == 0;
+#else
+  (void)p;
+  return false;
+#endif
+}
+
+void launch_attention_fwd_wgmma(const AttentionParams<bf16>& p, Stream s) {
+  ATTN_REQUIRE(attention_fwd_wgmma_supported(p),
+               "wgmma attention forward: needs a build with sm_90a code "
+               "(CMAKE_CUDA_ARCHITECTURES containing 90), a compute capability 9.0 device and "
+               "head dim 64 or 128 (got %d)",
+               p.D);
+  ATTN_ASSERT(p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0 && p.T_ > 0 && p.B > 0);
+  ATTN_ASSERT(p.window >= 0 && p.scale > 0.f);
+  ATTN_ASSERT(p.qkv_row_stride % 8 == 0 && p.qkv_batch_stride % 8 == 0 && p.o_row_stride % 2 == 0 &&
+              p.o_batch_stride % 2 == 0);
+  ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v));
+  auto st = reinterpret_cast<cudaStream_t>(s);
+  if (p.D == 64) {
+    launch<64>(p, st);
+  } else {
+    launch<128>(p, st);
+  }
+}
+
+}  // namespace attnlab
