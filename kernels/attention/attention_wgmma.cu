@@ -137,19 +137,19 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
 }
 
 // Accumulator operand lists: C is the constraint ("+f"), d the float array.
-#define ATTN_WG_ACC8(C, d, i)                                                                   \
+#define ATTN_WG_ACC8(C, d, i)                                                               \
   C(d[(i) + 0]), C(d[(i) + 1]), C(d[(i) + 2]), C(d[(i) + 3]), C(d[(i) + 4]), C(d[(i) + 5]), \
       C(d[(i) + 6]), C(d[(i) + 7])
 #define ATTN_WG_ACC32(C, d) \
   ATTN_WG_ACC8(C, d, 0), ATTN_WG_ACC8(C, d, 8), ATTN_WG_ACC8(C, d, 16), ATTN_WG_ACC8(C, d, 24)
-#define ATTN_WG_ACC64(C, d)                                                                     \
+#define ATTN_WG_ACC64(C, d)                                                                    \
   ATTN_WG_ACC32(C, d), ATTN_WG_ACC8(C, d, 32), ATTN_WG_ACC8(C, d, 40), ATTN_WG_ACC8(C, d, 48), \
       ATTN_WG_ACC8(C, d, 56)
-#define ATTN_WG_REGS32                                                                        \
+#define ATTN_WG_REGS32                                                                         \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define ATTN_WG_REGS64                                                                          \
-  ATTN_WG_REGS32                                                                                \
+#define ATTN_WG_REGS64                                                                           \
+  ATTN_WG_REGS32                                                                                 \
   ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
   "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 
@@ -213,14 +213,19 @@ __device__ __forceinline__ uint32_t swizzled_offset(int row, int chunk) {
 template <int ROWS, int D>
 __device__ __forceinline__ void load_tile(uint32_t s, const bf16* g, int64_t row_stride, int row0,
                                           int T) {
-  constexpr int kChunks = D / 8;
-  static_assert(ROWS * kChunks % kThreads == 0, "whole rounds of 16-byte copies");
+  constexpr int kChunks = D / 8, kRowsPerRound = kThreads / kChunks;
+  static_assert(ROWS % kRowsPerRound == 0, "whole rounds of 16-byte copies");
+  // Round `it` copies rows it * kRowsPerRound + r; the chunk c and the row's phase in the swizzle
+  // (r % 8, as kRowsPerRound is a multiple of 8) are the same in every round, so the shared
+  // offset advances by a constant and the global pointer by kRowsPerRound rows.
+  const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+  const uint32_t dst = s + swizzled_offset<ROWS>(r, c);
+  const bf16* src = g + int64_t(row0 + r) * row_stride + c * 8;
+  const int64_t step = int64_t(kRowsPerRound) * row_stride;
 #pragma unroll
-  for (int it = 0; it < ROWS * kChunks / kThreads; ++it) {
-    const int i = it * kThreads + threadIdx.x, r = i / kChunks, c = i % kChunks;
-    const bool valid = row0 + r < T;
-    const bf16* src = valid ? g + int64_t(row0 + r) * row_stride + c * 8 : g;
-    cp_async16(s + swizzled_offset<ROWS>(r, c), src, valid);
+  for (int it = 0; it < ROWS / kRowsPerRound; ++it) {
+    const bool valid = row0 + r + it * kRowsPerRound < T;
+    cp_async16(dst + it * kRowsPerRound * 128, valid ? src + it * step : g, valid);
   }
 }
 #endif  // ATTN_WGMMA_DEVICE
@@ -233,9 +238,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t smem_base =
       (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
-  const uint32_t sQ = smem_base;               // [kBlockM] rows
-  const uint32_t sK = sQ + kQBytes;            // [2][kBlockN] rows
-  const uint32_t sV = sK + 2 * kKVBytes;       // [2][kBlockN] rows
+  const uint32_t sQ = smem_base;          // [kBlockM] rows
+  const uint32_t sK = sQ + kQBytes;       // [2][kBlockN] rows
+  const uint32_t sV = sK + 2 * kKVBytes;  // [2][kBlockN] rows
 
   const int T = p.T_;
   const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) blocks first
@@ -243,7 +248,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tig = lane & 3;
   const int q0 = m_block * kBlockM;
-  const int wq0 = q0 + 64 * wg;         // first query of this warpgroup
+  const int wq0 = q0 + 64 * wg;          // first query of this warpgroup
   const int row0 = wq0 + 16 * warp + g;  // this thread's rows: row0 (c = 0, 1), row0 + 8 (c = 2, 3)
   const bf16* gq = p.q + b * p.qkv_batch_stride + h * D;
   const bf16* gk = p.k + b * p.qkv_batch_stride + hk * D;
@@ -274,10 +279,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     fence_proxy_async();
     __syncthreads();
     if (nb + 1 < n_end) {
-      load_tile<kBlockN, D>(sK + (buf ^ 1) * kKVBytes, gk, p.qkv_row_stride, (nb + 1) * kBlockN,
-                            T);
-      load_tile<kBlockN, D>(sV + (buf ^ 1) * kKVBytes, gv, p.qkv_row_stride, (nb + 1) * kBlockN,
-                            T);
+      load_tile<kBlockN, D>(sK + (buf ^ 1) * kKVBytes, gk, p.qkv_row_stride, (nb + 1) * kBlockN, T);
+      load_tile<kBlockN, D>(sV + (buf ^ 1) * kKVBytes, gv, p.qkv_row_stride, (nb + 1) * kBlockN, T);
       cp_async_commit();
     }
     const int k0 = nb * kBlockN;
@@ -308,14 +311,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     const bool need_mask = k0 + kBlockN > T || (p.causal && k0 + kBlockN - 1 > wq0) ||
                            (p.window > 0 && k0 <= wq0 + 63 - p.window);
     if (need_mask) {
+      // Row qi sees keys lo .. hi; in this thread's columns key = k0 + 2 tig + (8 j + e), so one
+      // comparison of the compile-time column offset 8 j + e against each bound (few registers).
 #pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
+      for (int r = 0; r < 2; ++r) {
+        const int qi = row0 + 8 * r, base = k0 + 2 * tig;
+        const int hi = (p.causal ? min(T - 1, qi) : T - 1) - base;
+        const int lo = p.window > 0 ? qi - p.window + 1 - base : -(1 << 30);
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int key = k0 + 8 * j + 2 * tig + (c & 1);
-          const int qi = row0 + 8 * (c >> 1);
-          if (key >= T || (p.causal && key > qi) || (p.window > 0 && key <= qi - p.window)) {
-            s[4 * j + c] = -INFINITY;
+        for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            if (8 * j + e > hi || 8 * j + e < lo) s[4 * j + 2 * r + e] = -INFINITY;
           }
         }
       }
@@ -326,7 +333,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+      for (int j = 0; j < kBlockN / 8; ++j)
+        mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(row_max[r], mx * sl2);

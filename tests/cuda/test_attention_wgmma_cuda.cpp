@@ -99,9 +99,9 @@ void check_wgmma(const WgmmaCase& c, uint32_t seed) {
   const int64_t width[3] = {int64_t(c.H) * c.D, int64_t(c.Hkv) * c.D, int64_t(c.Hkv) * c.D};
   const char* part[3] = {" dq", " dk", " dv"};
   for (int k = 0; k < 3; ++k) {
-    EXPECT_LT(report((name + part[k]).c_str(),
-                     part_error(got, dqkv_ref, rows, row, begin[k], width[k])),
-              1e-2);
+    EXPECT_LT(
+        report((name + part[k]).c_str(), part_error(got, dqkv_ref, rows, row, begin[k], width[k])),
+        1e-2);
   }
 }
 
@@ -118,12 +118,10 @@ TEST(AttentionCuda, WgmmaForwardMatchesReference) {
     GTEST_SKIP() << "this build has no sm_90a code (configure with CMAKE_CUDA_ARCHITECTURES=90)";
   }
   const WgmmaCase cases[] = {
-      {2, 1, 2, 2, 64, 0, true},       {1, 64, 4, 2, 64, 0, true},
-      {2, 127, 4, 1, 128, 0, true},    {1, 129, 2, 2, 64, 0, true},
-      {1, 1024, 2, 2, 64, 0, true},    {1, 1024, 4, 2, 128, 0, true},
-      {2, 200, 4, 4, 64, 37, true},    {1, 300, 2, 1, 128, 100, true},
-      {1, 777, 2, 1, 128, 300, true},  {1, 333, 3, 3, 64, 0, false},
-      {1, 257, 2, 1, 128, 0, false},
+      {2, 1, 2, 2, 64, 0, true},    {1, 64, 4, 2, 64, 0, true},     {2, 127, 4, 1, 128, 0, true},
+      {1, 129, 2, 2, 64, 0, true},  {1, 1024, 2, 2, 64, 0, true},   {1, 1024, 4, 2, 128, 0, true},
+      {2, 200, 4, 4, 64, 37, true}, {1, 300, 2, 1, 128, 100, true}, {1, 777, 2, 1, 128, 300, true},
+      {1, 333, 3, 3, 64, 0, false}, {1, 257, 2, 1, 128, 0, false},
   };
   uint32_t seed = 7;
   for (const auto& c : cases) check_wgmma(c, seed += 10);
