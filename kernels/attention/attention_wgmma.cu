@@ -410,6 +410,10 @@ void launch(const AttentionParams<bf16>& p, cudaStream_t st) {
   constexpr size_t smem = smem_bytes(D);
   CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_wgmma_kernel<D>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  // Largest shared-memory carveout: two 81 KiB blocks (D = 64) must share an SM.
+  CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_wgmma_kernel<D>,
+                                  cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  int(cudaSharedmemCarveoutMaxShared)));
   const dim3 grid(div_up(p.T_, kBlockM), p.n_head, p.B);
   attn_fwd_wgmma_kernel<D><<<grid, kThreads, smem, st>>>(p);
   CUDA_CHECK_LAUNCH();
