@@ -41,30 +41,35 @@ fi
 
 "$BUILD/bench_attention" "$LOGS/mma.csv" --gpt2 --no-det >"$LOGS/bench_mma.log" 2>&1
 echo "bench mma.sync: rc=$?"
+for v in simple pipelined; do
+  "$BUILD/bench_attention" "$LOGS/wgmma_$v.csv" --gpt2 --no-det --wgmma=$v >"$LOGS/bench_$v.log" 2>&1
+  echo "bench --wgmma=$v: rc=$?"
+  tail -2 "$LOGS/bench_$v.log"
+done
 "$BUILD/bench_attention" "$LOGS/wgmma.csv" --gpt2 --no-det --wgmma >"$LOGS/bench_wgmma.log" 2>&1
-echo "bench --wgmma: rc=$?"
-tail -3 "$LOGS/bench_wgmma.log"
+echo "bench --wgmma (default schedules; fwd+bwd through the dispatcher): rc=$?"
 PYTHONUNBUFFERED=1 python3 scripts/bench/sdpa_peer.py "$LOGS/peer.csv" --gpt2 >"$LOGS/peer.log" 2>&1
 echo "sdpa peer: rc=$?"
 
-echo "==== attention bf16 forward, TFLOP/s: mma.sync / wgmma / PyTorch SDPA ===="
-python3 - "$LOGS/mma.csv" "$LOGS/wgmma.csv" "$LOGS/peer.csv" <<'PY'
+echo "==== attention bf16 causal forward, TFLOP/s: mma.sync / wgmma simple, pipelined, default / SDPA ===="
+python3 - "$LOGS" <<'PY'
 import csv, os, sys
-def rows(path):
+def rows(name):
+    path = os.path.join(sys.argv[1], name)
     if not os.path.exists(path):
         return {}
     return {(r["D"], r["T"], r["B"], r["H"]): r for r in csv.DictReader(open(path))}
-mma, wg, peer = (rows(p) for p in sys.argv[1:4])
-print(f"{'D':>4} {'T':>6} {'B':>3} {'H':>3} {'mma.sync':>9} {'wgmma':>9} {'sdpa':>9} "
-      f"{'wg/mma':>7} {'wg/sdpa':>8} {'f+b wg':>8} {'f+b sdpa':>9}")
-for key, m in mma.items():
-    w, p = wg.get(key), peer.get(key)
-    fm = float(m["fwd_tflops"])
-    fw = float(w["fwd_tflops"]) if w else float("nan")
-    fp = float(p["fwd_tflops"]) if p else float("nan")
-    bw = float(w["fwdbwd_tflops"]) if w else float("nan")
-    bp = float(p["fwdbwd_tflops"]) if p else float("nan")
-    print(f"{key[0]:>4} {key[1]:>6} {key[2]:>3} {key[3]:>3} {fm:9.1f} {fw:9.1f} {fp:9.1f} "
-          f"{fw / fm:7.2f} {fw / fp:8.2f} {bw:8.1f} {bp:9.1f}")
+mma, sim, pip, dflt, peer = (rows(n) for n in
+                             ("mma.csv", "wgmma_simple.csv", "wgmma_pipelined.csv", "wgmma.csv", "peer.csv"))
+def tf(table, key, col="fwd_tflops"):
+    return float(table[key][col]) if key in table else float("nan")
+print(f"{'D':>4} {'T':>6} {'B':>3} {'H':>3} {'mma':>7} {'simple':>7} {'pipe':>7} {'default':>7} "
+      f"{'sdpa':>7} {'best/sdpa':>9} {'f+b dflt':>8} {'f+b mma':>8} {'f+b sdpa':>8}")
+for key in mma:
+    m, s, p, d, q = (tf(t, key) for t in (mma, sim, pip, dflt, peer))
+    best = max(x for x in (s, p, d) if x == x) if any(x == x for x in (s, p, d)) else float("nan")
+    print(f"{key[0]:>4} {key[1]:>6} {key[2]:>3} {key[3]:>3} {m:7.1f} {s:7.1f} {p:7.1f} {d:7.1f} "
+          f"{q:7.1f} {best / q:9.2f} {tf(dflt, key, 'fwdbwd_tflops'):8.1f} "
+          f"{tf(mma, key, 'fwdbwd_tflops'):8.1f} {tf(peer, key, 'fwdbwd_tflops'):8.1f}")
 PY
 exit $tests_rc

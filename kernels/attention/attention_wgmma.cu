@@ -68,10 +68,11 @@ constexpr uint32_t tile_bytes(int rows, int D) { return uint32_t(rows) * D * 2; 
 constexpr size_t smem_bytes(int D) {
   return size_t(tile_bytes(kBlockM, D)) + 4 * size_t(tile_bytes(kBlockN, D)) + 1024;
 }
-// Blocks per SM the launch bounds ask registers for: D = 64 (81 KiB of shared memory) fits two
-// blocks (<= 128 registers per thread); D = 128 (161 KiB) one.
-template <int D>
-constexpr int kMinBlocks = D == 64 ? 2 : 1;
+// Blocks per SM the launch bounds ask registers for: the simple kernel at D = 64 (81 KiB of
+// shared memory) fits two blocks (<= 128 registers per thread); the others one (D = 128 takes
+// 161 KiB; the pipelined kernel holds S of the next tile beside P and O).
+template <int D, bool kPipelined>
+constexpr int kMinBlocks = D == 64 && !kPipelined ? 2 : 1;
 
 #if ATTN_WGMMA_DEVICE
 constexpr float kLog2e = 1.4426950408889634f;
@@ -97,8 +98,11 @@ __device__ __forceinline__ void wgmma_fence() {
 __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void wgmma_wait_all() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+// Waits until at most N of this thread's committed wgmma groups are pending (groups complete in
+// commit order).
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 template <int N>
 __device__ __forceinline__ void fence_regs(float (&r)[N]) {
@@ -228,10 +232,144 @@ __device__ __forceinline__ void load_tile(uint32_t s, const bf16* g, int64_t row
     cp_async16(dst + it * kRowsPerRound * 128, valid ? src + it * step : g, valid);
   }
 }
-#endif  // ATTN_WGMMA_DEVICE
+
+// ---- the steps of one key tile, for one warpgroup ----------------------------------------------
+// Per-thread state of a warpgroup: accumulator fragments (wgmma D layout, per warp the m16n8 C
+// layout repeated along N): element 4j + c is row row0 + 8 (c >> 1), column 8j + 2 tig + (c & 1).
+struct RowState {
+  float max[2], sum[2];  // per row (row0, row0 + 8): running max (scaled log2), partial sum
+};
+
+// Issues S = Q K^T for one warpgroup as one wgmma group (not waited): D / 16 k-steps; step kk
+// reads elements 16 kk .. 16 kk + 15 of every row, i.e. column block kk / 4 at byte 32 (kk % 4)
+// of each 128-byte row (+32 B per step in the descriptor's start address). SBO = 1024 (8 rows).
+template <int D>
+__device__ __forceinline__ void issue_s(float (&s)[kBlockN / 2], uint32_t q_rows, uint32_t k_tile) {
+  fence_regs(s);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint32_t koff = (kk % 4) * 32u;
+    const uint64_t a = smem_desc(q_rows + (kk / 4) * kBlockM * 128 + koff, 16, 1024);
+    const uint64_t b = smem_desc(k_tile + (kk / 4) * kBlockN * 128 + koff, 16, 1024);
+    wgmma_ss<kBlockN>(s, a, b, kk > 0 ? 1 : 0);
+  }
+  wgmma_commit();
+}
+
+// Issues O += P V as one wgmma group (not waited): kBlockN / 16 k-steps of 16 keys = 2 groups
+// of 8 rows (SBO = 1024) starting 16 x 128 B apart; N = D spans D / 64 column blocks kBlockN x
+// 128 B apart (LBO).
+template <int D>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], uint32_t (&pa)[kBlockN / 16][4],
+                                         uint32_t v_tile) {
+  fence_regs(o);
+  fence_regs(pa);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    const uint64_t b = smem_desc(v_tile + kk * 16 * 128, kBlockN * 128, 1024);
+    wgmma_rs<D>(o, pa[kk], b);
+  }
+  wgmma_commit();
+}
+
+// Masks (where needed), then the online-softmax update of scores s of keys k0 .. k0 + kBlockN - 1:
+// s becomes exp2(s * scale * log2 e - new max), the row state is updated and corr (the factor
+// for O accumulated so far) returned. O itself is not touched (it may still be in flight).
+__device__ __forceinline__ void softmax_tile(float (&s)[kBlockN / 2], RowState& st,
+                                             float (&corr)[2], const AttentionParams<bf16>& p,
+                                             int k0, int wq0, int row0, int tig, float sl2) {
+  const int T = p.T_;
+  const bool need_mask = k0 + kBlockN > T || (p.causal && k0 + kBlockN - 1 > wq0) ||
+                         (p.window > 0 && k0 <= wq0 + 63 - p.window);
+  if (need_mask) {
+    // Row qi sees keys lo .. hi; in this thread's columns key = k0 + 2 tig + (8 j + e), so one
+    // comparison of the compile-time column offset 8 j + e against each bound (few registers).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int qi = row0 + 8 * r, base = k0 + 2 * tig;
+      const int hi = (p.causal ? min(T - 1, qi) : T - 1) - base;
+      const int lo = p.window > 0 ? qi - p.window + 1 - base : -(1 << 30);
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (8 * j + e > hi || 8 * j + e < lo) s[4 * j + 2 * r + e] = -INFINITY;
+        }
+      }
+    }
+  }
+  // Raw scores; the scale is folded into the exponent (exact for the max because scale > 0).
+  // The max is kept in the scaled log2 domain; 4 threads (tig) share a row.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(st.max[r], mx * sl2);
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with no visible key yet
+    corr[r] = exp2_ftz(st.max[r] - m_use);
+    st.max[r] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      s[4 * j + 2 * r] = exp2_ftz(fmaf(s[4 * j + 2 * r], sl2, -m_use));
+      s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], sl2, -m_use));
+      sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+    }
+    st.sum[r] = st.sum[r] * corr[r] + sum;
+  }
+}
 
 template <int D>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
+__device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&corr)[2]) {
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) {
+    o[4 * j + 0] *= corr[0];
+    o[4 * j + 1] *= corr[0];
+    o[4 * j + 2] *= corr[1];
+    o[4 * j + 3] *= corr[1];
+  }
+}
+
+// P (bf16) as register A fragments of O += P V: k-step kk covers keys 16 kk .. 16 kk + 15, i.e.
+// S columns 8 (2 kk) .. 8 (2 kk + 1) + 7, so the accumulator layout of S is already the A layout
+// (a0/a1: rows g/g+8, keys 2 tig..; a2/a3: keys 8 + 2 tig..).
+__device__ __forceinline__ void to_p(uint32_t (&pa)[kBlockN / 16][4],
+                                     const float (&s)[kBlockN / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    pa[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+    pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+    pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+    pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+// Shared-memory tile is ready for wgmma: this thread's copies landed and are made visible to the
+// async proxy, then everybody's (the barrier also orders the previous readers of the buffer the
+// next cp.async overwrites: they waited for their wgmma groups before arriving).
+__device__ __forceinline__ void tiles_ready() {
+  cp_async_wait_all();
+  fence_proxy_async();
+  __syncthreads();
+}
+#endif  // ATTN_WGMMA_DEVICE
+
+// kPipelined = false (simple): per tile S = Q K^T, wait, softmax, O += P V, wait; a warpgroup
+//   skips tiles it does not see; K and V of tile n + 1 load during tile n.
+// kPipelined = true (FlashAttention-3's intra-warpgroup overlap): S of tile n is issued together
+//   with O += P V of tile n - 1, and the softmax of tile n runs while the tensor cores do that
+//   P V; only then is O rescaled. K of tile n + 1 and V of tile n load during tile n (V of tile n
+//   is used one tile later, so its buffer is that of tile n - 2). No per-warpgroup skipping (the
+//   pipeline is uniform); fully masked tiles, which only windows produce, are computed.
+template <int D, bool kPipelined>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
     attn_fwd_wgmma_kernel(const AttentionParams<bf16> p) {
 #if ATTN_WGMMA_DEVICE
   constexpr uint32_t kQBytes = tile_bytes(kBlockM, D), kKVBytes = tile_bytes(kBlockN, D);
@@ -249,136 +387,104 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   const int g = lane >> 2, tig = lane & 3;
   const int q0 = m_block * kBlockM;
   const int wq0 = q0 + 64 * wg;          // first query of this warpgroup
-  const int row0 = wq0 + 16 * warp + g;  // this thread's rows: row0 (c = 0, 1), row0 + 8 (c = 2, 3)
+  const int row0 = wq0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
   const bf16* gq = p.q + b * p.qkv_batch_stride + h * D;
   const bf16* gk = p.k + b * p.qkv_batch_stride + hk * D;
   const bf16* gv = p.v + b * p.qkv_batch_stride + hk * D;
+  const int64_t ld = p.qkv_row_stride;
 
   int n_end = (T + kBlockN - 1) / kBlockN;
   if (p.causal) n_end = min(n_end, (q0 + kBlockM - 1) / kBlockN + 1);
   const int n_begin = p.window > 0 ? max(0, q0 - p.window + 1) / kBlockN : 0;
 
-  load_tile<kBlockM, D>(sQ, gq, p.qkv_row_stride, q0, T);
-  load_tile<kBlockN, D>(sK, gk, p.qkv_row_stride, n_begin * kBlockN, T);
-  load_tile<kBlockN, D>(sV, gv, p.qkv_row_stride, n_begin * kBlockN, T);
-  cp_async_commit();
-
-  // Accumulator fragments (wgmma D layout, per warp the m16n8 C layout repeated along N):
-  // element 4j + c holds row row0 + 8 (c >> 1), column 8j + 2 tig + (c & 1).
   float o[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  fence_regs(o);
+  RowState st = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
   const float sl2 = p.scale * kLog2e;
-  // Q descriptors: this warpgroup's 64 rows start 64 * 128 B into each column block.
-  const uint32_t q_rows = sQ + wg * 64 * 128;
+  const uint32_t q_rows = sQ + wg * 64 * 128;  // this warpgroup's 64 rows in each column block
+  float s[kBlockN / 2], corr[2];
+  uint32_t pa[kBlockN / 16][4];
 
-  for (int nb = n_begin; nb < n_end; ++nb) {
-    const int buf = (nb - n_begin) & 1;
-    cp_async_wait_all();
-    fence_proxy_async();
-    __syncthreads();
-    if (nb + 1 < n_end) {
-      load_tile<kBlockN, D>(sK + (buf ^ 1) * kKVBytes, gk, p.qkv_row_stride, (nb + 1) * kBlockN, T);
-      load_tile<kBlockN, D>(sV + (buf ^ 1) * kKVBytes, gv, p.qkv_row_stride, (nb + 1) * kBlockN, T);
+  if constexpr (!kPipelined) {
+    load_tile<kBlockM, D>(sQ, gq, ld, q0, T);
+    load_tile<kBlockN, D>(sK, gk, ld, n_begin * kBlockN, T);
+    load_tile<kBlockN, D>(sV, gv, ld, n_begin * kBlockN, T);
+    cp_async_commit();
+    for (int nb = n_begin; nb < n_end; ++nb) {
+      const int buf = (nb - n_begin) & 1;
+      tiles_ready();
+      if (nb + 1 < n_end) {
+        load_tile<kBlockN, D>(sK + (buf ^ 1) * kKVBytes, gk, ld, (nb + 1) * kBlockN, T);
+        load_tile<kBlockN, D>(sV + (buf ^ 1) * kKVBytes, gv, ld, (nb + 1) * kBlockN, T);
+        cp_async_commit();
+      }
+      const int k0 = nb * kBlockN;
+      // Uniform per warpgroup (wgmma needs all 128 threads): keys all past the diagonal of its
+      // last row, or all before the window of its first row.
+      if ((p.causal && k0 > wq0 + 63) || (p.window > 0 && k0 + kBlockN - 1 <= wq0 - p.window)) {
+        continue;
+      }
+      issue_s<D>(s, q_rows, sK + buf * kKVBytes);
+      wgmma_wait<0>();
+      fence_regs(s);
+      softmax_tile(s, st, corr, p, k0, wq0, row0, tig, sl2);
+      rescale<D>(o, corr);
+      to_p(pa, s);
+      issue_pv<D>(o, pa, sV + buf * kKVBytes);
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(pa);
+    }
+  } else {
+    // Buffers: K of tile n in K[(n - n_begin) % 2], loaded during tile n - 1; V of tile n in
+    // V[(n - n_begin) % 2], loaded during tile n (its previous content, V of tile n - 2, was
+    // consumed by the P V of tile n - 1, which both warpgroups waited for before the barrier).
+    auto load_next = [&](int nb) {
+      const int buf = (nb - n_begin) & 1;
+      if (nb + 1 < n_end) {
+        load_tile<kBlockN, D>(sK + (buf ^ 1) * kKVBytes, gk, ld, (nb + 1) * kBlockN, T);
+      }
+      load_tile<kBlockN, D>(sV + buf * kKVBytes, gv, ld, nb * kBlockN, T);
       cp_async_commit();
-    }
-    const int k0 = nb * kBlockN;
-    // Uniform per warpgroup (wgmma needs all 128 threads): keys all past the diagonal of this
-    // warpgroup's last row, or all before the window of its first row.
-    if ((p.causal && k0 > wq0 + 63) || (p.window > 0 && k0 + kBlockN - 1 <= wq0 - p.window)) {
-      continue;
-    }
-    const uint32_t k_tile = sK + buf * kKVBytes, v_tile = sV + buf * kKVBytes;
-
-    // ---- S = Q K^T: D / 16 k-steps; step kk reads elements 16 kk .. 16 kk + 15 of every row,
-    // i.e. column block kk / 4 at byte 32 (kk % 4) of each 128-byte row. SBO = 1024 (8 rows).
-    float s[kBlockN / 2];
+    };
+    load_tile<kBlockM, D>(sQ, gq, ld, q0, T);
+    load_tile<kBlockN, D>(sK, gk, ld, n_begin * kBlockN, T);
+    cp_async_commit();
+    // First tile: no P V yet. (Peeled so that the loop below has no branch between the issues
+    // and the waits: ptxas serializes wgmma pipeline stages it cannot follow.)
+    tiles_ready();
+    load_next(n_begin);
+    issue_s<D>(s, q_rows, sK);
+    wgmma_wait<0>();
     fence_regs(s);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t koff = (kk % 4) * 32u;
-      const uint64_t a = smem_desc(q_rows + (kk / 4) * kBlockM * 128 + koff, 16, 1024);
-      const uint64_t bk = smem_desc(k_tile + (kk / 4) * kBlockN * 128 + koff, 16, 1024);
-      wgmma_ss<kBlockN>(s, a, bk, kk > 0 ? 1 : 0);
-    }
-    wgmma_commit();
-    wgmma_wait_all();
-    fence_regs(s);
-
-    // ---- online softmax on this thread's two rows (4 threads share a row: shuffles over tig).
-    const bool need_mask = k0 + kBlockN > T || (p.causal && k0 + kBlockN - 1 > wq0) ||
-                           (p.window > 0 && k0 <= wq0 + 63 - p.window);
-    if (need_mask) {
-      // Row qi sees keys lo .. hi; in this thread's columns key = k0 + 2 tig + (8 j + e), so one
-      // comparison of the compile-time column offset 8 j + e against each bound (few registers).
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int qi = row0 + 8 * r, base = k0 + 2 * tig;
-        const int hi = (p.causal ? min(T - 1, qi) : T - 1) - base;
-        const int lo = p.window > 0 ? qi - p.window + 1 - base : -(1 << 30);
-#pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            if (8 * j + e > hi || 8 * j + e < lo) s[4 * j + 2 * r + e] = -INFINITY;
-          }
-        }
-      }
-    }
-    // Raw scores; the scale is folded into the exponent (exact for the max because scale > 0).
-    // row_max is kept in the scaled log2 domain.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j)
-        mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(row_max[r], mx * sl2);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      const float corr = exp2_ftz(row_max[r] - m_use);
-      row_max[r] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
-        s[4 * j + 2 * r] = exp2_ftz(fmaf(s[4 * j + 2 * r], sl2, -m_use));
-        s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], sl2, -m_use));
-        sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
-      }
-      row_sum[r] = row_sum[r] * corr + sum;
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        o[4 * j + 2 * r] *= corr;
-        o[4 * j + 2 * r + 1] *= corr;
-      }
-    }
-
-    // ---- P (bf16) as register A fragments: k-step kk covers keys 16 kk .. 16 kk + 15, which are
-    // S columns 8 (2 kk) .. 8 (2 kk + 1) + 7: a0/a1 rows g/g+8 keys 2 tig.., a2/a3 keys 8 + 2 tig..
-    uint32_t pa[kBlockN / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      pa[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-
-    // ---- O += P V: kBlockN / 16 k-steps of 16 keys = 2 groups of 8 rows (SBO = 1024) starting
-    // 16 x 128 B apart; N = D spans D / 64 column blocks kBlockN x 128 B apart (LBO).
-    fence_regs(o);
+    softmax_tile(s, st, corr, p, n_begin * kBlockN, wq0, row0, tig, sl2);
+    to_p(pa, s);  // O is still 0: no rescale
     fence_regs(pa);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint64_t bv = smem_desc(v_tile + kk * 16 * 128, kBlockN * 128, 1024);
-      wgmma_rs<D>(o, pa[kk], bv);
+    for (int nb = n_begin + 1; nb < n_end; ++nb) {
+      const int buf = (nb - n_begin) & 1;
+      tiles_ready();  // K of tile nb, V of tile nb - 1
+      load_next(nb);
+      issue_s<D>(s, q_rows, sK + buf * kKVBytes);
+      issue_pv<D>(o, pa, sV + (buf ^ 1) * kKVBytes);  // P and V of tile nb - 1
+      wgmma_wait<1>();                                // S done; P V may still run
+      fence_regs(s);
+      softmax_tile(s, st, corr, p, nb * kBlockN, wq0, row0, tig, sl2);
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(pa);
+      rescale<D>(o, corr);
+      to_p(pa, s);
+      // Pin the rescale and the conversion here: left to the compiler they could sink below the
+      // next S = Q K^T issue, into the next P V's pipeline stage (ptxas would then serialize the
+      // wgmmas).
+      fence_regs(o);
+      fence_regs(pa);
     }
-    wgmma_commit();
-    wgmma_wait_all();
+    tiles_ready();  // V of the last tile
+    issue_pv<D>(o, pa, sV + ((n_end - 1 - n_begin) & 1) * kKVBytes);
+    wgmma_wait<0>();
     fence_regs(o);
     fence_regs(pa);
   }
@@ -386,7 +492,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   // ---- epilogue: o / l in bf16 and lse = (max + log2 l) ln 2, rows < T only.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float l = row_sum[r];
+    float l = st.sum[r];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const int qi = row0 + 8 * r;
@@ -398,24 +504,23 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
       *reinterpret_cast<__nv_bfloat162*>(out + 8 * j + 2 * tig) =
           __floats2bfloat162_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
     }
-    if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (row_max[r] + log2f(l)) * kLn2;
+    if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (st.max[r] + log2f(l)) * kLn2;
   }
 #else
   (void)p;
 #endif
 }
 
-template <int D>
+template <int D, bool kPipelined>
 void launch(const AttentionParams<bf16>& p, cudaStream_t st) {
   constexpr size_t smem = smem_bytes(D);
-  CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_wgmma_kernel<D>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  auto* kernel = attn_fwd_wgmma_kernel<D, kPipelined>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   // Largest shared-memory carveout: two 81 KiB blocks (D = 64) must share an SM.
-  CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_wgmma_kernel<D>,
-                                  cudaFuncAttributePreferredSharedMemoryCarveout,
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   int(cudaSharedmemCarveoutMaxShared)));
   const dim3 grid(div_up(p.T_, kBlockM), p.n_head, p.B);
-  attn_fwd_wgmma_kernel<D><<<grid, kThreads, smem, st>>>(p);
+  kernel<<<grid, kThreads, smem, st>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -438,7 +543,7 @@ bool attention_fwd_wgmma_supported(const AttentionParams<bf16>& p) {
 #endif
 }
 
-void launch_attention_fwd_wgmma(const AttentionParams<bf16>& p, Stream s) {
+void launch_attention_fwd_wgmma(const AttentionParams<bf16>& p, Stream s, WgmmaFwdVariant variant) {
   ATTN_REQUIRE(attention_fwd_wgmma_supported(p),
                "wgmma attention forward: needs a build with sm_90a code "
                "(CMAKE_CUDA_ARCHITECTURES containing 90), a compute capability 9.0 device and "
@@ -450,10 +555,15 @@ void launch_attention_fwd_wgmma(const AttentionParams<bf16>& p, Stream s) {
               p.o_batch_stride % 2 == 0);
   ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v));
   auto st = reinterpret_cast<cudaStream_t>(s);
+  // Default: the simple kernel at D = 64 (two blocks per SM overlap one block's softmax with the
+  // other's MMAs), the pipelined one at D = 128 (one block per SM: the overlap must come from
+  // within the warpgroup). To be confirmed by measurement (bench_attention --wgmma=...).
+  const bool pipelined =
+      variant == WgmmaFwdVariant::kDefault ? p.D == 128 : variant == WgmmaFwdVariant::kPipelined;
   if (p.D == 64) {
-    launch<64>(p, st);
+    pipelined ? launch<64, true>(p, st) : launch<64, false>(p, st);
   } else {
-    launch<128>(p, st);
+    pipelined ? launch<128, true>(p, st) : launch<128, false>(p, st);
   }
 }
 

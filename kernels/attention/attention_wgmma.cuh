@@ -15,8 +15,15 @@ namespace attnlab {
 // (sm_90a code runs nowhere else), D is 64 or 128 and no variant is set.
 bool attention_fwd_wgmma_supported(const AttentionParams<bf16>& p);
 
+// The kernel's two schedules (attention_wgmma.cu): kSimple waits for each product before the
+// next step; kPipelined overlaps the softmax of key tile n with O += P V of tile n - 1.
+// kDefault picks per head dim (what launch_attention_fwd<bf16> with use_wgmma runs); the others
+// are for tests and benchmarks.
+enum class WgmmaFwdVariant { kDefault, kSimple, kPipelined };
+
 // Requires attention_fwd_wgmma_supported(p) and the layout the bf16 forward requires (16-byte
 // aligned q/k/v, strides multiples of 8 elements, scale > 0).
-void launch_attention_fwd_wgmma(const AttentionParams<bf16>& p, Stream s);
+void launch_attention_fwd_wgmma(const AttentionParams<bf16>& p, Stream s,
+                                WgmmaFwdVariant variant = WgmmaFwdVariant::kDefault);
 
 }  // namespace attnlab
