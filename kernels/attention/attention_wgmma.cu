@@ -6,7 +6,7 @@
 //   A block owns kBlockM = 128 queries of one (batch, head) and runs 2 warpgroups (256 threads);
 //   warpgroup w owns queries 64w..64w+63 of the block (the M = 64 of one wgmma). The block loops
 //   over tiles of kBlockN = 128 keys, double-buffered in shared memory and loaded with cp.async
-//   by all 256 threads (the load of tile n+1 runs during the compute of tile n):
+//   by all 256 threads (loads of the next tile run during the compute of this one):
 //     S = Q K^T      wgmma m64n128k16, A = Q and B = K both from shared memory (K-major),
 //                    D / 16 instructions, fp32 accumulators in registers (64 per thread);
 //     online softmax in registers: log2 domain, scale folded into one FFMA per score, ex2.approx;
@@ -14,17 +14,24 @@
 //                    the accumulator layout of S is the register-A layout of P) and B = V from
 //                    shared memory (MN-major: V is [keys][D] with D contiguous), kBlockN / 16
 //                    instructions.
-//   A warpgroup skips the arithmetic of key tiles that lie entirely past its causal diagonal or
-//   before its window (its block-mate may still need them). Element masks only on tiles that
-//   touch the diagonal, the window edge or the end of T.
-//
+//   Element masks only on tiles that touch the diagonal, the window edge or the end of T.
+//   Two schedules (WgmmaFwdVariant), the same arithmetic in the same order:
+//     simple     per tile: S, wait, softmax, rescale O, O += P V, wait. A warpgroup skips tiles
+//                entirely past its causal diagonal or before its window. 128 registers at D = 64
+//                (two blocks per SM, so one block's softmax overlaps the other's MMAs).
+//     pipelined  FlashAttention-3's intra-warpgroup overlap: S of tile n and O += P V of tile
+//                n - 1 are issued back to back, the softmax of tile n runs while the tensor cores
+//                finish P V, then O is rescaled. Needs S, P and O live at once (~195 registers
+//                at D = 128, one block per SM) and V one tile later than K.
+//   Default: simple for D = 64, pipelined for D = 128 (to be confirmed on the device).
+
 // Shared-memory layout (all operands): 128-byte swizzle, the canonical wgmma layout. A [rows][D]
 // bf16 tile is split into D / 64 column blocks of 64 elements (128 bytes); a column block is a
 // [rows][128 B] array in which 16-byte chunk c of row r is stored at chunk position c ^ (r % 8).
 // The hardware applies the same XOR to address bits [4:6] with bits [7:9] of the shared-memory
 // address, so every tile starts on a 1024-byte boundary (the swizzle period: 8 rows x 128 B).
 // The XOR spreads the 8 rows of a core matrix over all 32 banks: no bank conflicts for wgmma
-// reads and, since a warp writes whole 128-byte rows, none for the cp.async writes either.
+// reads, and a warp's cp.async writes (whole 128-byte rows) take the minimum number of wavefronts.
 //
 // Synchronization, per K/V tile:
 //   cp.async.wait_group 0           this thread's copies of the tile have landed
@@ -34,7 +41,8 @@
 //                                   the next cp.async overwrites
 //   wgmma.fence                     before the first wgmma of a batch: orders earlier register
 //                                   writes/reads of the accumulators and of P before the async MMA
-//   wgmma x n, commit_group, wait_group 0: the accumulators are valid after the wait.
+//   wgmma x n, commit_group, wait_group N: the accumulators of all but the N most recent
+//                                   groups are valid after the wait.
 // Accumulator and P registers are also passed through empty asm statements around each batch
 // (fence_regs), so the compiler can neither move their uses above the wait nor reuse P's
 // registers while the MMA still reads them.
@@ -125,8 +133,9 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N][4]) {
 //               elements of every row exactly as the XOR pattern stored them.
 //   bits 16-29  leading-dimension byte offset >> 4 (LBO)
 //   bits 32-45  stride-dimension byte offset >> 4 (SBO)
-//   bits 49-51  base offset: 0, since every tile (and every start address used, up to +96 B
-//               within a row) lies in a 1024-byte-aligned swizzle period
+//   bits 49-51  base offset: the pattern phase, (start >> 7) & 7, for a start not on a pattern
+//               boundary. 0 here: every start used has address bits [7:9] = 0 (tiles, warpgroup
+//               row offsets and V k-steps are multiples of 1024 B; K-steps add 32..96 B)
 //   bits 62-63  swizzle mode: 1 = 128-byte swizzle
 // Canonical 128-byte-swizzle layouts (CUTLASS notation, T = 8 bf16 = 16 bytes):
 //   K-major  ((8, m), (T, 2)) : ((8T, SBO), (1, T)): 8 rows at 128 B, groups of 8 rows at SBO;

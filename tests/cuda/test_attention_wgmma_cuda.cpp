@@ -54,7 +54,8 @@ double part_error(const std::vector<float>& a, const std::vector<float>& b, int6
   return err / std::max(scale, 1e-30);
 }
 
-void check_wgmma(const WgmmaCase& c, uint32_t seed, WgmmaFwdVariant variant) {
+// Both schedules on one case (the reference computed once); then the dispatcher.
+void check_wgmma(const WgmmaCase& c, uint32_t seed) {
   const size_t n_qkv = size_t(c.B) * c.T * (c.H + 2 * c.Hkv) * c.D;
   const size_t n_o = size_t(c.B) * c.T * c.H * c.D, n_lse = size_t(c.B) * c.H * c.T;
   const auto qkv = to_precision<bf16>(random_vector(n_qkv, seed, -2.f, 2.f));
@@ -68,45 +69,46 @@ void check_wgmma(const WgmmaCase& c, uint32_t seed, WgmmaFwdVariant variant) {
 
   DeviceArray<bf16> dqkv_in(qkv), ddout(dout), o(n_o), dqkv(n_qkv);
   DeviceArray<float> lse(n_lse);
-  o.poison();
-  lse.poison();
   AttentionParams<bf16> p;
   set_layout(p, c, dqkv_in.ptr(), o.ptr(), ddout.ptr(), dqkv.ptr());
   p.lse = lse.ptr();
   p.deterministic = true;
   ASSERT_TRUE(attention_fwd_wgmma_supported(p));
-  launch_attention_fwd_wgmma(p, nullptr, variant);
-  const char* vname = variant == WgmmaFwdVariant::kSimple ? "simple" : "pipelined";
-  const auto name = strformat("attention bf16/wgmma %s B=%d T=%d H=%d Hkv=%d D=%d w=%d%s", vname,
-                              c.B, c.T, c.H, c.Hkv, c.D, c.window, c.causal ? "" : " noncausal");
-  const auto o_wgmma = o.raw();
-  EXPECT_LT(report((name + " o").c_str(), max_rel_error(o.download(), o_ref)), 1e-2);
-  EXPECT_LT(report((name + " lse").c_str(), max_rel_error(lse.download(), lse_ref)), 1e-3);
-
-  // Through the dispatcher (use_wgmma): where this variant is the default for D (pipelined for
-  // D = 128, simple for 64) it runs again and must give bitwise the same o.
-  if ((variant == WgmmaFwdVariant::kPipelined) == (c.D == 128)) {
+  const auto shape = strformat("B=%d T=%d H=%d Hkv=%d D=%d w=%d%s", c.B, c.T, c.H, c.Hkv, c.D,
+                               c.window, c.causal ? "" : " noncausal");
+  std::vector<bf16> o_default;  // of the schedule the dispatcher picks for this D
+  for (const auto variant : {WgmmaFwdVariant::kSimple, WgmmaFwdVariant::kPipelined}) {
+    const bool pipelined = variant == WgmmaFwdVariant::kPipelined;
+    const auto name =
+        strformat("attention bf16/wgmma %s %s", pipelined ? "pipelined" : "simple", shape.c_str());
     o.poison();
-    p.use_wgmma = true;
-    launch_attention_fwd<bf16>(p, nullptr);
-    EXPECT_TRUE(bitwise_equal(o.raw(), o_wgmma)) << name << ": dispatch or rerun differs";
-  }
+    lse.poison();
+    launch_attention_fwd_wgmma(p, nullptr, variant);
+    if (pipelined == (c.D == 128)) o_default = o.raw();
+    EXPECT_LT(report((name + " o").c_str(), max_rel_error(o.download(), o_ref)), 1e-2);
+    EXPECT_LT(report((name + " lse").c_str(), max_rel_error(lse.download(), lse_ref)), 1e-3);
 
-  // The backward on the wgmma forward's o and lse (causal cases: the training path; T = 1 has
-  // dq = dk = 0 analytically, where relative errors would measure rounding noise).
-  if (!c.causal || c.T == 1) return;
-  dqkv.poison();
-  launch_attention_bwd<bf16>(p, nullptr);
-  const auto got = dqkv.download();
-  const int64_t rows = int64_t(c.B) * c.T, row = int64_t(c.H + 2 * c.Hkv) * c.D;
-  const int64_t begin[3] = {0, int64_t(c.H) * c.D, int64_t(c.H + c.Hkv) * c.D};
-  const int64_t width[3] = {int64_t(c.H) * c.D, int64_t(c.Hkv) * c.D, int64_t(c.Hkv) * c.D};
-  const char* part[3] = {" dq", " dk", " dv"};
-  for (int k = 0; k < 3; ++k) {
-    EXPECT_LT(
-        report((name + part[k]).c_str(), part_error(got, dqkv_ref, rows, row, begin[k], width[k])),
-        1e-2);
+    // The backward on this forward's o and lse (causal cases: the training path; T = 1 has
+    // dq = dk = 0 analytically, where relative errors would measure rounding noise).
+    if (!c.causal || c.T == 1) continue;
+    dqkv.poison();
+    launch_attention_bwd<bf16>(p, nullptr);
+    const auto got = dqkv.download();
+    const int64_t rows = int64_t(c.B) * c.T, row = int64_t(c.H + 2 * c.Hkv) * c.D;
+    const int64_t begin[3] = {0, int64_t(c.H) * c.D, int64_t(c.H + c.Hkv) * c.D};
+    const int64_t width[3] = {int64_t(c.H) * c.D, int64_t(c.Hkv) * c.D, int64_t(c.Hkv) * c.D};
+    const char* part[3] = {" dq", " dk", " dv"};
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_LT(report((name + part[k]).c_str(),
+                       part_error(got, dqkv_ref, rows, row, begin[k], width[k])),
+                1e-2);
+    }
   }
+  // Through the dispatcher (use_wgmma): the default schedule again, bitwise the same o.
+  o.poison();
+  p.use_wgmma = true;
+  launch_attention_fwd<bf16>(p, nullptr);
+  EXPECT_TRUE(bitwise_equal(o.raw(), o_default)) << shape << ": dispatch or rerun differs";
 }
 
 TEST(AttentionCuda, WgmmaForwardMatchesReference) {
@@ -128,11 +130,7 @@ TEST(AttentionCuda, WgmmaForwardMatchesReference) {
       {1, 333, 3, 3, 64, 0, false}, {1, 257, 2, 1, 128, 0, false},
   };
   uint32_t seed = 7;
-  for (const auto& c : cases) {
-    seed += 10;
-    check_wgmma(c, seed, WgmmaFwdVariant::kSimple);
-    check_wgmma(c, seed, WgmmaFwdVariant::kPipelined);
-  }
+  for (const auto& c : cases) check_wgmma(c, seed += 10);
 }
 
 }  // namespace
