@@ -448,8 +448,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
     }
   } else {
     // Buffers: K of tile n in K[(n - n_begin) % 2], loaded during tile n - 1; V of tile n in
-    // V[(n - n_begin) % 2], loaded during tile n (its previous content, V of tile n - 2, was
-    // consumed by the P V of tile n - 1, which both warpgroups waited for before the barrier).
+    // V[(n - n_begin) % 2], loaded during tile n and used during tile n + 1. The previous content
+    // of that V buffer, V of tile n - 2, was read by the P V issued during tile n - 1, which both
+    // warpgroups waited for before the barrier at the top of tile n.
     auto load_next = [&](int nb) {
       const int buf = (nb - n_begin) & 1;
       if (nb + 1 < n_end) {
