@@ -2,7 +2,8 @@
 # Device check of the experimental Hopper wgmma attention forward, in one call: build for sm_90
 # (the wgmma file for sm_90a), run the attention CUDA tests (the wgmma test against the CPU
 # reference, and the existing kernels), the wgmma test under compute-sanitizer memcheck, and the
-# forward benchmark with the mma.sync kernel, with --wgmma and PyTorch SDPA, then print a table.
+# benchmark with the mma.sync forward, the wgmma forward's two schedules and default, and PyTorch
+# SDPA, then print one table (forward TFLOP/s; fwd+bwd for the default wgmma, mma.sync and SDPA).
 # Usage (repo root, on the GPU machine): bash scripts/wgmma_check.sh [build_dir]
 #   SANITIZE=0 skips memcheck; logs and CSVs go to $OUT (the device tool's folder) or /tmp/wgmma.
 set -uo pipefail
@@ -20,7 +21,7 @@ make -C "$BUILD" -j16 attnlab_tests bench_attention >"$LOGS/build.log" 2>&1 \
   || { grep -E "error|Error" -A3 "$LOGS/build.log" | head -60; exit 1; }
 echo "build: $(($(date +%s) - t0)) s"
 
-"$BUILD/attnlab_tests" --gtest_filter='AttentionCuda.*' >"$LOGS/tests.log" 2>&1
+timeout 300 "$BUILD/attnlab_tests" --gtest_filter='AttentionCuda.*' >"$LOGS/tests.log" 2>&1
 tests_rc=$?
 echo "==== AttentionCuda tests: rc=$tests_rc ===="
 grep -E "^\[       OK \]|^\[  FAILED  \]|^\[  SKIPPED \]|Failure|Expected|Which is|Skipped|skip" \
@@ -39,16 +40,16 @@ if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   grep -m5 -E "Invalid|Misaligned|out of bounds" "$LOGS/memcheck.log"
 fi
 
-"$BUILD/bench_attention" "$LOGS/mma.csv" --gpt2 --no-det >"$LOGS/bench_mma.log" 2>&1
+timeout 120 "$BUILD/bench_attention" "$LOGS/mma.csv" --gpt2 --no-det >"$LOGS/bench_mma.log" 2>&1
 echo "bench mma.sync: rc=$?"
 for v in simple pipelined; do
-  "$BUILD/bench_attention" "$LOGS/wgmma_$v.csv" --gpt2 --no-det --wgmma=$v >"$LOGS/bench_$v.log" 2>&1
+  timeout 120 "$BUILD/bench_attention" "$LOGS/wgmma_$v.csv" --gpt2 --no-det --wgmma=$v >"$LOGS/bench_$v.log" 2>&1
   echo "bench --wgmma=$v: rc=$?"
   tail -2 "$LOGS/bench_$v.log"
 done
-"$BUILD/bench_attention" "$LOGS/wgmma.csv" --gpt2 --no-det --wgmma >"$LOGS/bench_wgmma.log" 2>&1
+timeout 120 "$BUILD/bench_attention" "$LOGS/wgmma.csv" --gpt2 --no-det --wgmma >"$LOGS/bench_wgmma.log" 2>&1
 echo "bench --wgmma (default schedules; fwd+bwd through the dispatcher): rc=$?"
-PYTHONUNBUFFERED=1 python3 scripts/bench/sdpa_peer.py "$LOGS/peer.csv" --gpt2 >"$LOGS/peer.log" 2>&1
+PYTHONUNBUFFERED=1 timeout 180 python3 scripts/bench/sdpa_peer.py "$LOGS/peer.csv" --gpt2 >"$LOGS/peer.log" 2>&1
 echo "sdpa peer: rc=$?"
 
 echo "==== attention bf16 causal forward, TFLOP/s: mma.sync / wgmma simple, pipelined, default / SDPA ===="
