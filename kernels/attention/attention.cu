@@ -23,6 +23,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/attention/attention.cuh"
+#include "kernels/attention/attention_wgmma.cuh"
 #include "kernels/common/device.cuh"
 
 namespace attnlab {
@@ -1106,6 +1107,10 @@ void launch_attention_fwd(const AttentionParams<T>& p, Stream s) {
     launch_fwd_f32(p, s);
   } else {
     check_bf16_layout(p);
+    if (p.use_wgmma && attention_fwd_wgmma_supported(p)) {
+      launch_attention_fwd_wgmma(p, s);
+      return;
+    }
     auto st = reinterpret_cast<cudaStream_t>(s);
     if (p.D == 64) {
       fwd_bf16<64>(p, st);

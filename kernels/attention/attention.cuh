@@ -51,6 +51,10 @@ struct AttentionParams {
   bool causal = true;
   int window = 0;              // 0: no sliding window
   bool deterministic = false;  // bf16 CUDA backward: atomics-free path (see above)
+  // bf16 CUDA forward: run the Hopper wgmma kernel (attention_wgmma.cuh) where it is supported
+  // (sm_90a build, compute capability 9.0 device, D 64 or 128), else the mma.sync kernel.
+  // Experimental: off by default until validated on the device.
+  bool use_wgmma = false;
   // Reserved for Focus/SFA (group gates, sparse feature indices); nullptr for dense.
   const void* variant = nullptr;
 };

@@ -1,0 +1,580 @@
+// Dense attention forward for Hopper on warpgroup MMA (wgmma), bf16, head dim 64 or 128.
+// Contract: attention_wgmma.cuh (= launch_attention_fwd<bf16>'s: o and lse written, lse in natural
+// log, packed strided q/k/v, GQA, causal or not, sliding window).
+//
+// Design (FlashAttention-3's forward, first version: no warp specialization, no TMA):
+//   A block owns kBlockM = 128 queries of one (batch, head) and runs 2 warpgroups (256 threads);
+//   warpgroup w owns queries 64w..64w+63 of the block (the M = 64 of one wgmma). The block loops
+//   over tiles of kBlockN = 128 keys, double-buffered in shared memory and loaded with cp.async
+//   by all 256 threads (loads of the next tile run during the compute of this one):
+//     S = Q K^T      wgmma m64n128k16, A = Q and B = K both from shared memory (K-major),
+//                    D / 16 instructions, fp32 accumulators in registers (64 per thread);
+//     online softmax in registers: log2 domain, scale folded into one FFMA per score, ex2.approx;
+//     O += P V       wgmma m64nDk16 with A = P from registers (bf16, converted from S in place:
+//                    the accumulator layout of S is the register-A layout of P) and B = V from
+//                    shared memory (MN-major: V is [keys][D] with D contiguous), kBlockN / 16
+//                    instructions.
+//   Element masks only on tiles that touch the diagonal, the window edge or the end of T.
+//   Two schedules (WgmmaFwdVariant), the same arithmetic in the same order:
+//     simple     per tile: S, wait, softmax, rescale O, O += P V, wait. A warpgroup skips tiles
+//                entirely past its causal diagonal or before its window. 128 registers at D = 64
+//                (two blocks per SM, so one block's softmax overlaps the other's MMAs).
+//     pipelined  FlashAttention-3's intra-warpgroup overlap: S of tile n and O += P V of tile
+//                n - 1 are issued back to back, the softmax of tile n runs while the tensor cores
+//                finish P V, then O is rescaled. Needs S, P and O live at once (~195 registers
+//                at D = 128, one block per SM) and V one tile later than K.
+//   Default: simple for D = 64, pipelined for D = 128 (to be confirmed on the device).
+
+// Shared-memory layout (all operands): 128-byte swizzle, the canonical wgmma layout. A [rows][D]
+// bf16 tile is split into D / 64 column blocks of 64 elements (128 bytes); a column block is a
+// [rows][128 B] array in which 16-byte chunk c of row r is stored at chunk position c ^ (r % 8).
+// The hardware applies the same XOR to address bits [4:6] with bits [7:9] of the shared-memory
+// address, so every tile starts on a 1024-byte boundary (the swizzle period: 8 rows x 128 B).
+// The XOR spreads the 8 rows of a core matrix over all 32 banks: no bank conflicts for wgmma
+// reads, and a warp's cp.async writes (whole 128-byte rows) take the minimum number of wavefronts.
+//
+// Synchronization, per K/V tile:
+//   cp.async.wait_group 0           this thread's copies of the tile have landed
+//   fence.proxy.async.shared::cta   make them visible to the async proxy that wgmma reads through
+//   __syncthreads                   everybody's copies landed and fenced; also, both warpgroups
+//                                   finished (wgmma.wait_group 0) reading the other buffer, which
+//                                   the next cp.async overwrites
+//   wgmma.fence                     before the first wgmma of a batch: orders earlier register
+//                                   writes/reads of the accumulators and of P before the async MMA
+//   wgmma x n, commit_group, wait_group N: the accumulators of all but the N most recent
+//                                   groups are valid after the wait.
+// Accumulator and P registers are also passed through empty asm statements around each batch
+// (fence_regs), so the compiler can neither move their uses above the wait nor reuse P's
+// registers while the MMA still reads them.
+//
+// The kernel body exists only in the sm_90a compilation (wgmma is an sm_90a feature); CMake
+// compiles this file for sm_90a alone when CMAKE_CUDA_ARCHITECTURES contains 90, and otherwise for
+// the project's architectures with an empty body (ATTNLAB_WGMMA_SM90A undefined: the launcher
+// reports unsupported).
+#include <cuda_bf16.h>
+
+#include "kernels/attention/attention_wgmma.cuh"
+#include "kernels/common/device.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ATTN_WGMMA_DEVICE 1
+#else
+#define ATTN_WGMMA_DEVICE 0
+#endif
+
+namespace attnlab {
+namespace {
+
+constexpr int kWarpgroups = 2;
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kBlockM = 64 * kWarpgroups;  // queries per block
+constexpr int kBlockN = 128;               // keys per shared-memory tile
+
+// Bytes of one [rows][D] bf16 tile (D / 64 column blocks of rows x 128 B).
+constexpr uint32_t tile_bytes(int rows, int D) { return uint32_t(rows) * D * 2; }
+// Dynamic shared memory: Q, 2 K and 2 V tiles, plus 1 KiB to align the base to 1024 bytes.
+constexpr size_t smem_bytes(int D) {
+  return size_t(tile_bytes(kBlockM, D)) + 4 * size_t(tile_bytes(kBlockN, D)) + 1024;
+}
+// Blocks per SM the launch bounds ask registers for: the simple kernel at D = 64 (81 KiB of
+// shared memory) fits two blocks (<= 128 registers per thread); the others one (D = 128 takes
+// 161 KiB; the pipelined kernel holds S of the next tile beside P and O).
+template <int D, bool kPipelined>
+constexpr int kMinBlocks = D == 64 && !kPipelined ? 2 : 1;
+
+#if ATTN_WGMMA_DEVICE
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---- PTX wrappers (sm_90a) --------------------------------------------------------------------
+__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, bool valid) {
+  const int n = valid ? 16 : 0;  // 0: zero-fill the 16 bytes (rows past T)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+// Generic-proxy writes (cp.async, st.shared) become visible to the async proxy (wgmma operand
+// reads) only through this fence.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Waits until at most N of this thread's committed wgmma groups are pending (groups complete in
+// commit order).
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+  }
+}
+
+// Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"), 64 bits:
+//   bits  0-13  start address >> 4: shared-window address of the operand's first element. Moving
+//               along K inside a 128-byte row (K-major) is done by adding the byte offset here:
+//               the hardware swizzles the address it computes, so +32 B selects the next 16
+//               elements of every row exactly as the XOR pattern stored them.
+//   bits 16-29  leading-dimension byte offset >> 4 (LBO)
+//   bits 32-45  stride-dimension byte offset >> 4 (SBO)
+//   bits 49-51  base offset: the pattern phase, (start >> 7) & 7, for a start not on a pattern
+//               boundary. 0 here: every start used has address bits [7:9] = 0 (tiles, warpgroup
+//               row offsets and V k-steps are multiples of 1024 B; K-steps add 32..96 B)
+//   bits 62-63  swizzle mode: 1 = 128-byte swizzle
+// Canonical 128-byte-swizzle layouts (CUTLASS notation, T = 8 bf16 = 16 bytes):
+//   K-major  ((8, m), (T, 2)) : ((8T, SBO), (1, T)): 8 rows at 128 B, groups of 8 rows at SBO;
+//            the k16 of one instruction (32 B) stays inside one 128-byte row, so LBO is unused
+//            (set to 1, i.e. 16 B, by convention).
+//   MN-major ((T, 8, m), (8, k)) : ((1, T, LBO), (8T, SBO)): 64 contiguous elements along N in
+//            a 128-byte row, the next 64 (next column block) at LBO; 8 K-rows at 128 B, the next
+//            8 K-rows at SBO.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo & 0x3FFFF) >> 4) << 16) |
+         (uint64_t((sbo & 0x3FFFF) >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// Accumulator operand lists: C is the constraint ("+f"), d the float array.
+#define ATTN_WG_ACC8(C, d, i)                                                               \
+  C(d[(i) + 0]), C(d[(i) + 1]), C(d[(i) + 2]), C(d[(i) + 3]), C(d[(i) + 4]), C(d[(i) + 5]), \
+      C(d[(i) + 6]), C(d[(i) + 7])
+#define ATTN_WG_ACC32(C, d) \
+  ATTN_WG_ACC8(C, d, 0), ATTN_WG_ACC8(C, d, 8), ATTN_WG_ACC8(C, d, 16), ATTN_WG_ACC8(C, d, 24)
+#define ATTN_WG_ACC64(C, d)                                                                    \
+  ATTN_WG_ACC32(C, d), ATTN_WG_ACC8(C, d, 32), ATTN_WG_ACC8(C, d, 40), ATTN_WG_ACC8(C, d, 48), \
+      ATTN_WG_ACC8(C, d, 56)
+#define ATTN_WG_REGS32                                                                         \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define ATTN_WG_REGS64                                                                           \
+  ATTN_WG_REGS32                                                                                 \
+  ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
+  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+
+// d (64 x N fp32, accumulator fragments) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x N)
+// from shared memory, both K-major (imm-trans-a = imm-trans-b = 0), scale-a = scale-b = 1.
+// With accumulate = 0 the previous contents of d are ignored (the first k-step of S = Q K^T).
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b,
+                                         int accumulate) {
+  static_assert(N == 128, "S tiles are 128 keys wide");
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" ATTN_WG_REGS64
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : ATTN_WG_ACC64("+f", d)
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// d (64 x N fp32) += A B with A (64 x 16 bf16) from registers (4 x 32 bits per thread, the
+// m16n8k16-style fragment of the thread's warp: rows 16 * warp + ...) and B (16 x N) from shared
+// memory, MN-major (imm-trans-b = 1: B is stored [K][N] with N contiguous).
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
+  static_assert(N == 64 || N == 128, "head dim 64 or 128");
+  if constexpr (N == 64) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" ATTN_WG_REGS32
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : ATTN_WG_ACC32("+f", d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" ATTN_WG_REGS64
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : ATTN_WG_ACC64("+f", d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
+  }
+}
+
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Byte offset of 16-byte chunk `chunk` (elements 8 chunk .. 8 chunk + 7 of D) of row `row` in a
+// [ROWS][D] tile in the 128-byte swizzled layout described at the top.
+template <int ROWS>
+__device__ __forceinline__ uint32_t swizzled_offset(int row, int chunk) {
+  return uint32_t((chunk >> 3) * ROWS * 128 + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+// Rows row0 .. row0 + ROWS - 1 (zero past T) of a [T, D] strided matrix into a swizzled tile at
+// shared address s; consecutive threads read consecutive 16 bytes of a row.
+template <int ROWS, int D>
+__device__ __forceinline__ void load_tile(uint32_t s, const bf16* g, int64_t row_stride, int row0,
+                                          int T) {
+  constexpr int kChunks = D / 8, kRowsPerRound = kThreads / kChunks;
+  static_assert(ROWS % kRowsPerRound == 0, "whole rounds of 16-byte copies");
+  // Round `it` copies rows it * kRowsPerRound + r; the chunk c and the row's phase in the swizzle
+  // (r % 8, as kRowsPerRound is a multiple of 8) are the same in every round, so the shared
+  // offset advances by a constant and the global pointer by kRowsPerRound rows.
+  const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+  const uint32_t dst = s + swizzled_offset<ROWS>(r, c);
+  const bf16* src = g + int64_t(row0 + r) * row_stride + c * 8;
+  const int64_t step = int64_t(kRowsPerRound) * row_stride;
+#pragma unroll
+  for (int it = 0; it < ROWS / kRowsPerRound; ++it) {
+    const bool valid = row0 + r + it * kRowsPerRound < T;
+    cp_async16(dst + it * kRowsPerRound * 128, valid ? src + it * step : g, valid);
+  }
+}
+
+// ---- the steps of one key tile, for one warpgroup ----------------------------------------------
+// Per-thread state of a warpgroup: accumulator fragments (wgmma D layout, per warp the m16n8 C
+// layout repeated along N): element 4j + c is row row0 + 8 (c >> 1), column 8j + 2 tig + (c & 1).
+struct RowState {
+  float max[2], sum[2];  // per row (row0, row0 + 8): running max (scaled log2), partial sum
+};
+
+// Issues S = Q K^T for one warpgroup as one wgmma group (not waited): D / 16 k-steps; step kk
+// reads elements 16 kk .. 16 kk + 15 of every row, i.e. column block kk / 4 at byte 32 (kk % 4)
+// of each 128-byte row (+32 B per step in the descriptor's start address). SBO = 1024 (8 rows).
+template <int D>
+__device__ __forceinline__ void issue_s(float (&s)[kBlockN / 2], uint32_t q_rows, uint32_t k_tile) {
+  fence_regs(s);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint32_t koff = (kk % 4) * 32u;
+    const uint64_t a = smem_desc(q_rows + (kk / 4) * kBlockM * 128 + koff, 16, 1024);
+    const uint64_t b = smem_desc(k_tile + (kk / 4) * kBlockN * 128 + koff, 16, 1024);
+    wgmma_ss<kBlockN>(s, a, b, kk > 0 ? 1 : 0);
+  }
+  wgmma_commit();
+}
+
+// Issues O += P V as one wgmma group (not waited): kBlockN / 16 k-steps of 16 keys = 2 groups
+// of 8 rows (SBO = 1024) starting 16 x 128 B apart; N = D spans D / 64 column blocks kBlockN x
+// 128 B apart (LBO).
+template <int D>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], uint32_t (&pa)[kBlockN / 16][4],
+                                         uint32_t v_tile) {
+  fence_regs(o);
+  fence_regs(pa);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    const uint64_t b = smem_desc(v_tile + kk * 16 * 128, kBlockN * 128, 1024);
+    wgmma_rs<D>(o, pa[kk], b);
+  }
+  wgmma_commit();
+}
+
+// Masks (where needed), then the online-softmax update of scores s of keys k0 .. k0 + kBlockN - 1:
+// s becomes exp2(s * scale * log2 e - new max), the row state is updated and corr (the factor
+// for O accumulated so far) returned. O itself is not touched (it may still be in flight).
+__device__ __forceinline__ void softmax_tile(float (&s)[kBlockN / 2], RowState& st,
+                                             float (&corr)[2], const AttentionParams<bf16>& p,
+                                             int k0, int wq0, int row0, int tig, float sl2) {
+  const int T = p.T_;
+  const bool need_mask = k0 + kBlockN > T || (p.causal && k0 + kBlockN - 1 > wq0) ||
+                         (p.window > 0 && k0 <= wq0 + 63 - p.window);
+  if (need_mask) {
+    // Row qi sees keys lo .. hi; in this thread's columns key = k0 + 2 tig + (8 j + e), so one
+    // comparison of the compile-time column offset 8 j + e against each bound (few registers).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int qi = row0 + 8 * r, base = k0 + 2 * tig;
+      const int hi = (p.causal ? min(T - 1, qi) : T - 1) - base;
+      const int lo = p.window > 0 ? qi - p.window + 1 - base : -(1 << 30);
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (8 * j + e > hi || 8 * j + e < lo) s[4 * j + 2 * r + e] = -INFINITY;
+        }
+      }
+    }
+  }
+  // Raw scores; the scale is folded into the exponent (exact for the max because scale > 0).
+  // The max is kept in the scaled log2 domain; 4 threads (tig) share a row.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(st.max[r], mx * sl2);
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with no visible key yet
+    corr[r] = exp2_ftz(st.max[r] - m_use);
+    st.max[r] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      s[4 * j + 2 * r] = exp2_ftz(fmaf(s[4 * j + 2 * r], sl2, -m_use));
+      s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], sl2, -m_use));
+      sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+    }
+    st.sum[r] = st.sum[r] * corr[r] + sum;
+  }
+}
+
+template <int D>
+__device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&corr)[2]) {
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) {
+    o[4 * j + 0] *= corr[0];
+    o[4 * j + 1] *= corr[0];
+    o[4 * j + 2] *= corr[1];
+    o[4 * j + 3] *= corr[1];
+  }
+}
+
+// P (bf16) as register A fragments of O += P V: k-step kk covers keys 16 kk .. 16 kk + 15, i.e.
+// S columns 8 (2 kk) .. 8 (2 kk + 1) + 7, so the accumulator layout of S is already the A layout
+// (a0/a1: rows g/g+8, keys 2 tig..; a2/a3: keys 8 + 2 tig..).
+__device__ __forceinline__ void to_p(uint32_t (&pa)[kBlockN / 16][4],
+                                     const float (&s)[kBlockN / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    pa[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+    pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+    pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+    pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+// Shared-memory tile is ready for wgmma: this thread's copies landed and are made visible to the
+// async proxy, then everybody's (the barrier also orders the previous readers of the buffer the
+// next cp.async overwrites: they waited for their wgmma groups before arriving).
+__device__ __forceinline__ void tiles_ready() {
+  cp_async_wait_all();
+  fence_proxy_async();
+  __syncthreads();
+}
+#endif  // ATTN_WGMMA_DEVICE
+
+// kPipelined = false (simple): per tile S = Q K^T, wait, softmax, O += P V, wait; a warpgroup
+//   skips tiles it does not see; K and V of tile n + 1 load during tile n.
+// kPipelined = true (FlashAttention-3's intra-warpgroup overlap): S of tile n is issued together
+//   with O += P V of tile n - 1, and the softmax of tile n runs while the tensor cores do that
+//   P V; only then is O rescaled. K of tile n + 1 and V of tile n load during tile n (V of tile n
+//   is used one tile later, so its buffer is that of tile n - 2). No per-warpgroup skipping (the
+//   pipeline is uniform); fully masked tiles, which only windows produce, are computed.
+template <int D, bool kPipelined>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
+    attn_fwd_wgmma_kernel(const AttentionParams<bf16> p) {
+#if ATTN_WGMMA_DEVICE
+  constexpr uint32_t kQBytes = tile_bytes(kBlockM, D), kKVBytes = tile_bytes(kBlockN, D);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t smem_base =
+      (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const uint32_t sQ = smem_base;          // [kBlockM] rows
+  const uint32_t sK = sQ + kQBytes;       // [2][kBlockN] rows
+  const uint32_t sV = sK + 2 * kKVBytes;  // [2][kBlockN] rows
+
+  const int T = p.T_;
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) blocks first
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, tig = lane & 3;
+  const int q0 = m_block * kBlockM;
+  const int wq0 = q0 + 64 * wg;          // first query of this warpgroup
+  const int row0 = wq0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
+  const bf16* gq = p.q + b * p.qkv_batch_stride + h * D;
+  const bf16* gk = p.k + b * p.qkv_batch_stride + hk * D;
+  const bf16* gv = p.v + b * p.qkv_batch_stride + hk * D;
+  const int64_t ld = p.qkv_row_stride;
+
+  int n_end = (T + kBlockN - 1) / kBlockN;
+  if (p.causal) n_end = min(n_end, (q0 + kBlockM - 1) / kBlockN + 1);
+  const int n_begin = p.window > 0 ? max(0, q0 - p.window + 1) / kBlockN : 0;
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  fence_regs(o);
+  RowState st = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
+  const float sl2 = p.scale * kLog2e;
+  const uint32_t q_rows = sQ + wg * 64 * 128;  // this warpgroup's 64 rows in each column block
+  float s[kBlockN / 2], corr[2];
+  uint32_t pa[kBlockN / 16][4];
+
+  if constexpr (!kPipelined) {
+    load_tile<kBlockM, D>(sQ, gq, ld, q0, T);
+    load_tile<kBlockN, D>(sK, gk, ld, n_begin * kBlockN, T);
+    load_tile<kBlockN, D>(sV, gv, ld, n_begin * kBlockN, T);
+    cp_async_commit();
+    for (int nb = n_begin; nb < n_end; ++nb) {
+      const int buf = (nb - n_begin) & 1;
+      tiles_ready();
+      if (nb + 1 < n_end) {
+        load_tile<kBlockN, D>(sK + (buf ^ 1) * kKVBytes, gk, ld, (nb + 1) * kBlockN, T);
+        load_tile<kBlockN, D>(sV + (buf ^ 1) * kKVBytes, gv, ld, (nb + 1) * kBlockN, T);
+        cp_async_commit();
+      }
+      const int k0 = nb * kBlockN;
+      // Uniform per warpgroup (wgmma needs all 128 threads): keys all past the diagonal of its
+      // last row, or all before the window of its first row.
+      if ((p.causal && k0 > wq0 + 63) || (p.window > 0 && k0 + kBlockN - 1 <= wq0 - p.window)) {
+        continue;
+      }
+      issue_s<D>(s, q_rows, sK + buf * kKVBytes);
+      wgmma_wait<0>();
+      fence_regs(s);
+      softmax_tile(s, st, corr, p, k0, wq0, row0, tig, sl2);
+      rescale<D>(o, corr);
+      to_p(pa, s);
+      issue_pv<D>(o, pa, sV + buf * kKVBytes);
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(pa);
+    }
+  } else {
+    // Buffers: K of tile n in K[(n - n_begin) % 2], loaded during tile n - 1; V of tile n in
+    // V[(n - n_begin) % 2], loaded during tile n and used during tile n + 1. The previous content
+    // of that V buffer, V of tile n - 2, was read by the P V issued during tile n - 1, which both
+    // warpgroups waited for before the barrier at the top of tile n.
+    auto load_next = [&](int nb) {
+      const int buf = (nb - n_begin) & 1;
+      if (nb + 1 < n_end) {
+        load_tile<kBlockN, D>(sK + (buf ^ 1) * kKVBytes, gk, ld, (nb + 1) * kBlockN, T);
+      }
+      load_tile<kBlockN, D>(sV + buf * kKVBytes, gv, ld, nb * kBlockN, T);
+      cp_async_commit();
+    };
+    load_tile<kBlockM, D>(sQ, gq, ld, q0, T);
+    load_tile<kBlockN, D>(sK, gk, ld, n_begin * kBlockN, T);
+    cp_async_commit();
+    // First tile: no P V yet. (Peeled so that the loop below has no branch between the issues
+    // and the waits: ptxas serializes wgmma pipeline stages it cannot follow.)
+    tiles_ready();
+    load_next(n_begin);
+    issue_s<D>(s, q_rows, sK);
+    wgmma_wait<0>();
+    fence_regs(s);
+    softmax_tile(s, st, corr, p, n_begin * kBlockN, wq0, row0, tig, sl2);
+    to_p(pa, s);  // O is still 0: no rescale
+    fence_regs(pa);
+    for (int nb = n_begin + 1; nb < n_end; ++nb) {
+      const int buf = (nb - n_begin) & 1;
+      tiles_ready();  // K of tile nb, V of tile nb - 1
+      load_next(nb);
+      issue_s<D>(s, q_rows, sK + buf * kKVBytes);
+      issue_pv<D>(o, pa, sV + (buf ^ 1) * kKVBytes);  // P and V of tile nb - 1
+      wgmma_wait<1>();                                // S done; P V may still run
+      fence_regs(s);
+      softmax_tile(s, st, corr, p, nb * kBlockN, wq0, row0, tig, sl2);
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(pa);
+      rescale<D>(o, corr);
+      to_p(pa, s);
+      // Pin the rescale and the conversion here: left to the compiler they could sink below the
+      // next S = Q K^T issue, into the next P V's pipeline stage (ptxas would then serialize the
+      // wgmmas).
+      fence_regs(o);
+      fence_regs(pa);
+    }
+    tiles_ready();  // V of the last tile
+    issue_pv<D>(o, pa, sV + ((n_end - 1 - n_begin) & 1) * kKVBytes);
+    wgmma_wait<0>();
+    fence_regs(o);
+    fence_regs(pa);
+  }
+
+  // ---- epilogue: o / l in bf16 and lse = (max + log2 l) ln 2, rows < T only.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = st.sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int qi = row0 + 8 * r;
+    if (qi >= T) continue;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    bf16* out = p.o + b * p.o_batch_stride + int64_t(qi) * p.o_row_stride + h * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      *reinterpret_cast<__nv_bfloat162*>(out + 8 * j + 2 * tig) =
+          __floats2bfloat162_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    }
+    if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (st.max[r] + log2f(l)) * kLn2;
+  }
+#else
+  (void)p;
+#endif
+}
+
+template <int D, bool kPipelined>
+void launch(const AttentionParams<bf16>& p, cudaStream_t st) {
+  constexpr size_t smem = smem_bytes(D);
+  auto* kernel = attn_fwd_wgmma_kernel<D, kPipelined>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  // Largest shared-memory carveout: two 81 KiB blocks (D = 64) must share an SM.
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  int(cudaSharedmemCarveoutMaxShared)));
+  const dim3 grid(div_up(p.T_, kBlockM), p.n_head, p.B);
+  kernel<<<grid, kThreads, smem, st>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool attention_fwd_wgmma_supported(const AttentionParams<bf16>& p) {
+#if defined(ATTNLAB_WGMMA_SM90A)
+  if ((p.D != 64 && p.D != 128) || p.variant != nullptr) return false;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();  // leave no sticky error for the caller's next check
+    return false;
+  }
+  return major == 9 && minor == 0;
+#else
+  (void)p;
+  return false;
+#endif
+}
+
+void launch_attention_fwd_wgmma(const AttentionParams<bf16>& p, Stream s, WgmmaFwdVariant variant) {
+  ATTN_REQUIRE(attention_fwd_wgmma_supported(p),
+               "wgmma attention forward: needs a build with sm_90a code "
+               "(CMAKE_CUDA_ARCHITECTURES containing 90), a compute capability 9.0 device and "
+               "head dim 64 or 128 (got %d)",
+               p.D);
+  ATTN_ASSERT(p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0 && p.T_ > 0 && p.B > 0);
+  ATTN_ASSERT(p.window >= 0 && p.scale > 0.f);
+  ATTN_ASSERT(p.qkv_row_stride % 8 == 0 && p.qkv_batch_stride % 8 == 0 && p.o_row_stride % 2 == 0 &&
+              p.o_batch_stride % 2 == 0);
+  ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v));
+  auto st = reinterpret_cast<cudaStream_t>(s);
+  // Default: the simple kernel at D = 64 (two blocks per SM overlap one block's softmax with the
+  // other's MMAs), the pipelined one at D = 128 (one block per SM: the overlap must come from
+  // within the warpgroup). To be confirmed by measurement (bench_attention --wgmma=...).
+  const bool pipelined =
+      variant == WgmmaFwdVariant::kDefault ? p.D == 128 : variant == WgmmaFwdVariant::kPipelined;
+  if (p.D == 64) {
+    pipelined ? launch<64, true>(p, st) : launch<64, false>(p, st);
+  } else {
+    pipelined ? launch<128, true>(p, st) : launch<128, false>(p, st);
+  }
+}
+
+}  // namespace attnlab
