@@ -40,7 +40,7 @@ if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   grep -m5 -E "Invalid|Misaligned|out of bounds" "$LOGS/memcheck.log"
 fi
 
-timeout 120 "$BUILD/bench_attention" "$LOGS/mma.csv" --gpt2 --no-det >"$LOGS/bench_mma.log" 2>&1
+timeout 120 "$BUILD/bench_attention" "$LOGS/mma.csv" --gpt2 --no-det --mma >"$LOGS/bench_mma.log" 2>&1
 echo "bench mma.sync: rc=$?"
 for v in simple pipelined; do
   timeout 120 "$BUILD/bench_attention" "$LOGS/wgmma_$v.csv" --gpt2 --no-det --wgmma=$v >"$LOGS/bench_$v.log" 2>&1

@@ -3,8 +3,8 @@
 // written (=), lse in natural log, packed strided q/k/v, GQA, causal or not, sliding window; its
 // o and lse feed the existing backward unchanged.
 //
-// Experimental: launch_attention_fwd<bf16> uses it only when AttentionParams::use_wgmma is set
-// and attention_fwd_wgmma_supported() is true (see attention_wgmma.cu for the design).
+// launch_attention_fwd<bf16> uses it when AttentionParams::use_wgmma is set (the default) and
+// attention_fwd_wgmma_supported() is true (see attention_wgmma.cu for the design).
 #pragma once
 #include "kernels/attention/attention.cuh"
 

@@ -3,12 +3,13 @@
 // Shapes: D 64/128 with model width 2048 (H = 2048/D), T 1K/4K/16K, B*T = 32K tokens; with --gpt2
 // also the GPT-2 124M training shape B=64 T=1024 H=12 D=64 (its own CSV row, "gpt2" in `shape`).
 // fwd+bwd uses the default (fast) backward; "det" is fwd+bwd with AttentionParams::deterministic
-// (--no-det skips it and prints 0). --wgmma runs the forward on the experimental Hopper wgmma
-// kernel (AttentionParams::use_wgmma, its default schedule per head dim); --wgmma=simple and
-// --wgmma=pipelined force one schedule (forward column only; fwd+bwd uses the default). Refused
-// where attention_fwd_wgmma_supported() is false.
-// Usage: bench_attention [csv_out] [--gpt2] [--no-det] [--wgmma[=simple|pipelined]]   (prints a
-// table; the CSV is read by scripts/device_check.sh)
+// (--no-det skips it and prints 0). The forward is what launch_attention_fwd<bf16> runs by
+// default: the Hopper wgmma kernel where attention_fwd_wgmma_supported() (its default schedule per
+// head dim), else mma.sync. --mma forces the mma.sync forward; --wgmma requires the wgmma one
+// (refused where unsupported); --wgmma=simple and --wgmma=pipelined force one schedule (forward
+// column only; fwd+bwd uses the default).
+// Usage: bench_attention [csv_out] [--gpt2] [--no-det] [--mma | --wgmma[=simple|pipelined]]
+// (prints a table; the CSV is read by scripts/device_check.sh)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -65,13 +66,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   const char* csv_path = nullptr;
-  bool gpt2 = false, det = true, wgmma = false;
+  bool gpt2 = false, det = true, wgmma = false, mma = false;
   WgmmaFwdVariant variant = WgmmaFwdVariant::kDefault;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--gpt2") == 0) {
       gpt2 = true;
     } else if (std::strcmp(argv[i], "--no-det") == 0) {
       det = false;
+    } else if (std::strcmp(argv[i], "--mma") == 0) {
+      mma = true;
     } else if (std::strcmp(argv[i], "--wgmma") == 0) {
       wgmma = true;
     } else if (std::strcmp(argv[i], "--wgmma=simple") == 0) {
@@ -82,19 +85,28 @@ int main(int argc, char** argv) {
       csv_path = argv[i];
     } else {
       std::fprintf(stderr,
-                   "bench_attention: unknown option %s (valid: --gpt2, --no-det, --wgmma, "
+                   "bench_attention: unknown option %s (valid: --gpt2, --no-det, --mma, --wgmma, "
                    "--wgmma=simple, --wgmma=pipelined)\n",
                    argv[i]);
       return 2;
     }
+  }
+  if (mma && wgmma) {
+    std::fprintf(stderr, "bench_attention: --mma and --wgmma exclude each other\n");
+    return 2;
   }
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
   if (csv) {
     std::fprintf(csv, "D,T,B,H,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops,det_fwdbwd_ms,shape\n");
   }
   const char* variant_name[] = {"default", "simple", "pipelined"};
-  std::printf("forward kernel: %s%s\n", wgmma ? "wgmma (sm_90a), schedule " : "mma.sync",
-              wgmma ? variant_name[int(variant)] : "");
+  {
+    AttentionParams<bf16> probe;
+    probe.D = 64;
+    const bool on_wgmma = !mma && (wgmma || attention_fwd_wgmma_supported(probe));
+    std::printf("forward kernel: %s%s\n", on_wgmma ? "wgmma (sm_90a), schedule " : "mma.sync",
+                on_wgmma ? variant_name[int(variant)] : "");
+  }
   std::printf("%4s %6s %3s %3s %9s %9s %11s %11s %11s\n", "D", "T", "B", "H", "fwd ms", "fwd TF/s",
               "f+b ms", "f+b TF/s", "det f+b ms");
   struct Shape {
@@ -124,7 +136,7 @@ int main(int argc, char** argv) {
     p.o_row_stride = width, p.o_batch_stride = width * T;
     p.B = B, p.T_ = T, p.n_head = H, p.n_kv_head = H, p.D = D;
     p.scale = 1.f / std::sqrt(float(D));
-    p.use_wgmma = wgmma;
+    p.use_wgmma = !mma;
     if (wgmma && !attention_fwd_wgmma_supported(p)) {
       std::fprintf(stderr,
                    "bench_attention: --wgmma: the wgmma forward is not supported here (needs an "

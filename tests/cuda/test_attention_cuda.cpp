@@ -60,6 +60,7 @@ void check_attention(const AttnCase& c, uint32_t seed, bool deterministic = true
   set_layout(p, c, dqkv_in.ptr(), o.ptr(), ddout.ptr(), dqkv.ptr());
   p.lse = lse.ptr();
   p.deterministic = deterministic;
+  p.use_wgmma = false;  // the mma.sync forward (the wgmma one: test_attention_wgmma_cuda.cpp)
   launch_attention_fwd<T>(p, nullptr);
   launch_attention_bwd<T>(p, nullptr);
   const bool f32 = std::is_same_v<T, float>;
