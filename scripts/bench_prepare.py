@@ -82,7 +82,14 @@ def main():
   p.add_argument("--repeats", type=int, default=3)
   p.add_argument("--xz-files", type=int, default=16, help="K: the text as K .xz files too")
   p.add_argument("--copies", type=int, default=1, help="C: prepare inputs hold the text C times")
+  p.add_argument("--modes", default="tiktoken,xz,parts,txt,procs",
+                 help="columns to measure (comma-separated subset of the default); the others "
+                 "print n/a")
   args = p.parse_args()
+  modes = set(args.modes.split(","))
+  unknown = modes - {"tiktoken", "xz", "parts", "txt", "procs"}
+  if unknown:
+    sys.exit(f"bench_prepare.py: unknown --modes {sorted(unknown)}")
   data_dir = te.shared_data_dir()
   vocab_dir = os.path.join(data_dir, "gpt2-vocab")
   enc = te.reference_encoding(data_dir)
@@ -114,7 +121,9 @@ def main():
           f.write(job[1])
 
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:  # lzma drops the GIL
-      list(pool.map(compress, [(xz, text)] + list(zip(xz_parts, parts))))
+      jobs = ([(xz, text)] if "xz" in modes else []) + \
+          (list(zip(xz_parts, parts)) if "parts" in modes else [])
+      list(pool.map(compress, jobs))
     with open(tiny, "wb") as f:
       f.write(b"hello world\n")
     startup = best_prepare(args.attnlab, vocab_dir, tiny, out, 1, max(5, args.repeats))
@@ -125,7 +134,7 @@ def main():
       return f"{mb / seconds:.2f}" + ("*" if seconds < 0.5 * startup else ""), mb / seconds
 
     def ratio(r, tk):
-      return "n/a" if r is None else f"{r / tk:.2f}"
+      return "n/a" if r is None or tk != tk else f"{r / tk:.2f}"
 
     print(f"prepare start-up + vocabulary load: {startup:.3f} s (subtracted below)")
     k = f"{len(parts)} x .xz"
@@ -133,12 +142,17 @@ def main():
           f"{'prepare ' + k + ' MB/s':>20} {'prepare .txt MB/s':>18} {'ratio .xz':>9} "
           f"{'ratio ' + k:>14} {'ratio .txt':>10} {'N procs .txt MB/s':>18}")
     for n in args.threads:
-      tk = bt.bench_tiktoken(enc, text, n, args.repeats)
-      t_xz = best_prepare(args.attnlab, vocab_dir, xz, out, n, args.repeats) - startup
-      t_parts = best_prepare(args.attnlab, vocab_dir, xz_parts, out, n, args.repeats) - startup
-      t_txt = best_prepare(args.attnlab, vocab_dir, plain, out, n, args.repeats) - startup
-      t_procs = min(run_processes(args.attnlab, vocab_dir, plain, out, n)
-                    for _ in range(args.repeats)) - startup
+      nan = float("nan")
+      tk = bt.bench_tiktoken(enc, text, n, args.repeats) if "tiktoken" in modes else nan
+
+      def timed(mode, inputs):
+        if mode not in modes:
+          return 0.0
+        return best_prepare(args.attnlab, vocab_dir, inputs, out, n, args.repeats) - startup
+
+      t_xz, t_parts, t_txt = timed("xz", xz), timed("parts", xz_parts), timed("txt", plain)
+      t_procs = (min(run_processes(args.attnlab, vocab_dir, plain, out, n)
+                     for _ in range(args.repeats)) - startup) if "procs" in modes else 0.0
       (s_xz, r_xz), (s_parts, r_parts), (s_txt, r_txt) = rate(t_xz), rate(t_parts), rate(t_txt)
       s_procs = "n/a" if t_procs <= 0 else f"{n * mb / t_procs:.2f}"
       print(f"{n:>7} {tk:>14.2f} {s_xz:>17} {s_parts:>20} {s_txt:>18} {ratio(r_xz, tk):>9} "
