@@ -183,16 +183,30 @@ void launch_ce(const CrossEntropyParams<T>& p, T* dlogits, Stream s) {
 }
 
 constexpr int kSumThreads = 1024;
+constexpr int kSumUnroll = 8;
 
 __global__ void __launch_bounds__(kSumThreads)
     loss_sum_kernel(const float* __restrict__ losses, const int32_t* __restrict__ targets,
                     int64_t N, int ignore_index, double* totals) {
   __shared__ double sh_sum[kSumThreads / 32], sh_cnt[kSumThreads / 32];
+  // Thread t adds rows t, t + kSumThreads, ... in increasing order; kSumUnroll rows' loads are
+  // issued before they are added (one block: latency, not bandwidth, is the cost).
   double sum = 0.0, cnt = 0.0;
-  for (int64_t i = threadIdx.x; i < N; i += kSumThreads) {
-    if (targets[i] != ignore_index) {
-      sum += double(losses[i]);
-      cnt += 1.0;
+  for (int64_t base = threadIdx.x; base < N; base += int64_t(kSumUnroll) * kSumThreads) {
+    float l[kSumUnroll];
+    int32_t t[kSumUnroll];
+#pragma unroll
+    for (int u = 0; u < kSumUnroll; ++u) {
+      const int64_t i = base + int64_t(u) * kSumThreads;
+      t[u] = i < N ? targets[i] : ignore_index;
+      l[u] = i < N ? losses[i] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kSumUnroll; ++u) {
+      if (t[u] != ignore_index) {
+        sum += double(l[u]);
+        cnt += 1.0;
+      }
     }
   }
 #pragma unroll
@@ -215,8 +229,8 @@ __global__ void __launch_bounds__(kSumThreads)
 void launch_crossentropy_loss_sum(const float* losses, const int32_t* targets, int64_t N,
                                   int ignore_index, double* totals, Stream s) {
   if (N == 0) return;
-  loss_sum_kernel<<<1, kSumThreads, 0, reinterpret_cast<cudaStream_t>(s)>>>(
-      losses, targets, N, ignore_index, totals);
+  loss_sum_kernel<<<1, kSumThreads, 0, reinterpret_cast<cudaStream_t>(s)>>>(losses, targets, N,
+                                                                            ignore_index, totals);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -4,7 +4,8 @@
 // the bf16 param stochastically (unbiased), with random bits from a counter-based hash of
 // (seed, index): the same seed gives the same rounding, on any grid.
 // launch_sumsq: a fixed grid of kSumsqBlocks blocks, each with a fixed grid-stride share of the
-// range (16-byte loads when aligned), writes one fp32 partial; a single block then adds the partials in a fixed tree order.
+// range (16-byte loads when aligned), writes one fp32 partial; a single block then adds the
+// partials in a fixed tree order.
 #include "kernels/common/device.cuh"
 #include "kernels/optim/adamw.cuh"
 
@@ -65,8 +66,8 @@ __device__ __forceinline__ void update_scalar(T* __restrict__ param, float* __re
   float w = master ? master[i] : dev::to_f(param[i]);
   float m = m_[i], v = v_[i];
   T out;
-  adamw_element<T>(w, m, v, dev::to_f(grad[i]), out, i, h.lr, h.b1, h.b2, h.eps, h.wd,
-                   h.grad_scale, h.bc1, h.bc2, h.seed);
+  adamw_element<T>(w, m, v, dev::to_f(grad[i]), out, i, h.lr, h.b1, h.b2, h.eps, h.wd, h.grad_scale,
+                   h.bc1, h.bc2, h.seed);
   m_[i] = m;
   v_[i] = v;
   if (master) master[i] = w;
@@ -90,8 +91,7 @@ __device__ __forceinline__ void update_quad(T* __restrict__ param, float* __rest
   if (master) {
     w = reinterpret_cast<const float4*>(master)[q];
   } else {
-    w = make_float4(dev::to_f(pw.v[0]), dev::to_f(pw.v[1]), dev::to_f(pw.v[2]),
-                    dev::to_f(pw.v[3]));
+    w = make_float4(dev::to_f(pw.v[0]), dev::to_f(pw.v[1]), dev::to_f(pw.v[2]), dev::to_f(pw.v[3]));
   }
   const int64_t i = q * 4;
   adamw_element<T>(w.x, m.x, v.x, dev::to_f(g.v[0]), pw.v[0], i, h.lr, h.b1, h.b2, h.eps, h.wd,
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kThreads)
         hi = mid - 1;
     }
     const AdamWRange r = p.ranges[lo];
-    const Hyper h{p.lr,         p.beta1, p.beta2, p.eps, r.decay ? p.weight_decay : 0.f,
+    const Hyper h{p.lr,         p.beta1, p.beta2, p.eps,          r.decay ? p.weight_decay : 0.f,
                   p.grad_scale, bc1,     bc2,     p.seed ^ r.seed};
     T* param = p.param + r.offset;
     float* master = p.master ? p.master + r.offset : nullptr;
@@ -166,8 +166,7 @@ __global__ void __launch_bounds__(kThreads)
 // Each thread adds the squares of its grid-stride share in a fixed order: 16-byte packs
 // (kSumsqUnroll loads in flight) when `vec`, then the scalar tail.
 template <typename T>
-__global__ void sumsq_partial_kernel(const T* __restrict__ g, int64_t n, bool vec,
-                                     float* partial) {
+__global__ void sumsq_partial_kernel(const T* __restrict__ g, int64_t n, bool vec, float* partial) {
   __shared__ float sh[kThreads / 32];
   float acc = 0.f;
   const int64_t tid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

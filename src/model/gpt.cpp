@@ -330,8 +330,8 @@ LossTotals GPT::take_loss(const ExecContext& ctx) {
     loss_totals_.zero();
   } else {
     auto stream = reinterpret_cast<cudaStream_t>(ctx.stream);
-    CUDA_CHECK(cudaMemcpyAsync(host, loss_totals_.data(), sizeof(host), cudaMemcpyDeviceToHost,
-                               stream));
+    CUDA_CHECK(
+        cudaMemcpyAsync(host, loss_totals_.data(), sizeof(host), cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
     CUDA_CHECK(cudaMemsetAsync(loss_totals_.data(), 0, sizeof(host), stream));
   }

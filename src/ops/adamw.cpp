@@ -131,8 +131,8 @@ AdamWRangeTable::AdamWRangeTable(const ExecContext& ctx, std::vector<AdamWRangeS
     device_table_ = Buffer(Device::cuda, bytes);
     // On the context's stream (ordered with the kernels that read it), once.
     auto stream = reinterpret_cast<cudaStream_t>(ctx.stream);
-    CUDA_CHECK(cudaMemcpyAsync(device_table_.data(), table.data(), bytes, cudaMemcpyHostToDevice,
-                               stream));
+    CUDA_CHECK(
+        cudaMemcpyAsync(device_table_.data(), table.data(), bytes, cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 }

@@ -89,8 +89,7 @@ void crossentropy_loss_sum(const ExecContext& ctx, double* totals, const Tensor&
   require_numel(kOp, "losses", losses, DType::f32, N, ctx);
   require_numel(kOp, "targets", targets, DType::i32, N, ctx);
   if (ctx.device == Device::cpu) {
-    crossentropy_loss_sum_ref(losses.ptr<float>(), targets.ptr<int32_t>(), N, ignore_index,
-                              totals);
+    crossentropy_loss_sum_ref(losses.ptr<float>(), targets.ptr<int32_t>(), N, ignore_index, totals);
   } else {
     launch_crossentropy_loss_sum(losses.ptr<float>(), targets.ptr<int32_t>(), N, ignore_index,
                                  totals, ctx.stream);

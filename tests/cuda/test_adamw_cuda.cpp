@@ -163,8 +163,8 @@ void check_adamw_multi(bool with_master) {
     p.grad_scale = st.grad_scale, p.step = st.step;
     adamw_ref(p);
   }
-  const auto got_w = std::is_same_v<T, bf16> && with_master ? multi.master.download()
-                                                            : multi.param.download();
+  const auto got_w =
+      std::is_same_v<T, bf16> && with_master ? multi.master.download() : multi.param.download();
   // bf16 without a master: the weight is rounded once into bf16 (stochastically).
   const double wtol = std::is_same_v<T, bf16> && !with_master ? 1e-2 : 1e-5;
   const auto label = strformat("adamw multi %s %s", type_name<T>(), name);

@@ -345,7 +345,8 @@ TEST(AdamWOp, MultiRangeIsExactlyThePerRangeUpdate) {
   HostTensor p2(n, rng), m2(n, rng), v2(n, rng);
   p2.data = p.data, m2.data = m.data, v2.data = v.data;
   const std::vector<float> p0 = p.data;
-  const std::vector<ops::AdamWRangeSpec> spec = {{0, 13, true, 1}, {13, 5, false, 2}, {30, 9, true, 3}};
+  const std::vector<ops::AdamWRangeSpec> spec = {
+      {0, 13, true, 1}, {13, 5, false, 2}, {30, 9, true, 3}};
   ops::AdamWStep s;
   s.lr = 1e-2f, s.weight_decay = 0.1f, s.step = 2, s.seed = 7;
   ops::adamw_update_multi(*ctx, p.t, Tensor(), g.t, m.t, v.t, ops::AdamWRangeTable(*ctx, spec), s);
@@ -358,11 +359,14 @@ TEST(AdamWOp, MultiRangeIsExactlyThePerRangeUpdate) {
   EXPECT_EQ(p.data, p2.data);  // elements 18..29 (no range) untouched in both
   EXPECT_EQ(m.data, m2.data);
   EXPECT_EQ(v.data, v2.data);
-  EXPECT_NE(p.data[0], p0[0]);   // updated
+  EXPECT_NE(p.data[0], p0[0]);    // updated
   EXPECT_EQ(p.data[20], p0[20]);  // in the gap between ranges
 
-  expect_error([&] { ops::AdamWRangeTable(*ctx, {{0, 10, true, 0}, {9, 3, true, 0}}); },
-               "ranges [0, 10) and [9, 12) overlap");
+  expect_error(
+      [&] {
+        ops::AdamWRangeTable(*ctx, {{0, 10, true, 0}, {9, 3, true, 0}});
+      },
+      "ranges [0, 10) and [9, 12) overlap");
   expect_error([&] { ops::AdamWRangeTable(*ctx, {{0, 0, true, 0}}); }, "numel > 0");
   expect_error(
       [&] {
