@@ -1,12 +1,14 @@
-// Softmax cross-entropy, fused forward + backward. One block per row, three passes:
-//   A  max over the row (one read of the logits from global memory, 16-byte loads, several in
-//      flight per thread); the row is kept in shared memory when it fits (bf16 GPT-2: 100 KB),
-//   B  sum of exp(x - max) and the target logit -> lse, loss,
+// Softmax cross-entropy, fused forward + backward. One block per row, two passes:
+//   A  one read of the row from global memory (16-byte loads, several in flight per thread) with
+//      an online max and sum of exp(x - max) per thread (the sum is rescaled when a group of
+//      loads raises the max), then one block-wide combination of the (max, sum) pairs -> lse,
+//      loss; the row is kept in shared memory when it fits (bf16 GPT-2: 100 KB),
 //   C  (backward only) dlogits = (softmax - onehot) * dloss, written once.
-// B and C read the shared-memory copy, so the logits cross HBM once and dlogits once. Rows that do
-// not fit (or unaligned rows: scalar path) re-read global memory (mostly L2). exp via exp2 of a
-// pre-scaled argument (one FFMA + one MUFU op per element and pass). dlogits may alias logits:
-// every read of a row from global memory happens before the barrier that precedes its writes.
+// C reads the shared-memory copy, so the logits cross HBM once and dlogits once; the forward alone
+// is a single pass. Rows that do not fit (or unaligned rows: scalar path) re-read global memory
+// (mostly L2) in C. exp via exp2 of a pre-scaled argument (one FFMA + one MUFU op per element and
+// pass). dlogits may alias logits: every read of a row from global memory happens before the
+// barrier that precedes its writes. Deterministic: fixed per-thread order and a fixed tree.
 #include "kernels/common/device.cuh"
 #include "kernels/loss/crossentropy.cuh"
 
@@ -34,16 +36,32 @@ __device__ __forceinline__ Chunk<T, V> load_chunk(const T* p) {
   return r;
 }
 
-// Block-wide reduction of one float per thread (op = max or sum); every thread gets the result.
-// `red` holds one slot per warp; callers use a different `red` for back-to-back reductions.
-template <bool kMax>
-__device__ __forceinline__ float block_reduce(float v, float* red) {
-  v = kMax ? dev::warp_max(v) : dev::warp_sum(v);
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+// Merges two (max, sum of exp(x - max)) pairs; a pair with max = -inf holds no element.
+__device__ __forceinline__ void merge_lse(float& m, float& s, float om, float os) {
+  const float nm = fmaxf(m, om);
+  if (nm == -INFINITY) return;  // both empty
+  s = (m == -INFINITY ? 0.f : s * exp2f((m - nm) * kLog2e)) +
+      (om == -INFINITY ? 0.f : os * exp2f((om - nm) * kLog2e));
+  m = nm;
+}
+
+// Block-wide combination of every thread's (max, sum) in a fixed order; every thread gets the
+// result. Two barriers (the first also publishes whatever the threads wrote before the call).
+__device__ __forceinline__ void block_merge_lse(float& m, float& s, float* red_m, float* red_s) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    merge_lse(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+  if (threadIdx.x % 32 == 0) red_m[threadIdx.x / 32] = m, red_s[threadIdx.x / 32] = s;
   __syncthreads();
-  float r = red[0];
-  for (int w = 1; w < kThreads / 32; ++w) r = kMax ? fmaxf(r, red[w]) : r + red[w];
-  return r;
+  if (threadIdx.x < 32) {
+    m = red_m[threadIdx.x], s = red_s[threadIdx.x];  // kThreads / 32 == 32 warps
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      merge_lse(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    if (threadIdx.x == 0) red_m[32] = m, red_s[32] = s;
+  }
+  __syncthreads();
+  m = red_m[32], s = red_s[32];
 }
 
 // V: elements per chunk (Pack<T>::N, or 1 for the scalar path); kSmem: keep the row in shared
@@ -55,7 +73,8 @@ __global__ void __launch_bounds__(kThreads)
                         float dloss) {
   extern __shared__ float4 smem4[];
   T* row_sh = reinterpret_cast<T*>(smem4);
-  __shared__ float red_max[kThreads / 32], red_sum[kThreads / 32];
+  static_assert(kThreads == 32 * 32, "block_merge_lse: one warp combines the 32 warps' pairs");
+  __shared__ float red_m[33], red_s[33];
   __shared__ float sh_target;
   const int64_t row = blockIdx.x;
   const T* x = logits + row * Vp;
@@ -73,10 +92,11 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   constexpr int kStride = kThreads * V;
-  const T* src = kSmem ? row_sh : x;  // what passes B and C read
+  const T* src = kSmem ? row_sh : x;  // what pass C reads
 
-  // Pass A: max over the real columns; copy the row to shared memory.
-  float mx = -INFINITY;
+  // Pass A: online max and sum of exp(x - max) over the real columns; copy the row to shared
+  // memory. The sum is rescaled once per group of kUnroll loads that raises the max.
+  float mx = -INFINITY, sum = 0.f;
   for (int c0 = threadIdx.x * V; c0 < Vp; c0 += kUnroll * kStride) {
     Chunk<T, V> ch[kUnroll];
 #pragma unroll
@@ -84,6 +104,7 @@ __global__ void __launch_bounds__(kThreads)
       const int c = c0 + u * kStride;
       if (c < Vp) ch[u] = load_chunk<T, V>(x + c);
     }
+    float gm = -INFINITY;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kStride;
@@ -91,22 +112,25 @@ __global__ void __launch_bounds__(kThreads)
       if constexpr (kSmem) *reinterpret_cast<Chunk<T, V>*>(row_sh + c) = ch[u];
 #pragma unroll
       for (int j = 0; j < V; ++j)
-        if (c + j < Vreal) mx = fmaxf(mx, ch[u].f(j));
+        if (c + j < Vreal) gm = fmaxf(gm, ch[u].f(j));
+    }
+    if (gm == -INFINITY) continue;  // only padding columns in this group
+    if (gm > mx) {
+      sum *= exp2f((mx - gm) * kLog2e);  // 0 while mx is -inf (sum is 0 then)
+      mx = gm;
+    }
+    const float mx2 = mx * kLog2e;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kStride;
+      if (c >= Vp) break;
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (c + j < Vreal) sum += exp2f(fmaf(ch[u].f(j), kLog2e, -mx2));
     }
   }
   if (threadIdx.x == 0) sh_target = dev::to_f(x[target]);
-  mx = block_reduce<true>(mx, red_max);  // its barrier also publishes row_sh and sh_target
-
-  // Pass B: sum of exp(x - max).
-  const float mx2 = mx * kLog2e;
-  float sum = 0.f;
-  for (int c = threadIdx.x * V; c < Vreal; c += kStride) {
-    const Chunk<T, V> ch = load_chunk<T, V>(src + c);
-#pragma unroll
-    for (int j = 0; j < V; ++j)
-      if (c + j < Vreal) sum += exp2f(fmaf(ch.f(j), kLog2e, -mx2));
-  }
-  sum = block_reduce<false>(sum, red_sum);
+  block_merge_lse(mx, sum, red_m, red_s);  // its barriers also publish row_sh and sh_target
   const float lse = mx + logf(sum);
   if (threadIdx.x == 0) losses[row] = lse - sh_target;
   if (!dx) return;
@@ -151,14 +175,64 @@ void launch_ce(const CrossEntropyParams<T>& p, T* dlogits, Stream s) {
   CUDA_CHECK(cudaGetDevice(&dev_id));
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev_id));
   const size_t row_bytes = size_t(p.Vp) * sizeof(T);
-  // The forward alone reads the row twice (A, B) and gains little from the copy. Static shared
-  // memory of the kernel (reductions) comes on top of the dynamic row.
+  // The forward alone reads the row once and needs no copy. Static shared memory of the kernel
+  // (reductions) comes on top of the dynamic row.
   if (dlogits && row_bytes + 512 <= size_t(optin))
     return launch_kernel<T, N, true>(p, dlogits, row_bytes, st);
   launch_kernel<T, N, false>(p, dlogits, 0, st);
 }
 
+constexpr int kSumThreads = 1024;
+constexpr int kSumUnroll = 8;
+
+__global__ void __launch_bounds__(kSumThreads)
+    loss_sum_kernel(const float* __restrict__ losses, const int32_t* __restrict__ targets,
+                    int64_t N, int ignore_index, double* totals) {
+  __shared__ double sh_sum[kSumThreads / 32], sh_cnt[kSumThreads / 32];
+  // Thread t adds rows t, t + kSumThreads, ... in increasing order; kSumUnroll rows' loads are
+  // issued before they are added (one block: latency, not bandwidth, is the cost).
+  double sum = 0.0, cnt = 0.0;
+  for (int64_t base = threadIdx.x; base < N; base += int64_t(kSumUnroll) * kSumThreads) {
+    float l[kSumUnroll];
+    int32_t t[kSumUnroll];
+#pragma unroll
+    for (int u = 0; u < kSumUnroll; ++u) {
+      const int64_t i = base + int64_t(u) * kSumThreads;
+      t[u] = i < N ? targets[i] : ignore_index;
+      l[u] = i < N ? losses[i] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kSumUnroll; ++u) {
+      if (t[u] != ignore_index) {
+        sum += double(l[u]);
+        cnt += 1.0;
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    cnt += __shfl_xor_sync(0xffffffffu, cnt, o);
+  }
+  if (threadIdx.x % 32 == 0) sh_sum[threadIdx.x / 32] = sum, sh_cnt[threadIdx.x / 32] = cnt;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double s = 0.0, c = 0.0;
+    for (int w = 0; w < kSumThreads / 32; ++w) s += sh_sum[w], c += sh_cnt[w];
+    totals[0] += s;
+    totals[1] += c;
+  }
+}
+
 }  // namespace
+
+void launch_crossentropy_loss_sum(const float* losses, const int32_t* targets, int64_t N,
+                                  int ignore_index, double* totals, Stream s) {
+  if (N == 0) return;
+  loss_sum_kernel<<<1, kSumThreads, 0, reinterpret_cast<cudaStream_t>(s)>>>(losses, targets, N,
+                                                                            ignore_index, totals);
+  CUDA_CHECK_LAUNCH();
+}
 
 template <typename T>
 void launch_crossentropy_fwd(const CrossEntropyParams<T>& p, Stream s) {

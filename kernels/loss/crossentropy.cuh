@@ -30,4 +30,12 @@ void launch_crossentropy_fwd(const CrossEntropyParams<T>& p, Stream s);
 template <typename T>
 void launch_crossentropy_fwd_bwd(const CrossEntropyParams<T>& p, Stream s);
 
+// Loss totals of a micro-batch, accumulated on the device (no host synchronisation):
+//   totals[0] += sum of losses[i] over rows with targets[i] != ignore_index    (in double)
+//   totals[1] += number of those rows
+// losses, targets: [N]; totals: 2 doubles (accumulated +=). One block in a fixed order (thread t
+// takes rows t, t + blockDim, ...; then a fixed tree): the same inputs give the same bits.
+void launch_crossentropy_loss_sum(const float* losses, const int32_t* targets, int64_t N,
+                                  int ignore_index, double* totals, Stream s);
+
 }  // namespace attnlab

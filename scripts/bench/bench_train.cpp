@@ -154,6 +154,7 @@ bool run_one(const Recipe& r, int B, int T, int steps, int warmup, double ceilin
     model.forward(*ctx, store, tok, tgt, AttentionMode::train, dloss);
     model.backward(*ctx, store, tok);
     opt.step(float(lr), s);
+    model.take_loss(*ctx);  // as the trainer: the step's loss, read once after the optimizer
   };
   for (int s = 1; s <= warmup; ++s) step(s);
   ctx->synchronize();
@@ -178,6 +179,7 @@ bool run_one(const Recipe& r, int B, int T, int steps, int warmup, double ceilin
   obs.begin("optimizer");
   opt.step(float(lr), warmup + steps + 1);
   obs.end("optimizer");
+  model.take_loss(*ctx);
   out.ops_ms = obs.collect();
   model.set_observer(nullptr);
 

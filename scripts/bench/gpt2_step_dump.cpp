@@ -117,17 +117,18 @@ int main(int argc, char** argv) {
     };
 
     load_batch(0);
-    ForwardResult fr = model.forward(*ctx, store, tin, ttg, AttentionMode::eval);
+    model.forward(*ctx, store, tin, ttg, AttentionMode::eval);
+    const LossTotals fr = model.take_loss(*ctx);
     Buffer logits_keep(ctx->device, size_t(T) * r.model.padded_vocab() * dtype_size(dt));
     Tensor last = logits_keep.as(dt, Shape{T, r.model.padded_vocab()});
     copy_tensor(last, model.logits().slice0(B - 1, B).view(last.shape));
     store.zero_grads();
     model.forward(*ctx, store, tin, ttg, AttentionMode::train, float(1.0 / double(fr.valid)));
     model.backward(*ctx, store, tin);
-    ctx->synchronize();
+    model.take_loss(*ctx);  // the same loss again; synchronises
 
     io::SafetensorsWriter w;
-    float loss = float(fr.loss);
+    float loss = float(fr.mean());
     w.add("loss", Tensor(&loss, DType::f32, Device::cpu, Shape{1}));
     w.add("logits", last);
     // The gradients are copied: the training below reuses the store's gradient buffer.
@@ -175,18 +176,19 @@ int main(int argc, char** argv) {
       for (int s = 0; s < train_steps; ++s) {
         const int64_t valid = load_batch(s);
         const float lr = lr_at(sched, s);
-        const ForwardResult er = model.forward(*ctx, store, tin, ttg, AttentionMode::eval);
+        model.forward(*ctx, store, tin, ttg, AttentionMode::eval);
+        const double er = model.take_loss(*ctx).mean();
         store.zero_grads();
-        ForwardResult tr =
-            model.forward(*ctx, store, tin, ttg, AttentionMode::train, float(1.0 / double(valid)));
+        model.forward(*ctx, store, tin, ttg, AttentionMode::train, float(1.0 / double(valid)));
         model.backward(*ctx, store, tin);
+        const double tr = model.take_loss(*ctx).mean();
         record_grad_norms();
         StepStats ss = opt.step(lr, s + 1);
-        train_loss.push_back(float(tr.loss));
-        eval_loss.push_back(float(er.loss));
+        train_loss.push_back(float(tr));
+        eval_loss.push_back(float(er));
         lrs.push_back(lr);
         std::printf("step %2d | lr %.3e | loss %.6f (eval forward %.6f) | grad norm %.4f\n", s + 1,
-                    lr, tr.loss, er.loss, ss.grad_norm);
+                    lr, tr, er, ss.grad_norm);
         if (std::find(weights_after.begin(), weights_after.end(), s + 1) != weights_after.end()) {
           kept.emplace_back(ctx->device, store.all_params().nbytes());
           Tensor copy = kept.back().as(store.all_params().dtype, store.all_params().shape);
@@ -211,7 +213,7 @@ int main(int argc, char** argv) {
     w.set_metadata("dtype", dtype_name(dt));
     w.write(out_path);
     std::printf("%s: loss %.6f (%lld targets), %zu gradients, dtype %s\n", out_path.c_str(),
-                fr.loss, (long long)fr.valid, names.size(), dtype_name(dt));
+                fr.mean(), (long long)fr.valid, names.size(), dtype_name(dt));
   } catch (const Error& e) {
     std::fprintf(stderr, "gpt2_step_dump: error: %s\n", e.what());
     return 1;

@@ -1,9 +1,11 @@
 #include "model/gpt.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "core/cuda_check.h"
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "ops/ops.h"
@@ -76,6 +78,8 @@ void GPT::allocate(const ExecContext& ctx, int B, int T, DType dtype) {
   maxT_ = T;
   dtype_ = dtype;
   acts_ = Buffer(ctx.device, activation_bytes(B, T, dtype));
+  loss_totals_ = Buffer(ctx.device, 2 * sizeof(double));
+  loss_totals_.zero();
   AttentionShape as{B, T, cfg_.n_head, cfg_.kv_heads(), cfg_.head_dim()};
   for (auto& a : attn_) a->allocate(ctx, as, dtype);
   B_ = 0;
@@ -298,10 +302,7 @@ ForwardResult GPT::forward(const ExecContext& ctx, const ParameterStore& store,
     ops::matmul_fwd(ctx, logits_, lnf_, store.param("wte.weight"), Tensor());
   }
   has_dlogits_ = false;
-  if (targets.empty()) {
-    result.loss = std::nan("");
-    return result;
-  }
+  if (targets.empty()) return result;
   ATTN_REQUIRE(targets.shape == tokens.shape && targets.dtype == DType::i32,
                "targets must be i32%s like the tokens, got %s", tokens.shape.str().c_str(),
                targets.str().c_str());
@@ -315,20 +316,29 @@ ForwardResult GPT::forward(const ExecContext& ctx, const ParameterStore& store,
     } else {
       ops::crossentropy_fwd(ctx, losses_, logits_, tflat, cfg_.vocab_size, kIgnoreIndex);
     }
+    ops::crossentropy_loss_sum(ctx, static_cast<double*>(loss_totals_.data()), losses_, tflat,
+                               kIgnoreIndex);
   }
-  // Mean over valid targets, summed on the host in a fixed order (deterministic).
-  std::vector<float> losses(BT);
-  std::vector<int32_t> tgt(BT);
-  copy_tensor(Tensor(losses.data(), DType::f32, Device::cpu, Shape{BT}), losses_);
-  copy_tensor(Tensor(tgt.data(), DType::i32, Device::cpu, Shape{BT}), tflat);
-  double sum = 0.0;
-  for (int64_t i = 0; i < BT; ++i)
-    if (tgt[i] != kIgnoreIndex) {
-      sum += losses[i];
-      ++result.valid;
-    }
-  result.loss = result.valid ? sum / double(result.valid) : std::nan("");
   return result;
+}
+
+LossTotals GPT::take_loss(const ExecContext& ctx) {
+  ATTN_REQUIRE(loss_totals_.data() != nullptr, "GPT::take_loss: call allocate() first");
+  double host[2] = {0.0, 0.0};
+  if (loss_totals_.device() == Device::cpu) {
+    std::memcpy(host, loss_totals_.data(), sizeof(host));
+    loss_totals_.zero();
+  } else {
+    auto stream = reinterpret_cast<cudaStream_t>(ctx.stream);
+    CUDA_CHECK(
+        cudaMemcpyAsync(host, loss_totals_.data(), sizeof(host), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaMemsetAsync(loss_totals_.data(), 0, sizeof(host), stream));
+  }
+  LossTotals t;
+  t.sum = host[0];
+  t.valid = int64_t(host[1]);
+  return t;
 }
 
 Tensor GPT::layer_input(int l) const { return l == 0 ? encoded_ : layers_[l - 1].res3; }

@@ -7,6 +7,7 @@
 //   h.<l>.mlp.c_fc.{weight [4C,C], bias [4C]}  h.<l>.mlp.c_proj.{weight [C,4C], bias [C]}
 // The LM head is tied to wte. Weights use the PyTorch nn.Linear layout [out, in].
 #pragma once
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,9 +55,14 @@ struct GPTConfig {
 };
 
 struct ForwardResult {
-  double loss = 0.0;      // mean cross-entropy over valid targets (NaN when no targets)
-  int64_t valid = 0;      // number of targets != ignore_index
   double aux_loss = 0.0;  // sum of the attention variants' auxiliary losses
+};
+
+// Cross-entropy totals of the forwards since the last GPT::take_loss.
+struct LossTotals {
+  double sum = 0.0;   // sum of the per-token losses over valid targets
+  int64_t valid = 0;  // number of targets != ignore_index
+  double mean() const { return valid ? sum / double(valid) : std::nan(""); }
 };
 
 class GPT {
@@ -77,9 +83,15 @@ class GPT {
 
   // tokens, targets: [B, T] i32 on the context's device (targets may be empty: logits only).
   // With targets and dloss != 0, the fused loss kernel also writes dlogits (scaled by dloss),
-  // ready for backward(). Host-synchronises to read the losses.
+  // ready for backward(). With targets, the micro-batch's loss sum and valid-target count are
+  // added to the model's loss totals on the device (no host synchronisation): read them with
+  // take_loss(), e.g. once per optimizer step.
   ForwardResult forward(const ExecContext& ctx, const ParameterStore& store, const Tensor& tokens,
                         const Tensor& targets, AttentionMode mode, float dloss = 0.f);
+  // The loss totals of every forward with targets since the last call (or allocate()), then
+  // resets them. Synchronises the context's stream (CUDA). Deterministic: each forward's
+  // reduction runs in a fixed order and the forwards add up in call order.
+  LossTotals take_loss(const ExecContext& ctx);
   // Accumulates parameter gradients (+=) into store's gradient buffer; frozen tensors are skipped.
   void backward(const ExecContext& ctx, const ParameterStore& store, const Tensor& tokens);
 
@@ -120,6 +132,7 @@ class GPT {
   Tensor dres_, dln_, datty_, dqkv_, dfch_;
   bool has_dlogits_ = false;
   OpObserver* observer_ = nullptr;
+  Buffer loss_totals_;  // 2 doubles on the device: {sum, valid} (see take_loss)
 
   // ==== Incremental decoding with a KV cache (implemented in model/gpt_decode.cpp) ====
  public:

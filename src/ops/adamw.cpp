@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -34,6 +35,33 @@ void check_state(const ExecContext& ctx, const Tensor& t, const Tensor& param, c
                param.str().c_str(), (long long)param.numel(), t.str().c_str());
 }
 
+void check_step(const AdamWStep& s) {
+  ATTN_REQUIRE(s.step >= 1, "adamw_update: step counts from 1, got %d", s.step);
+  ATTN_REQUIRE(s.beta1 >= 0.f && s.beta1 < 1.f && s.beta2 >= 0.f && s.beta2 < 1.f,
+               "adamw_update: beta1 and beta2 must be in [0, 1), got %g and %g", s.beta1, s.beta2);
+  ATTN_REQUIRE(std::isfinite(s.lr) && std::isfinite(s.grad_scale) && s.eps > 0.f,
+               "adamw_update: lr (%g) and grad_scale (%g) must be finite and eps (%g) > 0", s.lr,
+               s.grad_scale, s.eps);
+}
+
+void check_update_tensors(const ExecContext& ctx, const Tensor& param, const Tensor& master,
+                          const Tensor& grad, const Tensor& m, const Tensor& v) {
+  ATTN_REQUIRE(!param.empty() && !grad.empty(), "adamw_update: param and grad must not be empty");
+  check_on_ctx(ctx, param, "adamw_update", "param");
+  check_on_ctx(ctx, grad, "adamw_update", "grad");
+  ATTN_REQUIRE(param.dtype == DType::f32 || param.dtype == DType::bf16,
+               "adamw_update: param must be f32 or bf16, got %s", param.str().c_str());
+  ATTN_REQUIRE(grad.dtype == param.dtype && grad.shape == param.shape,
+               "adamw_update: grad must match param %s, got %s", param.str().c_str(),
+               grad.str().c_str());
+  check_state(ctx, m, param, "m");
+  check_state(ctx, v, param, "v");
+  if (!master.empty()) check_state(ctx, master, param, "master");
+  if (ctx.device == Device::cpu)
+    ATTN_REQUIRE(param.dtype == DType::f32, "adamw_update: the CPU supports f32 only, got param %s",
+                 param.str().c_str());
+}
+
 template <typename T>
 AdamWParams<T> make_params(const Tensor& param, const Tensor& master, const Tensor& grad,
                            const Tensor& m, const Tensor& v, const AdamWStep& s) {
@@ -60,26 +88,9 @@ AdamWParams<T> make_params(const Tensor& param, const Tensor& master, const Tens
 void adamw_update(const ExecContext& ctx, const Tensor& param, const Tensor& master,
                   const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& s) {
   NvtxRange range("adamw_update");
-  ATTN_REQUIRE(!param.empty() && !grad.empty(), "adamw_update: param and grad must not be empty");
-  check_on_ctx(ctx, param, "adamw_update", "param");
-  check_on_ctx(ctx, grad, "adamw_update", "grad");
-  ATTN_REQUIRE(param.dtype == DType::f32 || param.dtype == DType::bf16,
-               "adamw_update: param must be f32 or bf16, got %s", param.str().c_str());
-  ATTN_REQUIRE(grad.dtype == param.dtype && grad.shape == param.shape,
-               "adamw_update: grad must match param %s, got %s", param.str().c_str(),
-               grad.str().c_str());
-  check_state(ctx, m, param, "m");
-  check_state(ctx, v, param, "v");
-  if (!master.empty()) check_state(ctx, master, param, "master");
-  ATTN_REQUIRE(s.step >= 1, "adamw_update: step counts from 1, got %d", s.step);
-  ATTN_REQUIRE(s.beta1 >= 0.f && s.beta1 < 1.f && s.beta2 >= 0.f && s.beta2 < 1.f,
-               "adamw_update: beta1 and beta2 must be in [0, 1), got %g and %g", s.beta1, s.beta2);
-  ATTN_REQUIRE(std::isfinite(s.lr) && std::isfinite(s.grad_scale) && s.eps > 0.f,
-               "adamw_update: lr (%g) and grad_scale (%g) must be finite and eps (%g) > 0", s.lr,
-               s.grad_scale, s.eps);
+  check_update_tensors(ctx, param, master, grad, m, v);
+  check_step(s);
   if (ctx.device == Device::cpu) {
-    ATTN_REQUIRE(param.dtype == DType::f32, "adamw_update: the CPU supports f32 only, got param %s",
-                 param.str().c_str());
     adamw_ref(make_params<float>(param, master, grad, m, v, s));
     return;
   }
@@ -87,6 +98,101 @@ void adamw_update(const ExecContext& ctx, const Tensor& param, const Tensor& mas
     launch_adamw(make_params<float>(param, master, grad, m, v, s), ctx.stream);
   else
     launch_adamw(make_params<bf16>(param, master, grad, m, v, s), ctx.stream);
+}
+
+AdamWRangeTable::AdamWRangeTable(const ExecContext& ctx, std::vector<AdamWRangeSpec> ranges)
+    : ranges_(std::move(ranges)) {
+  std::vector<AdamWRange> table;
+  for (size_t i = 0; i < ranges_.size(); ++i) {
+    const AdamWRangeSpec& r = ranges_[i];
+    ATTN_REQUIRE(r.offset >= 0 && r.numel > 0,
+                 "AdamWRangeTable: range %zu must have offset >= 0 and numel > 0, got %lld, %lld",
+                 i, (long long)r.offset, (long long)r.numel);
+    end_ = std::max(end_, r.offset + r.numel);
+    AdamWRange d;
+    d.offset = r.offset;
+    d.numel = r.numel;
+    d.seed = r.seed;
+    d.decay = r.decay ? 1 : 0;
+    table.push_back(d);
+  }
+  // Disjoint ranges: the kernel updates them concurrently.
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (const auto& r : ranges_) spans.emplace_back(r.offset, r.offset + r.numel);
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i)
+    ATTN_REQUIRE(spans[i].first >= spans[i - 1].second,
+                 "AdamWRangeTable: ranges [%lld, %lld) and [%lld, %lld) overlap",
+                 (long long)spans[i - 1].first, (long long)spans[i - 1].second,
+                 (long long)spans[i].first, (long long)spans[i].second);
+  if (ctx.device == Device::cuda && !table.empty()) {
+    num_blocks_ = adamw_multi_plan(table.data(), int(table.size()));
+    const size_t bytes = table.size() * sizeof(AdamWRange);
+    device_table_ = Buffer(Device::cuda, bytes);
+    // On the context's stream (ordered with the kernels that read it), once.
+    auto stream = reinterpret_cast<cudaStream_t>(ctx.stream);
+    CUDA_CHECK(
+        cudaMemcpyAsync(device_table_.data(), table.data(), bytes, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+}
+
+void adamw_update_multi(const ExecContext& ctx, const Tensor& param, const Tensor& master,
+                        const Tensor& grad, const Tensor& m, const Tensor& v,
+                        const AdamWRangeTable& table, const AdamWStep& s) {
+  NvtxRange range("adamw_update_multi");
+  check_update_tensors(ctx, param, master, grad, m, v);
+  check_step(s);
+  ATTN_REQUIRE(table.end() <= param.numel(),
+               "adamw_update_multi: the ranges need %lld elements but param %s has %lld",
+               (long long)table.end(), param.str().c_str(), (long long)param.numel());
+  if (table.ranges().empty()) return;
+  if (ctx.device == Device::cpu) {
+    // Range by range, exactly the single-range update of each.
+    for (const AdamWRangeSpec& r : table.ranges()) {
+      const auto at = [&](const Tensor& flat) {
+        return flat.empty() ? Tensor()
+                            : flat.view(Shape{flat.numel()}).slice0(r.offset, r.offset + r.numel);
+      };
+      AdamWStep rs = s;
+      rs.weight_decay = r.decay ? s.weight_decay : 0.f;
+      rs.seed = s.seed ^ r.seed;
+      adamw_ref(make_params<float>(at(param), at(master), at(grad), at(m), at(v), rs));
+    }
+    return;
+  }
+  ATTN_REQUIRE(table.device_table_.device() == Device::cuda,
+               "adamw_update_multi: the range table was built for the CPU, not for %s",
+               device_name(ctx.device));
+  const auto fill = [&](auto& p) {
+    p.master = master.empty() ? nullptr : master.ptr<float>();
+    p.m = m.ptr<float>();
+    p.v = v.ptr<float>();
+    p.ranges = static_cast<const AdamWRange*>(table.device_table_.data());
+    p.num_ranges = int(table.ranges().size());
+    p.num_blocks = table.num_blocks_;
+    p.lr = s.lr;
+    p.beta1 = s.beta1;
+    p.beta2 = s.beta2;
+    p.eps = s.eps;
+    p.weight_decay = s.weight_decay;
+    p.grad_scale = s.grad_scale;
+    p.step = s.step;
+    p.seed = s.seed;
+  };
+  if (param.dtype == DType::f32) {
+    AdamWMultiParams<float> p;
+    p.param = param.ptr<float>();
+    p.grad = grad.ptr<float>();
+    fill(p);
+    launch_adamw_multi(p, ctx.stream);
+  } else {
+    AdamWMultiParams<bf16> p;
+    p.param = param.ptr<bf16>();
+    p.grad = grad.ptr<bf16>();
+    fill(p);
+    launch_adamw_multi(p, ctx.stream);
+  }
 }
 
 double sum_of_squares(const ExecContext& ctx, const Tensor& grad) {

@@ -81,4 +81,19 @@ void crossentropy_fwd_bwd(const ExecContext& ctx, const Tensor& losses, const Te
          launch_crossentropy_fwd_bwd<bf16>);
 }
 
+void crossentropy_loss_sum(const ExecContext& ctx, double* totals, const Tensor& losses,
+                           const Tensor& targets, int ignore_index) {
+  NvtxRange range("crossentropy_loss_sum");
+  ATTN_REQUIRE(totals != nullptr, "crossentropy_loss_sum: totals must not be null");
+  const int64_t N = losses.numel();
+  require_numel(kOp, "losses", losses, DType::f32, N, ctx);
+  require_numel(kOp, "targets", targets, DType::i32, N, ctx);
+  if (ctx.device == Device::cpu) {
+    crossentropy_loss_sum_ref(losses.ptr<float>(), targets.ptr<int32_t>(), N, ignore_index, totals);
+  } else {
+    launch_crossentropy_loss_sum(losses.ptr<float>(), targets.ptr<int32_t>(), N, ignore_index,
+                                 totals, ctx.stream);
+  }
+}
+
 }  // namespace attnlab::ops

@@ -4,6 +4,8 @@
 // Contracts (what is written = and what is accumulated +=) are those of the kernel headers.
 // An empty Tensor (data == nullptr) marks an optional output that is skipped.
 #pragma once
+#include <vector>
+
 #include "core/context.h"
 #include "core/tensor.h"
 
@@ -56,6 +58,10 @@ void crossentropy_fwd(const ExecContext& ctx, const Tensor& losses, const Tensor
 void crossentropy_fwd_bwd(const ExecContext& ctx, const Tensor& losses, const Tensor& dlogits,
                           const Tensor& logits, const Tensor& targets, int V, int ignore_index,
                           float dloss);
+// Loss totals without a host synchronisation: totals (2 doubles in ctx's device memory) +=
+// {sum of losses over rows whose target != ignore_index, number of those rows}; deterministic.
+void crossentropy_loss_sum(const ExecContext& ctx, double* totals, const Tensor& losses,
+                           const Tensor& targets, int ignore_index);
 
 struct AdamWStep {
   float lr = 0.f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.f;
@@ -68,6 +74,36 @@ void adamw_update(const ExecContext& ctx, const Tensor& param, const Tensor& mas
                   const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& s);
 // Sum of squares of a gradient tensor, deterministic, returned to the host (synchronizes on CUDA).
 double sum_of_squares(const ExecContext& ctx, const Tensor& grad);
+
+// Ranges of flat parameter buffers for the multi-tensor AdamW (one launch for all ranges on
+// CUDA). Built once: the table is uploaded to the context's device at construction.
+struct AdamWRangeSpec {
+  int64_t offset = 0, numel = 0;  // elements into the flat buffers; numel > 0
+  bool decay = false;             // apply AdamWStep::weight_decay (else 0)
+  uint32_t seed = 0;              // this range's stochastic-rounding seed is AdamWStep::seed ^ seed
+};
+class AdamWRangeTable {
+ public:
+  AdamWRangeTable() = default;
+  // Ranges must be disjoint; checked against the buffers' sizes at each update.
+  AdamWRangeTable(const ExecContext& ctx, std::vector<AdamWRangeSpec> ranges);
+  const std::vector<AdamWRangeSpec>& ranges() const { return ranges_; }
+  int64_t end() const { return end_; }  // max(offset + numel): the buffers need this many elements
+
+ private:
+  friend void adamw_update_multi(const ExecContext&, const Tensor&, const Tensor&, const Tensor&,
+                                 const Tensor&, const Tensor&, const AdamWRangeTable&,
+                                 const AdamWStep&);
+  std::vector<AdamWRangeSpec> ranges_;
+  int64_t end_ = 0, num_blocks_ = 0;
+  Buffer device_table_;  // AdamWRange[] (CUDA only)
+};
+// AdamW over every range of the table in flat buffers param/grad (same dtype), master (f32 or
+// empty), m, v (f32): range r gets exactly what adamw_update on its sub-tensors would give with
+// weight_decay = decay ? s.weight_decay : 0 and seed = s.seed ^ r.seed (bitwise).
+void adamw_update_multi(const ExecContext& ctx, const Tensor& param, const Tensor& master,
+                        const Tensor& grad, const Tensor& m, const Tensor& v,
+                        const AdamWRangeTable& table, const AdamWStep& s);
 
 }  // namespace attnlab::ops
 

@@ -51,4 +51,17 @@ void crossentropy_fwd_bwd_ref(const CrossEntropyParams<float>& p) {
   for (int64_t i = 0; i < p.N; ++i) crossentropy_row(p, i, p.dlogits + i * p.Vp);
 }
 
+void crossentropy_loss_sum_ref(const float* losses, const int32_t* targets, int64_t N,
+                               int ignore_index, double* totals) {
+  double sum = 0.0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    if (targets[i] == ignore_index) continue;
+    sum += double(losses[i]);
+    ++count;
+  }
+  totals[0] += sum;
+  totals[1] += double(count);
+}
+
 }  // namespace attnlab

@@ -8,5 +8,8 @@ namespace attnlab {
 
 void crossentropy_fwd_ref(const CrossEntropyParams<float>& p);
 void crossentropy_fwd_bwd_ref(const CrossEntropyParams<float>& p);
+// Same contract as launch_crossentropy_loss_sum; sums rows in index order.
+void crossentropy_loss_sum_ref(const float* losses, const int32_t* targets, int64_t N,
+                               int ignore_index, double* totals);
 
 }  // namespace attnlab

@@ -1,6 +1,7 @@
 #include "train/optimizer.h"
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -26,16 +27,22 @@ AdamW::AdamW(const ExecContext& ctx, ParameterStore& store, const AdamWConfig& c
                device_name(store.device()), device_name(ctx.device));
   ATTN_REQUIRE(store.dtype() == DType::f32 || store.dtype() == DType::bf16,
                "AdamW: parameters must be f32 or bf16, got %s", dtype_name(store.dtype()));
+  std::vector<ops::AdamWRangeSpec> ranges;
   for (const auto& e : store.entries()) {
     if (!e.trainable) continue;  // trainable entries form a prefix, in offset order
     const int64_t n = e.spec.shape.numel();
-    if (!ranges_.empty() && ranges_.back().decay == e.spec.weight_decay &&
-        ranges_.back().offset + ranges_.back().numel == e.offset) {
-      ranges_.back().numel += n;
+    if (n == 0) continue;
+    if (!ranges.empty() && ranges.back().decay == e.spec.weight_decay &&
+        ranges.back().offset + ranges.back().numel == e.offset) {
+      ranges.back().numel += n;
     } else {
-      ranges_.push_back(Range{e.offset, n, e.spec.weight_decay});
+      ranges.push_back(ops::AdamWRangeSpec{e.offset, n, e.spec.weight_decay, 0});
     }
   }
+  // A distinct stream of random bits per step and range for stochastic rounding (bf16): range i
+  // uses seed step * 0x9E3779B9 ^ (i + 1) * 0x85EBCA6B.
+  for (size_t i = 0; i < ranges.size(); ++i) ranges[i].seed = (uint32_t(i) + 1u) * 0x85EBCA6Bu;
+  ranges_ = ops::AdamWRangeTable(ctx, std::move(ranges));
   const size_t bytes = size_t(store.num_trainable()) * sizeof(float);
   m_ = Buffer(store.device(), bytes);
   v_ = Buffer(store.device(), bytes);
@@ -61,30 +68,20 @@ StepStats AdamW::step(float lr, int step) {
     stats.clip_scale =
         float(config_.grad_clip / std::max(stats.grad_norm, double(config_.grad_clip)));
 
-  const Tensor params = store_.trainable_params();
-  const size_t esize = dtype_size(store_.dtype());
-  for (size_t i = 0; i < ranges_.size(); ++i) {
-    const Range& r = ranges_[i];
-    const Shape shape{r.numel};
-    const auto at = [&](const Tensor& flat) {
-      return Tensor(static_cast<char*>(flat.data) + size_t(r.offset) * esize, flat.dtype,
-                    flat.device, shape);
-    };
-    ops::AdamWStep s;
-    s.lr = lr;
-    s.beta1 = config_.beta1;
-    s.beta2 = config_.beta2;
-    s.eps = config_.eps;
-    s.weight_decay = r.decay ? config_.weight_decay : 0.f;
-    s.grad_scale = stats.clip_scale;
-    s.step = step;
-    // A distinct stream of random bits per step and range for stochastic rounding (bf16).
-    s.seed = uint32_t(step) * 0x9E3779B9u ^ (uint32_t(i) + 1u) * 0x85EBCA6Bu;
-    const size_t f32off = size_t(r.offset) * sizeof(float);
-    const Tensor master = master_.data() ? master_.as(DType::f32, shape, f32off) : Tensor();
-    ops::adamw_update(ctx_, at(params), master, at(grads), m_.as(DType::f32, shape, f32off),
-                      v_.as(DType::f32, shape, f32off), s);
-  }
+  if (ranges_.ranges().empty()) return stats;  // nothing trainable
+  ops::AdamWStep s;
+  s.lr = lr;
+  s.beta1 = config_.beta1;
+  s.beta2 = config_.beta2;
+  s.eps = config_.eps;
+  s.weight_decay = config_.weight_decay;
+  s.grad_scale = stats.clip_scale;
+  s.step = step;
+  s.seed = uint32_t(step) * 0x9E3779B9u;
+  const Shape shape{store_.num_trainable()};
+  const Tensor master = master_.data() ? master_.as(DType::f32, shape) : Tensor();
+  ops::adamw_update_multi(ctx_, store_.trainable_params(), master, grads, m_.as(DType::f32, shape),
+                          v_.as(DType::f32, shape), ranges_, s);
   return stats;
 }
 

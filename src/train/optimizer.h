@@ -10,6 +10,7 @@
 
 #include "core/context.h"
 #include "core/parameters.h"
+#include "ops/ops.h"
 
 namespace attnlab {
 
@@ -36,7 +37,8 @@ class AdamW {
   // One update with learning rate `lr` at 1-based optimizer step `step` (bias correction).
   // Global norm from one sum of squares over store.grads() (synchronizes on CUDA), clip factor
   // grad_clip / max(norm, grad_clip), then AdamW over each contiguous run of trainable tensors
-  // that share the weight-decay flag. A non-finite norm skips the update (see StepStats).
+  // that share the weight-decay flag (on CUDA all runs in one launch, from a range table built
+  // at construction). A non-finite norm skips the update (see StepStats).
   StepStats step(float lr, int step);
 
   const AdamWConfig& config() const { return config_; }
@@ -52,16 +54,12 @@ class AdamW {
   void sync_master_from_params();
 
  private:
-  struct Range {
-    int64_t offset = 0, numel = 0;  // elements into the trainable range
-    bool decay = false;
-  };
   void copy_state(const Tensor& dst, const Tensor& src) const;
 
   const ExecContext& ctx_;
   ParameterStore& store_;
   AdamWConfig config_;
-  std::vector<Range> ranges_;
+  ops::AdamWRangeTable ranges_;  // runs of trainable tensors with one weight-decay flag
   Buffer m_, v_, master_;
 };
 

@@ -176,16 +176,15 @@ EvalResult run_eval(Session& s, int batches) {
   ATTN_REQUIRE(n > 0, "the validation set holds fewer than one micro-batch of sequences");
   const size_t BT = size_t(s.tokens_dev.numel());
   std::vector<int32_t> in(BT), tg(BT);
-  double sum = 0.0;
+  s.model->take_loss(*s.ctx);  // start from zero totals
   for (int64_t i = 0; i < n; ++i) {
     s.val_loader->next(in.data(), tg.data());
     upload(s, in.data(), tg.data());
-    ForwardResult fr =
-        s.model->forward(*s.ctx, s.store, s.tokens_dev, s.targets_dev, AttentionMode::eval);
-    sum += fr.loss * double(fr.valid);
-    out.tokens += fr.valid;
+    s.model->forward(*s.ctx, s.store, s.tokens_dev, s.targets_dev, AttentionMode::eval);
   }
-  out.loss = sum / double(out.tokens);
+  const LossTotals totals = s.model->take_loss(*s.ctx);  // one synchronisation
+  out.tokens = totals.valid;
+  out.loss = totals.sum / double(out.tokens);
   out.perplexity = std::exp(out.loss);
   return out;
 }
@@ -297,25 +296,27 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     ATTN_REQUIRE(valid > 0, "step %lld: every target of the batch is ignored", (long long)st.step);
     const float dloss = float(1.0 / double(valid));
     s.store.zero_grads();
-    double loss_sum = 0.0;
     for (int m = 0; m < accum; ++m) {
       NvtxRange micro_range("train.micro_step");
       upload(s, inputs.data() + size_t(m) * BT, targets.data() + size_t(m) * BT);
-      ForwardResult fr = s.model->forward(*s.ctx, s.store, s.tokens_dev, s.targets_dev,
-                                          AttentionMode::train, dloss);
-      loss_sum += fr.loss * double(fr.valid);
+      s.model->forward(*s.ctx, s.store, s.tokens_dev, s.targets_dev, AttentionMode::train, dloss);
       s.model->backward(*s.ctx, s.store, s.tokens_dev);
     }
-    const double loss = loss_sum / double(valid);
-    ATTN_REQUIRE(std::isfinite(loss),
-                 "loss is %f at step %lld (lr %.3e): training diverged; the last "
-                 "checkpoint (if any) is intact — lower optim.lr or raise schedule.warmup_steps",
-                 loss, (long long)st.step + 1, lr);
     StepStats ss;
     {
       NvtxRange opt_range("optimizer.step");
       ss = opt.step(lr, int(st.step) + 1);
     }
+    // Read after the optimizer (it synchronises for the gradient norm anyway): the micro-steps
+    // run without a host synchronisation. A non-finite loss gives a non-finite gradient norm, so
+    // the weights were not updated when this throws.
+    const LossTotals totals = s.model->take_loss(*s.ctx);
+    ATTN_ASSERT(totals.valid == valid);
+    const double loss = totals.mean();
+    ATTN_REQUIRE(std::isfinite(loss),
+                 "loss is %f at step %lld (lr %.3e): training diverged; the last "
+                 "checkpoint (if any) is intact — lower optim.lr or raise schedule.warmup_steps",
+                 loss, (long long)st.step + 1, lr);
     ATTN_REQUIRE(ss.finite,
                  "gradient norm is not finite at step %lld: training diverged; the last "
                  "checkpoint (if any) is intact",

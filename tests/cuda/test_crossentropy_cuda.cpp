@@ -3,6 +3,9 @@
 // shared memory (fits), re-reads from global memory (too large) and the scalar path (unaligned).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "cuda_test_util.h"
 #include "kernels/loss/crossentropy.cuh"
 #include "ref/crossentropy_ref.h"
@@ -63,6 +66,38 @@ TEST(CrossEntropyCuda, MatchesReferenceBF16) {
   check_ce<bf16>(16, 50257, 50304, true, 14);
   check_ce<bf16>(1000, 1000, 1008, true, 15);    // several rows per block (pipelined)
   check_ce<bf16>(300, 50257, 50304, false, 16);  // GPT-2 rows, not aliased
+}
+
+// Device loss totals (sum over valid rows, count) vs the host sum in double: accumulated (+=) over
+// two calls, bitwise reproducible.
+TEST(CrossEntropyCuda, LossSumMatchesReference) {
+  CUDA_TEST_PREAMBLE();
+  for (int64_t N : {1, 1000, 65536 + 3}) {
+    const auto losses = random_vector(size_t(N), uint32_t(N), 0.f, 11.f);
+    auto targets = random_ints(size_t(N), uint32_t(N) + 1, 50257);
+    for (int64_t i = 1; i < N; i += 5) targets[size_t(i)] = -1;  // ignored rows
+    double ref[2] = {0.0, 0.0};
+    crossentropy_loss_sum_ref(losses.data(), targets.data(), N, -1, ref);
+    const auto second = random_vector(size_t(N), uint32_t(N) + 2, 0.f, 11.f);
+    crossentropy_loss_sum_ref(second.data(), targets.data(), N, -1, ref);
+    DeviceInts dtg(targets);
+    DeviceArray<float> dl(losses), dl2(second);
+    Buffer totals(Device::cuda, 2 * sizeof(double));
+    std::vector<double> got[2];
+    for (auto& g : got) {
+      totals.zero();
+      double* t = static_cast<double*>(totals.data());
+      launch_crossentropy_loss_sum(dl.ptr(), dtg.ptr(), N, -1, t, nullptr);
+      launch_crossentropy_loss_sum(dl2.ptr(), dtg.ptr(), N, -1, t, nullptr);
+      g.resize(2);
+      CUDA_CHECK(cudaMemcpy(g.data(), t, 2 * sizeof(double), cudaMemcpyDeviceToHost));
+    }
+    const auto name = strformat("loss sum N=%lld", (long long)N);
+    EXPECT_EQ(got[0][1], ref[1]) << name;  // valid count
+    EXPECT_GT(ref[1], 0.0);
+    EXPECT_LT(report(name.c_str(), std::fabs(got[0][0] - ref[0]) / ref[0]), 1e-12);
+    EXPECT_TRUE(std::memcmp(got[0].data(), got[1].data(), 2 * sizeof(double)) == 0) << name;
+  }
 }
 
 }  // namespace

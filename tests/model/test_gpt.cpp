@@ -53,7 +53,8 @@ struct Fixture {
     return Tensor(v.data() + size_t(b0) * T, DType::i32, Device::cpu, Shape{nb, T});
   }
   double loss() {
-    return model.forward(*ctx, store, t(tokens, 0, B), t(targets, 0, B), AttentionMode::eval).loss;
+    model.forward(*ctx, store, t(tokens, 0, B), t(targets, 0, B), AttentionMode::eval);
+    return model.take_loss(*ctx).mean();
   }
 };
 
@@ -61,13 +62,15 @@ struct Fixture {
 
 TEST(GPTModel, FiniteDifferenceGradients) {
   Fixture f(2, 5);
-  ForwardResult fr = f.model.forward(*f.ctx, f.store, f.t(f.tokens, 0, 2), f.t(f.targets, 0, 2),
-                                     AttentionMode::train, 1.f / 9.f);
+  f.model.forward(*f.ctx, f.store, f.t(f.tokens, 0, 2), f.t(f.targets, 0, 2), AttentionMode::train,
+                  1.f / 9.f);
+  const LossTotals fr = f.model.take_loss(*f.ctx);
   ASSERT_EQ(fr.valid, 9);
   f.store.zero_grads();
   f.model.forward(*f.ctx, f.store, f.t(f.tokens, 0, 2), f.t(f.targets, 0, 2), AttentionMode::train,
                   float(1.0 / fr.valid));
   f.model.backward(*f.ctx, f.store, f.t(f.tokens, 0, 2));
+  f.model.take_loss(*f.ctx);  // f.loss() below reads the totals of its own forward only
   std::mt19937 rng(5);
   int checked = 0;
   for (const auto& e : f.store.entries()) {
@@ -119,6 +122,33 @@ TEST(GPTModel, AccumulationEqualsOneBatch) {
   }
   EXPECT_GT(den, 0.0);
   EXPECT_LT(std::sqrt(num / den), 1e-5);
+}
+
+// The loss totals add up over forwards in call order and take_loss resets them; a forward without
+// targets adds nothing; the mean is the mean over valid targets.
+TEST(GPTModel, LossTotalsAccumulateUntilTaken) {
+  Fixture f(2, 5);
+  f.model.forward(*f.ctx, f.store, f.t(f.tokens, 0, 1), f.t(f.targets, 0, 1), AttentionMode::eval);
+  const LossTotals first = f.model.take_loss(*f.ctx);
+  f.model.forward(*f.ctx, f.store, f.t(f.tokens, 1, 1), f.t(f.targets, 1, 1), AttentionMode::eval);
+  const LossTotals second = f.model.take_loss(*f.ctx);
+  EXPECT_EQ(first.valid, 4);  // target 1 is ignored
+  EXPECT_EQ(second.valid, 5);
+  f.model.forward(*f.ctx, f.store, f.t(f.tokens, 0, 1), f.t(f.targets, 0, 1), AttentionMode::eval);
+  f.model.forward(*f.ctx, f.store, f.t(f.tokens, 1, 1), Tensor(), AttentionMode::eval);
+  f.model.forward(*f.ctx, f.store, f.t(f.tokens, 1, 1), f.t(f.targets, 1, 1), AttentionMode::eval);
+  const LossTotals both = f.model.take_loss(*f.ctx);
+  EXPECT_EQ(both.valid, 9);
+  EXPECT_EQ(both.sum, first.sum + second.sum);
+  f.model.forward(*f.ctx, f.store, f.t(f.tokens, 0, 2), f.t(f.targets, 0, 2), AttentionMode::eval);
+  const LossTotals batch = f.model.take_loss(*f.ctx);
+  EXPECT_EQ(batch.valid, 9);
+  EXPECT_NEAR(batch.mean(), both.sum / 9.0, 1e-12);
+  EXPECT_GT(batch.mean(), 0.5);  // random model on 11 tokens: about log(11)
+  const LossTotals empty = f.model.take_loss(*f.ctx);
+  EXPECT_EQ(empty.valid, 0);
+  EXPECT_EQ(empty.sum, 0.0);
+  EXPECT_TRUE(std::isnan(empty.mean()));
 }
 
 TEST(GPTModel, FrozenBaseHasNoGradients) {

@@ -336,6 +336,47 @@ TEST(AdamWOp, MasterCopyIsUpdatedAndCopiedIntoParam) {
   EXPECT_EQ(m.data, m2.data);
 }
 
+TEST(AdamWOp, MultiRangeIsExactlyThePerRangeUpdate) {
+  auto ctx = ExecContext::make_cpu();
+  std::mt19937 rng(3);
+  const int64_t n = 40;
+  HostTensor p(n, rng), g(n, rng), m(n, rng, 0.1f), v(n, rng, 0.1f);
+  for (float& x : v.data) x = x * x;
+  HostTensor p2(n, rng), m2(n, rng), v2(n, rng);
+  p2.data = p.data, m2.data = m.data, v2.data = v.data;
+  const std::vector<float> p0 = p.data;
+  const std::vector<ops::AdamWRangeSpec> spec = {
+      {0, 13, true, 1}, {13, 5, false, 2}, {30, 9, true, 3}};
+  ops::AdamWStep s;
+  s.lr = 1e-2f, s.weight_decay = 0.1f, s.step = 2, s.seed = 7;
+  ops::adamw_update_multi(*ctx, p.t, Tensor(), g.t, m.t, v.t, ops::AdamWRangeTable(*ctx, spec), s);
+  for (const auto& r : spec) {
+    const auto at = [&](const Tensor& t) { return t.slice0(r.offset, r.offset + r.numel); };
+    ops::AdamWStep rs = s;
+    rs.weight_decay = r.decay ? s.weight_decay : 0.f;
+    ops::adamw_update(*ctx, at(p2.t), Tensor(), at(g.t), at(m2.t), at(v2.t), rs);
+  }
+  EXPECT_EQ(p.data, p2.data);  // elements 18..29 (no range) untouched in both
+  EXPECT_EQ(m.data, m2.data);
+  EXPECT_EQ(v.data, v2.data);
+  EXPECT_NE(p.data[0], p0[0]);    // updated
+  EXPECT_EQ(p.data[20], p0[20]);  // in the gap between ranges
+
+  expect_error(
+      [&] {
+        ops::AdamWRangeTable(*ctx, {{0, 10, true, 0}, {9, 3, true, 0}});
+      },
+      "ranges [0, 10) and [9, 12) overlap");
+  expect_error([&] { ops::AdamWRangeTable(*ctx, {{0, 0, true, 0}}); }, "numel > 0");
+  expect_error(
+      [&] {
+        ops::adamw_update_multi(*ctx, p.t.slice0(0, 20), Tensor(), g.t.slice0(0, 20),
+                                m.t.slice0(0, 20), v.t.slice0(0, 20),
+                                ops::AdamWRangeTable(*ctx, spec), s);
+      },
+      "the ranges need 39 elements but param f32[20] on cpu has 20");
+}
+
 TEST(SumOfSquares, DeterministicAcrossThreadCountsAndAccurate) {
   auto ctx = ExecContext::make_cpu();
   std::mt19937 rng(8);
