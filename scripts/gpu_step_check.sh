@@ -4,7 +4,8 @@
 # (eager and torch.compile) in the same run, and prints one table with ratios ours / peer.
 #
 #   scripts/gpu_step_check.sh [build-dir]        (on a CUDA machine with PyTorch; ~5 minutes cold)
-# Environment: BATCH (default 64), STEPS (bench steps, 10), SKIP_BUILD=1, OUT (log dir, default $BUILD/gpu_step).
+# Environment: BATCH (default 64), STEPS (bench steps, 10), SKIP_BUILD=1, OUT (log dir, default $BUILD/gpu_step),
+# PRECS (oracle precisions, default "bf16 fp32"), PEER_MODES (PyTorch peers, default "eager,compile").
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${1:-$ROOT/build}"
@@ -34,7 +35,7 @@ HP='{"lr":6e-4,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1,"grad_clip
 # bf16 (the product's training precision) and fp32 (must agree with the fp32 oracle to ~1e-6).
 # The weights after step 5 are dumped so the check can show which tensors' updates differ.
 t2=PASS
-for prec in bf16 fp32; do
+for prec in ${PRECS:-bf16 fp32}; do
   echo "-- attnlab $prec vs PyTorch --"
   "$BUILD/gpt2_step_dump" --recipe "$ROOT/recipes/gpt2-124m-dense.yaml" "${SETS[@]}" --set train.precision=$prec \
     --tokens "$TOK" --batch 4 --seq 1024 --init-out "$OUTDIR/init_$prec" --train-steps 10 --weights-after 5 \
@@ -49,7 +50,8 @@ echo "== 3. bench_train (GPT-2 124M, T=1024, random data) =="
 "$BUILD/bench_train" --batch "$BATCH,32,16" --steps "$STEPS" 2>&1 | tee "$OUTDIR/bench_train.log"
 echo "== 4. PyTorch peer (eager, torch.compile) =="
 MB=$(sed -n 's/^RESULT bench_train mb=\([0-9]*\).*/\1/p' "$OUTDIR/bench_train.log" | head -1)
-python3 "$ROOT/scripts/bench/torch_gpt2_peer.py" --batch "${MB:-$BATCH}" --steps "$STEPS" 2>&1 | tee "$OUTDIR/torch_peer.log"
+python3 "$ROOT/scripts/bench/torch_gpt2_peer.py" --batch "${MB:-$BATCH}" --steps "$STEPS" \
+  --modes "${PEER_MODES:-eager,compile}" 2>&1 | tee "$OUTDIR/torch_peer.log"
 
 val() { sed -n "s/^RESULT $1.*$2=\([0-9.]*\).*/\1/p" "$3" | head -1; }
 ours=$(val bench_train tok_s "$OUTDIR/bench_train.log"); ours_mem=$(val bench_train mem_gib "$OUTDIR/bench_train.log")
