@@ -1,10 +1,12 @@
-// Hopper (sm_90a) forward of dense attention on warpgroup tensor-core instructions (wgmma), bf16,
-// head dim 64 or 128. Same contract as launch_attention_fwd<bf16> (attention.cuh): o and lse
+// Hopper (sm_90a) forward and backward of dense attention on warpgroup tensor-core instructions
+// (wgmma), bf16, head dim 64 or 128. Same contract as launch_attention_fwd<bf16> (attention.cuh): o and lse
 // written (=), lse in natural log, packed strided q/k/v, GQA, causal or not, sliding window; its
 // o and lse feed the existing backward unchanged.
 //
 // launch_attention_fwd<bf16> uses it when AttentionParams::use_wgmma is set (the default) and
 // attention_fwd_wgmma_supported() is true (see attention_wgmma.cu for the design).
+// launch_attention_bwd<bf16> uses the backward (attention_wgmma_bwd.cu) when use_wgmma is set,
+// deterministic is not, dout is 16-byte aligned and attention_bwd_wgmma_supported() is true.
 #pragma once
 #include "kernels/attention/attention.cuh"
 
@@ -25,5 +27,19 @@ enum class WgmmaFwdVariant { kDefault, kSimple, kPipelined };
 // aligned q/k/v, strides multiples of 8 elements, scale > 0).
 void launch_attention_fwd_wgmma(const AttentionParams<bf16>& p, Stream s,
                                 WgmmaFwdVariant variant = WgmmaFwdVariant::kDefault);
+
+// The backward kernel: same requirements as the forward (build, device, D); causal or not,
+// sliding window, GQA.
+bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p);
+
+// The dK/dV/dQ kernel of the fast (non-deterministic) bf16 backward: dk and dv written (=) in
+// bf16 (dK and dV summed over the query heads of each GQA group in registers, bitwise
+// reproducible); the unscaled dQ (dS K, without the softmax scale) added (+=) to dq_accum, fp32
+// [B, n_head, T, D] contiguous, with atomics (not bitwise reproducible). delta: [B, n_head, T]
+// fp32, rowsum(dO * O). launch_attention_bwd<bf16> computes delta, zeroes dq_accum, calls this and
+// converts dq_accum * scale to dq. Requires attention_bwd_wgmma_supported(p), the bf16 layout of
+// the forward and a 16-byte aligned dout (o strides multiples of 8 elements).
+void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* delta,
+                                float* dq_accum, Stream s);
 
 }  // namespace attnlab
