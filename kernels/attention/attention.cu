@@ -1148,9 +1148,6 @@ void launch_attention_bwd(const AttentionParams<T>& p, Stream s) {
     CUDA_CHECK_LAUNCH();
     if (!p.deterministic && p.use_wgmma && aligned16(p.dout) && attention_bwd_wgmma_supported(p)) {
       launch_attention_bwd_wgmma(p, delta.as<float>(), dq_accum.as<float>(), s);
-      const int64_t quads = rows * (p.D / 4);
-      attn_bwd_dq_convert<<<div_up(quads, 256), 256, 0, st>>>(p, dq_accum.as<float>());
-      CUDA_CHECK_LAUNCH();
     } else if (p.D == 64) {
       bwd_bf16<64>(p, delta.as<float>(), dq_accum.as<float>(), st);
     } else {

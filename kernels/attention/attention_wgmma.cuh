@@ -32,14 +32,22 @@ void launch_attention_fwd_wgmma(const AttentionParams<bf16>& p, Stream s,
 // sliding window, GQA.
 bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p);
 
-// The dK/dV/dQ kernel of the fast (non-deterministic) bf16 backward: dk and dv written (=) in
-// bf16 (dK and dV summed over the query heads of each GQA group in registers, bitwise
-// reproducible); the unscaled dQ (dS K, without the softmax scale) added (+=) to dq_accum, fp32
-// [B, n_head, T, D] contiguous, with atomics (not bitwise reproducible). delta: [B, n_head, T]
-// fp32, rowsum(dO * O). launch_attention_bwd<bf16> computes delta, zeroes dq_accum, calls this and
-// converts dq_accum * scale to dq. Requires attention_bwd_wgmma_supported(p), the bf16 layout of
-// the forward and a 16-byte aligned dout (o strides multiples of 8 elements).
+// The backward's three versions (attention_wgmma_bwd.cu), the same arithmetic: kAtomicDq adds each
+// thread's dQ fragment to the fp32 accumulator with float2 atomics; kBulkDq stages the dQ tile in
+// shared memory and adds it with one bulk reduction (cp.reduce.async.bulk); kBulkDqEarlyDv also
+// issues dV += P^T dO before dP^T is waited for. kDefault is what launch_attention_bwd<bf16> runs.
+enum class WgmmaBwdVariant { kDefault, kAtomicDq, kBulkDq, kBulkDqEarlyDv };
+
+// The fast (non-deterministic) bf16 backward after its delta kernel: dq, dk, dv written (=) in
+// bf16. dK and dV are summed over the query heads of each GQA group in registers (bitwise
+// reproducible); dQ (unscaled) is summed over key blocks in dq_accum with fp32 atomic additions
+// (not bitwise reproducible), then converted. delta: [B, n_head, T] fp32, rowsum(dO * O);
+// dq_accum: B * n_head * T * D fp32 scratch, zero on entry (its layout is the kernel's own).
+// launch_attention_bwd<bf16> computes delta, zeroes dq_accum and calls this. Requires
+// attention_bwd_wgmma_supported(p), the layout of the bf16 forward and a 16-byte aligned dout (o
+// strides multiples of 8 elements).
 void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* delta,
-                                float* dq_accum, Stream s);
+                                float* dq_accum, Stream s,
+                                WgmmaBwdVariant variant = WgmmaBwdVariant::kDefault);
 
 }  // namespace attnlab

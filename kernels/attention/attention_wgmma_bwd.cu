@@ -47,12 +47,23 @@ template <int D>
 constexpr int kQTile = D == 64 ? 128 : 64;
 
 // Dynamic shared memory: K, V (kBlockN rows), 2 x Q, 2 x dO (kQ rows), dS^T (kBlockN x kQ), 2 x
-// lse and delta (kQ floats), plus 1 KiB to align the base to 1024 bytes.
-template <int D>
+// lse and delta (kQ floats), the fp32 dQ tile (kQ x D, bulk kernel), plus 1 KiB to align the base
+// to 1024 bytes. At most 178 KiB (D = 128 with the dQ tile): one block per SM.
+template <int D, bool kBulkDq>
 constexpr size_t bwd_smem_bytes() {
   constexpr int kQ = kQTile<D>;
   return 2 * size_t(tile_bytes(kBlockN, D)) + 4 * size_t(tile_bytes(kQ, D)) +
-         tile_bytes(kBlockN, kQ) + 4 * kQ * sizeof(float) + 1024;
+         tile_bytes(kBlockN, kQ) + 4 * kQ * sizeof(float) +
+         (kBulkDq ? size_t(kQ) * D * sizeof(float) : 0) + 1024;
+}
+
+// Layout of a dQ row in the bulk kernel's shared tile and in dq_accum: the 16-byte chunk of
+// columns col .. col + 3 of row `row` sits at chunk (col / 4) ^ (row % 8), so that a warp's
+// fragment stores (8 rows x 4 column pairs) hit every bank twice (2 wavefronts for 256 bytes)
+// instead of 8 rows on the same banks. A permutation inside each row: the rows of a tile stay
+// contiguous for the bulk reduction. Returns the float offset inside the row.
+__host__ __device__ __forceinline__ int dq_swizzle(int row, int col) {
+  return (((col >> 2) ^ (row & 7)) << 2) | (col & 3);
 }
 
 #if ATTN_WGMMA_DEVICE
@@ -84,12 +95,38 @@ __device__ __forceinline__ void issue_rs(float (&acc)[D / 2], const uint32_t (&a
   }
 }
 
+// Bulk reduction dst[0 .. bytes) += src (fp32, shared -> global, asynchronous; bytes a multiple of
+// 16, both addresses 16-byte aligned), committed as one bulk group of the issuing thread.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+      "cp.async.bulk.commit_group;\n" ::"l"(dst),
+      "r"(src), "r"(bytes)
+      : "memory");
+}
+// The issuing thread's bulk groups have finished reading shared memory / have completed.
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
 __device__ __forceinline__ bool visible(int key, int q, const AttentionParams<bf16>& p) {
   return key < p.T_ && q < p.T_ && (!p.causal || key <= q) && (p.window == 0 || key > q - p.window);
 }
 #endif  // ATTN_WGMMA_DEVICE
 
-template <int D>
+// kBulkDq = false: each thread adds its dQ fragment to dq_accum (plain [B, H, T, D]) with float2
+//   atomics right after the dQ product.
+// kBulkDq = true: the fragments go to a shared-memory fp32 tile (kQ x D, rows swizzled like
+//   dq_accum's layout, see dq_swizzle) and one thread adds the whole tile to dq_accum with one bulk
+//   reduction (cp.reduce.async.bulk .add.f32), issued after the next barrier; it runs in the
+//   background, and the issuing thread waits for its reads of the tile before the tile is
+//   rewritten (before the dQ barrier of the next tile).
+// kEarlyDv: dV += P^T dO is issued as soon as P^T is converted, before dP^T is waited for, so the
+//   tensor cores run it during the dS computation.
+template <int D, bool kBulkDq, bool kEarlyDv>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_bwd_wgmma_kernel(const AttentionParams<bf16> p, const float* __restrict__ delta,
                           float* __restrict__ dq_accum) {
@@ -104,6 +141,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t sdO = sQ + 2 * kQBytes;       // [2][kQ] rows
   const uint32_t sdS = sdO + 2 * kQBytes;      // [kBlockN] rows of kQ
   const uint32_t sStats = sdS + tile_bytes(kBlockN, kQ);  // lse [2][kQ], delta [2][kQ]
+  const uint32_t sdQ = sStats + 4 * kQ * 4;               // fp32 [kQ][D] (kBulkDq)
   const float* lse_s = reinterpret_cast<const float*>(smem_raw + (sStats - raw));
   const float* delta_s = lse_s + 2 * kQ;
 
@@ -138,6 +176,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_async4(sStats + (2 * kQ + buf * kQ + i) * 4, delta + (ok ? row + i : 0), ok);
     }
   };
+  // The dq_accum rows of tile `it` (contiguous: kQ rows of one (b, h), clipped at T).
+  auto dq_rows = [&](int it, uint32_t* bytes) {
+    const int h = hk * group + it / per_head;
+    const int q0 = (m_begin + it % per_head) * kQ;
+    *bytes = uint32_t(min(kQ, T - q0)) * D * 4;
+    return dq_accum + ((int64_t(b) * p.n_head + h) * T + q0) * D;
+  };
 
   load_tile<kBlockN, D, kThreads>(sK, gk, ld, k0, T);
   load_tile<kBlockN, D, kThreads>(sV, gv, ld, k0, T);
@@ -155,6 +200,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int it = 0; it < iters; ++it) {
     const int buf = it & 1;
     tiles_ready();
+    if constexpr (kBulkDq) {
+      // The previous tile's dQ (stored and fenced before the barrier) to dq_accum.
+      if (threadIdx.x == 0 && it > 0) {
+        uint32_t bytes;
+        float* dst = dq_rows(it - 1, &bytes);
+        bulk_reduce_add_f32(dst, sdQ, bytes);
+      }
+    }
     if (it + 1 < iters) {
       issue_loads(it + 1, buf ^ 1);
       cp_async_commit();
@@ -189,7 +242,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    wgmma_wait<0>();
+    uint32_t pa[kQ / 16][4], dsa[kQ / 16][4];
+    acc_to_a<kQ>(pa, s);
+    if constexpr (kEarlyDv) {
+      // dV += P^T dO now (groups: S^T, dP^T, dV): the tensor cores run it during dS.
+      fence_regs(dv);
+      fence_regs(pa);
+      wgmma_fence();
+      issue_rs<D, kQ>(dv, pa, cdO);
+      wgmma_commit();
+      wgmma_wait<1>();  // dP^T done; dV may still run
+    } else {
+      wgmma_wait<0>();
+    }
     fence_regs(dp);
 #pragma unroll
     for (int j = 0; j < kQ / 8; ++j) {
@@ -200,8 +265,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         dp[4 * j + 2 * r + 1] = s[4 * j + 2 * r + 1] * (dp[4 * j + 2 * r + 1] - dl.y);
       }
     }
-    uint32_t pa[kQ / 16][4], dsa[kQ / 16][4];
-    acc_to_a<kQ>(pa, s);
     acc_to_a<kQ>(dsa, dp);
 
     // dS^T to shared memory before the wgmmas that read dsa are issued (registers of an A
@@ -220,16 +283,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     fence_proxy_async();
 
-    // dV += P^T dO, dK += dS^T Q: one group, runs during the barrier and the dQ issue.
-    fence_regs(dv);
+    // dK += dS^T Q (and dV += P^T dO unless issued early): one group, runs during the barrier
+    // and the dQ issue.
     fence_regs(dk);
-    fence_regs(pa);
     fence_regs(dsa);
+    if constexpr (!kEarlyDv) {
+      fence_regs(dv);
+      fence_regs(pa);
+    }
     wgmma_fence();
-    issue_rs<D, kQ>(dv, pa, cdO);
+    if constexpr (!kEarlyDv) issue_rs<D, kQ>(dv, pa, cdO);
     issue_rs<D, kQ>(dk, dsa, cQ);
     wgmma_commit();
 
+    if constexpr (kBulkDq) {
+      // The bulk reduction of the previous tile has read the dQ tile before anyone rewrites it.
+      if (threadIdx.x == 0) bulk_wait_read();
+    }
     __syncthreads();  // dS^T of both warpgroups stored and fenced
     float dq[32];
     fence_regs(dq);
@@ -251,18 +321,38 @@ __global__ void __launch_bounds__(kThreads, 1)
     // dq element 4 j + 2 r + e: query q0 + 64 qw + 16 warp + g + 8 r, column 64 dw + 8 j + 2 tig + e.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int qi = q0 + 64 * qw + 16 * warp + g + 8 * r;
-      if (qi >= T) continue;
-      float* dst = dq_accum + ((int64_t(b) * p.n_head + h) * T + qi) * D + 64 * dw + 2 * tig;
+      const int row = 64 * qw + 16 * warp + g + 8 * r;  // in the tile
+      if constexpr (kBulkDq) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        atomicAdd(reinterpret_cast<float2*>(dst + 8 * j), make_float2(dq[4 * j + 2 * r],
-                                                                       dq[4 * j + 2 * r + 1]));
+        for (int j = 0; j < 8; ++j) {
+          const int col = 64 * dw + 8 * j + 2 * tig;
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
+                           sdQ + 4 * uint32_t(row * D + dq_swizzle(row, col))),
+                       "f"(dq[4 * j + 2 * r]), "f"(dq[4 * j + 2 * r + 1])
+                       : "memory");
+        }
+      } else {
+        if (q0 + row >= T) continue;
+        float* dst = dq_accum + ((int64_t(b) * p.n_head + h) * T + q0 + row) * D + 64 * dw + 2 * tig;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          atomicAdd(reinterpret_cast<float2*>(dst + 8 * j),
+                    make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]));
+        }
       }
     }
+    if constexpr (kBulkDq) fence_proxy_async();  // for the bulk reduction after the next barrier
   }
-
   cp_async_wait_all();  // nothing may be in flight at exit (no query tile: only K and V loaded)
+  if constexpr (kBulkDq) {
+    __syncthreads();  // the last tile's dQ stored and fenced
+    if (threadIdx.x == 0 && iters > 0) {
+      uint32_t bytes;
+      float* dst = dq_rows(iters - 1, &bytes);
+      bulk_reduce_add_f32(dst, sdQ, bytes);
+      bulk_wait_all();
+    }
+  }
 
   // dk = scale * dS^T Q summed (the scale of S = scale Q K^T), dv as summed; keys < T only.
 #pragma unroll
@@ -283,13 +373,34 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-template <int D>
+// dq = scale * dq_accum -> bf16 at the q layout; 4 values per thread. kSwizzled: dq_accum in the
+// bulk kernel's layout (dq_swizzle), else plain [B, H, T, D].
+template <bool kSwizzled>
+__global__ void dq_convert_kernel(const AttentionParams<bf16> p, const float* __restrict__ dq_accum) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // index of 4 values
+  const int quads = p.D / 4;
+  if (i >= int64_t(p.B) * p.n_head * p.T_ * quads) return;
+  const int64_t row = i / quads;
+  const int d = int(i % quads) * 4;
+  const int t = int(row % p.T_), h = int((row / p.T_) % p.n_head),
+            b = int(row / (int64_t(p.T_) * p.n_head));
+  const int src = kSwizzled ? dq_swizzle(t, d) : d;  // t % 8 is the row's phase in its tile
+  const float4 v = *reinterpret_cast<const float4*>(dq_accum + row * p.D + src);
+  bf16* out = p.dq + b * p.qkv_batch_stride + int64_t(t) * p.qkv_row_stride + h * p.D + d;
+  reinterpret_cast<__nv_bfloat162*>(out)[0] = __floats2bfloat162_rn(v.x * p.scale, v.y * p.scale);
+  reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(v.z * p.scale, v.w * p.scale);
+}
+
+template <int D, bool kBulkDq, bool kEarlyDv>
 void launch(const AttentionParams<bf16>& p, const float* delta, float* dq_accum, cudaStream_t st) {
-  constexpr size_t smem = bwd_smem_bytes<D>();
-  auto* kernel = attn_bwd_wgmma_kernel<D>;
+  constexpr size_t smem = bwd_smem_bytes<D, kBulkDq>();
+  auto* kernel = attn_bwd_wgmma_kernel<D, kBulkDq, kEarlyDv>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(div_up(p.T_, kBlockN), p.n_kv_head, p.B);
   kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum);
+  CUDA_CHECK_LAUNCH();
+  const int64_t quads = int64_t(p.B) * p.n_head * p.T_ * (D / 4);
+  dq_convert_kernel<kBulkDq><<<div_up(quads, 256), 256, 0, st>>>(p, dq_accum);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -300,7 +411,7 @@ bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p) {
 }
 
 void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* delta,
-                                float* dq_accum, Stream s) {
+                                float* dq_accum, Stream s, WgmmaBwdVariant variant) {
   ATTN_REQUIRE(attention_bwd_wgmma_supported(p),
                "wgmma attention backward: needs a build with sm_90a code "
                "(CMAKE_CUDA_ARCHITECTURES containing 90), a compute capability 9.0 device and "
@@ -313,10 +424,23 @@ void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* del
   ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.dout));
   ATTN_ASSERT(aligned16(dq_accum));
   auto st = reinterpret_cast<cudaStream_t>(s);
+  if (variant == WgmmaBwdVariant::kDefault) variant = WgmmaBwdVariant::kBulkDqEarlyDv;
+  const bool bulk = variant != WgmmaBwdVariant::kAtomicDq;
+  const bool early = variant == WgmmaBwdVariant::kBulkDqEarlyDv;
   if (p.D == 64) {
-    launch<64>(p, delta, dq_accum, st);
+    if (!bulk) {
+      launch<64, false, false>(p, delta, dq_accum, st);
+    } else {
+      early ? launch<64, true, true>(p, delta, dq_accum, st)
+            : launch<64, true, false>(p, delta, dq_accum, st);
+    }
   } else {
-    launch<128>(p, delta, dq_accum, st);
+    if (!bulk) {
+      launch<128, false, false>(p, delta, dq_accum, st);
+    } else {
+      early ? launch<128, true, true>(p, delta, dq_accum, st)
+            : launch<128, true, false>(p, delta, dq_accum, st);
+    }
   }
 }
 

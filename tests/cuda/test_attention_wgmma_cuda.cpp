@@ -3,8 +3,8 @@
 // within 1e-3 (the bounds of the mma.sync forward's test, test_attention_cuda.cpp). Backward: dq,
 // dk, dv within 1e-2 of the largest reference gradient (the mma.sync backward's bound), both for
 // the deterministic mma.sync backward on the wgmma forward's o and lse and for the fast backward
-// through the dispatcher (the wgmma dK/dV/dQ kernel), whose dk and dv must also be bitwise the
-// same on a second run. Outputs are poisoned with NaN first. Shapes cover T = 1, odd T, T not a
+// through the dispatcher (the wgmma kernel), whose dk and dv must also be bitwise the same on a
+// second run, and for each version of the wgmma kernel (WgmmaBwdVariant) called directly. Outputs are poisoned with NaN first. Shapes cover T = 1, odd T, T not a
 // multiple of the 128-row blocks, several key and query tiles, GQA (groups of 2 and 4), D = 64 and
 // 128, sliding windows and the non-causal case. Skipped without a GPU or on a device other than
 // compute capability 9.0 (sm_90a code runs nowhere else). Both forward schedules run.
@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -127,20 +128,46 @@ void check_wgmma(const WgmmaCase& c, uint32_t seed) {
   p.deterministic = false;
   dqkv.poison();
   launch_attention_bwd<bf16>(p, nullptr);
-  const auto first = dqkv.download();
-  check_grads(c, "attention bf16/wgmma bwd " + shape, first, dqkv_ref);
+  const auto first = dqkv.raw();
+  check_grads(c, "attention bf16/wgmma bwd " + shape, dqkv.download(), dqkv_ref);
   dqkv.poison();
   launch_attention_bwd<bf16>(p, nullptr);
-  const auto second = dqkv.download();
+  const auto second = dqkv.raw();
   const int64_t rows = int64_t(c.B) * c.T, row = int64_t(c.H + 2 * c.Hkv) * c.D;
   const int64_t kv_begin = int64_t(c.H) * c.D;
   bool same = true;
   for (int64_t i = 0; i < rows && same; ++i) {
-    for (int64_t j = kv_begin; j < row; ++j) {
-      if (std::memcmp(&first[i * row + j], &second[i * row + j], sizeof(float)) != 0) same = false;
-    }
+    same = std::memcmp(&first[i * row + kv_begin], &second[i * row + kv_begin],
+                       (row - kv_begin) * sizeof(bf16)) == 0;
   }
   EXPECT_TRUE(same) << shape << ": wgmma backward dk/dv differ between runs";
+
+  // Each version of the kernel, called directly with delta = rowsum(dO * O) from the host (on the
+  // device's o) and a zeroed dQ accumulator.
+  const auto o_dev = o.download();
+  std::vector<float> delta_h(n_lse);
+  for (int b = 0; b < c.B; ++b) {
+    for (int h = 0; h < c.H; ++h) {
+      for (int t = 0; t < c.T; ++t) {
+        const size_t off = (size_t(b) * c.T + t) * c.H * c.D + size_t(h) * c.D;
+        double acc = 0.0;
+        for (int d = 0; d < c.D; ++d) acc += double(dout[off + d]) * o_dev[off + d];
+        delta_h[(size_t(b) * c.H + h) * c.T + t] = float(acc);
+      }
+    }
+  }
+  DeviceArray<float> delta(delta_h), dq_accum(n_o);
+  const std::pair<WgmmaBwdVariant, const char*> variants[] = {
+      {WgmmaBwdVariant::kAtomicDq, "atomic"},
+      {WgmmaBwdVariant::kBulkDq, "bulk"},
+      {WgmmaBwdVariant::kBulkDqEarlyDv, "bulk+early-dv"}};
+  for (const auto& [variant, vname] : variants) {
+    dqkv.poison();
+    CUDA_CHECK(cudaMemset(dq_accum.ptr(), 0, n_o * sizeof(float)));
+    launch_attention_bwd_wgmma(p, delta.ptr(), dq_accum.ptr(), nullptr, variant);
+    check_grads(c, strformat("attention bf16/wgmma bwd-%s %s", vname, shape.c_str()),
+                dqkv.download(), dqkv_ref);
+  }
 }
 
 TEST(AttentionCuda, WgmmaForwardBackwardMatchReference) {
