@@ -35,7 +35,7 @@ echo "==== AttentionCuda tests: rc=$tests_rc ($(($(date +%s) - t0)) s) ===="
 grep -E "^\[       OK \]|^\[  FAILED  \]|^\[  SKIPPED \]|Failure|Expected|Which is|Skipped|skip" \
   "$LOGS/tests.log" | head -30
 echo "  wgmma backward, max rel error per shape (dq / dk / dv):"
-grep "\[cuda-err\] attention bf16/wgmma bwd" "$LOGS/tests.log" |
+grep "\[cuda-err\] attention bf16/wgmma bwd " "$LOGS/tests.log" |
   awk '{k = $5; for (i = 6; i <= NF - 2; ++i) k = k " " $i; v[k] = v[k] " " $(NF - 1) "=" $NF}
        END {for (k in v) printf "    %-36s%s\n", k, v[k]}' | sort
 echo "  worst over all shapes, per kernel and output:"
@@ -67,13 +67,16 @@ def v(table, key, col):
     except (KeyError, ValueError):
         return float("nan")
 print(f"{'D':>4} {'T':>6} {'B':>3} {'H':>3} {'fwd':>6} {'fwd sd':>6} {'f+b':>6} {'f+b mma':>7} "
-      f"{'f+b sd':>6} {'f+b/sd':>6} {'bwd ms':>7} {'mma ms':>7} {'sd f+b-f ms':>11}")
+      f"{'f+b sd':>6} {'f+b/sd':>6} | bwd ms: {'dflt':>6} {'mma':>6} {'sdpa':>6} | kernel ms: "
+      f"{'atomic':>6} {'bulk':>6} {'early':>6} {'small':>6}")
 for key in wg or mma:
     fb, fbs = v(wg, key, "fwdbwd_tflops"), v(peer, key, "fwdbwd_tflops")
     print(f"{key[0]:>4} {key[1]:>6} {key[2]:>3} {key[3]:>3} {v(wg, key, 'fwd_tflops'):6.1f} "
           f"{v(peer, key, 'fwd_tflops'):6.1f} {fb:6.1f} {v(mma, key, 'fwdbwd_tflops'):7.1f} "
-          f"{fbs:6.1f} {fb / fbs:6.2f} {v(wg, key, 'bwd_ms'):7.3f} {v(mma, key, 'bwd_ms'):7.3f} "
-          f"{v(peer, key, 'fwdbwd_ms') - v(peer, key, 'fwd_ms'):11.3f}")
+          f"{fbs:6.1f} {fb / fbs:6.2f} |         {v(wg, key, 'bwd_ms'):6.2f} "
+          f"{v(mma, key, 'bwd_ms'):6.2f} {v(peer, key, 'fwdbwd_ms') - v(peer, key, 'fwd_ms'):6.2f} |"
+          f"            {v(wg, key, 'bwd_atomic_ms'):6.2f} {v(wg, key, 'bwd_bulk_ms'):6.2f} "
+          f"{v(wg, key, 'bwd_early_ms'):6.2f} {v(wg, key, 'bwd_small_ms'):6.2f}")
 PY
 
 if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then

@@ -13,8 +13,8 @@
 //   bf16 CUDA backward, two paths (`deterministic`):
 //   false (default, fast): one kernel per 128-key block (wgmma on sm_90a, see use_wgmma; else
 //     mma.sync) computes dK, dV and adds its share of dQ to an fp32 scratch with atomics (then
-//     converted to bf16; scratch B*H*T*D*4 bytes from the stream-ordered pool). dk and dv are bitwise reproducible; dq may differ in the last bits
-//     between runs (fp32 addition order).
+//     converted to bf16; scratch B*H*T*D*4 bytes from the stream-ordered pool). dk and dv are
+//     bitwise reproducible; dq may differ in the last bits between runs (fp32 addition order).
 //   true: dK/dV and dQ in two kernels that each recompute the scores (1.2-1.5x the default's
 //     backward time on an H200), no atomics: dq, dk and dv are bitwise identical from run to run.
 //   The fp32 CUDA kernels and the CPU reference are always deterministic and ignore the flag.

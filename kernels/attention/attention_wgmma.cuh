@@ -1,7 +1,7 @@
 // Hopper (sm_90a) forward and backward of dense attention on warpgroup tensor-core instructions
-// (wgmma), bf16, head dim 64 or 128. Same contract as launch_attention_fwd<bf16> (attention.cuh): o and lse
-// written (=), lse in natural log, packed strided q/k/v, GQA, causal or not, sliding window; its
-// o and lse feed the existing backward unchanged.
+// (wgmma), bf16, head dim 64 or 128. Same contract as launch_attention_fwd<bf16> (attention.cuh): o
+// and lse written (=), lse in natural log, packed strided q/k/v, GQA, causal or not, sliding
+// window; its o and lse feed the existing backward unchanged.
 //
 // launch_attention_fwd<bf16> uses it when AttentionParams::use_wgmma is set (the default) and
 // attention_fwd_wgmma_supported() is true (see attention_wgmma.cu for the design).
@@ -35,8 +35,10 @@ bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p);
 // The backward's three versions (attention_wgmma_bwd.cu), the same arithmetic: kAtomicDq adds each
 // thread's dQ fragment to the fp32 accumulator with float2 atomics; kBulkDq stages the dQ tile in
 // shared memory and adds it with one bulk reduction (cp.reduce.async.bulk); kBulkDqEarlyDv also
-// issues dV += P^T dO before dP^T is waited for. kDefault is what launch_attention_bwd<bf16> runs.
-enum class WgmmaBwdVariant { kDefault, kAtomicDq, kBulkDq, kBulkDqEarlyDv };
+// issues dV += P^T dO before dP^T is waited for (these three: blocks of 128 keys, two warpgroups,
+// one block per SM); kSmallBlocks: blocks of 64 keys on one warpgroup, two blocks per SM, atomic
+// dQ, early dV. kDefault is what launch_attention_bwd<bf16> runs.
+enum class WgmmaBwdVariant { kDefault, kAtomicDq, kBulkDq, kBulkDqEarlyDv, kSmallBlocks };
 
 // The fast (non-deterministic) bf16 backward after its delta kernel: dq, dk, dv written (=) in
 // bf16. dK and dV are summed over the query heads of each GQA group in registers (bitwise
@@ -46,8 +48,7 @@ enum class WgmmaBwdVariant { kDefault, kAtomicDq, kBulkDq, kBulkDqEarlyDv };
 // launch_attention_bwd<bf16> computes delta, zeroes dq_accum and calls this. Requires
 // attention_bwd_wgmma_supported(p), the layout of the bf16 forward and a 16-byte aligned dout (o
 // strides multiples of 8 elements).
-void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* delta,
-                                float* dq_accum, Stream s,
-                                WgmmaBwdVariant variant = WgmmaBwdVariant::kDefault);
+void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
+                                Stream s, WgmmaBwdVariant variant = WgmmaBwdVariant::kDefault);
 
 }  // namespace attnlab

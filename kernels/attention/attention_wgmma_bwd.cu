@@ -39,8 +39,6 @@ namespace {
 
 using namespace wgmma;
 
-constexpr int kThreads = 256;  // 2 warpgroups
-constexpr int kBlockN = 128;   // keys per block (64 per warpgroup)
 // Queries per tile: the N of S^T and dP^T. D = 64 affords 128 (S^T and dP^T take 64 registers
 // each beside 64 of dK, dV); D = 128 holds 128 registers of dK, dV and takes 64.
 template <int D>
@@ -48,10 +46,11 @@ constexpr int kQTile = D == 64 ? 128 : 64;
 
 // Dynamic shared memory: K, V (kBlockN rows), 2 x Q, 2 x dO (kQ rows), dS^T (kBlockN x kQ), 2 x
 // lse and delta (kQ floats), the fp32 dQ tile (kQ x D, bulk kernel), plus 1 KiB to align the base
-// to 1024 bytes. At most 178 KiB (D = 128 with the dQ tile): one block per SM.
-template <int D, bool kBulkDq>
+// to 1024 bytes. Two warpgroups: at most 178 KiB (D = 128 with the dQ tile), one block per SM;
+// one warpgroup without the dQ tile: at most 106 KiB, two blocks per SM.
+template <int D, int kWG, bool kBulkDq>
 constexpr size_t bwd_smem_bytes() {
-  constexpr int kQ = kQTile<D>;
+  constexpr int kQ = kQTile<D>, kBlockN = 64 * kWG;
   return 2 * size_t(tile_bytes(kBlockN, D)) + 4 * size_t(tile_bytes(kQ, D)) +
          tile_bytes(kBlockN, kQ) + 4 * kQ * sizeof(float) +
          (kBulkDq ? size_t(kQ) * D * sizeof(float) : 0) + 1024;
@@ -67,10 +66,11 @@ __host__ __device__ __forceinline__ int dq_swizzle(int row, int col) {
 }
 
 #if ATTN_WGMMA_DEVICE
-// Issues acc = A B^T for one warpgroup as one wgmma group (not waited): A = 64 rows of a [rows][D]
-// tile at a_rows (K-major, column blocks a_ld x 128 B apart), B = the kQ rows of a [kQ][D] tile
-// (K-major). D / 16 k-steps; step kk reads column block kk / 4 at byte 32 (kk % 4) of each row.
-template <int D, int kQ>
+// Issues acc = A B^T for one warpgroup as one wgmma group (not waited): A = 64 rows of a
+// [kBlockN][D] tile at a_rows (K-major, column blocks kBlockN x 128 B apart), B = the kQ rows of a
+// [kQ][D] tile (K-major). D / 16 k-steps; step kk reads column block kk / 4 at byte 32 (kk % 4) of
+// each row.
+template <int D, int kQ, int kBlockN>
 __device__ __forceinline__ void issue_abt(float (&acc)[kQ / 2], uint32_t a_rows, uint32_t b_tile) {
   fence_regs(acc);
   wgmma_fence();
@@ -126,20 +126,23 @@ __device__ __forceinline__ bool visible(int key, int q, const AttentionParams<bf
 //   rewritten (before the dQ barrier of the next tile).
 // kEarlyDv: dV += P^T dO is issued as soon as P^T is converted, before dP^T is waited for, so the
 //   tensor cores run it during the dS computation.
-template <int D, bool kBulkDq, bool kEarlyDv>
-__global__ void __launch_bounds__(kThreads, 1)
+// kWG: warpgroups per block (kBlockN = 64 kWG keys). 2: one block per SM, the dQ tile split
+//   between the warpgroups. 1: two blocks per SM (the exp of one overlaps the other's MMAs), each
+//   warpgroup computes the whole dQ tile of its 64 keys (twice the dQ additions of 2).
+template <int D, int kWG, bool kBulkDq, bool kEarlyDv>
+__global__ void __launch_bounds__(128 * kWG, kWG == 1 ? 2 : 1)
     attn_bwd_wgmma_kernel(const AttentionParams<bf16> p, const float* __restrict__ delta,
                           float* __restrict__ dq_accum) {
 #if ATTN_WGMMA_DEVICE
-  constexpr int kQ = kQTile<D>;
+  constexpr int kQ = kQTile<D>, kThreads = 128 * kWG, kBlockN = 64 * kWG;
   constexpr uint32_t kKVBytes = tile_bytes(kBlockN, D), kQBytes = tile_bytes(kQ, D);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  const uint32_t sK = (raw + 1023u) & ~1023u;  // [kBlockN] rows
-  const uint32_t sV = sK + kKVBytes;           // [kBlockN] rows
-  const uint32_t sQ = sV + kKVBytes;           // [2][kQ] rows
-  const uint32_t sdO = sQ + 2 * kQBytes;       // [2][kQ] rows
-  const uint32_t sdS = sdO + 2 * kQBytes;      // [kBlockN] rows of kQ
+  const uint32_t sK = (raw + 1023u) & ~1023u;             // [kBlockN] rows
+  const uint32_t sV = sK + kKVBytes;                      // [kBlockN] rows
+  const uint32_t sQ = sV + kKVBytes;                      // [2][kQ] rows
+  const uint32_t sdO = sQ + 2 * kQBytes;                  // [2][kQ] rows
+  const uint32_t sdS = sdO + 2 * kQBytes;                 // [kBlockN] rows of kQ
   const uint32_t sStats = sdS + tile_bytes(kBlockN, kQ);  // lse [2][kQ], delta [2][kQ]
   const uint32_t sdQ = sStats + 4 * kQ * 4;               // fp32 [kQ][D] (kBulkDq)
   const float* lse_s = reinterpret_cast<const float*>(smem_raw + (sStats - raw));
@@ -147,7 +150,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int T = p.T_;
   const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
-  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int wg = kWG == 1 ? 0 : threadIdx.x / 128, warp = (threadIdx.x % 128) / 32,
+            lane = threadIdx.x % 32;
   const int g = lane >> 2, tig = lane & 3;
   const int k0 = blockIdx.x * kBlockN;  // causal: the first blocks have the most query tiles
   const int key0 = k0 + 64 * wg + 16 * warp + g;  // this thread's keys: key0 and key0 + 8
@@ -194,8 +198,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
   const float sl2 = p.scale * kLog2e;
   const uint32_t k_rows = sK + wg * 64 * 128, v_rows = sV + wg * 64 * 128;
-  // dQ block of this warpgroup: queries 64 qw.., columns 64 dw.. of the kQ x D tile.
-  const int qw = kQ == 128 ? wg : 0, dw = kQ == 128 ? 0 : wg;
 
   for (int it = 0; it < iters; ++it) {
     const int buf = it & 1;
@@ -219,14 +221,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float* c_delta = delta_s + buf * kQ;
 
     float s[kQ / 2], dp[kQ / 2];
-    issue_abt<D, kQ>(s, k_rows, cQ);
-    issue_abt<D, kQ>(dp, v_rows, cdO);
+    issue_abt<D, kQ, kBlockN>(s, k_rows, cQ);
+    issue_abt<D, kQ, kBlockN>(dp, v_rows, cdO);
     wgmma_wait<1>();  // S^T done; dP^T may still run
     fence_regs(s);
 
     // Element 4 j + 2 r + e: key key0 + 8 r, query q0 + 8 j + 2 tig + e.
-    const bool need_mask = q0 + kQ > T || k0 + kBlockN > T ||
-                           (p.causal && k0 + kBlockN - 1 > q0) ||
+    const bool need_mask = q0 + kQ > T || k0 + kBlockN > T || (p.causal && k0 + kBlockN - 1 > q0) ||
                            (p.window > 0 && k0 <= q0 + kQ - 1 - p.window);
 #pragma unroll
     for (int j = 0; j < kQ / 8; ++j) {
@@ -300,47 +301,56 @@ __global__ void __launch_bounds__(kThreads, 1)
       // The bulk reduction of the previous tile has read the dQ tile before anyone rewrites it.
       if (threadIdx.x == 0) bulk_wait_read();
     }
-    __syncthreads();  // dS^T of both warpgroups stored and fenced
-    float dq[32];
-    fence_regs(dq);
-    wgmma_fence();
+    __syncthreads();  // dS^T of all warpgroups stored and fenced
+    // dQ = dS K in two 64 x 64 blocks (queries 64 qw.., columns 64 dw.. of the kQ x D tile):
+    // warpgroup w computes block w; a single warpgroup both in turn.
 #pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint64_t a = smem_desc(sdS + qw * kBlockN * 128 + kk * 16 * 128, kBlockN * 128, 1024);
-      const uint64_t bk = smem_desc(sK + dw * kBlockN * 128 + kk * 16 * 128, kBlockN * 128, 1024);
-      wgmma_ss<64, 1, 1>(dq, a, bk, kk > 0 ? 1 : 0);
+    for (int i = 0; i < 2 / kWG; ++i) {
+      const int part = wg + i * kWG;
+      const int qw = kQ == 128 ? part : 0, dw = kQ == 128 ? 0 : part;
+      float dq[32];
+      fence_regs(dq);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        const uint64_t a = smem_desc(sdS + qw * kBlockN * 128 + kk * 16 * 128, kBlockN * 128, 1024);
+        const uint64_t bk = smem_desc(sK + dw * kBlockN * 128 + kk * 16 * 128, kBlockN * 128, 1024);
+        wgmma_ss<64, 1, 1>(dq, a, bk, kk > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(dq);
+
+      // dq element 4 j + 2 r + e: query q0 + 64 qw + 16 warp + g + 8 r, column
+      // 64 dw + 8 j + 2 tig + e.
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = 64 * qw + 16 * warp + g + 8 * r;  // in the tile
+        if constexpr (kBulkDq) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const int col = 64 * dw + 8 * j + 2 * tig;
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
+                             sdQ + 4 * uint32_t(row * D + dq_swizzle(row, col))),
+                         "f"(dq[4 * j + 2 * r]), "f"(dq[4 * j + 2 * r + 1])
+                         : "memory");
+          }
+        } else {
+          if (q0 + row >= T) continue;
+          float* dst =
+              dq_accum + ((int64_t(b) * p.n_head + h) * T + q0 + row) * D + 64 * dw + 2 * tig;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            atomicAdd(reinterpret_cast<float2*>(dst + 8 * j),
+                      make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]));
+          }
+        }
+      }
     }
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(dq);
     fence_regs(dv);
     fence_regs(dk);
     fence_regs(pa);
     fence_regs(dsa);
-
-    // dq element 4 j + 2 r + e: query q0 + 64 qw + 16 warp + g + 8 r, column 64 dw + 8 j + 2 tig + e.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = 64 * qw + 16 * warp + g + 8 * r;  // in the tile
-      if constexpr (kBulkDq) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int col = 64 * dw + 8 * j + 2 * tig;
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
-                           sdQ + 4 * uint32_t(row * D + dq_swizzle(row, col))),
-                       "f"(dq[4 * j + 2 * r]), "f"(dq[4 * j + 2 * r + 1])
-                       : "memory");
-        }
-      } else {
-        if (q0 + row >= T) continue;
-        float* dst = dq_accum + ((int64_t(b) * p.n_head + h) * T + q0 + row) * D + 64 * dw + 2 * tig;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          atomicAdd(reinterpret_cast<float2*>(dst + 8 * j),
-                    make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]));
-        }
-      }
-    }
     if constexpr (kBulkDq) fence_proxy_async();  // for the bulk reduction after the next barrier
   }
   cp_async_wait_all();  // nothing may be in flight at exit (no query tile: only K and V loaded)
@@ -376,7 +386,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 // dq = scale * dq_accum -> bf16 at the q layout; 4 values per thread. kSwizzled: dq_accum in the
 // bulk kernel's layout (dq_swizzle), else plain [B, H, T, D].
 template <bool kSwizzled>
-__global__ void dq_convert_kernel(const AttentionParams<bf16> p, const float* __restrict__ dq_accum) {
+__global__ void dq_convert_kernel(const AttentionParams<bf16> p,
+                                  const float* __restrict__ dq_accum) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // index of 4 values
   const int quads = p.D / 4;
   if (i >= int64_t(p.B) * p.n_head * p.T_ * quads) return;
@@ -391,17 +402,41 @@ __global__ void dq_convert_kernel(const AttentionParams<bf16> p, const float* __
   reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(v.z * p.scale, v.w * p.scale);
 }
 
-template <int D, bool kBulkDq, bool kEarlyDv>
+template <int D, int kWG, bool kBulkDq, bool kEarlyDv>
 void launch(const AttentionParams<bf16>& p, const float* delta, float* dq_accum, cudaStream_t st) {
-  constexpr size_t smem = bwd_smem_bytes<D, kBulkDq>();
-  auto* kernel = attn_bwd_wgmma_kernel<D, kBulkDq, kEarlyDv>;
+  constexpr size_t smem = bwd_smem_bytes<D, kWG, kBulkDq>();
+  auto* kernel = attn_bwd_wgmma_kernel<D, kWG, kBulkDq, kEarlyDv>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const dim3 grid(div_up(p.T_, kBlockN), p.n_kv_head, p.B);
-  kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum);
+  // Largest shared-memory carveout: two 106 KiB blocks (one warpgroup) must share an SM.
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  int(cudaSharedmemCarveoutMaxShared)));
+  const dim3 grid(div_up(p.T_, 64 * kWG), p.n_kv_head, p.B);
+  kernel<<<grid, 128 * kWG, smem, st>>>(p, delta, dq_accum);
   CUDA_CHECK_LAUNCH();
   const int64_t quads = int64_t(p.B) * p.n_head * p.T_ * (D / 4);
   dq_convert_kernel<kBulkDq><<<div_up(quads, 256), 256, 0, st>>>(p, dq_accum);
   CUDA_CHECK_LAUNCH();
+}
+
+template <int D>
+void launch_variant(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
+                    cudaStream_t st, WgmmaBwdVariant variant) {
+  switch (variant) {
+    case WgmmaBwdVariant::kAtomicDq:
+      launch<D, 2, false, false>(p, delta, dq_accum, st);
+      break;
+    case WgmmaBwdVariant::kBulkDq:
+      launch<D, 2, true, false>(p, delta, dq_accum, st);
+      break;
+    case WgmmaBwdVariant::kBulkDqEarlyDv:
+      launch<D, 2, true, true>(p, delta, dq_accum, st);
+      break;
+    case WgmmaBwdVariant::kSmallBlocks:
+      launch<D, 1, false, true>(p, delta, dq_accum, st);
+      break;
+    case WgmmaBwdVariant::kDefault:
+      ATTN_FAIL("wgmma attention backward: kDefault must be resolved by the caller");
+  }
 }
 
 }  // namespace
@@ -410,8 +445,8 @@ bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p) {
   return attention_fwd_wgmma_supported(p);
 }
 
-void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* delta,
-                                float* dq_accum, Stream s, WgmmaBwdVariant variant) {
+void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
+                                Stream s, WgmmaBwdVariant variant) {
   ATTN_REQUIRE(attention_bwd_wgmma_supported(p),
                "wgmma attention backward: needs a build with sm_90a code "
                "(CMAKE_CUDA_ARCHITECTURES containing 90), a compute capability 9.0 device and "
@@ -425,22 +460,10 @@ void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* del
   ATTN_ASSERT(aligned16(dq_accum));
   auto st = reinterpret_cast<cudaStream_t>(s);
   if (variant == WgmmaBwdVariant::kDefault) variant = WgmmaBwdVariant::kBulkDqEarlyDv;
-  const bool bulk = variant != WgmmaBwdVariant::kAtomicDq;
-  const bool early = variant == WgmmaBwdVariant::kBulkDqEarlyDv;
   if (p.D == 64) {
-    if (!bulk) {
-      launch<64, false, false>(p, delta, dq_accum, st);
-    } else {
-      early ? launch<64, true, true>(p, delta, dq_accum, st)
-            : launch<64, true, false>(p, delta, dq_accum, st);
-    }
+    launch_variant<64>(p, delta, dq_accum, st, variant);
   } else {
-    if (!bulk) {
-      launch<128, false, false>(p, delta, dq_accum, st);
-    } else {
-      early ? launch<128, true, true>(p, delta, dq_accum, st)
-            : launch<128, true, false>(p, delta, dq_accum, st);
-    }
+    launch_variant<128>(p, delta, dq_accum, st, variant);
   }
 }
 

@@ -4,10 +4,11 @@
 // dk, dv within 1e-2 of the largest reference gradient (the mma.sync backward's bound), both for
 // the deterministic mma.sync backward on the wgmma forward's o and lse and for the fast backward
 // through the dispatcher (the wgmma kernel), whose dk and dv must also be bitwise the same on a
-// second run, and for each version of the wgmma kernel (WgmmaBwdVariant) called directly. Outputs are poisoned with NaN first. Shapes cover T = 1, odd T, T not a
-// multiple of the 128-row blocks, several key and query tiles, GQA (groups of 2 and 4), D = 64 and
-// 128, sliding windows and the non-causal case. Skipped without a GPU or on a device other than
-// compute capability 9.0 (sm_90a code runs nowhere else). Both forward schedules run.
+// second run, and for each version of the wgmma kernel (WgmmaBwdVariant) called directly. Outputs
+// are poisoned with NaN first. Shapes cover T = 1, odd T, T not a multiple of the 128-row blocks,
+// several key and query tiles, GQA (groups of 2 and 4), D = 64 and 128, sliding windows and the
+// non-causal case. Skipped without a GPU or on a device other than compute capability 9.0 (sm_90a
+// code runs nowhere else). Both forward schedules run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -70,9 +71,8 @@ void check_grads(const WgmmaCase& c, const std::string& name, const std::vector<
   const int64_t width[3] = {int64_t(c.H) * c.D, int64_t(c.Hkv) * c.D, int64_t(c.Hkv) * c.D};
   const char* part[3] = {" dq", " dk", " dv"};
   for (int k = c.T == 1 ? 2 : 0; k < 3; ++k) {
-    EXPECT_LT(
-        report((name + part[k]).c_str(), part_error(got, ref, rows, row, begin[k], width[k])),
-        1e-2);
+    EXPECT_LT(report((name + part[k]).c_str(), part_error(got, ref, rows, row, begin[k], width[k])),
+              1e-2);
   }
 }
 
@@ -160,7 +160,8 @@ void check_wgmma(const WgmmaCase& c, uint32_t seed) {
   const std::pair<WgmmaBwdVariant, const char*> variants[] = {
       {WgmmaBwdVariant::kAtomicDq, "atomic"},
       {WgmmaBwdVariant::kBulkDq, "bulk"},
-      {WgmmaBwdVariant::kBulkDqEarlyDv, "bulk+early-dv"}};
+      {WgmmaBwdVariant::kBulkDqEarlyDv, "bulk+early-dv"},
+      {WgmmaBwdVariant::kSmallBlocks, "small-blocks"}};
   for (const auto& [variant, vname] : variants) {
     dqkv.poison();
     CUDA_CHECK(cudaMemset(dq_accum.ptr(), 0, n_o * sizeof(float)));
@@ -186,7 +187,7 @@ TEST(AttentionCuda, WgmmaForwardBackwardMatchReference) {
       {2, 1, 2, 2, 64, 0, true},    {1, 64, 4, 2, 64, 0, true},     {2, 127, 4, 1, 128, 0, true},
       {1, 129, 2, 2, 64, 0, true},  {1, 1024, 2, 2, 64, 0, true},   {1, 1024, 4, 2, 128, 0, true},
       {2, 200, 4, 4, 64, 37, true}, {1, 300, 2, 1, 128, 100, true}, {1, 777, 2, 1, 128, 300, true},
-      {1, 333, 3, 3, 64, 0, false}, {1, 257, 2, 1, 128, 0, false}, {1, 515, 8, 2, 64, 0, true},
+      {1, 333, 3, 3, 64, 0, false}, {1, 257, 2, 1, 128, 0, false},  {1, 515, 8, 2, 64, 0, true},
       {1, 390, 4, 1, 128, 0, true},
   };
   uint32_t seed = 7;
