@@ -68,7 +68,7 @@ def v(table, key, col):
         return float("nan")
 print(f"{'D':>4} {'T':>6} {'B':>3} {'H':>3} {'fwd':>6} {'fwd sd':>6} {'f+b':>6} {'f+b mma':>7} "
       f"{'f+b sd':>6} {'f+b/sd':>6} | bwd ms: {'dflt':>6} {'mma':>6} {'sdpa':>6} | kernel ms: "
-      f"{'atomic':>6} {'bulk':>6} {'early':>6} {'small':>6}")
+      f"{'atomic':>6} {'bulk':>6} {'early':>6}")
 for key in wg or mma:
     fb, fbs = v(wg, key, "fwdbwd_tflops"), v(peer, key, "fwdbwd_tflops")
     print(f"{key[0]:>4} {key[1]:>6} {key[2]:>3} {key[3]:>3} {v(wg, key, 'fwd_tflops'):6.1f} "
@@ -76,7 +76,7 @@ for key in wg or mma:
           f"{fbs:6.1f} {fb / fbs:6.2f} |         {v(wg, key, 'bwd_ms'):6.2f} "
           f"{v(mma, key, 'bwd_ms'):6.2f} {v(peer, key, 'fwdbwd_ms') - v(peer, key, 'fwd_ms'):6.2f} |"
           f"            {v(wg, key, 'bwd_atomic_ms'):6.2f} {v(wg, key, 'bwd_bulk_ms'):6.2f} "
-          f"{v(wg, key, 'bwd_early_ms'):6.2f} {v(wg, key, 'bwd_small_ms'):6.2f}")
+          f"{v(wg, key, 'bwd_early_ms'):6.2f}")
 PY
 
 if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then

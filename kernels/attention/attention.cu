@@ -13,6 +13,8 @@
 //                kv head loops over every query head of its GQA group and every query tile that
 //                sees those keys: dV += P^T dO, dK += dS^T Q in registers, and dQ += dS K added
 //                to an fp32 [B, H, T, D] scratch with atomics; a last kernel converts it to bf16.
+//                On sm_90a with use_wgmma the Hopper wgmma kernel (attention_wgmma_bwd.cu) does
+//                this instead of the mma.sync one below.
 //                5 matmul-sized products; dq is not bitwise reproducible (fp32 addition order).
 //         deterministic: the same dK/dV kernel without dQ (64 keys per block) and a dQ kernel
 //                (64 queries per block) that recomputes S and dP: 7 products, no atomics, every

@@ -35,10 +35,9 @@ bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p);
 // The backward's three versions (attention_wgmma_bwd.cu), the same arithmetic: kAtomicDq adds each
 // thread's dQ fragment to the fp32 accumulator with float2 atomics; kBulkDq stages the dQ tile in
 // shared memory and adds it with one bulk reduction (cp.reduce.async.bulk); kBulkDqEarlyDv also
-// issues dV += P^T dO before dP^T is waited for (these three: blocks of 128 keys, two warpgroups,
-// one block per SM); kSmallBlocks: blocks of 64 keys on one warpgroup, two blocks per SM, atomic
-// dQ, early dV. kDefault is what launch_attention_bwd<bf16> runs.
-enum class WgmmaBwdVariant { kDefault, kAtomicDq, kBulkDq, kBulkDqEarlyDv, kSmallBlocks };
+// issues dV += P^T dO before dP^T is waited for. kDefault is what launch_attention_bwd<bf16> runs:
+// kBulkDq at D = 64, kBulkDqEarlyDv at D = 128 (the fastest on the H200, bench_attention).
+enum class WgmmaBwdVariant { kDefault, kAtomicDq, kBulkDq, kBulkDqEarlyDv };
 
 // The fast (non-deterministic) bf16 backward after its delta kernel: dq, dk, dv written (=) in
 // bf16. dK and dV are summed over the query heads of each GQA group in registers (bitwise

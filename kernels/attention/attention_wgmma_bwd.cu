@@ -1,7 +1,7 @@
-// Dense attention backward for Hopper on warpgroup MMA (wgmma), bf16, head dim 64 or 128: dK and
-// dV written (=), dQ added to an fp32 accumulator with atomics. Contract: attention_wgmma.cuh
-// (launch_attention_bwd_wgmma); launch_attention_bwd<bf16> runs it between its delta kernel
-// (delta = rowsum(dO * O), which also zeroes the accumulator) and its dQ conversion.
+// Dense attention backward for Hopper on warpgroup MMA (wgmma), bf16, head dim 64 or 128: dq, dk
+// and dv written (=). Contract: attention_wgmma.cuh (launch_attention_bwd_wgmma);
+// launch_attention_bwd<bf16> runs it after its delta kernel (delta = rowsum(dO * O), which also
+// zeroes the fp32 dQ accumulator); the launcher runs the kernel, then the dQ conversion to bf16.
 //
 // Design (FlashAttention-3's backward, first version: no warp specialization, no TMA):
 //   A block owns kBlockN = 128 keys of one (batch, kv head) and runs 2 warpgroups (256 threads);
@@ -19,15 +19,26 @@
 //     dQ   = dS K      after a barrier (dS^T of both warpgroups in shared memory): each warpgroup
 //                      computes a 64 x 64 block of the kQ x D tile (D = 64: its 64 queries;
 //                      D = 128: its 64 columns), A = dS MN-major (the transposed dS^T tile), B = K
-//                      MN-major, K = the block's 128 keys; added to dq_accum with float2 atomics.
+//                      MN-major, K = the block's 128 keys; added to the fp32 accumulator with
+//                      float2 atomics (kAtomicDq) or staged in shared memory and added by one
+//                      bulk reduction per tile (kBulkDq, the default; see the kernel).
 //   Keys as the M dimension keep P^T and dS^T in registers for dV and dK and make the per-query
 //   lse and delta column values (read from shared memory, broadcast).
 //   Element masks only on tiles that touch the diagonal, the window edge or the end of T.
-//   dQ is not bitwise reproducible (the order of the fp32 atomic additions); dK and dV are.
+//   dQ is not bitwise reproducible (the order of the fp32 additions); dK and dV are.
 // Shared-memory layout and synchronization follow the forward (attention_wgmma.cu). dS^T is
 // written with st.shared (generic proxy): fence.proxy.async, then the barrier, before the dQ
 // wgmma reads it. Every buffer that the next tile's cp.async or dS^T stores overwrite was last read
 // by wgmmas that every thread waited for (wait_group 0) before the barrier at the top of the tile.
+//
+// Measured on the H200 (bench_attention, causal, B*T = 32K, T = 1K / 4K / 16K): the whole fast
+// backward (delta kernel, this kernel, dQ conversion) takes 0.83 / 0.77 / 0.72x the time of the
+// mma.sync one at D = 64 and 0.70 / 0.67 / 0.63x at D = 128; PyTorch SDPA's backward is still
+// 1.3-1.7x faster. The two warpgroups run in lockstep (two block barriers per tile, one block per
+// SM), so the exp and dS work is not overlapped with the other warpgroup's MMAs as in
+// FlashAttention-3's warp-specialized pipeline; that and TMA loads are what is left. A variant
+// with one warpgroup per 64-key block and two blocks per SM (independent blocks overlap, twice the
+// dQ additions) measured 1.1-1.3x slower than the default and was dropped.
 #include <cuda_bf16.h>
 
 #include "kernels/attention/attention_wgmma.cuh"
@@ -39,6 +50,8 @@ namespace {
 
 using namespace wgmma;
 
+constexpr int kThreads = 256;  // 2 warpgroups
+constexpr int kBlockN = 128;   // keys per block (64 per warpgroup)
 // Queries per tile: the N of S^T and dP^T. D = 64 affords 128 (S^T and dP^T take 64 registers
 // each beside 64 of dK, dV); D = 128 holds 128 registers of dK, dV and takes 64.
 template <int D>
@@ -46,11 +59,10 @@ constexpr int kQTile = D == 64 ? 128 : 64;
 
 // Dynamic shared memory: K, V (kBlockN rows), 2 x Q, 2 x dO (kQ rows), dS^T (kBlockN x kQ), 2 x
 // lse and delta (kQ floats), the fp32 dQ tile (kQ x D, bulk kernel), plus 1 KiB to align the base
-// to 1024 bytes. Two warpgroups: at most 178 KiB (D = 128 with the dQ tile), one block per SM;
-// one warpgroup without the dQ tile: at most 106 KiB, two blocks per SM.
-template <int D, int kWG, bool kBulkDq>
+// to 1024 bytes. At most 178 KiB (D = 128 with the dQ tile): one block per SM.
+template <int D, bool kBulkDq>
 constexpr size_t bwd_smem_bytes() {
-  constexpr int kQ = kQTile<D>, kBlockN = 64 * kWG;
+  constexpr int kQ = kQTile<D>;
   return 2 * size_t(tile_bytes(kBlockN, D)) + 4 * size_t(tile_bytes(kQ, D)) +
          tile_bytes(kBlockN, kQ) + 4 * kQ * sizeof(float) +
          (kBulkDq ? size_t(kQ) * D * sizeof(float) : 0) + 1024;
@@ -70,7 +82,7 @@ __host__ __device__ __forceinline__ int dq_swizzle(int row, int col) {
 // [kBlockN][D] tile at a_rows (K-major, column blocks kBlockN x 128 B apart), B = the kQ rows of a
 // [kQ][D] tile (K-major). D / 16 k-steps; step kk reads column block kk / 4 at byte 32 (kk % 4) of
 // each row.
-template <int D, int kQ, int kBlockN>
+template <int D, int kQ>
 __device__ __forceinline__ void issue_abt(float (&acc)[kQ / 2], uint32_t a_rows, uint32_t b_tile) {
   fence_regs(acc);
   wgmma_fence();
@@ -126,15 +138,12 @@ __device__ __forceinline__ bool visible(int key, int q, const AttentionParams<bf
 //   rewritten (before the dQ barrier of the next tile).
 // kEarlyDv: dV += P^T dO is issued as soon as P^T is converted, before dP^T is waited for, so the
 //   tensor cores run it during the dS computation.
-// kWG: warpgroups per block (kBlockN = 64 kWG keys). 2: one block per SM, the dQ tile split
-//   between the warpgroups. 1: two blocks per SM (the exp of one overlaps the other's MMAs), each
-//   warpgroup computes the whole dQ tile of its 64 keys (twice the dQ additions of 2).
-template <int D, int kWG, bool kBulkDq, bool kEarlyDv>
-__global__ void __launch_bounds__(128 * kWG, kWG == 1 ? 2 : 1)
+template <int D, bool kBulkDq, bool kEarlyDv>
+__global__ void __launch_bounds__(kThreads, 1)
     attn_bwd_wgmma_kernel(const AttentionParams<bf16> p, const float* __restrict__ delta,
                           float* __restrict__ dq_accum) {
 #if ATTN_WGMMA_DEVICE
-  constexpr int kQ = kQTile<D>, kThreads = 128 * kWG, kBlockN = 64 * kWG;
+  constexpr int kQ = kQTile<D>;
   constexpr uint32_t kKVBytes = tile_bytes(kBlockN, D), kQBytes = tile_bytes(kQ, D);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -150,8 +159,7 @@ __global__ void __launch_bounds__(128 * kWG, kWG == 1 ? 2 : 1)
 
   const int T = p.T_;
   const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
-  const int wg = kWG == 1 ? 0 : threadIdx.x / 128, warp = (threadIdx.x % 128) / 32,
-            lane = threadIdx.x % 32;
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tig = lane & 3;
   const int k0 = blockIdx.x * kBlockN;  // causal: the first blocks have the most query tiles
   const int key0 = k0 + 64 * wg + 16 * warp + g;  // this thread's keys: key0 and key0 + 8
@@ -221,8 +229,8 @@ __global__ void __launch_bounds__(128 * kWG, kWG == 1 ? 2 : 1)
     const float* c_delta = delta_s + buf * kQ;
 
     float s[kQ / 2], dp[kQ / 2];
-    issue_abt<D, kQ, kBlockN>(s, k_rows, cQ);
-    issue_abt<D, kQ, kBlockN>(dp, v_rows, cdO);
+    issue_abt<D, kQ>(s, k_rows, cQ);
+    issue_abt<D, kQ>(dp, v_rows, cdO);
     wgmma_wait<1>();  // S^T done; dP^T may still run
     fence_regs(s);
 
@@ -301,13 +309,11 @@ __global__ void __launch_bounds__(128 * kWG, kWG == 1 ? 2 : 1)
       // The bulk reduction of the previous tile has read the dQ tile before anyone rewrites it.
       if (threadIdx.x == 0) bulk_wait_read();
     }
-    __syncthreads();  // dS^T of all warpgroups stored and fenced
+    __syncthreads();  // dS^T of both warpgroups stored and fenced
     // dQ = dS K in two 64 x 64 blocks (queries 64 qw.., columns 64 dw.. of the kQ x D tile):
-    // warpgroup w computes block w; a single warpgroup both in turn.
-#pragma unroll
-    for (int i = 0; i < 2 / kWG; ++i) {
-      const int part = wg + i * kWG;
-      const int qw = kQ == 128 ? part : 0, dw = kQ == 128 ? 0 : part;
+    // warpgroup w computes block w.
+    {
+      const int qw = kQ == 128 ? wg : 0, dw = kQ == 128 ? 0 : wg;
       float dq[32];
       fence_regs(dq);
       wgmma_fence();
@@ -402,16 +408,13 @@ __global__ void dq_convert_kernel(const AttentionParams<bf16> p,
   reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(v.z * p.scale, v.w * p.scale);
 }
 
-template <int D, int kWG, bool kBulkDq, bool kEarlyDv>
+template <int D, bool kBulkDq, bool kEarlyDv>
 void launch(const AttentionParams<bf16>& p, const float* delta, float* dq_accum, cudaStream_t st) {
-  constexpr size_t smem = bwd_smem_bytes<D, kWG, kBulkDq>();
-  auto* kernel = attn_bwd_wgmma_kernel<D, kWG, kBulkDq, kEarlyDv>;
+  constexpr size_t smem = bwd_smem_bytes<D, kBulkDq>();
+  auto* kernel = attn_bwd_wgmma_kernel<D, kBulkDq, kEarlyDv>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  // Largest shared-memory carveout: two 106 KiB blocks (one warpgroup) must share an SM.
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                  int(cudaSharedmemCarveoutMaxShared)));
-  const dim3 grid(div_up(p.T_, 64 * kWG), p.n_kv_head, p.B);
-  kernel<<<grid, 128 * kWG, smem, st>>>(p, delta, dq_accum);
+  const dim3 grid(div_up(p.T_, kBlockN), p.n_kv_head, p.B);
+  kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum);
   CUDA_CHECK_LAUNCH();
   const int64_t quads = int64_t(p.B) * p.n_head * p.T_ * (D / 4);
   dq_convert_kernel<kBulkDq><<<div_up(quads, 256), 256, 0, st>>>(p, dq_accum);
@@ -423,16 +426,13 @@ void launch_variant(const AttentionParams<bf16>& p, const float* delta, float* d
                     cudaStream_t st, WgmmaBwdVariant variant) {
   switch (variant) {
     case WgmmaBwdVariant::kAtomicDq:
-      launch<D, 2, false, false>(p, delta, dq_accum, st);
+      launch<D, false, false>(p, delta, dq_accum, st);
       break;
     case WgmmaBwdVariant::kBulkDq:
-      launch<D, 2, true, false>(p, delta, dq_accum, st);
+      launch<D, true, false>(p, delta, dq_accum, st);
       break;
     case WgmmaBwdVariant::kBulkDqEarlyDv:
-      launch<D, 2, true, true>(p, delta, dq_accum, st);
-      break;
-    case WgmmaBwdVariant::kSmallBlocks:
-      launch<D, 1, false, true>(p, delta, dq_accum, st);
+      launch<D, true, true>(p, delta, dq_accum, st);
       break;
     case WgmmaBwdVariant::kDefault:
       ATTN_FAIL("wgmma attention backward: kDefault must be resolved by the caller");
@@ -459,7 +459,13 @@ void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* del
   ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.dout));
   ATTN_ASSERT(aligned16(dq_accum));
   auto st = reinterpret_cast<cudaStream_t>(s);
-  if (variant == WgmmaBwdVariant::kDefault) variant = WgmmaBwdVariant::kBulkDqEarlyDv;
+  // Kernel time on the H200 (bench_attention, causal, B*T = 32K, ms at T = 1K / 4K / 16K; kernel
+  // and dQ conversion): D = 64 atomic 1.72 / 5.11 / 18.44, bulk 1.62 / 4.71 / 16.80, bulk + early
+  // dV 1.63 / 4.76 / 16.94; D = 128 atomic 1.53 / 4.58 / 16.28, bulk 1.42 / 4.20 / 14.81, bulk +
+  // early dV 1.40 / 4.01 / 13.93.
+  if (variant == WgmmaBwdVariant::kDefault) {
+    variant = p.D == 64 ? WgmmaBwdVariant::kBulkDq : WgmmaBwdVariant::kBulkDqEarlyDv;
+  }
   if (p.D == 64) {
     launch_variant<64>(p, delta, dq_accum, st, variant);
   } else {

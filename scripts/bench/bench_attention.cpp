@@ -10,7 +10,7 @@
 // kernels (refused where unsupported); --wgmma=simple and --wgmma=pipelined force one forward
 // schedule (forward column only; fwd+bwd uses the default). With the wgmma kernels, each version
 // of the wgmma backward kernel (WgmmaBwdVariant; kernel and dQ conversion, without the delta
-// kernel) is also timed on its own ("atomic", "bulk", "early", "small" ms).
+// kernel) is also timed on its own ("atomic", "bulk", "early" ms).
 // Usage: bench_attention [csv_out] [--gpt2] [--no-det] [--mma | --wgmma[=simple|pipelined]]
 // (prints a table; the CSV is read by scripts/device_check.sh)
 #include <cuda_runtime.h>
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   if (csv) {
     std::fprintf(csv,
                  "D,T,B,H,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops,det_fwdbwd_ms,shape,bwd_ms,"
-                 "bwd_tflops,bwd_atomic_ms,bwd_bulk_ms,bwd_early_ms,bwd_small_ms\n");
+                 "bwd_tflops,bwd_atomic_ms,bwd_bulk_ms,bwd_early_ms\n");
   }
   const char* variant_name[] = {"default", "simple", "pipelined"};
   {
@@ -113,9 +113,9 @@ int main(int argc, char** argv) {
                 on_wgmma ? "wgmma forward and backward (sm_90a), forward schedule " : "mma.sync",
                 on_wgmma ? variant_name[int(variant)] : "");
   }
-  std::printf("%4s %6s %3s %3s %9s %9s %11s %11s %9s %9s %11s %7s %7s %7s %7s\n", "D", "T", "B",
-              "H", "fwd ms", "fwd TF/s", "f+b ms", "f+b TF/s", "bwd ms", "bwd TF/s", "det f+b ms",
-              "atomic", "bulk", "early", "small");
+  std::printf("%4s %6s %3s %3s %9s %9s %11s %11s %9s %9s %11s %7s %7s %7s\n", "D", "T", "B", "H",
+              "fwd ms", "fwd TF/s", "f+b ms", "f+b TF/s", "bwd ms", "bwd TF/s", "det f+b ms",
+              "atomic", "bulk", "early");
   struct Shape {
     int D, T, B, H;
   };
@@ -169,15 +169,14 @@ int main(int argc, char** argv) {
         reps);
     const double b_ms = median_ms([&] { launch_attention_bwd<bf16>(p, nullptr); }, reps);
     // The wgmma backward's versions on their own (delta: any values will do for timing).
-    double variant_ms[4] = {0.0, 0.0, 0.0, 0.0};
+    double variant_ms[3] = {0.0, 0.0, 0.0};
     if (!mma && attention_bwd_wgmma_supported(p)) {
       Buffer delta(Device::cuda, size_t(B) * H * T * 4), dq_accum(Device::cuda, n_o * 4);
       CUDA_CHECK(cudaMemset(delta.data(), 0, size_t(B) * H * T * 4));
       CUDA_CHECK(cudaMemset(dq_accum.data(), 0, n_o * 4));
-      const WgmmaBwdVariant versions[4] = {WgmmaBwdVariant::kAtomicDq, WgmmaBwdVariant::kBulkDq,
-                                           WgmmaBwdVariant::kBulkDqEarlyDv,
-                                           WgmmaBwdVariant::kSmallBlocks};
-      for (int v = 0; v < 4; ++v) {
+      const WgmmaBwdVariant versions[3] = {WgmmaBwdVariant::kAtomicDq, WgmmaBwdVariant::kBulkDq,
+                                           WgmmaBwdVariant::kBulkDqEarlyDv};
+      for (int v = 0; v < 3; ++v) {
         variant_ms[v] = median_ms(
             [&] {
               launch_attention_bwd_wgmma(p, static_cast<const float*>(delta.data()),
@@ -201,13 +200,13 @@ int main(int argc, char** argv) {
     const double b_tf = 2.5 * fwd_flops / (b_ms * 1e-3) / 1e12;
     const bool is_gpt2 = si + 1 == shapes.size() && gpt2;
     std::printf(
-        "%4d %6d %3d %3d %9.3f %9.1f %11.3f %11.1f %9.3f %9.1f %11.3f %7.3f %7.3f %7.3f %7.3f%s\n",
-        D, T, B, H, f_ms, f_tf, fb_ms, fb_tf, b_ms, b_tf, det_ms, variant_ms[0], variant_ms[1],
-        variant_ms[2], variant_ms[3], is_gpt2 ? "  (gpt2)" : "");
+        "%4d %6d %3d %3d %9.3f %9.1f %11.3f %11.1f %9.3f %9.1f %11.3f %7.3f %7.3f %7.3f%s\n", D, T,
+        B, H, f_ms, f_tf, fb_ms, fb_tf, b_ms, b_tf, det_ms, variant_ms[0], variant_ms[1],
+        variant_ms[2], is_gpt2 ? "  (gpt2)" : "");
     if (csv) {
-      std::fprintf(csv, "%d,%d,%d,%d,%.4f,%.2f,%.4f,%.2f,%.4f,%s,%.4f,%.2f,%.4f,%.4f,%.4f,%.4f\n",
-                   D, T, B, H, f_ms, f_tf, fb_ms, fb_tf, det_ms, is_gpt2 ? "gpt2" : "sweep", b_ms,
-                   b_tf, variant_ms[0], variant_ms[1], variant_ms[2], variant_ms[3]);
+      std::fprintf(csv, "%d,%d,%d,%d,%.4f,%.2f,%.4f,%.2f,%.4f,%s,%.4f,%.2f,%.4f,%.4f,%.4f\n", D, T,
+                   B, H, f_ms, f_tf, fb_ms, fb_tf, det_ms, is_gpt2 ? "gpt2" : "sweep", b_ms, b_tf,
+                   variant_ms[0], variant_ms[1], variant_ms[2]);
     }
   }
   if (csv) std::fclose(csv);
