@@ -13,6 +13,8 @@
 //                kv head loops over every query head of its GQA group and every query tile that
 //                sees those keys: dV += P^T dO, dK += dS^T Q in registers, and dQ += dS K added
 //                to an fp32 [B, H, T, D] scratch with atomics; a last kernel converts it to bf16.
+//                On sm_90a with use_wgmma the Hopper wgmma kernel (attention_wgmma_bwd.cu) does
+//                this instead of the mma.sync one below.
 //                5 matmul-sized products; dq is not bitwise reproducible (fp32 addition order).
 //         deterministic: the same dK/dV kernel without dQ (64 keys per block) and a dQ kernel
 //                (64 queries per block) that recomputes S and dP: 7 products, no atomics, every
@@ -1146,7 +1148,9 @@ void launch_attention_bwd(const AttentionParams<T>& p, Stream s) {
           <<<div_up(rows, 4), 128, 0, st>>>(p, delta.as<float>(), dq_accum.as<float>());
     }
     CUDA_CHECK_LAUNCH();
-    if (p.D == 64) {
+    if (!p.deterministic && p.use_wgmma && aligned16(p.dout) && attention_bwd_wgmma_supported(p)) {
+      launch_attention_bwd_wgmma(p, delta.as<float>(), dq_accum.as<float>(), s);
+    } else if (p.D == 64) {
       bwd_bf16<64>(p, delta.as<float>(), dq_accum.as<float>(), st);
     } else {
       bwd_bf16<128>(p, delta.as<float>(), dq_accum.as<float>(), st);

@@ -11,10 +11,10 @@
 // fwd: o and lse written (=).
 // bwd: dq, dk, dv written (=). The CUDA backward may accumulate dk/dv in fp32 internally.
 //   bf16 CUDA backward, two paths (`deterministic`):
-//   false (default, fast): one kernel per 128-key block computes dK, dV and adds its share of dQ
-//     to an fp32 scratch with atomics (then converted to bf16; scratch B*H*T*D*4 bytes from the
-//     stream-ordered pool). dk and dv are bitwise reproducible; dq may differ in the last bits
-//     between runs (fp32 addition order).
+//   false (default, fast): one kernel per 128-key block (wgmma on sm_90a, see use_wgmma; else
+//     mma.sync) computes dK, dV and adds its share of dQ to an fp32 scratch with atomics (then
+//     converted to bf16; scratch B*H*T*D*4 bytes from the stream-ordered pool). dk and dv are
+//     bitwise reproducible; dq may differ in the last bits between runs (fp32 addition order).
 //   true: dK/dV and dQ in two kernels that each recompute the scores (1.2-1.5x the default's
 //     backward time on an H200), no atomics: dq, dk and dv are bitwise identical from run to run.
 //   The fp32 CUDA kernels and the CPU reference are always deterministic and ignore the flag.
@@ -53,8 +53,10 @@ struct AttentionParams {
   bool deterministic = false;  // bf16 CUDA backward: atomics-free path (see above)
   // bf16 CUDA forward: run the Hopper wgmma kernel (attention_wgmma.cuh) where it is supported
   // (sm_90a build, compute capability 9.0 device, D 64 or 128), else the mma.sync kernel. On by
-  // default (validated against the CPU reference on the H200, 1.4-1.5x the mma.sync forward);
-  // false forces the mma.sync kernel (its tests and benchmarks).
+  // default (validated against the CPU reference on the H200, 1.4-1.5x the mma.sync forward).
+  // The fast bf16 backward (deterministic = false) likewise runs the wgmma dK/dV/dQ kernel where
+  // supported; the deterministic backward is always mma.sync. false forces the mma.sync kernels
+  // (their tests and benchmarks).
   bool use_wgmma = true;
   // Reserved for Focus/SFA (group gates, sparse feature indices); nullptr for dense.
   const void* variant = nullptr;

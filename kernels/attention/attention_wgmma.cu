@@ -54,24 +54,19 @@
 #include <cuda_bf16.h>
 
 #include "kernels/attention/attention_wgmma.cuh"
+#include "kernels/attention/wgmma_common.cuh"
 #include "kernels/common/device.cuh"
-
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define ATTN_WGMMA_DEVICE 1
-#else
-#define ATTN_WGMMA_DEVICE 0
-#endif
 
 namespace attnlab {
 namespace {
+
+using namespace wgmma;
 
 constexpr int kWarpgroups = 2;
 constexpr int kThreads = 128 * kWarpgroups;
 constexpr int kBlockM = 64 * kWarpgroups;  // queries per block
 constexpr int kBlockN = 128;               // keys per shared-memory tile
 
-// Bytes of one [rows][D] bf16 tile (D / 64 column blocks of rows x 128 B).
-constexpr uint32_t tile_bytes(int rows, int D) { return uint32_t(rows) * D * 2; }
 // Dynamic shared memory: Q, 2 K and 2 V tiles, plus 1 KiB to align the base to 1024 bytes.
 constexpr size_t smem_bytes(int D) {
   return size_t(tile_bytes(kBlockM, D)) + 4 * size_t(tile_bytes(kBlockN, D)) + 1024;
@@ -83,164 +78,6 @@ template <int D, bool kPipelined>
 constexpr int kMinBlocks = D == 64 && !kPipelined ? 2 : 1;
 
 #if ATTN_WGMMA_DEVICE
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-// ---- PTX wrappers (sm_90a) --------------------------------------------------------------------
-__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, bool valid) {
-  const int n = valid ? 16 : 0;  // 0: zero-fill the 16 bytes (rows past T)
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-// Generic-proxy writes (cp.async, st.shared) become visible to the async proxy (wgmma operand
-// reads) only through this fence.
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-// Waits until at most N of this thread's committed wgmma groups are pending (groups complete in
-// commit order).
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int N>
-__device__ __forceinline__ void fence_regs(uint32_t (&r)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
-  }
-}
-
-// Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"), 64 bits:
-//   bits  0-13  start address >> 4: shared-window address of the operand's first element. Moving
-//               along K inside a 128-byte row (K-major) is done by adding the byte offset here:
-//               the hardware swizzles the address it computes, so +32 B selects the next 16
-//               elements of every row exactly as the XOR pattern stored them.
-//   bits 16-29  leading-dimension byte offset >> 4 (LBO)
-//   bits 32-45  stride-dimension byte offset >> 4 (SBO)
-//   bits 49-51  base offset: the pattern phase, (start >> 7) & 7, for a start not on a pattern
-//               boundary. 0 here: every start used has address bits [7:9] = 0 (tiles, warpgroup
-//               row offsets and V k-steps are multiples of 1024 B; K-steps add 32..96 B)
-//   bits 62-63  swizzle mode: 1 = 128-byte swizzle
-// Canonical 128-byte-swizzle layouts (CUTLASS notation, T = 8 bf16 = 16 bytes):
-//   K-major  ((8, m), (T, 2)) : ((8T, SBO), (1, T)): 8 rows at 128 B, groups of 8 rows at SBO;
-//            the k16 of one instruction (32 B) stays inside one 128-byte row, so LBO is unused
-//            (set to 1, i.e. 16 B, by convention).
-//   MN-major ((T, 8, m), (8, k)) : ((1, T, LBO), (8T, SBO)): 64 contiguous elements along N in
-//            a 128-byte row, the next 64 (next column block) at LBO; 8 K-rows at 128 B, the next
-//            8 K-rows at SBO.
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo & 0x3FFFF) >> 4) << 16) |
-         (uint64_t((sbo & 0x3FFFF) >> 4) << 32) | (uint64_t(1) << 62);
-}
-
-// Accumulator operand lists: C is the constraint ("+f"), d the float array.
-#define ATTN_WG_ACC8(C, d, i)                                                               \
-  C(d[(i) + 0]), C(d[(i) + 1]), C(d[(i) + 2]), C(d[(i) + 3]), C(d[(i) + 4]), C(d[(i) + 5]), \
-      C(d[(i) + 6]), C(d[(i) + 7])
-#define ATTN_WG_ACC32(C, d) \
-  ATTN_WG_ACC8(C, d, 0), ATTN_WG_ACC8(C, d, 8), ATTN_WG_ACC8(C, d, 16), ATTN_WG_ACC8(C, d, 24)
-#define ATTN_WG_ACC64(C, d)                                                                    \
-  ATTN_WG_ACC32(C, d), ATTN_WG_ACC8(C, d, 32), ATTN_WG_ACC8(C, d, 40), ATTN_WG_ACC8(C, d, 48), \
-      ATTN_WG_ACC8(C, d, 56)
-#define ATTN_WG_REGS32                                                                         \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
-  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define ATTN_WG_REGS64                                                                           \
-  ATTN_WG_REGS32                                                                                 \
-  ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
-  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-
-// d (64 x N fp32, accumulator fragments) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x N)
-// from shared memory, both K-major (imm-trans-a = imm-trans-b = 0), scale-a = scale-b = 1.
-// With accumulate = 0 the previous contents of d are ignored (the first k-step of S = Q K^T).
-template <int N>
-__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b,
-                                         int accumulate) {
-  static_assert(N == 128, "S tiles are 128 keys wide");
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" ATTN_WG_REGS64
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : ATTN_WG_ACC64("+f", d)
-      : "l"(a), "l"(b), "r"(accumulate));
-}
-
-// d (64 x N fp32) += A B with A (64 x 16 bf16) from registers (4 x 32 bits per thread, the
-// m16n8k16-style fragment of the thread's warp: rows 16 * warp + ...) and B (16 x N) from shared
-// memory, MN-major (imm-trans-b = 1: B is stored [K][N] with N contiguous).
-template <int N>
-__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
-  static_assert(N == 64 || N == 128, "head dim 64 or 128");
-  if constexpr (N == 64) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" ATTN_WG_REGS32
-        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-        : ATTN_WG_ACC32("+f", d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" ATTN_WG_REGS64
-        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-        : ATTN_WG_ACC64("+f", d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
-  }
-}
-
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// Byte offset of 16-byte chunk `chunk` (elements 8 chunk .. 8 chunk + 7 of D) of row `row` in a
-// [ROWS][D] tile in the 128-byte swizzled layout described at the top.
-template <int ROWS>
-__device__ __forceinline__ uint32_t swizzled_offset(int row, int chunk) {
-  return uint32_t((chunk >> 3) * ROWS * 128 + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
-}
-
-// Rows row0 .. row0 + ROWS - 1 (zero past T) of a [T, D] strided matrix into a swizzled tile at
-// shared address s; consecutive threads read consecutive 16 bytes of a row.
-template <int ROWS, int D>
-__device__ __forceinline__ void load_tile(uint32_t s, const bf16* g, int64_t row_stride, int row0,
-                                          int T) {
-  constexpr int kChunks = D / 8, kRowsPerRound = kThreads / kChunks;
-  static_assert(ROWS % kRowsPerRound == 0, "whole rounds of 16-byte copies");
-  // Round `it` copies rows it * kRowsPerRound + r; the chunk c and the row's phase in the swizzle
-  // (r % 8, as kRowsPerRound is a multiple of 8) are the same in every round, so the shared
-  // offset advances by a constant and the global pointer by kRowsPerRound rows.
-  const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
-  const uint32_t dst = s + swizzled_offset<ROWS>(r, c);
-  const bf16* src = g + int64_t(row0 + r) * row_stride + c * 8;
-  const int64_t step = int64_t(kRowsPerRound) * row_stride;
-#pragma unroll
-  for (int it = 0; it < ROWS / kRowsPerRound; ++it) {
-    const bool valid = row0 + r + it * kRowsPerRound < T;
-    cp_async16(dst + it * kRowsPerRound * 128, valid ? src + it * step : g, valid);
-  }
-}
 
 // ---- the steps of one key tile, for one warpgroup ----------------------------------------------
 // Per-thread state of a warpgroup: accumulator fragments (wgmma D layout, per warp the m16n8 C
@@ -346,28 +183,6 @@ __device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&corr)[2
   }
 }
 
-// P (bf16) as register A fragments of O += P V: k-step kk covers keys 16 kk .. 16 kk + 15, i.e.
-// S columns 8 (2 kk) .. 8 (2 kk + 1) + 7, so the accumulator layout of S is already the A layout
-// (a0/a1: rows g/g+8, keys 2 tig..; a2/a3: keys 8 + 2 tig..).
-__device__ __forceinline__ void to_p(uint32_t (&pa)[kBlockN / 16][4],
-                                     const float (&s)[kBlockN / 2]) {
-#pragma unroll
-  for (int kk = 0; kk < kBlockN / 16; ++kk) {
-    pa[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
-    pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-    pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-    pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
-  }
-}
-
-// Shared-memory tile is ready for wgmma: this thread's copies landed and are made visible to the
-// async proxy, then everybody's (the barrier also orders the previous readers of the buffer the
-// next cp.async overwrites: they waited for their wgmma groups before arriving).
-__device__ __forceinline__ void tiles_ready() {
-  cp_async_wait_all();
-  fence_proxy_async();
-  __syncthreads();
-}
 #endif  // ATTN_WGMMA_DEVICE
 
 // kPipelined = false (simple): per tile S = Q K^T, wait, softmax, O += P V, wait; a warpgroup
@@ -417,16 +232,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
   uint32_t pa[kBlockN / 16][4];
 
   if constexpr (!kPipelined) {
-    load_tile<kBlockM, D>(sQ, gq, ld, q0, T);
-    load_tile<kBlockN, D>(sK, gk, ld, n_begin * kBlockN, T);
-    load_tile<kBlockN, D>(sV, gv, ld, n_begin * kBlockN, T);
+    load_tile<kBlockM, D, kThreads>(sQ, gq, ld, q0, T);
+    load_tile<kBlockN, D, kThreads>(sK, gk, ld, n_begin * kBlockN, T);
+    load_tile<kBlockN, D, kThreads>(sV, gv, ld, n_begin * kBlockN, T);
     cp_async_commit();
     for (int nb = n_begin; nb < n_end; ++nb) {
       const int buf = (nb - n_begin) & 1;
       tiles_ready();
       if (nb + 1 < n_end) {
-        load_tile<kBlockN, D>(sK + (buf ^ 1) * kKVBytes, gk, ld, (nb + 1) * kBlockN, T);
-        load_tile<kBlockN, D>(sV + (buf ^ 1) * kKVBytes, gv, ld, (nb + 1) * kBlockN, T);
+        load_tile<kBlockN, D, kThreads>(sK + (buf ^ 1) * kKVBytes, gk, ld, (nb + 1) * kBlockN, T);
+        load_tile<kBlockN, D, kThreads>(sV + (buf ^ 1) * kKVBytes, gv, ld, (nb + 1) * kBlockN, T);
         cp_async_commit();
       }
       const int k0 = nb * kBlockN;
@@ -440,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
       fence_regs(s);
       softmax_tile(s, st, corr, p, k0, wq0, row0, tig, sl2);
       rescale<D>(o, corr);
-      to_p(pa, s);
+      acc_to_a<kBlockN>(pa, s);
       issue_pv<D>(o, pa, sV + buf * kKVBytes);
       wgmma_wait<0>();
       fence_regs(o);
@@ -454,13 +269,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
     auto load_next = [&](int nb) {
       const int buf = (nb - n_begin) & 1;
       if (nb + 1 < n_end) {
-        load_tile<kBlockN, D>(sK + (buf ^ 1) * kKVBytes, gk, ld, (nb + 1) * kBlockN, T);
+        load_tile<kBlockN, D, kThreads>(sK + (buf ^ 1) * kKVBytes, gk, ld, (nb + 1) * kBlockN, T);
       }
-      load_tile<kBlockN, D>(sV + buf * kKVBytes, gv, ld, nb * kBlockN, T);
+      load_tile<kBlockN, D, kThreads>(sV + buf * kKVBytes, gv, ld, nb * kBlockN, T);
       cp_async_commit();
     };
-    load_tile<kBlockM, D>(sQ, gq, ld, q0, T);
-    load_tile<kBlockN, D>(sK, gk, ld, n_begin * kBlockN, T);
+    load_tile<kBlockM, D, kThreads>(sQ, gq, ld, q0, T);
+    load_tile<kBlockN, D, kThreads>(sK, gk, ld, n_begin * kBlockN, T);
     cp_async_commit();
     // First tile: no P V yet. (Peeled so that the loop below has no branch between the issues
     // and the waits: ptxas serializes wgmma pipeline stages it cannot follow.)
@@ -470,7 +285,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
     wgmma_wait<0>();
     fence_regs(s);
     softmax_tile(s, st, corr, p, n_begin * kBlockN, wq0, row0, tig, sl2);
-    to_p(pa, s);  // O is still 0: no rescale
+    acc_to_a<kBlockN>(pa, s);  // O is still 0: no rescale
     fence_regs(pa);
     for (int nb = n_begin + 1; nb < n_end; ++nb) {
       const int buf = (nb - n_begin) & 1;
@@ -485,7 +300,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
       fence_regs(o);
       fence_regs(pa);
       rescale<D>(o, corr);
-      to_p(pa, s);
+      acc_to_a<kBlockN>(pa, s);
       // Pin the rescale and the conversion here: left to the compiler they could sink below the
       // next S = Q K^T issue, into the next P V's pipeline stage (ptxas would then serialize the
       // wgmmas).

@@ -1,10 +1,12 @@
-// Hopper (sm_90a) forward of dense attention on warpgroup tensor-core instructions (wgmma), bf16,
-// head dim 64 or 128. Same contract as launch_attention_fwd<bf16> (attention.cuh): o and lse
-// written (=), lse in natural log, packed strided q/k/v, GQA, causal or not, sliding window; its
-// o and lse feed the existing backward unchanged.
+// Hopper (sm_90a) forward and backward of dense attention on warpgroup tensor-core instructions
+// (wgmma), bf16, head dim 64 or 128. Same contract as launch_attention_fwd<bf16> (attention.cuh): o
+// and lse written (=), lse in natural log, packed strided q/k/v, GQA, causal or not, sliding
+// window; its o and lse feed the existing backward unchanged.
 //
 // launch_attention_fwd<bf16> uses it when AttentionParams::use_wgmma is set (the default) and
 // attention_fwd_wgmma_supported() is true (see attention_wgmma.cu for the design).
+// launch_attention_bwd<bf16> uses the backward (attention_wgmma_bwd.cu) when use_wgmma is set,
+// deterministic is not, dout is 16-byte aligned and attention_bwd_wgmma_supported() is true.
 #pragma once
 #include "kernels/attention/attention.cuh"
 
@@ -25,5 +27,27 @@ enum class WgmmaFwdVariant { kDefault, kSimple, kPipelined };
 // aligned q/k/v, strides multiples of 8 elements, scale > 0).
 void launch_attention_fwd_wgmma(const AttentionParams<bf16>& p, Stream s,
                                 WgmmaFwdVariant variant = WgmmaFwdVariant::kDefault);
+
+// The backward kernel: same requirements as the forward (build, device, D); causal or not,
+// sliding window, GQA.
+bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p);
+
+// The backward's three versions (attention_wgmma_bwd.cu), the same arithmetic: kAtomicDq adds each
+// thread's dQ fragment to the fp32 accumulator with float2 atomics; kBulkDq stages the dQ tile in
+// shared memory and adds it with one bulk reduction (cp.reduce.async.bulk); kBulkDqEarlyDv also
+// issues dV += P^T dO before dP^T is waited for. kDefault is what launch_attention_bwd<bf16> runs:
+// kBulkDq at D = 64, kBulkDqEarlyDv at D = 128 (the fastest on the H200, bench_attention).
+enum class WgmmaBwdVariant { kDefault, kAtomicDq, kBulkDq, kBulkDqEarlyDv };
+
+// The fast (non-deterministic) bf16 backward after its delta kernel: dq, dk, dv written (=) in
+// bf16. dK and dV are summed over the query heads of each GQA group in registers (bitwise
+// reproducible); dQ (unscaled) is summed over key blocks in dq_accum with fp32 atomic additions
+// (not bitwise reproducible), then converted. delta: [B, n_head, T] fp32, rowsum(dO * O);
+// dq_accum: B * n_head * T * D fp32 scratch, zero on entry (its layout is the kernel's own).
+// launch_attention_bwd<bf16> computes delta, zeroes dq_accum and calls this. Requires
+// attention_bwd_wgmma_supported(p), the layout of the bf16 forward and a 16-byte aligned dout (o
+// strides multiples of 8 elements).
+void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
+                                Stream s, WgmmaBwdVariant variant = WgmmaBwdVariant::kDefault);
 
 }  // namespace attnlab

@@ -3,11 +3,14 @@
 // Shapes: D 64/128 with model width 2048 (H = 2048/D), T 1K/4K/16K, B*T = 32K tokens; with --gpt2
 // also the GPT-2 124M training shape B=64 T=1024 H=12 D=64 (its own CSV row, "gpt2" in `shape`).
 // fwd+bwd uses the default (fast) backward; "det" is fwd+bwd with AttentionParams::deterministic
-// (--no-det skips it and prints 0). The forward is what launch_attention_fwd<bf16> runs by
-// default: the Hopper wgmma kernel where attention_fwd_wgmma_supported() (its default schedule per
-// head dim), else mma.sync. --mma forces the mma.sync forward; --wgmma requires the wgmma one
-// (refused where unsupported); --wgmma=simple and --wgmma=pipelined force one schedule (forward
-// column only; fwd+bwd uses the default).
+// (--no-det skips it and prints 0); "bwd" is the fast backward alone. The kernels are what
+// launch_attention_fwd/bwd<bf16> run by default: on sm_90a the Hopper wgmma forward (its default
+// schedule per head dim) and the wgmma backward (attention_bwd_wgmma_supported()), else mma.sync.
+// --mma forces the mma.sync forward and backward (use_wgmma = false); --wgmma requires the wgmma
+// kernels (refused where unsupported); --wgmma=simple and --wgmma=pipelined force one forward
+// schedule (forward column only; fwd+bwd uses the default). With the wgmma kernels, each version
+// of the wgmma backward kernel (WgmmaBwdVariant; kernel and dQ conversion, without the delta
+// kernel) is also timed on its own ("atomic", "bulk", "early" ms).
 // Usage: bench_attention [csv_out] [--gpt2] [--no-det] [--mma | --wgmma[=simple|pipelined]]
 // (prints a table; the CSV is read by scripts/device_check.sh)
 #include <cuda_runtime.h>
@@ -97,18 +100,22 @@ int main(int argc, char** argv) {
   }
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
   if (csv) {
-    std::fprintf(csv, "D,T,B,H,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops,det_fwdbwd_ms,shape\n");
+    std::fprintf(csv,
+                 "D,T,B,H,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops,det_fwdbwd_ms,shape,bwd_ms,"
+                 "bwd_tflops,bwd_atomic_ms,bwd_bulk_ms,bwd_early_ms\n");
   }
   const char* variant_name[] = {"default", "simple", "pipelined"};
   {
     AttentionParams<bf16> probe;
     probe.D = 64;
     const bool on_wgmma = !mma && (wgmma || attention_fwd_wgmma_supported(probe));
-    std::printf("forward kernel: %s%s\n", on_wgmma ? "wgmma (sm_90a), schedule " : "mma.sync",
+    std::printf("kernels: %s%s\n",
+                on_wgmma ? "wgmma forward and backward (sm_90a), forward schedule " : "mma.sync",
                 on_wgmma ? variant_name[int(variant)] : "");
   }
-  std::printf("%4s %6s %3s %3s %9s %9s %11s %11s %11s\n", "D", "T", "B", "H", "fwd ms", "fwd TF/s",
-              "f+b ms", "f+b TF/s", "det f+b ms");
+  std::printf("%4s %6s %3s %3s %9s %9s %11s %11s %9s %9s %11s %7s %7s %7s\n", "D", "T", "B", "H",
+              "fwd ms", "fwd TF/s", "f+b ms", "f+b TF/s", "bwd ms", "bwd TF/s", "det f+b ms",
+              "atomic", "bulk", "early");
   struct Shape {
     int D, T, B, H;
   };
@@ -160,6 +167,25 @@ int main(int argc, char** argv) {
           launch_attention_bwd<bf16>(p, nullptr);
         },
         reps);
+    const double b_ms = median_ms([&] { launch_attention_bwd<bf16>(p, nullptr); }, reps);
+    // The wgmma backward's versions on their own (delta: any values will do for timing).
+    double variant_ms[3] = {0.0, 0.0, 0.0};
+    if (!mma && attention_bwd_wgmma_supported(p)) {
+      Buffer delta(Device::cuda, size_t(B) * H * T * 4), dq_accum(Device::cuda, n_o * 4);
+      CUDA_CHECK(cudaMemset(delta.data(), 0, size_t(B) * H * T * 4));
+      CUDA_CHECK(cudaMemset(dq_accum.data(), 0, n_o * 4));
+      const WgmmaBwdVariant versions[3] = {WgmmaBwdVariant::kAtomicDq, WgmmaBwdVariant::kBulkDq,
+                                           WgmmaBwdVariant::kBulkDqEarlyDv};
+      for (int v = 0; v < 3; ++v) {
+        variant_ms[v] = median_ms(
+            [&] {
+              launch_attention_bwd_wgmma(p, static_cast<const float*>(delta.data()),
+                                         static_cast<float*>(dq_accum.data()), nullptr,
+                                         versions[v]);
+            },
+            reps);
+      }
+    }
     p.deterministic = true;
     const double det_ms = !det ? 0.0
                                : median_ms(
@@ -171,12 +197,16 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaDeviceSynchronize());
     const double f_tf = fwd_flops / (f_ms * 1e-3) / 1e12;
     const double fb_tf = 3.5 * fwd_flops / (fb_ms * 1e-3) / 1e12;
+    const double b_tf = 2.5 * fwd_flops / (b_ms * 1e-3) / 1e12;
     const bool is_gpt2 = si + 1 == shapes.size() && gpt2;
-    std::printf("%4d %6d %3d %3d %9.3f %9.1f %11.3f %11.1f %11.3f%s\n", D, T, B, H, f_ms, f_tf,
-                fb_ms, fb_tf, det_ms, is_gpt2 ? "  (gpt2)" : "");
+    std::printf(
+        "%4d %6d %3d %3d %9.3f %9.1f %11.3f %11.1f %9.3f %9.1f %11.3f %7.3f %7.3f %7.3f%s\n", D, T,
+        B, H, f_ms, f_tf, fb_ms, fb_tf, b_ms, b_tf, det_ms, variant_ms[0], variant_ms[1],
+        variant_ms[2], is_gpt2 ? "  (gpt2)" : "");
     if (csv) {
-      std::fprintf(csv, "%d,%d,%d,%d,%.4f,%.2f,%.4f,%.2f,%.4f,%s\n", D, T, B, H, f_ms, f_tf, fb_ms,
-                   fb_tf, det_ms, is_gpt2 ? "gpt2" : "sweep");
+      std::fprintf(csv, "%d,%d,%d,%d,%.4f,%.2f,%.4f,%.2f,%.4f,%s,%.4f,%.2f,%.4f,%.4f,%.4f\n", D, T,
+                   B, H, f_ms, f_tf, fb_ms, fb_tf, det_ms, is_gpt2 ? "gpt2" : "sweep", b_ms, b_tf,
+                   variant_ms[0], variant_ms[1], variant_ms[2]);
     }
   }
   if (csv) std::fclose(csv);

@@ -1,0 +1,476 @@
+// Dense attention backward for Hopper on warpgroup MMA (wgmma), bf16, head dim 64 or 128: dq, dk
+// and dv written (=). Contract: attention_wgmma.cuh (launch_attention_bwd_wgmma);
+// launch_attention_bwd<bf16> runs it after its delta kernel (delta = rowsum(dO * O), which also
+// zeroes the fp32 dQ accumulator); the launcher runs the kernel, then the dQ conversion to bf16.
+//
+// Design (FlashAttention-3's backward, first version: no warp specialization, no TMA):
+//   A block owns kBlockN = 128 keys of one (batch, kv head) and runs 2 warpgroups (256 threads);
+//   warpgroup w owns keys 64w..64w+63 (the M = 64 of one wgmma). K and V stay in shared memory;
+//   the block loops over every query head of the GQA group and every tile of kQ queries that
+//   sees its keys (kQ = 128 at D = 64, 64 at D = 128), with Q, dO, lse and delta double-buffered
+//   and loaded by cp.async during the previous tile. dK and dV accumulate in registers over the
+//   whole loop, so they are exact sums over the group's query heads (no atomics). Per tile:
+//     S^T  = K Q^T     wgmma m64nkQk16, A = K, B = Q, both K-major from shared memory;
+//     dP^T = V dO^T    the same with V and dO (issued right after S^T, runs during the exp);
+//     P^T  = exp2(S^T scale log2 e - lse log2 e), masked; dS^T = P^T (dP^T - delta);
+//     dS^T to shared memory (bf16, [keys][queries], swizzled like every operand);
+//     dV  += P^T dO    wgmma m64nDk16, A = P^T from registers (the accumulator layout of S^T is
+//     dK  += dS^T Q    the register-A layout), B = dO / Q MN-major ([queries][D], D contiguous);
+//     dQ   = dS K      after a barrier (dS^T of both warpgroups in shared memory): each warpgroup
+//                      computes a 64 x 64 block of the kQ x D tile (D = 64: its 64 queries;
+//                      D = 128: its 64 columns), A = dS MN-major (the transposed dS^T tile), B = K
+//                      MN-major, K = the block's 128 keys; added to the fp32 accumulator with
+//                      float2 atomics (kAtomicDq) or staged in shared memory and added by one
+//                      bulk reduction per tile (kBulkDq, the default; see the kernel).
+//   Keys as the M dimension keep P^T and dS^T in registers for dV and dK and make the per-query
+//   lse and delta column values (read from shared memory, broadcast).
+//   Element masks only on tiles that touch the diagonal, the window edge or the end of T.
+//   dQ is not bitwise reproducible (the order of the fp32 additions); dK and dV are.
+// Shared-memory layout and synchronization follow the forward (attention_wgmma.cu). dS^T is
+// written with st.shared (generic proxy): fence.proxy.async, then the barrier, before the dQ
+// wgmma reads it. Every buffer that the next tile's cp.async or dS^T stores overwrite was last read
+// by wgmmas that every thread waited for (wait_group 0) before the barrier at the top of the tile.
+//
+// Measured on the H200 (bench_attention, causal, B*T = 32K, T = 1K / 4K / 16K): the whole fast
+// backward (delta kernel, this kernel, dQ conversion) takes 0.83 / 0.77 / 0.72x the time of the
+// mma.sync one at D = 64 and 0.70 / 0.67 / 0.63x at D = 128; PyTorch SDPA's backward is still
+// 1.3-1.7x faster. The two warpgroups run in lockstep (two block barriers per tile, one block per
+// SM), so the exp and dS work is not overlapped with the other warpgroup's MMAs as in
+// FlashAttention-3's warp-specialized pipeline; that and TMA loads are what is left. A variant
+// with one warpgroup per 64-key block and two blocks per SM (independent blocks overlap, twice the
+// dQ additions) measured 1.1-1.3x slower than the default and was dropped.
+#include <cuda_bf16.h>
+
+#include "kernels/attention/attention_wgmma.cuh"
+#include "kernels/attention/wgmma_common.cuh"
+#include "kernels/common/device.cuh"
+
+namespace attnlab {
+namespace {
+
+using namespace wgmma;
+
+constexpr int kThreads = 256;  // 2 warpgroups
+constexpr int kBlockN = 128;   // keys per block (64 per warpgroup)
+// Queries per tile: the N of S^T and dP^T. D = 64 affords 128 (S^T and dP^T take 64 registers
+// each beside 64 of dK, dV); D = 128 holds 128 registers of dK, dV and takes 64.
+template <int D>
+constexpr int kQTile = D == 64 ? 128 : 64;
+
+// Dynamic shared memory: K, V (kBlockN rows), 2 x Q, 2 x dO (kQ rows), dS^T (kBlockN x kQ), 2 x
+// lse and delta (kQ floats), the fp32 dQ tile (kQ x D, bulk kernel), plus 1 KiB to align the base
+// to 1024 bytes. At most 178 KiB (D = 128 with the dQ tile): one block per SM.
+template <int D, bool kBulkDq>
+constexpr size_t bwd_smem_bytes() {
+  constexpr int kQ = kQTile<D>;
+  return 2 * size_t(tile_bytes(kBlockN, D)) + 4 * size_t(tile_bytes(kQ, D)) +
+         tile_bytes(kBlockN, kQ) + 4 * kQ * sizeof(float) +
+         (kBulkDq ? size_t(kQ) * D * sizeof(float) : 0) + 1024;
+}
+
+// Layout of a dQ row in the bulk kernel's shared tile and in dq_accum: the 16-byte chunk of
+// columns col .. col + 3 of row `row` sits at chunk (col / 4) ^ (row % 8), so that a warp's
+// fragment stores (8 rows x 4 column pairs) hit every bank twice (2 wavefronts for 256 bytes)
+// instead of 8 rows on the same banks. A permutation inside each row: the rows of a tile stay
+// contiguous for the bulk reduction. Returns the float offset inside the row.
+__host__ __device__ __forceinline__ int dq_swizzle(int row, int col) {
+  return (((col >> 2) ^ (row & 7)) << 2) | (col & 3);
+}
+
+#if ATTN_WGMMA_DEVICE
+// Issues acc = A B^T for one warpgroup as one wgmma group (not waited): A = 64 rows of a
+// [kBlockN][D] tile at a_rows (K-major, column blocks kBlockN x 128 B apart), B = the kQ rows of a
+// [kQ][D] tile (K-major). D / 16 k-steps; step kk reads column block kk / 4 at byte 32 (kk % 4) of
+// each row.
+template <int D, int kQ>
+__device__ __forceinline__ void issue_abt(float (&acc)[kQ / 2], uint32_t a_rows, uint32_t b_tile) {
+  fence_regs(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint32_t koff = (kk % 4) * 32u;
+    const uint64_t a = smem_desc(a_rows + (kk / 4) * kBlockN * 128 + koff, 16, 1024);
+    const uint64_t b = smem_desc(b_tile + (kk / 4) * kQ * 128 + koff, 16, 1024);
+    wgmma_ss<kQ>(acc, a, b, kk > 0 ? 1 : 0);
+  }
+  wgmma_commit();
+}
+
+// Issues acc += A B (not committed): A (64 x kQ) from registers, B = a [kQ][D] tile (MN-major,
+// column blocks kQ x 128 B apart: LBO), kQ / 16 k-steps of 16 rows (2 x 1024 B).
+template <int D, int kQ>
+__device__ __forceinline__ void issue_rs(float (&acc)[D / 2], const uint32_t (&a)[kQ / 16][4],
+                                         uint32_t b_tile) {
+#pragma unroll
+  for (int kk = 0; kk < kQ / 16; ++kk) {
+    wgmma_rs<D>(acc, a[kk], smem_desc(b_tile + kk * 16 * 128, kQ * 128, 1024));
+  }
+}
+
+// Bulk reduction dst[0 .. bytes) += src (fp32, shared -> global, asynchronous; bytes a multiple of
+// 16, both addresses 16-byte aligned), committed as one bulk group of the issuing thread.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+      "cp.async.bulk.commit_group;\n" ::"l"(dst),
+      "r"(src), "r"(bytes)
+      : "memory");
+}
+// The issuing thread's bulk groups have finished reading shared memory / have completed.
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+__device__ __forceinline__ bool visible(int key, int q, const AttentionParams<bf16>& p) {
+  return key < p.T_ && q < p.T_ && (!p.causal || key <= q) && (p.window == 0 || key > q - p.window);
+}
+#endif  // ATTN_WGMMA_DEVICE
+
+// kBulkDq = false: each thread adds its dQ fragment to dq_accum (plain [B, H, T, D]) with float2
+//   atomics right after the dQ product.
+// kBulkDq = true: the fragments go to a shared-memory fp32 tile (kQ x D, rows swizzled like
+//   dq_accum's layout, see dq_swizzle) and one thread adds the whole tile to dq_accum with one bulk
+//   reduction (cp.reduce.async.bulk .add.f32), issued after the next barrier; it runs in the
+//   background, and the issuing thread waits for its reads of the tile before the tile is
+//   rewritten (before the dQ barrier of the next tile).
+// kEarlyDv: dV += P^T dO is issued as soon as P^T is converted, before dP^T is waited for, so the
+//   tensor cores run it during the dS computation.
+template <int D, bool kBulkDq, bool kEarlyDv>
+__global__ void __launch_bounds__(kThreads, 1)
+    attn_bwd_wgmma_kernel(const AttentionParams<bf16> p, const float* __restrict__ delta,
+                          float* __restrict__ dq_accum) {
+#if ATTN_WGMMA_DEVICE
+  constexpr int kQ = kQTile<D>;
+  constexpr uint32_t kKVBytes = tile_bytes(kBlockN, D), kQBytes = tile_bytes(kQ, D);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t sK = (raw + 1023u) & ~1023u;             // [kBlockN] rows
+  const uint32_t sV = sK + kKVBytes;                      // [kBlockN] rows
+  const uint32_t sQ = sV + kKVBytes;                      // [2][kQ] rows
+  const uint32_t sdO = sQ + 2 * kQBytes;                  // [2][kQ] rows
+  const uint32_t sdS = sdO + 2 * kQBytes;                 // [kBlockN] rows of kQ
+  const uint32_t sStats = sdS + tile_bytes(kBlockN, kQ);  // lse [2][kQ], delta [2][kQ]
+  const uint32_t sdQ = sStats + 4 * kQ * 4;               // fp32 [kQ][D] (kBulkDq)
+  const float* lse_s = reinterpret_cast<const float*>(smem_raw + (sStats - raw));
+  const float* delta_s = lse_s + 2 * kQ;
+
+  const int T = p.T_;
+  const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, tig = lane & 3;
+  const int k0 = blockIdx.x * kBlockN;  // causal: the first blocks have the most query tiles
+  const int key0 = k0 + 64 * wg + 16 * warp + g;  // this thread's keys: key0 and key0 + 8
+  const bf16* gk = p.k + b * p.qkv_batch_stride + hk * D;
+  const bf16* gv = p.v + b * p.qkv_batch_stride + hk * D;
+  const int64_t ld = p.qkv_row_stride;
+
+  // Query tiles that see keys k0 .. k0 + kBlockN - 1, for each query head of the group.
+  const int m_begin = p.causal ? k0 / kQ : 0;
+  int m_end = (T + kQ - 1) / kQ;
+  if (p.window > 0) m_end = min(m_end, (k0 + kBlockN - 1 + p.window - 1) / kQ + 1);
+  const int per_head = max(0, m_end - m_begin);
+  const int iters = group * per_head;
+
+  auto issue_loads = [&](int it, int buf) {
+    const int h = hk * group + it / per_head;
+    const int q0 = (m_begin + it % per_head) * kQ;
+    load_tile<kQ, D, kThreads>(sQ + buf * kQBytes, p.q + b * p.qkv_batch_stride + h * D, ld, q0, T);
+    load_tile<kQ, D, kThreads>(sdO + buf * kQBytes, p.dout + b * p.o_batch_stride + h * D,
+                               p.o_row_stride, q0, T);
+    const int64_t row = (int64_t(b) * p.n_head + h) * T + q0;
+    if (threadIdx.x < kQ) {
+      const int i = threadIdx.x;
+      const bool ok = q0 + i < T;  // rows past T read as 0 (masked)
+      cp_async4(sStats + (buf * kQ + i) * 4, p.lse + (ok ? row + i : 0), ok);
+      cp_async4(sStats + (2 * kQ + buf * kQ + i) * 4, delta + (ok ? row + i : 0), ok);
+    }
+  };
+  // The dq_accum rows of tile `it` (contiguous: kQ rows of one (b, h), clipped at T).
+  auto dq_rows = [&](int it, uint32_t* bytes) {
+    const int h = hk * group + it / per_head;
+    const int q0 = (m_begin + it % per_head) * kQ;
+    *bytes = uint32_t(min(kQ, T - q0)) * D * 4;
+    return dq_accum + ((int64_t(b) * p.n_head + h) * T + q0) * D;
+  };
+
+  load_tile<kBlockN, D, kThreads>(sK, gk, ld, k0, T);
+  load_tile<kBlockN, D, kThreads>(sV, gv, ld, k0, T);
+  if (iters > 0) issue_loads(0, 0);
+  cp_async_commit();
+
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+  const float sl2 = p.scale * kLog2e;
+  const uint32_t k_rows = sK + wg * 64 * 128, v_rows = sV + wg * 64 * 128;
+
+  for (int it = 0; it < iters; ++it) {
+    const int buf = it & 1;
+    tiles_ready();
+    if constexpr (kBulkDq) {
+      // The previous tile's dQ (stored and fenced before the barrier) to dq_accum.
+      if (threadIdx.x == 0 && it > 0) {
+        uint32_t bytes;
+        float* dst = dq_rows(it - 1, &bytes);
+        bulk_reduce_add_f32(dst, sdQ, bytes);
+      }
+    }
+    if (it + 1 < iters) {
+      issue_loads(it + 1, buf ^ 1);
+      cp_async_commit();
+    }
+    const int h = hk * group + it / per_head;
+    const int q0 = (m_begin + it % per_head) * kQ;
+    const uint32_t cQ = sQ + buf * kQBytes, cdO = sdO + buf * kQBytes;
+    const float* c_lse = lse_s + buf * kQ;
+    const float* c_delta = delta_s + buf * kQ;
+
+    float s[kQ / 2], dp[kQ / 2];
+    issue_abt<D, kQ>(s, k_rows, cQ);
+    issue_abt<D, kQ>(dp, v_rows, cdO);
+    wgmma_wait<1>();  // S^T done; dP^T may still run
+    fence_regs(s);
+
+    // Element 4 j + 2 r + e: key key0 + 8 r, query q0 + 8 j + 2 tig + e.
+    const bool need_mask = q0 + kQ > T || k0 + kBlockN > T || (p.causal && k0 + kBlockN - 1 > q0) ||
+                           (p.window > 0 && k0 <= q0 + kQ - 1 - p.window);
+#pragma unroll
+    for (int j = 0; j < kQ / 8; ++j) {
+      const float2 l = *reinterpret_cast<const float2*>(c_lse + 8 * j + 2 * tig);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int i = 4 * j + 2 * r + e;
+          float pv = exp2_ftz(fmaf(s[i], sl2, -(e ? l.y : l.x) * kLog2e));
+          if (need_mask && !visible(key0 + 8 * r, q0 + 8 * j + 2 * tig + e, p)) pv = 0.f;
+          s[i] = pv;
+        }
+      }
+    }
+    uint32_t pa[kQ / 16][4], dsa[kQ / 16][4];
+    acc_to_a<kQ>(pa, s);
+    if constexpr (kEarlyDv) {
+      // dV += P^T dO now (groups: S^T, dP^T, dV): the tensor cores run it during dS.
+      fence_regs(dv);
+      fence_regs(pa);
+      wgmma_fence();
+      issue_rs<D, kQ>(dv, pa, cdO);
+      wgmma_commit();
+      wgmma_wait<1>();  // dP^T done; dV may still run
+    } else {
+      wgmma_wait<0>();
+    }
+    fence_regs(dp);
+#pragma unroll
+    for (int j = 0; j < kQ / 8; ++j) {
+      const float2 dl = *reinterpret_cast<const float2*>(c_delta + 8 * j + 2 * tig);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        dp[4 * j + 2 * r] = s[4 * j + 2 * r] * (dp[4 * j + 2 * r] - dl.x);
+        dp[4 * j + 2 * r + 1] = s[4 * j + 2 * r + 1] * (dp[4 * j + 2 * r + 1] - dl.y);
+      }
+    }
+    acc_to_a<kQ>(dsa, dp);
+
+    // dS^T to shared memory before the wgmmas that read dsa are issued (registers of an A
+    // fragment must not be accessed while its wgmma is in flight). Row kr (key in the block),
+    // 16-byte chunk j of the query columns: the swizzle makes the 8 rows of a warp's store hit
+    // 8 different chunks, so the 32 lanes cover all 32 banks.
+#pragma unroll
+    for (int j = 0; j < kQ / 8; ++j) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int kr = 64 * wg + 16 * warp + g + 8 * r;
+        const uint32_t addr = sdS + swizzled_offset<kBlockN>(kr, j) + 4 * tig;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[j / 2][2 * (j & 1) + r])
+                     : "memory");
+      }
+    }
+    fence_proxy_async();
+
+    // dK += dS^T Q (and dV += P^T dO unless issued early): one group, runs during the barrier
+    // and the dQ issue.
+    fence_regs(dk);
+    fence_regs(dsa);
+    if constexpr (!kEarlyDv) {
+      fence_regs(dv);
+      fence_regs(pa);
+    }
+    wgmma_fence();
+    if constexpr (!kEarlyDv) issue_rs<D, kQ>(dv, pa, cdO);
+    issue_rs<D, kQ>(dk, dsa, cQ);
+    wgmma_commit();
+
+    if constexpr (kBulkDq) {
+      // The bulk reduction of the previous tile has read the dQ tile before anyone rewrites it.
+      if (threadIdx.x == 0) bulk_wait_read();
+    }
+    __syncthreads();  // dS^T of both warpgroups stored and fenced
+    // dQ = dS K in two 64 x 64 blocks (queries 64 qw.., columns 64 dw.. of the kQ x D tile):
+    // warpgroup w computes block w.
+    {
+      const int qw = kQ == 128 ? wg : 0, dw = kQ == 128 ? 0 : wg;
+      float dq[32];
+      fence_regs(dq);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        const uint64_t a = smem_desc(sdS + qw * kBlockN * 128 + kk * 16 * 128, kBlockN * 128, 1024);
+        const uint64_t bk = smem_desc(sK + dw * kBlockN * 128 + kk * 16 * 128, kBlockN * 128, 1024);
+        wgmma_ss<64, 1, 1>(dq, a, bk, kk > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(dq);
+
+      // dq element 4 j + 2 r + e: query q0 + 64 qw + 16 warp + g + 8 r, column
+      // 64 dw + 8 j + 2 tig + e.
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = 64 * qw + 16 * warp + g + 8 * r;  // in the tile
+        if constexpr (kBulkDq) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const int col = 64 * dw + 8 * j + 2 * tig;
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
+                             sdQ + 4 * uint32_t(row * D + dq_swizzle(row, col))),
+                         "f"(dq[4 * j + 2 * r]), "f"(dq[4 * j + 2 * r + 1])
+                         : "memory");
+          }
+        } else {
+          if (q0 + row >= T) continue;
+          float* dst =
+              dq_accum + ((int64_t(b) * p.n_head + h) * T + q0 + row) * D + 64 * dw + 2 * tig;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            atomicAdd(reinterpret_cast<float2*>(dst + 8 * j),
+                      make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]));
+          }
+        }
+      }
+    }
+    fence_regs(dv);
+    fence_regs(dk);
+    fence_regs(pa);
+    fence_regs(dsa);
+    if constexpr (kBulkDq) fence_proxy_async();  // for the bulk reduction after the next barrier
+  }
+  cp_async_wait_all();  // nothing may be in flight at exit (no query tile: only K and V loaded)
+  if constexpr (kBulkDq) {
+    __syncthreads();  // the last tile's dQ stored and fenced
+    if (threadIdx.x == 0 && iters > 0) {
+      uint32_t bytes;
+      float* dst = dq_rows(iters - 1, &bytes);
+      bulk_reduce_add_f32(dst, sdQ, bytes);
+      bulk_wait_all();
+    }
+  }
+
+  // dk = scale * dS^T Q summed (the scale of S = scale Q K^T), dv as summed; keys < T only.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = key0 + 8 * r;
+    if (key >= T) continue;
+    const int64_t off = b * p.qkv_batch_stride + int64_t(key) * ld + hk * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      *reinterpret_cast<__nv_bfloat162*>(p.dk + off + 8 * j + 2 * tig) =
+          __floats2bfloat162_rn(dk[4 * j + 2 * r] * p.scale, dk[4 * j + 2 * r + 1] * p.scale);
+      *reinterpret_cast<__nv_bfloat162*>(p.dv + off + 8 * j + 2 * tig) =
+          __floats2bfloat162_rn(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+    }
+  }
+#else
+  (void)p, (void)delta, (void)dq_accum;
+#endif
+}
+
+// dq = scale * dq_accum -> bf16 at the q layout; 4 values per thread. kSwizzled: dq_accum in the
+// bulk kernel's layout (dq_swizzle), else plain [B, H, T, D].
+template <bool kSwizzled>
+__global__ void dq_convert_kernel(const AttentionParams<bf16> p,
+                                  const float* __restrict__ dq_accum) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // index of 4 values
+  const int quads = p.D / 4;
+  if (i >= int64_t(p.B) * p.n_head * p.T_ * quads) return;
+  const int64_t row = i / quads;
+  const int d = int(i % quads) * 4;
+  const int t = int(row % p.T_), h = int((row / p.T_) % p.n_head),
+            b = int(row / (int64_t(p.T_) * p.n_head));
+  const int src = kSwizzled ? dq_swizzle(t, d) : d;  // t % 8 is the row's phase in its tile
+  const float4 v = *reinterpret_cast<const float4*>(dq_accum + row * p.D + src);
+  bf16* out = p.dq + b * p.qkv_batch_stride + int64_t(t) * p.qkv_row_stride + h * p.D + d;
+  reinterpret_cast<__nv_bfloat162*>(out)[0] = __floats2bfloat162_rn(v.x * p.scale, v.y * p.scale);
+  reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(v.z * p.scale, v.w * p.scale);
+}
+
+template <int D, bool kBulkDq, bool kEarlyDv>
+void launch(const AttentionParams<bf16>& p, const float* delta, float* dq_accum, cudaStream_t st) {
+  constexpr size_t smem = bwd_smem_bytes<D, kBulkDq>();
+  auto* kernel = attn_bwd_wgmma_kernel<D, kBulkDq, kEarlyDv>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const dim3 grid(div_up(p.T_, kBlockN), p.n_kv_head, p.B);
+  kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum);
+  CUDA_CHECK_LAUNCH();
+  const int64_t quads = int64_t(p.B) * p.n_head * p.T_ * (D / 4);
+  dq_convert_kernel<kBulkDq><<<div_up(quads, 256), 256, 0, st>>>(p, dq_accum);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <int D>
+void launch_variant(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
+                    cudaStream_t st, WgmmaBwdVariant variant) {
+  switch (variant) {
+    case WgmmaBwdVariant::kAtomicDq:
+      launch<D, false, false>(p, delta, dq_accum, st);
+      break;
+    case WgmmaBwdVariant::kBulkDq:
+      launch<D, true, false>(p, delta, dq_accum, st);
+      break;
+    case WgmmaBwdVariant::kBulkDqEarlyDv:
+      launch<D, true, true>(p, delta, dq_accum, st);
+      break;
+    case WgmmaBwdVariant::kDefault:
+      ATTN_FAIL("wgmma attention backward: kDefault must be resolved by the caller");
+  }
+}
+
+}  // namespace
+
+bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p) {
+  return attention_fwd_wgmma_supported(p);
+}
+
+void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
+                                Stream s, WgmmaBwdVariant variant) {
+  ATTN_REQUIRE(attention_bwd_wgmma_supported(p),
+               "wgmma attention backward: needs a build with sm_90a code "
+               "(CMAKE_CUDA_ARCHITECTURES containing 90), a compute capability 9.0 device and "
+               "head dim 64 or 128 (got %d)",
+               p.D);
+  ATTN_ASSERT(p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0 && p.T_ > 0 && p.B > 0);
+  ATTN_ASSERT(p.window >= 0 && p.scale > 0.f && delta != nullptr && dq_accum != nullptr);
+  ATTN_ASSERT(p.qkv_row_stride % 8 == 0 && p.qkv_batch_stride % 8 == 0 && p.o_row_stride % 8 == 0 &&
+              p.o_batch_stride % 8 == 0);
+  ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.dout));
+  ATTN_ASSERT(aligned16(dq_accum));
+  auto st = reinterpret_cast<cudaStream_t>(s);
+  // Kernel time on the H200 (bench_attention, causal, B*T = 32K, ms at T = 1K / 4K / 16K; kernel
+  // and dQ conversion): D = 64 atomic 1.72 / 5.11 / 18.44, bulk 1.62 / 4.71 / 16.80, bulk + early
+  // dV 1.63 / 4.76 / 16.94; D = 128 atomic 1.53 / 4.58 / 16.28, bulk 1.42 / 4.20 / 14.81, bulk +
+  // early dV 1.40 / 4.01 / 13.93.
+  if (variant == WgmmaBwdVariant::kDefault) {
+    variant = p.D == 64 ? WgmmaBwdVariant::kBulkDq : WgmmaBwdVariant::kBulkDqEarlyDv;
+  }
+  if (p.D == 64) {
+    launch_variant<64>(p, delta, dq_accum, st, variant);
+  } else {
+    launch_variant<128>(p, delta, dq_accum, st, variant);
+  }
+}
+
+}  // namespace attnlab

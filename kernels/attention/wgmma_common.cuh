@@ -1,0 +1,226 @@
+// Device helpers shared by the Hopper wgmma attention kernels (attention_wgmma.cu: forward,
+// attention_wgmma_bwd.cu: backward): PTX wrappers for cp.async, proxy fences and wgmma, the
+// shared-memory matrix descriptor, and the 128-byte-swizzled tile layout with its cp.async
+// loader. The layout and the synchronization rules are described at the top of attention_wgmma.cu.
+// Only for files compiled for sm_90a (CMake's attnlab_wgmma object library); the device code is
+// compiled where ATTN_WGMMA_DEVICE is 1.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/common/device.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ATTN_WGMMA_DEVICE 1
+#else
+#define ATTN_WGMMA_DEVICE 0
+#endif
+
+namespace attnlab::wgmma {
+
+// Bytes of one [rows][D] bf16 tile (D / 64 column blocks of rows x 128 B).
+constexpr uint32_t tile_bytes(int rows, int D) { return uint32_t(rows) * D * 2; }
+
+#if ATTN_WGMMA_DEVICE
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---- PTX wrappers (sm_90a) --------------------------------------------------------------------
+__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, bool valid) {
+  const int n = valid ? 16 : 0;  // 0: zero-fill the 16 bytes (rows past T)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(n));
+}
+// 4-byte variant (per-row floats such as lse, whose rows need not be 16-byte aligned).
+__device__ __forceinline__ void cp_async4(uint32_t smem, const void* gmem, bool valid) {
+  const int n = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+// Generic-proxy writes (cp.async, st.shared) become visible to the async proxy (wgmma operand
+// reads) only through this fence.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Waits until at most N of this thread's committed wgmma groups are pending (groups complete in
+// commit order).
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+  }
+}
+
+// Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"), 64 bits:
+//   bits  0-13  start address >> 4: shared-window address of the operand's first element. Moving
+//               along K inside a 128-byte row (K-major) is done by adding the byte offset here:
+//               the hardware swizzles the address it computes, so +32 B selects the next 16
+//               elements of every row exactly as the XOR pattern stored them.
+//   bits 16-29  leading-dimension byte offset >> 4 (LBO)
+//   bits 32-45  stride-dimension byte offset >> 4 (SBO)
+//   bits 49-51  base offset: the pattern phase, (start >> 7) & 7, for a start not on a pattern
+//               boundary. 0 here: every start used has address bits [7:9] = 0 (tiles, warpgroup
+//               row offsets and V k-steps are multiples of 1024 B; K-steps add 32..96 B)
+//   bits 62-63  swizzle mode: 1 = 128-byte swizzle
+// Canonical 128-byte-swizzle layouts (CUTLASS notation, T = 8 bf16 = 16 bytes):
+//   K-major  ((8, m), (T, 2)) : ((8T, SBO), (1, T)): 8 rows at 128 B, groups of 8 rows at SBO;
+//            the k16 of one instruction (32 B) stays inside one 128-byte row, so LBO is unused
+//            (set to 1, i.e. 16 B, by convention).
+//   MN-major ((T, 8, m), (8, k)) : ((1, T, LBO), (8T, SBO)): 64 contiguous elements along N in
+//            a 128-byte row, the next 64 (next column block) at LBO; 8 K-rows at 128 B, the next
+//            8 K-rows at SBO.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo & 0x3FFFF) >> 4) << 16) |
+         (uint64_t((sbo & 0x3FFFF) >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// Accumulator operand lists: C is the constraint ("+f"), d the float array.
+#define ATTN_WG_ACC8(C, d, i)                                                               \
+  C(d[(i) + 0]), C(d[(i) + 1]), C(d[(i) + 2]), C(d[(i) + 3]), C(d[(i) + 4]), C(d[(i) + 5]), \
+      C(d[(i) + 6]), C(d[(i) + 7])
+#define ATTN_WG_ACC32(C, d) \
+  ATTN_WG_ACC8(C, d, 0), ATTN_WG_ACC8(C, d, 8), ATTN_WG_ACC8(C, d, 16), ATTN_WG_ACC8(C, d, 24)
+#define ATTN_WG_ACC64(C, d)                                                                    \
+  ATTN_WG_ACC32(C, d), ATTN_WG_ACC8(C, d, 32), ATTN_WG_ACC8(C, d, 40), ATTN_WG_ACC8(C, d, 48), \
+      ATTN_WG_ACC8(C, d, 56)
+#define ATTN_WG_REGS32                                                                         \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define ATTN_WG_REGS64                                                                           \
+  ATTN_WG_REGS32                                                                                 \
+  ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
+  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+
+// d (64 x N fp32, accumulator fragments) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x N)
+// from shared memory, scale-a = scale-b = 1. kTransA / kTransB = 0: K-major (the operand is stored
+// [M or N][K], K contiguous); 1: MN-major ([K][M or N], M or N contiguous). With accumulate = 0 the
+// previous contents of d are ignored (the first k-step of a product).
+template <int N, int kTransA = 0, int kTransB = 0>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b,
+                                         int accumulate) {
+  static_assert(N == 64 || N == 128, "N is 64 or 128");
+  if constexpr (N == 64) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" ATTN_WG_REGS32
+        "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : ATTN_WG_ACC32("+f", d)
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" ATTN_WG_REGS64
+        "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
+        : ATTN_WG_ACC64("+f", d)
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+  }
+}
+
+// d (64 x N fp32) += A B with A (64 x 16 bf16) from registers (4 x 32 bits per thread, the
+// m16n8k16-style fragment of the thread's warp: rows 16 * warp + ...) and B (16 x N) from shared
+// memory, MN-major (imm-trans-b = 1: B is stored [K][N] with N contiguous).
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
+  static_assert(N == 64 || N == 128, "head dim 64 or 128");
+  if constexpr (N == 64) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" ATTN_WG_REGS32
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : ATTN_WG_ACC32("+f", d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" ATTN_WG_REGS64
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : ATTN_WG_ACC64("+f", d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
+  }
+}
+
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// An accumulator tile (64 x N fp32, the wgmma D layout) as register A fragments (bf16) of a
+// following wgmma with K = N: k-step kk covers columns 16 kk .. 16 kk + 15, i.e. accumulator n8
+// blocks 2 kk and 2 kk + 1, so the D layout is already the A layout (a0/a1: rows g / g + 8,
+// columns 2 tig..; a2/a3: columns 8 + 2 tig..). This is how P = softmax(S) feeds O += P V.
+template <int N>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[N / 16][4], const float (&acc)[N / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk) {
+    a[kk][0] = pack_bf16(acc[8 * kk + 0], acc[8 * kk + 1]);
+    a[kk][1] = pack_bf16(acc[8 * kk + 2], acc[8 * kk + 3]);
+    a[kk][2] = pack_bf16(acc[8 * kk + 4], acc[8 * kk + 5]);
+    a[kk][3] = pack_bf16(acc[8 * kk + 6], acc[8 * kk + 7]);
+  }
+}
+
+// Byte offset of 16-byte chunk `chunk` (elements 8 chunk .. 8 chunk + 7 of D) of row `row` in a
+// [ROWS][D] tile in the 128-byte swizzled layout (attention_wgmma.cu).
+template <int ROWS>
+__device__ __forceinline__ uint32_t swizzled_offset(int row, int chunk) {
+  return uint32_t((chunk >> 3) * ROWS * 128 + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+// Rows row0 .. row0 + ROWS - 1 (zero past T) of a [T, D] strided matrix into a swizzled tile at
+// shared address s by the block's kThreads threads; consecutive threads read consecutive 16 bytes
+// of a row.
+template <int ROWS, int D, int kThreads>
+__device__ __forceinline__ void load_tile(uint32_t s, const bf16* g, int64_t row_stride, int row0,
+                                          int T) {
+  constexpr int kChunks = D / 8, kRowsPerRound = kThreads / kChunks;
+  static_assert(ROWS % kRowsPerRound == 0, "whole rounds of 16-byte copies");
+  // Round `it` copies rows it * kRowsPerRound + r; the chunk c and the row's phase in the swizzle
+  // (r % 8, as kRowsPerRound is a multiple of 8) are the same in every round, so the shared
+  // offset advances by a constant and the global pointer by kRowsPerRound rows.
+  const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+  const uint32_t dst = s + swizzled_offset<ROWS>(r, c);
+  const bf16* src = g + int64_t(row0 + r) * row_stride + c * 8;
+  const int64_t step = int64_t(kRowsPerRound) * row_stride;
+#pragma unroll
+  for (int it = 0; it < ROWS / kRowsPerRound; ++it) {
+    const bool valid = row0 + r + it * kRowsPerRound < T;
+    cp_async16(dst + it * kRowsPerRound * 128, valid ? src + it * step : g, valid);
+  }
+}
+
+// Shared-memory tile is ready for wgmma: this thread's copies landed and are made visible to the
+// async proxy, then everybody's (the barrier also orders the previous readers of the buffer the
+// next cp.async overwrites: they waited for their wgmma groups before arriving).
+__device__ __forceinline__ void tiles_ready() {
+  cp_async_wait_all();
+  fence_proxy_async();
+  __syncthreads();
+}
+#endif  // ATTN_WGMMA_DEVICE
+
+}  // namespace attnlab::wgmma
