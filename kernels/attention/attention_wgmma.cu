@@ -336,6 +336,195 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
 #endif
 }
 
+// kPingpong: the pipelined schedule per warpgroup, with the loads moved to a producer warp and
+// the two warpgroups decoupled, so that one's softmax runs while the other's MMAs do
+// (FlashAttention-3's inter-warpgroup "pingpong"):
+//   - warpgroup 2 (threads 256..383) copies Q, then K and V of each tile into two stages each with
+//     cp.async; each copying thread arrives on the stage's "full" mbarrier when its copies have
+//     landed (cp.async.mbarrier.arrive.noinc, 128 arrivals). A consumer waits for the phase, then
+//     fences the generic-proxy writes it now sees for the async proxy before its wgmmas read them.
+//   - a consumer warp releases a stage on its "empty" mbarrier (8 arrivals: lane 0 of each consumer
+//     warp) after the wgmmas that read it completed (wait_group); the producer waits for that
+//     release before it overwrites the stage. K of tile n is released after S of tile n, V after
+//     the P V issued during tile n + 1.
+//   - no block-wide barrier in the loop. Named barriers 1 and 2 take turns: warpgroup w issues its
+//     MMAs of a step only after bar.sync on 1 + w, and then bar.arrive's on the other's barrier, so
+//     the tensor cores alternate between the warpgroups and each softmax hides behind the other
+//     warpgroup's MMAs. Warpgroup 1 arrives once first (warpgroup 0 starts); both take the same
+//     number of turns (no per-warpgroup skipping), and warpgroup 0 consumes warpgroup 1's last
+//     arrival at the end.
+// One block per SM, 384 threads: ptxas allocates registers for whole warpgroups (168 each at
+// launch), so the producer gives registers back (setmaxnreg) to the consumers, which hold S, P and
+// O (about 195 at D = 128).
+constexpr int kProducerThreads = 128;
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 x 40 + 256 x 232 <= 64K
+constexpr int kPingpongThreads = kThreads + kProducerThreads;
+// Barriers after the tiles: Q full, K full [2], V full [2], K empty [2], V empty [2].
+constexpr size_t pingpong_smem_bytes(int D) { return smem_bytes(D) + 9 * 8; }
+
+template <int D>
+__global__ void __launch_bounds__(kPingpongThreads, 1)
+    attn_fwd_wgmma_pingpong_kernel(const AttentionParams<bf16> p) {
+#if ATTN_WGMMA_DEVICE
+  constexpr uint32_t kQBytes = tile_bytes(kBlockM, D), kKVBytes = tile_bytes(kBlockN, D);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t smem_base =
+      (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const uint32_t sQ = smem_base;          // [kBlockM] rows
+  const uint32_t sK = sQ + kQBytes;       // [2][kBlockN] rows
+  const uint32_t sV = sK + 2 * kKVBytes;  // [2][kBlockN] rows
+  const uint32_t full_q = sV + 2 * kKVBytes;
+  const uint32_t full_k = full_q + 8, full_v = full_k + 16;    // + 8 stage
+  const uint32_t empty_k = full_v + 16, empty_v = empty_k + 16;  // + 8 stage
+
+  const int T = p.T_;
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) blocks first
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
+  const int q0 = m_block * kBlockM;
+  const bf16* gq = p.q + b * p.qkv_batch_stride + h * D;
+  const bf16* gk = p.k + b * p.qkv_batch_stride + hk * D;
+  const bf16* gv = p.v + b * p.qkv_batch_stride + hk * D;
+  const int64_t ld = p.qkv_row_stride;
+  int n_end = (T + kBlockN - 1) / kBlockN;
+  if (p.causal) n_end = min(n_end, (q0 + kBlockM - 1) / kBlockN + 1);
+  const int n_begin = p.window > 0 ? max(0, q0 - p.window + 1) / kBlockN : 0;
+
+  if (threadIdx.x == 0) {
+    mbar_init(full_q, kProducerThreads);
+    for (int st = 0; st < 2; ++st) {
+      mbar_init(full_k + 8 * st, kProducerThreads);
+      mbar_init(full_v + 8 * st, kProducerThreads);
+      mbar_init(empty_k + 8 * st, kThreads / 32);
+      mbar_init(empty_v + 8 * st, kThreads / 32);
+    }
+  }
+  __syncthreads();  // the only block-wide barrier: the producer warp leaves early
+
+  if (threadIdx.x >= kThreads) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    // Producer: tile i = nb - n_begin goes to stage i % 2, after the release of tile i - 2 (its
+    // (i / 2 - 1)-th release, counting from 0).
+    const int tid = threadIdx.x - kThreads;
+    load_tile_by<kBlockM, D, kProducerThreads>(sQ, gq, ld, q0, T, tid);
+    mbar_arrive_cp_async(full_q);
+    for (int nb = n_begin; nb < n_end; ++nb) {
+      const int i = nb - n_begin, st = i & 1;
+      const uint32_t parity = uint32_t((i >> 1) - 1) & 1u;
+      if (i >= 2) mbar_wait(empty_k + 8 * st, parity);
+      load_tile_by<kBlockN, D, kProducerThreads>(sK + st * kKVBytes, gk, ld, nb * kBlockN, T, tid);
+      mbar_arrive_cp_async(full_k + 8 * st);
+      if (i >= 2) mbar_wait(empty_v + 8 * st, parity);
+      load_tile_by<kBlockN, D, kProducerThreads>(sV + st * kKVBytes, gv, ld, nb * kBlockN, T, tid);
+      mbar_arrive_cp_async(full_v + 8 * st);
+    }
+    cp_async_wait_all();  // nothing in flight at exit
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, tig = lane & 3;
+  const int wq0 = q0 + 64 * wg;          // first query of this warpgroup
+  const int row0 = wq0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
+  // Tile i's data in stage i % 2 has landed (the stage's (i / 2)-th phase), visible to wgmma.
+  auto wait_full = [&](uint32_t bar, int i) {
+    mbar_wait(bar + 8 * (i & 1), uint32_t(i >> 1) & 1u);
+    fence_proxy_async();
+  };
+  // This warp's wgmmas reading tile i's stage have completed.
+  auto release = [&](uint32_t bar, int i) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar + 8 * (i & 1));
+  };
+  auto turn_begin = [&] { named_bar_sync<kThreads>(1 + wg); };
+  auto turn_end = [&] { named_bar_arrive<kThreads>(2 - wg); };
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  fence_regs(o);
+  RowState rs = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
+  const float sl2 = p.scale * kLog2e;
+  const uint32_t q_rows = sQ + wg * 64 * 128;
+  float s[kBlockN / 2], corr[2];
+  uint32_t pa[kBlockN / 16][4];
+
+  if (wg == 1) named_bar_arrive<kThreads>(1);  // warpgroup 0 takes the first turn
+  mbar_wait(full_q, 0);
+  wait_full(full_k, 0);
+  turn_begin();
+  issue_s<D>(s, q_rows, sK);
+  turn_end();
+  wgmma_wait<0>();
+  fence_regs(s);
+  release(empty_k, 0);
+  softmax_tile(s, rs, corr, p, n_begin * kBlockN, wq0, row0, tig, sl2);
+  acc_to_a<kBlockN>(pa, s);  // O is still 0: no rescale
+  fence_regs(pa);
+  for (int nb = n_begin + 1; nb < n_end; ++nb) {
+    const int i = nb - n_begin;
+    wait_full(full_k, i);
+    wait_full(full_v, i - 1);
+    turn_begin();
+    issue_s<D>(s, q_rows, sK + (i & 1) * kKVBytes);
+    issue_pv<D>(o, pa, sV + ((i - 1) & 1) * kKVBytes);  // P and V of tile nb - 1
+    turn_end();
+    wgmma_wait<1>();  // S done; P V may still run
+    fence_regs(s);
+    release(empty_k, i);
+    softmax_tile(s, rs, corr, p, nb * kBlockN, wq0, row0, tig, sl2);
+    wgmma_wait<0>();
+    fence_regs(o);
+    fence_regs(pa);
+    release(empty_v, i - 1);
+    rescale<D>(o, corr);
+    acc_to_a<kBlockN>(pa, s);
+    fence_regs(o);  // pinned before the next issue (see the pipelined kernel)
+    fence_regs(pa);
+  }
+  {
+    const int i = n_end - 1 - n_begin;
+    wait_full(full_v, i);
+    turn_begin();
+    issue_pv<D>(o, pa, sV + (i & 1) * kKVBytes);
+    turn_end();
+    wgmma_wait<0>();
+    fence_regs(o);
+    fence_regs(pa);
+  }
+  if (wg == 0) named_bar_sync<kThreads>(1);  // warpgroup 1's last turn_end
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = rs.sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int qi = row0 + 8 * r;
+    if (qi >= T) continue;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    bf16* out = p.o + b * p.o_batch_stride + int64_t(qi) * p.o_row_stride + h * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      *reinterpret_cast<__nv_bfloat162*>(out + 8 * j + 2 * tig) =
+          __floats2bfloat162_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    }
+    if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (rs.max[r] + log2f(l)) * kLn2;
+  }
+#else
+  (void)p;
+#endif
+}
+
+template <int D>
+void launch_pingpong(const AttentionParams<bf16>& p, cudaStream_t st) {
+  constexpr size_t smem = pingpong_smem_bytes(D);
+  auto* kernel = attn_fwd_wgmma_pingpong_kernel<D>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const dim3 grid(div_up(p.T_, kBlockM), p.n_head, p.B);
+  kernel<<<grid, kPingpongThreads, smem, st>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
 template <int D, bool kPipelined>
 void launch(const AttentionParams<bf16>& p, cudaStream_t st) {
   constexpr size_t smem = smem_bytes(D);
@@ -368,6 +557,13 @@ bool attention_fwd_wgmma_supported(const AttentionParams<bf16>& p) {
 #endif
 }
 
+// The simple kernel at D = 64 (two blocks per SM overlap one block's softmax with the other's
+// MMAs), the pipelined one at D = 128 (one block per SM: the overlap comes from within the
+// warpgroup).
+WgmmaFwdVariant wgmma_fwd_default_variant(int D) {
+  return D == 64 ? WgmmaFwdVariant::kSimple : WgmmaFwdVariant::kPipelined;
+}
+
 void launch_attention_fwd_wgmma(const AttentionParams<bf16>& p, Stream s, WgmmaFwdVariant variant) {
   ATTN_REQUIRE(attention_fwd_wgmma_supported(p),
                "wgmma attention forward: needs a build with sm_90a code "
@@ -380,11 +576,12 @@ void launch_attention_fwd_wgmma(const AttentionParams<bf16>& p, Stream s, WgmmaF
               p.o_batch_stride % 2 == 0);
   ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v));
   auto st = reinterpret_cast<cudaStream_t>(s);
-  // Default: the simple kernel at D = 64 (two blocks per SM overlap one block's softmax with the
-  // other's MMAs), the pipelined one at D = 128 (one block per SM: the overlap must come from
-  // within the warpgroup). To be confirmed by measurement (bench_attention --wgmma=...).
-  const bool pipelined =
-      variant == WgmmaFwdVariant::kDefault ? p.D == 128 : variant == WgmmaFwdVariant::kPipelined;
+  if (variant == WgmmaFwdVariant::kDefault) variant = wgmma_fwd_default_variant(p.D);
+  if (variant == WgmmaFwdVariant::kPingpong) {
+    p.D == 64 ? launch_pingpong<64>(p, st) : launch_pingpong<128>(p, st);
+    return;
+  }
+  const bool pipelined = variant == WgmmaFwdVariant::kPipelined;
   if (p.D == 64) {
     pipelined ? launch<64, true>(p, st) : launch<64, false>(p, st);
   } else {

@@ -17,11 +17,16 @@ namespace attnlab {
 // (sm_90a code runs nowhere else), D is 64 or 128 and no variant is set.
 bool attention_fwd_wgmma_supported(const AttentionParams<bf16>& p);
 
-// The kernel's two schedules (attention_wgmma.cu): kSimple waits for each product before the
-// next step; kPipelined overlaps the softmax of key tile n with O += P V of tile n - 1.
-// kDefault picks per head dim (what launch_attention_fwd<bf16> with use_wgmma runs); the others
-// are for tests and benchmarks.
-enum class WgmmaFwdVariant { kDefault, kSimple, kPipelined };
+// The kernel's schedules (attention_wgmma.cu): kSimple waits for each product before the next
+// step; kPipelined overlaps the softmax of key tile n with O += P V of tile n - 1; kPingpong is
+// kPipelined with the loads in a producer warp (mbarrier stages, no block-wide barrier) and the
+// two warpgroups taking turns at the tensor cores, so one's softmax overlaps the other's MMAs.
+// kDefault picks per head dim (what launch_attention_fwd<bf16> with use_wgmma runs, see
+// wgmma_fwd_default_variant); the others are for tests and benchmarks.
+enum class WgmmaFwdVariant { kDefault, kSimple, kPipelined, kPingpong };
+
+// The schedule kDefault stands for at head dim D (64 or 128): never kDefault.
+WgmmaFwdVariant wgmma_fwd_default_variant(int D);
 
 // Requires attention_fwd_wgmma_supported(p) and the layout the bf16 forward requires (16-byte
 // aligned q/k/v, strides multiples of 8 elements, scale > 0).
@@ -37,7 +42,7 @@ bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p);
 // shared memory and adds it with one bulk reduction (cp.reduce.async.bulk); kBulkDqEarlyDv also
 // issues dV += P^T dO before dP^T is waited for. kDefault is what launch_attention_bwd<bf16> runs:
 // kBulkDq at D = 64, kBulkDqEarlyDv at D = 128 (the fastest on the H200, bench_attention).
-enum class WgmmaBwdVariant { kDefault, kAtomicDq, kBulkDq, kBulkDqEarlyDv };
+enum class WgmmaBwdVariant { kDefault, kAtomicDq, kBulkDq, kBulkDqEarlyDv, kWarpSpecialized };
 
 // The fast (non-deterministic) bf16 backward after its delta kernel: dq, dk, dv written (=) in
 // bf16. dK and dV are summed over the query heads of each GQA group in registers (bitwise

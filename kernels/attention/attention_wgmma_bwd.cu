@@ -127,6 +127,101 @@ __device__ __forceinline__ void bulk_wait_all() {
 __device__ __forceinline__ bool visible(int key, int q, const AttentionParams<bf16>& p) {
   return key < p.T_ && q < p.T_ && (!p.causal || key <= q) && (p.window == 0 || key > q - p.window);
 }
+
+// The steps of one query tile, shared by the kernels below (one warpgroup's part: keys key0 and
+// key0 + 8 of this thread, its 64 keys of the block starting at row kr0 = 64 wg + 16 warp + g of
+// the block's tiles). Accumulator element 4 j + 2 r + e: key key0 + 8 r, query q0 + 8 j + 2 tig + e.
+
+// S^T -> P^T = exp2(S^T scale log2 e - lse log2 e) in place, zero where the key does not see the
+// query (only tested on tiles that need masks).
+template <int kQ>
+__device__ __forceinline__ void scores_to_p(float (&s)[kQ / 2], const float* c_lse, bool need_mask,
+                                            int key0, int q0, int tig, float sl2,
+                                            const AttentionParams<bf16>& p) {
+#pragma unroll
+  for (int j = 0; j < kQ / 8; ++j) {
+    const float2 l = *reinterpret_cast<const float2*>(c_lse + 8 * j + 2 * tig);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = 4 * j + 2 * r + e;
+        float pv = exp2_ftz(fmaf(s[i], sl2, -(e ? l.y : l.x) * kLog2e));
+        if (need_mask && !visible(key0 + 8 * r, q0 + 8 * j + 2 * tig + e, p)) pv = 0.f;
+        s[i] = pv;
+      }
+    }
+  }
+}
+
+// dP^T -> dS^T = P^T (dP^T - delta) in place.
+template <int kQ>
+__device__ __forceinline__ void dp_to_ds(float (&dp)[kQ / 2], const float (&pt)[kQ / 2],
+                                         const float* c_delta, int tig) {
+#pragma unroll
+  for (int j = 0; j < kQ / 8; ++j) {
+    const float2 dl = *reinterpret_cast<const float2*>(c_delta + 8 * j + 2 * tig);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      dp[4 * j + 2 * r] = pt[4 * j + 2 * r] * (dp[4 * j + 2 * r] - dl.x);
+      dp[4 * j + 2 * r + 1] = pt[4 * j + 2 * r + 1] * (dp[4 * j + 2 * r + 1] - dl.y);
+    }
+  }
+}
+
+// dS^T (bf16 A fragments) to the [kBlockN][kQ] tile at sdS (not fenced). Row kr (key in the
+// block), 16-byte chunk j of the query columns: the swizzle makes the 8 rows of a warp's store hit
+// 8 different chunks, so the 32 lanes cover all 32 banks.
+template <int kQ>
+__device__ __forceinline__ void store_ds(uint32_t sdS, const uint32_t (&dsa)[kQ / 16][4], int kr0,
+                                         int tig) {
+#pragma unroll
+  for (int j = 0; j < kQ / 8; ++j) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t addr = sdS + swizzled_offset<kBlockN>(kr0 + 8 * r, j) + 4 * tig;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[j / 2][2 * (j & 1) + r])
+                   : "memory");
+    }
+  }
+}
+
+// Issues (one committed group, not waited) warpgroup wg's 64 x 64 block of dQ = dS K: queries
+// 64 qw.., columns 64 dw.. of the kQ x D tile (D = 64: qw = wg; D = 128: dw = wg), A = dS
+// MN-major (the transposed dS^T tile), B = K MN-major, K = the block's 128 keys.
+template <int kQ>
+__device__ __forceinline__ void issue_dq(float (&dq)[32], uint32_t sdS, uint32_t sK, int wg) {
+  const int qw = kQ == 128 ? wg : 0, dw = kQ == 128 ? 0 : wg;
+  fence_regs(dq);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    const uint64_t a = smem_desc(sdS + qw * kBlockN * 128 + kk * 16 * 128, kBlockN * 128, 1024);
+    const uint64_t bk = smem_desc(sK + dw * kBlockN * 128 + kk * 16 * 128, kBlockN * 128, 1024);
+    wgmma_ss<64, 1, 1>(dq, a, bk, kk > 0 ? 1 : 0);
+  }
+  wgmma_commit();
+}
+
+// The dQ block of issue_dq to the fp32 shared tile [kQ][D] (rows in the dq_swizzle layout); dq
+// element 4 j + 2 r + e: tile row 64 qw + 16 warp + g + 8 r, column 64 dw + 8 j + 2 tig + e.
+template <int D, int kQ>
+__device__ __forceinline__ void store_dq_tile(uint32_t sdQ, const float (&dq)[32], int wg, int warp,
+                                              int g, int tig) {
+  const int qw = kQ == 128 ? wg : 0, dw = kQ == 128 ? 0 : wg;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = 64 * qw + 16 * warp + g + 8 * r;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int col = 64 * dw + 8 * j + 2 * tig;
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
+                       sdQ + 4 * uint32_t(row * D + dq_swizzle(row, col))),
+                   "f"(dq[4 * j + 2 * r]), "f"(dq[4 * j + 2 * r + 1])
+                   : "memory");
+    }
+  }
+}
 #endif  // ATTN_WGMMA_DEVICE
 
 // kBulkDq = false: each thread adds its dQ fragment to dq_accum (plain [B, H, T, D]) with float2
@@ -237,20 +332,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Element 4 j + 2 r + e: key key0 + 8 r, query q0 + 8 j + 2 tig + e.
     const bool need_mask = q0 + kQ > T || k0 + kBlockN > T || (p.causal && k0 + kBlockN - 1 > q0) ||
                            (p.window > 0 && k0 <= q0 + kQ - 1 - p.window);
-#pragma unroll
-    for (int j = 0; j < kQ / 8; ++j) {
-      const float2 l = *reinterpret_cast<const float2*>(c_lse + 8 * j + 2 * tig);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int i = 4 * j + 2 * r + e;
-          float pv = exp2_ftz(fmaf(s[i], sl2, -(e ? l.y : l.x) * kLog2e));
-          if (need_mask && !visible(key0 + 8 * r, q0 + 8 * j + 2 * tig + e, p)) pv = 0.f;
-          s[i] = pv;
-        }
-      }
-    }
+    scores_to_p<kQ>(s, c_lse, need_mask, key0, q0, tig, sl2, p);
     uint32_t pa[kQ / 16][4], dsa[kQ / 16][4];
     acc_to_a<kQ>(pa, s);
     if constexpr (kEarlyDv) {
@@ -265,31 +347,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
     }
     fence_regs(dp);
-#pragma unroll
-    for (int j = 0; j < kQ / 8; ++j) {
-      const float2 dl = *reinterpret_cast<const float2*>(c_delta + 8 * j + 2 * tig);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        dp[4 * j + 2 * r] = s[4 * j + 2 * r] * (dp[4 * j + 2 * r] - dl.x);
-        dp[4 * j + 2 * r + 1] = s[4 * j + 2 * r + 1] * (dp[4 * j + 2 * r + 1] - dl.y);
-      }
-    }
+    dp_to_ds<kQ>(dp, s, c_delta, tig);
     acc_to_a<kQ>(dsa, dp);
 
     // dS^T to shared memory before the wgmmas that read dsa are issued (registers of an A
-    // fragment must not be accessed while its wgmma is in flight). Row kr (key in the block),
-    // 16-byte chunk j of the query columns: the swizzle makes the 8 rows of a warp's store hit
-    // 8 different chunks, so the 32 lanes cover all 32 banks.
-#pragma unroll
-    for (int j = 0; j < kQ / 8; ++j) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int kr = 64 * wg + 16 * warp + g + 8 * r;
-        const uint32_t addr = sdS + swizzled_offset<kBlockN>(kr, j) + 4 * tig;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[j / 2][2 * (j & 1) + r])
-                     : "memory");
-      }
-    }
+    // fragment must not be accessed while its wgmma is in flight).
+    store_ds<kQ>(sdS, dsa, 64 * wg + 16 * warp + g, tig);
     fence_proxy_async();
 
     // dK += dS^T Q (and dV += P^T dO unless issued early): one group, runs during the barrier
@@ -313,35 +376,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     // dQ = dS K in two 64 x 64 blocks (queries 64 qw.., columns 64 dw.. of the kQ x D tile):
     // warpgroup w computes block w.
     {
-      const int qw = kQ == 128 ? wg : 0, dw = kQ == 128 ? 0 : wg;
       float dq[32];
-      fence_regs(dq);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        const uint64_t a = smem_desc(sdS + qw * kBlockN * 128 + kk * 16 * 128, kBlockN * 128, 1024);
-        const uint64_t bk = smem_desc(sK + dw * kBlockN * 128 + kk * 16 * 128, kBlockN * 128, 1024);
-        wgmma_ss<64, 1, 1>(dq, a, bk, kk > 0 ? 1 : 0);
-      }
-      wgmma_commit();
+      issue_dq<kQ>(dq, sdS, sK, wg);
       wgmma_wait<0>();
       fence_regs(dq);
-
-      // dq element 4 j + 2 r + e: query q0 + 64 qw + 16 warp + g + 8 r, column
-      // 64 dw + 8 j + 2 tig + e.
+      if constexpr (kBulkDq) {
+        store_dq_tile<D, kQ>(sdQ, dq, wg, warp, g, tig);
+      } else {
+        // dq element 4 j + 2 r + e: query q0 + 64 qw + 16 warp + g + 8 r, column
+        // 64 dw + 8 j + 2 tig + e.
+        const int qw = kQ == 128 ? wg : 0, dw = kQ == 128 ? 0 : wg;
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = 64 * qw + 16 * warp + g + 8 * r;  // in the tile
-        if constexpr (kBulkDq) {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const int col = 64 * dw + 8 * j + 2 * tig;
-            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
-                             sdQ + 4 * uint32_t(row * D + dq_swizzle(row, col))),
-                         "f"(dq[4 * j + 2 * r]), "f"(dq[4 * j + 2 * r + 1])
-                         : "memory");
-          }
-        } else {
+        for (int r = 0; r < 2; ++r) {
+          const int row = 64 * qw + 16 * warp + g + 8 * r;  // in the tile
           if (q0 + row >= T) continue;
           float* dst =
               dq_accum + ((int64_t(b) * p.n_head + h) * T + q0 + row) * D + 64 * dw + 2 * tig;

@@ -7,11 +7,13 @@
 // launch_attention_fwd/bwd<bf16> run by default: on sm_90a the Hopper wgmma forward (its default
 // schedule per head dim) and the wgmma backward (attention_bwd_wgmma_supported()), else mma.sync.
 // --mma forces the mma.sync forward and backward (use_wgmma = false); --wgmma requires the wgmma
-// kernels (refused where unsupported); --wgmma=simple and --wgmma=pipelined force one forward
-// schedule (forward column only; fwd+bwd uses the default). With the wgmma kernels, each version
-// of the wgmma backward kernel (WgmmaBwdVariant; kernel and dQ conversion, without the delta
-// kernel) is also timed on its own ("atomic", "bulk", "early" ms).
-// Usage: bench_attention [csv_out] [--gpt2] [--no-det] [--mma | --wgmma[=simple|pipelined]]
+// kernels (refused where unsupported); --wgmma=simple, --wgmma=pipelined and --wgmma=pingpong
+// force one forward schedule (for the forward and the fwd+bwd columns). With the wgmma kernels,
+// each forward schedule (WgmmaFwdVariant) is also timed on its own and followed by the default
+// backward (CSV fwd_<name>_ms, fb_<name>_ms), and each version of the wgmma backward kernel
+// (WgmmaBwdVariant; kernel and dQ conversion, without the delta kernel) on its own
+// (bwd_<name>_ms).
+// Usage: bench_attention [csv_out] [--gpt2] [--no-det] [--mma | --wgmma[=simple|pipelined|pingpong]]
 // (prints a table; the CSV is read by scripts/device_check.sh)
 #include <cuda_runtime.h>
 
@@ -20,6 +22,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -84,12 +87,14 @@ int main(int argc, char** argv) {
       wgmma = true, variant = WgmmaFwdVariant::kSimple;
     } else if (std::strcmp(argv[i], "--wgmma=pipelined") == 0) {
       wgmma = true, variant = WgmmaFwdVariant::kPipelined;
+    } else if (std::strcmp(argv[i], "--wgmma=pingpong") == 0) {
+      wgmma = true, variant = WgmmaFwdVariant::kPingpong;
     } else if (argv[i][0] != '-') {
       csv_path = argv[i];
     } else {
       std::fprintf(stderr,
                    "bench_attention: unknown option %s (valid: --gpt2, --no-det, --mma, --wgmma, "
-                   "--wgmma=simple, --wgmma=pipelined)\n",
+                   "--wgmma=simple, --wgmma=pipelined, --wgmma=pingpong)\n",
                    argv[i]);
       return 2;
     }
@@ -99,12 +104,26 @@ int main(int argc, char** argv) {
     return 2;
   }
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
+  // The forward schedules and backward versions timed one by one (wgmma kernels only).
+  const std::pair<WgmmaFwdVariant, const char*> fwd_versions[] = {
+      {WgmmaFwdVariant::kSimple, "simple"},
+      {WgmmaFwdVariant::kPipelined, "pipelined"},
+      {WgmmaFwdVariant::kPingpong, "pingpong"}};
+  const std::pair<WgmmaBwdVariant, const char*> bwd_versions[] = {
+      {WgmmaBwdVariant::kAtomicDq, "atomic"},
+      {WgmmaBwdVariant::kBulkDq, "bulk"},
+      {WgmmaBwdVariant::kBulkDqEarlyDv, "early"},
+      {WgmmaBwdVariant::kWarpSpecialized, "ws"}};
+  constexpr int kFwdVersions = 3, kBwdVersions = 4;
   if (csv) {
     std::fprintf(csv,
                  "D,T,B,H,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops,det_fwdbwd_ms,shape,bwd_ms,"
-                 "bwd_tflops,bwd_atomic_ms,bwd_bulk_ms,bwd_early_ms\n");
+                 "bwd_tflops");
+    for (const auto& v : bwd_versions) std::fprintf(csv, ",bwd_%s_ms", v.second);
+    for (const auto& v : fwd_versions) std::fprintf(csv, ",fwd_%s_ms,fb_%s_ms", v.second, v.second);
+    std::fprintf(csv, "\n");
   }
-  const char* variant_name[] = {"default", "simple", "pipelined"};
+  const char* variant_name[] = {"default", "simple", "pipelined", "pingpong"};
   {
     AttentionParams<bf16> probe;
     probe.D = 64;
@@ -113,9 +132,12 @@ int main(int argc, char** argv) {
                 on_wgmma ? "wgmma forward and backward (sm_90a), forward schedule " : "mma.sync",
                 on_wgmma ? variant_name[int(variant)] : "");
   }
-  std::printf("%4s %6s %3s %3s %9s %9s %11s %11s %9s %9s %11s %7s %7s %7s\n", "D", "T", "B", "H",
-              "fwd ms", "fwd TF/s", "f+b ms", "f+b TF/s", "bwd ms", "bwd TF/s", "det f+b ms",
-              "atomic", "bulk", "early");
+  std::printf("%4s %6s %3s %3s %9s %9s %11s %11s %9s %9s %11s | bwd ms:", "D", "T", "B", "H",
+              "fwd ms", "fwd TF/s", "f+b ms", "f+b TF/s", "bwd ms", "bwd TF/s", "det f+b ms");
+  for (const auto& v : bwd_versions) std::printf(" %7s", v.second);
+  std::printf(" | fwd, f+b ms:");
+  for (const auto& v : fwd_versions) std::printf(" %17s", v.second);
+  std::printf("\n");
   struct Shape {
     int D, T, B, H;
   };
@@ -152,36 +174,42 @@ int main(int argc, char** argv) {
     }
     const double fwd_flops = 4.0 * B * H * double(T) * T * D / 2;
     const int reps = T >= 16384 ? 5 : 10;
-    const double f_ms = median_ms(
-        [&] {
-          if (variant != WgmmaFwdVariant::kDefault) {
-            launch_attention_fwd_wgmma(p, nullptr, variant);
-          } else {
-            launch_attention_fwd<bf16>(p, nullptr);
-          }
-        },
-        reps);
+    auto forward = [&](WgmmaFwdVariant v) {
+      if (v != WgmmaFwdVariant::kDefault) {
+        launch_attention_fwd_wgmma(p, nullptr, v);
+      } else {
+        launch_attention_fwd<bf16>(p, nullptr);
+      }
+    };
+    const double f_ms = median_ms([&] { forward(variant); }, reps);
     const double fb_ms = median_ms(
         [&] {
-          launch_attention_fwd<bf16>(p, nullptr);
+          forward(variant);
           launch_attention_bwd<bf16>(p, nullptr);
         },
         reps);
     const double b_ms = median_ms([&] { launch_attention_bwd<bf16>(p, nullptr); }, reps);
     // The wgmma backward's versions on their own (delta: any values will do for timing).
-    double variant_ms[3] = {0.0, 0.0, 0.0};
+    double bwd_ms[kBwdVersions] = {}, fwd_ms[kFwdVersions] = {}, fwd_fb_ms[kFwdVersions] = {};
     if (!mma && attention_bwd_wgmma_supported(p)) {
       Buffer delta(Device::cuda, size_t(B) * H * T * 4), dq_accum(Device::cuda, n_o * 4);
       CUDA_CHECK(cudaMemset(delta.data(), 0, size_t(B) * H * T * 4));
       CUDA_CHECK(cudaMemset(dq_accum.data(), 0, n_o * 4));
-      const WgmmaBwdVariant versions[3] = {WgmmaBwdVariant::kAtomicDq, WgmmaBwdVariant::kBulkDq,
-                                           WgmmaBwdVariant::kBulkDqEarlyDv};
-      for (int v = 0; v < 3; ++v) {
-        variant_ms[v] = median_ms(
+      for (int v = 0; v < kBwdVersions; ++v) {
+        bwd_ms[v] = median_ms(
             [&] {
               launch_attention_bwd_wgmma(p, static_cast<const float*>(delta.data()),
                                          static_cast<float*>(dq_accum.data()), nullptr,
-                                         versions[v]);
+                                         bwd_versions[v].first);
+            },
+            reps);
+      }
+      for (int v = 0; v < kFwdVersions; ++v) {
+        fwd_ms[v] = median_ms([&] { forward(fwd_versions[v].first); }, reps);
+        fwd_fb_ms[v] = median_ms(
+            [&] {
+              forward(fwd_versions[v].first);
+              launch_attention_bwd<bf16>(p, nullptr);
             },
             reps);
       }
@@ -199,14 +227,18 @@ int main(int argc, char** argv) {
     const double fb_tf = 3.5 * fwd_flops / (fb_ms * 1e-3) / 1e12;
     const double b_tf = 2.5 * fwd_flops / (b_ms * 1e-3) / 1e12;
     const bool is_gpt2 = si + 1 == shapes.size() && gpt2;
-    std::printf(
-        "%4d %6d %3d %3d %9.3f %9.1f %11.3f %11.1f %9.3f %9.1f %11.3f %7.3f %7.3f %7.3f%s\n", D, T,
-        B, H, f_ms, f_tf, fb_ms, fb_tf, b_ms, b_tf, det_ms, variant_ms[0], variant_ms[1],
-        variant_ms[2], is_gpt2 ? "  (gpt2)" : "");
+    std::printf("%4d %6d %3d %3d %9.3f %9.1f %11.3f %11.1f %9.3f %9.1f %11.3f |        ", D, T, B,
+                H, f_ms, f_tf, fb_ms, fb_tf, b_ms, b_tf, det_ms);
+    for (double ms : bwd_ms) std::printf(" %7.3f", ms);
+    std::printf(" |             ");
+    for (int v = 0; v < kFwdVersions; ++v) std::printf("   %7.3f %7.3f", fwd_ms[v], fwd_fb_ms[v]);
+    std::printf("%s\n", is_gpt2 ? "  (gpt2)" : "");
     if (csv) {
-      std::fprintf(csv, "%d,%d,%d,%d,%.4f,%.2f,%.4f,%.2f,%.4f,%s,%.4f,%.2f,%.4f,%.4f,%.4f\n", D, T,
-                   B, H, f_ms, f_tf, fb_ms, fb_tf, det_ms, is_gpt2 ? "gpt2" : "sweep", b_ms, b_tf,
-                   variant_ms[0], variant_ms[1], variant_ms[2]);
+      std::fprintf(csv, "%d,%d,%d,%d,%.4f,%.2f,%.4f,%.2f,%.4f,%s,%.4f,%.2f", D, T, B, H, f_ms, f_tf,
+                   fb_ms, fb_tf, det_ms, is_gpt2 ? "gpt2" : "sweep", b_ms, b_tf);
+      for (double ms : bwd_ms) std::fprintf(csv, ",%.4f", ms);
+      for (int v = 0; v < kFwdVersions; ++v) std::fprintf(csv, ",%.4f,%.4f", fwd_ms[v], fwd_fb_ms[v]);
+      std::fprintf(csv, "\n");
     }
   }
   if (csv) std::fclose(csv);
