@@ -37,12 +37,14 @@ void launch_attention_fwd_wgmma(const AttentionParams<bf16>& p, Stream s,
 // sliding window, GQA.
 bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p);
 
-// The backward's three versions (attention_wgmma_bwd.cu), the same arithmetic: kAtomicDq adds each
+// The backward's versions (attention_wgmma_bwd.cu), the same arithmetic: kAtomicDq adds each
 // thread's dQ fragment to the fp32 accumulator with float2 atomics; kBulkDq stages the dQ tile in
 // shared memory and adds it with one bulk reduction (cp.reduce.async.bulk); kBulkDqEarlyDv also
-// issues dV += P^T dO before dP^T is waited for. kDefault is what launch_attention_bwd<bf16> runs:
+// issues dV += P^T dO before dP^T is waited for; kPipelined is kBulkDqEarlyDv with one block
+// barrier per query tile instead of two (mbarriers for the load stages and the dQ tile, dS^T
+// double-buffered) and S^T, dP^T of the next tile issued right after dQ of this one. kDefault is what launch_attention_bwd<bf16> runs:
 // kBulkDq at D = 64, kBulkDqEarlyDv at D = 128 (the fastest on the H200, bench_attention).
-enum class WgmmaBwdVariant { kDefault, kAtomicDq, kBulkDq, kBulkDqEarlyDv, kWarpSpecialized };
+enum class WgmmaBwdVariant { kDefault, kAtomicDq, kBulkDq, kBulkDqEarlyDv, kPipelined };
 
 // The fast (non-deterministic) bf16 backward after its delta kernel: dq, dk, dv written (=) in
 // bf16. dK and dV are summed over the query heads of each GQA group in registers (bitwise

@@ -215,9 +215,9 @@ __device__ __forceinline__ void load_tile(uint32_t s, const bf16* g, int64_t row
 
 // The same copy by kLoaders threads of index tid (0 .. kLoaders - 1), a multiple of the row's chunk
 // count (e.g. a producer warpgroup): thread tid copies chunk tid % (D / 8) of rows tid / (D / 8)
-// + k kLoaders / (D / 8). Partly unrolled, with one moving source pointer: a producer thread holds
-// few registers.
-template <int ROWS, int D, int kLoaders>
+// + k kLoaders / (D / 8). Unrolled kUnroll times, with one moving source pointer: a producer
+// thread holds few registers.
+template <int ROWS, int D, int kLoaders, int kUnroll = 4>
 __device__ __forceinline__ void load_tile_by(uint32_t s, const bf16* g, int64_t row_stride,
                                              int row0, int T, int tid) {
   constexpr int kChunks = D / 8, kRowStep = kLoaders / kChunks;
@@ -225,7 +225,7 @@ __device__ __forceinline__ void load_tile_by(uint32_t s, const bf16* g, int64_t 
   const int c = tid % kChunks, r0 = tid / kChunks;
   const bf16* src = g + int64_t(row0 + r0) * row_stride + c * 8;
   const int64_t step = int64_t(kRowStep) * row_stride;
-#pragma unroll 4
+#pragma unroll kUnroll
   for (int r = r0; r < ROWS; r += kRowStep, src += step) {
     const bool valid = row0 + r < T;
     cp_async16(s + swizzled_offset<ROWS>(r, c), valid ? src : g, valid);

@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
       {WgmmaBwdVariant::kAtomicDq, "atomic"},
       {WgmmaBwdVariant::kBulkDq, "bulk"},
       {WgmmaBwdVariant::kBulkDqEarlyDv, "early"},
-      {WgmmaBwdVariant::kWarpSpecialized, "ws"}};
+      {WgmmaBwdVariant::kPipelined, "pipelined"}};
   constexpr int kFwdVersions = 3, kBwdVersions = 4;
   if (csv) {
     std::fprintf(csv,

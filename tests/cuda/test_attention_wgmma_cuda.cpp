@@ -162,7 +162,8 @@ void check_wgmma(const WgmmaCase& c, uint32_t seed) {
   const std::pair<WgmmaBwdVariant, const char*> variants[] = {
       {WgmmaBwdVariant::kAtomicDq, "atomic"},
       {WgmmaBwdVariant::kBulkDq, "bulk"},
-      {WgmmaBwdVariant::kBulkDqEarlyDv, "bulk+early-dv"}};
+      {WgmmaBwdVariant::kBulkDqEarlyDv, "bulk+early-dv"},
+      {WgmmaBwdVariant::kPipelined, "pipelined"}};
   for (const auto& [variant, vname] : variants) {
     dqkv.poison();
     CUDA_CHECK(cudaMemset(dq_accum.ptr(), 0, n_o * sizeof(float)));
