@@ -137,7 +137,7 @@ __device__ __forceinline__ bool visible(int key, int q, const AttentionParams<bf
 // Two floats at a shared-memory address (8-byte aligned).
 __device__ __forceinline__ float2 lds_f2(uint32_t addr) {
   float2 v;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
   return v;
 }
 
@@ -524,10 +524,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   load_tile<kBlockN, D, kThreads>(sK, p.k + b * p.qkv_batch_stride + hk * D, ld, k0, T);
   load_tile<kBlockN, D, kThreads>(sV, p.v + b * p.qkv_batch_stride + hk * D, ld, k0, T);
-  if (iters > 0) issue_loads(0, 0);
-  cp_async_commit();  // (possibly empty group)
-  if (iters > 1) issue_loads(1, 1);
-  cp_async_commit();
+  // Two commit groups (one possibly empty): K, V and tile 0, then tile 1.
+  iters > 0 ? issue_loads(0, 0) : cp_async_commit();
+  iters > 1 ? issue_loads(1, 1) : cp_async_commit();
   asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // K, V and tile 0
   fence_proxy_async();
   __syncthreads();  // also publishes the mbarrier initialisation
