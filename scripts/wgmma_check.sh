@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Device check of the Hopper wgmma attention kernels (forward and backward), in one call: build for
 # sm_90 (the wgmma files for sm_90a), run the attention CUDA tests (the wgmma test against the CPU
-# reference: both forward schedules, the mma.sync backward on the wgmma forward's o and lse, and
-# the wgmma backward through the dispatcher), the benchmark with the default kernels (wgmma forward
-# and backward) and with --mma (both mma.sync kernels), PyTorch SDPA, then one table (TFLOP/s),
-# and last the wgmma test under compute-sanitizer memcheck with the time that is left.
+# reference: every forward schedule, the mma.sync backward on the wgmma forward's o and lse, the
+# wgmma backward through the dispatcher and each of its versions), the benchmark with the default
+# kernels (timing each forward schedule and backward version too; rerun without the versions
+# named in NEW if it fails, so that one broken kernel does not cost the old ones' numbers), with
+# --mma (both mma.sync kernels), PyTorch SDPA, then two tables (TFLOP/s), and last the wgmma test
+# under compute-sanitizer memcheck with the time that is left.
 # Usage (repo root, on the GPU machine): bash scripts/wgmma_check.sh [build_dir]
-#   SANITIZE=0 skips memcheck; BUDGET (seconds, default 250) bounds the whole script: each step's
-#   timeout is cut to what is left. Logs and CSVs go to $OUT (the device tool's folder) or /tmp/wgmma.
+#   SANITIZE=0 skips memcheck, SKIP_MMA=1 the --mma benchmark; TESTS is the gtest filter (default
+#   AttentionCuda.*); BUDGET (seconds, default 250) bounds the whole script: each step's timeout is
+#   cut to what is left. Logs and CSVs go to $OUT (the device tool's folder) or /tmp/wgmma.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 BUILD=${1:-build-device}
@@ -29,7 +32,7 @@ timeout "$(left 200)" make -C "$BUILD" -j16 attnlab_tests bench_attention >"$LOG
   || { grep -E "error|Error" -A3 "$LOGS/build.log" | head -60; exit 1; }
 echo "build: $(($(date +%s) - t0)) s"
 
-timeout "$(left 90)" "$BUILD/attnlab_tests" --gtest_filter='AttentionCuda.*' >"$LOGS/tests.log" 2>&1
+timeout "$(left 90)" "$BUILD/attnlab_tests" --gtest_filter="${TESTS:-AttentionCuda.*}" >"$LOGS/tests.log" 2>&1
 tests_rc=$?
 echo "==== AttentionCuda tests: rc=$tests_rc ($(($(date +%s) - t0)) s) ===="
 grep -E "^\[       OK \]|^\[  FAILED  \]|^\[  SKIPPED \]|Failure|Expected|Which is|Skipped|skip" \
@@ -44,10 +47,23 @@ grep "\[cuda-err\] attention bf16/wgmma" "$LOGS/tests.log" |
        END {for (k in m) printf "    %-20s %.2e\n", k, m[k]}' | sort
 
 timeout "$(left 60)" "$BUILD/bench_attention" "$LOGS/wgmma.csv" --gpt2 --no-det >"$LOGS/bench_wgmma.log" 2>&1
-echo "bench (default kernels): rc=$?"
+bench_rc=$?
+echo "bench (default kernels): rc=$bench_rc ($(($(date +%s) - t0)) s)"
 head -1 "$LOGS/bench_wgmma.log"
-timeout "$(left 60)" "$BUILD/bench_attention" "$LOGS/mma.csv" --gpt2 --no-det --mma >"$LOGS/bench_mma.log" 2>&1
-echo "bench --mma: rc=$?"
+if [ $bench_rc != 0 ]; then
+  tail -3 "$LOGS/bench_wgmma.log"
+  # Without the new versions (NEW: names as bench_attention --versions spells them).
+  NEW=${NEW:-fwd-pingpong,bwd-pipelined}
+  old=$(echo fwd-simple,fwd-pipelined,fwd-pingpong,bwd-atomic,bwd-bulk,bwd-early,bwd-pipelined |
+    tr , '\n' | grep -v -x -F -f <(echo "$NEW" | tr , '\n') | paste -sd,)
+  timeout "$(left 60)" "$BUILD/bench_attention" "$LOGS/wgmma.csv" --gpt2 --no-det --versions="$old" \
+    >"$LOGS/bench_wgmma.log" 2>&1
+  echo "bench rerun with --versions=$old: rc=$?"
+fi
+if [ "${SKIP_MMA:-0}" != 1 ]; then
+  timeout "$(left 60)" "$BUILD/bench_attention" "$LOGS/mma.csv" --gpt2 --no-det --mma >"$LOGS/bench_mma.log" 2>&1
+  echo "bench --mma: rc=$?"
+fi
 PYTHONUNBUFFERED=1 timeout "$(left 90)" python3 scripts/bench/sdpa_peer.py "$LOGS/peer.csv" --gpt2 \
   >"$LOGS/peer.log" 2>&1
 echo "sdpa peer: rc=$? ($(($(date +%s) - t0)) s)"
@@ -77,6 +93,31 @@ for key in wg or mma:
           f"{v(mma, key, 'bwd_ms'):6.2f} {v(peer, key, 'fwdbwd_ms') - v(peer, key, 'fwd_ms'):6.2f} |"
           f"            {v(wg, key, 'bwd_atomic_ms'):6.2f} {v(wg, key, 'bwd_bulk_ms'):6.2f} "
           f"{v(wg, key, 'bwd_early_ms'):6.2f}")
+# Per version. fwd: TFLOP/s of each forward schedule. f+b: each schedule followed by the default
+# backward (measured), and the best pair of schedule and backward version, estimated as the
+# measured f+b of that schedule with the default backward kernel's time swapped for the version's
+# (the delta kernel is common). bwd: kernel ms per backward version.
+fv, bv = ("simple", "pipelined", "pingpong"), ("atomic", "bulk", "early", "pipelined")
+print(f"{'D':>4} {'T':>6} {'B':>3} | fwd TF/s:" + "".join(f" {n[:8]:>8}" for n in fv) +
+      f" {'sdpa':>6} | f+b TF/s:" + "".join(f" {n[:8]:>8}" for n in fv) +
+      f" {'best est':>8} {'sdpa':>6} {'ratio':>5} | bwd ms:" + "".join(f" {n[:8]:>8}" for n in bv))
+for key in wg:
+    flops = 4.0 * float(key[2]) * float(key[3]) * float(key[1]) ** 2 * float(key[0]) / 2
+    tf = lambda ms, f=1.0: f * flops / (ms * 1e-3) / 1e12 if ms and ms > 0 else float("nan")
+    fwd = [tf(v(wg, key, f"fwd_{n}_ms")) for n in fv]
+    fb = [tf(v(wg, key, f"fb_{n}_ms"), 3.5) for n in fv]
+    dflt = v(wg, key, "bwd_bulk_ms" if key[0] == "64" else "bwd_early_ms")
+    best, best_name = float("nan"), ""
+    for n in fv:
+        for m in bv:
+            ms = v(wg, key, f"fb_{n}_ms") - dflt + v(wg, key, f"bwd_{m}_ms")
+            if v(wg, key, f"fb_{n}_ms") > 0 and v(wg, key, f"bwd_{m}_ms") > 0 and not tf(ms, 3.5) <= best:
+                best, best_name = tf(ms, 3.5), f"{n[:4]}+{m[:4]}"
+    fbs = v(peer, key, "fwdbwd_tflops")
+    print(f"{key[0]:>4} {key[1]:>6} {key[2]:>3} |          " + "".join(f" {x:8.1f}" for x in fwd) +
+          f" {v(peer, key, 'fwd_tflops'):6.1f} |          " + "".join(f" {x:8.1f}" for x in fb) +
+          f" {best:8.1f} {fbs:6.1f} {best / fbs:5.2f} |        " +
+          "".join(f" {v(wg, key, f'bwd_{m}_ms'):8.3f}" for m in bv) + f"  best: {best_name}")
 PY
 
 if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then

@@ -374,7 +374,7 @@ __global__ void __launch_bounds__(kPingpongThreads, 1)
   const uint32_t sK = sQ + kQBytes;       // [2][kBlockN] rows
   const uint32_t sV = sK + 2 * kKVBytes;  // [2][kBlockN] rows
   const uint32_t full_q = sV + 2 * kKVBytes;
-  const uint32_t full_k = full_q + 8, full_v = full_k + 16;    // + 8 stage
+  const uint32_t full_k = full_q + 8, full_v = full_k + 16;      // + 8 stage
   const uint32_t empty_k = full_v + 16, empty_v = empty_k + 16;  // + 8 stage
 
   const int T = p.T_;

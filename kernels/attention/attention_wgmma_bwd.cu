@@ -130,7 +130,8 @@ __device__ __forceinline__ bool visible(int key, int q, const AttentionParams<bf
 
 // The steps of one query tile, shared by the kernels below (one warpgroup's part: keys key0 and
 // key0 + 8 of this thread, its 64 keys of the block starting at row kr0 = 64 wg + 16 warp + g of
-// the block's tiles). Accumulator element 4 j + 2 r + e: key key0 + 8 r, query q0 + 8 j + 2 tig + e.
+// the block's tiles). Accumulator element 4 j + 2 r + e: key key0 + 8 r, query
+// q0 + 8 j + 2 tig + e.
 
 // S^T -> P^T = exp2(S^T scale log2 e - lse log2 e) in place, zero where the key does not see the
 // query (only tested on tiles that need masks).

@@ -12,8 +12,11 @@
 // each forward schedule (WgmmaFwdVariant) is also timed on its own and followed by the default
 // backward (CSV fwd_<name>_ms, fb_<name>_ms), and each version of the wgmma backward kernel
 // (WgmmaBwdVariant; kernel and dQ conversion, without the delta kernel) on its own
-// (bwd_<name>_ms).
-// Usage: bench_attention [csv_out] [--gpt2] [--no-det] [--mma | --wgmma[=simple|pipelined|pingpong]]
+// (bwd_<name>_ms). --versions=fwd-<name>,bwd-<name>,.. times only the listed ones (others print
+// 0), e.g. to keep a suspect new kernel out of a run.
+// Usage: bench_attention [csv_out] [--gpt2] [--no-det] [--mma |
+// --wgmma[=simple|pipelined|pingpong]]
+//        [--versions=fwd-simple,bwd-bulk,...]
 // (prints a table; the CSV is read by scripts/device_check.sh)
 #include <cuda_runtime.h>
 
@@ -73,6 +76,7 @@ int main(int argc, char** argv) {
   }
   const char* csv_path = nullptr;
   bool gpt2 = false, det = true, wgmma = false, mma = false;
+  const char* versions = nullptr;  // comma-separated names of the versions to time; null: all
   WgmmaFwdVariant variant = WgmmaFwdVariant::kDefault;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--gpt2") == 0) {
@@ -89,12 +93,14 @@ int main(int argc, char** argv) {
       wgmma = true, variant = WgmmaFwdVariant::kPipelined;
     } else if (std::strcmp(argv[i], "--wgmma=pingpong") == 0) {
       wgmma = true, variant = WgmmaFwdVariant::kPingpong;
+    } else if (std::strncmp(argv[i], "--versions=", 11) == 0) {
+      versions = argv[i] + 11;
     } else if (argv[i][0] != '-') {
       csv_path = argv[i];
     } else {
       std::fprintf(stderr,
                    "bench_attention: unknown option %s (valid: --gpt2, --no-det, --mma, --wgmma, "
-                   "--wgmma=simple, --wgmma=pipelined, --wgmma=pingpong)\n",
+                   "--wgmma=simple, --wgmma=pipelined, --wgmma=pingpong, --versions=a,b,..)\n",
                    argv[i]);
       return 2;
     }
@@ -115,6 +121,21 @@ int main(int argc, char** argv) {
       {WgmmaBwdVariant::kBulkDqEarlyDv, "early"},
       {WgmmaBwdVariant::kPipelined, "pipelined"}};
   constexpr int kFwdVersions = 3, kBwdVersions = 4;
+  // Whether version `name` of `kind` ("fwd" or "bwd") is timed: --versions has the item
+  // kind-name.
+  auto timed = [&](const char* kind, const char* name) {
+    if (versions == nullptr) return true;
+    char item[64];
+    std::snprintf(item, sizeof(item), "%s-%s", kind, name);
+    const size_t n = std::strlen(item);
+    for (const char* v = versions; *v != '\0';) {
+      const char* end = std::strchr(v, ',');
+      const size_t len = end ? size_t(end - v) : std::strlen(v);
+      if (len == n && std::strncmp(v, item, n) == 0) return true;
+      v += len + (end ? 1 : 0);
+    }
+    return false;
+  };
   if (csv) {
     std::fprintf(csv,
                  "D,T,B,H,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops,det_fwdbwd_ms,shape,bwd_ms,"
@@ -196,6 +217,7 @@ int main(int argc, char** argv) {
       CUDA_CHECK(cudaMemset(delta.data(), 0, size_t(B) * H * T * 4));
       CUDA_CHECK(cudaMemset(dq_accum.data(), 0, n_o * 4));
       for (int v = 0; v < kBwdVersions; ++v) {
+        if (!timed("bwd", bwd_versions[v].second)) continue;
         bwd_ms[v] = median_ms(
             [&] {
               launch_attention_bwd_wgmma(p, static_cast<const float*>(delta.data()),
@@ -205,6 +227,7 @@ int main(int argc, char** argv) {
             reps);
       }
       for (int v = 0; v < kFwdVersions; ++v) {
+        if (!timed("fwd", fwd_versions[v].second)) continue;
         fwd_ms[v] = median_ms([&] { forward(fwd_versions[v].first); }, reps);
         fwd_fb_ms[v] = median_ms(
             [&] {
@@ -237,7 +260,8 @@ int main(int argc, char** argv) {
       std::fprintf(csv, "%d,%d,%d,%d,%.4f,%.2f,%.4f,%.2f,%.4f,%s,%.4f,%.2f", D, T, B, H, f_ms, f_tf,
                    fb_ms, fb_tf, det_ms, is_gpt2 ? "gpt2" : "sweep", b_ms, b_tf);
       for (double ms : bwd_ms) std::fprintf(csv, ",%.4f", ms);
-      for (int v = 0; v < kFwdVersions; ++v) std::fprintf(csv, ",%.4f,%.4f", fwd_ms[v], fwd_fb_ms[v]);
+      for (int v = 0; v < kFwdVersions; ++v)
+        std::fprintf(csv, ",%.4f,%.4f", fwd_ms[v], fwd_fb_ms[v]);
       std::fprintf(csv, "\n");
     }
   }
