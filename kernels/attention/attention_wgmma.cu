@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(kPingpongThreads, 1)
       mbar_init(empty_v + 8 * st, kThreads / 32);
     }
   }
-  __syncthreads();  // the only block-wide barrier: the producer warp leaves early
+  __syncthreads();  // the only block-wide barrier: the producer warpgroup leaves early
 
   if (threadIdx.x >= kThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
