@@ -15,7 +15,7 @@
 //                    shared memory (MN-major: V is [keys][D] with D contiguous), kBlockN / 16
 //                    instructions.
 //   Element masks only on tiles that touch the diagonal, the window edge or the end of T.
-//   Two schedules (WgmmaFwdVariant), the same arithmetic in the same order:
+//   Three schedules (WgmmaFwdVariant), the same arithmetic in the same order:
 //     simple     per tile: S, wait, softmax, rescale O, O += P V, wait. A warpgroup skips tiles
 //                entirely past its causal diagonal or before its window. 128 registers at D = 64
 //                (two blocks per SM, so one block's softmax overlaps the other's MMAs).
@@ -23,7 +23,10 @@
 //                n - 1 are issued back to back, the softmax of tile n runs while the tensor cores
 //                finish P V, then O is rescaled. Needs S, P and O live at once (~195 registers
 //                at D = 128, one block per SM) and V one tile later than K.
-//   Default: simple for D = 64, pipelined for D = 128 (to be confirmed on the device).
+//     pingpong   pipelined, plus FlashAttention-3's warp specialization and inter-warpgroup
+//                overlap: a producer warpgroup loads through mbarrier stages and the two compute
+//                warpgroups take turns at the tensor cores (see the kernel).
+//   Default: wgmma_fwd_default_variant.
 
 // Shared-memory layout (all operands): 128-byte swizzle, the canonical wgmma layout. A [rows][D]
 // bf16 tile is split into D / 64 column blocks of 64 elements (128 bytes); a column block is a
@@ -336,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
 #endif
 }
 
-// kPingpong: the pipelined schedule per warpgroup, with the loads moved to a producer warp and
+// kPingpong: the pipelined schedule per warpgroup, with the loads moved to a producer warpgroup and
 // the two warpgroups decoupled, so that one's softmax runs while the other's MMAs do
 // (FlashAttention-3's inter-warpgroup "pingpong"):
 //   - warpgroup 2 (threads 256..383) copies Q, then K and V of each tile into two stages each with
@@ -353,8 +356,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
 //     warpgroup's MMAs. Warpgroup 1 arrives once first (warpgroup 0 starts); both take the same
 //     number of turns (no per-warpgroup skipping), and warpgroup 0 consumes warpgroup 1's last
 //     arrival at the end.
-// One block per SM, 384 threads: ptxas allocates registers for whole warpgroups (168 each at
-// launch), so the producer gives registers back (setmaxnreg) to the consumers, which hold S, P and
+// One block per SM, 384 threads: the register file is split between the SM's 4 schedulers, so a
+// 9th warp costs as much as a whole warpgroup (168 registers each at launch); the producer gives
+// registers back (setmaxnreg) to the consumers, which hold S, P and
 // O (about 195 at D = 128).
 constexpr int kProducerThreads = 128;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 x 40 + 256 x 232 <= 64K
