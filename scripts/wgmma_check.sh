@@ -32,9 +32,13 @@ timeout "$(left 200)" make -C "$BUILD" -j16 attnlab_tests bench_attention >"$LOG
   || { grep -E "error|Error" -A3 "$LOGS/build.log" | head -60; exit 1; }
 echo "build: $(($(date +%s) - t0)) s"
 
-timeout "$(left 90)" "$BUILD/attnlab_tests" --gtest_filter="${TESTS:-AttentionCuda.*}" >"$LOGS/tests.log" 2>&1
+# Line-buffered, so that a test killed by its timeout (a hung kernel) still shows how far it got.
+LINEBUF=$(command -v stdbuf >/dev/null && echo "stdbuf -oL")
+timeout "$(left 90)" $LINEBUF "$BUILD/attnlab_tests" --gtest_filter="${TESTS:-AttentionCuda.*}" \
+  >"$LOGS/tests.log" 2>&1
 tests_rc=$?
 echo "==== AttentionCuda tests: rc=$tests_rc ($(($(date +%s) - t0)) s) ===="
+((tests_rc == 124)) && echo "  timed out; last lines:" && tail -3 "$LOGS/tests.log"
 grep -E "^\[       OK \]|^\[  FAILED  \]|^\[  SKIPPED \]|Failure|Expected|Which is|Skipped|skip" \
   "$LOGS/tests.log" | head -30
 echo "  wgmma backward, max rel error per shape (dq / dk / dv):"
@@ -49,9 +53,8 @@ grep "\[cuda-err\] attention bf16/wgmma" "$LOGS/tests.log" |
 timeout "$(left 60)" "$BUILD/bench_attention" "$LOGS/wgmma.csv" --gpt2 --no-det >"$LOGS/bench_wgmma.log" 2>&1
 bench_rc=$?
 echo "bench (default kernels): rc=$bench_rc ($(($(date +%s) - t0)) s)"
-head -1 "$LOGS/bench_wgmma.log"
+cat "$LOGS/bench_wgmma.log"
 if [ $bench_rc != 0 ]; then
-  tail -3 "$LOGS/bench_wgmma.log"
   # Without the new versions (NEW: names as bench_attention --versions spells them).
   NEW=${NEW:-fwd-pingpong,bwd-pipelined}
   old=$(echo fwd-simple,fwd-pipelined,fwd-pingpong,bwd-atomic,bwd-bulk,bwd-early,bwd-pipelined |
