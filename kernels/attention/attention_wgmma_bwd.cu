@@ -38,7 +38,11 @@
 // SM), so the exp and dS work is not overlapped with the other warpgroup's MMAs as in
 // FlashAttention-3's warp-specialized pipeline; that and TMA loads are what is left. A variant
 // with one warpgroup per 64-key block and two blocks per SM (independent blocks overlap, twice the
-// dQ additions) measured 1.1-1.3x slower than the default and was dropped.
+// dQ additions) measured 1.1-1.3x slower than the default and was dropped. FlashAttention-3's
+// producer warpgroup does not fit as is: the register file is split per scheduler, so a 9th warp
+// costs a whole warpgroup's registers, and with setmaxnreg the compute warpgroups get at most 240
+// (producer 24), where these kernels need 242-255 (ptxas spills; a cp.async producer also spills
+// at 24). kPipelined (below) removes one of the two barriers instead.
 #include <cuda_bf16.h>
 
 #include "kernels/attention/attention_wgmma.cuh"
@@ -449,9 +453,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 //   wait for this thread's copies of tile n + 1, fence; __syncthreads (dS^T of both warpgroups,
 //   tile n + 1 loaded by everybody, dQ of tile n - 1 stored by everybody);
 //   thread 0 issues the bulk reduction of dQ of tile n - 1;
-//   issue dQ = dS K; wait for dK and dV (their A fragments and Q, dO of tile n are free); issue
-//   S^T, dP^T of tile n + 1; wait for dQ; store it to the shared dQ tile once the bulk reduction
-//   of tile n - 1 has read it (mbarrier "dQ empty", arrived at by thread 0);
+//   issue dQ = dS K; D = 64: wait for dK and dV (their A fragments and Q, dO of tile n are free),
+//   issue S^T, dP^T of tile n + 1, wait for dQ; D = 128 (no registers for S^T and dP^T beside dQ,
+//   dK and dV: ptxas spills) waits for everything and issues them after the dQ store; store dQ to
+//   the shared dQ tile once the bulk reduction of tile n - 1 has read it (mbarrier "dQ empty",
+//   arrived at by thread 0);
 //   release stage n % 2 (mbarrier "empty", lane 0 of each warp) and, once both warpgroups did
 //   (their dK and dV of tile n read it), load tile n + 2 into it.
 // dS^T is double-buffered: dQ of tile n (issued after barrier n) may still read buffer n % 2 while
