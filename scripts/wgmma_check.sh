@@ -8,7 +8,7 @@
 # --mma (both mma.sync kernels), PyTorch SDPA, then two tables (TFLOP/s), and last the wgmma test
 # under compute-sanitizer memcheck with the time that is left.
 # Usage (repo root, on the GPU machine): bash scripts/wgmma_check.sh [build_dir]
-#   SANITIZE=0 skips memcheck, SKIP_MMA=1 the --mma benchmark; TESTS is the gtest filter (default
+#   SANITIZE=0 skips memcheck, SKIP_MMA=1 the --mma benchmark, SKIP_PEER=1 PyTorch SDPA; TESTS is the gtest filter (default
 #   AttentionCuda.*); BUDGET (seconds, default 250) bounds the whole script: each step's timeout is
 #   cut to what is left. Logs and CSVs go to $OUT (the device tool's folder) or /tmp/wgmma.
 set -uo pipefail
@@ -67,9 +67,11 @@ if [ "${SKIP_MMA:-0}" != 1 ]; then
   timeout "$(left 60)" "$BUILD/bench_attention" "$LOGS/mma.csv" --gpt2 --no-det --mma >"$LOGS/bench_mma.log" 2>&1
   echo "bench --mma: rc=$?"
 fi
-PYTHONUNBUFFERED=1 timeout "$(left 90)" python3 scripts/bench/sdpa_peer.py "$LOGS/peer.csv" --gpt2 \
-  >"$LOGS/peer.log" 2>&1
-echo "sdpa peer: rc=$? ($(($(date +%s) - t0)) s)"
+if [ "${SKIP_PEER:-0}" != 1 ]; then
+  PYTHONUNBUFFERED=1 timeout "$(left 90)" python3 scripts/bench/sdpa_peer.py "$LOGS/peer.csv" --gpt2 \
+    >"$LOGS/peer.log" 2>&1
+  echo "sdpa peer: rc=$? ($(($(date +%s) - t0)) s)"
+fi
 
 echo "==== attention bf16 causal, TFLOP/s (f+b counts bwd as 2.5x fwd); bwd ms ===="
 python3 - "$LOGS" <<'PY'
