@@ -8,9 +8,9 @@
 # --mma (both mma.sync kernels), PyTorch SDPA, then two tables (TFLOP/s), and last the wgmma test
 # under compute-sanitizer memcheck with the time that is left.
 # Usage (repo root, on the GPU machine): bash scripts/wgmma_check.sh [build_dir]
-#   SANITIZE=0 skips memcheck, SKIP_MMA=1 the --mma benchmark, SKIP_PEER=1 PyTorch SDPA; TESTS is the gtest filter (default
-#   AttentionCuda.*); BUDGET (seconds, default 250) bounds the whole script: each step's timeout is
-#   cut to what is left. Logs and CSVs go to $OUT (the device tool's folder) or /tmp/wgmma.
+#   SANITIZE=0 skips memcheck, SKIP_MMA=1 the --mma benchmark, SKIP_PEER=1 PyTorch SDPA; TESTS is
+#   the gtest filter (default AttentionCuda.*); BUDGET (seconds, default 250) bounds the whole
+#   script: each step's timeout is cut to what is left. Logs and CSVs go to $OUT (the device tool's folder) or /tmp/wgmma.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 BUILD=${1:-build-device}
