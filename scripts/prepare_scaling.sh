@@ -5,6 +5,7 @@
 # one process could at best reach on this host).
 #   ATTNLAB_SHARED_DATA=... bash scripts/prepare_scaling.sh ATTNLAB_BINARY [MB] [THREADS...]
 # MB (default 150): megabytes of text cut from the shared corpus (scripts/bench_tokenizer.py).
+# PROCS=0 skips the N-process runs.
 set -euo pipefail
 EXE=$(realpath "$1")
 MB=${2:-150}
@@ -28,6 +29,7 @@ for t in $THREADS; do
   echo "threads $t:"
   time run "$TMP/o" "$t" 2>&1 | grep -E "time:" | sed 's/^ */  /'
 done
+[ "${PROCS:-1}" = 0 ] && exit 0
 for n in $THREADS; do
   echo "$n processes x 1 thread:"
   time { for i in $(seq "$n"); do run "$TMP/o$i" 1 >/dev/null 2>&1 & done; wait; }
