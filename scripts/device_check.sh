@@ -2,6 +2,10 @@
 # Device check: build for Hopper, run the whole test suite (CPU and CUDA tests), the attention
 # benchmark and its PyTorch SDPA peer, and print a short table at the end.
 # Usage (repo root, on the GPU machine): bash scripts/device_check.sh [build_dir]
+# Environment: GTEST_FILTER (tests to run; default all), SANITIZE=1 (memcheck of the attention,
+# embedding and cross-entropy tests), SKIP_TRAIN=1, SKIP_BENCH=1, BENCH_ARGS (bench_attention
+# options, default --gpt2), PRECS / PEER_MODES (passed to scripts/gpu_step_check.sh), PREPARE_MB
+# with ATTNLAB_SHARED_DATA (also runs scripts/prepare_scaling.sh on that many MB of text).
 # Logs and CSVs go to $OUT (the device tool's folder) or /tmp/attnlab_device.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -44,11 +48,17 @@ if [ "${SKIP_TRAIN:-0}" != 1 ]; then
 fi
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  "$BUILD/bench_attention" "$LOGS/ours.csv" 2>&1 | tee "$LOGS/bench.log"
-  PYTHONUNBUFFERED=1 python3 scripts/bench/sdpa_peer.py "$LOGS/peer.csv" 2>&1 | tee -a "$LOGS/bench.log"
+  "$BUILD/bench_attention" "$LOGS/ours.csv" ${BENCH_ARGS:---gpt2} 2>&1 | tee "$LOGS/bench.log"
+  PYTHONUNBUFFERED=1 python3 scripts/bench/sdpa_peer.py "$LOGS/peer.csv" --gpt2 2>&1 | tee -a "$LOGS/bench.log"
   # The whole training step: GPU vs CPU test, PyTorch oracle, bench_train vs torch eager/compile.
   SKIP_BUILD=1 OUT="$LOGS/step" bash scripts/gpu_step_check.sh "$BUILD" >"$LOGS/step.log" 2>&1
   step_rc=$?
+fi
+
+if [ -n "${PREPARE_MB:-}" ] && [ -n "${ATTNLAB_SHARED_DATA:-}" ]; then
+  timeout 200 bash scripts/prepare_scaling.sh "$BUILD/attnlab" "$PREPARE_MB" ${PREPARE_THREADS:-1 4 16} \
+    >"$LOGS/prepare_scaling.log" 2>&1
+  echo "prepare_scaling: rc=$?"
 fi
 
 echo
@@ -64,21 +74,25 @@ if [ -f "$LOGS/ours.csv" ] && [ -f "$LOGS/peer.csv" ]; then
   echo "==== attention bf16 causal, TFLOP/s (ours / PyTorch SDPA) ===="
   python3 - "$LOGS/ours.csv" "$LOGS/peer.csv" <<'PY'
 import csv, sys
-ours = {(r["D"], r["T"]): r for r in csv.DictReader(open(sys.argv[1]))}
-peer = {(r["D"], r["T"]): r for r in csv.DictReader(open(sys.argv[2]))}
-print(f"{'D':>4} {'T':>6} {'fwd ours':>9} {'fwd sdpa':>9} {'ratio':>6} {'f+b ours':>9} {'f+b sdpa':>9} {'ratio':>6}")
+ours = {(r["D"], r["T"], r["B"]): r for r in csv.DictReader(open(sys.argv[1]))}
+peer = {(r["D"], r["T"], r["B"]): r for r in csv.DictReader(open(sys.argv[2]))}
+print(f"{'D':>4} {'T':>6} {'B':>3} {'fwd ours':>9} {'fwd sdpa':>9} {'ratio':>6} {'f+b ours':>9} {'f+b sdpa':>9} {'ratio':>6}")
 for key, o in ours.items():
     p = peer.get(key)
     if not p:
         continue
     fo, fp = float(o["fwd_tflops"]), float(p["fwd_tflops"])
     bo, bp = float(o["fwdbwd_tflops"]), float(p["fwdbwd_tflops"])
-    print(f"{key[0]:>4} {key[1]:>6} {fo:9.1f} {fp:9.1f} {fo/fp:6.2f} {bo:9.1f} {bp:9.1f} {bo/bp:6.2f}")
+    print(f"{key[0]:>4} {key[1]:>6} {key[2]:>3} {fo:9.1f} {fp:9.1f} {fo/fp:6.2f} {bo:9.1f} {bp:9.1f} {bo/bp:6.2f}")
 PY
 fi
 if [ -f "$LOGS/step.log" ]; then
   sed -n '/=== GPU training step: summary ===/,$p' "$LOGS/step.log"
   grep -E "adamw step|after step 1|grad norm cpu" "$LOGS/step/test_gpt_cuda.log" 2>/dev/null | head -30
   echo "gpu_step_check rc=${step_rc:-?}"
+fi
+if [ -f "$LOGS/prepare_scaling.log" ]; then
+  echo "==== prepare scaling (scripts/prepare_scaling.sh) ===="
+  cat "$LOGS/prepare_scaling.log"
 fi
 exit $tests_rc

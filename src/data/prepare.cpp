@@ -622,6 +622,8 @@ PrepareSummary prepare(const PrepareOptions& options) {
   std::string block;
   int64_t text_bytes = 0;
   double input_wait_seconds = 0.0;
+  const auto pipeline_start = Clock::now();
+  summary.setup_seconds = std::chrono::duration<double>(pipeline_start - start).count();
   while (true) {
     if (batch->doc_bytes >= early_batch_bytes && !reader.ready() && pool.starving()) submit();
     const auto t0 = Clock::now();
@@ -640,10 +642,13 @@ PrepareSummary prepare(const PrepareOptions& options) {
                     files.size());
   }
   if (!batch->spans.empty()) submit();
+  const double main_loop_seconds =
+      std::chrono::duration<double>(Clock::now() - pipeline_start).count();
   queue.finish();
   const auto t0 = Clock::now();
   for (auto& w : writers) w.finish();
   summary.flush_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  summary.pipeline_seconds = std::chrono::duration<double>(Clock::now() - pipeline_start).count();
   write_seconds += summary.flush_seconds;
   progress.update(total_file_bytes, text_bytes, summary.train.tokens + summary.val.tokens,
                   files.size(), files.size(), /*force=*/true);
@@ -655,6 +660,8 @@ PrepareSummary prepare(const PrepareOptions& options) {
   summary.input_wait_seconds = input_wait_seconds;
   summary.encoder_wait_seconds = queue.wait_seconds();
   summary.write_seconds = write_seconds;
+  summary.main_seconds =
+      std::max(0.0, main_loop_seconds - input_wait_seconds - queue.wait_seconds());
   if (options.val_fraction > 0 && summary.val.documents == 0 && options.progress)
     std::fprintf(stderr,
                  "prepare: warning: no document went to val (val_fraction %g, %lld "
@@ -677,11 +684,12 @@ std::string PrepareSummary::to_string() const {
   }
   // Where the time went: which stage bounds the run.
   s += strformat(
-      "  time: %d encoding threads busy %.0f%% of the run; main thread waited %.2f s for "
-      "decoded input and %.2f s for the encoders; writing took %.2f s (%.2f s of it the final "
-      "flush to disk)\n",
-      threads, 100.0 * encode_thread_seconds / std::max(1e-9, double(threads) * seconds),
-      input_wait_seconds, encoder_wait_seconds, write_seconds, flush_seconds);
+      "  time: %.2f s setup (tokenizer), then %.2f s of pipeline: %d encoding threads busy %.0f%% "
+      "of it; main thread worked %.2f s and waited %.2f s for decoded input and %.2f s for the "
+      "encoders; writing took %.2f s (%.2f s of it the final flush to disk)\n",
+      setup_seconds, pipeline_seconds, threads,
+      100.0 * encode_thread_seconds / std::max(1e-9, double(threads) * pipeline_seconds),
+      main_seconds, input_wait_seconds, encoder_wait_seconds, write_seconds, flush_seconds);
   return s;
 }
 

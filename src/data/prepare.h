@@ -57,10 +57,15 @@ struct PrepareSummary {
   // over threads; input_wait_seconds: the main thread waiting for decoded input (input-bound
   // when large); encoder_wait_seconds: the main thread waiting for the encoders to free a batch
   // (encoding-bound); write_seconds: the writer thread writing shards, including flush_seconds,
-  // the final flush of the last shards to disk (after the encoding is done).
+  // the final flush of the last shards to disk (after the encoding is done); setup_seconds:
+  // loading the tokenizer and listing the inputs, before the pipeline starts; main_seconds: the
+  // main thread's own work in the pipeline (appending decoded blocks to batches, finding the
+  // documents, cutting tasks), i.e. its time in the pipeline minus both waits: when it is close
+  // to the pipeline's time, the main thread bounds the run.
   int threads = 0;
   double encode_thread_seconds = 0.0, input_wait_seconds = 0.0, encoder_wait_seconds = 0.0;
   double write_seconds = 0.0, flush_seconds = 0.0;
+  double setup_seconds = 0.0, pipeline_seconds = 0.0, main_seconds = 0.0;
   std::string to_string() const;  // a few human-readable lines
 };
 

@@ -62,6 +62,19 @@ void check_update_tensors(const ExecContext& ctx, const Tensor& param, const Ten
                  param.str().c_str());
 }
 
+// The step's hyperparameters into a kernel params struct (AdamWParams or AdamWMultiParams).
+template <typename P>
+void set_step(P& p, const AdamWStep& s) {
+  p.lr = s.lr;
+  p.beta1 = s.beta1;
+  p.beta2 = s.beta2;
+  p.eps = s.eps;
+  p.weight_decay = s.weight_decay;
+  p.grad_scale = s.grad_scale;
+  p.step = s.step;
+  p.seed = s.seed;
+}
+
 template <typename T>
 AdamWParams<T> make_params(const Tensor& param, const Tensor& master, const Tensor& grad,
                            const Tensor& m, const Tensor& v, const AdamWStep& s) {
@@ -72,14 +85,7 @@ AdamWParams<T> make_params(const Tensor& param, const Tensor& master, const Tens
   p.m = m.ptr<float>();
   p.v = v.ptr<float>();
   p.n = param.numel();
-  p.lr = s.lr;
-  p.beta1 = s.beta1;
-  p.beta2 = s.beta2;
-  p.eps = s.eps;
-  p.weight_decay = s.weight_decay;
-  p.grad_scale = s.grad_scale;
-  p.step = s.step;
-  p.seed = s.seed;
+  set_step(p, s);
   return p;
 }
 
@@ -171,14 +177,7 @@ void adamw_update_multi(const ExecContext& ctx, const Tensor& param, const Tenso
     p.ranges = static_cast<const AdamWRange*>(table.device_table_.data());
     p.num_ranges = int(table.ranges().size());
     p.num_blocks = table.num_blocks_;
-    p.lr = s.lr;
-    p.beta1 = s.beta1;
-    p.beta2 = s.beta2;
-    p.eps = s.eps;
-    p.weight_decay = s.weight_decay;
-    p.grad_scale = s.grad_scale;
-    p.step = s.step;
-    p.seed = s.seed;
+    set_step(p, s);
   };
   if (param.dtype == DType::f32) {
     AdamWMultiParams<float> p;

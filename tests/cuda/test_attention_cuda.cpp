@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attention_test_case.h"
 #include "cuda_test_util.h"
 #include "kernels/attention/attention.cuh"
 #include "ops/ops.h"
@@ -20,36 +21,15 @@ namespace {
 
 using namespace test;
 
-struct AttnCase {
-  int B, T, H, Hkv, D, window;
-};
-
-template <typename P, typename U>
-void set_layout(P& p, const AttnCase& c, U* qkv, U* o, U* dout, U* dqkv) {
-  const int64_t row = int64_t(c.H + 2 * c.Hkv) * c.D;
-  p.q = qkv, p.k = qkv + int64_t(c.H) * c.D, p.v = qkv + int64_t(c.H + c.Hkv) * c.D;
-  p.o = o, p.dout = dout;
-  p.dq = dqkv, p.dk = dqkv + int64_t(c.H) * c.D, p.dv = dqkv + int64_t(c.H + c.Hkv) * c.D;
-  p.qkv_row_stride = row, p.qkv_batch_stride = row * c.T;
-  p.o_row_stride = int64_t(c.H) * c.D, p.o_batch_stride = int64_t(c.H) * c.D * c.T;
-  p.B = c.B, p.T_ = c.T, p.n_head = c.H, p.n_kv_head = c.Hkv, p.D = c.D;
-  p.scale = 1.f / std::sqrt(float(c.D));
-  p.causal = true, p.window = c.window;
-}
-
 template <typename T>
 void check_attention(const AttnCase& c, uint32_t seed, bool deterministic = true) {
   const size_t n_qkv = size_t(c.B) * c.T * (c.H + 2 * c.Hkv) * c.D;
   const size_t n_o = size_t(c.B) * c.T * c.H * c.D, n_lse = size_t(c.B) * c.H * c.T;
   const auto qkv = to_precision<T>(random_vector(n_qkv, seed, -2.f, 2.f));
   const auto dout = to_precision<T>(random_vector(n_o, seed + 1));
-  // Reference on the same (rounded) inputs; its output o feeds its own backward.
-  std::vector<float> qkv_r = qkv, dout_r = dout, o_ref(n_o), lse_ref(n_lse), dqkv_ref(n_qkv, 0.f);
-  AttentionParams<float> r;
-  set_layout(r, c, qkv_r.data(), o_ref.data(), dout_r.data(), dqkv_ref.data());
-  r.lse = lse_ref.data();
-  attention_fwd_ref(r);
-  attention_bwd_ref(r);
+  // Reference on the same (rounded) inputs.
+  const AttnReference ref(c, qkv, dout);
+  const std::vector<float>&o_ref = ref.o, &lse_ref = ref.lse, &dqkv_ref = ref.dqkv;
 
   DeviceArray<T> dqkv_in(qkv), ddout(dout), o(n_o), dqkv(n_qkv);
   DeviceArray<float> lse(n_lse);

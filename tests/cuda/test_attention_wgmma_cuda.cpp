@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention_test_case.h"
 #include "cuda_test_util.h"
 #include "kernels/attention/attention.cuh"
 #include "kernels/attention/attention_wgmma.cuh"
@@ -28,23 +29,7 @@ namespace {
 
 using namespace test;
 
-struct WgmmaCase {
-  int B, T, H, Hkv, D, window;
-  bool causal;
-};
-
-template <typename P, typename U>
-void set_layout(P& p, const WgmmaCase& c, U* qkv, U* o, U* dout, U* dqkv) {
-  const int64_t row = int64_t(c.H + 2 * c.Hkv) * c.D;
-  p.q = qkv, p.k = qkv + int64_t(c.H) * c.D, p.v = qkv + int64_t(c.H + c.Hkv) * c.D;
-  p.o = o, p.dout = dout;
-  p.dq = dqkv, p.dk = dqkv + int64_t(c.H) * c.D, p.dv = dqkv + int64_t(c.H + c.Hkv) * c.D;
-  p.qkv_row_stride = row, p.qkv_batch_stride = row * c.T;
-  p.o_row_stride = int64_t(c.H) * c.D, p.o_batch_stride = int64_t(c.H) * c.D * c.T;
-  p.B = c.B, p.T_ = c.T, p.n_head = c.H, p.n_kv_head = c.Hkv, p.D = c.D;
-  p.scale = 1.f / std::sqrt(float(c.D));
-  p.causal = c.causal, p.window = c.window;
-}
+using WgmmaCase = AttnCase;
 
 // max |a - b| / max |b| over the elements of one strided part of an interleaved [rows, row] array.
 double part_error(const std::vector<float>& a, const std::vector<float>& b, int64_t rows,
@@ -82,12 +67,8 @@ void check_wgmma(const WgmmaCase& c, uint32_t seed) {
   const size_t n_o = size_t(c.B) * c.T * c.H * c.D, n_lse = size_t(c.B) * c.H * c.T;
   const auto qkv = to_precision<bf16>(random_vector(n_qkv, seed, -2.f, 2.f));
   const auto dout = to_precision<bf16>(random_vector(n_o, seed + 1));
-  std::vector<float> qkv_r = qkv, dout_r = dout, o_ref(n_o), lse_ref(n_lse), dqkv_ref(n_qkv, 0.f);
-  AttentionParams<float> r;
-  set_layout(r, c, qkv_r.data(), o_ref.data(), dout_r.data(), dqkv_ref.data());
-  r.lse = lse_ref.data();
-  attention_fwd_ref(r);
-  attention_bwd_ref(r);
+  const AttnReference ref(c, qkv, dout);
+  const std::vector<float>&o_ref = ref.o, &lse_ref = ref.lse, &dqkv_ref = ref.dqkv;
 
   DeviceArray<bf16> dqkv_in(qkv), ddout(dout), o(n_o), dqkv(n_qkv);
   DeviceArray<float> lse(n_lse);

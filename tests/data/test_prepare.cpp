@@ -187,6 +187,15 @@ std::string file_bytes(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(f)), {});
 }
 
+// Every shard of a run (both splits): file name -> bytes.
+std::map<std::string, std::string> shard_bytes(const PrepareSummary& s) {
+  std::map<std::string, std::string> shards;
+  for (const auto* split : {&s.train, &s.val})
+    for (const auto& shard : split->shards)
+      shards[fs::path(shard).filename().string()] = file_bytes(shard);
+  return shards;
+}
+
 // Long documents are cut into parts encoded on different threads: the shards must be byte for
 // byte the same for every thread count and batch size, and hold exactly the ids of the whole
 // documents (the reference encodes each document in one piece), each preceded by one eot.
@@ -237,10 +246,7 @@ void expect_identical_shards(PrepareTest& fixture, const std::string& tokenizer_
     EXPECT_EQ(fixture.split_tokens(s.train), expect[0]);
     EXPECT_EQ(fixture.split_tokens(s.val), expect[1]);
     EXPECT_GT(s.train.shards.size(), 2u);
-    std::map<std::string, std::string> shards;
-    for (const auto* split : {&s.train, &s.val})
-      for (const auto& shard : split->shards)
-        shards[fs::path(shard).filename().string()] = file_bytes(shard);
+    const auto shards = shard_bytes(s);
     if (first.empty())
       first = shards;
     else
@@ -301,10 +307,7 @@ TEST_F(PrepareTest, ShardsAreIdenticalForManyFilesAndJsonl) {
         EXPECT_EQ(got_val, want_val) << tag << " threads " << threads;
         EXPECT_EQ(s.threads, threads);
         EXPECT_GT(s.encode_thread_seconds, 0.0);
-        std::map<std::string, std::string> shards;
-        for (const auto* split : {&s.train, &s.val})
-          for (const auto& shard : split->shards)
-            shards[fs::path(shard).filename().string()] = file_bytes(shard);
+        const auto shards = shard_bytes(s);
         if (first.empty())
           first = shards;
         else

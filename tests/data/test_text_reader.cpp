@@ -159,7 +159,7 @@ TEST(DocumentReader, SplitsOnDelimiterAcrossReads) {
 TEST(DocumentScanner, MatchesDocumentReaderForAnyAppendPattern) {
   std::mt19937 rng(7);
   const char alphabet[] = {'\n', '\n', '\n', 'a', 'b', '<', '>', ' '};
-  for (const std::string delim : {"\n\n\n", "\n", "<doc>", "ab", ""}) {
+  for (const std::string delim : {"\n\n\n", "\n", "<doc>", "ab", "\n<", "\n\n", ""}) {
     for (int trial = 0; trial < 30; ++trial) {
       std::string data;
       const size_t n = rng() % 3000;
