@@ -13,10 +13,11 @@
 // backward (CSV fwd_<name>_ms, fb_<name>_ms), and each version of the wgmma backward kernel
 // (WgmmaBwdVariant; kernel and dQ conversion, without the delta kernel) on its own
 // (bwd_<name>_ms). --versions=fwd-<name>,bwd-<name>,.. times only the listed ones (others print
-// 0), e.g. to keep a suspect new kernel out of a run.
+// 0), e.g. to keep a suspect new kernel out of a run. --shape=D:T runs only the sweep shape with
+// that head dim and length (for profilers: scripts/ncu_attention.sh).
 // Usage: bench_attention [csv_out] [--gpt2] [--no-det] [--mma |
 // --wgmma[=simple|pipelined|pingpong]]
-//        [--versions=fwd-simple,bwd-bulk,...]
+//        [--versions=fwd-simple,bwd-bulk,...] [--shape=D:T]
 // (prints a table; the CSV is read by scripts/device_check.sh)
 #include <cuda_runtime.h>
 
@@ -77,6 +78,7 @@ int main(int argc, char** argv) {
   const char* csv_path = nullptr;
   bool gpt2 = false, det = true, wgmma = false, mma = false;
   const char* versions = nullptr;  // comma-separated names of the versions to time; null: all
+  int only_D = 0, only_T = 0;       // --shape: the one sweep shape to run
   WgmmaFwdVariant variant = WgmmaFwdVariant::kDefault;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--gpt2") == 0) {
@@ -95,12 +97,20 @@ int main(int argc, char** argv) {
       wgmma = true, variant = WgmmaFwdVariant::kPingpong;
     } else if (std::strncmp(argv[i], "--versions=", 11) == 0) {
       versions = argv[i] + 11;
+    } else if (std::strncmp(argv[i], "--shape=", 8) == 0) {
+      if (std::sscanf(argv[i] + 8, "%d:%d", &only_D, &only_T) != 2 ||
+          (only_D != 64 && only_D != 128) || (only_T != 1024 && only_T != 4096 && only_T != 16384)) {
+        std::fprintf(stderr, "bench_attention: --shape=D:T needs D 64 or 128 and T 1024, 4096 or "
+                             "16384 (got %s)\n", argv[i] + 8);
+        return 2;
+      }
     } else if (argv[i][0] != '-') {
       csv_path = argv[i];
     } else {
       std::fprintf(stderr,
                    "bench_attention: unknown option %s (valid: --gpt2, --no-det, --mma, --wgmma, "
-                   "--wgmma=simple, --wgmma=pipelined, --wgmma=pingpong, --versions=a,b,..)\n",
+                   "--wgmma=simple, --wgmma=pipelined, --wgmma=pingpong, --versions=a,b,.., "
+                   "--shape=D:T)\n",
                    argv[i]);
       return 2;
     }
@@ -164,7 +174,9 @@ int main(int argc, char** argv) {
   };
   std::vector<Shape> shapes;
   for (int D : {64, 128}) {
-    for (int T : {1024, 4096, 16384}) shapes.push_back({D, T, 32768 / T, 2048 / D});
+    for (int T : {1024, 4096, 16384}) {
+      if (only_D == 0 || (D == only_D && T == only_T)) shapes.push_back({D, T, 32768 / T, 2048 / D});
+    }
   }
   if (gpt2) shapes.push_back({64, 1024, 64, 12});
   for (size_t si = 0; si < shapes.size(); ++si) {

@@ -1,6 +1,7 @@
 """Peer for bench_attention: PyTorch scaled_dot_product_attention (causal, bf16), same shapes and
 FLOP counts (fwd 4*B*H*T*T*D/2, bwd 2.5x). Usage: python3 sdpa_peer.py [csv_out] [--gpt2]
-(--gpt2 adds the GPT-2 124M training shape B=64 T=1024 H=12 D=64, as bench_attention does)."""
+(--gpt2 adds the GPT-2 124M training shape B=64 T=1024 H=12 D=64, as bench_attention does;
+--shape=D:T runs only that sweep shape, for profilers: scripts/ncu_attention.sh)."""
 import sys
 
 import torch
@@ -25,13 +26,15 @@ def median_ms(fn, reps):
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     gpt2 = "--gpt2" in sys.argv[1:]
+    only = [tuple(map(int, a[8:].split(":"))) for a in sys.argv[1:] if a.startswith("--shape=")]
     out = open(args[0], "w") if args else None
     if out:
         out.write("D,T,B,H,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops,shape\n")
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
     print(f"{'D':>4} {'T':>6} {'B':>3} {'H':>3} {'fwd ms':>10} {'fwd TF/s':>10} "
           f"{'fwd+bwd ms':>12} {'fwd+bwd TF/s':>12}")
-    shapes = [(D, T, 32768 // T, 2048 // D) for D in (64, 128) for T in (1024, 4096, 16384)]
+    shapes = [(D, T, 32768 // T, 2048 // D) for D in (64, 128) for T in (1024, 4096, 16384)
+              if not only or (D, T) in only]
     if gpt2:
         shapes.append((64, 1024, 64, 12))
     for i, (D, T, B, H) in enumerate(shapes):
