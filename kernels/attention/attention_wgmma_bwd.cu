@@ -3,12 +3,13 @@
 // launch_attention_bwd<bf16> runs it after its delta kernel (delta = rowsum(dO * O), which also
 // zeroes the fp32 dQ accumulator); the launcher runs the kernel, then the dQ conversion to bf16.
 //
-// Design (FlashAttention-3's backward, first version: no warp specialization, no TMA):
+// Design (FlashAttention-3's backward without warp specialization):
 //   A block owns kBlockN = 128 keys of one (batch, kv head) and runs 2 warpgroups (256 threads);
 //   warpgroup w owns keys 64w..64w+63 (the M = 64 of one wgmma). K and V stay in shared memory;
 //   the block loops over every query head of the GQA group and every tile of kQ queries that
 //   sees its keys (kQ = 128 at D = 64, 64 at D = 128), with Q, dO, lse and delta double-buffered
-//   and loaded by cp.async during the previous tile. dK and dV accumulate in registers over the
+//   and loaded during the previous tile (Q and dO by TMA in the default version, kTma; else
+//   cp.async). dK and dV accumulate in registers over the
 //   whole loop, so they are exact sums over the group's query heads (no atomics). Per tile:
 //     S^T  = K Q^T     wgmma m64nkQk16, A = K, B = Q, both K-major from shared memory;
 //     dP^T = V dO^T    the same with V and dO (issued right after S^T, runs during the exp);
@@ -32,17 +33,21 @@
 // by wgmmas that every thread waited for (wait_group 0) before the barrier at the top of the tile.
 //
 // Measured on the H200 (bench_attention, causal, B*T = 32K, T = 1K / 4K / 16K): the whole fast
-// backward (delta kernel, this kernel, dQ conversion) takes 0.83 / 0.77 / 0.72x the time of the
-// mma.sync one at D = 64 and 0.70 / 0.67 / 0.63x at D = 128; PyTorch SDPA's backward is still
-// 1.3-1.7x faster. The two warpgroups run in lockstep (two block barriers per tile, one block per
-// SM), so the exp and dS work is not overlapped with the other warpgroup's MMAs as in
-// FlashAttention-3's warp-specialized pipeline; that and TMA loads are what is left. A variant
-// with one warpgroup per 64-key block and two blocks per SM (independent blocks overlap, twice the
-// dQ additions) measured 1.1-1.3x slower than the default and was dropped. FlashAttention-3's
-// producer warpgroup does not fit as is: the register file is split per scheduler, so a 9th warp
-// costs a whole warpgroup's registers, and with setmaxnreg the compute warpgroups get at most 240
-// (producer 24), where these kernels need 242-255 (ptxas spills; a cp.async producer also spills
-// at 24). kPipelined (below) removes one of the two barriers instead.
+// backward (delta kernel, this kernel, dQ conversion) took 0.83 / 0.77 / 0.72x the time of the
+// mma.sync one at D = 64 and 0.70 / 0.67 / 0.63x at D = 128 with cp.async loads; TMA loads take
+// another 8-18% off (docs/performance.md, v6). Nsight Compute (scripts/ncu_attention.sh) showed
+// the cp.async version spending about 170 instructions per warp and tile on the loads and ~13% of
+// its stall samples waiting for the load-store queue. The two warpgroups run in lockstep (two block
+// barriers per tile, one block per SM), so the exp and dS work is not overlapped with the other
+// warpgroup's MMAs as in FlashAttention-3's warp-specialized pipeline; that and TMA loads are what
+// is left. A variant with one warpgroup per 64-key block and two blocks per SM (independent blocks
+// overlap, twice the dQ additions) measured 1.1-1.3x slower than the default and was dropped.
+// FlashAttention-3's producer warpgroup does not fit as is: the register file is split per
+// scheduler, so a 9th warp costs a whole warpgroup's registers, and with setmaxnreg the compute
+// warpgroups get at most 240 (producer 24), where these kernels need 242-255 (ptxas spills; a
+// cp.async producer also spills at 24). kPipelined (below) removes one of the two barriers instead.
+#include <cuda.h>  // CUtensorMap (types only: the encoder is reached through the runtime)
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
 #include "kernels/attention/attention_wgmma.cuh"
@@ -63,13 +68,14 @@ constexpr int kQTile = D == 64 ? 128 : 64;
 
 // Dynamic shared memory: K, V (kBlockN rows), 2 x Q, 2 x dO (kQ rows), dS^T (kBlockN x kQ), 2 x
 // lse and delta (kQ floats), the fp32 dQ tile (kQ x D, bulk kernel), plus 1 KiB to align the base
-// to 1024 bytes. At most 178 KiB (D = 128 with the dQ tile): one block per SM.
+// to 1024 bytes, and 2 mbarriers (TMA loads). At most 178 KiB (D = 128 with the dQ tile): one
+// block per SM.
 template <int D, bool kBulkDq>
 constexpr size_t bwd_smem_bytes() {
   constexpr int kQ = kQTile<D>;
   return 2 * size_t(tile_bytes(kBlockN, D)) + 4 * size_t(tile_bytes(kQ, D)) +
          tile_bytes(kBlockN, kQ) + 4 * kQ * sizeof(float) +
-         (kBulkDq ? size_t(kQ) * D * sizeof(float) : 0) + 1024;
+         (kBulkDq ? size_t(kQ) * D * sizeof(float) : 0) + 16 + 1024;
 }
 
 // Layout of a dQ row in the bulk kernel's shared tile and in dq_accum: the 16-byte chunk of
@@ -245,22 +251,28 @@ __device__ __forceinline__ void store_dq_tile(uint32_t sdQ, const float (&dq)[32
 //   rewritten (before the dQ barrier of the next tile).
 // kEarlyDv: dV += P^T dO is issued as soon as P^T is converted, before dP^T is waited for, so the
 //   tensor cores run it during the dS computation.
-template <int D, bool kBulkDq, bool kEarlyDv>
+// kTma: the Q and dO tiles are loaded by TMA (one thread issues D / 32 box copies per tile from the
+//   tensor maps tm_q and tm_do, see tile_map; they complete on the buffer's mbarrier) instead of
+//   cp.async by every thread (about 170 instructions per warp and tile, and the load-store queue
+//   they fill). K, V, lse and delta stay on cp.async.
+template <int D, bool kBulkDq, bool kEarlyDv, bool kTma>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_bwd_wgmma_kernel(const AttentionParams<bf16> p, const float* __restrict__ delta,
-                          float* __restrict__ dq_accum) {
+                          float* __restrict__ dq_accum, const __grid_constant__ CUtensorMap tm_q,
+                          const __grid_constant__ CUtensorMap tm_do) {
 #if ATTN_WGMMA_DEVICE
   constexpr int kQ = kQTile<D>;
   constexpr uint32_t kKVBytes = tile_bytes(kBlockN, D), kQBytes = tile_bytes(kQ, D);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  const uint32_t sK = (raw + 1023u) & ~1023u;             // [kBlockN] rows
-  const uint32_t sV = sK + kKVBytes;                      // [kBlockN] rows
-  const uint32_t sQ = sV + kKVBytes;                      // [2][kQ] rows
-  const uint32_t sdO = sQ + 2 * kQBytes;                  // [2][kQ] rows
-  const uint32_t sdS = sdO + 2 * kQBytes;                 // [kBlockN] rows of kQ
-  const uint32_t sStats = sdS + tile_bytes(kBlockN, kQ);  // lse [2][kQ], delta [2][kQ]
-  const uint32_t sdQ = sStats + 4 * kQ * 4;               // fp32 [kQ][D] (kBulkDq)
+  const uint32_t sK = (raw + 1023u) & ~1023u;               // [kBlockN] rows
+  const uint32_t sV = sK + kKVBytes;                        // [kBlockN] rows
+  const uint32_t sQ = sV + kKVBytes;                        // [2][kQ] rows
+  const uint32_t sdO = sQ + 2 * kQBytes;                    // [2][kQ] rows
+  const uint32_t sdS = sdO + 2 * kQBytes;                   // [kBlockN] rows of kQ
+  const uint32_t sStats = sdS + tile_bytes(kBlockN, kQ);    // lse [2][kQ], delta [2][kQ]
+  const uint32_t sdQ = sStats + 4 * kQ * 4;                 // fp32 [kQ][D] (kBulkDq)
+  const uint32_t sFull = sdQ + (kBulkDq ? kQ * D * 4 : 0);  // mbarriers [2]: Q, dO loaded (kTma)
 
   const int T = p.T_;
   const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
@@ -279,13 +291,31 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int per_head = max(0, m_end - m_begin);
   const int iters = group * per_head;
 
-  auto issue_loads = [&](int it, int buf) {
-    const int h = hk * group + it / per_head;
-    const int q0 = (m_begin + it % per_head) * kQ;
-    load_tile<kQ, D, kThreads>(sQ + buf * kQBytes, p.q + b * p.qkv_batch_stride + h * D, ld, q0, T);
-    load_tile<kQ, D, kThreads>(sdO + buf * kQBytes, p.dout + b * p.o_batch_stride + h * D,
-                               p.o_row_stride, q0, T);
-    const int64_t row = (int64_t(b) * p.n_head + h) * T + q0;
+  // Step `it` of the loop is query head h = hk group + it / per_head, query tile m = m_begin +
+  // it % per_head; the cursors below advance (h, m) without integer divisions.
+  struct Tile {
+    int h, m;
+  };
+  auto next_tile = [&](Tile t) { return ++t.m == m_end ? Tile{t.h + 1, m_begin} : t; };
+  auto issue_loads = [&](Tile t, int buf) {
+    const int q0 = t.m * kQ;
+    if constexpr (kTma) {
+      if (threadIdx.x == 0) {
+        const uint32_t bar = sFull + 8 * buf;
+        mbar_arrive_expect_tx(bar, 2 * kQBytes);
+#pragma unroll
+        for (int c = 0; c < D / 64; ++c) {  // column blocks of 64 (kQ x 128 bytes apart)
+          tma_load_3d(sQ + buf * kQBytes + c * kQ * 128, &tm_q, bar, t.h * D + 64 * c, q0, b);
+          tma_load_3d(sdO + buf * kQBytes + c * kQ * 128, &tm_do, bar, t.h * D + 64 * c, q0, b);
+        }
+      }
+    } else {
+      load_tile<kQ, D, kThreads>(sQ + buf * kQBytes, p.q + b * p.qkv_batch_stride + t.h * D, ld, q0,
+                                 T);
+      load_tile<kQ, D, kThreads>(sdO + buf * kQBytes, p.dout + b * p.o_batch_stride + t.h * D,
+                                 p.o_row_stride, q0, T);
+    }
+    const int64_t row = (int64_t(b) * p.n_head + t.h) * T + q0;
     if (threadIdx.x < kQ) {
       const int i = threadIdx.x;
       const bool ok = q0 + i < T;  // rows past T read as 0 (masked)
@@ -293,17 +323,25 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_async4(sStats + (2 * kQ + buf * kQ + i) * 4, delta + (ok ? row + i : 0), ok);
     }
   };
-  // The dq_accum rows of tile `it` (contiguous: kQ rows of one (b, h), clipped at T).
-  auto dq_rows = [&](int it, uint32_t* bytes) {
-    const int h = hk * group + it / per_head;
-    const int q0 = (m_begin + it % per_head) * kQ;
+  // The dq_accum rows of a tile (contiguous: kQ rows of one (b, h), clipped at T).
+  auto dq_rows = [&](Tile t, uint32_t* bytes) {
+    const int q0 = t.m * kQ;
     *bytes = uint32_t(min(kQ, T - q0)) * D * 4;
-    return dq_accum + ((int64_t(b) * p.n_head + h) * T + q0) * D;
+    return dq_accum + ((int64_t(b) * p.n_head + t.h) * T + q0) * D;
   };
 
+  if constexpr (kTma) {
+    if (threadIdx.x == 0) {
+      mbar_init(sFull, 1);
+      mbar_init(sFull + 8, 1);
+      fence_mbar_init();
+    }
+    __syncthreads();
+  }
   load_tile<kBlockN, D, kThreads>(sK, gk, ld, k0, T);
   load_tile<kBlockN, D, kThreads>(sV, gv, ld, k0, T);
-  if (iters > 0) issue_loads(0, 0);
+  Tile cur{hk * group, m_begin}, prev = cur;
+  if (iters > 0) issue_loads(cur, 0);
   cp_async_commit();
 
   float dk[D / 2], dv[D / 2];
@@ -312,29 +350,30 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float sl2 = p.scale * kLog2e;
   const uint32_t k_rows = sK + wg * 64 * 128, v_rows = sV + wg * 64 * 128;
 
-  for (int it = 0; it < iters; ++it) {
+  for (int it = 0; it < iters; ++it, prev = cur, cur = next_tile(cur)) {
     const int buf = it & 1;
+    const int h = cur.h, q0 = cur.m * kQ;
+    const uint32_t cQ = sQ + buf * kQBytes, cdO = sdO + buf * kQBytes;
+    const uint32_t c_lse = sStats + buf * kQ * 4, c_delta = sStats + (2 + buf) * kQ * 4;
     tiles_ready();
+    if constexpr (kTma) mbar_wait(sFull + 8 * buf, uint32_t(it >> 1) & 1u);  // use it / 2 of buf
+    // S^T and dP^T first, so that the tensor cores start while the loads of the next tile are
+    // issued (their buffers were last read by the previous tile's wgmmas, all waited for).
+    float s[kQ / 2], dp[kQ / 2];
+    issue_abt<D, kQ>(s, k_rows, cQ);
+    issue_abt<D, kQ>(dp, v_rows, cdO);
     if constexpr (kBulkDq) {
       // The previous tile's dQ (stored and fenced before the barrier) to dq_accum.
       if (threadIdx.x == 0 && it > 0) {
         uint32_t bytes;
-        float* dst = dq_rows(it - 1, &bytes);
+        float* dst = dq_rows(prev, &bytes);
         bulk_reduce_add_f32(dst, sdQ, bytes);
       }
     }
     if (it + 1 < iters) {
-      issue_loads(it + 1, buf ^ 1);
+      issue_loads(next_tile(cur), buf ^ 1);
       cp_async_commit();
     }
-    const int h = hk * group + it / per_head;
-    const int q0 = (m_begin + it % per_head) * kQ;
-    const uint32_t cQ = sQ + buf * kQBytes, cdO = sdO + buf * kQBytes;
-    const uint32_t c_lse = sStats + buf * kQ * 4, c_delta = sStats + (2 + buf) * kQ * 4;
-
-    float s[kQ / 2], dp[kQ / 2];
-    issue_abt<D, kQ>(s, k_rows, cQ);
-    issue_abt<D, kQ>(dp, v_rows, cdO);
     wgmma_wait<1>();  // S^T done; dP^T may still run
     fence_regs(s);
 
@@ -420,7 +459,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // the last tile's dQ stored and fenced
     if (threadIdx.x == 0 && iters > 0) {
       uint32_t bytes;
-      float* dst = dq_rows(iters - 1, &bytes);
+      float* dst = dq_rows(prev, &bytes);  // the loop's last tile
       bulk_reduce_add_f32(dst, sdQ, bytes);
       bulk_wait_all();
     }
@@ -441,7 +480,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 #else
-  (void)p, (void)delta, (void)dq_accum;
+  (void)p, (void)delta, (void)dq_accum, (void)tm_q, (void)tm_do;
 #endif
 }
 
@@ -674,13 +713,56 @@ __global__ void dq_convert_kernel(const AttentionParams<bf16> p,
   reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(v.z * p.scale, v.w * p.scale);
 }
 
-template <int D, bool kBulkDq, bool kEarlyDv>
+// cuTensorMapEncodeTiled from the driver, found once through the runtime (no libcuda link).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                cudaEnableDefault, &found));
+    ATTN_REQUIRE(found == cudaDriverEntryPointSuccess && f != nullptr,
+                 "wgmma attention backward: the driver has no cuTensorMapEncodeTiled (needs a "
+                 "CUDA 12 driver or newer)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// The TMA map of a bf16 [B][T][width] matrix with row stride `row_stride` and batch stride
+// `batch_stride` (elements; multiples of 8, base 16-byte aligned): boxes of 64 columns x `rows`
+// rows in the 128-byte swizzle of the wgmma tiles (swizzled_offset), rows past T read as zero.
+CUtensorMap tile_map(const bf16* base, int width, int T, int B, int64_t row_stride,
+                     int64_t batch_stride, int rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[3] = {cuuint64_t(width), cuuint64_t(T), cuuint64_t(B)};
+  const cuuint64_t strides[2] = {cuuint64_t(row_stride) * 2, cuuint64_t(batch_stride) * 2};
+  const cuuint32_t box[3] = {64, cuuint32_t(rows), 1}, elem_strides[3] = {1, 1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(base), dims, strides, box,
+      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  ATTN_REQUIRE(r == CUDA_SUCCESS,
+               "wgmma attention backward: cuTensorMapEncodeTiled failed (error %d; width %d, T %d, "
+               "B %d, row stride %lld, batch stride %lld)",
+               int(r), width, T, B, (long long)row_stride, (long long)batch_stride);
+  return map;
+}
+
+template <int D, bool kBulkDq, bool kEarlyDv, bool kTma = false>
 void launch(const AttentionParams<bf16>& p, const float* delta, float* dq_accum, cudaStream_t st) {
   constexpr size_t smem = bwd_smem_bytes<D, kBulkDq>();
-  auto* kernel = attn_bwd_wgmma_kernel<D, kBulkDq, kEarlyDv>;
+  auto* kernel = attn_bwd_wgmma_kernel<D, kBulkDq, kEarlyDv, kTma>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(div_up(p.T_, kBlockN), p.n_kv_head, p.B);
-  kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum);
+  CUtensorMap tm_q{}, tm_do{};
+  if constexpr (kTma) {
+    // B = 1: any batch stride will do (TMA wants it below 2^40 bytes).
+    const int64_t qb = p.B > 1 ? p.qkv_batch_stride : int64_t(p.T_) * p.qkv_row_stride;
+    const int64_t ob = p.B > 1 ? p.o_batch_stride : int64_t(p.T_) * p.o_row_stride;
+    tm_q = tile_map(p.q, p.n_head * D, p.T_, p.B, p.qkv_row_stride, qb, kQTile<D>);
+    tm_do = tile_map(p.dout, p.n_head * D, p.T_, p.B, p.o_row_stride, ob, kQTile<D>);
+  }
+  kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum, tm_q, tm_do);
   CUDA_CHECK_LAUNCH();
   const int64_t quads = int64_t(p.B) * p.n_head * p.T_ * (D / 4);
   dq_convert_kernel<kBulkDq><<<div_up(quads, 256), 256, 0, st>>>(p, dq_accum);
@@ -717,6 +799,9 @@ void launch_variant(const AttentionParams<bf16>& p, const float* delta, float* d
     case WgmmaBwdVariant::kBulkDqEarlyDv:
       launch<D, true, true>(p, delta, dq_accum, st);
       break;
+    case WgmmaBwdVariant::kTma:
+      launch<D, true, D == 128, true>(p, delta, dq_accum, st);
+      break;
     case WgmmaBwdVariant::kDefault:
       ATTN_FAIL("wgmma attention backward: kDefault must be resolved by the caller");
   }
@@ -743,12 +828,9 @@ void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* del
   ATTN_ASSERT(aligned16(dq_accum));
   auto st = reinterpret_cast<cudaStream_t>(s);
   // Kernel time on the H200 (bench_attention, causal, B*T = 32K, ms at T = 1K / 4K / 16K; kernel
-  // and dQ conversion): D = 64 atomic 1.72 / 5.11 / 18.44, bulk 1.62 / 4.71 / 16.80, bulk + early
-  // dV 1.63 / 4.76 / 16.94; D = 128 atomic 1.53 / 4.58 / 16.28, bulk 1.42 / 4.20 / 14.81, bulk +
-  // early dV 1.40 / 4.01 / 13.93.
-  if (variant == WgmmaBwdVariant::kDefault) {
-    variant = p.D == 64 ? WgmmaBwdVariant::kBulkDq : WgmmaBwdVariant::kBulkDqEarlyDv;
-  }
+  // and dQ conversion; docs/performance.md v6): D = 64 bulk 1.64 / 4.86 / 17.36, TMA 1.50 / 4.07 /
+  // 14.24; D = 128 bulk + early dV 1.37 / 3.98 / 14.13, TMA 1.28 / 3.66 / 12.90.
+  if (variant == WgmmaBwdVariant::kDefault) variant = WgmmaBwdVariant::kTma;
   if (p.D == 64) {
     launch_variant<64>(p, delta, dq_accum, st, variant);
   } else {

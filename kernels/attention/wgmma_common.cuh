@@ -259,6 +259,28 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "memory");
   } while (!done);
 }
+// The mbarrier initialisations above are visible to the async proxy (TMA completions); then a
+// block barrier before any use.
+__device__ __forceinline__ void fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also expects `bytes` more transaction bytes (TMA copies completing on bar)
+// before the phase can complete.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// TMA: the box at coordinates (c0, c1, c2) of the 3-d tensor map at generic address tmap (a
+// __grid_constant__ kernel parameter) to shared memory at dst, in the map's swizzle; the bytes
+// complete on mbarrier bar. Elements outside the tensor read as zero (and still count).
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* tmap, uint32_t bar, int c0,
+                                            int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
+      "l"(tmap), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
 // Named hardware barriers (id 1..15; 0 is __syncthreads) over kCount threads: sync waits, arrive
 // only counts.
 template <int kCount>

@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
   const char* csv_path = nullptr;
   bool gpt2 = false, det = true, wgmma = false, mma = false;
   const char* versions = nullptr;  // comma-separated names of the versions to time; null: all
-  int only_D = 0, only_T = 0;       // --shape: the one sweep shape to run
+  int only_D = 0, only_T = 0;      // --shape: the one sweep shape to run
   WgmmaFwdVariant variant = WgmmaFwdVariant::kDefault;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--gpt2") == 0) {
@@ -99,9 +99,12 @@ int main(int argc, char** argv) {
       versions = argv[i] + 11;
     } else if (std::strncmp(argv[i], "--shape=", 8) == 0) {
       if (std::sscanf(argv[i] + 8, "%d:%d", &only_D, &only_T) != 2 ||
-          (only_D != 64 && only_D != 128) || (only_T != 1024 && only_T != 4096 && only_T != 16384)) {
-        std::fprintf(stderr, "bench_attention: --shape=D:T needs D 64 or 128 and T 1024, 4096 or "
-                             "16384 (got %s)\n", argv[i] + 8);
+          (only_D != 64 && only_D != 128) ||
+          (only_T != 1024 && only_T != 4096 && only_T != 16384)) {
+        std::fprintf(stderr,
+                     "bench_attention: --shape=D:T needs D 64 or 128 and T 1024, 4096 or "
+                     "16384 (got %s)\n",
+                     argv[i] + 8);
         return 2;
       }
     } else if (argv[i][0] != '-') {
@@ -129,8 +132,9 @@ int main(int argc, char** argv) {
       {WgmmaBwdVariant::kAtomicDq, "atomic"},
       {WgmmaBwdVariant::kBulkDq, "bulk"},
       {WgmmaBwdVariant::kBulkDqEarlyDv, "early"},
-      {WgmmaBwdVariant::kPipelined, "pipelined"}};
-  constexpr int kFwdVersions = 3, kBwdVersions = 4;
+      {WgmmaBwdVariant::kPipelined, "pipelined"},
+      {WgmmaBwdVariant::kTma, "tma"}};
+  constexpr int kFwdVersions = 3, kBwdVersions = 5;
   // Whether version `name` of `kind` ("fwd" or "bwd") is timed: --versions has the item
   // kind-name.
   auto timed = [&](const char* kind, const char* name) {
@@ -175,7 +179,8 @@ int main(int argc, char** argv) {
   std::vector<Shape> shapes;
   for (int D : {64, 128}) {
     for (int T : {1024, 4096, 16384}) {
-      if (only_D == 0 || (D == only_D && T == only_T)) shapes.push_back({D, T, 32768 / T, 2048 / D});
+      if (only_D == 0 || (D == only_D && T == only_T))
+        shapes.push_back({D, T, 32768 / T, 2048 / D});
     }
   }
   if (gpt2) shapes.push_back({64, 1024, 64, 12});

@@ -144,7 +144,8 @@ void check_wgmma(const WgmmaCase& c, uint32_t seed) {
       {WgmmaBwdVariant::kAtomicDq, "atomic"},
       {WgmmaBwdVariant::kBulkDq, "bulk"},
       {WgmmaBwdVariant::kBulkDqEarlyDv, "bulk+early-dv"},
-      {WgmmaBwdVariant::kPipelined, "pipelined"}};
+      {WgmmaBwdVariant::kPipelined, "pipelined"},
+      {WgmmaBwdVariant::kTma, "tma"}};
   for (const auto& [variant, vname] : variants) {
     dqkv.poison();
     CUDA_CHECK(cudaMemset(dq_accum.ptr(), 0, n_o * sizeof(float)));
