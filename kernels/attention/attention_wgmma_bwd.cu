@@ -713,41 +713,6 @@ __global__ void dq_convert_kernel(const AttentionParams<bf16> p,
   reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(v.z * p.scale, v.w * p.scale);
 }
 
-// cuTensorMapEncodeTiled from the driver, found once through the runtime (no libcuda link).
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                                cudaEnableDefault, &found));
-    ATTN_REQUIRE(found == cudaDriverEntryPointSuccess && f != nullptr,
-                 "wgmma attention backward: the driver has no cuTensorMapEncodeTiled (needs a "
-                 "CUDA 12 driver or newer)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// The TMA map of a bf16 [B][T][width] matrix with row stride `row_stride` and batch stride
-// `batch_stride` (elements; multiples of 8, base 16-byte aligned): boxes of 64 columns x `rows`
-// rows in the 128-byte swizzle of the wgmma tiles (swizzled_offset), rows past T read as zero.
-CUtensorMap tile_map(const bf16* base, int width, int T, int B, int64_t row_stride,
-                     int64_t batch_stride, int rows) {
-  CUtensorMap map;
-  const cuuint64_t dims[3] = {cuuint64_t(width), cuuint64_t(T), cuuint64_t(B)};
-  const cuuint64_t strides[2] = {cuuint64_t(row_stride) * 2, cuuint64_t(batch_stride) * 2};
-  const cuuint32_t box[3] = {64, cuuint32_t(rows), 1}, elem_strides[3] = {1, 1, 1};
-  const CUresult r = tensor_map_encoder()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(base), dims, strides, box,
-      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  ATTN_REQUIRE(r == CUDA_SUCCESS,
-               "wgmma attention backward: cuTensorMapEncodeTiled failed (error %d; width %d, T %d, "
-               "B %d, row stride %lld, batch stride %lld)",
-               int(r), width, T, B, (long long)row_stride, (long long)batch_stride);
-  return map;
-}
-
 template <int D, bool kBulkDq, bool kEarlyDv, bool kTma = false>
 void launch(const AttentionParams<bf16>& p, const float* delta, float* dq_accum, cudaStream_t st) {
   constexpr size_t smem = bwd_smem_bytes<D, kBulkDq>();
@@ -756,11 +721,8 @@ void launch(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
   const dim3 grid(div_up(p.T_, kBlockN), p.n_kv_head, p.B);
   CUtensorMap tm_q{}, tm_do{};
   if constexpr (kTma) {
-    // B = 1: any batch stride will do (TMA wants it below 2^40 bytes).
-    const int64_t qb = p.B > 1 ? p.qkv_batch_stride : int64_t(p.T_) * p.qkv_row_stride;
-    const int64_t ob = p.B > 1 ? p.o_batch_stride : int64_t(p.T_) * p.o_row_stride;
-    tm_q = tile_map(p.q, p.n_head * D, p.T_, p.B, p.qkv_row_stride, qb, kQTile<D>);
-    tm_do = tile_map(p.dout, p.n_head * D, p.T_, p.B, p.o_row_stride, ob, kQTile<D>);
+    tm_q = tile_map(p.q, p.n_head * D, p.T_, p.B, p.qkv_row_stride, p.qkv_batch_stride, kQTile<D>);
+    tm_do = tile_map(p.dout, p.n_head * D, p.T_, p.B, p.o_row_stride, p.o_batch_stride, kQTile<D>);
   }
   kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum, tm_q, tm_do);
   CUDA_CHECK_LAUNCH();

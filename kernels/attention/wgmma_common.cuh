@@ -5,6 +5,7 @@
 // Only for files compiled for sm_90a (CMake's attnlab_wgmma object library); the device code is
 // compiled where ATTN_WGMMA_DEVICE is 1.
 #pragma once
+#include <cuda.h>  // CUtensorMap (types only: the encoder is reached through the runtime)
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -21,6 +22,14 @@ namespace attnlab::wgmma {
 
 // Bytes of one [rows][D] bf16 tile (D / 64 column blocks of rows x 128 B).
 constexpr uint32_t tile_bytes(int rows, int D) { return uint32_t(rows) * D * 2; }
+
+// Host: the TMA map of a bf16 [B][T][width] matrix at base (16-byte aligned) with row stride
+// `row_stride` and batch stride `batch_stride` (elements, multiples of 8; any batch stride when B
+// is 1): boxes of 64 columns x `rows` rows, written in the 128-byte swizzle of the tiles
+// (swizzled_offset), so one box is one column block of a tile; rows past T read as zero. Defined
+// in attention_wgmma.cu; errors (no driver entry point, a rejected layout) throw attnlab::Error.
+CUtensorMap tile_map(const void* base, int width, int T, int B, int64_t row_stride,
+                     int64_t batch_stride, int rows);
 
 #if ATTN_WGMMA_DEVICE
 constexpr float kLog2e = 1.4426950408889634f;
