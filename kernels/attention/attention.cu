@@ -37,50 +37,13 @@ constexpr int kTile = 64;      // rows of the basic tile (queries or keys)
 constexpr int kThreads = 128;  // 4 warps x 16 rows
 
 // ---- PTX wrappers ---------------------------------------------------------------------------
-// cp.async, ldmatrix and bf16 mma need sm_80+. A build for an older target (CMake's default
-// CMAKE_CUDA_ARCHITECTURES is the compiler's, e.g. 75) still compiles; the launcher then refuses
-// to run these kernels with a clear message instead of trapping.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-#define ATTN_SM80_OR_TRAP() __trap()
-#else
-#define ATTN_SM80_OR_TRAP()
-#endif
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-#define ATTN_HAVE_SM80 1
-#else
-#define ATTN_HAVE_SM80 0
-#endif
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int n = valid ? 16 : 0;  // 0: zero-fill the 16 bytes
-#if ATTN_HAVE_SM80
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-#else
-  (void)s, (void)gmem, (void)n;
-  ATTN_SM80_OR_TRAP();
-#endif
-}
-// 4-byte variant (for per-row floats, whose rows need not be 16-byte aligned).
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int n = valid ? 4 : 0;
-#if ATTN_HAVE_SM80
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-#else
-  (void)s, (void)gmem, (void)n;
-  ATTN_SM80_OR_TRAP();
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if ATTN_HAVE_SM80
-  asm volatile("cp.async.commit_group;\n");
-#endif
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-#if ATTN_HAVE_SM80
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-#endif
-}
+// cp.async (dev::, kernels/common/device.cuh), ldmatrix and bf16 mma need sm_80+: a build for
+// an older target still compiles, and these wrappers trap there (ATTN_SM80_OR_TRAP); the launcher
+// refuses to run the kernels on such a device with a clear message first.
+using dev::cp_async16;
+using dev::cp_async4;
+using dev::cp_async_commit;
+using dev::cp_async_wait_all;
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
 #if ATTN_HAVE_SM80

@@ -1,5 +1,5 @@
 // Device-side helpers shared by the .cu files (never included from host-only code):
-// float <-> T conversion, 16-byte packs, warp reductions, stream-ordered scratch memory.
+// float <-> T conversion, 16-byte packs, cp.async, warp reductions, stream-ordered scratch memory.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -13,6 +13,20 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "kernels/common/launch.h"
+
+// sm_80 features (cp.async, ldmatrix, bf16 mma): ATTN_HAVE_SM80 is 1 where the code being
+// compiled may use them (host pass included); ATTN_SM80_OR_TRAP() traps in device code compiled
+// for an older target.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define ATTN_SM80_OR_TRAP() __trap()
+#else
+#define ATTN_SM80_OR_TRAP()
+#endif
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define ATTN_HAVE_SM80 1
+#else
+#define ATTN_HAVE_SM80 0
+#endif
 
 namespace attnlab::dev {
 
@@ -46,6 +60,43 @@ __device__ __forceinline__ Pack<T> load_pack(const T* p) {
 template <typename T>
 __device__ __forceinline__ void store_pack(T* p, const Pack<T>& r) {
   *reinterpret_cast<int4*>(p) = *reinterpret_cast<const int4*>(&r);
+}
+
+// ---- cp.async (sm_80+) ------------------------------------------------------------------------
+// A build for an older target (CMake's CMAKE_CUDA_ARCHITECTURES may name e.g. 75) still compiles:
+// the wrappers trap there (ATTN_SM80_OR_TRAP), and launchers check the device before they use
+// kernels that need sm_80 (a clear error, or a fallback kernel).
+// 16 bytes global -> shared, asynchronous; valid = false zero-fills them.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 16 : 0;  // 0: zero-fill the 16 bytes
+#if ATTN_HAVE_SM80
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+#else
+  (void)s, (void)gmem, (void)n;
+  ATTN_SM80_OR_TRAP();
+#endif
+}
+// 4-byte variant (for per-row floats, whose rows need not be 16-byte aligned).
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int n = valid ? 4 : 0;
+#if ATTN_HAVE_SM80
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+#else
+  (void)s, (void)gmem, (void)n;
+  ATTN_SM80_OR_TRAP();
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if ATTN_HAVE_SM80
+  asm volatile("cp.async.commit_group;\n");
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+#if ATTN_HAVE_SM80
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ float warp_sum(float x) {

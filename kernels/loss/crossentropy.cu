@@ -6,9 +6,11 @@
 //   C  (backward only) dlogits = (softmax - onehot) * dloss, written once.
 // C reads the shared-memory copy, so the logits cross HBM once and dlogits once; the forward alone
 // is a single pass. Rows that do not fit (or unaligned rows: scalar path) re-read global memory
-// (mostly L2) in C. exp via exp2 of a pre-scaled argument (one FFMA + one MUFU op per element and
-// pass). dlogits may alias logits: every read of a row from global memory happens before the
-// barrier that precedes its writes. Deterministic: fixed per-thread order and a fixed tree.
+// (mostly L2) in C. Rows that fit twice (bf16 GPT-2 on sm_80+) take the streaming kernel instead:
+// a persistent grid that copies the next row while it works on this one (see below). exp via exp2
+// of a pre-scaled argument (one FFMA + one MUFU op per element and pass). dlogits may alias logits:
+// every read of a row from global memory happens before the barrier that precedes its writes.
+// Deterministic: fixed per-thread order and a fixed tree.
 #include "kernels/common/device.cuh"
 #include "kernels/loss/crossentropy.cuh"
 
@@ -150,6 +152,113 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The fused forward + backward for rows that fit twice in shared memory (bf16 GPT-2: 2 x 100 KB,
+// one block per SM), sm_80+. A persistent grid: block b takes rows b, b + gridDim.x, ...; thread t
+// copies its own 16-byte chunks (t, t + kThreads, ...) of the block's next row into the other
+// buffer with cp.async as soon as this row's chunks have landed, so the read of a row overlaps the
+// exp, the writes and the barriers of the previous one (the one-row kernel reads, then works, then
+// writes, with 2 blocks per SM at most). A thread reads back only the chunks it copied, so program
+// order orders the buffer's reuse; the target's logit goes through sh_target[buf] (written by the
+// chunk's owner in pass A, read by thread 0 after the lse barriers; two slots, as the owner may be
+// one row ahead). Pass A reads the thread's chunks twice (max, then the sum of exp(x - max)), from
+// shared memory. Same results as the one-row kernel up to the order of the per-thread sums.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    crossentropy_stream_kernel(const T* logits, const int32_t* __restrict__ targets,
+                               float* __restrict__ losses, T* dlogits, int64_t N, int Vreal, int Vp,
+                               int ignore_index, float dloss) {
+  constexpr int V = dev::Pack<T>::N, kStride = kThreads * V;
+  extern __shared__ float4 smem4[];
+  T* rows_sh = reinterpret_cast<T*>(smem4);  // [2][Vp]
+  __shared__ float red_m[33], red_s[33], sh_target[2];
+  auto prefetch = [&](int64_t row, int buf) {
+    const T* x = logits + row * Vp;
+    T* dst = rows_sh + buf * Vp;
+    for (int c = threadIdx.x * V; c < Vp; c += kStride) dev::cp_async16(dst + c, x + c, true);
+    dev::cp_async_commit();
+  };
+  auto chunk = [](const T* p) {  // 16 bytes from shared memory
+    dev::Pack<T> r;
+    *reinterpret_cast<int4*>(&r) = *reinterpret_cast<const int4*>(p);
+    return r;
+  };
+  int buf = 0;
+  if (blockIdx.x < N) prefetch(blockIdx.x, 0);
+  for (int64_t row = blockIdx.x; row < N; row += gridDim.x, buf ^= 1) {
+    dev::cp_async_wait_all();  // this thread's chunks of `row` (the only group in flight)
+    if (row + gridDim.x < N) prefetch(row + gridDim.x, buf ^ 1);
+    const T* xs = rows_sh + int64_t(buf) * Vp;
+    T* dx = dlogits + row * Vp;
+    const int target = targets[row];
+    if (target == ignore_index) {  // loss 0, gradient exactly zero (uniform in the block)
+      if (threadIdx.x == 0) losses[row] = 0.f;
+      dev::Pack<T> zero;
+#pragma unroll
+      for (int j = 0; j < V; ++j) zero.set(j, 0.f);
+      for (int c = threadIdx.x * V; c < Vp; c += kStride) dev::store_pack(dx + c, zero);
+      continue;
+    }
+    // Pass A: this thread's max over its real columns, then its sum of exp(x - max).
+    float mx = -INFINITY;
+    for (int c = threadIdx.x * V; c < Vp; c += kStride) {
+      const auto ch = chunk(xs + c);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (c + j < Vreal) mx = fmaxf(mx, ch.f(j));
+        if (c + j == target) sh_target[buf] = ch.f(j);  // (no dynamic index: no local memory)
+      }
+    }
+    float sum = 0.f;
+    if (mx != -INFINITY) {  // else only padding columns (or none) in this thread's chunks
+      const float mx2 = mx * kLog2e;
+      for (int c = threadIdx.x * V; c < Vp; c += kStride) {
+        const auto ch = chunk(xs + c);
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          if (c + j < Vreal) sum += exp2f(fmaf(ch.f(j), kLog2e, -mx2));
+      }
+    }
+    block_merge_lse(mx, sum, red_m, red_s);  // its barriers also publish sh_target[buf]
+    const float lse = mx + logf(sum);
+    if (threadIdx.x == 0) losses[row] = lse - sh_target[buf];
+    // Pass C: dlogits = (softmax - onehot) * dloss; padding columns get 0.
+    const float lse2 = lse * kLog2e;
+    for (int c = threadIdx.x * V; c < Vp; c += kStride) {
+      const auto ch = chunk(xs + c);
+      dev::Pack<T> out;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const int cj = c + j;
+        const float p = cj < Vreal ? exp2f(fmaf(ch.f(j), kLog2e, -lse2)) : 0.f;
+        out.set(j, (p - (cj == target ? 1.f : 0.f)) * dloss);
+      }
+      dev::store_pack(dx + c, out);
+    }
+  }
+}
+
+// The streaming kernel where the device (sm_80+) and shared memory (two rows) allow; false if not.
+template <typename T>
+bool launch_stream(const CrossEntropyParams<T>& p, T* dlogits, size_t row_bytes, int optin,
+                   int dev_id, cudaStream_t st) {
+  int major = 0, sms = 0, per_sm = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev_id));
+  const size_t smem = 2 * row_bytes;
+  if (major < 8 || smem + 512 > size_t(optin)) return false;  // 512: the static reductions
+  auto kernel = crossentropy_stream_kernel<T>;
+  if (smem > 48 * 1024) {
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  }
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev_id));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+  const int64_t grid = std::min<int64_t>(p.N, int64_t(std::max(per_sm, 1)) * sms);
+  kernel<<<unsigned(grid), kThreads, smem, st>>>(p.logits, p.targets, p.losses, dlogits, p.N, p.V,
+                                                 p.Vp, p.ignore_index, p.dloss);
+  CUDA_CHECK_LAUNCH();
+  return true;
+}
+
 template <typename T, int V, bool kSmem>
 void launch_kernel(const CrossEntropyParams<T>& p, T* dlogits, size_t smem, cudaStream_t st) {
   auto kernel = crossentropy_kernel<T, V, kSmem>;
@@ -177,6 +286,7 @@ void launch_ce(const CrossEntropyParams<T>& p, T* dlogits, Stream s) {
   const size_t row_bytes = size_t(p.Vp) * sizeof(T);
   // The forward alone reads the row once and needs no copy. Static shared memory of the kernel
   // (reductions) comes on top of the dynamic row.
+  if (dlogits && launch_stream(p, dlogits, row_bytes, optin, dev_id, st)) return;
   if (dlogits && row_bytes + 512 <= size_t(optin))
     return launch_kernel<T, N, true>(p, dlogits, row_bytes, st);
   launch_kernel<T, N, false>(p, dlogits, 0, st);
