@@ -243,153 +243,12 @@ class EncodePool {
   std::vector<std::thread> workers_;
 };
 
-// Writes the shard files on threads of their own, so that the in-order writer thread only copies
-// ids into chunks (memory speed) and a batch is free again as soon as it is copied, whatever the
-// file system does: a buffered write runs at ~700 MB/s on the 16-core host, and finishing a shard
-// fsyncs it, which for a 100M-token shard can take longer than encoding a batch. Jobs (append a
-// chunk of ids, finish a shard) of one shard run in order, one at a time; jobs of different shards
-// run at once on different threads (ext4 serializes buffered writes to one file, so concurrency
-// has to be across files: the next shard is written while the last one is flushed).
-// Memory: at most `chunks` chunks of kChunkTokens ids exist; they are recycled. An error of a
-// file thread drops the queued jobs (the unfinished shards' temporary files are deleted) and comes
-// back from the next take_chunk() or wait().
-class ShardFiles {
- public:
-  static constexpr size_t kChunkTokens = size_t(1) << 20;  // 4 MiB of int32 ids
-  struct Shard {
-    Shard(const std::string& path, int32_t version) : writer(path, version) {}
-    ShardWriter writer;
-    bool busy = false;  // a thread runs one of its jobs; guarded by the mutex
-  };
-
-  ShardFiles(int threads, size_t chunks) : chunks_(chunks) {
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
-  }
-  ~ShardFiles() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-
-  // Creates the shard's temporary file on the calling thread (errors come back at once).
-  std::shared_ptr<Shard> open(const std::string& path, int32_t version) {
-    return std::make_shared<Shard>(path, version);
-  }
-
-  // An empty chunk with room for kChunkTokens ids; waits while all chunks are queued.
-  std::vector<int32_t> take_chunk() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait(lock, [&] { return error_ || !free_.empty() || created_ < chunks_; });
-    if (error_) std::rethrow_exception(error_);
-    if (free_.empty()) {
-      ++created_;
-      std::vector<int32_t> chunk;
-      chunk.reserve(kChunkTokens);
-      return chunk;
-    }
-    std::vector<int32_t> chunk = std::move(free_.back());
-    free_.pop_back();
-    return chunk;
-  }
-
-  // Queues appending the chunk's ids to the shard / finishing the shard (ShardWriter::finish).
-  void append(const std::shared_ptr<Shard>& shard, std::vector<int32_t> chunk) {
-    push({shard, std::move(chunk), /*finish=*/false});
-  }
-  void finish(std::shared_ptr<Shard> shard) { push({std::move(shard), {}, /*finish=*/true}); }
-
-  // Waits until every queued job is done; rethrows the first error.
-  void wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait(lock, [&] { return error_ || (jobs_.empty() && running_ == 0); });
-    if (error_) std::rethrow_exception(error_);
-  }
-
-  // Seconds the threads spent writing, summed over threads.
-  double busy_seconds() const { return double(busy_ns_.load()) * 1e-9; }
-
- private:
-  struct Job {
-    std::shared_ptr<Shard> shard;
-    std::vector<int32_t> chunk;
-    bool finish;
-  };
-
-  void push(Job job) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (error_) return;  // dropped: the error comes back from take_chunk() or wait()
-      jobs_.push_back(std::move(job));
-    }
-    cv_.notify_all();
-  }
-
-  void work() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (true) {
-      // The oldest job whose shard no other thread is writing.
-      auto job = jobs_.end();
-      cv_.wait(lock, [&] {
-        job = std::find_if(jobs_.begin(), jobs_.end(), [](const Job& j) { return !j.shard->busy; });
-        return stop_ || job != jobs_.end();
-      });
-      if (stop_) return;
-      Job mine = std::move(*job);
-      jobs_.erase(job);
-      mine.shard->busy = true;
-      ++running_;
-      lock.unlock();
-      const auto start = Clock::now();
-      std::exception_ptr error;
-      try {
-        if (mine.finish)
-          mine.shard->writer.finish();
-        else
-          mine.shard->writer.append(mine.chunk);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      busy_ns_ +=
-          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
-      lock.lock();
-      mine.shard->busy = false;
-      --running_;
-      if (!mine.finish) {
-        mine.chunk.clear();
-        free_.push_back(std::move(mine.chunk));
-      }
-      if (error && !error_) {
-        error_ = error;
-        jobs_.clear();
-      }
-      cv_.notify_all();
-    }
-  }
-
-  const size_t chunks_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<Job> jobs_;
-  std::vector<std::vector<int32_t>> free_;
-  size_t created_ = 0;
-  int running_ = 0;
-  bool stop_ = false;
-  std::exception_ptr error_;
-  std::atomic<int64_t> busy_ns_{0};
-  std::vector<std::thread> threads_;  // last: start after the members above exist
-};
-
-// Cuts one split's token stream into shards of at most shard_tokens tokens, copied into chunks
-// that ShardFiles writes.
+// Cuts one split's token stream into shards of at most shard_tokens tokens.
 class SplitWriter {
  public:
-  SplitWriter(ShardFiles& files, std::string dir, std::string split, int32_t version,
-              int64_t shard_tokens, SplitSummary& summary)
-      : files_(files),
-        dir_(std::move(dir)),
+  SplitWriter(std::string dir, std::string split, int32_t version, int64_t shard_tokens,
+              SplitSummary& summary)
+      : dir_(std::move(dir)),
         split_(std::move(split)),
         version_(version),
         shard_tokens_(shard_tokens),
@@ -398,21 +257,17 @@ class SplitWriter {
   void append(std::span<const int32_t> tokens) {
     summary_.tokens += int64_t(tokens.size());
     while (!tokens.empty()) {
-      if (!shard_) {
+      if (!writer_) {
         const std::string path =
             strformat("%s/%s_%06d.bin", dir_.c_str(), split_.c_str(), int(summary_.shards.size()));
-        shard_ = files_.open(path, version_);
-        shard_size_ = 0;
+        writer_ = std::make_unique<ShardWriter>(path, version_);
         summary_.shards.push_back(path);
       }
-      if (chunk_.capacity() == 0) chunk_ = files_.take_chunk();
-      const size_t take = std::min({tokens.size(), size_t(shard_tokens_ - shard_size_),
-                                    ShardFiles::kChunkTokens - chunk_.size()});
-      chunk_.insert(chunk_.end(), tokens.begin(), tokens.begin() + ptrdiff_t(take));
+      const size_t take =
+          size_t(std::min<int64_t>(int64_t(tokens.size()), shard_tokens_ - writer_->size()));
+      writer_->append(tokens.first(take));
       tokens = tokens.subspan(take);
-      shard_size_ += int64_t(take);
-      if (chunk_.size() == ShardFiles::kChunkTokens) send_chunk();
-      if (shard_size_ == shard_tokens_) finish();
+      if (writer_->size() == shard_tokens_) finish();
     }
   }
   void count(int64_t documents, int64_t bytes) {
@@ -420,29 +275,17 @@ class SplitWriter {
     summary_.bytes += bytes;
   }
 
-  // Queues the rest of the open shard and its finish().
   void finish() {
-    if (!shard_) return;
-    send_chunk();
-    files_.finish(std::move(shard_));
-    shard_.reset();
+    if (writer_) writer_->finish();
+    writer_.reset();
   }
 
  private:
-  void send_chunk() {
-    if (chunk_.empty()) return;
-    files_.append(shard_, std::move(chunk_));
-    chunk_ = {};
-  }
-
-  ShardFiles& files_;
   std::string dir_, split_;
   int32_t version_;
   int64_t shard_tokens_;
   SplitSummary& summary_;
-  std::shared_ptr<ShardFiles::Shard> shard_;
-  int64_t shard_size_ = 0;      // tokens of the open shard
-  std::vector<int32_t> chunk_;  // ids of the open shard not yet queued
+  std::unique_ptr<ShardWriter> writer_;
 };
 
 // Appends task t of an encoded batch to the two splits in input order: each run of consecutive
@@ -675,31 +518,30 @@ PrepareSummary prepare(const PrepareOptions& options) {
   for (const auto& f : files) total_file_bytes += int64_t(fs::file_size(f));
   Progress progress(options.progress, total_file_bytes);
 
+  SplitWriter writers[2] = {SplitWriter(options.out_dir, "train", summary.shard_version,
+                                        options.shard_tokens, summary.train),
+                            SplitWriter(options.out_dir, "val", summary.shard_version,
+                                        options.shard_tokens, summary.val)};
   // Pipeline, each stage on its own threads, so that they overlap:
   //   decoders (ParallelFileReader: up to `threads` files at once, each file on one thread)
   //   -> main thread: appends the decoded blocks to a batch and finds the documents in place
   //      (DocumentScanner; JSON lines are parsed here), cuts the batch into tasks
   //   -> `threads` encoding threads (EncodePool)
-  //   -> one writer thread: copies the batches' ids in order into chunks of the shards
-  //      (BatchQueue, SplitWriter), which frees each batch at memory speed
-  //   -> kFileThreads file threads: write the chunks to the shard files (ShardFiles).
+  //   -> one writer thread: writes the batches in order (BatchQueue). On the 16-core host this is
+  //      not what bounds a 16-thread run: handing the writes to two file threads of their own, so
+  //      that a batch is free as soon as its ids are copied, did not shorten it
+  //      (docs/tokenizer.md).
   // `threads` counts the encoding threads only: the other stages are light (reading and cutting a
-  // plain file runs at GB/s; writing is a copy and a conversion to uint16) except decoding, which
-  // for .gz/.xz input runs in a decoder thread (or the xz program) beside the encoders.
+  // plain file runs at GB/s; writing is a conversion to uint16) except decoding, which for
+  // .gz/.xz input runs in a decoder thread (or the xz program) beside the encoders.
   // Batches start small (the pool waits for the first one) and double up to the full size. A
   // batch also goes out early, at any size, when the encoders have nothing left to do and the
   // next block of input is not decoded yet (input slower than encoding: .xz).
-  // Memory: kBatches batches of text and ids (~70 MB each at 16 threads), up to
-  // kAheadBytesPerThread x threads of text decoded ahead, and 4 + 2 x threads chunks of ids on
-  // their way to the files (4 MiB each: 144 MiB at 16 threads). More batches or chunks did not
-  // make the 16-thread run faster on the 16-core host (docs/tokenizer.md).
+  // Memory: kBatches batches of text and ids (~70 MB each at 16 threads), plus up to
+  // kAheadBytesPerThread x threads of text decoded ahead. 6 or 8 batches ended the main thread's
+  // wait for a free batch at 16 threads on the 16-core host but did not shorten the run: the
+  // encoders bound it (docs/tokenizer.md).
   constexpr size_t kBatches = 4;
-  constexpr int kFileThreads = 2;  // one shard is written while the last one is flushed
-  ShardFiles shard_files(kFileThreads, 4 + 2 * size_t(threads));
-  SplitWriter writers[2] = {SplitWriter(shard_files, options.out_dir, "train",
-                                        summary.shard_version, options.shard_tokens, summary.train),
-                            SplitWriter(shard_files, options.out_dir, "val", summary.shard_version,
-                                        options.shard_tokens, summary.val)};
   constexpr size_t kAheadBytesPerThread = size_t(16) << 20;
   const int64_t full_batch_bytes =
       options.batch_bytes > 0 ? options.batch_bytes : int64_t(threads) * (2 << 20);
@@ -707,19 +549,21 @@ PrepareSummary prepare(const PrepareOptions& options) {
       options.batch_bytes > 0 ? options.batch_bytes : int64_t(threads) * (256 << 10);
   const int64_t early_batch_bytes = std::min<int64_t>(batch_bytes, int64_t(threads) * (16 << 10));
   std::atomic<int64_t> tokens_written{0};  // for the progress line
+  double write_seconds = 0.0;              // the writer thread's, read after queue.finish()
   const bool jsonl = !options.jsonl_field.empty();
 
   // Destroyed in reverse order: the reader's decoders stop first, then the writer thread (which
-  // may be waiting for the pool), then the pool, then (above) the split writers and the file
-  // threads, which drop their queued jobs (deleting the unfinished shards' temporary files).
+  // may be waiting for the pool), then the pool.
   EncodePool pool(*tokenizer, threads, options.seed, options.val_fraction);
   // Each task is written as soon as it and the tasks before it are encoded, so that little
   // writing is left when the last task is done.
   BatchQueue queue(kBatches, [&](Batch& batch) {
     for (size_t t = 0; t < batch.num_tasks(); ++t) {
       pool.wait(batch, t);  // rethrows an encoding error
+      const auto t0 = Clock::now();
       write_task(batch, t, writers);
       tokens_written += int64_t(batch.tokens[t].size());
+      write_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     }
   });
   ParallelFileReader reader(files, threads, kAheadBytesPerThread * size_t(threads));
@@ -808,9 +652,9 @@ PrepareSummary prepare(const PrepareOptions& options) {
   queue.finish();
   const auto t0 = Clock::now();
   for (auto& w : writers) w.finish();
-  shard_files.wait();
   summary.flush_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   summary.pipeline_seconds = std::chrono::duration<double>(Clock::now() - pipeline_start).count();
+  write_seconds += summary.flush_seconds;
   progress.update(total_file_bytes, text_bytes, summary.train.tokens + summary.val.tokens,
                   files.size(), files.size(), /*force=*/true);
   progress.finish();
@@ -820,7 +664,7 @@ PrepareSummary prepare(const PrepareOptions& options) {
   summary.encode_thread_seconds = pool.busy_seconds();
   summary.input_wait_seconds = input_wait_seconds;
   summary.encoder_wait_seconds = queue.wait_seconds();
-  summary.write_seconds = shard_files.busy_seconds();
+  summary.write_seconds = write_seconds;
   summary.main_seconds =
       std::max(0.0, main_loop_seconds - input_wait_seconds - queue.wait_seconds());
   if (options.val_fraction > 0 && summary.val.documents == 0 && options.progress)
@@ -847,8 +691,7 @@ std::string PrepareSummary::to_string() const {
   s += strformat(
       "  time: %.2f s setup (tokenizer), then %.2f s of pipeline: %d encoding threads busy %.0f%% "
       "of it; main thread worked %.2f s and waited %.2f s for decoded input and %.2f s for the "
-      "encoders; file threads wrote %.2f s, and the last writes and flushes to disk took %.2f s "
-      "after the encoding\n",
+      "encoders; writing took %.2f s (%.2f s of it the final flush to disk)\n",
       setup_seconds, pipeline_seconds, threads,
       100.0 * encode_thread_seconds / std::max(1e-9, double(threads) * pipeline_seconds),
       main_seconds, input_wait_seconds, encoder_wait_seconds, write_seconds, flush_seconds);

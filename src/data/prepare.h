@@ -56,9 +56,8 @@ struct PrepareSummary {
   // Where the time went. threads: encoding threads; encode_thread_seconds: their busy time summed
   // over threads; input_wait_seconds: the main thread waiting for decoded input (input-bound
   // when large); encoder_wait_seconds: the main thread waiting for the encoders to free a batch
-  // (encoding-bound); write_seconds: the file threads writing shards, summed over threads;
-  // flush_seconds: the wait for the last writes and flushes to disk after the encoding is done
-  // (part of it counted in write_seconds too); setup_seconds:
+  // (encoding-bound); write_seconds: the writer thread writing shards, including flush_seconds,
+  // the final flush of the last shards to disk (after the encoding is done); setup_seconds:
   // loading the tokenizer and listing the inputs, before the pipeline starts; main_seconds: the
   // main thread's own work in the pipeline (appending decoded blocks to batches, finding the
   // documents, cutting tasks), i.e. its time in the pipeline minus both waits: when it is close

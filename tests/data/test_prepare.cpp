@@ -338,12 +338,11 @@ TEST_F(PrepareTest, ShardsAreIdenticalForManyFilesAndJsonl) {
   run_all(o, "jsonl");
 }
 
-// The file threads get each shard's ids in chunks of about a million and write several shards
-// at once: a shard of several chunks, and many small shards in flight at the same time, must hold
-// the same bytes for any thread count and batch size.
-TEST_F(PrepareTest, ShardsAreIdenticalAcrossWriteChunksAndManyShardsInFlight) {
+// A shard larger than ShardWriter's 8 MiB writeback step, and many small shards: the documents
+// in order and the same bytes for any thread count and batch size.
+TEST_F(PrepareTest, LargeAndManySmallShardsAreIdentical) {
   std::vector<std::string> docs;
-  for (int salt = 0; salt < 90; ++salt) {
+  for (int salt = 0; salt < 150; ++salt) {
     const auto more = make_docs(250, salt);
     docs.insert(docs.end(), more.begin(), more.end());
   }
@@ -356,8 +355,8 @@ TEST_F(PrepareTest, ShardsAreIdenticalAcrossWriteChunksAndManyShardsInFlight) {
     int64_t batch_bytes, shard_tokens;
   };
   std::map<int64_t, std::map<std::string, std::string>> first;  // shard_tokens -> shard bytes
-  for (const Run& run : {Run{1, 0, 1'500'000}, Run{4, 100'000, 1'500'000}, Run{1, 0, 20'000},
-                         Run{3, 30'000, 20'000}}) {
+  for (const Run& run : {Run{1, 0, 5'000'000}, Run{4, 100'000, 5'000'000}, Run{1, 0, 50'000},
+                         Run{3, 30'000, 50'000}}) {
     SCOPED_TRACE(testing::Message() << "threads " << run.threads << ", batch_bytes "
                                     << run.batch_bytes << ", shard_tokens " << run.shard_tokens);
     auto o = options();
@@ -366,11 +365,11 @@ TEST_F(PrepareTest, ShardsAreIdenticalAcrossWriteChunksAndManyShardsInFlight) {
     o.shard_tokens = run.shard_tokens;
     o.out_dir = path("out_" + std::to_string(run.threads) + "_" + std::to_string(run.shard_tokens));
     const auto s = prepare(o);
-    // The first train shard spans two chunks; the 20,000-token runs write ~120 shards.
-    ASSERT_GT(s.train.tokens, 2'200'000);
+    ASSERT_GT(s.train.tokens, 4'300'000);  // uint16: the first train shard holds > 8 MiB
     EXPECT_EQ(s.train.shards.size(),
               size_t((s.train.tokens + run.shard_tokens - 1) / run.shard_tokens));
-    EXPECT_EQ(ShardFile::open(s.train.shards[0])->size(), run.shard_tokens);
+    EXPECT_EQ(ShardFile::open(s.train.shards[0])->size(),
+              std::min(s.train.tokens, run.shard_tokens));
     EXPECT_EQ(documents_of(split_tokens(s.train)), want[0]);
     EXPECT_EQ(documents_of(split_tokens(s.val)), want[1]);
     const auto shards = shard_bytes(s);
@@ -392,8 +391,8 @@ std::vector<std::string> temporary_files(const std::string& dir) {
   return names;
 }
 
-// A shard that fails to be written (on a file thread) or created (on the writer thread) stops the
-// run with an error naming the shard, and no temporary file of the run is left behind.
+// A shard that cannot be written or created stops the run with an error naming the shard, and
+// no temporary file of the run is left behind.
 TEST_F(PrepareTest, ShardWriteErrorsStopTheRun) {
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full to fail a write";
   write("in/a.txt", join(make_docs(400, 3)));
