@@ -85,8 +85,10 @@ class ShardFile final : public TokenSource {
 };
 
 // Streaming, atomic shard writer. append() may be called many times; finish() writes the header,
-// fsyncs and renames the temporary file to `path`. Destroying an unfinished writer deletes the
-// temporary file. Every appended id must be in [0, 65536) for version 1, >= 0 for version 2.
+// fsyncs and renames the temporary file to `path`. append() starts the writeback of the tokens
+// to disk every 8 MiB or so, so that finish() waits only for the last ones. Destroying an
+// unfinished writer deletes the temporary file. Every appended id must be in [0, 65536) for version
+// 1, >= 0 for version 2.
 class ShardWriter {
  public:
   ShardWriter(const std::string& path, int32_t version);
@@ -103,6 +105,7 @@ class ShardWriter {
   std::string path_, tmp_path_;
   int32_t version_;
   int64_t num_tokens_ = 0;
+  int64_t writeback_tokens_ = 0;  // tokens whose writeback to disk has been started
   std::FILE* file_ = nullptr;
   std::vector<unsigned char> scratch_;
 };

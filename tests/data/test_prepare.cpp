@@ -1,5 +1,6 @@
 // prepare: text files -> shards, end to end with the byte tokenizer.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -335,6 +336,89 @@ TEST_F(PrepareTest, ShardsAreIdenticalForManyFilesAndJsonl) {
   auto o = options();
   o.jsonl_field = "text";
   run_all(o, "jsonl");
+}
+
+// A shard larger than ShardWriter's 8 MiB writeback step, and many small shards: the documents
+// in order and the same bytes for any thread count and batch size.
+TEST_F(PrepareTest, LargeAndManySmallShardsAreIdentical) {
+  std::vector<std::string> docs;
+  for (int salt = 0; salt < 150; ++salt) {
+    const auto more = make_docs(250, salt);
+    docs.insert(docs.end(), more.begin(), more.end());
+  }
+  write("in/a.txt", join(docs));
+  std::vector<std::string> want[2];
+  for (const auto& d : docs) want[is_val_document(d, 5, 0.3) ? 1 : 0].push_back(d);
+
+  struct Run {
+    int threads;
+    int64_t batch_bytes, shard_tokens;
+  };
+  std::map<int64_t, std::map<std::string, std::string>> first;  // shard_tokens -> shard bytes
+  for (const Run& run : {Run{1, 0, 5'000'000}, Run{4, 100'000, 5'000'000}, Run{1, 0, 50'000},
+                         Run{3, 30'000, 50'000}}) {
+    SCOPED_TRACE(testing::Message() << "threads " << run.threads << ", batch_bytes "
+                                    << run.batch_bytes << ", shard_tokens " << run.shard_tokens);
+    auto o = options();
+    o.threads = run.threads;
+    o.batch_bytes = run.batch_bytes;
+    o.shard_tokens = run.shard_tokens;
+    o.out_dir = path("out_" + std::to_string(run.threads) + "_" + std::to_string(run.shard_tokens));
+    const auto s = prepare(o);
+    ASSERT_GT(s.train.tokens, 4'300'000);  // uint16: the first train shard holds > 8 MiB
+    EXPECT_EQ(s.train.shards.size(),
+              size_t((s.train.tokens + run.shard_tokens - 1) / run.shard_tokens));
+    EXPECT_EQ(ShardFile::open(s.train.shards[0])->size(),
+              std::min(s.train.tokens, run.shard_tokens));
+    EXPECT_EQ(documents_of(split_tokens(s.train)), want[0]);
+    EXPECT_EQ(documents_of(split_tokens(s.val)), want[1]);
+    const auto shards = shard_bytes(s);
+    auto& expect = first[run.shard_tokens];
+    if (expect.empty())
+      expect = shards;
+    else
+      EXPECT_TRUE(shards == expect) << "shard bytes differ from the first run";
+  }
+}
+
+// Names in `dir` that look like a ShardWriter's temporary file.
+std::vector<std::string> temporary_files(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find(".tmp.") != std::string::npos) names.push_back(name);
+  }
+  return names;
+}
+
+// A shard that cannot be written or created stops the run with an error naming the shard, and
+// no temporary file of the run is left behind.
+TEST_F(PrepareTest, ShardWriteErrorsStopTheRun) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full to fail a write";
+  write("in/a.txt", join(make_docs(400, 3)));
+  auto o = options();
+  o.threads = 3;
+  o.batch_bytes = 5000;
+  o.shard_tokens = 3000;                                         // ~16 train shards
+  const std::string tmp = ".tmp." + std::to_string(::getpid());  // ShardWriter's suffix
+
+  // Writes to the third train shard fail: its temporary file is the full device.
+  fs::create_directories(o.out_dir);
+  fs::create_symlink("/dev/full", path("out/train_000002.bin" + tmp));
+  test::expect_error([&] { prepare(o); }, {"train_000002.bin" + tmp, "No space left on device"});
+  EXPECT_EQ(temporary_files(o.out_dir), std::vector<std::string>{});
+
+  // The second val shard cannot be created: a directory has its temporary file's name.
+  o.out_dir = path("out2");
+  fs::create_directories(path("out2/val_000001.bin" + tmp));
+  test::expect_error([&] { prepare(o); }, {"cannot create token shard", "val_000001.bin" + tmp});
+  EXPECT_EQ(temporary_files(o.out_dir), std::vector<std::string>{"val_000001.bin" + tmp});
+
+  // The same run without the obstacles succeeds.
+  fs::remove_all(o.out_dir);
+  const auto s = prepare(o);
+  EXPECT_GT(s.train.shards.size(), 10u);
+  EXPECT_GT(s.val.shards.size(), 1u);
 }
 
 TEST_F(PrepareTest, ErrorsNameTheProblem) {
