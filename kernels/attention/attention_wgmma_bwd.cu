@@ -134,17 +134,11 @@ __device__ __forceinline__ void bulk_wait_all() {
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
-__device__ __forceinline__ bool visible(int key, int q, const AttentionParams<bf16>& p) {
-  return key < p.T_ && q < p.T_ && (!p.causal || key <= q) && (p.window == 0 || key > q - p.window);
-}
-
 // The steps of one query tile, shared by the kernels below (one warpgroup's part: keys key0 and
 // key0 + 8 of this thread, its 64 keys of the block starting at row kr0 = 64 wg + 16 warp + g of
 // the block's tiles). Accumulator element 4 j + 2 r + e: key key0 + 8 r, query
 // q0 + 8 j + 2 tig + e.
 
-// S^T -> P^T = exp2(S^T scale log2 e - lse log2 e) in place, zero where the key does not see the
-// query (only tested on tiles that need masks).
 // Two floats at a shared-memory address (8-byte aligned).
 __device__ __forceinline__ float2 lds_f2(uint32_t addr) {
   float2 v;
@@ -152,10 +146,32 @@ __device__ __forceinline__ float2 lds_f2(uint32_t addr) {
   return v;
 }
 
+// S^T -> P^T = exp2(S^T scale log2 e - lse log2 e) in place, zero where the key does not see the
+// query. The masks (only on tiles that need them: a uniform branch, so the common tile runs the
+// exp loop alone) set the score to -inf first: key key0 + 8 r sees the queries q0 + 2 tig + col
+// with lo <= col <= hi, col = 8 j + e a compile-time offset, so one comparison per element and
+// bound.
 template <int kQ>
 __device__ __forceinline__ void scores_to_p(float (&s)[kQ / 2], uint32_t c_lse, bool need_mask,
                                             int key0, int q0, int tig, float sl2,
                                             const AttentionParams<bf16>& p) {
+  if (need_mask) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int key = key0 + 8 * r, base = q0 + 2 * tig;
+      int hi = p.T_ - 1 - base;                                   // query < T
+      if (p.window > 0) hi = min(hi, key + p.window - 1 - base);  // query < key + window
+      if (key >= p.T_) hi = -1;                                   // a key past T sees none
+      const int lo = p.causal ? key - base : -(1 << 30);          // query >= key
+#pragma unroll
+      for (int j = 0; j < kQ / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (8 * j + e > hi || 8 * j + e < lo) s[4 * j + 2 * r + e] = -INFINITY;
+        }
+      }
+    }
+  }
 #pragma unroll
   for (int j = 0; j < kQ / 8; ++j) {
     const float2 l = lds_f2(c_lse + 4 * (8 * j + 2 * tig));
@@ -164,9 +180,7 @@ __device__ __forceinline__ void scores_to_p(float (&s)[kQ / 2], uint32_t c_lse, 
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int i = 4 * j + 2 * r + e;
-        float pv = exp2_ftz(fmaf(s[i], sl2, -(e ? l.y : l.x) * kLog2e));
-        if (need_mask && !visible(key0 + 8 * r, q0 + 8 * j + 2 * tig + e, p)) pv = 0.f;
-        s[i] = pv;
+        s[i] = exp2_ftz(fmaf(s[i], sl2, -(e ? l.y : l.x) * kLog2e));  // exp2(-inf) = 0
       }
     }
   }
