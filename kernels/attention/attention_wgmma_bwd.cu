@@ -709,20 +709,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // dq = scale * dq_accum -> bf16 at the q layout; 4 values per thread. kSwizzled: dq_accum in the
-// bulk kernel's layout (dq_swizzle), else plain [B, H, T, D].
-template <bool kSwizzled>
+// bulk kernel's layout (dq_swizzle), else plain [B, H, T, D]. Grid (T D / 4 / 256, n_head, B): the
+// head and batch come from the block index, the row and column from shifts (no 64-bit division).
+template <int D, bool kSwizzled>
 __global__ void dq_convert_kernel(const AttentionParams<bf16> p,
                                   const float* __restrict__ dq_accum) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // index of 4 values
-  const int quads = p.D / 4;
-  if (i >= int64_t(p.B) * p.n_head * p.T_ * quads) return;
-  const int64_t row = i / quads;
-  const int d = int(i % quads) * 4;
-  const int t = int(row % p.T_), h = int((row / p.T_) % p.n_head),
-            b = int(row / (int64_t(p.T_) * p.n_head));
+  constexpr int kQuads = D / 4;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;  // index of 4 values in the (b, h) plane
+  if (i >= p.T_ * kQuads) return;
+  const int t = i / kQuads, d = (i % kQuads) * 4, h = blockIdx.y, b = blockIdx.z;
+  const int64_t row = (int64_t(b) * p.n_head + h) * p.T_ + t;
   const int src = kSwizzled ? dq_swizzle(t, d) : d;  // t % 8 is the row's phase in its tile
-  const float4 v = *reinterpret_cast<const float4*>(dq_accum + row * p.D + src);
-  bf16* out = p.dq + b * p.qkv_batch_stride + int64_t(t) * p.qkv_row_stride + h * p.D + d;
+  const float4 v = *reinterpret_cast<const float4*>(dq_accum + row * D + src);
+  bf16* out = p.dq + b * p.qkv_batch_stride + int64_t(t) * p.qkv_row_stride + h * D + d;
   reinterpret_cast<__nv_bfloat162*>(out)[0] = __floats2bfloat162_rn(v.x * p.scale, v.y * p.scale);
   reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(v.z * p.scale, v.w * p.scale);
 }
@@ -740,8 +739,8 @@ void launch(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
   }
   kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum, tm_q, tm_do);
   CUDA_CHECK_LAUNCH();
-  const int64_t quads = int64_t(p.B) * p.n_head * p.T_ * (D / 4);
-  dq_convert_kernel<kBulkDq><<<div_up(quads, 256), 256, 0, st>>>(p, dq_accum);
+  const dim3 convert_grid(div_up(int64_t(p.T_) * (D / 4), 256), p.n_head, p.B);
+  dq_convert_kernel<D, kBulkDq><<<convert_grid, 256, 0, st>>>(p, dq_accum);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -754,8 +753,8 @@ void launch_pipelined(const AttentionParams<bf16>& p, const float* delta, float*
   const dim3 grid(div_up(p.T_, kBlockN), p.n_kv_head, p.B);
   kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum);
   CUDA_CHECK_LAUNCH();
-  const int64_t quads = int64_t(p.B) * p.n_head * p.T_ * (D / 4);
-  dq_convert_kernel<true><<<div_up(quads, 256), 256, 0, st>>>(p, dq_accum);
+  const dim3 convert_grid(div_up(int64_t(p.T_) * (D / 4), 256), p.n_head, p.B);
+  dq_convert_kernel<D, true><<<convert_grid, 256, 0, st>>>(p, dq_accum);
   CUDA_CHECK_LAUNCH();
 }
 
