@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <future>
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "core/error.h"
 #include "tokenizer/bpe.h"
@@ -91,7 +94,12 @@ class VocabBuilder {
 };
 
 // Token ids by their spelling in the file (GPT-2 symbols), for resolving merges.
-using SymbolIds = std::unordered_map<std::string, int32_t>;
+// Token string -> id, looked up by string_view (transparent hash: no string per lookup).
+struct SymbolHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using SymbolIds = std::unordered_map<std::string, int32_t, SymbolHash, std::equal_to<>>;
 
 void add_symbol_tokens(const json& vocab, const std::string& path, VocabBuilder& vb,
                        SymbolIds& ids) {
@@ -120,23 +128,57 @@ void add_symbol_tokens(const json& vocab, const std::string& path, VocabBuilder&
 }
 
 // One merge "left right" (GPT-2 symbols) -> token ids; `where` names the file and line/index.
-std::pair<int32_t, int32_t> resolve_merge(const std::string& left, const std::string& right,
-                                          const SymbolIds& ids, const std::string& where) {
-  auto l = ids.find(left), r = ids.find(right);
-  ATTN_REQUIRE(l != ids.end(), "tokenizer: %s: merge '%s %s' refers to unknown token '%s'",
-               where.c_str(), left.c_str(), right.c_str(), left.c_str());
-  ATTN_REQUIRE(r != ids.end(), "tokenizer: %s: merge '%s %s' refers to unknown token '%s'",
-               where.c_str(), left.c_str(), right.c_str(), right.c_str());
+// `where` (a callable returning the merge's place, e.g. "file:line") is only called for an error
+// message: 50K merges need no string each.
+template <typename Where>
+std::pair<int32_t, int32_t> resolve_merge(std::string_view left, std::string_view right,
+                                          const SymbolIds& ids, const Where& where) {
+  const auto l = ids.find(left), r = ids.find(right);
+  if (l == ids.end() || r == ids.end()) {
+    const std::string ls(left), rs(right);
+    ATTN_FAIL("tokenizer: %s: merge '%s %s' refers to unknown token '%s'", where().c_str(),
+              ls.c_str(), rs.c_str(), (l == ids.end() ? ls : rs).c_str());
+  }
   return {l->second, r->second};
 }
 
-std::pair<std::string, std::string> split_merge(const std::string& line, const std::string& where) {
+template <typename Where>
+std::pair<std::string_view, std::string_view> split_merge(std::string_view line,
+                                                          const Where& where) {
   const size_t sp = line.find(' ');
-  ATTN_REQUIRE(sp != std::string::npos && sp > 0 && sp + 1 < line.size() &&
-                   line.find(' ', sp + 1) == std::string::npos,
-               "tokenizer: %s: expected a merge '<left> <right>', got '%s'", where.c_str(),
-               line.c_str());
+  ATTN_REQUIRE(sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() &&
+                   line.find(' ', sp + 1) == std::string_view::npos,
+               "tokenizer: %s: expected a merge '<left> <right>', got '%s'", where().c_str(),
+               std::string(line).c_str());
   return {line.substr(0, sp), line.substr(sp + 1)};
+}
+
+// The merges of a vocab.bpe file, cut into their two halves (views into `text`).
+struct MergeLines {
+  std::string text;
+  struct Merge {
+    std::string_view left, right;
+    int line;
+  };
+  std::vector<Merge> merges;
+};
+MergeLines read_merge_lines(const std::string& path) {
+  MergeLines m;
+  m.text = read_tokenizer_file(path);
+  const std::string_view text(m.text);
+  size_t pos = 0;
+  for (int line_no = 1; pos < text.size(); ++line_no) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    std::string_view line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || (line_no == 1 && line.substr(0, 8) == "#version")) continue;
+    const auto [left, right] =
+        split_merge(line, [&] { return path + ":" + std::to_string(line_no); });
+    m.merges.push_back({left, right, line_no});
+  }
+  return m;
 }
 
 void set_eot(BpeVocabData& d, const std::string& path) {
@@ -149,6 +191,11 @@ void set_eot(BpeVocabData& d, const std::string& path) {
 
 BpeVocabData load_gpt2_vocab(const std::string& dir) {
   const std::string enc_path = dir + "/encoder.json", bpe_path = dir + "/vocab.bpe";
+  // vocab.bpe is read and cut into merges on another thread while encoder.json is parsed: the two
+  // are independent until the merges are resolved to ids, and together they are most of the
+  // start-up of a `prepare` run (the encoders wait for it). An error in either file is reported
+  // (encoder.json's first).
+  auto merge_lines = std::async(std::launch::async, read_merge_lines, bpe_path);
   const json enc = parse_json_file(read_tokenizer_file(enc_path), enc_path);
   VocabBuilder vb(enc_path);
   SymbolIds ids;
@@ -157,18 +204,11 @@ BpeVocabData load_gpt2_vocab(const std::string& dir) {
   d.name = "gpt2-bpe";
   set_eot(d, enc_path);
 
-  const std::string text = read_tokenizer_file(bpe_path);
-  size_t pos = 0;
-  for (int line_no = 1; pos < text.size(); ++line_no) {
-    size_t nl = text.find('\n', pos);
-    if (nl == std::string::npos) nl = text.size();
-    std::string line = text.substr(pos, nl - pos);
-    pos = nl + 1;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
-    const std::string where = bpe_path + ":" + std::to_string(line_no);
-    const auto [left, right] = split_merge(line, where);
-    d.merges.push_back(resolve_merge(left, right, ids, where));
+  const MergeLines lines = merge_lines.get();
+  d.merges.reserve(lines.merges.size());
+  for (const auto& m : lines.merges) {
+    d.merges.push_back(resolve_merge(m.left, m.right, ids,
+                                     [&] { return bpe_path + ":" + std::to_string(m.line); }));
   }
   ATTN_REQUIRE(!d.merges.empty(), "tokenizer: '%s' has no merges", bpe_path.c_str());
   return std::move(d);
@@ -233,17 +273,17 @@ BpeVocabData load_hf_tokenizer_json(const std::string& path) {
                "tokenizer: '%s': model.merges must be an array", path.c_str());
   const json& merges = model["merges"];
   for (size_t i = 0; i < merges.size(); ++i) {
-    const std::string where = path + ": model.merges[" + std::to_string(i) + "]";
+    const auto where = [&] { return path + ": model.merges[" + std::to_string(i) + "]"; };
     const json& m = merges[i];
     if (m.is_string()) {
-      const auto [left, right] = split_merge(m.get<std::string>(), where);
+      const auto [left, right] = split_merge(m.get_ref<const std::string&>(), where);
       d.merges.push_back(resolve_merge(left, right, ids, where));
     } else {
       ATTN_REQUIRE(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
                    "tokenizer: %s: expected \"left right\" or [\"left\", \"right\"]",
-                   where.c_str());
-      d.merges.push_back(
-          resolve_merge(m[0].get<std::string>(), m[1].get<std::string>(), ids, where));
+                   where().c_str());
+      d.merges.push_back(resolve_merge(m[0].get_ref<const std::string&>(),
+                                       m[1].get_ref<const std::string&>(), ids, where));
     }
   }
   return std::move(d);
@@ -297,10 +337,11 @@ BpeVocabData attnlab_bpe_from_json(const json& j, const std::string& path) {
   const json& eot = field("eot_id");
   ATTN_REQUIRE(eot.is_number_integer(), "tokenizer: '%s': eot_id is not an integer", path.c_str());
   d.eot_id = eot.get<int32_t>();
+  d.merges.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) {
-    const std::string where = path + ": merges[" + std::to_string(i) + "]";
-    ATTN_REQUIRE(merges[i].is_string(), "tokenizer: %s: not a string", where.c_str());
-    const auto [left, right] = split_merge(merges[i].get<std::string>(), where);
+    const auto where = [&] { return path + ": merges[" + std::to_string(i) + "]"; };
+    ATTN_REQUIRE(merges[i].is_string(), "tokenizer: %s: not a string", where().c_str());
+    const auto [left, right] = split_merge(merges[i].get_ref<const std::string&>(), where);
     d.merges.push_back(resolve_merge(left, right, ids, where));
   }
   return std::move(d);
