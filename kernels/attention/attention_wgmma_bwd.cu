@@ -775,7 +775,10 @@ void launch_variant(const AttentionParams<bf16>& p, const float* delta, float* d
       launch<D, true, true>(p, delta, dq_accum, st);
       break;
     case WgmmaBwdVariant::kTma:
-      launch<D, true, D == 128, true>(p, delta, dq_accum, st);
+      launch<D, true, false, true>(p, delta, dq_accum, st);
+      break;
+    case WgmmaBwdVariant::kTmaEarlyDv:
+      launch<D, true, true, true>(p, delta, dq_accum, st);
       break;
     case WgmmaBwdVariant::kDefault:
       ATTN_FAIL("wgmma attention backward: kDefault must be resolved by the caller");
@@ -803,8 +806,9 @@ void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* del
   ATTN_ASSERT(aligned16(dq_accum));
   auto st = reinterpret_cast<cudaStream_t>(s);
   // Kernel time on the H200 (bench_attention, causal, B*T = 32K, ms at T = 1K / 4K / 16K; kernel
-  // and dQ conversion; docs/performance.md v6): D = 64 bulk 1.64 / 4.86 / 17.36, TMA 1.50 / 4.07 /
-  // 14.24; D = 128 bulk + early dV 1.37 / 3.98 / 14.13, TMA 1.28 / 3.66 / 12.90.
+  // and dQ conversion; docs/performance.md v6), last call: D = 64 bulk 1.27 / 3.69 / 13.33, TMA
+  // 1.20 / 3.38 / 12.16, TMA + early dV 1.20 / 3.34 / 13.09; D = 128 bulk 1.17 / 3.50 / 12.54, TMA
+  // 1.10 / 3.17 / 11.25, TMA + early dV 1.11 / 3.29 / 11.50.
   if (variant == WgmmaBwdVariant::kDefault) variant = WgmmaBwdVariant::kTma;
   if (p.D == 64) {
     launch_variant<64>(p, delta, dq_accum, st, variant);

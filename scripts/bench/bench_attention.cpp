@@ -133,8 +133,9 @@ int main(int argc, char** argv) {
       {WgmmaBwdVariant::kBulkDq, "bulk"},
       {WgmmaBwdVariant::kBulkDqEarlyDv, "early"},
       {WgmmaBwdVariant::kPipelined, "pipelined"},
-      {WgmmaBwdVariant::kTma, "tma"}};
-  constexpr int kFwdVersions = 3, kBwdVersions = 5;
+      {WgmmaBwdVariant::kTma, "tma"},
+      {WgmmaBwdVariant::kTmaEarlyDv, "tmaearly"}};
+  constexpr int kFwdVersions = 3, kBwdVersions = 6;
   // Whether version `name` of `kind` ("fwd" or "bwd") is timed: --versions has the item
   // kind-name.
   auto timed = [&](const char* kind, const char* name) {

@@ -374,9 +374,11 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   result.final_train_loss = last_loss;
   if (!std::isnan(result.final_val_loss)) {
     std::string vs;
-    if (!std::isnan(s.unigram_baseline))
-      vs = strformat(" vs unigram baseline %.4f (%.1f%% lower)", s.unigram_baseline,
-                     100.0 * (1.0 - result.final_val_loss / s.unigram_baseline));
+    if (!std::isnan(s.unigram_baseline)) {
+      const double pct = 100.0 * (1.0 - result.final_val_loss / s.unigram_baseline);
+      vs = strformat(" vs unigram baseline %.4f (%.1f%% %s)", s.unigram_baseline, std::fabs(pct),
+                     pct >= 0 ? "lower" : "higher: not yet better than unigram frequencies");
+    }
     log.info("done: %lld steps in %.1f s | final val loss %.4f%s", (long long)st.step,
              seconds_since(t_start), result.final_val_loss, vs.c_str());
   }

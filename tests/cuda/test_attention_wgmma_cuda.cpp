@@ -145,7 +145,8 @@ void check_wgmma(const WgmmaCase& c, uint32_t seed) {
       {WgmmaBwdVariant::kBulkDq, "bulk"},
       {WgmmaBwdVariant::kBulkDqEarlyDv, "bulk+early-dv"},
       {WgmmaBwdVariant::kPipelined, "pipelined"},
-      {WgmmaBwdVariant::kTma, "tma"}};
+      {WgmmaBwdVariant::kTma, "tma"},
+      {WgmmaBwdVariant::kTmaEarlyDv, "tma+early-dv"}};
   for (const auto& [variant, vname] : variants) {
     dqkv.poison();
     CUDA_CHECK(cudaMemset(dq_accum.ptr(), 0, n_o * sizeof(float)));
