@@ -160,8 +160,9 @@ __global__ void __launch_bounds__(kThreads)
 // writes, with 2 blocks per SM at most). A thread reads back only the chunks it copied, so program
 // order orders the buffer's reuse; the target's logit goes through sh_target[buf] (written by the
 // chunk's owner in pass A, read by thread 0 after the lse barriers; two slots, as the owner may be
-// one row ahead). Pass A reads the thread's chunks twice (max, then the sum of exp(x - max)), from
-// shared memory. Same results as the one-row kernel up to the order of the per-thread sums.
+// one row ahead, and never two: every row, ignored ones too, has a barrier). Pass A reads the
+// thread's chunks twice (max, then the sum of exp(x - max)), from shared memory. Same results as
+// the one-row kernel up to the order of the per-thread sums.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     crossentropy_stream_kernel(const T* logits, const int32_t* __restrict__ targets,
@@ -196,6 +197,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < V; ++j) zero.set(j, 0.f);
       for (int c = threadIdx.x * V; c < Vp; c += kStride) dev::store_pack(dx + c, zero);
+      // A barrier here too: without one, a thread could run through this row into the next and
+      // rewrite sh_target[buf] of the row before, which thread 0 reads after that row's barriers.
+      __syncthreads();
       continue;
     }
     // Pass A: this thread's max over its real columns, then its sum of exp(x - max).
