@@ -83,10 +83,11 @@ static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // Declared and described in wgmma_common.cuh.
 CUtensorMap tile_map(const void* base, int width, int T, int B, int64_t row_stride,
                      int64_t batch_stride, int rows) {
-  if (B == 1) batch_stride = int64_t(T) * row_stride;  // unused; TMA wants it below 2^40 bytes
+  // B == 1: the batch stride is unused; TMA wants one below 2^40 bytes all the same.
+  const int64_t map_batch_stride = B == 1 ? int64_t(T) * row_stride : batch_stride;
   CUtensorMap map;
   const cuuint64_t dims[3] = {cuuint64_t(width), cuuint64_t(T), cuuint64_t(B)};
-  const cuuint64_t strides[2] = {cuuint64_t(row_stride) * 2, cuuint64_t(batch_stride) * 2};
+  const cuuint64_t strides[2] = {cuuint64_t(row_stride) * 2, cuuint64_t(map_batch_stride) * 2};
   const cuuint32_t box[3] = {64, cuuint32_t(rows), 1}, elem_strides[3] = {1, 1, 1};
   const CUresult r = tensor_map_encoder()(
       &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), dims, strides, box,

@@ -222,25 +222,6 @@ __device__ __forceinline__ void load_tile(uint32_t s, const bf16* g, int64_t row
   }
 }
 
-// The same copy by kLoaders threads of index tid (0 .. kLoaders - 1), a multiple of the row's chunk
-// count (e.g. a producer warpgroup): thread tid copies chunk tid % (D / 8) of rows tid / (D / 8)
-// + k kLoaders / (D / 8). Unrolled kUnroll times, with one moving source pointer: a producer
-// thread holds few registers.
-template <int ROWS, int D, int kLoaders, int kUnroll = 4>
-__device__ __forceinline__ void load_tile_by(uint32_t s, const bf16* g, int64_t row_stride,
-                                             int row0, int T, int tid) {
-  constexpr int kChunks = D / 8, kRowStep = kLoaders / kChunks;
-  static_assert(kLoaders % kChunks == 0 && ROWS % kRowStep == 0, "whole rounds");
-  const int c = tid % kChunks, r0 = tid / kChunks;
-  const bf16* src = g + int64_t(row0 + r0) * row_stride + c * 8;
-  const int64_t step = int64_t(kRowStep) * row_stride;
-#pragma unroll kUnroll
-  for (int r = r0; r < ROWS; r += kRowStep, src += step) {
-    const bool valid = row0 + r < T;
-    cp_async16(s + swizzled_offset<ROWS>(r, c), valid ? src : g, valid);
-  }
-}
-
 // ---- mbarriers (shared-memory transaction barriers) and named barriers ------------------------
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -249,11 +230,6 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
 // completes for the waiters).
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// One arrival on bar once all cp.async this thread issued before have landed (the expected count
-// is not incremented: the barrier is initialised with one arrival per copying thread).
-__device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 // Waits (acquire) until the phase of parity `parity` of bar has completed: phase k (k = 0, 1, ..)
 // is the barrier's k-th completion, so a barrier completed once per use waits with (use & 1).
