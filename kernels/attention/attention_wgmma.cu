@@ -132,6 +132,31 @@ struct RowState {
   float max[2], sum[2];  // per row (row0, row0 + 8): running max (scaled log2), partial sum
 };
 
+// Epilogue of a warpgroup: o / l in bf16 and lse = (max + log2 l) ln 2 for this thread's rows
+// row0 and row0 + 8 (rows < T only); the row sums are completed over the 4 threads of a row.
+template <int D>
+__device__ __forceinline__ void store_o_lse(const float (&o)[D / 2], const RowState& st,
+                                            const AttentionParams<bf16>& p, int b, int h, int row0,
+                                            int tig) {
+  const int T = p.T_;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = st.sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int qi = row0 + 8 * r;
+    if (qi >= T) continue;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    bf16* out = p.o + b * p.o_batch_stride + int64_t(qi) * p.o_row_stride + h * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      *reinterpret_cast<__nv_bfloat162*>(out + 8 * j + 2 * tig) =
+          __floats2bfloat162_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    }
+    if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (st.max[r] + log2f(l)) * kLn2;
+  }
+}
+
 // Issues S = Q K^T for one warpgroup as one wgmma group (not waited): D / 16 k-steps; step kk
 // reads elements 16 kk .. 16 kk + 15 of every row, i.e. column block kk / 4 at byte 32 (kk % 4)
 // of each 128-byte row (+32 B per step in the descriptor's start address). SBO = 1024 (8 rows).
@@ -378,23 +403,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
     fence_regs(pa);
   }
 
-  // ---- epilogue: o / l in bf16 and lse = (max + log2 l) ln 2, rows < T only.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = st.sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int qi = row0 + 8 * r;
-    if (qi >= T) continue;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    bf16* out = p.o + b * p.o_batch_stride + int64_t(qi) * p.o_row_stride + h * D;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      *reinterpret_cast<__nv_bfloat162*>(out + 8 * j + 2 * tig) =
-          __floats2bfloat162_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-    }
-    if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (st.max[r] + log2f(l)) * kLn2;
-  }
+  store_o_lse<D>(o, st, p, b, h, row0, tig);
 #else
   (void)p, (void)tm_k, (void)tm_v;
 #endif
@@ -570,22 +579,7 @@ __global__ void __launch_bounds__(kPingpongThreads, 1)
   }
   if (wg == 0) named_bar_sync<kThreads>(1);  // warpgroup 1's last turn_end
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = rs.sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int qi = row0 + 8 * r;
-    if (qi >= T) continue;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    bf16* out = p.o + b * p.o_batch_stride + int64_t(qi) * p.o_row_stride + h * D;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      *reinterpret_cast<__nv_bfloat162*>(out + 8 * j + 2 * tig) =
-          __floats2bfloat162_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-    }
-    if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (rs.max[r] + log2f(l)) * kLn2;
-  }
+  store_o_lse<D>(o, rs, p, b, h, row0, tig);
 #else
   (void)p, (void)tm_q, (void)tm_k, (void)tm_v;
 #endif

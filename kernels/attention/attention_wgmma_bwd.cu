@@ -254,6 +254,27 @@ __device__ __forceinline__ void store_dq_tile(uint32_t sdQ, const float (&dq)[32
     }
   }
 }
+
+// Epilogue of a warpgroup: dk = scale * dS^T Q summed (the scale of S = scale Q K^T) and dv as
+// summed, bf16, for this thread's keys key0 and key0 + 8 (keys < T only).
+template <int D>
+__device__ __forceinline__ void store_dk_dv(const float (&dk)[D / 2], const float (&dv)[D / 2],
+                                            const AttentionParams<bf16>& p, int b, int hk, int key0,
+                                            int tig) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = key0 + 8 * r;
+    if (key >= p.T_) continue;
+    const int64_t off = b * p.qkv_batch_stride + int64_t(key) * p.qkv_row_stride + hk * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      *reinterpret_cast<__nv_bfloat162*>(p.dk + off + 8 * j + 2 * tig) =
+          __floats2bfloat162_rn(dk[4 * j + 2 * r] * p.scale, dk[4 * j + 2 * r + 1] * p.scale);
+      *reinterpret_cast<__nv_bfloat162*>(p.dv + off + 8 * j + 2 * tig) =
+          __floats2bfloat162_rn(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+    }
+  }
+}
 #endif  // ATTN_WGMMA_DEVICE
 
 // kBulkDq = false: each thread adds its dQ fragment to dq_accum (plain [B, H, T, D]) with float2
@@ -479,20 +500,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-  // dk = scale * dS^T Q summed (the scale of S = scale Q K^T), dv as summed; keys < T only.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int key = key0 + 8 * r;
-    if (key >= T) continue;
-    const int64_t off = b * p.qkv_batch_stride + int64_t(key) * ld + hk * D;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      *reinterpret_cast<__nv_bfloat162*>(p.dk + off + 8 * j + 2 * tig) =
-          __floats2bfloat162_rn(dk[4 * j + 2 * r] * p.scale, dk[4 * j + 2 * r + 1] * p.scale);
-      *reinterpret_cast<__nv_bfloat162*>(p.dv + off + 8 * j + 2 * tig) =
-          __floats2bfloat162_rn(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
-    }
-  }
+  store_dk_dv<D>(dk, dv, p, b, hk, key0, tig);
 #else
   (void)p, (void)delta, (void)dq_accum, (void)tm_q, (void)tm_do;
 #endif
@@ -689,20 +697,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     bulk_wait_all();
   }
 
-  // dk = scale * dS^T Q summed (the scale of S = scale Q K^T), dv as summed; keys < T only.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int key = key0 + 8 * r;
-    if (key >= T) continue;
-    const int64_t off = b * p.qkv_batch_stride + int64_t(key) * ld + hk * D;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      *reinterpret_cast<__nv_bfloat162*>(p.dk + off + 8 * j + 2 * tig) =
-          __floats2bfloat162_rn(dk[4 * j + 2 * r] * p.scale, dk[4 * j + 2 * r + 1] * p.scale);
-      *reinterpret_cast<__nv_bfloat162*>(p.dv + off + 8 * j + 2 * tig) =
-          __floats2bfloat162_rn(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
-    }
-  }
+  store_dk_dv<D>(dk, dv, p, b, hk, key0, tig);
 #else
   (void)p, (void)delta, (void)dq_accum;
 #endif
