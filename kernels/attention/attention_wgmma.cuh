@@ -40,21 +40,11 @@ bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p);
 // The backward's versions (attention_wgmma_bwd.cu), the same arithmetic: kAtomicDq adds each
 // thread's dQ fragment to the fp32 accumulator with float2 atomics; kBulkDq stages the dQ tile in
 // shared memory and adds it with one bulk reduction (cp.reduce.async.bulk); kBulkDqEarlyDv also
-// issues dV += P^T dO before dP^T is waited for; kPipelined is kBulkDqEarlyDv with one block
-// barrier per query tile instead of two (mbarriers for the load stages and the dQ tile, dS^T
-// double-buffered) and S^T, dP^T of the next tile issued right after dQ of this one. kTma is
+// issues dV += P^T dO before dP^T is waited for. kTma is
 // kBulkDq and kTmaEarlyDv kBulkDqEarlyDv with the Q and dO tiles loaded by TMA (one thread,
 // mbarriers) instead of cp.async by every thread. kDefault is what launch_attention_bwd<bf16>
 // runs: kTma (the fastest on the H200, bench_attention, docs/performance.md v6).
-enum class WgmmaBwdVariant {
-  kDefault,
-  kAtomicDq,
-  kBulkDq,
-  kBulkDqEarlyDv,
-  kPipelined,
-  kTma,
-  kTmaEarlyDv
-};
+enum class WgmmaBwdVariant { kDefault, kAtomicDq, kBulkDq, kBulkDqEarlyDv, kTma, kTmaEarlyDv };
 
 // The fast (non-deterministic) bf16 backward after its delta kernel: dq, dk, dv written (=) in
 // bf16. dK and dV are summed over the query heads of each GQA group in registers (bitwise

@@ -45,7 +45,10 @@
 // FlashAttention-3's producer warpgroup does not fit as is: the register file is split per
 // scheduler, so a 9th warp costs a whole warpgroup's registers, and with setmaxnreg the compute
 // warpgroups get at most 240 (producer 24), where these kernels need 242-255 (ptxas spills; a
-// cp.async producer also spills at 24). kPipelined (below) removes one of the two barriers instead.
+// cp.async producer also spills at 24). A version with one block barrier per tile (mbarrier-gated
+// stages, dS^T double-buffered, S^T and dP^T of the next tile issued behind dQ) measured 10-19%
+// slower, ptxas serializing its wgmmas (C7514: accumulators in flight across the loop's back
+// edge), and was removed (docs/performance.md, v6).
 #include <cuda.h>  // CUtensorMap (types only: the encoder is reached through the runtime)
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -506,203 +509,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// kPipelined: the bulk-dQ, early-dV kernel's arithmetic with one block barrier per tile instead of
-// two, and S^T and dP^T of the next tile issued right behind dQ of this one, so that the tensor
-// cores do not drain between tiles (the old kernel stores dQ, meets the other warpgroup at the top
-// of the next tile, issues the loads and only then S^T). Per tile n:
-//   P^T, early dV, dS^T, dK as before (dS^T into buffer n % 2);
-//   wait for this thread's copies of tile n + 1, fence; __syncthreads (dS^T of both warpgroups,
-//   tile n + 1 loaded by everybody, dQ of tile n - 1 stored by everybody);
-//   thread 0 issues the bulk reduction of dQ of tile n - 1;
-//   issue dQ = dS K; D = 64: wait for dK and dV (their A fragments and Q, dO of tile n are free),
-//   issue S^T, dP^T of tile n + 1, wait for dQ; D = 128 (no registers for S^T and dP^T beside dQ,
-//   dK and dV: ptxas spills) waits for everything and issues them after the dQ store; store dQ to
-//   the shared dQ tile once the bulk reduction of tile n - 1 has read it (mbarrier "dQ empty",
-//   arrived at by thread 0);
-//   release stage n % 2 (mbarrier "empty", lane 0 of each warp) and, once both warpgroups did
-//   (their dK and dV of tile n read it), load tile n + 2 into it.
-// dS^T is double-buffered: dQ of tile n (issued after barrier n) may still read buffer n % 2 while
-// the other warpgroup stores dS^T of tile n + 1, and the buffer is rewritten before barrier n + 2,
-// after both waited for dQ of tile n.
-template <int D>
-constexpr size_t pipelined_smem_bytes() {
-  return bwd_smem_bytes<D, true>() + tile_bytes(kBlockN, kQTile<D>) + 3 * 8;
-}
-
-template <int D>
-__global__ void __launch_bounds__(kThreads, 1)
-    attn_bwd_wgmma_pipelined_kernel(const AttentionParams<bf16> p, const float* __restrict__ delta,
-                                    float* __restrict__ dq_accum) {
-#if ATTN_WGMMA_DEVICE
-  constexpr int kQ = kQTile<D>;
-  constexpr uint32_t kKVBytes = tile_bytes(kBlockN, D), kQBytes = tile_bytes(kQ, D);
-  constexpr uint32_t kdSBytes = tile_bytes(kBlockN, kQ);
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  const uint32_t sK = (raw + 1023u) & ~1023u;  // [kBlockN] rows
-  const uint32_t sV = sK + kKVBytes;           // [kBlockN] rows
-  const uint32_t sQ = sV + kKVBytes;           // [2][kQ] rows
-  const uint32_t sdO = sQ + 2 * kQBytes;       // [2][kQ] rows
-  const uint32_t sdS = sdO + 2 * kQBytes;      // [2][kBlockN] rows of kQ
-  const uint32_t sStats = sdS + 2 * kdSBytes;  // lse [2][kQ], delta [2][kQ]
-  const uint32_t sdQ = sStats + 4 * kQ * 4;    // fp32 [kQ][D]
-  const uint32_t empty = sdQ + kQ * D * 4;     // [2]
-  const uint32_t dq_empty = empty + 16;
-
-  const int T = p.T_;
-  const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
-  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-  const int g = lane >> 2, tig = lane & 3;
-  const int k0 = blockIdx.x * kBlockN;
-  const int key0 = k0 + 64 * wg + 16 * warp + g;  // this thread's keys: key0 and key0 + 8
-  const int64_t ld = p.qkv_row_stride;
-  const int m_begin = p.causal ? k0 / kQ : 0;
-  int m_end = (T + kQ - 1) / kQ;
-  if (p.window > 0) m_end = min(m_end, (k0 + kBlockN - 1 + p.window - 1) / kQ + 1);
-  const int per_head = max(0, m_end - m_begin);
-  const int iters = group * per_head;
-
-  auto issue_loads = [&](int it, int buf) {
-    const int h = hk * group + it / per_head;
-    const int q0 = (m_begin + it % per_head) * kQ;
-    load_tile<kQ, D, kThreads>(sQ + buf * kQBytes, p.q + b * p.qkv_batch_stride + h * D, ld, q0, T);
-    load_tile<kQ, D, kThreads>(sdO + buf * kQBytes, p.dout + b * p.o_batch_stride + h * D,
-                               p.o_row_stride, q0, T);
-    const int64_t row = (int64_t(b) * p.n_head + h) * T + q0;
-    if (threadIdx.x < kQ) {
-      const int i = threadIdx.x;
-      const bool ok = q0 + i < T;  // rows past T read as 0 (masked)
-      cp_async4(sStats + (buf * kQ + i) * 4, p.lse + (ok ? row + i : 0), ok);
-      cp_async4(sStats + (2 * kQ + buf * kQ + i) * 4, delta + (ok ? row + i : 0), ok);
-    }
-    cp_async_commit();
-  };
-  // Thread 0: the bulk reduction of tile it's dQ (kQ rows of one (b, h), clipped at T).
-  auto reduce_dq = [&](int it) {
-    const int h = hk * group + it / per_head;
-    const int q0 = (m_begin + it % per_head) * kQ;
-    bulk_reduce_add_f32(dq_accum + ((int64_t(b) * p.n_head + h) * T + q0) * D, sdQ,
-                        uint32_t(min(kQ, T - q0)) * D * 4);
-  };
-
-  if (threadIdx.x == 0) {
-    mbar_init(empty, kThreads / 32);
-    mbar_init(empty + 8, kThreads / 32);
-    mbar_init(dq_empty, 1);
-  }
-  load_tile<kBlockN, D, kThreads>(sK, p.k + b * p.qkv_batch_stride + hk * D, ld, k0, T);
-  load_tile<kBlockN, D, kThreads>(sV, p.v + b * p.qkv_batch_stride + hk * D, ld, k0, T);
-  // Two commit groups (one possibly empty): K, V and tile 0, then tile 1.
-  iters > 0 ? issue_loads(0, 0) : cp_async_commit();
-  iters > 1 ? issue_loads(1, 1) : cp_async_commit();
-  asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // K, V and tile 0
-  fence_proxy_async();
-  __syncthreads();  // also publishes the mbarrier initialisation
-
-  float dk[D / 2], dv[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
-  const float sl2 = p.scale * kLog2e;
-  const uint32_t k_rows = sK + wg * 64 * 128, v_rows = sV + wg * 64 * 128;
-  float s[kQ / 2], dp[kQ / 2];
-
-  // One tile; on entry S^T and dP^T of tile it are the two most recent wgmma groups. Called with a
-  // constant `last` (peeled last tile), so no branch separates a wgmma issue from its wait.
-  auto tile = [&](int it, bool last) {
-    const int buf = it & 1;
-    const int q0 = (m_begin + it % per_head) * kQ;
-    const uint32_t cQ = sQ + buf * kQBytes, cdO = sdO + buf * kQBytes, cdS = sdS + buf * kdSBytes;
-    wgmma_wait<1>();  // S^T done; dP^T may still run
-    fence_regs(s);
-    const bool need_mask = q0 + kQ > T || k0 + kBlockN > T || (p.causal && k0 + kBlockN - 1 > q0) ||
-                           (p.window > 0 && k0 <= q0 + kQ - 1 - p.window);
-    scores_to_p<kQ>(s, sStats + buf * kQ * 4, need_mask, key0, q0, tig, sl2, p);
-    uint32_t pa[kQ / 16][4], dsa[kQ / 16][4];
-    acc_to_a<kQ>(pa, s);
-    fence_regs(dv);
-    fence_regs(pa);
-    wgmma_fence();
-    issue_rs<D, kQ>(dv, pa, cdO);
-    wgmma_commit();
-    wgmma_wait<1>();  // dP^T done; dV may still run
-    fence_regs(dp);
-    dp_to_ds<kQ>(dp, s, sStats + (2 + buf) * kQ * 4, tig);
-    acc_to_a<kQ>(dsa, dp);
-    store_ds<kQ>(cdS, dsa, 64 * wg + 16 * warp + g, tig);
-    fence_proxy_async();
-    fence_regs(dk);
-    fence_regs(dsa);
-    wgmma_fence();
-    issue_rs<D, kQ>(dk, dsa, cQ);
-    wgmma_commit();
-    if (!last) {
-      cp_async_wait_all();  // this thread's copies of tile it + 1
-      fence_proxy_async();
-    }
-    __syncthreads();
-    if (threadIdx.x == 0 && it > 0) reduce_dq(it - 1);
-    float dq[32];
-    issue_dq<kQ>(dq, cdS, sK, wg);
-    // D = 64: S^T and dP^T of the next tile run behind dQ. D = 128 has no registers for them
-    // beside dQ and 128 of dK, dV: they are issued once dQ is stored (still before the loads).
-    constexpr bool kNextWithDq = D == 64;
-    if (kNextWithDq && !last) {
-      wgmma_wait<1>();  // dV and dK done: pa, dsa and this stage's Q, dO free
-      fence_regs(dv);
-      fence_regs(dk);
-      fence_regs(pa);
-      fence_regs(dsa);
-      issue_abt<D, kQ>(s, k_rows, sQ + (buf ^ 1) * kQBytes);
-      issue_abt<D, kQ>(dp, v_rows, sdO + (buf ^ 1) * kQBytes);
-      wgmma_wait<2>();  // dQ done
-    } else {
-      wgmma_wait<0>();
-      fence_regs(dv);
-      fence_regs(dk);
-      fence_regs(pa);
-      fence_regs(dsa);
-    }
-    fence_regs(dq);
-    const bool refill = it + 2 < iters;
-    if (refill) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty + 8 * buf);
-    }
-    if (threadIdx.x == 0 && it > 0) {
-      bulk_wait_read();
-      mbar_arrive(dq_empty);
-    }
-    if (it > 0) mbar_wait(dq_empty, uint32_t(it - 1) & 1u);
-    store_dq_tile<D, kQ>(sdQ, dq, wg, warp, g, tig);
-    fence_proxy_async();  // for the bulk reduction after the next barrier
-    if (!kNextWithDq && !last) {
-      issue_abt<D, kQ>(s, k_rows, sQ + (buf ^ 1) * kQBytes);
-      issue_abt<D, kQ>(dp, v_rows, sdO + (buf ^ 1) * kQBytes);
-    }
-    if (refill) {
-      mbar_wait(empty + 8 * buf, uint32_t(it >> 1) & 1u);
-      issue_loads(it + 2, buf);
-    }
-  };
-  if (iters > 0) {
-    issue_abt<D, kQ>(s, k_rows, sQ);
-    issue_abt<D, kQ>(dp, v_rows, sdO);
-    for (int it = 0; it + 1 < iters; ++it) tile(it, false);
-    tile(iters - 1, true);
-  }
-  cp_async_wait_all();  // nothing may be in flight at exit
-  __syncthreads();      // the last tile's dQ stored and fenced
-  if (threadIdx.x == 0 && iters > 0) {
-    reduce_dq(iters - 1);
-    bulk_wait_all();
-  }
-
-  store_dk_dv<D>(dk, dv, p, b, hk, key0, tig);
-#else
-  (void)p, (void)delta, (void)dq_accum;
-#endif
-}
-
 // dq = scale * dq_accum -> bf16 at the q layout; 4 values per thread. kSwizzled: dq_accum in the
 // bulk kernel's layout (dq_swizzle), else plain [B, H, T, D]. Grid (T D / 4 / 256, n_head, B): the
 // head and batch come from the block index, the row and column from shifts (no 64-bit division).
@@ -740,26 +546,9 @@ void launch(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
 }
 
 template <int D>
-void launch_pipelined(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
-                      cudaStream_t st) {
-  constexpr size_t smem = pipelined_smem_bytes<D>();
-  auto* kernel = attn_bwd_wgmma_pipelined_kernel<D>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const dim3 grid(div_up(p.T_, kBlockN), p.n_kv_head, p.B);
-  kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum);
-  CUDA_CHECK_LAUNCH();
-  const dim3 convert_grid(div_up(int64_t(p.T_) * (D / 4), 256), p.n_head, p.B);
-  dq_convert_kernel<D, true><<<convert_grid, 256, 0, st>>>(p, dq_accum);
-  CUDA_CHECK_LAUNCH();
-}
-
-template <int D>
 void launch_variant(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
                     cudaStream_t st, WgmmaBwdVariant variant) {
   switch (variant) {
-    case WgmmaBwdVariant::kPipelined:
-      launch_pipelined<D>(p, delta, dq_accum, st);
-      break;
     case WgmmaBwdVariant::kAtomicDq:
       launch<D, false, false>(p, delta, dq_accum, st);
       break;

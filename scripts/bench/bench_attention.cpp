@@ -132,10 +132,9 @@ int main(int argc, char** argv) {
       {WgmmaBwdVariant::kAtomicDq, "atomic"},
       {WgmmaBwdVariant::kBulkDq, "bulk"},
       {WgmmaBwdVariant::kBulkDqEarlyDv, "early"},
-      {WgmmaBwdVariant::kPipelined, "pipelined"},
       {WgmmaBwdVariant::kTma, "tma"},
       {WgmmaBwdVariant::kTmaEarlyDv, "tmaearly"}};
-  constexpr int kFwdVersions = 3, kBwdVersions = 6;
+  constexpr int kFwdVersions = 3, kBwdVersions = 5;
   // Whether version `name` of `kind` ("fwd" or "bwd") is timed: --versions has the item
   // kind-name.
   auto timed = [&](const char* kind, const char* name) {

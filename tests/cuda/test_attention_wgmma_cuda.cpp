@@ -144,7 +144,6 @@ void check_wgmma(const WgmmaCase& c, uint32_t seed) {
       {WgmmaBwdVariant::kAtomicDq, "atomic"},
       {WgmmaBwdVariant::kBulkDq, "bulk"},
       {WgmmaBwdVariant::kBulkDqEarlyDv, "bulk+early-dv"},
-      {WgmmaBwdVariant::kPipelined, "pipelined"},
       {WgmmaBwdVariant::kTma, "tma"},
       {WgmmaBwdVariant::kTmaEarlyDv, "tma+early-dv"}};
   for (const auto& [variant, vname] : variants) {
