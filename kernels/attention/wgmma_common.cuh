@@ -38,12 +38,14 @@ constexpr float kLn2 = 0.6931471805599453f;
 // ---- PTX wrappers (sm_90a) --------------------------------------------------------------------
 __device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, bool valid) {
   const int n = valid ? 16 : 0;  // 0: zero-fill the 16 bytes (rows past T)
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(n));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(n)
+               : "memory");
 }
 // 4-byte variant (per-row floats such as lse, whose rows need not be 16-byte aligned).
 __device__ __forceinline__ void cp_async4(uint32_t smem, const void* gmem, bool valid) {
   const int n = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem), "l"(gmem), "r"(n));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem), "l"(gmem), "r"(n)
+               : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 __device__ __forceinline__ void cp_async_wait_all() {

@@ -71,7 +71,8 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   const int n = valid ? 16 : 0;  // 0: zero-fill the 16 bytes
 #if ATTN_HAVE_SM80
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n)
+               : "memory");
 #else
   (void)s, (void)gmem, (void)n;
   ATTN_SM80_OR_TRAP();
@@ -82,7 +83,8 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool val
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   const int n = valid ? 4 : 0;
 #if ATTN_HAVE_SM80
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n)
+               : "memory");
 #else
   (void)s, (void)gmem, (void)n;
   ATTN_SM80_OR_TRAP();
