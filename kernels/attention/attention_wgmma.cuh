@@ -42,9 +42,19 @@ bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p);
 // shared memory and adds it with one bulk reduction (cp.reduce.async.bulk); kBulkDqEarlyDv also
 // issues dV += P^T dO before dP^T is waited for. kTma is
 // kBulkDq and kTmaEarlyDv kBulkDqEarlyDv with the Q and dO tiles loaded by TMA (one thread,
-// mbarriers) instead of cp.async by every thread. kDefault is what launch_attention_bwd<bf16>
-// runs: kTma (the fastest on the H200, bench_attention, docs/performance.md v6).
-enum class WgmmaBwdVariant { kDefault, kAtomicDq, kBulkDq, kBulkDqEarlyDv, kTma, kTmaEarlyDv };
+// mbarriers) instead of cp.async by every thread. kTmaLagDq is kTma with the dQ product of each
+// query tile issued in the next tile, behind its first products (one block barrier per tile).
+// kDefault is what launch_attention_bwd<bf16> runs: kTma (the fastest on the H200,
+// bench_attention, docs/performance.md v6).
+enum class WgmmaBwdVariant {
+  kDefault,
+  kAtomicDq,
+  kBulkDq,
+  kBulkDqEarlyDv,
+  kTma,
+  kTmaEarlyDv,
+  kTmaLagDq
+};
 
 // The fast (non-deterministic) bf16 backward after its delta kernel: dq, dk, dv written (=) in
 // bf16. dK and dV are summed over the query heads of each GQA group in registers (bitwise

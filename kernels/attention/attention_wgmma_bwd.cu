@@ -73,13 +73,17 @@ constexpr int kQTile = D == 64 ? 128 : 64;
 // lse and delta (kQ floats), the fp32 dQ tile (kQ x D, bulk kernel), plus 1 KiB to align the base
 // to 1024 bytes, and 2 mbarriers (TMA loads). At most 178 KiB (D = 128 with the dQ tile): one
 // block per SM.
-template <int D, bool kBulkDq>
+// kLagDq doubles the dS^T and dQ tiles: 226 KiB at both head dims, the whole 227 KiB an H200 block
+// may opt into (the base is 16-byte aligned, so aligning it to 1024 takes at most 1008 bytes).
+template <int D, bool kBulkDq, bool kLagDq = false>
 constexpr size_t bwd_smem_bytes() {
-  constexpr int kQ = kQTile<D>;
+  constexpr int kQ = kQTile<D>, kCopies = kLagDq ? 2 : 1;
   return 2 * size_t(tile_bytes(kBlockN, D)) + 4 * size_t(tile_bytes(kQ, D)) +
-         tile_bytes(kBlockN, kQ) + 4 * kQ * sizeof(float) +
-         (kBulkDq ? size_t(kQ) * D * sizeof(float) : 0) + 16 + 1024;
+         kCopies * size_t(tile_bytes(kBlockN, kQ)) + 4 * kQ * sizeof(float) +
+         (kBulkDq ? kCopies * size_t(kQ) * D * sizeof(float) : 0) + 16 + 1008;
 }
+static_assert(bwd_smem_bytes<64, true, true>() <= 232448 &&
+              bwd_smem_bytes<128, true, true>() <= 232448);
 
 // Layout of a dQ row in the bulk kernel's shared tile and in dq_accum: the 16-byte chunk of
 // columns col .. col + 3 of row `row` sits at chunk (col / 4) ^ (row % 8), so that a warp's
@@ -293,24 +297,34 @@ __device__ __forceinline__ void store_dk_dv(const float (&dk)[D / 2], const floa
 //   tensor maps tm_q and tm_do, see tile_map; they complete on the buffer's mbarrier) instead of
 //   cp.async by every thread (about 170 instructions per warp and tile, and the load-store queue
 //   they fill). K, V, lse and delta stay on cp.async.
-template <int D, bool kBulkDq, bool kEarlyDv, bool kTma>
+// kLagDq (with kTma and kBulkDq): dQ of tile i is issued in tile i + 1, behind its S^T and dP^T, so
+//   that the tensor cores run it during the exp and dS work; dS^T and the dQ tile are
+//   double-buffered. One block barrier per tile instead of two: the one at the top also says that
+//   the previous tile's dS^T is stored (every warpgroup reads both halves for dQ). Every wgmma
+//   group is waited for inside its iteration (nothing in flight across the loop's back edge, which
+//   made ptxas serialize the wgmmas of the removed one-barrier version, C7514). Per tile: S^T,
+//   dP^T, dQ of the previous tile; exp; wait dP^T; dS^T stored; dV, dK; wait dQ, store it; wait.
+template <int D, bool kBulkDq, bool kEarlyDv, bool kTma, bool kLagDq = false>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_bwd_wgmma_kernel(const AttentionParams<bf16> p, const float* __restrict__ delta,
                           float* __restrict__ dq_accum, const __grid_constant__ CUtensorMap tm_q,
                           const __grid_constant__ CUtensorMap tm_do) {
 #if ATTN_WGMMA_DEVICE
   constexpr int kQ = kQTile<D>;
+  static_assert(!kLagDq || (kTma && kBulkDq && !kEarlyDv), "kLagDq: TMA and bulk dQ only");
+  constexpr int kCopies = kLagDq ? 2 : 1;  // of the dS^T and dQ tiles
   constexpr uint32_t kKVBytes = tile_bytes(kBlockN, D), kQBytes = tile_bytes(kQ, D);
+  constexpr uint32_t kSBytes = tile_bytes(kBlockN, kQ), kDqBytes = kQ * D * 4;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  const uint32_t sK = (raw + 1023u) & ~1023u;               // [kBlockN] rows
-  const uint32_t sV = sK + kKVBytes;                        // [kBlockN] rows
-  const uint32_t sQ = sV + kKVBytes;                        // [2][kQ] rows
-  const uint32_t sdO = sQ + 2 * kQBytes;                    // [2][kQ] rows
-  const uint32_t sdS = sdO + 2 * kQBytes;                   // [kBlockN] rows of kQ
-  const uint32_t sStats = sdS + tile_bytes(kBlockN, kQ);    // lse [2][kQ], delta [2][kQ]
-  const uint32_t sdQ = sStats + 4 * kQ * 4;                 // fp32 [kQ][D] (kBulkDq)
-  const uint32_t sFull = sdQ + (kBulkDq ? kQ * D * 4 : 0);  // mbarriers [2]: Q, dO loaded (kTma)
+  const uint32_t sK = (raw + 1023u) & ~1023u;       // [kBlockN] rows
+  const uint32_t sV = sK + kKVBytes;                // [kBlockN] rows
+  const uint32_t sQ = sV + kKVBytes;                // [2][kQ] rows
+  const uint32_t sdO = sQ + 2 * kQBytes;            // [2][kQ] rows
+  const uint32_t sdS = sdO + 2 * kQBytes;           // [kCopies][kBlockN] rows of kQ
+  const uint32_t sStats = sdS + kCopies * kSBytes;  // lse [2][kQ], delta [2][kQ]
+  const uint32_t sdQ = sStats + 4 * kQ * 4;         // fp32 [kCopies][kQ][D] (kBulkDq)
+  const uint32_t sFull = sdQ + (kBulkDq ? kCopies * kDqBytes : 0);  // mbarriers [2] (kTma)
 
   const int T = p.T_;
   const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
@@ -388,121 +402,213 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float sl2 = p.scale * kLog2e;
   const uint32_t k_rows = sK + wg * 64 * 128, v_rows = sV + wg * 64 * 128;
 
-  for (int it = 0; it < iters; ++it, prev = cur, cur = next_tile(cur)) {
-    const int buf = it & 1;
-    const int h = cur.h, q0 = cur.m * kQ;
-    const uint32_t cQ = sQ + buf * kQBytes, cdO = sdO + buf * kQBytes;
-    const uint32_t c_lse = sStats + buf * kQ * 4, c_delta = sStats + (2 + buf) * kQ * 4;
-    tiles_ready();
-    if constexpr (kTma) mbar_wait(sFull + 8 * buf, uint32_t(it >> 1) & 1u);  // use it / 2 of buf
-    // S^T and dP^T first, so that the tensor cores start while the loads of the next tile are
-    // issued (their buffers were last read by the previous tile's wgmmas, all waited for).
-    float s[kQ / 2], dp[kQ / 2];
-    issue_abt<D, kQ>(s, k_rows, cQ);
-    issue_abt<D, kQ>(dp, v_rows, cdO);
-    if constexpr (kBulkDq) {
-      // The previous tile's dQ (stored and fenced before the barrier) to dq_accum.
-      if (threadIdx.x == 0 && it > 0) {
-        uint32_t bytes;
-        float* dst = dq_rows(prev, &bytes);
-        bulk_reduce_add_f32(dst, sdQ, bytes);
+  if constexpr (kLagDq) {
+    // Tile `it` stores the dQ of tile it - 1 into dQ buffer (it - 1) & 1; thread 0 adds it to
+    // dq_accum after the barrier of tile it + 1 and waits for that reduction's reads of the buffer
+    // before the barrier of tile it + 2, after which the buffer is rewritten.
+    Tile prev2 = cur;  // tile it - 2
+    for (int it = 0; it < iters; ++it, prev2 = prev, prev = cur, cur = next_tile(cur)) {
+      const int buf = it & 1;
+      const int q0 = cur.m * kQ;
+      const uint32_t cQ = sQ + buf * kQBytes, cdO = sdO + buf * kQBytes;
+      const uint32_t c_lse = sStats + buf * kQ * 4, c_delta = sStats + (2 + buf) * kQ * 4;
+      if (threadIdx.x == 0) bulk_wait_read();
+      tiles_ready();  // also: dS^T of tile it - 1 and the dQ tile of it - 2 stored and fenced
+      mbar_wait(sFull + 8 * buf, uint32_t(it >> 1) & 1u);  // use it / 2 of buf
+      float s[kQ / 2], dp[kQ / 2], dq[32];
+      issue_abt<D, kQ>(s, k_rows, cQ);
+      issue_abt<D, kQ>(dp, v_rows, cdO);
+      if (it > 0) {
+        issue_dq<kQ>(dq, sdS + (buf ^ 1) * kSBytes, sK, wg);
+      } else {
+        wgmma_commit();  // an empty group: the same wait counts in every iteration
       }
-    }
-    if (it + 1 < iters) {
-      issue_loads(next_tile(cur), buf ^ 1);
-      cp_async_commit();
-    }
-    wgmma_wait<1>();  // S^T done; dP^T may still run
-    fence_regs(s);
-
-    // Element 4 j + 2 r + e: key key0 + 8 r, query q0 + 8 j + 2 tig + e.
-    const bool need_mask = q0 + kQ > T || k0 + kBlockN > T || (p.causal && k0 + kBlockN - 1 > q0) ||
-                           (p.window > 0 && k0 <= q0 + kQ - 1 - p.window);
-    scores_to_p<kQ>(s, c_lse, need_mask, key0, q0, tig, sl2, p);
-    uint32_t pa[kQ / 16][4], dsa[kQ / 16][4];
-    acc_to_a<kQ>(pa, s);
-    if constexpr (kEarlyDv) {
-      // dV += P^T dO now (groups: S^T, dP^T, dV): the tensor cores run it during dS.
+      if (threadIdx.x == 0 && it > 1) {
+        uint32_t bytes;
+        float* dst = dq_rows(prev2, &bytes);
+        bulk_reduce_add_f32(dst, sdQ + buf * kDqBytes, bytes);
+      }
+      if (it + 1 < iters) {
+        issue_loads(next_tile(cur), buf ^ 1);
+        cp_async_commit();
+      }
+      wgmma_wait<2>();  // S^T done; dP^T and dQ may still run
+      fence_regs(s);
+      const bool need_mask = q0 + kQ > T || k0 + kBlockN > T ||
+                             (p.causal && k0 + kBlockN - 1 > q0) ||
+                             (p.window > 0 && k0 <= q0 + kQ - 1 - p.window);
+      scores_to_p<kQ>(s, c_lse, need_mask, key0, q0, tig, sl2, p);
+      wgmma_wait<1>();  // dP^T done; dQ may still run
+      fence_regs(dp);
+      dp_to_ds<kQ>(dp, s, c_delta, tig);
+      uint32_t pa[kQ / 16][4], dsa[kQ / 16][4];
+      acc_to_a<kQ>(dsa, dp);
+      acc_to_a<kQ>(pa, s);
+      store_ds<kQ>(sdS + buf * kSBytes, dsa, 64 * wg + 16 * warp + g, tig);
+      fence_proxy_async();
+      fence_regs(dk);
       fence_regs(dv);
+      fence_regs(dsa);
       fence_regs(pa);
       wgmma_fence();
       issue_rs<D, kQ>(dv, pa, cdO);
+      issue_rs<D, kQ>(dk, dsa, cQ);
       wgmma_commit();
-      wgmma_wait<1>();  // dP^T done; dV may still run
-    } else {
+      wgmma_wait<1>();  // dQ of tile it - 1 done; dV and dK may still run
+      if (it > 0) {
+        fence_regs(dq);
+        store_dq_tile<D, kQ>(sdQ + (buf ^ 1) * kDqBytes, dq, wg, warp, g, tig);
+        fence_proxy_async();  // for the bulk reduction after the next barrier
+      }
       wgmma_wait<0>();
-    }
-    fence_regs(dp);
-    dp_to_ds<kQ>(dp, s, c_delta, tig);
-    acc_to_a<kQ>(dsa, dp);
-
-    // dS^T to shared memory before the wgmmas that read dsa are issued (registers of an A
-    // fragment must not be accessed while its wgmma is in flight).
-    store_ds<kQ>(sdS, dsa, 64 * wg + 16 * warp + g, tig);
-    fence_proxy_async();
-
-    // dK += dS^T Q (and dV += P^T dO unless issued early): one group, runs during the barrier
-    // and the dQ issue.
-    fence_regs(dk);
-    fence_regs(dsa);
-    if constexpr (!kEarlyDv) {
       fence_regs(dv);
+      fence_regs(dk);
       fence_regs(pa);
+      fence_regs(dsa);
     }
-    wgmma_fence();
-    if constexpr (!kEarlyDv) issue_rs<D, kQ>(dv, pa, cdO);
-    issue_rs<D, kQ>(dk, dsa, cQ);
-    wgmma_commit();
-
-    if constexpr (kBulkDq) {
-      // The bulk reduction of the previous tile has read the dQ tile before anyone rewrites it.
+    cp_async_wait_all();  // nothing may be in flight at exit
+    if (iters > 0) {
+      // The last tile's dQ (prev; its dS^T in buffer (iters - 1) & 1) and the reduction of the one
+      // before it (prev2, stored in the last iteration).
+      const int last = (iters - 1) & 1;
       if (threadIdx.x == 0) bulk_wait_read();
-    }
-    __syncthreads();  // dS^T of both warpgroups stored and fenced
-    // dQ = dS K in two 64 x 64 blocks (queries 64 qw.., columns 64 dw.. of the kQ x D tile):
-    // warpgroup w computes block w.
-    {
+      __syncthreads();
+      if (threadIdx.x == 0 && iters > 1) {
+        uint32_t bytes;
+        float* dst = dq_rows(prev2, &bytes);
+        bulk_reduce_add_f32(dst, sdQ + (last ^ 1) * kDqBytes, bytes);
+      }
       float dq[32];
-      issue_dq<kQ>(dq, sdS, sK, wg);
+      issue_dq<kQ>(dq, sdS + last * kSBytes, sK, wg);
       wgmma_wait<0>();
       fence_regs(dq);
+      store_dq_tile<D, kQ>(sdQ + last * kDqBytes, dq, wg, warp, g, tig);
+      fence_proxy_async();
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        uint32_t bytes;
+        float* dst = dq_rows(prev, &bytes);
+        bulk_reduce_add_f32(dst, sdQ + last * kDqBytes, bytes);
+        bulk_wait_all();
+      }
+    }
+  } else {
+    for (int it = 0; it < iters; ++it, prev = cur, cur = next_tile(cur)) {
+      const int buf = it & 1;
+      const int h = cur.h, q0 = cur.m * kQ;
+      const uint32_t cQ = sQ + buf * kQBytes, cdO = sdO + buf * kQBytes;
+      const uint32_t c_lse = sStats + buf * kQ * 4, c_delta = sStats + (2 + buf) * kQ * 4;
+      tiles_ready();
+      if constexpr (kTma) mbar_wait(sFull + 8 * buf, uint32_t(it >> 1) & 1u);  // use it / 2 of buf
+      // S^T and dP^T first, so that the tensor cores start while the loads of the next tile are
+      // issued (their buffers were last read by the previous tile's wgmmas, all waited for).
+      float s[kQ / 2], dp[kQ / 2];
+      issue_abt<D, kQ>(s, k_rows, cQ);
+      issue_abt<D, kQ>(dp, v_rows, cdO);
       if constexpr (kBulkDq) {
-        store_dq_tile<D, kQ>(sdQ, dq, wg, warp, g, tig);
+        // The previous tile's dQ (stored and fenced before the barrier) to dq_accum.
+        if (threadIdx.x == 0 && it > 0) {
+          uint32_t bytes;
+          float* dst = dq_rows(prev, &bytes);
+          bulk_reduce_add_f32(dst, sdQ, bytes);
+        }
+      }
+      if (it + 1 < iters) {
+        issue_loads(next_tile(cur), buf ^ 1);
+        cp_async_commit();
+      }
+      wgmma_wait<1>();  // S^T done; dP^T may still run
+      fence_regs(s);
+
+      // Element 4 j + 2 r + e: key key0 + 8 r, query q0 + 8 j + 2 tig + e.
+      const bool need_mask = q0 + kQ > T || k0 + kBlockN > T ||
+                             (p.causal && k0 + kBlockN - 1 > q0) ||
+                             (p.window > 0 && k0 <= q0 + kQ - 1 - p.window);
+      scores_to_p<kQ>(s, c_lse, need_mask, key0, q0, tig, sl2, p);
+      uint32_t pa[kQ / 16][4], dsa[kQ / 16][4];
+      acc_to_a<kQ>(pa, s);
+      if constexpr (kEarlyDv) {
+        // dV += P^T dO now (groups: S^T, dP^T, dV): the tensor cores run it during dS.
+        fence_regs(dv);
+        fence_regs(pa);
+        wgmma_fence();
+        issue_rs<D, kQ>(dv, pa, cdO);
+        wgmma_commit();
+        wgmma_wait<1>();  // dP^T done; dV may still run
       } else {
-        // dq element 4 j + 2 r + e: query q0 + 64 qw + 16 warp + g + 8 r, column
-        // 64 dw + 8 j + 2 tig + e.
-        const int qw = kQ == 128 ? wg : 0, dw = kQ == 128 ? 0 : wg;
+        wgmma_wait<0>();
+      }
+      fence_regs(dp);
+      dp_to_ds<kQ>(dp, s, c_delta, tig);
+      acc_to_a<kQ>(dsa, dp);
+
+      // dS^T to shared memory before the wgmmas that read dsa are issued (registers of an A
+      // fragment must not be accessed while its wgmma is in flight).
+      store_ds<kQ>(sdS, dsa, 64 * wg + 16 * warp + g, tig);
+      fence_proxy_async();
+
+      // dK += dS^T Q (and dV += P^T dO unless issued early): one group, runs during the barrier
+      // and the dQ issue.
+      fence_regs(dk);
+      fence_regs(dsa);
+      if constexpr (!kEarlyDv) {
+        fence_regs(dv);
+        fence_regs(pa);
+      }
+      wgmma_fence();
+      if constexpr (!kEarlyDv) issue_rs<D, kQ>(dv, pa, cdO);
+      issue_rs<D, kQ>(dk, dsa, cQ);
+      wgmma_commit();
+
+      if constexpr (kBulkDq) {
+        // The bulk reduction of the previous tile has read the dQ tile before anyone rewrites it.
+        if (threadIdx.x == 0) bulk_wait_read();
+      }
+      __syncthreads();  // dS^T of both warpgroups stored and fenced
+      // dQ = dS K in two 64 x 64 blocks (queries 64 qw.., columns 64 dw.. of the kQ x D tile):
+      // warpgroup w computes block w.
+      {
+        float dq[32];
+        issue_dq<kQ>(dq, sdS, sK, wg);
+        wgmma_wait<0>();
+        fence_regs(dq);
+        if constexpr (kBulkDq) {
+          store_dq_tile<D, kQ>(sdQ, dq, wg, warp, g, tig);
+        } else {
+          // dq element 4 j + 2 r + e: query q0 + 64 qw + 16 warp + g + 8 r, column
+          // 64 dw + 8 j + 2 tig + e.
+          const int qw = kQ == 128 ? wg : 0, dw = kQ == 128 ? 0 : wg;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = 64 * qw + 16 * warp + g + 8 * r;  // in the tile
-          if (q0 + row >= T) continue;
-          float* dst =
-              dq_accum + ((int64_t(b) * p.n_head + h) * T + q0 + row) * D + 64 * dw + 2 * tig;
+          for (int r = 0; r < 2; ++r) {
+            const int row = 64 * qw + 16 * warp + g + 8 * r;  // in the tile
+            if (q0 + row >= T) continue;
+            float* dst =
+                dq_accum + ((int64_t(b) * p.n_head + h) * T + q0 + row) * D + 64 * dw + 2 * tig;
 #pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            atomicAdd(reinterpret_cast<float2*>(dst + 8 * j),
-                      make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]));
+            for (int j = 0; j < 8; ++j) {
+              atomicAdd(reinterpret_cast<float2*>(dst + 8 * j),
+                        make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]));
+            }
           }
         }
       }
+      fence_regs(dv);
+      fence_regs(dk);
+      fence_regs(pa);
+      fence_regs(dsa);
+      if constexpr (kBulkDq) fence_proxy_async();  // for the bulk reduction after the next barrier
     }
-    fence_regs(dv);
-    fence_regs(dk);
-    fence_regs(pa);
-    fence_regs(dsa);
-    if constexpr (kBulkDq) fence_proxy_async();  // for the bulk reduction after the next barrier
-  }
-  cp_async_wait_all();  // nothing may be in flight at exit (no query tile: only K and V loaded)
-  if constexpr (kBulkDq) {
-    __syncthreads();  // the last tile's dQ stored and fenced
-    if (threadIdx.x == 0 && iters > 0) {
-      uint32_t bytes;
-      float* dst = dq_rows(prev, &bytes);  // the loop's last tile
-      bulk_reduce_add_f32(dst, sdQ, bytes);
-      bulk_wait_all();
+    cp_async_wait_all();  // nothing may be in flight at exit (no query tile: only K and V loaded)
+    if constexpr (kBulkDq) {
+      __syncthreads();  // the last tile's dQ stored and fenced
+      if (threadIdx.x == 0 && iters > 0) {
+        uint32_t bytes;
+        float* dst = dq_rows(prev, &bytes);  // the loop's last tile
+        bulk_reduce_add_f32(dst, sdQ, bytes);
+        bulk_wait_all();
+      }
     }
   }
-
   store_dk_dv<D>(dk, dv, p, b, hk, key0, tig);
 #else
   (void)p, (void)delta, (void)dq_accum, (void)tm_q, (void)tm_do;
@@ -527,10 +633,10 @@ __global__ void dq_convert_kernel(const AttentionParams<bf16> p,
   reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(v.z * p.scale, v.w * p.scale);
 }
 
-template <int D, bool kBulkDq, bool kEarlyDv, bool kTma = false>
+template <int D, bool kBulkDq, bool kEarlyDv, bool kTma = false, bool kLagDq = false>
 void launch(const AttentionParams<bf16>& p, const float* delta, float* dq_accum, cudaStream_t st) {
-  constexpr size_t smem = bwd_smem_bytes<D, kBulkDq>();
-  auto* kernel = attn_bwd_wgmma_kernel<D, kBulkDq, kEarlyDv, kTma>;
+  constexpr size_t smem = bwd_smem_bytes<D, kBulkDq, kLagDq>();
+  auto* kernel = attn_bwd_wgmma_kernel<D, kBulkDq, kEarlyDv, kTma, kLagDq>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(div_up(p.T_, kBlockN), p.n_kv_head, p.B);
   CUtensorMap tm_q{}, tm_do{};
@@ -563,6 +669,9 @@ void launch_variant(const AttentionParams<bf16>& p, const float* delta, float* d
       break;
     case WgmmaBwdVariant::kTmaEarlyDv:
       launch<D, true, true, true>(p, delta, dq_accum, st);
+      break;
+    case WgmmaBwdVariant::kTmaLagDq:
+      launch<D, true, false, true, true>(p, delta, dq_accum, st);
       break;
     case WgmmaBwdVariant::kDefault:
       ATTN_FAIL("wgmma attention backward: kDefault must be resolved by the caller");

@@ -129,11 +129,9 @@ int main(int argc, char** argv) {
       {WgmmaFwdVariant::kPipelined, "pipelined"},
       {WgmmaFwdVariant::kPingpong, "pingpong"}};
   const std::pair<WgmmaBwdVariant, const char*> bwd_versions[] = {
-      {WgmmaBwdVariant::kAtomicDq, "atomic"},
-      {WgmmaBwdVariant::kBulkDq, "bulk"},
-      {WgmmaBwdVariant::kBulkDqEarlyDv, "early"},
-      {WgmmaBwdVariant::kTma, "tma"},
-      {WgmmaBwdVariant::kTmaEarlyDv, "tmaearly"}};
+      {WgmmaBwdVariant::kAtomicDq, "atomic"},     {WgmmaBwdVariant::kBulkDq, "bulk"},
+      {WgmmaBwdVariant::kBulkDqEarlyDv, "early"}, {WgmmaBwdVariant::kTma, "tma"},
+      {WgmmaBwdVariant::kTmaEarlyDv, "tmaearly"}, {WgmmaBwdVariant::kTmaLagDq, "tmalag"}};
   constexpr int kFwdVersions = 3, kBwdVersions = 5;
   // Whether version `name` of `kind` ("fwd" or "bwd") is timed: --versions has the item
   // kind-name.

@@ -145,7 +145,8 @@ void check_wgmma(const WgmmaCase& c, uint32_t seed) {
       {WgmmaBwdVariant::kBulkDq, "bulk"},
       {WgmmaBwdVariant::kBulkDqEarlyDv, "bulk+early-dv"},
       {WgmmaBwdVariant::kTma, "tma"},
-      {WgmmaBwdVariant::kTmaEarlyDv, "tma+early-dv"}};
+      {WgmmaBwdVariant::kTmaEarlyDv, "tma+early-dv"},
+      {WgmmaBwdVariant::kTmaLagDq, "tma+lag-dq"}};
   for (const auto& [variant, vname] : variants) {
     dqkv.poison();
     CUDA_CHECK(cudaMemset(dq_accum.ptr(), 0, n_o * sizeof(float)));
