@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -132,7 +133,8 @@ int main(int argc, char** argv) {
       {WgmmaBwdVariant::kAtomicDq, "atomic"},     {WgmmaBwdVariant::kBulkDq, "bulk"},
       {WgmmaBwdVariant::kBulkDqEarlyDv, "early"}, {WgmmaBwdVariant::kTma, "tma"},
       {WgmmaBwdVariant::kTmaEarlyDv, "tmaearly"}, {WgmmaBwdVariant::kTmaLagDq, "tmalag"}};
-  constexpr int kFwdVersions = 3, kBwdVersions = 5;
+  constexpr int kFwdVersions = int(std::size(fwd_versions)),
+                kBwdVersions = int(std::size(bwd_versions));
   // Whether version `name` of `kind` ("fwd" or "bwd") is timed: --versions has the item
   // kind-name.
   auto timed = [&](const char* kind, const char* name) {
