@@ -164,11 +164,12 @@ template <int D>
 __device__ __forceinline__ void issue_s(float (&s)[kBlockN / 2], uint32_t q_rows, uint32_t k_tile) {
   fence_regs(s);
   wgmma_fence();
+  const uint64_t a0 = smem_desc(q_rows, 16, 1024), b0 = smem_desc(k_tile, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const uint32_t koff = (kk % 4) * 32u;
-    const uint64_t a = smem_desc(q_rows + (kk / 4) * kBlockM * 128 + koff, 16, 1024);
-    const uint64_t b = smem_desc(k_tile + (kk / 4) * kBlockN * 128 + koff, 16, 1024);
+    const uint64_t a = desc_add(a0, (kk / 4) * kBlockM * 128 + koff);
+    const uint64_t b = desc_add(b0, (kk / 4) * kBlockN * 128 + koff);
     wgmma_ss<kBlockN>(s, a, b, kk > 0 ? 1 : 0);
   }
   wgmma_commit();
@@ -183,11 +184,9 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], uint32_t (&pa)[kBloc
   fence_regs(o);
   fence_regs(pa);
   wgmma_fence();
+  const uint64_t b0 = smem_desc(v_tile, kBlockN * 128, 1024);
 #pragma unroll
-  for (int kk = 0; kk < kBlockN / 16; ++kk) {
-    const uint64_t b = smem_desc(v_tile + kk * 16 * 128, kBlockN * 128, 1024);
-    wgmma_rs<D>(o, pa[kk], b);
-  }
+  for (int kk = 0; kk < kBlockN / 16; ++kk) wgmma_rs<D>(o, pa[kk], desc_add(b0, kk * 16 * 128));
   wgmma_commit();
 }
 

@@ -103,11 +103,12 @@ template <int D, int kQ>
 __device__ __forceinline__ void issue_abt(float (&acc)[kQ / 2], uint32_t a_rows, uint32_t b_tile) {
   fence_regs(acc);
   wgmma_fence();
+  const uint64_t a0 = smem_desc(a_rows, 16, 1024), b0 = smem_desc(b_tile, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const uint32_t koff = (kk % 4) * 32u;
-    const uint64_t a = smem_desc(a_rows + (kk / 4) * kBlockN * 128 + koff, 16, 1024);
-    const uint64_t b = smem_desc(b_tile + (kk / 4) * kQ * 128 + koff, 16, 1024);
+    const uint64_t a = desc_add(a0, (kk / 4) * kBlockN * 128 + koff);
+    const uint64_t b = desc_add(b0, (kk / 4) * kQ * 128 + koff);
     wgmma_ss<kQ>(acc, a, b, kk > 0 ? 1 : 0);
   }
   wgmma_commit();
@@ -118,10 +119,9 @@ __device__ __forceinline__ void issue_abt(float (&acc)[kQ / 2], uint32_t a_rows,
 template <int D, int kQ>
 __device__ __forceinline__ void issue_rs(float (&acc)[D / 2], const uint32_t (&a)[kQ / 16][4],
                                          uint32_t b_tile) {
+  const uint64_t b0 = smem_desc(b_tile, kQ * 128, 1024);
 #pragma unroll
-  for (int kk = 0; kk < kQ / 16; ++kk) {
-    wgmma_rs<D>(acc, a[kk], smem_desc(b_tile + kk * 16 * 128, kQ * 128, 1024));
-  }
+  for (int kk = 0; kk < kQ / 16; ++kk) wgmma_rs<D>(acc, a[kk], desc_add(b0, kk * 16 * 128));
 }
 
 // Bulk reduction dst[0 .. bytes) += src (fp32, shared -> global, asynchronous; bytes a multiple of
@@ -233,11 +233,11 @@ __device__ __forceinline__ void issue_dq(float (&dq)[32], uint32_t sdS, uint32_t
   const int qw = kQ == 128 ? wg : 0, dw = kQ == 128 ? 0 : wg;
   fence_regs(dq);
   wgmma_fence();
+  const uint64_t a0 = smem_desc(sdS + qw * kBlockN * 128, kBlockN * 128, 1024);
+  const uint64_t b0 = smem_desc(sK + dw * kBlockN * 128, kBlockN * 128, 1024);
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk) {
-    const uint64_t a = smem_desc(sdS + qw * kBlockN * 128 + kk * 16 * 128, kBlockN * 128, 1024);
-    const uint64_t bk = smem_desc(sK + dw * kBlockN * 128 + kk * 16 * 128, kBlockN * 128, 1024);
-    wgmma_ss<64, 1, 1>(dq, a, bk, kk > 0 ? 1 : 0);
+    wgmma_ss<64, 1, 1>(dq, desc_add(a0, kk * 16 * 128), desc_add(b0, kk * 16 * 128), kk > 0);
   }
   wgmma_commit();
 }

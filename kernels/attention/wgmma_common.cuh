@@ -105,6 +105,15 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
          (uint64_t((sbo & 0x3FFFF) >> 4) << 32) | (uint64_t(1) << 62);
 }
 
+// The descriptor of the operand `bytes` further on (a K-step, a column block, a buffer): only the
+// start-address field changes, and the 32-bit add cannot carry out of it (shared-window addresses
+// are below 256 KiB: (addr >> 4) < 2^14). One integer add per wgmma instead of rebuilding the
+// descriptor (mask, shift, widen, or: about 10 instructions per SS wgmma).
+__device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = uint32_t(desc) + (bytes >> 4), hi = uint32_t(desc >> 32);
+  return (uint64_t(hi) << 32) | lo;
+}
+
 // Accumulator operand lists: C is the constraint ("+f"), d the float array.
 #define ATTN_WG_ACC8(C, d, i)                                                               \
   C(d[(i) + 0]), C(d[(i) + 1]), C(d[(i) + 2]), C(d[(i) + 3]), C(d[(i) + 4]), C(d[(i) + 5]), \
