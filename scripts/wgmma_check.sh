@@ -56,8 +56,8 @@ echo "bench (default kernels): rc=$bench_rc ($(($(date +%s) - t0)) s)"
 cat "$LOGS/bench_wgmma.log"
 if [ $bench_rc != 0 ]; then
   # Without the new versions (NEW: names as bench_attention --versions spells them).
-  NEW=${NEW:-bwd-tmalag}
-  old=$(echo fwd-simple,fwd-pipelined,fwd-pingpong,bwd-atomic,bwd-bulk,bwd-early,bwd-tma,bwd-tmaearly,bwd-tmalag |
+  NEW=${NEW:-bwd-tmasplit}
+  old=$(echo fwd-simple,fwd-pipelined,fwd-pingpong,bwd-atomic,bwd-bulk,bwd-early,bwd-tma,bwd-tmaearly,bwd-tmalag,bwd-tmasplit |
     tr , '\n' | grep -v -x -F -f <(echo "$NEW" | tr , '\n') | paste -sd,)
   timeout "$(left 60)" "$BUILD/bench_attention" "$LOGS/wgmma.csv" --gpt2 --no-det --versions="$old" \
     >"$LOGS/bench_wgmma.log" 2>&1
@@ -102,7 +102,7 @@ for key in wg or mma:
 # backward (measured), and the best pair of schedule and backward version, estimated as the
 # measured f+b of that schedule with the default backward kernel's time swapped for the version's
 # (the delta kernel is common). bwd: kernel ms per backward version.
-fv, bv = ("simple", "pipelined", "pingpong"), ("atomic", "bulk", "early", "tma", "tmaearly", "tmalag")
+fv, bv = ("simple", "pipelined", "pingpong"), ("atomic", "bulk", "early", "tma", "tmaearly", "tmalag", "tmasplit")
 print(f"{'D':>4} {'T':>6} {'B':>3} | fwd TF/s:" + "".join(f" {n[:8]:>8}" for n in fv) +
       f" {'sdpa':>6} | f+b TF/s:" + "".join(f" {n[:8]:>8}" for n in fv) +
       f" {'best est':>8} {'sdpa':>6} {'ratio':>5} | bwd ms:" + "".join(f" {n[:8]:>8}" for n in bv))

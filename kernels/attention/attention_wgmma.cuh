@@ -43,7 +43,9 @@ bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p);
 // issues dV += P^T dO before dP^T is waited for. kTma is
 // kBulkDq and kTmaEarlyDv kBulkDqEarlyDv with the Q and dO tiles loaded by TMA (one thread,
 // mbarriers) instead of cp.async by every thread. kTmaLagDq is kTma with the dQ product of each
-// query tile issued in the next tile, behind its first products (one block barrier per tile).
+// query tile issued in the next tile, behind its first products (one block barrier per tile);
+// kTmaSplit is kTmaLagDq with the two warpgroups synchronized by mbarriers only (no block barrier
+// in the loop; each adds its own dQ block by TMA reductions).
 // kDefault is what launch_attention_bwd<bf16> runs: kTma (the fastest on the H200,
 // bench_attention, docs/performance.md v6).
 enum class WgmmaBwdVariant {
@@ -53,7 +55,8 @@ enum class WgmmaBwdVariant {
   kBulkDqEarlyDv,
   kTma,
   kTmaEarlyDv,
-  kTmaLagDq
+  kTmaLagDq,
+  kTmaSplit
 };
 
 // The fast (non-deterministic) bf16 backward after its delta kernel: dq, dk, dv written (=) in

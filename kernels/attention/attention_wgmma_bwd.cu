@@ -615,6 +615,252 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// ---- kTmaSplit: the two warpgroups synchronize through mbarriers only --------------------------
+// The kernel above runs its warpgroups in lockstep (block barriers), so their exp and dS phases
+// coincide and the tensor cores idle then. Here each warpgroup waits only for what it reads:
+//   full[b]     Q and dO of the tile in stage b landed (TMA by thread 0, expect-tx);
+//   empty[b]    every thread is done with stage b's Q and dO (waited for its dV and dK), so
+//               thread 0 may load the tile after next into it;
+//   ds_ready[b] every thread stored its rows of dS^T in dS buffer b (and fenced them), so either
+//               warpgroup may issue the dQ product that reads both halves.
+// dQ is lagged by one tile as in kLagDq. Each warpgroup adds its own 64 x 64 dQ block to the fp32
+// accumulator (plain [B, H, T, D]) with two TMA reductions (accum_map boxes of 32 columns),
+// issued by its first thread after a warpgroup barrier, so no block barrier is left in the loop.
+// Each warpgroup loads its own copy of lse and delta (cp.async; a warpgroup barrier at the top of
+// each tile makes them visible and says that the warpgroup is done with the previous tile).
+// dS^T buffer b is rewritten (tile i + 2) only after this warpgroup waited for ds_ready of tile
+// i + 1, which the other warpgroup signals after it waited for its dQ of tile i (the last reader).
+template <int D>
+constexpr size_t split_smem_bytes() {
+  constexpr int kQ = kQTile<D>;
+  return 2 * size_t(tile_bytes(kBlockN, D)) + 4 * size_t(tile_bytes(kQ, D)) +
+         2 * size_t(tile_bytes(kBlockN, kQ)) + 2 * 16384 + 2 * 2 * 2 * kQ * sizeof(float) + 6 * 8 +
+         1008;
+}
+static_assert(split_smem_bytes<64>() <= 232448 && split_smem_bytes<128>() <= 232448);
+
+#if ATTN_WGMMA_DEVICE
+// TMA reduction: the box at coordinates (c0, c1, c2) of the tensor map at generic address tmap
+// (a __grid_constant__ kernel parameter) += the box at shared-memory address src (asynchronous,
+// a bulk group of the issuing thread; commit separately).
+__device__ __forceinline__ void tma_reduce_add_3d(const void* tmap, uint32_t src, int c0, int c1,
+                                                  int c2) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
+      " [%0, {%2, %3, %4}], [%1];\n" ::"l"(tmap),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+// A warpgroup's 64 x 64 dQ block (dq element 4 j + 2 r + e: block row 16 warp + g + 8 r, column
+// 8 j + 2 tig + e) to its staging area as two accum_map boxes (columns 0-31, 32-63; 64 rows of 128
+// bytes, 16-byte chunk c of row r at chunk c ^ (r % 8)): a warp's store of 8 rows x 4 column
+// pairs covers every bank twice.
+__device__ __forceinline__ void store_dq_boxes(uint32_t s, const float (&dq)[32], int warp, int g,
+                                               int tig) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = 16 * warp + g + 8 * r;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int col = 8 * j + 2 * tig, c = col % 32;
+      const uint32_t addr =
+          s + (col / 32) * 8192 + row * 128 + ((((c >> 2) ^ (row & 7)) << 4) | ((c & 3) << 2));
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[4 * j + 2 * r]),
+                   "f"(dq[4 * j + 2 * r + 1])
+                   : "memory");
+    }
+  }
+}
+#endif  // ATTN_WGMMA_DEVICE
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    attn_bwd_wgmma_split_kernel(const AttentionParams<bf16> p, const float* __restrict__ delta,
+                                const __grid_constant__ CUtensorMap tm_q,
+                                const __grid_constant__ CUtensorMap tm_do,
+                                const __grid_constant__ CUtensorMap tm_dq) {
+#if ATTN_WGMMA_DEVICE
+  constexpr int kQ = kQTile<D>;
+  constexpr uint32_t kKVBytes = tile_bytes(kBlockN, D), kQBytes = tile_bytes(kQ, D);
+  constexpr uint32_t kSBytes = tile_bytes(kBlockN, kQ);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t sK = (raw + 1023u) & ~1023u;         // [kBlockN] rows
+  const uint32_t sV = sK + kKVBytes;                  // [kBlockN] rows
+  const uint32_t sQ = sV + kKVBytes;                  // [2][kQ] rows
+  const uint32_t sdO = sQ + 2 * kQBytes;              // [2][kQ] rows
+  const uint32_t sdS = sdO + 2 * kQBytes;             // [2][kBlockN] rows of kQ
+  const uint32_t sdQ = sdS + 2 * kSBytes;             // [2 warpgroups] 2 boxes of 64 x 128 bytes
+  const uint32_t sStats = sdQ + 2 * 16384;            // [2 warpgroups][2 stages][lse, delta][kQ]
+  const uint32_t sBar = sStats + 2 * 2 * 2 * kQ * 4;  // full[2], empty[2], ds_ready[2]
+  const uint32_t full = sBar, empty = sBar + 16, ds_ready = sBar + 32;
+
+  const int T = p.T_;
+  const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, tig = lane & 3;
+  const bool leader = threadIdx.x % 128 == 0;  // issues its warpgroup's dQ reductions
+  const int k0 = blockIdx.x * kBlockN;
+  const int key0 = k0 + 64 * wg + 16 * warp + g;  // this thread's keys: key0 and key0 + 8
+  const int64_t ld = p.qkv_row_stride;
+
+  const int m_begin = p.causal ? k0 / kQ : 0;
+  int m_end = (T + kQ - 1) / kQ;
+  if (p.window > 0) m_end = min(m_end, (k0 + kBlockN - 1 + p.window - 1) / kQ + 1);
+  const int iters = group * max(0, m_end - m_begin);
+  struct Tile {
+    int h, m;
+  };
+  auto next_tile = [&](Tile t) { return ++t.m == m_end ? Tile{t.h + 1, m_begin} : t; };
+  // Q and dO of tile t to stage `stage` (thread 0).
+  auto load_q_do = [&](Tile t, int stage) {
+    const uint32_t bar = full + 8 * stage;
+    mbar_arrive_expect_tx(bar, 2 * kQBytes);
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c) {
+      tma_load_3d(sQ + stage * kQBytes + c * kQ * 128, &tm_q, bar, t.h * D + 64 * c, t.m * kQ, b);
+      tma_load_3d(sdO + stage * kQBytes + c * kQ * 128, &tm_do, bar, t.h * D + 64 * c, t.m * kQ, b);
+    }
+  };
+  // lse and delta of tile t to this warpgroup's stage `stage` (cp.async, not committed).
+  auto stats = [&](int stage, int which) {
+    return sStats + ((wg * 2 + stage) * 2 + which) * kQ * 4;
+  };
+  auto load_stats = [&](Tile t, int stage) {
+    const int i = threadIdx.x % 128, q0 = t.m * kQ;
+    if (i < kQ) {
+      const int64_t row = (int64_t(b) * p.n_head + t.h) * T + q0;
+      const bool ok = q0 + i < T;  // rows past T read as 0 (masked)
+      cp_async4(stats(stage, 0) + 4 * i, p.lse + (ok ? row + i : 0), ok);
+      cp_async4(stats(stage, 1) + 4 * i, delta + (ok ? row + i : 0), ok);
+    }
+  };
+  // This warpgroup's dQ block of tile t (in its staging area) += to dq_accum (the leader).
+  auto reduce_dq = [&](Tile t) {
+    const int row0 = t.m * kQ + (kQ == 128 ? 64 * wg : 0), col0 = kQ == 128 ? 0 : 64 * wg;
+    const uint32_t src = sdQ + wg * 16384;
+    tma_reduce_add_3d(&tm_dq, src, col0, row0, b * p.n_head + t.h);
+    tma_reduce_add_3d(&tm_dq, src + 8192, col0 + 32, row0, b * p.n_head + t.h);
+    bulk_commit();
+  };
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 2; ++i) {
+      mbar_init(full + 8 * i, 1);
+      mbar_init(empty + 8 * i, kThreads);
+      mbar_init(ds_ready + 8 * i, kThreads);
+    }
+    fence_mbar_init();
+  }
+  __syncthreads();
+  load_tile<kBlockN, D, kThreads>(sK, p.k + b * p.qkv_batch_stride + hk * D, ld, k0, T);
+  load_tile<kBlockN, D, kThreads>(sV, p.v + b * p.qkv_batch_stride + hk * D, ld, k0, T);
+  Tile cur{hk * group, m_begin}, prev = cur;
+  if (iters > 0) {
+    if (threadIdx.x == 0) load_q_do(cur, 0);
+    load_stats(cur, 0);
+  }
+  cp_async_commit();
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+  const float sl2 = p.scale * kLog2e;
+  const uint32_t k_rows = sK + wg * 64 * 128, v_rows = sV + wg * 64 * 128;
+  tiles_ready();  // K, V and the first stats of both warpgroups
+
+  for (int it = 0; it < iters; ++it, prev = cur, cur = next_tile(cur)) {
+    const int buf = it & 1, q0 = cur.m * kQ;
+    const uint32_t cQ = sQ + buf * kQBytes, cdO = sdO + buf * kQBytes;
+    if (it > 0) {
+      cp_async_wait_all();
+      named_bar_sync<128>(1 + wg);  // this warpgroup's stats of the tile; done with tile it - 1
+    }
+    mbar_wait(full + 8 * buf, uint32_t(it >> 1) & 1u);
+    float s[kQ / 2], dp[kQ / 2], dq[32];
+    issue_abt<D, kQ>(s, k_rows, cQ);
+    issue_abt<D, kQ>(dp, v_rows, cdO);
+    if (it > 0) {  // dQ of tile it - 1, once both warpgroups stored its dS^T
+      mbar_wait(ds_ready + 8 * (buf ^ 1), uint32_t((it - 1) >> 1) & 1u);
+      issue_dq<kQ>(dq, sdS + (buf ^ 1) * kSBytes, sK, wg);
+    } else {
+      wgmma_commit();  // an empty group: the same wait counts in every tile
+    }
+    if (it + 1 < iters) {
+      const Tile nt = next_tile(cur);
+      if (threadIdx.x == 0) {
+        if (it > 0) mbar_wait(empty + 8 * (buf ^ 1), uint32_t((it - 1) >> 1) & 1u);
+        load_q_do(nt, buf ^ 1);
+      }
+      load_stats(nt, buf ^ 1);
+      cp_async_commit();
+    }
+    wgmma_wait<2>();  // S^T done
+    fence_regs(s);
+    const bool need_mask = q0 + kQ > T || k0 + kBlockN > T || (p.causal && k0 + kBlockN - 1 > q0) ||
+                           (p.window > 0 && k0 <= q0 + kQ - 1 - p.window);
+    scores_to_p<kQ>(s, stats(buf, 0), need_mask, key0, q0, tig, sl2, p);
+    wgmma_wait<1>();  // dP^T done
+    fence_regs(dp);
+    dp_to_ds<kQ>(dp, s, stats(buf, 1), tig);
+    wgmma_wait<0>();  // dQ of tile it - 1 done (and its reads of dS^T buffer buf ^ 1)
+    fence_regs(dq);
+    uint32_t pa[kQ / 16][4], dsa[kQ / 16][4];
+    acc_to_a<kQ>(dsa, dp);
+    acc_to_a<kQ>(pa, s);
+    store_ds<kQ>(sdS + buf * kSBytes, dsa, 64 * wg + 16 * warp + g, tig);
+    fence_proxy_async();
+    mbar_arrive(ds_ready + 8 * buf);
+    fence_regs(dk);
+    fence_regs(dv);
+    fence_regs(dsa);
+    fence_regs(pa);
+    wgmma_fence();
+    issue_rs<D, kQ>(dv, pa, cdO);
+    issue_rs<D, kQ>(dk, dsa, cQ);
+    wgmma_commit();
+    if (it > 0) {                    // this warpgroup's dQ block of tile it - 1 to dq_accum
+      if (leader) bulk_wait_read();  // its previous reduction has read the staging area
+      named_bar_sync<128>(3 + wg);
+      store_dq_boxes(sdQ + wg * 16384, dq, warp, g, tig);
+      fence_proxy_async();
+      named_bar_sync<128>(3 + wg);
+      if (leader) reduce_dq(prev);
+    }
+    wgmma_wait<0>();
+    fence_regs(dv);
+    fence_regs(dk);
+    fence_regs(pa);
+    fence_regs(dsa);
+    mbar_arrive(empty + 8 * buf);  // done with stage buf's Q and dO
+  }
+  cp_async_wait_all();
+  if (iters > 0) {  // the last tile's dQ
+    const int last = (iters - 1) & 1;
+    mbar_wait(ds_ready + 8 * last, uint32_t((iters - 1) >> 1) & 1u);
+    float dq[32];
+    issue_dq<kQ>(dq, sdS + last * kSBytes, sK, wg);
+    wgmma_wait<0>();
+    fence_regs(dq);
+    if (leader) bulk_wait_read();
+    named_bar_sync<128>(3 + wg);
+    store_dq_boxes(sdQ + wg * 16384, dq, warp, g, tig);
+    fence_proxy_async();
+    named_bar_sync<128>(3 + wg);
+    if (leader) {
+      reduce_dq(prev);
+      bulk_wait_all();
+    }
+  }
+  store_dk_dv<D>(dk, dv, p, b, hk, key0, tig);
+#else
+  (void)p, (void)delta, (void)tm_q, (void)tm_do, (void)tm_dq;
+#endif
+}
+
 // dq = scale * dq_accum -> bf16 at the q layout; 4 values per thread. kSwizzled: dq_accum in the
 // bulk kernel's layout (dq_swizzle), else plain [B, H, T, D]. Grid (T D / 4 / 256, n_head, B): the
 // head and batch come from the block index, the row and column from shifts (no 64-bit division).
@@ -652,6 +898,25 @@ void launch(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
 }
 
 template <int D>
+void launch_split(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
+                  cudaStream_t st) {
+  constexpr size_t smem = split_smem_bytes<D>();
+  auto* kernel = attn_bwd_wgmma_split_kernel<D>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const dim3 grid(div_up(p.T_, kBlockN), p.n_kv_head, p.B);
+  const CUtensorMap tm_q = tile_map(p.q, p.n_head * D, p.T_, p.B, p.qkv_row_stride,
+                                    p.qkv_batch_stride, kQTile<D>),
+                    tm_do = tile_map(p.dout, p.n_head * D, p.T_, p.B, p.o_row_stride,
+                                     p.o_batch_stride, kQTile<D>),
+                    tm_dq = accum_map(dq_accum, D, p.T_, p.B * p.n_head);
+  kernel<<<grid, kThreads, smem, st>>>(p, delta, tm_q, tm_do, tm_dq);
+  CUDA_CHECK_LAUNCH();
+  const dim3 convert_grid(div_up(int64_t(p.T_) * (D / 4), 256), p.n_head, p.B);
+  dq_convert_kernel<D, false><<<convert_grid, 256, 0, st>>>(p, dq_accum);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <int D>
 void launch_variant(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
                     cudaStream_t st, WgmmaBwdVariant variant) {
   switch (variant) {
@@ -672,6 +937,9 @@ void launch_variant(const AttentionParams<bf16>& p, const float* delta, float* d
       break;
     case WgmmaBwdVariant::kTmaLagDq:
       launch<D, true, false, true, true>(p, delta, dq_accum, st);
+      break;
+    case WgmmaBwdVariant::kTmaSplit:
+      launch_split<D>(p, delta, dq_accum, st);
       break;
     case WgmmaBwdVariant::kDefault:
       ATTN_FAIL("wgmma attention backward: kDefault must be resolved by the caller");

@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
   const std::pair<WgmmaBwdVariant, const char*> bwd_versions[] = {
       {WgmmaBwdVariant::kAtomicDq, "atomic"},     {WgmmaBwdVariant::kBulkDq, "bulk"},
       {WgmmaBwdVariant::kBulkDqEarlyDv, "early"}, {WgmmaBwdVariant::kTma, "tma"},
-      {WgmmaBwdVariant::kTmaEarlyDv, "tmaearly"}, {WgmmaBwdVariant::kTmaLagDq, "tmalag"}};
+      {WgmmaBwdVariant::kTmaEarlyDv, "tmaearly"}, {WgmmaBwdVariant::kTmaLagDq, "tmalag"},
+      {WgmmaBwdVariant::kTmaSplit, "tmasplit"}};
   constexpr int kFwdVersions = int(std::size(fwd_versions)),
                 kBwdVersions = int(std::size(bwd_versions));
   // Whether version `name` of `kind` ("fwd" or "bwd") is timed: --versions has the item
@@ -156,7 +157,7 @@ int main(int argc, char** argv) {
                  "bwd_tflops");
     for (const auto& v : bwd_versions) std::fprintf(csv, ",bwd_%s_ms", v.second);
     for (const auto& v : fwd_versions) std::fprintf(csv, ",fwd_%s_ms,fb_%s_ms", v.second, v.second);
-    std::fprintf(csv, "\n");
+    std::fprintf(csv, ",fwdbwd_again_ms\n");
   }
   const char* variant_name[] = {"default", "simple", "pipelined", "pingpong"};
   {
@@ -262,6 +263,16 @@ int main(int argc, char** argv) {
                                        launch_attention_bwd<bf16>(p, nullptr);
                                      },
                                      reps);
+    // The default fwd+bwd again, after everything else of the shape: how much the card's speed
+    // drifted during the shape's runs (clocks under sustained load), i.e. how far the columns
+    // measured in between can be compared with fb_ms.
+    p.deterministic = false;
+    const double fb_again_ms = median_ms(
+        [&] {
+          forward(variant);
+          launch_attention_bwd<bf16>(p, nullptr);
+        },
+        reps);
     CUDA_CHECK(cudaDeviceSynchronize());
     const double f_tf = fwd_flops / (f_ms * 1e-3) / 1e12;
     const double fb_tf = 3.5 * fwd_flops / (fb_ms * 1e-3) / 1e12;
@@ -272,14 +283,14 @@ int main(int argc, char** argv) {
     for (double ms : bwd_ms) std::printf(" %7.3f", ms);
     std::printf(" |             ");
     for (int v = 0; v < kFwdVersions; ++v) std::printf("   %7.3f %7.3f", fwd_ms[v], fwd_fb_ms[v]);
-    std::printf("%s\n", is_gpt2 ? "  (gpt2)" : "");
+    std::printf(" | f+b again %7.3f%s\n", fb_again_ms, is_gpt2 ? "  (gpt2)" : "");
     if (csv) {
       std::fprintf(csv, "%d,%d,%d,%d,%.4f,%.2f,%.4f,%.2f,%.4f,%s,%.4f,%.2f", D, T, B, H, f_ms, f_tf,
                    fb_ms, fb_tf, det_ms, is_gpt2 ? "gpt2" : "sweep", b_ms, b_tf);
       for (double ms : bwd_ms) std::fprintf(csv, ",%.4f", ms);
       for (int v = 0; v < kFwdVersions; ++v)
         std::fprintf(csv, ",%.4f,%.4f", fwd_ms[v], fwd_fb_ms[v]);
-      std::fprintf(csv, "\n");
+      std::fprintf(csv, ",%.4f\n", fb_again_ms);
     }
   }
   if (csv) std::fclose(csv);

@@ -146,7 +146,8 @@ void check_wgmma(const WgmmaCase& c, uint32_t seed) {
       {WgmmaBwdVariant::kBulkDqEarlyDv, "bulk+early-dv"},
       {WgmmaBwdVariant::kTma, "tma"},
       {WgmmaBwdVariant::kTmaEarlyDv, "tma+early-dv"},
-      {WgmmaBwdVariant::kTmaLagDq, "tma+lag-dq"}};
+      {WgmmaBwdVariant::kTmaLagDq, "tma+lag-dq"},
+      {WgmmaBwdVariant::kTmaSplit, "tma+split"}};
   for (const auto& [variant, vname] : variants) {
     dqkv.poison();
     CUDA_CHECK(cudaMemset(dq_accum.ptr(), 0, n_o * sizeof(float)));
