@@ -56,8 +56,8 @@ echo "bench (default kernels): rc=$bench_rc ($(($(date +%s) - t0)) s)"
 cat "$LOGS/bench_wgmma.log"
 if [ $bench_rc != 0 ]; then
   # Without the new versions (NEW: names as bench_attention --versions spells them).
-  NEW=${NEW:-bwd-tmasplit}
-  old=$(echo fwd-simple,fwd-pipelined,fwd-pingpong,bwd-atomic,bwd-bulk,bwd-early,bwd-tma,bwd-tmaearly,bwd-tmalag,bwd-tmasplit |
+  NEW=${NEW:-bwd-tmastagger}
+  old=$(echo fwd-simple,fwd-pipelined,fwd-pingpong,bwd-atomic,bwd-bulk,bwd-early,bwd-tma,bwd-tmaearly,bwd-tmalag,bwd-tmasplit,bwd-tmastagger |
     tr , '\n' | grep -v -x -F -f <(echo "$NEW" | tr , '\n') | paste -sd,)
   timeout "$(left 60)" "$BUILD/bench_attention" "$LOGS/wgmma.csv" --gpt2 --no-det --versions="$old" \
     >"$LOGS/bench_wgmma.log" 2>&1
@@ -102,7 +102,7 @@ for key in wg or mma:
 # backward (measured), and the best pair of schedule and backward version, estimated as the
 # measured f+b of that schedule with the default backward kernel's time swapped for the version's
 # (the delta kernel is common). bwd: kernel ms per backward version.
-fv, bv = ("simple", "pipelined", "pingpong"), ("atomic", "bulk", "early", "tma", "tmaearly", "tmalag", "tmasplit")
+fv, bv = ("simple", "pipelined", "pingpong"), ("atomic", "bulk", "early", "tma", "tmaearly", "tmalag", "tmasplit", "tmastagger")
 print(f"{'D':>4} {'T':>6} {'B':>3} | fwd TF/s:" + "".join(f" {n[:8]:>8}" for n in fv) +
       f" {'sdpa':>6} | f+b TF/s:" + "".join(f" {n[:8]:>8}" for n in fv) +
       f" {'best est':>8} {'sdpa':>6} {'ratio':>5} | bwd ms:" + "".join(f" {n[:8]:>8}" for n in bv))
@@ -111,7 +111,7 @@ for key in wg:
     tf = lambda ms, f=1.0: f * flops / (ms * 1e-3) / 1e12 if ms and ms > 0 else float("nan")
     fwd = [tf(v(wg, key, f"fwd_{n}_ms")) for n in fv]
     fb = [tf(v(wg, key, f"fb_{n}_ms"), 3.5) for n in fv]
-    dflt = v(wg, key, "bwd_tma_ms")
+    dflt = v(wg, key, "bwd_tmalag_ms")
     best, best_name = float("nan"), ""
     for n in fv:
         for m in bv:

@@ -45,7 +45,8 @@ bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p);
 // mbarriers) instead of cp.async by every thread. kTmaLagDq is kTma with the dQ product of each
 // query tile issued in the next tile, behind its first products (one block barrier per tile);
 // kTmaSplit is kTmaLagDq with the two warpgroups synchronized by mbarriers only (no block barrier
-// in the loop; each adds its own dQ block by TMA reductions).
+// in the loop; each adds its own dQ block by TMA reductions); kTmaSplitStagger starts warpgroup 1
+// a third of a tile after warpgroup 0.
 // kDefault is what launch_attention_bwd<bf16> runs: kTma (the fastest on the H200,
 // bench_attention, docs/performance.md v6).
 enum class WgmmaBwdVariant {
@@ -56,7 +57,8 @@ enum class WgmmaBwdVariant {
   kTma,
   kTmaEarlyDv,
   kTmaLagDq,
-  kTmaSplit
+  kTmaSplit,
+  kTmaSplitStagger
 };
 
 // The fast (non-deterministic) bf16 backward after its delta kernel: dq, dk, dv written (=) in

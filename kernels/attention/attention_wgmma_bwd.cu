@@ -630,6 +630,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 // each tile makes them visible and says that the warpgroup is done with the previous tile).
 // dS^T buffer b is rewritten (tile i + 2) only after this warpgroup waited for ds_ready of tile
 // i + 1, which the other warpgroup signals after it waited for its dQ of tile i (the last reader).
+// kStagger: warpgroup 1 starts when warpgroup 0 has its first P^T (a named barrier), so that one's
+// exp and dS work falls on the other's products, and Q and dO of the next tile are loaded after
+// the dS^T store instead of at the top (so that thread 0, in warpgroup 0, does not wait at `empty`
+// for the staggered warpgroup 1 to finish the tile before).
 template <int D>
 constexpr size_t split_smem_bytes() {
   constexpr int kQ = kQTile<D>;
@@ -677,7 +681,7 @@ __device__ __forceinline__ void store_dq_boxes(uint32_t s, const float (&dq)[32]
 }
 #endif  // ATTN_WGMMA_DEVICE
 
-template <int D>
+template <int D, bool kStagger>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_bwd_wgmma_split_kernel(const AttentionParams<bf16> p, const float* __restrict__ delta,
                                 const __grid_constant__ CUtensorMap tm_q,
@@ -771,6 +775,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float sl2 = p.scale * kLog2e;
   const uint32_t k_rows = sK + wg * 64 * 128, v_rows = sV + wg * 64 * 128;
   tiles_ready();  // K, V and the first stats of both warpgroups
+  // Loads of the tile after `it` into the other stage.
+  auto prefetch = [&](int it, int buf) {
+    if (it + 1 < iters) {
+      const Tile nt = next_tile(cur);
+      if (threadIdx.x == 0) {
+        if (it > 0) mbar_wait(empty + 8 * (buf ^ 1), uint32_t((it - 1) >> 1) & 1u);
+        load_q_do(nt, buf ^ 1);
+      }
+      load_stats(nt, buf ^ 1);
+      cp_async_commit();
+    }
+  };
+  if constexpr (kStagger) {
+    if (wg == 1 && iters > 0) named_bar_sync<kThreads>(5);  // warpgroup 0 has P^T of tile 0
+  }
 
   for (int it = 0; it < iters; ++it, prev = cur, cur = next_tile(cur)) {
     const int buf = it & 1, q0 = cur.m * kQ;
@@ -789,20 +808,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       wgmma_commit();  // an empty group: the same wait counts in every tile
     }
-    if (it + 1 < iters) {
-      const Tile nt = next_tile(cur);
-      if (threadIdx.x == 0) {
-        if (it > 0) mbar_wait(empty + 8 * (buf ^ 1), uint32_t((it - 1) >> 1) & 1u);
-        load_q_do(nt, buf ^ 1);
-      }
-      load_stats(nt, buf ^ 1);
-      cp_async_commit();
-    }
+    if constexpr (!kStagger) prefetch(it, buf);
     wgmma_wait<2>();  // S^T done
     fence_regs(s);
     const bool need_mask = q0 + kQ > T || k0 + kBlockN > T || (p.causal && k0 + kBlockN - 1 > q0) ||
                            (p.window > 0 && k0 <= q0 + kQ - 1 - p.window);
     scores_to_p<kQ>(s, stats(buf, 0), need_mask, key0, q0, tig, sl2, p);
+    if constexpr (kStagger) {
+      if (wg == 0 && it == 0) named_bar_arrive<kThreads>(5);  // warpgroup 1 may start
+    }
     wgmma_wait<1>();  // dP^T done
     fence_regs(dp);
     dp_to_ds<kQ>(dp, s, stats(buf, 1), tig);
@@ -814,6 +828,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     store_ds<kQ>(sdS + buf * kSBytes, dsa, 64 * wg + 16 * warp + g, tig);
     fence_proxy_async();
     mbar_arrive(ds_ready + 8 * buf);
+    if constexpr (kStagger) prefetch(it, buf);
     fence_regs(dk);
     fence_regs(dv);
     fence_regs(dsa);
@@ -897,11 +912,11 @@ void launch(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
   CUDA_CHECK_LAUNCH();
 }
 
-template <int D>
+template <int D, bool kStagger>
 void launch_split(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
                   cudaStream_t st) {
   constexpr size_t smem = split_smem_bytes<D>();
-  auto* kernel = attn_bwd_wgmma_split_kernel<D>;
+  auto* kernel = attn_bwd_wgmma_split_kernel<D, kStagger>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(div_up(p.T_, kBlockN), p.n_kv_head, p.B);
   const CUtensorMap tm_q = tile_map(p.q, p.n_head * D, p.T_, p.B, p.qkv_row_stride,
@@ -939,7 +954,10 @@ void launch_variant(const AttentionParams<bf16>& p, const float* delta, float* d
       launch<D, true, false, true, true>(p, delta, dq_accum, st);
       break;
     case WgmmaBwdVariant::kTmaSplit:
-      launch_split<D>(p, delta, dq_accum, st);
+      launch_split<D, false>(p, delta, dq_accum, st);
+      break;
+    case WgmmaBwdVariant::kTmaSplitStagger:
+      launch_split<D, true>(p, delta, dq_accum, st);
       break;
     case WgmmaBwdVariant::kDefault:
       ATTN_FAIL("wgmma attention backward: kDefault must be resolved by the caller");
@@ -970,7 +988,7 @@ void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* del
   // and dQ conversion; docs/performance.md v6), last call: D = 64 bulk 1.27 / 3.69 / 13.33, TMA
   // 1.20 / 3.38 / 12.16, TMA + early dV 1.20 / 3.34 / 13.09; D = 128 bulk 1.17 / 3.50 / 12.54, TMA
   // 1.10 / 3.17 / 11.25, TMA + early dV 1.11 / 3.29 / 11.50.
-  if (variant == WgmmaBwdVariant::kDefault) variant = WgmmaBwdVariant::kTma;
+  if (variant == WgmmaBwdVariant::kDefault) variant = WgmmaBwdVariant::kTmaLagDq;
   if (p.D == 64) {
     launch_variant<64>(p, delta, dq_accum, st, variant);
   } else {

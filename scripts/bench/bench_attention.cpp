@@ -130,10 +130,14 @@ int main(int argc, char** argv) {
       {WgmmaFwdVariant::kPipelined, "pipelined"},
       {WgmmaFwdVariant::kPingpong, "pingpong"}};
   const std::pair<WgmmaBwdVariant, const char*> bwd_versions[] = {
-      {WgmmaBwdVariant::kAtomicDq, "atomic"},     {WgmmaBwdVariant::kBulkDq, "bulk"},
-      {WgmmaBwdVariant::kBulkDqEarlyDv, "early"}, {WgmmaBwdVariant::kTma, "tma"},
-      {WgmmaBwdVariant::kTmaEarlyDv, "tmaearly"}, {WgmmaBwdVariant::kTmaLagDq, "tmalag"},
-      {WgmmaBwdVariant::kTmaSplit, "tmasplit"}};
+      {WgmmaBwdVariant::kAtomicDq, "atomic"},
+      {WgmmaBwdVariant::kBulkDq, "bulk"},
+      {WgmmaBwdVariant::kBulkDqEarlyDv, "early"},
+      {WgmmaBwdVariant::kTma, "tma"},
+      {WgmmaBwdVariant::kTmaEarlyDv, "tmaearly"},
+      {WgmmaBwdVariant::kTmaLagDq, "tmalag"},
+      {WgmmaBwdVariant::kTmaSplit, "tmasplit"},
+      {WgmmaBwdVariant::kTmaSplitStagger, "tmastagger"}};
   constexpr int kFwdVersions = int(std::size(fwd_versions)),
                 kBwdVersions = int(std::size(bwd_versions));
   // Whether version `name` of `kind` ("fwd" or "bwd") is timed: --versions has the item

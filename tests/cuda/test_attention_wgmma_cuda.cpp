@@ -147,7 +147,8 @@ void check_wgmma(const WgmmaCase& c, uint32_t seed) {
       {WgmmaBwdVariant::kTma, "tma"},
       {WgmmaBwdVariant::kTmaEarlyDv, "tma+early-dv"},
       {WgmmaBwdVariant::kTmaLagDq, "tma+lag-dq"},
-      {WgmmaBwdVariant::kTmaSplit, "tma+split"}};
+      {WgmmaBwdVariant::kTmaSplit, "tma+split"},
+      {WgmmaBwdVariant::kTmaSplitStagger, "tma+split+stagger"}};
   for (const auto& [variant, vname] : variants) {
     dqkv.poison();
     CUDA_CHECK(cudaMemset(dq_accum.ptr(), 0, n_o * sizeof(float)));
