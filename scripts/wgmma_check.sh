@@ -56,8 +56,8 @@ echo "bench (default kernels): rc=$bench_rc ($(($(date +%s) - t0)) s)"
 cat "$LOGS/bench_wgmma.log"
 if [ $bench_rc != 0 ]; then
   # Without the new versions (NEW: names as bench_attention --versions spells them).
-  NEW=${NEW:-bwd-tmastagger}
-  old=$(echo fwd-simple,fwd-pipelined,fwd-pingpong,bwd-atomic,bwd-bulk,bwd-early,bwd-tma,bwd-tmaearly,bwd-tmalag,bwd-tmasplit,bwd-tmastagger |
+  NEW=${NEW:-}
+  old=$(echo fwd-simple,fwd-pipelined,fwd-pingpong,bwd-tma,bwd-tmalag |
     tr , '\n' | grep -v -x -F -f <(echo "$NEW" | tr , '\n') | paste -sd,)
   timeout "$(left 60)" "$BUILD/bench_attention" "$LOGS/wgmma.csv" --gpt2 --no-det --versions="$old" \
     >"$LOGS/bench_wgmma.log" 2>&1
@@ -89,20 +89,19 @@ def v(table, key, col):
         return float("nan")
 print(f"{'D':>4} {'T':>6} {'B':>3} {'H':>3} {'fwd':>6} {'fwd sd':>6} {'f+b':>6} {'f+b mma':>7} "
       f"{'f+b sd':>6} {'f+b/sd':>6} | bwd ms: {'dflt':>6} {'mma':>6} {'sdpa':>6} | kernel ms: "
-      f"{'atomic':>6} {'bulk':>6} {'early':>6}")
+      f"{'tma':>6} {'tmalag':>6}")
 for key in wg or mma:
     fb, fbs = v(wg, key, "fwdbwd_tflops"), v(peer, key, "fwdbwd_tflops")
     print(f"{key[0]:>4} {key[1]:>6} {key[2]:>3} {key[3]:>3} {v(wg, key, 'fwd_tflops'):6.1f} "
           f"{v(peer, key, 'fwd_tflops'):6.1f} {fb:6.1f} {v(mma, key, 'fwdbwd_tflops'):7.1f} "
           f"{fbs:6.1f} {fb / fbs:6.2f} |         {v(wg, key, 'bwd_ms'):6.2f} "
           f"{v(mma, key, 'bwd_ms'):6.2f} {v(peer, key, 'fwdbwd_ms') - v(peer, key, 'fwd_ms'):6.2f} |"
-          f"            {v(wg, key, 'bwd_atomic_ms'):6.2f} {v(wg, key, 'bwd_bulk_ms'):6.2f} "
-          f"{v(wg, key, 'bwd_early_ms'):6.2f}")
+          f"            {v(wg, key, 'bwd_tma_ms'):6.2f} {v(wg, key, 'bwd_tmalag_ms'):6.2f}")
 # Per version. fwd: TFLOP/s of each forward schedule. f+b: each schedule followed by the default
 # backward (measured), and the best pair of schedule and backward version, estimated as the
 # measured f+b of that schedule with the default backward kernel's time swapped for the version's
 # (the delta kernel is common). bwd: kernel ms per backward version.
-fv, bv = ("simple", "pipelined", "pingpong"), ("atomic", "bulk", "early", "tma", "tmaearly", "tmalag", "tmasplit", "tmastagger")
+fv, bv = ("simple", "pipelined", "pingpong"), ("tma", "tmalag")
 print(f"{'D':>4} {'T':>6} {'B':>3} | fwd TF/s:" + "".join(f" {n[:8]:>8}" for n in fv) +
       f" {'sdpa':>6} | f+b TF/s:" + "".join(f" {n[:8]:>8}" for n in fv) +
       f" {'best est':>8} {'sdpa':>6} {'ratio':>5} | bwd ms:" + "".join(f" {n[:8]:>8}" for n in bv))

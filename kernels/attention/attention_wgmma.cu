@@ -100,24 +100,6 @@ CUtensorMap tile_map(const void* base, int width, int T, int B, int64_t row_stri
   return map;
 }
 
-// Declared and described in wgmma_common.cuh.
-CUtensorMap accum_map(float* base, int D, int T, int planes) {
-  CUtensorMap map;
-  const int64_t plane_bytes = int64_t(T) * D * 4;
-  const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(T), cuuint64_t(planes)};
-  const cuuint64_t strides[2] = {cuuint64_t(D) * 4, cuuint64_t(plane_bytes)};
-  const cuuint32_t box[3] = {32, 64, 1}, elem_strides[3] = {1, 1, 1};
-  const CUresult r =
-      tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, base, dims, strides, box,
-                           elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                           CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  ATTN_REQUIRE(r == CUDA_SUCCESS,
-               "wgmma attention: cuTensorMapEncodeTiled failed for the dQ accumulator (error %d; "
-               "D %d, T %d, planes %d)",
-               int(r), D, T, planes);
-  return map;
-}
-
 }  // namespace wgmma
 
 namespace {

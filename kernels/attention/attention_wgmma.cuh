@@ -37,29 +37,12 @@ void launch_attention_fwd_wgmma(const AttentionParams<bf16>& p, Stream s,
 // sliding window, GQA.
 bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p);
 
-// The backward's versions (attention_wgmma_bwd.cu), the same arithmetic: kAtomicDq adds each
-// thread's dQ fragment to the fp32 accumulator with float2 atomics; kBulkDq stages the dQ tile in
-// shared memory and adds it with one bulk reduction (cp.reduce.async.bulk); kBulkDqEarlyDv also
-// issues dV += P^T dO before dP^T is waited for. kTma is
-// kBulkDq and kTmaEarlyDv kBulkDqEarlyDv with the Q and dO tiles loaded by TMA (one thread,
-// mbarriers) instead of cp.async by every thread. kTmaLagDq is kTma with the dQ product of each
-// query tile issued in the next tile, behind its first products (one block barrier per tile);
-// kTmaSplit is kTmaLagDq with the two warpgroups synchronized by mbarriers only (no block barrier
-// in the loop; each adds its own dQ block by TMA reductions); kTmaSplitStagger starts warpgroup 1
-// a third of a tile after warpgroup 0.
-// kDefault is what launch_attention_bwd<bf16> runs: kTma (the fastest on the H200,
-// bench_attention, docs/performance.md v6).
-enum class WgmmaBwdVariant {
-  kDefault,
-  kAtomicDq,
-  kBulkDq,
-  kBulkDqEarlyDv,
-  kTma,
-  kTmaEarlyDv,
-  kTmaLagDq,
-  kTmaSplit,
-  kTmaSplitStagger
-};
+// The backward's versions (attention_wgmma_bwd.cu), the same arithmetic: kTma synchronizes its two
+// warpgroups with two block barriers per query tile and computes the tile's dQ after the second;
+// kTmaLagDq issues each tile's dQ product in the next tile, behind its first products (one block
+// barrier per tile). kDefault is what launch_attention_bwd<bf16> runs: kTmaLagDq (2-4% faster at
+// D = 128 on the H200, bench_attention, docs/performance.md v7).
+enum class WgmmaBwdVariant { kDefault, kTma, kTmaLagDq };
 
 // The fast (non-deterministic) bf16 backward after its delta kernel: dq, dk, dv written (=) in
 // bf16. dK and dV are summed over the query heads of each GQA group in registers (bitwise

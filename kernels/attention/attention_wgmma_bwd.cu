@@ -8,21 +8,21 @@
 //   warpgroup w owns keys 64w..64w+63 (the M = 64 of one wgmma). K and V stay in shared memory;
 //   the block loops over every query head of the GQA group and every tile of kQ queries that
 //   sees its keys (kQ = 128 at D = 64, 64 at D = 128), with Q, dO, lse and delta double-buffered
-//   and loaded during the previous tile (Q and dO by TMA in the default version, kTma; else
-//   cp.async). dK and dV accumulate in registers over the
-//   whole loop, so they are exact sums over the group's query heads (no atomics). Per tile:
+//   and loaded during the previous tile (Q and dO by TMA, lse and delta by cp.async). dK and dV
+//   accumulate in registers over the whole loop, so they are exact sums over the group's query
+//   heads (no atomics). Per tile:
 //     S^T  = K Q^T     wgmma m64nkQk16, A = K, B = Q, both K-major from shared memory;
 //     dP^T = V dO^T    the same with V and dO (issued right after S^T, runs during the exp);
 //     P^T  = exp2(S^T scale log2 e - lse log2 e), masked; dS^T = P^T (dP^T - delta);
 //     dS^T to shared memory (bf16, [keys][queries], swizzled like every operand);
 //     dV  += P^T dO    wgmma m64nDk16, A = P^T from registers (the accumulator layout of S^T is
 //     dK  += dS^T Q    the register-A layout), B = dO / Q MN-major ([queries][D], D contiguous);
-//     dQ   = dS K      after a barrier (dS^T of both warpgroups in shared memory): each warpgroup
-//                      computes a 64 x 64 block of the kQ x D tile (D = 64: its 64 queries;
-//                      D = 128: its 64 columns), A = dS MN-major (the transposed dS^T tile), B = K
-//                      MN-major, K = the block's 128 keys; added to the fp32 accumulator with
-//                      float2 atomics (kAtomicDq) or staged in shared memory and added by one
-//                      bulk reduction per tile (kBulkDq, the default; see the kernel).
+//     dQ   = dS K      once dS^T of both warpgroups is in shared memory (after a barrier; in the
+//                      default version, kLagDq, issued in the next tile behind its S^T and dP^T):
+//                      each warpgroup computes a 64 x 64 block of the kQ x D tile (D = 64: its 64
+//                      queries; D = 128: its 64 columns), A = dS MN-major (the transposed dS^T
+//                      tile), B = K MN-major, K = the block's 128 keys; staged in shared memory and
+//                      added to the fp32 accumulator by one bulk reduction per tile.
 //   Keys as the M dimension keep P^T and dS^T in registers for dV and dK and make the per-query
 //   lse and delta column values (read from shared memory, broadcast).
 //   Element masks only on tiles that touch the diagonal, the window edge or the end of T.
@@ -38,17 +38,22 @@
 // another 8-18% off (docs/performance.md, v6). Nsight Compute (scripts/ncu_attention.sh) showed
 // the cp.async version spending about 170 instructions per warp and tile on the loads and ~13% of
 // its stall samples waiting for the load-store queue. The two warpgroups run in lockstep (two block
-// barriers per tile, one block per SM), so the exp and dS work is not overlapped with the other
-// warpgroup's MMAs as in FlashAttention-3's warp-specialized pipeline; that and TMA loads are what
-// is left. A variant with one warpgroup per 64-key block and two blocks per SM (independent blocks
-// overlap, twice the dQ additions) measured 1.1-1.3x slower than the default and was dropped.
-// FlashAttention-3's producer warpgroup does not fit as is: the register file is split per
-// scheduler, so a 9th warp costs a whole warpgroup's registers, and with setmaxnreg the compute
-// warpgroups get at most 240 (producer 24), where these kernels need 242-255 (ptxas spills; a
-// cp.async producer also spills at 24). A version with one block barrier per tile (mbarrier-gated
-// stages, dS^T double-buffered, S^T and dP^T of the next tile issued behind dQ) measured 10-19%
-// slower, ptxas serializing its wgmmas (C7514: accumulators in flight across the loop's back
-// edge), and was removed (docs/performance.md, v6).
+// barriers per tile, one block per SM; one with kLagDq), so the exp and dS work is not overlapped
+// with the other warpgroup's MMAs as in FlashAttention-3's warp-specialized pipeline. A version
+// whose warpgroups synchronized through mbarriers only (no block barrier in the loop, each adding
+// its own dQ block by TMA reductions), with or without warpgroup 1 started a third of a tile late,
+// passed the tests but measured no faster than kLagDq (0-3% slower at T <= 4K, up to 24% slower
+// at 16K; docs/performance.md v7) and was removed. Removed earlier, all slower than kTma on the
+// H200: dQ by float2 atomics, Q and dO by cp.async, dV issued before dP^T is waited for. A variant
+// with one warpgroup per 64-key block and two blocks per SM (independent blocks overlap, twice the
+// dQ additions) measured 1.1-1.3x slower than the default and was dropped. FlashAttention-3's
+// producer warpgroup does not fit as is: the register file is split per scheduler, so a 9th warp
+// costs a whole warpgroup's registers, and with setmaxnreg the compute warpgroups get at most 240
+// (producer 24), where these kernels need 242-255 (ptxas spills; a cp.async producer also spills at
+// 24). A version with one block barrier per tile (mbarrier-gated stages, dS^T double-buffered, S^T
+// and dP^T of the next tile issued behind dQ) measured 10-19% slower, ptxas serializing its wgmmas
+// (C7514: accumulators in flight across the loop's back edge), and was removed
+// (docs/performance.md, v6).
 #include <cuda.h>  // CUtensorMap (types only: the encoder is reached through the runtime)
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -70,22 +75,20 @@ template <int D>
 constexpr int kQTile = D == 64 ? 128 : 64;
 
 // Dynamic shared memory: K, V (kBlockN rows), 2 x Q, 2 x dO (kQ rows), dS^T (kBlockN x kQ), 2 x
-// lse and delta (kQ floats), the fp32 dQ tile (kQ x D, bulk kernel), plus 1 KiB to align the base
-// to 1024 bytes, and 2 mbarriers (TMA loads). At most 178 KiB (D = 128 with the dQ tile): one
-// block per SM.
-// kLagDq doubles the dS^T and dQ tiles: 226 KiB at both head dims, the whole 227 KiB an H200 block
-// may opt into (the base is 16-byte aligned, so aligning it to 1024 takes at most 1008 bytes).
-template <int D, bool kBulkDq, bool kLagDq = false>
+// lse and delta (kQ floats), the fp32 dQ tile (kQ x D), 2 mbarriers (TMA loads), plus up to 1008
+// bytes to align the base (16-byte aligned) to 1024. 162 / 177 KiB at D = 64 / 128; kLagDq doubles
+// the dS^T and dQ tiles: 226 KiB at both head dims, the whole 227 KiB an H200 block may opt into.
+// One block per SM.
+template <int D, bool kLagDq>
 constexpr size_t bwd_smem_bytes() {
   constexpr int kQ = kQTile<D>, kCopies = kLagDq ? 2 : 1;
   return 2 * size_t(tile_bytes(kBlockN, D)) + 4 * size_t(tile_bytes(kQ, D)) +
          kCopies * size_t(tile_bytes(kBlockN, kQ)) + 4 * kQ * sizeof(float) +
-         (kBulkDq ? kCopies * size_t(kQ) * D * sizeof(float) : 0) + 16 + 1008;
+         kCopies * size_t(kQ) * D * sizeof(float) + 16 + 1008;
 }
-static_assert(bwd_smem_bytes<64, true, true>() <= 232448 &&
-              bwd_smem_bytes<128, true, true>() <= 232448);
+static_assert(bwd_smem_bytes<64, true>() <= 232448 && bwd_smem_bytes<128, true>() <= 232448);
 
-// Layout of a dQ row in the bulk kernel's shared tile and in dq_accum: the 16-byte chunk of
+// Layout of a dQ row in the kernel's shared tile and in dq_accum: the 16-byte chunk of
 // columns col .. col + 3 of row `row` sits at chunk (col / 4) ^ (row % 8), so that a warp's
 // fragment stores (8 rows x 4 column pairs) hit every bank twice (2 wavefronts for 256 bytes)
 // instead of 8 rows on the same banks. A permutation inside each row: the rows of a tile stay
@@ -284,34 +287,28 @@ __device__ __forceinline__ void store_dk_dv(const float (&dk)[D / 2], const floa
 }
 #endif  // ATTN_WGMMA_DEVICE
 
-// kBulkDq = false: each thread adds its dQ fragment to dq_accum (plain [B, H, T, D]) with float2
-//   atomics right after the dQ product.
-// kBulkDq = true: the fragments go to a shared-memory fp32 tile (kQ x D, rows swizzled like
-//   dq_accum's layout, see dq_swizzle) and one thread adds the whole tile to dq_accum with one bulk
-//   reduction (cp.reduce.async.bulk .add.f32), issued after the next barrier; it runs in the
-//   background, and the issuing thread waits for its reads of the tile before the tile is
-//   rewritten (before the dQ barrier of the next tile).
-// kEarlyDv: dV += P^T dO is issued as soon as P^T is converted, before dP^T is waited for, so the
-//   tensor cores run it during the dS computation.
-// kTma: the Q and dO tiles are loaded by TMA (one thread issues D / 32 box copies per tile from the
-//   tensor maps tm_q and tm_do, see tile_map; they complete on the buffer's mbarrier) instead of
-//   cp.async by every thread (about 170 instructions per warp and tile, and the load-store queue
-//   they fill). K, V, lse and delta stay on cp.async.
-// kLagDq (with kTma and kBulkDq): dQ of tile i is issued in tile i + 1, behind its S^T and dP^T, so
+// dQ: the fragments go to a shared-memory fp32 tile (kQ x D, rows swizzled like dq_accum's layout,
+// see dq_swizzle) and one thread adds the whole tile to dq_accum with one bulk reduction
+// (cp.reduce.async.bulk .add.f32), issued after the next barrier; it runs in the background, and
+// the issuing thread waits for its reads of the tile before the tile is rewritten. Q and dO are
+// loaded by TMA (one thread issues D / 32 box copies per tile from the tensor maps tm_q and tm_do,
+// see tile_map; they complete on the buffer's mbarrier); K, V, lse and delta by cp.async.
+// kLagDq = false (kTma): two block barriers per tile, dQ = dS K after the second.
+// kLagDq (kTmaLagDq, the default): dQ of tile i is issued in tile i + 1, behind its S^T and dP^T,
+// so
 //   that the tensor cores run it during the exp and dS work; dS^T and the dQ tile are
 //   double-buffered. One block barrier per tile instead of two: the one at the top also says that
 //   the previous tile's dS^T is stored (every warpgroup reads both halves for dQ). Every wgmma
 //   group is waited for inside its iteration (nothing in flight across the loop's back edge, which
 //   made ptxas serialize the wgmmas of the removed one-barrier version, C7514). Per tile: S^T,
 //   dP^T, dQ of the previous tile; exp; wait dP^T; dS^T stored; dV, dK; wait dQ, store it; wait.
-template <int D, bool kBulkDq, bool kEarlyDv, bool kTma, bool kLagDq = false>
+template <int D, bool kLagDq>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_bwd_wgmma_kernel(const AttentionParams<bf16> p, const float* __restrict__ delta,
                           float* __restrict__ dq_accum, const __grid_constant__ CUtensorMap tm_q,
                           const __grid_constant__ CUtensorMap tm_do) {
 #if ATTN_WGMMA_DEVICE
   constexpr int kQ = kQTile<D>;
-  static_assert(!kLagDq || (kTma && kBulkDq && !kEarlyDv), "kLagDq: TMA and bulk dQ only");
   constexpr int kCopies = kLagDq ? 2 : 1;  // of the dS^T and dQ tiles
   constexpr uint32_t kKVBytes = tile_bytes(kBlockN, D), kQBytes = tile_bytes(kQ, D);
   constexpr uint32_t kSBytes = tile_bytes(kBlockN, kQ), kDqBytes = kQ * D * 4;
@@ -323,8 +320,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t sdO = sQ + 2 * kQBytes;            // [2][kQ] rows
   const uint32_t sdS = sdO + 2 * kQBytes;           // [kCopies][kBlockN] rows of kQ
   const uint32_t sStats = sdS + kCopies * kSBytes;  // lse [2][kQ], delta [2][kQ]
-  const uint32_t sdQ = sStats + 4 * kQ * 4;         // fp32 [kCopies][kQ][D] (kBulkDq)
-  const uint32_t sFull = sdQ + (kBulkDq ? kCopies * kDqBytes : 0);  // mbarriers [2] (kTma)
+  const uint32_t sdQ = sStats + 4 * kQ * 4;         // fp32 [kCopies][kQ][D]
+  const uint32_t sFull = sdQ + kCopies * kDqBytes;  // mbarriers [2]: Q, dO of a stage loaded
 
   const int T = p.T_;
   const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
@@ -351,21 +348,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto next_tile = [&](Tile t) { return ++t.m == m_end ? Tile{t.h + 1, m_begin} : t; };
   auto issue_loads = [&](Tile t, int buf) {
     const int q0 = t.m * kQ;
-    if constexpr (kTma) {
-      if (threadIdx.x == 0) {
-        const uint32_t bar = sFull + 8 * buf;
-        mbar_arrive_expect_tx(bar, 2 * kQBytes);
+    if (threadIdx.x == 0) {
+      const uint32_t bar = sFull + 8 * buf;
+      mbar_arrive_expect_tx(bar, 2 * kQBytes);
 #pragma unroll
-        for (int c = 0; c < D / 64; ++c) {  // column blocks of 64 (kQ x 128 bytes apart)
-          tma_load_3d(sQ + buf * kQBytes + c * kQ * 128, &tm_q, bar, t.h * D + 64 * c, q0, b);
-          tma_load_3d(sdO + buf * kQBytes + c * kQ * 128, &tm_do, bar, t.h * D + 64 * c, q0, b);
-        }
+      for (int c = 0; c < D / 64; ++c) {  // column blocks of 64 (kQ x 128 bytes apart)
+        tma_load_3d(sQ + buf * kQBytes + c * kQ * 128, &tm_q, bar, t.h * D + 64 * c, q0, b);
+        tma_load_3d(sdO + buf * kQBytes + c * kQ * 128, &tm_do, bar, t.h * D + 64 * c, q0, b);
       }
-    } else {
-      load_tile<kQ, D, kThreads>(sQ + buf * kQBytes, p.q + b * p.qkv_batch_stride + t.h * D, ld, q0,
-                                 T);
-      load_tile<kQ, D, kThreads>(sdO + buf * kQBytes, p.dout + b * p.o_batch_stride + t.h * D,
-                                 p.o_row_stride, q0, T);
     }
     const int64_t row = (int64_t(b) * p.n_head + t.h) * T + q0;
     if (threadIdx.x < kQ) {
@@ -382,14 +372,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     return dq_accum + ((int64_t(b) * p.n_head + t.h) * T + q0) * D;
   };
 
-  if constexpr (kTma) {
-    if (threadIdx.x == 0) {
-      mbar_init(sFull, 1);
-      mbar_init(sFull + 8, 1);
-      fence_mbar_init();
-    }
-    __syncthreads();
+  if (threadIdx.x == 0) {
+    mbar_init(sFull, 1);
+    mbar_init(sFull + 8, 1);
+    fence_mbar_init();
   }
+  __syncthreads();
   load_tile<kBlockN, D, kThreads>(sK, gk, ld, k0, T);
   load_tile<kBlockN, D, kThreads>(sV, gv, ld, k0, T);
   Tile cur{hk * group, m_begin}, prev = cur;
@@ -495,23 +483,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     for (int it = 0; it < iters; ++it, prev = cur, cur = next_tile(cur)) {
       const int buf = it & 1;
-      const int h = cur.h, q0 = cur.m * kQ;
+      const int q0 = cur.m * kQ;
       const uint32_t cQ = sQ + buf * kQBytes, cdO = sdO + buf * kQBytes;
       const uint32_t c_lse = sStats + buf * kQ * 4, c_delta = sStats + (2 + buf) * kQ * 4;
       tiles_ready();
-      if constexpr (kTma) mbar_wait(sFull + 8 * buf, uint32_t(it >> 1) & 1u);  // use it / 2 of buf
+      mbar_wait(sFull + 8 * buf, uint32_t(it >> 1) & 1u);  // use it / 2 of buf
       // S^T and dP^T first, so that the tensor cores start while the loads of the next tile are
       // issued (their buffers were last read by the previous tile's wgmmas, all waited for).
       float s[kQ / 2], dp[kQ / 2];
       issue_abt<D, kQ>(s, k_rows, cQ);
       issue_abt<D, kQ>(dp, v_rows, cdO);
-      if constexpr (kBulkDq) {
-        // The previous tile's dQ (stored and fenced before the barrier) to dq_accum.
-        if (threadIdx.x == 0 && it > 0) {
-          uint32_t bytes;
-          float* dst = dq_rows(prev, &bytes);
-          bulk_reduce_add_f32(dst, sdQ, bytes);
-        }
+      // The previous tile's dQ (stored and fenced before the barrier) to dq_accum.
+      if (threadIdx.x == 0 && it > 0) {
+        uint32_t bytes;
+        float* dst = dq_rows(prev, &bytes);
+        bulk_reduce_add_f32(dst, sdQ, bytes);
       }
       if (it + 1 < iters) {
         issue_loads(next_tile(cur), buf ^ 1);
@@ -527,17 +513,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       scores_to_p<kQ>(s, c_lse, need_mask, key0, q0, tig, sl2, p);
       uint32_t pa[kQ / 16][4], dsa[kQ / 16][4];
       acc_to_a<kQ>(pa, s);
-      if constexpr (kEarlyDv) {
-        // dV += P^T dO now (groups: S^T, dP^T, dV): the tensor cores run it during dS.
-        fence_regs(dv);
-        fence_regs(pa);
-        wgmma_fence();
-        issue_rs<D, kQ>(dv, pa, cdO);
-        wgmma_commit();
-        wgmma_wait<1>();  // dP^T done; dV may still run
-      } else {
-        wgmma_wait<0>();
-      }
+      wgmma_wait<0>();
       fence_regs(dp);
       dp_to_ds<kQ>(dp, s, c_delta, tig);
       acc_to_a<kQ>(dsa, dp);
@@ -547,23 +523,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       store_ds<kQ>(sdS, dsa, 64 * wg + 16 * warp + g, tig);
       fence_proxy_async();
 
-      // dK += dS^T Q (and dV += P^T dO unless issued early): one group, runs during the barrier
-      // and the dQ issue.
+      // dV += P^T dO, dK += dS^T Q: one group, runs during the barrier and the dQ issue.
       fence_regs(dk);
       fence_regs(dsa);
-      if constexpr (!kEarlyDv) {
-        fence_regs(dv);
-        fence_regs(pa);
-      }
+      fence_regs(dv);
+      fence_regs(pa);
       wgmma_fence();
-      if constexpr (!kEarlyDv) issue_rs<D, kQ>(dv, pa, cdO);
+      issue_rs<D, kQ>(dv, pa, cdO);
       issue_rs<D, kQ>(dk, dsa, cQ);
       wgmma_commit();
 
-      if constexpr (kBulkDq) {
-        // The bulk reduction of the previous tile has read the dQ tile before anyone rewrites it.
-        if (threadIdx.x == 0) bulk_wait_read();
-      }
+      // The bulk reduction of the previous tile has read the dQ tile before anyone rewrites it.
+      if (threadIdx.x == 0) bulk_wait_read();
       __syncthreads();  // dS^T of both warpgroups stored and fenced
       // dQ = dS K in two 64 x 64 blocks (queries 64 qw.., columns 64 dw.. of the kQ x D tile):
       // warpgroup w computes block w.
@@ -572,41 +543,21 @@ __global__ void __launch_bounds__(kThreads, 1)
         issue_dq<kQ>(dq, sdS, sK, wg);
         wgmma_wait<0>();
         fence_regs(dq);
-        if constexpr (kBulkDq) {
-          store_dq_tile<D, kQ>(sdQ, dq, wg, warp, g, tig);
-        } else {
-          // dq element 4 j + 2 r + e: query q0 + 64 qw + 16 warp + g + 8 r, column
-          // 64 dw + 8 j + 2 tig + e.
-          const int qw = kQ == 128 ? wg : 0, dw = kQ == 128 ? 0 : wg;
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int row = 64 * qw + 16 * warp + g + 8 * r;  // in the tile
-            if (q0 + row >= T) continue;
-            float* dst =
-                dq_accum + ((int64_t(b) * p.n_head + h) * T + q0 + row) * D + 64 * dw + 2 * tig;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-              atomicAdd(reinterpret_cast<float2*>(dst + 8 * j),
-                        make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]));
-            }
-          }
-        }
+        store_dq_tile<D, kQ>(sdQ, dq, wg, warp, g, tig);
       }
       fence_regs(dv);
       fence_regs(dk);
       fence_regs(pa);
       fence_regs(dsa);
-      if constexpr (kBulkDq) fence_proxy_async();  // for the bulk reduction after the next barrier
+      fence_proxy_async();  // for the bulk reduction after the next barrier
     }
     cp_async_wait_all();  // nothing may be in flight at exit (no query tile: only K and V loaded)
-    if constexpr (kBulkDq) {
-      __syncthreads();  // the last tile's dQ stored and fenced
-      if (threadIdx.x == 0 && iters > 0) {
-        uint32_t bytes;
-        float* dst = dq_rows(prev, &bytes);  // the loop's last tile
-        bulk_reduce_add_f32(dst, sdQ, bytes);
-        bulk_wait_all();
-      }
+    __syncthreads();      // the last tile's dQ stored and fenced
+    if (threadIdx.x == 0 && iters > 0) {
+      uint32_t bytes;
+      float* dst = dq_rows(prev, &bytes);  // the loop's last tile
+      bulk_reduce_add_f32(dst, sdQ, bytes);
+      bulk_wait_all();
     }
   }
   store_dk_dv<D>(dk, dv, p, b, hk, key0, tig);
@@ -615,271 +566,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// ---- kTmaSplit: the two warpgroups synchronize through mbarriers only --------------------------
-// The kernel above runs its warpgroups in lockstep (block barriers), so their exp and dS phases
-// coincide and the tensor cores idle then. Here each warpgroup waits only for what it reads:
-//   full[b]     Q and dO of the tile in stage b landed (TMA by thread 0, expect-tx);
-//   empty[b]    every thread is done with stage b's Q and dO (waited for its dV and dK), so
-//               thread 0 may load the tile after next into it;
-//   ds_ready[b] every thread stored its rows of dS^T in dS buffer b (and fenced them), so either
-//               warpgroup may issue the dQ product that reads both halves.
-// dQ is lagged by one tile as in kLagDq. Each warpgroup adds its own 64 x 64 dQ block to the fp32
-// accumulator (plain [B, H, T, D]) with two TMA reductions (accum_map boxes of 32 columns),
-// issued by its first thread after a warpgroup barrier, so no block barrier is left in the loop.
-// Each warpgroup loads its own copy of lse and delta (cp.async; a warpgroup barrier at the top of
-// each tile makes them visible and says that the warpgroup is done with the previous tile).
-// dS^T buffer b is rewritten (tile i + 2) only after this warpgroup waited for ds_ready of tile
-// i + 1, which the other warpgroup signals after it waited for its dQ of tile i (the last reader).
-// kStagger: warpgroup 1 starts when warpgroup 0 has its first P^T (a named barrier), so that one's
-// exp and dS work falls on the other's products, and Q and dO of the next tile are loaded after
-// the dS^T store instead of at the top (so that thread 0, in warpgroup 0, does not wait at `empty`
-// for the staggered warpgroup 1 to finish the tile before).
+// dq = scale * dq_accum -> bf16 at the q layout; 4 values per thread, dq_accum in the kernel's
+// layout (dq_swizzle). Grid (T D / 4 / 256, n_head, B): the head and batch come from the block
+// index, the row and column from shifts (no 64-bit division).
 template <int D>
-constexpr size_t split_smem_bytes() {
-  constexpr int kQ = kQTile<D>;
-  return 2 * size_t(tile_bytes(kBlockN, D)) + 4 * size_t(tile_bytes(kQ, D)) +
-         2 * size_t(tile_bytes(kBlockN, kQ)) + 2 * 16384 + 2 * 2 * 2 * kQ * sizeof(float) + 6 * 8 +
-         1008;
-}
-static_assert(split_smem_bytes<64>() <= 232448 && split_smem_bytes<128>() <= 232448);
-
-#if ATTN_WGMMA_DEVICE
-// TMA reduction: the box at coordinates (c0, c1, c2) of the tensor map at generic address tmap
-// (a __grid_constant__ kernel parameter) += the box at shared-memory address src (asynchronous,
-// a bulk group of the issuing thread; commit separately).
-__device__ __forceinline__ void tma_reduce_add_3d(const void* tmap, uint32_t src, int c0, int c1,
-                                                  int c2) {
-  asm volatile(
-      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
-      " [%0, {%2, %3, %4}], [%1];\n" ::"l"(tmap),
-      "r"(src), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_commit() {
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-
-// A warpgroup's 64 x 64 dQ block (dq element 4 j + 2 r + e: block row 16 warp + g + 8 r, column
-// 8 j + 2 tig + e) to its staging area as two accum_map boxes (columns 0-31, 32-63; 64 rows of 128
-// bytes, 16-byte chunk c of row r at chunk c ^ (r % 8)): a warp's store of 8 rows x 4 column
-// pairs covers every bank twice.
-__device__ __forceinline__ void store_dq_boxes(uint32_t s, const float (&dq)[32], int warp, int g,
-                                               int tig) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = 16 * warp + g + 8 * r;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int col = 8 * j + 2 * tig, c = col % 32;
-      const uint32_t addr =
-          s + (col / 32) * 8192 + row * 128 + ((((c >> 2) ^ (row & 7)) << 4) | ((c & 3) << 2));
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(dq[4 * j + 2 * r]),
-                   "f"(dq[4 * j + 2 * r + 1])
-                   : "memory");
-    }
-  }
-}
-#endif  // ATTN_WGMMA_DEVICE
-
-template <int D, bool kStagger>
-__global__ void __launch_bounds__(kThreads, 1)
-    attn_bwd_wgmma_split_kernel(const AttentionParams<bf16> p, const float* __restrict__ delta,
-                                const __grid_constant__ CUtensorMap tm_q,
-                                const __grid_constant__ CUtensorMap tm_do,
-                                const __grid_constant__ CUtensorMap tm_dq) {
-#if ATTN_WGMMA_DEVICE
-  constexpr int kQ = kQTile<D>;
-  constexpr uint32_t kKVBytes = tile_bytes(kBlockN, D), kQBytes = tile_bytes(kQ, D);
-  constexpr uint32_t kSBytes = tile_bytes(kBlockN, kQ);
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  const uint32_t sK = (raw + 1023u) & ~1023u;         // [kBlockN] rows
-  const uint32_t sV = sK + kKVBytes;                  // [kBlockN] rows
-  const uint32_t sQ = sV + kKVBytes;                  // [2][kQ] rows
-  const uint32_t sdO = sQ + 2 * kQBytes;              // [2][kQ] rows
-  const uint32_t sdS = sdO + 2 * kQBytes;             // [2][kBlockN] rows of kQ
-  const uint32_t sdQ = sdS + 2 * kSBytes;             // [2 warpgroups] 2 boxes of 64 x 128 bytes
-  const uint32_t sStats = sdQ + 2 * 16384;            // [2 warpgroups][2 stages][lse, delta][kQ]
-  const uint32_t sBar = sStats + 2 * 2 * 2 * kQ * 4;  // full[2], empty[2], ds_ready[2]
-  const uint32_t full = sBar, empty = sBar + 16, ds_ready = sBar + 32;
-
-  const int T = p.T_;
-  const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
-  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-  const int g = lane >> 2, tig = lane & 3;
-  const bool leader = threadIdx.x % 128 == 0;  // issues its warpgroup's dQ reductions
-  const int k0 = blockIdx.x * kBlockN;
-  const int key0 = k0 + 64 * wg + 16 * warp + g;  // this thread's keys: key0 and key0 + 8
-  const int64_t ld = p.qkv_row_stride;
-
-  const int m_begin = p.causal ? k0 / kQ : 0;
-  int m_end = (T + kQ - 1) / kQ;
-  if (p.window > 0) m_end = min(m_end, (k0 + kBlockN - 1 + p.window - 1) / kQ + 1);
-  const int iters = group * max(0, m_end - m_begin);
-  struct Tile {
-    int h, m;
-  };
-  auto next_tile = [&](Tile t) { return ++t.m == m_end ? Tile{t.h + 1, m_begin} : t; };
-  // Q and dO of tile t to stage `stage` (thread 0).
-  auto load_q_do = [&](Tile t, int stage) {
-    const uint32_t bar = full + 8 * stage;
-    mbar_arrive_expect_tx(bar, 2 * kQBytes);
-#pragma unroll
-    for (int c = 0; c < D / 64; ++c) {
-      tma_load_3d(sQ + stage * kQBytes + c * kQ * 128, &tm_q, bar, t.h * D + 64 * c, t.m * kQ, b);
-      tma_load_3d(sdO + stage * kQBytes + c * kQ * 128, &tm_do, bar, t.h * D + 64 * c, t.m * kQ, b);
-    }
-  };
-  // lse and delta of tile t to this warpgroup's stage `stage` (cp.async, not committed).
-  auto stats = [&](int stage, int which) {
-    return sStats + ((wg * 2 + stage) * 2 + which) * kQ * 4;
-  };
-  auto load_stats = [&](Tile t, int stage) {
-    const int i = threadIdx.x % 128, q0 = t.m * kQ;
-    if (i < kQ) {
-      const int64_t row = (int64_t(b) * p.n_head + t.h) * T + q0;
-      const bool ok = q0 + i < T;  // rows past T read as 0 (masked)
-      cp_async4(stats(stage, 0) + 4 * i, p.lse + (ok ? row + i : 0), ok);
-      cp_async4(stats(stage, 1) + 4 * i, delta + (ok ? row + i : 0), ok);
-    }
-  };
-  // This warpgroup's dQ block of tile t (in its staging area) += to dq_accum (the leader).
-  auto reduce_dq = [&](Tile t) {
-    const int row0 = t.m * kQ + (kQ == 128 ? 64 * wg : 0), col0 = kQ == 128 ? 0 : 64 * wg;
-    const uint32_t src = sdQ + wg * 16384;
-    tma_reduce_add_3d(&tm_dq, src, col0, row0, b * p.n_head + t.h);
-    tma_reduce_add_3d(&tm_dq, src + 8192, col0 + 32, row0, b * p.n_head + t.h);
-    bulk_commit();
-  };
-
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < 2; ++i) {
-      mbar_init(full + 8 * i, 1);
-      mbar_init(empty + 8 * i, kThreads);
-      mbar_init(ds_ready + 8 * i, kThreads);
-    }
-    fence_mbar_init();
-  }
-  __syncthreads();
-  load_tile<kBlockN, D, kThreads>(sK, p.k + b * p.qkv_batch_stride + hk * D, ld, k0, T);
-  load_tile<kBlockN, D, kThreads>(sV, p.v + b * p.qkv_batch_stride + hk * D, ld, k0, T);
-  Tile cur{hk * group, m_begin}, prev = cur;
-  if (iters > 0) {
-    if (threadIdx.x == 0) load_q_do(cur, 0);
-    load_stats(cur, 0);
-  }
-  cp_async_commit();
-  float dk[D / 2], dv[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
-  const float sl2 = p.scale * kLog2e;
-  const uint32_t k_rows = sK + wg * 64 * 128, v_rows = sV + wg * 64 * 128;
-  tiles_ready();  // K, V and the first stats of both warpgroups
-  // Loads of the tile after `it` into the other stage.
-  auto prefetch = [&](int it, int buf) {
-    if (it + 1 < iters) {
-      const Tile nt = next_tile(cur);
-      if (threadIdx.x == 0) {
-        if (it > 0) mbar_wait(empty + 8 * (buf ^ 1), uint32_t((it - 1) >> 1) & 1u);
-        load_q_do(nt, buf ^ 1);
-      }
-      load_stats(nt, buf ^ 1);
-      cp_async_commit();
-    }
-  };
-  if constexpr (kStagger) {
-    if (wg == 1 && iters > 0) named_bar_sync<kThreads>(5);  // warpgroup 0 has P^T of tile 0
-  }
-
-  for (int it = 0; it < iters; ++it, prev = cur, cur = next_tile(cur)) {
-    const int buf = it & 1, q0 = cur.m * kQ;
-    const uint32_t cQ = sQ + buf * kQBytes, cdO = sdO + buf * kQBytes;
-    if (it > 0) {
-      cp_async_wait_all();
-      named_bar_sync<128>(1 + wg);  // this warpgroup's stats of the tile; done with tile it - 1
-    }
-    mbar_wait(full + 8 * buf, uint32_t(it >> 1) & 1u);
-    float s[kQ / 2], dp[kQ / 2], dq[32];
-    issue_abt<D, kQ>(s, k_rows, cQ);
-    issue_abt<D, kQ>(dp, v_rows, cdO);
-    if (it > 0) {  // dQ of tile it - 1, once both warpgroups stored its dS^T
-      mbar_wait(ds_ready + 8 * (buf ^ 1), uint32_t((it - 1) >> 1) & 1u);
-      issue_dq<kQ>(dq, sdS + (buf ^ 1) * kSBytes, sK, wg);
-    } else {
-      wgmma_commit();  // an empty group: the same wait counts in every tile
-    }
-    if constexpr (!kStagger) prefetch(it, buf);
-    wgmma_wait<2>();  // S^T done
-    fence_regs(s);
-    const bool need_mask = q0 + kQ > T || k0 + kBlockN > T || (p.causal && k0 + kBlockN - 1 > q0) ||
-                           (p.window > 0 && k0 <= q0 + kQ - 1 - p.window);
-    scores_to_p<kQ>(s, stats(buf, 0), need_mask, key0, q0, tig, sl2, p);
-    if constexpr (kStagger) {
-      if (wg == 0 && it == 0) named_bar_arrive<kThreads>(5);  // warpgroup 1 may start
-    }
-    wgmma_wait<1>();  // dP^T done
-    fence_regs(dp);
-    dp_to_ds<kQ>(dp, s, stats(buf, 1), tig);
-    wgmma_wait<0>();  // dQ of tile it - 1 done (and its reads of dS^T buffer buf ^ 1)
-    fence_regs(dq);
-    uint32_t pa[kQ / 16][4], dsa[kQ / 16][4];
-    acc_to_a<kQ>(dsa, dp);
-    acc_to_a<kQ>(pa, s);
-    store_ds<kQ>(sdS + buf * kSBytes, dsa, 64 * wg + 16 * warp + g, tig);
-    fence_proxy_async();
-    mbar_arrive(ds_ready + 8 * buf);
-    if constexpr (kStagger) prefetch(it, buf);
-    fence_regs(dk);
-    fence_regs(dv);
-    fence_regs(dsa);
-    fence_regs(pa);
-    wgmma_fence();
-    issue_rs<D, kQ>(dv, pa, cdO);
-    issue_rs<D, kQ>(dk, dsa, cQ);
-    wgmma_commit();
-    if (it > 0) {                    // this warpgroup's dQ block of tile it - 1 to dq_accum
-      if (leader) bulk_wait_read();  // its previous reduction has read the staging area
-      named_bar_sync<128>(3 + wg);
-      store_dq_boxes(sdQ + wg * 16384, dq, warp, g, tig);
-      fence_proxy_async();
-      named_bar_sync<128>(3 + wg);
-      if (leader) reduce_dq(prev);
-    }
-    wgmma_wait<0>();
-    fence_regs(dv);
-    fence_regs(dk);
-    fence_regs(pa);
-    fence_regs(dsa);
-    mbar_arrive(empty + 8 * buf);  // done with stage buf's Q and dO
-  }
-  cp_async_wait_all();
-  if (iters > 0) {  // the last tile's dQ
-    const int last = (iters - 1) & 1;
-    mbar_wait(ds_ready + 8 * last, uint32_t((iters - 1) >> 1) & 1u);
-    float dq[32];
-    issue_dq<kQ>(dq, sdS + last * kSBytes, sK, wg);
-    wgmma_wait<0>();
-    fence_regs(dq);
-    if (leader) bulk_wait_read();
-    named_bar_sync<128>(3 + wg);
-    store_dq_boxes(sdQ + wg * 16384, dq, warp, g, tig);
-    fence_proxy_async();
-    named_bar_sync<128>(3 + wg);
-    if (leader) {
-      reduce_dq(prev);
-      bulk_wait_all();
-    }
-  }
-  store_dk_dv<D>(dk, dv, p, b, hk, key0, tig);
-#else
-  (void)p, (void)delta, (void)tm_q, (void)tm_do, (void)tm_dq;
-#endif
-}
-
-// dq = scale * dq_accum -> bf16 at the q layout; 4 values per thread. kSwizzled: dq_accum in the
-// bulk kernel's layout (dq_swizzle), else plain [B, H, T, D]. Grid (T D / 4 / 256, n_head, B): the
-// head and batch come from the block index, the row and column from shifts (no 64-bit division).
-template <int D, bool kSwizzled>
 __global__ void dq_convert_kernel(const AttentionParams<bf16> p,
                                   const float* __restrict__ dq_accum) {
   constexpr int kQuads = D / 4;
@@ -887,47 +577,27 @@ __global__ void dq_convert_kernel(const AttentionParams<bf16> p,
   if (i >= p.T_ * kQuads) return;
   const int t = i / kQuads, d = (i % kQuads) * 4, h = blockIdx.y, b = blockIdx.z;
   const int64_t row = (int64_t(b) * p.n_head + h) * p.T_ + t;
-  const int src = kSwizzled ? dq_swizzle(t, d) : d;  // t % 8 is the row's phase in its tile
+  const int src = dq_swizzle(t, d);  // t % 8 is the row's phase in its tile
   const float4 v = *reinterpret_cast<const float4*>(dq_accum + row * D + src);
   bf16* out = p.dq + b * p.qkv_batch_stride + int64_t(t) * p.qkv_row_stride + h * D + d;
   reinterpret_cast<__nv_bfloat162*>(out)[0] = __floats2bfloat162_rn(v.x * p.scale, v.y * p.scale);
   reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(v.z * p.scale, v.w * p.scale);
 }
 
-template <int D, bool kBulkDq, bool kEarlyDv, bool kTma = false, bool kLagDq = false>
+template <int D, bool kLagDq>
 void launch(const AttentionParams<bf16>& p, const float* delta, float* dq_accum, cudaStream_t st) {
-  constexpr size_t smem = bwd_smem_bytes<D, kBulkDq, kLagDq>();
-  auto* kernel = attn_bwd_wgmma_kernel<D, kBulkDq, kEarlyDv, kTma, kLagDq>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const dim3 grid(div_up(p.T_, kBlockN), p.n_kv_head, p.B);
-  CUtensorMap tm_q{}, tm_do{};
-  if constexpr (kTma) {
-    tm_q = tile_map(p.q, p.n_head * D, p.T_, p.B, p.qkv_row_stride, p.qkv_batch_stride, kQTile<D>);
-    tm_do = tile_map(p.dout, p.n_head * D, p.T_, p.B, p.o_row_stride, p.o_batch_stride, kQTile<D>);
-  }
-  kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum, tm_q, tm_do);
-  CUDA_CHECK_LAUNCH();
-  const dim3 convert_grid(div_up(int64_t(p.T_) * (D / 4), 256), p.n_head, p.B);
-  dq_convert_kernel<D, kBulkDq><<<convert_grid, 256, 0, st>>>(p, dq_accum);
-  CUDA_CHECK_LAUNCH();
-}
-
-template <int D, bool kStagger>
-void launch_split(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
-                  cudaStream_t st) {
-  constexpr size_t smem = split_smem_bytes<D>();
-  auto* kernel = attn_bwd_wgmma_split_kernel<D, kStagger>;
+  constexpr size_t smem = bwd_smem_bytes<D, kLagDq>();
+  auto* kernel = attn_bwd_wgmma_kernel<D, kLagDq>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(div_up(p.T_, kBlockN), p.n_kv_head, p.B);
   const CUtensorMap tm_q = tile_map(p.q, p.n_head * D, p.T_, p.B, p.qkv_row_stride,
                                     p.qkv_batch_stride, kQTile<D>),
                     tm_do = tile_map(p.dout, p.n_head * D, p.T_, p.B, p.o_row_stride,
-                                     p.o_batch_stride, kQTile<D>),
-                    tm_dq = accum_map(dq_accum, D, p.T_, p.B * p.n_head);
-  kernel<<<grid, kThreads, smem, st>>>(p, delta, tm_q, tm_do, tm_dq);
+                                     p.o_batch_stride, kQTile<D>);
+  kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum, tm_q, tm_do);
   CUDA_CHECK_LAUNCH();
   const dim3 convert_grid(div_up(int64_t(p.T_) * (D / 4), 256), p.n_head, p.B);
-  dq_convert_kernel<D, false><<<convert_grid, 256, 0, st>>>(p, dq_accum);
+  dq_convert_kernel<D><<<convert_grid, 256, 0, st>>>(p, dq_accum);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -935,29 +605,11 @@ template <int D>
 void launch_variant(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
                     cudaStream_t st, WgmmaBwdVariant variant) {
   switch (variant) {
-    case WgmmaBwdVariant::kAtomicDq:
-      launch<D, false, false>(p, delta, dq_accum, st);
-      break;
-    case WgmmaBwdVariant::kBulkDq:
-      launch<D, true, false>(p, delta, dq_accum, st);
-      break;
-    case WgmmaBwdVariant::kBulkDqEarlyDv:
-      launch<D, true, true>(p, delta, dq_accum, st);
-      break;
     case WgmmaBwdVariant::kTma:
-      launch<D, true, false, true>(p, delta, dq_accum, st);
-      break;
-    case WgmmaBwdVariant::kTmaEarlyDv:
-      launch<D, true, true, true>(p, delta, dq_accum, st);
+      launch<D, false>(p, delta, dq_accum, st);
       break;
     case WgmmaBwdVariant::kTmaLagDq:
-      launch<D, true, false, true, true>(p, delta, dq_accum, st);
-      break;
-    case WgmmaBwdVariant::kTmaSplit:
-      launch_split<D, false>(p, delta, dq_accum, st);
-      break;
-    case WgmmaBwdVariant::kTmaSplitStagger:
-      launch_split<D, true>(p, delta, dq_accum, st);
+      launch<D, true>(p, delta, dq_accum, st);
       break;
     case WgmmaBwdVariant::kDefault:
       ATTN_FAIL("wgmma attention backward: kDefault must be resolved by the caller");
@@ -985,9 +637,8 @@ void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* del
   ATTN_ASSERT(aligned16(dq_accum));
   auto st = reinterpret_cast<cudaStream_t>(s);
   // Kernel time on the H200 (bench_attention, causal, B*T = 32K, ms at T = 1K / 4K / 16K; kernel
-  // and dQ conversion; docs/performance.md v6), last call: D = 64 bulk 1.27 / 3.69 / 13.33, TMA
-  // 1.20 / 3.38 / 12.16, TMA + early dV 1.20 / 3.34 / 13.09; D = 128 bulk 1.17 / 3.50 / 12.54, TMA
-  // 1.10 / 3.17 / 11.25, TMA + early dV 1.11 / 3.29 / 11.50.
+  // and dQ conversion; docs/performance.md v7), same call: D = 64 kTma 1.16 / 3.26 / 11.75,
+  // kTmaLagDq 1.16 / 3.23 / 11.47; D = 128 kTma 1.09 / 3.15 / 11.31, kTmaLagDq 1.04 / 3.03 / 10.85.
   if (variant == WgmmaBwdVariant::kDefault) variant = WgmmaBwdVariant::kTmaLagDq;
   if (p.D == 64) {
     launch_variant<64>(p, delta, dq_accum, st, variant);

@@ -30,10 +30,6 @@ constexpr uint32_t tile_bytes(int rows, int D) { return uint32_t(rows) * D * 2; 
 // in attention_wgmma.cu; errors (no driver entry point, a rejected layout) throw attnlab::Error.
 CUtensorMap tile_map(const void* base, int width, int T, int B, int64_t row_stride,
                      int64_t batch_stride, int rows);
-// Map of an fp32 accumulator [planes][T][D] (row-major, contiguous) for TMA reductions of boxes of
-// 32 columns x 64 rows of one plane, stored in shared memory as 64 rows of 128 bytes in the
-// 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r % 8)); rows past T are not written.
-CUtensorMap accum_map(float* base, int D, int T, int planes);
 
 #if ATTN_WGMMA_DEVICE
 constexpr float kLog2e = 1.4426950408889634f;

@@ -17,7 +17,7 @@
 // that head dim and length (for profilers: scripts/ncu_attention.sh).
 // Usage: bench_attention [csv_out] [--gpt2] [--no-det] [--mma |
 // --wgmma[=simple|pipelined|pingpong]]
-//        [--versions=fwd-simple,bwd-bulk,...] [--shape=D:T]
+//        [--versions=fwd-simple,bwd-tma,...] [--shape=D:T]
 // (prints a table; the CSV is read by scripts/device_check.sh)
 #include <cuda_runtime.h>
 
@@ -130,14 +130,7 @@ int main(int argc, char** argv) {
       {WgmmaFwdVariant::kPipelined, "pipelined"},
       {WgmmaFwdVariant::kPingpong, "pingpong"}};
   const std::pair<WgmmaBwdVariant, const char*> bwd_versions[] = {
-      {WgmmaBwdVariant::kAtomicDq, "atomic"},
-      {WgmmaBwdVariant::kBulkDq, "bulk"},
-      {WgmmaBwdVariant::kBulkDqEarlyDv, "early"},
-      {WgmmaBwdVariant::kTma, "tma"},
-      {WgmmaBwdVariant::kTmaEarlyDv, "tmaearly"},
-      {WgmmaBwdVariant::kTmaLagDq, "tmalag"},
-      {WgmmaBwdVariant::kTmaSplit, "tmasplit"},
-      {WgmmaBwdVariant::kTmaSplitStagger, "tmastagger"}};
+      {WgmmaBwdVariant::kTma, "tma"}, {WgmmaBwdVariant::kTmaLagDq, "tmalag"}};
   constexpr int kFwdVersions = int(std::size(fwd_versions)),
                 kBwdVersions = int(std::size(bwd_versions));
   // Whether version `name` of `kind` ("fwd" or "bwd") is timed: --versions has the item
