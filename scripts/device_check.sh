@@ -3,7 +3,7 @@
 # benchmark and its PyTorch SDPA peer, and print a short table at the end.
 # Usage (repo root, on the GPU machine): bash scripts/device_check.sh [build_dir]
 # Environment: GTEST_FILTER (tests to run; default all), SANITIZE=1 (memcheck of the attention,
-# embedding and cross-entropy tests), SKIP_TRAIN=1, SKIP_BENCH=1, BENCH_ARGS (bench_attention
+# embedding and cross-entropy tests; SANITIZE_FILTER narrows them, SANITIZE_TIMEOUT in s, 300), SKIP_TRAIN=1, SKIP_BENCH=1, BENCH_ARGS (bench_attention
 # options, default --gpt2), PRECS / PEER_MODES (passed to scripts/gpu_step_check.sh), PREPARE_MB
 # with ATTNLAB_SHARED_DATA (also runs scripts/prepare_scaling.sh on that many MB of text).
 # Logs and CSVs go to $OUT (the device tool's folder) or /tmp/attnlab_device.
@@ -30,8 +30,10 @@ grep -E "^\[  FAILED  \]|Failure|Expected|Which is|error" "$LOGS/tests.log" | he
 
 if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   # Out-of-bounds / misaligned accesses in the attention kernels (small shapes are enough).
-  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/attnlab_tests" \
-    --gtest_filter='AttentionCuda.*:EmbeddingCuda.*:CrossEntropyCuda.*' >"$LOGS/memcheck.log" 2>&1
+  timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 3 \
+    "$BUILD/attnlab_tests" \
+    --gtest_filter="${SANITIZE_FILTER:-AttentionCuda.*:EmbeddingCuda.*:CrossEntropyCuda.*}" \
+    >"$LOGS/memcheck.log" 2>&1
   echo "memcheck: rc=$? ($(grep -c 'Invalid' "$LOGS/memcheck.log") invalid accesses)"
   grep -E "ERROR SUMMARY" "$LOGS/memcheck.log" | tail -1
 fi
