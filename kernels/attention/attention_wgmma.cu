@@ -276,7 +276,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
   const uint32_t sV = sK + 2 * kKVBytes;  // [2][kBlockN] rows
 
   const int T = p.T_;
-  // Grid order (pair-major; block_slot's grouping made this 128-register kernel spill at D = 64).
   const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) blocks first
   const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
   const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
@@ -455,9 +454,8 @@ __global__ void __launch_bounds__(kPingpongThreads, 1)
   const uint32_t empty_k = full_v + 16, empty_v = empty_k + 16;  // + 8 stage
 
   const int T = p.T_;
-  const BlockSlot slot = block_slot(p.n_head * p.B, gridDim.x);  // (b, h) pairs; query blocks
-  const int m_block = gridDim.x - 1 - slot.rank;                 // longest (causal) blocks first
-  const int h = slot.pair % p.n_head, b = slot.pair / p.n_head, hk = h / (p.n_head / p.n_kv_head);
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) blocks first
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
   const int q0 = m_block * kBlockM;
   int n_end = (T + kBlockN - 1) / kBlockN;
   if (p.causal) n_end = min(n_end, (q0 + kBlockM - 1) / kBlockN + 1);

@@ -324,12 +324,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t sFull = sdQ + kCopies * kDqBytes;  // mbarriers [2]: Q, dO of a stage loaded
 
   const int T = p.T_;
-  const BlockSlot slot = block_slot(p.n_kv_head * p.B, gridDim.x);  // (b, kv head) pairs
-  const int hk = slot.pair % p.n_kv_head, b = slot.pair / p.n_kv_head;
-  const int group = p.n_head / p.n_kv_head;
+  const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tig = lane & 3;
-  const int k0 = slot.rank * kBlockN;  // causal: the first blocks have the most query tiles
+  const int k0 = blockIdx.x * kBlockN;  // causal: the first blocks have the most query tiles
   const int key0 = k0 + 64 * wg + 16 * warp + g;  // this thread's keys: key0 and key0 + 8
   const bf16* gk = p.k + b * p.qkv_batch_stride + hk * D;
   const bf16* gv = p.v + b * p.qkv_batch_stride + hk * D;

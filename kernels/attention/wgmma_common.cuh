@@ -288,27 +288,6 @@ __device__ __forceinline__ void named_bar_arrive(int id) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
 }
 
-// Which (pair, block) this block is, from its launch position (the linear block index, in which
-// order blocks start): the grid's blocks per pair (n_per_pair, blockIdx.x) and pairs (n_pairs,
-// (b, head) = blockIdx.y + gridDim.y * blockIdx.z) are visited in groups of kOrderGroup pairs,
-// rank-major inside a group: rank 0 of the group's pairs, then rank 1, ... Rank 0 is the longest
-// block of a causal pair (the caller maps rank to its block). One pair at a time (the grid's own
-// order) started the last pair's longest block near the end, and the SMs idled while it ran (up to
-// a long block's time: ~64 of the ~1000 tiles per SM of the D = 128, T = 4K backward); all pairs
-// rank-major would run unrelated pairs side by side and lose the L2 reuse of their K/V, Q/dO and
-// dQ rows. 8 pairs keep ~4-16 pairs' data live (a few MB each).
-constexpr int kOrderGroup = 8;
-struct BlockSlot {
-  int pair, rank;
-};
-__device__ __forceinline__ BlockSlot block_slot(int n_pairs, int n_per_pair) {
-  const int linear = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-  const int per_group = kOrderGroup * n_per_pair;
-  const int group = linear / per_group, i = linear - group * per_group;
-  const int pairs = min(kOrderGroup, n_pairs - group * kOrderGroup);  // the last group: fewer
-  return {group * kOrderGroup + i % pairs, i / pairs};
-}
-
 // Shared-memory tile is ready for wgmma: this thread's copies landed and are made visible to the
 // async proxy, then everybody's (the barrier also orders the previous readers of the buffer the
 // next cp.async overwrites: they waited for their wgmma groups before arriving).
