@@ -110,7 +110,7 @@ for key in wg:
     tf = lambda ms, f=1.0: f * flops / (ms * 1e-3) / 1e12 if ms and ms > 0 else float("nan")
     fwd = [tf(v(wg, key, f"fwd_{n}_ms")) for n in fv]
     fb = [tf(v(wg, key, f"fb_{n}_ms"), 3.5) for n in fv]
-    dflt = v(wg, key, "bwd_tmalag_ms")
+    dflt = v(wg, key, "bwd_tmalag_ms" if key[0] == "128" else "bwd_tma_ms")  # the default version
     best, best_name = float("nan"), ""
     for n in fv:
         for m in bv:

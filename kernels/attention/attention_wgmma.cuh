@@ -40,9 +40,12 @@ bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p);
 // The backward's versions (attention_wgmma_bwd.cu), the same arithmetic: kTma synchronizes its two
 // warpgroups with two block barriers per query tile and computes the tile's dQ after the second;
 // kTmaLagDq issues each tile's dQ product in the next tile, behind its first products (one block
-// barrier per tile). kDefault is what launch_attention_bwd<bf16> runs: kTmaLagDq (2-4% faster at
-// D = 128 on the H200, bench_attention, docs/performance.md v7).
+// barrier per tile). kDefault is what launch_attention_bwd<bf16> runs, per head dim (see
+// wgmma_bwd_default_variant; bench_attention, docs/performance.md v7).
 enum class WgmmaBwdVariant { kDefault, kTma, kTmaLagDq };
+
+// The version kDefault stands for at head dim D (64 or 128): kTma at 64, kTmaLagDq at 128.
+WgmmaBwdVariant wgmma_bwd_default_variant(int D);
 
 // The fast (non-deterministic) bf16 backward after its delta kernel: dq, dk, dv written (=) in
 // bf16. dK and dV are summed over the query heads of each GQA group in registers (bitwise

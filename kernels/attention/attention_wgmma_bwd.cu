@@ -17,8 +17,8 @@
 //     dS^T to shared memory (bf16, [keys][queries], swizzled like every operand);
 //     dV  += P^T dO    wgmma m64nDk16, A = P^T from registers (the accumulator layout of S^T is
 //     dK  += dS^T Q    the register-A layout), B = dO / Q MN-major ([queries][D], D contiguous);
-//     dQ   = dS K      once dS^T of both warpgroups is in shared memory (after a barrier; in the
-//                      default version, kLagDq, issued in the next tile behind its S^T and dP^T):
+//     dQ   = dS K      once dS^T of both warpgroups is in shared memory (after a barrier; with
+//                      kLagDq, the default at D = 128, in the next tile behind its S^T and dP^T):
 //                      each warpgroup computes a 64 x 64 block of the kQ x D tile (D = 64: its 64
 //                      queries; D = 128: its 64 columns), A = dS MN-major (the transposed dS^T
 //                      tile), B = K MN-major, K = the block's 128 keys; staged in shared memory and
@@ -42,8 +42,8 @@
 // with the other warpgroup's MMAs as in FlashAttention-3's warp-specialized pipeline. A version
 // whose warpgroups synchronized through mbarriers only (no block barrier in the loop, each adding
 // its own dQ block by TMA reductions), with or without warpgroup 1 started a third of a tile late,
-// passed the tests but measured no faster than kLagDq (0-3% slower at T <= 4K, up to 24% slower
-// at 16K; docs/performance.md v7) and was removed. Removed earlier, all slower than kTma on the
+// passed the tests but measured no faster than kLagDq (0-3% slower at T <= 4K, 13-21% slower at
+// 16K; docs/performance.md v7) and was removed. Removed earlier, all slower than kTma on the
 // H200: dQ by float2 atomics, Q and dO by cp.async, dV issued before dP^T is waited for. A variant
 // with one warpgroup per 64-key block and two blocks per SM (independent blocks overlap, twice the
 // dQ additions) measured 1.1-1.3x slower than the default and was dropped. FlashAttention-3's
@@ -618,6 +618,15 @@ void launch_variant(const AttentionParams<bf16>& p, const float* delta, float* d
 
 }  // namespace
 
+// Kernel + dQ conversion on the H200 (bench_attention, causal, B*T = 32K, ms at T = 1K / 4K / 16K;
+// docs/performance.md v7), one call: D = 64 kTma 1.16 / 3.26 / 11.75, kTmaLagDq 1.16 / 3.23 /
+// 11.47; D = 128 kTma 1.09 / 3.15 / 11.31, kTmaLagDq 1.04 / 3.03 / 10.85. Over six calls kTmaLagDq
+// was faster at D = 128 every time (1.3-8.2%); at D = 64 it was within -1..+4% at T <= 4K but at
+// T = 16K took 13.2-13.4 ms in two of the six (kTma 11.7-12.4 in all), so D = 64 keeps kTma.
+WgmmaBwdVariant wgmma_bwd_default_variant(int D) {
+  return D == 128 ? WgmmaBwdVariant::kTmaLagDq : WgmmaBwdVariant::kTma;
+}
+
 bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p) {
   return attention_fwd_wgmma_supported(p);
 }
@@ -636,10 +645,7 @@ void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* del
   ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.dout));
   ATTN_ASSERT(aligned16(dq_accum));
   auto st = reinterpret_cast<cudaStream_t>(s);
-  // Kernel time on the H200 (bench_attention, causal, B*T = 32K, ms at T = 1K / 4K / 16K; kernel
-  // and dQ conversion; docs/performance.md v7), same call: D = 64 kTma 1.16 / 3.26 / 11.75,
-  // kTmaLagDq 1.16 / 3.23 / 11.47; D = 128 kTma 1.09 / 3.15 / 11.31, kTmaLagDq 1.04 / 3.03 / 10.85.
-  if (variant == WgmmaBwdVariant::kDefault) variant = WgmmaBwdVariant::kTmaLagDq;
+  if (variant == WgmmaBwdVariant::kDefault) variant = wgmma_bwd_default_variant(p.D);
   if (p.D == 64) {
     launch_variant<64>(p, delta, dq_accum, st, variant);
   } else {
