@@ -67,4 +67,10 @@ void launch_attention_fwd(const AttentionParams<T>& p, Stream s);
 template <typename T>
 void launch_attention_bwd(const AttentionParams<T>& p, Stream s);
 
+// The first step of the bf16 backward, on its own (launch_attention_bwd runs it; public for
+// benchmarks): delta [B, n_head, T] fp32 = rowsum(dout * o) written, and when dq_accum is not null
+// its B * n_head * T * D floats (16-byte aligned) set to zero.
+void launch_attention_bwd_delta(const AttentionParams<bf16>& p, float* delta, float* dq_accum,
+                                Stream s);
+
 }  // namespace attnlab

@@ -12,10 +12,13 @@
 // each forward schedule (WgmmaFwdVariant) is also timed on its own and followed by the default
 // backward (CSV fwd_<name>_ms, fb_<name>_ms), and each version of the wgmma backward kernel
 // (WgmmaBwdVariant; kernel and dQ conversion, without the delta kernel) on its own
-// (bwd_<name>_ms). --versions=fwd-<name>,bwd-<name>,.. times only the listed ones (others print
-// 0), e.g. to keep a suspect new kernel out of a run. --shape=D:T runs only the sweep shape with
-// that head dim and length (for profilers: scripts/ncu_attention.sh).
-// Usage: bench_attention [csv_out] [--gpt2] [--no-det] [--mma |
+// (bwd_<name>_ms), and the delta kernel alone (delta_ms: delta = rowsum(dO * O) and the fp32 dQ
+// accumulator zeroed, launch_attention_bwd_delta). Last, the default fwd+bwd once more
+// (fwdbwd_again_ms: how far the card's speed drifted over the shape's runs).
+// --versions=fwd-<name>,bwd-<name>,.. times only the listed ones (others print 0), e.g. to keep a
+// suspect new kernel out of a run. --shape=D:T runs only the sweep shape with that head dim and
+// length (for profilers: scripts/ncu_attention.sh). Usage: bench_attention [csv_out] [--gpt2]
+// [--no-det] [--mma |
 // --wgmma[=simple|pipelined|pingpong]]
 //        [--versions=fwd-simple,bwd-tma,...] [--shape=D:T]
 // (prints a table; the CSV is read by scripts/device_check.sh)
@@ -154,7 +157,7 @@ int main(int argc, char** argv) {
                  "bwd_tflops");
     for (const auto& v : bwd_versions) std::fprintf(csv, ",bwd_%s_ms", v.second);
     for (const auto& v : fwd_versions) std::fprintf(csv, ",fwd_%s_ms,fb_%s_ms", v.second, v.second);
-    std::fprintf(csv, ",fwdbwd_again_ms\n");
+    std::fprintf(csv, ",delta_ms,fwdbwd_again_ms\n");
   }
   const char* variant_name[] = {"default", "simple", "pipelined", "pingpong"};
   {
@@ -227,10 +230,15 @@ int main(int argc, char** argv) {
     const double b_ms = median_ms([&] { launch_attention_bwd<bf16>(p, nullptr); }, reps);
     // The wgmma backward's versions on their own (delta: any values will do for timing).
     double bwd_ms[kBwdVersions] = {}, fwd_ms[kFwdVersions] = {}, fwd_fb_ms[kFwdVersions] = {};
+    double delta_ms = 0.0;  // the backward's first kernel (delta, dQ accumulator zeroed) alone
     if (!mma && attention_bwd_wgmma_supported(p)) {
       Buffer delta(Device::cuda, size_t(B) * H * T * 4), dq_accum(Device::cuda, n_o * 4);
-      CUDA_CHECK(cudaMemset(delta.data(), 0, size_t(B) * H * T * 4));
-      CUDA_CHECK(cudaMemset(dq_accum.data(), 0, n_o * 4));
+      delta_ms = median_ms(
+          [&] {
+            launch_attention_bwd_delta(p, static_cast<float*>(delta.data()),
+                                       static_cast<float*>(dq_accum.data()), nullptr);
+          },
+          reps);
       for (int v = 0; v < kBwdVersions; ++v) {
         if (!timed("bwd", bwd_versions[v].second)) continue;
         bwd_ms[v] = median_ms(
@@ -280,14 +288,15 @@ int main(int argc, char** argv) {
     for (double ms : bwd_ms) std::printf(" %7.3f", ms);
     std::printf(" |             ");
     for (int v = 0; v < kFwdVersions; ++v) std::printf("   %7.3f %7.3f", fwd_ms[v], fwd_fb_ms[v]);
-    std::printf(" | f+b again %7.3f%s\n", fb_again_ms, is_gpt2 ? "  (gpt2)" : "");
+    std::printf(" | delta %6.3f | f+b again %7.3f%s\n", delta_ms, fb_again_ms,
+                is_gpt2 ? "  (gpt2)" : "");
     if (csv) {
       std::fprintf(csv, "%d,%d,%d,%d,%.4f,%.2f,%.4f,%.2f,%.4f,%s,%.4f,%.2f", D, T, B, H, f_ms, f_tf,
                    fb_ms, fb_tf, det_ms, is_gpt2 ? "gpt2" : "sweep", b_ms, b_tf);
       for (double ms : bwd_ms) std::fprintf(csv, ",%.4f", ms);
       for (int v = 0; v < kFwdVersions; ++v)
         std::fprintf(csv, ",%.4f,%.4f", fwd_ms[v], fwd_fb_ms[v]);
-      std::fprintf(csv, ",%.4f\n", fb_again_ms);
+      std::fprintf(csv, ",%.4f,%.4f\n", delta_ms, fb_again_ms);
     }
   }
   if (csv) std::fclose(csv);
