@@ -319,14 +319,14 @@ __device__ __forceinline__ void store_dk_dv(const float (&dk)[D / 2], const floa
 // loaded by TMA (one thread issues D / 32 box copies per tile from the tensor maps tm_q and tm_do,
 // see tile_map; they complete on the buffer's mbarrier); K, V, lse and delta by cp.async.
 // kLagDq = false (kTma): two block barriers per tile, dQ = dS K after the second.
-// kLagDq (kTmaLagDq, the default): dQ of tile i is issued in tile i + 1, behind its S^T and dP^T,
-// so
-//   that the tensor cores run it during the exp and dS work; dS^T and the dQ tile are
-//   double-buffered. One block barrier per tile instead of two: the one at the top also says that
-//   the previous tile's dS^T is stored (every warpgroup reads both halves for dQ). Every wgmma
-//   group is waited for inside its iteration (nothing in flight across the loop's back edge, which
-//   made ptxas serialize the wgmmas of the removed one-barrier version, C7514). Per tile: S^T,
-//   dP^T, dQ of the previous tile; exp; wait dP^T; dS^T stored; dV, dK; wait dQ, store it; wait.
+// kLagDq (kTmaLagDq, the default at D = 128): dQ of tile i is issued in tile i + 1, behind its
+//   S^T and dP^T, so that the tensor cores run it during the exp and dS work; dS^T and the dQ tile
+//   are double-buffered. One block barrier per tile instead of two: the one at the top also says
+//   that the previous tile's dS^T is stored (every warpgroup reads both halves for dQ). Every
+//   wgmma group is waited for inside its iteration (nothing in flight across the loop's back edge,
+//   which made ptxas serialize the wgmmas of the removed one-barrier version, C7514). Per tile:
+//   S^T, dP^T, dQ of the previous tile; exp; wait dP^T; dS^T stored; dV, dK; wait dQ, store it;
+//   wait.
 template <int D, bool kLagDq>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_bwd_wgmma_kernel(const AttentionParams<bf16> p, const float* __restrict__ delta,
