@@ -19,7 +19,8 @@ SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section Mem
 summary() {  # the lines worth reading from a details page
   grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|\
 L2 Cache Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Eligible Warps Per Scheduler|\
-Warp Cycles Per Issued|Registers Per Thread|Block Limit Shared|Mem Busy|Max Bandwidth" "$1"
+Warp Cycles Per Issued|Registers Per Thread|Block Limit Shared|Mem Busy|Max Bandwidth|\
+Mem Pipes Busy|Shared Memory|Bank Conflicts|Tensor" "$1"
   grep -E "^    (OPT|INF|WRN)" "$1" | cut -c1-300 | head -6
 }
 for shape in $SHAPES; do
