@@ -15,6 +15,7 @@ LOGS=${OUT:-/tmp/ncu_attention}
 mkdir -p "$LOGS"
 NCU="ncu --clock-control none"
 SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
+  --section MemoryWorkloadAnalysis_Tables
   --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats"
 summary() {  # the lines worth reading from a details page
   grep -E "^  [a-zA-Z_].*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|\
