@@ -157,24 +157,6 @@ __device__ __forceinline__ void store_o_lse(const float (&o)[D / 2], const RowSt
   }
 }
 
-// Issues S = Q K^T for one warpgroup as one wgmma group (not waited): D / 16 k-steps; step kk
-// reads elements 16 kk .. 16 kk + 15 of every row, i.e. column block kk / 4 at byte 32 (kk % 4)
-// of each 128-byte row (+32 B per step in the descriptor's start address). SBO = 1024 (8 rows).
-template <int D>
-__device__ __forceinline__ void issue_s(float (&s)[kBlockN / 2], uint32_t q_rows, uint32_t k_tile) {
-  fence_regs(s);
-  wgmma_fence();
-  const uint64_t a0 = smem_desc(q_rows, 16, 1024), b0 = smem_desc(k_tile, 16, 1024);
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const uint32_t koff = (kk % 4) * 32u;
-    const uint64_t a = desc_add(a0, (kk / 4) * kBlockM * 128 + koff);
-    const uint64_t b = desc_add(b0, (kk / 4) * kBlockN * 128 + koff);
-    wgmma_ss<kBlockN>(s, a, b, kk > 0 ? 1 : 0);
-  }
-  wgmma_commit();
-}
-
 // Issues O += P V as one wgmma group (not waited): kBlockN / 16 k-steps of 16 keys = 2 groups
 // of 8 rows (SBO = 1024) starting 16 x 128 B apart; N = D spans D / 64 column blocks kBlockN x
 // 128 B apart (LBO).
@@ -338,7 +320,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
       if ((p.causal && k0 > wq0 + 63) || (p.window > 0 && k0 + kBlockN - 1 <= wq0 - p.window)) {
         continue;
       }
-      issue_s<D>(s, q_rows, sK + buf * kKVBytes);
+      issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK + buf * kKVBytes);
       wgmma_wait<0>();
       fence_regs(s);
       softmax_tile(s, st, corr, p, k0, wq0, row0, tig, sl2);
@@ -369,7 +351,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
     // and the waits: ptxas serializes wgmma pipeline stages it cannot follow.)
     tiles_ready();
     load_next(n_begin);
-    issue_s<D>(s, q_rows, sK);
+    issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK);
     wgmma_wait<0>();
     fence_regs(s);
     softmax_tile(s, st, corr, p, n_begin * kBlockN, wq0, row0, tig, sl2);
@@ -379,7 +361,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
       const int buf = (nb - n_begin) & 1;
       tiles_ready();  // K of tile nb, V of tile nb - 1
       load_next(nb);
-      issue_s<D>(s, q_rows, sK + buf * kKVBytes);
+      issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK + buf * kKVBytes);
       issue_pv<D>(o, pa, sV + (buf ^ 1) * kKVBytes);  // P and V of tile nb - 1
       wgmma_wait<1>();                                // S done; P V may still run
       fence_regs(s);
@@ -537,7 +519,7 @@ __global__ void __launch_bounds__(kPingpongThreads, 1)
   mbar_wait(full_q, 0);
   wait_full(full_k, 0);
   turn_begin();
-  issue_s<D>(s, q_rows, sK);
+  issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK);
   turn_end();
   wgmma_wait<0>();
   fence_regs(s);
@@ -550,7 +532,7 @@ __global__ void __launch_bounds__(kPingpongThreads, 1)
     wait_full(full_k, i);
     wait_full(full_v, i - 1);
     turn_begin();
-    issue_s<D>(s, q_rows, sK + (i & 1) * kKVBytes);
+    issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK + (i & 1) * kKVBytes);
     issue_pv<D>(o, pa, sV + ((i - 1) & 1) * kKVBytes);  // P and V of tile nb - 1
     turn_end();
     wgmma_wait<1>();  // S done; P V may still run

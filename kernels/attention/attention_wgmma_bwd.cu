@@ -98,25 +98,6 @@ __host__ __device__ __forceinline__ int dq_swizzle(int row, int col) {
 }
 
 #if ATTN_WGMMA_DEVICE
-// Issues acc = A B^T for one warpgroup as one wgmma group (not waited): A = 64 rows of a
-// [kBlockN][D] tile at a_rows (K-major, column blocks kBlockN x 128 B apart), B = the kQ rows of a
-// [kQ][D] tile (K-major). D / 16 k-steps; step kk reads column block kk / 4 at byte 32 (kk % 4) of
-// each row.
-template <int D, int kQ>
-__device__ __forceinline__ void issue_abt(float (&acc)[kQ / 2], uint32_t a_rows, uint32_t b_tile) {
-  fence_regs(acc);
-  wgmma_fence();
-  const uint64_t a0 = smem_desc(a_rows, 16, 1024), b0 = smem_desc(b_tile, 16, 1024);
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const uint32_t koff = (kk % 4) * 32u;
-    const uint64_t a = desc_add(a0, (kk / 4) * kBlockN * 128 + koff);
-    const uint64_t b = desc_add(b0, (kk / 4) * kQ * 128 + koff);
-    wgmma_ss<kQ>(acc, a, b, kk > 0 ? 1 : 0);
-  }
-  wgmma_commit();
-}
-
 // Issues acc += A B (not committed): A (64 x kQ) from registers, B = a [kQ][D] tile (MN-major,
 // column blocks kQ x 128 B apart: LBO), kQ / 16 k-steps of 16 rows (2 x 1024 B).
 template <int D, int kQ>
@@ -429,8 +410,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       tiles_ready();  // also: dS^T of tile it - 1 and the dQ tile of it - 2 stored and fenced
       mbar_wait(sFull + 8 * buf, uint32_t(it >> 1) & 1u);  // use it / 2 of buf
       float s[kQ / 2], dp[kQ / 2], dq[32];
-      issue_abt<D, kQ>(s, k_rows, cQ);
-      issue_abt<D, kQ>(dp, v_rows, cdO);
+      issue_abt<D, kBlockN, kQ>(s, k_rows, cQ);
+      issue_abt<D, kBlockN, kQ>(dp, v_rows, cdO);
       if (it > 0) {
         issue_dq<kQ>(dq, sdS + (buf ^ 1) * kSBytes, sK, wg);
       } else {
@@ -506,8 +487,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       // S^T and dP^T first, so that the tensor cores start while the loads of the next tile are
       // issued (their buffers were last read by the previous tile's wgmmas, all waited for).
       float s[kQ / 2], dp[kQ / 2];
-      issue_abt<D, kQ>(s, k_rows, cQ);
-      issue_abt<D, kQ>(dp, v_rows, cdO);
+      issue_abt<D, kBlockN, kQ>(s, k_rows, cQ);
+      issue_abt<D, kBlockN, kQ>(dp, v_rows, cdO);
       // The previous tile's dQ (stored and fenced before the barrier) to dq_accum.
       if (threadIdx.x == 0 && it > 0) {
         uint32_t bytes;

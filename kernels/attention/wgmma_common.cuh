@@ -156,6 +156,27 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t
   }
 }
 
+// Issues acc = A B^T for one warpgroup as one committed wgmma group (not waited), both operands
+// K-major in shared memory in column blocks of 64 elements (128-byte rows, 128-byte swizzle): A =
+// 64 rows at a_rows of a tile of kARows rows (column block c kARows x 128 bytes on), B = the N rows
+// of the tile at b_tile (column block c N x 128 bytes on). kK / 16 k-steps; step kk reads column
+// block kk / 4 at byte 32 (kk % 4) of each row (SBO = 1024: 8 rows). The forward's S = Q K^T and
+// the backward's S^T = K Q^T and dP^T = V dO^T.
+template <int kK, int kARows, int N>
+__device__ __forceinline__ void issue_abt(float (&acc)[N / 2], uint32_t a_rows, uint32_t b_tile) {
+  fence_regs(acc);
+  wgmma_fence();
+  const uint64_t a0 = smem_desc(a_rows, 16, 1024), b0 = smem_desc(b_tile, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kK / 16; ++kk) {
+    const uint32_t koff = (kk % 4) * 32u;
+    const uint64_t a = desc_add(a0, (kk / 4) * kARows * 128 + koff);
+    const uint64_t b = desc_add(b0, (kk / 4) * N * 128 + koff);
+    wgmma_ss<N>(acc, a, b, kk > 0 ? 1 : 0);
+  }
+  wgmma_commit();
+}
+
 // d (64 x N fp32) += A B with A (64 x 16 bf16) from registers (4 x 32 bits per thread, the
 // m16n8k16-style fragment of the thread's warp: rows 16 * warp + ...) and B (16 x N) from shared
 // memory, MN-major (imm-trans-b = 1: B is stored [K][N] with N contiguous).
