@@ -1093,12 +1093,9 @@ void launch_attention_fwd(const AttentionParams<T>& p, Stream s) {
   }
 }
 
-void launch_attention_bwd_delta(const AttentionParams<bf16>& p, float* delta, float* dq_accum,
-                                Stream s) {
-  check_params(p);
-  check_bf16_layout(p);
-  ATTN_ASSERT(delta != nullptr && (dq_accum == nullptr || aligned16(dq_accum)));
-  auto st = reinterpret_cast<cudaStream_t>(s);
+namespace {
+// launch_attention_bwd_delta without its checks (launch_attention_bwd has made them).
+void bwd_delta(const AttentionParams<bf16>& p, float* delta, float* dq_accum, cudaStream_t st) {
   const int64_t rows = int64_t(p.B) * p.n_head * p.T_;
   const int64_t chunks = rows * (p.D / 8);  // 16-byte chunks of o (and dout)
   if (aligned16(p.o) && aligned16(p.dout) && chunks < (int64_t(1) << 31)) {
@@ -1113,6 +1110,15 @@ void launch_attention_bwd_delta(const AttentionParams<bf16>& p, float* delta, fl
     attn_bwd_delta<bf16><<<div_up(rows, 4), 128, 0, st>>>(p, delta, dq_accum);
   }
   CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+void launch_attention_bwd_delta(const AttentionParams<bf16>& p, float* delta, float* dq_accum,
+                                Stream s) {
+  check_params(p);
+  check_bf16_layout(p);
+  ATTN_ASSERT(delta != nullptr && (dq_accum == nullptr || aligned16(dq_accum)));
+  bwd_delta(p, delta, dq_accum, reinterpret_cast<cudaStream_t>(s));
 }
 
 template <typename T>
@@ -1129,7 +1135,7 @@ void launch_attention_bwd(const AttentionParams<T>& p, Stream s) {
     // (cudaMemsetAsync plus a read-only delta kernel measured 2-3% slower on the H200: 3.49 vs
     // 3.41 ms for the D = 128, T = 4K backward of bench_attention).
     StreamScratch dq_accum(p.deterministic ? 0 : sizeof(float) * rows * p.D, s);
-    launch_attention_bwd_delta(p, delta.as<float>(), dq_accum.as<float>(), s);
+    bwd_delta(p, delta.as<float>(), dq_accum.as<float>(), st);
     if (!p.deterministic && p.use_wgmma && aligned16(p.dout) && attention_bwd_wgmma_supported(p)) {
       launch_attention_bwd_wgmma(p, delta.as<float>(), dq_accum.as<float>(), s);
     } else if (p.D == 64) {
