@@ -108,31 +108,6 @@ __device__ __forceinline__ void issue_rs(float (&acc)[D / 2], const uint32_t (&a
   for (int kk = 0; kk < kQ / 16; ++kk) wgmma_rs<D>(acc, a[kk], desc_add(b0, kk * 16 * 128));
 }
 
-// Issues (one committed group, not waited) dV += P^T dO and dK += dS^T Q, A from registers (pa,
-// dsa), B = the tile's dO and Q.
-template <int D, int kQ>
-__device__ __forceinline__ void issue_dv_dk(float (&dv)[D / 2], float (&dk)[D / 2],
-                                            uint32_t (&pa)[kQ / 16][4], uint32_t (&dsa)[kQ / 16][4],
-                                            uint32_t cdO, uint32_t cQ) {
-  fence_regs(dk);
-  fence_regs(dv);
-  fence_regs(dsa);
-  fence_regs(pa);
-  wgmma_fence();
-  issue_rs<D, kQ>(dv, pa, cdO);
-  issue_rs<D, kQ>(dk, dsa, cQ);
-  wgmma_commit();
-}
-
-// Whether the tile of queries q0 .. q0 + kQ - 1 against the block's keys k0 .. k0 + kBlockN - 1
-// needs element masks: it touches the diagonal (causal), the window's edge or the end of T.
-template <int kQ>
-__device__ __forceinline__ bool tile_needs_mask(int q0, int k0, int T,
-                                                const AttentionParams<bf16>& p) {
-  return q0 + kQ > T || k0 + kBlockN > T || (p.causal && k0 + kBlockN - 1 > q0) ||
-         (p.window > 0 && k0 <= q0 + kQ - 1 - p.window);
-}
-
 // Bulk reduction dst[0 .. bytes) += src (fp32, shared -> global, asynchronous; bytes a multiple of
 // 16, both addresses 16-byte aligned), committed as one bulk group of the issuing thread.
 __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
@@ -428,7 +403,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       wgmma_wait<2>();  // S^T done; dP^T and dQ may still run
       fence_regs(s);
-      scores_to_p<kQ>(s, c_lse, tile_needs_mask<kQ>(q0, k0, T, p), key0, q0, tig, sl2, p);
+      const bool need_mask = q0 + kQ > T || k0 + kBlockN > T ||
+                             (p.causal && k0 + kBlockN - 1 > q0) ||
+                             (p.window > 0 && k0 <= q0 + kQ - 1 - p.window);
+      scores_to_p<kQ>(s, c_lse, need_mask, key0, q0, tig, sl2, p);
       wgmma_wait<1>();  // dP^T done; dQ may still run
       fence_regs(dp);
       dp_to_ds<kQ>(dp, s, c_delta, tig);
@@ -437,7 +415,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       acc_to_a<kQ>(pa, s);
       store_ds<kQ>(sdS + buf * kSBytes, dsa, 64 * wg + 16 * warp + g, tig);
       fence_proxy_async();
-      issue_dv_dk<D, kQ>(dv, dk, pa, dsa, cdO, cQ);
+      fence_regs(dk);
+      fence_regs(dv);
+      fence_regs(dsa);
+      fence_regs(pa);
+      wgmma_fence();
+      issue_rs<D, kQ>(dv, pa, cdO);
+      issue_rs<D, kQ>(dk, dsa, cQ);
+      wgmma_commit();
       wgmma_wait<1>();  // dQ of tile it - 1 done; dV and dK may still run
       if (it > 0) {
         fence_regs(dq);
@@ -503,7 +488,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_regs(s);
 
       // Element 4 j + 2 r + e: key key0 + 8 r, query q0 + 8 j + 2 tig + e.
-      scores_to_p<kQ>(s, c_lse, tile_needs_mask<kQ>(q0, k0, T, p), key0, q0, tig, sl2, p);
+      const bool need_mask = q0 + kQ > T || k0 + kBlockN > T ||
+                             (p.causal && k0 + kBlockN - 1 > q0) ||
+                             (p.window > 0 && k0 <= q0 + kQ - 1 - p.window);
+      scores_to_p<kQ>(s, c_lse, need_mask, key0, q0, tig, sl2, p);
       uint32_t pa[kQ / 16][4], dsa[kQ / 16][4];
       acc_to_a<kQ>(pa, s);
       wgmma_wait<0>();
@@ -517,7 +505,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_proxy_async();
 
       // dV += P^T dO, dK += dS^T Q: one group, runs during the barrier and the dQ issue.
-      issue_dv_dk<D, kQ>(dv, dk, pa, dsa, cdO, cQ);
+      fence_regs(dk);
+      fence_regs(dsa);
+      fence_regs(dv);
+      fence_regs(pa);
+      wgmma_fence();
+      issue_rs<D, kQ>(dv, pa, cdO);
+      issue_rs<D, kQ>(dk, dsa, cQ);
+      wgmma_commit();
 
       // The bulk reduction of the previous tile has read the dQ tile before anyone rewrites it.
       if (threadIdx.x == 0) bulk_wait_read();
