@@ -31,7 +31,7 @@ for shape in $SHAPES; do
     >"/tmp/sdpa_list_$tag.txt" 2>&1
   grep -E "^  [a-zA-Z_].*\(|gpu__time_duration" "/tmp/sdpa_list_$tag.txt" | cut -c1-160
   echo "== sdpa bwd $shape =="
-  $NCU $SECTIONS -k "regex:(?i)bwd|backward" -c 1 python3 scripts/bench/sdpa_peer.py \
+  $NCU $SECTIONS -k "regex:(?i)bwd|backward|bprop" -c 1 python3 scripts/bench/sdpa_peer.py \
     "--shape=$shape" >"$LOGS/sdpa_bwd_$tag.txt" 2>&1
   summary "$LOGS/sdpa_bwd_$tag.txt"
   echo "== ours bwd $shape =="
