@@ -389,7 +389,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t cQ = sQ + buf * kQBytes, cdO = sdO + buf * kQBytes;
       const uint32_t c_lse = sStats + buf * kQ * 4, c_delta = sStats + (2 + buf) * kQ * 4;
       if (threadIdx.x == 0) bulk_wait_read();
-      tiles_ready();  // also: dS^T of tile it - 1 and the dQ tile of it - 2 stored and fenced
+      // lse and delta (cp.async) landed; the barrier also says that dS^T of tile it - 1 and the dQ
+      // tile of it - 2 are stored and fenced (at the end of the previous iteration). Only K and V
+      // (cp.async, generic proxy) need a proxy fence before the wgmmas read them: tile 0.
+      cp_async_wait_all();
+      if (it == 0) fence_proxy_async();
+      __syncthreads();
       mbar_wait(sFull + 8 * buf, uint32_t(it >> 1) & 1u);  // use it / 2 of buf
       float s[kQ / 2], dp[kQ / 2], dq[32];
       issue_abt<D, kBlockN, kQ>(s, k_rows, cQ);
@@ -421,7 +426,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       acc_to_a<kQ>(dsa, dp);
       acc_to_a<kQ>(pa, s);
       store_ds<kQ>(sdS + buf * kSBytes, dsa, 64 * wg + 16 * warp + g, tig);
-      fence_proxy_async();
       fence_regs(dk);
       fence_regs(dv);
       fence_regs(dsa);
@@ -434,8 +438,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (it > 0) {
         fence_regs(dq);
         store_dq_tile<D, kQ>(sdQ + (buf ^ 1) * kDqBytes, dq, wg, warp, g, tig);
-        fence_proxy_async();  // for the bulk reduction after the next barrier
       }
+      // One proxy fence for both stores: dS^T (read by the next tile's dQ wgmma) and the dQ tile
+      // (read by the bulk reduction), both after the next barrier. A fence after each store, and
+      // one in the barrier at the top of every tile, measured 1-2% slower (docs/performance.md v8).
+      fence_proxy_async();
       wgmma_wait<0>();
       fence_regs(dv);
       fence_regs(dk);
