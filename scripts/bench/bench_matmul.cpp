@@ -30,9 +30,9 @@ struct Case {
   bool ta, tb;
   int64_t m, n, k;
   cublasLtEpilogue_t epi;
-  bool beta1;   // C = D (residual add / dW accumulation)
-  bool aux;     // epilogue aux matrix (m x n, ld m)
-  bool bias;    // bias vector (length m), or the BGRADB output (length n)
+  bool beta1;  // C = D (residual add / dW accumulation)
+  bool aux;    // epilogue aux matrix (m x n, ld m)
+  bool bias;   // bias vector (length m), or the BGRADB output (length n)
 };
 
 template <typename F>
@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
   const size_t ws_bytes = size_t(32) << 20;  // as ExecContext
   Buffer ws(Device::cuda, ws_bytes);
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
-  if (csv) std::fprintf(csv, "case,m,n,k,algos,first_ms,best_ms,best_rank,first_tflops,best_tflops\n");
+  if (csv)
+    std::fprintf(csv, "case,m,n,k,algos,first_ms,best_ms,best_rank,first_tflops,best_tflops\n");
   std::printf("%-9s %6s %6s %6s %5s %9s %9s %4s %8s %8s\n", "case", "m", "n", "k", "algos",
               "first ms", "best ms", "rank", "TF/s 1st", "TF/s best");
   double sum_first = 0, sum_best = 0;
@@ -130,8 +131,10 @@ int main(int argc, char** argv) {
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t ta = c.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                             tb = c.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &c.epi, sizeof(c.epi)));
     if (c.bias) {
@@ -148,10 +151,10 @@ int main(int argc, char** argv) {
                                                   sizeof(ald)));
     }
     cublasLtMatrixLayout_t la, lb, ld;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, c.ta ? c.k : c.m, c.ta ? c.m : c.k,
-                                            lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, c.tb ? c.n : c.k, c.tb ? c.k : c.n,
-                                            ldb));
+    CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, c.ta ? c.k : c.m, c.ta ? c.m : c.k, lda));
+    CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, c.tb ? c.n : c.k, c.tb ? c.k : c.n, ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, c.m, c.n, c.m));
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -159,8 +162,8 @@ int main(int argc, char** argv) {
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
     cublasLtMatmulHeuristicResult_t heur[kMaxAlgos];
     int found = 0;
-    CUBLAS_CHECK(
-        cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, ld, ld, pref, kMaxAlgos, heur, &found));
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, ld, ld, pref, kMaxAlgos, heur,
+                                                &found));
     const float alpha = 1.f, beta = c.beta1 ? 1.f : 0.f;
     double first = 0, best = 1e30;
     int best_rank = -1;
@@ -178,9 +181,8 @@ int main(int argc, char** argv) {
     }
     const double flop = 2.0 * double(c.m) * double(c.n) * double(c.k);
     auto tf = [&](double ms) { return ms > 0 ? flop / (ms * 1e-3) / 1e12 : 0.0; };
-    std::printf("%-9s %6lld %6lld %6lld %5d %9.3f %9.3f %4d %8.1f %8.1f\n", c.name,
-                (long long)c.m, (long long)c.n, (long long)c.k, found, first, best, best_rank,
-                tf(first), tf(best));
+    std::printf("%-9s %6lld %6lld %6lld %5d %9.3f %9.3f %4d %8.1f %8.1f\n", c.name, (long long)c.m,
+                (long long)c.n, (long long)c.k, found, first, best, best_rank, tf(first), tf(best));
     if (csv)
       std::fprintf(csv, "%s,%lld,%lld,%lld,%d,%.4f,%.4f,%d,%.1f,%.1f\n", c.name, (long long)c.m,
                    (long long)c.n, (long long)c.k, found, first, best, best_rank, tf(first),
