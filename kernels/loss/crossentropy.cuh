@@ -2,6 +2,8 @@
 // logits, dlogits: [N, Vp]; targets: [N] i32; losses: [N] fp32.
 // Columns >= V (vocab padding) are masked out of the softmax. Rows whose target == ignore_index
 // get loss 0 and zero gradient.
+// Every other target must be in [0, V): the CUDA kernels do not check (ops::crossentropy checks on
+// the CPU path; the data loader checks every token against the vocabulary).
 // fwd: losses[i] = logsumexp(logits[i, :V]) - logits[i, target[i]]                (written =)
 // bwd: dlogits[i, j] = (softmax(logits[i, :V])[j] - [j == target]) * dloss for j < V, 0 for j >= V
 //      (written =; dlogits may alias logits: the CUDA path fuses fwd+bwd in one pass).
