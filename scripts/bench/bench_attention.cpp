@@ -33,12 +33,14 @@
 #include <utility>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/cuda_check.h"
 #include "core/tensor.h"
 #include "kernels/attention/attention.cuh"
 #include "kernels/attention/attention_wgmma.cuh"
 
 using namespace attnlab;
+using bench::median_ms;
 
 namespace {
 
@@ -50,26 +52,6 @@ void fill_random_bf16(const Buffer& buf, size_t n, uint64_t seed) {
     h[i] = bf16(float(int64_t(s >> 40) - (int64_t(1) << 23)) / float(1 << 23));  // [-1, 1)
   }
   CUDA_CHECK(cudaMemcpy(buf.data(), h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
-}
-
-template <typename F>
-double median_ms(F&& f, int reps) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();  // warm-up
-  std::vector<float> ms(reps);
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a));
-    f();
-    CUDA_CHECK(cudaEventRecord(b));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[reps / 2];
 }
 
 }  // namespace

@@ -11,35 +11,13 @@
 #include <cstring>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/cuda_check.h"
 #include "core/tensor.h"
 #include "kernels/loss/crossentropy.cuh"
 
 using namespace attnlab;
-
-namespace {
-
-template <typename F>
-double median_ms(F&& f, int reps) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<float> ms(reps);
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a));
-    f();
-    CUDA_CHECK(cudaEventRecord(b));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[reps / 2];
-}
-
-}  // namespace
+using bench::median_ms;
 
 int main(int argc, char** argv) {
   int64_t rows = 65536;

@@ -16,10 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/cuda_check.h"
 #include "core/tensor.h"
 
 using namespace attnlab;
+using bench::median_ms;
 
 namespace {
 
@@ -34,26 +36,6 @@ struct Case {
   bool aux;    // epilogue aux matrix (m x n, ld m)
   bool bias;   // bias vector (length m), or the BGRADB output (length n)
 };
-
-template <typename F>
-double median_ms(F&& f, int reps) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<float> ms(reps);
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a));
-    f();
-    CUDA_CHECK(cudaEventRecord(b));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[reps / 2];
-}
 
 void fill(void* p, size_t n_bf16, uint64_t seed) {
   std::vector<bf16> h(n_bf16);
