@@ -59,6 +59,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/attention/attention_wgmma.cuh"
+#include "kernels/attention/dq_layout.h"
 #include "kernels/attention/wgmma_common.cuh"
 #include "kernels/common/device.cuh"
 
@@ -88,21 +89,7 @@ constexpr size_t bwd_smem_bytes() {
 }
 static_assert(bwd_smem_bytes<64, true>() <= 232448 && bwd_smem_bytes<128, true>() <= 232448);
 
-// Layout of a dQ row in the kernel's shared tile and in dq_accum: the 16-byte chunk of
-// columns col .. col + 3 of row `row` sits at chunk (col / 4) ^ f(row % 8), f(r) = 2 (r % 4) +
-// r / 4. A warp's fragment store (st.shared.v2.f32: 8 rows x 4 column pairs, 256 bytes) is served
-// per half-warp (4 rows x 4 pairs, 128 bytes); f maps those 4 rows and the 2 chunks their pairs
-// fall in to 8 different chunks, so each half-warp covers all 32 banks once: 2 wavefronts per
-// store, the minimum. (The XOR with r % 8 used before put each half-warp's 4 rows on 4 chunks
-// only: 4 wavefronts, twice the ideal, as Nsight Compute showed on the H200.) A permutation inside
-// each row: the rows of a tile stay contiguous for the bulk reduction. Returns the float offset
-// inside the row. Measured on the H200 (bench_attention, same run, kTmaLagDq at D = 128, kernel +
-// dQ conversion): 1.034 / 2.993 / 10.69 ms at T = 1K / 4K / 16K against 1.058 / 3.132 / 11.02 with
-// the old layout.
-__host__ __device__ __forceinline__ int dq_swizzle(int row, int col) {
-  const int f = ((row & 3) << 1) | ((row >> 2) & 1);
-  return (((col >> 2) ^ f) << 2) | (col & 3);
-}
+// The dQ rows of the shared tile and of dq_accum are permuted by dq_swizzle (dq_layout.h).
 
 #if ATTN_WGMMA_DEVICE
 // Issues acc += A B (not committed): A (64 x kQ) from registers, B = a [kQ][D] tile (MN-major,
