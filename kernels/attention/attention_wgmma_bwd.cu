@@ -102,6 +102,21 @@ __device__ __forceinline__ void issue_rs(float (&acc)[D / 2], const uint32_t (&a
   for (int kk = 0; kk < kQ / 16; ++kk) wgmma_rs<D>(acc, a[kk], desc_add(b0, kk * 16 * 128));
 }
 
+// dV += P^T dO and dK += dS^T Q (A = P^T, dS^T from registers), one committed group, not waited.
+template <int D, int kQ>
+__device__ __forceinline__ void issue_dv_dk(float (&dv)[D / 2], float (&dk)[D / 2],
+                                            uint32_t (&pa)[kQ / 16][4], uint32_t (&dsa)[kQ / 16][4],
+                                            uint32_t dO_tile, uint32_t q_tile) {
+  fence_regs(dk);
+  fence_regs(dv);
+  fence_regs(dsa);
+  fence_regs(pa);
+  wgmma_fence();
+  issue_rs<D, kQ>(dv, pa, dO_tile);
+  issue_rs<D, kQ>(dk, dsa, q_tile);
+  wgmma_commit();
+}
+
 // Bulk reduction dst[0 .. bytes) += src (fp32, shared -> global, asynchronous; bytes a multiple of
 // 16, both addresses 16-byte aligned), committed as one bulk group of the issuing thread.
 __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
@@ -413,14 +428,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       acc_to_a<kQ>(dsa, dp);
       acc_to_a<kQ>(pa, s);
       store_ds<kQ>(sdS + buf * kSBytes, dsa, 64 * wg + 16 * warp + g, tig);
-      fence_regs(dk);
-      fence_regs(dv);
-      fence_regs(dsa);
-      fence_regs(pa);
-      wgmma_fence();
-      issue_rs<D, kQ>(dv, pa, cdO);
-      issue_rs<D, kQ>(dk, dsa, cQ);
-      wgmma_commit();
+      issue_dv_dk<D, kQ>(dv, dk, pa, dsa, cdO, cQ);
       wgmma_wait<1>();  // dQ of tile it - 1 done; dV and dK may still run
       if (it > 0) {
         fence_regs(dq);
@@ -506,14 +514,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_proxy_async();
 
       // dV += P^T dO, dK += dS^T Q: one group, runs during the barrier and the dQ issue.
-      fence_regs(dk);
-      fence_regs(dsa);
-      fence_regs(dv);
-      fence_regs(pa);
-      wgmma_fence();
-      issue_rs<D, kQ>(dv, pa, cdO);
-      issue_rs<D, kQ>(dk, dsa, cQ);
-      wgmma_commit();
+      issue_dv_dk<D, kQ>(dv, dk, pa, dsa, cdO, cQ);
 
       // The bulk reduction of the previous tile has read the dQ tile before anyone rewrites it.
       if (threadIdx.x == 0) bulk_wait_read();
