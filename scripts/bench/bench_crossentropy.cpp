@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   int64_t rows = 65536;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--rows=", 7) == 0) {
-      rows = std::atoll(argv[i] + 7);
+      rows = bench::parse_rows("bench_crossentropy", argv[i] + 7);
     } else {
       std::fprintf(stderr, "bench_crossentropy: unknown option %s (expected [--rows=N])\n",
                    argv[i]);

@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   int64_t rows = 65536;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--rows=", 7) == 0) {
-      rows = std::atoll(argv[i] + 7);
+      rows = bench::parse_rows("bench_matmul", argv[i] + 7);
     } else if (argv[i][0] != '-') {
       csv_path = argv[i];
     } else {

@@ -3,6 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -29,6 +32,17 @@ double median_ms(F&& f, int reps) {
   CUDA_CHECK(cudaEventDestroy(b));
   std::sort(ms.begin(), ms.end());
   return ms[reps / 2];
+}
+
+// The value of a --rows=N option: a positive integer, else a message on stderr and exit(2).
+inline int64_t parse_rows(const char* prog, const char* text) {
+  char* end = nullptr;
+  const long long v = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || v <= 0) {
+    std::fprintf(stderr, "%s: --rows expects a positive integer, got '%s'\n", prog, text);
+    std::exit(2);
+  }
+  return v;
 }
 
 }  // namespace attnlab::bench
