@@ -1,6 +1,7 @@
 // ExecContext: where ops run. CPU: OpenMP threads. CUDA: one device, one stream, a cuBLASLt
 // handle and its workspace. Every op takes the context first and checks its tensors live there.
 #pragma once
+#include <cstdint>
 #include <memory>
 
 #include "core/dtype.h"
@@ -9,6 +10,13 @@ struct CUstream_st;
 struct cublasLtContext;
 
 namespace attnlab {
+
+// Counts of the products the matmul backward ran (tests prove that frozen weights skip their
+// weight-gradient products); attached to a context by the caller, nullptr = not counted.
+struct MatmulCounts {
+  int64_t weight_grad = 0;  // dW (and/or dbias) computed
+  int64_t data_grad = 0;    // dX computed
+};
 
 struct ExecContext {
   Device device = Device::cpu;
@@ -21,6 +29,7 @@ struct ExecContext {
   // dQ) use their bitwise-reproducible variant when set. The CPU path is always deterministic.
   // The trainer sets it from train.deterministic.
   bool deterministic = false;
+  MatmulCounts* matmul_counts = nullptr;
 
   ExecContext() = default;
   ~ExecContext();

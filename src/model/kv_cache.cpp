@@ -4,24 +4,24 @@
 
 namespace attnlab {
 
-KVCache::KVCache(const ExecContext& ctx, int n_layer, int B, int n_kv_head, int max_T, int head_dim,
-                 DType dtype, size_t scratch_bytes)
-    : n_layer_(n_layer), B_(B), n_kv_head_(n_kv_head), max_T_(max_T), D_(head_dim), dtype_(dtype) {
-  ATTN_REQUIRE(n_layer >= 1 && B >= 1 && n_kv_head >= 1 && max_T >= 1 && head_dim >= 1,
-               "KV cache: layers, batch, heads, length and head dim must be >= 1 (got %d, %d, %d, "
-               "%d, %d)",
-               n_layer, B, n_kv_head, max_T, head_dim);
-  const size_t per = size_t(B) * n_kv_head * max_T * head_dim * dtype_size(dtype);
-  cache_ = Buffer(ctx.device, 2 * per * size_t(n_layer));
+KVCache::KVCache(const ExecContext& ctx, std::vector<std::unique_ptr<AttentionCache>> layers, int B,
+                 int max_T, DType dtype, size_t scratch_bytes)
+    : layers_(std::move(layers)), B_(B), max_T_(max_T), dtype_(dtype) {
+  ATTN_REQUIRE(!layers_.empty() && B >= 1 && max_T >= 1,
+               "KV cache: layers, batch and length must be >= 1 (got %d, %d, %d)",
+               int(layers_.size()), B, max_T);
   scratch_ = Buffer(ctx.device, scratch_bytes);
 }
 
-KVCacheView KVCache::layer(int l) const {
-  ATTN_ASSERT(l >= 0 && l < n_layer_);
-  const Shape s{B_, n_kv_head_, max_T_, D_};
-  const size_t per = size_t(s.numel()) * dtype_size(dtype_);
-  return {cache_.as(dtype_, s, (2 * size_t(l)) * per),
-          cache_.as(dtype_, s, (2 * size_t(l) + 1) * per)};
+AttentionCache& KVCache::layer(int l) const {
+  ATTN_ASSERT(l >= 0 && l < n_layer());
+  return *layers_[size_t(l)];
+}
+
+size_t KVCache::cache_bytes() const {
+  size_t n = 0;
+  for (auto& l : layers_) n += l->bytes();
+  return n;
 }
 
 void KVCache::set_length(int n) {

@@ -1,11 +1,14 @@
-// KVCache: the keys and values of every layer for incremental decoding, plus the activations of
-// the decoding forward (GPT::prefill / GPT::decode_step in model/gpt_decode.cpp).
+// KVCache: the decode state of every layer for incremental decoding, plus the activations of the
+// decoding forward (GPT::prefill / GPT::decode_step in model/gpt_decode.cpp).
 //
-// Per layer: k, v [B, n_kv_head, max_T, D] on the context's device in the model dtype. length()
-// tokens of each sequence are cached (all B sequences advance together). When the cache is full
-// (length() == max_T, normally model.block_size) decode_step refuses; the caller slides the
-// context by re-prefilling a shorter suffix (generate() keeps the last max_T / 2 tokens).
+// Each layer's state is made by its attention module (AttentionModule::make_cache: dense keeps K/V
+// [B, n_kv_head, max_T, D]; other variants keep what they need) on the context's device in the
+// model dtype. length() tokens of each sequence are cached (all B sequences advance together).
+// When the cache is full (length() == max_T, normally model.block_size) decode_step refuses; the
+// caller slides the context by re-prefilling a shorter suffix (generate() keeps the last max_T / 2
+// tokens).
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "core/context.h"
@@ -17,31 +20,31 @@ namespace attnlab {
 class KVCache {
  public:
   KVCache() = default;
-  // Allocates the caches and `scratch_bytes` of decoding activations (GPT::make_kv_cache sizes it).
-  KVCache(const ExecContext& ctx, int n_layer, int B, int n_kv_head, int max_T, int head_dim,
-          DType dtype, size_t scratch_bytes);
+  // Takes the layers' states and allocates `scratch_bytes` of decoding activations (GPT sizes it).
+  KVCache(const ExecContext& ctx, std::vector<std::unique_ptr<AttentionCache>> layers, int B,
+          int max_T, DType dtype, size_t scratch_bytes);
 
-  KVCacheView layer(int l) const;
-  int n_layer() const { return n_layer_; }
+  AttentionCache& layer(int l) const;
+  int n_layer() const { return int(layers_.size()); }
   int batch() const { return B_; }
   int max_len() const { return max_T_; }
   int length() const { return length_; }
   int free_positions() const { return max_T_ - length_; }
   DType dtype() const { return dtype_; }
-  Device device() const { return cache_.device(); }
-  bool empty() const { return n_layer_ == 0; }
+  Device device() const { return scratch_.device(); }
+  bool empty() const { return layers_.empty(); }
   // Forgets the cached tokens (memory is kept; nothing is zeroed).
   void reset() { length_ = 0; }
   void set_length(int n);
-  // Bytes of the K/V caches (excluding scratch).
-  size_t cache_bytes() const { return cache_.bytes(); }
+  // Bytes of the layers' decode states (excluding scratch).
+  size_t cache_bytes() const;
   const Buffer& scratch() const { return scratch_; }
 
  private:
-  int n_layer_ = 0, B_ = 0, n_kv_head_ = 0, max_T_ = 0, D_ = 0, length_ = 0;
+  std::vector<std::unique_ptr<AttentionCache>> layers_;
+  int B_ = 0, max_T_ = 0, length_ = 0;
   DType dtype_ = DType::f32;
-  Buffer cache_;    // [n_layer][k|v][B, n_kv_head, max_T, D]
-  Buffer scratch_;  // decoding activations, carved by gpt_decode.cpp
+  Buffer scratch_;  // decoding activations, carved by the model
 };
 
 }  // namespace attnlab

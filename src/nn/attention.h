@@ -1,10 +1,14 @@
-// The attention interface: dense, Focus and SFA are variants behind one contract, chosen by name
-// from one explicit registry (attention_registry.cpp).
+// The attention interface (contract v2): dense, Focus and SFA are variants behind one contract,
+// chosen by name from one explicit registry (attention_registry.cpp).
 //
-// A module receives the block's context — the normalised hidden state h [B,T,C] (Focus projects it
-// into group space), the packed qkv [B,T,3C] — and writes out [B,T,C]. It may own parameters (role
-// `attention`, declared into the model's ParameterStore), saved state for its backward, auxiliary
-// losses and metrics. Its backward writes dqkv (=) and, when uses_h(), accumulates into dh (+=).
+// A module receives one AttentionInputs per call: the block's normalised hidden state h [B,T,C]
+// (Focus projects it into group space), the packed q/k/v [B,T,layout.width()] whose QKVLayout
+// knows n_head, n_kv_head and the head dim, the absolute position of the chunk's first token, the
+// mode, the layer's decode cache (generate) and the sink of auxiliary losses. It writes out
+// [B,T,n_head*D]. It may own parameters (declared into the model's ParameterStore, role
+// `attention`), saved state for its backward, a decode cache (its own AttentionCache subclass),
+// auxiliary losses and metrics. Its backward writes dqkv (=) and, when uses_h(), accumulates into
+// dh (+=); gradients of its parameters are accumulated (+=) into store.grad(...) unless frozen.
 // Nothing here assumes T <= block_size of GPT-2 or materialises T x T.
 #pragma once
 #include <map>
@@ -15,6 +19,7 @@
 #include "core/context.h"
 #include "core/parameters.h"
 #include "core/tensor.h"
+#include "ops/qkv_layout.h"
 
 namespace attnlab {
 
@@ -22,14 +27,36 @@ enum class AttentionMode { train, eval, generate };
 
 struct AttentionShape {
   int B = 0, T = 0;
-  int n_head = 0, n_kv_head = 0, head_dim = 0;
-  int n_embd() const { return n_head * head_dim; }
+  QKVLayout layout;
+  int n_embd = 0;  // width of h (the model's C; n_head * head_dim for GPT-2)
 };
 
-// One layer's slice of a KV cache (model/kv_cache.h): k, v [B, n_kv_head, max_T, D] in the
-// activation dtype on the context's device. Variants that cache more (Focus group ids) add fields.
-struct KVCacheView {
-  Tensor k, v;
+// Auxiliary losses without a host synchronisation: a module's forward adds scale * (its loss)
+// into *total, which lives in the context's device memory (the model sums it with the LM loss
+// totals and reads it once per step); its backward differentiates the same scale * loss, so the
+// weight of the term in the objective is given at forward and folded into the backward.
+// total == nullptr: nothing is accumulated (and the backward adds no auxiliary gradient).
+struct AuxLossSink {
+  double* total = nullptr;
+  float scale = 0.f;
+};
+
+// A layer's decode state, owned by the module type that made it (dense: K/V of the cached
+// positions; Focus will add group ids). The model keeps one per layer (model/kv_cache.h).
+class AttentionCache {
+ public:
+  virtual ~AttentionCache() = default;
+  virtual size_t bytes() const = 0;
+};
+
+struct AttentionInputs {
+  Tensor h;    // [B, T, C]
+  Tensor qkv;  // [B, T, layout.width()]
+  QKVLayout layout;
+  int pos = 0;  // absolute position of token 0 of every sequence (0 unless decoding)
+  AttentionMode mode = AttentionMode::train;
+  AttentionCache* cache = nullptr;  // mode == generate: this layer's cache (make_cache)
+  AuxLossSink aux;
 };
 
 struct AttentionOptions {
@@ -44,34 +71,39 @@ class AttentionModule {
   // Declares this layer's variant parameters (role ParamRole::attention). Dense has none.
   virtual void declare_params(ParameterStore& /*store*/, int /*layer*/,
                               const AttentionShape& /*s*/) {}
-  // (Re)allocates saved state for activations of shape s on the context's device.
+  // Binds typed views of this layer's parameters (and gradients, empty when frozen) once per
+  // store; called by the model whenever the store it runs on changes, before forward.
+  virtual void bind(const ParameterStore& /*store*/) {}
+  // (Re)allocates saved state for training/eval activations of up to s.B x s.T tokens.
   virtual void allocate(const ExecContext& ctx, const AttentionShape& s, DType dtype) = 0;
   // True when the module reads h and so contributes to dh in backward.
   virtual bool uses_h() const { return false; }
-  virtual void forward(const ExecContext& ctx, const ParameterStore& store, const Tensor& h,
-                       const Tensor& qkv, const Tensor& out, AttentionMode mode) = 0;
-  // Needs the tensors of the matching forward (same h, qkv, out). dqkv written; dh accumulated.
-  virtual void backward(const ExecContext& ctx, const ParameterStore& store, const Tensor& h,
-                        const Tensor& qkv, const Tensor& out, const Tensor& dout,
-                        const Tensor& dqkv, const Tensor& dh) = 0;
-  // Incremental decoding (AttentionMode::generate with a KV cache): qkv [B,T,3C] holds T new
-  // tokens at positions pos .. pos+T-1 of every sequence, h [B,T,C] as in forward. Appends their
-  // keys/values to `cache` and writes out [B,T,C], where new token t attends to cache positions
-  // [0, pos + t]. Equal to the rows of forward() on the whole prefix. No saved state.
-  virtual void decode(const ExecContext& /*ctx*/, const ParameterStore& /*store*/,
-                      const Tensor& /*h*/, const Tensor& /*qkv*/, const KVCacheView& /*cache*/,
-                      int /*pos*/, const Tensor& /*out*/) {
+  // mode train/eval: attends causally within the chunk (pos == 0) and saves what backward needs.
+  // mode generate: appends the chunk's keys/values (whatever the variant caches) to in.cache at
+  // positions in.pos .. in.pos+T-1 and attends over the cache; token t sees cache positions
+  // [0, pos + t]. Equal to the rows of a train/eval forward on the whole prefix. No saved state.
+  virtual void forward(const ExecContext& ctx, const AttentionInputs& in, const Tensor& out) = 0;
+  // Needs the inputs and output of the matching train forward. dqkv written; dh accumulated.
+  virtual void backward(const ExecContext& ctx, const AttentionInputs& in, const Tensor& out,
+                        const Tensor& dout, const Tensor& dqkv, const Tensor& dh) = 0;
+  // This layer's decode state for B sequences of up to max_T tokens.
+  virtual std::unique_ptr<AttentionCache> make_cache(const ExecContext& /*ctx*/, int /*B*/,
+                                                     int /*max_T*/, const QKVLayout& /*layout*/,
+                                                     DType /*dtype*/) const {
     ATTN_FAIL("incremental decoding (KV cache) is not supported by attention '%s'", name().c_str());
   }
-  // Auxiliary loss of the last forward (added to the LM loss; 0 for dense), and telemetry.
-  virtual double aux_loss() const { return 0.0; }
   virtual void metrics(std::map<std::string, double>& /*out*/) const {}
-  // Bytes of saved state per (B, T) (for the memory estimate of `attnlab info`).
+  // Bytes of saved state for s (for the memory estimate of `attnlab info`).
   virtual size_t saved_bytes(const AttentionShape& s, DType dtype) const = 0;
 };
 
 // Creates the variant `opts.type` for one layer; an unknown name lists the registered ones.
 std::unique_ptr<AttentionModule> make_attention(const AttentionOptions& opts, int layer);
 std::vector<std::string> attention_types();
+
+// Tests register their own variants (a probe of this contract); names must be new. Not for
+// product variants, which are listed in attention_registry.cpp.
+using AttentionFactory = std::unique_ptr<AttentionModule> (*)(const AttentionOptions&, int layer);
+void register_test_attention(const std::string& name, AttentionFactory factory);
 
 }  // namespace attnlab

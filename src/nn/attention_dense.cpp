@@ -4,49 +4,55 @@
 
 namespace attnlab {
 
-DenseAttention::DenseAttention(const AttentionOptions& opts) {
-  // The kernels support sliding windows (AttentionParams::window); the host op does not expose
-  // them yet, so refuse rather than silently attend to everything.
-  ATTN_REQUIRE(opts.window == 0,
-               "attention.window = %d: sliding windows are not supported by "
-               "'dense' yet (use 0)",
-               opts.window);
+DenseAttention::DenseAttention(const AttentionOptions& opts) : window_(opts.window) {
+  ATTN_REQUIRE(opts.window >= 0, "attention.window must be >= 0, got %d", opts.window);
 }
 
 void DenseAttention::allocate(const ExecContext& ctx, const AttentionShape& s, DType /*dtype*/) {
   shape_ = s;
-  lse_buf_ = Buffer(ctx.device, size_t(s.B) * s.n_head * s.T * sizeof(float));
-  lse_ = lse_buf_.as(DType::f32, Shape{s.B, s.n_head, s.T});
+  lse_buf_ = Buffer(ctx.device, size_t(s.B) * s.layout.n_head * s.T * sizeof(float));
+  lse_ = lse_buf_.as(DType::f32, Shape{s.B, s.layout.n_head, s.T});
 }
 
-void DenseAttention::forward(const ExecContext& ctx, const ParameterStore& /*store*/,
-                             const Tensor& /*h*/, const Tensor& qkv, const Tensor& out,
-                             AttentionMode /*mode*/) {
-  // A micro-batch may be shorter than the allocated [B, T] (eval, the last batch, generation):
-  // the saved statistics take its shape, and the backward reads the same view.
-  ATTN_ASSERT(qkv.dim(0) <= shape_.B && qkv.dim(1) <= shape_.T);
-  lse_ = lse_buf_.as(DType::f32, Shape{qkv.dim(0), shape_.n_head, qkv.dim(1)});
-  ops::attention_fwd(ctx, out, lse_, qkv, shape_.n_head);
+void DenseAttention::forward(const ExecContext& ctx, const AttentionInputs& in, const Tensor& out) {
+  if (in.mode == AttentionMode::generate) {
+    ATTN_REQUIRE(in.cache != nullptr, "dense attention: generate mode needs a decode cache");
+    auto& cache = dynamic_cast<DenseKVCache&>(*in.cache);
+    ops::kv_cache_write(ctx, cache.k, cache.v, in.qkv, in.pos, in.layout);
+    ops::attention_decode(ctx, out, in.qkv, cache.k, cache.v, in.pos, in.layout, 0, window_);
+    return;
+  }
+  // A micro-batch may be shorter than the allocated [B, T] (eval, the last batch): the saved
+  // statistics take its shape, and the backward reads the same view.
+  ATTN_ASSERT(in.pos == 0 && in.qkv.dim(0) <= shape_.B && in.qkv.dim(1) <= shape_.T);
+  lse_ = lse_buf_.as(DType::f32, Shape{in.qkv.dim(0), in.layout.n_head, in.qkv.dim(1)});
+  ops::attention_fwd(ctx, out, lse_, in.qkv, in.layout, window_);
 }
 
-void DenseAttention::backward(const ExecContext& ctx, const ParameterStore& /*store*/,
-                              const Tensor& /*h*/, const Tensor& qkv, const Tensor& out,
+void DenseAttention::backward(const ExecContext& ctx, const AttentionInputs& in, const Tensor& out,
                               const Tensor& dout, const Tensor& dqkv, const Tensor& /*dh*/) {
-  ops::attention_bwd(ctx, dqkv, dout, qkv, out, lse_, shape_.n_head);
+  ops::attention_bwd(ctx, dqkv, dout, in.qkv, out, lse_, in.layout, window_);
 }
 
-void DenseAttention::decode(const ExecContext& ctx, const ParameterStore& /*store*/,
-                            const Tensor& /*h*/, const Tensor& qkv, const KVCacheView& cache,
-                            int pos, const Tensor& out) {
-  // The packed qkv has as many kv heads as query heads: the cache's head count is n_head (and
-  // decode does not need allocate(), which sizes the training state).
-  const int n_head = int(cache.k.dim(1));
-  ops::kv_cache_write(ctx, cache.k, cache.v, qkv, pos, n_head);
-  ops::attention_decode(ctx, out, qkv, cache.k, cache.v, pos, n_head);
+std::unique_ptr<AttentionCache> DenseAttention::make_cache(const ExecContext& ctx, int B, int max_T,
+                                                           const QKVLayout& layout,
+                                                           DType dtype) const {
+  return std::make_unique<DenseKVCache>(ctx, B, max_T, layout, dtype);
 }
 
 size_t DenseAttention::saved_bytes(const AttentionShape& s, DType /*dtype*/) const {
-  return size_t(s.B) * s.n_head * s.T * sizeof(float);
+  return size_t(s.B) * s.layout.n_head * s.T * sizeof(float);
+}
+
+DenseKVCache::DenseKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout,
+                           DType dtype) {
+  ATTN_REQUIRE(B >= 1 && max_T >= 1, "KV cache: batch and length must be >= 1 (got %d, %d)", B,
+               max_T);
+  const Shape s{B, layout.n_kv_head, max_T, layout.head_dim};
+  const size_t per = size_t(s.numel()) * dtype_size(dtype);
+  buf_ = Buffer(ctx.device, 2 * per);
+  k = buf_.as(dtype, s, 0);
+  v = buf_.as(dtype, s, per);
 }
 
 }  // namespace attnlab

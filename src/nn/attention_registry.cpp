@@ -1,6 +1,6 @@
 // The one registry of attention variants. To add a variant: implement AttentionModule in
 // src/nn/attention_<name>.{h,cpp} and add one line to kRegistry below.
-#include <functional>
+#include <utility>
 
 #include "core/error.h"
 #include "nn/attention.h"
@@ -9,11 +9,14 @@
 namespace attnlab {
 namespace {
 
-using Factory = std::function<std::unique_ptr<AttentionModule>(const AttentionOptions&, int)>;
+using Entry = std::pair<std::string, AttentionFactory>;
 
-const std::vector<std::pair<std::string, Factory>>& registry() {
-  static const std::vector<std::pair<std::string, Factory>> kRegistry = {
-      {"dense", [](const AttentionOptions& o, int) { return std::make_unique<DenseAttention>(o); }},
+std::vector<Entry>& registry() {
+  static std::vector<Entry> kRegistry = {
+      {"dense",
+       [](const AttentionOptions& o, int) -> std::unique_ptr<AttentionModule> {
+         return std::make_unique<DenseAttention>(o);
+       }},
   };
   return kRegistry;
 }
@@ -32,6 +35,12 @@ std::unique_ptr<AttentionModule> make_attention(const AttentionOptions& opts, in
   std::string valid;
   for (auto& n : attention_types()) valid += (valid.empty() ? "" : ", ") + n;
   ATTN_FAIL("attention.type: unknown attention '%s' (valid: %s)", opts.type.c_str(), valid.c_str());
+}
+
+void register_test_attention(const std::string& name, AttentionFactory factory) {
+  for (auto& [n, f] : registry())
+    ATTN_REQUIRE(n != name, "attention '%s' is already registered", name.c_str());
+  registry().emplace_back(name, factory);
 }
 
 }  // namespace attnlab

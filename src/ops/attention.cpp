@@ -66,8 +66,10 @@ AttentionParams<T> packed_params(const Dims& d, const Tensor& qkv, const Tensor&
 }  // namespace
 
 void attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                   int n_head) {
+                   const QKVLayout& layout, int window) {
   NvtxRange range("attention_fwd");
+  ATTN_REQUIRE(layout.n_kv_head == layout.n_head && window == 0, "attention: GQA/window pending");
+  const int n_head = layout.n_head;
   DType dt;
   const Dims d = check_qkv(ctx, &dt, qkv, n_head);
   require_tensor(kOp, "out", out, dt, Shape{d.B, d.T, d.C}, ctx);
@@ -78,8 +80,11 @@ void attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
 
 // dqkv is written (=) in the packed layout of qkv.
 void attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dout,
-                   const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head) {
+                   const Tensor& qkv, const Tensor& out, const Tensor& lse, const QKVLayout& layout,
+                   int window) {
   NvtxRange range("attention_bwd");
+  ATTN_REQUIRE(layout.n_kv_head == layout.n_head && window == 0, "attention: GQA/window pending");
+  const int n_head = layout.n_head;
   DType dt;
   const Dims d = check_qkv(ctx, &dt, qkv, n_head);
   require_tensor(kOp, "out", out, dt, Shape{d.B, d.T, d.C}, ctx);

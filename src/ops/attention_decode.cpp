@@ -50,8 +50,10 @@ CacheDims check_cache(const char* op, const ExecContext& ctx, DType* dt, const T
 }  // namespace
 
 void kv_cache_write(const ExecContext& ctx, const Tensor& k_cache, const Tensor& v_cache,
-                    const Tensor& qkv, int pos, int n_head) {
+                    const Tensor& qkv, int pos, const QKVLayout& layout) {
   NvtxRange range("kv_cache_write");
+  ATTN_REQUIRE(layout.n_kv_head == layout.n_head, "kv_cache_write: GQA pending");
+  const int n_head = layout.n_head;
   constexpr const char* op = "kv_cache_write";
   DType dt;
   const CacheDims d = check_cache(op, ctx, &dt, qkv, k_cache, v_cache, pos, n_head);
@@ -77,9 +79,11 @@ void kv_cache_write(const ExecContext& ctx, const Tensor& k_cache, const Tensor&
 }
 
 void attention_decode(const ExecContext& ctx, const Tensor& out, const Tensor& qkv,
-                      const Tensor& k_cache, const Tensor& v_cache, int pos, int n_head,
-                      int n_splits) {
+                      const Tensor& k_cache, const Tensor& v_cache, int pos,
+                      const QKVLayout& layout, int n_splits, int window) {
   NvtxRange range("attention_decode");
+  ATTN_REQUIRE(layout.n_kv_head == layout.n_head && window == 0, "attention_decode: GQA pending");
+  const int n_head = layout.n_head;
   DType dt;
   const CacheDims d = check_cache(kOp, ctx, &dt, qkv, k_cache, v_cache, pos, n_head);
   require_tensor(kOp, "out", out, dt, Shape{d.B, d.Tq, d.C}, ctx);

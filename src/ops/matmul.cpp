@@ -97,6 +97,10 @@ void run_matmul_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dw, 
   if (!dbias.empty()) require_tensor(kOp, "dbias", dbias, dt, Shape{out}, ctx);
   if (!pre.empty()) require_tensor(kOp, "pre", pre, dt, x.shape, ctx);
   if (dx.empty() && dw.empty() && dbias.empty()) return;
+  if (ctx.matmul_counts) {
+    ctx.matmul_counts->weight_grad += !dw.empty() || !dbias.empty();
+    ctx.matmul_counts->data_grad += !dx.empty();
+  }
   auto make = [&]<typename T>() {
     MatmulParams<T> p = base_params<T>(ctx, x, w, N);
     p.dy = static_cast<const T*>(dy.data);

@@ -8,6 +8,7 @@
 
 #include "core/context.h"
 #include "core/tensor.h"
+#include "ops/qkv_layout.h"
 
 namespace attnlab::ops {
 
@@ -47,9 +48,10 @@ void residual_bwd(const ExecContext& ctx, const Tensor& da, const Tensor& db, co
 
 // Dense causal attention on a packed qkv [B,T,3C] (C = n_head*D): out [B,T,C], lse [B,H,T] f32.
 void attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                   int n_head);
+                   const QKVLayout& layout, int window = 0);
 void attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dout,
-                   const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head);
+                   const Tensor& qkv, const Tensor& out, const Tensor& lse, const QKVLayout& layout,
+                   int window = 0);
 
 // logits [N,Vp]; targets [N] i32; losses [N] f32. V = real vocab (columns >= V masked).
 void crossentropy_fwd(const ExecContext& ctx, const Tensor& losses, const Tensor& logits,
@@ -113,12 +115,36 @@ namespace attnlab::ops {
 // Copies the keys/values of the Tq tokens of a packed qkv [B,Tq,3C] (C = n_head*D) into cache
 // positions pos .. pos+Tq-1 of k_cache, v_cache [B, n_head, max_T, D] (same dtype as qkv).
 void kv_cache_write(const ExecContext& ctx, const Tensor& k_cache, const Tensor& v_cache,
-                    const Tensor& qkv, int pos, int n_head);
+                    const Tensor& qkv, int pos, const QKVLayout& layout);
 // out [B,Tq,C]: query i of qkv [B,Tq,3C] (at position pos + i) attends causally to cache
 // positions [0, pos + i]; the new tokens' K/V must already be in the cache (kv_cache_write).
 // n_splits: split-K chunks on CUDA (0 = automatic; the CPU ignores it).
 void attention_decode(const ExecContext& ctx, const Tensor& out, const Tensor& qkv,
-                      const Tensor& k_cache, const Tensor& v_cache, int pos, int n_head,
-                      int n_splits = 0);
+                      const Tensor& k_cache, const Tensor& v_cache, int pos,
+                      const QKVLayout& layout, int n_splits = 0, int window = 0);
 
+}  // namespace attnlab::ops
+
+// TEMPORARY (removed at the merge of the kernel branch): the n_head-only forms of the tests.
+namespace attnlab::ops {
+inline QKVLayout mha_layout(const Tensor& qkv, int n_head) {
+  return {n_head, n_head, int(qkv.dim(2) / 3 / n_head)};
+}
+inline void attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
+                          const Tensor& qkv, int n_head) {
+  attention_fwd(ctx, out, lse, qkv, mha_layout(qkv, n_head));
+}
+inline void attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dout,
+                          const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head) {
+  attention_bwd(ctx, dqkv, dout, qkv, out, lse, mha_layout(qkv, n_head));
+}
+inline void kv_cache_write(const ExecContext& ctx, const Tensor& k, const Tensor& v,
+                           const Tensor& qkv, int pos, int n_head) {
+  kv_cache_write(ctx, k, v, qkv, pos, mha_layout(qkv, n_head));
+}
+inline void attention_decode(const ExecContext& ctx, const Tensor& out, const Tensor& qkv,
+                             const Tensor& k, const Tensor& v, int pos, int n_head,
+                             int n_splits = 0) {
+  attention_decode(ctx, out, qkv, k, v, pos, mha_layout(qkv, n_head), n_splits);
+}
 }  // namespace attnlab::ops

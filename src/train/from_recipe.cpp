@@ -15,6 +15,25 @@ GPTConfig gpt_config_of(const Recipe& r) {
   c.block_size = r.model.block_size;
   c.norm_eps = float(r.model.norm_eps);
   c.init_std = float(r.model.init_std);
+  // Every model.* choice reaches the block config (the switches make a new recipe value a compile
+  // warning here until the block implements it; the schema refuses the planned names today).
+  switch (r.model.norm) {
+    case NormKind::layernorm:
+      c.norm = NormType::layernorm;
+      break;
+  }
+  switch (r.model.mlp) {
+    case MlpKind::gelu:
+      c.mlp = MlpType::gelu;
+      break;
+  }
+  switch (r.model.position) {
+    case PositionKind::learned:
+      c.position = PositionType::learned;
+      break;
+  }
+  c.bias = r.model.bias;
+  c.tied_embeddings = r.model.tied_embeddings;
   c.attention.type = r.attention.type;
   c.attention.window = r.attention.window;
   c.recompute = r.train.recompute == Recompute::gelu    ? ActivationRecompute::gelu

@@ -27,13 +27,15 @@ GPTConfig tiny_config() {
 
 struct Fixture {
   std::unique_ptr<ExecContext> ctx = ExecContext::make_cpu();
-  GPT model{tiny_config()};
+  GPTConfig cfg;
+  GPT model;
   ParameterStore store;
   std::vector<int32_t> tokens, targets;
   int B, T;
 
-  Fixture(int B_, int T_, std::set<ParamRole> trainable = {ParamRole::base, ParamRole::attention})
-      : B(B_), T(T_) {
+  Fixture(int B_, int T_, std::set<ParamRole> trainable = {ParamRole::base, ParamRole::attention},
+          const GPTConfig& c = tiny_config())
+      : cfg(c), model(c), B(B_), T(T_) {
     model.declare_params(store);
     store.finalize(Device::cpu, DType::f32, trainable);
     model.init_params(store, 42);
@@ -42,8 +44,9 @@ struct Fixture {
     std::normal_distribution<float> nd(0.f, 0.3f);
     float* w = store.all_params().ptr<float>();
     for (int64_t i = 0; i < store.num_params(); ++i) w[i] += nd(rng);
-    zero_tensor(
-        store.param("wte.weight").slice0(tiny_config().vocab_size, tiny_config().padded_vocab));
+    zero_tensor(store.param("wte.weight").slice0(cfg.vocab_size, cfg.padded_vocab));
+    if (!cfg.tied_embeddings)
+      zero_tensor(store.param("lm_head.weight").slice0(cfg.vocab_size, cfg.padded_vocab));
     model.allocate(*ctx, B, T, DType::f32);
     std::uniform_int_distribution<int> tok(0, tiny_config().vocab_size - 1);
     for (int i = 0; i < B * T; ++i) tokens.push_back(tok(rng)), targets.push_back(tok(rng));
@@ -60,8 +63,7 @@ struct Fixture {
 
 }  // namespace
 
-TEST(GPTModel, FiniteDifferenceGradients) {
-  Fixture f(2, 5);
+void expect_finite_difference_gradients(Fixture& f) {
   f.model.forward(*f.ctx, f.store, f.t(f.tokens, 0, 2), f.t(f.targets, 0, 2), AttentionMode::train,
                   1.f / 9.f);
   const LossTotals fr = f.model.take_loss(*f.ctx);
@@ -80,8 +82,9 @@ TEST(GPTModel, FiniteDifferenceGradients) {
     std::uniform_int_distribution<int64_t> pick(0, n - 1);
     for (int k = 0; k < 6; ++k) {
       int64_t i = pick(rng);
-      if (e.spec.name == "wte.weight" && i >= 11 * 8) continue;  // padding rows: no gradient
-      if (e.spec.name == "wpe.weight" && i >= 5 * 8) continue;   // positions beyond T
+      const bool vocab = e.spec.name == "wte.weight" || e.spec.name == "lm_head.weight";
+      if (vocab && i >= 11 * 8) continue;                       // padding rows: no gradient
+      if (e.spec.name == "wpe.weight" && i >= 5 * 8) continue;  // positions beyond T
       const float h = 1e-2f, w0 = w[i];
       w[i] = w0 + h;
       double lp = f.loss();
@@ -94,6 +97,19 @@ TEST(GPTModel, FiniteDifferenceGradients) {
     }
   }
   EXPECT_GT(checked, 80);
+}
+
+TEST(GPTModel, FiniteDifferenceGradients) {
+  Fixture f(2, 5);
+  expect_finite_difference_gradients(f);
+}
+
+TEST(GPTModel, FiniteDifferenceGradientsWithoutBiasUntied) {
+  GPTConfig c = tiny_config();
+  c.bias = false;
+  c.tied_embeddings = false;
+  Fixture f(2, 5, {ParamRole::base, ParamRole::attention}, c);
+  expect_finite_difference_gradients(f);
 }
 
 TEST(GPTModel, AccumulationEqualsOneBatch) {
@@ -154,10 +170,54 @@ TEST(GPTModel, LossTotalsAccumulateUntilTaken) {
 TEST(GPTModel, FrozenBaseHasNoGradients) {
   Fixture f(1, 4, {ParamRole::attention});
   EXPECT_EQ(f.store.num_trainable(), 0);  // dense attention has no variant parameters
-  EXPECT_TRUE(f.store.grad("h.0.attn.c_attn.weight").empty());
+  for (const auto& e : f.store.entries()) EXPECT_TRUE(f.store.grad(e.spec.name).empty());
+  const std::vector<float> before(f.store.all_params().ptr<float>(),
+                                  f.store.all_params().ptr<float>() + f.store.num_params());
+  MatmulCounts counts;
+  f.ctx->matmul_counts = &counts;
   f.model.forward(*f.ctx, f.store, f.t(f.tokens, 0, 1), f.t(f.targets, 0, 1), AttentionMode::train,
                   0.25f);
-  f.model.backward(*f.ctx, f.store, f.t(f.tokens, 0, 1));  // must skip every weight product
+  f.model.backward(*f.ctx, f.store, f.t(f.tokens, 0, 1));
+  EXPECT_EQ(counts.weight_grad, 0);  // every weight-gradient product skipped
+  EXPECT_GT(counts.data_grad, 0);
+  for (int64_t i = 0; i < f.store.num_params(); ++i)
+    ASSERT_EQ(f.store.all_params().ptr<float>()[i], before[size_t(i)]) << i;
+}
+
+// model.bias: false and model.tied_embeddings: false change the parameters (and train: finite
+// differences below), nothing else.
+TEST(GPTModel, BiasAndTiedEmbeddingsChangeTheParameters) {
+  auto count = [](GPTConfig c) {
+    GPT m(c);
+    ParameterStore s;
+    m.declare_params(s);
+    s.finalize(Device::cpu, DType::f32, {ParamRole::base});
+    return std::make_pair(s.num_params(), m.num_params_unpadded(s));
+  };
+  GPTConfig c = tiny_config();
+  const int64_t C = c.n_embd, L = c.n_layer, Vp = c.padded_vocab, V = c.vocab_size;
+  const auto base = count(c);
+  c.bias = false;
+  const auto no_bias = count(c);
+  // Per layer: ln_1, ln_2 (C each), c_attn (3C), c_proj (C), c_fc (4C), mlp c_proj (C); ln_f (C).
+  EXPECT_EQ(base.second - no_bias.second, L * (C + C + 3 * C + C + 4 * C + C) + C);
+  c.bias = true;
+  c.tied_embeddings = false;
+  const auto untied = count(c);
+  EXPECT_EQ(untied.first - base.first, Vp * C);
+  EXPECT_EQ(untied.second - base.second, V * C);
+  GPT m(c);
+  ParameterStore s;
+  m.declare_params(s);
+  EXPECT_TRUE(s.contains("lm_head.weight"));
+  c.tied_embeddings = true;
+  c.bias = false;
+  GPT nb(c);
+  ParameterStore s2;
+  nb.declare_params(s2);
+  EXPECT_FALSE(s2.contains("h.0.attn.c_attn.bias"));
+  EXPECT_FALSE(s2.contains("ln_f.bias"));
+  EXPECT_FALSE(s2.contains("lm_head.weight"));
 }
 
 TEST(GPTModel, ShorterMicroBatchThanAllocated) {
@@ -179,9 +239,6 @@ TEST(GPTModel, ShorterMicroBatchThanAllocated) {
 
 TEST(GPTModel, UnsupportedAttentionOptionsAreRejected) {
   GPTConfig c = tiny_config();
-  c.attention.window = 5;  // the dense host op does not expose sliding windows yet
-  test::expect_error([&] { GPT m(c); }, "sliding windows");
-  c.attention.window = 0;
   c.attention.type = "flash9";
   test::expect_error([&] { GPT m(c); }, "valid: dense");
 }

@@ -1,0 +1,218 @@
+#include "model/block.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "ops/ops.h"
+
+namespace attnlab {
+
+Block::Block(const GPTConfig& cfg, int layer)
+    : cfg_(cfg), layer_(layer), attn_(make_attention(cfg.attention, layer)) {}
+
+std::string Block::name(const char* what) const {
+  return "h." + std::to_string(layer_) + "." + what;
+}
+
+void Block::declare_params(ParameterStore& store) const {
+  const int64_t C = cfg_.n_embd, F = cfg_.mlp_hidden();
+  const QKVLayout qkv = cfg_.qkv_layout();
+  const float std = cfg_.init_std;
+  const float proj_std = std / std::sqrt(2.f * cfg_.n_layer);  // GPT-2: scaled residual projections
+  auto weight = [&](const char* n, Shape s, float sd) {
+    store.declare({name(n), s, ParamRole::base, ParamInit::normal, sd, /*weight_decay=*/true});
+  };
+  auto vec = [&](const char* n, int64_t len, ParamInit init) {
+    store.declare({name(n), Shape{len}, ParamRole::base, init, 0.f, false});
+  };
+  auto bias = [&](const char* n, int64_t len) {
+    if (cfg_.bias) vec(n, len, ParamInit::zeros);
+  };
+  vec("ln_1.weight", C, ParamInit::ones);
+  bias("ln_1.bias", C);
+  weight("attn.c_attn.weight", Shape{qkv.width(), C}, std);
+  bias("attn.c_attn.bias", qkv.width());
+  weight("attn.c_proj.weight", Shape{C, qkv.q_width()}, proj_std);
+  bias("attn.c_proj.bias", C);
+  AttentionShape as{0, 0, qkv, cfg_.n_embd};
+  attn_->declare_params(store, layer_, as);
+  vec("ln_2.weight", C, ParamInit::ones);
+  bias("ln_2.bias", C);
+  weight("mlp.c_fc.weight", Shape{F, C}, std);
+  bias("mlp.c_fc.bias", F);
+  weight("mlp.c_proj.weight", Shape{C, F}, proj_std);
+  bias("mlp.c_proj.bias", C);
+}
+
+void Block::bind(const ParameterStore& store) {
+  auto param = [&](const char* n) { return store.param(name(n)); };
+  auto grad = [&](const char* n) { return store.grad(name(n)); };
+  auto bias_param = [&](const char* n) { return cfg_.bias ? param(n) : Tensor(); };
+  auto bias_grad = [&](const char* n) { return cfg_.bias ? grad(n) : Tensor(); };
+  auto bind_all = [&](auto get, auto get_bias) {
+    BlockTensors t;
+    t.ln_1 = {get("ln_1.weight"), get_bias("ln_1.bias")};
+    t.qkv = {get("attn.c_attn.weight"), get_bias("attn.c_attn.bias")};
+    t.attn_proj = {get("attn.c_proj.weight"), get_bias("attn.c_proj.bias")};
+    t.ln_2 = {get("ln_2.weight"), get_bias("ln_2.bias")};
+    t.fc = {get("mlp.c_fc.weight"), get_bias("mlp.c_fc.bias")};
+    t.mlp_proj = {get("mlp.c_proj.weight"), get_bias("mlp.c_proj.bias")};
+    return t;
+  };
+  w_ = bind_all(param, bias_param);
+  g_ = bind_all(grad, bias_grad);
+  attn_->bind(store);
+}
+
+BlockActs Block::carve(Carver& cv, const GPTConfig& cfg, int B, int T, DType dt, bool keep_gelu,
+                       bool keep_out) {
+  const int64_t BT = int64_t(B) * T, C = cfg.n_embd, F = cfg.mlp_hidden();
+  const QKVLayout qkv = cfg.qkv_layout();
+  BlockActs a;
+  a.ln1 = cv.take(dt, Shape{BT, C});
+  a.ln1_mean = cv.take(DType::f32, Shape{BT});
+  a.ln1_rstd = cv.take(DType::f32, Shape{BT});
+  a.qkv = cv.take(dt, Shape{B, T, qkv.width()});
+  a.atty = cv.take(dt, Shape{B, T, qkv.q_width()});
+  a.res2 = cv.take(dt, Shape{BT, C});
+  a.ln2 = cv.take(dt, Shape{BT, C});
+  a.ln2_mean = cv.take(DType::f32, Shape{BT});
+  a.ln2_rstd = cv.take(DType::f32, Shape{BT});
+  a.fch = cv.take(dt, Shape{BT, F});
+  if (keep_gelu) a.fch_gelu = cv.take(dt, Shape{BT, F});
+  if (keep_out) a.out = cv.take(dt, Shape{BT, C});
+  return a;
+}
+
+BlockScratch Block::carve_scratch(Carver& cv, const GPTConfig& cfg, int B, int T, DType dt) {
+  const int64_t BT = int64_t(B) * T, C = cfg.n_embd;
+  const QKVLayout qkv = cfg.qkv_layout();
+  BlockScratch s;
+  s.dres = cv.take(dt, Shape{BT, C});
+  s.dln = cv.take(dt, Shape{BT, C});
+  s.datty = cv.take(dt, Shape{B, T, qkv.q_width()});
+  s.dqkv = cv.take(dt, Shape{B, T, qkv.width()});
+  s.dfch = cv.take(dt, Shape{BT, cfg.mlp_hidden()});
+  return s;
+}
+
+AttentionInputs Block::attention_inputs(const BlockActs& a, const BlockRun& run) const {
+  AttentionInputs in;
+  in.h = a.ln1.view(Shape{a.qkv.dim(0), a.qkv.dim(1), cfg_.n_embd});
+  in.qkv = a.qkv;
+  in.layout = cfg_.qkv_layout();
+  in.pos = run.pos;
+  in.mode = run.mode;
+  in.cache = run.cache;
+  in.aux = run.aux;
+  return in;
+}
+
+void Block::forward(const ExecContext& ctx, const Tensor& x, const BlockActs& a,
+                    const BlockRun& run, OpObserver* ob) const {
+  const int64_t BT = a.ln1.dim(0);
+  {
+    OpScope s(ob, "fwd.layernorm");
+    ops::layernorm_fwd(ctx, a.ln1, a.ln1_mean, a.ln1_rstd, x, w_.ln_1.w, w_.ln_1.b, cfg_.norm_eps);
+  }
+  {
+    OpScope s(ob, "fwd.matmul.qkv");
+    ops::matmul_fwd(ctx, a.qkv.view(Shape{BT, a.qkv.dim(2)}), a.ln1, w_.qkv.w, w_.qkv.b);
+  }
+  {
+    OpScope s(ob, "fwd.attention");
+    attn_->forward(ctx, attention_inputs(a, run), a.atty);
+  }
+  {
+    // res2 = x + atty @ Wproj^T + b: the residual add is the GEMM's epilogue (C = x, beta = 1).
+    OpScope s(ob, "fwd.matmul.attn_proj");
+    ops::matmul_fwd(ctx, a.res2, a.atty.view(Shape{BT, a.atty.dim(2)}), w_.attn_proj.w,
+                    w_.attn_proj.b, x);
+  }
+  {
+    OpScope s(ob, "fwd.layernorm");
+    ops::layernorm_fwd(ctx, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w_.ln_2.w, w_.ln_2.b,
+                       cfg_.norm_eps);
+  }
+  if (cfg_.recompute != ActivationRecompute::gelu) {
+    // fch = ln2 @ Wfc^T + b and fch_gelu = gelu(fch) from one GEMM (GELU epilogue).
+    OpScope s(ob, "fwd.matmul.fc");
+    ops::matmul_gelu_fwd(ctx, a.fch_gelu, a.fch, a.ln2, w_.fc.w, w_.fc.b);
+  } else {
+    // The backward recomputes fch_gelu with gelu_fwd from fch; the forward runs the same kernel
+    // so the recomputation reproduces it bitwise (the epilogue's GELU on the fp32 accumulator
+    // would differ from the GELU of the rounded fch in the last bit).
+    {
+      OpScope s(ob, "fwd.matmul.fc");
+      ops::matmul_fwd(ctx, a.fch, a.ln2, w_.fc.w, w_.fc.b);
+    }
+    OpScope s(ob, "fwd.gelu");
+    ops::gelu_fwd(ctx, a.fch_gelu, a.fch);
+  }
+  if (!run.with_output) return;
+  {
+    OpScope s(ob, "fwd.matmul.mlp_proj");
+    ops::matmul_fwd(ctx, a.out, a.fch_gelu, w_.mlp_proj.w, w_.mlp_proj.b, a.res2);
+  }
+}
+
+void Block::backward(const ExecContext& ctx, const Tensor& x, const BlockActs& a,
+                     const BlockScratch& s, const AuxLossSink& aux, OpObserver* ob) const {
+  const int64_t BT = a.ln1.dim(0);
+  if (cfg_.recompute == ActivationRecompute::block) {
+    // Re-run the forward from the saved input into the shared layer buffers, timed as one group.
+    OpScope sc(ob, "bwd.recompute.block");
+    BlockRun run;
+    run.aux = aux;
+    run.aux.total = nullptr;  // the auxiliary loss was counted by the first forward
+    run.with_output = false;
+    forward(ctx, x, a, run, /*ob=*/nullptr);
+  } else if (cfg_.recompute == ActivationRecompute::gelu) {
+    OpScope sc(ob, "bwd.recompute.gelu");
+    ops::gelu_fwd(ctx, a.fch_gelu, a.fch);
+  }
+  // dres holds d(out); the residual passes it to res2 unchanged, the MLP branch adds to it.
+  {
+    // d(fch) = (dres @ Wproj) * gelu'(fch): the GELU backward is the GEMM's DGELU epilogue.
+    OpScope sc(ob, "bwd.matmul.mlp_proj");
+    ops::matmul_dgelu_bwd(ctx, s.dfch, g_.mlp_proj.w, g_.mlp_proj.b, s.dres, a.fch_gelu,
+                          w_.mlp_proj.w, a.fch);
+  }
+  {
+    OpScope sc(ob, "bwd.matmul.fc");
+    ops::matmul_bwd(ctx, s.dln, g_.fc.w, g_.fc.b, s.dfch, a.ln2, w_.fc.w);
+  }
+  {
+    OpScope sc(ob, "bwd.layernorm");
+    ops::layernorm_bwd(ctx, s.dres, g_.ln_2.w, g_.ln_2.b, s.dln, a.res2, w_.ln_2.w, a.ln2_mean,
+                       a.ln2_rstd);
+  }
+  // dres now holds d(res2); attention branch.
+  {
+    OpScope sc(ob, "bwd.matmul.attn_proj");
+    ops::matmul_bwd(ctx, s.datty.view(Shape{BT, s.datty.dim(2)}), g_.attn_proj.w, g_.attn_proj.b,
+                    s.dres, a.atty.view(Shape{BT, a.atty.dim(2)}), w_.attn_proj.w);
+  }
+  const bool attention_adds_dh = attn_->uses_h();
+  {
+    OpScope sc(ob, "bwd.attention");
+    BlockRun run;
+    run.aux = aux;
+    if (attention_adds_dh) zero_tensor(s.dln);
+    attn_->backward(ctx, attention_inputs(a, run), a.atty, s.datty, s.dqkv,
+                    s.dln.view(Shape{a.qkv.dim(0), a.qkv.dim(1), cfg_.n_embd}));
+  }
+  {
+    OpScope sc(ob, "bwd.matmul.qkv");
+    ops::matmul_bwd(ctx, s.dln, g_.qkv.w, g_.qkv.b, s.dqkv.view(Shape{BT, s.dqkv.dim(2)}), a.ln1,
+                    w_.qkv.w, /*accumulate_dx=*/attention_adds_dh);
+  }
+  {
+    OpScope sc(ob, "bwd.layernorm");
+    ops::layernorm_bwd(ctx, s.dres, g_.ln_1.w, g_.ln_1.b, s.dln, x, w_.ln_1.w, a.ln1_mean,
+                       a.ln1_rstd);
+  }
+}
+
+}  // namespace attnlab

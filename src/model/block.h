@@ -1,0 +1,84 @@
+// One transformer block, configured by GPTConfig and used by training, evaluation and incremental
+// decoding alike (pre-norm, GPT-2 order):
+//   ln1  = norm_1(x)                    res2 = x + attention(ln1) @ W_o^T + b_o
+//   ln2  = norm_2(res2)                 out  = res2 + act(ln2 @ W_fc^T + b_fc) @ W_p^T + b_p
+// Parameters of layer l (stable checkpoint names, docs/architecture.md), weights [out, in]:
+//   h.<l>.ln_1.{weight,bias} [C]   h.<l>.attn.c_attn.{weight [W,C], bias [W]}, W = qkv width
+//   h.<l>.attn.c_proj.{weight [C,H*D], bias [C]}   h.<l>.ln_2.{weight,bias} [C]
+//   h.<l>.mlp.c_fc.{weight [F,C], bias [F]}        h.<l>.mlp.c_proj.{weight [C,F], bias [C]}
+// plus the attention variant's own (h.<l>.attn.<variant>.*). Without model.bias no bias exists.
+// The weights are bound once per store (typed views, no lookups by name per call).
+#pragma once
+#include <memory>
+
+#include "core/context.h"
+#include "core/parameters.h"
+#include "model/carver.h"
+#include "model/model_config.h"
+#include "model/op_scope.h"
+#include "nn/attention.h"
+
+namespace attnlab {
+
+struct Linear {
+  Tensor w, b;  // b empty without bias
+};
+struct Norm {
+  Tensor w, b;  // b empty without bias
+};
+// A block's weights, or their gradients (every tensor empty when frozen).
+struct BlockTensors {
+  Norm ln_1, ln_2;
+  Linear qkv, attn_proj, fc, mlp_proj;
+};
+
+// One layer's activations for a [B, T] micro-batch: views into the model's activation buffer.
+struct BlockActs {
+  Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, out;
+};
+// Backward scratch, shared by every layer: dres carries the residual-stream gradient.
+struct BlockScratch {
+  Tensor dres, dln, datty, dqkv, dfch;
+};
+
+// What one forward call of the block is for.
+struct BlockRun {
+  AttentionMode mode = AttentionMode::train;
+  int pos = 0;                      // position of token 0 (decoding)
+  AttentionCache* cache = nullptr;  // decoding: this layer's cache
+  AuxLossSink aux;
+  bool with_output = true;  // false stops before the MLP projection (block recompute)
+};
+
+class Block {
+ public:
+  Block(const GPTConfig& cfg, int layer);
+  AttentionModule& attention() const { return *attn_; }
+
+  void declare_params(ParameterStore& store) const;
+  void bind(const ParameterStore& store);
+
+  // Carves one layer's activations for [B, T]; keep_gelu / keep_out = false leave fch_gelu / out
+  // to the caller (shared buffers of the recompute modes).
+  static BlockActs carve(Carver& cv, const GPTConfig& cfg, int B, int T, DType dt, bool keep_gelu,
+                         bool keep_out);
+  static BlockScratch carve_scratch(Carver& cv, const GPTConfig& cfg, int B, int T, DType dt);
+
+  // x [B*T, C] -> a.out (and every saved activation of a).
+  void forward(const ExecContext& ctx, const Tensor& x, const BlockActs& a, const BlockRun& run,
+               OpObserver* ob) const;
+  // s.dres holds d(out) on entry and d(x) on exit; gradients of trainable weights accumulated.
+  void backward(const ExecContext& ctx, const Tensor& x, const BlockActs& a, const BlockScratch& s,
+                const AuxLossSink& aux, OpObserver* ob) const;
+
+ private:
+  AttentionInputs attention_inputs(const BlockActs& a, const BlockRun& run) const;
+  std::string name(const char* what) const;  // "h.<layer>.<what>"
+
+  GPTConfig cfg_;
+  int layer_;
+  std::unique_ptr<AttentionModule> attn_;
+  BlockTensors w_, g_;
+};
+
+}  // namespace attnlab
