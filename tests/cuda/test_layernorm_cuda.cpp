@@ -51,7 +51,9 @@ void check_layernorm(int64_t rows, int C, uint32_t seed, bool bias = true) {
   EXPECT_LT(report((name + " rstd").c_str(), max_rel_error(rstd.download(), rstd_ref)), 1e-5);
   EXPECT_LT(report((name + " dx").c_str(), max_rel_error(dx.download(), dx_ref)), tol);
   EXPECT_LT(report((name + " dgamma").c_str(), max_rel_error(dg.download(), dg_ref)), tol);
-  if (bias) EXPECT_LT(report((name + " dbeta").c_str(), max_rel_error(db.download(), db_ref)), tol);
+  if (bias) {
+    EXPECT_LT(report((name + " dbeta").c_str(), max_rel_error(db.download(), db_ref)), tol);
+  }
 
   // Deterministic parameter gradients; null outputs are skipped.
   const auto first = dg.raw();

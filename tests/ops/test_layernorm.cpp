@@ -197,7 +197,7 @@ TEST(LayerNormOp, RunsOnCpuAndChecksArguments) {
   ops::layernorm_fwd(*ctx, cpu_tensor(y, {6, 16}), cpu_tensor(c.mean, {6}), cpu_tensor(c.rstd, {6}),
                      cpu_tensor(c.x, {6, 16}), cpu_tensor(c.gamma, {16}), Tensor());
   EXPECT_EQ(y, c.y);
-  const auto dy_rand = random_vector(c.y.size(), 42);
+  auto dy_rand = random_vector(c.y.size(), 42);
   std::vector<float> dx(c.x.size(), 0.f), dgamma(16, 0.f), dx_ref = dx, dgamma_ref = dgamma;
   ops::layernorm_bwd(*ctx, cpu_tensor(dx, {6, 16}), cpu_tensor(dgamma, {16}), Tensor(),
                      cpu_tensor(dy_rand, {6, 16}), cpu_tensor(c.x, {6, 16}),
