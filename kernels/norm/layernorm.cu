@@ -1,5 +1,7 @@
 // LayerNorm forward and backward. One warp per row, fp32 statistics (two-pass variance), 16-byte
-// loads when every row is 16-byte aligned (a scalar path otherwise).
+// loads when every row is 16-byte aligned (a scalar path otherwise). Without beta the shift is 0
+// (a uniform test of the pointer; nvcc unswitches it out of the column loop, so the with-beta loop
+// is the same machine code as before).
 // Backward: one kernel reads x, dy and dx once per row, writes dx and accumulates dgamma/dbeta
 // per warp in shared memory; each block then writes its column sums to a partial row and a second
 // kernel adds the partials in a fixed order. The rows of a block depend on the shape only, so
@@ -67,7 +69,12 @@ __global__ void layernorm_fwd_kernel(const T* __restrict__ x, const T* __restric
   for (int c = lane * V; c < C; c += 32 * V) {
     load_vals<T, V>(xr + c, v);
     load_vals<T, V>(gamma + c, g);
-    load_vals<T, V>(beta + c, b);
+    if (beta) {
+      load_vals<T, V>(beta + c, b);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) b[j] = 0.f;
+    }
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] = (v[j] - mean) * rstd * g[j] + b[j];
     store_vals<T, V>(yr + c, v);

@@ -1,6 +1,7 @@
 // LayerNorm over the last dimension.
 // x, y, dy, dx: [rows, cols]; gamma, beta, dgamma, dbeta: [cols]; mean, rstd: [rows] fp32.
 // fwd: mean/rstd written; y = (x - mean) * rstd * gamma + beta                     (written =)
+//      beta may be null: no bias (nanoGPT's bias=False), y = (x - mean) * rstd * gamma
 // bwd: dx += ...  (accumulated: the residual stream gradient flows through it; may be null)
 //      dgamma += sum_rows dy * xhat; dbeta += sum_rows dy    (accumulated +=; null = frozen)
 #pragma once

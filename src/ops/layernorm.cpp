@@ -30,14 +30,14 @@ void layernorm_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& mean, 
   NvtxRange range("layernorm_fwd");
   const DType dt = require_activation(kOp, "x", x, ctx);
   const int64_t rows = check_common(ctx, dt, x, gamma, mean, rstd);
-  require_tensor(kOp, "beta", beta, dt, gamma.shape, ctx);
+  if (!beta.empty()) require_tensor(kOp, "beta", beta, dt, gamma.shape, ctx);  // empty: no bias
   require_tensor(kOp, "y", y, dt, x.shape, ctx);
   ATTN_REQUIRE(eps > 0.f, "layernorm: eps must be > 0, got %g", double(eps));
   auto make = [&]<typename T>() {
     LayerNormParams<T> p;
     p.x = static_cast<const T*>(x.data);
     p.gamma = static_cast<const T*>(gamma.data);
-    p.beta = static_cast<const T*>(beta.data);
+    p.beta = data_or_null<const T>(beta);
     p.y = static_cast<T*>(y.data);
     p.mean = static_cast<float*>(mean.data);
     p.rstd = static_cast<float*>(rstd.data);

@@ -18,7 +18,8 @@ void embedding_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& toke
 void embedding_bwd(const ExecContext& ctx, const Tensor& dwte, const Tensor& dwpe,
                    const Tensor& dout, const Tensor& tokens);
 
-// x, y [N,C]; gamma, beta [C]; mean, rstd [N] f32
+// x, y [N,C]; gamma, beta [C]; mean, rstd [N] f32. beta may be empty (no bias): the backward
+// never reads beta, and an empty dbeta is skipped.
 void layernorm_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& mean, const Tensor& rstd,
                    const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps = 1e-5f);
 void layernorm_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dgamma,

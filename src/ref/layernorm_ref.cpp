@@ -28,7 +28,8 @@ void layernorm_fwd_ref(const LayerNormParams<float>& p) {
     float* y = p.y + r * C;
     for (int c = 0; c < C; ++c) {
       const double xhat = (double(x[c]) - mean_f) * rstd_f;
-      y[c] = static_cast<float>(xhat * p.gamma[c] + p.beta[c]);
+      const double shift = p.beta ? double(p.beta[c]) : 0.0;  // null beta: no bias
+      y[c] = static_cast<float>(xhat * p.gamma[c] + shift);
     }
     p.mean[r] = mean_f;
     p.rstd[r] = rstd_f;

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "ops/ops.h"
 #include "ref/layernorm_ref.h"
@@ -12,6 +14,10 @@ namespace {
 using test::cpu_tensor;
 using test::max_rel_error;
 using test::random_vector;
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 struct LayerNormCase {
   int64_t rows;
@@ -70,6 +76,53 @@ TEST(LayerNormRef, ForwardMatchesDoubleFormula) {
     }
     EXPECT_LT(max_rel_error(c.y, expect), 1e-6) << rows << "x" << cols;
   }
+}
+
+// bias=False (null beta): the same bits as beta = 0, and the double formula without the shift.
+TEST(LayerNormRef, ForwardWithoutBetaIsBetaZero) {
+  for (auto [rows, cols] : {std::pair<int64_t, int>{1, 8}, {7, 33}, {3, 768}}) {
+    LayerNormCase no_beta(rows, cols, 13), zero_beta(rows, cols, 13);
+    std::fill(zero_beta.beta.begin(), zero_beta.beta.end(), 0.f);
+    LayerNormParams<float> p = no_beta.params();
+    p.beta = nullptr;
+    layernorm_fwd_ref(p);
+    layernorm_fwd_ref(zero_beta.params());
+    EXPECT_TRUE(same_bits(no_beta.y, zero_beta.y)) << rows << "x" << cols;
+    EXPECT_TRUE(same_bits(no_beta.mean, zero_beta.mean));
+    EXPECT_TRUE(same_bits(no_beta.rstd, zero_beta.rstd));
+    std::vector<double> expect(no_beta.y.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* x = no_beta.x.data() + r * cols;
+      double m = 0, v = 0;
+      for (int j = 0; j < cols; ++j) m += x[j];
+      m /= cols;
+      for (int j = 0; j < cols; ++j) v += (x[j] - m) * (x[j] - m);
+      const double rs = 1.0 / std::sqrt(v / cols + 1e-5);
+      for (int j = 0; j < cols; ++j) expect[r * cols + j] = (x[j] - m) * rs * no_beta.gamma[j];
+    }
+    EXPECT_LT(max_rel_error(no_beta.y, expect), 1e-6) << rows << "x" << cols;
+  }
+}
+
+TEST(LayerNormRef, BackwardWithoutBetaMatchesFiniteDifferences) {
+  LayerNormCase c(7, 33, 23);
+  LayerNormParams<float> fwd = c.params();
+  fwd.beta = nullptr;
+  const auto dy = random_vector(c.y.size(), 24);
+  auto loss = [&] {
+    layernorm_fwd_ref(fwd);
+    return test::weighted_sum(dy, c.y);
+  };
+  const auto fd_x = test::finite_difference(c.x.data(), c.x.size(), loss);
+  const auto fd_gamma = test::finite_difference(c.gamma.data(), c.gamma.size(), loss);
+
+  layernorm_fwd_ref(fwd);
+  std::vector<float> dx(c.x.size(), 0.f), dgamma(c.cols, 0.f);
+  LayerNormParams<float> bwd = c.bwd_params(dy.data(), dx.data(), dgamma.data(), nullptr);
+  bwd.beta = nullptr;
+  layernorm_bwd_ref(bwd);
+  EXPECT_LT(max_rel_error(dx, fd_x), 2e-4);
+  EXPECT_LT(max_rel_error(dgamma, fd_gamma), 2e-4);
 }
 
 TEST(LayerNormRef, BackwardMatchesFiniteDifferences) {
@@ -137,6 +190,22 @@ TEST(LayerNormOp, RunsOnCpuAndChecksArguments) {
             }),
             "layernorm: x must be f32 on cpu, got bf16[6, 16] on cpu");
   std::vector<float> dy(c.y.size(), 1.f);
+  // Empty beta and dbeta: no bias (the backward never reads beta).
+  LayerNormParams<float> no_beta = c.params();
+  no_beta.beta = nullptr;
+  layernorm_fwd_ref(no_beta);
+  ops::layernorm_fwd(*ctx, cpu_tensor(y, {6, 16}), cpu_tensor(c.mean, {6}), cpu_tensor(c.rstd, {6}),
+                     cpu_tensor(c.x, {6, 16}), cpu_tensor(c.gamma, {16}), Tensor());
+  EXPECT_EQ(y, c.y);
+  auto dy_rand = random_vector(c.y.size(), 42);
+  std::vector<float> dx(c.x.size(), 0.f), dgamma(16, 0.f), dx_ref = dx, dgamma_ref = dgamma;
+  ops::layernorm_bwd(*ctx, cpu_tensor(dx, {6, 16}), cpu_tensor(dgamma, {16}), Tensor(),
+                     cpu_tensor(dy_rand, {6, 16}), cpu_tensor(c.x, {6, 16}),
+                     cpu_tensor(c.gamma, {16}), cpu_tensor(c.mean, {6}), cpu_tensor(c.rstd, {6}));
+  layernorm_bwd_ref(c.bwd_params(dy_rand.data(), dx_ref.data(), dgamma_ref.data(), nullptr));
+  EXPECT_EQ(dx, dx_ref);
+  EXPECT_EQ(dgamma, dgamma_ref);
+  EXPECT_NE(dgamma, std::vector<float>(16, 0.f));
   EXPECT_NE(test::thrown_message([&] {
               ops::layernorm_bwd(*ctx, Tensor(), Tensor(), Tensor(), cpu_tensor(dy, {6, 16}),
                                  cpu_tensor(c.x, {6, 16}), cpu_tensor(c.gamma, {16}),
