@@ -11,7 +11,6 @@
 #include <deque>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -23,6 +22,8 @@
 #include "core/error.h"
 #include "data/shard.h"
 #include "data/text_reader.h"
+#include "io/atomic_file.h"
+#include "io/metrics.h"
 #include "tokenizer/tokenizer.h"
 
 namespace attnlab {
@@ -401,12 +402,6 @@ class BatchQueue {
   std::thread writer_;  // last: starts after the members above exist
 };
 
-std::string format_duration(double seconds) {
-  const int64_t s = int64_t(seconds + 0.5);
-  return strformat("%lld:%02lld:%02lld", (long long)(s / 3600), (long long)(s / 60 % 60),
-                   (long long)(s % 60));
-}
-
 // The progress line: input read (of the total file size), decompressed text rate, tokens, ETA.
 class Progress {
  public:
@@ -423,7 +418,7 @@ class Progress {
     const double fraction =
         total_ > 0 ? std::min(1.0, double(file_bytes_done) / double(total_)) : 0;
     const std::string eta = fraction > 0.001 && fraction < 1.0
-                                ? format_duration(elapsed * (1.0 - fraction) / fraction)
+                                ? io::format_duration(elapsed * (1.0 - fraction) / fraction)
                                 : std::string("?");
     std::fprintf(stderr,
                  "\rprepare: file %zu/%zu, %.1f%% of input, %.1f MB text (%.1f MB/s), %.2f M "
@@ -449,17 +444,6 @@ void remove_old_shards(const std::string& dir) {
     if (entry.is_regular_file() && std::regex_match(entry.path().filename().string(), kShardName))
       fs::remove(entry.path());
   }
-}
-
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    ATTN_REQUIRE(f.good(), "cannot write '%s'", tmp.c_str());
-    f << text << "\n";
-    ATTN_REQUIRE(f.good(), "cannot write '%s'", tmp.c_str());
-  }
-  fs::rename(tmp, path);
 }
 
 std::string with_commas(int64_t v) {
@@ -659,7 +643,7 @@ PrepareSummary prepare(const PrepareOptions& options) {
                   files.size(), files.size(), /*force=*/true);
   progress.finish();
 
-  write_text_atomic(options.out_dir + "/tokenizer.json", tokenizer->to_json());
+  io::write_file_atomic(options.out_dir + "/tokenizer.json", tokenizer->to_json() + "\n");
   summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   summary.encode_thread_seconds = pool.busy_seconds();
   summary.input_wait_seconds = input_wait_seconds;
