@@ -231,20 +231,21 @@ PrepareSummary prepare(const PrepareOptions& options) {
   //   -> main thread: appends the decoded blocks to a batch and finds the documents in place
   //      (DocumentScanner; JSON lines are parsed here), cuts the batch into tasks
   //   -> `threads` encoding threads (EncodePool)
-  //   -> one writer thread: writes the batches in order (BatchQueue). On the 16-core host this is
-  //      not what bounds a 16-thread run: handing the writes to two file threads of their own, so
-  //      that a batch is free as soon as its ids are copied, did not shorten it
-  //      (docs/tokenizer.md).
+  //   -> one writer thread: writes the batches in order (BatchQueue). This is not what bounds a
+  //      run at many threads: handing the writes to file threads of their own, so that a batch
+  //      is free as soon as its ids are copied, did not shorten it (docs/tokenizer.md, "The
+  //      writer was not the limit").
   // `threads` counts the encoding threads only: the other stages are light (reading and cutting a
-  // plain file runs at GB/s; writing is a conversion to uint16) except decoding, which for
-  // .gz/.xz input runs in a decoder thread (or the xz program) beside the encoders.
+  // plain file is much faster than encoding it; writing is a conversion to uint16) except
+  // decoding, which for .gz/.xz input runs in a decoder thread (or the xz program) beside the
+  // encoders.
   // Batches start small (the pool waits for the first one) and double up to the full size. A
   // batch also goes out early, at any size, when the encoders have nothing left to do and the
   // next block of input is not decoded yet (input slower than encoding: .xz).
   // Memory: kBatches batches of text and ids (~70 MB each at 16 threads), plus up to
   // kAheadBytesPerThread x threads of text decoded ahead. 6 or 8 batches ended the main thread's
-  // wait for a free batch at 16 threads on the 16-core host but did not shorten the run: the
-  // encoders bound it (docs/tokenizer.md).
+  // wait for a free batch at 16 threads but did not shorten the run: the encoders bound it
+  // (docs/tokenizer.md, "The writer was not the limit").
   constexpr size_t kBatches = 4;
   constexpr size_t kAheadBytesPerThread = size_t(16) << 20;
   const int64_t full_batch_bytes =

@@ -73,7 +73,8 @@ void plan_tasks(const Tokenizer& tokenizer, size_t parts, bool spans_of_decoded,
 // (a hash of the whole document) where the document starts. Encoding straight into
 // batch.tokens[t] would be false sharing: the vectors of neighbouring tasks, encoded at the same
 // time on other threads, share cache lines, and every appended id writes the vector's end
-// pointer (on the 16-core host that tripled the CPU time per byte at 8-16 threads).
+// pointer (the main cause of the poor thread scaling in docs/tokenizer.md, "What stopped the
+// scaling").
 void encode_task(const Tokenizer& tokenizer, uint64_t seed, double val_fraction, Batch& batch,
                  size_t t, std::vector<int32_t>& out);
 
