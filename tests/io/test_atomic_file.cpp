@@ -108,6 +108,8 @@ TEST_F(AtomicFile, ErrorsNameThePathAndReason) {
       {"cannot write '" + dir_ + "/missing/x.bin.tmp'", "No such file or directory"});
 
   test::expect_error([&] { read_file(dir_ + "/nope"); }, "cannot read '" + dir_ + "/nope'");
+  test::expect_error([&] { read_file(dir_ + "/nope", "recipe"); },
+                     {"cannot read recipe '" + dir_ + "/nope'", "No such file or directory"});
 }
 
 TEST_F(AtomicFile, EnsureDirCreatesNestedAndAcceptsExisting) {
