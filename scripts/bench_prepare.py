@@ -21,9 +21,9 @@ With `--copies C` the prepare inputs hold the text C times over (tiktoken encode
 rate does not depend on the length), so that runs at many threads last long enough to measure.
 Process start-up and vocabulary loading (measured with a one-line input, best of 5 or more) are
 subtracted from the prepare times and printed separately. A rate whose time after the subtraction
-is under half the start-up is marked `*` (the start-up itself varies by ~0.05 s between runs on
-the 16-core host, so such rates can be off by 50% or more); `n/a`: the run was not longer than
-the start-up. MB/s are of uncompressed text; ratio = prepare / tiktoken.
+is under half the start-up is marked `*` (the start-up itself varies between runs by enough to
+make such rates unreliable: docs/tokenizer.md, "prepare throughput"); `n/a`: the run was not
+longer than the start-up. MB/s are of uncompressed text; ratio = prepare / tiktoken.
 The tiktoken Encoding is built offline from gpt2-vocab/ (scripts/tokenizer_exactness.py).
 """
 import argparse

@@ -3,18 +3,15 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
-#include <sstream>
 
 #include "config/recipe.h"
 #include "config/suggest.h"
+#include "io/atomic_file.h"
 
 namespace attnlab {
 namespace {
@@ -586,11 +583,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name
 }
 
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path, std::ios::binary);
-  ATTN_REQUIRE(in.good(), "cannot open recipe '%s': %s", path.c_str(), std::strerror(errno));
-  std::stringstream text;
-  text << in.rdbuf();
-  Recipe r = parse_recipe(text.str(), path, overrides);
+  Recipe r = parse_recipe(io::read_file(path, "recipe"), path, overrides);
   if (r.train.name.empty()) r.train.name = std::filesystem::path(path).stem().string();
   return r;
 }

@@ -1,28 +1,25 @@
+// `prepare`: the driver. It reads the inputs and finds the documents on the calling thread, hands
+// batches to the pipeline of prepare_pipeline.h, and cuts the encoded token streams into shards.
 #include "data/prepare.h"
-
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <deque>
-#include <exception>
 #include <filesystem>
-#include <fstream>
-#include <functional>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <span>
 #include <thread>
 
 #include "core/error.h"
+#include "data/prepare_pipeline.h"
 #include "data/shard.h"
 #include "data/text_reader.h"
+#include "io/atomic_file.h"
+#include "io/metrics.h"
 #include "tokenizer/tokenizer.h"
 
 namespace attnlab {
@@ -30,7 +27,13 @@ namespace attnlab {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using prepare_detail::Batch;
+using prepare_detail::BatchQueue;
+using prepare_detail::Clock;
+using prepare_detail::EncodePool;
+using prepare_detail::kTasksPerThread;
+using prepare_detail::plan_tasks;
+using prepare_detail::Split;
 
 uint64_t mix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -53,195 +56,6 @@ uint64_t hash_text(std::string_view text, uint64_t seed) {
   h = (h ^ mix64(tail + 1)) * 0x9fb21c651e98df25ULL;
   return mix64(h);
 }
-
-// Tasks per thread and batch: enough that threads finishing early find work.
-constexpr size_t kTasksPerThread = 4;
-
-enum Split : uint8_t { kTrain = 0, kVal = 1 };
-
-// A batch of whole documents, cut into tasks of about equal bytes for the encode pool. A task is
-// a run of consecutive segments; a segment is a whole document or a part of one cut at
-// Tokenizer::split_point(), so encoding the segments one by one gives the ids of the whole
-// documents. Tasks are encoded in any order on any thread; the writer walks them in order.
-// Batches are recycled (BatchQueue): their buffers keep their capacity, so after the first few
-// batches nothing is allocated per document or per task, and no thread page-faults fresh memory.
-struct Batch {
-  struct Segment {
-    size_t doc, begin, end;  // bytes [begin, end) of docs[doc]
-  };
-  std::string text;                          // decoded input; plain-text documents are ranges of it
-  std::string decoded;                       // JSON lines input: the documents' text, back to back
-  std::vector<DocumentScanner::Span> spans;  // the documents, ranges of `text` or `decoded`
-  int64_t doc_bytes = 0;                     // sum of the spans' sizes
-  std::vector<std::string_view> docs;        // the spans as views, set by plan_tasks()
-  std::vector<Segment> segments;
-  std::vector<size_t> task_first;  // task t holds segments [task_first[t], task_first[t + 1])
-  // Results, written by the task's worker, read by the batch's writer once the batch is done.
-  std::vector<Split> split;                  // per document, by the task holding its start
-  std::vector<std::vector<int32_t>> tokens;  // per task: its segments' ids, eot included
-  std::vector<size_t> segment_end;           // per segment: end of its ids in its task's tokens
-  std::vector<std::exception_ptr> errors;    // per task
-  // Scheduling state, guarded by EncodePool's mutex.
-  size_t next_task = 0;
-  std::vector<uint8_t> task_done;  // per task
-
-  size_t num_tasks() const { return task_first.size() - 1; }
-  void clear() {  // keeps every buffer's capacity
-    text.clear();
-    decoded.clear();
-    spans.clear();
-    doc_bytes = 0;
-    docs.clear();
-    segments.clear();
-    task_first.clear();
-    for (auto& t : tokens) t.clear();
-    next_task = 0;
-  }
-};
-
-// Cuts the batch's documents into segments and about `parts` tasks of about equal bytes: a
-// document that does not fit the current task is cut at the first split_point() at or after the
-// place where the task would be full (or not at all, when the tokenizer finds no cut nearby).
-void plan_tasks(const Tokenizer& tokenizer, size_t parts, bool spans_of_decoded, Batch& batch) {
-  const std::string_view source = spans_of_decoded ? batch.decoded : batch.text;
-  for (const auto& s : batch.spans) batch.docs.push_back(source.substr(s.begin, s.end - s.begin));
-  const size_t total = size_t(batch.doc_bytes);
-  const size_t target = std::max<size_t>(1, total / std::max<size_t>(1, parts));
-  batch.task_first.assign(1, 0);
-  size_t filled = 0;  // bytes in the open task; always < target at the top of the loop
-  for (size_t d = 0; d < batch.docs.size(); ++d) {
-    const std::string_view text = batch.docs[d];
-    size_t begin = 0;
-    do {
-      size_t end = text.size();
-      if (filled + (end - begin) > target) {
-        end = begin + tokenizer.split_point(text.substr(begin), target - filled);
-        ATTN_ASSERT(end > begin && end <= text.size());
-      }
-      batch.segments.push_back({d, begin, end});
-      filled += end - begin;
-      begin = end;
-      if (filled >= target) {
-        batch.task_first.push_back(batch.segments.size());
-        filled = 0;
-      }
-    } while (begin < text.size());
-  }
-  if (batch.task_first.back() != batch.segments.size())
-    batch.task_first.push_back(batch.segments.size());
-  batch.split.assign(batch.docs.size(), kTrain);
-  if (batch.tokens.size() < batch.num_tasks()) batch.tokens.resize(batch.num_tasks());
-  batch.segment_end.resize(batch.segments.size());
-  batch.errors.assign(batch.num_tasks(), nullptr);
-  batch.task_done.assign(batch.num_tasks(), 0);
-}
-
-// Encodes task t of a batch into `out` (the calling thread's own vector, then swapped into the
-// batch): <|endoftext|> before the first segment of each document, and the train/val decision
-// (a hash of the whole document) where the document starts. Encoding straight into
-// batch.tokens[t] would be false sharing: the vectors of neighbouring tasks, encoded at the same
-// time on other threads, share cache lines, and every appended id writes the vector's end
-// pointer (on the 16-core host that tripled the CPU time per byte at 8-16 threads).
-void encode_task(const Tokenizer& tokenizer, uint64_t seed, double val_fraction, Batch& batch,
-                 size_t t, std::vector<int32_t>& out) {
-  out.clear();
-  for (size_t i = batch.task_first[t]; i < batch.task_first[t + 1]; ++i) {
-    const Batch::Segment& seg = batch.segments[i];
-    const std::string_view doc = batch.docs[seg.doc];
-    if (seg.begin == 0) {
-      batch.split[seg.doc] = is_val_document(doc, seed, val_fraction) ? kVal : kTrain;
-      out.push_back(tokenizer.eot_id());
-    }
-    tokenizer.encode(doc.substr(seg.begin, seg.end - seg.begin), out);
-    batch.segment_end[i] = out.size();
-  }
-  batch.tokens[t].swap(out);  // `out` takes the batch's old buffer, for the next task
-}
-
-// `threads` encoding threads that live for the whole run (the BPE tokenizer keeps a cache per
-// thread, which a thread per batch would throw away). Batches are queued; a worker takes the next
-// task of the oldest batch that has one left, so the next batch starts while the last tasks of
-// the previous one finish, and no thread waits at a batch boundary.
-class EncodePool {
- public:
-  EncodePool(const Tokenizer& tokenizer, int threads, uint64_t seed, double val_fraction)
-      : tokenizer_(tokenizer), seed_(seed), val_fraction_(val_fraction) {
-    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
-  }
-  ~EncodePool() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-      queue_.clear();
-    }
-    work_cv_.notify_all();
-    for (auto& w : workers_) w.join();
-  }
-
-  void submit(std::shared_ptr<Batch> batch) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(std::move(batch));
-    }
-    work_cv_.notify_all();
-  }
-
-  // True when no task waits for a thread (the threads may still be finishing theirs).
-  bool starving() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return queue_.empty();
-  }
-
-  // Blocks until task t of `batch` is done; rethrows its error.
-  void wait(const Batch& batch, size_t t) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_cv_.wait(lock, [&] { return batch.task_done[t] != 0; });
-    if (batch.errors[t]) std::rethrow_exception(batch.errors[t]);
-  }
-
-  // Seconds the threads spent encoding, summed over threads.
-  double busy_seconds() const { return double(busy_ns_.load()) * 1e-9; }
-
- private:
-  void work() {
-    std::vector<int32_t> tokens;  // this thread's output buffer (see encode_task)
-    while (true) {
-      std::shared_ptr<Batch> batch;
-      size_t t;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (stop_) return;
-        batch = queue_.front();
-        t = batch->next_task++;
-        if (batch->next_task == batch->num_tasks()) queue_.pop_front();
-      }
-      const auto start = Clock::now();
-      try {
-        encode_task(tokenizer_, seed_, val_fraction_, *batch, t, tokens);
-      } catch (...) {
-        batch->errors[t] = std::current_exception();
-      }
-      busy_ns_ +=
-          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        batch->task_done[t] = 1;
-      }
-      done_cv_.notify_all();
-    }
-  }
-
-  const Tokenizer& tokenizer_;
-  const uint64_t seed_;
-  const double val_fraction_;
-  std::mutex mutex_;
-  std::condition_variable work_cv_, done_cv_;
-  std::deque<std::shared_ptr<Batch>> queue_;
-  bool stop_ = false;
-  std::atomic<int64_t> busy_ns_{0};
-  std::vector<std::thread> workers_;
-};
 
 // Cuts one split's token stream into shards of at most shard_tokens tokens.
 class SplitWriter {
@@ -308,105 +122,6 @@ void write_task(const Batch& batch, size_t t, SplitWriter (&writers)[2]) {
   }
 }
 
-// The batches between the reading main thread and the writer thread: at most `capacity` exist
-// (one being filled, the rest being encoded or written), and they are recycled. The writer thread
-// takes submitted batches in order, waits until they are encoded and writes them. Its errors
-// (and the encoding errors it rethrows) come back to the main thread through acquire()/finish().
-class BatchQueue {
- public:
-  BatchQueue(size_t capacity, std::function<void(Batch&)> write)
-      : capacity_(capacity), write_(std::move(write)), writer_([this] { run(); }) {}
-  ~BatchQueue() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    writer_.join();
-  }
-
-  // An empty batch; waits while `capacity` batches are in use.
-  std::shared_ptr<Batch> acquire() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const auto start = Clock::now();
-    cv_.wait(lock, [&] { return error_ || !free_.empty() || created_ < capacity_; });
-    wait_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
-    if (error_) std::rethrow_exception(error_);
-    if (free_.empty()) {
-      ++created_;
-      return std::make_shared<Batch>();
-    }
-    std::shared_ptr<Batch> batch = std::move(free_.back());
-    free_.pop_back();
-    return batch;
-  }
-
-  void submit(std::shared_ptr<Batch> batch) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      pending_.push_back(std::move(batch));
-    }
-    cv_.notify_all();
-  }
-
-  // Waits until every submitted batch is written; rethrows the writer's error.
-  void finish() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait(lock, [&] { return error_ || (pending_.empty() && !writing_); });
-    if (error_) std::rethrow_exception(error_);
-  }
-
-  double wait_seconds() const { return wait_seconds_; }  // in acquire(), for the summary
-
- private:
-  void run() {
-    while (true) {
-      std::shared_ptr<Batch> batch;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
-        if (stop_ || error_) return;
-        batch = std::move(pending_.front());
-        pending_.pop_front();
-        writing_ = true;
-      }
-      std::exception_ptr error;
-      try {
-        write_(*batch);  // waits for the encoding, then writes
-      } catch (...) {
-        error = std::current_exception();
-      }
-      batch->clear();
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        writing_ = false;
-        free_.push_back(std::move(batch));
-        if (error) error_ = error;
-      }
-      cv_.notify_all();
-      if (error) return;
-    }
-  }
-
-  const size_t capacity_;
-  const std::function<void(Batch&)> write_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<Batch>> pending_;
-  std::vector<std::shared_ptr<Batch>> free_;
-  size_t created_ = 0;
-  bool writing_ = false, stop_ = false;
-  std::exception_ptr error_;
-  double wait_seconds_ = 0.0;
-  std::thread writer_;  // last: starts after the members above exist
-};
-
-std::string format_duration(double seconds) {
-  const int64_t s = int64_t(seconds + 0.5);
-  return strformat("%lld:%02lld:%02lld", (long long)(s / 3600), (long long)(s / 60 % 60),
-                   (long long)(s % 60));
-}
-
 // The progress line: input read (of the total file size), decompressed text rate, tokens, ETA.
 class Progress {
  public:
@@ -423,7 +138,7 @@ class Progress {
     const double fraction =
         total_ > 0 ? std::min(1.0, double(file_bytes_done) / double(total_)) : 0;
     const std::string eta = fraction > 0.001 && fraction < 1.0
-                                ? format_duration(elapsed * (1.0 - fraction) / fraction)
+                                ? io::format_duration(elapsed * (1.0 - fraction) / fraction)
                                 : std::string("?");
     std::fprintf(stderr,
                  "\rprepare: file %zu/%zu, %.1f%% of input, %.1f MB text (%.1f MB/s), %.2f M "
@@ -449,17 +164,6 @@ void remove_old_shards(const std::string& dir) {
     if (entry.is_regular_file() && std::regex_match(entry.path().filename().string(), kShardName))
       fs::remove(entry.path());
   }
-}
-
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    ATTN_REQUIRE(f.good(), "cannot write '%s'", tmp.c_str());
-    f << text << "\n";
-    ATTN_REQUIRE(f.good(), "cannot write '%s'", tmp.c_str());
-  }
-  fs::rename(tmp, path);
 }
 
 std::string with_commas(int64_t v) {
@@ -527,20 +231,21 @@ PrepareSummary prepare(const PrepareOptions& options) {
   //   -> main thread: appends the decoded blocks to a batch and finds the documents in place
   //      (DocumentScanner; JSON lines are parsed here), cuts the batch into tasks
   //   -> `threads` encoding threads (EncodePool)
-  //   -> one writer thread: writes the batches in order (BatchQueue). On the 16-core host this is
-  //      not what bounds a 16-thread run: handing the writes to two file threads of their own, so
-  //      that a batch is free as soon as its ids are copied, did not shorten it
-  //      (docs/tokenizer.md).
+  //   -> one writer thread: writes the batches in order (BatchQueue). This is not what bounds a
+  //      run at many threads: handing the writes to file threads of their own, so that a batch
+  //      is free as soon as its ids are copied, did not shorten it (docs/tokenizer.md, "The
+  //      writer was not the limit").
   // `threads` counts the encoding threads only: the other stages are light (reading and cutting a
-  // plain file runs at GB/s; writing is a conversion to uint16) except decoding, which for
-  // .gz/.xz input runs in a decoder thread (or the xz program) beside the encoders.
+  // plain file is much faster than encoding it; writing is a conversion to uint16) except
+  // decoding, which for .gz/.xz input runs in a decoder thread (or the xz program) beside the
+  // encoders.
   // Batches start small (the pool waits for the first one) and double up to the full size. A
   // batch also goes out early, at any size, when the encoders have nothing left to do and the
   // next block of input is not decoded yet (input slower than encoding: .xz).
   // Memory: kBatches batches of text and ids (~70 MB each at 16 threads), plus up to
   // kAheadBytesPerThread x threads of text decoded ahead. 6 or 8 batches ended the main thread's
-  // wait for a free batch at 16 threads on the 16-core host but did not shorten the run: the
-  // encoders bound it (docs/tokenizer.md).
+  // wait for a free batch at 16 threads but did not shorten the run: the encoders bound it
+  // (docs/tokenizer.md, "The writer was not the limit").
   constexpr size_t kBatches = 4;
   constexpr size_t kAheadBytesPerThread = size_t(16) << 20;
   const int64_t full_batch_bytes =
@@ -659,7 +364,7 @@ PrepareSummary prepare(const PrepareOptions& options) {
                   files.size(), files.size(), /*force=*/true);
   progress.finish();
 
-  write_text_atomic(options.out_dir + "/tokenizer.json", tokenizer->to_json());
+  io::write_file_atomic(options.out_dir + "/tokenizer.json", tokenizer->to_json() + "\n");
   summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   summary.encode_thread_seconds = pool.busy_seconds();
   summary.input_wait_seconds = input_wait_seconds;

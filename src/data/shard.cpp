@@ -201,10 +201,11 @@ void ShardWriter::append(std::span<const int32_t> tokens) {
   ATTN_REQUIRE(std::fwrite(p, 1, scratch_.size(), file_) == scratch_.size(),
                "cannot write token shard '%s': %s", tmp_path_.c_str(), std::strerror(errno));
   num_tokens_ += int64_t(tokens.size());
-  // Left to the kernel, the shard's pages would go to disk only in finish()'s fsync: 0.1 s for a
-  // 200 MB shard on the 16-core host, the last 15% of a 0.63 s `prepare` run, with the encoders
-  // done and idle. Starting the writeback every 8 MiB (SYNC_FILE_RANGE_WRITE queues the pages, it
-  // does not wait for them) leaves finish() the last few MiB; fsync reports any write error.
+  // Left to the kernel, the shard's pages would go to disk only in finish()'s fsync, which then
+  // takes a visible share of a `prepare` run at its very end, with the encoders done and idle
+  // (docs/tokenizer.md, "The writer was not the limit; the last fsync was"). Starting the writeback
+  // every 8 MiB (SYNC_FILE_RANGE_WRITE queues the pages, it does not wait for them) leaves finish()
+  // the last few MiB; fsync reports any write error.
   constexpr int64_t kWritebackBytes = int64_t(8) << 20;
   if ((num_tokens_ - writeback_tokens_) * bpt >= kWritebackBytes) {
     ATTN_REQUIRE(std::fflush(file_) == 0, "cannot write token shard '%s': %s", tmp_path_.c_str(),

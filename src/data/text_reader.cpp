@@ -303,8 +303,8 @@ namespace {
 
 // The first occurrence of `needle` (non-empty) in `hay`, or npos. Delimiters start with a
 // newline (the default "\n\n\n", JSON lines), which prose has every ~70 bytes, so a search that
-// stops at every newline (memchr for the first byte, then a compare: 24 ms for 90 MB of corpus
-// text, 2.6x faster than glibc's memmem) still spends most of its time in those stops. For needles
+// stops at every newline (memchr for the first byte, then a compare, which already beats glibc's
+// memmem: docs/tokenizer.md) still spends most of its time in those stops. For needles
 // of 2 or more bytes, SSE2 compares 16 positions at once against the first two bytes and stops only
 // where both match (a blank line, for "\n\n\n"); the rest is compared there. The main thread
 // runs this over every input byte while 16 encoders wait for its batches, so it bounds `prepare`.
@@ -375,10 +375,11 @@ void DocumentScanner::drop_prefix(size_t n) {
 // ---- ParallelFileReader -------------------------------------------------------------------------
 
 namespace {
-// Blocks the file being consumed may run ahead of the consumer, whatever the budget says. 16 MiB:
-// at 640 MB/s (prepare with 16 threads) that covers ~25 ms in which the decoder thread is not
-// scheduled (16 encoders plus the main, decoder and writer threads share 16 cores), so the main
-// thread, and through it the encoders, do not wait for it.
+// Blocks the file being consumed may run ahead of the consumer, whatever the budget says. 16 MiB
+// covers, at the rate a 16-thread prepare consumes text, the gaps in which the decoder thread is
+// not scheduled (16 encoders plus the main, decoder and writer threads share 16 cores), so the
+// main thread, and through it the encoders, do not wait for it (16 against 4 MiB is measured in
+// docs/tokenizer.md, "The host's own ceiling").
 constexpr size_t kCurrentFileBlocks = 16;
 }  // namespace
 

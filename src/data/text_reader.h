@@ -90,12 +90,13 @@ class DocumentScanner {
 };
 
 // Decodes `files` on background threads, up to `parallel` files at a time, and hands out their
-// bytes in file order, block by block, so that one file's decoding (xz: tens of MB/s) overlaps the
-// consumer's work and, with several files, several decoders run at once. Files after the one
-// being consumed decode ahead until `ahead_bytes` of decoded text wait in memory; the file being
-// consumed is never held back by that budget (it runs at most a few blocks ahead), so a long
-// file is decoded by one thread at its stream's speed. Errors of a file (unreadable, corrupt) are
-// rethrown by next() in order: after the blocks that were decoded before the error.
+// bytes in file order, block by block, so that one file's decoding (xz: slower than a few encoding
+// threads) overlaps the consumer's work and, with several files, several decoders run at once.
+// Files after the one being consumed decode ahead until `ahead_bytes` of decoded text wait in
+// memory; the file being consumed is never held back by that budget (it runs at most a few blocks
+// ahead), so a long file is decoded by one thread at its stream's speed. Errors of a file
+// (unreadable, corrupt) are rethrown by next() in order: after the blocks that were decoded before
+// the error.
 class ParallelFileReader {
  public:
   static constexpr size_t kBlockBytes = size_t(1) << 20;

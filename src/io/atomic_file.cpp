@@ -74,25 +74,26 @@ void AtomicFileWriter::write(const void* data, size_t bytes) {
     buffered_ += bytes;
   } else {
     flush_buffer();
-    write_fully(src, bytes);
+    write_all(fd_, src, bytes, temp_path_);
   }
   bytes_written_ += bytes;
 }
 
 void AtomicFileWriter::flush_buffer() {
   if (buffered_ == 0) return;
-  write_fully(buffer_.data(), buffered_);
+  write_all(fd_, buffer_.data(), buffered_, temp_path_);
   buffered_ = 0;
 }
 
-void AtomicFileWriter::write_fully(const char* data, size_t bytes) {
+void write_all(int fd, const void* data, size_t bytes, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
-    ssize_t n = ::write(fd_, data, bytes);
+    ssize_t n = ::write(fd, p, bytes);
     if (n < 0) {
       if (errno == EINTR) continue;
-      ATTN_FAIL("cannot write '%s': %s", temp_path_.c_str(), errno_text(errno).c_str());
+      ATTN_FAIL("cannot write '%s': %s", path.c_str(), errno_text(errno).c_str());
     }
-    data += n;
+    p += n;
     bytes -= size_t(n);
   }
 }
@@ -148,9 +149,11 @@ void ensure_dir(const std::string& dir) {
     ATTN_FAIL("directory '%s' is not writable: %s", dir.c_str(), errno_text(errno).c_str());
 }
 
-std::string read_file(const std::string& path) {
+std::string read_file(const std::string& path, std::string_view what) {
+  const std::string what_ = what.empty() ? std::string() : std::string(what) + " ";
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) ATTN_FAIL("cannot read '%s': %s", path.c_str(), errno_text(errno).c_str());
+  if (fd < 0)
+    ATTN_FAIL("cannot read %s'%s': %s", what_.c_str(), path.c_str(), errno_text(errno).c_str());
   std::string out;
   char buf[1 << 16];
   for (;;) {
@@ -159,7 +162,7 @@ std::string read_file(const std::string& path) {
       if (errno == EINTR) continue;
       int err = errno;
       ::close(fd);
-      ATTN_FAIL("cannot read '%s': %s", path.c_str(), errno_text(err).c_str());
+      ATTN_FAIL("cannot read %s'%s': %s", what_.c_str(), path.c_str(), errno_text(err).c_str());
     }
     if (n == 0) break;
     out.append(buf, size_t(n));

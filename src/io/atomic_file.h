@@ -37,7 +37,6 @@ class AtomicFileWriter {
 
  private:
   void flush_buffer();
-  void write_fully(const char* data, size_t bytes);
   void abandon() noexcept;
 
   std::string path_;
@@ -49,12 +48,17 @@ class AtomicFileWriter {
   size_t buffered_ = 0;
 };
 
+// Writes all `bytes` to `fd`, retrying short writes and EINTR; throws "cannot write '<path>':
+// <errno text>". `path` only names the file in the message.
+void write_all(int fd, const void* data, size_t bytes, const std::string& path);
+
 // mkdir -p. Throws when a component cannot be created (naming it and the errno text), when a
 // component exists but is not a directory, or when the final directory is not writable.
 void ensure_dir(const std::string& dir);
 
-// Whole file as a string; throws naming the path when it cannot be read.
-std::string read_file(const std::string& path);
+// Whole file as a string; throws naming the path when it cannot be read: "cannot read
+// <what> '<path>': <errno text>" (what, e.g. "recipe", is left out when empty).
+std::string read_file(const std::string& path, std::string_view what = {});
 
 // "Permission denied" etc. for errno value `err` (thread-safe).
 std::string errno_text(int err);

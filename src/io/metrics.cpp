@@ -77,17 +77,7 @@ void MetricsWriter::write(const nlohmann::json& record) {
                "metrics record for '%s' must be an object with an integer \"step\", got %s",
                path_.c_str(), record.dump().c_str());
   std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  const char* p = line.data();
-  size_t left = line.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd_, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      ATTN_FAIL("cannot write '%s': %s", path_.c_str(), errno_text(errno).c_str());
-    }
-    p += n;
-    left -= size_t(n);
-  }
+  write_all(fd_, line.data(), line.size(), path_);
 }
 
 // ---- progress line ------------------------------------------------------------------------------

@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -560,16 +558,7 @@ std::string BpeTokenizer::piece(int32_t id) const {
   return data_.tokens[id];
 }
 
-// ---- files --------------------------------------------------------------------------------------
-
-std::string read_tokenizer_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  ATTN_REQUIRE(f.good(), "tokenizer: cannot open '%s'", path.c_str());
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  ATTN_REQUIRE(!f.bad(), "tokenizer: error reading '%s'", path.c_str());
-  return ss.str();
-}
+// ---- to_json ------------------------------------------------------------------------------------
 
 std::string BpeTokenizer::to_json() const {
   nlohmann::ordered_json j;

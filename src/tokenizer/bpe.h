@@ -51,9 +51,6 @@ BpeVocabData load_hf_tokenizer_json(const std::string& path);
 // `json_text` is the text of a file written by BpeTokenizer::to_json(); `path` is for messages.
 BpeVocabData load_attnlab_bpe_json(const std::string& json_text, const std::string& path);
 
-// The whole file; an attnlab::Error naming the path when it cannot be read.
-std::string read_tokenizer_file(const std::string& path);
-
 enum class BpeMergeMethod { kAuto, kLinearScan, kHeap };
 
 class BpeTokenizer final : public Tokenizer {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "tokenizer/bpe.h"
 
 namespace attnlab {
@@ -164,7 +165,7 @@ struct MergeLines {
 };
 MergeLines read_merge_lines(const std::string& path) {
   MergeLines m;
-  m.text = read_tokenizer_file(path);
+  m.text = io::read_file(path, "tokenizer file");
   const std::string_view text(m.text);
   size_t pos = 0;
   for (int line_no = 1; pos < text.size(); ++line_no) {
@@ -196,7 +197,7 @@ BpeVocabData load_gpt2_vocab(const std::string& dir) {
   // start-up of a `prepare` run (the encoders wait for it). An error in either file is reported
   // (encoder.json's first).
   auto merge_lines = std::async(std::launch::async, read_merge_lines, bpe_path);
-  const json enc = parse_json_file(read_tokenizer_file(enc_path), enc_path);
+  const json enc = parse_json_file(io::read_file(enc_path, "tokenizer file"), enc_path);
   VocabBuilder vb(enc_path);
   SymbolIds ids;
   add_symbol_tokens(enc, enc_path, vb, ids);
@@ -215,7 +216,7 @@ BpeVocabData load_gpt2_vocab(const std::string& dir) {
 }
 
 BpeVocabData load_hf_tokenizer_json(const std::string& path) {
-  const json j = parse_json_file(read_tokenizer_file(path), path);
+  const json j = parse_json_file(io::read_file(path, "tokenizer file"), path);
   ATTN_REQUIRE(j.is_object() && j.contains("model") && j["model"].is_object(),
                "tokenizer: '%s' is not a Hugging Face tokenizer.json (no \"model\" object)",
                path.c_str());
@@ -367,7 +368,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
   }
   std::error_code ec;
   if (!spec.empty() && std::filesystem::is_regular_file(spec, ec)) {
-    const json j = parse_json_file(read_tokenizer_file(spec), spec);
+    const json j = parse_json_file(io::read_file(spec, "tokenizer file"), spec);
     ATTN_REQUIRE(j.is_object(), "tokenizer: '%s' is not a JSON object", spec.c_str());
     if (j.contains("model")) {
       return std::make_unique<BpeTokenizer>(load_hf_tokenizer_json(spec), spec);

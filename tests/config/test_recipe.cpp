@@ -283,7 +283,7 @@ TEST(RecipeErrors, BadSetSyntax) {
             "sections: model, attention, data, optim, schedule, "
             "train, eval, checkpoint, log, distributed, retrofit)");
   test::expect_error([] { load_recipe("/nonexistent/recipe.yaml", {}); },
-                     "cannot open recipe '/nonexistent/recipe.yaml'");
+                     "cannot read recipe '/nonexistent/recipe.yaml': No such file");
 }
 
 TEST(RecipeYaml, RoundTripIsExact) {

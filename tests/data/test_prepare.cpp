@@ -15,6 +15,7 @@
 #include "test_util.h"
 #include "tests/tokenizer/split_text.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/tokenizer.h"
 
 namespace attnlab {
 namespace {
@@ -145,6 +146,20 @@ TEST_F(PrepareTest, EndToEndByteTokenizer) {
   EXPECT_FALSE(fs::exists(path("out/train_000001.bin")));
 }
 
+// tokenizer.json goes through io::write_file_atomic: an old one (and a temp file a crashed run
+// left) is replaced by exactly to_json() and a newline, and no temp file remains.
+TEST_F(PrepareTest, TokenizerJsonIsReplacedAtomically) {
+  write("in/a.txt", join(make_docs(20, 3)));
+  fs::create_directories(path("out"));
+  write("out/tokenizer.json", "stale contents from an earlier run, longer than the new file");
+  write("out/tokenizer.json.tmp", "left by a crash");
+  prepare(options());
+  std::ifstream tj(path("out/tokenizer.json"), std::ios::binary);
+  const std::string json((std::istreambuf_iterator<char>(tj)), {});
+  EXPECT_EQ(json, make_tokenizer("byte")->to_json() + "\n");
+  EXPECT_FALSE(fs::exists(path("out/tokenizer.json.tmp")));
+}
+
 TEST_F(PrepareTest, SplitIsByDocumentAndSeeded) {
   int val = 0, differs = 0;
   for (int i = 0; i < 20000; ++i) {
@@ -267,7 +282,7 @@ TEST_F(PrepareTest, ShardsAreIdenticalForAnyThreadCountTinyBpe) {
 TEST_F(PrepareTest, ShardsAreIdenticalForAnyThreadCountGpt2) {
   const char* env = std::getenv("ATTNLAB_SHARED_DATA");
   if (!env) GTEST_SKIP() << "ATTNLAB_SHARED_DATA is not set";
-  // Fewer runs: each one loads the vocabulary (~0.3 s).
+  // Fewer runs: each one loads the GPT-2 vocabulary, which takes longer than the encoding here.
   expect_identical_shards(*this, std::string("gpt2:") + env + "/gpt2-vocab",
                           {{1, 0}, {2, 3000}, {3, 0}, {7, 3000}});
 }

@@ -38,6 +38,17 @@ TEST_F(AtomicFile, WriteReplacesContentsAndLeavesNoTemp) {
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 }
 
+// A crash between writing the temp file and the rename leaves "<path>.tmp" behind: the next write
+// starts it afresh (no stale bytes survive) and renames it away.
+TEST_F(AtomicFile, StaleTempFromACrashIsReplaced) {
+  std::string path = dir_ + "/tokenizer.json";
+  write_file_atomic(path, std::string_view("old\n"));
+  write_file_atomic(path + ".tmp", random_bytes(5000, 3));  // what a crashed writer left
+  write_file_atomic(path, std::string_view("{\"new\": 1}\n"));
+  EXPECT_EQ(read_file(path), "{\"new\": 1}\n");
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
 TEST_F(AtomicFile, StreamingMixesSmallAndLargeChunksInOrder) {
   std::string path = dir_ + "/stream.bin";
   std::string expect;
@@ -97,6 +108,8 @@ TEST_F(AtomicFile, ErrorsNameThePathAndReason) {
       {"cannot write '" + dir_ + "/missing/x.bin.tmp'", "No such file or directory"});
 
   test::expect_error([&] { read_file(dir_ + "/nope"); }, "cannot read '" + dir_ + "/nope'");
+  test::expect_error([&] { read_file(dir_ + "/nope", "recipe"); },
+                     {"cannot read recipe '" + dir_ + "/nope'", "No such file or directory"});
 }
 
 TEST_F(AtomicFile, EnsureDirCreatesNestedAndAcceptsExisting) {

@@ -138,6 +138,20 @@ TEST(ProgressLineTest, CountsAndDurations) {
   EXPECT_EQ(format_duration(NAN), "?");
 }
 
+// The cases the ETAs of training and of `prepare` meet: rounding to the second carries into the
+// next unit, and an estimate that is not a duration (negative, infinite) prints "?".
+TEST(ProgressLineTest, DurationsRoundAndCarry) {
+  EXPECT_EQ(format_duration(0), "0s");
+  EXPECT_EQ(format_duration(59.4), "59s");
+  EXPECT_EQ(format_duration(59.5), "1m00s");
+  EXPECT_EQ(format_duration(3599.4), "59m59s");
+  EXPECT_EQ(format_duration(3599.5), "1h00m");
+  EXPECT_EQ(format_duration(86399), "23h59m");
+  EXPECT_EQ(format_duration(86400), "1d00h");
+  EXPECT_EQ(format_duration(-1), "?");
+  EXPECT_EQ(format_duration(INFINITY), "?");
+}
+
 std::string drain(std::FILE* f) {
   std::fflush(f);
   std::rewind(f);

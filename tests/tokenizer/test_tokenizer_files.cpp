@@ -123,10 +123,11 @@ TEST_F(TokenizerFiles, AttnlabJsonRoundTrip) {
 }
 
 TEST_F(TokenizerFiles, MissingFiles) {
-  expect_error("gpt2:" + path("nowhere"), {path("nowhere") + "/encoder.json", "cannot open"});
+  expect_error("gpt2:" + path("nowhere"),
+               {path("nowhere") + "/encoder.json", "cannot read tokenizer file"});
   write("encoder.json", tiny_encoder().dump());
-  expect_error("gpt2:" + dir_.string(), {path("vocab.bpe"), "cannot open"});
-  expect_error("hf:" + path("missing.json"), {path("missing.json"), "cannot open"});
+  expect_error("gpt2:" + dir_.string(), {path("vocab.bpe"), "cannot read tokenizer file"});
+  expect_error("hf:" + path("missing.json"), {path("missing.json"), "cannot read tokenizer file"});
   expect_error(path("missing.json"), {"unknown tokenizer", "gpt2:<dir"});
   expect_error("sentencepiece", {"unknown tokenizer 'sentencepiece'", "byte"});
 }
