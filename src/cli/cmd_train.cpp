@@ -82,7 +82,7 @@ int cmd_info(const RecipeArgs& args) {
     by_role[role_name(e.spec.role)] += e.spec.shape.numel();
     total += e.spec.shape.numel();
   }
-  const int64_t padding = int64_t(c.padded_vocab - c.vocab_size) * c.n_embd;
+  const int64_t padding = model.vocab_padding();
   const auto trainable = r.retrofit.trainable_roles();
   int64_t n_train = 0;
   for (const auto& e : store.entries())
@@ -102,6 +102,11 @@ int cmd_info(const RecipeArgs& args) {
   for (auto& [role, n] : by_role) std::printf("  role %-10s  %lld\n", role.c_str(), (long long)n);
   std::printf("trainable         %lld\n", (long long)n_train);
   std::printf("padded vocab      %d (vocab %d)\n", c.padded_vocab, c.vocab_size);
+  std::printf("block             %s, %s MLP, %s positions, %s, %s embeddings\n", norm_name(c.norm),
+              mlp_name(c.mlp), position_name(c.position), c.bias ? "biases" : "no biases",
+              c.tied_embeddings ? "tied" : "untied");
+  std::printf("attention         %s, %d query heads, %d kv heads, head dim %d\n",
+              c.attention.type.c_str(), c.n_head, c.kv_heads(), c.head_dim());
   std::printf("\n# step\n");
   std::printf("device            %s (%s)\n", cuda ? "cuda" : "cpu", dtype_name(dt));
   std::printf("tokens per step   %lld = %d x %d x %d accumulation\n",

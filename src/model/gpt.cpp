@@ -249,9 +249,13 @@ void GPT::backward(const ExecContext& ctx, const ParameterStore& store, const Te
   has_dlogits_ = false;
 }
 
-int64_t GPT::num_params_unpadded(const ParameterStore& store) const {
+int64_t GPT::vocab_padding() const {
   const int64_t pad = int64_t(cfg_.padded_vocab - cfg_.vocab_size) * cfg_.n_embd;
-  return store.num_params() - pad * (cfg_.tied_embeddings ? 1 : 2);
+  return pad * (cfg_.tied_embeddings ? 1 : 2);
+}
+
+int64_t GPT::num_params_unpadded(const ParameterStore& store) const {
+  return store.num_params() - vocab_padding();
 }
 
 double GPT::flops_per_token(int T) const {

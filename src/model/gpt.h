@@ -67,6 +67,7 @@ class GPT {
 
   // Parameter count (excluding vocabulary padding) and FLOPs per token of a training step.
   int64_t num_params_unpadded(const ParameterStore& store) const;
+  int64_t vocab_padding() const;  // elements of the padded vocabulary rows (wte, lm_head)
   double flops_per_token(int T) const;
   // Bytes of activations (forward saved state + backward scratch) for a [B, T] micro-batch under
   // the config's recompute mode, attention variants' saved state included.

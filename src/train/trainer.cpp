@@ -295,11 +295,15 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     for (size_t i = 0; i < targets.size(); ++i) valid += targets[i] != GPT::kIgnoreIndex;
     ATTN_REQUIRE(valid > 0, "step %lld: every target of the batch is ignored", (long long)st.step);
     const float dloss = float(1.0 / double(valid));
+    const float aux_scale = 1.f / float(accum);
     s.store.zero_grads();
     for (int m = 0; m < accum; ++m) {
       NvtxRange micro_range("train.micro_step");
       upload(s, inputs.data() + size_t(m) * BT, targets.data() + size_t(m) * BT);
-      s.model->forward(*s.ctx, s.store, s.tokens_dev, s.targets_dev, AttentionMode::train, dloss);
+      // The step's objective: the mean LM loss over its targets plus the mean over micro-batches
+      // of the attention variants' auxiliary losses (none for dense).
+      s.model->forward(*s.ctx, s.store, s.tokens_dev, s.targets_dev, AttentionMode::train, dloss,
+                       aux_scale);
       s.model->backward(*s.ctx, s.store, s.tokens_dev);
     }
     StepStats ss;
@@ -313,6 +317,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     const LossTotals totals = s.model->take_loss(*s.ctx);
     ATTN_ASSERT(totals.valid == valid);
     const double loss = totals.mean();
+    if (totals.aux != 0.0) log.metrics({{"step", st.step + 1}, {"aux_loss", totals.aux}});
     ATTN_REQUIRE(std::isfinite(loss),
                  "loss is %f at step %lld (lr %.3e): training diverged; the last "
                  "checkpoint (if any) is intact — lower optim.lr or raise schedule.warmup_steps",

@@ -90,6 +90,24 @@ TEST_F(Cli, TrainEvalGenerateInfo) {
   EXPECT_NE(i.out.find("FLOPs per token"), std::string::npos);
 }
 
+// Every model.* key reaches the model: without biases and with an untied head the parameter
+// count changes by exactly those tensors (the tiny recipe: 1 layer of width 16, vocab 260).
+TEST_F(Cli, InfoCountsBiasAndUntiedHead) {
+  auto params = [&](const std::string& sets) {
+    CliResult i = run("info " + recipe_ + sets);
+    EXPECT_EQ(i.code, 0) << i.out;
+    const size_t at = i.out.find("parameters        ");
+    EXPECT_NE(at, std::string::npos) << i.out;
+    return std::stoll(i.out.substr(at + 18));
+  };
+  const long long base = params("");
+  const long long changed = params(" --set model.bias=false --set model.tied_embeddings=false");
+  CliResult i = run("info " + recipe_ + " --set model.bias=false");
+  EXPECT_NE(i.out.find("no biases, tied embeddings"), std::string::npos) << i.out;
+  const long long C = 16, V = 260, biases = 11 * C + C;  // per layer 11 C, ln_f C
+  EXPECT_EQ(changed - base, V * C - biases);
+}
+
 TEST_F(Cli, PrepareThenTrainOnShards) {
   fs::create_directories(dir_ / "text");
   for (int f = 0; f < 3; ++f) {
