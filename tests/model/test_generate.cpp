@@ -37,11 +37,11 @@ GPTConfig decode_config() {
 
 struct DecodeFixture {
   std::unique_ptr<ExecContext> ctx = ExecContext::make_cpu();
-  GPTConfig c = decode_config();
-  GPT model{c};
+  GPTConfig c;
+  GPT model;
   ParameterStore store;
 
-  DecodeFixture() {
+  explicit DecodeFixture(const GPTConfig& cfg = decode_config()) : c(cfg), model(cfg) {
     model.declare_params(store);
     store.finalize(Device::cpu, DType::f32, {});
     model.init_params(store, 7);
@@ -61,10 +61,7 @@ struct DecodeFixture {
   }
 };
 
-}  // namespace
-
-TEST(GPTDecode, PrefillAndStepsMatchForward) {
-  DecodeFixture f;
+void expect_decode_matches_forward(DecodeFixture& f) {
   const int B = 2, T = 12, Vp = f.c.padded_vocab;
   std::vector<int32_t> ids = test::random_ints(size_t(B) * T, 5, f.c.vocab_size);
   const std::vector<float> full = f.full_logits(ids, B, T);
@@ -94,6 +91,27 @@ TEST(GPTDecode, PrefillAndStepsMatchForward) {
         test::thrown_message([&] { f.model.decode_step(*f.ctx, f.store, cols(0, 1), cache); });
     EXPECT_NE(msg.find("KV cache is full (12 tokens)"), std::string::npos) << msg;
   }
+}
+
+}  // namespace
+
+TEST(GPTDecode, PrefillAndStepsMatchForward) {
+  DecodeFixture f;
+  expect_decode_matches_forward(f);
+}
+
+// The same block runs every configuration: grouped-query attention, a sliding window shorter than
+// the sequence, no biases and an untied head decode exactly like the full forward.
+TEST(GPTDecode, GqaWindowNoBiasUntiedMatchForward) {
+  GPTConfig c = decode_config();
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.attention.window = 5;
+  c.bias = false;
+  c.tied_embeddings = false;
+  DecodeFixture f(c);
+  EXPECT_EQ(f.store.param("h.0.attn.c_attn.weight").shape, (Shape{16 + 2 * 8, 16}));
+  expect_decode_matches_forward(f);
 }
 
 TEST(GPTDecode, RejectsMismatchedCacheAndInput) {

@@ -112,6 +112,15 @@ TEST(GPTModel, FiniteDifferenceGradientsWithoutBiasUntied) {
   expect_finite_difference_gradients(f);
 }
 
+TEST(GPTModel, FiniteDifferenceGradientsGqaWindow) {
+  GPTConfig c = tiny_config();
+  c.n_kv_head = 1;
+  c.attention.window = 3;
+  Fixture f(2, 5, {ParamRole::base, ParamRole::attention}, c);
+  EXPECT_EQ(f.store.param("h.1.attn.c_attn.weight").shape, (Shape{8 + 2 * 4, 8}));
+  expect_finite_difference_gradients(f);
+}
+
 TEST(GPTModel, AccumulationEqualsOneBatch) {
   Fixture big(4, 6), small(1, 6);
   small.tokens = big.tokens;
