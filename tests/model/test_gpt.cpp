@@ -41,7 +41,7 @@ struct Fixture {
     std::mt19937 rng(3);
     std::normal_distribution<float> nd(0.f, 0.3f);
     float* w = store.all_params().ptr<float>();
-    for (int64_t i = 0; i < store.num_params(); ++i) w[i] += nd(rng);
+    for (int64_t i = 0; i < store.param_buffer_numel(); ++i) w[i] += nd(rng);
     zero_tensor(
         store.param("wte.weight").slice0(tiny_config().vocab_size, tiny_config().padded_vocab));
     model.allocate(*ctx, B, T, DType::f32);
