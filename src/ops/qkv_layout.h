@@ -1,7 +1,7 @@
 // The packed q/k/v activation of one attention layer: [B, T, width()] in the activation dtype, each
-// row [q heads (n_head x head_dim) | k heads (n_kv_head x head_dim) | v heads (n_kv_head x head_dim)].
-// n_kv_head divides n_head (grouped-query attention: query head h reads kv head
-// h / (n_head / n_kv_head)); n_kv_head == n_head is multi-head attention (GPT-2's c_attn output).
+// row [q heads (n_head x head_dim) | k heads (n_kv_head x head_dim) | v heads (n_kv_head x
+// head_dim)]. n_kv_head divides n_head (grouped-query attention: query head h reads kv head h /
+// (n_head / n_kv_head)); n_kv_head == n_head is multi-head attention (GPT-2's c_attn output).
 #pragma once
 #include <cstdint>
 
