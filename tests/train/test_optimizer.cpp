@@ -406,6 +406,95 @@ TEST(SumOfSquares, DeterministicAcrossThreadCountsAndAccurate) {
       1e-15);
 }
 
+TEST(SumOfSquares, SpansSkipThePaddingAndGiveThePackedSumBitForBit) {
+  // The parameter store's padding moves the tensors but must not move the CPU's fixed chunks of
+  // partial sums: the gradient norm (and so clipping) stays bit-identical to the packed layout.
+  auto ctx = ExecContext::make_cpu();
+  std::mt19937 rng(4);
+  const int64_t n = 3 * (int64_t(1) << 16) + 1237;
+  HostTensor packed(n, rng, 3.f);
+  const int64_t sizes[] = {1, 65535, 70000, 3, 64, 60000, n - (1 + 65535 + 70000 + 3 + 64 + 60000)};
+  std::vector<float> spread;
+  std::vector<ops::FlatSpan> spans;
+  int64_t at = 0;
+  for (int64_t size : sizes) {
+    spread.resize(spread.size() + 37, 1e3f);  // padding; non-zero here to show it is skipped
+    spans.push_back(ops::FlatSpan{int64_t(spread.size()), size});
+    spread.insert(spread.end(), packed.data.begin() + at, packed.data.begin() + at + size);
+    at += size;
+  }
+  ASSERT_EQ(at, n);
+  const Tensor spread_t(spread.data(), DType::f32, Device::cpu, Shape{int64_t(spread.size())});
+  const double want = ops::sum_of_squares(*ctx, packed.t);
+  for (int threads : {1, 2, 3}) {
+    const test::ScopedOmpThreads limit(threads);
+    EXPECT_EQ(ops::sum_of_squares(*ctx, spread_t, spans), want) << threads << " threads";
+  }
+  EXPECT_EQ(ops::sum_of_squares(*ctx, spread_t, {}), 0.0);
+  expect_error(
+      [&] {
+        ops::sum_of_squares(*ctx, spread_t, {{10, 5}, {12, 3}});
+      },
+      "span 1 [12, 15) must lie after the previous one (ending at 15)");
+  expect_error([&] { ops::sum_of_squares(*ctx, packed.t, {{n - 1, 2}}); }, "inside grad");
+}
+
+TEST(AdamW, PaddedLayoutGivesThePackedResultBitForBit) {
+  // The same three steps (clipping active) on the store's aligned layout and on packed buffers
+  // updated tensor by tensor: the weights and moments agree bit for bit.
+  auto ctx = ExecContext::make_cpu();
+  ParameterStore store;
+  declare_model(store);
+  store.finalize(Device::cpu, DType::f32, {ParamRole::base});
+  store.initialize(6);
+  AdamWConfig cfg;
+  cfg.grad_clip = 0.05f;
+  AdamW opt(*ctx, store, cfg);
+  const std::vector<std::string> names{"w1", "b1", "w2"};
+  const int64_t n = store.num_trainable();
+  std::vector<float> w, g(static_cast<size_t>(n)), m(static_cast<size_t>(n), 0.f),
+      v(static_cast<size_t>(n), 0.f);
+  for (const auto& name : names)
+    for (float x : to_vec(store.param(name))) w.push_back(x);
+  const auto flat = [](std::vector<float>& x) {
+    return Tensor(x.data(), DType::f32, Device::cpu, Shape{int64_t(x.size())});
+  };
+  std::mt19937 rng(12);
+  for (int t = 1; t <= 3; ++t) {
+    fill_grads(store, rng, 1.f);
+    int64_t at = 0;
+    for (const auto& name : names)
+      for (float x : to_vec(store.grad(name))) g[size_t(at++)] = x;
+    const StepStats st = opt.step(1e-2f, t);
+    const double norm = std::sqrt(ops::sum_of_squares(*ctx, flat(g)));
+    ASSERT_EQ(st.grad_norm, norm);
+    ops::AdamWStep s;
+    s.lr = 1e-2f, s.beta1 = cfg.beta1, s.beta2 = cfg.beta2, s.eps = cfg.eps, s.step = t;
+    s.grad_scale = float(cfg.grad_clip / std::max(norm, double(cfg.grad_clip)));
+    ASSERT_LT(s.grad_scale, 1.f);
+    at = 0;
+    for (const auto& name : names) {
+      const int64_t k = store.entry(name).spec.shape.numel();
+      const auto part = [&](std::vector<float>& x) { return flat(x).slice0(at, at + k); };
+      s.weight_decay = store.entry(name).spec.weight_decay ? cfg.weight_decay : 0.f;
+      ops::adamw_update(*ctx, part(w), Tensor(), part(g), part(m), part(v), s);
+      at += k;
+    }
+  }
+  const auto state = opt.state_tensors();
+  const std::vector<float> sm = to_vec(state[0].second), sv = to_vec(state[1].second);
+  int64_t at = 0;
+  for (const auto& name : names) {
+    const std::vector<float> got = to_vec(store.param(name));
+    const int64_t off = store.entry(name).offset;
+    for (size_t i = 0; i < got.size(); ++i, ++at) {
+      ASSERT_EQ(got[i], w[size_t(at)]) << name << "[" << i << "]";
+      ASSERT_EQ(sm[size_t(off) + i], m[size_t(at)]) << "m " << name;
+      ASSERT_EQ(sv[size_t(off) + i], v[size_t(at)]) << "v " << name;
+    }
+  }
+}
+
 // ---- CUDA vs CPU (skipped without a GPU) -------------------------------------------------------
 
 TEST(AdamWCuda, MatchesCpu) {
