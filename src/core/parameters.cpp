@@ -1,6 +1,7 @@
 #include "core/parameters.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
 
@@ -34,29 +35,140 @@ void ParameterStore::declare(const ParamSpec& spec) {
   entries_.push_back(Entry{spec, 0, true});
 }
 
+namespace {
+
+int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+}  // namespace
+
 void ParameterStore::finalize(Device device, DType dtype,
-                              const std::set<ParamRole>& trainable_roles) {
+                              const std::set<ParamRole>& trainable_roles, int shard_count) {
   ATTN_ASSERT(!finalized_);
+  ATTN_REQUIRE(shard_count >= 1, "the parameter store needs at least one shard, got %d",
+               shard_count);
   for (auto& e : entries_) e.trainable = trainable_roles.count(e.spec.role) != 0;
   // Trainable tensors first, so that gradients and optimizer state cover one contiguous prefix.
   std::stable_partition(entries_.begin(), entries_.end(),
                         [](const Entry& e) { return e.trainable; });
   index_.clear();
+  num_params_ = num_trainable_ = 0;
   int64_t off = 0;
+  bool in_trainable = true;
   for (size_t i = 0; i < entries_.size(); ++i) {
-    index_[entries_[i].spec.name] = i;
-    entries_[i].offset = off;
-    off += entries_[i].spec.shape.numel();
-    if (entries_[i].trainable) num_trainable_ = off;
+    Entry& e = entries_[i];
+    if (in_trainable && !e.trainable) {
+      // The end of the trainable range: padded so that it splits into equal, aligned shards.
+      off = round_up(off, int64_t(shard_count) * kParamAlignElements);
+      trainable_buffer_numel_ = off;
+      in_trainable = false;
+    }
+    index_[e.spec.name] = i;
+    e.offset = off;
+    const int64_t n = e.spec.shape.numel();
+    off = round_up(off + n, kParamAlignElements);
+    num_params_ += n;
+    if (e.trainable) num_trainable_ += n;
   }
-  num_params_ = off;
+  if (in_trainable) {  // every tensor is trainable (or there are none)
+    off = round_up(off, int64_t(shard_count) * kParamAlignElements);
+    trainable_buffer_numel_ = off;
+  }
+  param_buffer_numel_ = off;
+  num_shards_ = shard_count;
   device_ = device;
   dtype_ = dtype;
-  params_ = Buffer(device, size_t(num_params_) * dtype_size(dtype));
-  grads_ = Buffer(device, size_t(num_trainable_) * dtype_size(dtype));
-  params_.zero();
+  params_ = Buffer(device, size_t(param_buffer_numel_) * dtype_size(dtype));
+  grads_ = Buffer(device, size_t(trainable_buffer_numel_) * dtype_size(dtype));
+  params_.zero();  // the padding stays zero from here on
   grads_.zero();
   finalized_ = true;
+}
+
+ParameterStore::Range ParameterStore::shard(int rank) const {
+  ATTN_ASSERT(finalized_);
+  ATTN_REQUIRE(rank >= 0 && rank < num_shards_, "shard %d does not exist (the store has %d)", rank,
+               num_shards_);
+  const int64_t size = trainable_buffer_numel_ / num_shards_;
+  return Range{int64_t(rank) * size, size};
+}
+
+ParamLayout ParameterStore::trainable_layout() const {
+  ATTN_ASSERT(finalized_);
+  ParamLayout l;
+  l.numel = trainable_buffer_numel_;
+  for (const Entry& e : entries_)
+    if (e.trainable) l.tensors.push_back({e.spec.name, e.spec.shape, e.spec.role, e.offset});
+  return l;
+}
+
+std::string ParamLayout::to_json() const {
+  nlohmann::ordered_json js;
+  js["format"] = "attnlab.param_layout";
+  js["version"] = 1;
+  js["alignment"] = alignment;
+  js["numel"] = numel;
+  js["tensors"] = nlohmann::ordered_json::array();
+  for (const Item& t : tensors) {
+    std::vector<int64_t> dims(t.shape.dims.begin(), t.shape.dims.begin() + t.shape.ndim);
+    js["tensors"].push_back(
+        {{"name", t.name}, {"shape", dims}, {"role", role_name(t.role)}, {"offset", t.offset}});
+  }
+  return js.dump();
+}
+
+ParamLayout ParamLayout::from_json(const std::string& text, const std::string& source) {
+  ParamLayout l;
+  try {
+    const nlohmann::json js = nlohmann::json::parse(text);
+    ATTN_REQUIRE(js.at("format").get<std::string>() == "attnlab.param_layout" &&
+                     js.at("version").get<int>() == 1,
+                 "%s: the parameter layout has an unknown format or version", source.c_str());
+    l.alignment = js.at("alignment").get<int64_t>();
+    l.numel = js.at("numel").get<int64_t>();
+    for (const auto& t : js.at("tensors")) {
+      Item it;
+      it.name = t.at("name").get<std::string>();
+      const auto dims = t.at("shape").get<std::vector<int64_t>>();
+      ATTN_REQUIRE(dims.size() <= size_t(Shape::kMaxDims), "%s: tensor '%s' has %zu dimensions",
+                   source.c_str(), it.name.c_str(), dims.size());
+      for (int64_t d : dims) it.shape.dims[size_t(it.shape.ndim++)] = d;
+      it.role = parse_role(t.at("role").get<std::string>());
+      it.offset = t.at("offset").get<int64_t>();
+      ATTN_REQUIRE(it.offset >= 0 && it.offset + it.shape.numel() <= l.numel,
+                   "%s: the parameter layout places tensor '%s' outside its %lld elements",
+                   source.c_str(), it.name.c_str(), (long long)l.numel);
+      l.tensors.push_back(std::move(it));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    ATTN_FAIL("%s: the parameter layout is corrupt (%s)", source.c_str(), e.what());
+  }
+  return l;
+}
+
+std::string layout_difference(const ParamLayout& saved, const ParamLayout& current) {
+  std::map<std::string, const ParamLayout::Item*> there, here;
+  for (const auto& t : saved.tensors) there[t.name] = &t;
+  for (const auto& t : current.tensors) here[t.name] = &t;
+  // Missing tensors first: they are the cause of the offsets that shift after them.
+  for (const auto& c : current.tensors)
+    if (!there.count(c.name))
+      return strformat("tensor %s (%s at offset %lld here) is not in it", c.name.c_str(),
+                       c.shape.str().c_str(), (long long)c.offset);
+  for (const auto& s : saved.tensors)
+    if (!here.count(s.name))
+      return strformat("tensor %s (%s at offset %lld there) is not trained here", s.name.c_str(),
+                       s.shape.str().c_str(), (long long)s.offset);
+  for (const auto& c : current.tensors) {
+    const ParamLayout::Item& s = *there[c.name];
+    if (s.shape != c.shape || s.offset != c.offset)
+      return strformat("tensor %s is %s at offset %lld there, %s at offset %lld here",
+                       c.name.c_str(), s.shape.str().c_str(), (long long)s.offset,
+                       c.shape.str().c_str(), (long long)c.offset);
+    if (s.role != c.role)
+      return strformat("tensor %s has role %s there, %s here", c.name.c_str(), role_name(s.role),
+                       role_name(c.role));
+  }
+  return "";
 }
 
 const ParameterStore::Entry& ParameterStore::entry(const std::string& name) const {
@@ -83,11 +195,11 @@ Tensor ParameterStore::grad(const std::string& name) const {
   return grads_.as(dtype_, e.spec.shape, size_t(e.offset) * dtype_size(dtype_));
 }
 
-Tensor ParameterStore::all_params() const { return params_.as(dtype_, Shape{num_params_}); }
+Tensor ParameterStore::all_params() const { return params_.as(dtype_, Shape{param_buffer_numel_}); }
 Tensor ParameterStore::trainable_params() const {
-  return params_.as(dtype_, Shape{num_trainable_});
+  return params_.as(dtype_, Shape{trainable_buffer_numel_});
 }
-Tensor ParameterStore::grads() const { return grads_.as(dtype_, Shape{num_trainable_}); }
+Tensor ParameterStore::grads() const { return grads_.as(dtype_, Shape{trainable_buffer_numel_}); }
 
 void ParameterStore::initialize(uint64_t seed) {
   ATTN_ASSERT(finalized_);

@@ -233,4 +233,54 @@ double sum_of_squares(const ExecContext& ctx, const Tensor& grad) {
   return double(host);
 }
 
+double sum_of_squares(const ExecContext& ctx, const Tensor& grad,
+                      const std::vector<FlatSpan>& spans) {
+  NvtxRange range("sum_of_squares");
+  check_on_ctx(ctx, grad, "sum_of_squares", "grad");
+  const int64_t n = grad.numel();
+  int64_t end = 0, total = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const FlatSpan& s = spans[i];
+    ATTN_REQUIRE(s.offset >= end && s.numel >= 0 && s.offset + s.numel <= n,
+                 "sum_of_squares: span %zu [%lld, %lld) must lie after the previous one (ending at "
+                 "%lld) and inside grad %s",
+                 i, (long long)s.offset, (long long)(s.offset + s.numel), (long long)end,
+                 grad.str().c_str());
+    end = s.offset + s.numel;
+    total += s.numel;
+  }
+  if (total == 0) return 0.0;
+  const Tensor flat = grad.view(Shape{n});
+  if (ctx.device != Device::cpu)
+    return sum_of_squares(
+        ctx, flat.slice0(spans.front().offset, spans.back().offset + spans.back().numel));
+  ATTN_REQUIRE(grad.dtype == DType::f32, "sum_of_squares: the CPU supports f32 only, got %s",
+               grad.str().c_str());
+  // Pieces of the spans per chunk of kSumsqChunk elements of their concatenation: the same
+  // chunks, summed in the same order, as sum_of_squares over the packed elements.
+  const int64_t chunks = (total + kSumsqChunk - 1) / kSumsqChunk;
+  std::vector<std::vector<FlatSpan>> pieces(static_cast<size_t>(chunks));
+  int64_t packed = 0;
+  for (const FlatSpan& s : spans) {
+    for (int64_t done = 0; done < s.numel;) {
+      const int64_t c = packed / kSumsqChunk;
+      const int64_t take = std::min(s.numel - done, (c + 1) * kSumsqChunk - packed);
+      pieces[size_t(c)].push_back(FlatSpan{s.offset + done, take});
+      done += take;
+      packed += take;
+    }
+  }
+  const float* g = flat.ptr<float>();
+  std::vector<double> partial(size_t(chunks), 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double acc = 0.0;
+    for (const FlatSpan& p : pieces[size_t(c)]) acc = sumsq_ref(g + p.offset, p.numel, acc);
+    partial[size_t(c)] = acc;
+  }
+  double sum = 0.0;
+  for (double x : partial) sum += x;
+  return sum;
+}
+
 }  // namespace attnlab::ops

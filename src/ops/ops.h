@@ -77,6 +77,17 @@ void adamw_update(const ExecContext& ctx, const Tensor& param, const Tensor& mas
                   const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& s);
 // Sum of squares of a gradient tensor, deterministic, returned to the host (synchronizes on CUDA).
 double sum_of_squares(const ExecContext& ctx, const Tensor& grad);
+// Elements [offset, offset + numel) of a flat buffer.
+struct FlatSpan {
+  int64_t offset = 0, numel = 0;
+};
+// Sum of squares over the spans (ascending, disjoint) of a flat gradient buffer, without what lies
+// between them (the parameter store's alignment padding). The CPU takes its fixed-size partial
+// sums over the spans' concatenation, so the result is bit-identical to sum_of_squares of the
+// packed elements wherever the spans lie. CUDA sums [first offset, last end) in one launch, so
+// the elements between the spans must be zero (the store's padding is).
+double sum_of_squares(const ExecContext& ctx, const Tensor& grad,
+                      const std::vector<FlatSpan>& spans);
 
 // Ranges of flat parameter buffers for the multi-tensor AdamW (one launch for all ranges on
 // CUDA). Built once: the table is uploaded to the context's device at construction.

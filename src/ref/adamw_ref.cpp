@@ -24,8 +24,8 @@ void adamw_ref(const AdamWParams<float>& p) {
   }
 }
 
-double sumsq_ref(const float* g, int64_t n) {
-  double s = 0.0;
+double sumsq_ref(const float* g, int64_t n, double init) {
+  double s = init;
   for (int64_t i = 0; i < n; ++i) s += double(g[i]) * double(g[i]);
   return s;
 }

@@ -13,7 +13,8 @@ namespace attnlab {
 // result does not depend on the number of OpenMP threads.
 void adamw_ref(const AdamWParams<float>& p);
 
-// sum(g[i]^2) for i in [0, n), accumulated in double in index order (fully deterministic).
-double sumsq_ref(const float* g, int64_t n);
+// init + sum(g[i]^2) for i in [0, n), accumulated in double in index order (fully
+// deterministic); chained calls over consecutive pieces equal one call over their concatenation.
+double sumsq_ref(const float* g, int64_t n, double init = 0.0);
 
 }  // namespace attnlab

@@ -18,10 +18,22 @@ namespace fs = std::filesystem;
 namespace attnlab {
 namespace {
 
+// optimizer.safetensors metadata: the ParamLayout of its tensors.
+constexpr const char* kParamLayoutKey = "param_layout";
+
 std::string step_name(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "step_%08lld", static_cast<long long>(step));
   return buf;
+}
+
+// What SafetensorsFile::load_into converts: the same dtype, or F32/BF16/F16 into F32/BF16.
+bool loads_into(io::StDType file, DType model) {
+  const auto is_float = [](io::StDType t) {
+    return t == io::StDType::F32 || t == io::StDType::BF16 || t == io::StDType::F16;
+  };
+  if (file == io::st_dtype_of(model)) return true;
+  return is_float(file) && (model == DType::f32 || model == DType::bf16);
 }
 
 void fsync_dir(const std::string& dir) {
@@ -58,9 +70,16 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
   model.set_metadata("recipe", c.recipe_yaml);
   model.write((tmp_dir / "model.safetensors").string());
 
+  // The optimizer state is laid out over the store's trainable range: saved with that layout so
+  // that a load into another layout is refused (AdamW::load_state).
+  const ParamLayout layout = c.store->trainable_layout();
   io::SafetensorsWriter optim;
-  for (const auto& [n, t] : c.optimizer_state) optim.add(n, t);
+  for (const auto& [n, t] : c.optimizer_state) {
+    ATTN_ASSERT(t.numel() == layout.numel);
+    optim.add(n, t);
+  }
   optim.set_metadata("step", std::to_string(c.state.step));
+  optim.set_metadata(kParamLayoutKey, layout.to_json());
   optim.write((tmp_dir / "optimizer.safetensors").string());
 
   nlohmann::json js = {{"step", c.state.step},
@@ -123,13 +142,67 @@ void load_model_weights(const std::string& ckpt_dir, const ParameterStore& store
   }
 }
 
-void load_optimizer_state(
-    const std::string& ckpt_dir,
-    const std::function<void(const std::vector<std::pair<std::string, Tensor>>&)>& use) {
+void load_optimizer_state(const std::string& ckpt_dir, AdamW& opt) {
   io::SafetensorsFile f((fs::path(ckpt_dir) / "optimizer.safetensors").string());
   std::vector<std::pair<std::string, Tensor>> views;
   for (const auto& n : f.names()) views.emplace_back(n, f.view(n));
-  use(views);
+  const auto it = f.metadata().find(kParamLayoutKey);
+  if (it == f.metadata().end()) {
+    opt.load_packed_state(views, f.path());
+    return;
+  }
+  opt.load_state(views, ParamLayout::from_json(it->second, f.path()), f.path());
+}
+
+std::string WeightLoadReport::summary() const {
+  const auto join = [](const std::vector<std::string>& names) {
+    std::string s;
+    for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  };
+  std::string out;
+  if (!initialised.empty()) out = "initialised (not in checkpoint): " + join(initialised);
+  if (!ignored.empty())
+    out += (out.empty() ? "" : "; ") + std::string("ignored (not in the model): ") + join(ignored);
+  return out;
+}
+
+WeightLoadReport load_model_weights_by_role(const std::string& ckpt_dir,
+                                            const ParameterStore& store,
+                                            const WeightLoadOptions& options) {
+  io::SafetensorsFile f((fs::path(ckpt_dir) / "model.safetensors").string());
+  const char* path = f.path().c_str();
+  WeightLoadReport report;
+  for (const auto& e : store.entries()) {
+    const std::string& name = e.spec.name;
+    if (!f.contains(name)) {
+      ATTN_REQUIRE(!options.required_roles.count(e.spec.role),
+                   "checkpoint '%s' has no tensor '%s' (role %s) that the model needs", path,
+                   name.c_str(), role_name(e.spec.role));
+      report.initialised.push_back(name);
+      continue;
+    }
+    const io::TensorInfo& ti = f.info(name);
+    std::vector<int64_t> want(e.spec.shape.dims.begin(),
+                              e.spec.shape.dims.begin() + e.spec.shape.ndim);
+    ATTN_REQUIRE(ti.shape == want,
+                 "checkpoint '%s': tensor '%s' has shape %s, the model expects %s", path,
+                 name.c_str(), ti.shape_str().c_str(), e.spec.shape.str().c_str());
+    ATTN_REQUIRE(loads_into(ti.dtype, store.dtype()),
+                 "checkpoint '%s': tensor '%s' is %s, which cannot load into the model's %s", path,
+                 name.c_str(), io::st_dtype_name(ti.dtype), dtype_name(store.dtype()));
+    report.loaded.push_back(name);
+  }
+  for (const auto& n : f.names()) {
+    if (store.contains(n)) continue;
+    ATTN_REQUIRE(options.allow_extra,
+                 "checkpoint '%s' has tensor '%s', which the model does not have (a checkpoint of "
+                 "another model?)",
+                 path, n.c_str());
+    report.ignored.push_back(n);
+  }
+  for (const auto& n : report.loaded) f.load_into(n, store.param(n));
+  return report;
 }
 
 TrainerState load_trainer_state(const std::string& ckpt_dir) {

@@ -4,20 +4,23 @@
 //   checkpoints/step_00000100/  one checkpoint:
 //       model.safetensors       parameters under their stable names; metadata: step, recipe, format
 //       optimizer.safetensors   AdamW state (adamw.m, adamw.v[, adamw.master]) over the trainable
-//       range trainer_state.json      step, data-loader position, tokens seen, elapsed time
+//                               range; metadata: step, param_layout (ParamLayout::to_json)
+//       trainer_state.json      step, data-loader position, tokens seen, elapsed time
 //       tokenizer.json          the tokenizer of the data (when known)
 //   checkpoints/latest          the name of the newest complete checkpoint
 // A checkpoint is written into a temporary directory, fsynced and renamed into place, then
 // `latest` is replaced atomically: a crash at any point leaves the previous checkpoint intact.
+// docs/checkpoints.md describes the files and the rules of loading them.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/parameters.h"
+#include "train/optimizer.h"
 
 namespace attnlab {
 
@@ -48,12 +51,36 @@ std::string resolve_checkpoint_dir(const std::string& path);
 bool run_has_checkpoints(const std::string& run_dir);
 
 // Loads parameters by name into the store (shape-checked; f32 <-> bf16 converted), every tensor
-// of the store must be present.
+// of the store must be present; other tensors in the file are not read (resume, eval, generate).
 void load_model_weights(const std::string& ckpt_dir, const ParameterStore& store);
-// Opens optimizer.safetensors and hands its tensors (host views, valid during the call) to `use`.
-void load_optimizer_state(
-    const std::string& ckpt_dir,
-    const std::function<void(const std::vector<std::pair<std::string, Tensor>>&)>& use);
+
+// Loading a model from a checkpoint of a related model (train.init_from, retrofit): a dense
+// checkpoint seeds a model that adds tensors (Focus centroids) or lacks some.
+struct WeightLoadOptions {
+  // Tensors of these roles must come from the file; tensors of other roles that the file lacks
+  // keep their initialisation.
+  std::set<ParamRole> required_roles = {ParamRole::base};
+  // Tensors in the file that the model lacks are skipped (listed in `ignored`); else an error.
+  bool allow_extra = false;
+};
+struct WeightLoadReport {
+  std::vector<std::string> loaded;       // from the file, in store order
+  std::vector<std::string> initialised;  // not in the file: kept their initialisation
+  std::vector<std::string> ignored;      // in the file, not in the model (allow_extra)
+  // "initialised (not in checkpoint): a, b" and/or "ignored (not in the model): c"; "" if none.
+  std::string summary() const;
+};
+// Every check (missing required tensor, unexpected tensor, shape or dtype that cannot load) runs
+// before anything is copied, so a refused load leaves the store as it was. Errors name the file,
+// the tensor and, for a mismatch, both shapes or dtypes.
+WeightLoadReport load_model_weights_by_role(const std::string& ckpt_dir,
+                                            const ParameterStore& store,
+                                            const WeightLoadOptions& options);
+
+// Loads optimizer.safetensors into `opt`, checking the saved parameter layout against the
+// optimizer's (AdamW::load_state). A file without a layout (written before layouts were saved)
+// is read as packed state: AdamW::load_packed_state.
+void load_optimizer_state(const std::string& ckpt_dir, AdamW& opt);
 TrainerState load_trainer_state(const std::string& ckpt_dir);
 
 }  // namespace attnlab

@@ -1,6 +1,7 @@
 #include "train/optimizer.h"
 
 #include <cmath>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -27,6 +28,8 @@ AdamW::AdamW(const ExecContext& ctx, ParameterStore& store, const AdamWConfig& c
                device_name(store.device()), device_name(ctx.device));
   ATTN_REQUIRE(store.dtype() == DType::f32 || store.dtype() == DType::bf16,
                "AdamW: parameters must be f32 or bf16, got %s", dtype_name(store.dtype()));
+  // Ranges and spans cover the tensors only: the alignment padding between them is never updated
+  // and not part of the gradient norm.
   std::vector<ops::AdamWRangeSpec> ranges;
   for (const auto& e : store.entries()) {
     if (!e.trainable) continue;  // trainable entries form a prefix, in offset order
@@ -38,12 +41,16 @@ AdamW::AdamW(const ExecContext& ctx, ParameterStore& store, const AdamWConfig& c
     } else {
       ranges.push_back(ops::AdamWRangeSpec{e.offset, n, e.spec.weight_decay, 0});
     }
+    if (!spans_.empty() && spans_.back().offset + spans_.back().numel == e.offset)
+      spans_.back().numel += n;
+    else
+      spans_.push_back(ops::FlatSpan{e.offset, n});
   }
   // A distinct stream of random bits per step and range for stochastic rounding (bf16): range i
   // uses seed step * 0x9E3779B9 ^ (i + 1) * 0x85EBCA6B.
   for (size_t i = 0; i < ranges.size(); ++i) ranges[i].seed = (uint32_t(i) + 1u) * 0x85EBCA6Bu;
   ranges_ = ops::AdamWRangeTable(ctx, std::move(ranges));
-  const size_t bytes = size_t(store.num_trainable()) * sizeof(float);
+  const size_t bytes = size_t(store.trainable_buffer_numel()) * sizeof(float);
   m_ = Buffer(store.device(), bytes);
   v_ = Buffer(store.device(), bytes);
   m_.zero();
@@ -58,7 +65,7 @@ StepStats AdamW::step(float lr, int step) {
   ATTN_REQUIRE(step >= 1, "AdamW::step: step counts from 1, got %d", step);
   StepStats stats;
   const Tensor grads = store_.grads();
-  stats.grad_norm = std::sqrt(ops::sum_of_squares(ctx_, grads));
+  stats.grad_norm = std::sqrt(ops::sum_of_squares(ctx_, grads, spans_));
   if (!std::isfinite(stats.grad_norm)) {
     stats.finite = false;
     stats.clip_scale = 0.f;
@@ -78,7 +85,7 @@ StepStats AdamW::step(float lr, int step) {
   s.grad_scale = stats.clip_scale;
   s.step = step;
   s.seed = uint32_t(step) * 0x9E3779B9u;
-  const Shape shape{store_.num_trainable()};
+  const Shape shape{store_.trainable_buffer_numel()};
   const Tensor master = master_.data() ? master_.as(DType::f32, shape) : Tensor();
   ops::adamw_update_multi(ctx_, store_.trainable_params(), master, grads, m_.as(DType::f32, shape),
                           v_.as(DType::f32, shape), ranges_, s);
@@ -86,7 +93,7 @@ StepStats AdamW::step(float lr, int step) {
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {
-  const Shape shape{store_.num_trainable()};
+  const Shape shape{store_.trainable_buffer_numel()};
   std::vector<std::pair<std::string, Tensor>> out;
   out.emplace_back("adamw.m", m_.as(DType::f32, shape));
   out.emplace_back("adamw.v", v_.as(DType::f32, shape));
@@ -111,7 +118,34 @@ void AdamW::copy_state(const Tensor& dst, const Tensor& src) const {
   CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
-void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& state) {
+void AdamW::copy_spans(const Tensor& dst, const Tensor& src,
+                       const std::vector<SpanCopy>& spans) const {
+  ATTN_ASSERT(dst.dtype == src.dtype);
+  ctx_.synchronize();
+  const size_t es = dtype_size(dst.dtype);
+  const auto* from = static_cast<const char*>(src.data);
+  auto* to = static_cast<char*>(dst.data);
+  for (const SpanCopy& c : spans)
+    ATTN_ASSERT(c.src + c.numel <= src.numel() && c.dst + c.numel <= dst.numel());
+  if (dst.device == Device::cpu && src.device == Device::cpu) {
+    for (const SpanCopy& c : spans)
+      std::memcpy(to + size_t(c.dst) * es, from + size_t(c.src) * es, size_t(c.numel) * es);
+    return;
+  }
+  const cudaMemcpyKind kind = dst.device == Device::cpu   ? cudaMemcpyDeviceToHost
+                              : src.device == Device::cpu ? cudaMemcpyHostToDevice
+                                                          : cudaMemcpyDeviceToDevice;
+  auto stream = reinterpret_cast<cudaStream_t>(ctx_.stream);
+  for (const SpanCopy& c : spans)
+    CUDA_CHECK(cudaMemcpyAsync(to + size_t(c.dst) * es, from + size_t(c.src) * es,
+                               size_t(c.numel) * es, kind, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void AdamW::load_each(const std::vector<std::pair<std::string, Tensor>>& state,
+                      const std::string& source, int64_t expected_numel,
+                      const std::function<void(const Tensor&, const Tensor&)>& copy) {
+  const std::string where = source.empty() ? "optimizer state" : "optimizer state in " + source;
   const auto mine = state_tensors();
   std::string valid;
   for (const auto& [name, t] : mine) valid += (valid.empty() ? "" : ", ") + name;
@@ -119,7 +153,7 @@ void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& state)
     bool known = false;
     for (const auto& [n, t] : mine) known |= n == name;
     if (name == "adamw.master" && store_.dtype() == DType::f32) continue;  // from a bf16 run
-    ATTN_REQUIRE(known, "optimizer state: unexpected tensor '%s' (expected %s)", name.c_str(),
+    ATTN_REQUIRE(known, "%s: unexpected tensor '%s' (expected %s)", where.c_str(), name.c_str(),
                  valid.c_str());
   }
   bool have_master = false;
@@ -128,22 +162,54 @@ void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& state)
     for (const auto& [n, t] : state)
       if (n == name) src = &t;
     if (!src) {
-      ATTN_REQUIRE(name == "adamw.master", "optimizer state: missing tensor '%s'", name.c_str());
+      ATTN_REQUIRE(name == "adamw.master", "%s: missing tensor '%s'", where.c_str(), name.c_str());
       continue;
     }
-    ATTN_REQUIRE(src->dtype == DType::f32 && src->numel() == dst.numel(),
-                 "optimizer state: '%s' must be f32 with %lld elements (the trainable parameters), "
-                 "got %s",
-                 name.c_str(), (long long)dst.numel(), src->str().c_str());
-    copy_state(dst, *src);
+    ATTN_REQUIRE(src->dtype == DType::f32 && src->numel() == expected_numel,
+                 "%s: '%s' must be f32 with %lld elements (the trainable parameters), got %s",
+                 where.c_str(), name.c_str(), (long long)expected_numel, src->str().c_str());
+    copy(dst, *src);
     have_master |= name == "adamw.master";
   }
   if (store_.dtype() == DType::bf16 && !have_master) sync_master_from_params();
 }
 
+void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& state) {
+  load_each(state, "", store_.trainable_buffer_numel(),
+            [&](const Tensor& dst, const Tensor& src) { copy_state(dst, src); });
+}
+
+void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& state,
+                       const ParamLayout& saved, const std::string& source) {
+  const std::string diff = layout_difference(saved, state_layout());
+  ATTN_REQUIRE(diff.empty(),
+               "optimizer state in %s was saved for a different parameter layout: %s; resume "
+               "with the model and retrofit settings of the run that wrote it",
+               source.c_str(), diff.c_str());
+  // The same offsets on both sides (checked): copy the tensors, not the padding.
+  std::vector<SpanCopy> spans;
+  for (const ops::FlatSpan& s : spans_) spans.push_back(SpanCopy{s.offset, s.offset, s.numel});
+  load_each(state, source, saved.numel,
+            [&](const Tensor& dst, const Tensor& src) { copy_spans(dst, src, spans); });
+}
+
+void AdamW::load_packed_state(const std::vector<std::pair<std::string, Tensor>>& state,
+                              const std::string& source) {
+  std::vector<SpanCopy> spans;
+  int64_t packed = 0;
+  for (const auto& e : store_.entries()) {
+    if (!e.trainable) continue;
+    const int64_t n = e.spec.shape.numel();
+    if (n > 0) spans.push_back(SpanCopy{packed, e.offset, n});
+    packed += n;
+  }
+  load_each(state, source, store_.num_trainable(),
+            [&](const Tensor& dst, const Tensor& src) { copy_spans(dst, src, spans); });
+}
+
 void AdamW::sync_master_from_params() {
   if (store_.dtype() != DType::bf16) return;
-  const int64_t n = store_.num_trainable();
+  const int64_t n = store_.trainable_buffer_numel();
   std::vector<bf16> weights(static_cast<size_t>(n));
   std::vector<float> master(static_cast<size_t>(n));
   const Shape shape{n};

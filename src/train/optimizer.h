@@ -1,9 +1,12 @@
 // AdamW over the trainable range of a ParameterStore (kernels/optim/adamw.cuh has the update).
-// State: fp32 first and second moments m, v over the trainable range [0, num_trainable), and an
-// fp32 master copy of the trainable weights when the store holds bf16 (the update is applied to
-// the master and rounded into the bf16 weights). Frozen tensors get no state and are never
-// touched. Weight decay applies only to entries whose ParamSpec has weight_decay set.
+// State: fp32 first and second moments m, v over the trainable range
+// [0, store.trainable_buffer_numel()) at the store's element offsets, and an fp32 master copy of
+// the trainable weights when the store holds bf16 (the update is applied to the master and rounded
+// into the bf16 weights). Only the trainable tensors are updated: frozen tensors get no state and
+// the alignment padding is never touched. Weight decay applies only to entries whose ParamSpec
+// has weight_decay set.
 #pragma once
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,22 +47,44 @@ class AdamW {
   const AdamWConfig& config() const { return config_; }
 
   // Checkpoint state: "adamw.m", "adamw.v" and, for bf16 stores, "adamw.master"; each f32
-  // [num_trainable] on the store's device (views of the optimizer's own memory).
+  // [store.trainable_buffer_numel()] on the store's device (views of the optimizer's own memory),
+  // laid out as state_layout() says.
   std::vector<std::pair<std::string, Tensor>> state_tensors() const;
-  // Copies state from tensors on any device (checked by name, dtype and element count). "adamw.m"
-  // and "adamw.v" are required; a missing "adamw.master" is rebuilt from the current weights.
+  ParamLayout state_layout() const { return store_.trainable_layout(); }
+  // Copies state from tensors on any device (checked by name and dtype). "adamw.m" and "adamw.v"
+  // are required; a missing "adamw.master" is rebuilt from the current weights.
+  // - This overload: state laid out as state_tensors() (same store layout), checked by length.
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state);
+  // - State saved with its layout (a checkpoint): refused, naming `source` and the first tensor
+  //   that differs, unless layout_difference(saved, state_layout()) is empty. Only the tensors are
+  //   copied, so a range that differs by its shard padding alone loads.
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& state,
+                  const ParamLayout& saved, const std::string& source);
+  // - State written before layouts were saved: packed, each trainable tensor right after the
+  //   previous one in this store's order. Only the element count can be checked (the model
+  //   weights, loaded strictly, check names and shapes); see docs/checkpoints.md.
+  void load_packed_state(const std::vector<std::pair<std::string, Tensor>>& state,
+                         const std::string& source);
   // Rebuilds the master copy from the weights; call after the weights change outside step()
   // (e.g. loading a checkpoint without optimizer state). No-op for f32 stores.
   void sync_master_from_params();
 
  private:
+  struct SpanCopy {
+    int64_t src = 0, dst = 0, numel = 0;  // f32 elements
+  };
   void copy_state(const Tensor& dst, const Tensor& src) const;
+  void copy_spans(const Tensor& dst, const Tensor& src, const std::vector<SpanCopy>& spans) const;
+  // The checks common to the load_state variants; calls copy(dst, src) per tensor present.
+  void load_each(const std::vector<std::pair<std::string, Tensor>>& state,
+                 const std::string& source, int64_t expected_numel,
+                 const std::function<void(const Tensor&, const Tensor&)>& copy);
 
   const ExecContext& ctx_;
   ParameterStore& store_;
   AdamWConfig config_;
-  ops::AdamWRangeTable ranges_;  // runs of trainable tensors with one weight-decay flag
+  ops::AdamWRangeTable ranges_;       // runs of trainable tensors with one weight-decay flag
+  std::vector<ops::FlatSpan> spans_;  // the trainable tensors, padding excluded (gradient norm)
   Buffer m_, v_, master_;
 };
 

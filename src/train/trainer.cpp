@@ -215,7 +215,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   if (!options.resume.empty()) {
     std::string dir = resolve_checkpoint_dir(options.resume);
     load_model_weights(dir, s.store);
-    load_optimizer_state(dir, [&](const auto& views) { opt.load_state(views); });
+    load_optimizer_state(dir, opt);
     st = load_trainer_state(dir);
     s.train_loader->set_state(DataLoader::State{st.data_epoch, st.data_position});
     resumed_from = dir;

@@ -154,7 +154,7 @@ void step_check(DType dt) {
   ASSERT_EQ(cpu.store.entries().size(), gpu.store.entries().size());
   for (size_t i = 0; i < cpu.store.entries().size(); ++i)
     ASSERT_EQ(cpu.store.entries()[i].offset, gpu.store.entries()[i].offset);
-  std::vector<float> w = initial_weights(cpu.store.num_params());
+  std::vector<float> w = initial_weights(cpu.store.param_buffer_numel());
   if (dt == DType::bf16)  // the reference sees exactly the weights the GPU sees
     for (float& x : w) x = __bfloat162float(__float2bfloat16(x));
   cpu.set_weights(w);

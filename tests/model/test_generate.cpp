@@ -49,7 +49,7 @@ struct DecodeFixture {
     std::mt19937 rng(9);
     std::normal_distribution<float> nd(0.f, 0.3f);
     float* w = store.all_params().ptr<float>();
-    for (int64_t i = 0; i < store.num_params(); ++i) w[i] += nd(rng);
+    for (int64_t i = 0; i < store.param_buffer_numel(); ++i) w[i] += nd(rng);
   }
   // Logits [B, T, Vp] of forward() on tokens [B, T].
   std::vector<float> full_logits(std::vector<int32_t>& ids, int B, int T) {

@@ -43,7 +43,7 @@ struct Fixture {
     std::mt19937 rng(3);
     std::normal_distribution<float> nd(0.f, 0.3f);
     float* w = store.all_params().ptr<float>();
-    for (int64_t i = 0; i < store.num_params(); ++i) w[i] += nd(rng);
+    for (int64_t i = 0; i < store.param_buffer_numel(); ++i) w[i] += nd(rng);
     zero_tensor(store.param("wte.weight").slice0(cfg.vocab_size, cfg.padded_vocab));
     if (!cfg.tied_embeddings)
       zero_tensor(store.param("lm_head.weight").slice0(cfg.vocab_size, cfg.padded_vocab));
@@ -181,7 +181,7 @@ TEST(GPTModel, FrozenBaseHasNoGradients) {
   EXPECT_EQ(f.store.num_trainable(), 0);  // dense attention has no variant parameters
   for (const auto& e : f.store.entries()) EXPECT_TRUE(f.store.grad(e.spec.name).empty());
   const std::vector<float> before(f.store.all_params().ptr<float>(),
-                                  f.store.all_params().ptr<float>() + f.store.num_params());
+                                  f.store.all_params().ptr<float>() + f.store.param_buffer_numel());
   MatmulCounts counts;
   f.ctx->matmul_counts = &counts;
   f.model.forward(*f.ctx, f.store, f.t(f.tokens, 0, 1), f.t(f.targets, 0, 1), AttentionMode::train,
@@ -189,7 +189,7 @@ TEST(GPTModel, FrozenBaseHasNoGradients) {
   f.model.backward(*f.ctx, f.store, f.t(f.tokens, 0, 1));
   EXPECT_EQ(counts.weight_grad, 0);  // every weight-gradient product skipped
   EXPECT_GT(counts.data_grad, 0);
-  for (int64_t i = 0; i < f.store.num_params(); ++i)
+  for (int64_t i = 0; i < f.store.param_buffer_numel(); ++i)
     ASSERT_EQ(f.store.all_params().ptr<float>()[i], before[size_t(i)]) << i;
 }
 

@@ -42,9 +42,10 @@ RunResult run(ActivationRecompute r) {
   model.declare_params(store);
   store.finalize(Device::cpu, DType::f32, {ParamRole::base, ParamRole::attention});
   model.init_params(store, 7);
-  std::vector<float> noise = test::random_vector(size_t(store.num_params()), 11, -0.2f, 0.2f);
+  std::vector<float> noise =
+      test::random_vector(size_t(store.param_buffer_numel()), 11, -0.2f, 0.2f);
   float* w = store.all_params().ptr<float>();
-  for (int64_t i = 0; i < store.num_params(); ++i) w[i] += noise[size_t(i)];
+  for (int64_t i = 0; i < store.param_buffer_numel(); ++i) w[i] += noise[size_t(i)];
   const int B = 3, T = 12;
   model.allocate(*ctx, B, T, DType::f32);
   store.zero_grads();

@@ -45,6 +45,13 @@ void fill_random(const Tensor& t, std::mt19937& rng, float scale) {
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
 }
 
+// Random gradients for the trainable tensors only: the store's alignment padding stays zero, as
+// backward leaves it.
+void fill_grads(const ParameterStore& store, std::mt19937& rng, float scale) {
+  for (const auto& e : store.entries())
+    if (e.trainable) fill_random(store.grad(e.spec.name), rng, scale);
+}
+
 // The AdamW formula in double, one tensor at a time.
 struct DoubleAdam {
   std::vector<double> w, m, v;
@@ -82,9 +89,10 @@ std::vector<float> run_against_formula(const AdamWConfig& cfg, float grad_std) {
   std::vector<float> scales;
   const float lrs[3] = {1e-2f, 2e-2f, 5e-3f};
   for (int t = 1; t <= 3; ++t) {
-    fill_random(store.grads(), rng, grad_std);
+    fill_grads(store, rng, grad_std);
     double sumsq = 0;
-    for (float g : to_vec(store.grads())) sumsq += double(g) * g;
+    for (const auto& n : {"w1", "b1", "w2"})
+      for (float g : to_vec(store.grad(n))) sumsq += double(g) * g;
     const double norm = std::sqrt(sumsq);
     const double scale =
         cfg.grad_clip > 0 ? cfg.grad_clip / std::max(norm, double(cfg.grad_clip)) : 1;
@@ -156,7 +164,7 @@ TEST(AdamW, DecayFlagDecidesDecay) {
     store.finalize(Device::cpu, DType::f32, {ParamRole::base});
     store.initialize(3);
     std::mt19937 rng(5);
-    fill_random(store.grads(), rng, 0.1f);
+    fill_grads(store, rng, 0.1f);
     AdamWConfig cfg;
     cfg.weight_decay = 0.5f;
     AdamW opt(*ctx, store, cfg);
@@ -182,15 +190,15 @@ TEST(AdamW, FrozenEntriesHaveNoStateAndNoUpdate) {
   store.initialize(11);
   EXPECT_TRUE(store.grad("frozen").empty());
   AdamW opt(*ctx, store, AdamWConfig{});
-  for (const auto& [name, t] : opt.state_tensors()) {
-    EXPECT_EQ(t.numel(), store.num_trainable()) << name;
-    EXPECT_EQ(t.numel(), 6 + 3 + 6) << name;
-  }
+  // The state covers the trainable range: w1, b1, w2 at aligned offsets 0, 64, 128, padded.
+  EXPECT_EQ(store.num_trainable(), 6 + 3 + 6);
+  for (const auto& [name, t] : opt.state_tensors())
+    EXPECT_EQ(t.numel(), 3 * kParamAlignElements) << name;
   EXPECT_EQ(opt.state_tensors().size(), 2u);  // f32 store: no master copy
   const auto frozen = to_vec(store.param("frozen"));
   const auto w1 = to_vec(store.param("w1"));
   std::mt19937 rng(1);
-  fill_random(store.grads(), rng, 0.1f);
+  fill_grads(store, rng, 0.1f);
   opt.step(1e-2f, 1);
   EXPECT_EQ(to_vec(store.param("frozen")), frozen);
   EXPECT_NE(to_vec(store.param("w1")), w1);
@@ -205,7 +213,7 @@ TEST(AdamW, NonFiniteGradientSkipsTheUpdate) {
   AdamW opt(*ctx, store, AdamWConfig{});
   std::mt19937 rng(9);
   for (float bad : {NAN, INFINITY}) {
-    fill_random(store.grads(), rng, 0.1f);
+    fill_grads(store, rng, 0.1f);
     store.grad("b1").ptr<float>()[1] = bad;
     const auto params = to_vec(store.all_params());
     const StepStats st = opt.step(1e-2f, 1);
@@ -231,12 +239,12 @@ TEST(AdamW, StateRoundTrip) {
   AdamW oa(*ctx, a, AdamWConfig{}), ob(*ctx, b, AdamWConfig{});
   std::mt19937 rng(3);
   for (int t = 1; t <= 2; ++t) {
-    fill_random(a.grads(), rng, 0.1f);
+    fill_grads(a, rng, 0.1f);
     oa.step(1e-2f, t);
   }
   copy_tensor(b.all_params(), a.all_params());
   ob.load_state(oa.state_tensors());
-  fill_random(a.grads(), rng, 0.1f);
+  fill_grads(a, rng, 0.1f);
   copy_tensor(b.grads(), a.grads());
   oa.step(1e-2f, 3);
   ob.step(1e-2f, 3);
@@ -251,7 +259,7 @@ TEST(AdamW, StateRoundTrip) {
   expect_error([&] { ob.load_state(state); }, "unexpected tensor 'adamw.bogus'");
   state = oa.state_tensors();
   state[0].second = state[0].second.slice0(0, 3);
-  expect_error([&] { ob.load_state(state); }, "'adamw.m' must be f32 with 15 elements");
+  expect_error([&] { ob.load_state(state); }, "'adamw.m' must be f32 with 192 elements");
 }
 
 TEST(AdamW, ConfigAndStepErrors) {
@@ -398,6 +406,95 @@ TEST(SumOfSquares, DeterministicAcrossThreadCountsAndAccurate) {
       1e-15);
 }
 
+TEST(SumOfSquares, SpansSkipThePaddingAndGiveThePackedSumBitForBit) {
+  // The parameter store's padding moves the tensors but must not move the CPU's fixed chunks of
+  // partial sums: the gradient norm (and so clipping) stays bit-identical to the packed layout.
+  auto ctx = ExecContext::make_cpu();
+  std::mt19937 rng(4);
+  const int64_t n = 3 * (int64_t(1) << 16) + 1237;
+  HostTensor packed(n, rng, 3.f);
+  const int64_t sizes[] = {1, 65535, 70000, 3, 64, 60000, n - (1 + 65535 + 70000 + 3 + 64 + 60000)};
+  std::vector<float> spread;
+  std::vector<ops::FlatSpan> spans;
+  int64_t at = 0;
+  for (int64_t size : sizes) {
+    spread.resize(spread.size() + 37, 1e3f);  // padding; non-zero here to show it is skipped
+    spans.push_back(ops::FlatSpan{int64_t(spread.size()), size});
+    spread.insert(spread.end(), packed.data.begin() + at, packed.data.begin() + at + size);
+    at += size;
+  }
+  ASSERT_EQ(at, n);
+  const Tensor spread_t(spread.data(), DType::f32, Device::cpu, Shape{int64_t(spread.size())});
+  const double want = ops::sum_of_squares(*ctx, packed.t);
+  for (int threads : {1, 2, 3}) {
+    const test::ScopedOmpThreads limit(threads);
+    EXPECT_EQ(ops::sum_of_squares(*ctx, spread_t, spans), want) << threads << " threads";
+  }
+  EXPECT_EQ(ops::sum_of_squares(*ctx, spread_t, {}), 0.0);
+  expect_error(
+      [&] {
+        ops::sum_of_squares(*ctx, spread_t, {{10, 5}, {12, 3}});
+      },
+      "span 1 [12, 15) must lie after the previous one (ending at 15)");
+  expect_error([&] { ops::sum_of_squares(*ctx, packed.t, {{n - 1, 2}}); }, "inside grad");
+}
+
+TEST(AdamW, PaddedLayoutGivesThePackedResultBitForBit) {
+  // The same three steps (clipping active) on the store's aligned layout and on packed buffers
+  // updated tensor by tensor: the weights and moments agree bit for bit.
+  auto ctx = ExecContext::make_cpu();
+  ParameterStore store;
+  declare_model(store);
+  store.finalize(Device::cpu, DType::f32, {ParamRole::base});
+  store.initialize(6);
+  AdamWConfig cfg;
+  cfg.grad_clip = 0.05f;
+  AdamW opt(*ctx, store, cfg);
+  const std::vector<std::string> names{"w1", "b1", "w2"};
+  const int64_t n = store.num_trainable();
+  std::vector<float> w, g(static_cast<size_t>(n)), m(static_cast<size_t>(n), 0.f),
+      v(static_cast<size_t>(n), 0.f);
+  for (const auto& name : names)
+    for (float x : to_vec(store.param(name))) w.push_back(x);
+  const auto flat = [](std::vector<float>& x) {
+    return Tensor(x.data(), DType::f32, Device::cpu, Shape{int64_t(x.size())});
+  };
+  std::mt19937 rng(12);
+  for (int t = 1; t <= 3; ++t) {
+    fill_grads(store, rng, 1.f);
+    int64_t at = 0;
+    for (const auto& name : names)
+      for (float x : to_vec(store.grad(name))) g[size_t(at++)] = x;
+    const StepStats st = opt.step(1e-2f, t);
+    const double norm = std::sqrt(ops::sum_of_squares(*ctx, flat(g)));
+    ASSERT_EQ(st.grad_norm, norm);
+    ops::AdamWStep s;
+    s.lr = 1e-2f, s.beta1 = cfg.beta1, s.beta2 = cfg.beta2, s.eps = cfg.eps, s.step = t;
+    s.grad_scale = float(cfg.grad_clip / std::max(norm, double(cfg.grad_clip)));
+    ASSERT_LT(s.grad_scale, 1.f);
+    at = 0;
+    for (const auto& name : names) {
+      const int64_t k = store.entry(name).spec.shape.numel();
+      const auto part = [&](std::vector<float>& x) { return flat(x).slice0(at, at + k); };
+      s.weight_decay = store.entry(name).spec.weight_decay ? cfg.weight_decay : 0.f;
+      ops::adamw_update(*ctx, part(w), Tensor(), part(g), part(m), part(v), s);
+      at += k;
+    }
+  }
+  const auto state = opt.state_tensors();
+  const std::vector<float> sm = to_vec(state[0].second), sv = to_vec(state[1].second);
+  int64_t at = 0;
+  for (const auto& name : names) {
+    const std::vector<float> got = to_vec(store.param(name));
+    const int64_t off = store.entry(name).offset;
+    for (size_t i = 0; i < got.size(); ++i, ++at) {
+      ASSERT_EQ(got[i], w[size_t(at)]) << name << "[" << i << "]";
+      ASSERT_EQ(sm[size_t(off) + i], m[size_t(at)]) << "m " << name;
+      ASSERT_EQ(sv[size_t(off) + i], v[size_t(at)]) << "v " << name;
+    }
+  }
+}
+
 // ---- CUDA vs CPU (skipped without a GPU) -------------------------------------------------------
 
 TEST(AdamWCuda, MatchesCpu) {
@@ -414,7 +511,7 @@ TEST(AdamWCuda, MatchesCpu) {
     dev.initialize(5);
     if (dtype == DType::bf16) {  // start the reference from the same (bf16-rounded) weights
       float* w = ref.all_params().ptr<float>();
-      for (int64_t i = 0; i < ref.num_params(); ++i)
+      for (int64_t i = 0; i < ref.param_buffer_numel(); ++i)
         w[i] = __bfloat162float(__float2bfloat16(w[i]));
     }
     AdamWConfig cfg;
@@ -422,7 +519,7 @@ TEST(AdamWCuda, MatchesCpu) {
     AdamW oref(*cpu, ref, cfg), odev(*gpu, dev, cfg);
     std::mt19937 rng(21);
     for (int t = 1; t <= 3; ++t) {
-      fill_random(ref.grads(), rng, 0.2f);
+      fill_grads(ref, rng, 0.2f);
       std::vector<float> g = to_vec(ref.grads());
       if (dtype == DType::bf16) {
         std::vector<bf16> gb(g.size());
