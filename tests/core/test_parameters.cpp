@@ -80,7 +80,9 @@ TEST(ParameterStore, OffsetsAreAlignedInEveryDtypeAndCountsAreReal) {
     for (const auto& e : s.entries())
       for (int64_t i = 0; i < e.spec.shape.numel(); ++i) covered[size_t(e.offset + i)] = true;
     for (size_t i = 0; i < all.size(); ++i)
-      if (!covered[i]) ASSERT_EQ(all[i], 0.f) << "padding element " << i;
+      if (!covered[i]) {
+        ASSERT_EQ(all[i], 0.f) << "padding element " << i;
+      }
   }
 }
 

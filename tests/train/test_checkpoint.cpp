@@ -224,7 +224,9 @@ TEST(OptimizerCheckpoint, FrozenRolesHaveNoStateAndStayBitIdentical) {
   for (const auto& e : s.entries())
     for (int64_t i = 0; i < e.spec.shape.numel(); ++i) in_tensor[size_t(e.offset + i)] = true;
   for (size_t i = 0; i < all_after.size(); ++i)
-    if (!in_tensor[i]) ASSERT_EQ(all_after[i], 0.f) << "padding element " << i;
+    if (!in_tensor[i]) {
+      ASSERT_EQ(all_after[i], 0.f) << "padding element " << i;
+    }
   EXPECT_EQ(all_before.size(), all_after.size());
 }
 
