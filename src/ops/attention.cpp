@@ -55,12 +55,12 @@ AttentionParams<T> packed_params(const Dims& d, const Tensor& qkv, const Tensor&
   p.o_batch_stride = d.T * d.C;
   p.o_row_stride = d.C;
   p.B = int(d.B);
-  p.T_ = int(d.T);
+  p.seq_len = int(d.T);
   p.n_head = int(d.H);
   p.n_kv_head = int(d.H);
   p.D = int(d.D);
   p.scale = float(1.0 / std::sqrt(double(d.D)));
-  p.causal = true;
+  p.mask.causal = true;
   return p;
 }
 }  // namespace

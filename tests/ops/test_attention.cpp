@@ -54,13 +54,13 @@ struct AttentionCase {
     p.o_batch_stride = obatch;
     p.o_row_stride = orow;
     p.B = B;
-    p.T_ = T;
+    p.seq_len = T;
     p.n_head = H;
     p.n_kv_head = Hkv;
     p.D = D;
     p.scale = float(1.0 / std::sqrt(double(D)));
-    p.causal = causal;
-    p.window = window;
+    p.mask.causal = causal;
+    p.mask.window = window;
     return p;
   }
   // params() with dout and dq, dk, dv pointing into dqkv, which has the layout of qkv.
@@ -207,7 +207,7 @@ TEST(AttentionOp, PackedLayoutAndArgumentChecks) {
   p.o_batch_stride = T * C;
   p.o_row_stride = C;
   p.B = B;
-  p.T_ = T;
+  p.seq_len = T;
   p.n_head = p.n_kv_head = H;
   p.D = D;
   p.scale = 0.5f;
