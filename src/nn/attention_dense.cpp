@@ -26,13 +26,14 @@ void DenseAttention::forward(const ExecContext& ctx, const ParameterStore& /*sto
   // the saved statistics take its shape, and the backward reads the same view.
   ATTN_ASSERT(qkv.dim(0) <= shape_.B && qkv.dim(1) <= shape_.T);
   lse_ = lse_buf_.as(DType::f32, Shape{qkv.dim(0), shape_.n_head, qkv.dim(1)});
-  ops::attention_fwd(ctx, out, lse_, qkv, shape_.n_head);
+  ops::attention_fwd(ctx, out, lse_, qkv, QKVLayout{shape_.n_head, shape_.n_head, shape_.head_dim});
 }
 
 void DenseAttention::backward(const ExecContext& ctx, const ParameterStore& /*store*/,
                               const Tensor& /*h*/, const Tensor& qkv, const Tensor& out,
                               const Tensor& dout, const Tensor& dqkv, const Tensor& /*dh*/) {
-  ops::attention_bwd(ctx, dqkv, dout, qkv, out, lse_, shape_.n_head);
+  ops::attention_bwd(ctx, dqkv, dout, qkv, out, lse_,
+                     QKVLayout{shape_.n_head, shape_.n_head, shape_.head_dim});
 }
 
 void DenseAttention::decode(const ExecContext& ctx, const ParameterStore& /*store*/,
@@ -41,8 +42,9 @@ void DenseAttention::decode(const ExecContext& ctx, const ParameterStore& /*stor
   // The packed qkv has as many kv heads as query heads: the cache's head count is n_head (and
   // decode does not need allocate(), which sizes the training state).
   const int n_head = int(cache.k.dim(1));
-  ops::kv_cache_write(ctx, cache.k, cache.v, qkv, pos, n_head);
-  ops::attention_decode(ctx, out, qkv, cache.k, cache.v, pos, n_head);
+  const QKVLayout layout{n_head, n_head, int(cache.k.dim(3))};
+  ops::kv_cache_write(ctx, cache.k, cache.v, qkv, pos, layout);
+  ops::attention_decode(ctx, out, qkv, cache.k, cache.v, pos, layout);
 }
 
 size_t DenseAttention::saved_bytes(const AttentionShape& s, DType /*dtype*/) const {

@@ -159,7 +159,7 @@ TEST(AttentionCuda, WgmmaForwardBackwardMatchReference) {
       {1, 129, 2, 2, 64, 0, true},  {1, 1024, 2, 2, 64, 0, true},   {1, 1024, 4, 2, 128, 0, true},
       {2, 200, 4, 4, 64, 37, true}, {1, 300, 2, 1, 128, 100, true}, {1, 777, 2, 1, 128, 300, true},
       {1, 333, 3, 3, 64, 0, false}, {1, 257, 2, 1, 128, 0, false},  {1, 515, 8, 2, 64, 0, true},
-      {1, 390, 4, 1, 128, 0, true},
+      {1, 390, 4, 1, 128, 0, true}, {1, 300, 4, 2, 64, 37, true},   {1, 257, 4, 1, 128, 100, true},
   };
   uint32_t seed = 7;
   for (const auto& c : cases) check_wgmma(c, seed += 10);
