@@ -236,51 +236,49 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   float s[kBlockN / 2], corr[2];
   uint32_t pa[kBlockN / 16][4];
 
-  {
-    // K and V by TMA: thread 0 issues tile nb + 1 into stage (nb - n_begin + 1) % 2 once the
-    // barrier at the top of tile nb has seen both warpgroups done with that stage (tile nb - 1);
-    // the copies complete on the stage's mbarrier (its k-th phase: the stage's k-th tile).
-    const uint32_t full = sV + 2 * kKVBytes;  // [2]
-    auto load_kv = [&](int nb, int stage) {
-      const uint32_t bar = full + 8 * stage;
-      mbar_arrive_expect_tx(bar, 2 * kKVBytes);
+  // K and V by TMA: thread 0 issues tile nb + 1 into stage (nb - n_begin + 1) % 2 once the
+  // barrier at the top of tile nb has seen both warpgroups done with that stage (tile nb - 1);
+  // the copies complete on the stage's mbarrier (its k-th phase: the stage's k-th tile).
+  const uint32_t full = sV + 2 * kKVBytes;  // [2]
+  auto load_kv = [&](int nb, int stage) {
+    const uint32_t bar = full + 8 * stage;
+    mbar_arrive_expect_tx(bar, 2 * kKVBytes);
 #pragma unroll
-      for (int c = 0; c < D / 64; ++c) {  // column blocks (kBlockN x 128 bytes apart)
-        tma_load_3d(sK + stage * kKVBytes + c * kBlockN * 128, &tm_k, bar, hk * D + 64 * c,
-                    nb * kBlockN, b);
-        tma_load_3d(sV + stage * kKVBytes + c * kBlockN * 128, &tm_v, bar, hk * D + 64 * c,
-                    nb * kBlockN, b);
-      }
-    };
-    if (threadIdx.x == 0) {
-      mbar_init(full, 1);
-      mbar_init(full + 8, 1);
-      fence_mbar_init();
+    for (int c = 0; c < D / 64; ++c) {  // column blocks (kBlockN x 128 bytes apart)
+      tma_load_3d(sK + stage * kKVBytes + c * kBlockN * 128, &tm_k, bar, hk * D + 64 * c,
+                  nb * kBlockN, b);
+      tma_load_3d(sV + stage * kKVBytes + c * kBlockN * 128, &tm_v, bar, hk * D + 64 * c,
+                  nb * kBlockN, b);
     }
-    __syncthreads();
-    load_tile<kBlockM, D, kThreads>(sQ, gq, ld, q0, T);
-    cp_async_commit();
-    if (threadIdx.x == 0) load_kv(n_begin, 0);
-    for (int nb = n_begin; nb < n_end; ++nb) {
-      const int buf = (nb - n_begin) & 1;
-      tiles_ready();  // Q (first tile); the other stage free
-      if (threadIdx.x == 0 && nb + 1 < n_end) load_kv(nb + 1, buf ^ 1);
-      mbar_wait(full + 8 * buf, uint32_t((nb - n_begin) >> 1) & 1u);
-      const int k0 = nb * kBlockN;
-      // Uniform per warpgroup (wgmma needs all 128 threads): keys all past the diagonal of its
-      // last row, or all before the window of its first row.
-      if (ATTN_MASK_TILE_INVISIBLE(p.mask, wq0, wq0 + 63, k0, k0 + kBlockN - 1)) continue;
-      issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK + buf * kKVBytes);
-      wgmma_wait<0>();
-      fence_regs(s);
-      softmax_tile(s, st, corr, p, k0, wq0, row0, tig, sl2);
-      rescale<D>(o, corr);
-      acc_to_a<kBlockN>(pa, s);
-      issue_pv<D>(o, pa, sV + buf * kKVBytes);
-      wgmma_wait<0>();
-      fence_regs(o);
-      fence_regs(pa);
-    }
+  };
+  if (threadIdx.x == 0) {
+    mbar_init(full, 1);
+    mbar_init(full + 8, 1);
+    fence_mbar_init();
+  }
+  __syncthreads();
+  load_tile<kBlockM, D, kThreads>(sQ, gq, ld, q0, T);
+  cp_async_commit();
+  if (threadIdx.x == 0) load_kv(n_begin, 0);
+  for (int nb = n_begin; nb < n_end; ++nb) {
+    const int buf = (nb - n_begin) & 1;
+    tiles_ready();  // Q (first tile); the other stage free
+    if (threadIdx.x == 0 && nb + 1 < n_end) load_kv(nb + 1, buf ^ 1);
+    mbar_wait(full + 8 * buf, uint32_t((nb - n_begin) >> 1) & 1u);
+    const int k0 = nb * kBlockN;
+    // Uniform per warpgroup (wgmma needs all 128 threads): keys all past the diagonal of its
+    // last row, or all before the window of its first row.
+    if (ATTN_MASK_TILE_INVISIBLE(p.mask, wq0, wq0 + 63, k0, k0 + kBlockN - 1)) continue;
+    issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK + buf * kKVBytes);
+    wgmma_wait<0>();
+    fence_regs(s);
+    softmax_tile(s, st, corr, p, k0, wq0, row0, tig, sl2);
+    rescale<D>(o, corr);
+    acc_to_a<kBlockN>(pa, s);
+    issue_pv<D>(o, pa, sV + buf * kKVBytes);
+    wgmma_wait<0>();
+    fence_regs(o);
+    fence_regs(pa);
   }
 
   store_o_lse<D>(o, st, p, b, h, row0, tig);
