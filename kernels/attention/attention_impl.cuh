@@ -13,11 +13,14 @@ namespace attnlab::attention_impl {
 void fwd_bf16_mma(const AttentionParams<bf16>& p, cudaStream_t st);
 int mma_binary_version();
 
-// attention_bwd_mma.cu: delta = rowsum(dO * O) (and dq_accum zeroed when not null, bf16 only),
-// then the bf16 mma.sync backward after it: the fast path (deterministic = false: dK/dV with
-// fused atomic dQ into dq_accum, then its conversion) or the deterministic one (dq_accum unused).
+// attention_bwd_delta.cu: delta [B, n_head, T] = rowsum(dO * O) written; bf16 also zeroes
+// dq_accum when it is not null (16-byte aligned, B * n_head * T * D floats).
 void bwd_delta_bf16(const AttentionParams<bf16>& p, float* delta, float* dq_accum, cudaStream_t st);
 void bwd_delta_f32(const AttentionParams<float>& p, float* delta, cudaStream_t st);
+
+// attention_bwd_mma.cu: the bf16 mma.sync backward after the delta step: the fast path
+// (deterministic = false: dK/dV with fused atomic dQ into the zeroed dq_accum, then its
+// conversion) or the deterministic one (dq_accum unused).
 void bwd_bf16_mma(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
                   cudaStream_t st);
 
