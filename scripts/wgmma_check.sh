@@ -1,12 +1,10 @@
 #!/usr/bin/env bash
 # Device check of the Hopper wgmma attention kernels (forward and backward), in one call: build for
 # sm_90 (the wgmma files for sm_90a), run the attention CUDA tests (the wgmma test against the CPU
-# reference: every forward schedule, the mma.sync backward on the wgmma forward's o and lse, the
-# wgmma backward through the dispatcher and each of its versions), the benchmark with the default
-# kernels (timing each forward schedule and backward version too; rerun without the versions
-# named in NEW if it fails, so that one broken kernel does not cost the old ones' numbers), with
-# --mma (both mma.sync kernels), PyTorch SDPA, then two tables (TFLOP/s), and last the wgmma test
-# under compute-sanitizer memcheck with the time that is left.
+# reference: the forward, the mma.sync backward on its o and lse, the wgmma backward through the
+# dispatcher and called directly; the ops with GQA and windows), the benchmark with the default
+# kernels, with --mma (both mma.sync kernels), PyTorch SDPA, then a table (TFLOP/s), and last the
+# wgmma test under compute-sanitizer memcheck with the time that is left.
 # Usage (repo root, on the GPU machine): bash scripts/wgmma_check.sh [build_dir]
 #   SANITIZE=0 skips memcheck, SKIP_MMA=1 the --mma benchmark, SKIP_PEER=1 PyTorch SDPA; TESTS is
 #   the gtest filter (default AttentionCuda.*); BUDGET (seconds, default 250) bounds the whole
@@ -54,15 +52,6 @@ timeout "$(left 60)" "$BUILD/bench_attention" "$LOGS/wgmma.csv" --gpt2 --no-det 
 bench_rc=$?
 echo "bench (default kernels): rc=$bench_rc ($(($(date +%s) - t0)) s)"
 cat "$LOGS/bench_wgmma.log"
-if [ $bench_rc != 0 ]; then
-  # Without the new versions (NEW: names as bench_attention --versions spells them).
-  NEW=${NEW:-}
-  old=$(echo fwd-simple,fwd-pipelined,fwd-pingpong,bwd-tma,bwd-tmalag |
-    tr , '\n' | grep -v -x -F -f <(echo "$NEW" | tr , '\n') | paste -sd,)
-  timeout "$(left 60)" "$BUILD/bench_attention" "$LOGS/wgmma.csv" --gpt2 --no-det --versions="$old" \
-    >"$LOGS/bench_wgmma.log" 2>&1
-  echo "bench rerun with --versions=$old: rc=$?"
-fi
 if [ "${SKIP_MMA:-0}" != 1 ]; then
   timeout "$(left 60)" "$BUILD/bench_attention" "$LOGS/mma.csv" --gpt2 --no-det --mma >"$LOGS/bench_mma.log" 2>&1
   echo "bench --mma: rc=$?"
@@ -88,40 +77,14 @@ def v(table, key, col):
     except (KeyError, ValueError):
         return float("nan")
 print(f"{'D':>4} {'T':>6} {'B':>3} {'H':>3} {'fwd':>6} {'fwd sd':>6} {'f+b':>6} {'f+b mma':>7} "
-      f"{'f+b sd':>6} {'f+b/sd':>6} | bwd ms: {'dflt':>6} {'mma':>6} {'sdpa':>6} | kernel ms: "
-      f"{'tma':>6} {'tmalag':>6}")
+      f"{'f+b sd':>6} {'f+b/sd':>6} | bwd ms: {'dflt':>6} {'mma':>6} {'sdpa':>6} | {'delta':>6}")
 for key in wg or mma:
     fb, fbs = v(wg, key, "fwdbwd_tflops"), v(peer, key, "fwdbwd_tflops")
     print(f"{key[0]:>4} {key[1]:>6} {key[2]:>3} {key[3]:>3} {v(wg, key, 'fwd_tflops'):6.1f} "
           f"{v(peer, key, 'fwd_tflops'):6.1f} {fb:6.1f} {v(mma, key, 'fwdbwd_tflops'):7.1f} "
           f"{fbs:6.1f} {fb / fbs:6.2f} |         {v(wg, key, 'bwd_ms'):6.2f} "
           f"{v(mma, key, 'bwd_ms'):6.2f} {v(peer, key, 'fwdbwd_ms') - v(peer, key, 'fwd_ms'):6.2f} |"
-          f"            {v(wg, key, 'bwd_tma_ms'):6.2f} {v(wg, key, 'bwd_tmalag_ms'):6.2f}")
-# Per version. fwd: TFLOP/s of each forward schedule. f+b: each schedule followed by the default
-# backward (measured), and the best pair of schedule and backward version, estimated as the
-# measured f+b of that schedule with the default backward kernel's time swapped for the version's
-# (the delta kernel is common). bwd: kernel ms per backward version.
-fv, bv = ("simple", "pipelined", "pingpong"), ("tma", "tmalag")
-print(f"{'D':>4} {'T':>6} {'B':>3} | fwd TF/s:" + "".join(f" {n[:8]:>8}" for n in fv) +
-      f" {'sdpa':>6} | f+b TF/s:" + "".join(f" {n[:8]:>8}" for n in fv) +
-      f" {'best est':>8} {'sdpa':>6} {'ratio':>5} | bwd ms:" + "".join(f" {n[:8]:>8}" for n in bv))
-for key in wg:
-    flops = 4.0 * float(key[2]) * float(key[3]) * float(key[1]) ** 2 * float(key[0]) / 2
-    tf = lambda ms, f=1.0: f * flops / (ms * 1e-3) / 1e12 if ms and ms > 0 else float("nan")
-    fwd = [tf(v(wg, key, f"fwd_{n}_ms")) for n in fv]
-    fb = [tf(v(wg, key, f"fb_{n}_ms"), 3.5) for n in fv]
-    dflt = v(wg, key, "bwd_tmalag_ms" if key[0] == "128" else "bwd_tma_ms")  # the default version
-    best, best_name = float("nan"), ""
-    for n in fv:
-        for m in bv:
-            ms = v(wg, key, f"fb_{n}_ms") - dflt + v(wg, key, f"bwd_{m}_ms")
-            if v(wg, key, f"fb_{n}_ms") > 0 and v(wg, key, f"bwd_{m}_ms") > 0 and not tf(ms, 3.5) <= best:
-                best, best_name = tf(ms, 3.5), f"{n[:4]}+{m[:4]}"
-    fbs = v(peer, key, "fwdbwd_tflops")
-    print(f"{key[0]:>4} {key[1]:>6} {key[2]:>3} |          " + "".join(f" {x:8.1f}" for x in fwd) +
-          f" {v(peer, key, 'fwd_tflops'):6.1f} |          " + "".join(f" {x:8.1f}" for x in fb) +
-          f" {best:8.1f} {fbs:6.1f} {best / fbs:5.2f} |        " +
-          "".join(f" {v(wg, key, f'bwd_{m}_ms'):8.3f}" for m in bv) + f"  best: {best_name}")
+          f" {v(wg, key, 'delta_ms'):6.3f}")
 PY
 
 if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then

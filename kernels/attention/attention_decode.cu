@@ -1,12 +1,12 @@
 // Attention against a KV cache (contract in attention_decode.cuh).
 //
 // attention_decode: one block of 4 warps per (split, head, b * Tq + i). Warp w walks the keys
-// w, w + 4, ... of the block's chunk; each lane holds the head dims lane, lane + 32, ... (D <=
-// 128), so a key's dot product is one warp reduction. Online softmax in the log2 domain per warp,
-// then the 4 warps merge in shared memory. One split writes o; several write (o, m, l) partials
-// that a second kernel merges in split order (deterministic). Memory-bound: each key/value byte of
-// the chunk is read once per query head. kv_cache_write: one thread per element, a plain strided
-// copy.
+// w, w + 4, ... of the block's chunk that the row sees (AttentionMask); each lane holds the head
+// dims lane, lane + 32, ... (D <= 128), so a key's dot product is one warp reduction. Online
+// softmax in the log2 domain per warp, then the 4 warps merge in shared memory. One split writes o;
+// several write (o, m, l) partials that a second kernel merges in split order (deterministic).
+// Memory-bound: each key/value byte of the chunk is read once per query head. kv_cache_write: one
+// thread per element, a plain strided copy.
 #include <cuda_bf16.h>
 
 #include "kernels/attention/attention_decode.cuh"
@@ -39,13 +39,16 @@ __global__ void kv_cache_write_kernel(KVCacheWriteParams<T> p) {
 // units.
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32)
-    decode_kernel(AttentionDecodeParams<T> p, int chunk, float* partial) {
+    decode_kernel(AttentionDecodeParams<T> p, int key_begin, int chunk, float* partial) {
   const int split = blockIdx.x, h = blockIdx.y;
   const int b = blockIdx.z / p.Tq, i = blockIdx.z % p.Tq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = h / (p.n_head / p.n_kv_head);
-  const int len = p.pos + i + 1;
-  const int s0 = split * chunk, s1 = min(len, s0 + chunk);
+  const int t = p.pos + i;  // the query's position
+  // The chunk's keys, clipped to the ones the row sees: [first_key(t), t].
+  const int s0 = key_begin + split * chunk;
+  const int s1 = min(p.mask.key_end(t, p.pos + p.Tq), s0 + chunk);
+  const int s_first = max(s0, p.mask.first_key(t));
   const T* q = p.q + b * p.q_batch_stride + i * p.q_row_stride + int64_t(h) * p.D;
   const T* kc = p.k_cache + (int64_t(b) * p.n_kv_head + g) * p.max_T * p.D;
   const T* vc = p.v_cache + (int64_t(b) * p.n_kv_head + g) * p.max_T * p.D;
@@ -59,7 +62,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     acc[j] = 0.f;
   }
   float m = -INFINITY, l = 0.f;
-  for (int s = s0 + warp; s < s1; s += kWarps) {
+  for (int s = s_first + warp; s < s1; s += kWarps) {
     const T* k = kc + int64_t(s) * p.D;
     float d = 0.f;
 #pragma unroll
@@ -163,9 +166,13 @@ template <typename T>
 void launch_attention_decode(const AttentionDecodeParams<T>& p_in, Stream s) {
   ATTN_ASSERT(p_in.D >= 1 && p_in.D <= 32 * kMaxDimsPerLane && p_in.n_head % p_in.n_kv_head == 0);
   ATTN_ASSERT(int64_t(p_in.B) * p_in.Tq <= 65535 && p_in.pos + p_in.Tq <= p_in.max_T);
+  ATTN_ASSERT(p_in.mask.causal && p_in.mask.window >= 0);
   if (p_in.B == 0 || p_in.Tq == 0) return;
   AttentionDecodeParams<T> p = p_in;
-  const int keys = p.pos + p.Tq;
+  // Positions key_begin .. pos + Tq - 1: from the first row's first visible key (0 without a
+  // window) to the last row's own position.
+  const int key_begin = p.mask.first_key(p.pos);
+  const int keys = p.pos + p.Tq - key_begin;
   const int64_t rows = int64_t(p.B) * p.Tq * p.n_head;
   if (p.n_splits <= 0) p.n_splits = attention_decode_splits(rows, keys);
   p.n_splits = std::min(p.n_splits, keys);
@@ -174,12 +181,12 @@ void launch_attention_decode(const AttentionDecodeParams<T>& p_in, Stream s) {
   const cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
   const dim3 grid(p.n_splits, p.n_head, p.B * p.Tq);
   if (p.n_splits == 1) {
-    decode_kernel<T><<<grid, kWarps * 32, 0, st>>>(p, chunk, nullptr);
+    decode_kernel<T><<<grid, kWarps * 32, 0, st>>>(p, key_begin, chunk, nullptr);
     CUDA_CHECK_LAUNCH();
     return;
   }
   StreamScratch scratch(size_t(rows) * p.n_splits * (p.D + 2) * sizeof(float), s);
-  decode_kernel<T><<<grid, kWarps * 32, 0, st>>>(p, chunk, scratch.as<float>());
+  decode_kernel<T><<<grid, kWarps * 32, 0, st>>>(p, key_begin, chunk, scratch.as<float>());
   CUDA_CHECK_LAUNCH();
   decode_combine_kernel<T><<<unsigned(rows), 128, 0, st>>>(p, scratch.as<float>());
   CUDA_CHECK_LAUNCH();

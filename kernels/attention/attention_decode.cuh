@@ -8,15 +8,18 @@
 //   positions pos .. pos+Tq-1. Written (=); other positions untouched.
 //
 // attention_decode: Tq query rows per (b, h): query i (q + b*q_batch_stride + i*q_row_stride + h*D)
-//   sits at position pos + i and attends to cache positions [0, pos + i] (causal), with
+//   sits at position t = pos + i and attends to the cache positions AttentionMask (visibility.h)
+//   lets it see: [mask.first_key(t), t] (causal; the mask must be causal), with
 //   o = softmax(q k^T * scale) v written (=) at o + b*o_batch_stride + i*o_row_stride + h*D.
 //   GQA: query head h reads kv head h / (n_head / n_kv_head).
-//   D <= 128 (the host op checks). Split-K (CUDA): the cache length is cut into n_splits chunks
+//   D <= 128 (the host op checks). Split-K (CUDA): the positions from the first row's first
+//   visible key to the last row's position are cut into n_splits chunks
 //   processed by separate blocks, each writing its partial (max, sum, unnormalised o) to
 //   stream-ordered fp32 scratch; a second pass combines them in a fixed order, so the result is
 //   deterministic. n_splits = 0 lets the launcher choose (attention_decode_splits); tests force
 //   values. One split writes o directly. The CPU reference ignores n_splits.
 #pragma once
+#include "kernels/attention/visibility.h"
 #include "kernels/common/launch.h"
 
 namespace attnlab {
@@ -45,6 +48,7 @@ struct AttentionDecodeParams {
   int B = 0, Tq = 0, n_head = 0, n_kv_head = 0, D = 0, max_T = 0, pos = 0;
   int n_splits = 0;  // 0: chosen by the launcher
   float scale = 0.f;
+  AttentionMask mask;  // causal; window as in AttentionParams
 };
 
 // Keys per split-K chunk and the largest number of chunks (bounds the scratch).

@@ -6,8 +6,7 @@
 //   A block owns kBlockM = 128 queries of one (batch, head) and runs 2 warpgroups (256 threads);
 //   warpgroup w owns queries 64w..64w+63 of the block (the M = 64 of one wgmma). The block loops
 //   over tiles of kBlockN = 128 keys, double-buffered in shared memory (loads of the next tile run
-//   during the compute of this one; TMA issued by one thread in the simple and pingpong schedules,
-//   cp.async by all 256 threads in the pipelined one):
+//   during the compute of this one, issued by TMA):
 //     S = Q K^T      wgmma m64n128k16, A = Q and B = K both from shared memory (K-major),
 //                    D / 16 instructions, fp32 accumulators in registers (64 per thread);
 //     online softmax in registers: log2 domain, scale folded into one FFMA per score, ex2.approx;
@@ -15,19 +14,20 @@
 //                    the accumulator layout of S is the register-A layout of P) and B = V from
 //                    shared memory (MN-major: V is [keys][D] with D contiguous), kBlockN / 16
 //                    instructions.
-//   Element masks only on tiles that touch the diagonal, the window edge or the end of T.
-//   Three schedules (WgmmaFwdVariant), the same arithmetic in the same order:
-//     simple     per tile: S, wait, softmax, rescale O, O += P V, wait. A warpgroup skips tiles
-//                entirely past its causal diagonal or before its window. 128 registers at D = 64
-//                (two blocks per SM, so one block's softmax overlaps the other's MMAs).
-//     pipelined  FlashAttention-3's intra-warpgroup overlap: S of tile n and O += P V of tile
-//                n - 1 are issued back to back, the softmax of tile n runs while the tensor cores
-//                finish P V, then O is rescaled. Needs S, P and O live at once (~195 registers
-//                at D = 128, one block per SM) and V one tile later than K.
-//     pingpong   pipelined, plus FlashAttention-3's warp specialization and inter-warpgroup
-//                overlap: a producer warpgroup loads through mbarrier stages and the two compute
-//                warpgroups take turns at the tensor cores (see the kernel).
-//   Default: wgmma_fwd_default_variant.
+//   Key tiles, warpgroup skips and element masks (only on tiles that touch the diagonal, the window
+//   edge or the end of T) come from AttentionMask (visibility.h).
+//   Two schedules, the same arithmetic in the same order, one per head dim (each measured the
+//   faster at its D on the H200, docs/performance.md v6; the others were removed):
+//     D = 64, simple     per tile: S, wait, softmax, rescale O, O += P V, wait. A warpgroup skips
+//                        tiles entirely past its causal diagonal or before its window. 128
+//                        registers (two blocks per SM, so one block's softmax overlaps the other's
+//                        MMAs).
+//     D = 128, pingpong  FlashAttention-3's intra-warpgroup overlap (S of tile n and O += P V of
+//                        tile n - 1 issued back to back, the softmax of tile n running while the
+//                        tensor cores finish P V, then O rescaled), plus its warp specialization
+//                        and inter-warpgroup overlap: a producer warpgroup loads through mbarrier
+//                        stages and the two compute warpgroups take turns at the tensor cores (see
+//                        the kernel).
 
 // Shared-memory layout (all operands): 128-byte swizzle, the canonical wgmma layout. A [rows][D]
 // bf16 tile is split into D / 64 column blocks of 64 elements (128 bytes); a column block is a
@@ -37,12 +37,13 @@
 // The XOR spreads the 8 rows of a core matrix over all 32 banks: no bank conflicts for wgmma
 // reads, and a warp's cp.async writes (whole 128-byte rows) take the minimum number of wavefronts.
 //
-// Synchronization, per K/V tile:
-//   cp.async.wait_group 0           this thread's copies of the tile have landed
+// Synchronization, per K/V tile (the simple kernel; Q is loaded by cp.async, K and V by TMA):
+//   cp.async.wait_group 0           this thread's copies (Q) have landed
 //   fence.proxy.async.shared::cta   make them visible to the async proxy that wgmma reads through
 //   __syncthreads                   everybody's copies landed and fenced; also, both warpgroups
 //                                   finished (wgmma.wait_group 0) reading the other buffer, which
-//                                   the next cp.async overwrites
+//                                   the next TMA copy overwrites
+//   mbarrier wait                   the stage's TMA copies (K, V) have landed
 //   wgmma.fence                     before the first wgmma of a batch: orders earlier register
 //                                   writes/reads of the accumulators and of P before the async MMA
 //   wgmma x n, commit_group, wait_group N: the accumulators of all but the N most recent
@@ -55,7 +56,6 @@
 // compiles this file for sm_90a alone when CMAKE_CUDA_ARCHITECTURES contains 90, and otherwise for
 // the project's architectures with an empty body (ATTNLAB_WGMMA_SM90A undefined: the launcher
 // reports unsupported).
-#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
 #include "kernels/attention/attention_wgmma.cuh"
@@ -63,45 +63,6 @@
 #include "kernels/common/device.cuh"
 
 namespace attnlab {
-namespace wgmma {
-
-// cuTensorMapEncodeTiled from the driver, found once through the runtime (no libcuda link).
-static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                                cudaEnableDefault, &found));
-    ATTN_REQUIRE(found == cudaDriverEntryPointSuccess && f != nullptr,
-                 "wgmma attention: the driver has no cuTensorMapEncodeTiled (needs a "
-                 "CUDA 12 driver or newer)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// Declared and described in wgmma_common.cuh.
-CUtensorMap tile_map(const void* base, int width, int T, int B, int64_t row_stride,
-                     int64_t batch_stride, int rows) {
-  // B == 1: the batch stride is unused; TMA wants one below 2^40 bytes all the same.
-  const int64_t map_batch_stride = B == 1 ? int64_t(T) * row_stride : batch_stride;
-  CUtensorMap map;
-  const cuuint64_t dims[3] = {cuuint64_t(width), cuuint64_t(T), cuuint64_t(B)};
-  const cuuint64_t strides[2] = {cuuint64_t(row_stride) * 2, cuuint64_t(map_batch_stride) * 2};
-  const cuuint32_t box[3] = {64, cuuint32_t(rows), 1}, elem_strides[3] = {1, 1, 1};
-  const CUresult r = tensor_map_encoder()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), dims, strides, box,
-      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  ATTN_REQUIRE(r == CUDA_SUCCESS,
-               "wgmma attention: cuTensorMapEncodeTiled failed (error %d; width %d, T %d, "
-               "B %d, row stride %lld, batch stride %lld)",
-               int(r), width, T, B, (long long)row_stride, (long long)batch_stride);
-  return map;
-}
-
-}  // namespace wgmma
-
 namespace {
 
 using namespace wgmma;
@@ -117,11 +78,10 @@ constexpr size_t smem_bytes(int D) {
 }
 // The simple kernel's: also 2 mbarriers (K and V of a stage loaded by TMA).
 constexpr size_t simple_smem_bytes(int D) { return smem_bytes(D) + 2 * 8; }
-// Blocks per SM the launch bounds ask registers for: the simple kernel at D = 64 (81 KiB of
-// shared memory) fits two blocks (<= 128 registers per thread); the others one (D = 128 takes
-// 161 KiB; the pipelined kernel holds S of the next tile beside P and O).
-template <int D, bool kPipelined>
-constexpr int kMinBlocks = D == 64 && !kPipelined ? 2 : 1;
+// Blocks per SM the simple kernel's launch bounds ask registers for: at D = 64 (81 KiB of shared
+// memory) two blocks (<= 128 registers per thread); at D = 128 (161 KiB) one.
+template <int D>
+constexpr int kMinBlocks = D == 64 ? 2 : 1;
 
 #if ATTN_WGMMA_DEVICE
 
@@ -138,7 +98,7 @@ template <int D>
 __device__ __forceinline__ void store_o_lse(const float (&o)[D / 2], const RowState& st,
                                             const AttentionParams<bf16>& p, int b, int h, int row0,
                                             int tig) {
-  const int T = p.T_;
+  const int T = p.seq_len;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = st.sum[r];
@@ -178,17 +138,16 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], uint32_t (&pa)[kBloc
 __device__ __forceinline__ void softmax_tile(float (&s)[kBlockN / 2], RowState& st,
                                              float (&corr)[2], const AttentionParams<bf16>& p,
                                              int k0, int wq0, int row0, int tig, float sl2) {
-  const int T = p.T_;
-  const bool need_mask = k0 + kBlockN > T || (p.causal && k0 + kBlockN - 1 > wq0) ||
-                         (p.window > 0 && k0 <= wq0 + 63 - p.window);
-  if (need_mask) {
-    // Row qi sees keys lo .. hi; in this thread's columns key = k0 + 2 tig + (8 j + e), so one
-    // comparison of the compile-time column offset 8 j + e against each bound (few registers).
+  const int T = p.seq_len;
+  if (ATTN_MASK_NEEDS_KEY_MASK(p.mask, wq0, 64, k0, kBlockN, T)) {
+    // Row qi sees keys base + lo .. base + hi; in this thread's columns key = k0 + 2 tig + (8 j +
+    // e), so one comparison of the compile-time column offset 8 j + e against each bound (few
+    // registers).
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int qi = row0 + 8 * r, base = k0 + 2 * tig;
-      const int hi = (p.causal ? min(T - 1, qi) : T - 1) - base;
-      const int lo = p.window > 0 ? qi - p.window + 1 - base : -(1 << 30);
+      int lo, hi;
+      p.mask.key_bounds(qi, T, base, &lo, &hi);
 #pragma unroll
       for (int j = 0; j < kBlockN / 8; ++j) {
 #pragma unroll
@@ -237,17 +196,13 @@ __device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&corr)[2
 
 #endif  // ATTN_WGMMA_DEVICE
 
-// kPipelined = false (simple): per tile S = Q K^T, wait, softmax, O += P V, wait; a warpgroup
-//   skips tiles it does not see; K and V of tile n + 1 load during tile n.
-// kPipelined = true (FlashAttention-3's intra-warpgroup overlap): S of tile n is issued together
-//   with O += P V of tile n - 1, and the softmax of tile n runs while the tensor cores do that
-//   P V; only then is O rescaled. K of tile n + 1 and V of tile n load during tile n (V of tile n
-//   is used one tile later, so its buffer is that of tile n - 2). No per-warpgroup skipping (the
-//   pipeline is uniform); fully masked tiles, which only windows produce, are computed.
-template <int D, bool kPipelined>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
-    attn_fwd_wgmma_kernel(const AttentionParams<bf16> p, const __grid_constant__ CUtensorMap tm_k,
-                          const __grid_constant__ CUtensorMap tm_v) {
+// The simple schedule (the default at D = 64): per tile S = Q K^T, wait, softmax, O += P V, wait;
+// a warpgroup skips tiles it does not see; K and V of tile n + 1 load (TMA) during tile n.
+template <int D>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
+    attn_fwd_wgmma_simple_kernel(const AttentionParams<bf16> p,
+                                 const __grid_constant__ CUtensorMap tm_k,
+                                 const __grid_constant__ CUtensorMap tm_v) {
 #if ATTN_WGMMA_DEVICE
   constexpr uint32_t kQBytes = tile_bytes(kBlockM, D), kKVBytes = tile_bytes(kBlockN, D);
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -257,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
   const uint32_t sK = sQ + kQBytes;       // [2][kBlockN] rows
   const uint32_t sV = sK + 2 * kKVBytes;  // [2][kBlockN] rows
 
-  const int T = p.T_;
+  const int T = p.seq_len;
   const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) blocks first
   const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
   const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
@@ -266,13 +221,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
   const int wq0 = q0 + 64 * wg;          // first query of this warpgroup
   const int row0 = wq0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
   const bf16* gq = p.q + b * p.qkv_batch_stride + h * D;
-  const bf16* gk = p.k + b * p.qkv_batch_stride + hk * D;
-  const bf16* gv = p.v + b * p.qkv_batch_stride + hk * D;
   const int64_t ld = p.qkv_row_stride;
 
-  int n_end = (T + kBlockN - 1) / kBlockN;
-  if (p.causal) n_end = min(n_end, (q0 + kBlockM - 1) / kBlockN + 1);
-  const int n_begin = p.window > 0 ? max(0, q0 - p.window + 1) / kBlockN : 0;
+  const TileRange tiles = p.mask.key_tiles(q0, kBlockM, kBlockN, T);
+  const int n_begin = tiles.begin, n_end = tiles.end;
 
   float o[D / 2];
 #pragma unroll
@@ -284,101 +236,46 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
   float s[kBlockN / 2], corr[2];
   uint32_t pa[kBlockN / 16][4];
 
-  if constexpr (!kPipelined) {
-    // K and V by TMA: thread 0 issues tile nb + 1 into stage (nb - n_begin + 1) % 2 once the
-    // barrier at the top of tile nb has seen both warpgroups done with that stage (tile nb - 1);
-    // the copies complete on the stage's mbarrier (its k-th phase: the stage's k-th tile).
-    const uint32_t full = sV + 2 * kKVBytes;  // [2]
-    auto load_kv = [&](int nb, int stage) {
-      const uint32_t bar = full + 8 * stage;
-      mbar_arrive_expect_tx(bar, 2 * kKVBytes);
+  // K and V by TMA: thread 0 issues tile nb + 1 into stage (nb - n_begin + 1) % 2 once the
+  // barrier at the top of tile nb has seen both warpgroups done with that stage (tile nb - 1);
+  // the copies complete on the stage's mbarrier (its k-th phase: the stage's k-th tile).
+  const uint32_t full = sV + 2 * kKVBytes;  // [2]
+  auto load_kv = [&](int nb, int stage) {
+    const uint32_t bar = full + 8 * stage;
+    mbar_arrive_expect_tx(bar, 2 * kKVBytes);
 #pragma unroll
-      for (int c = 0; c < D / 64; ++c) {  // column blocks (kBlockN x 128 bytes apart)
-        tma_load_3d(sK + stage * kKVBytes + c * kBlockN * 128, &tm_k, bar, hk * D + 64 * c,
-                    nb * kBlockN, b);
-        tma_load_3d(sV + stage * kKVBytes + c * kBlockN * 128, &tm_v, bar, hk * D + 64 * c,
-                    nb * kBlockN, b);
-      }
-    };
-    if (threadIdx.x == 0) {
-      mbar_init(full, 1);
-      mbar_init(full + 8, 1);
-      fence_mbar_init();
+    for (int c = 0; c < D / 64; ++c) {  // column blocks (kBlockN x 128 bytes apart)
+      tma_load_3d(sK + stage * kKVBytes + c * kBlockN * 128, &tm_k, bar, hk * D + 64 * c,
+                  nb * kBlockN, b);
+      tma_load_3d(sV + stage * kKVBytes + c * kBlockN * 128, &tm_v, bar, hk * D + 64 * c,
+                  nb * kBlockN, b);
     }
-    __syncthreads();
-    load_tile<kBlockM, D, kThreads>(sQ, gq, ld, q0, T);
-    cp_async_commit();
-    if (threadIdx.x == 0) load_kv(n_begin, 0);
-    for (int nb = n_begin; nb < n_end; ++nb) {
-      const int buf = (nb - n_begin) & 1;
-      tiles_ready();  // Q (first tile); the other stage free
-      if (threadIdx.x == 0 && nb + 1 < n_end) load_kv(nb + 1, buf ^ 1);
-      mbar_wait(full + 8 * buf, uint32_t((nb - n_begin) >> 1) & 1u);
-      const int k0 = nb * kBlockN;
-      // Uniform per warpgroup (wgmma needs all 128 threads): keys all past the diagonal of its
-      // last row, or all before the window of its first row.
-      if ((p.causal && k0 > wq0 + 63) || (p.window > 0 && k0 + kBlockN - 1 <= wq0 - p.window)) {
-        continue;
-      }
-      issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK + buf * kKVBytes);
-      wgmma_wait<0>();
-      fence_regs(s);
-      softmax_tile(s, st, corr, p, k0, wq0, row0, tig, sl2);
-      rescale<D>(o, corr);
-      acc_to_a<kBlockN>(pa, s);
-      issue_pv<D>(o, pa, sV + buf * kKVBytes);
-      wgmma_wait<0>();
-      fence_regs(o);
-      fence_regs(pa);
-    }
-  } else {
-    // Buffers: K of tile n in K[(n - n_begin) % 2], loaded during tile n - 1; V of tile n in
-    // V[(n - n_begin) % 2], loaded during tile n and used during tile n + 1. The previous content
-    // of that V buffer, V of tile n - 2, was read by the P V issued during tile n - 1, which both
-    // warpgroups waited for before the barrier at the top of tile n.
-    auto load_next = [&](int nb) {
-      const int buf = (nb - n_begin) & 1;
-      if (nb + 1 < n_end) {
-        load_tile<kBlockN, D, kThreads>(sK + (buf ^ 1) * kKVBytes, gk, ld, (nb + 1) * kBlockN, T);
-      }
-      load_tile<kBlockN, D, kThreads>(sV + buf * kKVBytes, gv, ld, nb * kBlockN, T);
-      cp_async_commit();
-    };
-    load_tile<kBlockM, D, kThreads>(sQ, gq, ld, q0, T);
-    load_tile<kBlockN, D, kThreads>(sK, gk, ld, n_begin * kBlockN, T);
-    cp_async_commit();
-    // First tile: no P V yet. (Peeled so that the loop below has no branch between the issues
-    // and the waits: ptxas serializes wgmma pipeline stages it cannot follow.)
-    tiles_ready();
-    load_next(n_begin);
-    issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK);
+  };
+  if (threadIdx.x == 0) {
+    mbar_init(full, 1);
+    mbar_init(full + 8, 1);
+    fence_mbar_init();
+  }
+  __syncthreads();
+  load_tile<kBlockM, D, kThreads>(sQ, gq, ld, q0, T);
+  cp_async_commit();
+  if (threadIdx.x == 0) load_kv(n_begin, 0);
+  for (int nb = n_begin; nb < n_end; ++nb) {
+    const int buf = (nb - n_begin) & 1;
+    tiles_ready();  // Q (first tile); the other stage free
+    if (threadIdx.x == 0 && nb + 1 < n_end) load_kv(nb + 1, buf ^ 1);
+    mbar_wait(full + 8 * buf, uint32_t((nb - n_begin) >> 1) & 1u);
+    const int k0 = nb * kBlockN;
+    // Uniform per warpgroup (wgmma needs all 128 threads): keys all past the diagonal of its
+    // last row, or all before the window of its first row.
+    if (ATTN_MASK_TILE_INVISIBLE(p.mask, wq0, wq0 + 63, k0, k0 + kBlockN - 1)) continue;
+    issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK + buf * kKVBytes);
     wgmma_wait<0>();
     fence_regs(s);
-    softmax_tile(s, st, corr, p, n_begin * kBlockN, wq0, row0, tig, sl2);
-    acc_to_a<kBlockN>(pa, s);  // O is still 0: no rescale
-    fence_regs(pa);
-    for (int nb = n_begin + 1; nb < n_end; ++nb) {
-      const int buf = (nb - n_begin) & 1;
-      tiles_ready();  // K of tile nb, V of tile nb - 1
-      load_next(nb);
-      issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK + buf * kKVBytes);
-      issue_pv<D>(o, pa, sV + (buf ^ 1) * kKVBytes);  // P and V of tile nb - 1
-      wgmma_wait<1>();                                // S done; P V may still run
-      fence_regs(s);
-      softmax_tile(s, st, corr, p, nb * kBlockN, wq0, row0, tig, sl2);
-      wgmma_wait<0>();
-      fence_regs(o);
-      fence_regs(pa);
-      rescale<D>(o, corr);
-      acc_to_a<kBlockN>(pa, s);
-      // Pin the rescale and the conversion here: left to the compiler they could sink below the
-      // next S = Q K^T issue, into the next P V's pipeline stage (ptxas would then serialize the
-      // wgmmas).
-      fence_regs(o);
-      fence_regs(pa);
-    }
-    tiles_ready();  // V of the last tile
-    issue_pv<D>(o, pa, sV + ((n_end - 1 - n_begin) & 1) * kKVBytes);
+    softmax_tile(s, st, corr, p, k0, wq0, row0, tig, sl2);
+    rescale<D>(o, corr);
+    acc_to_a<kBlockN>(pa, s);
+    issue_pv<D>(o, pa, sV + buf * kKVBytes);
     wgmma_wait<0>();
     fence_regs(o);
     fence_regs(pa);
@@ -390,13 +287,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D, kPipelined>)
 #endif
 }
 
-// kPingpong: the pipelined schedule per warpgroup, with the loads moved to a producer warpgroup and
-// the two warpgroups decoupled, so that one's softmax runs while the other's MMAs do
-// (FlashAttention-3's inter-warpgroup "pingpong"):
+// The pingpong schedule (the default at D = 128). Per warpgroup, FlashAttention-3's
+// intra-warpgroup overlap: S of tile n is issued together with O += P V of tile n - 1, and the
+// softmax of tile n runs while the tensor cores do that P V; only then is O rescaled. The loads are
+// in a producer warpgroup and the two compute warpgroups are decoupled, so that one's softmax runs
+// while the other's MMAs do (FlashAttention-3's inter-warpgroup "pingpong"):
 //   - warpgroup 2 (threads 256..383) is the producer: its first thread copies Q, then K and V of
 //     each tile into two stages each with TMA (cp.async.bulk.tensor, the maps of tile_map), which
 //     completes on the stage's "full" mbarrier (expect_tx); a consumer waits for the phase. (With
-//     cp.async by all 128 producer threads, measured before: 1-4% slower at D = 128.)
+//     cp.async by all 128 producer threads it measured slower at D = 128: docs/performance.md.)
 //   - a consumer warp releases a stage on its "empty" mbarrier (8 arrivals: lane 0 of each consumer
 //     warp) after the wgmmas that read it completed (wait_group); the producer waits for that
 //     release before it overwrites the stage. K of tile n is released after S of tile n, V after
@@ -435,13 +334,12 @@ __global__ void __launch_bounds__(kPingpongThreads, 1)
   const uint32_t full_k = full_q + 8, full_v = full_k + 16;      // + 8 stage
   const uint32_t empty_k = full_v + 16, empty_v = empty_k + 16;  // + 8 stage
 
-  const int T = p.T_;
+  const int T = p.seq_len;
   const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) blocks first
   const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
   const int q0 = m_block * kBlockM;
-  int n_end = (T + kBlockN - 1) / kBlockN;
-  if (p.causal) n_end = min(n_end, (q0 + kBlockM - 1) / kBlockN + 1);
-  const int n_begin = p.window > 0 ? max(0, q0 - p.window + 1) / kBlockN : 0;
+  const TileRange tiles = p.mask.key_tiles(q0, kBlockM, kBlockN, T);
+  const int n_begin = tiles.begin, n_end = tiles.end;
 
   if (threadIdx.x == 0) {
     mbar_init(full_q, 1);
@@ -545,7 +443,10 @@ __global__ void __launch_bounds__(kPingpongThreads, 1)
     release(empty_v, i - 1);
     rescale<D>(o, corr);
     acc_to_a<kBlockN>(pa, s);
-    fence_regs(o);  // pinned before the next issue (see the pipelined kernel)
+    // Pin the rescale and the conversion here: left to the compiler they could sink below the
+    // next S = Q K^T issue, into the next P V's pipeline stage (ptxas would then serialize the
+    // wgmmas).
+    fence_regs(o);
     fence_regs(pa);
   }
   {
@@ -571,34 +472,33 @@ void launch_pingpong(const AttentionParams<bf16>& p, cudaStream_t st) {
   constexpr size_t smem = pingpong_smem_bytes(D);
   auto* kernel = attn_fwd_wgmma_pingpong_kernel<D>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const dim3 grid(div_up(p.T_, kBlockM), p.n_head, p.B);
+  const dim3 grid(div_up(p.seq_len, kBlockM), p.n_head, p.B);
   static_assert(kBlockM == kBlockN, "one box height for the Q, K and V maps");
   const int kv_width = p.n_kv_head * D;
-  const CUtensorMap tm_q = tile_map(p.q, p.n_head * D, p.T_, p.B, p.qkv_row_stride,
+  const CUtensorMap tm_q = tile_map(p.q, p.n_head * D, p.seq_len, p.B, p.qkv_row_stride,
                                     p.qkv_batch_stride, kBlockM),
-                    tm_k = tile_map(p.k, kv_width, p.T_, p.B, p.qkv_row_stride, p.qkv_batch_stride,
-                                    kBlockN),
-                    tm_v = tile_map(p.v, kv_width, p.T_, p.B, p.qkv_row_stride, p.qkv_batch_stride,
-                                    kBlockN);
+                    tm_k = tile_map(p.k, kv_width, p.seq_len, p.B, p.qkv_row_stride,
+                                    p.qkv_batch_stride, kBlockN),
+                    tm_v = tile_map(p.v, kv_width, p.seq_len, p.B, p.qkv_row_stride,
+                                    p.qkv_batch_stride, kBlockN);
   kernel<<<grid, kPingpongThreads, smem, st>>>(p, tm_q, tm_k, tm_v);
   CUDA_CHECK_LAUNCH();
 }
 
-template <int D, bool kPipelined>
-void launch(const AttentionParams<bf16>& p, cudaStream_t st) {
-  constexpr size_t smem = kPipelined ? smem_bytes(D) : simple_smem_bytes(D);
-  auto* kernel = attn_fwd_wgmma_kernel<D, kPipelined>;
+template <int D>
+void launch_simple(const AttentionParams<bf16>& p, cudaStream_t st) {
+  constexpr size_t smem = simple_smem_bytes(D);
+  auto* kernel = attn_fwd_wgmma_simple_kernel<D>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   // Largest shared-memory carveout: two 81 KiB blocks (D = 64) must share an SM.
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   int(cudaSharedmemCarveoutMaxShared)));
-  const dim3 grid(div_up(p.T_, kBlockM), p.n_head, p.B);
-  CUtensorMap tm_k{}, tm_v{};  // K and V of the simple kernel
-  if constexpr (!kPipelined) {
-    const int kv_width = p.n_kv_head * D;
-    tm_k = tile_map(p.k, kv_width, p.T_, p.B, p.qkv_row_stride, p.qkv_batch_stride, kBlockN);
-    tm_v = tile_map(p.v, kv_width, p.T_, p.B, p.qkv_row_stride, p.qkv_batch_stride, kBlockN);
-  }
+  const dim3 grid(div_up(p.seq_len, kBlockM), p.n_head, p.B);
+  const int kv_width = p.n_kv_head * D;
+  const CUtensorMap tm_k = tile_map(p.k, kv_width, p.seq_len, p.B, p.qkv_row_stride,
+                                    p.qkv_batch_stride, kBlockN),
+                    tm_v = tile_map(p.v, kv_width, p.seq_len, p.B, p.qkv_row_stride,
+                                    p.qkv_batch_stride, kBlockN);
   kernel<<<grid, kThreads, smem, st>>>(p, tm_k, tm_v);
   CUDA_CHECK_LAUNCH();
 }
@@ -607,7 +507,7 @@ void launch(const AttentionParams<bf16>& p, cudaStream_t st) {
 
 bool attention_fwd_wgmma_supported(const AttentionParams<bf16>& p) {
 #if defined(ATTNLAB_WGMMA_SM90A)
-  if ((p.D != 64 && p.D != 128) || p.variant != nullptr) return false;
+  if (p.D != 64 && p.D != 128) return false;
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -622,36 +522,23 @@ bool attention_fwd_wgmma_supported(const AttentionParams<bf16>& p) {
 #endif
 }
 
-// The simple kernel at D = 64 (two blocks per SM overlap one block's softmax with the other's
-// MMAs), the pingpong one at D = 128 (two compute warpgroups take turns on the tensor cores).
-// Measured on the H200 (docs/performance.md, v6): at D = 128 pingpong is 1.19-1.22x the pipelined
-// schedule at T >= 4K; at D = 64 it is 0.94-0.99x the simple one.
-WgmmaFwdVariant wgmma_fwd_default_variant(int D) {
-  return D == 64 ? WgmmaFwdVariant::kSimple : WgmmaFwdVariant::kPingpong;
-}
-
-void launch_attention_fwd_wgmma(const AttentionParams<bf16>& p, Stream s, WgmmaFwdVariant variant) {
+void launch_attention_fwd_wgmma(const AttentionParams<bf16>& p, Stream s) {
   ATTN_REQUIRE(attention_fwd_wgmma_supported(p),
                "wgmma attention forward: needs a build with sm_90a code "
                "(CMAKE_CUDA_ARCHITECTURES containing 90), a compute capability 9.0 device and "
                "head dim 64 or 128 (got %d)",
                p.D);
-  ATTN_ASSERT(p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0 && p.T_ > 0 && p.B > 0);
-  ATTN_ASSERT(p.window >= 0 && p.scale > 0.f);
+  ATTN_ASSERT(p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0 && p.seq_len > 0 && p.B > 0);
+  ATTN_ASSERT(p.mask.window >= 0 && p.scale > 0.f);
   ATTN_ASSERT(p.qkv_row_stride % 8 == 0 && p.qkv_batch_stride % 8 == 0 && p.o_row_stride % 2 == 0 &&
               p.o_batch_stride % 2 == 0);
   ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v));
   auto st = reinterpret_cast<cudaStream_t>(s);
-  if (variant == WgmmaFwdVariant::kDefault) variant = wgmma_fwd_default_variant(p.D);
-  if (variant == WgmmaFwdVariant::kPingpong) {
-    p.D == 64 ? launch_pingpong<64>(p, st) : launch_pingpong<128>(p, st);
-    return;
-  }
-  const bool pipelined = variant == WgmmaFwdVariant::kPipelined;
+  // The schedule per head dim (see the top of this file).
   if (p.D == 64) {
-    pipelined ? launch<64, true>(p, st) : launch<64, false>(p, st);
+    launch_simple<64>(p, st);
   } else {
-    pipelined ? launch<128, true>(p, st) : launch<128, false>(p, st);
+    launch_pingpong<128>(p, st);
   }
 }
 

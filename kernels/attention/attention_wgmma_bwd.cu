@@ -17,43 +17,32 @@
 //     dS^T to shared memory (bf16, [keys][queries], swizzled like every operand);
 //     dV  += P^T dO    wgmma m64nDk16, A = P^T from registers (the accumulator layout of S^T is
 //     dK  += dS^T Q    the register-A layout), B = dO / Q MN-major ([queries][D], D contiguous);
-//     dQ   = dS K      once dS^T of both warpgroups is in shared memory (after a barrier; with
-//                      kLagDq, the default at D = 128, in the next tile behind its S^T and dP^T):
+//     dQ   = dS K      once dS^T of both warpgroups is in shared memory (after a barrier at D =
+//                      64; at D = 128 (kLagDq) in the next tile behind its S^T and dP^T):
 //                      each warpgroup computes a 64 x 64 block of the kQ x D tile (D = 64: its 64
 //                      queries; D = 128: its 64 columns), A = dS MN-major (the transposed dS^T
 //                      tile), B = K MN-major, K = the block's 128 keys; staged in shared memory and
 //                      added to the fp32 accumulator by one bulk reduction per tile.
 //   Keys as the M dimension keep P^T and dS^T in registers for dV and dK and make the per-query
 //   lse and delta column values (read from shared memory, broadcast).
-//   Element masks only on tiles that touch the diagonal, the window edge or the end of T.
+//   Query tiles and element masks (only on tiles that touch the diagonal, the window edge or the
+//   end of T) come from AttentionMask (visibility.h).
 //   dQ is not bitwise reproducible (the order of the fp32 additions); dK and dV are.
 // Shared-memory layout and synchronization follow the forward (attention_wgmma.cu). dS^T is
 // written with st.shared (generic proxy): fence.proxy.async, then the barrier, before the dQ
 // wgmma reads it. Every buffer that the next tile's cp.async or dS^T stores overwrite was last read
 // by wgmmas that every thread waited for (wait_group 0) before the barrier at the top of the tile.
 //
-// Measured on the H200 (bench_attention, causal, B*T = 32K, T = 1K / 4K / 16K): the whole fast
-// backward (delta kernel, this kernel, dQ conversion) took 0.83 / 0.77 / 0.72x the time of the
-// mma.sync one at D = 64 and 0.70 / 0.67 / 0.63x at D = 128 with cp.async loads; TMA loads take
-// another 8-18% off (docs/performance.md, v6). Nsight Compute (scripts/ncu_attention.sh) showed
-// the cp.async version spending about 170 instructions per warp and tile on the loads and ~13% of
-// its stall samples waiting for the load-store queue. The two warpgroups run in lockstep (two block
-// barriers per tile, one block per SM; one with kLagDq), so the exp and dS work is not overlapped
-// with the other warpgroup's MMAs as in FlashAttention-3's warp-specialized pipeline. A version
-// whose warpgroups synchronized through mbarriers only (no block barrier in the loop, each adding
-// its own dQ block by TMA reductions), with or without warpgroup 1 started a third of a tile late,
-// passed the tests but measured no faster than kLagDq (0-3% slower at T <= 4K, 13-21% slower at
-// 16K; docs/performance.md v7) and was removed. Removed earlier, all slower than kTma on the
-// H200: dQ by float2 atomics, Q and dO by cp.async, dV issued before dP^T is waited for. A variant
-// with one warpgroup per 64-key block and two blocks per SM (independent blocks overlap, twice the
-// dQ additions) measured 1.1-1.3x slower than the default and was dropped. FlashAttention-3's
-// producer warpgroup does not fit as is: the register file is split per scheduler, so a 9th warp
-// costs a whole warpgroup's registers, and with setmaxnreg the compute warpgroups get at most 240
-// (producer 24), where these kernels need 242-255 (ptxas spills; a cp.async producer also spills at
-// 24). A version with one block barrier per tile (mbarrier-gated stages, dS^T double-buffered, S^T
-// and dP^T of the next tile issued behind dQ) measured 10-19% slower, ptxas serializing its wgmmas
-// (C7514: accumulators in flight across the loop's back edge), and was removed
-// (docs/performance.md, v6).
+// Two versions of the loop, one per head dim, each measured the faster there on the H200
+// (bench_attention, docs/performance.md v6-v8): D = 64 synchronizes the two warpgroups with two
+// block barriers per query tile and computes the tile's dQ after the second; D = 128 (kLagDq)
+// issues each tile's dQ product in the next tile, behind its first products (one block barrier per
+// tile). The two warpgroups run in lockstep, so the exp and dS work is not overlapped with the
+// other warpgroup's MMAs as in FlashAttention-3's warp-specialized pipeline: a producer warpgroup
+// does not fit (the register file is split per scheduler, so a 9th warp costs a whole
+// warpgroup's registers; these kernels need 242-255 per thread). The versions tried and removed
+// (mbarrier-only synchronization, dQ by atomics, cp.async loads, one warpgroup per block, a
+// one-barrier loop that ptxas serialized) and their timings are in docs/performance.md.
 #include <cuda.h>  // CUtensorMap (types only: the encoder is reached through the runtime)
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -77,9 +66,8 @@ constexpr int kQTile = D == 64 ? 128 : 64;
 
 // Dynamic shared memory: K, V (kBlockN rows), 2 x Q, 2 x dO (kQ rows), dS^T (kBlockN x kQ), 2 x
 // lse and delta (kQ floats), the fp32 dQ tile (kQ x D), 2 mbarriers (TMA loads), plus up to 1008
-// bytes to align the base (16-byte aligned) to 1024. 162 / 177 KiB at D = 64 / 128; kLagDq doubles
-// the dS^T and dQ tiles: 226 KiB at both head dims, the whole 227 KiB an H200 block may opt into.
-// One block per SM.
+// bytes to align the base (16-byte aligned) to 1024: 162 KiB at D = 64; kLagDq (D = 128) doubles
+// the dS^T and dQ tiles: 226 KiB, the whole 227 KiB an H200 block may opt into. One block per SM.
 template <int D, bool kLagDq>
 constexpr size_t bwd_smem_bytes() {
   constexpr int kQ = kQTile<D>, kCopies = kLagDq ? 2 : 1;
@@ -87,7 +75,7 @@ constexpr size_t bwd_smem_bytes() {
          kCopies * size_t(tile_bytes(kBlockN, kQ)) + 4 * kQ * sizeof(float) +
          kCopies * size_t(kQ) * D * sizeof(float) + 16 + 1008;
 }
-static_assert(bwd_smem_bytes<64, true>() <= 232448 && bwd_smem_bytes<128, true>() <= 232448);
+static_assert(bwd_smem_bytes<64, false>() <= 232448 && bwd_smem_bytes<128, true>() <= 232448);
 
 // The dQ rows of the shared tile and of dq_accum are permuted by dq_swizzle (dq_layout.h).
 
@@ -117,34 +105,10 @@ __device__ __forceinline__ void issue_dv_dk(float (&dv)[D / 2], float (&dk)[D / 
   wgmma_commit();
 }
 
-// Bulk reduction dst[0 .. bytes) += src (fp32, shared -> global, asynchronous; bytes a multiple of
-// 16, both addresses 16-byte aligned), committed as one bulk group of the issuing thread.
-__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
-  asm volatile(
-      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-      "cp.async.bulk.commit_group;\n" ::"l"(dst),
-      "r"(src), "r"(bytes)
-      : "memory");
-}
-// The issuing thread's bulk groups have finished reading shared memory / have completed.
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
-__device__ __forceinline__ void bulk_wait_all() {
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-}
-
 // The steps of one query tile, shared by the kernels below (one warpgroup's part: keys key0 and
 // key0 + 8 of this thread, its 64 keys of the block starting at row kr0 = 64 wg + 16 warp + g of
 // the block's tiles). Accumulator element 4 j + 2 r + e: key key0 + 8 r, query
 // q0 + 8 j + 2 tig + e.
-
-// Two floats at a shared-memory address (8-byte aligned).
-__device__ __forceinline__ float2 lds_f2(uint32_t addr) {
-  float2 v;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
-  return v;
-}
 
 // S^T -> P^T = exp2(S^T scale log2 e - lse log2 e) in place, zero where the key does not see the
 // query. The masks (only on tiles that need them: a uniform branch, so the common tile runs the
@@ -159,10 +123,8 @@ __device__ __forceinline__ void scores_to_p(float (&s)[kQ / 2], uint32_t c_lse, 
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int key = key0 + 8 * r, base = q0 + 2 * tig;
-      int hi = p.T_ - 1 - base;                                   // query < T
-      if (p.window > 0) hi = min(hi, key + p.window - 1 - base);  // query < key + window
-      if (key >= p.T_) hi = -1;                                   // a key past T sees none
-      const int lo = p.causal ? key - base : -(1 << 30);          // query >= key
+      int lo, hi;  // queries base + lo .. base + hi see the key (none past T)
+      p.mask.query_bounds(key, p.seq_len, base, &lo, &hi);
 #pragma unroll
       for (int j = 0; j < kQ / 8; ++j) {
 #pragma unroll
@@ -264,7 +226,7 @@ __device__ __forceinline__ void store_dk_dv(const float (&dk)[D / 2], const floa
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int key = key0 + 8 * r;
-    if (key >= p.T_) continue;
+    if (key >= p.seq_len) continue;
     const int64_t off = b * p.qkv_batch_stride + int64_t(key) * p.qkv_row_stride + hk * D;
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
@@ -283,8 +245,8 @@ __device__ __forceinline__ void store_dk_dv(const float (&dk)[D / 2], const floa
 // the issuing thread waits for its reads of the tile before the tile is rewritten. Q and dO are
 // loaded by TMA (one thread issues D / 32 box copies per tile from the tensor maps tm_q and tm_do,
 // see tile_map; they complete on the buffer's mbarrier); K, V, lse and delta by cp.async.
-// kLagDq = false (kTma): two block barriers per tile, dQ = dS K after the second.
-// kLagDq (kTmaLagDq, the default at D = 128): dQ of tile i is issued in tile i + 1, behind its
+// kLagDq = false (D = 64): two block barriers per tile, dQ = dS K after the second.
+// kLagDq (D = 128): dQ of tile i is issued in tile i + 1, behind its
 //   S^T and dP^T, so that the tensor cores run it during the exp and dS work; dS^T and the dQ tile
 //   are double-buffered. One block barrier per tile instead of two: the one at the top also says
 //   that the previous tile's dS^T is stored (every warpgroup reads both halves for dQ). Every
@@ -313,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t sdQ = sStats + 4 * kQ * 4;         // fp32 [kCopies][kQ][D]
   const uint32_t sFull = sdQ + kCopies * kDqBytes;  // mbarriers [2]: Q, dO of a stage loaded
 
-  const int T = p.T_;
+  const int T = p.seq_len;
   const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tig = lane & 3;
@@ -324,9 +286,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t ld = p.qkv_row_stride;
 
   // Query tiles that see keys k0 .. k0 + kBlockN - 1, for each query head of the group.
-  const int m_begin = p.causal ? k0 / kQ : 0;
-  int m_end = (T + kQ - 1) / kQ;
-  if (p.window > 0) m_end = min(m_end, (k0 + kBlockN - 1 + p.window - 1) / kQ + 1);
+  const TileRange tiles = p.mask.query_tiles(k0, kBlockN, kQ, T);
+  const int m_begin = tiles.begin, m_end = tiles.end;
   const int per_head = max(0, m_end - m_begin);
   const int iters = group * per_head;
 
@@ -417,9 +378,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       wgmma_wait<2>();  // S^T done; dP^T and dQ may still run
       fence_regs(s);
-      const bool need_mask = q0 + kQ > T || k0 + kBlockN > T ||
-                             (p.causal && k0 + kBlockN - 1 > q0) ||
-                             (p.window > 0 && k0 <= q0 + kQ - 1 - p.window);
+      const bool need_mask = ATTN_MASK_NEEDS_MASK(p.mask, q0, kQ, k0, kBlockN, T);
       scores_to_p<kQ>(s, c_lse, need_mask, key0, q0, tig, sl2, p);
       wgmma_wait<1>();  // dP^T done; dQ may still run
       fence_regs(dp);
@@ -436,7 +395,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       // One proxy fence for both stores: dS^T (read by the next tile's dQ wgmma) and the dQ tile
       // (read by the bulk reduction), both after the next barrier. A fence after each store, and
-      // one in the barrier at the top of every tile, measured 1-2% slower (docs/performance.md v8).
+      // one in the barrier at the top of every tile, measured slower (docs/performance.md v8).
       fence_proxy_async();
       wgmma_wait<0>();
       fence_regs(dv);
@@ -497,9 +456,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_regs(s);
 
       // Element 4 j + 2 r + e: key key0 + 8 r, query q0 + 8 j + 2 tig + e.
-      const bool need_mask = q0 + kQ > T || k0 + kBlockN > T ||
-                             (p.causal && k0 + kBlockN - 1 > q0) ||
-                             (p.window > 0 && k0 <= q0 + kQ - 1 - p.window);
+      const bool need_mask = ATTN_MASK_NEEDS_MASK(p.mask, q0, kQ, k0, kBlockN, T);
       scores_to_p<kQ>(s, c_lse, need_mask, key0, q0, tig, sl2, p);
       uint32_t pa[kQ / 16][4], dsa[kQ / 16][4];
       acc_to_a<kQ>(pa, s);
@@ -557,9 +514,9 @@ __global__ void dq_convert_kernel(const AttentionParams<bf16> p,
                                   const float* __restrict__ dq_accum) {
   constexpr int kQuads = D / 4;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;  // index of 4 values in the (b, h) plane
-  if (i >= p.T_ * kQuads) return;
+  if (i >= p.seq_len * kQuads) return;
   const int t = i / kQuads, d = (i % kQuads) * 4, h = blockIdx.y, b = blockIdx.z;
-  const int64_t row = (int64_t(b) * p.n_head + h) * p.T_ + t;
+  const int64_t row = (int64_t(b) * p.n_head + h) * p.seq_len + t;
   const int src = dq_swizzle(t, d);  // t % 8 is the row's phase in its tile
   const float4 v = *reinterpret_cast<const float4*>(dq_accum + row * D + src);
   bf16* out = p.dq + b * p.qkv_batch_stride + int64_t(t) * p.qkv_row_stride + h * D + d;
@@ -572,67 +529,43 @@ void launch(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
   constexpr size_t smem = bwd_smem_bytes<D, kLagDq>();
   auto* kernel = attn_bwd_wgmma_kernel<D, kLagDq>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const dim3 grid(div_up(p.T_, kBlockN), p.n_kv_head, p.B);
-  const CUtensorMap tm_q = tile_map(p.q, p.n_head * D, p.T_, p.B, p.qkv_row_stride,
+  const dim3 grid(div_up(p.seq_len, kBlockN), p.n_kv_head, p.B);
+  const CUtensorMap tm_q = tile_map(p.q, p.n_head * D, p.seq_len, p.B, p.qkv_row_stride,
                                     p.qkv_batch_stride, kQTile<D>),
-                    tm_do = tile_map(p.dout, p.n_head * D, p.T_, p.B, p.o_row_stride,
+                    tm_do = tile_map(p.dout, p.n_head * D, p.seq_len, p.B, p.o_row_stride,
                                      p.o_batch_stride, kQTile<D>);
   kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum, tm_q, tm_do);
   CUDA_CHECK_LAUNCH();
-  const dim3 convert_grid(div_up(int64_t(p.T_) * (D / 4), 256), p.n_head, p.B);
+  const dim3 convert_grid(div_up(int64_t(p.seq_len) * (D / 4), 256), p.n_head, p.B);
   dq_convert_kernel<D><<<convert_grid, 256, 0, st>>>(p, dq_accum);
   CUDA_CHECK_LAUNCH();
 }
 
-template <int D>
-void launch_variant(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
-                    cudaStream_t st, WgmmaBwdVariant variant) {
-  switch (variant) {
-    case WgmmaBwdVariant::kTma:
-      launch<D, false>(p, delta, dq_accum, st);
-      break;
-    case WgmmaBwdVariant::kTmaLagDq:
-      launch<D, true>(p, delta, dq_accum, st);
-      break;
-    case WgmmaBwdVariant::kDefault:
-      ATTN_FAIL("wgmma attention backward: kDefault must be resolved by the caller");
-  }
-}
-
 }  // namespace
-
-// Kernel + dQ conversion on the H200 (bench_attention, causal, B*T = 32K, ms at T = 1K / 4K / 16K;
-// docs/performance.md v7), one call: D = 64 kTma 1.16 / 3.26 / 11.75, kTmaLagDq 1.16 / 3.23 /
-// 11.47; D = 128 kTma 1.09 / 3.15 / 11.31, kTmaLagDq 1.04 / 3.03 / 10.85. Over six calls kTmaLagDq
-// was faster at D = 128 every time (1.3-8.2%); at D = 64 it was within -1..+4% at T <= 4K but at
-// T = 16K took 13.2-13.4 ms in two of the six (kTma 11.7-12.4 in all), so D = 64 keeps kTma.
-WgmmaBwdVariant wgmma_bwd_default_variant(int D) {
-  return D == 128 ? WgmmaBwdVariant::kTmaLagDq : WgmmaBwdVariant::kTma;
-}
 
 bool attention_bwd_wgmma_supported(const AttentionParams<bf16>& p) {
   return attention_fwd_wgmma_supported(p);
 }
 
 void launch_attention_bwd_wgmma(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
-                                Stream s, WgmmaBwdVariant variant) {
+                                Stream s) {
   ATTN_REQUIRE(attention_bwd_wgmma_supported(p),
                "wgmma attention backward: needs a build with sm_90a code "
                "(CMAKE_CUDA_ARCHITECTURES containing 90), a compute capability 9.0 device and "
                "head dim 64 or 128 (got %d)",
                p.D);
-  ATTN_ASSERT(p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0 && p.T_ > 0 && p.B > 0);
-  ATTN_ASSERT(p.window >= 0 && p.scale > 0.f && delta != nullptr && dq_accum != nullptr);
+  ATTN_ASSERT(p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0 && p.seq_len > 0 && p.B > 0);
+  ATTN_ASSERT(p.mask.window >= 0 && p.scale > 0.f && delta != nullptr && dq_accum != nullptr);
   ATTN_ASSERT(p.qkv_row_stride % 8 == 0 && p.qkv_batch_stride % 8 == 0 && p.o_row_stride % 8 == 0 &&
               p.o_batch_stride % 8 == 0);
   ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && aligned16(p.dout));
   ATTN_ASSERT(aligned16(dq_accum));
   auto st = reinterpret_cast<cudaStream_t>(s);
-  if (variant == WgmmaBwdVariant::kDefault) variant = wgmma_bwd_default_variant(p.D);
+  // The loop version per head dim (see the top of this file): kLagDq at D = 128 only.
   if (p.D == 64) {
-    launch_variant<64>(p, delta, dq_accum, st, variant);
+    launch<64, false>(p, delta, dq_accum, st);
   } else {
-    launch_variant<128>(p, delta, dq_accum, st, variant);
+    launch<128, true>(p, delta, dq_accum, st);
   }
 }
 

@@ -18,9 +18,8 @@ namespace attnlab {
 // wavefronts per store, the minimum. (The XOR with r % 8 used before put each half-warp's 4 rows on
 // 4 chunks only: 4 wavefronts, twice the ideal, as Nsight Compute showed on the H200.) A
 // permutation inside each row: the rows of a tile stay contiguous for the bulk reduction. Returns
-// the float offset inside the row. Measured on the H200 (bench_attention, same run, kTmaLagDq at
-// D = 128, kernel + dQ conversion): 1.034 / 2.993 / 10.69 ms at T = 1K / 4K / 16K against 1.058 /
-// 3.132 / 11.02 with the old layout.
+// the float offset inside the row. Faster than the old layout on the H200 at every T measured
+// (bench_attention, docs/performance.md v8).
 ATTN_DQ_LAYOUT_FN int dq_swizzle(int row, int col) {
   const int f = ((row & 3) << 1) | ((row >> 2) & 1);
   return (((col >> 2) ^ f) << 2) | (col & 3);

@@ -27,7 +27,7 @@ constexpr uint32_t tile_bytes(int rows, int D) { return uint32_t(rows) * D * 2; 
 // `row_stride` and batch stride `batch_stride` (elements, multiples of 8; any batch stride when B
 // is 1): boxes of 64 columns x `rows` rows, written in the 128-byte swizzle of the tiles
 // (swizzled_offset), so one box is one column block of a tile; rows past T read as zero. Defined
-// in attention_wgmma.cu; errors (no driver entry point, a rejected layout) throw attnlab::Error.
+// in wgmma_tensor_map.cu; errors (no driver entry point, a rejected layout) throw attnlab::Error.
 CUtensorMap tile_map(const void* base, int width, int T, int B, int64_t row_stride,
                      int64_t batch_stride, int rows);
 
@@ -307,6 +307,30 @@ __device__ __forceinline__ void named_bar_sync(int id) {
 template <int kCount>
 __device__ __forceinline__ void named_bar_arrive(int id) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
+}
+
+// Bulk reduction dst[0 .. bytes) += src (fp32, shared -> global, asynchronous; bytes a multiple of
+// 16, both addresses 16-byte aligned), committed as one bulk group of the issuing thread.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+      "cp.async.bulk.commit_group;\n" ::"l"(dst),
+      "r"(src), "r"(bytes)
+      : "memory");
+}
+// The issuing thread's bulk groups have finished reading shared memory / have completed.
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+// Two floats at a shared-memory address (8-byte aligned).
+__device__ __forceinline__ float2 lds_f2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
 }
 
 // Shared-memory tile is ready for wgmma: this thread's copies landed and are made visible to the

@@ -3,25 +3,17 @@
 // Shapes: D 64/128 with model width 2048 (H = 2048/D), T 1K/4K/16K, B*T = 32K tokens; with --gpt2
 // also the GPT-2 124M training shape B=64 T=1024 H=12 D=64 (its own CSV row, "gpt2" in `shape`).
 // fwd+bwd uses the default (fast) backward; "det" is fwd+bwd with AttentionParams::deterministic
-// (--no-det skips it and prints 0); "bwd" is the fast backward alone. The kernels are what
-// launch_attention_fwd/bwd<bf16> run by default: on sm_90a the Hopper wgmma forward (its default
-// schedule per head dim) and the wgmma backward (attention_bwd_wgmma_supported()), else mma.sync.
-// --mma forces the mma.sync forward and backward (use_wgmma = false); --wgmma requires the wgmma
-// kernels (refused where unsupported); --wgmma=simple, --wgmma=pipelined and --wgmma=pingpong
-// force one forward schedule (for the forward and the fwd+bwd columns). With the wgmma kernels,
-// each forward schedule (WgmmaFwdVariant) is also timed on its own and followed by the default
-// backward (CSV fwd_<name>_ms, fb_<name>_ms), and each version of the wgmma backward kernel
-// (WgmmaBwdVariant; kernel and dQ conversion, without the delta kernel) on its own
-// (bwd_<name>_ms), and the delta kernel alone (delta_ms: delta = rowsum(dO * O) and the fp32 dQ
-// accumulator zeroed, launch_attention_bwd_delta). Last, the default fwd+bwd once more
-// (fwdbwd_again_ms: how far the card's speed drifted over the shape's runs).
-// --versions=fwd-<name>,bwd-<name>,.. times only the listed ones (others print 0), e.g. to keep a
-// suspect new kernel out of a run. --shape=D:T runs only the sweep shape with that head dim and
-// length (for profilers: scripts/ncu_attention.sh). Usage: bench_attention [csv_out] [--gpt2]
-// [--no-det] [--mma |
-// --wgmma[=simple|pipelined|pingpong]]
-//        [--versions=fwd-simple,bwd-tma,...] [--shape=D:T]
-// (prints a table; the CSV is read by scripts/device_check.sh)
+// (--no-det skips it and prints 0); "bwd" is the fast backward alone; "delta" its first kernel
+// alone (delta = rowsum(dO * O) and the fp32 dQ accumulator zeroed, launch_attention_bwd_delta).
+// The kernels are what launch_attention_fwd/bwd<bf16> run by default: on sm_90a the Hopper wgmma
+// forward and backward (one schedule per head dim, attention_wgmma.cuh), else mma.sync. --mma
+// forces the mma.sync forward and backward (use_wgmma = false); --wgmma requires the wgmma kernels
+// (refused where unsupported). The comparison is against the peer, PyTorch SDPA
+// (scripts/bench/sdpa_peer.py, same shapes). Last, the default fwd+bwd once more
+// (fwdbwd_again_ms: how far the card's speed drifted over the shape's runs). --shape=D:T runs
+// only the sweep shape with that head dim and length (for profilers: scripts/ncu_attention.sh).
+// Usage: bench_attention [csv_out] [--gpt2] [--no-det] [--mma | --wgmma] [--shape=D:T]
+// (prints a table; the CSV is read by scripts/device_check.sh and scripts/wgmma_check.sh)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,8 +21,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <iterator>
-#include <utility>
 #include <vector>
 
 #include "bench_util.h"
@@ -63,9 +53,7 @@ int main(int argc, char** argv) {
   }
   const char* csv_path = nullptr;
   bool gpt2 = false, det = true, wgmma = false, mma = false;
-  const char* versions = nullptr;  // comma-separated names of the versions to time; null: all
-  int only_D = 0, only_T = 0;      // --shape: the one sweep shape to run
-  WgmmaFwdVariant variant = WgmmaFwdVariant::kDefault;
+  int only_D = 0, only_T = 0;  // --shape: the one sweep shape to run
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--gpt2") == 0) {
       gpt2 = true;
@@ -75,14 +63,6 @@ int main(int argc, char** argv) {
       mma = true;
     } else if (std::strcmp(argv[i], "--wgmma") == 0) {
       wgmma = true;
-    } else if (std::strcmp(argv[i], "--wgmma=simple") == 0) {
-      wgmma = true, variant = WgmmaFwdVariant::kSimple;
-    } else if (std::strcmp(argv[i], "--wgmma=pipelined") == 0) {
-      wgmma = true, variant = WgmmaFwdVariant::kPipelined;
-    } else if (std::strcmp(argv[i], "--wgmma=pingpong") == 0) {
-      wgmma = true, variant = WgmmaFwdVariant::kPingpong;
-    } else if (std::strncmp(argv[i], "--versions=", 11) == 0) {
-      versions = argv[i] + 11;
     } else if (std::strncmp(argv[i], "--shape=", 8) == 0) {
       if (std::sscanf(argv[i] + 8, "%d:%d", &only_D, &only_T) != 2 ||
           (only_D != 64 && only_D != 128) ||
@@ -98,7 +78,6 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "bench_attention: unknown option %s (valid: --gpt2, --no-det, --mma, --wgmma, "
-                   "--wgmma=simple, --wgmma=pipelined, --wgmma=pingpong, --versions=a,b,.., "
                    "--shape=D:T)\n",
                    argv[i]);
       return 2;
@@ -109,53 +88,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
-  // The forward schedules and backward versions timed one by one (wgmma kernels only).
-  const std::pair<WgmmaFwdVariant, const char*> fwd_versions[] = {
-      {WgmmaFwdVariant::kSimple, "simple"},
-      {WgmmaFwdVariant::kPipelined, "pipelined"},
-      {WgmmaFwdVariant::kPingpong, "pingpong"}};
-  const std::pair<WgmmaBwdVariant, const char*> bwd_versions[] = {
-      {WgmmaBwdVariant::kTma, "tma"}, {WgmmaBwdVariant::kTmaLagDq, "tmalag"}};
-  constexpr int kFwdVersions = int(std::size(fwd_versions)),
-                kBwdVersions = int(std::size(bwd_versions));
-  // Whether version `name` of `kind` ("fwd" or "bwd") is timed: --versions has the item
-  // kind-name.
-  auto timed = [&](const char* kind, const char* name) {
-    if (versions == nullptr) return true;
-    char item[64];
-    std::snprintf(item, sizeof(item), "%s-%s", kind, name);
-    const size_t n = std::strlen(item);
-    for (const char* v = versions; *v != '\0';) {
-      const char* end = std::strchr(v, ',');
-      const size_t len = end ? size_t(end - v) : std::strlen(v);
-      if (len == n && std::strncmp(v, item, n) == 0) return true;
-      v += len + (end ? 1 : 0);
-    }
-    return false;
-  };
   if (csv) {
     std::fprintf(csv,
                  "D,T,B,H,fwd_ms,fwd_tflops,fwdbwd_ms,fwdbwd_tflops,det_fwdbwd_ms,shape,bwd_ms,"
-                 "bwd_tflops");
-    for (const auto& v : bwd_versions) std::fprintf(csv, ",bwd_%s_ms", v.second);
-    for (const auto& v : fwd_versions) std::fprintf(csv, ",fwd_%s_ms,fb_%s_ms", v.second, v.second);
-    std::fprintf(csv, ",delta_ms,fwdbwd_again_ms\n");
+                 "bwd_tflops,delta_ms,fwdbwd_again_ms\n");
   }
-  const char* variant_name[] = {"default", "simple", "pipelined", "pingpong"};
   {
     AttentionParams<bf16> probe;
     probe.D = 64;
     const bool on_wgmma = !mma && (wgmma || attention_fwd_wgmma_supported(probe));
-    std::printf("kernels: %s%s\n",
-                on_wgmma ? "wgmma forward and backward (sm_90a), forward schedule " : "mma.sync",
-                on_wgmma ? variant_name[int(variant)] : "");
+    std::printf("kernels: %s\n", on_wgmma ? "wgmma forward and backward (sm_90a)" : "mma.sync");
   }
-  std::printf("%4s %6s %3s %3s %9s %9s %11s %11s %9s %9s %11s | bwd ms:", "D", "T", "B", "H",
-              "fwd ms", "fwd TF/s", "f+b ms", "f+b TF/s", "bwd ms", "bwd TF/s", "det f+b ms");
-  for (const auto& v : bwd_versions) std::printf(" %7s", v.second);
-  std::printf(" | fwd, f+b ms:");
-  for (const auto& v : fwd_versions) std::printf(" %17s", v.second);
-  std::printf("\n");
+  std::printf("%4s %6s %3s %3s %9s %9s %11s %11s %9s %9s %11s %8s %11s\n", "D", "T", "B", "H",
+              "fwd ms", "fwd TF/s", "f+b ms", "f+b TF/s", "bwd ms", "bwd TF/s", "det f+b ms",
+              "delta ms", "f+b again");
   struct Shape {
     int D, T, B, H;
   };
@@ -184,7 +130,7 @@ int main(int argc, char** argv) {
     p.lse = static_cast<float*>(lse.data());
     p.qkv_row_stride = 3 * width, p.qkv_batch_stride = 3 * width * T;
     p.o_row_stride = width, p.o_batch_stride = width * T;
-    p.B = B, p.T_ = T, p.n_head = H, p.n_kv_head = H, p.D = D;
+    p.B = B, p.seq_len = T, p.n_head = H, p.n_kv_head = H, p.D = D;
     p.scale = 1.f / std::sqrt(float(D));
     p.use_wgmma = !mma;
     if (wgmma && !attention_fwd_wgmma_supported(p)) {
@@ -195,25 +141,17 @@ int main(int argc, char** argv) {
     }
     const double fwd_flops = 4.0 * B * H * double(T) * T * D / 2;
     const int reps = T >= 16384 ? 5 : 10;
-    auto forward = [&](WgmmaFwdVariant v) {
-      if (v != WgmmaFwdVariant::kDefault) {
-        launch_attention_fwd_wgmma(p, nullptr, v);
-      } else {
-        launch_attention_fwd<bf16>(p, nullptr);
-      }
-    };
-    const double f_ms = median_ms([&] { forward(variant); }, reps);
+    auto forward = [&] { launch_attention_fwd<bf16>(p, nullptr); };
+    const double f_ms = median_ms(forward, reps);
     const double fb_ms = median_ms(
         [&] {
-          forward(variant);
+          forward();
           launch_attention_bwd<bf16>(p, nullptr);
         },
         reps);
     const double b_ms = median_ms([&] { launch_attention_bwd<bf16>(p, nullptr); }, reps);
-    // The wgmma backward's versions on their own (delta: any values will do for timing).
-    double bwd_ms[kBwdVersions] = {}, fwd_ms[kFwdVersions] = {}, fwd_fb_ms[kFwdVersions] = {};
     double delta_ms = 0.0;  // the backward's first kernel (delta, dQ accumulator zeroed) alone
-    if (!mma && attention_bwd_wgmma_supported(p)) {
+    {
       Buffer delta(Device::cuda, size_t(B) * H * T * 4), dq_accum(Device::cuda, n_o * 4);
       delta_ms = median_ms(
           [&] {
@@ -221,26 +159,6 @@ int main(int argc, char** argv) {
                                        static_cast<float*>(dq_accum.data()), nullptr);
           },
           reps);
-      for (int v = 0; v < kBwdVersions; ++v) {
-        if (!timed("bwd", bwd_versions[v].second)) continue;
-        bwd_ms[v] = median_ms(
-            [&] {
-              launch_attention_bwd_wgmma(p, static_cast<const float*>(delta.data()),
-                                         static_cast<float*>(dq_accum.data()), nullptr,
-                                         bwd_versions[v].first);
-            },
-            reps);
-      }
-      for (int v = 0; v < kFwdVersions; ++v) {
-        if (!timed("fwd", fwd_versions[v].second)) continue;
-        fwd_ms[v] = median_ms([&] { forward(fwd_versions[v].first); }, reps);
-        fwd_fb_ms[v] = median_ms(
-            [&] {
-              forward(fwd_versions[v].first);
-              launch_attention_bwd<bf16>(p, nullptr);
-            },
-            reps);
-      }
     }
     p.deterministic = true;
     const double det_ms = !det ? 0.0
@@ -256,7 +174,7 @@ int main(int argc, char** argv) {
     p.deterministic = false;
     const double fb_again_ms = median_ms(
         [&] {
-          forward(variant);
+          forward();
           launch_attention_bwd<bf16>(p, nullptr);
         },
         reps);
@@ -265,20 +183,13 @@ int main(int argc, char** argv) {
     const double fb_tf = 3.5 * fwd_flops / (fb_ms * 1e-3) / 1e12;
     const double b_tf = 2.5 * fwd_flops / (b_ms * 1e-3) / 1e12;
     const bool is_gpt2 = si + 1 == shapes.size() && gpt2;
-    std::printf("%4d %6d %3d %3d %9.3f %9.1f %11.3f %11.1f %9.3f %9.1f %11.3f |        ", D, T, B,
-                H, f_ms, f_tf, fb_ms, fb_tf, b_ms, b_tf, det_ms);
-    for (double ms : bwd_ms) std::printf(" %7.3f", ms);
-    std::printf(" |             ");
-    for (int v = 0; v < kFwdVersions; ++v) std::printf("   %7.3f %7.3f", fwd_ms[v], fwd_fb_ms[v]);
-    std::printf(" | delta %6.3f | f+b again %7.3f%s\n", delta_ms, fb_again_ms,
+    std::printf("%4d %6d %3d %3d %9.3f %9.1f %11.3f %11.1f %9.3f %9.1f %11.3f %8.3f %11.3f%s\n", D,
+                T, B, H, f_ms, f_tf, fb_ms, fb_tf, b_ms, b_tf, det_ms, delta_ms, fb_again_ms,
                 is_gpt2 ? "  (gpt2)" : "");
     if (csv) {
-      std::fprintf(csv, "%d,%d,%d,%d,%.4f,%.2f,%.4f,%.2f,%.4f,%s,%.4f,%.2f", D, T, B, H, f_ms, f_tf,
-                   fb_ms, fb_tf, det_ms, is_gpt2 ? "gpt2" : "sweep", b_ms, b_tf);
-      for (double ms : bwd_ms) std::fprintf(csv, ",%.4f", ms);
-      for (int v = 0; v < kFwdVersions; ++v)
-        std::fprintf(csv, ",%.4f,%.4f", fwd_ms[v], fwd_fb_ms[v]);
-      std::fprintf(csv, ",%.4f,%.4f\n", delta_ms, fb_again_ms);
+      std::fprintf(csv, "%d,%d,%d,%d,%.4f,%.2f,%.4f,%.2f,%.4f,%s,%.4f,%.2f,%.4f,%.4f\n", D, T, B, H,
+                   f_ms, f_tf, fb_ms, fb_tf, det_ms, is_gpt2 ? "gpt2" : "sweep", b_ms, b_tf,
+                   delta_ms, fb_again_ms);
     }
   }
   if (csv) std::fclose(csv);

@@ -15,52 +15,59 @@ namespace {
 constexpr const char* kOp = "attention";
 
 struct Dims {
-  int64_t B, T, C, H, D;
+  int64_t B, T;
+  QKVLayout layout;
 };
 
-// qkv must be [B, T, 3C] with C = n_head * D.
-Dims check_qkv(const ExecContext& ctx, DType* dt, const Tensor& qkv, int n_head) {
+// qkv must be [B, T, layout.width()]; the layout and the window must make sense, and the head dim
+// must be one the kernels for this device and dtype support.
+Dims check_qkv(const ExecContext& ctx, DType* dt, const Tensor& qkv, const QKVLayout& layout,
+               int window) {
   *dt = require_activation(kOp, "qkv", qkv, ctx, 3);
-  ATTN_REQUIRE(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0 && qkv.dim(2) > 0,
-               "attention: qkv must be [B, T, 3 * C], got %s", qkv.str().c_str());
-  ATTN_REQUIRE(n_head > 0 && (qkv.dim(2) / 3) % n_head == 0,
-               "attention: n_head (%d) must divide the model width C = %lld", n_head,
-               static_cast<long long>(qkv.dim(2) / 3));
-  const int64_t C = qkv.dim(2) / 3;
-  const int64_t D = C / n_head;
+  const int H = layout.n_head, Hkv = layout.n_kv_head, D = layout.head_dim;
+  ATTN_REQUIRE(H > 0 && Hkv > 0 && D > 0,
+               "attention: n_head, n_kv_head and head_dim must be positive, got %d, %d and %d", H,
+               Hkv, D);
+  ATTN_REQUIRE(H % Hkv == 0, "attention: n_kv_head (%d) must divide n_head (%d)", Hkv, H);
+  ATTN_REQUIRE(qkv.ndim() == 3 && qkv.dim(2) == layout.width(),
+               "attention: qkv must be [B, T, %lld] ((n_head %d + 2 x n_kv_head %d) x head_dim "
+               "%d), got %s",
+               (long long)layout.width(), H, Hkv, D, qkv.str().c_str());
+  ATTN_REQUIRE(window >= 0, "attention: window must be >= 0 (0 = full causal), got %d", window);
   // The tensor-core kernels are written for these head dims; fp32 (debug) and CPU take any D.
-  ATTN_REQUIRE(
-      ctx.device != Device::cuda || *dt != DType::bf16 || D == 64 || D == 128,
-      "attention: head dim must be 64 or 128 for bf16 on CUDA, got %lld (n_embd %lld / n_head %d); "
-      "use train.precision: fp32 or change model.n_embd / model.n_head",
-      (long long)D, (long long)C, n_head);
+  ATTN_REQUIRE(ctx.device != Device::cuda || *dt != DType::bf16 || D == 64 || D == 128,
+               "attention: head dim must be 64 or 128 for bf16 on CUDA, got %d; use "
+               "train.precision: fp32 or change model.n_embd / model.n_head",
+               D);
   ATTN_REQUIRE(ctx.device != Device::cuda || D <= 128,
-               "attention: head dim must be <= 128 on CUDA, got %lld", (long long)D);
-  return {qkv.dim(0), qkv.dim(1), C, n_head, D};
+               "attention: head dim must be <= 128 on CUDA, got %d", D);
+  return {qkv.dim(0), qkv.dim(1), layout};
 }
 
-// Packed layout: q, k, v of token (b, t) are consecutive blocks of C in one row of 3C.
+// Packed layout (QKVLayout): q, k, v of token (b, t) are consecutive blocks of one row of qkv.
 template <typename T>
 AttentionParams<T> packed_params(const Dims& d, const Tensor& qkv, const Tensor& out,
-                                 const Tensor& lse) {
+                                 const Tensor& lse, int window) {
+  const QKVLayout& l = d.layout;
   AttentionParams<T> p;
   const T* base = static_cast<const T*>(qkv.data);
   p.q = base;
-  p.k = base + d.C;
-  p.v = base + 2 * d.C;
+  p.k = base + l.k_offset();
+  p.v = base + l.v_offset();
   p.o = static_cast<T*>(out.data);
   p.lse = static_cast<float*>(lse.data);
-  p.qkv_batch_stride = d.T * 3 * d.C;
-  p.qkv_row_stride = 3 * d.C;
-  p.o_batch_stride = d.T * d.C;
-  p.o_row_stride = d.C;
+  p.qkv_batch_stride = d.T * l.width();
+  p.qkv_row_stride = l.width();
+  p.o_batch_stride = d.T * l.q_width();
+  p.o_row_stride = l.q_width();
   p.B = int(d.B);
-  p.T_ = int(d.T);
-  p.n_head = int(d.H);
-  p.n_kv_head = int(d.H);
-  p.D = int(d.D);
-  p.scale = float(1.0 / std::sqrt(double(d.D)));
-  p.causal = true;
+  p.seq_len = int(d.T);
+  p.n_head = l.n_head;
+  p.n_kv_head = l.n_kv_head;
+  p.D = l.head_dim;
+  p.scale = float(1.0 / std::sqrt(double(l.head_dim)));
+  p.mask.causal = true;
+  p.mask.window = window;
   return p;
 }
 }  // namespace
@@ -68,13 +75,11 @@ AttentionParams<T> packed_params(const Dims& d, const Tensor& qkv, const Tensor&
 void attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv,
                    const QKVLayout& layout, int window) {
   NvtxRange range("attention_fwd");
-  ATTN_REQUIRE(layout.n_kv_head == layout.n_head && window == 0, "attention: GQA/window pending");
-  const int n_head = layout.n_head;
   DType dt;
-  const Dims d = check_qkv(ctx, &dt, qkv, n_head);
-  require_tensor(kOp, "out", out, dt, Shape{d.B, d.T, d.C}, ctx);
-  require_tensor(kOp, "lse", lse, DType::f32, Shape{d.B, d.H, d.T}, ctx);
-  auto make = [&]<typename T>() { return packed_params<T>(d, qkv, out, lse); };
+  const Dims d = check_qkv(ctx, &dt, qkv, layout, window);
+  require_tensor(kOp, "out", out, dt, Shape{d.B, d.T, layout.q_width()}, ctx);
+  require_tensor(kOp, "lse", lse, DType::f32, Shape{d.B, layout.n_head, d.T}, ctx);
+  auto make = [&]<typename T>() { return packed_params<T>(d, qkv, out, lse, window); };
   run_op(ctx, dt, make, attention_fwd_ref, launch_attention_fwd<float>, launch_attention_fwd<bf16>);
 }
 
@@ -83,22 +88,20 @@ void attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dou
                    const Tensor& qkv, const Tensor& out, const Tensor& lse, const QKVLayout& layout,
                    int window) {
   NvtxRange range("attention_bwd");
-  ATTN_REQUIRE(layout.n_kv_head == layout.n_head && window == 0, "attention: GQA/window pending");
-  const int n_head = layout.n_head;
   DType dt;
-  const Dims d = check_qkv(ctx, &dt, qkv, n_head);
-  require_tensor(kOp, "out", out, dt, Shape{d.B, d.T, d.C}, ctx);
+  const Dims d = check_qkv(ctx, &dt, qkv, layout, window);
+  require_tensor(kOp, "out", out, dt, Shape{d.B, d.T, layout.q_width()}, ctx);
   require_tensor(kOp, "dout", dout, dt, out.shape, ctx);
-  require_tensor(kOp, "lse", lse, DType::f32, Shape{d.B, d.H, d.T}, ctx);
+  require_tensor(kOp, "lse", lse, DType::f32, Shape{d.B, layout.n_head, d.T}, ctx);
   require_tensor(kOp, "dqkv", dqkv, dt, qkv.shape, ctx);
   auto make = [&]<typename T>() {
-    AttentionParams<T> p = packed_params<T>(d, qkv, out, lse);
+    AttentionParams<T> p = packed_params<T>(d, qkv, out, lse, window);
     T* dbase = static_cast<T*>(dqkv.data);
     p.dout = static_cast<const T*>(dout.data);
     p.deterministic = ctx.deterministic;
     p.dq = dbase;
-    p.dk = dbase + d.C;
-    p.dv = dbase + 2 * d.C;
+    p.dk = dbase + layout.k_offset();
+    p.dv = dbase + layout.v_offset();
     return p;
   };
   run_op(ctx, dt, make, attention_bwd_ref, launch_attention_bwd<float>, launch_attention_bwd<bf16>);

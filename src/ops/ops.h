@@ -47,9 +47,12 @@ void gelu_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dy, const 
 void residual_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& a, const Tensor& b);
 void residual_bwd(const ExecContext& ctx, const Tensor& da, const Tensor& db, const Tensor& dy);
 
-// Dense causal attention on a packed qkv [B,T,3C] (C = n_head*D): out [B,T,C], lse [B,H,T] f32.
+// Dense causal attention (kernels/attention/attention.cuh).
+// qkv [B, T, layout.width()] packed per QKVLayout; out [B, T, n_head*D]; lse [B, n_head, T] f32.
+// window: 0 = full causal, else key s visible from query t iff t - window < s <= t.
 void attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv,
                    const QKVLayout& layout, int window = 0);
+// dqkv [B, T, layout.width()] written (=) in the layout of qkv; out, lse from attention_fwd.
 void attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dout,
                    const Tensor& qkv, const Tensor& out, const Tensor& lse, const QKVLayout& layout,
                    int window = 0);
@@ -124,39 +127,16 @@ void adamw_update_multi(const ExecContext& ctx, const Tensor& param, const Tenso
 // ---- Attention against a KV cache (kernels/attention/attention_decode.cuh) ----
 namespace attnlab::ops {
 
-// Copies the keys/values of the Tq tokens of a packed qkv [B,Tq,3C] (C = n_head*D) into cache
-// positions pos .. pos+Tq-1 of k_cache, v_cache [B, n_head, max_T, D] (same dtype as qkv).
+// Copies the keys/values of the Tq tokens of a packed qkv [B, Tq, layout.width()] into cache
+// positions pos .. pos+Tq-1 of k_cache, v_cache [B, n_kv_head, max_T, D] (same dtype as qkv).
 void kv_cache_write(const ExecContext& ctx, const Tensor& k_cache, const Tensor& v_cache,
                     const Tensor& qkv, int pos, const QKVLayout& layout);
-// out [B,Tq,C]: query i of qkv [B,Tq,3C] (at position pos + i) attends causally to cache
-// positions [0, pos + i]; the new tokens' K/V must already be in the cache (kv_cache_write).
+// out [B, Tq, n_head*D]: query i of qkv [B, Tq, layout.width()] (at position t = pos + i) attends
+// to the cache positions s with s <= t (and t - window < s when window > 0), the rows of
+// attention_fwd; the new tokens' K/V must already be in the cache (kv_cache_write).
 // n_splits: split-K chunks on CUDA (0 = automatic; the CPU ignores it).
 void attention_decode(const ExecContext& ctx, const Tensor& out, const Tensor& qkv,
                       const Tensor& k_cache, const Tensor& v_cache, int pos,
                       const QKVLayout& layout, int n_splits = 0, int window = 0);
 
-}  // namespace attnlab::ops
-
-// TEMPORARY (removed at the merge of the kernel branch): the n_head-only forms of the tests.
-namespace attnlab::ops {
-inline QKVLayout mha_layout(const Tensor& qkv, int n_head) {
-  return {n_head, n_head, int(qkv.dim(2) / 3 / n_head)};
-}
-inline void attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
-                          const Tensor& qkv, int n_head) {
-  attention_fwd(ctx, out, lse, qkv, mha_layout(qkv, n_head));
-}
-inline void attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dout,
-                          const Tensor& qkv, const Tensor& out, const Tensor& lse, int n_head) {
-  attention_bwd(ctx, dqkv, dout, qkv, out, lse, mha_layout(qkv, n_head));
-}
-inline void kv_cache_write(const ExecContext& ctx, const Tensor& k, const Tensor& v,
-                           const Tensor& qkv, int pos, int n_head) {
-  kv_cache_write(ctx, k, v, qkv, pos, mha_layout(qkv, n_head));
-}
-inline void attention_decode(const ExecContext& ctx, const Tensor& out, const Tensor& qkv,
-                             const Tensor& k, const Tensor& v, int pos, int n_head,
-                             int n_splits = 0) {
-  attention_decode(ctx, out, qkv, k, v, pos, mha_layout(qkv, n_head), n_splits);
-}
 }  // namespace attnlab::ops

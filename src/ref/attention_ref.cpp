@@ -12,11 +12,11 @@ namespace attnlab {
 
 namespace {
 
-// Keys [lo, hi] that query t attends to: causal limits them to s <= t, a sliding window further
-// to s > t - window. A window without causality is rejected up front.
+// Keys [lo, hi) that query t attends to (AttentionMask: causal limits them to s <= t, a sliding
+// window further to s > t - window). A window without causality is rejected up front.
 inline void key_range(const AttentionParams<float>& p, int t, int* lo, int* hi) {
-  *hi = p.causal ? t : p.T_ - 1;
-  *lo = p.window > 0 ? std::max(0, t - p.window + 1) : 0;
+  *lo = p.mask.first_key(t);
+  *hi = p.mask.key_end(t, p.seq_len);
 }
 
 // Element offset of (b, t, head h) in q/k/v (and dq/dk/dv), and in o/dout.
@@ -37,8 +37,9 @@ inline double dot(const float* a, const float* b, int n) {
 void check_params(const AttentionParams<float>& p) {
   ATTN_REQUIRE(p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0,
                "attention: n_kv_head (%d) must divide n_head (%d)", p.n_kv_head, p.n_head);
-  ATTN_REQUIRE(p.window == 0 || p.causal, "attention: a sliding window requires causal attention");
-  ATTN_REQUIRE(p.variant == nullptr, "attention: the dense reference has no variant state");
+  ATTN_REQUIRE(p.mask.window >= 0, "attention: window must be >= 0, got %d", p.mask.window);
+  ATTN_REQUIRE(p.mask.window == 0 || p.mask.causal,
+               "attention: a sliding window requires causal attention");
 }
 
 }  // namespace
@@ -47,7 +48,7 @@ void check_params(const AttentionParams<float>& p) {
 // o = sum_s softmax_s v_s. Extra memory per thread: T + D doubles.
 void attention_fwd_ref(const AttentionParams<float>& p) {
   check_params(p);
-  const int T = p.T_, H = p.n_head, D = p.D, group = p.n_head / p.n_kv_head;
+  const int T = p.seq_len, H = p.n_head, D = p.D, group = p.n_head / p.n_kv_head;
   const int64_t rows = int64_t(p.B) * H * T;
 #pragma omp parallel if (worth_parallel(rows * T * D))
   {
@@ -60,13 +61,13 @@ void attention_fwd_ref(const AttentionParams<float>& p) {
       key_range(p, t, &lo, &hi);
       const float* q = p.q + qkv_offset(p, b, t, h);
       double mx = -std::numeric_limits<double>::infinity();
-      for (int s = lo; s <= hi; ++s) {
+      for (int s = lo; s < hi; ++s) {
         score[s] = p.scale * dot(q, p.k + qkv_offset(p, b, s, hk), D);
         mx = std::max(mx, score[s]);
       }
       double sum = 0.0;
       std::fill(acc.begin(), acc.end(), 0.0);
-      for (int s = lo; s <= hi; ++s) {
+      for (int s = lo; s < hi; ++s) {
         const double e = std::exp(score[s] - mx);
         sum += e;
         const float* v = p.v + qkv_offset(p, b, s, hk);
@@ -87,7 +88,7 @@ void attention_fwd_ref(const AttentionParams<float>& p) {
 // Extra memory per thread: 2 T + 2 T D + D doubles.
 void attention_bwd_ref(const AttentionParams<float>& p) {
   check_params(p);
-  const int T = p.T_, H = p.n_head, D = p.D, group = p.n_head / p.n_kv_head;
+  const int T = p.seq_len, H = p.n_head, D = p.D, group = p.n_head / p.n_kv_head;
   const int tasks = p.B * p.n_kv_head;
   const int64_t work = int64_t(tasks) * group * T * T * D;
 #pragma omp parallel if (tasks > 1 && worth_parallel(work))
@@ -106,13 +107,13 @@ void attention_bwd_ref(const AttentionParams<float>& p) {
           const float* dout = p.dout + o_offset(p, b, t, h);
           const double lse = p.lse[(int64_t(b) * H + h) * T + t];
           double delta = 0.0;
-          for (int s = lo; s <= hi; ++s) {
+          for (int s = lo; s < hi; ++s) {
             prob[s] = std::exp(p.scale * dot(q, p.k + qkv_offset(p, b, s, hk), D) - lse);
             dprob[s] = dot(dout, p.v + qkv_offset(p, b, s, hk), D);
             delta += prob[s] * dprob[s];
           }
           std::fill(dq.begin(), dq.end(), 0.0);
-          for (int s = lo; s <= hi; ++s) {
+          for (int s = lo; s < hi; ++s) {
             const double ds = prob[s] * (dprob[s] - delta) * p.scale;
             const float* k = p.k + qkv_offset(p, b, s, hk);
             double* dk_s = dk.data() + size_t(s) * D;

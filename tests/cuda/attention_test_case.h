@@ -23,9 +23,9 @@ void set_layout(P& p, const AttnCase& c, U* qkv, U* o, U* dout, U* dqkv) {
   p.dq = dqkv, p.dk = dqkv + int64_t(c.H) * c.D, p.dv = dqkv + int64_t(c.H + c.Hkv) * c.D;
   p.qkv_row_stride = row, p.qkv_batch_stride = row * c.T;
   p.o_row_stride = int64_t(c.H) * c.D, p.o_batch_stride = int64_t(c.H) * c.D * c.T;
-  p.B = c.B, p.T_ = c.T, p.n_head = c.H, p.n_kv_head = c.Hkv, p.D = c.D;
+  p.B = c.B, p.seq_len = c.T, p.n_head = c.H, p.n_kv_head = c.Hkv, p.D = c.D;
   p.scale = 1.f / std::sqrt(float(c.D));
-  p.causal = c.causal, p.window = c.window;
+  p.mask.causal = c.causal, p.mask.window = c.window;
 }
 
 // The CPU reference forward and backward of a case; its output o feeds its own backward.

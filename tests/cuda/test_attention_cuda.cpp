@@ -5,6 +5,7 @@
 // is poisoned with NaN first. bf16 runs both backward paths: deterministic (bitwise identical on
 // a second run) and the default fast one (fp32 atomics for dq: dk, dv bitwise identical, dq within
 // rounding of the first run).
+// The host op (QKVLayout, window) on CUDA against the CPU op, with GQA and sliding windows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -110,7 +111,7 @@ void check_attention(const AttnCase& c, uint32_t seed, bool deterministic = true
 const AttnCase kCases[] = {
     {2, 1, 2, 2, 64, 0},      {1, 64, 4, 2, 64, 0},    {2, 127, 4, 1, 128, 0},
     {1, 1024, 2, 2, 64, 0},   {1, 1024, 4, 2, 128, 0}, {2, 200, 4, 4, 64, 37},
-    {1, 300, 2, 1, 128, 100},
+    {1, 300, 2, 1, 128, 100}, {1, 300, 4, 2, 64, 37},  {1, 257, 4, 1, 128, 100},
 };
 
 TEST(AttentionCuda, SimpleKernelsMatchReferenceF32) {
@@ -147,12 +148,76 @@ TEST(AttentionCuda, ContextDeterministicSelectsReproducibleBackward) {
                to = t(out, Shape{B, T, C}, DType::bf16);
   const Tensor tl = t(lse, Shape{B, H, T}, DType::f32), td = t(dout, Shape{B, T, C}, DType::bf16);
   const Tensor tg = t(dqkv, Shape{B, T, 3 * C}, DType::bf16);
-  ops::attention_fwd(*ctx, to, tl, tq, H);
-  ops::attention_bwd(*ctx, tg, td, tq, to, tl, H);
+  const QKVLayout layout{H, H, D};
+  ops::attention_fwd(*ctx, to, tl, tq, layout);
+  ops::attention_bwd(*ctx, tg, td, tq, to, tl, layout);
   const auto first = dqkv.raw();
   for (int rep = 0; rep < 3; ++rep) {
-    ops::attention_bwd(*ctx, tg, td, tq, to, tl, H);
+    ops::attention_bwd(*ctx, tg, td, tq, to, tl, layout);
     EXPECT_TRUE(bitwise_equal(first, dqkv.raw())) << "rerun " << rep;
+  }
+}
+
+// The host op on CUDA (what the model calls), with GQA (groups of 2 and 4) and sliding windows,
+// against the CPU op on the same rounded inputs: fp32 (the simple kernels) and bf16 (the default
+// kernels: wgmma on an sm_90a build and an H200, else mma.sync). Bounds as in check_attention;
+// the gradient relative to its largest reference value.
+template <typename T>
+void check_op(int Hkv, int D, int T_len, int window, uint32_t seed) {
+  const int B = 2, H = 4;
+  const QKVLayout layout{H, Hkv, D};
+  const int64_t W = layout.width(), C = layout.q_width();
+  const Shape qs{B, T_len, W}, os{B, T_len, C}, ls{B, H, T_len};
+  auto qkv = to_precision<T>(random_vector(size_t(B) * T_len * W, seed, -2.f, 2.f));
+  auto dout = to_precision<T>(random_vector(size_t(B) * T_len * C, seed + 1));
+  auto cpu = ExecContext::make_cpu();
+  std::vector<float> o_ref(size_t(B) * T_len * C), lse_ref(size_t(B) * H * T_len),
+      dqkv_ref(qkv.size());
+  auto c = [](std::vector<float>& v, Shape s) {
+    return Tensor(v.data(), DType::f32, Device::cpu, s);
+  };
+  ops::attention_fwd(*cpu, c(o_ref, os), c(lse_ref, ls), c(qkv, qs), layout, window);
+  ops::attention_bwd(*cpu, c(dqkv_ref, qs), c(dout, os), c(qkv, qs), c(o_ref, os), c(lse_ref, ls),
+                     layout, window);
+
+  auto ctx = ExecContext::make_cuda(0);
+  constexpr DType dt = std::is_same_v<T, bf16> ? DType::bf16 : DType::f32;
+  DeviceArray<T> dqkv_in(qkv), ddout(dout), o(o_ref.size()), dqkv(qkv.size());
+  DeviceArray<float> lse(lse_ref.size());
+  o.poison();
+  lse.poison();
+  dqkv.poison();
+  auto g = [](auto& a, Shape s, DType t) { return Tensor(a.ptr(), t, Device::cuda, s); };
+  ops::attention_fwd(*ctx, g(o, os, dt), g(lse, ls, DType::f32), g(dqkv_in, qs, dt), layout,
+                     window);
+  ops::attention_bwd(*ctx, g(dqkv, qs, dt), g(ddout, os, dt), g(dqkv_in, qs, dt), g(o, os, dt),
+                     g(lse, ls, DType::f32), layout, window);
+  const bool f32 = std::is_same_v<T, float>;
+  const auto name = strformat("attention op %s B=%d T=%d H=%d Hkv=%d D=%d w=%d", type_name<T>(), B,
+                              T_len, H, Hkv, D, window);
+  EXPECT_LT(report((name + " o").c_str(), max_rel_error(o.download(), o_ref)), f32 ? 1e-5 : 1e-2);
+  EXPECT_LT(report((name + " lse").c_str(), max_rel_error(lse.download(), lse_ref)),
+            f32 ? 1e-5 : 1e-3);
+  const auto got = dqkv.download();
+  double err = 0.0, scale = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(double(got[i]) - dqkv_ref[i]);
+    err = d == d ? std::max(err, d) : INFINITY;
+    scale = std::max(scale, std::fabs(double(dqkv_ref[i])));
+  }
+  EXPECT_LT(report((name + " dqkv").c_str(), err / scale), f32 ? 1e-5 : 1e-2);
+}
+
+TEST(AttentionCuda, OpGroupedQueryAndWindowMatchReference) {
+  CUDA_TEST_PREAMBLE();
+  uint32_t seed = 201;
+  for (int Hkv : {2, 1}) {
+    for (int window : {0, 37, 200}) {
+      check_op<float>(Hkv, 64, 300, window, seed += 10);
+      check_op<float>(Hkv, 40, 77, window, seed += 10);  // any D <= 128 in fp32
+      check_op<bf16>(Hkv, 64, 300, window, seed += 10);
+      check_op<bf16>(Hkv, 128, 257, window, seed += 10);
+    }
   }
 }
 

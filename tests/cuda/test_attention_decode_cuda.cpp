@@ -1,6 +1,7 @@
 // CUDA attention against a KV cache vs the CPU reference (skipped without a GPU): the cache append
 // is an exact copy; the decode output matches the reference on the same (rounded) inputs for
-// automatic and forced split-K counts; and the whole GPT decodes the logits of its own forward.
+// automatic and forced split-K counts, with GQA (groups of 2 and 4) and sliding windows (shorter
+// than a split-K chunk and longer); and the whole GPT decodes the logits of its own forward.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -25,22 +26,24 @@ constexpr DType dtype_of_t() {
 }
 
 template <typename T>
-void check_decode(int B, int H, int D, int pos, int Tq, int n_splits) {
-  const int C = H * D, max_T = pos + Tq + 5;
-  const uint32_t seed = uint32_t(B * 1000 + H * 100 + D + pos + Tq);
-  auto qkv = to_precision<T>(random_vector(size_t(B) * Tq * 3 * C, seed, -2.f, 2.f));
-  auto kc = to_precision<T>(random_vector(size_t(B) * H * max_T * D, seed + 1));
-  auto vc = to_precision<T>(random_vector(size_t(B) * H * max_T * D, seed + 2));
+void check_decode(int B, int H, int D, int pos, int Tq, int n_splits, int Hkv = 0, int window = 0) {
+  if (Hkv == 0) Hkv = H;
+  const QKVLayout layout{H, Hkv, D};
+  const int C = H * D, W = int(layout.width()), max_T = pos + Tq + 5;
+  const uint32_t seed = uint32_t(B * 1000 + H * 100 + D + pos + Tq + Hkv + window);
+  auto qkv = to_precision<T>(random_vector(size_t(B) * Tq * W, seed, -2.f, 2.f));
+  auto kc = to_precision<T>(random_vector(size_t(B) * Hkv * max_T * D, seed + 1));
+  auto vc = to_precision<T>(random_vector(size_t(B) * Hkv * max_T * D, seed + 2));
   // CPU reference.
   auto cpu = ExecContext::make_cpu();
   std::vector<float> kc_ref = kc, vc_ref = vc, o_ref(size_t(B) * Tq * C);
-  const Shape qs{B, Tq, 3 * C}, cs{B, H, max_T, D}, os{B, Tq, C};
+  const Shape qs{B, Tq, W}, cs{B, Hkv, max_T, D}, os{B, Tq, C};
   Tensor q_cpu(qkv.data(), DType::f32, Device::cpu, qs);
   Tensor k_cpu(kc_ref.data(), DType::f32, Device::cpu, cs),
       v_cpu(vc_ref.data(), DType::f32, Device::cpu, cs);
-  ops::kv_cache_write(*cpu, k_cpu, v_cpu, q_cpu, pos, H);
+  ops::kv_cache_write(*cpu, k_cpu, v_cpu, q_cpu, pos, layout);
   ops::attention_decode(*cpu, Tensor(o_ref.data(), DType::f32, Device::cpu, os), q_cpu, k_cpu,
-                        v_cpu, pos, H);
+                        v_cpu, pos, layout, 0, window);
   // CUDA.
   auto ctx = ExecContext::make_cuda(0);
   const DType dt = dtype_of_t<T>();
@@ -48,14 +51,15 @@ void check_decode(int B, int H, int D, int pos, int Tq, int n_splits) {
   dout.poison();
   Tensor q(dq.ptr(), dt, Device::cuda, qs), k(dk.ptr(), dt, Device::cuda, cs),
       v(dv.ptr(), dt, Device::cuda, cs);
-  ops::kv_cache_write(*ctx, k, v, q, pos, H);
-  ops::attention_decode(*ctx, Tensor(dout.ptr(), dt, Device::cuda, os), q, k, v, pos, H, n_splits);
+  ops::kv_cache_write(*ctx, k, v, q, pos, layout);
+  ops::attention_decode(*ctx, Tensor(dout.ptr(), dt, Device::cuda, os), q, k, v, pos, layout,
+                        n_splits, window);
   EXPECT_EQ(dk.download(), kc_ref);
   EXPECT_EQ(dv.download(), vc_ref);
   auto o = dout.download();
   char what[128];
-  std::snprintf(what, sizeof what, "decode %s B%d H%d D%d pos%d Tq%d splits%d",
-                test::type_name<T>(), B, H, D, pos, Tq, n_splits);
+  std::snprintf(what, sizeof what, "decode %s B%d H%d Hkv%d D%d pos%d Tq%d splits%d w%d",
+                test::type_name<T>(), B, H, Hkv, D, pos, Tq, n_splits, window);
   const double tol = std::is_same_v<T, bf16> ? 1e-2 : 1e-5;
   EXPECT_LT(report(what, max_rel_error(o.data(), o_ref.data(), o.size())), tol) << what;
 }
@@ -68,6 +72,13 @@ void check_all_shapes() {
     check_decode<T>(2, 4, 128, 300, 1, splits);
     check_decode<T>(1, 3, 80, 50, 5, splits);
     check_decode<T>(3, 2, 32, 0, 130, splits);
+    // GQA and windows: shorter than a 128-key chunk, longer than one, and longer than the cache.
+    check_decode<T>(1, 4, 64, 999, 1, splits, 2);
+    check_decode<T>(2, 4, 128, 300, 1, splits, 1, 37);
+    check_decode<T>(1, 4, 64, 999, 1, splits, 2, 300);
+    check_decode<T>(1, 4, 80, 50, 5, splits, 1, 3);
+    check_decode<T>(3, 4, 32, 0, 130, splits, 2, 50);
+    check_decode<T>(1, 4, 64, 20, 3, splits, 4, 500);
   }
 }
 

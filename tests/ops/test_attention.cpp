@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -54,13 +55,13 @@ struct AttentionCase {
     p.o_batch_stride = obatch;
     p.o_row_stride = orow;
     p.B = B;
-    p.T_ = T;
+    p.seq_len = T;
     p.n_head = H;
     p.n_kv_head = Hkv;
     p.D = D;
     p.scale = float(1.0 / std::sqrt(double(D)));
-    p.causal = causal;
-    p.window = window;
+    p.mask.causal = causal;
+    p.mask.window = window;
     return p;
   }
   // params() with dout and dq, dk, dv pointing into dqkv, which has the layout of qkv.
@@ -110,9 +111,11 @@ TEST(AttentionRef, ForwardMatchesNaiveSoftmax) {
     bool causal;
     int window;
   };
-  const Shape shapes[] = {{2, 13, 4, 4, 8, true, 0},  {1, 1, 2, 2, 4, true, 0},
-                          {2, 13, 4, 2, 8, true, 0},  {2, 13, 4, 1, 8, true, 4},
-                          {1, 9, 2, 2, 16, false, 0}, {1, 7, 3, 3, 5, true, 1}};
+  // GQA (groups of 2 and 4) and windows smaller than, equal to and larger than T.
+  const Shape shapes[] = {
+      {2, 13, 4, 4, 8, true, 0}, {1, 1, 2, 2, 4, true, 0},   {2, 13, 4, 2, 8, true, 0},
+      {2, 13, 4, 1, 8, true, 4}, {1, 9, 2, 2, 16, false, 0}, {1, 7, 3, 3, 5, true, 1},
+      {2, 11, 4, 2, 6, true, 3}, {1, 9, 4, 1, 4, true, 9},   {1, 8, 4, 2, 4, true, 20}};
   for (const auto& s : shapes) {
     AttentionCase c(s.B, s.T, s.H, s.Hkv, s.D, s.causal, s.window, 5);
     attention_fwd_ref(c.params());
@@ -153,6 +156,8 @@ TEST(AttentionRef, BackwardMatchesFiniteDifferences) {
   check_backward(AttentionCase(1, 6, 2, 1, 4, true, 2, 15), 16);   // GQA + window
   check_backward(AttentionCase(1, 4, 2, 2, 4, false, 0, 17), 18);  // bidirectional
   check_backward(AttentionCase(2, 1, 2, 2, 4, true, 0, 19), 20);   // T = 1
+  check_backward(AttentionCase(1, 7, 4, 1, 3, true, 3, 25), 26);   // group of 4 + window
+  check_backward(AttentionCase(1, 5, 4, 2, 4, true, 1, 27), 28);   // window 1: each row sees itself
 }
 
 TEST(AttentionRef, DeterministicAcrossThreadCounts) {
@@ -179,58 +184,118 @@ TEST(AttentionRef, RejectsUnsupportedParams) {
   AttentionCase w(1, 4, 2, 2, 4, false, 2, 24);
   EXPECT_EQ(test::thrown_message([&] { attention_fwd_ref(w.params()); }),
             "attention: a sliding window requires causal attention");
+  AttentionCase n(1, 4, 2, 2, 4, true, -1, 24);
+  EXPECT_EQ(test::thrown_message([&] { attention_fwd_ref(n.params()); }),
+            "attention: window must be >= 0, got -1");
 }
 
-// The op on a packed [B, T, 3C] qkv equals the reference called with the packed strides.
-TEST(AttentionOp, PackedLayoutAndArgumentChecks) {
+// The op on a packed [B, T, (H + 2 Hkv) D] qkv (QKVLayout) equals the reference called with the
+// packed strides, for multi-head, GQA and a sliding window.
+void check_op_layout(int H, int Hkv, int window, uint32_t seed) {
   auto ctx = ExecContext::make_cpu();
-  const int B = 2, T = 7, H = 3, D = 4, C = H * D;
-  auto qkv = random_vector(size_t(B * T * 3 * C), 31);
+  const int B = 2, T = 7, D = 4;
+  const QKVLayout layout{H, Hkv, D};
+  const int W = int(layout.width()), C = H * D;
+  auto qkv = random_vector(size_t(B * T * W), seed);
   std::vector<float> out(size_t(B * T * C)), lse(size_t(B * H * T)), dqkv(qkv.size());
-  const auto dout = random_vector(out.size(), 32);
+  const auto dout = random_vector(out.size(), seed + 1);
   auto dout_v = dout;
   ops::attention_fwd(*ctx, cpu_tensor(out, {B, T, C}), cpu_tensor(lse, {B, H, T}),
-                     cpu_tensor(qkv, {B, T, 3 * C}), H);
-  ops::attention_bwd(*ctx, cpu_tensor(dqkv, {B, T, 3 * C}), cpu_tensor(dout_v, {B, T, C}),
-                     cpu_tensor(qkv, {B, T, 3 * C}), cpu_tensor(out, {B, T, C}),
-                     cpu_tensor(lse, {B, H, T}), H);
+                     cpu_tensor(qkv, {B, T, W}), layout, window);
+  ops::attention_bwd(*ctx, cpu_tensor(dqkv, {B, T, W}), cpu_tensor(dout_v, {B, T, C}),
+                     cpu_tensor(qkv, {B, T, W}), cpu_tensor(out, {B, T, C}),
+                     cpu_tensor(lse, {B, H, T}), layout, window);
 
   std::vector<float> out_ref(out.size()), lse_ref(lse.size()), dqkv_ref(qkv.size());
   AttentionParams<float> p;
   p.q = qkv.data();
   p.k = qkv.data() + C;
-  p.v = qkv.data() + 2 * C;
+  p.v = qkv.data() + C + Hkv * D;
   p.o = out_ref.data();
   p.lse = lse_ref.data();
-  p.qkv_batch_stride = T * 3 * C;
-  p.qkv_row_stride = 3 * C;
+  p.qkv_batch_stride = T * W;
+  p.qkv_row_stride = W;
   p.o_batch_stride = T * C;
   p.o_row_stride = C;
   p.B = B;
-  p.T_ = T;
-  p.n_head = p.n_kv_head = H;
+  p.seq_len = T;
+  p.n_head = H;
+  p.n_kv_head = Hkv;
   p.D = D;
   p.scale = 0.5f;
+  p.mask.window = window;
   attention_fwd_ref(p);
   p.dout = dout.data();
   p.dq = dqkv_ref.data();
   p.dk = dqkv_ref.data() + C;
-  p.dv = dqkv_ref.data() + 2 * C;
+  p.dv = dqkv_ref.data() + C + Hkv * D;
   attention_bwd_ref(p);
-  EXPECT_EQ(out, out_ref);
-  EXPECT_EQ(lse, lse_ref);
-  EXPECT_EQ(dqkv, dqkv_ref);
+  EXPECT_EQ(out, out_ref) << H << " " << Hkv << " " << window;
+  EXPECT_EQ(lse, lse_ref) << H << " " << Hkv << " " << window;
+  EXPECT_EQ(dqkv, dqkv_ref) << H << " " << Hkv << " " << window;
+}
 
+TEST(AttentionOp, PackedLayoutMatchesReference) {
+  check_op_layout(3, 3, 0, 31);
+  check_op_layout(4, 2, 0, 33);
+  check_op_layout(4, 1, 3, 35);
+  check_op_layout(4, 2, 9, 37);  // window longer than T: full causal
+}
+
+// The window reaches the op: window >= T gives full causal attention bit for bit, a shorter one
+// changes every row past the window (rows t < window see all their keys and are unchanged).
+TEST(AttentionOp, WindowReachesTheKernel) {
+  auto ctx = ExecContext::make_cpu();
+  const int B = 1, T = 9, H = 2, D = 4;
+  const QKVLayout layout{H, H, D};
+  auto qkv = random_vector(size_t(B * T * layout.width()), 41);
+  auto run = [&](int window) {
+    std::vector<float> out(size_t(B * T * H * D)), lse(size_t(B * H * T));
+    ops::attention_fwd(*ctx, cpu_tensor(out, {B, T, H * D}), cpu_tensor(lse, {B, H, T}),
+                       cpu_tensor(qkv, {B, T, 3 * H * D}), layout, window);
+    return out;
+  };
+  const auto full = run(0);
+  EXPECT_EQ(run(T), full);
+  const auto w3 = run(3);
+  for (int t = 0; t < T; ++t) {
+    const bool same = std::equal(full.begin() + t * H * D, full.begin() + (t + 1) * H * D,
+                                 w3.begin() + t * H * D);
+    EXPECT_EQ(same, t < 3) << "row " << t;
+  }
+}
+
+TEST(AttentionOp, ArgumentChecks) {
+  auto ctx = ExecContext::make_cpu();
+  const int B = 2, T = 7, H = 4, D = 4, C = H * D;
+  const QKVLayout layout{H, 2, D};  // width (4 + 2 * 2) * 4 = 32
+  auto qkv = random_vector(size_t(B * T * layout.width()), 51);
+  std::vector<float> out(size_t(B * T * C)), lse(size_t(B * H * T));
+  const Shape qkv_shape{B, T, 32}, lse_shape{B, H, T};
+  auto fwd = [&](const QKVLayout& l, int window, const Shape& lse_s) {
+    ops::attention_fwd(*ctx, cpu_tensor(out, {B, T, C}), cpu_tensor(lse, lse_s),
+                       cpu_tensor(qkv, qkv_shape), l, window);
+  };
+  EXPECT_NO_THROW(fwd(layout, 0, lse_shape));
   EXPECT_EQ(test::thrown_message([&] {
-              ops::attention_fwd(*ctx, cpu_tensor(out, {B, T, C}), cpu_tensor(lse, {B, H, T}),
-                                 cpu_tensor(qkv, {B, T, 3 * C}), 5);
+              fwd(QKVLayout{H, 3, D}, 0, lse_shape);
             }),
-            "attention: n_head (5) must divide the model width C = 12");
+            "attention: n_kv_head (3) must divide n_head (4)");
   EXPECT_EQ(test::thrown_message([&] {
-              ops::attention_fwd(*ctx, cpu_tensor(out, {B, T, C}), cpu_tensor(lse, {B, T, H}),
-                                 cpu_tensor(qkv, {B, T, 3 * C}), H);
+              fwd(QKVLayout{H, 0, D}, 0, lse_shape);
             }),
-            "attention: lse must be f32[2, 3, 7] on cpu, got f32[2, 7, 3] on cpu");
+            "attention: n_head, n_kv_head and head_dim must be positive, got 4, 0 and 4");
+  EXPECT_EQ(test::thrown_message([&] {
+              fwd(QKVLayout{H, H, D}, 0, lse_shape);
+            }),
+            "attention: qkv must be [B, T, 48] ((n_head 4 + 2 x n_kv_head 4) x head_dim 4), got "
+            "f32[2, 7, 32] on cpu");
+  EXPECT_EQ(test::thrown_message([&] { fwd(layout, -2, lse_shape); }),
+            "attention: window must be >= 0 (0 = full causal), got -2");
+  EXPECT_EQ(test::thrown_message([&] {
+              fwd(layout, 0, Shape{B, T, H});
+            }),
+            "attention: lse must be f32[2, 4, 7] on cpu, got f32[2, 7, 4] on cpu");
 }
 
 }  // namespace

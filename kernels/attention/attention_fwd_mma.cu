@@ -1,0 +1,259 @@
+// bf16 attention forward on mma.sync tensor cores (m16n8k16, bf16 operands, fp32 accumulation),
+// head dim 64 or 128, any sm_80+ device. Contract: launch_attention_fwd<bf16> (attention.cuh): o
+// and lse (natural log) written (=), packed strided q/k/v, GQA, the mask of AttentionMask. The
+// dispatcher (attention.cu) runs it where the Hopper wgmma forward is not used.
+//
+// A block owns 128 queries (4 warps x 2 m-tiles of 16 rows) and loops over K/V tiles (128 keys for
+// D = 64, 64 for D = 128) double-buffered in shared memory (cp.async): S = Q K^T, online softmax
+// in the log2 domain (ex2.approx.ftz, the scale folded into one FFMA per score), O += P V. Warps
+// skip key tiles their rows do not see; element masks only on tiles that need them
+// (AttentionMask::needs_key_mask: the diagonal, the window edge, the end of T).
+#include <cuda_bf16.h>
+
+#include "kernels/attention/attention_impl.cuh"
+#include "kernels/attention/mma_common.cuh"
+
+namespace attnlab {
+namespace {
+
+using namespace mma;
+
+// A block owns kFwdRows = 128 queries: each warp two 16-row m-tiles, so that every K/V fragment
+// read from shared memory feeds four tensor-core products (smem bandwidth is the limiter with
+// one m-tile). Q fragments stay in registers for D = 64 and are re-read from smem for D = 128.
+constexpr int kFwdMT = 2;                  // m-tiles (16 rows) per warp
+constexpr int kFwdRows = 4 * 16 * kFwdMT;  // queries per block
+
+// kKT keys per shared-memory K/V tile (one barrier each), processed in softmax steps of kSub = 64
+// keys (32-key steps were measured slower: more rescales). 128-key tiles for D = 64 (half the
+// barriers; measured faster); 64 for D = 128 (two 128-key tiles would not leave room for 2
+// blocks/SM).
+template <int D>
+constexpr int kFwdKeyTile = D == 64 ? 128 : kTile;
+template <int D, int kKT = kFwdKeyTile<D>>
+__global__ void __launch_bounds__(kThreads) attn_fwd_bf16(const AttentionParams<bf16> p) {
+  constexpr int LD = D + 8;
+  constexpr bool kQInRegs = D <= 64;
+  constexpr int kQF = kQInRegs ? D / 16 : 1;
+  constexpr int kSub = kTile;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // [kFwdRows][LD]
+  bf16* sK = sQ + kFwdRows * LD;                 // [2][kKT][LD]
+  bf16* sV = sK + 2 * kKT * LD;                  // [2][kKT][LD]
+  const int T = p.seq_len;
+  const AttentionMask& mask = p.mask;
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) tiles first
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
+  const int q0 = m_block * kFwdRows;
+  const int wrow = warp * 16 * kFwdMT;  // first row of this warp inside the block tile
+  const bf16* gq = p.q + b * p.qkv_batch_stride + h * D;
+  const bf16* gk = p.k + b * p.qkv_batch_stride + hk * D;
+  const bf16* gv = p.v + b * p.qkv_batch_stride + hk * D;
+
+  const TileRange tiles = mask.key_tiles(q0, kFwdRows, kKT, T);
+  const int n_begin = tiles.begin, n_end = tiles.end;
+
+  load_rows<kFwdRows, D>(sQ, gq, p.qkv_row_stride, q0, T);
+  load_rows<kKT, D>(sK, gk, p.qkv_row_stride, n_begin * kKT, T);
+  load_rows<kKT, D>(sV, gv, p.qkv_row_stride, n_begin * kKT, T);
+  cp_async_commit();
+
+  float o[kFwdMT][D / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < kFwdMT; ++mt) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+  }
+  float row_max[kFwdMT][2], row_sum[kFwdMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kFwdMT; ++mt) {
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
+  uint32_t qf[kFwdMT][kQF][4];
+  const float sl2 = p.scale * kLog2e;
+
+  for (int nb = n_begin; nb < n_end; ++nb) {
+    const int buf = (nb - n_begin) & 1;
+    cp_async_wait_all();
+    __syncthreads();
+    if constexpr (kQInRegs) {
+      if (nb == n_begin) {
+#pragma unroll
+        for (int mt = 0; mt < kFwdMT; ++mt) {
+#pragma unroll
+          for (int kk = 0; kk < kQF; ++kk)
+            load_a<LD>(qf[mt][kk], sQ, wrow + mt * 16, kk * 16, lane);
+        }
+      }
+    }
+    if (nb + 1 < n_end) {
+      load_rows<kKT, D>(sK + (buf ^ 1) * kKT * LD, gk, p.qkv_row_stride, (nb + 1) * kKT, T);
+      load_rows<kKT, D>(sV + (buf ^ 1) * kKT * LD, gv, p.qkv_row_stride, (nb + 1) * kKT, T);
+      cp_async_commit();
+    }
+    const bf16* cK = sK + buf * kKT * LD;
+    const bf16* cV = sV + buf * kKT * LD;
+
+#pragma unroll
+    for (int sub = 0; sub < kKT / kSub; ++sub) {
+      // A warp whose rows see none of these keys (past its causal diagonal or before its window)
+      // skips them; its block-mates still need the tile, so only the arithmetic is skipped.
+      const int k_first = nb * kKT + sub * kSub;
+      if (ATTN_MASK_TILE_INVISIBLE(mask, q0 + wrow, q0 + wrow + 16 * kFwdMT - 1, k_first,
+                                   k_first + kSub - 1)) {
+        continue;
+      }
+      float s[kFwdMT][kSub / 8][4];
+#pragma unroll
+      for (int mt = 0; mt < kFwdMT; ++mt) {
+#pragma unroll
+        for (int i = 0; i < kSub / 8; ++i)
+          s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
+      }
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t aq[kFwdMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kFwdMT; ++mt) {
+          if constexpr (kQInRegs) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) aq[mt][i] = qf[mt][kk][i];
+          } else {
+            load_a<LD>(aq[mt], sQ, wrow + mt * 16, kk * 16, lane);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kSub / 16; ++j) {
+          uint32_t bk[4];
+          load_b_nk<LD>(bk, cK, sub * kSub + j * 16, kk * 16, lane);
+#pragma unroll
+          for (int mt = 0; mt < kFwdMT; ++mt) {
+            mma16816(s[mt][2 * j], aq[mt], bk[0], bk[1]);
+            mma16816(s[mt][2 * j + 1], aq[mt], bk[2], bk[3]);
+          }
+        }
+      }
+      const int k0 = nb * kKT + sub * kSub;
+      const bool need_mask = ATTN_MASK_NEEDS_KEY_MASK(mask, q0, kFwdRows, k0, kSub, T);
+#pragma unroll
+      for (int mt = 0; mt < kFwdMT; ++mt) {
+        if (need_mask) {
+#pragma unroll
+          for (int nt = 0; nt < kSub / 8; ++nt) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              const int key = k0 + nt * 8 + 2 * tig + (c & 1);
+              const int qi = q0 + wrow + mt * 16 + g + (c >= 2 ? 8 : 0);
+              if (ATTN_MASK_HIDDEN(mask, qi, key, T)) {
+                s[mt][nt][c] = -INFINITY;
+              }
+            }
+          }
+        }
+        // Raw scores here; the scale is folded into the exponent (one FFMA per score), which is
+        // exact for the max because scale > 0. row_max is kept in the scaled log2 domain.
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int nt = 0; nt < kSub / 8; ++nt) {
+            mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+          }
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(row_max[mt][r], mx * sl2);
+          const float m_use = m_new == -INFINITY ? 0.f : m_new;
+          const float corr = exp2_ftz(row_max[mt][r] - m_use);
+          row_max[mt][r] = m_new;
+          float sum = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < kSub / 8; ++nt) {
+            s[mt][nt][2 * r] = exp2_ftz(fmaf(s[mt][nt][2 * r], sl2, -m_use));
+            s[mt][nt][2 * r + 1] = exp2_ftz(fmaf(s[mt][nt][2 * r + 1], sl2, -m_use));
+            sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
+          }
+          row_sum[mt][r] = row_sum[mt][r] * corr + sum;
+#pragma unroll
+          for (int dt = 0; dt < D / 8; ++dt) {
+            o[mt][dt][2 * r] *= corr;
+            o[mt][dt][2 * r + 1] *= corr;
+          }
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < kSub / 16; ++kk) {
+        uint32_t a[kFwdMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kFwdMT; ++mt) c_to_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+#pragma unroll
+        for (int dt = 0; dt < D / 16; ++dt) {
+          uint32_t bv[4];
+          load_b_kn<LD>(bv, cV, sub * kSub + kk * 16, dt * 16, lane);
+#pragma unroll
+          for (int mt = 0; mt < kFwdMT; ++mt) {
+            mma16816(o[mt][2 * dt], a[mt], bv[0], bv[1]);
+            mma16816(o[mt][2 * dt + 1], a[mt], bv[2], bv[3]);
+          }
+        }
+      }
+    }  // sub
+  }
+
+#pragma unroll
+  for (int mt = 0; mt < kFwdMT; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = row_sum[mt][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int qi = q0 + wrow + mt * 16 + g + 8 * r;
+      if (qi >= T) continue;
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      bf16* out = p.o + b * p.o_batch_stride + int64_t(qi) * p.o_row_stride + h * D;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        *reinterpret_cast<__nv_bfloat162*>(out + dt * 8 + 2 * tig) =
+            __floats2bfloat162_rn(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
+      }
+      if (tig == 0) {
+        p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (row_max[mt][r] + log2f(l)) * kLn2;
+      }
+    }
+  }
+}
+
+template <int D>
+void fwd_bf16(const AttentionParams<bf16>& p, cudaStream_t st) {
+  const dim3 grid(div_up(p.seq_len, kFwdRows), p.n_head, p.B);
+  constexpr int kKT = kFwdKeyTile<D>;
+  const size_t smem = size_t(kFwdRows + 4 * kKT) * (D + 8) * sizeof(bf16);
+  set_smem(attn_fwd_bf16<D, kKT>, smem);
+  attn_fwd_bf16<D, kKT><<<grid, kThreads, smem, st>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+namespace attention_impl {
+
+void fwd_bf16_mma(const AttentionParams<bf16>& p, cudaStream_t st) {
+  if (p.D == 64) {
+    fwd_bf16<64>(p, st);
+  } else {
+    fwd_bf16<128>(p, st);
+  }
+}
+
+int mma_binary_version() {
+  static const int version = [] {
+    cudaFuncAttributes attr{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, attn_fwd_bf16<64>));
+    return attr.binaryVersion;
+  }();
+  return version;
+}
+
+}  // namespace attention_impl
+}  // namespace attnlab
