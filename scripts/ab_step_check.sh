@@ -4,8 +4,10 @@
 # beside the current build, then in one call
 #   1. times the GPT-2 124M training step with both, interleaved A B A B A B (bench_train, same
 #      batch), and prints each run's tok/s and the ratio of the medians (new / old);
-#   2. trains a small model with the new trainer and generates from its checkpoint with both
+#   2. times attention fwd+bwd with both (bench_attention --gpt2 --no-det) and prints the ratios;
+#   3. trains a small model with the new trainer and generates from its checkpoint with both
 #      binaries (same seed), printing whether the texts are identical.
+# The old build is skipped when it is up to date (device_check.sh with BASE_SRC starts it early).
 #
 #   scripts/ab_step_check.sh BASE_SRC [new-build-dir]     (on a CUDA machine)
 # Environment: BATCH (micro-batch, default 64), ROUNDS (default 3), OUT (log dir).
@@ -22,9 +24,9 @@ export NCCL_NVLS_ENABLE=0
 OLD_BUILD="$BASE/build-device"
 cmake -S "$BASE" -B "$OLD_BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DATTNLAB_BUILD_TESTS=OFF >"$LOGS/old_cmake.log" 2>&1 &&
-  make -C "$OLD_BUILD" -j16 attnlab bench_train >"$LOGS/old_build.log" 2>&1 ||
+  make -C "$OLD_BUILD" -j16 attnlab bench_train bench_attention >"$LOGS/old_build.log" 2>&1 ||
   { grep -E "error" -A3 "$LOGS/old_build.log" | head -30; echo "old build failed"; exit 1; }
-make -C "$NEW_BUILD" -j16 attnlab bench_train >"$LOGS/new_build.log" 2>&1 ||
+make -C "$NEW_BUILD" -j16 attnlab bench_train bench_attention >"$LOGS/new_build.log" 2>&1 ||
   { grep -E "error" -A3 "$LOGS/new_build.log" | head -30; echo "new build failed"; exit 1; }
 
 tok_s() { sed -n 's/^RESULT bench_train .*tok_s=\([0-9.]*\).*/\1/p' "$1" | head -1; }
@@ -44,6 +46,23 @@ o = [float(x) for x in sys.argv[1].split()]
 n = [float(x) for x in sys.argv[2].split()]
 print(f"median old {statistics.median(o):.0f}, new {statistics.median(n):.0f}, "
       f"new/old {statistics.median(n) / statistics.median(o):.4f}")
+PY
+
+echo "==== attention bf16 causal fwd+bwd TFLOP/s, old and new (bench_attention --gpt2 --no-det) ===="
+"$OLD_BUILD/bench_attention" "$LOGS/att_old.csv" --gpt2 --no-det >"$LOGS/att_old.log" 2>&1
+"$NEW_BUILD/bench_attention" "$LOGS/att_new.csv" --gpt2 --no-det >"$LOGS/att_new.log" 2>&1
+python3 - "$LOGS/att_old.csv" "$LOGS/att_new.csv" <<'PY'
+import csv, sys
+old = {(r["D"], r["T"], r["B"]): r for r in csv.DictReader(open(sys.argv[1]))}
+new = {(r["D"], r["T"], r["B"]): r for r in csv.DictReader(open(sys.argv[2]))}
+print(f"{'D':>4} {'T':>6} {'B':>3} {'fwd old':>8} {'fwd new':>8} {'new/old':>7} {'f+b old':>8} {'f+b new':>8} {'new/old':>7}")
+for k, n in new.items():
+    o = old.get(k)
+    if not o:
+        continue
+    fo, fn = float(o["fwd_tflops"]), float(n["fwd_tflops"])
+    bo, bn = float(o["fwdbwd_tflops"]), float(n["fwdbwd_tflops"])
+    print(f"{k[0]:>4} {k[1]:>6} {k[2]:>3} {fo:8.1f} {fn:8.1f} {fn/fo:7.3f} {bo:8.1f} {bn:8.1f} {bn/bo:7.3f}")
 PY
 
 echo "==== generation from one checkpoint, old and new binaries (bf16, same seed) ===="

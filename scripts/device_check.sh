@@ -5,7 +5,10 @@
 # Environment: GTEST_FILTER (tests to run; default all), SANITIZE=1 (memcheck of the attention,
 # embedding and cross-entropy tests; SANITIZE_FILTER narrows them, SANITIZE_TIMEOUT in s, 300), SKIP_TRAIN=1, SKIP_BENCH=1, BENCH_ARGS (bench_attention
 # options, default --gpt2), PRECS / PEER_MODES (passed to scripts/gpu_step_check.sh), PREPARE_MB
-# with ATTNLAB_SHARED_DATA (also runs scripts/prepare_scaling.sh on that many MB of text).
+# with ATTNLAB_SHARED_DATA (also runs scripts/prepare_scaling.sh on that many MB of text),
+# BASE_SRC (an older source tree, e.g. `git archive <commit>` in an ignored, carried folder: built
+# beside this one from the start, then scripts/ab_step_check.sh compares step time, attention time
+# and generation of the two builds in this call).
 # Logs and CSVs go to $OUT (the device tool's folder) or /tmp/attnlab_device.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -17,6 +20,12 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,n
 t0=$(date +%s)
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$BUILD.cmake.log" 2>&1 \
   || { tail -30 "$BUILD.cmake.log"; exit 1; }
+if [ -n "${BASE_SRC:-}" ]; then
+  (cmake -S "$BASE_SRC" -B "$BASE_SRC/build-device" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DATTNLAB_BUILD_TESTS=OFF &&
+    make -C "$BASE_SRC/build-device" -j8 attnlab bench_train bench_attention) >"$LOGS/base_build.log" 2>&1 &
+  base_pid=$!
+fi
 make -C "$BUILD" -j16 attnlab attnlab_tests bench_attention bench_train gpt2_step_dump >"$LOGS/build.log" 2>&1 \
   || { grep -E "error|Error" -A3 "$LOGS/build.log" | head -60; exit 1; }
 t1=$(date +%s)
@@ -55,6 +64,11 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   # The whole training step: GPU vs CPU test, PyTorch oracle, bench_train vs torch eager/compile.
   SKIP_BUILD=1 OUT="$LOGS/step" bash scripts/gpu_step_check.sh "$BUILD" >"$LOGS/step.log" 2>&1
   step_rc=$?
+fi
+
+if [ -n "${BASE_SRC:-}" ]; then
+  wait "$base_pid" || { echo "base build failed"; tail -20 "$LOGS/base_build.log"; }
+  OUT="$LOGS" bash scripts/ab_step_check.sh "$BASE_SRC" "$BUILD" >"$LOGS/ab.log" 2>&1
 fi
 
 if [ -n "${PREPARE_MB:-}" ] && [ -n "${ATTNLAB_SHARED_DATA:-}" ]; then
@@ -96,5 +110,9 @@ fi
 if [ -f "$LOGS/prepare_scaling.log" ]; then
   echo "==== prepare scaling (scripts/prepare_scaling.sh) ===="
   cat "$LOGS/prepare_scaling.log"
+fi
+if [ -f "$LOGS/ab.log" ]; then
+  echo "==== old build ($BASE_SRC) vs this one (scripts/ab_step_check.sh) ===="
+  grep -v "^$" "$LOGS/ab.log"
 fi
 exit $tests_rc

@@ -49,9 +49,9 @@ struct Side {
   Buffer batch;
   Tensor tokens, targets;
 
-  Side(Device dev, DType dt) {
+  Side(Device dev, DType dt, const GPTConfig& c) {
     ctx = dev == Device::cuda ? ExecContext::make_cuda(0) : ExecContext::make_cpu();
-    model = std::make_unique<GPT>(step_config());
+    model = std::make_unique<GPT>(c);
     model->declare_params(store);
     store.finalize(dev, dt, {ParamRole::base, ParamRole::attention});
     model->allocate(*ctx, kB, kT, dt);
@@ -104,18 +104,25 @@ struct Side {
   }
 };
 
-std::vector<float> initial_weights(int64_t n) {
-  Side cpu(Device::cpu, DType::f32);
+std::vector<float> initial_weights(int64_t n, const GPTConfig& c) {
+  Side cpu(Device::cpu, DType::f32, c);
   cpu.model->init_params(cpu.store, 1234);
   std::vector<float> w = Side::host(cpu.store.all_params());
   // Small noise everywhere (biases and LayerNorm parameters away from 0 and 1) except the
   // vocabulary padding rows, which stay zero.
   std::vector<float> noise = test::random_vector(size_t(n), 99, -0.02f, 0.02f);
-  const auto& wte = cpu.store.entry("wte.weight");
-  const int64_t pad_begin = wte.offset + int64_t(step_config().vocab_size) * step_config().n_embd;
-  const int64_t pad_end = wte.offset + int64_t(step_config().padded_vocab) * step_config().n_embd;
+  auto padding = [&](int64_t i) {
+    for (const char* name : {"wte.weight", "lm_head.weight"}) {
+      if (!cpu.store.contains(name)) continue;
+      const int64_t off = cpu.store.entry(name).offset;
+      if (i >= off + int64_t(c.vocab_size) * c.n_embd &&
+          i < off + int64_t(c.padded_vocab) * c.n_embd)
+        return true;
+    }
+    return false;
+  };
   for (int64_t i = 0; i < n; ++i)
-    if (i < pad_begin || i >= pad_end) w[size_t(i)] += noise[size_t(i)];
+    if (!padding(i)) w[size_t(i)] += noise[size_t(i)];
   return w;
 }
 
@@ -147,14 +154,14 @@ std::pair<double, std::string> worst_grad_error(
   return {worst, name};
 }
 
-void step_check(DType dt) {
+void step_check(DType dt, const GPTConfig& c = step_config()) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  Side cpu(Device::cpu, DType::f32), gpu(Device::cuda, dt);
+  Side cpu(Device::cpu, DType::f32, c), gpu(Device::cuda, dt, c);
   // Same declaration order and roles: the flat layouts must agree entry by entry.
   ASSERT_EQ(cpu.store.entries().size(), gpu.store.entries().size());
   for (size_t i = 0; i < cpu.store.entries().size(); ++i)
     ASSERT_EQ(cpu.store.entries()[i].offset, gpu.store.entries()[i].offset);
-  std::vector<float> w = initial_weights(cpu.store.param_buffer_numel());
+  std::vector<float> w = initial_weights(cpu.store.param_buffer_numel(), c);
   if (dt == DType::bf16)  // the reference sees exactly the weights the GPU sees
     for (float& x : w) x = __bfloat162float(__float2bfloat16(x));
   cpu.set_weights(w);
@@ -181,7 +188,7 @@ void step_check(DType dt) {
   double tol_logits = 1e-4, tol_loss = 1e-5, tol_grad = 1e-4;
   if (bf) {
     // Same-precision noise: perturb every weight by half a bf16 ulp (random sign) on the CPU.
-    Side noisy(Device::cpu, DType::f32);
+    Side noisy(Device::cpu, DType::f32, c);
     std::vector<float> wn = w;
     std::mt19937 rng(5);
     for (float& x : wn) {
@@ -251,3 +258,17 @@ void step_check(DType dt) {
 
 TEST(GPTCuda, TrainingStepF32) { step_check(DType::f32); }
 TEST(GPTCuda, TrainingStepBF16) { step_check(DType::bf16); }
+
+// The other block configurations on the GPU: grouped-query attention, a sliding window shorter
+// than the sequence, no biases, an untied head (head dim 64 for the bf16 tensor-core kernels).
+GPTConfig variant_config() {
+  GPTConfig c = step_config();
+  c.n_head = 2;
+  c.n_kv_head = 1;
+  c.attention.window = 24;
+  c.bias = false;
+  c.tied_embeddings = false;
+  return c;
+}
+TEST(GPTCuda, TrainingStepGqaWindowNoBiasUntiedF32) { step_check(DType::f32, variant_config()); }
+TEST(GPTCuda, TrainingStepGqaWindowNoBiasUntiedBF16) { step_check(DType::bf16, variant_config()); }
