@@ -10,7 +10,8 @@
 # The old build is skipped when it is up to date (device_check.sh with BASE_SRC starts it early).
 #
 #   scripts/ab_step_check.sh BASE_SRC [new-build-dir]     (on a CUDA machine)
-# Environment: BATCH (micro-batch, default 64), ROUNDS (default 3), OUT (log dir).
+# Environment: BATCH (micro-batch, default 64), ROUNDS (step rounds, default 3), ATT_ROUNDS
+# (attention rounds, interleaved, default 1), SKIP_GEN=1 (no generation check), OUT (log dir).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BASE="${1:?usage: ab_step_check.sh BASE_SRC [new-build-dir]}"
@@ -49,12 +50,16 @@ print(f"median old {statistics.median(o):.0f}, new {statistics.median(n):.0f}, "
 PY
 
 echo "==== attention bf16 causal fwd+bwd TFLOP/s, old and new (bench_attention --gpt2 --no-det) ===="
-"$OLD_BUILD/bench_attention" "$LOGS/att_old.csv" --gpt2 --no-det >"$LOGS/att_old.log" 2>&1
-"$NEW_BUILD/bench_attention" "$LOGS/att_new.csv" --gpt2 --no-det >"$LOGS/att_new.log" 2>&1
-python3 - "$LOGS/att_old.csv" "$LOGS/att_new.csv" <<'PY'
+for r in $(seq "${ATT_ROUNDS:-1}"); do
+  "$OLD_BUILD/bench_attention" "$LOGS/att_old_$r.csv" --gpt2 --no-det >"$LOGS/att_old_$r.log" 2>&1
+  "$NEW_BUILD/bench_attention" "$LOGS/att_new_$r.csv" --gpt2 --no-det >"$LOGS/att_new_$r.log" 2>&1
+done
+for r in $(seq "${ATT_ROUNDS:-1}"); do
+python3 - "$LOGS/att_old_$r.csv" "$LOGS/att_new_$r.csv" "$r" <<'PY'
 import csv, sys
 old = {(r["D"], r["T"], r["B"]): r for r in csv.DictReader(open(sys.argv[1]))}
 new = {(r["D"], r["T"], r["B"]): r for r in csv.DictReader(open(sys.argv[2]))}
+print(f"round {sys.argv[3]}")
 print(f"{'D':>4} {'T':>6} {'B':>3} {'fwd old':>8} {'fwd new':>8} {'new/old':>7} {'f+b old':>8} {'f+b new':>8} {'new/old':>7}")
 for k, n in new.items():
     o = old.get(k)
@@ -64,6 +69,8 @@ for k, n in new.items():
     bo, bn = float(o["fwdbwd_tflops"]), float(n["fwdbwd_tflops"])
     print(f"{k[0]:>4} {k[1]:>6} {k[2]:>3} {fo:8.1f} {fn:8.1f} {fn/fo:7.3f} {bo:8.1f} {bn:8.1f} {bn/bo:7.3f}")
 PY
+done
+[ "${SKIP_GEN:-0}" = 1 ] && exit 0
 
 echo "==== generation from one checkpoint, old and new binaries (bf16, same seed) ===="
 "$NEW_BUILD/attnlab" train "$ROOT/recipes/quickstart.yaml" --set train.device=cuda \

@@ -3,7 +3,7 @@
 # benchmark and its PyTorch SDPA peer, and print a short table at the end.
 # Usage (repo root, on the GPU machine): bash scripts/device_check.sh [build_dir]
 # Environment: GTEST_FILTER (tests to run; default all), SANITIZE=1 (memcheck of the attention,
-# embedding and cross-entropy tests; SANITIZE_FILTER narrows them, SANITIZE_TIMEOUT in s, 300), SKIP_TRAIN=1, SKIP_BENCH=1, BENCH_ARGS (bench_attention
+# embedding and cross-entropy tests; SANITIZE_FILTER narrows them, SANITIZE_TIMEOUT in s, 300), SKIP_TRAIN=1, SKIP_BENCH=1, SKIP_STEP=1 (no gpu_step_check.sh), BENCH_ARGS (bench_attention
 # options, default --gpt2), PRECS / PEER_MODES (passed to scripts/gpu_step_check.sh), PREPARE_MB
 # with ATTNLAB_SHARED_DATA (also runs scripts/prepare_scaling.sh on that many MB of text),
 # BASE_SRC (an older source tree, e.g. `git archive <commit>` in an ignored, carried folder: built
@@ -62,8 +62,10 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   "$BUILD/bench_attention" "$LOGS/ours.csv" ${BENCH_ARGS:---gpt2} 2>&1 | tee "$LOGS/bench.log"
   PYTHONUNBUFFERED=1 python3 scripts/bench/sdpa_peer.py "$LOGS/peer.csv" --gpt2 2>&1 | tee -a "$LOGS/bench.log"
   # The whole training step: GPU vs CPU test, PyTorch oracle, bench_train vs torch eager/compile.
-  SKIP_BUILD=1 OUT="$LOGS/step" bash scripts/gpu_step_check.sh "$BUILD" >"$LOGS/step.log" 2>&1
-  step_rc=$?
+  if [ "${SKIP_STEP:-0}" != 1 ]; then
+    SKIP_BUILD=1 OUT="$LOGS/step" bash scripts/gpu_step_check.sh "$BUILD" >"$LOGS/step.log" 2>&1
+    step_rc=$?
+  fi
 fi
 
 if [ -n "${BASE_SRC:-}" ]; then
