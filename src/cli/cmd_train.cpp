@@ -1,4 +1,4 @@
-// attnlab train | eval | info
+// attnlab train | info | generate | prepare
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -18,14 +18,6 @@ int cmd_train(const RecipeArgs& args, const std::string& resume_dir, int profile
   o.resume = resume_dir;
   o.profile_steps = profile_steps;
   train(r, o);
-  return 0;
-}
-
-int cmd_eval(const RecipeArgs& args, const std::string& checkpoint) {
-  Recipe r = load_recipe(args.recipe, args.overrides);
-  EvalResult e = evaluate_checkpoint(r, checkpoint);
-  std::printf("val loss %.4f | val ppl %.3f | %lld tokens\n", e.loss, e.perplexity,
-              (long long)e.tokens);
   return 0;
 }
 

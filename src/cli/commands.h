@@ -15,7 +15,6 @@ struct RecipeArgs {
 };
 
 int cmd_train(const RecipeArgs& args, const std::string& resume_dir, int profile_steps);
-int cmd_eval(const RecipeArgs& args, const std::string& checkpoint);
 int cmd_info(const RecipeArgs& args);
 int cmd_generate(const GenerateOptions& options);
 int cmd_prepare(PrepareOptions options);

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "cli/cmd_eval.h"
 #include "cli/cmd_tokenize.h"
 #include "cli/commands.h"
 #include "core/error.h"
@@ -14,8 +15,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "attnlab 0.1.0");
 
-  cli::RecipeArgs train_args, eval_args, info_args;
-  std::string resume, checkpoint;
+  cli::RecipeArgs train_args, info_args;
+  std::string resume;
   int profile_steps = 0;
   auto add_recipe = [](CLI::App* sub, cli::RecipeArgs& a) {
     sub->add_option("recipe", a.recipe, "recipe YAML file")->required()->check(CLI::ExistingFile);
@@ -30,9 +31,10 @@ int main(int argc, char** argv) {
   train->add_option("--profile", profile_steps,
                     "run N steps with NVTX ranges for nsys/ncu, then stop");
 
-  CLI::App* eval = app.add_subcommand("eval", "validation loss and perplexity of a checkpoint");
-  add_recipe(eval, eval_args);
-  eval->add_option("--checkpoint", checkpoint, "checkpoint directory or run directory")->required();
+  cli::EvalArgs eval_args;
+  CLI::App* eval = cli::add_eval_command(app, eval_args);
+  cli::ScoreArgs score_args;
+  CLI::App* score = cli::add_score_command(app, score_args);
 
   CLI::App* info =
       app.add_subcommand("info", "resolved recipe, parameter counts, memory and FLOPs");
@@ -94,7 +96,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*train) return cli::cmd_train(train_args, resume, profile_steps);
-    if (*eval) return cli::cmd_eval(eval_args, checkpoint);
+    if (*eval) return cli::cmd_eval(eval_args);
+    if (*score) return cli::cmd_score(score_args);
     if (*info) return cli::cmd_info(info_args);
     if (*generate) return cli::cmd_generate(gen);
     if (*prepare) return cli::cmd_prepare(prep);

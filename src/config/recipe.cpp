@@ -109,9 +109,6 @@ void AttentionConfig::validate() const {
 }
 
 void DataConfig::validate() const {
-  if (source == DataSource::shards && train.empty())
-    fail_key("data.train",
-             "data.train must name the training shards (a glob) when data.source is 'shards'");
   if (tokenizer.empty()) fail_key("data.tokenizer", "data.tokenizer must not be empty");
   require_min("data.synthetic.vocab_size", synthetic.vocab_size, 2);
   require_min("data.synthetic.train_tokens", synthetic.train_tokens, 2);
@@ -198,7 +195,7 @@ void RetrofitConfig::validate() const {
     fail_key("retrofit.train_roles", "retrofit.train_roles must name at least one role");
 }
 
-void Recipe::validate() const {
+void Recipe::validate(RecipeUse use) const {
   model.validate();
   attention.validate();
   data.validate();
@@ -211,6 +208,9 @@ void Recipe::validate() const {
   distributed.validate();
   retrofit.validate();
 
+  if (use == RecipeUse::train && data.source == DataSource::shards && data.train.empty())
+    fail_key("data.train",
+             "data.train must name the training shards (a glob) when data.source is 'shards'");
   if (train.seq_len > model.block_size)
     fail_key("train.seq_len", strformat("train.seq_len (%d) must be <= model.block_size (%d)",
                                         train.seq_len, model.block_size));
@@ -228,12 +228,12 @@ void Recipe::validate() const {
                strformat("data.synthetic.train_tokens (%lld) must exceed train.seq_len (%d): "
                          "one sequence needs seq_len + 1 tokens",
                          (long long)data.synthetic.train_tokens, train.seq_len));
-    if (eval.enabled() && data.synthetic.val_tokens <= train.seq_len)
+    if (use == RecipeUse::train && eval.enabled() && data.synthetic.val_tokens <= train.seq_len)
       fail_key("data.synthetic.val_tokens",
                strformat("data.synthetic.val_tokens (%lld) must exceed train.seq_len (%d) while "
                          "evaluation is on (or turn it off: eval.every=0, eval.at_end=false)",
                          (long long)data.synthetic.val_tokens, train.seq_len));
-  } else if (eval.enabled() && data.val.empty()) {
+  } else if (use == RecipeUse::train && eval.enabled() && data.val.empty()) {
     fail_key("data.val",
              "data.val is empty but evaluation is on; set data.val to the validation shards, or "
              "turn evaluation off with eval.every=0 and eval.at_end=false");

@@ -13,6 +13,7 @@
 #include <array>
 #include <concepts>
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
@@ -280,6 +281,10 @@ struct RetrofitConfig {
   bool operator==(const RetrofitConfig&) const = default;
 };
 
+// What a recipe is loaded for. Training needs data.train (source: shards) and validation data
+// while evaluation is on; `attnlab eval` reads only the data it is given (its own checks).
+enum class RecipeUse : uint8_t { train, eval };
+
 struct Recipe {
   ModelConfig model;
   AttentionConfig attention;
@@ -294,19 +299,25 @@ struct Recipe {
   RetrofitConfig retrofit;
 
   // Every section's validate(), then the checks across sections (seq_len <= block_size, ...).
-  void validate() const;
+  void validate(RecipeUse use = RecipeUse::train) const;
   bool operator==(const Recipe&) const = default;
 };
 
 // ---- loading and saving -----------------------------------------------------------------------
 
 // Parses YAML text (source_name is used in messages), applies `overrides` ("a.b=value", the value
-// parsed as a YAML scalar or flow list) and validates. Throws attnlab::Error.
+// parsed as a YAML scalar or flow list) and validates for `use`. Throws attnlab::Error.
+// key_locations (optional) receives every key path the file or an override set, with where
+// ("x.yaml:3", "--set 'a.b=1'"); keys left at their defaults or set by the preset are absent.
 Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name,
-                    const std::vector<std::string>& overrides = {});
+                    const std::vector<std::string>& overrides = {},
+                    RecipeUse use = RecipeUse::train,
+                    std::map<std::string, std::string>* key_locations = nullptr);
 
 // Reads the file at `path` and calls parse_recipe.
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {},
+                   RecipeUse use = RecipeUse::train,
+                   std::map<std::string, std::string>* key_locations = nullptr);
 
 // The resolved recipe as YAML: every key of every section, in schema order. Loading it gives back
 // an identical Recipe (parse_recipe(recipe_to_yaml(r), ...) == r).

@@ -535,7 +535,8 @@ std::string recipe_to_yaml(const Recipe& recipe) {
 }
 
 Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name,
-                    const std::vector<std::string>& overrides) {
+                    const std::vector<std::string>& overrides, RecipeUse use,
+                    std::map<std::string, std::string>* key_locations) {
   std::map<std::string, std::string> locations;
   const Source file{source_name, true, &locations};
   const YAML::Node root = [&] {
@@ -574,16 +575,18 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name
   for (const auto& [src, tree] : sets) read_section(tree, "", src, recipe);
 
   try {
-    recipe.validate();
+    recipe.validate(use);
   } catch (const ConfigError& e) {
     auto it = locations.find(e.key_path());
     throw Error((it != locations.end() ? it->second : source_name) + ": " + e.what());
   }
+  if (key_locations) *key_locations = locations;
   return recipe;
 }
 
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
-  Recipe r = parse_recipe(io::read_file(path, "recipe"), path, overrides);
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides,
+                   RecipeUse use, std::map<std::string, std::string>* key_locations) {
+  Recipe r = parse_recipe(io::read_file(path, "recipe"), path, overrides, use, key_locations);
   if (r.train.name.empty()) r.train.name = std::filesystem::path(path).stem().string();
   return r;
 }

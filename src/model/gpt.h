@@ -64,6 +64,9 @@ class GPT {
 
   // Logits of the last forward: [B, T, Vp] (columns >= vocab_size are padding).
   Tensor logits() const { return logits_.view(Shape{B_, T_, cfg_.padded_vocab}); }
+  // Per-token losses -log p(target) of the last forward with targets: [B, T] f32 (rows whose
+  // target is kIgnoreIndex hold no meaningful value). Evaluation reads them (src/eval/).
+  Tensor token_losses() const { return losses_.view(Shape{B_, T_}); }
 
   // Parameter count (excluding vocabulary padding) and FLOPs per token of a training step.
   int64_t num_params_unpadded(const ParameterStore& store) const;

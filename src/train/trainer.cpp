@@ -17,6 +17,7 @@
 #include "data/loader.h"
 #include "data/synthetic.h"
 #include "dist/communicator.h"
+#include "eval/validation.h"
 #include "io/atomic_file.h"
 #include "io/logger.h"
 #include "io/metrics.h"
@@ -165,28 +166,6 @@ void upload(Session& s, const int32_t* inputs, const int32_t* targets) {
   const Shape sh = s.tokens_dev.shape;
   copy_tensor(s.tokens_dev, Tensor(const_cast<int32_t*>(inputs), DType::i32, Device::cpu, sh));
   copy_tensor(s.targets_dev, Tensor(const_cast<int32_t*>(targets), DType::i32, Device::cpu, sh));
-}
-
-// Mean validation loss over up to `batches` micro-batches from the start of the validation set.
-EvalResult run_eval(Session& s, int batches) {
-  EvalResult out;
-  if (!s.val_loader) return out;
-  s.val_loader->reset();
-  int64_t n = std::min<int64_t>(batches, s.val_loader->batches_per_epoch());
-  ATTN_REQUIRE(n > 0, "the validation set holds fewer than one micro-batch of sequences");
-  const size_t BT = size_t(s.tokens_dev.numel());
-  std::vector<int32_t> in(BT), tg(BT);
-  s.model->take_loss(*s.ctx);  // start from zero totals
-  for (int64_t i = 0; i < n; ++i) {
-    s.val_loader->next(in.data(), tg.data());
-    upload(s, in.data(), tg.data());
-    s.model->forward(*s.ctx, s.store, s.tokens_dev, s.targets_dev, AttentionMode::eval);
-  }
-  const LossTotals totals = s.model->take_loss(*s.ctx);  // one synchronisation
-  out.tokens = totals.valid;
-  out.loss = totals.sum / double(out.tokens);
-  out.perplexity = std::exp(out.loss);
-  return out;
 }
 
 }  // namespace
@@ -363,11 +342,14 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     const bool last = st.step == last_step;
     if (s.val_loader && ((recipe.eval.every > 0 && st.step % recipe.eval.every == 0) ||
                          (last && recipe.eval.at_end))) {
-      EvalResult ev = run_eval(s, recipe.eval.batches);
+      const ValidationResult ev =
+          score_validation(*s.model, *s.ctx, s.store, *s.val_loader, recipe.eval.batches,
+                           s.tokens_dev, s.targets_dev);
       result.final_val_loss = ev.loss;
       log.metrics({{"step", st.step}, {"val_loss", ev.loss}, {"val_ppl", ev.perplexity}});
-      log.info("step %lld | val loss %.4f | val ppl %.2f | %s tokens", (long long)st.step, ev.loss,
-               ev.perplexity, io::format_count(double(ev.tokens)).c_str());
+      log.info("step %lld | val loss %.4f | val ppl %.2f | %s tokens in %lld windows",
+               (long long)st.step, ev.loss, ev.perplexity,
+               io::format_count(double(ev.tokens)).c_str(), (long long)ev.windows);
     }
     if ((recipe.checkpoint.every > 0 && st.step % recipe.checkpoint.every == 0) ||
         (last && recipe.checkpoint.at_end))
@@ -388,20 +370,6 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
              seconds_since(t_start), result.final_val_loss, vs.c_str());
   }
   return result;
-}
-
-EvalResult evaluate_checkpoint(const Recipe& recipe, const std::string& checkpoint) {
-  recipe.validate();
-  Session s;
-  s.comm = make_communicator("none");
-  setup_device(recipe, s);
-  setup_data(recipe, s, /*need_train=*/false);
-  ATTN_REQUIRE(s.val_loader != nullptr,
-               "eval needs validation data: set data.val (a glob of shards) "
-               "or use data.source: synthetic");
-  setup_model(recipe, s);
-  load_model_weights(resolve_checkpoint_dir(checkpoint), s.store);
-  return run_eval(s, recipe.eval.batches);
 }
 
 }  // namespace attnlab

@@ -26,12 +26,4 @@ struct TrainResult {
 
 TrainResult train(const Recipe& recipe, const TrainOptions& options);
 
-// Validation loss of a checkpoint (for `attnlab eval`).
-struct EvalResult {
-  double loss = 0.0;
-  double perplexity = 0.0;
-  int64_t tokens = 0;
-};
-EvalResult evaluate_checkpoint(const Recipe& recipe, const std::string& checkpoint);
-
 }  // namespace attnlab

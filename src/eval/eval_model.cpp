@@ -1,0 +1,175 @@
+#include "eval/eval_model.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "config/recipe.h"
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "core/nvtx.h"
+
+namespace attnlab {
+
+namespace {
+
+// The run's train.precision for an attnlab checkpoint; bf16 (the trainer's default) otherwise.
+Precision source_precision(const ModelSource& s) {
+  if (s.recipe_yaml.empty()) return Precision::bf16;
+  return parse_recipe(s.recipe_yaml, s.weights_path + "/recipe.yaml", {}, RecipeUse::eval)
+      .train.precision;
+}
+
+}  // namespace
+
+EvalModel::EvalModel(const ModelSource& source, const EvalDeviceOptions& o) : source_(source) {
+  ATTN_REQUIRE(o.device == "auto" || o.device == "cpu" || o.device == "cuda",
+               "--device must be auto, cpu or cuda, got '%s'", o.device.c_str());
+  ATTN_REQUIRE(o.precision == "auto" || o.precision == "bf16" || o.precision == "fp32",
+               "--precision must be auto, bf16 or fp32, got '%s'", o.precision.c_str());
+  const bool cuda = o.device == "cuda" || (o.device == "auto" && cuda_available());
+  if (cuda) {
+    ctx_ = ExecContext::make_cuda(0);
+    const bool bf = o.precision == "bf16" ||
+                    (o.precision == "auto" && source_precision(source) == Precision::bf16);
+    dtype_ = bf ? DType::bf16 : DType::f32;
+  } else {
+    ATTN_REQUIRE(o.precision != "bf16",
+                 "--precision bf16 needs CUDA; the CPU path is fp32 (use --precision fp32 or auto)");
+    ctx_ = ExecContext::make_cpu();
+    dtype_ = DType::f32;
+  }
+  const GPTConfig& c = source.config;
+  batch_ = o.batch > 0 ? o.batch : (cuda ? 16 : 4);
+  max_len_ = o.max_len > 0 ? std::min(o.max_len, c.block_size) : c.block_size;
+  model_ = std::make_unique<GPT>(c);
+  model_->declare_params(store_);
+  store_.finalize(ctx_->device, dtype_, {});  // nothing trainable: no gradient buffers
+  // Evaluation uses the model as trained: every tensor (a variant's too) must come from the file.
+  WeightLoadOptions wo;
+  wo.required_roles = {ParamRole::base, ParamRole::attention, ParamRole::adapter};
+  load_model_source(source, store_, wo);
+  model_->allocate(*ctx_, batch_, max_len_, dtype_);
+  const size_t BT = size_t(batch_) * size_t(max_len_);
+  io_dev_ = Buffer(ctx_->device, 2 * BT * sizeof(int32_t));
+  tokens_host_.resize(BT);
+  targets_host_.resize(BT);
+  losses_host_.resize(BT);
+  row_f32_.resize(size_t(c.padded_vocab));
+  row_bf16_.resize(size_t(c.padded_vocab));
+}
+
+EvalModel::~EvalModel() = default;
+
+std::vector<TokenScores> EvalModel::score(const std::vector<ScoreRequest>& requests,
+                                          const std::function<void(int64_t, int64_t)>& on_progress) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const ScoreRequest& r = requests[i];
+    ATTN_REQUIRE(!r.inputs.empty() && int(r.inputs.size()) <= max_len_,
+                 "sequence %zu has %zu tokens; a forward takes 1 to %d", i, r.inputs.size(),
+                 max_len_);
+    ATTN_REQUIRE(r.targets.size() == r.inputs.size(), "sequence %zu: %zu targets for %zu inputs",
+                 i, r.targets.size(), r.inputs.size());
+  }
+  std::vector<TokenScores> out(requests.size());
+  std::vector<size_t> order(requests.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return requests[a].inputs.size() > requests[b].inputs.size();
+  });
+  std::vector<const ScoreRequest*> batch;
+  std::vector<TokenScores*> results;
+  int64_t done = 0;
+  for (size_t at = 0; at < order.size(); at += size_t(batch_)) {
+    batch.clear();
+    results.clear();
+    for (size_t k = at; k < std::min(order.size(), at + size_t(batch_)); ++k) {
+      batch.push_back(&requests[order[k]]);
+      results.push_back(&out[order[k]]);
+    }
+    score_batch(batch, results);
+    done += int64_t(batch.size());
+    if (on_progress) on_progress(done, int64_t(requests.size()));
+  }
+  return out;
+}
+
+void EvalModel::score_batch(const std::vector<const ScoreRequest*>& batch,
+                            std::vector<TokenScores*>& results) {
+  NvtxRange range("eval.batch");
+  const int B = int(batch.size());
+  int T = 0;
+  for (const ScoreRequest* r : batch) T = std::max(T, int(r->inputs.size()));
+  const size_t BT = size_t(B) * size_t(T);
+  // Padding: token 0 (any valid id) with an ignore target, after the real tokens.
+  std::fill(tokens_host_.begin(), tokens_host_.begin() + ptrdiff_t(BT), 0);
+  std::fill(targets_host_.begin(), targets_host_.begin() + ptrdiff_t(BT), GPT::kIgnoreIndex);
+  for (int b = 0; b < B; ++b) {
+    std::copy(batch[b]->inputs.begin(), batch[b]->inputs.end(),
+              tokens_host_.begin() + ptrdiff_t(b) * T);
+    std::copy(batch[b]->targets.begin(), batch[b]->targets.end(),
+              targets_host_.begin() + ptrdiff_t(b) * T);
+  }
+  const Shape sh{B, T};
+  Tensor tokens = io_dev_.as(DType::i32, sh);
+  Tensor targets = io_dev_.as(DType::i32, sh, BT * sizeof(int32_t));
+  copy_tensor(tokens, Tensor(tokens_host_.data(), DType::i32, Device::cpu, sh));
+  copy_tensor(targets, Tensor(targets_host_.data(), DType::i32, Device::cpu, sh));
+  model_->forward(*ctx_, store_, tokens, targets, AttentionMode::eval);
+  model_->take_loss(*ctx_);  // keeps the totals from growing; synchronises
+  copy_tensor(Tensor(losses_host_.data(), DType::f32, Device::cpu, sh), model_->token_losses());
+
+  const GPTConfig& c = model_->config();
+  const Tensor logits = model_->logits();
+  const size_t row_bytes = size_t(c.padded_vocab) * dtype_size(dtype_);
+  for (int b = 0; b < B; ++b) {
+    const ScoreRequest& r = *batch[b];
+    TokenScores& s = *results[b];
+    const size_t n = r.inputs.size();
+    s.logprob.assign(n, 0.f);
+    if (r.want_argmax) s.argmax.assign(n, -1);
+    for (size_t i = 0; i < n; ++i) {
+      if (r.targets[i] == GPT::kIgnoreIndex) continue;
+      s.logprob[i] = -losses_host_[size_t(b) * T + i];
+      if (!r.want_argmax) continue;
+      // Only the rows asked for leave the device (a row is Vp values).
+      const size_t row = size_t(b) * T + i;
+      const Tensor src(static_cast<char*>(logits.data) + row * row_bytes, dtype_, logits.device,
+                       Shape{c.padded_vocab});
+      if (dtype_ == DType::f32) {
+        copy_tensor(Tensor(row_f32_.data(), DType::f32, Device::cpu, src.shape), src);
+      } else {
+        copy_tensor(Tensor(row_bf16_.data(), DType::bf16, Device::cpu, src.shape), src);
+        for (int v = 0; v < c.vocab_size; ++v) row_f32_[size_t(v)] = __bfloat162float(row_bf16_[size_t(v)]);
+      }
+      // The first maximum, like torch.argmax / numpy.argmax.
+      s.argmax[i] = int32_t(std::max_element(row_f32_.begin(), row_f32_.begin() + c.vocab_size) -
+                            row_f32_.begin());
+    }
+  }
+}
+
+ValidationResult EvalModel::validate(DataLoader& loader, int batches) {
+  const int B = loader.options().batch_size, T = loader.options().seq_len;
+  ATTN_REQUIRE(B <= batch_ && T <= max_len_,
+               "validation batches [%d, %d] exceed the evaluation batch [%d, %d]", B, T, batch_,
+               max_len_);
+  const Shape sh{B, T};
+  return score_validation(*model_, *ctx_, store_, loader, batches, io_dev_.as(DType::i32, sh),
+                          io_dev_.as(DType::i32, sh, size_t(B) * T * sizeof(int32_t)));
+}
+
+std::unique_ptr<Tokenizer> eval_tokenizer(const ModelSource& source, const std::string& spec,
+                                          int model_vocab) {
+  const std::string use = spec.empty() ? source.tokenizer : spec;
+  ATTN_REQUIRE(!use.empty(),
+               "model '%s' has no tokenizer with it; pass one with --tokenizer "
+               "(e.g. --tokenizer byte or --tokenizer gpt2:<dir with encoder.json, vocab.bpe>)",
+               source.path.c_str());
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(use);
+  ATTN_REQUIRE(tok->vocab_size() <= model_vocab,
+               "tokenizer '%s' has %d ids but the model's vocabulary has %d", use.c_str(),
+               tok->vocab_size(), model_vocab);
+  return tok;
+}
+
+}  // namespace attnlab

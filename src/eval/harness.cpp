@@ -1,0 +1,325 @@
+#include "eval/harness.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "data/shard.h"
+#include "data/text_reader.h"
+#include "eval/perplexity.h"
+#include "eval/tasks.h"
+#include "eval/validation.h"
+#include "io/metrics.h"
+#include "train/from_recipe.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace attnlab {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// "piqa: 1.20K/3.68K sequences | 310/s | ETA 8s", at most every 2 s and at the end.
+class ProgressLine {
+ public:
+  ProgressLine(bool on, std::string what, std::string unit)
+      : on_(on), what_(std::move(what)), unit_(std::move(unit)) {}
+  void operator()(int64_t done, int64_t total) {
+    if (!on_) return;
+    const double s = seconds_since(t0_);
+    if (done < total && s - last_ < 2.0) return;
+    last_ = s;
+    const double rate = s > 0 ? double(done) / s : 0.0;
+    std::string eta = total > done && rate > 0
+                          ? " | ETA " + io::format_duration(double(total - done) / rate)
+                          : "";
+    std::fprintf(stderr, "%s: %s/%s %s | %s/s%s\n", what_.c_str(),
+                 io::format_count(double(done)).c_str(), io::format_count(double(total)).c_str(),
+                 unit_.c_str(), io::format_count(rate).c_str(), eta.c_str());
+  }
+
+ private:
+  bool on_;
+  std::string what_, unit_;
+  Clock::time_point t0_ = Clock::now();
+  double last_ = 0.0;
+};
+
+// A JSON number, or null for NaN (JSON has no NaN).
+json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+std::string fmt(double v, const char* f = "%.4f") {
+  return std::isfinite(v) ? strformat(f, v) : std::string("-");
+}
+
+struct Table {
+  std::string out = strformat("%-22s %-12s %12s %10s  %s\n", "data", "metric", "value", "stderr",
+                              "count");
+  void row(const std::string& data, const std::string& metric, double value, double stderr_v,
+           const std::string& count, const char* f = "%.4f") {
+    out += strformat("%-22s %-12s %12s %10s  %s\n", data.c_str(), metric.c_str(),
+                     fmt(value, f).c_str(), fmt(stderr_v).c_str(), count.c_str());
+  }
+};
+
+// (name, path) of every task: --tasks, then --task-dir's *.jsonl in name order.
+std::vector<std::pair<std::string, std::string>> task_list(const EvalOptions& o) {
+  std::vector<std::pair<std::string, std::string>> out = o.tasks;
+  if (!o.task_dir.empty()) {
+    ATTN_REQUIRE(fs::is_directory(o.task_dir), "--task-dir '%s' is not a directory",
+                 o.task_dir.c_str());
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(o.task_dir))
+      if (e.is_regular_file() && e.path().extension() == ".jsonl") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    ATTN_REQUIRE(!files.empty(), "--task-dir '%s' holds no *.jsonl files", o.task_dir.c_str());
+    for (const fs::path& f : files) out.emplace_back(f.stem().string(), f.string());
+  }
+  return out;
+}
+
+json perplexity_json(const PerplexityResult& r, int context, int stride, const std::string& glob) {
+  json j = {{"source", glob},          {"loss", num(r.loss())},        {"perplexity", num(r.perplexity())},
+            {"tokens", r.tokens},      {"documents", r.documents},     {"windows", r.windows},
+            {"context", context},      {"stride", stride}};
+  if (r.bytes > 0) {
+    j["bytes"] = r.bytes;
+    j["bits_per_byte"] = num(r.bits_per_byte());
+  }
+  return j;
+}
+
+}  // namespace
+
+void check_recipe_model(const Recipe& recipe,
+                        const std::map<std::string, std::string>& key_locations,
+                        const GPTConfig& model, const std::string& model_path) {
+  const GPTConfig rc = gpt_config_of(recipe);
+  // Every recipe key that decides the model's shape or function, with its value on both sides.
+  struct Key {
+    const char* name;
+    std::string recipe, model;
+  };
+  auto b = [](bool v) { return std::string(v ? "true" : "false"); };
+  auto i = [](long long v) { return std::to_string(v); };
+  auto f = [](double v) { return strformat("%g", v); };
+  const std::vector<Key> keys = {
+      {"model.n_layer", i(rc.n_layer), i(model.n_layer)},
+      {"model.n_head", i(rc.n_head), i(model.n_head)},
+      {"model.n_kv_head", i(rc.kv_heads()), i(model.kv_heads())},
+      {"model.n_embd", i(rc.n_embd), i(model.n_embd)},
+      {"model.vocab_size", i(rc.vocab_size), i(model.vocab_size)},
+      {"model.block_size", i(rc.block_size), i(model.block_size)},
+      {"model.vocab_multiple", "padded vocabulary " + i(rc.padded_vocab),
+       "padded vocabulary " + i(model.padded_vocab)},
+      {"model.norm", norm_name(rc.norm), norm_name(model.norm)},
+      {"model.mlp", mlp_name(rc.mlp), mlp_name(model.mlp)},
+      {"model.position", position_name(rc.position), position_name(model.position)},
+      {"model.bias", b(rc.bias), b(model.bias)},
+      {"model.tied_embeddings", b(rc.tied_embeddings), b(model.tied_embeddings)},
+      {"model.norm_eps", f(rc.norm_eps), f(model.norm_eps)},
+      {"attention.type", rc.attention.type, model.attention.type},
+      {"attention.window", i(rc.attention.window), i(model.attention.window)},
+  };
+  const auto preset = key_locations.find("model.preset");
+  std::string diffs;
+  for (const Key& k : keys) {
+    auto at = key_locations.find(k.name);
+    std::string where;
+    if (at != key_locations.end()) {
+      where = at->second;
+    } else if (preset != key_locations.end() &&
+               (std::string(k.name) == "model.n_layer" || std::string(k.name) == "model.n_head" ||
+                std::string(k.name) == "model.n_embd" || std::string(k.name) == "model.vocab_size" ||
+                std::string(k.name) == "model.block_size")) {
+      where = preset->second + " (model.preset: " + recipe.model.preset + ")";
+    } else {
+      continue;  // not set by the recipe: the model's value is used
+    }
+    if (k.recipe != k.model)
+      diffs += strformat("\n  %s = %s (%s) but the model has %s", k.name, k.recipe.c_str(),
+                         where.c_str(), k.model.c_str());
+  }
+  ATTN_REQUIRE(diffs.empty(),
+               "the recipe's model disagrees with the model being evaluated (%s):%s\n"
+               "eval uses the model of the checkpoint; drop these keys from the recipe, which "
+               "only supplies data and eval keys",
+               model_path.c_str(), diffs.c_str());
+}
+
+EvalReport run_evaluation(const EvalOptions& o) {
+  const auto t_start = Clock::now();
+  const ModelSource source = inspect_model_source(o.model);
+
+  // The recipe: --recipe, else the checkpoint's own; --set applies to it.
+  std::optional<Recipe> recipe;
+  std::map<std::string, std::string> locations;
+  if (!o.recipe.empty()) {
+    recipe = load_recipe(o.recipe, o.overrides, RecipeUse::eval, &locations);
+  } else if (!source.recipe_yaml.empty()) {
+    recipe = parse_recipe(source.recipe_yaml, source.weights_path + "/recipe.yaml", o.overrides,
+                          RecipeUse::eval, &locations);
+    // Only the --set keys can disagree with the checkpoint's own recipe.
+    std::erase_if(locations, [](const auto& kv) { return kv.second.rfind("--set", 0) != 0; });
+  } else if (!o.overrides.empty()) {
+    recipe = parse_recipe("{}", "--set", o.overrides, RecipeUse::eval, &locations);
+  }
+  if (recipe) check_recipe_model(*recipe, locations, source.config, o.model);
+
+  const auto tasks = task_list(o);
+  const bool other_data = !tasks.empty() || !o.shards.empty() || !o.text.empty();
+  const bool validation = o.validation || !other_data;
+  ATTN_REQUIRE(!validation || recipe,
+               "nothing to evaluate: model '%s' has no recipe with validation data; pass "
+               "--tasks, --task-dir, --shards or --text (or --recipe with data.val)",
+               o.model.c_str());
+
+  // Device and precision: the flags, else the recipe's train.device / train.precision.
+  EvalDeviceOptions dev = o.device;
+  if (recipe && dev.device == "auto") dev.device = std::string(enum_name(recipe->train.device));
+  const bool cuda = dev.device == "cuda" || (dev.device == "auto" && cuda_available());
+  if (recipe && cuda && dev.precision == "auto")
+    dev.precision = std::string(enum_name(recipe->train.precision));
+  std::unique_ptr<DataLoader> val;
+  if (validation) {
+    val = validation_loader(*recipe);
+    const int default_batch = cuda ? 16 : 4;
+    dev.batch = std::max(dev.batch > 0 ? dev.batch : default_batch, recipe->train.micro_batch);
+  }
+  EvalModel model(source, dev);
+
+  EvalReport rep;
+  json& j = rep.json;
+  const GPTConfig& c = model.config();
+  j["model"] = {{"path", o.model},
+                {"format", model_format_name(source.format)},
+                {"weights", source.weights_path},
+                {"parameters", model.num_params()},
+                {"n_layer", c.n_layer},
+                {"n_embd", c.n_embd},
+                {"block_size", c.block_size},
+                {"attention", c.attention.type}};
+  j["device"] = device_name(model.device());
+  j["precision"] = dtype_name(model.dtype());
+  j["batch"] = model.batch();
+  Table table;
+
+  if (validation) {
+    const auto t0 = Clock::now();
+    const ValidationResult v = model.validate(*val, recipe->eval.batches);
+    j["validation"] = {{"loss", num(v.loss)},
+                       {"perplexity", num(v.perplexity)},
+                       {"tokens", v.tokens},
+                       {"windows", v.windows},
+                       {"windows_in_set", val->num_windows()},
+                       {"seq_len", recipe->train.seq_len},
+                       {"seconds", seconds_since(t0)}};
+    const std::string count = strformat("%lld tokens, %lld/%lld windows", (long long)v.tokens,
+                                        (long long)v.windows, (long long)val->num_windows());
+    table.row("validation", "loss", v.loss, NAN, count);
+    table.row("validation", "perplexity", v.perplexity, NAN, count, "%.3f");
+  }
+
+  const int context = o.context > 0 ? o.context : model.max_len();
+  const int stride = o.stride > 0 ? o.stride : context;
+  if (!o.shards.empty()) {
+    const auto t0 = Clock::now();
+    const std::vector<std::string> files = expand_globs({o.shards});
+    size_t next_file = 0;
+    auto next = [&](std::vector<int32_t>& tokens, int64_t&) {
+      if (next_file >= files.size() || (o.limit > 0 && int64_t(next_file) >= o.limit))
+        return false;
+      auto shard = ShardFile::open(files[next_file++], c.vocab_size);
+      tokens.resize(size_t(shard->size()));
+      shard->read(0, shard->size(), tokens.data());
+      return true;
+    };
+    ProgressLine pl(o.progress, "shards", "files");
+    const PerplexityResult r = perplexity(model, next, context, stride, [&](int64_t d, int64_t) {
+      pl(d, int64_t(files.size()));
+    });
+    j["perplexity"]["shards"] = perplexity_json(r, context, stride, o.shards);
+    j["perplexity"]["shards"]["seconds"] = seconds_since(t0);
+    const std::string count = strformat("%lld tokens, %lld files", (long long)r.tokens,
+                                        (long long)r.documents);
+    table.row("shards", "loss", r.loss(), NAN, count);
+    table.row("shards", "perplexity", r.perplexity(), NAN, count, "%.3f");
+  }
+  std::unique_ptr<Tokenizer> tok;
+  if (!o.text.empty() || !tasks.empty()) tok = eval_tokenizer(source, o.tokenizer, c.vocab_size);
+  if (!o.text.empty()) {
+    const auto t0 = Clock::now();
+    const std::vector<std::string> files = expand_globs({o.text});
+    size_t next_file = 0;
+    int64_t docs = 0;
+    std::unique_ptr<DocumentReader> reader;
+    std::string doc;
+    auto next = [&](std::vector<int32_t>& tokens, int64_t& bytes) {
+      if (o.limit > 0 && docs >= o.limit) return false;
+      while (!reader || !reader->next(doc)) {
+        if (next_file >= files.size()) return false;
+        reader = std::make_unique<DocumentReader>(open_text_stream(files[next_file++]),
+                                                  o.delimiter);
+      }
+      ++docs;
+      tokens.push_back(tok->eot_id());  // every token of the document is a target
+      tok->encode(doc, tokens);
+      bytes = int64_t(doc.size());
+      return true;
+    };
+    ProgressLine pl(o.progress, "text", "documents");
+    const PerplexityResult r =
+        perplexity(model, next, context, stride, [&](int64_t d, int64_t) { pl(d, d); });
+    j["perplexity"]["text"] = perplexity_json(r, context, stride, o.text);
+    j["perplexity"]["text"]["seconds"] = seconds_since(t0);
+    const std::string count = strformat("%lld tokens, %lld documents", (long long)r.tokens,
+                                        (long long)r.documents);
+    table.row("text", "loss", r.loss(), NAN, count);
+    table.row("text", "perplexity", r.perplexity(), NAN, count, "%.3f");
+    table.row("text", "bits_per_byte", r.bits_per_byte(), NAN, count);
+  }
+  for (const auto& [name, path] : tasks) {
+    const Task task = load_task(name, path, o.limit);
+    ProgressLine pl(o.progress, name, "sequences");
+    const TaskResult r = run_task(model, *tok, task, [&](int64_t d, int64_t t) { pl(d, t); });
+    json t = {{"file", path},
+              {"kind", task_kind_name(r.kind)},
+              {"examples", r.examples},
+              {"requests", r.requests},
+              {"acc", num(r.acc)},
+              {"acc_stderr", num(r.acc_stderr)},
+              {"truncated", r.truncated},
+              {"seconds", r.seconds}};
+    const std::string count = strformat("%lld examples", (long long)r.examples);
+    table.row(name, "acc", r.acc, r.acc_stderr, count);
+    if (r.kind == TaskKind::multiple_choice) {
+      t["acc_norm"] = num(r.acc_norm);
+      t["acc_norm_stderr"] = num(r.acc_norm_stderr);
+      table.row(name, "acc_norm", r.acc_norm, r.acc_norm_stderr, count);
+    }
+    if (r.kind == TaskKind::language_modeling) {
+      t["perplexity"] = num(r.perplexity);
+      table.row(name, "perplexity", r.perplexity, NAN, count, "%.3f");
+    }
+    j["tasks"][name] = t;
+  }
+  j["seconds"] = seconds_since(t_start);
+  rep.table = strformat("model %s (%s, %s params) | %s %s | batch %d\n", o.model.c_str(),
+                        model_format_name(source.format),
+                        io::format_count(double(model.num_params())).c_str(),
+                        device_name(model.device()), dtype_name(model.dtype()), model.batch()) +
+              table.out;
+  return rep;
+}
+
+}  // namespace attnlab

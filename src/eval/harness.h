@@ -1,0 +1,51 @@
+// `attnlab eval`: the evaluation harness. One model (any source) against any of: the validation
+// windows of a recipe (the checkpoint's own by default), perplexity of token shards or text files
+// with sliding windows, and zero-shot tasks (eval/tasks.h). docs/eval.md has the commands, the
+// conventions and the output format.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/recipe.h"
+#include "eval/eval_model.h"
+#include "model/model_config.h"
+
+namespace attnlab {
+
+struct EvalOptions {
+  std::string model;                   // run dir, checkpoint dir, Hugging Face dir, llm.c .bin
+  std::string recipe;                  // optional: data and eval keys (its model must agree)
+  std::vector<std::string> overrides;  // --set a.b=v (on --recipe, else on the checkpoint's)
+  std::vector<std::pair<std::string, std::string>> tasks;  // (name, jsonl file)
+  std::string task_dir;                // every *.jsonl in it, named by its stem
+  std::string shards;                  // glob of token shards: perplexity, one document a file
+  std::string text;                    // glob of text files: perplexity, tokenised on the fly
+  std::string delimiter;               // text: document separator ("" = one document a file)
+  std::string tokenizer;               // "" = the model's own
+  int context = 0;                     // perplexity window; 0 = model.block_size
+  int stride = 0;                      // 0 = context (non-overlapping windows)
+  int64_t limit = 0;                   // > 0: first N examples per task / documents per source
+  bool validation = false;             // score the recipe's validation set even with other data
+  EvalDeviceOptions device;
+  bool progress = true;  // progress lines on stderr
+};
+
+struct EvalReport {
+  nlohmann::json json;  // the --out document (docs/eval.md)
+  std::string table;    // the terminal summary
+};
+
+EvalReport run_evaluation(const EvalOptions& options);
+
+// Throws when a model.* or attention.* key that the recipe sets (in key_locations, from
+// parse_recipe; model.preset stands for the keys it sets) disagrees with the model being
+// evaluated, naming each key, where it was set, and both values.
+void check_recipe_model(const Recipe& recipe,
+                        const std::map<std::string, std::string>& key_locations,
+                        const GPTConfig& model, const std::string& model_path);
+
+}  // namespace attnlab

@@ -1,0 +1,113 @@
+#include "eval/perplexity.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+
+namespace attnlab {
+
+std::vector<Window> sliding_windows(int64_t n_tokens, int context, int stride) {
+  ATTN_REQUIRE(context >= 1, "the context must be >= 1 token, got %d", context);
+  ATTN_REQUIRE(stride >= 1 && stride <= context,
+               "the stride must be between 1 and the context (%d), got %d", context, stride);
+  std::vector<Window> out;
+  if (n_tokens < 2) return out;
+  int64_t scored_until = 0;  // targets t_1 .. t_{scored_until} are scored
+  for (int64_t begin = 0;; begin += stride) {
+    const int64_t end = std::min<int64_t>(begin + context, n_tokens - 1);  // inputs [begin, end)
+    if (end > scored_until) {
+      out.push_back(Window{begin, int(end - begin), int(scored_until - begin)});
+      scored_until = end;
+    }
+    if (end == n_tokens - 1) break;
+  }
+  return out;
+}
+
+std::vector<DocumentScores> score_documents(
+    EvalModel& model, const std::vector<std::vector<int32_t>>& documents, int context, int stride,
+    bool want_argmax, const std::function<void(int64_t, int64_t)>& on_progress) {
+  ATTN_REQUIRE(context <= model.max_len(), "the context (%d) exceeds the model's context (%d)",
+               context, model.max_len());
+  std::vector<ScoreRequest> requests;
+  struct Where {
+    size_t doc;
+    Window w;
+  };
+  std::vector<Where> where;
+  for (size_t d = 0; d < documents.size(); ++d) {
+    const std::vector<int32_t>& t = documents[d];
+    for (const Window& w : sliding_windows(int64_t(t.size()), context, stride)) {
+      ScoreRequest r;
+      r.inputs.assign(t.begin() + w.begin, t.begin() + w.begin + w.length);
+      r.targets.assign(t.begin() + w.begin + 1, t.begin() + w.begin + w.length + 1);
+      std::fill(r.targets.begin(), r.targets.begin() + w.first_scored, GPT::kIgnoreIndex);
+      r.want_argmax = want_argmax;
+      requests.push_back(std::move(r));
+      where.push_back({d, w});
+    }
+  }
+  const std::vector<TokenScores> scores = model.score(requests, on_progress);
+  std::vector<DocumentScores> out(documents.size());
+  for (size_t d = 0; d < documents.size(); ++d) {
+    const size_t n = documents[d].empty() ? 0 : documents[d].size() - 1;
+    out[d].logprob.assign(n, 0.f);
+    if (want_argmax) out[d].argmax.assign(n, -1);
+  }
+  for (size_t k = 0; k < requests.size(); ++k) {
+    const Window& w = where[k].w;
+    DocumentScores& o = out[where[k].doc];
+    for (int i = w.first_scored; i < w.length; ++i) {
+      const size_t target = size_t(w.begin + i);  // target t_{begin + i + 1} is entry begin + i
+      o.logprob[target] = scores[k].logprob[size_t(i)];
+      if (want_argmax) o.argmax[target] = scores[k].argmax[size_t(i)];
+    }
+  }
+  return out;
+}
+
+double PerplexityResult::loss() const { return tokens ? nll / double(tokens) : std::nan(""); }
+double PerplexityResult::perplexity() const { return std::exp(loss()); }
+double PerplexityResult::bits_per_byte() const {
+  return bytes ? nll / double(bytes) / std::numbers::ln2 : std::nan("");
+}
+
+PerplexityResult perplexity(EvalModel& model,
+                            const std::function<bool(std::vector<int32_t>&, int64_t&)>& next,
+                            int context, int stride,
+                            const std::function<void(int64_t, int64_t)>& on_progress) {
+  PerplexityResult res;
+  // Documents are scored in groups of about 1M tokens: enough to fill batches, little memory.
+  constexpr size_t kGroupTokens = size_t(1) << 20;
+  std::vector<std::vector<int32_t>> group;
+  size_t group_tokens = 0;
+  auto flush = [&] {
+    if (group.empty()) return;
+    for (const std::vector<int32_t>& d : group)
+      res.windows += int64_t(sliding_windows(int64_t(d.size()), context, stride).size());
+    for (const DocumentScores& s : score_documents(model, group, context, stride, false)) {
+      for (float lp : s.logprob) res.nll -= double(lp);
+      res.tokens += int64_t(s.logprob.size());
+    }
+    res.documents += int64_t(group.size());
+    group.clear();
+    group_tokens = 0;
+    if (on_progress) on_progress(res.documents, res.tokens);
+  };
+  std::vector<int32_t> doc;
+  int64_t bytes = 0;
+  while (true) {
+    doc.clear();
+    bytes = 0;
+    if (!next(doc, bytes)) break;
+    res.bytes += bytes;
+    group_tokens += doc.size();
+    group.push_back(doc);
+    if (group_tokens >= kGroupTokens) flush();
+  }
+  flush();
+  return res;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,82 @@
+#include "eval/validation.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "data/synthetic.h"
+
+namespace attnlab {
+
+ValidationResult score_validation(GPT& model, const ExecContext& ctx, const ParameterStore& store,
+                                  DataLoader& loader, int batches, const Tensor& tokens_dev,
+                                  const Tensor& targets_dev) {
+  const DataLoaderOptions& o = loader.options();
+  const int B = o.batch_size, T = o.seq_len, W = o.world_size;
+  ATTN_REQUIRE(tokens_dev.numel() == int64_t(B) * T && targets_dev.numel() == int64_t(B) * T,
+               "score_validation: device batch %s does not hold [%d, %d]",
+               tokens_dev.str().c_str(), B, T);
+  ATTN_REQUIRE(batches > 0, "eval.batches must be >= 1, got %d", batches);
+  ATTN_REQUIRE(loader.num_windows() > 0,
+               "the validation data holds no whole window of %d + 1 tokens", T);
+  // Stream entries (windows over all ranks) to score; a batch consumes B * W of them.
+  const int64_t per_batch = int64_t(B) * W;
+  const int64_t entries = std::min<int64_t>(int64_t(batches) * per_batch, loader.num_windows());
+  const int64_t n_batches = (entries + per_batch - 1) / per_batch;
+  std::vector<int32_t> in(size_t(B) * T), tg(size_t(B) * T);
+  const Shape sh{B, T};
+  ValidationResult out;
+  loader.reset();
+  model.take_loss(ctx);  // start from zero totals
+  for (int64_t i = 0; i < n_batches; ++i) {
+    loader.next(in.data(), tg.data());
+    for (int b = 0; b < B; ++b) {
+      // Row b of this rank is stream entry i * B * W + b * W + rank (data/loader.h); rows past
+      // the end of the set wrapped into the next epoch: they are not scored.
+      if (i * per_batch + int64_t(b) * W + o.rank < entries) {
+        ++out.windows;
+      } else {
+        std::fill(tg.begin() + ptrdiff_t(b) * T, tg.begin() + ptrdiff_t(b + 1) * T,
+                  GPT::kIgnoreIndex);
+      }
+    }
+    copy_tensor(tokens_dev, Tensor(in.data(), DType::i32, Device::cpu, sh));
+    copy_tensor(targets_dev, Tensor(tg.data(), DType::i32, Device::cpu, sh));
+    model.forward(ctx, store, tokens_dev, targets_dev, AttentionMode::eval);
+  }
+  const LossTotals totals = model.take_loss(ctx);  // one synchronisation
+  out.tokens = totals.valid;
+  out.loss = totals.mean();
+  out.perplexity = std::exp(out.loss);
+  return out;
+}
+
+std::unique_ptr<DataLoader> validation_loader(const Recipe& r, int rank, int world_size) {
+  DataLoaderOptions opts;
+  opts.batch_size = r.train.micro_batch;
+  opts.seq_len = r.train.seq_len;
+  opts.shuffle = false;
+  opts.rank = rank;
+  opts.world_size = world_size;
+  opts.vocab_size = r.model.vocab_size;
+  if (r.data.source == DataSource::synthetic) {
+    ATTN_REQUIRE(r.data.synthetic.val_tokens > r.train.seq_len,
+                 "data.synthetic.val_tokens (%lld) must exceed train.seq_len (%d) to evaluate",
+                 (long long)r.data.synthetic.val_tokens, r.train.seq_len);
+    SyntheticConfig sc;
+    sc.vocab_size = r.data.synthetic.vocab_size;
+    sc.train_tokens = r.train.seq_len + 1;  // not read
+    sc.val_tokens = r.data.synthetic.val_tokens;
+    sc.seed = uint64_t(r.data.synthetic.seed);
+    SyntheticData d = generate_synthetic(sc);
+    std::vector<std::shared_ptr<const TokenSource>> src{
+        std::make_shared<MemoryTokens>(std::move(d.val), "synthetic/val")};
+    return std::make_unique<DataLoader>(std::move(src), opts);
+  }
+  ATTN_REQUIRE(!r.data.val.empty(),
+               "no validation data: data.source is 'shards' but data.val is empty "
+               "(set data.val to a glob of shards, or evaluate with --shards GLOB)");
+  return std::make_unique<DataLoader>(DataLoader::from_files({r.data.val}, opts));
+}
+
+}  // namespace attnlab

@@ -1,0 +1,40 @@
+// Validation loss over the windows of a DataLoader: the trainer's periodic evaluation and
+// `attnlab eval` on a recipe's validation data (docs/eval.md).
+//
+// Windows. The loader's windows (seq_len inputs + the next token as the last target, data/loader.h)
+// from the start of its first epoch, in order: the first min(batches * B * world_size,
+// num_windows) of them. When that is the whole set, every whole window is scored: the last batch
+// may be partial, its unused rows padded with ignore targets (a 980-window set with B = 32 is
+// scored on 980 windows, not 960). Only a remainder of fewer than seq_len + 1 tokens at the end
+// of a source is never scored (it is not a whole window).
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "config/recipe.h"
+#include "core/context.h"
+#include "core/parameters.h"
+#include "data/loader.h"
+#include "model/gpt.h"
+
+namespace attnlab {
+
+struct ValidationResult {
+  double loss = 0.0;        // mean cross-entropy (nats per token)
+  double perplexity = 0.0;  // exp(loss)
+  int64_t tokens = 0;       // targets scored
+  int64_t windows = 0;      // windows scored (by this rank)
+};
+
+// tokens_dev, targets_dev: [B, T] i32 on ctx's device (B, T = the loader's batch and seq_len),
+// the model allocated for them. Resets the loader. Reads the model's loss totals (take_loss).
+ValidationResult score_validation(GPT& model, const ExecContext& ctx, const ParameterStore& store,
+                                  DataLoader& loader, int batches, const Tensor& tokens_dev,
+                                  const Tensor& targets_dev);
+
+// The validation data of a recipe (no training data is read or needed): the synthetic
+// validation stream, or the data.val shards. Windows of train.seq_len, batches of
+// train.micro_batch, shuffle off. Throws when the recipe has no validation data.
+std::unique_ptr<DataLoader> validation_loader(const Recipe& r, int rank = 0, int world_size = 1);
+
+}  // namespace attnlab
