@@ -74,14 +74,14 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
 int cmd_eval(EvalArgs a) {
   EvalOptions& o = a.options;
   if (!a.checkpoint.empty()) {
-    ATTN_REQUIRE(o.recipe.empty(), "pass the recipe once: `eval MODEL --recipe R` "
-                                   "(or the older `eval R --checkpoint MODEL`)");
+    ATTN_REQUIRE(o.recipe.empty(),
+                 "pass the recipe once: `eval MODEL --recipe R` "
+                 "(or the older `eval R --checkpoint MODEL`)");
     o.recipe = o.model;
     o.model = a.checkpoint;
   }
-  ATTN_REQUIRE(!(fs::is_regular_file(o.model) &&
-                 (fs::path(o.model).extension() == ".yaml" ||
-                  fs::path(o.model).extension() == ".yml")),
+  ATTN_REQUIRE(!(fs::is_regular_file(o.model) && (fs::path(o.model).extension() == ".yaml" ||
+                                                  fs::path(o.model).extension() == ".yml")),
                "'%s' is a recipe; eval takes the model first: `attnlab eval RUN_DIR "
                "--recipe %s` (or the older `attnlab eval %s --checkpoint RUN_DIR`)",
                o.model.c_str(), o.model.c_str(), o.model.c_str());

@@ -33,8 +33,9 @@ EvalModel::EvalModel(const ModelSource& source, const EvalDeviceOptions& o) : so
                     (o.precision == "auto" && source_precision(source) == Precision::bf16);
     dtype_ = bf ? DType::bf16 : DType::f32;
   } else {
-    ATTN_REQUIRE(o.precision != "bf16",
-                 "--precision bf16 needs CUDA; the CPU path is fp32 (use --precision fp32 or auto)");
+    ATTN_REQUIRE(
+        o.precision != "bf16",
+        "--precision bf16 needs CUDA; the CPU path is fp32 (use --precision fp32 or auto)");
     ctx_ = ExecContext::make_cpu();
     dtype_ = DType::f32;
   }
@@ -60,15 +61,16 @@ EvalModel::EvalModel(const ModelSource& source, const EvalDeviceOptions& o) : so
 
 EvalModel::~EvalModel() = default;
 
-std::vector<TokenScores> EvalModel::score(const std::vector<ScoreRequest>& requests,
-                                          const std::function<void(int64_t, int64_t)>& on_progress) {
+std::vector<TokenScores> EvalModel::score(
+    const std::vector<ScoreRequest>& requests,
+    const std::function<void(int64_t, int64_t)>& on_progress) {
   for (size_t i = 0; i < requests.size(); ++i) {
     const ScoreRequest& r = requests[i];
     ATTN_REQUIRE(!r.inputs.empty() && int(r.inputs.size()) <= max_len_,
                  "sequence %zu has %zu tokens; a forward takes 1 to %d", i, r.inputs.size(),
                  max_len_);
-    ATTN_REQUIRE(r.targets.size() == r.inputs.size(), "sequence %zu: %zu targets for %zu inputs",
-                 i, r.targets.size(), r.inputs.size());
+    ATTN_REQUIRE(r.targets.size() == r.inputs.size(), "sequence %zu: %zu targets for %zu inputs", i,
+                 r.targets.size(), r.inputs.size());
   }
   std::vector<TokenScores> out(requests.size());
   std::vector<size_t> order(requests.size());
@@ -139,7 +141,8 @@ void EvalModel::score_batch(const std::vector<const ScoreRequest*>& batch,
         copy_tensor(Tensor(row_f32_.data(), DType::f32, Device::cpu, src.shape), src);
       } else {
         copy_tensor(Tensor(row_bf16_.data(), DType::bf16, Device::cpu, src.shape), src);
-        for (int v = 0; v < c.vocab_size; ++v) row_f32_[size_t(v)] = __bfloat162float(row_bf16_[size_t(v)]);
+        for (int v = 0; v < c.vocab_size; ++v)
+          row_f32_[size_t(v)] = __bfloat162float(row_bf16_[size_t(v)]);
       }
       // The first maximum, like torch.argmax / numpy.argmax.
       s.argmax[i] = int32_t(std::max_element(row_f32_.begin(), row_f32_.begin() + c.vocab_size) -

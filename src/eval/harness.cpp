@@ -63,8 +63,8 @@ std::string fmt(double v, const char* f = "%.4f") {
 }
 
 struct Table {
-  std::string out = strformat("%-22s %-12s %12s %10s  %s\n", "data", "metric", "value", "stderr",
-                              "count");
+  std::string out =
+      strformat("%-22s %-12s %12s %10s  %s\n", "data", "metric", "value", "stderr", "count");
   void row(const std::string& data, const std::string& metric, double value, double stderr_v,
            const std::string& count, const char* f = "%.4f") {
     out += strformat("%-22s %-12s %12s %10s  %s\n", data.c_str(), metric.c_str(),
@@ -89,9 +89,9 @@ std::vector<std::pair<std::string, std::string>> task_list(const EvalOptions& o)
 }
 
 json perplexity_json(const PerplexityResult& r, int context, int stride, const std::string& glob) {
-  json j = {{"source", glob},          {"loss", num(r.loss())},        {"perplexity", num(r.perplexity())},
-            {"tokens", r.tokens},      {"documents", r.documents},     {"windows", r.windows},
-            {"context", context},      {"stride", stride}};
+  json j = {{"source", glob},     {"loss", num(r.loss())},    {"perplexity", num(r.perplexity())},
+            {"tokens", r.tokens}, {"documents", r.documents}, {"windows", r.windows},
+            {"context", context}, {"stride", stride}};
   if (r.bytes > 0) {
     j["bytes"] = r.bytes;
     j["bits_per_byte"] = num(r.bits_per_byte());
@@ -140,7 +140,8 @@ void check_recipe_model(const Recipe& recipe,
       where = at->second;
     } else if (preset != key_locations.end() &&
                (std::string(k.name) == "model.n_layer" || std::string(k.name) == "model.n_head" ||
-                std::string(k.name) == "model.n_embd" || std::string(k.name) == "model.vocab_size" ||
+                std::string(k.name) == "model.n_embd" ||
+                std::string(k.name) == "model.vocab_size" ||
                 std::string(k.name) == "model.block_size")) {
       where = preset->second + " (model.preset: " + recipe.model.preset + ")";
     } else {
@@ -226,6 +227,9 @@ EvalReport run_evaluation(const EvalOptions& o) {
                        {"seconds", seconds_since(t0)}};
     const std::string count = strformat("%lld tokens, %lld/%lld windows", (long long)v.tokens,
                                         (long long)v.windows, (long long)val->num_windows());
+    // The one-line summary of the older `attnlab eval` (scripts grep it), then the table rows.
+    rep.table += strformat("val loss %.4f | val ppl %.3f | %lld tokens in %lld windows\n", v.loss,
+                           v.perplexity, (long long)v.tokens, (long long)v.windows);
     table.row("validation", "loss", v.loss, NAN, count);
     table.row("validation", "perplexity", v.perplexity, NAN, count, "%.3f");
   }
@@ -237,21 +241,19 @@ EvalReport run_evaluation(const EvalOptions& o) {
     const std::vector<std::string> files = expand_globs({o.shards});
     size_t next_file = 0;
     auto next = [&](std::vector<int32_t>& tokens, int64_t&) {
-      if (next_file >= files.size() || (o.limit > 0 && int64_t(next_file) >= o.limit))
-        return false;
+      if (next_file >= files.size() || (o.limit > 0 && int64_t(next_file) >= o.limit)) return false;
       auto shard = ShardFile::open(files[next_file++], c.vocab_size);
       tokens.resize(size_t(shard->size()));
       shard->read(0, shard->size(), tokens.data());
       return true;
     };
     ProgressLine pl(o.progress, "shards", "files");
-    const PerplexityResult r = perplexity(model, next, context, stride, [&](int64_t d, int64_t) {
-      pl(d, int64_t(files.size()));
-    });
+    const PerplexityResult r = perplexity(
+        model, next, context, stride, [&](int64_t d, int64_t) { pl(d, int64_t(files.size())); });
     j["perplexity"]["shards"] = perplexity_json(r, context, stride, o.shards);
     j["perplexity"]["shards"]["seconds"] = seconds_since(t0);
-    const std::string count = strformat("%lld tokens, %lld files", (long long)r.tokens,
-                                        (long long)r.documents);
+    const std::string count =
+        strformat("%lld tokens, %lld files", (long long)r.tokens, (long long)r.documents);
     table.row("shards", "loss", r.loss(), NAN, count);
     table.row("shards", "perplexity", r.perplexity(), NAN, count, "%.3f");
   }
@@ -268,8 +270,8 @@ EvalReport run_evaluation(const EvalOptions& o) {
       if (o.limit > 0 && docs >= o.limit) return false;
       while (!reader || !reader->next(doc)) {
         if (next_file >= files.size()) return false;
-        reader = std::make_unique<DocumentReader>(open_text_stream(files[next_file++]),
-                                                  o.delimiter);
+        reader =
+            std::make_unique<DocumentReader>(open_text_stream(files[next_file++]), o.delimiter);
       }
       ++docs;
       tokens.push_back(tok->eot_id());  // every token of the document is a target
@@ -282,8 +284,8 @@ EvalReport run_evaluation(const EvalOptions& o) {
         perplexity(model, next, context, stride, [&](int64_t d, int64_t) { pl(d, d); });
     j["perplexity"]["text"] = perplexity_json(r, context, stride, o.text);
     j["perplexity"]["text"]["seconds"] = seconds_since(t0);
-    const std::string count = strformat("%lld tokens, %lld documents", (long long)r.tokens,
-                                        (long long)r.documents);
+    const std::string count =
+        strformat("%lld tokens, %lld documents", (long long)r.tokens, (long long)r.documents);
     table.row("text", "loss", r.loss(), NAN, count);
     table.row("text", "perplexity", r.perplexity(), NAN, count, "%.3f");
     table.row("text", "bits_per_byte", r.bits_per_byte(), NAN, count);
@@ -314,7 +316,8 @@ EvalReport run_evaluation(const EvalOptions& o) {
     j["tasks"][name] = t;
   }
   j["seconds"] = seconds_since(t_start);
-  rep.table = strformat("model %s (%s, %s params) | %s %s | batch %d\n", o.model.c_str(),
+  rep.table = rep.table +
+              strformat("model %s (%s, %s params) | %s %s | batch %d\n", o.model.c_str(),
                         model_format_name(source.format),
                         io::format_count(double(model.num_params())).c_str(),
                         device_name(model.device()), dtype_name(model.dtype()), model.batch()) +

@@ -21,15 +21,15 @@ struct EvalOptions {
   std::string recipe;                  // optional: data and eval keys (its model must agree)
   std::vector<std::string> overrides;  // --set a.b=v (on --recipe, else on the checkpoint's)
   std::vector<std::pair<std::string, std::string>> tasks;  // (name, jsonl file)
-  std::string task_dir;                // every *.jsonl in it, named by its stem
-  std::string shards;                  // glob of token shards: perplexity, one document a file
-  std::string text;                    // glob of text files: perplexity, tokenised on the fly
-  std::string delimiter;               // text: document separator ("" = one document a file)
-  std::string tokenizer;               // "" = the model's own
-  int context = 0;                     // perplexity window; 0 = model.block_size
-  int stride = 0;                      // 0 = context (non-overlapping windows)
-  int64_t limit = 0;                   // > 0: first N examples per task / documents per source
-  bool validation = false;             // score the recipe's validation set even with other data
+  std::string task_dir;                                    // every *.jsonl in it, named by its stem
+  std::string shards;       // glob of token shards: perplexity, one document a file
+  std::string text;         // glob of text files: perplexity, tokenised on the fly
+  std::string delimiter;    // text: document separator ("" = one document a file)
+  std::string tokenizer;    // "" = the model's own
+  int context = 0;          // perplexity window; 0 = model.block_size
+  int stride = 0;           // 0 = context (non-overlapping windows)
+  int64_t limit = 0;        // > 0: first N examples per task / documents per source
+  bool validation = false;  // score the recipe's validation set even with other data
   EvalDeviceOptions device;
   bool progress = true;  // progress lines on stderr
 };

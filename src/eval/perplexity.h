@@ -35,12 +35,12 @@ std::vector<DocumentScores> score_documents(
     bool want_argmax, const std::function<void(int64_t, int64_t)>& on_progress = {});
 
 struct PerplexityResult {
-  double nll = 0.0;        // summed negative log-likelihood (nats)
-  int64_t tokens = 0;      // targets scored
-  int64_t documents = 0;   // documents read
-  int64_t windows = 0;     // forwards rows (windows) run
-  int64_t bytes = 0;       // text only: UTF-8 bytes of the documents
-  double loss() const;     // nll / tokens
+  double nll = 0.0;       // summed negative log-likelihood (nats)
+  int64_t tokens = 0;     // targets scored
+  int64_t documents = 0;  // documents read
+  int64_t windows = 0;    // forwards rows (windows) run
+  int64_t bytes = 0;      // text only: UTF-8 bytes of the documents
+  double loss() const;    // nll / tokens
   double perplexity() const;
   double bits_per_byte() const;  // nll / bytes / ln 2 (text only; NaN otherwise)
 };

@@ -25,7 +25,9 @@ namespace {
 
 using nlohmann::json;
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 std::string string_field(const json& j, const char* key, const std::string& where) {
   ATTN_REQUIRE(j.contains(key), "%s: missing field \"%s\"", where.c_str(), key);
@@ -169,17 +171,18 @@ ScoreRequest option_request(const Tokenizer& tok, const TaskOption& o, int max_l
 }
 
 std::vector<std::vector<double>> option_loglikelihoods(
-    EvalModel& model, const Tokenizer& tok, const Task& task, std::vector<std::vector<bool>>* greedy,
-    int64_t* truncated, const std::function<void(int64_t, int64_t)>& on_progress) {
+    EvalModel& model, const Tokenizer& tok, const Task& task,
+    std::vector<std::vector<bool>>* greedy, int64_t* truncated,
+    const std::function<void(int64_t, int64_t)>& on_progress) {
   const bool want_argmax = greedy != nullptr;
   std::vector<ScoreRequest> requests;
   int64_t n_truncated = 0;
   for (const TaskExample& ex : task.examples) {
     for (size_t k = 0; k < ex.options.size(); ++k) {
       bool cut = false;
-      requests.push_back(option_request(
-          tok, ex.options[k], model.max_len(), want_argmax,
-          strformat("%s:%d: option %zu", task.path.c_str(), ex.line, k), &cut));
+      requests.push_back(
+          option_request(tok, ex.options[k], model.max_len(), want_argmax,
+                         strformat("%s:%d: option %zu", task.path.c_str(), ex.line, k), &cut));
       n_truncated += cut;
     }
   }
@@ -241,8 +244,8 @@ TaskResult run_task(EvalModel& model, const Tokenizer& tok, const Task& task,
   res.examples = int64_t(task.examples.size());
   const bool lm = task.kind == TaskKind::language_modeling;
   std::vector<std::vector<bool>> greedy;
-  const std::vector<std::vector<double>> ll = option_loglikelihoods(
-      model, tok, task, lm ? &greedy : nullptr, &res.truncated, on_progress);
+  const std::vector<std::vector<double>> ll =
+      option_loglikelihoods(model, tok, task, lm ? &greedy : nullptr, &res.truncated, on_progress);
   std::vector<double> acc, acc_norm, cont_ll;
   for (size_t e = 0; e < task.examples.size(); ++e) {
     const TaskExample& ex = task.examples[e];

@@ -14,8 +14,8 @@ ValidationResult score_validation(GPT& model, const ExecContext& ctx, const Para
   const DataLoaderOptions& o = loader.options();
   const int B = o.batch_size, T = o.seq_len, W = o.world_size;
   ATTN_REQUIRE(tokens_dev.numel() == int64_t(B) * T && targets_dev.numel() == int64_t(B) * T,
-               "score_validation: device batch %s does not hold [%d, %d]",
-               tokens_dev.str().c_str(), B, T);
+               "score_validation: device batch %s does not hold [%d, %d]", tokens_dev.str().c_str(),
+               B, T);
   ATTN_REQUIRE(batches > 0, "eval.batches must be >= 1, got %d", batches);
   ATTN_REQUIRE(loader.num_windows() > 0,
                "the validation data holds no whole window of %d + 1 tokens", T);

@@ -69,7 +69,7 @@ void expect_error(const CliResult& r, const std::string& needle) {
 TEST_F(Cli, HelpAndVersion) {
   CliResult r = run("--help");
   EXPECT_EQ(r.code, 0);
-  for (const char* sub : {"train", "eval", "info", "prepare", "generate", "tokenize"})
+  for (const char* sub : {"train", "eval", "score", "info", "prepare", "generate", "tokenize"})
     EXPECT_NE(r.out.find(sub), std::string::npos) << sub;
   EXPECT_EQ(run("--version").code, 0);
   EXPECT_NE(run("frobnicate").code, 0);
@@ -187,4 +187,58 @@ TEST_F(Cli, DivergenceStopsWithoutDamagingTheLastCheckpoint) {
   EXPECT_EQ(fs::file_size(ckpt), size_before);
   EXPECT_EQ(fs::last_write_time(ckpt), time_before);
   EXPECT_EQ(run("eval " + recipe_ + " --checkpoint " + (dir_ / "run").string()).code, 0);
+}
+
+// attnlab eval MODEL: the checkpoint's own model and validation data by default; tasks, text and
+// shards from flags (no recipe, no data.train); JSON results; a disagreeing recipe is refused.
+TEST_F(Cli, EvalHarnessAndScore) {
+  ASSERT_EQ(run(train_args()).code, 0);
+  const std::string model = (dir_ / "run").string();
+  CliResult v = run("eval " + model + " --set eval.batches=1000 --no-progress");
+  ASSERT_EQ(v.code, 0) << v.out;
+  // val_tokens 2048, seq_len 16: 127 whole windows, scored although 127 is odd (micro_batch 2).
+  EXPECT_NE(v.out.find("2032 tokens, 127/127 windows"), std::string::npos) << v.out;
+
+  std::ofstream(dir_ / "mc.jsonl")
+      << R"({"query": "Question: a?", "choices": ["x", "yy"], "gold": 1})"
+      << "\n"
+      << R"({"query": "Question: b?\n", "choices": ["z", "w"], "gold": 0})"
+      << "\n";
+  std::ofstream(dir_ / "doc.txt") << "some text to score, long enough for two windows of 32.\n";
+  const std::string out = (dir_ / "results.json").string();
+  CliResult e = run(
+      "eval " + model + " --tokenizer byte --tasks mc=" + (dir_ / "mc.jsonl").string() +
+      " --text " + (dir_ / "doc.txt").string() + " --context 16 --stride 8 --batch 3 --out " + out);
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("acc_norm"), std::string::npos) << e.out;
+  std::ifstream in(out);
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find("\"tasks\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"stride\": 8"), std::string::npos) << json;
+  EXPECT_EQ(json.find("\"validation\""), std::string::npos) << json;
+
+  // Shards without data.train (evaluation never reads training data).
+  std::vector<int32_t> toks(300, 7);
+  attnlab::write_shard((dir_ / "val_000000.bin").string(), toks, 260);
+  CliResult s =
+      run("eval " + model + " --set data.source=shards --set data.train= --set data.val=" +
+          (dir_ / "val_*.bin").string() + " --no-progress");
+  ASSERT_EQ(s.code, 0) << s.out;
+  EXPECT_NE(s.out.find("validation"), std::string::npos) << s.out;
+  CliResult sh = run("eval " + model + " --shards " + (dir_ / "val_*.bin").string());
+  ASSERT_EQ(sh.code, 0) << sh.out;
+  EXPECT_NE(sh.out.find("299 tokens, 1 files"), std::string::npos) << sh.out;
+
+  expect_error(run("eval " + model + " --recipe " + recipe_ + " --set model.n_embd=32"),
+               "model.n_embd = 32");
+  expect_error(run("eval " + recipe_), "is a recipe");
+  std::ofstream(dir_ / "bad.jsonl") << "{\"query\": \"q\"}\n";
+  expect_error(run("eval " + model + " --tokenizer byte --tasks " + (dir_ / "bad.jsonl").string()),
+               "bad.jsonl:1");
+
+  CliResult sc = run("score " + model + " --tokenizer byte --text " + (dir_ / "doc.txt").string() +
+                     " --out " + (dir_ / "scores.jsonl").string());
+  ASSERT_EQ(sc.code, 0) << sc.out;
+  EXPECT_NE(sc.out.find("tokens scored"), std::string::npos) << sc.out;
+  EXPECT_TRUE(fs::file_size(dir_ / "scores.jsonl") > 0);
 }

@@ -1,0 +1,525 @@
+// The evaluation harness (src/eval/) against brute force on a tiny random model: per-token
+// log-likelihoods equal log-softmax of a separate forward, acc / acc_norm on constructed cases,
+// sliding windows score every token once, validation scores every whole window, task files with
+// bad lines fail naming file:line, and (with ATTNLAB_SHARED_DATA) the real task files with GPT-2.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "config/recipe.h"
+#include "eval/eval_model.h"
+#include "eval/harness.h"
+#include "eval/perplexity.h"
+#include "eval/score.h"
+#include "eval/tasks.h"
+#include "eval/validation.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
+using namespace attnlab;
+
+namespace {
+
+// Trains a tiny model for two steps (vocab `vocab`, context `block`) and adds a tokenizer.json.
+std::string make_run(const std::string& tag, int vocab, const std::string& tokenizer,
+                     int block = 32) {
+  const std::string dir =
+      (fs::temp_directory_path() / ("attnlab_eval_" + tag + "_" + std::to_string(::getpid())))
+          .string();
+  fs::remove_all(dir);
+  const std::string recipe = strformat(R"(
+model: {n_layer: 2, n_head: 2, n_embd: 16, vocab_size: %d, block_size: %d, vocab_multiple: 32}
+data:
+  source: synthetic
+  synthetic: {vocab_size: 64, train_tokens: 4096, val_tokens: 1000, seed: 7}
+optim: {lr: 3.0e-2}
+train: {steps: 2, micro_batch: 2, seq_len: 16, device: cpu, seed: 5}
+eval: {every: 0, at_end: false}
+log: {every: 1}
+)",
+                                       vocab, block);
+  Recipe r = parse_recipe(recipe, "eval_test.yaml", {"train.out_dir=" + dir});
+  TrainOptions o;
+  o.quiet = true;
+  train(r, o);
+  std::ofstream(fs::path(resolve_checkpoint_dir(dir)) / "tokenizer.json")
+      << make_tokenizer(tokenizer)->to_json();
+  return dir;
+}
+
+EvalDeviceOptions cpu(int batch = 3) {
+  EvalDeviceOptions d;
+  d.device = "cpu";
+  d.batch = batch;
+  return d;
+}
+
+// log p(ids[i+1] | ids[0..i]) for every i, from one unbatched forward and a log-softmax in double.
+std::vector<double> brute_force_logprobs(const ModelSource& src, const std::vector<int32_t>& ids) {
+  auto ctx = ExecContext::make_cpu();
+  GPT model(src.config);
+  ParameterStore store;
+  model.declare_params(store);
+  store.finalize(Device::cpu, DType::f32, {});
+  load_model_source(src, store);
+  const int T = int(ids.size()) - 1;
+  model.allocate(*ctx, 1, T, DType::f32);
+  std::vector<int32_t> in(ids.begin(), ids.end() - 1);
+  model.forward(*ctx, store, test::cpu_tensor(in, Shape{1, T}), Tensor(), AttentionMode::eval);
+  const float* logits = static_cast<const float*>(model.logits().data);
+  const int Vp = src.config.padded_vocab, V = src.config.vocab_size;
+  std::vector<double> out;
+  for (int t = 0; t < T; ++t) {
+    const float* row = logits + size_t(t) * Vp;
+    double mx = -INFINITY, sum = 0.0;
+    for (int v = 0; v < V; ++v) mx = std::max(mx, double(row[v]));
+    for (int v = 0; v < V; ++v) sum += std::exp(double(row[v]) - mx);
+    out.push_back(double(row[ids[size_t(t) + 1]]) - mx - std::log(sum));
+  }
+  return out;
+}
+
+int brute_force_argmax(const ModelSource& src, const std::vector<int32_t>& prefix) {
+  auto ctx = ExecContext::make_cpu();
+  GPT model(src.config);
+  ParameterStore store;
+  model.declare_params(store);
+  store.finalize(Device::cpu, DType::f32, {});
+  load_model_source(src, store);
+  const int T = int(prefix.size());
+  model.allocate(*ctx, 1, T, DType::f32);
+  std::vector<int32_t> in = prefix;
+  model.forward(*ctx, store, test::cpu_tensor(in, Shape{1, T}), Tensor(), AttentionMode::eval);
+  const float* row = static_cast<const float*>(model.logits().data) +
+                     size_t(T - 1) * src.config.padded_vocab;
+  return int(std::max_element(row, row + src.config.vocab_size) - row);
+}
+
+std::vector<int32_t> bytes_of(const std::string& s) {
+  std::vector<int32_t> ids;
+  ByteTokenizer().encode(s, ids);
+  return ids;
+}
+
+void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+class EvalTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { run_ = make_run("byte", 257, "byte"); }
+  static void TearDownTestSuite() { fs::remove_all(run_); }
+  static std::string run_;
+  test::TempDir tmp_{"eval"};
+};
+std::string EvalTest::run_;
+
+}  // namespace
+
+TEST(SlidingWindows, EveryTargetOnceAndStrideEqualsContextIsNonOverlapping) {
+  for (int64_t n : {0, 1, 2, 5, 31, 32, 33, 64, 65, 100}) {
+    for (int context : {1, 4, 16}) {
+      for (int stride = 1; stride <= context; ++stride) {
+        std::vector<int> count(size_t(std::max<int64_t>(n, 1)), 0);
+        for (const Window& w : sliding_windows(n, context, stride)) {
+          ASSERT_LE(w.length, context);
+          ASSERT_LE(w.begin + w.length, std::max<int64_t>(n - 1, 0));
+          for (int i = w.first_scored; i < w.length; ++i) {
+            ++count[size_t(w.begin + i + 1)];
+            // Left context: everything in the window, at least context - stride after window 0.
+            if (w.begin > 0) EXPECT_GE(i, context - stride);
+          }
+        }
+        for (int64_t p = 1; p < n; ++p) EXPECT_EQ(count[size_t(p)], 1) << n << " " << p;
+        if (n > 0) EXPECT_EQ(count[0], 0);
+      }
+    }
+  }
+  // stride == context: windows [kN, kN + N] as in the trainer's validation, the last one partial.
+  const auto w = sliding_windows(37, 8, 8);
+  ASSERT_EQ(w.size(), 5u);
+  for (size_t k = 0; k < w.size(); ++k) {
+    EXPECT_EQ(w[k].begin, int64_t(k) * 8);
+    EXPECT_EQ(w[k].first_scored, 0);
+    EXPECT_EQ(w[k].length, k < 4 ? 8 : 4);
+  }
+  test::expect_error([] { sliding_windows(10, 4, 5); }, {"stride", "between 1 and the context"});
+}
+
+TEST_F(EvalTest, ChoiceLogLikelihoodIsTheSumOfLogSoftmax) {
+  const ModelSource src = inspect_model_source(run_);
+  EvalModel model(src, cpu());
+  ByteTokenizer tok;
+  Task task;
+  task.name = "t";
+  task.path = "t.jsonl";
+  task.kind = TaskKind::multiple_choice;
+  task.examples.push_back({1, {{"Question: up?", "sky"}, {"Question: up?", "ground floor"}}, 0});
+  task.examples.push_back({2, {{"Q:\n", "a"}, {"Q:\n", " b"}, {"Q:\n", ""}}, 2});
+  const auto ll = option_loglikelihoods(model, tok, task);
+  ASSERT_EQ(ll.size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    for (size_t k = 0; k < task.examples[e].options.size(); ++k) {
+      const ScoredPair p = scored_pair(task.examples[e].options[k]);
+      const std::vector<int32_t> ctx = bytes_of(p.context), cont = bytes_of(p.continuation);
+      std::vector<int32_t> all = ctx;
+      all.insert(all.end(), cont.begin(), cont.end());
+      const auto lp = brute_force_logprobs(src, all);
+      double expect = 0.0;
+      for (size_t i = ctx.size() - 1; i < lp.size(); ++i) expect += lp[i];
+      EXPECT_NEAR(ll[e][k], expect, 1e-4) << e << " " << k;
+    }
+  }
+  // The space rule (lm-eval): " " + choice after a query without trailing whitespace; the
+  // query's trailing whitespace moves into the continuation; a choice starting with a space and
+  // an empty choice keep what they have (the empty one scores the moved "\n" alone).
+  EXPECT_EQ(scored_pair({"Question: up?", "sky"}).continuation, " sky");
+  EXPECT_EQ(scored_pair({"Q:\n", "a"}).context, "Q:");
+  EXPECT_EQ(scored_pair({"Q:\n", "a"}).continuation, "\na");
+  EXPECT_EQ(scored_pair({"Q:", " b"}).continuation, " b");
+  EXPECT_EQ(scored_pair({"Q:", ""}).continuation, " ");
+  EXPECT_EQ(scored_pair({"Q:\n", ""}).continuation, "\n");
+}
+
+TEST_F(EvalTest, AccAndAccNormOnAConstructedCase) {
+  const ModelSource src = inspect_model_source(run_);
+  EvalModel model(src, cpu(2));
+  ByteTokenizer tok;
+  // The options' log-likelihoods from brute force decide the expected answers.
+  auto ll_of = [&](const std::string& q, const std::string& c) {
+    const ScoredPair p = scored_pair({q, c});
+    std::vector<int32_t> all = bytes_of(p.context + p.continuation);
+    const auto lp = brute_force_logprobs(src, all);
+    double s = 0.0;
+    for (size_t i = p.context.size() - 1; i < lp.size(); ++i) s += lp[i];
+    return s;
+  };
+  const std::string q = "Question: which?";
+  const std::vector<std::string> choices = {"a", "bbbbbbbbbbbb", "cc"};
+  std::vector<double> ll, norm;
+  for (const auto& c : choices) {
+    ll.push_back(ll_of(q, c));
+    norm.push_back(ll.back() / double(c.size()));
+  }
+  const int best = int(std::max_element(ll.begin(), ll.end()) - ll.begin());
+  const int best_norm = int(std::max_element(norm.begin(), norm.end()) - norm.begin());
+  const int wrong = (best + 1) % 3 == best_norm ? (best + 2) % 3 : (best + 1) % 3;
+  // Four examples: gold = best (acc 1), best_norm (acc_norm 1), and twice a wrong option.
+  std::string lines;
+  for (int g : {best, best_norm, wrong, wrong})
+    lines += nlohmann::json{{"query", q}, {"choices", choices}, {"gold", g}}.dump() + "\n";
+  write(tmp_.path() / "mc.jsonl", lines);
+  const TaskResult r = run_task(model, tok, load_task("mc", (tmp_.path() / "mc.jsonl").string()));
+  double acc = 0, acc_norm = 0;
+  for (int g : {best, best_norm, wrong, wrong}) {
+    acc += (g == best) / 4.0;
+    acc_norm += (g == best_norm) / 4.0;
+  }
+  EXPECT_EQ(r.examples, 4);
+  EXPECT_EQ(r.requests, 12);
+  EXPECT_DOUBLE_EQ(r.acc, acc);
+  EXPECT_DOUBLE_EQ(r.acc_norm, acc_norm);
+  EXPECT_GT(r.acc_stderr, 0.0);
+}
+
+TEST_F(EvalTest, SchemaAndLanguageModelingAgainstBruteForce) {
+  const ModelSource src = inspect_model_source(run_);
+  EvalModel model(src, cpu());
+  ByteTokenizer tok;
+  // Winogrande: the shared continuation after each option.
+  write(tmp_.path() / "wg.jsonl",
+        R"({"context_options": ["The cat sat so the cat", "The cat sat so the mat"], "continuation": "was warm.", "gold": 1})"
+        "\n");
+  const Task wg = load_task("wg", (tmp_.path() / "wg.jsonl").string());
+  EXPECT_EQ(wg.kind, TaskKind::schema);
+  const auto ll = option_loglikelihoods(model, tok, wg);
+  for (int k = 0; k < 2; ++k) {
+    const std::string ctx = wg.examples[0].options[size_t(k)].context;
+    const auto lp = brute_force_logprobs(src, bytes_of(ctx + " was warm."));
+    double s = 0.0;
+    for (size_t i = ctx.size() - 1; i < lp.size(); ++i) s += lp[i];
+    EXPECT_NEAR(ll[0][size_t(k)], s, 1e-4);
+  }
+  const TaskResult wr = run_task(model, tok, wg);
+  EXPECT_DOUBLE_EQ(wr.acc, (ll[0][1] > ll[0][0]) ? 1.0 : 0.0);
+  EXPECT_TRUE(std::isnan(wr.acc_norm));
+
+  // LAMBADA: acc = every continuation token greedy; perplexity = exp(-mean log-likelihood).
+  // The first example's continuation is the model's own greedy byte (so acc counts it).
+  const std::string c0 = "the end of the";
+  std::vector<int32_t> pre = bytes_of(c0 + " ");
+  const int g = brute_force_argmax(src, pre);
+  std::string greedy_cont(1, char(g));
+  std::string lines = nlohmann::json{{"context", c0 + " "}, {"continuation", greedy_cont}}.dump() +
+                      "\n" + nlohmann::json{{"context", "a b"}, {"continuation", "cd"}}.dump() +
+                      "\n";
+  write(tmp_.path() / "lm.jsonl", lines);
+  const Task lm = load_task("lm", (tmp_.path() / "lm.jsonl").string());
+  std::vector<std::vector<bool>> greedy;
+  const auto lll = option_loglikelihoods(model, tok, lm, &greedy);
+  double mean_ll = 0.0, acc = 0.0;
+  for (size_t e = 0; e < 2; ++e) {
+    const ScoredPair p = scored_pair(lm.examples[e].options[0]);
+    std::vector<int32_t> all = bytes_of(p.context + p.continuation);
+    const auto lp = brute_force_logprobs(src, all);
+    double s = 0.0;
+    bool all_greedy = true;
+    for (size_t i = p.context.size() - 1; i < lp.size(); ++i) {
+      s += lp[i];
+      std::vector<int32_t> prefix(all.begin(), all.begin() + ptrdiff_t(i) + 1);
+      all_greedy = all_greedy && brute_force_argmax(src, prefix) == all[i + 1];
+    }
+    EXPECT_NEAR(lll[e][0], s, 1e-4);
+    EXPECT_EQ(greedy[e][0], all_greedy) << e;
+    mean_ll += s / 2.0;
+    acc += all_greedy / 2.0;
+  }
+  // Example 0: the context's trailing space moves into the continuation: " " then g; the space
+  // is greedy only if the model says so, so compare with the brute-force flags above.
+  const TaskResult lr = run_task(model, tok, lm);
+  EXPECT_DOUBLE_EQ(lr.acc, acc);
+  EXPECT_NEAR(lr.perplexity, std::exp(-mean_ll), 1e-6 * std::exp(-mean_ll));
+}
+
+TEST_F(EvalTest, LongContextsKeepTheirRightmostTokens) {
+  const ModelSource src = inspect_model_source(run_);
+  EvalModel model(src, cpu());
+  ByteTokenizer tok;
+  std::string q;
+  for (int i = 0; i < 12; ++i) q += "word" + std::to_string(i) + " ";
+  q += "end";  // 70 bytes > block_size 32
+  bool cut = false;
+  const ScoreRequest r = option_request(tok, {q, "xyz"}, model.max_len(), false, "here", &cut);
+  EXPECT_TRUE(cut);
+  ASSERT_EQ(r.inputs.size(), 32u);
+  const std::vector<int32_t> all = bytes_of(q + " xyz");
+  // The input is the last 33 tokens minus the last; the 4 continuation tokens are the targets.
+  for (size_t i = 0; i < 32; ++i) EXPECT_EQ(r.inputs[i], all[all.size() - 33 + i]);
+  int scored = 0;
+  for (int32_t t : r.targets) scored += t != GPT::kIgnoreIndex;
+  EXPECT_EQ(scored, 4);
+  Task task{"long", "long.jsonl", TaskKind::multiple_choice, {{1, {{q, "xyz"}, {q, "w"}}, 0}}};
+  int64_t truncated = 0;
+  const auto ll = option_loglikelihoods(model, tok, task, nullptr, &truncated);
+  EXPECT_EQ(truncated, 2);
+  const std::vector<int32_t> window(all.end() - 33, all.end());
+  const auto lp = brute_force_logprobs(src, window);
+  double s = 0.0;
+  for (size_t i = 28; i < 32; ++i) s += lp[i];
+  EXPECT_NEAR(ll[0][0], s, 1e-4);
+  // A continuation longer than the model cannot be scored.
+  test::expect_error(
+      [&] { option_request(tok, {"q", std::string(40, 'x')}, model.max_len(), false, "f:3"); },
+      {"f:3", "longer than the model's context"});
+}
+
+TEST_F(EvalTest, TaskFileErrorsNameFileAndLine) {
+  const fs::path f = tmp_.path() / "bad.jsonl";
+  auto load = [&] { load_task("bad", f.string()); };
+  write(f, "{\"query\": \"q\", \"choices\": [\"a\", \"b\"], \"gold\": 0}\n{\"query\": \"q\", ");
+  test::expect_error(load, {"bad.jsonl:2", "invalid JSON"});
+  write(f, "\n{\"query\": \"q\", \"choices\": [\"a\", \"b\"], \"gold\": 2}\n");
+  test::expect_error(load, {"bad.jsonl:2", "gold 2"});
+  write(f, "{\"query\": \"q\", \"choices\": [\"a\"], \"gold\": 0}\n");
+  test::expect_error(load, {"bad.jsonl:1", "at least two"});
+  write(f, "{\"query\": 3, \"choices\": [\"a\", \"b\"], \"gold\": 0}\n");
+  test::expect_error(load, {"bad.jsonl:1", "\"query\" must be a string"});
+  write(f, "{\"text\": \"x\"}\n");
+  test::expect_error(load, {"bad.jsonl:1", "not a task line"});
+  write(f,
+        "{\"context\": \"a\", \"continuation\": \"b\"}\n"
+        "{\"query\": \"q\", \"choices\": [\"a\", \"b\"], \"gold\": 0}\n");
+  test::expect_error(load, {"bad.jsonl:2", "multiple_choice line in a language_modeling file"});
+  write(f, "");
+  test::expect_error(load, {"bad.jsonl", "no examples"});
+  test::expect_error([&] { load_task("x", (tmp_.path() / "none.jsonl").string()); },
+                     {"cannot open", "none.jsonl"});
+  // limit keeps the first lines (and does not read past them).
+  write(f,
+        "{\"context\": \"a\", \"continuation\": \"b\"}\n{\"context\": \"c\", \"continuation\": "
+        "\"d\"}\nnot json\n");
+  EXPECT_EQ(load_task("ok", f.string(), 2).examples.size(), 2u);
+}
+
+TEST_F(EvalTest, ChoiceThatTokenisesToNothingIsAnError) {
+  // With the byte tokenizer every non-empty string has tokens and the space rule never leaves an
+  // empty continuation; a tokenizer that drops text (here: one that encodes nothing) is refused.
+  struct Silent final : Tokenizer {
+    std::string name() const override { return "silent"; }
+    int vocab_size() const override { return 257; }
+    int eot_id() const override { return 256; }
+    void encode(std::string_view, std::vector<int32_t>&) const override {}
+    size_t split_point(std::string_view t, size_t) const override { return t.size(); }
+    std::string decode(std::span<const int32_t>) const override { return ""; }
+    std::string piece(int32_t) const override { return ""; }
+    std::string to_json() const override { return "{}"; }
+  } silent;
+  test::expect_error([&] { option_request(silent, {"q", "a"}, 32, false, "t.jsonl:4: option 1"); },
+                     {"t.jsonl:4: option 1", "tokenises to no tokens"});
+  // An empty choice after a query without trailing whitespace scores the single space.
+  const ScoreRequest r = option_request(ByteTokenizer(), {"q", ""}, 32, false, "x");
+  ASSERT_EQ(r.inputs.size(), 1u);
+  EXPECT_EQ(r.targets[0], ' ');
+}
+
+TEST_F(EvalTest, SlidingWindowPerplexityAgainstBruteForce) {
+  const ModelSource src = inspect_model_source(run_);
+  EvalModel model(src, cpu(4));
+  const std::vector<int32_t> doc = test::random_ints(90, 3, 257);
+  // stride == context: the sum over non-overlapping windows [kN, kN + N], each brute-forced.
+  const int N = 16;
+  double expect = 0.0;
+  for (size_t b = 0; b + 1 < doc.size(); b += N) {
+    std::vector<int32_t> w(doc.begin() + ptrdiff_t(b),
+                           doc.begin() + ptrdiff_t(std::min(doc.size(), b + N + 1)));
+    for (double lp : brute_force_logprobs(src, w)) expect -= lp;
+  }
+  const auto s = score_documents(model, {doc}, N, N, false);
+  double got = 0.0;
+  for (float lp : s[0].logprob) got -= lp;
+  EXPECT_NEAR(got, expect, 1e-3);
+  // Any stride: every token counted once; stride 1 at context 32 equals the full-context scores
+  // of the first 32 targets.
+  for (int stride : {1, 5, 16, 32}) {
+    size_t next = 0;
+    std::vector<std::vector<int32_t>> docs = {doc, std::vector<int32_t>(doc.begin(), doc.begin() + 7)};
+    auto feed = [&](std::vector<int32_t>& t, int64_t&) {
+      if (next >= docs.size()) return false;
+      t = docs[next++];
+      return true;
+    };
+    const PerplexityResult r = perplexity(model, feed, 32, stride);
+    EXPECT_EQ(r.tokens, 89 + 6) << stride;
+    EXPECT_EQ(r.documents, 2);
+  }
+  const auto full = score_documents(model, {doc}, 32, 1, false);
+  const std::vector<int32_t> head(doc.begin(), doc.begin() + 33);
+  const auto lp = brute_force_logprobs(src, head);
+  for (size_t i = 0; i < 32; ++i) EXPECT_NEAR(full[0].logprob[i], lp[i], 1e-4);
+}
+
+TEST_F(EvalTest, ValidationScoresEveryWholeWindow) {
+  const ModelSource src = inspect_model_source(run_);
+  Recipe r = parse_recipe(src.recipe_yaml, "ckpt", {"train.micro_batch=4"}, RecipeUse::eval);
+  // 1000 tokens, seq_len 16: 62 whole windows = 15 full batches of 4 + 2.
+  auto loader = validation_loader(r);
+  ASSERT_EQ(loader->num_windows(), 62);
+  EvalDeviceOptions d = cpu(4);
+  d.max_len = 16;
+  EvalModel model(src, d);
+  const ValidationResult all = model.validate(*loader, 1000);
+  EXPECT_EQ(all.windows, 62);
+  EXPECT_EQ(all.tokens, 62 * 16);
+  const ValidationResult part = model.validate(*loader, 3);
+  EXPECT_EQ(part.windows, 12);
+  EXPECT_EQ(part.tokens, 12 * 16);
+  // The same windows through the sliding-window path (stride == context) give the same mean.
+  std::vector<int32_t> stream(size_t(loader->num_tokens()));
+  loader->sources()[0]->read(0, loader->num_tokens(), stream.data());
+  stream.resize(62 * 16 + 1);  // the whole windows only
+  const auto s = score_documents(model, {stream}, 16, 16, false);
+  double nll = 0.0;
+  for (float lp : s[0].logprob) nll -= lp;
+  EXPECT_NEAR(all.loss, nll / double(62 * 16), 1e-5);
+}
+
+TEST_F(EvalTest, RecipeModelMustAgree) {
+  const ModelSource src = inspect_model_source(run_);
+  std::map<std::string, std::string> where;
+  // Only data and eval keys: nothing to compare.
+  Recipe data_only = parse_recipe("data: {source: shards, val: v/*.bin}\n", "d.yaml", {},
+                                  RecipeUse::eval, &where);
+  EXPECT_NO_THROW(check_recipe_model(data_only, where, src.config, run_));
+  Recipe other = parse_recipe("model: {n_layer: 3, n_head: 2, n_embd: 16, bias: false}\n", "m.yaml", {},
+                              RecipeUse::eval, &where);
+  test::expect_error([&] { check_recipe_model(other, where, src.config, run_); },
+                     {"model.n_layer = 3 (m.yaml:1) but the model has 2",
+                      "model.bias = false (m.yaml:1) but the model has true"});
+  Recipe preset = parse_recipe("model: {preset: gpt2}\n", "p.yaml", {}, RecipeUse::eval, &where);
+  test::expect_error([&] { check_recipe_model(preset, where, src.config, run_); },
+                     {"model.n_embd = 768", "model.preset: gpt2"});
+  // Evaluation does not need data.train (training still does).
+  EXPECT_NO_THROW(parse_recipe("data: {source: shards}\n", "e.yaml", {}, RecipeUse::eval));
+  test::expect_error([] { parse_recipe("data: {source: shards}\n", "e.yaml", {}); },
+                     {"data.train must name the training shards"});
+}
+
+TEST_F(EvalTest, ScoreWritesOneLinePerToken) {
+  write(tmp_.path() / "t.txt", "hello");
+  ScoreOptions o;
+  o.model = run_;
+  o.text = (tmp_.path() / "t.txt").string();
+  o.device = cpu();
+  const std::string out = (tmp_.path() / "s.jsonl").string();
+  std::FILE* f = std::fopen(out.c_str(), "wb");
+  const ScoreSummary s = score_tokens(o, f);
+  std::fclose(f);
+  EXPECT_EQ(s.tokens, 5);
+  std::ifstream in(out);
+  std::string line;
+  std::vector<nlohmann::json> rows;
+  while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 5u);
+  const ModelSource src = inspect_model_source(run_);
+  std::vector<int32_t> ids = {256};
+  ByteTokenizer().encode("hello", ids);
+  const auto lp = brute_force_logprobs(src, ids);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(rows[i]["pos"], i);
+    EXPECT_EQ(rows[i]["token"], ids[i + 1]);
+    EXPECT_EQ(rows[i]["piece"], std::string(1, "hello"[i]));
+    EXPECT_NEAR(rows[i]["logprob"].get<double>(), lp[i], 1e-4);
+    std::vector<int32_t> prefix(ids.begin(), ids.begin() + ptrdiff_t(i) + 1);
+    EXPECT_EQ(rows[i]["argmax"], brute_force_argmax(src, prefix));
+  }
+  // Token files: ids as text; the first token has no context.
+  write(tmp_.path() / "ids.txt", "104 101 108\n108 111");
+  EXPECT_EQ(read_token_file((tmp_.path() / "ids.txt").string()),
+            (std::vector<int32_t>{104, 101, 108, 108, 111}));
+  write(tmp_.path() / "bad.txt", "1 2 x3");
+  test::expect_error([&] { read_token_file((tmp_.path() / "bad.txt").string()); },
+                     {"bad.txt", "entry 3 ('x3')"});
+}
+
+// The real task files with the GPT-2 tokenizer on a tiny random model: a few examples each.
+TEST(EvalSharedData, RealTaskFilesWithGpt2) {
+  const char* root = std::getenv("ATTNLAB_SHARED_DATA");
+  if (!root) GTEST_SKIP() << "ATTNLAB_SHARED_DATA is not set";
+  const fs::path data(root);
+  const std::string gpt2 = "gpt2:" + (data / "gpt2-vocab").string();
+  const std::string run = make_run("gpt2", 50257, gpt2, 256);
+  const ModelSource src = inspect_model_source(run);
+  EvalModel model(src, cpu(8));
+  auto tok = eval_tokenizer(src, "", src.config.vocab_size);
+  const std::pair<const char*, TaskKind> files[] = {
+      {"piqa", TaskKind::multiple_choice},          {"arc_easy", TaskKind::multiple_choice},
+      {"arc_challenge", TaskKind::multiple_choice}, {"winogrande", TaskKind::schema},
+      {"lambada_openai", TaskKind::language_modeling}};
+  for (const auto& [name, kind] : files) {
+    const Task t = load_task(name, (data / "eval" / (std::string(name) + ".jsonl")).string(), 3);
+    EXPECT_EQ(t.kind, kind) << name;
+    ASSERT_EQ(t.examples.size(), 3u);
+    const TaskResult r = run_task(model, *tok, t);
+    EXPECT_GE(r.acc, 0.0);
+    EXPECT_LE(r.acc, 1.0);
+    EXPECT_EQ(r.examples, 3);
+  }
+  // ARC: the choice's tokens are those of " " + choice; PIQA (query ends in "\n"): "\n" + choice.
+  const Task arc = load_task("arc", (data / "eval" / "arc_easy.jsonl").string(), 1);
+  const TaskOption& o = arc.examples[0].options[0];
+  const ScoreRequest r = option_request(*tok, o, 32, false, "arc");
+  std::vector<int32_t> cont;
+  tok->encode(" " + o.continuation, cont);
+  std::vector<int32_t> scored;
+  for (size_t i = 0; i < r.targets.size(); ++i)
+    if (r.targets[i] != GPT::kIgnoreIndex) scored.push_back(r.targets[i]);
+  EXPECT_EQ(scored, cont);
+  const Task piqa = load_task("piqa", (data / "eval" / "piqa.jsonl").string(), 1);
+  EXPECT_EQ(scored_pair(piqa.examples[0].options[0]).continuation,
+            "\n" + piqa.examples[0].options[0].continuation);
+  fs::remove_all(run);
+}
