@@ -96,8 +96,8 @@ int brute_force_argmax(const ModelSource& src, const std::vector<int32_t>& prefi
   model.allocate(*ctx, 1, T, DType::f32);
   std::vector<int32_t> in = prefix;
   model.forward(*ctx, store, test::cpu_tensor(in, Shape{1, T}), Tensor(), AttentionMode::eval);
-  const float* row = static_cast<const float*>(model.logits().data) +
-                     size_t(T - 1) * src.config.padded_vocab;
+  const float* row =
+      static_cast<const float*>(model.logits().data) + size_t(T - 1) * src.config.padded_vocab;
   return int(std::max_element(row, row + src.config.vocab_size) - row);
 }
 
@@ -231,9 +231,10 @@ TEST_F(EvalTest, SchemaAndLanguageModelingAgainstBruteForce) {
   EvalModel model(src, cpu());
   ByteTokenizer tok;
   // Winogrande: the shared continuation after each option.
-  write(tmp_.path() / "wg.jsonl",
-        R"({"context_options": ["The cat sat so the cat", "The cat sat so the mat"], "continuation": "was warm.", "gold": 1})"
-        "\n");
+  write(
+      tmp_.path() / "wg.jsonl",
+      R"({"context_options": ["The cat sat so the cat", "The cat sat so the mat"], "continuation": "was warm.", "gold": 1})"
+      "\n");
   const Task wg = load_task("wg", (tmp_.path() / "wg.jsonl").string());
   EXPECT_EQ(wg.kind, TaskKind::schema);
   const auto ll = option_loglikelihoods(model, tok, wg);
@@ -313,7 +314,9 @@ TEST_F(EvalTest, LongContextsKeepTheirRightmostTokens) {
   EXPECT_NEAR(ll[0][0], s, 1e-4);
   // A continuation longer than the model cannot be scored.
   test::expect_error(
-      [&] { option_request(tok, {"q", std::string(40, 'x')}, model.max_len(), false, "f:3"); },
+      [&] {
+        option_request(tok, {"q", std::string(40, 'x')}, model.max_len(), false, "f:3");
+      },
       {"f:3", "longer than the model's context"});
 }
 
@@ -358,8 +361,11 @@ TEST_F(EvalTest, ChoiceThatTokenisesToNothingIsAnError) {
     std::string piece(int32_t) const override { return ""; }
     std::string to_json() const override { return "{}"; }
   } silent;
-  test::expect_error([&] { option_request(silent, {"q", "a"}, 32, false, "t.jsonl:4: option 1"); },
-                     {"t.jsonl:4: option 1", "tokenises to no tokens"});
+  test::expect_error(
+      [&] {
+        option_request(silent, {"q", "a"}, 32, false, "t.jsonl:4: option 1");
+      },
+      {"t.jsonl:4: option 1", "tokenises to no tokens"});
   // An empty choice after a query without trailing whitespace scores the single space.
   const ScoreRequest r = option_request(ByteTokenizer(), {"q", ""}, 32, false, "x");
   ASSERT_EQ(r.inputs.size(), 1u);
@@ -386,7 +392,8 @@ TEST_F(EvalTest, SlidingWindowPerplexityAgainstBruteForce) {
   // of the first 32 targets.
   for (int stride : {1, 5, 16, 32}) {
     size_t next = 0;
-    std::vector<std::vector<int32_t>> docs = {doc, std::vector<int32_t>(doc.begin(), doc.begin() + 7)};
+    std::vector<std::vector<int32_t>> docs = {doc,
+                                              std::vector<int32_t>(doc.begin(), doc.begin() + 7)};
     auto feed = [&](std::vector<int32_t>& t, int64_t&) {
       if (next >= docs.size()) return false;
       t = docs[next++];
@@ -431,11 +438,11 @@ TEST_F(EvalTest, RecipeModelMustAgree) {
   const ModelSource src = inspect_model_source(run_);
   std::map<std::string, std::string> where;
   // Only data and eval keys: nothing to compare.
-  Recipe data_only = parse_recipe("data: {source: shards, val: v/*.bin}\n", "d.yaml", {},
-                                  RecipeUse::eval, &where);
+  Recipe data_only =
+      parse_recipe("data: {source: shards, val: v/*.bin}\n", "d.yaml", {}, RecipeUse::eval, &where);
   EXPECT_NO_THROW(check_recipe_model(data_only, where, src.config, run_));
-  Recipe other = parse_recipe("model: {n_layer: 3, n_head: 2, n_embd: 16, bias: false}\n", "m.yaml", {},
-                              RecipeUse::eval, &where);
+  Recipe other = parse_recipe("model: {n_layer: 3, n_head: 2, n_embd: 16, bias: false}\n", "m.yaml",
+                              {}, RecipeUse::eval, &where);
   test::expect_error([&] { check_recipe_model(other, where, src.config, run_); },
                      {"model.n_layer = 3 (m.yaml:1) but the model has 2",
                       "model.bias = false (m.yaml:1) but the model has true"});
@@ -496,8 +503,10 @@ TEST(EvalSharedData, RealTaskFilesWithGpt2) {
   EvalModel model(src, cpu(8));
   auto tok = eval_tokenizer(src, "", src.config.vocab_size);
   const std::pair<const char*, TaskKind> files[] = {
-      {"piqa", TaskKind::multiple_choice},          {"arc_easy", TaskKind::multiple_choice},
-      {"arc_challenge", TaskKind::multiple_choice}, {"winogrande", TaskKind::schema},
+      {"piqa", TaskKind::multiple_choice},
+      {"arc_easy", TaskKind::multiple_choice},
+      {"arc_challenge", TaskKind::multiple_choice},
+      {"winogrande", TaskKind::schema},
       {"lambada_openai", TaskKind::language_modeling}};
   for (const auto& [name, kind] : files) {
     const Task t = load_task(name, (data / "eval" / (std::string(name) + ".jsonl")).string(), 3);
