@@ -12,6 +12,7 @@
 #pragma once
 #include <array>
 #include <concepts>
+#include <map>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -229,6 +230,11 @@ struct TrainConfig {
   Recompute recompute = Recompute::none;
   std::string out_dir = "runs/default";
   bool deterministic = true;
+  // Start a new run (fresh optimizer, step 0) from the weights of an attnlab, Hugging Face GPT-2
+  // or llm.c checkpoint; the model.* keys the recipe does not give are the checkpoint's
+  // (train/init_from.h, docs/recipes.md).
+  std::string init_from;
+  bool init_allow_extra = false;  // tensors of init_from that the model lacks are skipped
 
   int64_t micro_tokens() const { return int64_t(micro_batch) * seq_len; }
   int64_t tokens_per_step() const { return batch_tokens == 0 ? micro_tokens() : batch_tokens; }
@@ -280,6 +286,16 @@ struct RetrofitConfig {
   bool operator==(const RetrofitConfig&) const = default;
 };
 
+// Where each key given by the recipe file or --set came from ("recipes/x.yaml:4"), keyed by path
+// ("model.n_layer"); keys left at their defaults are absent. Provenance, not part of the recipe's
+// value: two recipes with the same values are equal whatever set them, and recipe_to_yaml does not
+// write it.
+struct GivenKeys {
+  std::map<std::string, std::string> where;
+  bool contains(const std::string& key) const { return where.count(key) != 0; }
+  bool operator==(const GivenKeys&) const { return true; }
+};
+
 struct Recipe {
   ModelConfig model;
   AttentionConfig attention;
@@ -292,6 +308,7 @@ struct Recipe {
   LogConfig log;
   DistributedConfig distributed;
   RetrofitConfig retrofit;
+  GivenKeys given;  // filled by parse_recipe
 
   // Every section's validate(), then the checks across sections (seq_len <= block_size, ...).
   void validate() const;

@@ -100,6 +100,8 @@ void visit(V& v, Is<TrainConfig> auto& t) {
   v.field("recompute", t.recompute, {"checkpointing", "activation_checkpointing"});
   v.field("out_dir", t.out_dir, {"output_dir", "outdir", "run_dir"});
   v.field("deterministic", t.deterministic);
+  v.field("init_from", t.init_from, {"init", "init_checkpoint", "pretrained", "from_pretrained"});
+  v.field("init_allow_extra", t.init_allow_extra, {"allow_extra"});
 }
 
 template <class V>
@@ -572,6 +574,13 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name
 
   read_section(root, "", file, recipe);
   for (const auto& [src, tree] : sets) read_section(tree, "", src, recipe);
+
+  // Which keys the file and --set gave (a preset gives the keys it sets): train.init_from takes
+  // the others from its checkpoint.
+  for (const auto& [key, where] : locations) recipe.given.where[key] = where;
+  if (!preset.empty())
+    for (const char* k : {"n_layer", "n_head", "n_embd", "vocab_size", "block_size"})
+      recipe.given.where.emplace(std::string("model.") + k, locations["model.preset"]);
 
   try {
     recipe.validate();
