@@ -12,7 +12,8 @@ int cmd_convert(const std::string& src, const std::string& dst, const std::strin
   ConvertOptions o;
   o.to = parse_model_format(to);
   o.llmc_bf16 = llmc_bf16;
-  ATTN_REQUIRE(!llmc_bf16 || o.to == ModelFormat::llmc, "convert: --bf16 applies to --to llmc only");
+  ATTN_REQUIRE(!llmc_bf16 || o.to == ModelFormat::llmc,
+               "convert: --bf16 applies to --to llmc only");
   const ConvertResult r = convert_model(src, dst, o);
   const GPTConfig& c = r.source.config;
   std::fprintf(stderr,

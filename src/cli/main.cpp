@@ -95,8 +95,10 @@ int main(int argc, char** argv) {
   bool conv_bf16 = false;
   CLI::App* convert = app.add_subcommand(
       "convert", "write a model (attnlab, Hugging Face GPT-2 or llm.c) in another format");
-  convert->add_option("src", conv_src, "attnlab checkpoint or run, Hugging Face directory, or "
-                                       "llm.c .bin file")
+  convert
+      ->add_option("src", conv_src,
+                   "attnlab checkpoint or run, Hugging Face directory, or "
+                   "llm.c .bin file")
       ->required();
   convert->add_option("dst", conv_dst, "destination (a new directory; a file for llmc)")
       ->required();

@@ -12,8 +12,8 @@
 #pragma once
 #include <array>
 #include <concepts>
-#include <map>
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>

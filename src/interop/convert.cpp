@@ -50,8 +50,8 @@ ConvertResult convert_model(const std::string& src, const std::string& dst,
   GPT model(s.config);
   ParameterStore store;
   model.declare_params(store);
-  store.finalize(Device::cpu, DType::f32, {ParamRole::base, ParamRole::attention,
-                                           ParamRole::adapter});
+  store.finalize(Device::cpu, DType::f32,
+                 {ParamRole::base, ParamRole::attention, ParamRole::adapter});
   WeightLoadOptions all;
   all.required_roles = {ParamRole::base, ParamRole::attention, ParamRole::adapter};
   load_model_source(s, store, all);

@@ -52,14 +52,13 @@ void host_f32_to_tensor(const float* data, const Tensor& t) {
   copy_tensor(t, Tensor(tmp.data(), DType::bf16, Device::cpu, t.shape));
 }
 
-WeightLoadReport load_foreign_checkpoint(const ForeignCheckpoint& ckpt,
-                                         const ParameterStore& store,
+WeightLoadReport load_foreign_checkpoint(const ForeignCheckpoint& ckpt, const ParameterStore& store,
                                          const WeightLoadOptions& options) {
   std::map<std::string, const ForeignTensor*> by_name;
   for (const auto& t : ckpt.tensors) {
     ATTN_REQUIRE(by_name.emplace(t.name, &t).second,
-                 "checkpoint '%s': two tensors map to '%s' (%s)", ckpt.path.c_str(),
-                 t.name.c_str(), t.origin.c_str());
+                 "checkpoint '%s': two tensors map to '%s' (%s)", ckpt.path.c_str(), t.name.c_str(),
+                 t.origin.c_str());
   }
   WeightLoadReport report;
   std::vector<const ForeignTensor*> to_load;
@@ -80,8 +79,7 @@ WeightLoadReport load_foreign_checkpoint(const ForeignCheckpoint& ckpt,
     if (!fits && ft.pad_rows && ft.shape.size() == want.size() && !want.empty())
       fits = ft.shape[0] <= want[0] &&
              std::equal(ft.shape.begin() + 1, ft.shape.end(), want.begin() + 1);
-    ATTN_REQUIRE(fits,
-                 "checkpoint '%s': tensor '%s' (%s) has shape %s, the model expects %s%s",
+    ATTN_REQUIRE(fits, "checkpoint '%s': tensor '%s' (%s) has shape %s, the model expects %s%s",
                  ckpt.path.c_str(), name.c_str(), ft.origin.c_str(), shape_str(ft.shape).c_str(),
                  e.spec.shape.str().c_str(),
                  ft.pad_rows ? " (or fewer rows: the vocabulary padding)" : "");

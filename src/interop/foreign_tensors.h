@@ -26,7 +26,7 @@ struct ForeignTensor {
 };
 
 struct ForeignCheckpoint {
-  std::string path;                 // for messages
+  std::string path;  // for messages
   std::vector<ForeignTensor> tensors;
   // Tensors of the file that map to no attnlab name (origin names): extras like any other.
   std::vector<std::string> unmapped;
@@ -35,8 +35,7 @@ struct ForeignCheckpoint {
 // Loads `ckpt` into `store` (any device, f32 or bf16). Tensors of required roles must be in it;
 // others missing keep their initialisation (report.initialised); tensors the model lacks (and
 // ckpt.unmapped) are an error naming them all unless options.allow_extra (report.ignored).
-WeightLoadReport load_foreign_checkpoint(const ForeignCheckpoint& ckpt,
-                                         const ParameterStore& store,
+WeightLoadReport load_foreign_checkpoint(const ForeignCheckpoint& ckpt, const ParameterStore& store,
                                          const WeightLoadOptions& options);
 
 // The store's tensor as f32 on the host (from any device or dtype).

@@ -22,8 +22,8 @@ constexpr const char* kPrefix = "transformer.";
 
 // The GPT-2 weights stored by Conv1D as [in, out].
 bool is_conv1d_weight(const std::string& name) {
-  for (const char* s : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight",
-                        ".mlp.c_proj.weight"}) {
+  for (const char* s :
+       {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
     const size_t n = std::strlen(s);
     if (name.size() > n && name.compare(name.size() - n, n, s) == 0) return true;
   }
@@ -62,8 +62,8 @@ GPTConfig gpt_config_of_hf(const std::string& config_json, const std::string& pa
   };
   const auto get_bool = [&](const char* key, bool def) -> bool {
     if (!j.contains(key) || j[key].is_null()) return def;
-    ATTN_REQUIRE(j[key].is_boolean(), "'%s': %s must be true or false, got %s", path.c_str(),
-                 key, json_text(j[key]).c_str());
+    ATTN_REQUIRE(j[key].is_boolean(), "'%s': %s must be true or false, got %s", path.c_str(), key,
+                 json_text(j[key]).c_str());
     return j[key].get<bool>();
   };
   const auto get_double = [&](const char* key, double def) -> double {
@@ -73,8 +73,8 @@ GPTConfig gpt_config_of_hf(const std::string& config_json, const std::string& pa
     return j[key].get<double>();
   };
   const auto refuse = [&](const char* key, const std::string& why) {
-    ATTN_FAIL("'%s': %s = %s is not supported: %s", path.c_str(), key,
-              json_text(j[key]).c_str(), why.c_str());
+    ATTN_FAIL("'%s': %s = %s is not supported: %s", path.c_str(), key, json_text(j[key]).c_str(),
+              why.c_str());
   };
 
   if (j.contains("model_type") && j["model_type"] != "gpt2")
@@ -112,18 +112,55 @@ GPTConfig gpt_config_of_hf(const std::string& config_json, const std::string& pa
   // Keys read above, and keys that change nothing attnlab computes: dropouts (training only; an
   // attnlab run has none), the heads of other tasks (summary_*), generation and tokenizer
   // metadata, and PretrainedConfig's bookkeeping.
-  static const std::set<std::string> known = {
-      "model_type", "activation_function", "scale_attn_weights",
-      "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention",
-      "n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "n_ctx", "layer_norm_epsilon",
-      "initializer_range", "tie_word_embeddings", "n_inner", "resid_pdrop", "embd_pdrop",
-      "attn_pdrop", "summary_type", "summary_use_proj", "summary_activation",
-      "summary_proj_to_labels", "summary_first_dropout", "task_specific_params", "bos_token_id",
-      "eos_token_id", "pad_token_id", "architectures", "transformers_version", "torch_dtype",
-      "dtype", "use_cache", "_name_or_path", "id2label", "label2id", "gradient_checkpointing",
-      "output_past", "return_dict", "output_hidden_states", "output_attentions", "torchscript",
-      "tokenizer_class", "prefix", "problem_type", "n_special", "predict_special_tokens",
-      "_attn_implementation_autoset", "use_return_dict"};
+  static const std::set<std::string> known = {"model_type",
+                                              "activation_function",
+                                              "scale_attn_weights",
+                                              "scale_attn_by_inverse_layer_idx",
+                                              "reorder_and_upcast_attn",
+                                              "add_cross_attention",
+                                              "n_layer",
+                                              "n_head",
+                                              "n_embd",
+                                              "vocab_size",
+                                              "n_positions",
+                                              "n_ctx",
+                                              "layer_norm_epsilon",
+                                              "initializer_range",
+                                              "tie_word_embeddings",
+                                              "n_inner",
+                                              "resid_pdrop",
+                                              "embd_pdrop",
+                                              "attn_pdrop",
+                                              "summary_type",
+                                              "summary_use_proj",
+                                              "summary_activation",
+                                              "summary_proj_to_labels",
+                                              "summary_first_dropout",
+                                              "task_specific_params",
+                                              "bos_token_id",
+                                              "eos_token_id",
+                                              "pad_token_id",
+                                              "architectures",
+                                              "transformers_version",
+                                              "torch_dtype",
+                                              "dtype",
+                                              "use_cache",
+                                              "_name_or_path",
+                                              "id2label",
+                                              "label2id",
+                                              "gradient_checkpointing",
+                                              "output_past",
+                                              "return_dict",
+                                              "output_hidden_states",
+                                              "output_attentions",
+                                              "torchscript",
+                                              "tokenizer_class",
+                                              "prefix",
+                                              "problem_type",
+                                              "n_special",
+                                              "predict_special_tokens",
+                                              "_attn_implementation_autoset",
+                                              "use_return_dict"};
   std::string unknown;
   for (const auto& [k, v] : j.items())
     if (!known.count(k)) unknown += (unknown.empty() ? "" : ", ") + k;
@@ -250,14 +287,16 @@ void write_hf_gpt2(const ParameterStore& store, const GPTConfig& cfg, const Toke
     ATTN_FAIL("cannot export to Hugging Face GPT-2: %s", why.c_str());
   };
   if (cfg.n_kv_head != 0 && cfg.n_kv_head != cfg.n_head)
-    refuse(strformat("the model uses grouped-query attention (n_kv_head %d, n_head %d), which "
-                     "GPT2LMHeadModel does not have",
-                     cfg.n_kv_head, cfg.n_head));
+    refuse(
+        strformat("the model uses grouped-query attention (n_kv_head %d, n_head %d), which "
+                  "GPT2LMHeadModel does not have",
+                  cfg.n_kv_head, cfg.n_head));
   if (!cfg.bias) refuse("the model has no biases (model.bias: false); GPT-2 has them everywhere");
   if (cfg.attention.window != 0)
-    refuse(strformat("the model uses a sliding attention window (%d); GPT-2 attends to every "
-                     "earlier token",
-                     cfg.attention.window));
+    refuse(
+        strformat("the model uses a sliding attention window (%d); GPT-2 attends to every "
+                  "earlier token",
+                  cfg.attention.window));
   if (cfg.attention.type != "dense")
     refuse("the model uses attention '" + cfg.attention.type + "'; GPT-2 has dense attention");
 
@@ -280,8 +319,7 @@ void write_hf_gpt2(const ParameterStore& store, const GPTConfig& cfg, const Toke
     } else if (name.find(".attn.") != std::string::npos &&
                name.find(".attn.c_attn.") == std::string::npos &&
                name.find(".attn.c_proj.") == std::string::npos) {
-      refuse("tensor '" + name + "' (role " + role_name(e.spec.role) +
-             ") has no place in GPT-2");
+      refuse("tensor '" + name + "' (role " + role_name(e.spec.role) + ") has no place in GPT-2");
     }
     Shape s;
     s.ndim = int(shape.size());

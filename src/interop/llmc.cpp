@@ -52,14 +52,22 @@ struct LlmcArray {
   bool layered;
 };
 std::vector<LlmcArray> llmc_arrays(int64_t Vp, int64_t maxT, int64_t C) {
-  return {{"wte", Vp * C, false},        {"wpe", maxT * C, false},
-          {"ln1w", C, true},             {"ln1b", C, true},
-          {"qkvw", 3 * C * C, true},     {"qkvb", 3 * C, true},
-          {"attprojw", C * C, true},     {"attprojb", C, true},
-          {"ln2w", C, true},             {"ln2b", C, true},
-          {"fcw", 4 * C * C, true},      {"fcb", 4 * C, true},
-          {"fcprojw", 4 * C * C, true},  {"fcprojb", C, true},
-          {"lnfw", C, false},            {"lnfb", C, false}};
+  return {{"wte", Vp * C, false},
+          {"wpe", maxT * C, false},
+          {"ln1w", C, true},
+          {"ln1b", C, true},
+          {"qkvw", 3 * C * C, true},
+          {"qkvb", 3 * C, true},
+          {"attprojw", C * C, true},
+          {"attprojb", C, true},
+          {"ln2w", C, true},
+          {"ln2b", C, true},
+          {"fcw", 4 * C * C, true},
+          {"fcb", 4 * C, true},
+          {"fcprojw", 4 * C * C, true},
+          {"fcprojb", C, true},
+          {"lnfw", C, false},
+          {"lnfb", C, false}};
 }
 
 // attnlab name and shape of llm.c array `a`, layer l.

@@ -96,8 +96,7 @@ WeightLoadReport load_model_source(const ModelSource& source, const ParameterSto
       return load_foreign_checkpoint(read_hf_gpt2(source.weights_path, source.config), store,
                                      options);
     case ModelFormat::llmc:
-      return load_foreign_checkpoint(read_llmc(source.weights_path, source.config), store,
-                                     options);
+      return load_foreign_checkpoint(read_llmc(source.weights_path, source.config), store, options);
   }
   ATTN_FAIL("internal: unknown model format");
 }

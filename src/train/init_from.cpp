@@ -28,21 +28,29 @@ std::string text_of(const T& v) {
   }
 }
 
-#define ARCH_KEY(field)                                                            \
-  ArchKey {                                                                        \
-    "model." #field, [](const ModelConfig& m) { return text_of(m.field); },        \
-        [](ModelConfig& m, const ModelConfig& src) { m.field = src.field; }        \
+#define ARCH_KEY(field)                                                     \
+  ArchKey {                                                                 \
+    "model." #field, [](const ModelConfig& m) { return text_of(m.field); }, \
+        [](ModelConfig& m, const ModelConfig& src) { m.field = src.field; } \
   }
 
 const std::vector<ArchKey>& arch_keys() {
   static const std::vector<ArchKey> keys = {
-      ARCH_KEY(family),     ARCH_KEY(n_layer),        ARCH_KEY(n_head),
+      ARCH_KEY(family),
+      ARCH_KEY(n_layer),
+      ARCH_KEY(n_head),
       ArchKey{"model.n_kv_head",  // 0 and n_head both mean "no grouped-query attention"
               [](const ModelConfig& m) { return std::to_string(m.kv_heads()); },
               [](ModelConfig& m, const ModelConfig& src) { m.n_kv_head = src.n_kv_head; }},
-      ARCH_KEY(n_embd),     ARCH_KEY(vocab_size),     ARCH_KEY(block_size),
-      ARCH_KEY(vocab_multiple), ARCH_KEY(norm),       ARCH_KEY(mlp),
-      ARCH_KEY(position),   ARCH_KEY(bias),           ARCH_KEY(tied_embeddings),
+      ARCH_KEY(n_embd),
+      ARCH_KEY(vocab_size),
+      ARCH_KEY(block_size),
+      ARCH_KEY(vocab_multiple),
+      ARCH_KEY(norm),
+      ARCH_KEY(mlp),
+      ARCH_KEY(position),
+      ARCH_KEY(bias),
+      ARCH_KEY(tied_embeddings),
       ARCH_KEY(norm_eps)};
   return keys;
 }
@@ -61,8 +69,7 @@ Recipe resolve_init_from(const Recipe& r) {
     if (r.given.contains(k.path)) {
       if (k.text(out.model) == k.text(from) ||
           (std::string(k.path) == "model.n_kv_head" &&
-           (out.model.n_kv_head == 0 ? out.model.n_head : out.model.n_kv_head) ==
-               from.kv_heads()))
+           (out.model.n_kv_head == 0 ? out.model.n_head : out.model.n_kv_head) == from.kv_heads()))
         continue;
       conflicts += strformat("\n  %s: %s in the recipe (%s), %s in the checkpoint", k.path,
                              k.text(out.model).c_str(), r.given.where.at(k.path).c_str(),

@@ -23,8 +23,8 @@
 #include "model/gpt.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
-#include "train/init_from.h"
 #include "train/from_recipe.h"
+#include "train/init_from.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 

@@ -148,18 +148,18 @@ std::string write_hf(const fs::path& dir, Layout layout, const json& config_edit
   for (const auto& e : extra) keep.push_back(e);
   if (layout == Layout::hub)
     for (int l = 0; l < L; ++l) {
-      keep.push_back({"h." + std::to_string(l) + ".attn.bias", {1, 1, P, P},
+      keep.push_back({"h." + std::to_string(l) + ".attn.bias",
+                      {1, 1, P, P},
                       std::vector<float>(size_t(P * P), 1.f)});
       keep.push_back({"h." + std::to_string(l) + ".attn.masked_bias", {}, {-1e4f}});
     }
   io::SafetensorsWriter w;
   for (const auto& t : keep) {
     const std::string name =
-        layout == Layout::prefixed && t.name != "lm_head.weight" ? "transformer." + t.name
-                                                                  : t.name;
+        layout == Layout::prefixed && t.name != "lm_head.weight" ? "transformer." + t.name : t.name;
     if (t.shape.size() <= size_t(Shape::kMaxDims))
-      w.add(name, Tensor(const_cast<float*>(t.data.data()), DType::f32, Device::cpu,
-                         shape_of(t.shape)));
+      w.add(name,
+            Tensor(const_cast<float*>(t.data.data()), DType::f32, Device::cpu, shape_of(t.shape)));
   }
   w.set_metadata("format", "pt");
   w.write((dir / "model.safetensors").string());
@@ -188,7 +188,8 @@ void expect_hf_weights(const Model& m) {
       ASSERT_EQ(got.size(), size_t(in * out)) << n;
       for (int64_t o = 0; o < out; ++o)
         for (int64_t i = 0; i < in; ++i)
-          ASSERT_EQ(got[size_t(o * in + i)], t.data[size_t(i * out + o)]) << n << " " << o << "," << i;
+          ASSERT_EQ(got[size_t(o * in + i)], t.data[size_t(i * out + o)])
+              << n << " " << o << "," << i;
     } else if (n == "wte.weight") {  // V real rows, then the zero padding
       ASSERT_EQ(got.size(), size_t(384 * C));
       for (size_t i = 0; i < got.size(); ++i)
@@ -240,8 +241,7 @@ TEST(HfGpt2, ComputationChangingKeysAreRefusedByName) {
 TEST(HfGpt2, BothKeyLayoutsLoadWithConv1DTransposedAndTiedHead) {
   const test::TempDir tmp("hf");
   for (Layout layout : {Layout::prefixed, Layout::hub}) {
-    const std::string dir =
-        write_hf(tmp.path() / (layout == Layout::hub ? "hub" : "pre"), layout);
+    const std::string dir = write_hf(tmp.path() / (layout == Layout::hub ? "hub" : "pre"), layout);
     const ModelSource s = inspect_model_source(dir);
     Model m(s.config, 7);
     ASSERT_FALSE(m.store.contains("lm_head.weight"));
@@ -273,8 +273,8 @@ TEST(HfGpt2, TiedHeadCopyMustEqualWteAndUntiedHeadLoads) {
                        {"lm_head.weight", "tie_word_embeddings"});
   }
   {  // untied: lm_head.weight is nn.Linear [V, C], loaded as is
-    const std::string dir = write_hf(tmp.path() / "untied", Layout::prefixed,
-                                     {{"tie_word_embeddings", false}}, {head});
+    const std::string dir =
+        write_hf(tmp.path() / "untied", Layout::prefixed, {{"tie_word_embeddings", false}}, {head});
     const ModelSource s = inspect_model_source(dir);
     ASSERT_FALSE(s.config.tied_embeddings);
     Model m(s.config, 1);
@@ -317,8 +317,9 @@ TEST(HfGpt2, ShardedIndexLoads) {
   json map = json::object();
   for (size_t i = 0; i < ts.size(); ++i) {
     const std::string n = "transformer." + ts[i].name;
-    (i % 2 ? a : b).add(n, Tensor(const_cast<float*>(ts[i].data.data()), DType::f32, Device::cpu,
-                                  shape_of(ts[i].shape)));
+    (i % 2 ? a : b)
+        .add(n, Tensor(const_cast<float*>(ts[i].data.data()), DType::f32, Device::cpu,
+                       shape_of(ts[i].shape)));
     map[n] = i % 2 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
   }
   a.write((dir / "model-00001-of-00002.safetensors").string());
@@ -337,13 +338,22 @@ namespace {
 // (padding rows of wte included). Returns the arrays by llm.c name.
 std::map<std::string, std::vector<float>> write_llmc_file(const std::string& path, int version) {
   const int64_t Vp = 384;
-  std::vector<std::pair<std::string, int64_t>> arrays = {
-      {"wte", Vp * C},         {"wpe", P * C},         {"ln1w", L * C},
-      {"ln1b", L * C},         {"qkvw", L * 3 * C * C}, {"qkvb", L * 3 * C},
-      {"attprojw", L * C * C}, {"attprojb", L * C},     {"ln2w", L * C},
-      {"ln2b", L * C},         {"fcw", L * 4 * C * C},  {"fcb", L * 4 * C},
-      {"fcprojw", L * 4 * C * C}, {"fcprojb", L * C},   {"lnfw", C},
-      {"lnfb", C}};
+  std::vector<std::pair<std::string, int64_t>> arrays = {{"wte", Vp * C},
+                                                         {"wpe", P * C},
+                                                         {"ln1w", L * C},
+                                                         {"ln1b", L * C},
+                                                         {"qkvw", L * 3 * C * C},
+                                                         {"qkvb", L * 3 * C},
+                                                         {"attprojw", L * C * C},
+                                                         {"attprojb", L * C},
+                                                         {"ln2w", L * C},
+                                                         {"ln2b", L * C},
+                                                         {"fcw", L * 4 * C * C},
+                                                         {"fcb", L * 4 * C},
+                                                         {"fcprojw", L * 4 * C * C},
+                                                         {"fcprojb", L * C},
+                                                         {"lnfw", C},
+                                                         {"lnfb", C}};
   std::array<int32_t, 256> h{};
   h[0] = kLlmcMagic;
   h[1] = version;
@@ -563,7 +573,6 @@ TEST(InitFrom, ModelKeysComeFromTheCheckpointAndGivenKeysMustAgree) {
   const WeightLoadReport rep = load_init_from(r, m.store);
   EXPECT_EQ(rep.loaded.size(), m.store.entries().size());
   expect_hf_weights(m);
-  test::expect_error(
-      [&] { parse_recipe("train:\n  init_allow_extra: true\n", "r.yaml"); },
-      {"train.init_allow_extra", "train.init_from"});
+  test::expect_error([&] { parse_recipe("train:\n  init_allow_extra: true\n", "r.yaml"); },
+                     {"train.init_allow_extra", "train.init_from"});
 }
