@@ -18,5 +18,8 @@ int cmd_train(const RecipeArgs& args, const std::string& resume_dir, int profile
 int cmd_info(const RecipeArgs& args);
 int cmd_generate(const GenerateOptions& options);
 int cmd_prepare(PrepareOptions options);
+// attnlab convert SRC DST --to attnlab|hf|llmc (interop/convert.h); prints what it wrote.
+int cmd_convert(const std::string& src, const std::string& dst, const std::string& to,
+                bool llmc_bf16);
 
 }  // namespace attnlab::cli

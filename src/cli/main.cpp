@@ -93,6 +93,20 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   tokenize->add_flag("!--ids-only", tok_pieces, "print only the ids");
 
+  std::string conv_src, conv_dst, conv_to;
+  bool conv_bf16 = false;
+  CLI::App* convert = app.add_subcommand(
+      "convert", "write a model (attnlab, Hugging Face GPT-2 or llm.c) in another format");
+  convert
+      ->add_option("src", conv_src,
+                   "attnlab checkpoint or run, Hugging Face directory, or "
+                   "llm.c .bin file")
+      ->required();
+  convert->add_option("dst", conv_dst, "destination (a new directory; a file for llmc)")
+      ->required();
+  convert->add_option("--to", conv_to, "attnlab | hf | llmc")->required();
+  convert->add_flag("--bf16", conv_bf16, "llmc: write bf16 weights (llm.c version 5)");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*train) return cli::cmd_train(train_args, resume, profile_steps);
@@ -102,6 +116,7 @@ int main(int argc, char** argv) {
     if (*generate) return cli::cmd_generate(gen);
     if (*prepare) return cli::cmd_prepare(prep);
     if (*tokenize) return run_tokenize(tok_spec, tok_text, tok_pieces);
+    if (*convert) return cli::cmd_convert(conv_src, conv_dst, conv_to, conv_bf16);
   } catch (const Error& e) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());
     return 1;

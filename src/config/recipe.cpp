@@ -156,6 +156,9 @@ void TrainConfig::validate() const {
                        (long long)batch_tokens, micro_batch, seq_len, (long long)micro_tokens()));
   if (tokens_per_step() / micro_tokens() > INT32_MAX)
     fail_key("train.batch_tokens", "train.batch_tokens is too large");
+  if (init_allow_extra && init_from.empty())
+    fail_key("train.init_allow_extra",
+             "train.init_allow_extra applies to train.init_from, which is not set");
 }
 
 void EvalConfig::validate() const {

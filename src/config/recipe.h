@@ -230,6 +230,11 @@ struct TrainConfig {
   Recompute recompute = Recompute::none;
   std::string out_dir = "runs/default";
   bool deterministic = true;
+  // Start a new run (fresh optimizer, step 0) from the weights of an attnlab, Hugging Face GPT-2
+  // or llm.c checkpoint; the model.* keys the recipe does not give are the checkpoint's
+  // (train/init_from.h, docs/recipes.md).
+  std::string init_from;
+  bool init_allow_extra = false;  // tensors of init_from that the model lacks are skipped
 
   int64_t micro_tokens() const { return int64_t(micro_batch) * seq_len; }
   int64_t tokens_per_step() const { return batch_tokens == 0 ? micro_tokens() : batch_tokens; }
@@ -285,6 +290,16 @@ struct RetrofitConfig {
 // while evaluation is on; `attnlab eval` reads only the data it is given (its own checks).
 enum class RecipeUse : uint8_t { train, eval };
 
+// Where each key given by the recipe file or --set came from ("recipes/x.yaml:4"), keyed by path
+// ("model.n_layer"); keys left at their defaults are absent. Provenance, not part of the recipe's
+// value: two recipes with the same values are equal whatever set them, and recipe_to_yaml does not
+// write it.
+struct GivenKeys {
+  std::map<std::string, std::string> where;
+  bool contains(const std::string& key) const { return where.count(key) != 0; }
+  bool operator==(const GivenKeys&) const { return true; }
+};
+
 struct Recipe {
   ModelConfig model;
   AttentionConfig attention;
@@ -297,6 +312,7 @@ struct Recipe {
   LogConfig log;
   DistributedConfig distributed;
   RetrofitConfig retrofit;
+  GivenKeys given;  // filled by parse_recipe
 
   // Every section's validate(), then the checks across sections (seq_len <= block_size, ...).
   void validate(RecipeUse use = RecipeUse::train) const;
@@ -307,17 +323,14 @@ struct Recipe {
 
 // Parses YAML text (source_name is used in messages), applies `overrides` ("a.b=value", the value
 // parsed as a YAML scalar or flow list) and validates for `use`. Throws attnlab::Error.
-// key_locations (optional) receives every key path the file or an override set, with where
-// ("x.yaml:3", "--set 'a.b=1'"); keys left at their defaults or set by the preset are absent.
+// Recipe::given records which keys the file or an override set, and where.
 Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name,
                     const std::vector<std::string>& overrides = {},
-                    RecipeUse use = RecipeUse::train,
-                    std::map<std::string, std::string>* key_locations = nullptr);
+                    RecipeUse use = RecipeUse::train);
 
 // Reads the file at `path` and calls parse_recipe.
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {},
-                   RecipeUse use = RecipeUse::train,
-                   std::map<std::string, std::string>* key_locations = nullptr);
+                   RecipeUse use = RecipeUse::train);
 
 // The resolved recipe as YAML: every key of every section, in schema order. Loading it gives back
 // an identical Recipe (parse_recipe(recipe_to_yaml(r), ...) == r).

@@ -100,6 +100,8 @@ void visit(V& v, Is<TrainConfig> auto& t) {
   v.field("recompute", t.recompute, {"checkpointing", "activation_checkpointing"});
   v.field("out_dir", t.out_dir, {"output_dir", "outdir", "run_dir"});
   v.field("deterministic", t.deterministic);
+  v.field("init_from", t.init_from, {"init", "init_checkpoint", "pretrained", "from_pretrained"});
+  v.field("init_allow_extra", t.init_allow_extra, {"allow_extra"});
 }
 
 template <class V>
@@ -535,8 +537,7 @@ std::string recipe_to_yaml(const Recipe& recipe) {
 }
 
 Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name,
-                    const std::vector<std::string>& overrides, RecipeUse use,
-                    std::map<std::string, std::string>* key_locations) {
+                    const std::vector<std::string>& overrides, RecipeUse use) {
   std::map<std::string, std::string> locations;
   const Source file{source_name, true, &locations};
   const YAML::Node root = [&] {
@@ -574,19 +575,25 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name
   read_section(root, "", file, recipe);
   for (const auto& [src, tree] : sets) read_section(tree, "", src, recipe);
 
+  // Which keys the file and --set gave (a preset gives the keys it sets): train.init_from takes
+  // the others from its checkpoint, and eval compares only these with the model.
+  for (const auto& [key, where] : locations) recipe.given.where[key] = where;
+  if (!preset.empty())
+    for (const char* k : {"n_layer", "n_head", "n_embd", "vocab_size", "block_size"})
+      recipe.given.where.emplace(std::string("model.") + k, locations["model.preset"]);
+
   try {
     recipe.validate(use);
   } catch (const ConfigError& e) {
     auto it = locations.find(e.key_path());
     throw Error((it != locations.end() ? it->second : source_name) + ": " + e.what());
   }
-  if (key_locations) *key_locations = locations;
   return recipe;
 }
 
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides,
-                   RecipeUse use, std::map<std::string, std::string>* key_locations) {
-  Recipe r = parse_recipe(io::read_file(path, "recipe"), path, overrides, use, key_locations);
+                   RecipeUse use) {
+  Recipe r = parse_recipe(io::read_file(path, "recipe"), path, overrides, use);
   if (r.train.name.empty()) r.train.name = std::filesystem::path(path).stem().string();
   return r;
 }

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "config/model_keys.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "data/shard.h"
@@ -101,56 +102,21 @@ json perplexity_json(const PerplexityResult& r, int context, int stride, const s
 
 }  // namespace
 
-void check_recipe_model(const Recipe& recipe,
-                        const std::map<std::string, std::string>& key_locations,
-                        const GPTConfig& model, const std::string& model_path) {
+void check_recipe_model(const Recipe& recipe, const GivenKeys& given, const ModelSource& source,
+                        const std::string& model_path) {
+  // The architecture keys (the same comparison as train.init_from), then the attention keys,
+  // which decide the function of the model as well.
+  std::string diffs = given_model_key_conflicts(recipe.model, given,
+                                                recipe_of_model_source(source).model, "the model");
   const GPTConfig rc = gpt_config_of(recipe);
-  // Every recipe key that decides the model's shape or function, with its value on both sides.
-  struct Key {
-    const char* name;
-    std::string recipe, model;
+  auto attention_key = [&](const char* key, const std::string& ours, const std::string& theirs) {
+    if (given.contains(key) && ours != theirs)
+      diffs += strformat("\n  %s: %s in the recipe (%s), %s in the model", key, ours.c_str(),
+                         given.where.at(key).c_str(), theirs.c_str());
   };
-  auto b = [](bool v) { return std::string(v ? "true" : "false"); };
-  auto i = [](long long v) { return std::to_string(v); };
-  auto f = [](double v) { return strformat("%g", v); };
-  const std::vector<Key> keys = {
-      {"model.n_layer", i(rc.n_layer), i(model.n_layer)},
-      {"model.n_head", i(rc.n_head), i(model.n_head)},
-      {"model.n_kv_head", i(rc.kv_heads()), i(model.kv_heads())},
-      {"model.n_embd", i(rc.n_embd), i(model.n_embd)},
-      {"model.vocab_size", i(rc.vocab_size), i(model.vocab_size)},
-      {"model.block_size", i(rc.block_size), i(model.block_size)},
-      {"model.vocab_multiple", "padded vocabulary " + i(rc.padded_vocab),
-       "padded vocabulary " + i(model.padded_vocab)},
-      {"model.norm", norm_name(rc.norm), norm_name(model.norm)},
-      {"model.mlp", mlp_name(rc.mlp), mlp_name(model.mlp)},
-      {"model.position", position_name(rc.position), position_name(model.position)},
-      {"model.bias", b(rc.bias), b(model.bias)},
-      {"model.tied_embeddings", b(rc.tied_embeddings), b(model.tied_embeddings)},
-      {"model.norm_eps", f(rc.norm_eps), f(model.norm_eps)},
-      {"attention.type", rc.attention.type, model.attention.type},
-      {"attention.window", i(rc.attention.window), i(model.attention.window)},
-  };
-  const auto preset = key_locations.find("model.preset");
-  std::string diffs;
-  for (const Key& k : keys) {
-    auto at = key_locations.find(k.name);
-    std::string where;
-    if (at != key_locations.end()) {
-      where = at->second;
-    } else if (preset != key_locations.end() &&
-               (std::string(k.name) == "model.n_layer" || std::string(k.name) == "model.n_head" ||
-                std::string(k.name) == "model.n_embd" ||
-                std::string(k.name) == "model.vocab_size" ||
-                std::string(k.name) == "model.block_size")) {
-      where = preset->second + " (model.preset: " + recipe.model.preset + ")";
-    } else {
-      continue;  // not set by the recipe: the model's value is used
-    }
-    if (k.recipe != k.model)
-      diffs += strformat("\n  %s = %s (%s) but the model has %s", k.name, k.recipe.c_str(),
-                         where.c_str(), k.model.c_str());
-  }
+  attention_key("attention.type", rc.attention.type, source.config.attention.type);
+  attention_key("attention.window", std::to_string(rc.attention.window),
+                std::to_string(source.config.attention.window));
   ATTN_REQUIRE(diffs.empty(),
                "the recipe's model disagrees with the model being evaluated (%s):%s\n"
                "eval uses the model of the checkpoint; drop these keys from the recipe, which "
@@ -164,18 +130,21 @@ EvalReport run_evaluation(const EvalOptions& o) {
 
   // The recipe: --recipe, else the checkpoint's own; --set applies to it.
   std::optional<Recipe> recipe;
-  std::map<std::string, std::string> locations;
+  GivenKeys given;
   if (!o.recipe.empty()) {
-    recipe = load_recipe(o.recipe, o.overrides, RecipeUse::eval, &locations);
+    recipe = load_recipe(o.recipe, o.overrides, RecipeUse::eval);
+    given = recipe->given;
   } else if (!source.recipe_yaml.empty()) {
     recipe = parse_recipe(source.recipe_yaml, source.weights_path + "/recipe.yaml", o.overrides,
-                          RecipeUse::eval, &locations);
+                          RecipeUse::eval);
     // Only the --set keys can disagree with the checkpoint's own recipe.
-    std::erase_if(locations, [](const auto& kv) { return kv.second.rfind("--set", 0) != 0; });
+    given = recipe->given;
+    std::erase_if(given.where, [](const auto& kv) { return kv.second.rfind("--set", 0) != 0; });
   } else if (!o.overrides.empty()) {
-    recipe = parse_recipe("{}", "--set", o.overrides, RecipeUse::eval, &locations);
+    recipe = parse_recipe("{}", "--set", o.overrides, RecipeUse::eval);
+    given = recipe->given;
   }
-  if (recipe) check_recipe_model(*recipe, locations, source.config, o.model);
+  if (recipe) check_recipe_model(*recipe, given, source, o.model);
 
   const auto tasks = task_list(o);
   const bool other_data = !tasks.empty() || !o.shards.empty() || !o.text.empty();

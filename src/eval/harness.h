@@ -41,11 +41,10 @@ struct EvalReport {
 
 EvalReport run_evaluation(const EvalOptions& options);
 
-// Throws when a model.* or attention.* key that the recipe sets (in key_locations, from
-// parse_recipe; model.preset stands for the keys it sets) disagrees with the model being
-// evaluated, naming each key, where it was set, and both values.
-void check_recipe_model(const Recipe& recipe,
-                        const std::map<std::string, std::string>& key_locations,
-                        const GPTConfig& model, const std::string& model_path);
+// Throws when a model.* or attention.* key that the recipe gives (`given`: Recipe::given or a
+// part of it; model.preset stands for the keys it sets) disagrees with the model being evaluated,
+// naming each key, where it was set, and both values.
+void check_recipe_model(const Recipe& recipe, const GivenKeys& given, const ModelSource& source,
+                        const std::string& model_path);
 
 }  // namespace attnlab

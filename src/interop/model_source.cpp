@@ -1,9 +1,12 @@
 #include "interop/model_source.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "config/recipe.h"
 #include "core/error.h"
+#include "interop/hf_gpt2.h"
+#include "interop/llmc.h"
 #include "io/atomic_file.h"
 #include "train/from_recipe.h"
 
@@ -23,7 +26,16 @@ const char* model_format_name(ModelFormat f) {
   return "?";
 }
 
-ModelSource inspect_model_source(const std::string& path) {
+ModelFormat parse_model_format(const std::string& name) {
+  if (name == "attnlab") return ModelFormat::attnlab;
+  if (name == "hf" || name == "huggingface") return ModelFormat::hf;
+  if (name == "llmc" || name == "llm.c") return ModelFormat::llmc;
+  ATTN_FAIL("unknown model format '%s' (valid: attnlab, hf, llmc)", name.c_str());
+}
+
+namespace {
+
+ModelSource inspect_attnlab(const std::string& path) {
   ModelSource s;
   s.path = path;
   s.format = ModelFormat::attnlab;
@@ -38,9 +50,67 @@ ModelSource inspect_model_source(const std::string& path) {
   return s;
 }
 
+}  // namespace
+
+ModelSource inspect_model_source(const std::string& path) {
+  ATTN_REQUIRE(fs::exists(path), "model path '%s' does not exist", path.c_str());
+  if (is_llmc_file(path)) {
+    ModelSource s;
+    s.path = path;
+    s.format = ModelFormat::llmc;
+    s.weights_path = path;
+    s.config = gpt_config_of_llmc(path);
+    s.notes.push_back("llm.c checkpoints carry no tokenizer");
+    return s;
+  }
+  const fs::path p(path);
+  ATTN_REQUIRE(fs::is_directory(p),
+               "'%s' is neither an llm.c checkpoint (magic %d) nor a directory (an attnlab "
+               "checkpoint or run, or a Hugging Face model)",
+               path.c_str(), kLlmcMagic);
+  const bool attnlab = (fs::exists(p / "model.safetensors") && fs::exists(p / "recipe.yaml")) ||
+                       fs::exists(p / "checkpoints" / "latest");
+  if (attnlab) return inspect_attnlab(path);
+  if (fs::exists(p / "config.json")) {
+    ModelSource s;
+    s.path = path;
+    s.format = ModelFormat::hf;
+    s.weights_path = path;
+    const std::string cfg_path = (p / "config.json").string();
+    s.config = gpt_config_of_hf(io::read_file(cfg_path), cfg_path, &s.notes);
+    s.tokenizer = hf_tokenizer_spec(path);
+    return s;
+  }
+  ATTN_FAIL(
+      "'%s' is not a model: looked for recipe.yaml + model.safetensors (an attnlab checkpoint), "
+      "checkpoints/latest (an attnlab run) and config.json (a Hugging Face GPT-2 directory)",
+      path.c_str());
+}
+
 WeightLoadReport load_model_source(const ModelSource& source, const ParameterStore& store,
                                    const WeightLoadOptions& options) {
-  return load_model_weights_by_role(source.weights_path, store, options);
+  switch (source.format) {
+    case ModelFormat::attnlab:
+      return load_model_weights_by_role(source.weights_path, store, options);
+    case ModelFormat::hf:
+      return load_foreign_checkpoint(read_hf_gpt2(source.weights_path, source.config), store,
+                                     options);
+    case ModelFormat::llmc:
+      return load_foreign_checkpoint(read_llmc(source.weights_path, source.config), store, options);
+  }
+  ATTN_FAIL("internal: unknown model format");
+}
+
+Recipe recipe_of_model_source(const ModelSource& source) {
+  if (source.format == ModelFormat::attnlab)
+    return parse_recipe(source.recipe_yaml, source.weights_path + "/recipe.yaml", {});
+  Recipe r;
+  set_model_config(source.config, r);
+  // Defaults of other sections that the model could contradict.
+  r.train.seq_len = std::min(r.train.seq_len, source.config.block_size);
+  r.data.synthetic.vocab_size = std::min(r.data.synthetic.vocab_size, source.config.vocab_size);
+  r.validate();
+  return r;
 }
 
 }  // namespace attnlab

@@ -8,7 +8,9 @@
 // roles, e.g. Focus centroids), converting names and layouts.
 #pragma once
 #include <string>
+#include <vector>
 
+#include "config/recipe.h"
 #include "core/parameters.h"
 #include "model/model_config.h"
 #include "train/checkpoint.h"
@@ -17,6 +19,8 @@ namespace attnlab {
 
 enum class ModelFormat { attnlab, hf, llmc };
 const char* model_format_name(ModelFormat f);  // "attnlab", "hf", "llmc"
+// "attnlab", "hf" (also "huggingface"), "llmc" (also "llm.c"); else throws listing the names.
+ModelFormat parse_model_format(const std::string& name);
 
 struct ModelSource {
   std::string path;  // as given
@@ -25,10 +29,16 @@ struct ModelSource {
   GPTConfig config;          // the model the weights are for
   std::string recipe_yaml;   // attnlab: the run's resolved recipe; "" for other formats
   std::string tokenizer;     // make_tokenizer() spec of the tokenizer that travels with it, or ""
+  // Things the caller should show the user (e.g. config.json keys that were not interpreted).
+  std::vector<std::string> notes;
 };
 
 // Detects the format of `path` and reads the model's configuration. Throws naming the path and
-// what was looked for when it is none of the formats.
+// what was looked for when it is none of the formats. Detection:
+//   a file starting with the llm.c magic 20240326                    -> llmc
+//   a directory with recipe.yaml + model.safetensors, or a run
+//   directory (checkpoints/latest)                                   -> attnlab
+//   a directory with config.json                                     -> hf
 ModelSource inspect_model_source(const std::string& path);
 
 // Loads the source's tensors into `store` (shape-checked; f32 <-> bf16 converted). Every tensor of
@@ -36,5 +46,10 @@ ModelSource inspect_model_source(const std::string& path);
 // the required roles must be in the file; others missing keep their initialisation (listed).
 WeightLoadReport load_model_source(const ModelSource& source, const ParameterStore& store,
                                    const WeightLoadOptions& options = {});
+
+// The recipe that describes the source's model: an attnlab checkpoint's own recipe; for other
+// formats the default recipe with the source's model.* and attention.* keys (and data.tokenizer
+// left at its default: the tokenizer travels as a file).
+Recipe recipe_of_model_source(const ModelSource& source);
 
 }  // namespace attnlab

@@ -46,7 +46,9 @@ struct BpeVocabData {
 };
 
 // Loaders. Errors (missing file, bad JSON, unknown token in a merge, ...) name the file.
-BpeVocabData load_gpt2_vocab(const std::string& dir);  // dir/encoder.json + dir/vocab.bpe
+// dir/encoder.json + dir/vocab.bpe, or (a Hugging Face GPT-2 directory) dir/vocab.json +
+// dir/merges.txt: the same contents under other names.
+BpeVocabData load_gpt2_vocab(const std::string& dir);
 BpeVocabData load_hf_tokenizer_json(const std::string& path);
 // `json_text` is the text of a file written by BpeTokenizer::to_json(); `path` is for messages.
 BpeVocabData load_attnlab_bpe_json(const std::string& json_text, const std::string& path);
@@ -79,6 +81,8 @@ class BpeTokenizer final : public Tokenizer {
   void encode_piece(std::string_view piece, std::vector<int32_t>& out,
                     BpeMergeMethod method = BpeMergeMethod::kAuto) const;
   int num_merges() const { return int(data_.merges.size()); }
+  // The vocabulary and merges (what the Hugging Face exporter writes as vocab.json + merges.txt).
+  const BpeVocabData& data() const { return data_; }
 
  private:
   struct Tables;

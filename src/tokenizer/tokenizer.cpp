@@ -191,7 +191,11 @@ void set_eot(BpeVocabData& d, const std::string& path) {
 }  // namespace
 
 BpeVocabData load_gpt2_vocab(const std::string& dir) {
-  const std::string enc_path = dir + "/encoder.json", bpe_path = dir + "/vocab.bpe";
+  // OpenAI's file names, or the same files as a Hugging Face GPT-2 directory names them.
+  const bool hf_names = !std::filesystem::exists(dir + "/encoder.json") &&
+                        std::filesystem::exists(dir + "/vocab.json");
+  const std::string enc_path = dir + (hf_names ? "/vocab.json" : "/encoder.json");
+  const std::string bpe_path = dir + (hf_names ? "/merges.txt" : "/vocab.bpe");
   // vocab.bpe is read and cut into merges on another thread while encoder.json is parsed: the two
   // are independent until the merges are resolved to ids, and together they are most of the
   // start-up of a `prepare` run (the encoders wait for it). An error in either file is reported
@@ -387,7 +391,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
     return std::make_unique<BpeTokenizer>(attnlab_bpe_from_json(j, spec), spec);
   }
   ATTN_FAIL(
-      "unknown tokenizer '%s' (valid: byte, gpt2:<dir with encoder.json and vocab.bpe>, "
+      "unknown tokenizer '%s' (valid: byte, gpt2:<dir with encoder.json and vocab.bpe, or "
+      "vocab.json and merges.txt>, "
       "hf:<tokenizer.json>, or a tokenizer JSON file written by attnlab)",
       spec.c_str());
 }

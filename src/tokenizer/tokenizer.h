@@ -32,7 +32,8 @@ class Tokenizer {
   virtual std::string to_json() const = 0;
 };
 
-// Spec forms: "byte"; "gpt2:<dir>" (dir holding encoder.json + vocab.bpe);
+// Spec forms: "byte"; "gpt2:<dir>" (dir holding encoder.json + vocab.bpe, or vocab.json +
+// merges.txt);
 // "hf:<path/to/tokenizer.json>"; a path to a tokenizer JSON written by to_json().
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
 

@@ -134,12 +134,12 @@ std::string resolve_checkpoint_dir(const std::string& path) {
 }
 
 void load_model_weights(const std::string& ckpt_dir, const ParameterStore& store) {
-  io::SafetensorsFile f((fs::path(ckpt_dir) / "model.safetensors").string());
-  for (const auto& e : store.entries()) {
-    ATTN_REQUIRE(f.contains(e.spec.name), "checkpoint '%s' has no tensor '%s' that the model needs",
-                 f.path().c_str(), e.spec.name.c_str());
-    f.load_into(e.spec.name, store.param(e.spec.name));
-  }
+  // Every tensor of the model from the file, and every tensor of the file used: a checkpoint of
+  // another shape (4 layers into a 3-layer model) is refused, naming the tensors it has extra.
+  WeightLoadOptions strict;
+  strict.required_roles = {ParamRole::base, ParamRole::attention, ParamRole::adapter};
+  strict.allow_extra = false;
+  load_model_weights_by_role(ckpt_dir, store, strict);
 }
 
 void load_optimizer_state(const std::string& ckpt_dir, AdamW& opt) {
@@ -193,13 +193,17 @@ WeightLoadReport load_model_weights_by_role(const std::string& ckpt_dir,
                  name.c_str(), io::st_dtype_name(ti.dtype), dtype_name(store.dtype()));
     report.loaded.push_back(name);
   }
-  for (const auto& n : f.names()) {
-    if (store.contains(n)) continue;
+  std::vector<std::string> extra;
+  for (const auto& n : f.names())
+    if (!store.contains(n)) extra.push_back(n);
+  if (!extra.empty()) {
+    std::string names;
+    for (const auto& n : extra) names += (names.empty() ? "" : ", ") + n;
     ATTN_REQUIRE(options.allow_extra,
-                 "checkpoint '%s' has tensor '%s', which the model does not have (a checkpoint of "
-                 "another model?)",
-                 path, n.c_str());
-    report.ignored.push_back(n);
+                 "checkpoint '%s' has %zu tensor(s) that the model does not have (a checkpoint of "
+                 "another model shape?): %s",
+                 path, extra.size(), names.c_str());
+    report.ignored = extra;
   }
   for (const auto& n : report.loaded) f.load_into(n, store.param(n));
   return report;

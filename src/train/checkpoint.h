@@ -50,8 +50,10 @@ std::string resolve_checkpoint_dir(const std::string& path);
 // True when run_dir already holds at least one checkpoint.
 bool run_has_checkpoints(const std::string& run_dir);
 
-// Loads parameters by name into the store (shape-checked; f32 <-> bf16 converted), every tensor
-// of the store must be present; other tensors in the file are not read (resume, eval, generate).
+// Loads parameters by name into the store (shape-checked; f32 <-> bf16 converted) for resume,
+// eval and generate: every tensor of the store must be in the file and every tensor of the file
+// must be in the store (else refused, naming the missing or the extra tensors). All checks run
+// before anything is copied.
 void load_model_weights(const std::string& ckpt_dir, const ParameterStore& store);
 
 // Loading a model from a checkpoint of a related model (train.init_from, retrofit): a dense

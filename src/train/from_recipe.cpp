@@ -1,6 +1,9 @@
 #include "train/from_recipe.h"
 
+#include <cstdlib>
 #include <string>
+
+#include "core/error.h"
 
 namespace attnlab {
 
@@ -40,6 +43,45 @@ GPTConfig gpt_config_of(const Recipe& r) {
                 : r.train.recompute == Recompute::block ? ActivationRecompute::block
                                                         : ActivationRecompute::none;
   return c;
+}
+
+namespace {
+// The shortest decimal that rounds to `f` (1e-5f -> 1e-05, not 9.99999975e-06).
+double shortest_double(float f) {
+  for (int digits = 6; digits < 9; ++digits) {
+    const double d = std::strtod(strformat("%.*g", digits, double(f)).c_str(), nullptr);
+    if (float(d) == f) return d;
+  }
+  return double(f);
+}
+}  // namespace
+
+void set_model_config(const GPTConfig& c, Recipe& r) {
+  ModelConfig& m = r.model;
+  m.preset = "";
+  m.family = ModelFamily::gpt2;
+  m.n_layer = c.n_layer;
+  m.n_head = c.n_head;
+  m.n_kv_head = c.n_kv_head;
+  m.n_embd = c.n_embd;
+  m.vocab_size = c.vocab_size;
+  m.block_size = c.block_size;
+  m.vocab_multiple = 0;
+  for (int mult = 128; mult >= 1 && m.vocab_multiple == 0; mult /= 2)
+    if ((c.vocab_size + mult - 1) / mult * mult == c.padded_vocab) m.vocab_multiple = mult;
+  ATTN_REQUIRE(m.vocab_multiple > 0,
+               "a padded vocabulary of %d rows for %d tokens is not a multiple of a power of two "
+               "<= 128",
+               c.padded_vocab, c.vocab_size);
+  m.norm = NormKind::layernorm;
+  m.mlp = MlpKind::gelu;
+  m.position = PositionKind::learned;
+  m.bias = c.bias;
+  m.tied_embeddings = c.tied_embeddings;
+  m.norm_eps = shortest_double(c.norm_eps);
+  m.init_std = shortest_double(c.init_std);
+  r.attention.type = c.attention.type;
+  r.attention.window = c.attention.window;
 }
 
 AdamWConfig adamw_config_of(const Recipe& r) {

@@ -9,6 +9,10 @@
 namespace attnlab {
 
 GPTConfig gpt_config_of(const Recipe& r);
+// The inverse for the model: sets r.model.* and r.attention.{type, window} so that
+// gpt_config_of(r) describes the model of `c` (model.preset cleared; vocab_multiple the largest
+// power of two <= 128 that gives c.padded_vocab). Used for models from other formats.
+void set_model_config(const GPTConfig& c, Recipe& r);
 AdamWConfig adamw_config_of(const Recipe& r);
 ScheduleSpec schedule_of(const Recipe& r, int total_steps);
 

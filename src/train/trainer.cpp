@@ -25,6 +25,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/from_recipe.h"
+#include "train/init_from.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 
@@ -170,7 +171,8 @@ void upload(Session& s, const int32_t* inputs, const int32_t* targets) {
 
 }  // namespace
 
-TrainResult train(const Recipe& recipe, const TrainOptions& options) {
+TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
+  const Recipe recipe = resolve_init_from(given_recipe);  // model.* from train.init_from
   recipe.validate();
   Session s;
   s.comm = make_communicator("none");
@@ -190,6 +192,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   // ---- run directory and resume --------------------------------------------------------------
   TrainerState st;
   std::string resumed_from;
+  WeightLoadReport init_report;
   if (rank0) io::ensure_dir(run_dir);
   if (!options.resume.empty()) {
     std::string dir = resolve_checkpoint_dir(options.resume);
@@ -199,6 +202,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     s.train_loader->set_state(DataLoader::State{st.data_epoch, st.data_position});
     resumed_from = dir;
   } else {
+    if (!recipe.train.init_from.empty()) init_report = load_init_from(recipe, s.store);
     ATTN_REQUIRE(!run_has_checkpoints(run_dir),
                  "train.out_dir '%s' already holds a run with checkpoints; "
                  "continue it with --resume %s, or choose another train.out_dir",
@@ -217,6 +221,10 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   const double flops_tok = s.model->flops_per_token(recipe.train.seq_len);
   if (!resumed_from.empty())
     log.info("resumed from %s at step %lld", resumed_from.c_str(), (long long)st.step);
+  if (resumed_from.empty() && !recipe.train.init_from.empty())
+    log.info("initialised from %s (%zu tensors)%s%s", recipe.train.init_from.c_str(),
+             init_report.loaded.size(), init_report.summary().empty() ? "" : "; ",
+             init_report.summary().c_str());
   {
     log.info(
         "attnlab train %s | %s | %s params (%s trainable) | device %s (%s) | %s tok/step "

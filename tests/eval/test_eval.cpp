@@ -131,11 +131,15 @@ TEST(SlidingWindows, EveryTargetOnceAndStrideEqualsContextIsNonOverlapping) {
           for (int i = w.first_scored; i < w.length; ++i) {
             ++count[size_t(w.begin + i + 1)];
             // Left context: everything in the window, at least context - stride after window 0.
-            if (w.begin > 0) EXPECT_GE(i, context - stride);
+            if (w.begin > 0) {
+              EXPECT_GE(i, context - stride);
+            }
           }
         }
         for (int64_t p = 1; p < n; ++p) EXPECT_EQ(count[size_t(p)], 1) << n << " " << p;
-        if (n > 0) EXPECT_EQ(count[0], 0);
+        if (n > 0) {
+          EXPECT_EQ(count[0], 0);
+        }
       }
     }
   }
@@ -436,19 +440,18 @@ TEST_F(EvalTest, ValidationScoresEveryWholeWindow) {
 
 TEST_F(EvalTest, RecipeModelMustAgree) {
   const ModelSource src = inspect_model_source(run_);
-  std::map<std::string, std::string> where;
   // Only data and eval keys: nothing to compare.
   Recipe data_only =
-      parse_recipe("data: {source: shards, val: v/*.bin}\n", "d.yaml", {}, RecipeUse::eval, &where);
-  EXPECT_NO_THROW(check_recipe_model(data_only, where, src.config, run_));
+      parse_recipe("data: {source: shards, val: v/*.bin}\n", "d.yaml", {}, RecipeUse::eval);
+  EXPECT_NO_THROW(check_recipe_model(data_only, data_only.given, src, run_));
   Recipe other = parse_recipe("model: {n_layer: 3, n_head: 2, n_embd: 16, bias: false}\n", "m.yaml",
-                              {}, RecipeUse::eval, &where);
-  test::expect_error([&] { check_recipe_model(other, where, src.config, run_); },
-                     {"model.n_layer = 3 (m.yaml:1) but the model has 2",
-                      "model.bias = false (m.yaml:1) but the model has true"});
-  Recipe preset = parse_recipe("model: {preset: gpt2}\n", "p.yaml", {}, RecipeUse::eval, &where);
-  test::expect_error([&] { check_recipe_model(preset, where, src.config, run_); },
-                     {"model.n_embd = 768", "model.preset: gpt2"});
+                              {}, RecipeUse::eval);
+  test::expect_error([&] { check_recipe_model(other, other.given, src, run_); },
+                     {"model.n_layer: 3 in the recipe (m.yaml:1), 2 in the model",
+                      "model.bias: false in the recipe (m.yaml:1), true in the model"});
+  Recipe preset = parse_recipe("model: {preset: gpt2}\n", "p.yaml", {}, RecipeUse::eval);
+  test::expect_error([&] { check_recipe_model(preset, preset.given, src, run_); },
+                     {"model.n_embd: 768 in the recipe (p.yaml:1), 16 in the model"});
   // Evaluation does not need data.train (training still does).
   EXPECT_NO_THROW(parse_recipe("data: {source: shards}\n", "e.yaml", {}, RecipeUse::eval));
   test::expect_error([] { parse_recipe("data: {source: shards}\n", "e.yaml", {}); },

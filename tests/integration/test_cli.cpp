@@ -230,7 +230,7 @@ TEST_F(Cli, EvalHarnessAndScore) {
   EXPECT_NE(sh.out.find("299 tokens, 1 files"), std::string::npos) << sh.out;
 
   expect_error(run("eval " + model + " --recipe " + recipe_ + " --set model.n_embd=32"),
-               "model.n_embd = 32");
+               "model.n_embd: 32 in the recipe (--set 'model.n_embd=32'), 16 in the model");
   expect_error(run("eval " + recipe_), "is a recipe");
   std::ofstream(dir_ / "bad.jsonl") << "{\"query\": \"q\"}\n";
   expect_error(run("eval " + model + " --tokenizer byte --tasks " + (dir_ / "bad.jsonl").string()),

@@ -337,9 +337,9 @@ TEST(LoadWeightsByRole, ExtraTensorIsAnErrorUnlessAllowed) {
   dense.finalize(Device::cpu, DType::f32, {ParamRole::base});
   dense.initialize(1);
   const std::vector<float> w1 = values(dense, "w1");
-  expect_error(
-      [&] { load_model_weights_by_role(focus, dense, WeightLoadOptions{}); },
-      {focus + "/model.safetensors", "has tensor 'centroids', which the model does not have"});
+  expect_error([&] { load_model_weights_by_role(focus, dense, WeightLoadOptions{}); },
+               {focus + "/model.safetensors", "has 2 tensor(s) that the model does not have",
+                "centroids, h.0.attn.focus.w_g"});
   EXPECT_EQ(values(dense, "w1"), w1);
   WeightLoadOptions allow;
   allow.allow_extra = true;

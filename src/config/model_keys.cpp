@@ -1,0 +1,77 @@
+#include "config/model_keys.h"
+
+#include <functional>
+
+#include "core/error.h"
+
+namespace attnlab {
+namespace {
+
+// One architecture key: its path, its value as text, and copying it from the checkpoint's model.
+struct ArchKey {
+  const char* path;
+  std::function<std::string(const ModelConfig&)> text;
+  std::function<void(ModelConfig&, const ModelConfig&)> take;
+};
+
+template <class T>
+std::string text_of(const T& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v ? "true" : "false";
+  } else if constexpr (std::is_same_v<T, double>) {
+    return strformat("%g", float(v));  // compared as the model's float
+  } else if constexpr (std::is_enum_v<T>) {
+    return std::string(enum_name(v));
+  } else {
+    return std::to_string(v);
+  }
+}
+
+#define ARCH_KEY(field)                                                     \
+  ArchKey {                                                                 \
+    "model." #field, [](const ModelConfig& m) { return text_of(m.field); }, \
+        [](ModelConfig& m, const ModelConfig& src) { m.field = src.field; } \
+  }
+
+const std::vector<ArchKey>& arch_keys() {
+  static const std::vector<ArchKey> keys = {
+      ARCH_KEY(family),
+      ARCH_KEY(n_layer),
+      ARCH_KEY(n_head),
+      ArchKey{"model.n_kv_head",  // 0 and n_head both mean "no grouped-query attention"
+              [](const ModelConfig& m) { return std::to_string(m.kv_heads()); },
+              [](ModelConfig& m, const ModelConfig& src) { m.n_kv_head = src.n_kv_head; }},
+      ARCH_KEY(n_embd),
+      ARCH_KEY(vocab_size),
+      ARCH_KEY(block_size),
+      ARCH_KEY(vocab_multiple),
+      ARCH_KEY(norm),
+      ARCH_KEY(mlp),
+      ARCH_KEY(position),
+      ARCH_KEY(bias),
+      ARCH_KEY(tied_embeddings),
+      ARCH_KEY(norm_eps)};
+  return keys;
+}
+#undef ARCH_KEY
+
+}  // namespace
+
+std::string given_model_key_conflicts(const ModelConfig& recipe_model, const GivenKeys& given,
+                                      const ModelConfig& model, const char* other) {
+  std::string conflicts;
+  for (const ArchKey& k : arch_keys()) {
+    if (!given.contains(k.path) || k.text(recipe_model) == k.text(model)) continue;
+    conflicts +=
+        strformat("\n  %s: %s in the recipe (%s), %s in %s", k.path, k.text(recipe_model).c_str(),
+                  given.where.at(k.path).c_str(), k.text(model).c_str(), other);
+  }
+  return conflicts;
+}
+
+void take_model_keys(ModelConfig& recipe_model, const GivenKeys& given, const ModelConfig& model) {
+  for (const ArchKey& k : arch_keys())
+    if (!given.contains(k.path)) k.take(recipe_model, model);
+}
+
+}  // namespace attnlab

@@ -1,0 +1,20 @@
+// The architecture keys of a recipe's model section, and the one comparison of a recipe with an
+// existing model (train.init_from, attnlab eval): a key the recipe gives (Recipe::given: the file,
+// --set or model.preset) must equal the model's; keys it does not give are taken from the model.
+#pragma once
+#include <string>
+
+#include "config/recipe.h"
+
+namespace attnlab {
+
+// "\n  model.n_layer: 3 in the recipe (r.yaml:8), 2 in <other>" for every architecture key that
+// `given` holds and whose value differs from `model`'s; "" when none. n_kv_head compares the
+// resolved head counts (0 and n_head are the same model).
+std::string given_model_key_conflicts(const ModelConfig& recipe_model, const GivenKeys& given,
+                                      const ModelConfig& model, const char* other);
+
+// Copies from `model` into `recipe_model` every architecture key that `given` does not hold.
+void take_model_keys(ModelConfig& recipe_model, const GivenKeys& given, const ModelConfig& model);
+
+}  // namespace attnlab

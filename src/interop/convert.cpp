@@ -1,0 +1,79 @@
+#include "interop/convert.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "interop/hf_gpt2.h"
+#include "interop/llmc.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "model/gpt.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fs = std::filesystem;
+
+namespace attnlab {
+namespace {
+
+void write_attnlab(const ParameterStore& store, const ModelSource& src, const Tokenizer* tok,
+                   const std::string& dst, ConvertResult& res) {
+  const std::string recipe_yaml = recipe_to_yaml(recipe_of_model_source(src));
+  io::ensure_dir(dst);
+  io::SafetensorsWriter w;
+  for (const auto& e : store.entries()) w.add(e.spec.name, store.param(e.spec.name));
+  w.set_metadata("format", "attnlab");
+  w.set_metadata("converted_from", std::string(model_format_name(src.format)) + ":" + src.path);
+  w.set_metadata("recipe", recipe_yaml);
+  const auto out = [&](const char* name) {
+    res.written.push_back((fs::path(dst) / name).string());
+    return res.written.back();
+  };
+  w.write(out("model.safetensors"));
+  io::write_file_atomic(out("recipe.yaml"), recipe_yaml);
+  if (tok) io::write_file_atomic(out("tokenizer.json"), tok->to_json());
+}
+
+}  // namespace
+
+ConvertResult convert_model(const std::string& src, const std::string& dst,
+                            const ConvertOptions& options) {
+  ConvertResult res;
+  res.source = inspect_model_source(src);
+  const ModelSource& s = res.source;
+  res.notes = s.notes;
+  std::error_code ec;
+  ATTN_REQUIRE(!fs::exists(dst, ec) || (fs::is_directory(dst, ec) && fs::is_empty(dst, ec)),
+               "convert: '%s' already exists; choose a new destination", dst.c_str());
+
+  // The whole model on the host in f32: every tensor from the source (so none needs an
+  // initialisation), nothing left over.
+  GPT model(s.config);
+  ParameterStore store;
+  model.declare_params(store);
+  store.finalize(Device::cpu, DType::f32,
+                 {ParamRole::base, ParamRole::attention, ParamRole::adapter});
+  WeightLoadOptions all;
+  all.required_roles = {ParamRole::base, ParamRole::attention, ParamRole::adapter};
+  load_model_source(s, store, all);
+
+  std::unique_ptr<Tokenizer> tok;
+  if (!s.tokenizer.empty()) tok = make_tokenizer(s.tokenizer);
+  switch (options.to) {
+    case ModelFormat::attnlab:
+      write_attnlab(store, s, tok.get(), dst, res);
+      break;
+    case ModelFormat::hf:
+      write_hf_gpt2(store, s.config, tok.get(), dst, &res.notes);
+      for (const char* f : {"config.json", "model.safetensors", "vocab.json", "merges.txt"})
+        if (fs::exists(fs::path(dst) / f)) res.written.push_back((fs::path(dst) / f).string());
+      break;
+    case ModelFormat::llmc:
+      write_llmc(store, s.config, dst, options.llmc_bf16);
+      res.written.push_back(dst);
+      if (tok) res.notes.push_back("llm.c checkpoints hold no tokenizer: not written");
+      break;
+  }
+  return res;
+}
+
+}  // namespace attnlab

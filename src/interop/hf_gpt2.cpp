@@ -1,0 +1,382 @@
+#include "interop/hf_gpt2.h"
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "tokenizer/bpe.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace attnlab {
+namespace {
+
+constexpr const char* kPrefix = "transformer.";
+
+// The GPT-2 weights stored by Conv1D as [in, out].
+bool is_conv1d_weight(const std::string& name) {
+  for (const char* s :
+       {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
+    const size_t n = std::strlen(s);
+    if (name.size() > n && name.compare(name.size() - n, n, s) == 0) return true;
+  }
+  return false;
+}
+
+// h.<l>.attn.bias / h.<l>.attn.masked_bias: the causal-mask buffers of older checkpoints.
+bool is_mask_buffer(const std::string& name) {
+  if (name.rfind("h.", 0) != 0) return false;
+  const size_t dot = name.find('.', 2);
+  if (dot == std::string::npos) return false;
+  const std::string rest = name.substr(dot);
+  return rest == ".attn.bias" || rest == ".attn.masked_bias";
+}
+
+int round_up(int v, int m) { return (v + m - 1) / m * m; }
+
+std::string json_text(const json& v) { return v.dump(); }
+
+}  // namespace
+
+GPTConfig gpt_config_of_hf(const std::string& config_json, const std::string& path,
+                           std::vector<std::string>* notes) {
+  json j;
+  try {
+    j = json::parse(config_json);
+  } catch (const json::exception& e) {
+    ATTN_FAIL("'%s' is not valid JSON: %s", path.c_str(), e.what());
+  }
+  ATTN_REQUIRE(j.is_object(), "'%s' is not a JSON object", path.c_str());
+  const auto get_int = [&](const char* key, int def) -> int {
+    if (!j.contains(key) || j[key].is_null()) return def;
+    ATTN_REQUIRE(j[key].is_number_integer(), "'%s': %s must be an integer, got %s", path.c_str(),
+                 key, json_text(j[key]).c_str());
+    return j[key].get<int>();
+  };
+  const auto get_bool = [&](const char* key, bool def) -> bool {
+    if (!j.contains(key) || j[key].is_null()) return def;
+    ATTN_REQUIRE(j[key].is_boolean(), "'%s': %s must be true or false, got %s", path.c_str(), key,
+                 json_text(j[key]).c_str());
+    return j[key].get<bool>();
+  };
+  const auto get_double = [&](const char* key, double def) -> double {
+    if (!j.contains(key) || j[key].is_null()) return def;
+    ATTN_REQUIRE(j[key].is_number(), "'%s': %s must be a number, got %s", path.c_str(), key,
+                 json_text(j[key]).c_str());
+    return j[key].get<double>();
+  };
+  const auto refuse = [&](const char* key, const std::string& why) {
+    ATTN_FAIL("'%s': %s = %s is not supported: %s", path.c_str(), key, json_text(j[key]).c_str(),
+              why.c_str());
+  };
+
+  if (j.contains("model_type") && j["model_type"] != "gpt2")
+    refuse("model_type", "attnlab reads GPT-2 (model_type \"gpt2\") Hugging Face checkpoints");
+  if (j.contains("activation_function") && j["activation_function"] != "gelu_new" &&
+      j["activation_function"] != "gelu_pytorch_tanh")
+    refuse("activation_function",
+           "attnlab's MLP uses the tanh approximation of GELU (gelu_new / gelu_pytorch_tanh)");
+  if (!get_bool("scale_attn_weights", true))
+    refuse("scale_attn_weights", "attnlab scales attention scores by 1/sqrt(head_dim)");
+  if (get_bool("scale_attn_by_inverse_layer_idx", false))
+    refuse("scale_attn_by_inverse_layer_idx",
+           "attnlab does not scale attention scores by 1/(layer index + 1)");
+  if (get_bool("reorder_and_upcast_attn", false))
+    refuse("reorder_and_upcast_attn", "attnlab does not implement the reordered, upcast attention");
+  if (get_bool("add_cross_attention", false))
+    refuse("add_cross_attention", "attnlab models are decoder-only, without cross-attention");
+
+  GPTConfig c;
+  c.n_layer = get_int("n_layer", 12);
+  c.n_head = get_int("n_head", 12);
+  c.n_embd = get_int("n_embd", 768);
+  c.n_kv_head = 0;
+  c.vocab_size = get_int("vocab_size", 50257);
+  c.padded_vocab = round_up(c.vocab_size, 128);
+  c.block_size = get_int("n_positions", get_int("n_ctx", 1024));
+  c.norm_eps = float(get_double("layer_norm_epsilon", 1e-5));
+  c.init_std = float(get_double("initializer_range", 0.02));
+  c.tied_embeddings = get_bool("tie_word_embeddings", true);
+  c.bias = true;
+  const int n_inner = get_int("n_inner", 0);
+  if (n_inner != 0 && n_inner != 4 * c.n_embd)
+    refuse("n_inner", strformat("attnlab's MLP width is 4 * n_embd = %d", 4 * c.n_embd));
+
+  // Keys read above, and keys that change nothing attnlab computes: dropouts (training only; an
+  // attnlab run has none), the heads of other tasks (summary_*), generation and tokenizer
+  // metadata, and PretrainedConfig's bookkeeping.
+  static const std::set<std::string> known = {"model_type",
+                                              "activation_function",
+                                              "scale_attn_weights",
+                                              "scale_attn_by_inverse_layer_idx",
+                                              "reorder_and_upcast_attn",
+                                              "add_cross_attention",
+                                              "n_layer",
+                                              "n_head",
+                                              "n_embd",
+                                              "vocab_size",
+                                              "n_positions",
+                                              "n_ctx",
+                                              "layer_norm_epsilon",
+                                              "initializer_range",
+                                              "tie_word_embeddings",
+                                              "n_inner",
+                                              "resid_pdrop",
+                                              "embd_pdrop",
+                                              "attn_pdrop",
+                                              "summary_type",
+                                              "summary_use_proj",
+                                              "summary_activation",
+                                              "summary_proj_to_labels",
+                                              "summary_first_dropout",
+                                              "task_specific_params",
+                                              "bos_token_id",
+                                              "eos_token_id",
+                                              "pad_token_id",
+                                              "architectures",
+                                              "transformers_version",
+                                              "torch_dtype",
+                                              "dtype",
+                                              "use_cache",
+                                              "_name_or_path",
+                                              "id2label",
+                                              "label2id",
+                                              "gradient_checkpointing",
+                                              "output_past",
+                                              "return_dict",
+                                              "output_hidden_states",
+                                              "output_attentions",
+                                              "torchscript",
+                                              "tokenizer_class",
+                                              "prefix",
+                                              "problem_type",
+                                              "n_special",
+                                              "predict_special_tokens",
+                                              "_attn_implementation_autoset",
+                                              "use_return_dict"};
+  std::string unknown;
+  for (const auto& [k, v] : j.items())
+    if (!known.count(k)) unknown += (unknown.empty() ? "" : ", ") + k;
+  if (notes && !unknown.empty())
+    notes->push_back(strformat("%s: keys not interpreted (attnlab assumes they change nothing): %s",
+                               path.c_str(), unknown.c_str()));
+  c.validate();
+  return c;
+}
+
+ForeignCheckpoint read_hf_gpt2(const std::string& dir, const GPTConfig& cfg) {
+  // name in the file -> the shard that holds it
+  std::vector<std::shared_ptr<io::SafetensorsFile>> files;
+  std::map<std::string, std::shared_ptr<io::SafetensorsFile>> where;
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  ForeignCheckpoint out;
+  if (fs::exists(single)) {
+    out.path = single.string();
+    files.push_back(std::make_shared<io::SafetensorsFile>(single.string()));
+    for (const auto& n : files.back()->names()) where[n] = files.back();
+  } else {
+    ATTN_REQUIRE(fs::exists(index),
+                 "Hugging Face directory '%s' has neither model.safetensors nor "
+                 "model.safetensors.index.json (pytorch_model.bin is not read: convert it with "
+                 "save_pretrained(..., safe_serialization=True))",
+                 dir.c_str());
+    out.path = index.string();
+    json j;
+    try {
+      j = json::parse(io::read_file(index.string()));
+    } catch (const json::exception& e) {
+      ATTN_FAIL("'%s' is not valid JSON: %s", index.c_str(), e.what());
+    }
+    ATTN_REQUIRE(j.contains("weight_map") && j["weight_map"].is_object(),
+                 "'%s' has no \"weight_map\" object", index.c_str());
+    std::map<std::string, std::shared_ptr<io::SafetensorsFile>> shards;
+    for (const auto& [name, file] : j["weight_map"].items()) {
+      ATTN_REQUIRE(file.is_string(), "'%s': weight_map['%s'] is not a file name", index.c_str(),
+                   name.c_str());
+      const std::string f = file.get<std::string>();
+      auto& shard = shards[f];
+      if (!shard) shard = std::make_shared<io::SafetensorsFile>((fs::path(dir) / f).string());
+      ATTN_REQUIRE(shard->contains(name), "'%s' lists tensor '%s' in '%s', which lacks it",
+                   index.c_str(), name.c_str(), f.c_str());
+      where[name] = shard;
+    }
+    // A shard's tensors that the index does not list would be silently unused: refuse them.
+    for (const auto& [f, shard] : shards)
+      for (const auto& n : shard->names())
+        ATTN_REQUIRE(where.count(n) && where[n] == shard,
+                     "'%s' holds tensor '%s', which '%s' does not list", f.c_str(), n.c_str(),
+                     index.c_str());
+  }
+
+  std::string wte_origin, head_origin;
+  for (const auto& [file_name, file] : where) {
+    std::string name = file_name;
+    if (name.rfind(kPrefix, 0) == 0) name = name.substr(std::strlen(kPrefix));
+    if (is_mask_buffer(name)) continue;
+    if (name == "wte.weight") wte_origin = file_name;
+    if (name == "lm_head.weight" && cfg.tied_embeddings) {
+      head_origin = file_name;
+      continue;  // checked against wte below
+    }
+    const io::TensorInfo& ti = file->info(file_name);
+    ForeignTensor t;
+    t.name = name;
+    t.origin = file_name;
+    t.pad_rows = name == "wte.weight" || name == "lm_head.weight";
+    const bool transpose = is_conv1d_weight(name) && ti.shape.size() == 2;
+    t.shape = ti.shape;
+    if (transpose) std::swap(t.shape[0], t.shape[1]);
+    const std::vector<int64_t> file_shape = ti.shape;
+    std::shared_ptr<io::SafetensorsFile> f = file;
+    const std::string fname = file_name;
+    if (file_shape.size() > size_t(Shape::kMaxDims)) {
+      out.unmapped.push_back(file_name);
+      continue;
+    }
+    t.read = [f, fname, file_shape, transpose](float* dst) {
+      Shape s;
+      s.ndim = int(file_shape.size());
+      for (int i = 0; i < s.ndim; ++i) s.dims[i] = file_shape[i];
+      if (!transpose) {
+        f->load_into(fname, Tensor(dst, DType::f32, Device::cpu, s));
+        return;
+      }
+      std::vector<float> tmp(size_t(s.numel()));
+      f->load_into(fname, Tensor(tmp.data(), DType::f32, Device::cpu, s));
+      transpose_into(tmp.data(), file_shape[0], file_shape[1], dst);
+    };
+    out.tensors.push_back(std::move(t));
+  }
+  if (!head_origin.empty()) {
+    // Files written with both copies of a tied head: accepted when they are the same tensor.
+    const auto& hf = where[head_origin];
+    const auto& wf = wte_origin.empty() ? nullptr : where[wte_origin];
+    const bool same = wf && hf->info(head_origin).shape == wf->info(wte_origin).shape &&
+                      hf->info(head_origin).dtype == wf->info(wte_origin).dtype &&
+                      std::memcmp(hf->raw(head_origin).data(), wf->raw(wte_origin).data(),
+                                  hf->raw(head_origin).size()) == 0;
+    ATTN_REQUIRE(same,
+                 "'%s': config.json ties the head to the embeddings (tie_word_embeddings is "
+                 "true or absent), but '%s' differs from '%s'; set \"tie_word_embeddings\": false "
+                 "for an untied head",
+                 out.path.c_str(), head_origin.c_str(),
+                 wte_origin.empty() ? "wte.weight (absent)" : wte_origin.c_str());
+  }
+  return out;
+}
+
+std::string hf_tokenizer_spec(const std::string& dir) {
+  if (fs::exists(fs::path(dir) / "tokenizer.json"))
+    return "hf:" + (fs::path(dir) / "tokenizer.json").string();
+  if (fs::exists(fs::path(dir) / "vocab.json") && fs::exists(fs::path(dir) / "merges.txt"))
+    return "gpt2:" + dir;
+  return "";
+}
+
+void write_hf_gpt2(const ParameterStore& store, const GPTConfig& cfg, const Tokenizer* tokenizer,
+                   const std::string& dir, std::vector<std::string>* notes) {
+  const auto refuse = [&](const std::string& why) {
+    ATTN_FAIL("cannot export to Hugging Face GPT-2: %s", why.c_str());
+  };
+  if (cfg.n_kv_head != 0 && cfg.n_kv_head != cfg.n_head)
+    refuse(
+        strformat("the model uses grouped-query attention (n_kv_head %d, n_head %d), which "
+                  "GPT2LMHeadModel does not have",
+                  cfg.n_kv_head, cfg.n_head));
+  if (!cfg.bias) refuse("the model has no biases (model.bias: false); GPT-2 has them everywhere");
+  if (cfg.attention.window != 0)
+    refuse(
+        strformat("the model uses a sliding attention window (%d); GPT-2 attends to every "
+                  "earlier token",
+                  cfg.attention.window));
+  if (cfg.attention.type != "dense")
+    refuse("the model uses attention '" + cfg.attention.type + "'; GPT-2 has dense attention");
+
+  const int V = cfg.vocab_size;
+  io::SafetensorsWriter w;
+  std::vector<std::vector<float>> keep;  // the writer references the data until write()
+  for (const auto& e : store.entries()) {
+    const std::string& name = e.spec.name;
+    const Tensor t = store.param(name);
+    std::vector<float> data = tensor_to_host_f32(t);
+    std::vector<int64_t> shape(t.shape.dims.begin(), t.shape.dims.begin() + t.shape.ndim);
+    if (name == "wte.weight" || name == "lm_head.weight") {
+      data.resize(size_t(V) * size_t(shape[1]));  // drop the vocabulary padding rows
+      shape[0] = V;
+    } else if (is_conv1d_weight(name)) {
+      std::vector<float> tr(data.size());
+      transpose_into(data.data(), shape[0], shape[1], tr.data());
+      data.swap(tr);
+      std::swap(shape[0], shape[1]);
+    } else if (name.find(".attn.") != std::string::npos &&
+               name.find(".attn.c_attn.") == std::string::npos &&
+               name.find(".attn.c_proj.") == std::string::npos) {
+      refuse("tensor '" + name + "' (role " + role_name(e.spec.role) + ") has no place in GPT-2");
+    }
+    Shape s;
+    s.ndim = int(shape.size());
+    for (int i = 0; i < s.ndim; ++i) s.dims[i] = shape[i];
+    keep.push_back(std::move(data));
+    const std::string out_name = name == "lm_head.weight" ? name : kPrefix + name;
+    w.add(out_name, Tensor(keep.back().data(), DType::f32, Device::cpu, s));
+  }
+  w.set_metadata("format", "pt");  // transformers refuses safetensors files without it
+  io::ensure_dir(dir);
+  w.write((fs::path(dir) / "model.safetensors").string());
+
+  const int eot = tokenizer ? tokenizer->eot_id() : V - 1;
+  json c = {{"architectures", {"GPT2LMHeadModel"}},
+            {"model_type", "gpt2"},
+            {"activation_function", "gelu_new"},
+            {"n_layer", cfg.n_layer},
+            {"n_head", cfg.n_head},
+            {"n_embd", cfg.n_embd},
+            {"n_inner", nullptr},
+            {"n_positions", cfg.block_size},
+            {"n_ctx", cfg.block_size},
+            {"vocab_size", V},
+            {"layer_norm_epsilon", cfg.norm_eps},
+            {"initializer_range", cfg.init_std},
+            {"tie_word_embeddings", cfg.tied_embeddings},
+            {"scale_attn_weights", true},
+            {"scale_attn_by_inverse_layer_idx", false},
+            {"reorder_and_upcast_attn", false},
+            {"resid_pdrop", 0.0},
+            {"embd_pdrop", 0.0},
+            {"attn_pdrop", 0.0},
+            {"bos_token_id", eot},
+            {"eos_token_id", eot},
+            {"torch_dtype", "float32"}};
+  io::write_file_atomic((fs::path(dir) / "config.json").string(), c.dump(2) + "\n");
+
+  if (!tokenizer) return;
+  const auto* bpe = dynamic_cast<const BpeTokenizer*>(tokenizer);
+  if (!bpe) {
+    if (notes)
+      notes->push_back("the '" + tokenizer->name() +
+                       "' tokenizer has no Hugging Face GPT-2 form: no tokenizer files written");
+    return;
+  }
+  const BpeVocabData& d = bpe->data();
+  json vocab = json::object();
+  for (size_t id = 0; id < d.tokens.size(); ++id) {
+    if (!d.has_token[id]) continue;
+    vocab[d.is_special[id] ? d.tokens[id] : gpt2_bytes_to_symbols(d.tokens[id])] = int(id);
+  }
+  io::write_file_atomic((fs::path(dir) / "vocab.json").string(), vocab.dump() + "\n");
+  std::string merges = "#version: 0.2\n";
+  for (const auto& [l, r] : d.merges)
+    merges += gpt2_bytes_to_symbols(d.tokens[size_t(l)]) + " " +
+              gpt2_bytes_to_symbols(d.tokens[size_t(r)]) + "\n";
+  io::write_file_atomic((fs::path(dir) / "merges.txt").string(), merges);
+}
+
+}  // namespace attnlab

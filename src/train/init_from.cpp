@@ -1,0 +1,37 @@
+#include "train/init_from.h"
+
+#include "config/model_keys.h"
+#include "core/error.h"
+#include "interop/model_source.h"
+
+namespace attnlab {
+
+Recipe resolve_init_from(const Recipe& r) {
+  if (r.train.init_from.empty()) return r;
+  const ModelSource src = inspect_model_source(r.train.init_from);
+  const ModelConfig from = recipe_of_model_source(src).model;
+  Recipe out = r;
+  // Compared after the keys it does not give are taken, so that n_kv_head resolves against the
+  // model's n_head.
+  take_model_keys(out.model, r.given, from);
+  const std::string conflicts =
+      given_model_key_conflicts(out.model, r.given, from, "the checkpoint");
+  ATTN_REQUIRE(conflicts.empty(),
+               "train.init_from '%s' (%s) is a different model than the recipe gives:%s\n"
+               "remove these keys from the recipe (the checkpoint's values are used) or set them "
+               "to the checkpoint's",
+               r.train.init_from.c_str(), model_format_name(src.format), conflicts.c_str());
+  out.model.preset = "";  // every value is explicit now
+  out.validate();
+  return out;
+}
+
+WeightLoadReport load_init_from(const Recipe& r, const ParameterStore& store) {
+  const ModelSource src = inspect_model_source(r.train.init_from);
+  WeightLoadOptions o;
+  o.required_roles = {ParamRole::base};
+  o.allow_extra = r.train.init_allow_extra;
+  return load_model_source(src, store, o);
+}
+
+}  // namespace attnlab

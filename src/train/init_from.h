@@ -1,0 +1,29 @@
+// train.init_from: a new run (fresh optimizer, step 0, new data order) that starts from the
+// weights of an attnlab, Hugging Face GPT-2 or llm.c checkpoint (interop/model_source.h).
+//
+// The model: the checkpoint's architecture keys (model.family, n_layer, n_head, n_kv_head,
+// n_embd, vocab_size, block_size, vocab_multiple, norm, mlp, position, bias, tied_embeddings,
+// norm_eps) replace the recipe's defaults. A key the recipe gives (in the file, by --set or
+// through model.preset) must equal the checkpoint's: otherwise the run is refused, naming every
+// such key with both values. model.init_std and the attention.* keys stay the recipe's, so a
+// dense checkpoint can seed a Focus model.
+//
+// The weights: every base tensor of the model from the checkpoint; tensors of other roles that it
+// lacks (a variant's, e.g. Focus centroids) keep their initialisation and are listed in the log;
+// tensors the checkpoint has and the model lacks are an error naming them unless
+// train.init_allow_extra.
+#pragma once
+#include "config/recipe.h"
+#include "core/parameters.h"
+#include "train/checkpoint.h"
+
+namespace attnlab {
+
+// `r` with its model.* keys resolved from train.init_from (unchanged when it is empty).
+Recipe resolve_init_from(const Recipe& r);
+
+// Loads train.init_from into `store` (declared from gpt_config_of(resolve_init_from(r)) and
+// initialised), with the rules above.
+WeightLoadReport load_init_from(const Recipe& r, const ParameterStore& store);
+
+}  // namespace attnlab
