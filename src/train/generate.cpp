@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <vector>
 
 #include "config/recipe.h"
@@ -10,33 +9,26 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "core/nvtx.h"
-#include "io/atomic_file.h"
+#include "interop/model_source.h"
 #include "model/gpt.h"
 #include "model/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/from_recipe.h"
 
-namespace fs = std::filesystem;
-
 namespace attnlab {
 
 GenerateResult generate(const GenerateOptions& o,
                         const std::function<void(const std::string&)>& on_text) {
   ATTN_REQUIRE(o.max_new_tokens >= 0, "max new tokens must be >= 0, got %d", o.max_new_tokens);
-  const std::string dir = resolve_checkpoint_dir(o.checkpoint);
-  const fs::path recipe_path = fs::path(dir) / "recipe.yaml";
-  Recipe r = parse_recipe(io::read_file(recipe_path.string()), recipe_path.string(), {});
-
-  std::string tok_spec = o.tokenizer;
-  if (tok_spec.empty()) {
-    fs::path tj = fs::path(dir) / "tokenizer.json";
-    ATTN_REQUIRE(fs::exists(tj),
-                 "checkpoint '%s' has no tokenizer.json; pass a tokenizer spec "
-                 "(e.g. --tokenizer byte or --tokenizer gpt2:<dir>)",
-                 dir.c_str());
-    tok_spec = tj.string();
-  }
+  // Any model source: an attnlab run or checkpoint, a Hugging Face GPT-2 directory, an llm.c file.
+  const ModelSource source = inspect_model_source(o.checkpoint);
+  const Recipe r = recipe_of_model_source(source);
+  std::string tok_spec = o.tokenizer.empty() ? source.tokenizer : o.tokenizer;
+  ATTN_REQUIRE(!tok_spec.empty(),
+               "model '%s' carries no tokenizer; pass a tokenizer spec "
+               "(e.g. --tokenizer byte or --tokenizer gpt2:<dir>)",
+               o.checkpoint.c_str());
   std::unique_ptr<Tokenizer> tok = make_tokenizer(tok_spec);
   ATTN_REQUIRE(tok->vocab_size() <= r.model.vocab_size,
                "tokenizer '%s' has %d ids but the model's "
@@ -60,7 +52,7 @@ GenerateResult generate(const GenerateOptions& o,
   ParameterStore store;
   model.declare_params(store);
   store.finalize(ctx->device, dtype, {});
-  load_model_weights(dir, store);
+  load_model_source(source, store);
   const int T_max = c.block_size;
   KVCache cache = model.make_kv_cache(*ctx, 1, T_max, dtype);
 

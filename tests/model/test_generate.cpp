@@ -252,7 +252,7 @@ TEST_F(GenerateTest, MissingTokenizerJsonIsAnError) {
   GenerateOptions o = options("hi");
   o.checkpoint = copy.string();
   std::string msg = test::thrown_message([&] { generate(o, nullptr); });
-  EXPECT_NE(msg.find("has no tokenizer.json; pass a tokenizer spec"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("carries no tokenizer; pass a tokenizer spec"), std::string::npos) << msg;
   o.tokenizer = "byte";  // the way out the message names
   EXPECT_EQ(generate(o, nullptr).new_tokens, 10);
   o.tokenizer = (copy / "missing.json").string();
