@@ -41,7 +41,7 @@ for prec in ${PRECS:-bf16 fp32}; do
     --dtype $prec "${LIM[@]}" --out "$LOGS/hf_$prec.json" >"$LOGS/hf_$prec.log" 2>&1 || tail -8 "$LOGS/hf_$prec.log"
   cat "$LOGS/hf_$prec.log"
 done
-"$A" eval "$WORK/run" --text "$DATA/corpus/general/brown_corpus.txt.xz" --delimiter '\n\n\n' \
+"$A" eval "$WORK/run" --text "$DATA/corpus/books/moby_dick.txt.xz" --delimiter '\n\n\n' \
   --context 1024 --stride 512 --no-progress --out "$LOGS/ppl.json" >"$LOGS/ppl.log" 2>&1
 tail -4 "$LOGS/ppl.log"
 python3 - "$LOGS" <<'PY'
