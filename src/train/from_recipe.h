@@ -9,6 +9,7 @@
 namespace attnlab {
 
 GPTConfig gpt_config_of(const Recipe& r);
+FocusOptions focus_options_of(const FocusConfig& f);
 AdamWConfig adamw_config_of(const Recipe& r);
 ScheduleSpec schedule_of(const Recipe& r, int total_steps);
 
