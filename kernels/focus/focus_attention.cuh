@@ -43,7 +43,7 @@ struct FocusAttentionParams {
   const T* v = nullptr;
   T* o = nullptr;
   float* lse = nullptr;
-  const float* g = nullptr;       // soft gates and the straight-through backward
+  const float* g = nullptr;         // soft gates and the straight-through backward
   const int32_t* groups = nullptr;  // gate hard
   const T* dout = nullptr;
   T* dq = nullptr;
@@ -56,7 +56,7 @@ struct FocusAttentionParams {
   int64_t g_batch_stride = 0, groups_batch_stride = 0;
   int B = 0;
   int seq_len = 0;  // T: query rows per sequence
-  int pos = 0;  // absolute position of query row 0
+  int pos = 0;      // absolute position of query row 0
   int n_head = 0, n_kv_head = 0, D = 0;
   int K = 0, top_k = 0;
   float scale = 0.f;

@@ -78,8 +78,8 @@ void focus_scores_bwd(const ExecContext& ctx, const Tensor& dz, const Tensor& dc
 }
 
 namespace {
-SinkhornParams sinkhorn_params(const ExecContext& ctx, const Tensor& scores,
-                               const Tensor& iterates, bool causal) {
+SinkhornParams sinkhorn_params(const ExecContext& ctx, const Tensor& scores, const Tensor& iterates,
+                               bool causal) {
   constexpr const char* op = "focus_sinkhorn";
   require_present(op, "scores", scores);
   ATTN_REQUIRE(scores.ndim() == 3 && scores.dtype == DType::f32 && scores.device == ctx.device,
@@ -112,8 +112,8 @@ void focus_sinkhorn_fwd(const ExecContext& ctx, const Tensor& g, const Tensor& i
   ATTN_REQUIRE(state.empty() || causal,
                "focus_sinkhorn: decoding with a carried state needs sinkhorn_scope causal");
   if (!state.empty())
-    require_tensor("focus_sinkhorn", "state", state, DType::f32,
-                   Shape{p.B, p.iterations, p.K}, ctx);
+    require_tensor("focus_sinkhorn", "state", state, DType::f32, Shape{p.B, p.iterations, p.K},
+                   ctx);
   ATTN_REQUIRE(pos >= 0 && (pos == 0 || !state.empty()),
                "focus_sinkhorn: pos > 0 needs the carried state, got pos %d", pos);
   p.g = ptr<float>(g);
@@ -292,8 +292,8 @@ void focus_attention_decode(const ExecContext& ctx, const Tensor& out, const Ten
   ATTN_REQUIRE(pos >= 0 && pos + Tq <= max_T, "%s: positions %d .. %lld exceed the cache (%lld)",
                op, pos, (long long)(pos + Tq - 1), (long long)max_T);
   require_tensor(op, "g_cache", g_cache, DType::f32, Shape{B, max_T, g_cache.dim(2)}, ctx);
-  require_tensor(op, "groups_cache", groups_cache, DType::i32,
-                 Shape{B, max_T, groups_cache.dim(2)}, ctx);
+  require_tensor(op, "groups_cache", groups_cache, DType::i32, Shape{B, max_T, groups_cache.dim(2)},
+                 ctx);
   require_tensor(op, "out", out, qkv.dtype, Shape{B, Tq, layout.q_width()}, ctx);
   FocusAttentionParams<float> p;
   p.q = ptr<float>(qkv);

@@ -57,7 +57,9 @@ void sinkhorn_fwd_ref(const SinkhornParams& p) {
         if (p.causal) {
           double m = p.state ? double(p.state[(int64_t(b) * N + n) * K + k]) : kNegInf;
           for (int t = 0; t < T; ++t) {
-            m = log_add_exp(m, x[int64_t(t) * K + k]);
+            // Rounded to float like the carried state, so decoding chunk by chunk reproduces
+            // the full forward bitwise.
+            m = float(log_add_exp(m, x[int64_t(t) * K + k]));
             const double target = std::log(double(p.pos + t + 1) / K);
             y[int64_t(t) * K + k] = float(x[int64_t(t) * K + k] - m + target);
           }
@@ -151,8 +153,8 @@ void softmax_assign_bwd_ref(const SoftmaxAssignParams& p) {
 }
 
 void topk_route_ref(const TopkRouteParams& p) {
-  ATTN_REQUIRE(p.top_k >= 1 && p.top_k <= p.K, "topk_route: top_k must be in [1, %d], got %d",
-               p.K, p.top_k);
+  ATTN_REQUIRE(p.top_k >= 1 && p.top_k <= p.K, "topk_route: top_k must be in [1, %d], got %d", p.K,
+               p.top_k);
   std::vector<int> order(size_t(p.K));
   for (int64_t r = 0; r < p.rows; ++r) {
     const float* g = p.g + r * p.K;

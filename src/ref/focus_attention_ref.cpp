@@ -68,7 +68,8 @@ void check(const P& p) {
   ATTN_REQUIRE(p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0,
                "focus attention: n_kv_head (%d) must divide n_head (%d)", p.n_kv_head, p.n_head);
   ATTN_REQUIRE(p.gate.kind == FocusGateKind::hard ? p.groups != nullptr : p.g != nullptr,
-               "focus attention: the %s gate needs %s", p.gate.kind == FocusGateKind::hard ? "hard" : "soft",
+               "focus attention: the %s gate needs %s",
+               p.gate.kind == FocusGateKind::hard ? "hard" : "soft",
                p.gate.kind == FocusGateKind::hard ? "group ids" : "the assignment g");
   ATTN_REQUIRE(p.gate.local_window >= 0, "focus attention: local_window must be >= 0, got %d",
                p.gate.local_window);

@@ -92,7 +92,8 @@ struct Case {
             const float* v = qkv.data() + (int64_t(b) * T + j) * W + layout.v_offset() + hk * D;
             for (int d = 0; d < D; ++d) acc[size_t(d)] += p * v[d];
           }
-          for (int d = 0; d < D; ++d) o[(int64_t(b) * T + i) * Q + h * D + d] = float(acc[size_t(d)] / sum);
+          for (int d = 0; d < D; ++d)
+            o[(int64_t(b) * T + i) * Q + h * D + d] = float(acc[size_t(d)] / sum);
         }
     return o;
   }

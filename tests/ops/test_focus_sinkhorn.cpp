@@ -35,8 +35,7 @@ struct Sinkhorn {
   std::vector<float> backward(std::vector<float> dg) {
     std::vector<float> ds(g.size());
     ops::focus_sinkhorn_bwd(*ctx, cpu_tensor(ds, shape()), cpu_tensor(dg, shape()),
-                            cpu_tensor(g, shape()), cpu_tensor(iterates, {N + 1, B, T, K}),
-                            causal);
+                            cpu_tensor(g, shape()), cpu_tensor(iterates, {N + 1, B, T, K}), causal);
     return ds;
   }
   double row_sum_error() const {
@@ -70,7 +69,8 @@ TEST(FocusSinkhorn, GradientsMatchFiniteDifferencesBothScopes) {
       s.forward();
       return test::weighted_sum(w, s.g);
     };
-    const std::vector<double> fd = test::finite_difference(s.scores.data(), s.scores.size(), f, 1e-2f);
+    const std::vector<double> fd =
+        test::finite_difference(s.scores.data(), s.scores.size(), f, 1e-2f);
     EXPECT_LT(test::max_rel_error(ds, fd), 2e-3);
   }
 }
@@ -110,7 +110,8 @@ TEST(FocusSinkhorn, CausalScopeIgnoresFutureTokens) {
       for (int k = 0; k < 4; ++k) s.scores[size_t(t) * 4 + k] = 5.f * (k == 0);
     s.forward();
     double diff = 0.0;
-    for (size_t i = 0; i < size_t(30) * 4; ++i) diff = std::max(diff, double(std::fabs(s.g[i] - before[i])));
+    for (size_t i = 0; i < size_t(30) * 4; ++i)
+      diff = std::max(diff, double(std::fabs(s.g[i] - before[i])));
     if (causal)
       EXPECT_EQ(diff, 0.0);
     else
@@ -189,8 +190,7 @@ TEST(FocusScores, GradientsMatchFiniteDifferences) {
   for (float x : sc) EXPECT_LE(std::fabs(x), 1.f / tau + 1e-5f);
   for (int rep = 0; rep < 2; ++rep)
     ops::focus_scores_bwd(*ctx, cpu_tensor(dz, {N, d}), cpu_tensor(dc, {K, d}),
-                          cpu_tensor(w, {N, K}), cpu_tensor(z, {N, d}), cpu_tensor(c, {K, d}),
-                          tau);
+                          cpu_tensor(w, {N, K}), cpu_tensor(z, {N, d}), cpu_tensor(c, {K, d}), tau);
   EXPECT_LT(test::max_rel_error(dz, test::finite_difference(z.data(), z.size(), f, 1e-3f)), 1e-3);
   std::vector<double> fdc = test::finite_difference(c.data(), c.size(), f, 1e-3f);
   for (double& x : fdc) x *= 2;
