@@ -29,7 +29,7 @@ namespace attnlab {
 
 enum class FocusGateKind { additive, multiplicative, hard };
 
-struct FocusGate {
+struct FocusGateParams {
   FocusGateKind kind = FocusGateKind::additive;
   int local_window = 128;
   float eps = 1e-6f;
@@ -60,7 +60,7 @@ struct FocusAttentionParams {
   int n_head = 0, n_kv_head = 0, D = 0;
   int K = 0, top_k = 0;
   float scale = 0.f;
-  FocusGate gate;
+  FocusGateParams gate;
 };
 
 template <typename T>

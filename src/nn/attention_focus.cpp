@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "ops/focus_ops.h"
@@ -26,12 +25,12 @@ struct Layout {
 }  // namespace
 
 struct FocusAttention::Views {
-  Tensor z, dz;        // [B*T, d_g] activation dtype
-  Tensor scores;       // [B, T, K] f32
-  Tensor iterates;     // [N + 1, B, T, K] f32 (Sinkhorn)
+  Tensor z, dz;           // [B*T, d_g] activation dtype
+  Tensor scores;          // [B, T, K] f32
+  Tensor iterates;        // [N + 1, B, T, K] f32 (Sinkhorn)
   Tensor g, dg, dscores;  // [B, T, K] f32
-  Tensor groups;       // [B, T, top_k] i32
-  Tensor lse;          // [B, H, T] f32
+  Tensor groups;          // [B, T, top_k] i32
+  Tensor lse;             // [B, H, T] f32
 };
 
 namespace {
@@ -110,9 +109,9 @@ bool FocusAttention::hard_in(AttentionMode mode) const {
   return r == FocusOptions::Routing::hard;
 }
 
-FocusGate FocusAttention::gate(bool hard) const {
-  FocusGate g;
-  g.kind = hard ? FocusGateKind::hard
+FocusGateParams FocusAttention::gate(bool hard) const {
+  FocusGateParams g;
+  g.kind = hard                                         ? FocusGateKind::hard
            : opts_.gate == FocusOptions::Gate::additive ? FocusGateKind::additive
                                                         : FocusGateKind::multiplicative;
   g.local_window = opts_.local_window;
@@ -135,30 +134,30 @@ void FocusAttention::assign(const ExecContext& ctx, const Tensor& h, const Views
   ops::focus_route_topk(ctx, v.groups, v.g);
 }
 
-void FocusAttention::forward(const ExecContext& ctx, const AttentionInputs& in,
-                             const Tensor& out) {
+void FocusAttention::forward(const ExecContext& ctx, const AttentionInputs& in, const Tensor& out) {
   if (in.mode == AttentionMode::generate) {
     ATTN_REQUIRE(in.cache != nullptr, "focus attention: generate mode needs a decode cache");
-    ATTN_REQUIRE(ctx.device == Device::cpu,
-                 "focus attention on CUDA: decoding has no CUDA kernel yet; run with "
-                 "train.device: cpu");
     auto& cache = dynamic_cast<FocusKVCache&>(*in.cache);
     const int64_t B = in.qkv.dim(0), T = in.qkv.dim(1), K = opts_.groups, tk = opts_.top_k;
     const int64_t max_T = cache.g.dim(1);
     Layout l{&cache.scratch};
     Views v;
     carve(l, v, opts_, B, T, in.layout.n_head, in.qkv.dtype);
-    if (in.pos == 0) {
-      float* s = cache.state.ptr<float>();
-      std::fill(s, s + cache.state.numel(), -std::numeric_limits<float>::infinity());
+    if (in.pos == 0) {  // a new sequence: the running column sums start empty
+      std::vector<float> empty(size_t(cache.state.numel()),
+                               -std::numeric_limits<float>::infinity());
+      copy_tensor(cache.state, Tensor(empty.data(), DType::f32, Device::cpu, cache.state.shape));
     }
     assign(ctx, in.h, v, opts_.assign == FocusOptions::Assign::sinkhorn ? cache.state : Tensor(),
            in.pos);
+    const Device dev = ctx.device;
     for (int64_t b = 0; b < B; ++b) {
-      std::memcpy(cache.g.ptr<float>() + (b * max_T + in.pos) * K, v.g.ptr<float>() + b * T * K,
-                  size_t(T * K) * sizeof(float));
-      std::memcpy(cache.groups.ptr<int32_t>() + (b * max_T + in.pos) * tk,
-                  v.groups.ptr<int32_t>() + b * T * tk, size_t(T * tk) * sizeof(int32_t));
+      copy_tensor(
+          Tensor(cache.g.ptr<float>() + (b * max_T + in.pos) * K, DType::f32, dev, Shape{T, K}),
+          Tensor(v.g.ptr<float>() + b * T * K, DType::f32, dev, Shape{T, K}));
+      copy_tensor(Tensor(cache.groups.ptr<int32_t>() + (b * max_T + in.pos) * tk, DType::i32, dev,
+                         Shape{T, tk}),
+                  Tensor(v.groups.ptr<int32_t>() + b * T * tk, DType::i32, dev, Shape{T, tk}));
     }
     ops::kv_cache_write(ctx, cache.k, cache.v, in.qkv, in.pos, in.layout);
     ops::focus_attention_decode(ctx, out, in.qkv, cache.k, cache.v, cache.g, cache.groups, in.pos,
@@ -188,16 +187,18 @@ void FocusAttention::backward(const ExecContext& ctx, const AttentionInputs& in,
     ops::focus_softmax_assign_bwd(ctx, v.dscores, v.dg, v.g);
   ops::focus_scores_bwd(ctx, v.dz, dc_, v.dscores, v.z, c_, opts_.tau);
   // dh += dz W_g; dW_g += dz^T h (skipped when frozen).
-  ops::matmul_bwd(ctx, dh.view(Shape{B * T, C}), dw_g_, Tensor(), v.dz,
-                  in.h.view(Shape{B * T, C}), w_g_, /*accumulate_dx=*/true);
+  ops::matmul_bwd(ctx, dh.view(Shape{B * T, C}), dw_g_, Tensor(), v.dz, in.h.view(Shape{B * T, C}),
+                  w_g_, /*accumulate_dx=*/true);
 }
 
 void FocusAttention::metrics(std::map<std::string, double>& out) const {
-  if (last_B_ == 0 || buf_.device() != Device::cpu) return;
+  if (last_B_ == 0) return;
   const Views v = views(last_B_, last_T_);
   const int K = opts_.groups;
   const int64_t rows = last_B_ * last_T_;
-  const float* g = v.g.ptr<float>();
+  std::vector<float> host(size_t(v.g.numel()));  // one copy per read (once per evaluation)
+  copy_tensor(Tensor(host.data(), DType::f32, Device::cpu, v.g.shape), v.g);
+  const float* g = host.data();
   std::vector<int64_t> count(size_t(K), 0);
   double entropy = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -220,13 +221,13 @@ size_t FocusAttention::saved_bytes(const AttentionShape& s, DType dtype) const {
   return count.used;
 }
 
-std::unique_ptr<AttentionCache> FocusAttention::make_cache(const ExecContext& ctx, int B,
-                                                           int max_T, const QKVLayout& layout,
+std::unique_ptr<AttentionCache> FocusAttention::make_cache(const ExecContext& ctx, int B, int max_T,
+                                                           const QKVLayout& layout,
                                                            DType dtype) const {
-  ATTN_REQUIRE(opts_.assign == FocusOptions::Assign::softmax ||
-                   opts_.scope == FocusOptions::Scope::causal,
-               "focus attention: generation needs attention.focus.sinkhorn_scope causal (with "
-               "scope sequence a token's group depends on tokens not generated yet)");
+  ATTN_REQUIRE(
+      opts_.assign == FocusOptions::Assign::softmax || opts_.scope == FocusOptions::Scope::causal,
+      "focus attention: generation needs attention.focus.sinkhorn_scope causal (with "
+      "scope sequence a token's group depends on tokens not generated yet)");
   return std::make_unique<FocusKVCache>(ctx, B, max_T, layout, dtype, opts_);
 }
 

@@ -5,7 +5,8 @@
 //   z = h W_g^T [B*T, d_g];  S = cos(z, C) / tau [B, T, K];  g = sinkhorn(S) or softmax(S)
 // Parameters (role attention): h.<l>.attn.focus.w_g [d_g, n_embd] (a Linear weight) and
 // h.<l>.attn.focus.centroids [K, d_g]. Backward: dqkv, dh (+=) through g, dW_g and dC (+=, unless
-// frozen). CPU only for now: the ops refuse CUDA with the way out.
+// frozen). CUDA: straightforward kernels (kernels/focus/*.cu), tested on the GPU against the CPU
+// references; the fast tiled ones are to come (docs/focus.md).
 #pragma once
 #include "kernels/focus/focus_attention.cuh"
 #include "nn/attention.h"
@@ -42,7 +43,7 @@ class FocusAttention final : public AttentionModule {
   struct Views;  // the saved state of a [B, T] forward
   Views views(int64_t B, int64_t T) const;
   bool hard_in(AttentionMode mode) const;
-  FocusGate gate(bool hard) const;
+  FocusGateParams gate(bool hard) const;
   // z, scores, g (and iterates) of h [B, T, C]; state/pos for causal decoding.
   void assign(const ExecContext& ctx, const Tensor& h, const Views& v, const Tensor& state,
               int pos) const;
@@ -63,11 +64,11 @@ class FocusKVCache final : public AttentionCache {
   FocusKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout, DType dtype,
                const FocusOptions& o);
   size_t bytes() const override { return buf_.bytes(); }
-  Tensor k, v;        // [B, n_kv_head, max_T, D]
-  Tensor g;           // [B, max_T, K] f32
-  Tensor groups;      // [B, max_T, top_k] i32
-  Tensor state;       // [B, iterations, K] f32
-  Buffer scratch;     // z, scores, g, iterates, groups of a chunk of up to max_T tokens
+  Tensor k, v;     // [B, n_kv_head, max_T, D]
+  Tensor g;        // [B, max_T, K] f32
+  Tensor groups;   // [B, max_T, top_k] i32
+  Tensor state;    // [B, iterations, K] f32
+  Buffer scratch;  // z, scores, g, iterates, groups of a chunk of up to max_T tokens
 
  private:
   Buffer buf_;

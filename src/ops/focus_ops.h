@@ -36,18 +36,18 @@ void focus_route_topk(const ExecContext& ctx, const Tensor& groups, const Tensor
 // [B, T, top_k] i32 (gate hard). Either may be empty where the gate does not read it.
 void focus_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
                          const Tensor& qkv, const QKVLayout& layout, const Tensor& g,
-                         const Tensor& groups, const FocusGate& gate);
+                         const Tensor& groups, const FocusGateParams& gate);
 // dqkv written (=); dg [B, T, K] written (=), empty: not computed.
 void focus_attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dg,
                          const Tensor& dout, const Tensor& qkv, const Tensor& out,
                          const Tensor& lse, const QKVLayout& layout, const Tensor& g,
-                         const Tensor& groups, const FocusGate& gate);
+                         const Tensor& groups, const FocusGateParams& gate);
 // Decoding: the Tq queries of qkv [B, Tq, width] at positions pos .. pos+Tq-1 attend to the cache
 // k_cache, v_cache [B, n_kv_head, max_T, D] with g_cache [B, max_T, K] / groups_cache
 // [B, max_T, top_k] (the new tokens' entries already written): the rows of focus_attention_fwd.
 void focus_attention_decode(const ExecContext& ctx, const Tensor& out, const Tensor& qkv,
                             const Tensor& k_cache, const Tensor& v_cache, const Tensor& g_cache,
                             const Tensor& groups_cache, int pos, const QKVLayout& layout,
-                            const FocusGate& gate);
+                            const FocusGateParams& gate);
 
 }  // namespace attnlab::ops

@@ -66,7 +66,9 @@ struct FocusModel {
     std::uniform_int_distribution<int> tok(0, cfg.vocab_size - 1);
     for (int i = 0; i < B * T; ++i) tokens.push_back(tok(rng)), targets.push_back(tok(rng));
   }
-  Tensor t(std::vector<int32_t>& v) { return Tensor(v.data(), DType::i32, Device::cpu, Shape{B, T}); }
+  Tensor t(std::vector<int32_t>& v) {
+    return Tensor(v.data(), DType::i32, Device::cpu, Shape{B, T});
+  }
   double loss(AttentionMode mode) {
     model.forward(*ctx, store, t(tokens), t(targets), mode);
     return model.take_loss(*ctx).mean();

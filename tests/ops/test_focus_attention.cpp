@@ -45,11 +45,11 @@ struct Case {
   Tensor groups_t() { return cpu_tensor(groups, {B, T, top_k}); }
   Tensor out_t() { return cpu_tensor(out, {B, T, layout.q_width()}); }
   Tensor lse_t() { return cpu_tensor(lse, {B, H, T}); }
-  void forward(const FocusGate& gate) {
+  void forward(const FocusGateParams& gate) {
     ops::focus_attention_fwd(*ctx, out_t(), lse_t(), qkv_t(), layout, g_t(), groups_t(), gate);
   }
   // dqkv, dg for the objective sum(w * out).
-  std::pair<std::vector<float>, std::vector<float>> backward(const FocusGate& gate,
+  std::pair<std::vector<float>, std::vector<float>> backward(const FocusGateParams& gate,
                                                              std::vector<float> w) {
     forward(gate);
     std::vector<float> dqkv(qkv.size()), dg(g.size());
@@ -106,8 +106,8 @@ struct Case {
   }
 };
 
-FocusGate gate_of(FocusGateKind kind, int w) {
-  FocusGate g;
+FocusGateParams gate_of(FocusGateKind kind, int w) {
+  FocusGateParams g;
   g.kind = kind;
   g.local_window = w;
   g.eps = 1e-3f;  // large enough that FD sees the additive gate's log(a + eps) smoothly
@@ -118,7 +118,7 @@ TEST(FocusAttention, SoftGatesMatchFiniteDifferencesThroughQKVAndG) {
   for (FocusGateKind kind : {FocusGateKind::additive, FocusGateKind::multiplicative}) {
     SCOPED_TRACE(kind == FocusGateKind::additive ? "additive" : "multiplicative");
     Case c(2, 7, 4, 2, 3, 3, 1);
-    const FocusGate gate = gate_of(kind, 2);
+    const FocusGateParams gate = gate_of(kind, 2);
     const std::vector<float> w = test::random_vector(c.out.size(), 5);
     auto [dqkv, dg] = c.backward(gate, w);
     auto f = [&] {
@@ -144,7 +144,7 @@ TEST(FocusAttention, EqualsDenseWhereTheGateCannotAct) {
   Case one(2, 9, 2, 2, 8, 1, 1);
   one.forward(gate_of(FocusGateKind::hard, 0));
   EXPECT_LT(test::max_rel_error(one.out, one.dense()), 1e-6);
-  FocusGate additive = gate_of(FocusGateKind::additive, 0);
+  FocusGateParams additive = gate_of(FocusGateKind::additive, 0);
   additive.eps = 1e-6f;
   one.forward(additive);
   EXPECT_LT(test::max_rel_error(one.out, one.dense()), 1e-5);
@@ -173,7 +173,7 @@ TEST(FocusAttention, HardRoutingEqualsTheMaskedDenseReference) {
 // the routing fixed); dg is the straight-through estimate (finite, and nonzero).
 TEST(FocusAttention, HardGateBackwardIsExactForQKVAndStraightThroughForG) {
   Case c(2, 8, 2, 1, 4, 3, 1);
-  const FocusGate gate = gate_of(FocusGateKind::hard, 1);
+  const FocusGateParams gate = gate_of(FocusGateKind::hard, 1);
   const std::vector<float> w = test::random_vector(c.out.size(), 4);
   auto [dqkv, dg] = c.backward(gate, w);
   auto f = [&] {
@@ -195,7 +195,7 @@ TEST(FocusAttention, DecodeEqualsTheFullForward) {
   for (FocusGateKind kind :
        {FocusGateKind::additive, FocusGateKind::multiplicative, FocusGateKind::hard}) {
     Case c(2, 11, 4, 2, 4, 4, 2);
-    const FocusGate gate = gate_of(kind, 2);
+    const FocusGateParams gate = gate_of(kind, 2);
     c.forward(gate);
     const int max_T = 16, B = c.B, Hkv = c.Hkv, D = c.D, K = c.K, tk = c.top_k;
     std::vector<float> kc(size_t(B) * Hkv * max_T * D), vc(kc.size()), gc(size_t(B) * max_T * K);
