@@ -70,7 +70,8 @@ __global__ void sinkhorn_bwd_kernel(SinkhornParams p) {
   const int b = blockIdx.x, T = p.T, K = p.K, N = p.iterations;
   const int64_t seq = int64_t(T) * K, all = int64_t(p.B) * seq;
   float* d = p.dscores + b * seq;
-  for (int64_t e = threadIdx.x; e < seq; e += blockDim.x) d[e] = p.dg[b * seq + e] * p.g[b * seq + e];
+  for (int64_t e = threadIdx.x; e < seq; e += blockDim.x)
+    d[e] = p.dg[b * seq + e] * p.g[b * seq + e];
   __syncthreads();
   for (int n = N - 1; n >= 0; --n) {
     const float* x = p.iterates + n * all + b * seq;
@@ -79,14 +80,16 @@ __global__ void sinkhorn_bwd_kernel(SinkhornParams p) {
       double sum = 0.0;
       for (int k = 0; k < K; ++k) sum += d[int64_t(t) * K + k];
       for (int k = 0; k < K; ++k)
-        d[int64_t(t) * K + k] = float(d[int64_t(t) * K + k] - exp(double(xn[int64_t(t) * K + k])) * sum);
+        d[int64_t(t) * K + k] =
+            float(d[int64_t(t) * K + k] - exp(double(xn[int64_t(t) * K + k])) * sum);
     }
     __syncthreads();
     for (int k = threadIdx.x; k < K; k += blockDim.x) {
       if (p.causal) {
         float* prefix = xn;  // consumed above: reused for the column's logcumsumexp
         double m = -INFINITY;
-        for (int t = 0; t < T; ++t) prefix[int64_t(t) * K + k] = float(m = log_add_exp(m, x[int64_t(t) * K + k]));
+        for (int t = 0; t < T; ++t)
+          prefix[int64_t(t) * K + k] = float(m = log_add_exp(m, x[int64_t(t) * K + k]));
         double r = 0.0;
         for (int t = T - 1; t >= 0; --t) {
           const double mt = prefix[int64_t(t) * K + k];
@@ -215,7 +218,8 @@ __global__ void focus_scores_dc_kernel(FocusScoresParams<T> p, const float* dcu)
   for (int e = 0; e < d; ++e) dot += double(dcu[k * d + e]) * dev::to_f(c[e]) / cn;
   for (int e = 0; e < d; ++e) {
     T& out = p.dcentroids[int64_t(k) * d + e];
-    out = dev::from_f<T>(dev::to_f(out) + float((dcu[k * d + e] - dev::to_f(c[e]) / cn * dot) / cn));
+    out =
+        dev::from_f<T>(dev::to_f(out) + float((dcu[k * d + e] - dev::to_f(c[e]) / cn * dot) / cn));
   }
 }
 

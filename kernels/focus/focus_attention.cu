@@ -31,8 +31,12 @@ struct Row {
   __device__ const T* v(int j) const {
     return p.v + b * p.kv_batch_stride + j * p.kv_row_stride + hk * p.kv_head_stride;
   }
-  __device__ int64_t q_off() const { return b * p.q_batch_stride + t * p.q_row_stride + int64_t(h) * p.D; }
-  __device__ int64_t o_off() const { return b * p.o_batch_stride + t * p.o_row_stride + int64_t(h) * p.D; }
+  __device__ int64_t q_off() const {
+    return b * p.q_batch_stride + t * p.q_row_stride + int64_t(h) * p.D;
+  }
+  __device__ int64_t o_off() const {
+    return b * p.o_batch_stride + t * p.o_row_stride + int64_t(h) * p.D;
+  }
   __device__ float affinity(int j) const {
     const float* gi = p.g + b * p.g_batch_stride + int64_t(i) * p.K;
     const float* gj = p.g + b * p.g_batch_stride + int64_t(j) * p.K;
@@ -197,8 +201,7 @@ void launch_focus_attention_bwd(const FocusAttentionParams<T>& p, Stream s) {
   CUDA_CHECK(cudaMemsetAsync(dk_acc, 0, size_t(2 * kv) * sizeof(float), st(s)));
   if (p.dg)
     CUDA_CHECK(cudaMemsetAsync(p.dg, 0, size_t(p.B) * p.seq_len * p.K * sizeof(float), st(s)));
-  focus_attention_bwd_kernel<T><<<div_up(rows, kThreads), kThreads, 0, st(s)>>>(p, dk_acc,
-                                                                                      dv_acc);
+  focus_attention_bwd_kernel<T><<<div_up(rows, kThreads), kThreads, 0, st(s)>>>(p, dk_acc, dv_acc);
   CUDA_CHECK_LAUNCH();
   focus_store_dkv_kernel<T><<<div_up(kv, 256), 256, 0, st(s)>>>(p, dk_acc, dv_acc);
   CUDA_CHECK_LAUNCH();

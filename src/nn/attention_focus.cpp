@@ -88,6 +88,7 @@ void FocusAttention::bind(const ParameterStore& store) {
 
 void FocusAttention::allocate(const ExecContext& ctx, const AttentionShape& s, DType dtype) {
   shape_ = s;
+  dtype_ = dtype;
   Layout count;
   Views v;
   carve(count, v, opts_, s.B, s.T, s.layout.n_head, dtype);
@@ -99,7 +100,7 @@ FocusAttention::Views FocusAttention::views(int64_t B, int64_t T) const {
   Layout l{&buf_};
   Views v;
   ATTN_ASSERT(B <= shape_.B && T <= shape_.T);
-  carve(l, v, opts_, B, T, shape_.layout.n_head, w_g_.empty() ? DType::f32 : w_g_.dtype);
+  carve(l, v, opts_, B, T, shape_.layout.n_head, dtype_);
   return v;
 }
 

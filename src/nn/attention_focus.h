@@ -51,6 +51,7 @@ class FocusAttention final : public AttentionModule {
   FocusOptions opts_;
   int layer_;
   AttentionShape shape_;
+  DType dtype_ = DType::f32;
   Tensor w_g_, dw_g_, c_, dc_;
   Buffer buf_;
   int64_t last_B_ = 0, last_T_ = 0;

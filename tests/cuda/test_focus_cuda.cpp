@@ -44,7 +44,8 @@ TEST(FocusCuda, SinkhornMatchesTheReferenceBothScopes) {
       std::vector<float> sc = test::random_vector(size_t(B) * T * K, uint32_t(T), -10, 10);
       std::vector<float> dg = test::random_vector(sc.size(), 2);
       std::vector<float> g(sc.size()), it(sc.size() * (N + 1)), ds(sc.size());
-      ops::focus_sinkhorn_fwd(*cpu, cpu_tensor(g, s), cpu_tensor(it, is), cpu_tensor(sc, s), causal);
+      ops::focus_sinkhorn_fwd(*cpu, cpu_tensor(g, s), cpu_tensor(it, is), cpu_tensor(sc, s),
+                              causal);
       ops::focus_sinkhorn_bwd(*cpu, cpu_tensor(ds, s), cpu_tensor(dg, s), cpu_tensor(g, s),
                               cpu_tensor(it, is), causal);
       DeviceArray<float> dsc(sc), dgg(dg), dgo(sc.size()), dit(it.size()), dds(sc.size());
@@ -80,8 +81,8 @@ TEST(FocusCuda, SoftmaxTopkAndScoresMatchTheReference) {
     std::vector<float> z = test::to_precision<T>(test::random_vector(N * d, 3));
     std::vector<float> c = test::to_precision<T>(test::random_vector(K * d, 4));
     std::vector<float> w = test::random_vector(N * K, 5), s(N * K), dz(N * d), dc(K * d, 0.f);
-    ops::focus_scores_fwd(*cpu, cpu_tensor(s, {N, K}), cpu_tensor(z, {N, d}),
-                          cpu_tensor(c, {K, d}), 0.1f);
+    ops::focus_scores_fwd(*cpu, cpu_tensor(s, {N, K}), cpu_tensor(z, {N, d}), cpu_tensor(c, {K, d}),
+                          0.1f);
     ops::focus_scores_bwd(*cpu, cpu_tensor(dz, {N, d}), cpu_tensor(dc, {K, d}),
                           cpu_tensor(w, {N, K}), cpu_tensor(z, {N, d}), cpu_tensor(c, {K, d}),
                           0.1f);
@@ -136,8 +137,7 @@ void attention_case(FocusGateKind kind) {
   go.poison();
   ops::focus_attention_fwd(*gpu, dev_tensor(go, os), dev_tensor(gl, ls), dev_tensor(gq, qs), l,
                            dev_tensor(gg, gs), dev_ints(ggr, grs), gate);
-  EXPECT_LT(test::report("focus attention out", test::max_rel_error(go.download(), out)),
-            tol<T>());
+  EXPECT_LT(test::report("focus attention out", test::max_rel_error(go.download(), out)), tol<T>());
   EXPECT_LT(test::report("focus attention lse", test::max_rel_error(gl.download(), lse)), 1e-4);
   gdq.poison();
   ops::focus_attention_bwd(*gpu, dev_tensor(gdq, qs), dev_tensor(gdg, gs), dev_tensor(gdo, os),
