@@ -131,8 +131,13 @@ def main():
     a = p.parse_args()
 
     if a.vocab:
-        tok = GPT2TokenizerFast(vocab_file=os.path.join(a.vocab, "encoder.json"),
-                                merges_file=os.path.join(a.vocab, "vocab.bpe"))
+        vocab, merges = os.path.join(a.vocab, "encoder.json"), os.path.join(a.vocab, "vocab.bpe")
+        # transformers 5 takes vocab= / merges= (vocab_file= is silently ignored there and gives
+        # an empty tokenizer); 4.x takes vocab_file= / merges_file=.
+        tok = GPT2TokenizerFast(vocab=vocab, merges=merges)
+        if len(tok) < 50257:
+            tok = GPT2TokenizerFast(vocab_file=vocab, merges_file=merges)
+        assert len(tok) >= 50257 and tok.encode("Hello world") == [15496, 995], "GPT-2 tokenizer not loaded"
     else:
         tok = GPT2TokenizerFast.from_pretrained(a.model_dir)
     device = "cuda" if torch.cuda.is_available() else "cpu"

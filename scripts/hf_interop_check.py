@@ -174,8 +174,10 @@ def check_config(build, work, tag, cfg_kwargs, B, T, seed):
         run([attnlab, "convert", d_ours, d_back, "--to", "hf"])
         run([attnlab, "convert", d_ours, f_llmc, "--to", "llmc"])
         back, info = GPT2LMHeadModel.from_pretrained(d_back, output_loading_info=True)
+        # transformers 5 reports sets, 4.x lists
         missing = [k for k in info["missing_keys"] if not k.endswith(".attn.bias") and not k.endswith("masked_bias")]
-        bad = missing + info["unexpected_keys"] + info.get("mismatched_keys", []) + info.get("error_msgs", [])
+        bad = missing + [str(k) for key in ("unexpected_keys", "mismatched_keys", "error_msgs")
+                         for k in info.get(key, [])]
         report(f"{tag} convert -> hf: from_pretrained keys", not bad, f"problems: {bad}" if bad else "none missing or unexpected")
         tied = back.lm_head.weight.data_ptr() == back.transformer.wte.weight.data_ptr()
         report(f"{tag} convert -> hf: head tied", tied, "lm_head is wte" if tied else "lm_head is a separate tensor")

@@ -103,9 +103,29 @@ void ModelConfig::validate() const {
   require_range("model.init_std", init_std, 0, true, kInf, false);
 }
 
+void FocusConfig::validate() const {
+  require_min("attention.focus.groups", groups, 1);
+  require_min("attention.focus.d_g", d_g, 1);
+  require_min("attention.focus.local_window", local_window, 0);
+  require_range("attention.focus.tau", tau, 0, true, kInf, false);
+  require_min("attention.focus.iterations", iterations, 1);
+  require_min("attention.focus.top_k", top_k, 1);
+  if (top_k > groups)
+    fail_key("attention.focus.top_k",
+             strformat("attention.focus.top_k (%d) must be <= attention.focus.groups (%d)", top_k,
+                       groups));
+  require_range("attention.focus.gate_eps", gate_eps, 0, true, kInf, false);
+}
+
 void AttentionConfig::validate() const {
   if (type.empty()) fail_key("attention.type", "attention.type must not be empty");
   require_min("attention.window", window, 0);
+  focus.validate();
+  if (type == "focus" && window != 0)
+    fail_key("attention.window",
+             strformat("attention.window (%d) does not apply to attention.type focus: its local "
+                       "band is attention.focus.local_window",
+                       window));
 }
 
 void DataConfig::validate() const {

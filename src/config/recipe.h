@@ -56,6 +56,10 @@ enum class Precision : uint8_t { bf16, fp32 };
 enum class Recompute : uint8_t { none, gelu, block };
 enum class ColorMode : uint8_t { auto_detect, always, never };
 enum class DistBackend : uint8_t { none };
+enum class FocusAssign : uint8_t { sinkhorn, softmax };
+enum class FocusScope : uint8_t { causal, sequence };
+enum class FocusGate : uint8_t { additive, multiplicative };
+enum class FocusRouting : uint8_t { soft, hard };
 
 template <>
 struct EnumNames<ModelFamily> {
@@ -118,6 +122,27 @@ struct EnumNames<DistBackend> {
   static constexpr std::array<std::string_view, 1> future{"nccl"};
 };
 
+template <>
+struct EnumNames<FocusAssign> {
+  static constexpr std::array<std::string_view, 2> names{"sinkhorn", "softmax"};
+  static constexpr std::array<std::string_view, 0> future{};
+};
+template <>
+struct EnumNames<FocusScope> {
+  static constexpr std::array<std::string_view, 2> names{"causal", "sequence"};
+  static constexpr std::array<std::string_view, 0> future{};
+};
+template <>
+struct EnumNames<FocusGate> {
+  static constexpr std::array<std::string_view, 2> names{"additive", "multiplicative"};
+  static constexpr std::array<std::string_view, 0> future{};
+};
+template <>
+struct EnumNames<FocusRouting> {
+  static constexpr std::array<std::string_view, 2> names{"soft", "hard"};
+  static constexpr std::array<std::string_view, 0> future{};
+};
+
 template <class E>
 concept RecipeEnum = std::is_enum_v<E> && requires {
   EnumNames<E>::names;
@@ -167,10 +192,31 @@ struct ReservedSection {
   bool operator==(const ReservedSection&) const = default;
 };
 
+// attention.focus: Focus attention (arXiv 2604.03260; docs/focus.md). Defaults are the paper's.
+// Read whatever attention.type is (so a recipe can carry them), used when type is "focus".
+struct FocusConfig {
+  int groups = 8;          // K: number of groups (centroids)
+  int d_g = 16;            // width of the group space (W_g: n_embd x d_g)
+  int local_window = 128;  // w: pairs with 0 <= i - j <= w attend ungated
+  double tau = 0.1;        // temperature of the scores S = cos(h W_g, C) / tau
+  int iterations = 10;     // Sinkhorn iterations (assign: sinkhorn)
+  int top_k = 2;           // groups a token keeps under hard routing
+  FocusAssign assign = FocusAssign::sinkhorn;
+  FocusScope sinkhorn_scope = FocusScope::causal;
+  FocusGate gate = FocusGate::additive;
+  double gate_eps = 1e-6;    // additive gate: weight exp(s) (a + eps) for distant pairs
+  double gate_scale = 10.0;  // multiplicative gate: logit s * sigmoid(gate_scale a + gate_bias)
+  double gate_bias = -5.0;
+  FocusRouting route_training = FocusRouting::soft;  // hard: straight-through soft affinity
+  FocusRouting eval_routing = FocusRouting::hard;    // routing of eval and generate
+  void validate() const;
+  bool operator==(const FocusConfig&) const = default;
+};
+
 struct AttentionConfig {
   std::string type = "dense";  // checked against the attention registry when the model is built
   int window = 0;              // sliding-window size in tokens; 0 = full causal attention
-  ReservedSection focus;
+  FocusConfig focus;
   ReservedSection sfa;
   void validate() const;
   bool operator==(const AttentionConfig&) const = default;

@@ -41,10 +41,28 @@ void visit(V& v, Is<ModelConfig> auto& m) {
 }
 
 template <class V>
+void visit(V& v, Is<FocusConfig> auto& f) {
+  v.field("groups", f.groups, {"K", "k", "n_groups", "num_groups", "clusters", "centroids"});
+  v.field("d_g", f.d_g, {"dg", "group_dim", "d_group"});
+  v.field("local_window", f.local_window, {"w", "window", "local"});
+  v.field("tau", f.tau, {"temperature"});
+  v.field("iterations", f.iterations, {"sinkhorn_iterations", "n_iter", "iters"});
+  v.field("top_k", f.top_k, {"topk", "k_groups"});
+  v.field("assign", f.assign, {"assignment"});
+  v.field("sinkhorn_scope", f.sinkhorn_scope, {"scope"});
+  v.field("gate", f.gate, {"gating"});
+  v.field("gate_eps", f.gate_eps, {"eps"});
+  v.field("gate_scale", f.gate_scale, {"lambda"});
+  v.field("gate_bias", f.gate_bias, {"bias", "b"});
+  v.field("route_training", f.route_training, {"training_routing", "train_routing"});
+  v.field("eval_routing", f.eval_routing, {"inference_routing", "routing"});
+}
+
+template <class V>
 void visit(V& v, Is<AttentionConfig> auto& a) {
   v.field("type", a.type, {"name", "kind", "variant"});
   v.field("window", a.window, {"window_size", "sliding_window"});
-  v.field("focus", a.focus);
+  v.section("focus", a.focus);
   v.field("sfa", a.sfa);
 }
 

@@ -76,6 +76,13 @@ class GPT {
   // the config's recompute mode, attention variants' saved state included.
   size_t activation_bytes(int B, int T, DType dtype) const;
 
+  // Layer l's attention module (telemetry; variant settings such as Focus's eval routing).
+  AttentionModule& attention(int l) const { return blocks_[size_t(l)].attention(); }
+  // Every layer's AttentionModule::metrics of the last forward.
+  void attention_metrics(std::map<std::string, double>& out) const {
+    for (const Block& b : blocks_) b.attention().metrics(out);
+  }
+
   // Observer of op groups (nullptr = none); not owned, must outlive its use.
   void set_observer(OpObserver* o) { observer_ = o; }
 

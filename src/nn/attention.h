@@ -59,9 +59,32 @@ struct AttentionInputs {
   AuxLossSink aux;
 };
 
+// Focus attention (nn/attention_focus.h, docs/focus.md); mapped from the recipe's
+// attention.focus in train/from_recipe.cpp. Defaults are the paper's.
+struct FocusOptions {
+  enum class Assign { sinkhorn, softmax };
+  enum class Scope { causal, sequence };
+  enum class Gate { additive, multiplicative };
+  enum class Routing { soft, hard };
+  int groups = 8;  // K
+  int d_g = 16;
+  int local_window = 128;  // w
+  float tau = 0.1f;
+  int iterations = 10;
+  int top_k = 2;
+  Assign assign = Assign::sinkhorn;
+  Scope scope = Scope::causal;
+  Gate gate = Gate::additive;
+  float gate_eps = 1e-6f;
+  float gate_scale = 10.f, gate_bias = -5.f;  // multiplicative: sigmoid(gate_scale a + gate_bias)
+  Routing route_training = Routing::soft;
+  Routing eval_routing = Routing::hard;
+};
+
 struct AttentionOptions {
   std::string type = "dense";
   int window = 0;  // sliding-window size (0: full causal)
+  FocusOptions focus;
 };
 
 class AttentionModule {

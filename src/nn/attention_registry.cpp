@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "nn/attention.h"
 #include "nn/attention_dense.h"
+#include "nn/attention_focus.h"
 
 namespace attnlab {
 namespace {
@@ -16,6 +17,10 @@ std::vector<Entry>& registry() {
       {"dense",
        [](const AttentionOptions& o, int) -> std::unique_ptr<AttentionModule> {
          return std::make_unique<DenseAttention>(o);
+       }},
+      {"focus",
+       [](const AttentionOptions& o, int layer) -> std::unique_ptr<AttentionModule> {
+         return std::make_unique<FocusAttention>(o, layer);
        }},
   };
   return kRegistry;

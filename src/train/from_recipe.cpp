@@ -7,6 +7,26 @@
 
 namespace attnlab {
 
+FocusOptions focus_options_of(const FocusConfig& f) {
+  using O = FocusOptions;
+  O o;
+  o.groups = f.groups;
+  o.d_g = f.d_g;
+  o.local_window = f.local_window;
+  o.tau = float(f.tau);
+  o.iterations = f.iterations;
+  o.top_k = f.top_k;
+  o.assign = f.assign == FocusAssign::sinkhorn ? O::Assign::sinkhorn : O::Assign::softmax;
+  o.scope = f.sinkhorn_scope == FocusScope::causal ? O::Scope::causal : O::Scope::sequence;
+  o.gate = f.gate == FocusGate::additive ? O::Gate::additive : O::Gate::multiplicative;
+  o.gate_eps = float(f.gate_eps);
+  o.gate_scale = float(f.gate_scale);
+  o.gate_bias = float(f.gate_bias);
+  o.route_training = f.route_training == FocusRouting::hard ? O::Routing::hard : O::Routing::soft;
+  o.eval_routing = f.eval_routing == FocusRouting::hard ? O::Routing::hard : O::Routing::soft;
+  return o;
+}
+
 GPTConfig gpt_config_of(const Recipe& r) {
   GPTConfig c;
   c.n_layer = r.model.n_layer;
@@ -39,6 +59,7 @@ GPTConfig gpt_config_of(const Recipe& r) {
   c.tied_embeddings = r.model.tied_embeddings;
   c.attention.type = r.attention.type;
   c.attention.window = r.attention.window;
+  c.attention.focus = focus_options_of(r.attention.focus);
   c.recompute = r.train.recompute == Recompute::gelu    ? ActivationRecompute::gelu
                 : r.train.recompute == Recompute::block ? ActivationRecompute::block
                                                         : ActivationRecompute::none;

@@ -13,6 +13,7 @@ GPTConfig gpt_config_of(const Recipe& r);
 // gpt_config_of(r) describes the model of `c` (model.preset cleared; vocab_multiple the largest
 // power of two <= 128 that gives c.padded_vocab). Used for models from other formats.
 void set_model_config(const GPTConfig& c, Recipe& r);
+FocusOptions focus_options_of(const FocusConfig& f);
 AdamWConfig adamw_config_of(const Recipe& r);
 ScheduleSpec schedule_of(const Recipe& r, int total_steps);
 

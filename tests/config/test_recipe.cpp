@@ -127,7 +127,7 @@ TEST(RecipeOverrides, PrecedenceAndValueForms) {
       yaml, "o.yaml",
       {"optim.lr=3e-4", "train.steps=1_000", "train.steps=2_000", "data.train=data/shards/*.bin",
        "train.name=run #1", "retrofit.train_roles=[attention, adapter]", "train.device=cpu",
-       "train.deterministic=off", "attention.focus={}",
+       "train.deterministic=off", "attention.focus.top_k=1",
        "data.val=", "data.synthetic.train_tokens=4e5", "train.out_dir='runs/a b'"});
   EXPECT_DOUBLE_EQ(r.optim.lr, 3e-4);
   EXPECT_EQ(r.train.steps, 2000) << "later --set wins";
@@ -138,6 +138,7 @@ TEST(RecipeOverrides, PrecedenceAndValueForms) {
   EXPECT_EQ(r.train.device, DeviceChoice::cpu);
   EXPECT_FALSE(r.train.deterministic);
   EXPECT_EQ(r.data.val, "");
+  EXPECT_EQ(r.attention.focus.top_k, 1);
   EXPECT_EQ(r.data.synthetic.train_tokens, 400000);
   EXPECT_EQ(r.train.out_dir, "runs/a b");
   // An override can repair a file value that would not validate on its own.
@@ -260,8 +261,8 @@ TEST(RecipeErrors, EnumsAndUnsupportedFeatures) {
   EXPECT_EQ(parse_error("retrofit:\n  train_roles: [attention, centroids]\n"),
             "x.yaml:2: retrofit.train_roles: unknown parameter role 'centroids' (valid: base, "
             "attention, adapter)");
-  EXPECT_EQ(parse_error("attention:\n  focus:\n    groups: 8\n"),
-            "x.yaml:3: attention.focus.groups: the 'attention.focus' section is reserved for a "
+  EXPECT_EQ(parse_error("attention:\n  sfa:\n    groups: 8\n"),
+            "x.yaml:3: attention.sfa.groups: the 'attention.sfa' section is reserved for a "
             "later release and takes no keys yet");
   EXPECT_NO_THROW(parse_recipe("attention:\n  focus: {}\n  sfa:\n", "x.yaml"));
 }
@@ -296,7 +297,11 @@ TEST(RecipeYaml, RoundTripIsExact) {
   r.model.init_std = 0.02 / std::sqrt(2.0 * 3);
   r.model.tied_embeddings = false;
   r.attention.type = "focus";
-  r.attention.window = 256;
+  r.attention.focus.groups = 4;
+  r.attention.focus.tau = 0.05;
+  r.attention.focus.sinkhorn_scope = FocusScope::sequence;
+  r.attention.focus.gate = FocusGate::multiplicative;
+  r.attention.focus.eval_routing = FocusRouting::soft;
   r.data.source = DataSource::shards;
   r.data.train = "data/*train*.bin";
   r.data.val = "data/\"quoted\"\\val #1.bin";
@@ -334,7 +339,8 @@ TEST(RecipeYaml, RoundTripIsExact) {
   EXPECT_HAS(yaml, "  lr: 6.0e-04\n");
   EXPECT_HAS(yaml, "  type: wsd\n");
   EXPECT_HAS(yaml, "  device: cuda\n");
-  EXPECT_HAS(yaml, "  focus: {}\n");
+  EXPECT_HAS(yaml, "  focus:\n    groups: 4\n");
+  EXPECT_HAS(yaml, "    sinkhorn_scope: sequence\n");
   EXPECT_HAS(yaml, "  train_roles: [\"attention\", \"adapter\"]\n");
 }
 
@@ -343,7 +349,8 @@ TEST(RecipeYaml, KeyPathsCoverTheSchema) {
   EXPECT_EQ(paths.front(), "model.preset");
   EXPECT_EQ(paths.back(), "retrofit.train_roles");
   EXPECT_NE(std::find(paths.begin(), paths.end(), "data.synthetic.seed"), paths.end());
-  EXPECT_NE(std::find(paths.begin(), paths.end(), "attention.focus"), paths.end());
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "attention.focus.groups"), paths.end());
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "attention.sfa"), paths.end());
   EXPECT_EQ(std::set<std::string>(paths.begin(), paths.end()).size(), paths.size());
 }
 
@@ -383,6 +390,66 @@ TEST(RecipeFiles, DocsNameEveryKey) {
       read_text(std::filesystem::path(ATTNLAB_SOURCE_DIR) / "docs" / "recipes.md");
   ASSERT_FALSE(docs.empty());
   for (const std::string& path : recipe_key_paths()) EXPECT_HAS(docs, "`" + path + "`");
+}
+
+// attention.focus: the paper's defaults, enum keys, and a clear error for every bad value.
+TEST(RecipeFocus, DefaultsEnumsAndErrors) {
+  const FocusConfig d;
+  EXPECT_EQ(d.groups, 8);
+  EXPECT_EQ(d.d_g, 16);
+  EXPECT_EQ(d.local_window, 128);
+  EXPECT_DOUBLE_EQ(d.tau, 0.1);
+  EXPECT_EQ(d.iterations, 10);
+  EXPECT_EQ(d.top_k, 2);
+  EXPECT_EQ(d.assign, FocusAssign::sinkhorn);
+  EXPECT_EQ(d.sinkhorn_scope, FocusScope::causal);
+  EXPECT_EQ(d.gate, FocusGate::additive);
+  EXPECT_EQ(d.route_training, FocusRouting::soft);
+  EXPECT_EQ(d.eval_routing, FocusRouting::hard);
+
+  Recipe r = parse_recipe(
+      "attention:\n  type: focus\n  focus:\n    groups: 4\n    assign: softmax\n"
+      "    sinkhorn_scope: sequence\n    gate: multiplicative\n    route_training: hard\n"
+      "    eval_routing: soft\n    local_window: 0\n",
+      "x.yaml");
+  EXPECT_EQ(r.attention.focus.groups, 4);
+  EXPECT_EQ(r.attention.focus.assign, FocusAssign::softmax);
+  EXPECT_EQ(r.attention.focus.sinkhorn_scope, FocusScope::sequence);
+  EXPECT_EQ(r.attention.focus.gate, FocusGate::multiplicative);
+  EXPECT_EQ(r.attention.focus.route_training, FocusRouting::hard);
+  EXPECT_EQ(r.attention.focus.eval_routing, FocusRouting::soft);
+  EXPECT_EQ(r.attention.focus.local_window, 0);
+
+  auto err = [](const std::string& key_value) {
+    return parse_error("attention:\n  focus:\n    " + key_value + "\n");
+  };
+  EXPECT_EQ(err("groups: 0"), "x.yaml:3: attention.focus.groups must be >= 1, got 0");
+  EXPECT_EQ(err("d_g: 0"), "x.yaml:3: attention.focus.d_g must be >= 1, got 0");
+  EXPECT_EQ(err("local_window: -1"), "x.yaml:3: attention.focus.local_window must be >= 0, got -1");
+  EXPECT_EQ(err("tau: 0"), "x.yaml:3: attention.focus.tau must be > 0, got 0");
+  EXPECT_EQ(err("iterations: 0"), "x.yaml:3: attention.focus.iterations must be >= 1, got 0");
+  EXPECT_EQ(err("top_k: 0"), "x.yaml:3: attention.focus.top_k must be >= 1, got 0");
+  EXPECT_EQ(err("top_k: 9"),
+            "x.yaml:3: attention.focus.top_k (9) must be <= attention.focus.groups (8)");
+  EXPECT_EQ(err("gate_eps: 0"), "x.yaml:3: attention.focus.gate_eps must be > 0, got 0");
+  EXPECT_EQ(err("assign: kmeans"),
+            "x.yaml:3: attention.focus.assign 'kmeans' is not a valid value (valid: sinkhorn, "
+            "softmax)");
+  EXPECT_EQ(err("sinkhorn_scope: global"),
+            "x.yaml:3: attention.focus.sinkhorn_scope 'global' is not a valid value (valid: "
+            "causal, sequence)");
+  EXPECT_EQ(err("gate: additiv"),
+            "x.yaml:3: attention.focus.gate 'additiv' is not a valid value (valid: additive, "
+            "multiplicative); did you mean 'additive'?");
+  EXPECT_EQ(err("eval_routing: topk"),
+            "x.yaml:3: attention.focus.eval_routing 'topk' is not a valid value (valid: soft, "
+            "hard)");
+  EXPECT_EQ(err("K: 8"),
+            "x.yaml:3: unknown key 'attention.focus.K'; did you mean "
+            "'attention.focus.groups'?");
+  EXPECT_EQ(parse_error("attention:\n  type: focus\n  window: 64\n"),
+            "x.yaml:3: attention.window (64) does not apply to attention.type focus: its local "
+            "band is attention.focus.local_window");
 }
 
 }  // namespace

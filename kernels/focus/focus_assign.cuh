@@ -1,0 +1,60 @@
+// Focus group assignment (docs/focus.md): scores -> assignment g, and top-k routing.
+// All tensors fp32 whatever the activation dtype (they are small: K values per token, and the
+// Sinkhorn iterates need the range).
+//
+// scores, g, dg, dscores: [B, T, K] contiguous. iterates: [iterations + 1, B, T, K] workspace.
+// Sinkhorn, in the log domain (X_0 = scores; n = 0 .. N-1):
+//   column step  sequence: Y[t,k] = X_n[t,k] - logsumexp_{t'<T} X_n[t',k] + log(T / K)
+//                causal:   Y[t,k] = X_n[t,k] - logsumexp_{t'<=t} X_n[t',k] + log((pos+t+1) / K)
+//   row step     X_{n+1}[t,k] = Y[t,k] - logsumexp_k Y[t,k]
+//   g = exp(X_N) (rows sum to 1).
+// fwd: g and iterates (X_0 .. X_N) written (=). state (causal only; may be null): [B, N, K], the
+//   running logsumexp of each iteration's column over the tokens before this chunk, read and
+//   updated (decode: chunk after chunk gives the rows of one forward over the whole prefix; -inf
+//   at the start). pos: absolute position of token 0 (0 in training).
+// bwd: dscores written (=) from dg and the iterates of the forward (pos 0, no state): the exact
+//   gradient of the unrolled iterations.
+// Softmax assignment: g = softmax_k(scores); bwd dscores = g (dg - sum_k g dg) (written =).
+// Top-k routing: groups [B, T, top_k] int32 = the top_k largest g of each token (ties: the lower
+//   group index first), written (=).
+#pragma once
+#include "kernels/common/launch.h"
+
+namespace attnlab {
+
+struct SinkhornParams {
+  const float* scores = nullptr;
+  float* iterates = nullptr;  // [iterations + 1, B, T, K]
+  float* g = nullptr;
+  float* state = nullptr;  // [B, iterations, K] or null (causal only)
+  const float* dg = nullptr;
+  float* dscores = nullptr;
+  int B = 0, T = 0, K = 0;
+  int iterations = 0;
+  bool causal = true;
+  int pos = 0;
+};
+
+struct SoftmaxAssignParams {
+  const float* scores = nullptr;
+  float* g = nullptr;
+  const float* dg = nullptr;
+  float* dscores = nullptr;
+  int64_t rows = 0;  // B * T
+  int K = 0;
+};
+
+struct TopkRouteParams {
+  const float* g = nullptr;
+  int32_t* groups = nullptr;
+  int64_t rows = 0;
+  int K = 0, top_k = 0;
+};
+
+void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s);
+void launch_sinkhorn_bwd(const SinkhornParams& p, Stream s);
+void launch_softmax_assign_fwd(const SoftmaxAssignParams& p, Stream s);
+void launch_softmax_assign_bwd(const SoftmaxAssignParams& p, Stream s);
+void launch_topk_route(const TopkRouteParams& p, Stream s);
+
+}  // namespace attnlab

@@ -1,0 +1,260 @@
+#include "nn/attention_focus.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "ops/focus_ops.h"
+#include "ops/ops.h"
+
+namespace attnlab {
+namespace {
+
+// Lays tensors out one after another in a buffer (256-byte aligned); with a null buffer it only
+// counts, so sizing and binding run the same code.
+struct Layout {
+  const Buffer* buf = nullptr;
+  size_t used = 0;
+  Tensor take(DType dt, Shape s) {
+    const size_t at = used;
+    used += (size_t(s.numel()) * dtype_size(dt) + 255) / 256 * 256;
+    return buf ? buf->as(dt, s, at) : Tensor();
+  }
+};
+
+}  // namespace
+
+struct FocusAttention::Views {
+  Tensor z, dz;           // [B*T, d_g] activation dtype
+  Tensor scores;          // [B, T, K] f32
+  Tensor iterates;        // [N + 1, B, T, K] f32 (Sinkhorn)
+  Tensor g, dg, dscores;  // [B, T, K] f32
+  Tensor groups;          // [B, T, top_k] i32
+  Tensor lse;             // [B, H, T] f32
+};
+
+namespace {
+template <class O>
+void carve(Layout& l, O& v, const FocusOptions& o, int64_t B, int64_t T, int H, DType dt) {
+  const int64_t K = o.groups;
+  v.z = l.take(dt, Shape{B * T, o.d_g});
+  v.dz = l.take(dt, Shape{B * T, o.d_g});
+  v.scores = l.take(DType::f32, Shape{B, T, K});
+  if (o.assign == FocusOptions::Assign::sinkhorn)
+    v.iterates = l.take(DType::f32, Shape{o.iterations + 1, B, T, K});
+  v.g = l.take(DType::f32, Shape{B, T, K});
+  v.dg = l.take(DType::f32, Shape{B, T, K});
+  v.dscores = l.take(DType::f32, Shape{B, T, K});
+  v.groups = l.take(DType::i32, Shape{B, T, o.top_k});
+  v.lse = l.take(DType::f32, Shape{B, H, T});
+}
+}  // namespace
+
+FocusAttention::FocusAttention(const AttentionOptions& opts, int layer)
+    : opts_(opts.focus), layer_(layer) {
+  const FocusOptions& o = opts_;
+  ATTN_REQUIRE(opts.window == 0,
+               "attention.window (%d) does not apply to focus: use attention.focus.local_window",
+               opts.window);
+  ATTN_REQUIRE(o.groups >= 1 && o.d_g >= 1 && o.local_window >= 0 && o.tau > 0.f &&
+                   o.iterations >= 1 && o.top_k >= 1 && o.top_k <= o.groups,
+               "focus attention: invalid options (groups %d, d_g %d, local_window %d, tau %g, "
+               "iterations %d, top_k %d)",
+               o.groups, o.d_g, o.local_window, double(o.tau), o.iterations, o.top_k);
+}
+
+std::string FocusAttention::w_g_name() const {
+  return "h." + std::to_string(layer_) + ".attn.focus.w_g";
+}
+std::string FocusAttention::centroids_name() const {
+  return "h." + std::to_string(layer_) + ".attn.focus.centroids";
+}
+
+void FocusAttention::declare_params(ParameterStore& store, int, const AttentionShape& s) {
+  // Both are L2-normalised before use, so their scale is free: unit-scale normal draws, no
+  // weight decay (it would only shrink a scale that does not matter and raise the step size).
+  store.declare({w_g_name(), Shape{opts_.d_g, s.n_embd}, ParamRole::attention, ParamInit::normal,
+                 1.f / std::sqrt(float(s.n_embd)), false});
+  store.declare({centroids_name(), Shape{opts_.groups, opts_.d_g}, ParamRole::attention,
+                 ParamInit::normal, 1.f, false});
+}
+
+void FocusAttention::bind(const ParameterStore& store) {
+  w_g_ = store.param(w_g_name());
+  dw_g_ = store.grad(w_g_name());
+  c_ = store.param(centroids_name());
+  dc_ = store.grad(centroids_name());
+}
+
+void FocusAttention::allocate(const ExecContext& ctx, const AttentionShape& s, DType dtype) {
+  shape_ = s;
+  dtype_ = dtype;
+  Layout count;
+  Views v;
+  carve(count, v, opts_, s.B, s.T, s.layout.n_head, dtype);
+  buf_ = Buffer(ctx.device, count.used);
+  last_B_ = last_T_ = 0;
+}
+
+FocusAttention::Views FocusAttention::views(int64_t B, int64_t T) const {
+  Layout l{&buf_};
+  Views v;
+  ATTN_ASSERT(B <= shape_.B && T <= shape_.T);
+  carve(l, v, opts_, B, T, shape_.layout.n_head, dtype_);
+  return v;
+}
+
+bool FocusAttention::hard_in(AttentionMode mode) const {
+  const FocusOptions::Routing r =
+      mode == AttentionMode::train ? opts_.route_training : opts_.eval_routing;
+  return r == FocusOptions::Routing::hard;
+}
+
+FocusGateParams FocusAttention::gate(bool hard) const {
+  FocusGateParams g;
+  g.kind = hard                                         ? FocusGateKind::hard
+           : opts_.gate == FocusOptions::Gate::additive ? FocusGateKind::additive
+                                                        : FocusGateKind::multiplicative;
+  g.local_window = opts_.local_window;
+  g.eps = opts_.gate_eps;
+  g.scale = opts_.gate_scale;
+  g.bias = opts_.gate_bias;
+  return g;
+}
+
+void FocusAttention::assign(const ExecContext& ctx, const Tensor& h, const Views& v,
+                            const Tensor& state, int pos) const {
+  const int64_t B = h.dim(0), T = h.dim(1), C = h.dim(2);
+  ops::matmul_fwd(ctx, v.z, h.view(Shape{B * T, C}), w_g_, Tensor());
+  ops::focus_scores_fwd(ctx, v.scores, v.z, c_, opts_.tau);
+  if (opts_.assign == FocusOptions::Assign::sinkhorn)
+    ops::focus_sinkhorn_fwd(ctx, v.g, v.iterates, v.scores,
+                            opts_.scope == FocusOptions::Scope::causal, state, pos);
+  else
+    ops::focus_softmax_assign_fwd(ctx, v.g, v.scores);
+  ops::focus_route_topk(ctx, v.groups, v.g);
+}
+
+void FocusAttention::forward(const ExecContext& ctx, const AttentionInputs& in, const Tensor& out) {
+  if (in.mode == AttentionMode::generate) {
+    ATTN_REQUIRE(in.cache != nullptr, "focus attention: generate mode needs a decode cache");
+    auto& cache = dynamic_cast<FocusKVCache&>(*in.cache);
+    const int64_t B = in.qkv.dim(0), T = in.qkv.dim(1), K = opts_.groups, tk = opts_.top_k;
+    const int64_t max_T = cache.g.dim(1);
+    Layout l{&cache.scratch};
+    Views v;
+    carve(l, v, opts_, B, T, in.layout.n_head, in.qkv.dtype);
+    if (in.pos == 0) {  // a new sequence: the running column sums start empty
+      std::vector<float> empty(size_t(cache.state.numel()),
+                               -std::numeric_limits<float>::infinity());
+      copy_tensor(cache.state, Tensor(empty.data(), DType::f32, Device::cpu, cache.state.shape));
+    }
+    assign(ctx, in.h, v, opts_.assign == FocusOptions::Assign::sinkhorn ? cache.state : Tensor(),
+           in.pos);
+    const Device dev = ctx.device;
+    for (int64_t b = 0; b < B; ++b) {
+      copy_tensor(
+          Tensor(cache.g.ptr<float>() + (b * max_T + in.pos) * K, DType::f32, dev, Shape{T, K}),
+          Tensor(v.g.ptr<float>() + b * T * K, DType::f32, dev, Shape{T, K}));
+      copy_tensor(Tensor(cache.groups.ptr<int32_t>() + (b * max_T + in.pos) * tk, DType::i32, dev,
+                         Shape{T, tk}),
+                  Tensor(v.groups.ptr<int32_t>() + b * T * tk, DType::i32, dev, Shape{T, tk}));
+    }
+    ops::kv_cache_write(ctx, cache.k, cache.v, in.qkv, in.pos, in.layout);
+    ops::focus_attention_decode(ctx, out, in.qkv, cache.k, cache.v, cache.g, cache.groups, in.pos,
+                                in.layout, gate(hard_in(in.mode)));
+    return;
+  }
+  ATTN_ASSERT(in.pos == 0);
+  last_B_ = in.qkv.dim(0);
+  last_T_ = in.qkv.dim(1);
+  last_hard_ = hard_in(in.mode);
+  const Views v = views(last_B_, last_T_);
+  assign(ctx, in.h, v, Tensor(), 0);
+  ops::focus_attention_fwd(ctx, out, v.lse, in.qkv, in.layout, v.g, v.groups, gate(last_hard_));
+}
+
+void FocusAttention::backward(const ExecContext& ctx, const AttentionInputs& in, const Tensor& out,
+                              const Tensor& dout, const Tensor& dqkv, const Tensor& dh) {
+  const int64_t B = in.qkv.dim(0), T = in.qkv.dim(1), C = in.h.dim(2);
+  ATTN_ASSERT(B == last_B_ && T == last_T_);
+  const Views v = views(B, T);
+  ops::focus_attention_bwd(ctx, dqkv, v.dg, dout, in.qkv, out, v.lse, in.layout, v.g, v.groups,
+                           gate(last_hard_));
+  if (opts_.assign == FocusOptions::Assign::sinkhorn)
+    ops::focus_sinkhorn_bwd(ctx, v.dscores, v.dg, v.g, v.iterates,
+                            opts_.scope == FocusOptions::Scope::causal);
+  else
+    ops::focus_softmax_assign_bwd(ctx, v.dscores, v.dg, v.g);
+  ops::focus_scores_bwd(ctx, v.dz, dc_, v.dscores, v.z, c_, opts_.tau);
+  // dh += dz W_g; dW_g += dz^T h (skipped when frozen).
+  ops::matmul_bwd(ctx, dh.view(Shape{B * T, C}), dw_g_, Tensor(), v.dz, in.h.view(Shape{B * T, C}),
+                  w_g_, /*accumulate_dx=*/true);
+}
+
+void FocusAttention::metrics(std::map<std::string, double>& out) const {
+  if (last_B_ == 0) return;
+  const Views v = views(last_B_, last_T_);
+  const int K = opts_.groups;
+  const int64_t rows = last_B_ * last_T_;
+  std::vector<float> host(size_t(v.g.numel()));  // one copy per read (once per evaluation)
+  copy_tensor(Tensor(host.data(), DType::f32, Device::cpu, v.g.shape), v.g);
+  const float* g = host.data();
+  std::vector<int64_t> count(size_t(K), 0);
+  double entropy = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = g + r * K;
+    count[size_t(std::max_element(row, row + K) - row)]++;
+    for (int k = 0; k < K; ++k)
+      if (row[k] > 0.f) entropy -= double(row[k]) * std::log(double(row[k]));
+  }
+  const std::string p = "focus.h" + std::to_string(layer_) + ".";
+  out[p + "dominance"] = double(*std::max_element(count.begin(), count.end())) / double(rows);
+  out[p + "entropy"] = entropy / double(rows);
+  for (int k = 0; k < K; ++k)
+    out[p + "group_share." + std::to_string(k)] = double(count[size_t(k)]) / double(rows);
+}
+
+size_t FocusAttention::saved_bytes(const AttentionShape& s, DType dtype) const {
+  Layout count;
+  Views v;
+  carve(count, v, opts_, s.B, s.T, s.layout.n_head, dtype);
+  return count.used;
+}
+
+std::unique_ptr<AttentionCache> FocusAttention::make_cache(const ExecContext& ctx, int B, int max_T,
+                                                           const QKVLayout& layout,
+                                                           DType dtype) const {
+  ATTN_REQUIRE(
+      opts_.assign == FocusOptions::Assign::softmax || opts_.scope == FocusOptions::Scope::causal,
+      "focus attention: generation needs attention.focus.sinkhorn_scope causal (with "
+      "scope sequence a token's group depends on tokens not generated yet)");
+  return std::make_unique<FocusKVCache>(ctx, B, max_T, layout, dtype, opts_);
+}
+
+FocusKVCache::FocusKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout,
+                           DType dtype, const FocusOptions& o) {
+  ATTN_REQUIRE(B >= 1 && max_T >= 1, "KV cache: batch and length must be >= 1 (got %d, %d)", B,
+               max_T);
+  Layout count;
+  const Shape kv{B, layout.n_kv_head, max_T, layout.head_dim};
+  auto lay = [&](Layout& l) {
+    k = l.take(dtype, kv);
+    v = l.take(dtype, kv);
+    g = l.take(DType::f32, Shape{B, max_T, o.groups});
+    groups = l.take(DType::i32, Shape{B, max_T, o.top_k});
+    state = l.take(DType::f32, Shape{B, o.iterations, o.groups});
+  };
+  lay(count);
+  buf_ = Buffer(ctx.device, count.used);
+  Layout bind{&buf_};
+  lay(bind);
+  Layout chunk;
+  struct {
+    Tensor z, dz, scores, iterates, g, dg, dscores, groups, lse;
+  } views;
+  carve(chunk, views, o, B, max_T, layout.n_head, dtype);
+  scratch = Buffer(ctx.device, chunk.used);
+}
+
+}  // namespace attnlab

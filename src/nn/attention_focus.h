@@ -1,0 +1,78 @@
+// Focus attention (arXiv 2604.03260; docs/focus.md): per layer, a projection W_g and K centroids
+// C, shared by all heads, assign each token to groups; nearby pairs (i - j <= w) attend as dense
+// attention, distant pairs are gated by the group affinity g_i . g_j (soft gate in training) or
+// routed by shared top-k groups (hard routing, eval and generate by default).
+//   z = h W_g^T [B*T, d_g];  S = cos(z, C) / tau [B, T, K];  g = sinkhorn(S) or softmax(S)
+// Parameters (role attention): h.<l>.attn.focus.w_g [d_g, n_embd] (a Linear weight) and
+// h.<l>.attn.focus.centroids [K, d_g]. Backward: dqkv, dh (+=) through g, dW_g and dC (+=, unless
+// frozen). CUDA: straightforward kernels (kernels/focus/*.cu), tested on the GPU against the CPU
+// references; the fast tiled ones are to come (docs/focus.md).
+#pragma once
+#include "kernels/focus/focus_attention.cuh"
+#include "nn/attention.h"
+
+namespace attnlab {
+
+class FocusAttention final : public AttentionModule {
+ public:
+  FocusAttention(const AttentionOptions& opts, int layer);
+  std::string name() const override { return "focus"; }
+  void declare_params(ParameterStore& store, int layer, const AttentionShape& s) override;
+  void bind(const ParameterStore& store) override;
+  void allocate(const ExecContext& ctx, const AttentionShape& s, DType dtype) override;
+  bool uses_h() const override { return true; }
+  void forward(const ExecContext& ctx, const AttentionInputs& in, const Tensor& out) override;
+  void backward(const ExecContext& ctx, const AttentionInputs& in, const Tensor& out,
+                const Tensor& dout, const Tensor& dqkv, const Tensor& dh) override;
+  std::unique_ptr<AttentionCache> make_cache(const ExecContext& ctx, int B, int max_T,
+                                             const QKVLayout& layout, DType dtype) const override;
+  // Of the last train/eval forward, per layer: focus.h<l>.dominance (share of tokens whose
+  // largest group is the most common one; 1/K is perfect balance), .entropy (mean per-token
+  // entropy of g, nats), .group_share.<k> (the histogram of group sizes, as shares).
+  void metrics(std::map<std::string, double>& out) const override;
+  size_t saved_bytes(const AttentionShape& s, DType dtype) const override;
+
+  // Routing of eval and generate (the trainer's validation runs both to show the gap).
+  FocusOptions::Routing eval_routing() const { return opts_.eval_routing; }
+  void set_eval_routing(FocusOptions::Routing r) { opts_.eval_routing = r; }
+
+  std::string w_g_name() const;
+  std::string centroids_name() const;
+
+ private:
+  struct Views;  // the saved state of a [B, T] forward
+  Views views(int64_t B, int64_t T) const;
+  bool hard_in(AttentionMode mode) const;
+  FocusGateParams gate(bool hard) const;
+  // z, scores, g (and iterates) of h [B, T, C]; state/pos for causal decoding.
+  void assign(const ExecContext& ctx, const Tensor& h, const Views& v, const Tensor& state,
+              int pos) const;
+
+  FocusOptions opts_;
+  int layer_;
+  AttentionShape shape_;
+  DType dtype_ = DType::f32;
+  Tensor w_g_, dw_g_, c_, dc_;
+  Buffer buf_;
+  int64_t last_B_ = 0, last_T_ = 0;
+  bool last_hard_ = false;
+};
+
+// Decode state: K/V and each token's assignment g and top_k groups, plus the running Sinkhorn
+// column sums (causal scope) and the scratch of one chunk.
+class FocusKVCache final : public AttentionCache {
+ public:
+  FocusKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout, DType dtype,
+               const FocusOptions& o);
+  size_t bytes() const override { return buf_.bytes(); }
+  Tensor k, v;     // [B, n_kv_head, max_T, D]
+  Tensor g;        // [B, max_T, K] f32
+  Tensor groups;   // [B, max_T, top_k] i32
+  Tensor state;    // [B, iterations, K] f32
+  Buffer scratch;  // z, scores, g, iterates, groups of a chunk of up to max_T tokens
+
+ private:
+  Buffer buf_;
+};
+
+}  // namespace attnlab

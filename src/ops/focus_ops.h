@@ -1,0 +1,53 @@
+// Host ops of Focus attention (kernels/focus/*.cuh, docs/focus.md): checks, params, dispatch. The
+// contracts (= vs +=) are those of the kernel headers. Assignment tensors (scores, g, iterates,
+// state) are f32 on every device; q/k/v, z and the centroids are in the activation dtype.
+#pragma once
+#include "core/context.h"
+#include "core/tensor.h"
+#include "kernels/focus/focus_attention.cuh"
+#include "ops/qkv_layout.h"
+
+namespace attnlab::ops {
+
+// scores [N, K] f32 = cos(z_i, c_k) / tau; z [N, d_g], centroids [K, d_g].
+void focus_scores_fwd(const ExecContext& ctx, const Tensor& scores, const Tensor& z,
+                      const Tensor& centroids, float tau);
+// dz written (=); dcentroids accumulated (+=), empty = frozen.
+void focus_scores_bwd(const ExecContext& ctx, const Tensor& dz, const Tensor& dcentroids,
+                      const Tensor& dscores, const Tensor& z, const Tensor& centroids, float tau);
+
+// Sinkhorn in the log domain: scores, g [B, T, K]; iterates [iterations + 1, B, T, K] (saved for
+// the backward); state [B, iterations, K] (causal decoding, else empty); pos: position of token 0.
+void focus_sinkhorn_fwd(const ExecContext& ctx, const Tensor& g, const Tensor& iterates,
+                        const Tensor& scores, bool causal, const Tensor& state = Tensor(),
+                        int pos = 0);
+// dscores written (=) from dg, the forward's g and iterates.
+void focus_sinkhorn_bwd(const ExecContext& ctx, const Tensor& dscores, const Tensor& dg,
+                        const Tensor& g, const Tensor& iterates, bool causal);
+// g = softmax over the groups of scores [.., K]; the backward writes dscores.
+void focus_softmax_assign_fwd(const ExecContext& ctx, const Tensor& g, const Tensor& scores);
+void focus_softmax_assign_bwd(const ExecContext& ctx, const Tensor& dscores, const Tensor& dg,
+                              const Tensor& g);
+// groups [.., top_k] i32: each token's top_k groups by g [.., K] (ties: lower index first).
+void focus_route_topk(const ExecContext& ctx, const Tensor& groups, const Tensor& g);
+
+// Two-level attention over the packed qkv [B, T, layout.width()]: out [B, T, n_head*D], lse
+// [B, n_head, T] f32; g [B, T, K] f32 (soft gates; the straight-through backward), groups
+// [B, T, top_k] i32 (gate hard). Either may be empty where the gate does not read it.
+void focus_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
+                         const Tensor& qkv, const QKVLayout& layout, const Tensor& g,
+                         const Tensor& groups, const FocusGateParams& gate);
+// dqkv written (=); dg [B, T, K] written (=), empty: not computed.
+void focus_attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dg,
+                         const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                         const Tensor& lse, const QKVLayout& layout, const Tensor& g,
+                         const Tensor& groups, const FocusGateParams& gate);
+// Decoding: the Tq queries of qkv [B, Tq, width] at positions pos .. pos+Tq-1 attend to the cache
+// k_cache, v_cache [B, n_kv_head, max_T, D] with g_cache [B, max_T, K] / groups_cache
+// [B, max_T, top_k] (the new tokens' entries already written): the rows of focus_attention_fwd.
+void focus_attention_decode(const ExecContext& ctx, const Tensor& out, const Tensor& qkv,
+                            const Tensor& k_cache, const Tensor& v_cache, const Tensor& g_cache,
+                            const Tensor& groups_cache, int pos, const QKVLayout& layout,
+                            const FocusGateParams& gate);
+
+}  // namespace attnlab::ops

@@ -1,0 +1,226 @@
+// Focus attention inside the GPT (CPU): finite differences of the whole model for W_g, the
+// centroids and the base weights (through dh into ln_1 and below); causality of the two Sinkhorn
+// scopes; decoding with the cache equal to the full forward under hard routing; telemetry; a few
+// training steps lower the loss.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/context.h"
+#include "model/gpt.h"
+#include "nn/attention_focus.h"
+#include "test_util.h"
+#include "train/optimizer.h"
+
+using namespace attnlab;
+
+namespace {
+
+GPTConfig focus_config(FocusOptions::Scope scope = FocusOptions::Scope::causal) {
+  GPTConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  c.vocab_size = 11;
+  c.padded_vocab = 16;
+  c.block_size = 12;
+  c.attention.type = "focus";
+  FocusOptions& f = c.attention.focus;
+  f.groups = 3;
+  f.d_g = 4;
+  f.local_window = 2;
+  f.tau = 0.5f;  // smooth enough for central differences
+  f.iterations = 3;
+  f.top_k = 1;
+  f.gate_eps = 1e-2f;
+  f.scope = scope;
+  return c;
+}
+
+struct FocusModel {
+  std::unique_ptr<ExecContext> ctx = ExecContext::make_cpu();
+  GPTConfig cfg;
+  GPT model;
+  ParameterStore store;
+  std::vector<int32_t> tokens, targets;
+  int B = 2, T;
+
+  explicit FocusModel(GPTConfig c = focus_config(), int T_ = 7) : cfg(c), model(c), T(T_) {
+    model.declare_params(store);
+    store.finalize(Device::cpu, DType::f32, {ParamRole::base, ParamRole::attention});
+    model.init_params(store, 42);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.f, 0.3f);
+    std::vector<std::string> names;
+    for (const auto& e : store.entries()) names.push_back(e.spec.name);
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) {
+      Tensor p = store.param(n);
+      for (int64_t i = 0; i < p.numel(); ++i) p.ptr<float>()[i] += nd(rng);
+    }
+    zero_tensor(store.param("wte.weight").slice0(cfg.vocab_size, cfg.padded_vocab));
+    model.allocate(*ctx, B, T, DType::f32);
+    std::uniform_int_distribution<int> tok(0, cfg.vocab_size - 1);
+    for (int i = 0; i < B * T; ++i) tokens.push_back(tok(rng)), targets.push_back(tok(rng));
+  }
+  Tensor t(std::vector<int32_t>& v) {
+    return Tensor(v.data(), DType::i32, Device::cpu, Shape{B, T});
+  }
+  double loss(AttentionMode mode) {
+    model.forward(*ctx, store, t(tokens), t(targets), mode);
+    return model.take_loss(*ctx).mean();
+  }
+  void gradients() {
+    store.zero_grads();
+    model.forward(*ctx, store, t(tokens), t(targets), AttentionMode::train, 1.f / float(B * T));
+    model.backward(*ctx, store, t(tokens));
+    model.take_loss(*ctx);
+  }
+  std::vector<float> logits(AttentionMode mode) {
+    model.forward(*ctx, store, t(tokens), Tensor(), mode);
+    Tensor l = model.logits();
+    return std::vector<float>(l.ptr<float>(), l.ptr<float>() + l.numel());
+  }
+};
+
+}  // namespace
+
+// Soft routing in training: every parameter's gradient, the Focus ones (role attention) included.
+TEST(FocusModel, FiniteDifferenceGradientsOfTheWholeModel) {
+  for (auto gate : {FocusOptions::Gate::additive, FocusOptions::Gate::multiplicative}) {
+    GPTConfig c = focus_config();
+    c.attention.focus.gate = gate;
+    c.attention.focus.eval_routing = FocusOptions::Routing::soft;  // eval == the train forward
+    FocusModel m(c);
+    m.gradients();
+    std::mt19937 rng(5);
+    int checked = 0, focus_checked = 0;
+    for (const auto& e : m.store.entries()) {
+      float* w = m.store.param(e.spec.name).ptr<float>();
+      const float* g = m.store.grad(e.spec.name).ptr<float>();
+      std::uniform_int_distribution<int64_t> pick(0, e.spec.shape.numel() - 1);
+      const bool focus = e.spec.role == ParamRole::attention;
+      for (int k = 0; k < (focus ? 8 : 3); ++k) {
+        const int64_t i = pick(rng);
+        if (e.spec.name == "wte.weight" && i >= 11 * 8) continue;
+        if (e.spec.name == "wpe.weight" && i >= m.T * 8) continue;
+        const float h = 1e-2f, w0 = w[i];
+        w[i] = w0 + h;
+        const double lp = m.loss(AttentionMode::eval);
+        w[i] = w0 - h;
+        const double lm = m.loss(AttentionMode::eval);
+        w[i] = w0;
+        const double fd = (lp - lm) / (2.0 * h);
+        EXPECT_NEAR(g[i], fd, 2e-3 + 3e-2 * std::fabs(fd)) << e.spec.name << "[" << i << "]";
+        ++checked;
+        focus_checked += focus;
+      }
+    }
+    EXPECT_GT(checked, 60);
+    EXPECT_EQ(focus_checked, 2 * 2 * 8);  // w_g and centroids of both layers
+  }
+}
+
+TEST(FocusModel, ParametersHaveTheirNamesShapesAndRole) {
+  FocusModel m;
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "h." + std::to_string(l) + ".attn.focus.";
+    EXPECT_EQ(m.store.param(p + "w_g").shape, (Shape{4, 8}));
+    EXPECT_EQ(m.store.param(p + "centroids").shape, (Shape{3, 4}));
+  }
+  for (const auto& e : m.store.entries())
+    EXPECT_EQ(e.spec.role == ParamRole::attention,
+              e.spec.name.find(".attn.focus.") != std::string::npos)
+        << e.spec.name;
+}
+
+// Changing the last tokens must leave earlier logits unchanged with the causal scope; the
+// sequence scope (the paper's form) lets the future move the groups of the past.
+TEST(FocusModel, CausalScopeDoesNotLeakTheFuture) {
+  for (auto scope : {FocusOptions::Scope::causal, FocusOptions::Scope::sequence}) {
+    GPTConfig c = focus_config(scope);
+    c.attention.focus.local_window = 0;  // every earlier pair is gated
+    FocusModel m(c, 12);
+    const std::vector<float> before = m.logits(AttentionMode::train);
+    for (int b = 0; b < m.B; ++b)
+      for (int t = 8; t < m.T; ++t) m.tokens[size_t(b * m.T + t)] = (t * 7 + b) % 11;
+    const std::vector<float> after = m.logits(AttentionMode::train);
+    double diff = 0.0;
+    const int Vp = c.padded_vocab;
+    for (int b = 0; b < m.B; ++b)
+      for (int t = 0; t < 8; ++t)
+        for (int v = 0; v < Vp; ++v) {
+          const size_t i = (size_t(b) * m.T + t) * Vp + v;
+          diff = std::max(diff, double(std::fabs(after[i] - before[i])));
+        }
+    if (scope == FocusOptions::Scope::causal) {
+      EXPECT_EQ(diff, 0.0);
+    } else {
+      EXPECT_GT(diff, 1e-4) << "the sequence scope leaks";
+    }
+  }
+}
+
+// prefill + decode_step (hard routing, the default of generate) equals the full eval forward.
+TEST(FocusModel, DecodeEqualsTheForwardWithHardRouting) {
+  for (int top_k : {1, 2}) {
+    GPTConfig c = focus_config();
+    c.attention.focus.top_k = top_k;
+    FocusModel m(c, 12);
+    const std::vector<float> full = m.logits(AttentionMode::eval);
+    const int B = m.B, T = m.T, Vp = c.padded_vocab;
+    for (int P : {1, 5}) {
+      KVCache cache = m.model.make_kv_cache(*m.ctx, B, T, DType::f32);
+      std::vector<int32_t> buf;
+      auto cols = [&](int t0, int n) {
+        buf.clear();
+        for (int b = 0; b < B; ++b)
+          for (int t = t0; t < t0 + n; ++t) buf.push_back(m.tokens[size_t(b) * T + t]);
+        return test::cpu_tensor(buf, Shape{B, n});
+      };
+      Tensor logits = m.model.prefill(*m.ctx, m.store, cols(0, P), cache);
+      for (int t = P - 1; t < T; ++t) {
+        if (t > P - 1) logits = m.model.decode_step(*m.ctx, m.store, cols(t, 1), cache);
+        for (int b = 0; b < B; ++b)
+          EXPECT_LT(test::max_rel_error(logits.ptr<float>() + size_t(b) * Vp,
+                                        full.data() + (size_t(b) * T + t) * Vp, size_t(Vp)),
+                    1e-5)
+              << "top_k " << top_k << " P " << P << " t " << t;
+      }
+    }
+  }
+  GPTConfig seq = focus_config(FocusOptions::Scope::sequence);
+  FocusModel s(seq, 4);
+  test::expect_error([&] { s.model.make_kv_cache(*s.ctx, 1, 4, DType::f32); },
+                     {"generation needs attention.focus.sinkhorn_scope causal"});
+}
+
+TEST(FocusModel, TelemetryAndTrainingLowersTheLoss) {
+  for (auto route : {FocusOptions::Routing::soft, FocusOptions::Routing::hard}) {
+    GPTConfig c = focus_config();
+    c.attention.focus.route_training = route;
+    FocusModel m(c, 12);
+    AdamWConfig oc;
+    oc.lr = 1e-2f;
+    AdamW opt(*m.ctx, m.store, oc);
+    const double first = m.loss(AttentionMode::train);
+    for (int step = 1; step <= 15; ++step) {
+      m.gradients();
+      opt.step(1e-2f, step);
+    }
+    EXPECT_LT(m.loss(AttentionMode::train), first - 0.1);
+    std::map<std::string, double> metrics;
+    ASSERT_NE(dynamic_cast<FocusAttention*>(&m.model.attention(0)), nullptr);
+    m.model.attention_metrics(metrics);
+    EXPECT_EQ(metrics.count("focus.h1.dominance"), 1u);
+    EXPECT_GE(metrics.at("focus.h0.dominance"), 1.0 / 3 - 1e-9);
+    EXPECT_LE(metrics.at("focus.h0.dominance"), 1.0);
+    EXPECT_GT(metrics.at("focus.h0.entropy"), 0.0);
+    double shares = 0;
+    for (int k = 0; k < 3; ++k) shares += metrics.at("focus.h0.group_share." + std::to_string(k));
+    EXPECT_NEAR(shares, 1.0, 1e-12);
+  }
+}

@@ -1,0 +1,215 @@
+// Focus group assignment (kernels/focus/focus_assign.cuh, focus_scores.cuh) on the CPU: Sinkhorn
+// in the log domain (both scopes) against finite differences, balance, causality, the carried
+// decode state, odd shapes; the softmax assignment, the cosine scores and top-k routing.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/context.h"
+#include "ops/focus_ops.h"
+#include "test_util.h"
+
+namespace attnlab {
+namespace {
+
+using test::cpu_tensor;
+
+struct Sinkhorn {
+  int B, T, K, N;
+  bool causal;
+  std::vector<float> scores, g, iterates;
+  std::unique_ptr<ExecContext> ctx = ExecContext::make_cpu();
+  Sinkhorn(int B_, int T_, int K_, int N_, bool causal_, float amp = 3.f, uint32_t seed = 1)
+      : B(B_), T(T_), K(K_), N(N_), causal(causal_) {
+    scores = test::random_vector(size_t(B) * T * K, seed, -amp, amp);
+    g.resize(scores.size());
+    iterates.resize(scores.size() * (N + 1));
+  }
+  Shape shape() const { return Shape{B, T, K}; }
+  void forward() {
+    ops::focus_sinkhorn_fwd(*ctx, cpu_tensor(g, shape()), cpu_tensor(iterates, {N + 1, B, T, K}),
+                            cpu_tensor(scores, shape()), causal);
+  }
+  std::vector<float> backward(std::vector<float> dg) {
+    std::vector<float> ds(g.size());
+    ops::focus_sinkhorn_bwd(*ctx, cpu_tensor(ds, shape()), cpu_tensor(dg, shape()),
+                            cpu_tensor(g, shape()), cpu_tensor(iterates, {N + 1, B, T, K}), causal);
+    return ds;
+  }
+  double row_sum_error() const {
+    double err = 0.0;
+    for (int64_t r = 0; r < int64_t(B) * T; ++r) {
+      double s = 0.0;
+      for (int k = 0; k < K; ++k) s += g[size_t(r * K + k)];
+      err = std::max(err, std::fabs(s - 1.0));
+    }
+    return err;
+  }
+  // Share of the tokens of sequence b whose largest g is group k, maximised over k.
+  double dominance(int b = 0) const {
+    std::vector<int> count(size_t(K), 0);
+    for (int t = 0; t < T; ++t) {
+      const float* r = g.data() + (size_t(b) * T + t) * K;
+      count[size_t(std::max_element(r, r + K) - r)]++;
+    }
+    return double(*std::max_element(count.begin(), count.end())) / T;
+  }
+};
+
+TEST(FocusSinkhorn, GradientsMatchFiniteDifferencesBothScopes) {
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "sequence");
+    Sinkhorn s(2, 7, 3, 4, causal);
+    const std::vector<float> w = test::random_vector(s.g.size(), 7);
+    s.forward();
+    const std::vector<float> ds = s.backward(w);
+    auto f = [&] {
+      s.forward();
+      return test::weighted_sum(w, s.g);
+    };
+    const std::vector<double> fd =
+        test::finite_difference(s.scores.data(), s.scores.size(), f, 1e-2f);
+    EXPECT_LT(test::max_rel_error(ds, fd), 2e-3);
+  }
+}
+
+// Rows end summing to 1; with many iterations the sequence scope's columns hold T/K tokens each,
+// and a score bias towards one group (which a softmax follows) is balanced away.
+TEST(FocusSinkhorn, BalancesTheGroups) {
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "sequence");
+    Sinkhorn s(1, 256, 8, 30, causal, 1.f);
+    for (int t = 0; t < s.T; ++t) s.scores[size_t(t) * 8] += 4.f;  // everyone prefers group 0
+    s.forward();
+    EXPECT_LT(s.row_sum_error(), 1e-5);
+    if (!causal) {
+      for (int k = 0; k < 8; ++k) {
+        double col = 0.0;
+        for (int t = 0; t < s.T; ++t) col += s.g[size_t(t) * 8 + k];
+        EXPECT_NEAR(col, 256.0 / 8, 1e-2) << k;
+      }
+    }
+    EXPECT_LT(s.dominance(), 0.25) << "1/K = 0.125";
+    std::vector<float> soft(s.g.size());
+    ops::focus_softmax_assign_fwd(*s.ctx, cpu_tensor(soft, s.shape()),
+                                  cpu_tensor(s.scores, s.shape()));
+    std::swap(soft, s.g);
+    EXPECT_GT(s.dominance(), 0.9) << "the softmax follows the bias";
+  }
+}
+
+// Causal: token t's assignment depends on tokens <= t only; the sequence scope leaks.
+TEST(FocusSinkhorn, CausalScopeIgnoresFutureTokens) {
+  for (bool causal : {true, false}) {
+    Sinkhorn s(1, 40, 4, 10, causal);
+    s.forward();
+    const std::vector<float> before = s.g;
+    for (int t = 30; t < 40; ++t)
+      for (int k = 0; k < 4; ++k) s.scores[size_t(t) * 4 + k] = 5.f * (k == 0);
+    s.forward();
+    double diff = 0.0;
+    for (size_t i = 0; i < size_t(30) * 4; ++i)
+      diff = std::max(diff, double(std::fabs(s.g[i] - before[i])));
+    if (causal)
+      EXPECT_EQ(diff, 0.0);
+    else
+      EXPECT_GT(diff, 1e-3) << "sequence scope: the future moves earlier groups";
+  }
+}
+
+// Decoding: chunks with the carried state give the rows of one forward over the whole sequence.
+TEST(FocusSinkhorn, CarriedStateMatchesTheFullForward) {
+  Sinkhorn full(2, 13, 5, 6, true);
+  full.forward();
+  const int B = 2, K = 5, N = 6;
+  std::vector<float> state(size_t(B) * N * K, -INFINITY), out(full.g.size());
+  const int cuts[] = {0, 4, 5, 11, 13};
+  for (int c = 0; c + 1 < 5; ++c) {
+    const int t0 = cuts[c], n = cuts[c + 1] - cuts[c];
+    std::vector<float> sc(size_t(B) * n * K), g(sc.size()), it(sc.size() * (N + 1));
+    for (int b = 0; b < B; ++b)
+      std::copy_n(full.scores.data() + (size_t(b) * 13 + t0) * K, size_t(n) * K,
+                  sc.data() + size_t(b) * n * K);
+    ops::focus_sinkhorn_fwd(*full.ctx, cpu_tensor(g, {B, n, K}), cpu_tensor(it, {N + 1, B, n, K}),
+                            cpu_tensor(sc, {B, n, K}), true, cpu_tensor(state, {B, N, K}), t0);
+    for (int b = 0; b < B; ++b)
+      std::copy_n(g.data() + size_t(b) * n * K, size_t(n) * K,
+                  out.data() + (size_t(b) * 13 + t0) * K);
+  }
+  EXPECT_LT(test::max_rel_error(out, full.g), 1e-5);
+}
+
+// Odd lengths, scores far beyond exp's float range (the log domain never forms exp(score)).
+TEST(FocusSinkhorn, OddShapesAndLargeScoresStayFinite) {
+  for (int T : {1, 127, 129, 1000}) {
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(T);
+      Sinkhorn s(2, T, 8, 10, causal, 200.f, uint32_t(T));
+      s.forward();
+      EXPECT_LT(s.row_sum_error(), 1e-5);
+      const std::vector<float> ds = s.backward(test::random_vector(s.g.size(), 3));
+      for (float x : ds) ASSERT_TRUE(std::isfinite(x));
+      if (T == 1 && causal) {
+        for (float x : s.g) EXPECT_NEAR(x, 1.f / 8, 1e-6) << "token 0 alone: uniform";
+      }
+    }
+  }
+}
+
+TEST(FocusSoftmaxAssign, GradientMatchesFiniteDifferences) {
+  auto ctx = ExecContext::make_cpu();
+  std::vector<float> s = test::random_vector(5 * 4, 2, -2, 2), g(s.size()), ds(s.size());
+  const std::vector<float> w = test::random_vector(s.size(), 9);
+  auto f = [&] {
+    ops::focus_softmax_assign_fwd(*ctx, cpu_tensor(g, {5, 4}), cpu_tensor(s, {5, 4}));
+    return test::weighted_sum(w, g);
+  };
+  f();
+  std::vector<float> wc = w;
+  ops::focus_softmax_assign_bwd(*ctx, cpu_tensor(ds, {5, 4}), cpu_tensor(wc, {5, 4}),
+                                cpu_tensor(g, {5, 4}));
+  EXPECT_LT(test::max_rel_error(ds, test::finite_difference(s.data(), s.size(), f)), 1e-3);
+}
+
+// Cosine scores: gradients of z and the centroids; dcentroids accumulates (run twice: 2x).
+TEST(FocusScores, GradientsMatchFiniteDifferences) {
+  auto ctx = ExecContext::make_cpu();
+  const int N = 6, K = 3, d = 4;
+  const float tau = 0.5f;
+  std::vector<float> z = test::random_vector(N * d, 1), c = test::random_vector(K * d, 2);
+  std::vector<float> sc(N * K), dz(N * d), dc(K * d, 0.f);
+  std::vector<float> w = test::random_vector(N * K, 3);
+  auto f = [&] {
+    ops::focus_scores_fwd(*ctx, cpu_tensor(sc, {N, K}), cpu_tensor(z, {N, d}),
+                          cpu_tensor(c, {K, d}), tau);
+    return test::weighted_sum(w, sc);
+  };
+  f();
+  for (float x : sc) EXPECT_LE(std::fabs(x), 1.f / tau + 1e-5f);
+  for (int rep = 0; rep < 2; ++rep)
+    ops::focus_scores_bwd(*ctx, cpu_tensor(dz, {N, d}), cpu_tensor(dc, {K, d}),
+                          cpu_tensor(w, {N, K}), cpu_tensor(z, {N, d}), cpu_tensor(c, {K, d}), tau);
+  EXPECT_LT(test::max_rel_error(dz, test::finite_difference(z.data(), z.size(), f, 1e-3f)), 1e-3);
+  std::vector<double> fdc = test::finite_difference(c.data(), c.size(), f, 1e-3f);
+  for (double& x : fdc) x *= 2;
+  EXPECT_LT(test::max_rel_error(dc, fdc), 1e-3);
+}
+
+TEST(FocusRouteTopk, PicksTheLargestGroupsLowerIndexOnTies) {
+  auto ctx = ExecContext::make_cpu();
+  std::vector<float> g = {0.1f, 0.4f, 0.1f, 0.4f, 0.25f, 0.25f, 0.25f, 0.25f};
+  std::vector<int32_t> groups(4);
+  ops::focus_route_topk(*ctx, cpu_tensor(groups, {2, 2}), cpu_tensor(g, {2, 4}));
+  EXPECT_EQ(groups, (std::vector<int32_t>{1, 3, 0, 1}));
+  test::expect_error(
+      [&] {
+        std::vector<int32_t> bad(2 * 5);
+        ops::focus_route_topk(*ctx, cpu_tensor(bad, {2, 5}), cpu_tensor(g, {2, 4}));
+      },
+      {"top_k must be in [1, 4], got 5"});
+}
+
+}  // namespace
+}  // namespace attnlab
