@@ -13,6 +13,7 @@
 
 #include "core/context.h"
 #include "model/gpt.h"
+#include "model/model_fixture.h"
 #include "nn/attention.h"
 #include "ops/ops.h"
 #include "test_util.h"
@@ -120,49 +121,15 @@ void register_probe() {
 
 GPTConfig probe_config() {
   register_probe();
-  GPTConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 8;
-  c.vocab_size = 11;
-  c.padded_vocab = 16;
-  c.block_size = 8;
+  GPTConfig c = test::tiny_gpt_config();
   c.attention.type = "probe";
   return c;
 }
 
-struct ProbeModel {
-  std::unique_ptr<ExecContext> ctx = ExecContext::make_cpu();
-  GPTConfig cfg = probe_config();
-  GPT model{cfg};
-  ParameterStore store;
-  std::vector<int32_t> tokens, targets;
-  int B = 2, T = 5;
+struct ProbeModel : test::ModelFixture {
   float aux_scale = 0.5f;
-
-  explicit ProbeModel(std::set<ParamRole> trainable = {ParamRole::base, ParamRole::attention}) {
-    model.declare_params(store);
-    store.finalize(Device::cpu, DType::f32, trainable);
-    model.init_params(store, 42);
-    // Larger random weights than GPT-2's init, drawn per tensor in name order so that every
-    // trainable set (which orders the flat buffer differently) gets the same values.
-    std::mt19937 rng(3);
-    std::normal_distribution<float> nd(0.f, 0.3f);
-    std::vector<std::string> names;
-    for (const auto& e : store.entries()) names.push_back(e.spec.name);
-    std::sort(names.begin(), names.end());
-    for (const auto& n : names) {
-      Tensor p = store.param(n);
-      for (int64_t i = 0; i < p.numel(); ++i) p.ptr<float>()[i] += nd(rng);
-    }
-    zero_tensor(store.param("wte.weight").slice0(cfg.vocab_size, cfg.padded_vocab));
-    model.allocate(*ctx, B, T, DType::f32);
-    std::uniform_int_distribution<int> tok(0, cfg.vocab_size - 1);
-    for (int i = 0; i < B * T; ++i) tokens.push_back(tok(rng)), targets.push_back(tok(rng));
-  }
-  Tensor t(std::vector<int32_t>& v) {
-    return Tensor(v.data(), DType::i32, Device::cpu, Shape{B, T});
-  }
+  explicit ProbeModel(std::set<ParamRole> trainable = {ParamRole::base, ParamRole::attention})
+      : ModelFixture(probe_config(), 2, 5, trainable) {}
   // The objective backward() differentiates: mean LM loss + aux_scale * auxiliary losses.
   double objective() {
     model.forward(*ctx, store, t(tokens), t(targets), AttentionMode::eval, 0.f, aux_scale);

@@ -11,6 +11,7 @@
 
 #include "core/context.h"
 #include "model/gpt.h"
+#include "model/model_fixture.h"
 #include "nn/attention_focus.h"
 #include "test_util.h"
 #include "train/optimizer.h"
@@ -40,35 +41,8 @@ GPTConfig focus_config(FocusOptions::Scope scope = FocusOptions::Scope::causal) 
   return c;
 }
 
-struct FocusModel {
-  std::unique_ptr<ExecContext> ctx = ExecContext::make_cpu();
-  GPTConfig cfg;
-  GPT model;
-  ParameterStore store;
-  std::vector<int32_t> tokens, targets;
-  int B = 2, T;
-
-  explicit FocusModel(GPTConfig c = focus_config(), int T_ = 7) : cfg(c), model(c), T(T_) {
-    model.declare_params(store);
-    store.finalize(Device::cpu, DType::f32, {ParamRole::base, ParamRole::attention});
-    model.init_params(store, 42);
-    std::mt19937 rng(3);
-    std::normal_distribution<float> nd(0.f, 0.3f);
-    std::vector<std::string> names;
-    for (const auto& e : store.entries()) names.push_back(e.spec.name);
-    std::sort(names.begin(), names.end());
-    for (const auto& n : names) {
-      Tensor p = store.param(n);
-      for (int64_t i = 0; i < p.numel(); ++i) p.ptr<float>()[i] += nd(rng);
-    }
-    zero_tensor(store.param("wte.weight").slice0(cfg.vocab_size, cfg.padded_vocab));
-    model.allocate(*ctx, B, T, DType::f32);
-    std::uniform_int_distribution<int> tok(0, cfg.vocab_size - 1);
-    for (int i = 0; i < B * T; ++i) tokens.push_back(tok(rng)), targets.push_back(tok(rng));
-  }
-  Tensor t(std::vector<int32_t>& v) {
-    return Tensor(v.data(), DType::i32, Device::cpu, Shape{B, T});
-  }
+struct FocusModel : test::ModelFixture {
+  explicit FocusModel(GPTConfig c = focus_config(), int T_ = 7) : ModelFixture(c, 2, T_) {}
   double loss(AttentionMode mode) {
     model.forward(*ctx, store, t(tokens), t(targets), mode);
     return model.take_loss(*ctx).mean();

@@ -8,22 +8,14 @@
 
 #include "core/context.h"
 #include "model/gpt.h"
+#include "model/model_fixture.h"
 #include "test_util.h"
 
 using namespace attnlab;
 
 namespace {
 
-GPTConfig tiny_config() {
-  GPTConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 8;
-  c.vocab_size = 11;
-  c.padded_vocab = 16;
-  c.block_size = 8;
-  return c;
-}
+GPTConfig tiny_config() { return test::tiny_gpt_config(); }
 
 struct Fixture {
   std::unique_ptr<ExecContext> ctx = ExecContext::make_cpu();

@@ -1,0 +1,63 @@
+// Shared by the model-level tests: a small GPT on the CPU (f32) with weights larger than GPT-2's
+// init, drawn per tensor in name order (so every trainable set, which orders the flat buffer
+// differently, gets the same values), and random tokens and targets.
+#pragma once
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "model/gpt.h"
+
+namespace attnlab::test {
+
+// 2 layers, 2 heads, n_embd 8, vocabulary 11 (padded 16), block 8.
+inline GPTConfig tiny_gpt_config() {
+  GPTConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  c.vocab_size = 11;
+  c.padded_vocab = 16;
+  c.block_size = 8;
+  return c;
+}
+
+struct ModelFixture {
+  std::unique_ptr<ExecContext> ctx = ExecContext::make_cpu();
+  GPTConfig cfg;
+  GPT model;
+  ParameterStore store;
+  std::vector<int32_t> tokens, targets;
+  int B, T;
+
+  ModelFixture(const GPTConfig& c, int B_, int T_,
+               std::set<ParamRole> trainable = {ParamRole::base, ParamRole::attention})
+      : cfg(c), model(c), B(B_), T(T_) {
+    model.declare_params(store);
+    store.finalize(Device::cpu, DType::f32, trainable);
+    model.init_params(store, 42);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.f, 0.3f);
+    std::vector<std::string> names;
+    for (const auto& e : store.entries()) names.push_back(e.spec.name);
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) {
+      Tensor p = store.param(n);
+      for (int64_t i = 0; i < p.numel(); ++i) p.ptr<float>()[i] += nd(rng);
+    }
+    for (const char* head : {"wte.weight", "lm_head.weight"})  // padding rows stay zero
+      if (store.contains(head)) zero_tensor(store.param(head).slice0(c.vocab_size, c.padded_vocab));
+    model.allocate(*ctx, B, T, DType::f32);
+    std::uniform_int_distribution<int> tok(0, c.vocab_size - 1);
+    for (int i = 0; i < B * T; ++i) tokens.push_back(tok(rng)), targets.push_back(tok(rng));
+  }
+  Tensor t(std::vector<int32_t>& v) {
+    return Tensor(v.data(), DType::i32, Device::cpu, Shape{B, T});
+  }
+};
+
+}  // namespace attnlab::test
