@@ -117,10 +117,21 @@ void FocusConfig::validate() const {
   require_range("attention.focus.gate_eps", gate_eps, 0, true, kInf, false);
 }
 
+void SfaConfig::validate() const {
+  require_min("attention.sfa.k", k, 0);
+  require_range("attention.sfa.distill", distill, 0, false, kInf, false);
+}
+
 void AttentionConfig::validate() const {
   if (type.empty()) fail_key("attention.type", "attention.type must not be empty");
   require_min("attention.window", window, 0);
   focus.validate();
+  sfa.validate();
+  if (type == "sfa" && window != 0)
+    fail_key("attention.window",
+             strformat("attention.window (%d) does not apply to attention.type sfa (full causal "
+                       "only); set attention.window=0",
+                       window));
   if (type == "focus" && window != 0)
     fail_key("attention.window",
              strformat("attention.window (%d) does not apply to attention.type focus: its local "
@@ -234,6 +245,11 @@ void Recipe::validate(RecipeUse use) const {
   if (use == RecipeUse::train && data.source == DataSource::shards && data.train.empty())
     fail_key("data.train",
              "data.train must name the training shards (a glob) when data.source is 'shards'");
+  if (attention.type == "sfa" && attention.sfa.k > model.head_dim())
+    fail_key("attention.sfa.k",
+             strformat("attention.sfa.k (%d) must be <= the head dim (model.n_embd / model.n_head "
+                       "= %d); 0 picks the default (%d)",
+                       attention.sfa.k, model.head_dim(), sfa_default_k(model.head_dim())));
   if (train.seq_len > model.block_size)
     fail_key("train.seq_len", strformat("train.seq_len (%d) must be <= model.block_size (%d)",
                                         train.seq_len, model.block_size));

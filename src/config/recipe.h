@@ -186,12 +186,6 @@ struct ModelConfig {
 void apply_model_preset(ModelConfig& model, const std::string& preset);
 const std::vector<std::string>& model_preset_names();  // gpt2, gpt2-medium, gpt2-large, gpt2-xl
 
-// Options of later attention variants. Their keys are reserved: an empty map is accepted, any key
-// inside is an error until the variant lands.
-struct ReservedSection {
-  bool operator==(const ReservedSection&) const = default;
-};
-
 // attention.focus: Focus attention (arXiv 2604.03260; docs/focus.md). Defaults are the paper's.
 // Read whatever attention.type is (so a recipe can carry them), used when type is "focus".
 struct FocusConfig {
@@ -213,11 +207,23 @@ struct FocusConfig {
   bool operator==(const FocusConfig&) const = default;
 };
 
+// attention.sfa: Sparse Feature Attention (docs/sfa.md): each head's q and k keep their k
+// largest-magnitude coordinates. Read whatever attention.type is, used when type is "sfa".
+struct SfaConfig {
+  int k = 0;            // coordinates kept per head vector; 0 = sfa_default_k(head dim)
+  double distill = 0.;  // lambda of the dense-teacher term lambda * mean((O~ - O)^2), training only
+  void validate() const;
+  bool operator==(const SfaConfig&) const = default;
+};
+
+// The default attention.sfa.k for a head dim: head_dim / 8 rounded up (8 for 64, 16 for 128).
+inline int sfa_default_k(int head_dim) { return (head_dim + 7) / 8; }
+
 struct AttentionConfig {
   std::string type = "dense";  // checked against the attention registry when the model is built
   int window = 0;              // sliding-window size in tokens; 0 = full causal attention
   FocusConfig focus;
-  ReservedSection sfa;
+  SfaConfig sfa;
   void validate() const;
   bool operator==(const AttentionConfig&) const = default;
 };

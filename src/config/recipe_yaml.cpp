@@ -59,11 +59,17 @@ void visit(V& v, Is<FocusConfig> auto& f) {
 }
 
 template <class V>
+void visit(V& v, Is<SfaConfig> auto& f) {
+  v.field("k", f.k, {"top_k", "topk", "features", "n_features"});
+  v.field("distill", f.distill, {"lambda", "distillation", "distill_weight"});
+}
+
+template <class V>
 void visit(V& v, Is<AttentionConfig> auto& a) {
   v.field("type", a.type, {"name", "kind", "variant"});
   v.field("window", a.window, {"window_size", "sliding_window"});
   v.section("focus", a.focus);
-  v.field("sfa", a.sfa);
+  v.section("sfa", a.sfa);
 }
 
 template <class V>
@@ -344,17 +350,6 @@ void read_value(const YAML::Node& n, const std::string& path, const Source& src,
                    valid.c_str(), hint.empty() ? "" : ("; did you mean '" + hint + "'?").c_str()));
 }
 
-void read_value(const YAML::Node& n, const std::string& path, const Source& src, ReservedSection&) {
-  if (n.IsNull() || (n.IsMap() && n.size() == 0)) return;
-  if (!n.IsMap())
-    src.fail(n, strformat("%s: expected a map (reserved for a later release; use {}), got %s",
-                          path.c_str(), describe(n).c_str()));
-  const YAML::Node key = n.begin()->first;
-  src.fail(key, strformat("%s.%s: the '%s' section is reserved for a later release and takes no "
-                          "keys yet",
-                          path.c_str(), key.Scalar().c_str(), path.c_str()));
-}
-
 std::string unknown_key_message(const std::string& prefix, const std::string& key,
                                 const KeyLister& keys) {
   const std::string full = join_path(prefix, key.c_str());
@@ -497,7 +492,6 @@ std::string format_value(const std::string& v) { return quote(v); }
 std::string format_value(int v) { return std::to_string(v); }
 std::string format_value(int64_t v) { return std::to_string(v); }
 std::string format_value(bool v) { return v ? "true" : "false"; }
-std::string format_value(const ReservedSection&) { return "{}"; }
 template <RecipeEnum E>
 std::string format_value(E v) {
   return std::string(enum_name(v));

@@ -81,10 +81,17 @@ struct FocusOptions {
   Routing eval_routing = Routing::hard;
 };
 
+// Sparse Feature Attention (nn/attention_sfa.h, docs/sfa.md); mapped from attention.sfa.
+struct SfaOptions {
+  int k = 0;              // coordinates kept per q/k head vector; 0: (head dim + 7) / 8
+  float distill = 0.f;    // lambda of the dense-teacher distillation term (training only)
+};
+
 struct AttentionOptions {
   std::string type = "dense";
   int window = 0;  // sliding-window size (0: full causal)
   FocusOptions focus;
+  SfaOptions sfa;
 };
 
 class AttentionModule {

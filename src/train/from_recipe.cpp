@@ -60,6 +60,8 @@ GPTConfig gpt_config_of(const Recipe& r) {
   c.attention.type = r.attention.type;
   c.attention.window = r.attention.window;
   c.attention.focus = focus_options_of(r.attention.focus);
+  c.attention.sfa.k = r.attention.sfa.k;
+  c.attention.sfa.distill = float(r.attention.sfa.distill);
   c.recompute = r.train.recompute == Recompute::gelu    ? ActivationRecompute::gelu
                 : r.train.recompute == Recompute::block ? ActivationRecompute::block
                                                         : ActivationRecompute::none;

@@ -11,6 +11,7 @@
 
 #include "config/recipe.h"
 #include "config/suggest.h"
+#include "train/from_recipe.h"
 #include "test_util.h"
 
 namespace attnlab {
@@ -261,9 +262,6 @@ TEST(RecipeErrors, EnumsAndUnsupportedFeatures) {
   EXPECT_EQ(parse_error("retrofit:\n  train_roles: [attention, centroids]\n"),
             "x.yaml:2: retrofit.train_roles: unknown parameter role 'centroids' (valid: base, "
             "attention, adapter)");
-  EXPECT_EQ(parse_error("attention:\n  sfa:\n    groups: 8\n"),
-            "x.yaml:3: attention.sfa.groups: the 'attention.sfa' section is reserved for a "
-            "later release and takes no keys yet");
   EXPECT_NO_THROW(parse_recipe("attention:\n  focus: {}\n  sfa:\n", "x.yaml"));
 }
 
@@ -350,7 +348,8 @@ TEST(RecipeYaml, KeyPathsCoverTheSchema) {
   EXPECT_EQ(paths.back(), "retrofit.train_roles");
   EXPECT_NE(std::find(paths.begin(), paths.end(), "data.synthetic.seed"), paths.end());
   EXPECT_NE(std::find(paths.begin(), paths.end(), "attention.focus.groups"), paths.end());
-  EXPECT_NE(std::find(paths.begin(), paths.end(), "attention.sfa"), paths.end());
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "attention.sfa.k"), paths.end());
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "attention.sfa.distill"), paths.end());
   EXPECT_EQ(std::set<std::string>(paths.begin(), paths.end()).size(), paths.size());
 }
 
@@ -450,6 +449,41 @@ TEST(RecipeFocus, DefaultsEnumsAndErrors) {
   EXPECT_EQ(parse_error("attention:\n  type: focus\n  window: 64\n"),
             "x.yaml:3: attention.window (64) does not apply to attention.type focus: its local "
             "band is attention.focus.local_window");
+}
+
+TEST(RecipeSfa, DefaultsRoundTripAndErrors) {
+  const SfaConfig d;
+  EXPECT_EQ(d.k, 0);
+  EXPECT_DOUBLE_EQ(d.distill, 0.0);
+  EXPECT_EQ(sfa_default_k(64), 8);
+  EXPECT_EQ(sfa_default_k(128), 16);
+  EXPECT_EQ(sfa_default_k(32), 4);
+  EXPECT_EQ(sfa_default_k(20), 3);
+
+  Recipe r = parse_recipe("attention:\n  type: sfa\n  sfa:\n    k: 4\n    distill: 0.5\n",
+                          "x.yaml");
+  EXPECT_EQ(r.attention.sfa.k, 4);
+  EXPECT_DOUBLE_EQ(r.attention.sfa.distill, 0.5);
+  EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "y.yaml"), r);
+  const GPTConfig c = gpt_config_of(r);
+  EXPECT_EQ(c.attention.type, "sfa");
+  EXPECT_EQ(c.attention.sfa.k, 4);
+  EXPECT_FLOAT_EQ(c.attention.sfa.distill, 0.5f);
+
+  EXPECT_EQ(parse_error("attention:\n  sfa:\n    k: -1\n"),
+            "x.yaml:3: attention.sfa.k must be >= 0, got -1");
+  EXPECT_EQ(parse_error("attention:\n  sfa:\n    distill: -0.1\n"),
+            "x.yaml:3: attention.sfa.distill must be >= 0, got -0.1");
+  EXPECT_EQ(parse_error("attention:\n  sfa:\n    topk: 4\n"),
+            "x.yaml:3: unknown key 'attention.sfa.topk'; did you mean 'attention.sfa.k'?");
+  // The head dim is known only with the model: 768 / 12 = 64.
+  EXPECT_EQ(parse_error("attention:\n  type: sfa\n  sfa:\n    k: 65\n"),
+            "x.yaml:4: attention.sfa.k (65) must be <= the head dim (model.n_embd / model.n_head "
+            "= 64); 0 picks the default (8)");
+  EXPECT_NO_THROW(parse_recipe("attention:\n  sfa:\n    k: 65\n", "x.yaml"));  // not used
+  EXPECT_EQ(parse_error("attention:\n  type: sfa\n  window: 16\n"),
+            "x.yaml:3: attention.window (16) does not apply to attention.type sfa (full causal "
+            "only); set attention.window=0");
 }
 
 }  // namespace
