@@ -6,6 +6,7 @@
 #include "nn/attention.h"
 #include "nn/attention_dense.h"
 #include "nn/attention_focus.h"
+#include "nn/attention_sfa.h"
 
 namespace attnlab {
 namespace {
@@ -21,6 +22,10 @@ std::vector<Entry>& registry() {
       {"focus",
        [](const AttentionOptions& o, int layer) -> std::unique_ptr<AttentionModule> {
          return std::make_unique<FocusAttention>(o, layer);
+       }},
+      {"sfa",
+       [](const AttentionOptions& o, int) -> std::unique_ptr<AttentionModule> {
+         return std::make_unique<SfaAttention>(o);
        }},
   };
   return kRegistry;

@@ -1,0 +1,152 @@
+#include "nn/attention_sfa.h"
+
+#include "ops/ops.h"
+#include "ops/sfa_ops.h"
+
+namespace attnlab {
+namespace {
+
+// Tensors one after another in a buffer (256-byte aligned); a null buffer only counts.
+struct Carve {
+  const Buffer* buf = nullptr;
+  size_t used = 0;
+  Tensor take(DType dt, Shape s) {
+    const size_t at = used;
+    used += (size_t(s.numel()) * dtype_size(dt) + 255) / 256 * 256;
+    return buf ? buf->as(dt, s, at) : Tensor();
+  }
+};
+
+}  // namespace
+
+int sfa_resolve_k(const SfaOptions& o, int head_dim) {
+  const int k = o.k == 0 ? (head_dim + 7) / 8 : o.k;
+  ATTN_REQUIRE(k >= 1 && k <= head_dim,
+               "attention.sfa.k (%d) must be in [1, head dim %d]; 0 picks the default (%d)", o.k,
+               head_dim, (head_dim + 7) / 8);
+  return k;
+}
+
+struct SfaAttention::Views {
+  Tensor qkv_sparse;   // [B, T, W]: q~, k~, v of the last forward
+  Tensor lse;          // [B, H, T] f32
+  Tensor teacher;      // [B, T, H*D] dense output (distillation)
+  Tensor teacher_lse;  // [B, H, T] f32
+  Tensor dout;         // [B, T, H*D] dO~ with the distillation gradient added
+};
+
+SfaAttention::SfaAttention(const AttentionOptions& opts) : opts_(opts.sfa) {
+  ATTN_REQUIRE(opts.window == 0,
+               "attention.window (%d) does not apply to sfa (full causal only); set "
+               "attention.window=0",
+               opts.window);
+  ATTN_REQUIRE(opts_.k >= 0, "attention.sfa.k must be >= 0, got %d", opts_.k);
+  ATTN_REQUIRE(opts_.distill >= 0.f, "attention.sfa.distill must be >= 0, got %g",
+               double(opts_.distill));
+}
+
+SfaAttention::Views SfaAttention::views(const Buffer* buf, const QKVLayout& l, DType dt, int64_t B,
+                                        int64_t T, size_t* used) const {
+  Carve c{buf};
+  Views v;
+  v.qkv_sparse = c.take(dt, Shape{B, T, l.width()});
+  v.lse = c.take(DType::f32, Shape{B, l.n_head, T});
+  if (distills()) {
+    v.teacher = c.take(dt, Shape{B, T, l.q_width()});
+    v.teacher_lse = c.take(DType::f32, Shape{B, l.n_head, T});
+    v.dout = c.take(dt, Shape{B, T, l.q_width()});
+  }
+  if (used) *used = c.used;
+  return v;
+}
+
+void SfaAttention::allocate(const ExecContext& ctx, const AttentionShape& s, DType dtype) {
+  k_ = sfa_resolve_k(opts_, s.layout.head_dim);
+  shape_ = s;
+  dtype_ = dtype;
+  size_t bytes = 0;
+  views(nullptr, s.layout, dtype, s.B, s.T, &bytes);
+  buf_ = Buffer(ctx.device, bytes);
+  last_B_ = last_T_ = 0;
+}
+
+void SfaAttention::forward(const ExecContext& ctx, const AttentionInputs& in, const Tensor& out) {
+  const int64_t B = in.qkv.dim(0), T = in.qkv.dim(1);
+  if (in.mode == AttentionMode::generate) {
+    ATTN_REQUIRE(in.cache != nullptr, "sfa attention: generate mode needs a decode cache");
+    auto& cache = dynamic_cast<SfaKVCache&>(*in.cache);
+    const Shape qs{B, T, in.layout.n_head, cache.k};
+    Carve c{&cache.scratch};
+    const Tensor q_idx = c.take(DType::i32, qs), q_val = c.take(in.qkv.dtype, qs);
+    ops::sfa_cache_write(ctx, q_idx, q_val, cache.k_idx, cache.k_val, cache.v, in.qkv, in.pos,
+                         in.layout);
+    ops::sfa_attention_decode(ctx, out, Tensor(), q_idx, q_val, cache.k_idx, cache.k_val, cache.v,
+                              in.pos, in.layout);
+    return;
+  }
+  ATTN_ASSERT(in.pos == 0 && B <= shape_.B && T <= shape_.T);
+  last_B_ = B;
+  last_T_ = T;
+  const Views v = views(&buf_, shape_.layout, dtype_, B, T, nullptr);
+  ops::sfa_attention_fwd(ctx, out, v.lse, v.qkv_sparse, in.qkv, in.layout, k_);
+  // The teacher runs in every train forward that distills (also the recompute's, whose total is
+  // null), since the backward reads it.
+  last_distilled_ = distills() && in.mode == AttentionMode::train;
+  if (!last_distilled_) return;
+  ops::attention_fwd(ctx, v.teacher, v.teacher_lse, in.qkv, in.layout);
+  if (in.aux.total)
+    ops::sfa_distill_fwd(ctx, in.aux.total, out, v.teacher, in.aux.scale * opts_.distill);
+}
+
+void SfaAttention::backward(const ExecContext& ctx, const AttentionInputs& in, const Tensor& out,
+                            const Tensor& dout, const Tensor& dqkv, const Tensor& /*dh*/) {
+  const int64_t B = in.qkv.dim(0), T = in.qkv.dim(1);
+  ATTN_ASSERT(B == last_B_ && T == last_T_);
+  const Views v = views(&buf_, shape_.layout, dtype_, B, T, nullptr);
+  Tensor d = dout;
+  if (last_distilled_ && in.aux.total) {
+    ops::sfa_distill_bwd(ctx, v.dout, dout, out, v.teacher, in.aux.scale * opts_.distill);
+    d = v.dout;
+  }
+  ops::sfa_attention_bwd(ctx, dqkv, d, v.qkv_sparse, out, v.lse, in.qkv, in.layout, k_);
+}
+
+size_t SfaAttention::saved_bytes(const AttentionShape& s, DType dtype) const {
+  size_t bytes = 0;
+  views(nullptr, s.layout, dtype, s.B, s.T, &bytes);
+  return bytes;
+}
+
+std::unique_ptr<AttentionCache> SfaAttention::make_cache(const ExecContext& ctx, int B, int max_T,
+                                                         const QKVLayout& layout,
+                                                         DType dtype) const {
+  return std::make_unique<SfaKVCache>(ctx, B, max_T, layout, dtype,
+                                      sfa_resolve_k(opts_, layout.head_dim));
+}
+
+SfaKVCache::SfaKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout,
+                       DType dtype, int k_)
+    : k(k_) {
+  ATTN_REQUIRE(B >= 1 && max_T >= 1, "KV cache: batch and length must be >= 1 (got %d, %d)", B,
+               max_T);
+  const int Hkv = layout.n_kv_head, D = layout.head_dim;
+  auto lay = [&](Carve& c) {
+    k_idx = c.take(DType::i32, Shape{B, Hkv, max_T, k});
+    k_val = c.take(dtype, Shape{B, Hkv, max_T, k});
+    v = c.take(dtype, Shape{B, Hkv, max_T, D});
+  };
+  Carve count;
+  lay(count);
+  buf_ = Buffer(ctx.device, count.used);
+  Carve bind{&buf_};
+  lay(bind);
+  Carve chunk;
+  const Shape qs{B, max_T, layout.n_head, k};
+  chunk.take(DType::i32, qs);
+  chunk.take(dtype, qs);
+  scratch = Buffer(ctx.device, chunk.used);
+  bytes_per_token_ = size_t(Hkv) * (size_t(k) * (sizeof(int32_t) + dtype_size(dtype)) +
+                                    size_t(D) * dtype_size(dtype));
+}
+
+}  // namespace attnlab

@@ -1,0 +1,66 @@
+// Sparse Feature Attention (docs/sfa.md): each head's q and k keep their k largest-magnitude
+// coordinates (ties: lower index), and attention is dense causal softmax(Q~ K~^T / sqrt(D)) V on
+// those sparse vectors; V stays dense. Backward straight-through: dq, dk on the selected
+// coordinates only (the mask is locally constant), dv dense. No parameters.
+// Training path: the reference one (ops/sfa_ops.h): q, k sparsified into a copy of qkv, then the
+// dense attention kernels; the sparsified copy and lse are the saved state.
+// Distillation (attention.sfa.distill = lambda > 0, train mode only): the dense teacher's output O
+// on the same q, k, v (no gradient through it) and lambda * mean((O~ - O)^2) over every element
+// of the [B, T, n_head * D] output, added to the AuxLossSink (scale given at forward); the
+// backward adds scale * lambda * 2 (O~ - O) / n to dO~.
+// Decode: SfaKVCache holds k~ as values + indices and dense V.
+#pragma once
+#include "nn/attention.h"
+
+namespace attnlab {
+
+// attention.sfa.k resolved for a head dim: 0 -> (head_dim + 7) / 8; throws unless 1 <= k <= D.
+int sfa_resolve_k(const SfaOptions& o, int head_dim);
+
+class SfaAttention final : public AttentionModule {
+ public:
+  explicit SfaAttention(const AttentionOptions& opts);
+  std::string name() const override { return "sfa"; }
+  void allocate(const ExecContext& ctx, const AttentionShape& s, DType dtype) override;
+  void forward(const ExecContext& ctx, const AttentionInputs& in, const Tensor& out) override;
+  void backward(const ExecContext& ctx, const AttentionInputs& in, const Tensor& out,
+                const Tensor& dout, const Tensor& dqkv, const Tensor& dh) override;
+  std::unique_ptr<AttentionCache> make_cache(const ExecContext& ctx, int B, int max_T,
+                                             const QKVLayout& layout, DType dtype) const override;
+  size_t saved_bytes(const AttentionShape& s, DType dtype) const override;
+
+ private:
+  struct Views;  // the saved state of a [B, T] forward
+  Views views(const Buffer* buf, const QKVLayout& l, DType dt, int64_t B, int64_t T,
+              size_t* used) const;
+  bool distills() const { return opts_.distill > 0.f; }
+
+  SfaOptions opts_;
+  int k_ = 0;
+  AttentionShape shape_;
+  DType dtype_ = DType::f32;
+  Buffer buf_;
+  int64_t last_B_ = 0, last_T_ = 0;
+  bool last_distilled_ = false;  // the last forward computed the teacher (train, lambda > 0)
+};
+
+// Decode state: k~ of the cached positions as k_idx (i32) + k_val, dense v, all
+// [B, n_kv_head, max_T, *]; and the q~ of one chunk (q_idx, q_val [B, max_T, n_head, k], scratch).
+class SfaKVCache final : public AttentionCache {
+ public:
+  SfaKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout, DType dtype,
+             int k);
+  size_t bytes() const override { return buf_.bytes(); }
+  // Cache bytes per token and layer (k~ indices and values, dense v; not the chunk scratch):
+  // n_kv_head * (k * (4 + dtype size) + D * dtype size), vs n_kv_head * 2 D * dtype size dense.
+  size_t bytes_per_token() const { return bytes_per_token_; }
+  int k = 0;
+  Tensor k_idx, k_val, v;  // [B, n_kv_head, max_T, k | k | D]
+  Buffer scratch;          // q_idx, q_val of a chunk
+
+ private:
+  Buffer buf_;
+  size_t bytes_per_token_ = 0;
+};
+
+}  // namespace attnlab

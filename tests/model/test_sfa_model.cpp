@@ -1,0 +1,261 @@
+// SFA attention inside the GPT (CPU): finite differences of the whole model; the distillation
+// term's gradient through the AuxLossSink by finite differences with the teacher held fixed (its
+// stopgrad), its value against a direct computation, decoding with the sparse cache equal to the full forward (and its bytes per token),
+// k out of range, a few training steps lower the loss.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "core/context.h"
+#include "model/gpt.h"
+#include "model/model_fixture.h"
+#include "nn/attention_dense.h"
+#include "nn/attention_sfa.h"
+#include "ops/ops.h"
+#include "ops/sfa_ops.h"
+#include "ref/sfa_ref.h"
+#include "test_util.h"
+#include "train/optimizer.h"
+
+using namespace attnlab;
+
+namespace {
+
+// Head dim 4 (n_embd 8, 2 heads); k = 2 of 4 coordinates kept.
+GPTConfig sfa_config(int k = 2, float distill = 0.5f) {
+  GPTConfig c = test::tiny_gpt_config();
+  c.block_size = 12;
+  c.attention.type = "sfa";
+  c.attention.sfa.k = k;
+  c.attention.sfa.distill = distill;
+  return c;
+}
+
+struct SfaModel : test::ModelFixture {
+  float aux_scale = 0.5f;
+  explicit SfaModel(GPTConfig c = sfa_config(), int T_ = 5) : ModelFixture(c, 2, T_) {}
+  // The objective backward() differentiates: mean LM loss + aux_scale * distillation terms (the
+  // teacher runs in train mode only).
+  LossTotals totals(AttentionMode mode = AttentionMode::train) {
+    model.forward(*ctx, store, t(tokens), t(targets), mode, 0.f, aux_scale);
+    return model.take_loss(*ctx);
+  }
+  double objective() {
+    const LossTotals l = totals();
+    return l.mean() + l.aux;
+  }
+  void gradients() {
+    store.zero_grads();
+    model.forward(*ctx, store, t(tokens), t(targets), AttentionMode::train, 1.f / float(B * T),
+                  aux_scale);
+    model.backward(*ctx, store, t(tokens));
+    model.take_loss(*ctx);
+  }
+  std::vector<float> logits() {
+    model.forward(*ctx, store, t(tokens), Tensor(), AttentionMode::eval);
+    Tensor l = model.logits();
+    return std::vector<float>(l.ptr<float>(), l.ptr<float>() + l.numel());
+  }
+};
+
+}  // namespace
+
+TEST(SfaModel, FiniteDifferenceGradientsOfTheWholeModel) {
+  SfaModel m(sfa_config(2, 0.f));
+  m.gradients();
+  std::mt19937 rng(5);
+  int checked = 0;
+  for (const auto& e : m.store.entries()) {
+    float* w = m.store.param(e.spec.name).ptr<float>();
+    const float* g = m.store.grad(e.spec.name).ptr<float>();
+    std::uniform_int_distribution<int64_t> pick(0, e.spec.shape.numel() - 1);
+    for (int k = 0; k < 4; ++k) {
+      const int64_t i = pick(rng);
+      if (e.spec.name == "wte.weight" && i >= 11 * 8) continue;  // padding rows
+      if (e.spec.name == "wpe.weight" && i >= m.T * 8) continue;
+      // Small enough that no selection changes (the gaps between magnitudes are far larger).
+      const float h = 2e-3f, w0 = w[i];
+      w[i] = w0 + h;
+      const double lp = m.objective();
+      w[i] = w0 - h;
+      const double lm = m.objective();
+      w[i] = w0;
+      const double fd = (lp - lm) / (2.0 * h);
+      EXPECT_NEAR(g[i], fd, 2e-3 + 3e-2 * std::fabs(fd)) << e.spec.name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 60);
+}
+
+// With distill > 0 the backward differentiates lambda * mean((O~ - O)^2) with the teacher O held
+// fixed (stopgrad), so it is not the gradient of the objective as a function of the weights (the
+// teacher moves with them too): the finite differences run on one module with the teacher frozen
+// at the base point. Through the whole GPT the term changes every gradient.
+TEST(SfaModel, DistillationGradientHoldsTheTeacherFixed) {
+  auto ctx = ExecContext::make_cpu();
+  const QKVLayout l{2, 1, 8};
+  const int B = 2, T = 6, W = int(l.width()), Q = int(l.q_width()), k = 3;
+  const float scale = 0.25f, lambda = 2.f;
+  std::vector<float> qkv = test::random_vector(size_t(B) * T * W, 3, -1.5f, 1.5f);
+  std::vector<float> w = test::random_vector(size_t(B) * T * Q, 4), out(w.size());
+  std::vector<float> teacher(w.size()), lse(size_t(B) * 2 * T), dqkv(qkv.size());
+  std::vector<float> sparse(qkv.size());
+  auto qkv_t = [&] { return test::cpu_tensor(qkv, {B, T, W}); };
+  auto out_t = [&] { return test::cpu_tensor(out, {B, T, Q}); };
+  ops::attention_fwd(*ctx, test::cpu_tensor(teacher, {B, T, Q}), test::cpu_tensor(lse, {B, 2, T}),
+                     qkv_t(), l);  // frozen at the base point
+  AttentionOptions o;
+  o.type = "sfa";
+  o.sfa = {k, lambda};
+  SfaAttention a(o);
+  a.allocate(*ctx, AttentionShape{B, T, l, 8}, DType::f32);
+  double total = 0.0;
+  AttentionInputs in;
+  in.qkv = qkv_t();
+  in.layout = l;
+  in.mode = AttentionMode::train;
+  in.aux = {&total, scale};
+  a.forward(*ctx, in, out_t());
+  a.backward(*ctx, in, out_t(), test::cpu_tensor(w, {B, T, Q}),
+             test::cpu_tensor(dqkv, {B, T, W}), Tensor());
+  auto objective = [&] {
+    ops::sfa_attention_fwd(*ctx, out_t(), test::cpu_tensor(lse, {B, 2, T}),
+                           test::cpu_tensor(sparse, {B, T, W}), qkv_t(), l, k);
+    double mse = 0.0;
+    for (size_t i = 0; i < out.size(); ++i)
+      mse += (double(out[i]) - teacher[i]) * (double(out[i]) - teacher[i]);
+    return test::weighted_sum(w, out) + double(scale * lambda) * mse / double(out.size());
+  };
+  const float h = 2e-3f;
+  int checked = 0;
+  std::vector<int32_t> idx(static_cast<size_t>(k));
+  for (size_t i = 0; i < qkv.size(); ++i) {
+    const int col = int(i % size_t(W));
+    if (col < l.v_offset()) {  // q or k: only selected coordinates away from a tie
+      const float* x = qkv.data() + (i - size_t(col)) + size_t(col / 8 * 8);
+      sfa_select_coords(x, 8, k, idx.data());
+      const bool sel = std::find(idx.begin(), idx.end(), col % 8) != idx.end();
+      if (!sel) {
+        EXPECT_EQ(dqkv[i], 0.f) << i;
+        continue;
+      }
+      std::vector<float> mag(8);
+      for (int c = 0; c < 8; ++c) mag[size_t(c)] = std::fabs(x[c]);
+      std::sort(mag.begin(), mag.end(), std::greater<float>());
+      if (std::fabs(x[col % 8]) - mag[size_t(k)] < 4 * h) continue;
+    }
+    const std::vector<double> fd = test::finite_difference(&qkv[i], 1, objective, h);
+    EXPECT_NEAR(dqkv[i], fd[0], 2e-3 + 1e-2 * std::fabs(fd[0])) << "coordinate " << i;
+    ++checked;
+  }
+  EXPECT_GT(checked, int(qkv.size()) / 3);
+
+  SfaModel with(sfa_config(2, 0.5f)), without(sfa_config(2, 0.f));
+  with.gradients();
+  without.gradients();
+  double diff = 0.0;
+  for (int64_t i = 0; i < with.store.num_trainable(); ++i)
+    diff += std::fabs(with.store.grads().ptr<float>()[i] - without.store.grads().ptr<float>()[i]);
+  EXPECT_GT(diff, 1e-4);
+}
+
+// aux = aux_scale * lambda * sum over layers of mean((O~ - O)^2), computed here for one module
+// directly; only in train mode; zero when k = D (student = teacher).
+TEST(SfaModel, DistillationTermValue) {
+  SfaModel m;
+  const LossTotals train = m.totals(AttentionMode::train);
+  EXPECT_GT(train.aux, 0.0);
+  EXPECT_EQ(m.totals(AttentionMode::eval).aux, 0.0);
+  SfaModel full(sfa_config(4, 0.5f));
+  EXPECT_EQ(full.totals().aux, 0.0);
+
+  auto ctx = ExecContext::make_cpu();
+  const QKVLayout l{2, 2, 4};
+  const int B = 2, T = 5, W = int(l.width()), Q = int(l.q_width());
+  std::vector<float> qkv = test::random_vector(size_t(B) * T * W, 3), out(size_t(B) * T * Q);
+  std::vector<float> teacher(out.size()), lse(size_t(B) * 2 * T);
+  AttentionOptions o;
+  o.type = "sfa";
+  o.sfa = {2, 0.5f};
+  SfaAttention a(o);
+  AttentionShape s{B, T, l, 8};
+  a.allocate(*ctx, s, DType::f32);
+  double total = 0.0;
+  AttentionInputs in;
+  in.h = Tensor();
+  in.qkv = test::cpu_tensor(qkv, {B, T, W});
+  in.layout = l;
+  in.mode = AttentionMode::train;
+  in.aux = {&total, 0.25f};
+  a.forward(*ctx, in, test::cpu_tensor(out, {B, T, Q}));
+  ops::attention_fwd(*ctx, test::cpu_tensor(teacher, {B, T, Q}), test::cpu_tensor(lse, {B, 2, T}),
+                     in.qkv, l);
+  double want = 0.0;
+  for (size_t i = 0; i < out.size(); ++i)
+    want += (double(out[i]) - teacher[i]) * (double(out[i]) - teacher[i]);
+  EXPECT_GT(want, 0.0);
+  EXPECT_NEAR(total, double(0.25f * 0.5f) * want / double(out.size()), 1e-12);
+}
+
+// prefill + decode_step with the sparse cache (k~ as indices + values, dense V) equals the full
+// eval forward; the cache holds fewer bytes per token than dense K/V when k is small.
+TEST(SfaModel, DecodeWithTheSparseCacheEqualsTheForward) {
+  for (int k : {1, 2, 4}) {
+    SfaModel m(sfa_config(k, 0.f), 12);
+    const std::vector<float> full = m.logits();
+    const int B = m.B, T = m.T, Vp = m.cfg.padded_vocab;
+    for (int P : {1, 5}) {
+      KVCache cache = m.model.make_kv_cache(*m.ctx, B, T, DType::f32);
+      std::vector<int32_t> buf;
+      auto cols = [&](int t0, int n) {
+        buf.clear();
+        for (int b = 0; b < B; ++b)
+          for (int t = t0; t < t0 + n; ++t) buf.push_back(m.tokens[size_t(b) * T + t]);
+        return test::cpu_tensor(buf, Shape{B, n});
+      };
+      Tensor logits = m.model.prefill(*m.ctx, m.store, cols(0, P), cache);
+      for (int t = P - 1; t < T; ++t) {
+        if (t > P - 1) logits = m.model.decode_step(*m.ctx, m.store, cols(t, 1), cache);
+        for (int b = 0; b < B; ++b)
+          EXPECT_LT(test::max_rel_error(logits.ptr<float>() + size_t(b) * Vp,
+                                        full.data() + (size_t(b) * T + t) * Vp, size_t(Vp)),
+                    1e-5)
+              << "k " << k << " P " << P << " t " << t;
+      }
+    }
+  }
+  auto ctx = ExecContext::make_cpu();
+  const QKVLayout gpt2{12, 12, 64};
+  SfaKVCache sparse(*ctx, 1, 4, gpt2, DType::bf16, 8);
+  // 12 heads x (8 x (4 + 2) + 64 x 2) bytes, vs dense 12 x 2 x 64 x 2.
+  EXPECT_EQ(sparse.bytes_per_token(), size_t(12 * (8 * 6 + 128)));
+  EXPECT_LT(sparse.bytes_per_token(), size_t(12 * 2 * 64 * 2));
+}
+
+TEST(SfaModel, KOutOfRangeAndWindowAreClearErrors) {
+  test::expect_error([&] { SfaModel m(sfa_config(5, 0.f)); },
+                     "attention.sfa.k (5) must be in [1, head dim 4]; 0 picks the default (1)");
+  GPTConfig c = sfa_config();
+  c.attention.window = 3;
+  test::expect_error([&] { SfaModel m(c); }, "attention.window (3) does not apply to sfa");
+  SfaModel d(sfa_config(0, 0.f));  // default: (4 + 7) / 8 = 1
+  EXPECT_GT(d.totals(AttentionMode::eval).mean(), 0.0);
+}
+
+TEST(SfaModel, TrainingLowersTheLoss) {
+  SfaModel m(sfa_config(2, 0.5f), 12);
+  AdamWConfig oc;
+  oc.lr = 1e-2f;
+  AdamW opt(*m.ctx, m.store, oc);
+  const double first = m.objective();
+  for (int step = 1; step <= 15; ++step) {
+    m.gradients();
+    opt.step(1e-2f, step);
+  }
+  EXPECT_LT(m.objective(), first - 0.1);
+}
