@@ -53,7 +53,8 @@ __global__ void sfa_attention_fwd_kernel(SfaAttentionParams<T> p) {
   const T* vb = p.v + b * p.v_batch_stride + g * p.v_head_stride;
   float m = -INFINITY, s = 0.f;
   for (int j = threadIdx.x; j < len; j += blockDim.x) {
-    const float x = p.scale * overlap(qi, qv, kib + j * p.k_row_stride, kvb + j * p.k_row_stride, K);
+    const float x =
+        p.scale * overlap(qi, qv, kib + j * p.k_row_stride, kvb + j * p.k_row_stride, K);
     const float mn = fmaxf(m, x);
     s = s * __expf(m - mn) + __expf(x - mn);
     m = mn;

@@ -19,7 +19,8 @@ __global__ void sfa_select_kernel(SfaSelectParams<T> p) {
   const int64_t warp = int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (warp >= int64_t(p.B) * p.T * heads) return;  // whole warps leave together
   const int hv = int(warp % heads);
-  const int64_t r = warp / heads, b = r / p.T, t = r % p.T, W = int64_t(p.n_head + 2 * p.n_kv_head) * p.D;
+  const int64_t r = warp / heads, b = r / p.T, t = r % p.T,
+                W = int64_t(p.n_head + 2 * p.n_kv_head) * p.D;
   const int64_t off = r * W + int64_t(hv) * D;
   float a[kMaxSlots];
 #pragma unroll
@@ -66,8 +67,9 @@ __global__ void sfa_select_kernel(SfaSelectParams<T> p) {
   const int64_t voff = r * W + int64_t(p.n_head + p.n_kv_head + h) * D;
   for (int c = lane; c < D; c += 32) {
     if (p.mask_dst && p.mask_dst != p.mask_src) p.mask_dst[voff + c] = p.mask_src[voff + c];
-    if (p.v_out) p.v_out[b * p.v_batch_stride + t * p.v_row_stride + h * p.v_head_stride + c] =
-        p.qkv[voff + c];
+    if (p.v_out)
+      p.v_out[b * p.v_batch_stride + t * p.v_row_stride + h * p.v_head_stride + c] =
+          p.qkv[voff + c];
   }
 }
 

@@ -83,8 +83,8 @@ struct FocusOptions {
 
 // Sparse Feature Attention (nn/attention_sfa.h, docs/sfa.md); mapped from attention.sfa.
 struct SfaOptions {
-  int k = 0;              // coordinates kept per q/k head vector; 0: (head dim + 7) / 8
-  float distill = 0.f;    // lambda of the dense-teacher distillation term (training only)
+  int k = 0;            // coordinates kept per q/k head vector; 0: (head dim + 7) / 8
+  float distill = 0.f;  // lambda of the dense-teacher distillation term (training only)
 };
 
 struct AttentionOptions {

@@ -48,8 +48,7 @@ class SfaAttention final : public AttentionModule {
 // [B, n_kv_head, max_T, *]; and the q~ of one chunk (q_idx, q_val [B, max_T, n_head, k], scratch).
 class SfaKVCache final : public AttentionCache {
  public:
-  SfaKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout, DType dtype,
-             int k);
+  SfaKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout, DType dtype, int k);
   size_t bytes() const override { return buf_.bytes(); }
   // Cache bytes per token and layer (k~ indices and values, dense v; not the chunk scratch):
   // n_kv_head * (k * (4 + dtype size) + D * dtype size), vs n_kv_head * 2 D * dtype size dense.

@@ -24,8 +24,8 @@ DType check_qkv(const char* op, const ExecContext& ctx, const Tensor& qkv, const
                 int k) {
   const DType dt = require_activation(op, "qkv", qkv, ctx, 3);
   ATTN_REQUIRE(l.n_head > 0 && l.n_kv_head > 0 && l.head_dim > 0 && l.n_head % l.n_kv_head == 0,
-               "%s: n_kv_head (%d) must divide n_head (%d), head dim %d", op, l.n_kv_head,
-               l.n_head, l.head_dim);
+               "%s: n_kv_head (%d) must divide n_head (%d), head dim %d", op, l.n_kv_head, l.n_head,
+               l.head_dim);
   ATTN_REQUIRE(qkv.ndim() == 3 && qkv.dim(2) == l.width(), "%s: qkv must be [B, T, %lld], got %s",
                op, (long long)l.width(), qkv.str().c_str());
   ATTN_REQUIRE(k >= 1 && k <= l.head_dim,

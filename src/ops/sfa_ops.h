@@ -12,8 +12,7 @@ namespace attnlab::ops {
 // The sparse form of q and k of qkv [B, T, layout.width()]: q_idx, q_val [B, T, n_head, k];
 // k_idx, k_val [B, T, n_kv_head, k] (ascending coordinates; any may be empty: not written).
 void sfa_select(const ExecContext& ctx, const Tensor& qkv, const QKVLayout& layout, int k,
-                const Tensor& q_idx, const Tensor& q_val, const Tensor& k_idx,
-                const Tensor& k_val);
+                const Tensor& q_idx, const Tensor& q_val, const Tensor& k_idx, const Tensor& k_val);
 // dst [B, T, width] = src with the q and k coordinates not selected in qkv zeroed, v copied;
 // dst may be src (in place).
 void sfa_sparsify(const ExecContext& ctx, const Tensor& dst, const Tensor& src, const Tensor& qkv,
@@ -23,8 +22,7 @@ void sfa_sparsify(const ExecContext& ctx, const Tensor& dst, const Tensor& src, 
 // written =, kept for the backward) = sparsified qkv, then the dense attention op (out, lse as
 // attention_fwd).
 void sfa_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
-                       const Tensor& qkv_sparse, const Tensor& qkv, const QKVLayout& layout,
-                       int k);
+                       const Tensor& qkv_sparse, const Tensor& qkv, const QKVLayout& layout, int k);
 // Straight-through backward: dqkv written (=); dq, dk nonzero only on the selected coordinates, dv
 // dense. qkv_sparse, out, lse from sfa_attention_fwd.
 void sfa_attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dout,

@@ -11,8 +11,8 @@
 
 #include "config/recipe.h"
 #include "config/suggest.h"
-#include "train/from_recipe.h"
 #include "test_util.h"
+#include "train/from_recipe.h"
 
 namespace attnlab {
 namespace {
@@ -460,8 +460,8 @@ TEST(RecipeSfa, DefaultsRoundTripAndErrors) {
   EXPECT_EQ(sfa_default_k(32), 4);
   EXPECT_EQ(sfa_default_k(20), 3);
 
-  Recipe r = parse_recipe("attention:\n  type: sfa\n  sfa:\n    k: 4\n    distill: 0.5\n",
-                          "x.yaml");
+  Recipe r =
+      parse_recipe("attention:\n  type: sfa\n  sfa:\n    k: 4\n    distill: 0.5\n", "x.yaml");
   EXPECT_EQ(r.attention.sfa.k, 4);
   EXPECT_DOUBLE_EQ(r.attention.sfa.distill, 0.5);
   EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "y.yaml"), r);

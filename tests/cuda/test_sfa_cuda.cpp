@@ -167,9 +167,8 @@ void decode_matches(int B, int T_, int H, int Hkv, int D, int k, int chunk) {
     DeviceIdx dqi(qi.size());
     ops::sfa_cache_write(*gpu, dqi.t(qs), dev_tensor(dqv, qs), dki.t(ks), dev_tensor(dkv, ks),
                          dev_tensor(dv, vs), dev_tensor(dc, cs), pos, l);
-    ops::sfa_attention_decode(*gpu, dev_tensor(dout, os), Tensor(), dqi.t(qs),
-                              dev_tensor(dqv, qs), dki.t(ks), dev_tensor(dkv, ks),
-                              dev_tensor(dv, vs), pos, l);
+    ops::sfa_attention_decode(*gpu, dev_tensor(dout, os), Tensor(), dqi.t(qs), dev_tensor(dqv, qs),
+                              dki.t(ks), dev_tensor(dkv, ks), dev_tensor(dv, vs), pos, l);
     EXPECT_EQ(dqi.download(), qi);
     EXPECT_LT(test::report("sfa decode out", test::max_rel_error(dout.download(), o)), tol<T>());
   }

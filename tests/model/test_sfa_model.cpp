@@ -1,7 +1,7 @@
 // SFA attention inside the GPT (CPU): finite differences of the whole model; the distillation
 // term's gradient through the AuxLossSink by finite differences with the teacher held fixed (its
-// stopgrad), its value against a direct computation, decoding with the sparse cache equal to the full forward (and its bytes per token),
-// k out of range, a few training steps lower the loss.
+// stopgrad), its value against a direct computation, decoding with the sparse cache equal to the
+// full forward (and its bytes per token), k out of range, a few training steps lower the loss.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -121,8 +121,8 @@ TEST(SfaModel, DistillationGradientHoldsTheTeacherFixed) {
   in.mode = AttentionMode::train;
   in.aux = {&total, scale};
   a.forward(*ctx, in, out_t());
-  a.backward(*ctx, in, out_t(), test::cpu_tensor(w, {B, T, Q}),
-             test::cpu_tensor(dqkv, {B, T, W}), Tensor());
+  a.backward(*ctx, in, out_t(), test::cpu_tensor(w, {B, T, Q}), test::cpu_tensor(dqkv, {B, T, W}),
+             Tensor());
   auto objective = [&] {
     ops::sfa_attention_fwd(*ctx, out_t(), test::cpu_tensor(lse, {B, 2, T}),
                            test::cpu_tensor(sparse, {B, T, W}), qkv_t(), l, k);

@@ -109,8 +109,8 @@ TEST(SfaSelect, LargestMagnitudesTiesToTheLowerIndexAndZeros) {
   std::vector<float> g(c.qkv.size(), 1.f);
   ops::sfa_sparsify(*c.ctx, cpu_tensor(g, c.qkv_shape()), cpu_tensor(g, c.qkv_shape()), c.qkv_t(),
                     c.layout, 3);
-  const std::vector<float> g_want = {0, 1, 1, 0, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1,
-                                     1, 1, 1, 1};
+  const std::vector<float> g_want = {0, 1, 1, 0, 1, 0, 0, 0, 1, 1, 1, 0,
+                                     0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
   EXPECT_EQ(g, g_want);
 }
 
@@ -215,8 +215,8 @@ TEST(SfaAttention, DecodeFromTheSparseCacheEqualsTheForward) {
     std::vector<int32_t> qi(size_t(qs.numel()));
     std::vector<float> qv(qi.size()), o(size_t(c.B) * n * c.layout.q_width());
     ops::sfa_cache_write(*c.ctx, cpu_tensor(qi, qs), cpu_tensor(qv, qs), cpu_tensor(ki, ks),
-                         cpu_tensor(kv, ks), cpu_tensor(v, vs), cpu_tensor(chunk, {c.B, n, W}),
-                         pos, c.layout);
+                         cpu_tensor(kv, ks), cpu_tensor(v, vs), cpu_tensor(chunk, {c.B, n, W}), pos,
+                         c.layout);
     ops::sfa_attention_decode(*c.ctx, cpu_tensor(o, {c.B, n, c.layout.q_width()}), Tensor(),
                               cpu_tensor(qi, qs), cpu_tensor(qv, qs), cpu_tensor(ki, ks),
                               cpu_tensor(kv, ks), cpu_tensor(v, vs), pos, c.layout);
@@ -257,9 +257,8 @@ TEST(SfaAttention, BadArgumentsNameTheProblem) {
       [&] { ops::sfa_sparsify(*c.ctx, c.sparse_t(), c.qkv_t(), c.qkv_t(), c.layout, 0); },
       "must be in [1, head dim 8], got 0");
   QKVLayout bad{3, 2, 8};
-  test::expect_error(
-      [&] { ops::sfa_sparsify(*c.ctx, c.sparse_t(), c.qkv_t(), c.qkv_t(), bad, 3); },
-      "n_kv_head (2) must divide n_head (3)");
+  test::expect_error([&] { ops::sfa_sparsify(*c.ctx, c.sparse_t(), c.qkv_t(), c.qkv_t(), bad, 3); },
+                     "n_kv_head (2) must divide n_head (3)");
 }
 
 }  // namespace
