@@ -13,7 +13,8 @@ namespace attnlab {
 void require_trainable_parameters(const Recipe& r, const ParameterStore& store) {
   if (!r.retrofit.enabled || store.num_trainable() > 0) return;
   std::string roles;
-  for (const std::string& role : r.retrofit.train_roles) roles += (roles.empty() ? "" : ", ") + role;
+  for (const std::string& role : r.retrofit.train_roles)
+    roles += (roles.empty() ? "" : ", ") + role;
   ATTN_FAIL(
       "retrofit.train_roles [%s] selects no parameter of this model (attention.type '%s'%s): "
       "nothing would train. Retrofit Focus with attention.type: focus and train_roles "
@@ -125,8 +126,10 @@ namespace {
 
 std::string meta(const io::SafetensorsFile& f, const char* key) {
   const auto it = f.metadata().find(key);
-  ATTN_REQUIRE(it != f.metadata().end(), "adapter '%s' has no '%s' metadata (not an attnlab "
-               "adapter, or a damaged one)", f.path().c_str(), key);
+  ATTN_REQUIRE(it != f.metadata().end(),
+               "adapter '%s' has no '%s' metadata (not an attnlab "
+               "adapter, or a damaged one)",
+               f.path().c_str(), key);
   return it->second;
 }
 
