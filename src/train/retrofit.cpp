@@ -176,6 +176,11 @@ ModelSource with_adapter(const ModelSource& base, const std::string& adapter_pat
   return out;
 }
 
+ModelSource inspect_model_source(const std::string& path, const std::string& adapter_path) {
+  const ModelSource base = inspect_model_source(path);
+  return adapter_path.empty() ? base : with_adapter(base, adapter_path);
+}
+
 void load_adapter_tensors(const std::string& adapter_path, const ParameterStore& store,
                           const std::string& base_path) {
   io::SafetensorsFile f(adapter_path);

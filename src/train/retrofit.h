@@ -46,6 +46,9 @@ void save_adapter(const std::string& path, const ParameterStore& store,
 // loads the adapter's tensors). Throws when the file is no attnlab adapter or the base is
 // another architecture (naming the keys).
 ModelSource with_adapter(const ModelSource& base, const std::string& adapter_path);
+// inspect_model_source(path), with the adapter when adapter_path is not empty (the --adapter FILE
+// of eval, score, generate and convert).
+ModelSource inspect_model_source(const std::string& path, const std::string& adapter_path);
 // Loads the adapter's tensors into `store` after its base tensors were loaded: the base hash must
 // equal the adapter's, every non-base tensor of the store must be in the file and every tensor
 // of the file must be a non-base tensor of the store.

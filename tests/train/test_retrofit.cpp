@@ -5,8 +5,8 @@
 
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "config/recipe.h"
@@ -54,9 +54,8 @@ TrainOptions quiet() {
 }
 
 std::vector<std::string> focus_retrofit(const std::string& base) {
-  return {"attention.type=focus",         "attention.focus.groups=4",
-          "attention.focus.d_g=8",        "attention.focus.local_window=4",
-          "attention.focus.top_k=2",      "retrofit.enabled=true",
+  return {"attention.type=focus",           "attention.focus.groups=4", "attention.focus.d_g=8",
+          "attention.focus.local_window=4", "attention.focus.top_k=2",  "retrofit.enabled=true",
           "retrofit.checkpoint=" + base};
 }
 
@@ -87,8 +86,9 @@ void declare_trainable_subset(const GPT& model, ParameterStore& store,
 TEST(Retrofit, RecipeErrorsNameTheBaseAndTheWayOut) {
   const test::TempDir tmp("rf");
   // A base that does not exist.
-  EXPECT_HAS(error_of([&] { train(tiny(tmp.file("r1"), focus_retrofit(tmp.file("nope"))), quiet()); }),
-             "retrofit.checkpoint: ");
+  EXPECT_HAS(
+      error_of([&] { train(tiny(tmp.file("r1"), focus_retrofit(tmp.file("nope"))), quiet()); }),
+      "retrofit.checkpoint: ");
   const std::string base = tmp.file("base");
   train(tiny(base, {"checkpoint.at_end=true"}), quiet());
   // A base of another architecture than the recipe gives.
@@ -101,8 +101,9 @@ TEST(Retrofit, RecipeErrorsNameTheBaseAndTheWayOut) {
   const std::string none = error_of([&] {
     train(tiny(tmp.file("r3"), {"retrofit.enabled=true", "retrofit.checkpoint=" + base}), quiet());
   });
-  EXPECT_HAS(none, "retrofit.train_roles [attention] selects no parameter of this model "
-                   "(attention.type 'dense', no retrofit.lora)");
+  EXPECT_HAS(none,
+             "retrofit.train_roles [attention] selects no parameter of this model "
+             "(attention.type 'dense', no retrofit.lora)");
 }
 
 // A Focus retrofit of a dense run: only the centroid parameters change, the checkpoint carries an
@@ -112,13 +113,13 @@ TEST(Retrofit, FocusRetrofitFreezesTheBaseAndItsAdapterAppliesOnlyToThatBase) {
   const std::string base = tmp.file("base"), other = tmp.file("other"), rf = tmp.file("rf");
   train(tiny(base, {"checkpoint.at_end=true"}), quiet());
   train(tiny(other, {"checkpoint.at_end=true", "train.seed=12"}), quiet());
-  const TrainResult res =
-      train(tiny(rf, [&] {
-              auto v = focus_retrofit(base);
-              v.push_back("checkpoint.at_end=true");
-              return v;
-            }()),
-            quiet());
+  const TrainResult res = train(tiny(rf,
+                                     [&] {
+                                       auto v = focus_retrofit(base);
+                                       v.push_back("checkpoint.at_end=true");
+                                       return v;
+                                     }()),
+                                quiet());
   EXPECT_TRUE(std::isfinite(res.final_train_loss));
   const std::string rf_ckpt = resolve_checkpoint_dir(rf), base_ckpt = resolve_checkpoint_dir(base);
   io::SafetensorsFile rm((fs::path(rf_ckpt) / "model.safetensors").string());
@@ -163,9 +164,9 @@ TEST(Retrofit, FocusRetrofitFreezesTheBaseAndItsAdapterAppliesOnlyToThatBase) {
   ParameterStore store2;
   model.declare_params(store2);
   store2.finalize(Device::cpu, DType::f32, {ParamRole::base});
-  EXPECT_HAS(error_of([&] { load_model_source(wrong, store2); }),
-             "was trained on another base model: its base hash is " +
-                 af.metadata().at("base_hash"));
+  EXPECT_HAS(
+      error_of([&] { load_model_source(wrong, store2); }),
+      "was trained on another base model: its base hash is " + af.metadata().at("base_hash"));
   // A base of another architecture: refused naming the keys.
   const std::string wide = tmp.file("wide");
   train(tiny(wide, {"checkpoint.at_end=true", "model.n_embd=64"}), quiet());
@@ -189,7 +190,8 @@ TEST(Retrofit, FrozenBaseSkipsEveryProductNoTrainableTensorNeeds) {
                        ParameterStore& store) {
     GPT model(c);
     declare_trainable_subset(model, store, keep);
-    for (const auto& e : store.entries()) copy_tensor(store.param(e.spec.name), full.store.param(e.spec.name));
+    for (const auto& e : store.entries())
+      copy_tensor(store.param(e.spec.name), full.store.param(e.spec.name));
     model.allocate(*full.ctx, full.B, full.T, DType::f32);
     full.ctx->matmul_counts = &n;
     store.zero_grads();
@@ -198,18 +200,21 @@ TEST(Retrofit, FrozenBaseSkipsEveryProductNoTrainableTensorNeeds) {
     model.backward(*full.ctx, store, full.t(full.tokens));
     full.ctx->matmul_counts = nullptr;
   };
-  const auto is_focus = [](const std::string& n) { return n.find(".attn.focus.") != std::string::npos; };
+  const auto is_focus = [](const std::string& n) {
+    return n.find(".attn.focus.") != std::string::npos;
+  };
   MatmulCounts all, both, top;
   ParameterStore s_all, s_both, s_top;
   counts_of([](const std::string&) { return true; }, all, s_all);
   counts_of(is_focus, both, s_both);
-  counts_of([&](const std::string& n) { return is_focus(n) && n.rfind("h.1.", 0) == 0; }, top, s_top);
+  counts_of([&](const std::string& n) { return is_focus(n) && n.rfind("h.1.", 0) == 0; }, top,
+            s_top);
   // Each Focus layer runs one product of its own (h W_g: dW_g of a trainable tensor, and its dx
   // into h, which the module computes whenever it runs); the rest are the base's.
   const int L = c.n_layer;
   EXPECT_EQ(all.weight_grad, 4 * L + 1 + L);
-  EXPECT_EQ(all.data_grad, 4 * L + 1 + L);  // the head, four per layer, Focus's
-  EXPECT_EQ(both.weight_grad, L);           // W_g only: no base weight-gradient product
+  EXPECT_EQ(all.data_grad, 4 * L + 1 + L);       // the head, four per layer, Focus's
+  EXPECT_EQ(both.weight_grad, L);                // W_g only: no base weight-gradient product
   EXPECT_EQ(both.data_grad, 4 * L + 1 + L - 1);  // layer 0's q/k/v dx (into ln_1) skipped
   EXPECT_EQ(top.weight_grad, 1);                 // layer 1's W_g
   // The head, layer 1's mlp proj, fc and attention proj, and its Focus product; nothing of
