@@ -234,6 +234,10 @@ void RetrofitConfig::validate() const {
     fail_key("retrofit.lora.rank",
              "retrofit.lora applies to a retrofit: set retrofit.enabled: true and "
              "retrofit.checkpoint (the frozen base the adapter is trained on)");
+  if (lora.rank > 0)
+    fail_key("retrofit.lora.rank",
+             "retrofit.lora.rank: LoRA is not implemented yet (its keys are reserved and checked; "
+             "docs/retrofit.md); set retrofit.lora.rank: 0");
 }
 
 void Recipe::validate(RecipeUse use) const {

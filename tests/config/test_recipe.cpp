@@ -265,6 +265,9 @@ TEST(RecipeErrors, EnumsAndUnsupportedFeatures) {
   EXPECT_EQ(parse_error("retrofit:\n  lora:\n    rank: 4\n"),
             "x.yaml:3: retrofit.lora applies to a retrofit: set retrofit.enabled: true and "
             "retrofit.checkpoint (the frozen base the adapter is trained on)");
+  EXPECT_EQ(parse_error("retrofit:\n  enabled: true\n  checkpoint: a\n  lora:\n    rank: 4\n"),
+            "x.yaml:5: retrofit.lora.rank: LoRA is not implemented yet (its keys are reserved and "
+            "checked; docs/retrofit.md); set retrofit.lora.rank: 0");
   EXPECT_EQ(parse_error("retrofit:\n  enabled: true\n  checkpoint: a\ntrain:\n  init_from: b\n"),
             "x.yaml:5: train.init_from ('b') and retrofit.checkpoint ('a') both name the model to "
             "start from; a retrofit starts from retrofit.checkpoint: remove train.init_from");
