@@ -8,8 +8,9 @@
 namespace attnlab::cli {
 
 int cmd_convert(const std::string& src, const std::string& dst, const std::string& to,
-                bool llmc_bf16) {
+                bool llmc_bf16, const std::string& adapter) {
   ConvertOptions o;
+  o.adapter = adapter;
   o.to = parse_model_format(to);
   o.llmc_bf16 = llmc_bf16;
   ATTN_REQUIRE(!llmc_bf16 || o.to == ModelFormat::llmc,

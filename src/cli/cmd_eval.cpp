@@ -49,6 +49,9 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
       ->required();
   sub->add_option("--checkpoint", a.checkpoint,
                   "older form `eval RECIPE --checkpoint RUN`: the model; RECIPE is --recipe");
+  sub->add_option("--adapter", o.adapter,
+                  "a retrofit's adapter.safetensors, applied on the model (docs/retrofit.md)")
+      ->check(CLI::ExistingFile);
   sub->add_option("--recipe", o.recipe, "recipe for data and eval keys (its model must agree)")
       ->check(CLI::ExistingFile);
   sub->add_option("--set", o.overrides, "override a recipe key: --set section.key=value");
@@ -110,6 +113,9 @@ CLI::App* add_score_command(CLI::App& app, ScoreArgs& a) {
       "score", "per-token log-probabilities and argmax of a text or token file, as JSON lines");
   sub->add_option("model", o.model, "run, checkpoint, Hugging Face directory or llm.c .bin")
       ->required();
+  sub->add_option("--adapter", o.adapter,
+                  "a retrofit's adapter.safetensors, applied on the model (docs/retrofit.md)")
+      ->check(CLI::ExistingFile);
   sub->add_option("--text", o.text, "a text file (one document)");
   sub->add_option("--tokens", o.tokens, "an llm.c shard or a file of whitespace-separated ids");
   sub->add_option("--tokenizer", o.tokenizer, "tokenizer spec (default: the model's)");

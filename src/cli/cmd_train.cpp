@@ -8,6 +8,7 @@
 #include "core/cuda_check.h"
 #include "model/gpt.h"
 #include "train/from_recipe.h"
+#include "train/init_from.h"
 #include "train/trainer.h"
 
 namespace attnlab::cli {
@@ -61,7 +62,8 @@ std::string human_bytes(double b) {
 }  // namespace
 
 int cmd_info(const RecipeArgs& args) {
-  Recipe r = load_recipe(args.recipe, args.overrides);
+  // A retrofit's (or init_from's) model keys come from its base checkpoint.
+  Recipe r = resolve_init_from(load_recipe(args.recipe, args.overrides));
   std::printf("# resolved recipe\n%s\n", recipe_to_yaml(r).c_str());
 
   const GPTConfig c = gpt_config_of(r);
@@ -85,6 +87,9 @@ int cmd_info(const RecipeArgs& args) {
   DType dt = cuda && r.train.precision == Precision::bf16 ? DType::bf16 : DType::f32;
   const TrainingMemoryEstimate mem =
       estimate_training_memory(model, total, n_train, r.train.micro_batch, r.train.seq_len, dt);
+  // The same run with every tensor trainable (full fine-tuning), for comparison with a retrofit.
+  const TrainingMemoryEstimate full =
+      estimate_training_memory(model, total, total, r.train.micro_batch, r.train.seq_len, dt);
   const int accum = r.train.grad_accum_steps(1);
   const double fpt = model.flops_per_token(r.train.seq_len);
 
@@ -92,7 +97,10 @@ int cmd_info(const RecipeArgs& args) {
   std::printf("parameters        %lld (%.2fM; %lld with vocabulary padding)\n",
               (long long)(total - padding), double(total - padding) / 1e6, (long long)total);
   for (auto& [role, n] : by_role) std::printf("  role %-10s  %lld\n", role.c_str(), (long long)n);
-  std::printf("trainable         %lld\n", (long long)n_train);
+  std::printf("trainable         %lld (%.2f%%)\n", (long long)n_train,
+              100.0 * double(n_train) / double(total));
+  std::printf("frozen            %lld%s\n", (long long)(total - n_train),
+              r.retrofit.enabled ? " (retrofit: no gradient, no optimizer state)" : "");
   std::printf("padded vocab      %d (vocab %d)\n", c.padded_vocab, c.vocab_size);
   std::printf("block             %s, %s MLP, %s positions, %s, %s embeddings\n", norm_name(c.norm),
               mlp_name(c.mlp), position_name(c.position), c.bias ? "biases" : "no biases",
@@ -115,6 +123,16 @@ int cmd_info(const RecipeArgs& args) {
   if (mem.workspace)
     std::printf("workspace         %s\n", human_bytes(double(mem.workspace)).c_str());
   std::printf("total             %s\n", human_bytes(double(mem.total())).c_str());
+  if (n_train != total) {
+    std::printf("\n# memory: this run (%s) vs full fine-tuning (every tensor trains)\n",
+                r.retrofit.enabled ? "retrofit" : "frozen roles");
+    std::printf("gradients         %s vs %s\n", human_bytes(double(mem.grads)).c_str(),
+                human_bytes(double(full.grads)).c_str());
+    std::printf("optimizer state   %s vs %s\n", human_bytes(double(mem.optimizer)).c_str(),
+                human_bytes(double(full.optimizer)).c_str());
+    std::printf("total             %s vs %s\n", human_bytes(double(mem.total())).c_str(),
+                human_bytes(double(full.total())).c_str());
+  }
   return 0;
 }
 

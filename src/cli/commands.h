@@ -20,6 +20,6 @@ int cmd_generate(const GenerateOptions& options);
 int cmd_prepare(PrepareOptions options);
 // attnlab convert SRC DST --to attnlab|hf|llmc (interop/convert.h); prints what it wrote.
 int cmd_convert(const std::string& src, const std::string& dst, const std::string& to,
-                bool llmc_bf16);
+                bool llmc_bf16, const std::string& adapter);
 
 }  // namespace attnlab::cli

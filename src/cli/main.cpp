@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
   GenerateOptions gen;
   CLI::App* generate = app.add_subcommand("generate", "sample text from a checkpoint (streamed)");
   generate->add_option("checkpoint", gen.checkpoint, "checkpoint or run directory")->required();
+  generate
+      ->add_option("--adapter", gen.adapter,
+                   "a retrofit's adapter.safetensors, applied on the checkpoint")
+      ->check(CLI::ExistingFile);
   generate->add_option("--prompt,-p", gen.prompt, "text to continue (default: a new document)");
   generate->add_option("--max-new-tokens,-n", gen.max_new_tokens, "tokens to generate")
       ->capture_default_str();
@@ -95,6 +99,7 @@ int main(int argc, char** argv) {
 
   std::string conv_src, conv_dst, conv_to;
   bool conv_bf16 = false;
+  std::string conv_adapter;
   CLI::App* convert = app.add_subcommand(
       "convert", "write a model (attnlab, Hugging Face GPT-2 or llm.c) in another format");
   convert
@@ -106,6 +111,10 @@ int main(int argc, char** argv) {
       ->required();
   convert->add_option("--to", conv_to, "attnlab | hf | llmc")->required();
   convert->add_flag("--bf16", conv_bf16, "llmc: write bf16 weights (llm.c version 5)");
+  convert
+      ->add_option("--adapter", conv_adapter,
+                   "merge a retrofit's adapter.safetensors into the converted checkpoint")
+      ->check(CLI::ExistingFile);
 
   CLI11_PARSE(app, argc, argv);
   try {
@@ -116,7 +125,7 @@ int main(int argc, char** argv) {
     if (*generate) return cli::cmd_generate(gen);
     if (*prepare) return cli::cmd_prepare(prep);
     if (*tokenize) return run_tokenize(tok_spec, tok_text, tok_pieces);
-    if (*convert) return cli::cmd_convert(conv_src, conv_dst, conv_to, conv_bf16);
+    if (*convert) return cli::cmd_convert(conv_src, conv_dst, conv_to, conv_bf16, conv_adapter);
   } catch (const Error& e) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());
     return 1;

@@ -213,6 +213,19 @@ std::set<ParamRole> RetrofitConfig::trainable_roles() const {
   return roles;
 }
 
+void LoraConfig::validate() const {
+  require_min("retrofit.lora.rank", rank, 0);
+  require_range("retrofit.lora.alpha", alpha, 0, true, kInf, false);
+  for (const std::string& t : targets)
+    if (t != "c_attn")
+      fail_key("retrofit.lora.targets",
+               strformat("retrofit.lora.targets: '%s' is not implemented yet; the valid target is "
+                         "c_attn (the q/k/v projection)",
+                         t.c_str()));
+  if (rank > 0 && targets.empty())
+    fail_key("retrofit.lora.targets", "retrofit.lora.targets must name at least one projection");
+}
+
 void RetrofitConfig::validate() const {
   for (const std::string& r : train_roles) {
     try {
@@ -221,12 +234,21 @@ void RetrofitConfig::validate() const {
       fail_key("retrofit.train_roles", std::string("retrofit.train_roles: ") + e.what());
     }
   }
-  if (enabled)
-    fail_key("retrofit.enabled",
-             "retrofit.enabled: retrofitting a trained model is not supported yet "
-             "(set retrofit.enabled=false)");
   if (train_roles.empty())
     fail_key("retrofit.train_roles", "retrofit.train_roles must name at least one role");
+  if (enabled && checkpoint.empty())
+    fail_key("retrofit.checkpoint",
+             "retrofit.enabled needs retrofit.checkpoint: the base model (an attnlab run or "
+             "checkpoint directory, a Hugging Face GPT-2 directory or an llm.c .bin file)");
+  lora.validate();
+  if (lora.rank > 0 && !enabled)
+    fail_key("retrofit.lora.rank",
+             "retrofit.lora applies to a retrofit: set retrofit.enabled: true and "
+             "retrofit.checkpoint (the frozen base the adapter is trained on)");
+  if (lora.rank > 0)
+    fail_key("retrofit.lora.rank",
+             "retrofit.lora.rank: LoRA is not implemented yet (its keys are reserved and checked; "
+             "docs/retrofit.md); set retrofit.lora.rank: 0");
 }
 
 void Recipe::validate(RecipeUse use) const {
@@ -241,6 +263,12 @@ void Recipe::validate(RecipeUse use) const {
   log.validate();
   distributed.validate();
   retrofit.validate();
+  if (retrofit.enabled && !train.init_from.empty() && train.init_from != retrofit.checkpoint)
+    fail_key("train.init_from",
+             strformat("train.init_from ('%s') and retrofit.checkpoint ('%s') both name the model "
+                       "to start from; a retrofit starts from retrofit.checkpoint: remove "
+                       "train.init_from",
+                       train.init_from.c_str(), retrofit.checkpoint.c_str()));
 
   if (use == RecipeUse::train && data.source == DataSource::shards && data.train.empty())
     fail_key("data.train",

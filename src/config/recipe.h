@@ -328,10 +328,25 @@ struct DistributedConfig {
   bool operator==(const DistributedConfig&) const = default;
 };
 
+// LoRA on attention projections (docs/retrofit.md): W x + (alpha / rank) B A x with A [rank, in]
+// and B [out, rank] of role `adapter`, B zero at the start so step 0 is the base model.
+struct LoraConfig {
+  int rank = 0;  // 0 = no LoRA
+  double alpha = 16.0;
+  std::vector<std::string> targets{"c_attn"};  // projections that get one; only c_attn today
+  void validate() const;
+  bool operator==(const LoraConfig&) const = default;
+};
+
+// Retrofit (docs/retrofit.md): train some parameter roles of a pretrained model, every other
+// tensor frozen (no gradient buffer, no optimizer state, skipped products in the backward).
 struct RetrofitConfig {
   bool enabled = false;
-  std::string checkpoint;                             // dense checkpoint to start from
+  // The base model: an attnlab run or checkpoint directory, a Hugging Face GPT-2 directory or an
+  // llm.c file. It is train.init_from's source (the model.* keys come from it, the same rules).
+  std::string checkpoint;
   std::vector<std::string> train_roles{"attention"};  // parameter roles trained; others frozen
+  LoraConfig lora;
   // The roles the optimizer updates: train_roles when enabled, every role otherwise.
   std::set<ParamRole> trainable_roles() const;
   void validate() const;

@@ -155,10 +155,18 @@ void visit(V& v, Is<DistributedConfig> auto& d) {
 }
 
 template <class V>
+void visit(V& v, Is<LoraConfig> auto& l) {
+  v.field("rank", l.rank, {"r"});
+  v.field("alpha", l.alpha, {"lora_alpha"});
+  v.field("targets", l.targets, {"target_modules"});
+}
+
+template <class V>
 void visit(V& v, Is<RetrofitConfig> auto& r) {
   v.field("enabled", r.enabled, {"enable"});
   v.field("checkpoint", r.checkpoint, {"from", "init_from"});
   v.field("train_roles", r.train_roles, {"roles", "trainable_roles"});
+  v.section("lora", r.lora, {"adapter"});
 }
 
 template <class V>

@@ -17,6 +17,7 @@
 #include "eval/validation.h"
 #include "io/metrics.h"
 #include "train/from_recipe.h"
+#include "train/retrofit.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -126,7 +127,7 @@ void check_recipe_model(const Recipe& recipe, const GivenKeys& given, const Mode
 
 EvalReport run_evaluation(const EvalOptions& o) {
   const auto t_start = Clock::now();
-  const ModelSource source = inspect_model_source(o.model);
+  const ModelSource source = inspect_model_source(o.model, o.adapter);
 
   // The recipe: --recipe, else the checkpoint's own; --set applies to it.
   std::optional<Recipe> recipe;

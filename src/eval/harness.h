@@ -18,6 +18,7 @@ namespace attnlab {
 
 struct EvalOptions {
   std::string model;                   // run dir, checkpoint dir, Hugging Face dir, llm.c .bin
+  std::string adapter;                 // optional: a retrofit's adapter.safetensors on `model`
   std::string recipe;                  // optional: data and eval keys (its model must agree)
   std::vector<std::string> overrides;  // --set a.b=v (on --recipe, else on the checkpoint's)
   std::vector<std::pair<std::string, std::string>> tasks;  // (name, jsonl file)

@@ -8,6 +8,7 @@
 #include "data/shard.h"
 #include "data/text_reader.h"
 #include "eval/perplexity.h"
+#include "train/retrofit.h"
 
 namespace attnlab {
 
@@ -42,7 +43,7 @@ std::vector<int32_t> read_token_file(const std::string& path) {
 
 ScoreSummary score_tokens(const ScoreOptions& o, std::FILE* out) {
   ATTN_REQUIRE(o.text.empty() != o.tokens.empty(), "score: pass exactly one of --text or --tokens");
-  const ModelSource source = inspect_model_source(o.model);
+  const ModelSource source = inspect_model_source(o.model, o.adapter);
   EvalModel model(source, o.device);
   const int vocab = model.config().vocab_size;
   std::unique_ptr<Tokenizer> tok;

@@ -18,8 +18,9 @@ namespace attnlab {
 
 struct ScoreOptions {
   std::string model;
-  std::string text;    // a text file (plain, .gz, .xz)
-  std::string tokens;  // a token file
+  std::string adapter;  // optional: a retrofit's adapter.safetensors on `model`
+  std::string text;     // a text file (plain, .gz, .xz)
+  std::string tokens;   // a token file
   std::string tokenizer;
   int context = 0, stride = 0;  // 0 = block_size, context
   EvalDeviceOptions device;

@@ -9,6 +9,7 @@
 #include "io/safetensors.h"
 #include "model/gpt.h"
 #include "tokenizer/tokenizer.h"
+#include "train/retrofit.h"
 
 namespace fs = std::filesystem;
 
@@ -38,7 +39,8 @@ void write_attnlab(const ParameterStore& store, const ModelSource& src, const To
 ConvertResult convert_model(const std::string& src, const std::string& dst,
                             const ConvertOptions& options) {
   ConvertResult res;
-  res.source = inspect_model_source(src);
+  res.source = options.adapter.empty() ? inspect_model_source(src)
+                                       : with_adapter(inspect_model_source(src), options.adapter);
   const ModelSource& s = res.source;
   res.notes = s.notes;
   std::error_code ec;

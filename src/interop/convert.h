@@ -18,6 +18,7 @@ namespace attnlab {
 struct ConvertOptions {
   ModelFormat to = ModelFormat::hf;
   bool llmc_bf16 = false;  // llm.c version 5 (bf16) instead of 3 (fp32)
+  std::string adapter;     // a retrofit's adapter merged in: the result is the adapter's model
 };
 
 struct ConvertResult {

@@ -9,6 +9,7 @@
 #include "interop/llmc.h"
 #include "io/atomic_file.h"
 #include "train/from_recipe.h"
+#include "train/retrofit.h"
 
 namespace fs = std::filesystem;
 
@@ -89,6 +90,18 @@ ModelSource inspect_model_source(const std::string& path) {
 
 WeightLoadReport load_model_source(const ModelSource& source, const ParameterStore& store,
                                    const WeightLoadOptions& options) {
+  if (!source.adapter.empty()) {
+    ModelSource base = source;
+    base.adapter.clear();
+    WeightLoadOptions o = options;
+    o.required_roles = {ParamRole::base};
+    WeightLoadReport rep = load_model_source(base, store, o);
+    load_adapter_tensors(source.adapter, store, source.path);
+    rep.initialised.clear();
+    for (const auto& e : store.entries())
+      if (e.spec.role != ParamRole::base) rep.loaded.push_back(e.spec.name);
+    return rep;
+  }
   switch (source.format) {
     case ModelFormat::attnlab:
       return load_model_weights_by_role(source.weights_path, store, options);
@@ -102,6 +115,8 @@ WeightLoadReport load_model_source(const ModelSource& source, const ParameterSto
 }
 
 Recipe recipe_of_model_source(const ModelSource& source) {
+  if (!source.adapter.empty())
+    return parse_recipe(source.adapter_recipe_yaml, source.adapter + ":recipe", {});
   if (source.format == ModelFormat::attnlab)
     return parse_recipe(source.recipe_yaml, source.weights_path + "/recipe.yaml", {});
   Recipe r;

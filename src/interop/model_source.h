@@ -29,6 +29,10 @@ struct ModelSource {
   GPTConfig config;          // the model the weights are for
   std::string recipe_yaml;   // attnlab: the run's resolved recipe; "" for other formats
   std::string tokenizer;     // make_tokenizer() spec of the tokenizer that travels with it, or ""
+  // With an adapter (train/retrofit.h with_adapter): its file and the recipe of the run that made
+  // it; config is then the adapter's model (e.g. Focus on the base's weights).
+  std::string adapter;
+  std::string adapter_recipe_yaml;
   // Things the caller should show the user (e.g. config.json keys that were not interpreted).
   std::vector<std::string> notes;
 };
@@ -44,6 +48,8 @@ ModelSource inspect_model_source(const std::string& path);
 // Loads the source's tensors into `store` (shape-checked; f32 <-> bf16 converted). Every tensor of
 // the file must be used (else refused, naming the extras) unless options.allow_extra; tensors of
 // the required roles must be in the file; others missing keep their initialisation (listed).
+// With an adapter, the base tensors come from the source and the others from the adapter, after
+// the base's hash was checked against the adapter's.
 WeightLoadReport load_model_source(const ModelSource& source, const ParameterStore& store,
                                    const WeightLoadOptions& options = {});
 

@@ -63,6 +63,25 @@ void Block::bind(const ParameterStore& store) {
   w_ = bind_all(param, bias_param);
   g_ = bind_all(grad, bias_grad);
   attn_->bind(store);
+  // The attention variant's tensors are the layer's h.<l>.attn.* other than c_attn and c_proj.
+  const std::string attn_prefix = name("attn.");
+  bool attention_trains = false;
+  for (const auto& e : store.entries()) {
+    const std::string& n = e.spec.name;
+    if (e.trainable && n.compare(0, attn_prefix.size(), attn_prefix) == 0 &&
+        n.compare(attn_prefix.size(), 7, "c_attn.") != 0 &&
+        n.compare(attn_prefix.size(), 7, "c_proj.") != 0)
+      attention_trains = true;
+  }
+  auto trains = [](const auto& t) { return !t.w.empty() || !t.b.empty(); };
+  lowest_trainable_ = trains(g_.ln_1)        ? Stage::ln_1
+                      : trains(g_.qkv)       ? Stage::qkv
+                      : attention_trains     ? Stage::attention
+                      : trains(g_.attn_proj) ? Stage::attn_proj
+                      : trains(g_.ln_2)      ? Stage::ln_2
+                      : trains(g_.fc)        ? Stage::fc
+                      : trains(g_.mlp_proj)  ? Stage::mlp_proj
+                                             : Stage::none;
 }
 
 BlockActs Block::carve(Carver& cv, const GPTConfig& cfg, int B, int T, DType dt, bool keep_gelu,
@@ -158,8 +177,16 @@ void Block::forward(const ExecContext& ctx, const Tensor& x, const BlockActs& a,
 }
 
 void Block::backward(const ExecContext& ctx, const Tensor& x, const BlockActs& a,
-                     const BlockScratch& s, const AuxLossSink& aux, OpObserver* ob) const {
+                     const BlockScratch& s, const AuxLossSink& aux, OpObserver* ob,
+                     bool need_dx) const {
   const int64_t BT = a.ln1.dim(0);
+  // Which steps run: all with need_dx, else down to the lowest trainable one. A step's data
+  // gradient (dx of its product) is needed only when a step below it runs.
+  const Stage last = need_dx ? Stage::ln_1 : lowest_trainable_;
+  if (last == Stage::none) return;
+  auto runs = [&](Stage st) { return st <= last; };
+  auto below_runs = [&](Stage st) { return st < last; };
+  auto dx_if = [&](Stage st, const Tensor& dx) { return below_runs(st) ? dx : Tensor(); };
   if (cfg_.recompute == ActivationRecompute::block) {
     // Re-run the forward from the saved input into the shared layer buffers, timed as one group.
     OpScope sc(ob, "bwd.recompute.block");
@@ -176,24 +203,29 @@ void Block::backward(const ExecContext& ctx, const Tensor& x, const BlockActs& a
   {
     // d(fch) = (dres @ Wproj) * gelu'(fch): the GELU backward is the GEMM's DGELU epilogue.
     OpScope sc(ob, "bwd.matmul.mlp_proj");
-    ops::matmul_dgelu_bwd(ctx, s.dfch, g_.mlp_proj.w, g_.mlp_proj.b, s.dres, a.fch_gelu,
-                          w_.mlp_proj.w, a.fch);
+    ops::matmul_dgelu_bwd(ctx, dx_if(Stage::mlp_proj, s.dfch), g_.mlp_proj.w, g_.mlp_proj.b, s.dres,
+                          a.fch_gelu, w_.mlp_proj.w, a.fch);
   }
+  if (!runs(Stage::fc)) return;
   {
     OpScope sc(ob, "bwd.matmul.fc");
-    ops::matmul_bwd(ctx, s.dln, g_.fc.w, g_.fc.b, s.dfch, a.ln2, w_.fc.w);
+    ops::matmul_bwd(ctx, dx_if(Stage::fc, s.dln), g_.fc.w, g_.fc.b, s.dfch, a.ln2, w_.fc.w);
   }
+  if (!runs(Stage::ln_2)) return;
   {
     OpScope sc(ob, "bwd.layernorm");
     ops::layernorm_bwd(ctx, s.dres, g_.ln_2.w, g_.ln_2.b, s.dln, a.res2, w_.ln_2.w, a.ln2_mean,
                        a.ln2_rstd);
   }
+  if (!runs(Stage::attn_proj)) return;
   // dres now holds d(res2); attention branch.
   {
     OpScope sc(ob, "bwd.matmul.attn_proj");
-    ops::matmul_bwd(ctx, s.datty.view(Shape{BT, s.datty.dim(2)}), g_.attn_proj.w, g_.attn_proj.b,
-                    s.dres, a.atty.view(Shape{BT, a.atty.dim(2)}), w_.attn_proj.w);
+    ops::matmul_bwd(ctx, dx_if(Stage::attn_proj, s.datty.view(Shape{BT, s.datty.dim(2)})),
+                    g_.attn_proj.w, g_.attn_proj.b, s.dres, a.atty.view(Shape{BT, a.atty.dim(2)}),
+                    w_.attn_proj.w);
   }
+  if (!runs(Stage::attention)) return;
   const bool attention_adds_dh = attn_->uses_h();
   {
     OpScope sc(ob, "bwd.attention");
@@ -203,11 +235,14 @@ void Block::backward(const ExecContext& ctx, const Tensor& x, const BlockActs& a
     attn_->backward(ctx, attention_inputs(a, run), a.atty, s.datty, s.dqkv,
                     s.dln.view(Shape{a.qkv.dim(0), a.qkv.dim(1), cfg_.n_embd}));
   }
+  if (!runs(Stage::qkv)) return;
   {
     OpScope sc(ob, "bwd.matmul.qkv");
-    ops::matmul_bwd(ctx, s.dln, g_.qkv.w, g_.qkv.b, s.dqkv.view(Shape{BT, s.dqkv.dim(2)}), a.ln1,
-                    w_.qkv.w, /*accumulate_dx=*/attention_adds_dh);
+    ops::matmul_bwd(ctx, dx_if(Stage::qkv, s.dln), g_.qkv.w, g_.qkv.b,
+                    s.dqkv.view(Shape{BT, s.dqkv.dim(2)}), a.ln1, w_.qkv.w,
+                    /*accumulate_dx=*/attention_adds_dh);
   }
+  if (!runs(Stage::ln_1)) return;
   {
     OpScope sc(ob, "bwd.layernorm");
     ops::layernorm_bwd(ctx, s.dres, g_.ln_1.w, g_.ln_1.b, s.dln, x, w_.ln_1.w, a.ln1_mean,

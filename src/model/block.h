@@ -67,16 +67,27 @@ class Block {
   // x [B*T, C] -> a.out (and every saved activation of a).
   void forward(const ExecContext& ctx, const Tensor& x, const BlockActs& a, const BlockRun& run,
                OpObserver* ob) const;
-  // s.dres holds d(out) on entry and d(x) on exit; gradients of trainable weights accumulated.
+  // s.dres holds d(out) on entry and, with need_dx, d(x) on exit; gradients of trainable weights
+  // accumulated. Without need_dx (nothing below this layer trains) the backward stops once the
+  // lowest trainable tensor of the layer has its gradient: the data-gradient products below it
+  // are skipped and s.dres is left undefined.
   void backward(const ExecContext& ctx, const Tensor& x, const BlockActs& a, const BlockScratch& s,
-                const AuxLossSink& aux, OpObserver* ob) const;
+                const AuxLossSink& aux, OpObserver* ob, bool need_dx = true) const;
+  // Whether any tensor of this layer (its weights or its attention variant's) is trainable in the
+  // bound store.
+  bool has_trainable() const { return lowest_trainable_ != Stage::none; }
 
  private:
   AttentionInputs attention_inputs(const BlockActs& a, const BlockRun& run) const;
   std::string name(const char* what) const;  // "h.<layer>.<what>"
 
+  // The backward's steps, top to bottom; lowest_trainable_ is the last one that owns a trainable
+  // tensor (none: the layer is frozen).
+  enum class Stage : uint8_t { none, mlp_proj, fc, ln_2, attn_proj, attention, qkv, ln_1 };
+
   GPTConfig cfg_;
   int layer_;
+  Stage lowest_trainable_ = Stage::none;
   std::unique_ptr<AttentionModule> attn_;
   BlockTensors w_, g_;
 };

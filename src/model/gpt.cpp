@@ -226,23 +226,34 @@ void GPT::backward(const ExecContext& ctx, const ParameterStore& store, const Te
   const int64_t C = cfg_.n_embd;
   OpObserver* ob = observer_;
   const BlockScratch& s = scratch_;
+  // Frozen below some point: the backward stops at the lowest trainable tensor. Data gradients
+  // are computed only where a trainable tensor lies further down (docs/retrofit.md).
+  const bool embeddings_train = !dwte_.empty() || !dwpe_.empty();
+  int lowest_layer = cfg_.n_layer;  // lowest layer with a trainable tensor
+  for (int l = cfg_.n_layer - 1; l >= 0; --l)
+    if (blocks_[size_t(l)].has_trainable()) lowest_layer = l;
+  const bool below_head_trains =
+      embeddings_train || lowest_layer < cfg_.n_layer || !dlnf_w_.empty() || !dlnf_b_.empty();
   // Head: logits = lnf @ W_head^T (dlogits sit in the logits buffer).
   {
     OpScope sc(ob, "bwd.matmul.lm_head");
-    ops::matmul_bwd(ctx, s.dln, head_weight(true), Tensor(), logits_, lnf_, head_weight(false));
+    ops::matmul_bwd(ctx, below_head_trains ? s.dln : Tensor(), head_weight(true), Tensor(), logits_,
+                    lnf_, head_weight(false));
   }
-  {
+  if (below_head_trains) {
     OpScope sc(ob, "bwd.layernorm");
     zero_tensor(s.dres);
     ops::layernorm_bwd(ctx, s.dres, dlnf_w_, dlnf_b_, s.dln, layers_.back().out, lnf_w_, lnf_mean_,
                        lnf_rstd_);
   }
   const AuxLossSink aux{aux_total(), aux_scale_};
-  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+  const int stop = embeddings_train ? 0 : lowest_layer;
+  for (int l = cfg_.n_layer - 1; l >= stop; --l) {
     NvtxRange lr("layer.backward");
-    blocks_[size_t(l)].backward(ctx, layer_input(l), layers_[size_t(l)], s, aux, ob);
+    blocks_[size_t(l)].backward(ctx, layer_input(l), layers_[size_t(l)], s, aux, ob,
+                                /*need_dx=*/embeddings_train || l > lowest_layer);
   }
-  {
+  if (embeddings_train) {
     OpScope sc(ob, "bwd.embedding");
     ops::embedding_bwd(ctx, dwte_, dwpe_, s.dres.view(Shape{B, T, C}), tokens);
   }

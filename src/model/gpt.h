@@ -59,7 +59,9 @@ class GPT {
   // reduction runs in a fixed order and the forwards add up in call order.
   LossTotals take_loss(const ExecContext& ctx);
   // Accumulates parameter gradients (+=) into store's gradient buffer; frozen tensors are skipped
-  // (their weight-gradient products are not run).
+  // (their weight-gradient products are not run), and so is every data-gradient product that no
+  // trainable tensor needs: below the lowest layer with a trainable tensor nothing runs, and the
+  // embedding backward runs only when the embeddings train.
   void backward(const ExecContext& ctx, const ParameterStore& store, const Tensor& tokens);
 
   // Logits of the last forward: [B, T, Vp] (columns >= vocab_size are padding).

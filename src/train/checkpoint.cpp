@@ -89,6 +89,7 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
                        {"elapsed_seconds", c.state.elapsed_seconds}};
   io::write_file_atomic((tmp_dir / "trainer_state.json").string(), js.dump(2) + "\n");
   io::write_file_atomic((tmp_dir / "recipe.yaml").string(), c.recipe_yaml);
+  if (c.write_extra) c.write_extra(tmp_dir.string());
   if (!c.tokenizer_json.empty())
     io::write_file_atomic((tmp_dir / "tokenizer.json").string(), c.tokenizer_json);
 

@@ -7,12 +7,14 @@
 //                               range; metadata: step, param_layout (ParamLayout::to_json)
 //       trainer_state.json      step, data-loader position, tokens seen, elapsed time
 //       tokenizer.json          the tokenizer of the data (when known)
+//       adapter.safetensors     retrofit runs: the tensors added to the base (train/retrofit.h)
 //   checkpoints/latest          the name of the newest complete checkpoint
 // A checkpoint is written into a temporary directory, fsynced and renamed into place, then
 // `latest` is replaced atomically: a crash at any point leaves the previous checkpoint intact.
 // docs/checkpoints.md describes the files and the rules of loading them.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -38,6 +40,9 @@ struct CheckpointContents {
   TrainerState state;
   std::string recipe_yaml;
   std::string tokenizer_json;  // may be empty
+  // Further files (a retrofit's adapter.safetensors): called with the checkpoint's temporary
+  // directory before it is renamed into place, so they are part of the atomic checkpoint.
+  std::function<void(const std::string& dir)> write_extra;
 };
 
 // Writes <run_dir>/checkpoints/step_<step>/ atomically, updates `latest`, and deletes periodic

@@ -15,6 +15,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/from_recipe.h"
+#include "train/retrofit.h"
 
 namespace attnlab {
 
@@ -22,7 +23,7 @@ GenerateResult generate(const GenerateOptions& o,
                         const std::function<void(const std::string&)>& on_text) {
   ATTN_REQUIRE(o.max_new_tokens >= 0, "max new tokens must be >= 0, got %d", o.max_new_tokens);
   // Any model source: an attnlab run or checkpoint, a Hugging Face GPT-2 directory, an llm.c file.
-  const ModelSource source = inspect_model_source(o.checkpoint);
+  const ModelSource source = inspect_model_source(o.checkpoint, o.adapter);
   const Recipe r = recipe_of_model_source(source);
   std::string tok_spec = o.tokenizer.empty() ? source.tokenizer : o.tokenizer;
   ATTN_REQUIRE(!tok_spec.empty(),

@@ -16,6 +16,7 @@ namespace attnlab {
 
 struct GenerateOptions {
   std::string checkpoint;  // checkpoint or run directory
+  std::string adapter;     // optional: a retrofit's adapter.safetensors on `checkpoint`
   std::string prompt;
   std::string tokenizer;  // "" = the checkpoint's tokenizer.json
   int max_new_tokens = 128;

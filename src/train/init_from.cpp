@@ -6,9 +6,27 @@
 
 namespace attnlab {
 
+const std::string& init_source(const Recipe& r) {
+  return r.retrofit.enabled ? r.retrofit.checkpoint : r.train.init_from;
+}
+
+const char* init_source_key(const Recipe& r) {
+  return r.retrofit.enabled ? "retrofit.checkpoint" : "train.init_from";
+}
+
+namespace {
+ModelSource inspect_init_source(const Recipe& r) {
+  try {
+    return inspect_model_source(init_source(r));
+  } catch (const Error& e) {
+    ATTN_FAIL("%s: %s", init_source_key(r), e.what());
+  }
+}
+}  // namespace
+
 Recipe resolve_init_from(const Recipe& r) {
-  if (r.train.init_from.empty()) return r;
-  const ModelSource src = inspect_model_source(r.train.init_from);
+  if (init_source(r).empty()) return r;
+  const ModelSource src = inspect_init_source(r);
   const ModelConfig from = recipe_of_model_source(src).model;
   Recipe out = r;
   // Compared after the keys it does not give are taken, so that n_kv_head resolves against the
@@ -17,17 +35,18 @@ Recipe resolve_init_from(const Recipe& r) {
   const std::string conflicts =
       given_model_key_conflicts(out.model, r.given, from, "the checkpoint");
   ATTN_REQUIRE(conflicts.empty(),
-               "train.init_from '%s' (%s) is a different model than the recipe gives:%s\n"
+               "%s '%s' (%s) is a different model than the recipe gives:%s\n"
                "remove these keys from the recipe (the checkpoint's values are used) or set them "
                "to the checkpoint's",
-               r.train.init_from.c_str(), model_format_name(src.format), conflicts.c_str());
+               init_source_key(r), init_source(r).c_str(), model_format_name(src.format),
+               conflicts.c_str());
   out.model.preset = "";  // every value is explicit now
   out.validate();
   return out;
 }
 
 WeightLoadReport load_init_from(const Recipe& r, const ParameterStore& store) {
-  const ModelSource src = inspect_model_source(r.train.init_from);
+  const ModelSource src = inspect_init_source(r);
   WeightLoadOptions o;
   o.required_roles = {ParamRole::base};
   o.allow_extra = r.train.init_allow_extra;

@@ -12,6 +12,9 @@
 // lacks (a variant's, e.g. Focus centroids) keep their initialisation and are listed in the log;
 // tensors the checkpoint has and the model lacks are an error naming them unless
 // train.init_allow_extra.
+//
+// A retrofit (retrofit.enabled) starts from retrofit.checkpoint with the same rules; its frozen
+// roles are set by retrofit.train_roles (docs/retrofit.md).
 #pragma once
 #include "config/recipe.h"
 #include "core/parameters.h"
@@ -19,10 +22,15 @@
 
 namespace attnlab {
 
-// `r` with its model.* keys resolved from train.init_from (unchanged when it is empty).
+// The model a new run starts from: retrofit.checkpoint for a retrofit, else train.init_from; ""
+// when neither. init_source_key names the recipe key it came from (for messages).
+const std::string& init_source(const Recipe& r);
+const char* init_source_key(const Recipe& r);
+
+// `r` with its model.* keys resolved from init_source(r) (unchanged when it is empty).
 Recipe resolve_init_from(const Recipe& r);
 
-// Loads train.init_from into `store` (declared from gpt_config_of(resolve_init_from(r)) and
+// Loads init_source(r) into `store` (declared from gpt_config_of(resolve_init_from(r)) and
 // initialised), with the rules above.
 WeightLoadReport load_init_from(const Recipe& r, const ParameterStore& store);
 

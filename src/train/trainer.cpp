@@ -28,6 +28,7 @@
 #include "train/from_recipe.h"
 #include "train/init_from.h"
 #include "train/optimizer.h"
+#include "train/retrofit.h"
 #include "train/schedule.h"
 
 namespace fs = std::filesystem;
@@ -155,6 +156,7 @@ void setup_model(const Recipe& r, Session& s) {
   s.model->declare_params(s.store);
   if (s.ctx->device == Device::cuda) check_device_memory(r, s);
   s.store.finalize(s.ctx->device, s.dtype, r.retrofit.trainable_roles());
+  require_trainable_parameters(r, s.store);
   s.model->init_params(s.store, uint64_t(r.train.seed));
   s.model->allocate(*s.ctx, r.train.micro_batch, r.train.seq_len, s.dtype);
   const int64_t BT = int64_t(r.train.micro_batch) * r.train.seq_len;
@@ -202,10 +204,17 @@ std::string focus_eval_report(Session& s, int batches, const io::Logger& log,
   return strformat(" | %s routing %.4f | max dominance %.2f", name, ev.loss, worst);
 }
 
+std::string roles_text(const std::vector<std::string>& roles) {
+  std::string t;
+  for (const std::string& r : roles) t += (t.empty() ? "" : ", ") + r;
+  return t;
+}
+
 }  // namespace
 
 TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
-  const Recipe recipe = resolve_init_from(given_recipe);  // model.* from train.init_from
+  // model.* from train.init_from or retrofit.checkpoint
+  const Recipe recipe = resolve_init_from(given_recipe);
   recipe.validate();
   Session s;
   s.comm = make_communicator("none");
@@ -235,7 +244,7 @@ TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
     s.train_loader->set_state(DataLoader::State{st.data_epoch, st.data_position});
     resumed_from = dir;
   } else {
-    if (!recipe.train.init_from.empty()) init_report = load_init_from(recipe, s.store);
+    if (!init_source(recipe).empty()) init_report = load_init_from(recipe, s.store);
     ATTN_REQUIRE(!run_has_checkpoints(run_dir),
                  "train.out_dir '%s' already holds a run with checkpoints; "
                  "continue it with --resume %s, or choose another train.out_dir",
@@ -254,10 +263,21 @@ TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
   const double flops_tok = s.model->flops_per_token(recipe.train.seq_len);
   if (!resumed_from.empty())
     log.info("resumed from %s at step %lld", resumed_from.c_str(), (long long)st.step);
-  if (resumed_from.empty() && !recipe.train.init_from.empty())
-    log.info("initialised from %s (%zu tensors)%s%s", recipe.train.init_from.c_str(),
+  if (resumed_from.empty() && !init_source(recipe).empty())
+    log.info("initialised from %s (%zu tensors)%s%s", init_source(recipe).c_str(),
              init_report.loaded.size(), init_report.summary().empty() ? "" : "; ",
              init_report.summary().c_str());
+  // A retrofit writes its adapter with every checkpoint; the base is frozen, so its hash is
+  // computed once.
+  const bool write_adapter = recipe.retrofit.enabled && !s.store.entry("wte.weight").trainable;
+  const uint64_t base_hash = write_adapter ? base_weights_hash(s.store) : 0;
+  if (recipe.retrofit.enabled)
+    log.info("retrofit of %s: %s of %s parameters train (roles %s), the rest is frozen%s",
+             recipe.retrofit.checkpoint.c_str(),
+             io::format_count(double(s.store.num_trainable())).c_str(),
+             io::format_count(double(s.store.num_params())).c_str(),
+             roles_text(recipe.retrofit.train_roles).c_str(),
+             write_adapter ? strformat("; base hash %s", hash_hex(base_hash).c_str()).c_str() : "");
   {
     log.info(
         "attnlab train %s | %s | %s params (%s trainable) | device %s (%s) | %s tok/step "
@@ -295,6 +315,11 @@ TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
     c.state.elapsed_seconds = elapsed_before + seconds_since(t_start);
     c.recipe_yaml = recipe_yaml;
     c.tokenizer_json = s.tokenizer_json;
+    if (write_adapter)
+      c.write_extra = [&](const std::string& dir) {
+        save_adapter((fs::path(dir) / kAdapterFileName).string(), s.store,
+                     adapter_metadata(recipe, base_hash, st.step));
+      };
     std::string dir = save_checkpoint(run_dir, c, recipe.checkpoint.keep_last);
     log.info("checkpoint: %s", dir.c_str());
   };

@@ -257,8 +257,21 @@ TEST(RecipeErrors, EnumsAndUnsupportedFeatures) {
   EXPECT_EQ(parse_error("train:\n  precision: int4\n"),
             "x.yaml:2: train.precision 'int4' is not a valid value (valid: bf16, fp32)");
   EXPECT_EQ(parse_error("retrofit:\n  enabled: true\n"),
-            "x.yaml:2: retrofit.enabled: retrofitting a trained model is not supported yet "
-            "(set retrofit.enabled=false)");
+            "x.yaml: retrofit.enabled needs retrofit.checkpoint: the base model (an attnlab run or "
+            "checkpoint directory, a Hugging Face GPT-2 directory or an llm.c .bin file)");
+  EXPECT_EQ(parse_error("retrofit:\n  enabled: true\n  checkpoint: base\n  lora:\n    rank: 4\n"
+                        "    targets: [mlp]\n"),
+            "x.yaml:6: retrofit.lora.targets: 'mlp' is not implemented yet; the valid target is "
+            "c_attn (the q/k/v projection)");
+  EXPECT_EQ(parse_error("retrofit:\n  lora:\n    rank: 4\n"),
+            "x.yaml:3: retrofit.lora applies to a retrofit: set retrofit.enabled: true and "
+            "retrofit.checkpoint (the frozen base the adapter is trained on)");
+  EXPECT_EQ(parse_error("retrofit:\n  enabled: true\n  checkpoint: a\n  lora:\n    rank: 4\n"),
+            "x.yaml:5: retrofit.lora.rank: LoRA is not implemented yet (its keys are reserved and "
+            "checked; docs/retrofit.md); set retrofit.lora.rank: 0");
+  EXPECT_EQ(parse_error("retrofit:\n  enabled: true\n  checkpoint: a\ntrain:\n  init_from: b\n"),
+            "x.yaml:5: train.init_from ('b') and retrofit.checkpoint ('a') both name the model to "
+            "start from; a retrofit starts from retrofit.checkpoint: remove train.init_from");
   EXPECT_EQ(parse_error("retrofit:\n  train_roles: [attention, centroids]\n"),
             "x.yaml:2: retrofit.train_roles: unknown parameter role 'centroids' (valid: base, "
             "attention, adapter)");
@@ -345,7 +358,7 @@ TEST(RecipeYaml, RoundTripIsExact) {
 TEST(RecipeYaml, KeyPathsCoverTheSchema) {
   std::vector<std::string> paths = recipe_key_paths();
   EXPECT_EQ(paths.front(), "model.preset");
-  EXPECT_EQ(paths.back(), "retrofit.train_roles");
+  EXPECT_EQ(paths.back(), "retrofit.lora.targets");
   EXPECT_NE(std::find(paths.begin(), paths.end(), "data.synthetic.seed"), paths.end());
   EXPECT_NE(std::find(paths.begin(), paths.end(), "attention.focus.groups"), paths.end());
   EXPECT_NE(std::find(paths.begin(), paths.end(), "attention.sfa.k"), paths.end());

@@ -222,7 +222,9 @@ TEST(AttentionContract, FrozenBaseTrainsOnlyTheVariantParameters) {
   // Per layer 4 weight products (qkv, attn proj, fc, mlp proj), plus the LM head.
   EXPECT_EQ(full_counts.weight_grad, 4 * L + 1);
   EXPECT_EQ(probe_counts.weight_grad, 0);
-  EXPECT_EQ(probe_counts.data_grad, full_counts.data_grad);  // dx still reaches layer 0
+  // dx still reaches layer 0's probe; only layer 0's q/k/v data gradient (into ln_1, below the
+  // lowest trainable tensor) is skipped.
+  EXPECT_EQ(probe_counts.data_grad, full_counts.data_grad - 1);
   for (int l = 0; l < L; ++l) {
     const std::string n = "h." + std::to_string(l) + ".attn.probe.gate";
     const float* a = full.store.grad(n).ptr<float>();

@@ -1,0 +1,209 @@
+#include "train/retrofit.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "train/from_recipe.h"
+
+namespace attnlab {
+
+void require_trainable_parameters(const Recipe& r, const ParameterStore& store) {
+  if (!r.retrofit.enabled || store.num_trainable() > 0) return;
+  std::string roles;
+  for (const std::string& role : r.retrofit.train_roles)
+    roles += (roles.empty() ? "" : ", ") + role;
+  ATTN_FAIL(
+      "retrofit.train_roles [%s] selects no parameter of this model (attention.type '%s'%s): "
+      "nothing would train. Retrofit Focus with attention.type: focus and train_roles "
+      "[attention], or add a LoRA with retrofit.lora.rank > 0 and train_roles [adapter]",
+      roles.c_str(), r.attention.type.c_str(),
+      r.retrofit.lora.rank > 0 ? "" : ", no retrofit.lora");
+}
+
+namespace {
+
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull, kFnvPrime = 0x100000001b3ull;
+
+struct Hasher {
+  uint64_t h = kFnvOffset;
+  void word(uint64_t w) {
+    h ^= w;
+    h *= kFnvPrime;
+  }
+  void bytes(const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      word(w);
+    }
+    if (i < n) {
+      uint64_t w = 0;
+      std::memcpy(&w, p + i, n - i);
+      word(w);
+    }
+    word(uint64_t(n));  // length-delimited, so concatenations cannot collide trivially
+  }
+};
+
+}  // namespace
+
+uint64_t base_weights_hash(const ParameterStore& store) {
+  std::vector<const ParameterStore::Entry*> base;
+  for (const auto& e : store.entries())
+    if (e.spec.role == ParamRole::base) base.push_back(&e);
+  std::sort(base.begin(), base.end(),
+            [](const auto* a, const auto* b) { return a->spec.name < b->spec.name; });
+  Hasher hs;
+  std::vector<float> f32;
+  std::vector<bf16> b16;
+  for (const auto* e : base) {
+    hs.bytes(e->spec.name.data(), e->spec.name.size());
+    std::vector<int64_t> dims(e->spec.shape.dims.begin(),
+                              e->spec.shape.dims.begin() + e->spec.shape.ndim);
+    hs.bytes(dims.data(), dims.size() * sizeof(int64_t));
+    const Tensor t = store.param(e->spec.name);
+    const size_t n = size_t(t.numel());
+    b16.resize(n);
+    if (t.dtype == DType::bf16) {
+      copy_tensor(Tensor(b16.data(), DType::bf16, Device::cpu, t.shape), t);
+    } else {
+      f32.resize(n);
+      copy_tensor(Tensor(f32.data(), DType::f32, Device::cpu, t.shape), t);
+      for (size_t i = 0; i < n; ++i) b16[i] = __float2bfloat16(f32[i]);
+    }
+    hs.bytes(b16.data(), n * sizeof(bf16));
+  }
+  return hs.h;
+}
+
+std::string hash_hex(uint64_t h) { return strformat("%016llx", (unsigned long long)h); }
+
+std::map<std::string, std::string> adapter_metadata(const Recipe& r, uint64_t base_hash,
+                                                    int64_t step) {
+  std::map<std::string, std::string> m;
+  m["format"] = "attnlab-adapter";
+  m["adapter_version"] = "1";
+  m["step"] = std::to_string(step);
+  m["base"] = r.retrofit.checkpoint;
+  m["base_hash"] = hash_hex(base_hash);
+  m["base_hash_kind"] = kBaseHashKind;
+  m["attention"] = r.attention.type;
+  if (r.attention.type == "focus") {
+    const FocusConfig& f = r.attention.focus;
+    m["focus.groups"] = std::to_string(f.groups);
+    m["focus.d_g"] = std::to_string(f.d_g);
+    m["focus.tau"] = strformat("%.17g", f.tau);
+    m["focus.local_window"] = std::to_string(f.local_window);
+    m["focus.top_k"] = std::to_string(f.top_k);
+    m["focus.assign"] = std::string(enum_name(f.assign));
+  }
+  if (r.retrofit.lora.rank > 0) {
+    m["lora.rank"] = std::to_string(r.retrofit.lora.rank);
+    m["lora.alpha"] = strformat("%.17g", r.retrofit.lora.alpha);
+    std::string t;
+    for (const std::string& s : r.retrofit.lora.targets) t += (t.empty() ? "" : ",") + s;
+    m["lora.targets"] = t;
+  }
+  m["recipe"] = recipe_to_yaml(r);
+  return m;
+}
+
+void save_adapter(const std::string& path, const ParameterStore& store,
+                  const std::map<std::string, std::string>& metadata) {
+  io::SafetensorsWriter w;
+  for (const auto& e : store.entries())
+    if (e.spec.role != ParamRole::base) w.add(e.spec.name, store.param(e.spec.name));
+  w.set_metadata(metadata);
+  w.write(path);
+}
+
+namespace {
+
+std::string meta(const io::SafetensorsFile& f, const char* key) {
+  const auto it = f.metadata().find(key);
+  ATTN_REQUIRE(it != f.metadata().end(),
+               "adapter '%s' has no '%s' metadata (not an attnlab "
+               "adapter, or a damaged one)",
+               f.path().c_str(), key);
+  return it->second;
+}
+
+void check_adapter_file(const io::SafetensorsFile& f) {
+  const auto it = f.metadata().find("format");
+  ATTN_REQUIRE(it != f.metadata().end() && it->second == "attnlab-adapter",
+               "'%s' is not an attnlab adapter (its metadata has no format: attnlab-adapter); "
+               "adapters are the adapter.safetensors files of a retrofit run's checkpoints",
+               f.path().c_str());
+  ATTN_REQUIRE(meta(f, "base_hash_kind") == kBaseHashKind,
+               "adapter '%s': base hash kind '%s' is not the one this attnlab computes (%s)",
+               f.path().c_str(), meta(f, "base_hash_kind").c_str(), kBaseHashKind);
+}
+
+}  // namespace
+
+ModelSource with_adapter(const ModelSource& base, const std::string& adapter_path) {
+  io::SafetensorsFile f(adapter_path);
+  check_adapter_file(f);
+  const Recipe ar = parse_recipe(meta(f, "recipe"), adapter_path + ":recipe", {});
+  const GPTConfig a = gpt_config_of(ar), &b = base.config;
+  std::string diff;
+  auto cmp = [&](const char* key, int64_t want, int64_t have) {
+    if (want != have)
+      diff += strformat("\n  %s: %lld in the adapter's model, %lld in the base", key,
+                        (long long)want, (long long)have);
+  };
+  cmp("model.n_layer", a.n_layer, b.n_layer);
+  cmp("model.n_head", a.n_head, b.n_head);
+  cmp("model.n_kv_head", a.kv_heads(), b.kv_heads());
+  cmp("model.n_embd", a.n_embd, b.n_embd);
+  cmp("model.vocab_size", a.vocab_size, b.vocab_size);
+  cmp("padded vocabulary", a.padded_vocab, b.padded_vocab);
+  cmp("model.block_size", a.block_size, b.block_size);
+  cmp("model.bias", a.bias, b.bias);
+  cmp("model.tied_embeddings", a.tied_embeddings, b.tied_embeddings);
+  ATTN_REQUIRE(diff.empty(), "adapter '%s' was made for another model than '%s':%s",
+               adapter_path.c_str(), base.path.c_str(), diff.c_str());
+  ModelSource out = base;
+  out.config = a;
+  out.config.recompute = b.recompute;
+  out.adapter = adapter_path;
+  out.adapter_recipe_yaml = meta(f, "recipe");
+  return out;
+}
+
+ModelSource inspect_model_source(const std::string& path, const std::string& adapter_path) {
+  const ModelSource base = inspect_model_source(path);
+  return adapter_path.empty() ? base : with_adapter(base, adapter_path);
+}
+
+void load_adapter_tensors(const std::string& adapter_path, const ParameterStore& store,
+                          const std::string& base_path) {
+  io::SafetensorsFile f(adapter_path);
+  check_adapter_file(f);
+  const std::string want = meta(f, "base_hash"), have = hash_hex(base_weights_hash(store));
+  ATTN_REQUIRE(want == have,
+               "adapter '%s' was trained on another base model: its base hash is %s (base '%s' "
+               "when it was made), the base '%s' given here hashes to %s; apply it to the base "
+               "it was made for",
+               adapter_path.c_str(), want.c_str(), meta(f, "base").c_str(), base_path.c_str(),
+               have.c_str());
+  for (const std::string& n : f.names()) {
+    ATTN_REQUIRE(store.contains(n) && store.entry(n).spec.role != ParamRole::base,
+                 "adapter '%s' holds tensor %s, which %s", adapter_path.c_str(), n.c_str(),
+                 store.contains(n) ? "is a base tensor of the model (an adapter never changes "
+                                     "the base)"
+                                   : "the adapter's model does not have");
+  }
+  for (const auto& e : store.entries())
+    ATTN_REQUIRE(e.spec.role == ParamRole::base || f.contains(e.spec.name),
+                 "adapter '%s' lacks tensor %s of its model", adapter_path.c_str(),
+                 e.spec.name.c_str());
+  for (const std::string& n : f.names()) f.load_into(n, store.param(n));
+}
+
+}  // namespace attnlab

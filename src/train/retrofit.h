@@ -1,0 +1,58 @@
+// Retrofit (docs/retrofit.md): a pretrained base model whose base tensors stay frozen while the
+// roles of retrofit.train_roles train (Focus centroids: role attention; LoRA: role adapter).
+//
+// Adapters: the tensors a retrofit adds to its base (every tensor whose role is not `base`) in a
+// small safetensors file, adapter.safetensors in each checkpoint of a retrofit run, with metadata:
+//   format "attnlab-adapter", adapter_version "1", step, base (the path the run started from),
+//   base_hash (16 hex digits) and base_hash_kind "fnv1a64-bf16-v1" (see base_weights_hash),
+//   attention (the type), focus.{groups,d_g,tau,local_window,top_k,assign} for Focus,
+//   lora.{rank,alpha,targets} with a LoRA, recipe (the run's resolved recipe).
+// Applying one (attnlab eval/score/generate --adapter, convert --adapter) builds the model of the
+// adapter's recipe on the base's weights, refusing a base whose hash differs.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "config/recipe.h"
+#include "core/parameters.h"
+#include "interop/model_source.h"
+
+namespace attnlab {
+
+inline constexpr const char* kAdapterFileName = "adapter.safetensors";
+inline constexpr const char* kBaseHashKind = "fnv1a64-bf16-v1";
+
+// Throws when a retrofit recipe leaves nothing to train in the model declared into `store`
+// (e.g. dense attention with train_roles [attention]), naming the roles and the way out.
+void require_trainable_parameters(const Recipe& r, const ParameterStore& store);
+
+// A 64-bit hash of the base tensors of `store` (role base), in name order: for each tensor its
+// name, its shape and its values rounded to bf16 (so the f32 and the bf16 copy of one checkpoint
+// hash alike), mixed 8 bytes at a time with FNV-1a's xor-multiply step (FNV-1a 64 offset basis
+// and prime). Identifies a base; it is no cryptographic digest.
+uint64_t base_weights_hash(const ParameterStore& store);
+std::string hash_hex(uint64_t h);  // 16 lower-case hex digits
+
+// The adapter's metadata for a run of recipe `r` (resolved) at `step`.
+std::map<std::string, std::string> adapter_metadata(const Recipe& r, uint64_t base_hash,
+                                                    int64_t step);
+// Writes the non-base tensors of `store` with `metadata` to `path` atomically.
+void save_adapter(const std::string& path, const ParameterStore& store,
+                  const std::map<std::string, std::string>& metadata);
+
+// `base` turned into the model of the adapter at `adapter_path` (its recipe's model, attention
+// and retrofit.lora), to be loaded with load_model_source (which then checks the base hash and
+// loads the adapter's tensors). Throws when the file is no attnlab adapter or the base is
+// another architecture (naming the keys).
+ModelSource with_adapter(const ModelSource& base, const std::string& adapter_path);
+// inspect_model_source(path), with the adapter when adapter_path is not empty (the --adapter FILE
+// of eval, score, generate and convert).
+ModelSource inspect_model_source(const std::string& path, const std::string& adapter_path);
+// Loads the adapter's tensors into `store` after its base tensors were loaded: the base hash must
+// equal the adapter's, every non-base tensor of the store must be in the file and every tensor
+// of the file must be a non-base tensor of the store.
+void load_adapter_tensors(const std::string& adapter_path, const ParameterStore& store,
+                          const std::string& base_path);
+
+}  // namespace attnlab

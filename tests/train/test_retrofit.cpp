@@ -1,0 +1,271 @@
+// Retrofit (docs/retrofit.md): the recipe's refusals, a frozen base that stays bit-identical, the
+// backward's skipped products (counted), adapters (written per checkpoint, applied on the base,
+// refused on another base), and zero degradation by construction (hard routing over every group).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "config/recipe.h"
+#include "core/context.h"
+#include "interop/model_source.h"
+#include "io/safetensors.h"
+#include "model/gpt.h"
+#include "model/model_fixture.h"
+#include "nn/attention_focus.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/retrofit.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
+using namespace attnlab;
+
+#define EXPECT_HAS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+
+namespace {
+
+const char* kTinyRecipe = R"(
+model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 64, block_size: 32, vocab_multiple: 32}
+data:
+  source: synthetic
+  synthetic: {vocab_size: 64, train_tokens: 20000, val_tokens: 4096, seed: 7}
+optim: {lr: 3.0e-3, weight_decay: 0.1, grad_clip: 1.0}
+schedule: {type: cosine, warmup_steps: 1, final_lr_frac: 0.1}
+train: {steps: 4, micro_batch: 4, seq_len: 16, device: cpu, seed: 11}
+eval: {every: 0, batches: 2, at_end: false}
+checkpoint: {every: 0, keep_last: 2}
+log: {every: 100}
+)";
+
+Recipe tiny(const std::string& out_dir, std::vector<std::string> extra = {}) {
+  extra.push_back("train.out_dir=" + out_dir);
+  return parse_recipe(kTinyRecipe, "tiny.yaml", extra);
+}
+
+TrainOptions quiet() {
+  TrainOptions o;
+  o.quiet = true;
+  return o;
+}
+
+std::vector<std::string> focus_retrofit(const std::string& base) {
+  return {"attention.type=focus",           "attention.focus.groups=4", "attention.focus.d_g=8",
+          "attention.focus.local_window=4", "attention.focus.top_k=2",  "retrofit.enabled=true",
+          "retrofit.checkpoint=" + base};
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A store for `cfg` where exactly the tensors for which keep(name) holds are trainable: every
+// other tensor is declared with role base and the store trains only role attention.
+void declare_trainable_subset(const GPT& model, ParameterStore& store,
+                              const std::function<bool(const std::string&)>& keep) {
+  ParameterStore all;
+  model.declare_params(all);
+  for (auto e : all.entries()) {
+    e.spec.role = keep(e.spec.name) ? ParamRole::attention : ParamRole::base;
+    store.declare(e.spec);
+  }
+  store.finalize(Device::cpu, DType::f32, {ParamRole::attention});
+}
+
+}  // namespace
+
+TEST(Retrofit, RecipeErrorsNameTheBaseAndTheWayOut) {
+  const test::TempDir tmp("rf");
+  // A base that does not exist.
+  EXPECT_HAS(
+      error_of([&] { train(tiny(tmp.file("r1"), focus_retrofit(tmp.file("nope"))), quiet()); }),
+      "retrofit.checkpoint: ");
+  const std::string base = tmp.file("base");
+  train(tiny(base, {"checkpoint.at_end=true"}), quiet());
+  // A base of another architecture than the recipe gives.
+  std::vector<std::string> other = focus_retrofit(base);
+  other.push_back("model.n_layer=3");
+  const std::string arch = error_of([&] { train(tiny(tmp.file("r2"), other), quiet()); });
+  EXPECT_HAS(arch, "retrofit.checkpoint '" + base);
+  EXPECT_HAS(arch, "n_layer");
+  // Dense attention has no attention-role tensor: nothing would train.
+  const std::string none = error_of([&] {
+    train(tiny(tmp.file("r3"), {"retrofit.enabled=true", "retrofit.checkpoint=" + base}), quiet());
+  });
+  EXPECT_HAS(none,
+             "retrofit.train_roles [attention] selects no parameter of this model "
+             "(attention.type 'dense', no retrofit.lora)");
+}
+
+// A Focus retrofit of a dense run: only the centroid parameters change, the checkpoint carries an
+// adapter that rebuilds the retrofit model on the base, and the adapter refuses another base.
+TEST(Retrofit, FocusRetrofitFreezesTheBaseAndItsAdapterAppliesOnlyToThatBase) {
+  const test::TempDir tmp("rf");
+  const std::string base = tmp.file("base"), other = tmp.file("other"), rf = tmp.file("rf");
+  train(tiny(base, {"checkpoint.at_end=true"}), quiet());
+  train(tiny(other, {"checkpoint.at_end=true", "train.seed=12"}), quiet());
+  const TrainResult res = train(tiny(rf,
+                                     [&] {
+                                       auto v = focus_retrofit(base);
+                                       v.push_back("checkpoint.at_end=true");
+                                       return v;
+                                     }()),
+                                quiet());
+  EXPECT_TRUE(std::isfinite(res.final_train_loss));
+  const std::string rf_ckpt = resolve_checkpoint_dir(rf), base_ckpt = resolve_checkpoint_dir(base);
+  io::SafetensorsFile rm((fs::path(rf_ckpt) / "model.safetensors").string());
+  io::SafetensorsFile bm((fs::path(base_ckpt) / "model.safetensors").string());
+  int base_tensors = 0, focus_tensors = 0;
+  for (const std::string& n : rm.names()) {
+    if (bm.contains(n)) {
+      const auto a = rm.raw(n), b = bm.raw(n);
+      ASSERT_EQ(a.size(), b.size()) << n;
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0) << n << " changed";
+      ++base_tensors;
+    } else {
+      EXPECT_NE(n.find(".attn.focus."), std::string::npos) << n;
+      ++focus_tensors;
+    }
+  }
+  EXPECT_GT(base_tensors, 10);
+  EXPECT_EQ(focus_tensors, 4);  // W_g and C per layer
+
+  const std::string adapter = (fs::path(rf_ckpt) / kAdapterFileName).string();
+  io::SafetensorsFile af(adapter);
+  EXPECT_EQ(af.names().size(), 4u);
+  EXPECT_EQ(af.metadata().at("format"), "attnlab-adapter");
+  EXPECT_EQ(af.metadata().at("focus.groups"), "4");
+  EXPECT_EQ(af.metadata().at("focus.d_g"), "8");
+  EXPECT_EQ(af.metadata().at("base_hash").size(), 16u);
+
+  // Applied on its base, the adapter gives the retrofit checkpoint's model, tensor for tensor.
+  const ModelSource src = with_adapter(inspect_model_source(base), adapter);
+  EXPECT_EQ(src.config.attention.type, "focus");
+  GPT model(src.config);
+  ParameterStore store;
+  model.declare_params(store);
+  store.finalize(Device::cpu, DType::f32, {ParamRole::base});
+  load_model_source(src, store);
+  for (const std::string& n : rm.names()) {
+    const auto a = rm.raw(n);
+    EXPECT_EQ(std::memcmp(a.data(), store.param(n).data, a.size()), 0) << n;
+  }
+  // On another base of the same shape: refused by the hash.
+  const ModelSource wrong = with_adapter(inspect_model_source(other), adapter);
+  ParameterStore store2;
+  model.declare_params(store2);
+  store2.finalize(Device::cpu, DType::f32, {ParamRole::base});
+  EXPECT_HAS(
+      error_of([&] { load_model_source(wrong, store2); }),
+      "was trained on another base model: its base hash is " + af.metadata().at("base_hash"));
+  // A base of another architecture: refused naming the keys.
+  const std::string wide = tmp.file("wide");
+  train(tiny(wide, {"checkpoint.at_end=true", "model.n_embd=64"}), quiet());
+  EXPECT_HAS(error_of([&] { with_adapter(inspect_model_source(wide), adapter); }),
+             "model.n_embd: 32 in the adapter's model, 64 in the base");
+}
+
+// The frozen base costs no weight-gradient product, and below the lowest trainable tensor no
+// data-gradient product either (counted): with only layer 1's Focus parameters trainable, layer
+// 0 runs nothing and layer 1 stops after its attention; the gradients are those of the fully
+// trainable model.
+TEST(Retrofit, FrozenBaseSkipsEveryProductNoTrainableTensorNeeds) {
+  GPTConfig c = test::tiny_gpt_config();
+  c.attention.type = "focus";
+  c.attention.focus.groups = 3;
+  c.attention.focus.d_g = 4;
+  c.attention.focus.local_window = 2;
+  c.attention.focus.top_k = 1;
+  test::ModelFixture full(c, 2, 6);
+  auto counts_of = [&](const std::function<bool(const std::string&)>& keep, MatmulCounts& n,
+                       ParameterStore& store) {
+    GPT model(c);
+    declare_trainable_subset(model, store, keep);
+    for (const auto& e : store.entries())
+      copy_tensor(store.param(e.spec.name), full.store.param(e.spec.name));
+    model.allocate(*full.ctx, full.B, full.T, DType::f32);
+    full.ctx->matmul_counts = &n;
+    store.zero_grads();
+    model.forward(*full.ctx, store, full.t(full.tokens), full.t(full.targets), AttentionMode::train,
+                  1.f / float(full.B * full.T));
+    model.backward(*full.ctx, store, full.t(full.tokens));
+    full.ctx->matmul_counts = nullptr;
+  };
+  const auto is_focus = [](const std::string& n) {
+    return n.find(".attn.focus.") != std::string::npos;
+  };
+  MatmulCounts all, both, top;
+  ParameterStore s_all, s_both, s_top;
+  counts_of([](const std::string&) { return true; }, all, s_all);
+  counts_of(is_focus, both, s_both);
+  counts_of([&](const std::string& n) { return is_focus(n) && n.rfind("h.1.", 0) == 0; }, top,
+            s_top);
+  // Each Focus layer runs one product of its own (h W_g: dW_g of a trainable tensor, and its dx
+  // into h, which the module computes whenever it runs); the rest are the base's.
+  const int L = c.n_layer;
+  EXPECT_EQ(all.weight_grad, 4 * L + 1 + L);
+  EXPECT_EQ(all.data_grad, 4 * L + 1 + L);       // the head, four per layer, Focus's
+  EXPECT_EQ(both.weight_grad, L);                // W_g only: no base weight-gradient product
+  EXPECT_EQ(both.data_grad, 4 * L + 1 + L - 1);  // layer 0's q/k/v dx (into ln_1) skipped
+  EXPECT_EQ(top.weight_grad, 1);                 // layer 1's W_g
+  // The head, layer 1's mlp proj, fc and attention proj, and its Focus product; nothing of
+  // layer 0.
+  EXPECT_EQ(top.data_grad, 1 + 3 + 1);
+  int compared = 0;
+  for (const auto& e : s_top.entries()) {
+    if (!e.trainable) continue;
+    const Tensor a = s_all.grad(e.spec.name), b = s_top.grad(e.spec.name);
+    for (int64_t i = 0; i < a.numel(); ++i)
+      ASSERT_EQ(a.ptr<float>()[i], b.ptr<float>()[i]) << e.spec.name << "[" << i << "]";
+    ++compared;
+  }
+  EXPECT_EQ(compared, 2);
+}
+
+// Zero degradation by construction: a Focus model on a dense model's weights whose hard routing
+// keeps every group (top_k = K), or whose local window covers the sequence, sees every pair as
+// dense attention does. Measured: the logits agree to the bound below (see docs/retrofit.md).
+TEST(Retrofit, HardRoutingOverEveryGroupEqualsTheDenseBase) {
+  GPTConfig dense = test::tiny_gpt_config();
+  test::ModelFixture base(dense, 2, 8, {ParamRole::base});
+  base.model.forward(*base.ctx, base.store, base.t(base.tokens), Tensor(), AttentionMode::eval);
+  const Tensor ref = base.model.logits();
+  for (int variant = 0; variant < 2; ++variant) {
+    GPTConfig c = dense;
+    c.attention.type = "focus";
+    c.attention.focus.groups = 3;
+    c.attention.focus.d_g = 4;
+    c.attention.focus.top_k = variant == 0 ? 3 : 1;         // every group, or
+    c.attention.focus.local_window = variant == 0 ? 1 : 8;  // a window over the whole sequence
+    c.attention.focus.eval_routing = FocusOptions::Routing::hard;
+    GPT model(c);
+    ParameterStore store;
+    model.declare_params(store);
+    store.finalize(Device::cpu, DType::f32, {ParamRole::attention});
+    model.init_params(store, 7);
+    for (const auto& e : base.store.entries())
+      copy_tensor(store.param(e.spec.name), base.store.param(e.spec.name));
+    model.allocate(*base.ctx, base.B, base.T, DType::f32);
+    model.forward(*base.ctx, store, base.t(base.tokens), Tensor(), AttentionMode::eval);
+    const Tensor got = model.logits();
+    double worst = 0.0;
+    int64_t identical = 0;
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+      worst = std::max(worst, double(std::fabs(got.ptr<float>()[i] - ref.ptr<float>()[i])));
+      identical += got.ptr<float>()[i] == ref.ptr<float>()[i];
+    }
+    std::printf("[zero degradation] %s: max |logit diff| %.3g, %lld of %lld bitwise equal\n",
+                variant == 0 ? "top_k = K" : "local_window >= T", worst, (long long)identical,
+                (long long)ref.numel());
+    EXPECT_LT(worst, 1e-5) << (variant == 0 ? "top_k = K" : "local_window >= T");
+  }
+}
