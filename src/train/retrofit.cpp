@@ -87,7 +87,7 @@ std::map<std::string, std::string> adapter_metadata(const Recipe& r, uint64_t ba
                                                     int64_t step) {
   std::map<std::string, std::string> m;
   m["format"] = "attnlab-adapter";
-  m["adapter_version"] = "1";
+  m.emplace("adapter_version", "1");  // (operator= of a 1-char literal trips GCC 12 -Wrestrict)
   m["step"] = std::to_string(step);
   m["base"] = r.retrofit.checkpoint;
   m["base_hash"] = hash_hex(base_hash);
