@@ -11,9 +11,9 @@
 #pragma once
 #include <memory>
 
+#include "core/carver.h"
 #include "core/context.h"
 #include "core/parameters.h"
-#include "model/carver.h"
 #include "model/model_config.h"
 #include "model/op_scope.h"
 #include "nn/attention.h"

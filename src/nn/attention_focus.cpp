@@ -4,23 +4,14 @@
 #include <cmath>
 #include <limits>
 
+#include "core/carver.h"
 #include "ops/focus_ops.h"
 #include "ops/ops.h"
 
 namespace attnlab {
 namespace {
 
-// Lays tensors out one after another in a buffer (256-byte aligned); with a null buffer it only
-// counts, so sizing and binding run the same code.
-struct Layout {
-  const Buffer* buf = nullptr;
-  size_t used = 0;
-  Tensor take(DType dt, Shape s) {
-    const size_t at = used;
-    used += (size_t(s.numel()) * dtype_size(dt) + 255) / 256 * 256;
-    return buf ? buf->as(dt, s, at) : Tensor();
-  }
-};
+using Layout = Carver;  // sizes (no buffer) and binds with the same code
 
 }  // namespace
 
@@ -92,12 +83,12 @@ void FocusAttention::allocate(const ExecContext& ctx, const AttentionShape& s, D
   Layout count;
   Views v;
   carve(count, v, opts_, s.B, s.T, s.layout.n_head, dtype);
-  buf_ = Buffer(ctx.device, count.used);
+  buf_ = Buffer(ctx.device, count.bytes());
   last_B_ = last_T_ = 0;
 }
 
 FocusAttention::Views FocusAttention::views(int64_t B, int64_t T) const {
-  Layout l{&buf_};
+  Layout l(&buf_);
   Views v;
   ATTN_ASSERT(B <= shape_.B && T <= shape_.T);
   carve(l, v, opts_, B, T, shape_.layout.n_head, dtype_);
@@ -141,7 +132,7 @@ void FocusAttention::forward(const ExecContext& ctx, const AttentionInputs& in, 
     auto& cache = dynamic_cast<FocusKVCache&>(*in.cache);
     const int64_t B = in.qkv.dim(0), T = in.qkv.dim(1), K = opts_.groups, tk = opts_.top_k;
     const int64_t max_T = cache.g.dim(1);
-    Layout l{&cache.scratch};
+    Layout l(&cache.scratch);
     Views v;
     carve(l, v, opts_, B, T, in.layout.n_head, in.qkv.dtype);
     if (in.pos == 0) {  // a new sequence: the running column sums start empty
@@ -219,7 +210,7 @@ size_t FocusAttention::saved_bytes(const AttentionShape& s, DType dtype) const {
   Layout count;
   Views v;
   carve(count, v, opts_, s.B, s.T, s.layout.n_head, dtype);
-  return count.used;
+  return count.bytes();
 }
 
 std::unique_ptr<AttentionCache> FocusAttention::make_cache(const ExecContext& ctx, int B, int max_T,
@@ -246,15 +237,15 @@ FocusKVCache::FocusKVCache(const ExecContext& ctx, int B, int max_T, const QKVLa
     state = l.take(DType::f32, Shape{B, o.iterations, o.groups});
   };
   lay(count);
-  buf_ = Buffer(ctx.device, count.used);
-  Layout bind{&buf_};
+  buf_ = Buffer(ctx.device, count.bytes());
+  Layout bind(&buf_);
   lay(bind);
   Layout chunk;
   struct {
     Tensor z, dz, scores, iterates, g, dg, dscores, groups, lse;
   } views;
   carve(chunk, views, o, B, max_T, layout.n_head, dtype);
-  scratch = Buffer(ctx.device, chunk.used);
+  scratch = Buffer(ctx.device, chunk.bytes());
 }
 
 }  // namespace attnlab

@@ -1,23 +1,10 @@
 #include "nn/attention_sfa.h"
 
+#include "core/carver.h"
 #include "ops/ops.h"
 #include "ops/sfa_ops.h"
 
 namespace attnlab {
-namespace {
-
-// Tensors one after another in a buffer (256-byte aligned); a null buffer only counts.
-struct Carve {
-  const Buffer* buf = nullptr;
-  size_t used = 0;
-  Tensor take(DType dt, Shape s) {
-    const size_t at = used;
-    used += (size_t(s.numel()) * dtype_size(dt) + 255) / 256 * 256;
-    return buf ? buf->as(dt, s, at) : Tensor();
-  }
-};
-
-}  // namespace
 
 int sfa_resolve_k(const SfaOptions& o, int head_dim) {
   const int k = o.k == 0 ? (head_dim + 7) / 8 : o.k;
@@ -47,7 +34,7 @@ SfaAttention::SfaAttention(const AttentionOptions& opts) : opts_(opts.sfa) {
 
 SfaAttention::Views SfaAttention::views(const Buffer* buf, const QKVLayout& l, DType dt, int64_t B,
                                         int64_t T, size_t* used) const {
-  Carve c{buf};
+  Carver c(buf);
   Views v;
   v.qkv_sparse = c.take(dt, Shape{B, T, l.width()});
   v.lse = c.take(DType::f32, Shape{B, l.n_head, T});
@@ -56,7 +43,7 @@ SfaAttention::Views SfaAttention::views(const Buffer* buf, const QKVLayout& l, D
     v.teacher_lse = c.take(DType::f32, Shape{B, l.n_head, T});
     v.dout = c.take(dt, Shape{B, T, l.q_width()});
   }
-  if (used) *used = c.used;
+  if (used) *used = c.bytes();
   return v;
 }
 
@@ -76,7 +63,7 @@ void SfaAttention::forward(const ExecContext& ctx, const AttentionInputs& in, co
     ATTN_REQUIRE(in.cache != nullptr, "sfa attention: generate mode needs a decode cache");
     auto& cache = dynamic_cast<SfaKVCache&>(*in.cache);
     const Shape qs{B, T, in.layout.n_head, cache.k};
-    Carve c{&cache.scratch};
+    Carver c(&cache.scratch);
     const Tensor q_idx = c.take(DType::i32, qs), q_val = c.take(in.qkv.dtype, qs);
     ops::sfa_cache_write(ctx, q_idx, q_val, cache.k_idx, cache.k_val, cache.v, in.qkv, in.pos,
                          in.layout);
@@ -130,21 +117,21 @@ SfaKVCache::SfaKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout
   ATTN_REQUIRE(B >= 1 && max_T >= 1, "KV cache: batch and length must be >= 1 (got %d, %d)", B,
                max_T);
   const int Hkv = layout.n_kv_head, D = layout.head_dim;
-  auto lay = [&](Carve& c) {
+  auto lay = [&](Carver& c) {
     k_idx = c.take(DType::i32, Shape{B, Hkv, max_T, k});
     k_val = c.take(dtype, Shape{B, Hkv, max_T, k});
     v = c.take(dtype, Shape{B, Hkv, max_T, D});
   };
-  Carve count;
+  Carver count;
   lay(count);
-  buf_ = Buffer(ctx.device, count.used);
-  Carve bind{&buf_};
+  buf_ = Buffer(ctx.device, count.bytes());
+  Carver bind(&buf_);
   lay(bind);
-  Carve chunk;
+  Carver chunk;
   const Shape qs{B, max_T, layout.n_head, k};
   chunk.take(DType::i32, qs);
   chunk.take(dtype, qs);
-  scratch = Buffer(ctx.device, chunk.used);
+  scratch = Buffer(ctx.device, chunk.bytes());
   bytes_per_token_ = size_t(Hkv) * (size_t(k) * (sizeof(int32_t) + dtype_size(dtype)) +
                                     size_t(D) * dtype_size(dtype));
 }

@@ -10,6 +10,7 @@ class Carver {
  public:
   Carver() = default;                                 // counts only
   explicit Carver(const Buffer& buf) : buf_(&buf) {}  // binds views into buf
+  explicit Carver(const Buffer* buf) : buf_(buf) {}   // nullptr: counts only
   Tensor take(DType t, Shape s) {
     const size_t bytes = size_t(s.numel()) * dtype_size(t);
     Tensor v = buf_ ? buf_->as(t, s, off_) : Tensor(nullptr, t, Device::cpu, s);
