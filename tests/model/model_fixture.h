@@ -2,7 +2,10 @@
 // init, drawn per tensor in name order (so every trainable set, which orders the flat buffer
 // differently, gets the same values), and random tokens and targets.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <set>
@@ -11,6 +14,7 @@
 
 #include "core/context.h"
 #include "model/gpt.h"
+#include "test_util.h"
 
 namespace attnlab::test {
 
@@ -57,6 +61,37 @@ struct ModelFixture {
   }
   Tensor t(std::vector<int32_t>& v) {
     return Tensor(v.data(), DType::i32, Device::cpu, Shape{B, T});
+  }
+  // Logits [B, T, Vp] of a forward on the tokens.
+  std::vector<float> logits(AttentionMode mode = AttentionMode::eval) {
+    model.forward(*ctx, store, t(tokens), Tensor(), mode);
+    Tensor l = model.logits();
+    return std::vector<float>(l.ptr<float>(), l.ptr<float>() + l.numel());
+  }
+  // prefill of the first P tokens (for each P of `prefills`), then decode_step token by token:
+  // every position's logits within `tol` (max relative error) of `full`, the forward's.
+  void expect_decode_matches(const std::vector<float>& full, std::initializer_list<int> prefills,
+                             double tol, const std::string& what) {
+    const int Vp = cfg.padded_vocab;
+    for (int P : prefills) {
+      KVCache cache = model.make_kv_cache(*ctx, B, T, DType::f32);
+      std::vector<int32_t> buf;
+      auto cols = [&](int t0, int n) {
+        buf.clear();
+        for (int b = 0; b < B; ++b)
+          for (int i = t0; i < t0 + n; ++i) buf.push_back(tokens[size_t(b) * T + i]);
+        return Tensor(buf.data(), DType::i32, Device::cpu, Shape{B, n});
+      };
+      Tensor logits = model.prefill(*ctx, store, cols(0, P), cache);
+      for (int i = P - 1; i < T; ++i) {
+        if (i > P - 1) logits = model.decode_step(*ctx, store, cols(i, 1), cache);
+        for (int b = 0; b < B; ++b)
+          EXPECT_LT(max_rel_error(logits.ptr<float>() + size_t(b) * Vp,
+                                  full.data() + (size_t(b) * T + i) * Vp, size_t(Vp)),
+                    tol)
+              << what << " P " << P << " t " << i << " b " << b;
+      }
+    }
   }
 };
 

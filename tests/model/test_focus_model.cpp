@@ -53,11 +53,6 @@ struct FocusModel : test::ModelFixture {
     model.backward(*ctx, store, t(tokens));
     model.take_loss(*ctx);
   }
-  std::vector<float> logits(AttentionMode mode) {
-    model.forward(*ctx, store, t(tokens), Tensor(), mode);
-    Tensor l = model.logits();
-    return std::vector<float>(l.ptr<float>(), l.ptr<float>() + l.numel());
-  }
 };
 
 }  // namespace
@@ -144,27 +139,8 @@ TEST(FocusModel, DecodeEqualsTheForwardWithHardRouting) {
     GPTConfig c = focus_config();
     c.attention.focus.top_k = top_k;
     FocusModel m(c, 12);
-    const std::vector<float> full = m.logits(AttentionMode::eval);
-    const int B = m.B, T = m.T, Vp = c.padded_vocab;
-    for (int P : {1, 5}) {
-      KVCache cache = m.model.make_kv_cache(*m.ctx, B, T, DType::f32);
-      std::vector<int32_t> buf;
-      auto cols = [&](int t0, int n) {
-        buf.clear();
-        for (int b = 0; b < B; ++b)
-          for (int t = t0; t < t0 + n; ++t) buf.push_back(m.tokens[size_t(b) * T + t]);
-        return test::cpu_tensor(buf, Shape{B, n});
-      };
-      Tensor logits = m.model.prefill(*m.ctx, m.store, cols(0, P), cache);
-      for (int t = P - 1; t < T; ++t) {
-        if (t > P - 1) logits = m.model.decode_step(*m.ctx, m.store, cols(t, 1), cache);
-        for (int b = 0; b < B; ++b)
-          EXPECT_LT(test::max_rel_error(logits.ptr<float>() + size_t(b) * Vp,
-                                        full.data() + (size_t(b) * T + t) * Vp, size_t(Vp)),
-                    1e-5)
-              << "top_k " << top_k << " P " << P << " t " << t;
-      }
-    }
+    m.expect_decode_matches(m.logits(AttentionMode::eval), {1, 5}, 1e-5,
+                            "top_k " + std::to_string(top_k));
   }
   GPTConfig seq = focus_config(FocusOptions::Scope::sequence);
   FocusModel s(seq, 4);
