@@ -123,6 +123,14 @@ class AttentionModule {
     ATTN_FAIL("incremental decoding (KV cache) is not supported by attention '%s'", name().c_str());
   }
   virtual void metrics(std::map<std::string, double>& /*out*/) const {}
+  // A second eval mode that validation also scores, so that its gap to the default shows (Focus:
+  // the routing eval does not use): a short name ("soft"), or "" when the module has none.
+  virtual std::string alternate_eval() const { return ""; }
+  // Switches eval and generate to that mode (true) or back to the default (false).
+  virtual void use_alternate_eval(bool /*on*/) {}
+  // A warning about the state of the last train/eval forward, "" when healthy (Focus: a layer
+  // whose groups collapsed).
+  virtual std::string health_warning() const { return ""; }
   // Bytes of saved state for s (for the memory estimate of `attnlab info`).
   virtual size_t saved_bytes(const AttentionShape& s, DType dtype) const = 0;
 };

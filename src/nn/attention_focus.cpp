@@ -42,7 +42,7 @@ void carve(Layout& l, O& v, const FocusOptions& o, int64_t B, int64_t T, int H, 
 }  // namespace
 
 FocusAttention::FocusAttention(const AttentionOptions& opts, int layer)
-    : opts_(opts.focus), layer_(layer) {
+    : opts_(opts.focus), default_eval_routing_(opts.focus.eval_routing), layer_(layer) {
   const FocusOptions& o = opts_;
   ATTN_REQUIRE(opts.window == 0,
                "attention.window (%d) does not apply to focus: use attention.focus.local_window",
@@ -181,6 +181,26 @@ void FocusAttention::backward(const ExecContext& ctx, const AttentionInputs& in,
   // dh += dz W_g; dW_g += dz^T h (skipped when frozen).
   ops::matmul_bwd(ctx, dh.view(Shape{B * T, C}), dw_g_, Tensor(), v.dz, in.h.view(Shape{B * T, C}),
                   w_g_, /*accumulate_dx=*/true);
+}
+
+std::string FocusAttention::alternate_eval() const {
+  return default_eval_routing_ == FocusOptions::Routing::hard ? "soft" : "hard";
+}
+
+void FocusAttention::use_alternate_eval(bool on) {
+  const auto other = default_eval_routing_ == FocusOptions::Routing::hard
+                         ? FocusOptions::Routing::soft
+                         : FocusOptions::Routing::hard;
+  opts_.eval_routing = on ? other : default_eval_routing_;
+}
+
+std::string FocusAttention::health_warning() const {
+  std::map<std::string, double> m;
+  metrics(m);
+  const auto d = m.find("focus.h" + std::to_string(layer_) + ".dominance");
+  if (d == m.end() || d->second <= 0.5) return "";
+  return strformat("focus layer %d: %.0f%% of the tokens in one group (collapse; 1/K is balance)",
+                   layer_, 100.0 * d->second);
 }
 
 void FocusAttention::metrics(std::map<std::string, double>& out) const {

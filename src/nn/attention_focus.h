@@ -32,9 +32,11 @@ class FocusAttention final : public AttentionModule {
   void metrics(std::map<std::string, double>& out) const override;
   size_t saved_bytes(const AttentionShape& s, DType dtype) const override;
 
-  // Routing of eval and generate (the trainer's validation runs both to show the gap).
-  FocusOptions::Routing eval_routing() const { return opts_.eval_routing; }
-  void set_eval_routing(FocusOptions::Routing r) { opts_.eval_routing = r; }
+  // The routing eval and generate do not use ("soft" when they route hard), and the switch to it.
+  std::string alternate_eval() const override;
+  void use_alternate_eval(bool on) override;
+  // Dominance above 50% (collapse; 1/K is balance).
+  std::string health_warning() const override;
 
   std::string w_g_name() const;
   std::string centroids_name() const;
@@ -49,6 +51,7 @@ class FocusAttention final : public AttentionModule {
               int pos) const;
 
   FocusOptions opts_;
+  FocusOptions::Routing default_eval_routing_;  // opts_.eval_routing unless the alternate is on
   int layer_;
   AttentionShape shape_;
   DType dtype_ = DType::f32;

@@ -22,7 +22,6 @@
 #include "io/logger.h"
 #include "io/metrics.h"
 #include "model/gpt.h"
-#include "nn/attention_focus.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/from_recipe.h"
@@ -172,36 +171,29 @@ void upload(Session& s, const int32_t* inputs, const int32_t* targets) {
   copy_tensor(s.targets_dev, Tensor(const_cast<int32_t*>(targets), DType::i32, Device::cpu, sh));
 }
 
-// Focus layers (docs/focus.md): the validation loss under the routing eval does not use, so the
-// soft (training) vs hard (inference) gap shows, and each layer's telemetry of the last
-// validation batch; warns when a layer's largest group holds more than half the tokens.
-// Returns the text for the eval line ("" without Focus).
-std::string focus_eval_report(Session& s, int batches, const io::Logger& log,
-                              nlohmann::json& record) {
-  std::vector<FocusAttention*> layers;
-  for (int l = 0; l < s.model->config().n_layer; ++l)
-    if (auto* f = dynamic_cast<FocusAttention*>(&s.model->attention(l))) layers.push_back(f);
-  if (layers.empty()) return "";
+// What the attention variants add to an evaluation: their metrics of the last validation batch
+// into `record`, their health warnings, and the validation loss under their alternate eval mode
+// (Focus: the routing eval does not use, so the train/inference gap shows). Returns the text for
+// the eval line ("" when no variant has an alternate mode).
+std::string attention_eval_report(Session& s, int batches, const io::Logger& log,
+                                  nlohmann::json& record) {
+  const int L = s.model->config().n_layer;
   std::map<std::string, double> m;
   s.model->attention_metrics(m);
   for (const auto& [k, v] : m) record[k] = v;
-  const auto used = layers[0]->eval_routing(), hard = FocusOptions::Routing::hard;
-  const auto other = used == hard ? FocusOptions::Routing::soft : hard;
-  for (FocusAttention* f : layers) f->set_eval_routing(other);
+  std::string alternate;
+  for (int l = 0; l < L; ++l) {
+    const AttentionModule& a = s.model->attention(l);
+    if (const std::string w = a.health_warning(); !w.empty()) log.warn("%s", w.c_str());
+    if (alternate.empty()) alternate = a.alternate_eval();
+  }
+  if (alternate.empty()) return "";
+  for (int l = 0; l < L; ++l) s.model->attention(l).use_alternate_eval(true);
   const ValidationResult ev = score_validation(*s.model, *s.ctx, s.store, *s.val_loader, batches,
                                                s.tokens_dev, s.targets_dev);
-  for (FocusAttention* f : layers) f->set_eval_routing(used);
-  const char* name = other == hard ? "hard" : "soft";
-  record[std::string("val_loss_") + name] = ev.loss;
-  double worst = 0.0;
-  for (int l = 0; l < int(layers.size()); ++l) {
-    const double d = m["focus.h" + std::to_string(l) + ".dominance"];
-    worst = std::max(worst, d);
-    if (d > 0.5)
-      log.warn("focus layer %d: %.0f%% of the tokens in one group (collapse; 1/K is balance)", l,
-               100.0 * d);
-  }
-  return strformat(" | %s routing %.4f | max dominance %.2f", name, ev.loss, worst);
+  for (int l = 0; l < L; ++l) s.model->attention(l).use_alternate_eval(false);
+  record["val_loss_" + alternate] = ev.loss;
+  return strformat(" | %s %.4f", alternate.c_str(), ev.loss);
 }
 
 std::string roles_text(const std::vector<std::string>& roles) {
@@ -414,11 +406,12 @@ TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
       result.final_val_loss = ev.loss;
       nlohmann::json record = {
           {"step", st.step}, {"val_loss", ev.loss}, {"val_ppl", ev.perplexity}};
-      const std::string focus = focus_eval_report(s, recipe.eval.batches, log, record);
+      const std::string variants = attention_eval_report(s, recipe.eval.batches, log, record);
       log.metrics(record);
       log.info("step %lld | val loss %.4f | val ppl %.2f | %s tokens in %lld windows%s",
                (long long)st.step, ev.loss, ev.perplexity,
-               io::format_count(double(ev.tokens)).c_str(), (long long)ev.windows, focus.c_str());
+               io::format_count(double(ev.tokens)).c_str(), (long long)ev.windows,
+               variants.c_str());
     }
     if ((recipe.checkpoint.every > 0 && st.step % recipe.checkpoint.every == 0) ||
         (last && recipe.checkpoint.at_end))
