@@ -37,6 +37,7 @@ struct ModelFixture {
   ParameterStore store;
   std::vector<int32_t> tokens, targets;
   int B, T;
+  float aux_scale = 1.f;  // the weight of the variants' auxiliary losses in the objective
 
   ModelFixture(const GPTConfig& c, int B_, int T_,
                std::set<ParamRole> trainable = {ParamRole::base, ParamRole::attention})
@@ -61,6 +62,15 @@ struct ModelFixture {
   }
   Tensor t(std::vector<int32_t>& v) {
     return Tensor(v.data(), DType::i32, Device::cpu, Shape{B, T});
+  }
+  // Gradients of the objective (mean LM loss over the targets + aux_scale * auxiliary losses) in
+  // the store's gradient buffer.
+  void gradients() {
+    store.zero_grads();
+    model.forward(*ctx, store, t(tokens), t(targets), AttentionMode::train, 1.f / float(B * T),
+                  aux_scale);
+    model.backward(*ctx, store, t(tokens));
+    model.take_loss(*ctx);
   }
   // Logits [B, T, Vp] of a forward on the tokens.
   std::vector<float> logits(AttentionMode mode = AttentionMode::eval) {

@@ -127,21 +127,15 @@ GPTConfig probe_config() {
 }
 
 struct ProbeModel : test::ModelFixture {
-  float aux_scale = 0.5f;
   explicit ProbeModel(std::set<ParamRole> trainable = {ParamRole::base, ParamRole::attention})
-      : ModelFixture(probe_config(), 2, 5, trainable) {}
+      : ModelFixture(probe_config(), 2, 5, trainable) {
+    aux_scale = 0.5f;
+  }
   // The objective backward() differentiates: mean LM loss + aux_scale * auxiliary losses.
   double objective() {
     model.forward(*ctx, store, t(tokens), t(targets), AttentionMode::eval, 0.f, aux_scale);
     const LossTotals l = model.take_loss(*ctx);
     return l.mean() + l.aux;
-  }
-  void gradients() {
-    store.zero_grads();
-    model.forward(*ctx, store, t(tokens), t(targets), AttentionMode::train, 1.f / float(B * T),
-                  aux_scale);
-    model.backward(*ctx, store, t(tokens));
-    model.take_loss(*ctx);
   }
 };
 

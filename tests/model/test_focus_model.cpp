@@ -47,12 +47,6 @@ struct FocusModel : test::ModelFixture {
     model.forward(*ctx, store, t(tokens), t(targets), mode);
     return model.take_loss(*ctx).mean();
   }
-  void gradients() {
-    store.zero_grads();
-    model.forward(*ctx, store, t(tokens), t(targets), AttentionMode::train, 1.f / float(B * T));
-    model.backward(*ctx, store, t(tokens));
-    model.take_loss(*ctx);
-  }
 };
 
 }  // namespace

@@ -36,8 +36,9 @@ GPTConfig sfa_config(int k = 2, float distill = 0.5f) {
 }
 
 struct SfaModel : test::ModelFixture {
-  float aux_scale = 0.5f;
-  explicit SfaModel(GPTConfig c = sfa_config(), int T_ = 5) : ModelFixture(c, 2, T_) {}
+  explicit SfaModel(GPTConfig c = sfa_config(), int T_ = 5) : ModelFixture(c, 2, T_) {
+    aux_scale = 0.5f;
+  }
   // The objective backward() differentiates: mean LM loss + aux_scale * distillation terms (the
   // teacher runs in train mode only).
   LossTotals totals(AttentionMode mode = AttentionMode::train) {
@@ -47,13 +48,6 @@ struct SfaModel : test::ModelFixture {
   double objective() {
     const LossTotals l = totals();
     return l.mean() + l.aux;
-  }
-  void gradients() {
-    store.zero_grads();
-    model.forward(*ctx, store, t(tokens), t(targets), AttentionMode::train, 1.f / float(B * T),
-                  aux_scale);
-    model.backward(*ctx, store, t(tokens));
-    model.take_loss(*ctx);
   }
 };
 
