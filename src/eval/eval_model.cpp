@@ -12,11 +12,12 @@ namespace attnlab {
 
 namespace {
 
-// The run's train.precision for an attnlab checkpoint; bf16 (the trainer's default) otherwise.
+// The precision an attnlab checkpoint was trained in (fp32 for a run on the CPU path, whatever its
+// train.precision says); bf16 (the trainer's default) for other sources.
 Precision source_precision(const ModelSource& s) {
   if (s.recipe_yaml.empty()) return Precision::bf16;
-  return parse_recipe(s.recipe_yaml, s.weights_path + "/recipe.yaml", {}, RecipeUse::eval)
-      .train.precision;
+  const Recipe r = parse_recipe(s.recipe_yaml, s.weights_path + "/recipe.yaml", {}, RecipeUse::eval);
+  return r.train.device == DeviceChoice::cpu ? Precision::fp32 : r.train.precision;
 }
 
 }  // namespace
