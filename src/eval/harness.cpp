@@ -118,6 +118,26 @@ void check_recipe_model(const Recipe& recipe, const GivenKeys& given, const Mode
   attention_key("attention.type", rc.attention.type, source.config.attention.type);
   attention_key("attention.window", std::to_string(rc.attention.window),
                 std::to_string(source.config.attention.window));
+  // The variants' keys that define the trained function (the evaluation-time ones, top_k and
+  // eval_routing, are applied instead: apply_eval_attention_keys).
+  const FocusOptions &f = rc.attention.focus, &mf = source.config.attention.focus;
+  auto num = [](double v) { return strformat("%g", v); };
+  attention_key("attention.focus.groups", num(f.groups), num(mf.groups));
+  attention_key("attention.focus.d_g", num(f.d_g), num(mf.d_g));
+  attention_key("attention.focus.local_window", num(f.local_window), num(mf.local_window));
+  attention_key("attention.focus.tau", num(f.tau), num(mf.tau));
+  attention_key("attention.focus.iterations", num(f.iterations), num(mf.iterations));
+  auto pick = [](auto e, const char* a, const char* b) { return std::string(int(e) ? b : a); };
+  attention_key("attention.focus.assign", pick(f.assign, "sinkhorn", "softmax"),
+                pick(mf.assign, "sinkhorn", "softmax"));
+  attention_key("attention.focus.sinkhorn_scope", pick(f.scope, "causal", "sequence"),
+                pick(mf.scope, "causal", "sequence"));
+  attention_key("attention.focus.gate", pick(f.gate, "additive", "multiplicative"),
+                pick(mf.gate, "additive", "multiplicative"));
+  attention_key("attention.focus.gate_eps", num(f.gate_eps), num(mf.gate_eps));
+  attention_key("attention.focus.gate_scale", num(f.gate_scale), num(mf.gate_scale));
+  attention_key("attention.focus.gate_bias", num(f.gate_bias), num(mf.gate_bias));
+  attention_key("attention.sfa.k", num(rc.attention.sfa.k), num(source.config.attention.sfa.k));
   ATTN_REQUIRE(diffs.empty(),
                "the recipe's model disagrees with the model being evaluated (%s):%s\n"
                "eval uses the model of the checkpoint; drop these keys from the recipe, which "
@@ -125,9 +145,23 @@ void check_recipe_model(const Recipe& recipe, const GivenKeys& given, const Mode
                model_path.c_str(), diffs.c_str());
 }
 
+// attention.focus.top_k and eval_routing choose how a trained Focus model is evaluated: when the
+// recipe (--recipe or --set) gives them they replace the checkpoint's.
+void apply_eval_attention_keys(const Recipe& recipe, const GivenKeys& given, GPTConfig& model) {
+  const FocusOptions& f = gpt_config_of(recipe).attention.focus;
+  FocusOptions& mf = model.attention.focus;
+  if (given.contains("attention.focus.top_k")) {
+    ATTN_REQUIRE(f.top_k >= 1 && f.top_k <= mf.groups,
+                 "attention.focus.top_k (%s): %d must be in [1, %d], the model's groups",
+                 given.where.at("attention.focus.top_k").c_str(), f.top_k, mf.groups);
+    mf.top_k = f.top_k;
+  }
+  if (given.contains("attention.focus.eval_routing")) mf.eval_routing = f.eval_routing;
+}
+
 EvalReport run_evaluation(const EvalOptions& o) {
   const auto t_start = Clock::now();
-  const ModelSource source = inspect_model_source(o.model, o.adapter);
+  ModelSource source = inspect_model_source(o.model, o.adapter);
 
   // The recipe: --recipe, else the checkpoint's own; --set applies to it.
   std::optional<Recipe> recipe;
@@ -145,7 +179,10 @@ EvalReport run_evaluation(const EvalOptions& o) {
     recipe = parse_recipe("{}", "--set", o.overrides, RecipeUse::eval);
     given = recipe->given;
   }
-  if (recipe) check_recipe_model(*recipe, given, source, o.model);
+  if (recipe) {
+    check_recipe_model(*recipe, given, source, o.model);
+    apply_eval_attention_keys(*recipe, given, source.config);
+  }
 
   const auto tasks = task_list(o);
   const bool other_data = !tasks.empty() || !o.shards.empty() || !o.text.empty();

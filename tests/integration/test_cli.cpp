@@ -242,3 +242,31 @@ TEST_F(Cli, EvalHarnessAndScore) {
   EXPECT_NE(sc.out.find("tokens scored"), std::string::npos) << sc.out;
   EXPECT_TRUE(fs::file_size(dir_ / "scores.jsonl") > 0);
 }
+
+// A Focus model's evaluation-time keys (top_k, eval_routing) apply to `attnlab eval`; the keys
+// that define the trained function are refused when they differ from the checkpoint's.
+TEST_F(Cli, EvalAppliesFocusRoutingKeysAndRefusesTheOthers) {
+  const std::string run_dir = (dir_ / "focus").string();
+  CliResult t = run(train_args("--set attention.type=focus --set attention.focus.groups=4 "
+                               "--set attention.focus.local_window=2 --set train.out_dir=" +
+                               run_dir));
+  ASSERT_EQ(t.code, 0) << t.out;
+  auto val_loss = [&](const std::string& sets) {
+    CliResult e = run("eval " + run_dir + " --no-progress " + sets);
+    EXPECT_EQ(e.code, 0) << e.out;
+    const size_t at = e.out.find("validation             loss");
+    EXPECT_NE(at, std::string::npos) << e.out;
+    return at == std::string::npos ? 0.0 : std::stod(e.out.substr(at + 27, 20));
+  };
+  const double hard2 = val_loss("");
+  EXPECT_EQ(val_loss("--set attention.focus.top_k=2"), hard2);
+  EXPECT_NE(val_loss("--set attention.focus.top_k=1"), hard2);
+  EXPECT_NE(val_loss("--set attention.focus.eval_routing=soft"), hard2);
+  expect_error(run("eval " + run_dir + " --set attention.focus.tau=0.2"),
+               "attention.focus.tau: 0.2 in the recipe (--set 'attention.focus.tau=0.2'), 0.1 in "
+               "the model");
+  expect_error(run("eval " + run_dir + " --set attention.focus.gate=multiplicative"),
+               "attention.focus.gate: multiplicative in the recipe");
+  expect_error(run("eval " + run_dir + " --set attention.focus.top_k=5"),
+               "attention.focus.top_k");
+}
