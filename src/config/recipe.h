@@ -301,7 +301,8 @@ struct EvalConfig {
   int64_t every = 100;  // evaluate every N steps; 0 = only at the end
   int batches = 20;     // micro-batches of validation data per evaluation
   bool at_end = true;
-  bool enabled() const { return every > 0 || at_end; }
+  bool at_start = false;  // also evaluate before the first step (a fine-tune's starting point)
+  bool enabled() const { return every > 0 || at_end || at_start; }
   void validate() const;
   bool operator==(const EvalConfig&) const = default;
 };

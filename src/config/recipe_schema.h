@@ -127,6 +127,7 @@ void visit(V& v, Is<EvalConfig> auto& e) {
   v.field("every", e.every, {"interval", "eval_every"});
   v.field("batches", e.batches, {"steps", "eval_batches"});
   v.field("at_end", e.at_end);
+  v.field("at_start", e.at_start, {"before_training", "eval_at_start"});
 }
 
 template <class V>

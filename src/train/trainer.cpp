@@ -320,6 +320,21 @@ TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
   // (each step, micro-step and the optimizer are NVTX ranges; every op and layer has its own).
   const bool profiling = options.profile_steps > 0 && s.ctx->device == Device::cuda;
   if (profiling) CUDA_CHECK(cudaProfilerStart());
+  // Validation on the recipe's windows, logged with the variants' extra reports.
+  auto evaluate = [&] {
+    if (!s.val_loader) return;
+    const ValidationResult ev =
+        score_validation(*s.model, *s.ctx, s.store, *s.val_loader, recipe.eval.batches,
+                         s.tokens_dev, s.targets_dev);
+    result.final_val_loss = ev.loss;
+    nlohmann::json record = {{"step", st.step}, {"val_loss", ev.loss}, {"val_ppl", ev.perplexity}};
+    const std::string variants = attention_eval_report(s, recipe.eval.batches, log, record);
+    log.metrics(record);
+    log.info("step %lld | val loss %.4f | val ppl %.2f | %s tokens in %lld windows%s",
+             (long long)st.step, ev.loss, ev.perplexity, io::format_count(double(ev.tokens)).c_str(),
+             (long long)ev.windows, variants.c_str());
+  };
+  if (recipe.eval.at_start && st.step == 0) evaluate();
   while (st.step < last_step) {
     NvtxRange step_range("train.step");
     auto t0 = Clock::now();
@@ -398,21 +413,8 @@ TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
     }
 
     const bool last = st.step == last_step;
-    if (s.val_loader && ((recipe.eval.every > 0 && st.step % recipe.eval.every == 0) ||
-                         (last && recipe.eval.at_end))) {
-      const ValidationResult ev =
-          score_validation(*s.model, *s.ctx, s.store, *s.val_loader, recipe.eval.batches,
-                           s.tokens_dev, s.targets_dev);
-      result.final_val_loss = ev.loss;
-      nlohmann::json record = {
-          {"step", st.step}, {"val_loss", ev.loss}, {"val_ppl", ev.perplexity}};
-      const std::string variants = attention_eval_report(s, recipe.eval.batches, log, record);
-      log.metrics(record);
-      log.info("step %lld | val loss %.4f | val ppl %.2f | %s tokens in %lld windows%s",
-               (long long)st.step, ev.loss, ev.perplexity,
-               io::format_count(double(ev.tokens)).c_str(), (long long)ev.windows,
-               variants.c_str());
-    }
+    if ((recipe.eval.every > 0 && st.step % recipe.eval.every == 0) || (last && recipe.eval.at_end))
+      evaluate();
     if ((recipe.checkpoint.every > 0 && st.step % recipe.checkpoint.every == 0) ||
         (last && recipe.checkpoint.at_end))
       checkpoint();

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "config/recipe.h"
 #include "io/safetensors.h"
 #include "test_util.h"
@@ -148,4 +150,22 @@ TEST(TrainIntegration, GradientAccumulationMatchesOneBigBatch) {
   // The first AdamW step moves each weight by about lr = 3e-3; accumulation changes only the
   // summation order of the gradients, so the weights agree to a tiny fraction of that.
   EXPECT_LT(max_diff, 3e-3 * 1e-3);
+}
+
+// eval.at_start scores the initial model before step 1 (a fine-tune's starting point) and changes
+// nothing else: the training losses are those of a run without it.
+TEST(TrainIntegration, EvalAtStartScoresTheInitialModel) {
+  const test::TempDir tmp("it");
+  const TrainResult a = train(tiny(tmp.file("a"), {"train.steps=3", "eval.every=0"}), quiet());
+  const TrainResult b =
+      train(tiny(tmp.file("b"), {"train.steps=3", "eval.every=0", "eval.at_start=true"}), quiet());
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.final_val_loss, b.final_val_loss);
+  std::ifstream in(fs::path(tmp.file("b")) / "metrics.jsonl");
+  std::vector<int64_t> val_steps;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("val_loss")) val_steps.push_back(j["step"].get<int64_t>());
+  }
+  EXPECT_EQ(val_steps, (std::vector<int64_t>{0, 3}));
 }
