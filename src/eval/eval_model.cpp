@@ -176,4 +176,9 @@ std::unique_ptr<Tokenizer> eval_tokenizer(const ModelSource& source, const std::
   return tok;
 }
 
+std::string EvalModel::attention_metrics(std::map<std::string, double>& out) const {
+  model_->attention_metrics(out);
+  return model_->config().n_layer > 0 ? model_->attention(0).summarize(out) : "";
+}
+
 }  // namespace attnlab

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,10 @@ class EvalModel {
   // The loader's validation windows (eval/validation.h); its batch and seq_len must fit the
   // model's batch() and max_len().
   ValidationResult validate(DataLoader& loader, int batches);
+
+  // The attention variant's metrics of the last forward (every layer) and their one-line summary
+  // (AttentionModule::summarize; "" for dense).
+  std::string attention_metrics(std::map<std::string, double>& out) const;
 
   const GPTConfig& config() const { return model_->config(); }
   const ModelSource& source() const { return source_; }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include "config/model_keys.h"
@@ -235,8 +236,14 @@ EvalReport run_evaluation(const EvalOptions& o) {
     const std::string count = strformat("%lld tokens, %lld/%lld windows", (long long)v.tokens,
                                         (long long)v.windows, (long long)val->num_windows());
     // The one-line summary of the older `attnlab eval` (scripts grep it), then the table rows.
-    rep.table += strformat("val loss %.4f | val ppl %.3f | %lld tokens in %lld windows\n", v.loss,
-                           v.perplexity, (long long)v.tokens, (long long)v.windows);
+    // The variant's telemetry of the last validation batch (Focus: group balance per layer).
+    std::map<std::string, double> metrics;
+    std::string summary = model.attention_metrics(metrics);
+    if (!metrics.empty()) j["validation"]["attention"] = metrics;
+    if (!summary.empty()) summary = " | " + summary;
+    rep.table += strformat("val loss %.4f | val ppl %.3f | %lld tokens in %lld windows%s\n", v.loss,
+                           v.perplexity, (long long)v.tokens, (long long)v.windows,
+                           summary.c_str());
     table.row("validation", "loss", v.loss, NAN, count);
     table.row("validation", "perplexity", v.perplexity, NAN, count, "%.3f");
   }

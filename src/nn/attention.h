@@ -123,6 +123,9 @@ class AttentionModule {
     ATTN_FAIL("incremental decoding (KV cache) is not supported by attention '%s'", name().c_str());
   }
   virtual void metrics(std::map<std::string, double>& /*out*/) const {}
+  // A few words for the eval line about every layer's metrics (m: all layers' metrics() of this
+  // variant, gathered by the model), "" when there is nothing to say. Called on one layer's module.
+  virtual std::string summarize(const std::map<std::string, double>& /*m*/) const { return ""; }
   // A second eval mode that validation also scores, so that its gap to the default shows (Focus:
   // the routing eval does not use): a short name ("soft"), or "" when the module has none.
   virtual std::string alternate_eval() const { return ""; }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "core/carver.h"
@@ -201,6 +202,25 @@ std::string FocusAttention::health_warning() const {
   if (d == m.end() || d->second <= 0.5) return "";
   return strformat("focus layer %d: %.0f%% of the tokens in one group (collapse; 1/K is balance)",
                    layer_, 100.0 * d->second);
+}
+
+std::string FocusAttention::summarize(const std::map<std::string, double>& m) const {
+  double worst = -1.0, entropy = 0.0;
+  int worst_layer = -1, layers = 0;
+  for (const auto& [key, value] : m) {
+    int l = -1;
+    char what[32] = {0};
+    if (std::sscanf(key.c_str(), "focus.h%d.%31s", &l, what) != 2) continue;
+    if (std::string(what) == "dominance") {
+      ++layers;
+      if (value > worst) worst = value, worst_layer = l;
+    } else if (std::string(what) == "entropy") {
+      entropy += value;
+    }
+  }
+  if (layers == 0) return "";
+  return strformat("max dominance %.3f (layer %d; 1/K = %.3f) | entropy %.3f (ln K = %.3f)", worst,
+                   worst_layer, 1.0 / opts_.groups, entropy / layers, std::log(double(opts_.groups)));
 }
 
 void FocusAttention::metrics(std::map<std::string, double>& out) const {

@@ -37,6 +37,7 @@ class FocusAttention final : public AttentionModule {
   void use_alternate_eval(bool on) override;
   // Dominance above 50% (collapse; 1/K is balance).
   std::string health_warning() const override;
+  std::string summarize(const std::map<std::string, double>& m) const override;
 
   std::string w_g_name() const;
   std::string centroids_name() const;

@@ -181,19 +181,21 @@ std::string attention_eval_report(Session& s, int batches, const io::Logger& log
   std::map<std::string, double> m;
   s.model->attention_metrics(m);
   for (const auto& [k, v] : m) record[k] = v;
+  std::string summary = L > 0 ? s.model->attention(0).summarize(m) : "";
+  if (!summary.empty()) summary = " | " + summary;
   std::string alternate;
   for (int l = 0; l < L; ++l) {
     const AttentionModule& a = s.model->attention(l);
     if (const std::string w = a.health_warning(); !w.empty()) log.warn("%s", w.c_str());
     if (alternate.empty()) alternate = a.alternate_eval();
   }
-  if (alternate.empty()) return "";
+  if (alternate.empty()) return summary;
   for (int l = 0; l < L; ++l) s.model->attention(l).use_alternate_eval(true);
   const ValidationResult ev = score_validation(*s.model, *s.ctx, s.store, *s.val_loader, batches,
                                                s.tokens_dev, s.targets_dev);
   for (int l = 0; l < L; ++l) s.model->attention(l).use_alternate_eval(false);
   record["val_loss_" + alternate] = ev.loss;
-  return strformat(" | %s %.4f", alternate.c_str(), ev.loss);
+  return strformat(" | %s %.4f%s", alternate.c_str(), ev.loss, summary.c_str());
 }
 
 std::string roles_text(const std::vector<std::string>& roles) {

@@ -258,6 +258,9 @@ TEST_F(Cli, EvalAppliesFocusRoutingKeysAndRefusesTheOthers) {
     EXPECT_NE(at, std::string::npos) << e.out;
     return at == std::string::npos ? 0.0 : std::stod(e.out.substr(at + 27, 20));
   };
+  EXPECT_NE(t.out.find("| max dominance "), std::string::npos) << t.out;  // the trainer's eval line
+  const CliResult plain = run("eval " + run_dir + " --no-progress");
+  EXPECT_NE(plain.out.find("| max dominance "), std::string::npos) << plain.out;
   const double hard2 = val_loss("");
   EXPECT_EQ(val_loss("--set attention.focus.top_k=2"), hard2);
   EXPECT_NE(val_loss("--set attention.focus.top_k=1"), hard2);
