@@ -28,12 +28,13 @@ constexpr int kNT = kQ / 8;         // n8 tiles of scores per warp
 constexpr int kLdS = kQ + 8;
 
 // Dynamic shared memory: K, V, 2 x (Q, dO) bf16; 2 x (lse, delta) fp32; dS^T, dA^T bf16; the g
-// hi/lo tiles of the keys and 2 x of the queries; the group masks of the keys and 2 x queries.
-size_t bwd_smem(int D, int KP) {
+// hi/lo tiles of the keys and 2 x of the queries; the group masks of the keys and 2 x queries; 2
+// fp32 staging tiles of the queries' g.
+size_t bwd_smem(int D, int K, int KP) {
   const size_t ldg = KP + 8;
   return size_t(2 * kKeys + 4 * kQ) * (D + 8) * sizeof(bf16) + 4 * kQ * sizeof(float) +
          2 * size_t(kKeys) * kLdS * sizeof(bf16) + 2 * size_t(kKeys + 2 * kQ) * ldg * sizeof(bf16) +
-         size_t(kKeys + 2 * kQ) * sizeof(uint64_t);
+         size_t(kKeys + 2 * kQ) * sizeof(uint64_t) + 2 * size_t(kQ) * K * sizeof(float);
 }
 
 // dq = scale * dq_accum ([B, H, T, D] fp32) at the q layout.
@@ -74,6 +75,7 @@ __global__ void __launch_bounds__(kThreads)
   bf16* sGql = sGqh + 2 * kQ * ldg;
   uint64_t* sMk = reinterpret_cast<uint64_t*>(sGql + 2 * kQ * ldg);  // [kKeys]
   uint64_t* sMq = sMk + kKeys;                                        // [2][kQ]
+  float* sStage = reinterpret_cast<float*>(sMq + 2 * kQ);             // [2][kQ * K]
   const int T = p.seq_len;
   const AttentionMask mask{};  // causal, no window
   const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
@@ -103,9 +105,7 @@ __global__ void __launch_bounds__(kThreads)
       cp_async4(sLse + buf * kQ + i, p.lse + (ok ? base + i : 0), ok);
       cp_async4(sDelta + buf * kQ + i, delta + (ok ? base + i : 0), ok);
     }
-    // The query tile's g rows and masks depend on (b, q0) only; kept simple: loaded per head.
-    load_g_rows<kQ, kThreads>(sGqh + buf * kQ * ldg, sGql + buf * kQ * ldg, ldg, gg, p.K, KP, q0,
-                              T);
+    // (The query tile's g rows and masks depend on (b, q0) only; kept simple: loaded per head.)
     if (hard) load_group_masks<kQ, kThreads>(sMq + buf * kQ, ggr, p.top_k, q0, T);
   };
 
@@ -113,7 +113,12 @@ __global__ void __launch_bounds__(kThreads)
   load_rows<kKeys, D>(sV, gv, p.kv_row_stride, k0, T);
   load_g_rows<kKeys, kThreads>(sGkh, sGkl, ldg, gg, p.K, KP, k0, T);
   if (hard) load_group_masks<kKeys, kThreads>(sMk, ggr, p.top_k, k0, T);
-  if (iters > 0) issue(0, 0);
+  auto q0_of = [&](int it) { return (m_begin + it % per_head) * kQ; };
+  if (iters > 0) {
+    issue(0, 0);
+    load_g_rows<kQ, kThreads>(sGqh, sGql, ldg, gg, p.K, KP, q0_of(0), T);
+  }
+  if (iters > 1) stage_g_rows<kQ, kThreads>(sStage + kQ * p.K, gg, p.K, q0_of(1), T);
   cp_async_commit();
 
   float dk[D / 8][4], dv[D / 8][4];
@@ -130,6 +135,13 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (it + 1 < iters) {
       issue(it + 1, buf ^ 1);
+      // The g of query tile it + 1 landed in staging slot buf ^ 1; tile it + 2's goes to slot buf
+      // (converted in the previous iteration): no global load stalls the loop.
+      convert_g_rows<kQ, kThreads>(sGqh + (buf ^ 1) * kQ * ldg, sGql + (buf ^ 1) * kQ * ldg, ldg,
+                                   sStage + (buf ^ 1) * kQ * p.K, p.K, KP);
+      if (it + 2 < iters) {
+        stage_g_rows<kQ, kThreads>(sStage + buf * kQ * p.K, gg, p.K, q0_of(it + 2), T);
+      }
       cp_async_commit();
     }
     const int h = hk * group + it / per_head;
@@ -351,7 +363,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int D>
 void bwd(const FocusAttentionParams<bf16>& p, const float* delta, float* dq_accum, int KP,
          cudaStream_t st) {
-  const size_t smem = bwd_smem(D, KP);
+  const size_t smem = bwd_smem(D, p.K, KP);
   set_smem(focus_tiled_bwd_kernel<D>, smem);
   focus_tiled_bwd_kernel<D><<<dim3(div_up(p.seq_len, kKeys), p.n_kv_head, p.B), kThreads, smem,
                               st>>>(p, delta, dq_accum, KP);

@@ -1,8 +1,9 @@
 // The tiled Focus attention forward (focus_tiled.cuh): o and lse (natural log) written (=).
 // Structure of the dense mma.sync forward (kernels/attention/attention_fwd_mma.cu): a block owns
 // 128 queries (4 warps x 2 m-tiles of 16 rows), loops over the causal range of 64-key tiles with
-// K/V double-buffered by cp.async; the g rows (or group masks) of the next tile are stored beside
-// them with plain loads. Scores are kept in the scaled log2 domain (x = s * scale * log2 e).
+// K/V double-buffered by cp.async; the g rows of the keys are staged (fp32, cp.async) two tiles
+// ahead and converted to bf16 hi/lo one tile ahead; the hard gate's group masks of the next tile
+// are stored with plain loads. Scores are kept in the scaled log2 domain (x = s * scale * log2 e).
 #include <cuda_bf16.h>
 
 #include "kernels/attention/visibility.h"
@@ -20,12 +21,13 @@ constexpr int kRows = 4 * 16 * kMT;     // queries per block
 constexpr int kKT = kTile;              // keys per K/V tile
 
 // Dynamic shared memory: Q, 2 x (K, V) bf16 tiles, then for the soft gates the g hi/lo tiles of
-// the queries and 2 x of the keys, then for hard the group masks of the queries and 2 x keys.
-size_t fwd_smem(int D, int KP, bool hard) {
+// the queries and 2 x of the keys and 2 fp32 staging tiles of the keys' g, or for hard the group
+// masks of the queries and 2 x keys.
+size_t fwd_smem(int D, int K, int KP, bool hard) {
   const size_t ldg = KP + 8;
   return size_t(kRows + 4 * kKT) * (D + 8) * sizeof(bf16) +
-         (hard ? 0 : 2 * size_t(kRows + 2 * kKT) * ldg * sizeof(bf16)) +
-         (hard ? size_t(kRows + 2 * kKT) * sizeof(uint64_t) : 0);
+         (hard ? size_t(kRows + 2 * kKT) * sizeof(uint64_t)
+               : 2 * size_t(kRows + 2 * kKT) * ldg * sizeof(bf16) + 2 * size_t(kKT) * K * 4);
 }
 
 template <int D>
@@ -45,6 +47,7 @@ __global__ void __launch_bounds__(kThreads) focus_tiled_fwd_kernel(const FocusAt
   bf16* sGql = sGqh + kRows * ldg;
   bf16* sGkh = sGql + kRows * ldg;  // soft: [2][kKT][ldg]
   bf16* sGkl = sGkh + 2 * kKT * ldg;
+  float* sStage = reinterpret_cast<float*>(sGkl + 2 * kKT * ldg);  // soft: [2][kKT * K]
   uint64_t* sMq = reinterpret_cast<uint64_t*>(sV + 2 * kKT * LD);  // hard: [kRows]
   uint64_t* sMk = sMq + kRows;                                     // hard: [2][kKT]
   const int T = p.seq_len;
@@ -67,6 +70,9 @@ __global__ void __launch_bounds__(kThreads) focus_tiled_fwd_kernel(const FocusAt
   load_rows<kRows, D>(sQ, gq, rs, q0, T);
   load_rows<kKT, D>(sK, gk, p.kv_row_stride, n_begin * kKT, T);
   load_rows<kKT, D>(sV, gv, p.kv_row_stride, n_begin * kKT, T);
+  if (!hard && n_begin + 1 < n_end) {
+    stage_g_rows<kKT, kThreads>(sStage + kKT * p.K, gg, p.K, (n_begin + 1) * kKT, T);
+  }
   cp_async_commit();
   if (hard) {
     load_group_masks<kRows, kThreads>(sMq, ggr, p.top_k, q0, T);
@@ -108,13 +114,18 @@ __global__ void __launch_bounds__(kThreads) focus_tiled_fwd_kernel(const FocusAt
       const int next = (nb + 1) * kKT;
       load_rows<kKT, D>(sK + (buf ^ 1) * kKT * LD, gk, p.kv_row_stride, next, T);
       load_rows<kKT, D>(sV + (buf ^ 1) * kKT * LD, gv, p.kv_row_stride, next, T);
-      cp_async_commit();
       if (hard) {
         load_group_masks<kKT, kThreads>(sMk + (buf ^ 1) * kKT, ggr, p.top_k, next, T);
       } else {
-        load_g_rows<kKT, kThreads>(sGkh + (buf ^ 1) * kKT * ldg, sGkl + (buf ^ 1) * kKT * ldg, ldg,
-                                   gg, p.K, KP, next, T);
+        // Tile nb + 1's g landed in staging slot buf ^ 1 (the wait above); tile nb + 2's goes to
+        // slot buf, whose tile (nb) was converted in the previous iteration.
+        convert_g_rows<kKT, kThreads>(sGkh + (buf ^ 1) * kKT * ldg, sGkl + (buf ^ 1) * kKT * ldg,
+                                      ldg, sStage + (buf ^ 1) * kKT * p.K, p.K, KP);
+        if (nb + 2 < n_end) {
+          stage_g_rows<kKT, kThreads>(sStage + buf * kKT * p.K, gg, p.K, next + kKT, T);
+        }
       }
+      cp_async_commit();
     }
     const bf16* cK = sK + buf * kKT * LD;
     const bf16* cV = sV + buf * kKT * LD;
@@ -285,7 +296,7 @@ __global__ void __launch_bounds__(kThreads) focus_tiled_fwd_kernel(const FocusAt
 template <int D>
 void fwd(const FocusAttentionParams<bf16>& p, int KP, cudaStream_t st) {
   const dim3 grid(div_up(p.seq_len, kRows), p.n_head, p.B);
-  const size_t smem = fwd_smem(D, KP, p.gate.kind == FocusGateKind::hard);
+  const size_t smem = fwd_smem(D, p.K, KP, p.gate.kind == FocusGateKind::hard);
   set_smem(focus_tiled_fwd_kernel<D>, smem);
   focus_tiled_fwd_kernel<D><<<grid, kThreads, smem, st>>>(p, KP);
   CUDA_CHECK_LAUNCH();

@@ -27,6 +27,31 @@ __device__ __forceinline__ void load_g_rows(bf16* sh, bf16* sl, int ldg, const f
   }
 }
 
+// cp.async of rows row0 .. row0 + ROWS - 1 of g (fp32 [T, K], contiguous) into stage (ROWS * K
+// floats; 0 past T): the forward stages a key tile's g one tile ahead and converts it with
+// convert_g_rows after the next barrier, so no global load stalls the loop.
+template <int ROWS, int kNThreads>
+__device__ __forceinline__ void stage_g_rows(float* stage, const float* g, int K, int row0, int T) {
+  const float* src = g + int64_t(row0) * K;
+  for (int i = threadIdx.x; i < ROWS * K; i += kNThreads) {
+    const bool valid = row0 + i / K < T;
+    cp_async4(stage + i, valid ? src + i : g, valid);
+  }
+}
+
+// A staged tile (stage_g_rows) into the layout of load_g_rows.
+template <int ROWS, int kNThreads>
+__device__ __forceinline__ void convert_g_rows(bf16* sh, bf16* sl, int ldg, const float* stage,
+                                               int K, int KP) {
+  for (int i = threadIdx.x; i < ROWS * KP; i += kNThreads) {
+    const int r = i / KP, c = i - r * KP;
+    const float x = c < K ? stage[r * K + c] : 0.f;
+    const bf16 hi = __float2bfloat16_rn(x);
+    sh[r * ldg + c] = hi;
+    sl[r * ldg + c] = __float2bfloat16_rn(x - __bfloat162float(hi));
+  }
+}
+
 // Bit c of s[r] is set iff token row0 + r has group c among its top_k (0 past T).
 template <int ROWS, int kNThreads>
 __device__ __forceinline__ void load_group_masks(uint64_t* s, const int32_t* groups, int top_k,
