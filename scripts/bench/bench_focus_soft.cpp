@@ -3,8 +3,10 @@
 // model calls (ops::focus_attention_fwd / _bwd, which take the tiled tensor-core kernels for bf16
 // and D 64 / 128, and ops::attention_fwd / _bwd). bf16, batch 1, 12 heads x 64 and 8 heads x 128,
 // T = 1K, 4K, 16K, 64K. The Focus backward computes dg (the assignment gradient) as in training.
-// Ratios are Focus / dense (the target: fwd+bwd <= 1.15). --gate=multiplicative|hard measures
-// another gate; --shape=D:T one shape only.
+// Ratios are Focus / dense (the target: fwd+bwd <= 1.15). The Focus kernels are mma.sync while
+// dense runs the Hopper wgmma kernels on sm_90a, so "mma f+b" also times dense fwd+bwd forced to
+// its mma.sync kernels (AttentionParams::use_wgmma = false): focus / mma is the gate's own cost.
+// --gate=multiplicative|hard measures another gate; --shape=D:T one shape only.
 // Usage: bench_focus_soft [csv_out] [--gate=additive|multiplicative|hard] [--shape=D:T]
 #include <cuda_runtime.h>
 
@@ -19,6 +21,7 @@
 #include "core/context.h"
 #include "core/cuda_check.h"
 #include "core/tensor.h"
+#include "kernels/attention/attention.cuh"
 #include "ops/focus_ops.h"
 #include "ops/ops.h"
 
@@ -105,7 +108,7 @@ int main(int argc, char** argv) {
   if (csv) {
     std::fprintf(csv,
                  "gate,D,T,H,K,window,dense_fwd_ms,focus_fwd_ms,fwd_ratio,dense_fwdbwd_ms,"
-                 "focus_fwdbwd_ms,fwdbwd_ratio\n");
+                 "focus_fwdbwd_ms,fwdbwd_ratio,dense_mma_fwdbwd_ms,fwdbwd_ratio_vs_mma\n");
   }
   const char* gate_name = gate.kind == FocusGateKind::additive         ? "additive"
                           : gate.kind == FocusGateKind::multiplicative ? "multiplicative"
@@ -113,8 +116,8 @@ int main(int argc, char** argv) {
   const int K = 8;
   std::printf("focus gate %s, local_window %d, K %d, bf16, batch 1 (ratio = focus / dense)\n",
               gate_name, gate.local_window, K);
-  std::printf("%4s %6s %3s %12s %12s %7s %12s %12s %7s\n", "D", "T", "H", "dense fwd", "focus fwd",
-              "ratio", "dense f+b", "focus f+b", "ratio");
+  std::printf("%4s %6s %3s %12s %12s %7s %12s %12s %7s %12s %7s\n", "D", "T", "H", "dense fwd",
+              "focus fwd", "ratio", "dense f+b", "focus f+b", "ratio", "mma f+b", "vs mma");
   auto ctx = ExecContext::make_cuda(0);
   for (int D : {64, 128}) {
     for (int T : {1024, 4096, 16384, 65536}) {
@@ -148,12 +151,31 @@ int main(int argc, char** argv) {
       const double dfb = median_ms([&] { dense_fwd(), dense_bwd(); }, reps);
       const double ff = median_ms(focus_fwd, reps);
       const double ffb = median_ms([&] { focus_fwd(), focus_bwd(); }, reps);
+      AttentionParams<bf16> ap;  // dense on its mma.sync kernels
+      auto* q = static_cast<bf16*>(qkv.data());
+      auto* dq = static_cast<bf16*>(dqkv.data());
+      ap.q = q, ap.k = q + l.k_offset(), ap.v = q + l.v_offset();
+      ap.dq = dq, ap.dk = dq + l.k_offset(), ap.dv = dq + l.v_offset();
+      ap.o = static_cast<bf16*>(o.data()), ap.dout = static_cast<bf16*>(dout.data());
+      ap.lse = static_cast<float*>(lse.data());
+      ap.qkv_row_stride = W, ap.qkv_batch_stride = W * T;
+      ap.o_row_stride = Q, ap.o_batch_stride = Q * T;
+      ap.B = B, ap.seq_len = T, ap.n_head = H, ap.n_kv_head = H, ap.D = D;
+      ap.scale = 1.f / std::sqrt(float(D));
+      ap.use_wgmma = false;
+      const double mfb = median_ms(
+          [&] {
+            launch_attention_fwd<bf16>(ap, ctx->stream);
+            launch_attention_bwd<bf16>(ap, ctx->stream);
+          },
+          reps);
       CUDA_CHECK(cudaDeviceSynchronize());
-      std::printf("%4d %6d %3d %12.3f %12.3f %7.2f %12.3f %12.3f %7.2f\n", D, T, H, df, ff, ff / df,
-                  dfb, ffb, ffb / dfb);
+      std::printf("%4d %6d %3d %12.3f %12.3f %7.2f %12.3f %12.3f %7.2f %12.3f %7.2f\n", D, T, H, df,
+                  ff, ff / df, dfb, ffb, ffb / dfb, mfb, ffb / mfb);
       if (csv) {
-        std::fprintf(csv, "%s,%d,%d,%d,%d,%d,%.4f,%.4f,%.3f,%.4f,%.4f,%.3f\n", gate_name, D, T, H,
-                     K, gate.local_window, df, ff, ff / df, dfb, ffb, ffb / dfb);
+        std::fprintf(csv, "%s,%d,%d,%d,%d,%d,%.4f,%.4f,%.3f,%.4f,%.4f,%.3f,%.4f,%.3f\n", gate_name,
+                     D, T, H, K, gate.local_window, df, ff, ff / df, dfb, ffb, ffb / dfb, mfb,
+                     ffb / mfb);
       }
     }
   }
