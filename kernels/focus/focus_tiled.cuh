@@ -15,8 +15,9 @@
 //     the dQ accumulator), then one block per 64 keys of a kv head loops over the heads of its GQA
 //     group and the query tiles that see the keys: dV += P^T dO, dK += dS^T Q in registers, dQ +=
 //     dS K into fp32 scratch with atomics (then converted), and for dg the gate gradient dA
-//     (keys x queries): dg_key += dA^T G_q in registers, dg_query += dA G_k via shared memory and
-//     atomics. dq and dg are not bitwise reproducible (fp32 atomics); dk, dv are.
+//     (keys x queries, in shared memory as bf16 hi + lo): dg_key += dA^T G_q and dg_query +=
+//     dA G_k, split products (about fp32 accuracy) added with atomics. dq and dg are not bitwise
+//     reproducible (fp32 atomics); dk, dv are.
 #pragma once
 #include "kernels/focus/focus_attention.cuh"
 

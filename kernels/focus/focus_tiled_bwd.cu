@@ -9,7 +9,8 @@
 //                   (sg = sigmoid(scale_g a + bias_g))
 //   hard            P = e m                      dS = P dd            dA = e dd (straight through)
 // local pairs: P = e, dS = P dd, dA = 0. dV += P^T dO, dK += dS^T Q, dQ += dS K (atomics),
-// dg_i += sum_j dA_ij g_j, dg_j += sum_i dA_ij g_i (dA^T in shared memory, bf16; atomics).
+// dg_i += sum_j dA_ij g_j, dg_j += sum_i dA_ij g_i (dA^T in shared memory as bf16 hi + lo parts,
+// products hi.hi + hi.lo + lo.hi: about fp32 accuracy; fp32 atomics).
 #include <cuda_bf16.h>
 
 #include "kernels/attention/attention.cuh"
@@ -27,13 +28,13 @@ constexpr int kKeys = 64, kQ = 64;  // keys per block (16 per warp), queries per
 constexpr int kNT = kQ / 8;         // n8 tiles of scores per warp
 constexpr int kLdS = kQ + 8;
 
-// Dynamic shared memory: K, V, 2 x (Q, dO) bf16; 2 x (lse, delta) fp32; dS^T, dA^T bf16; the g
+// Dynamic shared memory: K, V, 2 x (Q, dO) bf16; 2 x (lse, delta) fp32; dS^T, dA^T (hi, lo) bf16; the g
 // hi/lo tiles of the keys and 2 x of the queries; the group masks of the keys and 2 x queries; 2
 // fp32 staging tiles of the queries' g.
 size_t bwd_smem(int D, int K, int KP) {
   const size_t ldg = KP + 8;
   return size_t(2 * kKeys + 4 * kQ) * (D + 8) * sizeof(bf16) + 4 * kQ * sizeof(float) +
-         2 * size_t(kKeys) * kLdS * sizeof(bf16) + 2 * size_t(kKeys + 2 * kQ) * ldg * sizeof(bf16) +
+         3 * size_t(kKeys) * kLdS * sizeof(bf16) + 2 * size_t(kKeys + 2 * kQ) * ldg * sizeof(bf16) +
          size_t(kKeys + 2 * kQ) * sizeof(uint64_t) + 2 * size_t(kQ) * K * sizeof(float);
 }
 
@@ -68,8 +69,9 @@ __global__ void __launch_bounds__(kThreads)
   float* sLse = reinterpret_cast<float*>(sdO + 2 * kQT);  // [2][kQ]
   float* sDelta = sLse + 2 * kQ;                          // [2][kQ]
   bf16* sdS = reinterpret_cast<bf16*>(sDelta + 2 * kQ);   // [kKeys][kLdS]
-  bf16* sdA = sdS + kKeys * kLdS;                         // [kKeys][kLdS]
-  bf16* sGkh = sdA + kKeys * kLdS;                        // [kKeys][ldg]
+  bf16* sdAh = sdS + kKeys * kLdS;                        // [kKeys][kLdS], dA^T = hi + lo
+  bf16* sdAl = sdAh + kKeys * kLdS;
+  bf16* sGkh = sdAl + kKeys * kLdS;                       // [kKeys][ldg]
   bf16* sGkl = sGkh + kKeys * ldg;
   bf16* sGqh = sGkl + kKeys * ldg;  // [2][kQ][ldg]
   bf16* sGql = sGqh + 2 * kQ * ldg;
@@ -227,7 +229,11 @@ __global__ void __launch_bounds__(kThreads)
           const int row = (wkey + g + 8 * r) * kLdS + nt * 8 + 2 * tig;
           *reinterpret_cast<uint32_t*>(sdS + row) = pack_bf16(dpt[nt][2 * r], dpt[nt][2 * r + 1]);
           if (want_dg && block_gated) {
-            *reinterpret_cast<uint32_t*>(sdA + row) = pack_bf16(a[n][2 * r], a[n][2 * r + 1]);
+            const float x0 = a[n][2 * r], x1 = a[n][2 * r + 1];
+            const __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
+            const float2 hf = __bfloat1622float2(hi);
+            *reinterpret_cast<__nv_bfloat162*>(sdAh + row) = hi;
+            *reinterpret_cast<uint32_t*>(sdAl + row) = pack_bf16(x0 - hf.x, x1 - hf.y);
           }
         }
       }
@@ -279,9 +285,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     if (want_dg && block_gated) {
-      uint32_t ada[kKeys / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) load_a_t<kLdS>(ada[kk], sdA, kk * 16, warp * 16, lane);
+      // dg_query += dA G_k; dA and G as hi + lo (hi.hi + hi.lo + lo.hi): about fp32 accuracy.
       float* dg_row = p.dg + (int64_t(b) * T + qrow) * p.K;
 #pragma unroll
       for (int dt = 0; dt < kMaxKP / 16; ++dt) {
@@ -289,13 +293,12 @@ __global__ void __launch_bounds__(kThreads)
         float acc[2][4] = {};
 #pragma unroll
         for (int kk = 0; kk < kKeys / 16; ++kk) {
-          uint32_t bh[4], bl[4];
+          uint32_t ah[4], al[4], bh[4], bl[4];
+          load_a_t<kLdS>(ah, sdAh, kk * 16, warp * 16, lane);
+          load_a_t<kLdS>(al, sdAl, kk * 16, warp * 16, lane);
           load_b_kn_ld(bh, sGkh, ldg, kk * 16, dt * 16, lane);
           load_b_kn_ld(bl, sGkl, ldg, kk * 16, dt * 16, lane);
-          mma16816(acc[0], ada[kk], bh[0], bh[1]);
-          mma16816(acc[1], ada[kk], bh[2], bh[3]);
-          mma16816(acc[0], ada[kk], bl[0], bl[1]);
-          mma16816(acc[1], ada[kk], bl[2], bl[3]);
+          mma_split(acc, ah, al, bh, bl);
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -311,9 +314,6 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       // dg_key += dA^T G_q: warp w takes its 16 keys.
-      uint32_t akt[kQ / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < kQ / 16; ++kk) load_a<kLdS>(akt[kk], sdA, wkey, kk * 16, lane);
       float* dgk_row = p.dg + (int64_t(b) * T + k0 + wkey + g) * p.K;
 #pragma unroll
       for (int dt = 0; dt < kMaxKP / 16; ++dt) {
@@ -321,13 +321,12 @@ __global__ void __launch_bounds__(kThreads)
         float acc[2][4] = {};
 #pragma unroll
         for (int kk = 0; kk < kQ / 16; ++kk) {
-          uint32_t bh[4], bl[4];
+          uint32_t ah[4], al[4], bh[4], bl[4];
+          load_a<kLdS>(ah, sdAh, wkey, kk * 16, lane);
+          load_a<kLdS>(al, sdAl, wkey, kk * 16, lane);
           load_b_kn_ld(bh, cGqh, ldg, kk * 16, dt * 16, lane);
           load_b_kn_ld(bl, cGql, ldg, kk * 16, dt * 16, lane);
-          mma16816(acc[0], akt[kk], bh[0], bh[1]);
-          mma16816(acc[1], akt[kk], bh[2], bh[3]);
-          mma16816(acc[0], akt[kk], bl[0], bl[1]);
-          mma16816(acc[1], akt[kk], bl[2], bl[3]);
+          mma_split(acc, ah, al, bh, bl);
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {

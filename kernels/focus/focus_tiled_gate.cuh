@@ -102,6 +102,19 @@ __device__ __forceinline__ void load_b_kn_ld(uint32_t (&b)[4], const bf16* s, in
   ldsm_x4_t(b, s + (k0 + (lane & 15)) * ld + n0 + (lane >> 4) * 8);
 }
 
+// c (16 x 16, two n8 tiles) += (ah + al) (bh + bl) without the lo.lo term: A fragments ah, al
+// and B fragments (load_b_* layout: [0..1] n-tile 0, [2..3] n-tile 1) bh, bl.
+__device__ __forceinline__ void mma_split(float (&c)[2][4], const uint32_t (&ah)[4],
+                                          const uint32_t (&al)[4], const uint32_t (&bh)[4],
+                                          const uint32_t (&bl)[4]) {
+  mma16816(c[0], ah, bh[0], bh[1]);
+  mma16816(c[1], ah, bh[2], bh[3]);
+  mma16816(c[0], ah, bl[0], bl[1]);
+  mma16816(c[1], ah, bl[2], bl[3]);
+  mma16816(c[0], al, bh[0], bh[1]);
+  mma16816(c[1], al, bh[2], bh[3]);
+}
+
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
 
 }  // namespace attnlab::focus_tiled

@@ -6,8 +6,8 @@
 // attention kernels (bf16 probabilities in P V and dS in dS^T Q, as here) are compared with
 // their CPU references; the bound for each output is 2x the larger of those errors, at least
 // one bf16 ulp (2^-8, relative to the largest value) for bf16 outputs and 1e-5 for lse. dg has
-// no dense counterpart: the tiled kernel rounds dA to bf16 as dense rounds dS, so its bound also
-// takes the dense dq/dk/dv error.
+// no dense counterpart (the tiled kernel splits dA and g into bf16 hi + lo, about fp32; its
+// inputs carry the bf16 rounding of the outputs), so its bound also takes the dense dqkv error.
 #include <gtest/gtest.h>
 
 #include <algorithm>
