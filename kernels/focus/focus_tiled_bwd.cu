@@ -4,10 +4,10 @@
 // head hk (16 per warp) and loops over (query head of the group, 64-query tile); per tile the gate
 // of each distant pair (i - j > local_window) with s = scale q.k, e = exp(s - lse),
 // dd = dP - delta:
-//   additive        P = e (a + eps)              dS = P dd            dA = e dd
-//   multiplicative  P = exp(s sg - lse)          dS = P dd sg         dA = P dd s scale_g sg (1 - sg)
+//   additive        P = e (a + eps)        dS = P dd       dA = e dd
+//   multiplicative  P = exp(s sg - lse)    dS = P dd sg    dA = P dd s scale_g sg (1 - sg)
 //                   (sg = sigmoid(scale_g a + bias_g))
-//   hard            P = e m                      dS = P dd            dA = e dd (straight through)
+//   hard            P = e m                dS = P dd       dA = e dd (straight through)
 // local pairs: P = e, dS = P dd, dA = 0. dV += P^T dO, dK += dS^T Q, dQ += dS K (atomics),
 // dg_i += sum_j dA_ij g_j, dg_j += sum_i dA_ij g_i (dA^T in shared memory as bf16 hi + lo parts,
 // products hi.hi + hi.lo + lo.hi: about fp32 accuracy; fp32 atomics).
@@ -28,9 +28,9 @@ constexpr int kKeys = 64, kQ = 64;  // keys per block (16 per warp), queries per
 constexpr int kNT = kQ / 8;         // n8 tiles of scores per warp
 constexpr int kLdS = kQ + 8;
 
-// Dynamic shared memory: K, V, 2 x (Q, dO) bf16; 2 x (lse, delta) fp32; dS^T, dA^T (hi, lo) bf16; the g
-// hi/lo tiles of the keys and 2 x of the queries; the group masks of the keys and 2 x queries; 2
-// fp32 staging tiles of the queries' g.
+// Dynamic shared memory: K, V, 2 x (Q, dO) bf16; 2 x (lse, delta) fp32; dS^T, dA^T (hi, lo) bf16;
+// the g hi/lo tiles of the keys and 2 x of the queries; the group masks of the keys and 2 x
+// queries; 2 fp32 staging tiles of the queries' g.
 size_t bwd_smem(int D, int K, int KP) {
   const size_t ldg = KP + 8;
   return size_t(2 * kKeys + 4 * kQ) * (D + 8) * sizeof(bf16) + 4 * kQ * sizeof(float) +
@@ -71,13 +71,13 @@ __global__ void __launch_bounds__(kThreads)
   bf16* sdS = reinterpret_cast<bf16*>(sDelta + 2 * kQ);   // [kKeys][kLdS]
   bf16* sdAh = sdS + kKeys * kLdS;                        // [kKeys][kLdS], dA^T = hi + lo
   bf16* sdAl = sdAh + kKeys * kLdS;
-  bf16* sGkh = sdAl + kKeys * kLdS;                       // [kKeys][ldg]
+  bf16* sGkh = sdAl + kKeys * kLdS;  // [kKeys][ldg]
   bf16* sGkl = sGkh + kKeys * ldg;
   bf16* sGqh = sGkl + kKeys * ldg;  // [2][kQ][ldg]
   bf16* sGql = sGqh + 2 * kQ * ldg;
   uint64_t* sMk = reinterpret_cast<uint64_t*>(sGql + 2 * kQ * ldg);  // [kKeys]
-  uint64_t* sMq = sMk + kKeys;                                        // [2][kQ]
-  float* sStage = reinterpret_cast<float*>(sMq + 2 * kQ);             // [2][kQ * K]
+  uint64_t* sMq = sMk + kKeys;                                       // [2][kQ]
+  float* sStage = reinterpret_cast<float*>(sMq + 2 * kQ);            // [2][kQ * K]
   const int T = p.seq_len;
   const AttentionMask mask{};  // causal, no window
   const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
@@ -99,8 +99,7 @@ __global__ void __launch_bounds__(kThreads)
     const int h = hk * group + it / per_head;
     const int q0 = (m_begin + it % per_head) * kQ;
     load_rows<kQ, D>(sQ + buf * kQT, p.q + b * p.q_batch_stride + h * D, rs, q0, T);
-    load_rows<kQ, D>(sdO + buf * kQT, p.dout + b * p.o_batch_stride + h * D, p.o_row_stride, q0,
-                     T);
+    load_rows<kQ, D>(sdO + buf * kQT, p.dout + b * p.o_batch_stride + h * D, p.o_row_stride, q0, T);
     const int64_t base = (int64_t(b) * p.n_head + h) * T + q0;
     for (int i = threadIdx.x; i < kQ; i += kThreads) {
       const bool ok = q0 + i < T;
@@ -261,7 +260,8 @@ __global__ void __launch_bounds__(kThreads)
     {
       uint32_t adq[kKeys / 16][4];
 #pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) load_a_t<kLdS>(adq[kk], sdS, kk * 16, warp * 16, lane);
+      for (int kk = 0; kk < kKeys / 16; ++kk)
+        load_a_t<kLdS>(adq[kk], sdS, kk * 16, warp * 16, lane);
       float* acc_row = dq_accum + ((int64_t(b) * p.n_head + h) * T + qrow) * D;
 #pragma unroll
       for (int dt = 0; dt < D / 16; ++dt) {
@@ -364,8 +364,9 @@ void bwd(const FocusAttentionParams<bf16>& p, const float* delta, float* dq_accu
          cudaStream_t st) {
   const size_t smem = bwd_smem(D, p.K, KP);
   set_smem(focus_tiled_bwd_kernel<D>, smem);
-  focus_tiled_bwd_kernel<D><<<dim3(div_up(p.seq_len, kKeys), p.n_kv_head, p.B), kThreads, smem,
-                              st>>>(p, delta, dq_accum, KP);
+  focus_tiled_bwd_kernel<D>
+      <<<dim3(div_up(p.seq_len, kKeys), p.n_kv_head, p.B), kThreads, smem, st>>>(p, delta, dq_accum,
+                                                                                 KP);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -16,9 +16,9 @@ namespace {
 using namespace mma;
 using namespace focus_tiled;
 
-constexpr int kMT = 2;                  // m-tiles (16 rows) per warp
-constexpr int kRows = 4 * 16 * kMT;     // queries per block
-constexpr int kKT = kTile;              // keys per K/V tile
+constexpr int kMT = 2;               // m-tiles (16 rows) per warp
+constexpr int kRows = 4 * 16 * kMT;  // queries per block
+constexpr int kKT = kTile;           // keys per K/V tile
 
 // Dynamic shared memory: Q, 2 x (K, V) bf16 tiles, then for the soft gates the g hi/lo tiles of
 // the queries and 2 x of the keys and 2 fp32 staging tiles of the keys' g, or for hard the group
@@ -31,8 +31,8 @@ size_t fwd_smem(int D, int K, int KP, bool hard) {
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads) focus_tiled_fwd_kernel(const FocusAttentionParams<bf16> p,
-                                                                   int KP) {
+__global__ void __launch_bounds__(kThreads)
+    focus_tiled_fwd_kernel(const FocusAttentionParams<bf16> p, int KP) {
   constexpr int LD = D + 8;
   constexpr bool kQInRegs = D <= 64;
   constexpr int kQF = kQInRegs ? D / 16 : 1;
@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kThreads) focus_tiled_fwd_kernel(const FocusAt
   uint64_t* sMq = reinterpret_cast<uint64_t*>(sV + 2 * kKT * LD);  // hard: [kRows]
   uint64_t* sMk = sMq + kRows;                                     // hard: [2][kKT]
   const int T = p.seq_len;
-  const AttentionMask mask{};  // causal, no window
+  const AttentionMask mask{};                      // causal, no window
   const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) tiles first
   const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
@@ -106,7 +106,8 @@ __global__ void __launch_bounds__(kThreads) focus_tiled_fwd_kernel(const FocusAt
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-          for (int kk = 0; kk < kQF; ++kk) load_a<LD>(qf[mt][kk], sQ, wrow + mt * 16, kk * 16, lane);
+          for (int kk = 0; kk < kQF; ++kk)
+            load_a<LD>(qf[mt][kk], sQ, wrow + mt * 16, kk * 16, lane);
         }
       }
     }

@@ -74,8 +74,8 @@ FocusAttentionParams<bf16> plain_params(const DeviceArray<bf16>& qkv, const QKVL
 }
 
 void run_case(const TiledCase& c) {
-  SCOPED_TRACE(testing::Message() << "gate " << int(c.kind) << " D " << c.D << " T " << c.T
-                                  << " w " << c.local_window << " K " << c.K);
+  SCOPED_TRACE(testing::Message() << "gate " << int(c.kind) << " D " << c.D << " T " << c.T << " w "
+                                  << c.local_window << " K " << c.K);
   auto cpu = ExecContext::make_cpu();
   auto gpu = ExecContext::make_cuda(0);
   const int B = 2, T = c.T, D = c.D, K = c.K, tk = std::min(2, K);
@@ -133,10 +133,9 @@ void run_case(const TiledCase& c) {
   ops::focus_attention_bwd(*gpu, dev_tensor(gdq, qs), dev_tensor(gdg, gs), dev_tensor(gdo, os),
                            dev_tensor(gq, qs), dev_tensor(go, os), dev_tensor(gl, ls), l,
                            dev_tensor(gg, gs), dev_ints(ggr, grs), gate);
-  const Errors tiled{test::max_rel_error(go.download(), out),
-                     test::max_rel_error(gl.download(), lse),
-                     test::max_rel_error(gdq.download(), dqkv),
-                     test::max_rel_error(gdg.download(), dg)};
+  const Errors tiled{
+      test::max_rel_error(go.download(), out), test::max_rel_error(gl.download(), lse),
+      test::max_rel_error(gdq.download(), dqkv), test::max_rel_error(gdg.download(), dg)};
 
   // The plain per-row kernel on the same inputs (its own outputs feed its backward).
   DeviceArray<bf16> po(out.size()), pdq(qkv.size());
@@ -152,10 +151,9 @@ void run_case(const TiledCase& c) {
   pb.dv = pdq.ptr() + l.v_offset();
   pb.dg = pdg.ptr();
   launch_focus_attention_bwd(pb, gpu->stream);
-  const Errors plain{test::max_rel_error(po.download(), out),
-                     test::max_rel_error(pl.download(), lse),
-                     test::max_rel_error(pdq.download(), dqkv),
-                     test::max_rel_error(pdg.download(), dg)};
+  const Errors plain{
+      test::max_rel_error(po.download(), out), test::max_rel_error(pl.download(), lse),
+      test::max_rel_error(pdq.download(), dqkv), test::max_rel_error(pdg.download(), dg)};
 
   // The dense bf16 kernels on the same qkv.
   DeviceArray<bf16> dno(out.size()), dndq(qkv.size());
@@ -172,10 +170,11 @@ void run_case(const TiledCase& c) {
   const double b_lse = std::max(2 * std::max(plain.lse, dense_lse_err), 1e-5);
   const double b_dqkv = std::max(2 * std::max(plain.dqkv, dense_dqkv_err), kBf16Ulp);
   const double b_dg = std::max(2 * std::max(plain.dg, dense_dqkv_err), kBf16Ulp);
-  std::printf("  [focus tiled] gate %d D %d T %d w %d K %d: out %.2e (bound %.2e) lse %.2e (%.2e) "
-              "dqkv %.2e (%.2e) dg %.2e (%.2e)\n",
-              int(c.kind), D, T, c.local_window, K, tiled.out, b_out, tiled.lse, b_lse,
-              tiled.dqkv, b_dqkv, tiled.dg, b_dg);
+  std::printf(
+      "  [focus tiled] gate %d D %d T %d w %d K %d: out %.2e (bound %.2e) lse %.2e (%.2e) "
+      "dqkv %.2e (%.2e) dg %.2e (%.2e)\n",
+      int(c.kind), D, T, c.local_window, K, tiled.out, b_out, tiled.lse, b_lse, tiled.dqkv, b_dqkv,
+      tiled.dg, b_dg);
   EXPECT_LE(tiled.out, b_out);
   EXPECT_LE(tiled.lse, b_lse);
   EXPECT_LE(tiled.dqkv, b_dqkv);
@@ -195,9 +194,9 @@ void run_case(const TiledCase& c) {
 // T covers 1, one tile, tile edges +-1, many tiles and 2048; the window covers 0 (only the
 // diagonal ungated), 37 (not a tile multiple), 128 and >= T (everything local: dense math).
 const std::vector<TiledCase> kShapes = {
-    {FocusGateKind::additive, 0, 1, 0, 4},     {FocusGateKind::additive, 0, 64, 37, 8},
-    {FocusGateKind::additive, 0, 127, 0, 1},   {FocusGateKind::additive, 0, 129, 128, 4},
-    {FocusGateKind::additive, 0, 1000, 37, 8}, {FocusGateKind::additive, 0, 2048, 128, 8},
+    {FocusGateKind::additive, 0, 1, 0, 4},      {FocusGateKind::additive, 0, 64, 37, 8},
+    {FocusGateKind::additive, 0, 127, 0, 1},    {FocusGateKind::additive, 0, 129, 128, 4},
+    {FocusGateKind::additive, 0, 1000, 37, 8},  {FocusGateKind::additive, 0, 2048, 128, 8},
     {FocusGateKind::additive, 0, 300, 4096, 4}, {FocusGateKind::additive, 0, 1000, 0, 1},
 };
 
