@@ -3,6 +3,7 @@
 #include "core/nvtx.h"
 #include "kernels/focus/focus_assign.cuh"
 #include "kernels/focus/focus_scores.cuh"
+#include "kernels/focus/focus_tiled.cuh"
 #include "ops/focus_ops.h"
 #include "ops/op_checks.h"
 #include "ref/focus_ref.h"
@@ -267,6 +268,11 @@ void focus_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor
     p.lse = ptr<float>(lse);
     return p;
   };
+  // bf16 CUDA, D 64 / 128, <= 64 groups: the tiled tensor-core kernel (every gate).
+  if (ctx.device == Device::cuda && qkv.dtype == DType::bf16) {
+    const FocusAttentionParams<bf16> p = make.template operator()<bf16>();
+    if (focus_tiled_supported(p)) return launch_focus_tiled_fwd(p, ctx.stream);
+  }
   run_op<FocusAttentionParams>(ctx, qkv.dtype, make, focus_attention_fwd_ref,
                                launch_focus_attention_fwd<float>, launch_focus_attention_fwd<bf16>);
 }
@@ -298,6 +304,11 @@ void focus_attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tenso
     p.dg = ptr<float>(dg);
     return p;
   };
+  // bf16 CUDA, D 64 / 128, <= 64 groups: the tiled tensor-core kernels (every gate).
+  if (ctx.device == Device::cuda && qkv.dtype == DType::bf16) {
+    const FocusAttentionParams<bf16> p = make.template operator()<bf16>();
+    if (focus_tiled_supported(p)) return launch_focus_tiled_bwd(p, ctx.stream);
+  }
   run_op<FocusAttentionParams>(ctx, qkv.dtype, make, focus_attention_bwd_ref,
                                launch_focus_attention_bwd<float>, launch_focus_attention_bwd<bf16>);
 }

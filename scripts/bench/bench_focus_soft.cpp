@@ -1,0 +1,184 @@
+// Soft-gated Focus attention benchmark: the additive gate (local_window 128, K = 8 groups) forward
+// and forward+backward against our dense causal attention in the same run, through the ops the
+// model calls (ops::focus_attention_fwd / _bwd, which take the tiled tensor-core kernels for bf16
+// and D 64 / 128, and ops::attention_fwd / _bwd). bf16, batch 1, 12 heads x 64 and 8 heads x 128,
+// T = 1K, 4K, 16K, 64K. The Focus backward computes dg (the assignment gradient) as in training.
+// Ratios are Focus / dense (the target: fwd+bwd <= 1.15). The Focus kernels are mma.sync while
+// dense runs the Hopper wgmma kernels on sm_90a, so "mma f+b" also times dense fwd+bwd forced to
+// its mma.sync kernels (AttentionParams::use_wgmma = false): focus / mma is the gate's own cost.
+// --gate=multiplicative|hard measures another gate; --shape=D:T one shape only.
+// Usage: bench_focus_soft [csv_out] [--gate=additive|multiplicative|hard] [--shape=D:T]
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "core/context.h"
+#include "core/cuda_check.h"
+#include "core/tensor.h"
+#include "kernels/attention/attention.cuh"
+#include "ops/focus_ops.h"
+#include "ops/ops.h"
+
+using namespace attnlab;
+using bench::median_ms;
+
+namespace {
+
+void upload_bf16(const Buffer& buf, size_t n, uint64_t seed) {
+  std::vector<bf16> h(n);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < n; ++i) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    h[i] = bf16(float(int64_t(s >> 40) - (int64_t(1) << 23)) / float(1 << 23));  // [-1, 1)
+  }
+  CUDA_CHECK(cudaMemcpy(buf.data(), h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+}
+
+// Assignment rows: positive, summing to 1, one dominant group per token; top-2 group ids.
+void upload_assignment(const Buffer& g, const Buffer& groups, int64_t tokens, int K) {
+  std::vector<float> h(size_t(tokens) * K);
+  std::vector<int32_t> ids(size_t(tokens) * 2);
+  uint64_t s = 12345;
+  for (int64_t t = 0; t < tokens; ++t) {
+    float sum = 0.f;
+    for (int k = 0; k < K; ++k) {
+      s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+      h[t * K + k] = 0.05f + float(s >> 40) / float(1 << 24);
+      sum += h[t * K + k];
+    }
+    const int top = int(t * 7 % K);
+    h[t * K + top] += 2.f, sum += 2.f;
+    for (int k = 0; k < K; ++k) h[t * K + k] /= sum;
+    ids[t * 2] = top;
+    ids[t * 2 + 1] = (top + 1) % K;
+  }
+  CUDA_CHECK(cudaMemcpy(g.data(), h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(groups.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!cuda_available()) {
+    std::printf("bench_focus_soft: no CUDA device\n");
+    return 0;
+  }
+  const char* csv_path = nullptr;
+  FocusGateParams gate;
+  gate.kind = FocusGateKind::additive;
+  gate.local_window = 128;
+  int only_D = 0, only_T = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--gate=", 7) == 0) {
+      const std::string v = argv[i] + 7;
+      if (v == "additive") {
+        gate.kind = FocusGateKind::additive;
+      } else if (v == "multiplicative") {
+        gate.kind = FocusGateKind::multiplicative;
+      } else if (v == "hard") {
+        gate.kind = FocusGateKind::hard;
+      } else {
+        std::fprintf(stderr,
+                     "bench_focus_soft: --gate must be additive, multiplicative or hard, got %s\n",
+                     v.c_str());
+        return 2;
+      }
+    } else if (std::strncmp(argv[i], "--shape=", 8) == 0) {
+      if (std::sscanf(argv[i] + 8, "%d:%d", &only_D, &only_T) != 2 ||
+          (only_D != 64 && only_D != 128)) {
+        std::fprintf(stderr, "bench_focus_soft: --shape=D:T needs D 64 or 128 (got %s)\n",
+                     argv[i] + 8);
+        return 2;
+      }
+    } else if (argv[i][0] != '-') {
+      csv_path = argv[i];
+    } else {
+      std::fprintf(stderr, "bench_focus_soft: unknown option %s (valid: --gate=, --shape=D:T)\n",
+                   argv[i]);
+      return 2;
+    }
+  }
+  FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
+  if (csv) {
+    std::fprintf(csv,
+                 "gate,D,T,H,K,window,dense_fwd_ms,focus_fwd_ms,fwd_ratio,dense_fwdbwd_ms,"
+                 "focus_fwdbwd_ms,fwdbwd_ratio,dense_mma_fwdbwd_ms,fwdbwd_ratio_vs_mma\n");
+  }
+  const char* gate_name = gate.kind == FocusGateKind::additive         ? "additive"
+                          : gate.kind == FocusGateKind::multiplicative ? "multiplicative"
+                                                                       : "hard";
+  const int K = 8;
+  std::printf("focus gate %s, local_window %d, K %d, bf16, batch 1 (ratio = focus / dense)\n",
+              gate_name, gate.local_window, K);
+  std::printf("%4s %6s %3s %12s %12s %7s %12s %12s %7s %12s %7s\n", "D", "T", "H", "dense fwd",
+              "focus fwd", "ratio", "dense f+b", "focus f+b", "ratio", "mma f+b", "vs mma");
+  auto ctx = ExecContext::make_cuda(0);
+  for (int D : {64, 128}) {
+    for (int T : {1024, 4096, 16384, 65536}) {
+      if (only_D != 0 && (D != only_D || T != only_T)) continue;
+      const int H = D == 64 ? 12 : 8, B = 1;
+      const QKVLayout l{H, H, D};
+      const int64_t tokens = int64_t(B) * T, W = l.width(), Q = l.q_width();
+      Buffer qkv(Device::cuda, size_t(tokens * W) * 2), dqkv(Device::cuda, size_t(tokens * W) * 2),
+          o(Device::cuda, size_t(tokens * Q) * 2), dout(Device::cuda, size_t(tokens * Q) * 2),
+          lse(Device::cuda, size_t(B) * H * T * 4), g(Device::cuda, size_t(tokens) * K * 4),
+          dg(Device::cuda, size_t(tokens) * K * 4), groups(Device::cuda, size_t(tokens) * 2 * 4);
+      upload_bf16(qkv, size_t(tokens * W), 1);
+      upload_bf16(dout, size_t(tokens * Q), 2);
+      upload_assignment(g, groups, tokens, K);
+      const Tensor tq(qkv.data(), DType::bf16, Device::cuda, Shape{B, T, W});
+      const Tensor tdq(dqkv.data(), DType::bf16, Device::cuda, Shape{B, T, W});
+      const Tensor to(o.data(), DType::bf16, Device::cuda, Shape{B, T, Q});
+      const Tensor tdo(dout.data(), DType::bf16, Device::cuda, Shape{B, T, Q});
+      const Tensor tl(lse.data(), DType::f32, Device::cuda, Shape{B, H, T});
+      const Tensor tg(g.data(), DType::f32, Device::cuda, Shape{B, T, K});
+      const Tensor tdg(dg.data(), DType::f32, Device::cuda, Shape{B, T, K});
+      const Tensor tgr(groups.data(), DType::i32, Device::cuda, Shape{B, T, 2});
+      const int reps = T >= 16384 ? 5 : 10;
+      auto dense_fwd = [&] { ops::attention_fwd(*ctx, to, tl, tq, l); };
+      auto dense_bwd = [&] { ops::attention_bwd(*ctx, tdq, tdo, tq, to, tl, l); };
+      auto focus_fwd = [&] { ops::focus_attention_fwd(*ctx, to, tl, tq, l, tg, tgr, gate); };
+      auto focus_bwd = [&] {
+        ops::focus_attention_bwd(*ctx, tdq, tdg, tdo, tq, to, tl, l, tg, tgr, gate);
+      };
+      const double df = median_ms(dense_fwd, reps);
+      const double dfb = median_ms([&] { dense_fwd(), dense_bwd(); }, reps);
+      const double ff = median_ms(focus_fwd, reps);
+      const double ffb = median_ms([&] { focus_fwd(), focus_bwd(); }, reps);
+      AttentionParams<bf16> ap;  // dense on its mma.sync kernels
+      auto* q = static_cast<bf16*>(qkv.data());
+      auto* dq = static_cast<bf16*>(dqkv.data());
+      ap.q = q, ap.k = q + l.k_offset(), ap.v = q + l.v_offset();
+      ap.dq = dq, ap.dk = dq + l.k_offset(), ap.dv = dq + l.v_offset();
+      ap.o = static_cast<bf16*>(o.data()), ap.dout = static_cast<bf16*>(dout.data());
+      ap.lse = static_cast<float*>(lse.data());
+      ap.qkv_row_stride = W, ap.qkv_batch_stride = W * T;
+      ap.o_row_stride = Q, ap.o_batch_stride = Q * T;
+      ap.B = B, ap.seq_len = T, ap.n_head = H, ap.n_kv_head = H, ap.D = D;
+      ap.scale = 1.f / std::sqrt(float(D));
+      ap.use_wgmma = false;
+      const double mfb = median_ms(
+          [&] {
+            launch_attention_fwd<bf16>(ap, ctx->stream);
+            launch_attention_bwd<bf16>(ap, ctx->stream);
+          },
+          reps);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      std::printf("%4d %6d %3d %12.3f %12.3f %7.2f %12.3f %12.3f %7.2f %12.3f %7.2f\n", D, T, H, df,
+                  ff, ff / df, dfb, ffb, ffb / dfb, mfb, ffb / mfb);
+      if (csv) {
+        std::fprintf(csv, "%s,%d,%d,%d,%d,%d,%.4f,%.4f,%.3f,%.4f,%.4f,%.3f,%.4f,%.3f\n", gate_name,
+                     D, T, H, K, gate.local_window, df, ff, ff / df, dfb, ffb, ffb / dfb, mfb,
+                     ffb / mfb);
+      }
+    }
+  }
+  if (csv) std::fclose(csv);
+  return 0;
+}
