@@ -13,6 +13,7 @@ namespace attnlab {
 namespace {
 
 using namespace mma;
+using Params = SfaFlashParams<bf16>;
 
 constexpr int kMaskWords = 4;  // selection bitmask of a row, D <= 128
 
@@ -74,11 +75,11 @@ struct SparseHead {
   const bf16* val;
   int64_t row_stride;
 };
-__device__ __forceinline__ SparseHead q_head(const SfaFlashParams& p, int b, int h) {
+__device__ __forceinline__ SparseHead q_head(const Params& p, int b, int h) {
   const int64_t row = int64_t(p.n_head) * p.k, at = b * p.T * row + int64_t(h) * p.k;
   return {p.q_idx + at, p.q_val + at, row};
 }
-__device__ __forceinline__ SparseHead k_head(const SfaFlashParams& p, int b, int hk) {
+__device__ __forceinline__ SparseHead k_head(const Params& p, int b, int hk) {
   const int64_t row = int64_t(p.n_kv_head) * p.k, at = b * p.T * row + int64_t(hk) * p.k;
   return {p.k_idx + at, p.k_val + at, row};
 }
@@ -131,7 +132,7 @@ __device__ __forceinline__ void zero_acc(float (&acc)[D / 8][4]) {
 
 // ---- forward: one block per 64 queries of head h --------------------------------------------
 template <int D>
-__global__ void __launch_bounds__(kThreads) sfa_flash_fwd_kernel(const SfaFlashParams p) {
+__global__ void __launch_bounds__(kThreads) sfa_flash_fwd_kernel(const Params p) {
   constexpr int LD = D + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // [kTile][LD] each
@@ -265,7 +266,7 @@ __device__ __forceinline__ void store_transposed(bf16* dst, const float (&x)[8][
 // for keys 16w .. 16w + 15 from them: dV += P^T dO, dK += dS^T Q~.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
-    sfa_flash_dkdv_kernel(const SfaFlashParams p, const float* __restrict__ delta) {
+    sfa_flash_dkdv_kernel(const SfaFlashParams<bf16> p, const float* __restrict__ delta) {
   constexpr int LD = D + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // [kTile][LD]
@@ -347,7 +348,7 @@ __global__ void __launch_bounds__(kThreads)
 // ---- backward dQ: one block per 64 queries of head h -----------------------------------------
 template <int D>
 __global__ void __launch_bounds__(kThreads)
-    sfa_flash_dq_kernel(const SfaFlashParams p, const float* __restrict__ delta) {
+    sfa_flash_dq_kernel(const SfaFlashParams<bf16> p, const float* __restrict__ delta) {
   constexpr int LD = D + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
@@ -402,7 +403,7 @@ constexpr size_t tile_bytes(int D) { return size_t(kTile) * (D + 8) * sizeof(bf1
 constexpr size_t bits_bytes() { return size_t(kTile) * kMaskWords * sizeof(uint32_t); }
 
 template <int D>
-void fwd(const SfaFlashParams& p, cudaStream_t st) {
+void fwd(const Params& p, cudaStream_t st) {
   const size_t smem = 3 * tile_bytes(D);
   set_smem(sfa_flash_fwd_kernel<D>, smem);
   sfa_flash_fwd_kernel<D><<<dim3(div_up(p.T, kTile), p.n_head, p.B), kThreads, smem, st>>>(p);
@@ -410,7 +411,7 @@ void fwd(const SfaFlashParams& p, cudaStream_t st) {
 }
 
 template <int D>
-void bwd(const SfaFlashParams& p, const float* delta, cudaStream_t st) {
+void bwd(const Params& p, const float* delta, cudaStream_t st) {
   const size_t smem_kv = 4 * tile_bytes(D) + 2 * size_t(kTile) * kLdX * sizeof(bf16) + bits_bytes();
   set_smem(sfa_flash_dkdv_kernel<D>, smem_kv);
   sfa_flash_dkdv_kernel<D>
@@ -422,7 +423,7 @@ void bwd(const SfaFlashParams& p, const float* delta, cudaStream_t st) {
   CUDA_CHECK_LAUNCH();
 }
 
-void check(const SfaFlashParams& p) {
+void check(const Params& p) {
   ATTN_ASSERT(p.D == 64 || p.D == 128);
   ATTN_ASSERT(p.k >= 1 && p.k <= p.D && p.scale > 0.f && p.T > 0 && p.B > 0);
   ATTN_ASSERT(p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0);
@@ -432,7 +433,7 @@ void check(const SfaFlashParams& p) {
 
 }  // namespace
 
-void launch_sfa_flash_fwd(const SfaFlashParams& p, Stream s) {
+void launch_sfa_flash_fwd(const SfaFlashParams<bf16>& p, Stream s) {
   check(p);
   auto st = reinterpret_cast<cudaStream_t>(s);
   if (p.D == 64) {
@@ -442,7 +443,7 @@ void launch_sfa_flash_fwd(const SfaFlashParams& p, Stream s) {
   }
 }
 
-void launch_sfa_flash_bwd(const SfaFlashParams& p, Stream s) {
+void launch_sfa_flash_bwd(const SfaFlashParams<bf16>& p, Stream s) {
   check(p);
   ATTN_ASSERT(aligned16(p.dout) && aligned16(p.o) && aligned16(p.dqkv));
   // delta = rowsum(dO * O) by the dense backward's first kernel (it reads only o and dout).

@@ -27,23 +27,25 @@
 
 namespace attnlab {
 
+template <typename E>
 struct SfaFlashParams {
   const int32_t* q_idx = nullptr;  // [B, T, n_head, k]
-  const bf16* q_val = nullptr;
+  const E* q_val = nullptr;
   const int32_t* k_idx = nullptr;  // [B, T, n_kv_head, k]
-  const bf16* k_val = nullptr;
-  const bf16* qkv = nullptr;  // v is read from here
-  bf16* o = nullptr;
+  const E* k_val = nullptr;
+  const E* qkv = nullptr;  // v is read from here
+  E* o = nullptr;
   float* lse = nullptr;
-  const bf16* dout = nullptr;
-  bf16* dqkv = nullptr;
+  const E* dout = nullptr;
+  E* dqkv = nullptr;
   int64_t qkv_batch_stride = 0, qkv_row_stride = 0;  // qkv and dqkv
   int64_t o_batch_stride = 0, o_row_stride = 0;      // o and dout
   int B = 0, T = 0, n_head = 0, n_kv_head = 0, D = 0, k = 0;
   float scale = 0.f;  // > 0
 };
 
-void launch_sfa_flash_fwd(const SfaFlashParams& p, Stream s);
-void launch_sfa_flash_bwd(const SfaFlashParams& p, Stream s);
+// CUDA: bf16 only (the CPU reference, src/ref/sfa_ref.h, takes float).
+void launch_sfa_flash_fwd(const SfaFlashParams<bf16>& p, Stream s);
+void launch_sfa_flash_bwd(const SfaFlashParams<bf16>& p, Stream s);
 
 }  // namespace attnlab

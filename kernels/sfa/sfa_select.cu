@@ -37,9 +37,9 @@ __global__ void sfa_select_kernel(SfaSelectParams<T> p) {
   const int slots = (D + 31) / 32;
   auto count_at_least = [&](uint32_t u) {
     int n = 0;
-    for (int j = 0; j < slots; ++j) {
-      const bool valid = lane + 32 * j < D;
-      n += __popc(__ballot_sync(0xffffffffu, valid && a[j] >= u));
+#pragma unroll
+    for (int j = 0; j < kMaxSlots; ++j) {  // unrolled: a[] stays in registers
+      if (j < slots) n += __popc(__ballot_sync(0xffffffffu, lane + 32 * j < D && a[j] >= u));
     }
     return n;
   };
