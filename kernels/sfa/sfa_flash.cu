@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kThreads) sfa_flash_fwd_kernel(const Params p)
   bf16* sK = sQ + kTile * LD;
   bf16* sV = sK + kTile * LD;
   const int T = p.T;
-  const AttentionMask mask;  // causal, no window
+  const AttentionMask mask;                        // causal, no window
   const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) tiles first
   const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, tig = lane & 3;
@@ -212,7 +212,8 @@ __global__ void __launch_bounds__(kThreads) sfa_flash_fwd_kernel(const Params p)
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     inv[r] = l > 0.f ? 1.f / l : 0.f;
     const int qi = q0 + wrow + g + 8 * r;
-    if (qi < T && tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (row_max[r] + log2f(l)) * kLn2;
+    if (qi < T && tig == 0)
+      p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (row_max[r] + log2f(l)) * kLn2;
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
       o[dt][2 * r] *= inv[r];
@@ -273,8 +274,8 @@ __global__ void __launch_bounds__(kThreads)
   bf16* sV = sK + kTile * LD;
   bf16* sQ = sV + kTile * LD;
   bf16* sdO = sQ + kTile * LD;
-  bf16* sPt = sdO + kTile * LD;                           // [kTile keys][kLdX]
-  bf16* sdSt = sPt + kTile * kLdX;                        // [kTile keys][kLdX]
+  bf16* sPt = sdO + kTile * LD;                                        // [kTile keys][kLdX]
+  bf16* sdSt = sPt + kTile * kLdX;                                     // [kTile keys][kLdX]
   uint32_t* sBits = reinterpret_cast<uint32_t*>(sdSt + kTile * kLdX);  // [kTile][kMaskWords]
   const int T = p.T;
   const AttentionMask mask;
@@ -419,7 +420,8 @@ void bwd(const Params& p, const float* delta, cudaStream_t st) {
   CUDA_CHECK_LAUNCH();
   const size_t smem_q = 4 * tile_bytes(D) + bits_bytes();
   set_smem(sfa_flash_dq_kernel<D>, smem_q);
-  sfa_flash_dq_kernel<D><<<dim3(div_up(p.T, kTile), p.n_head, p.B), kThreads, smem_q, st>>>(p, delta);
+  sfa_flash_dq_kernel<D>
+      <<<dim3(div_up(p.T, kTile), p.n_head, p.B), kThreads, smem_q, st>>>(p, delta);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -49,8 +49,8 @@ std::vector<int> parse_list(const char* text) {
     char* end = nullptr;
     const long x = std::strtol(p, &end, 10);
     if (end == p || x <= 0) {
-      std::fprintf(stderr, "bench_sfa: --T expects positive integers separated by commas, got '%s'\n",
-                   text);
+      std::fprintf(
+          stderr, "bench_sfa: --T expects positive integers separated by commas, got '%s'\n", text);
       std::exit(2);
     }
     v.push_back(int(x));
@@ -104,8 +104,8 @@ int main(int argc, char** argv) {
                  "dense_fwdbwd_tflops,flash_fwdbwd_tflops_sparse,kv_bytes_dense,kv_bytes_sfa\n");
   std::printf("%4s %3s %3s %7s | %9s %9s %9s | %9s %9s %9s | %6s %6s %6s %6s | %7s %7s | %5s %5s\n",
               "D", "H", "k", "T", "dense f", "masked f", "flash f", "dense fb", "masked fb",
-              "flash fb", "d/fl f", "m/fl f", "d/fl fb", "m/fl fb", "dn TF/s", "fl TF/s",
-              "KV dn", "KV sf");
+              "flash fb", "d/fl f", "m/fl f", "d/fl fb", "m/fl fb", "dn TF/s", "fl TF/s", "KV dn",
+              "KV sf");
   struct Config {
     int D, H;
     std::vector<int> ks;
@@ -128,11 +128,13 @@ int main(int argc, char** argv) {
       const int reps = T >= 65536 ? 3 : 10;
       // Dense: once per (D, T).
       const double dense_f = median_ms([&] { ops::attention_fwd(*ctx, to, tl, tq, l); }, reps);
-      const double dense_fb =
-          fwd_only ? 0.0 : median_ms([&] {
-            ops::attention_fwd(*ctx, to, tl, tq, l);
-            ops::attention_bwd(*ctx, td, tdo, tq, to, tl, l);
-          }, reps);
+      const double dense_fb = fwd_only ? 0.0
+                                       : median_ms(
+                                             [&] {
+                                               ops::attention_fwd(*ctx, to, tl, tq, l);
+                                               ops::attention_bwd(*ctx, td, tdo, tq, to, tl, l);
+                                             },
+                                             reps);
       for (int k : cfg.ks) {
         const Shape qs{B, T, H, k};
         Buffer qi(Device::cuda, size_t(T) * H * k * 4), qv(Device::cuda, size_t(T) * H * k * 2),
@@ -141,18 +143,22 @@ int main(int argc, char** argv) {
                      tki = view(ki, DType::i32, qs), tkv = view(kv, DType::bf16, qs);
         const double md_f =
             median_ms([&] { ops::sfa_attention_fwd(*ctx, to, tl, ts, tq, l, k); }, reps);
-        const double fl_f = median_ms(
-            [&] { ops::sfa_flash_fwd(*ctx, to, tl, tqi, tqv, tki, tkv, tq, l); }, reps);
+        const double fl_f =
+            median_ms([&] { ops::sfa_flash_fwd(*ctx, to, tl, tqi, tqv, tki, tkv, tq, l); }, reps);
         double md_fb = 0.0, fl_fb = 0.0;
         if (!fwd_only) {
-          md_fb = median_ms([&] {
-            ops::sfa_attention_fwd(*ctx, to, tl, ts, tq, l, k);
-            ops::sfa_attention_bwd(*ctx, td, tdo, ts, to, tl, tq, l, k);
-          }, reps);
-          fl_fb = median_ms([&] {
-            ops::sfa_flash_fwd(*ctx, to, tl, tqi, tqv, tki, tkv, tq, l);
-            ops::sfa_flash_bwd(*ctx, td, tdo, to, tl, tqi, tqv, tki, tkv, tq, l);
-          }, reps);
+          md_fb = median_ms(
+              [&] {
+                ops::sfa_attention_fwd(*ctx, to, tl, ts, tq, l, k);
+                ops::sfa_attention_bwd(*ctx, td, tdo, ts, to, tl, tq, l, k);
+              },
+              reps);
+          fl_fb = median_ms(
+              [&] {
+                ops::sfa_flash_fwd(*ctx, to, tl, tqi, tqv, tki, tkv, tq, l);
+                ops::sfa_flash_bwd(*ctx, td, tdo, to, tl, tqi, tqv, tki, tkv, tq, l);
+              },
+              reps);
         }
         const double pairs = double(H) * double(T) * double(T) / 2.0;  // causal
         const double dense_fwd_flops = 2.0 * pairs * 2.0 * D;
@@ -178,8 +184,9 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::printf("(ms: median; d/fl, m/fl: dense or masked-dense time over FlashSFA time; TF/s: "
-              "forward, FlashSFA counting overlaps as k^2/d; KV: bytes per token per kv head)\n");
+  std::printf(
+      "(ms: median; d/fl, m/fl: dense or masked-dense time over FlashSFA time; TF/s: "
+      "forward, FlashSFA counting overlaps as k^2/d; KV: bytes per token per kv head)\n");
   if (csv) std::fclose(csv);
   return 0;
 }

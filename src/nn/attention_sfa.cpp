@@ -35,12 +35,12 @@ bool sfa_use_flash(SfaOptions::Kernel kernel, const ExecContext& ctx, DType dtyp
 }
 
 struct SfaAttention::Views {
-  Tensor qkv_sparse;   // [B, T, W]: q~, k~, v of the last forward (masked_dense)
+  Tensor qkv_sparse;                  // [B, T, W]: q~, k~, v of the last forward (masked_dense)
   Tensor q_idx, q_val, k_idx, k_val;  // [B, T, heads, k]: the sparse form (flash)
-  Tensor lse;          // [B, H, T] f32
-  Tensor teacher;      // [B, T, H*D] dense output (distillation)
-  Tensor teacher_lse;  // [B, H, T] f32
-  Tensor dout;         // [B, T, H*D] dO~ with the distillation gradient added
+  Tensor lse;                         // [B, H, T] f32
+  Tensor teacher;                     // [B, T, H*D] dense output (distillation)
+  Tensor teacher_lse;                 // [B, H, T] f32
+  Tensor dout;                        // [B, T, H*D] dO~ with the distillation gradient added
 };
 
 SfaAttention::SfaAttention(const AttentionOptions& opts) : opts_(opts.sfa) {

@@ -54,7 +54,8 @@ class SfaAttention final : public AttentionModule {
   Buffer buf_;
   int64_t last_B_ = 0, last_T_ = 0;
   bool last_distilled_ = false;
-  bool last_flash_ = false;  // the last forward ran FlashSFA  // the last forward computed the teacher (train, lambda > 0)
+  bool last_flash_ = false;  // the last forward ran FlashSFA  // the last forward computed the
+                             // teacher (train, lambda > 0)
 };
 
 // Decode state: k~ of the cached positions as k_idx (i32) + k_val, dense v, all

@@ -35,8 +35,8 @@ int check_flash(const char* op, const ExecContext& ctx, const FlashArgs& a, cons
                a.q_idx.str().c_str());
   const int64_t B = a.qkv.dim(0), T = a.qkv.dim(1);
   const int k = int(a.q_idx.dim(3));
-  ATTN_REQUIRE(k >= 1 && k <= l.head_dim, "%s: k (attention.sfa.k) must be in [1, head dim %d], got %d",
-               op, l.head_dim, k);
+  ATTN_REQUIRE(k >= 1 && k <= l.head_dim,
+               "%s: k (attention.sfa.k) must be in [1, head dim %d], got %d", op, l.head_dim, k);
   const Shape qs{B, T, l.n_head, k}, ks{B, T, l.n_kv_head, k};
   require_tensor(op, "q_idx", a.q_idx, DType::i32, qs, ctx);
   require_tensor(op, "q_val", a.q_val, dt, qs, ctx);
@@ -78,8 +78,7 @@ SfaFlashParams<T> flash_params(const FlashArgs& a, const QKVLayout& l, int k) {
 }  // namespace
 
 bool sfa_flash_supported(const ExecContext& ctx, DType dtype, int head_dim) {
-  return ctx.device == Device::cpu ||
-         (dtype == DType::bf16 && (head_dim == 64 || head_dim == 128));
+  return ctx.device == Device::cpu || (dtype == DType::bf16 && (head_dim == 64 || head_dim == 128));
 }
 
 void sfa_flash_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,

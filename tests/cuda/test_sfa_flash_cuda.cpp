@@ -93,8 +93,8 @@ void check_case(int T, int H, int Hkv, int D, int k) {
   const Shape s{B, T, l.width()}, os{B, T, l.q_width()}, ls{B, H, T};
   const Shape qs{B, T, H, k}, ks{B, T, Hkv, k};
   std::vector<float> x = inputs(B, T, l, uint32_t(T * 31 + D + k));
-  std::vector<float> w = test::to_precision<bf16>(
-      test::random_vector(size_t(os.numel()), uint32_t(T + k), -1.f, 1.f));
+  std::vector<float> w =
+      test::to_precision<bf16>(test::random_vector(size_t(os.numel()), uint32_t(T + k), -1.f, 1.f));
   auto cpu = ExecContext::make_cpu();
   auto gpu = ExecContext::make_cuda(0);
 
@@ -130,8 +130,8 @@ void check_case(int T, int H, int Hkv, int D, int k) {
   DeviceArray<bf16> msparse(x.size()), mo(o.size()), md(d.size());
   DeviceArray<float> mlse(lse.size());
   ops::sfa_attention_fwd(*gpu, dev(mo, os), dev(mlse, ls), dev(msparse, s), dev(dx, s), l, k);
-  ops::sfa_attention_bwd(*gpu, dev(md, s), dev(dw, os), dev(msparse, s), dev(mo, os),
-                         dev(mlse, ls), dev(dx, s), l, k);
+  ops::sfa_attention_bwd(*gpu, dev(md, s), dev(dw, os), dev(msparse, s), dev(mo, os), dev(mlse, ls),
+                         dev(dx, s), l, k);
   const Outputs mdn = split(l, mo.download(), mlse.download(), md.download());
 
   const char* names[] = {"o", "lse", "dq", "dk", "dv"};

@@ -44,8 +44,8 @@ TEST(SfaFlash, EqualsTheReferencePathForwardAndBackward) {
   auto ctx = ExecContext::make_cpu();
   for (const auto& [T, H, Hkv, D, k] : {std::tuple{1, 4, 2, 16, 3}, std::tuple{64, 4, 2, 16, 4},
                                         std::tuple{129, 6, 2, 32, 8}, std::tuple{33, 2, 2, 8, 8}}) {
-    SCOPED_TRACE(testing::Message() << "T " << T << " H " << H << "/" << Hkv << " D " << D
-                                    << " k " << k);
+    SCOPED_TRACE(testing::Message()
+                 << "T " << T << " H " << H << "/" << Hkv << " D " << D << " k " << k);
     const int B = 2;
     const QKVLayout l{H, Hkv, D};
     const Shape s{B, T, l.width()}, os{B, T, l.q_width()}, ls{B, H, T};
@@ -64,8 +64,8 @@ TEST(SfaFlash, EqualsTheReferencePathForwardAndBackward) {
     std::vector<float> qv(qi.size()), kv(ki.size()), o(o_ref.size()), lse(lse_ref.size()),
         d(x.size(), NAN);
     ops::sfa_flash_fwd(*ctx, cpu_tensor(o, os), cpu_tensor(lse, ls), cpu_tensor(qi, qs),
-                       cpu_tensor(qv, qs), cpu_tensor(ki, ks), cpu_tensor(kv, ks),
-                       cpu_tensor(x, s), l);
+                       cpu_tensor(qv, qs), cpu_tensor(ki, ks), cpu_tensor(kv, ks), cpu_tensor(x, s),
+                       l);
     ops::sfa_flash_bwd(*ctx, cpu_tensor(d, s), cpu_tensor(w, os), cpu_tensor(o, os),
                        cpu_tensor(lse, ls), cpu_tensor(qi, qs), cpu_tensor(qv, qs),
                        cpu_tensor(ki, ks), cpu_tensor(kv, ks), cpu_tensor(x, s), l);
