@@ -5,7 +5,8 @@
 // against the CPU for the same case, times 2, plus 1e-3 for the smaller errors of tiny cases
 // (cuda_test_util.h). Outputs are poisoned (NaN) first, so an unwritten element fails.
 // B = 2, GQA; D = 64 (k 4, 8, 16) and 128 (k 8, 16, 32); T 1, 64, 129, 1000 and 2049 (one k per
-// D: the CPU backward is O(T^2)); head vectors with ties and all-zero ones; k = D equals dense.
+// D: the CPU backward is O(T^2)); head vectors with ties and all-zero ones; k = D equals dense;
+// two runs bitwise equal; fp32 on CUDA refused naming attention.sfa.kernel.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -193,6 +194,48 @@ TEST(SfaFlashCuda, KEqualToTheHeadDimIsDense) {
     EXPECT_LE(test::report("sfa_flash k=D vs dense", test::max_rel_error(go.download(), o)),
               2.0 * err_dense + 1e-3);
   }
+}
+
+// No atomics: two runs give bitwise equal o, lse and dqkv. fp32 on CUDA is refused with the key.
+TEST(SfaFlashCuda, DeterministicAndFp32Refused) {
+  CUDA_TEST_PREAMBLE();
+  const int B = 2, T = 300, H = 4, Hkv = 2, D = 64, k = 8;
+  const QKVLayout l{H, Hkv, D};
+  const Shape s{B, T, l.width()}, os{B, T, l.q_width()}, ls{B, H, T}, qs{B, T, H, k},
+      ks{B, T, Hkv, k};
+  auto gpu = ExecContext::make_cuda(0);
+  DeviceArray<bf16> dx(inputs(B, T, l, 9)),
+      dw(test::to_precision<bf16>(test::random_vector(size_t(os.numel()), 10)));
+  std::vector<bf16> first[2];
+  std::vector<float> first_lse;
+  for (int run = 0; run < 2; ++run) {
+    DeviceIdx gqi(size_t(qs.numel())), gki(size_t(ks.numel()));
+    DeviceArray<bf16> gqv(size_t(qs.numel())), gkv(size_t(ks.numel())), go(size_t(os.numel())),
+        gd(size_t(s.numel()));
+    DeviceArray<float> glse(size_t(ls.numel()));
+    ops::sfa_flash_fwd(*gpu, dev(go, os), dev(glse, ls), gqi.t(qs), dev(gqv, qs), gki.t(ks),
+                       dev(gkv, ks), dev(dx, s), l);
+    ops::sfa_flash_bwd(*gpu, dev(gd, s), dev(dw, os), dev(go, os), dev(glse, ls), gqi.t(qs),
+                       dev(gqv, qs), gki.t(ks), dev(gkv, ks), dev(dx, s), l);
+    if (run == 0) {
+      first[0] = go.raw();
+      first[1] = gd.raw();
+      first_lse = glse.download();
+    } else {
+      EXPECT_TRUE(test::bitwise_equal(go.raw(), first[0]));
+      EXPECT_TRUE(test::bitwise_equal(gd.raw(), first[1]));
+      EXPECT_TRUE(test::bitwise_equal(glse.download(), first_lse));
+    }
+  }
+  DeviceArray<float> fx(inputs(B, T, l, 9)), fo(size_t(os.numel())), fqv(size_t(qs.numel())),
+      fkv(size_t(ks.numel())), flse(size_t(ls.numel()));
+  DeviceIdx fqi(size_t(qs.numel())), fki(size_t(ks.numel()));
+  test::expect_error(
+      [&] {
+        ops::sfa_flash_fwd(*gpu, dev(fo, os), dev(flse, ls), fqi.t(qs), dev(fqv, qs), fki.t(ks),
+                           dev(fkv, ks), dev(fx, s), l);
+      },
+      {"sfa_flash_fwd", "attention.sfa.kernel: masked_dense"});
 }
 
 }  // namespace
