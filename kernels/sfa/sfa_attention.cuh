@@ -12,7 +12,8 @@
 // GQA: query head h reads kv head h / (n_head / n_kv_head).
 // fwd: o written (=); lse [B, n_head, Tq] fp32 written (=) when not null.
 // CUDA (decode): one block per (b, t, h) over the visible keys, two passes over them; D <= 128;
-// deterministic (fixed-order block reductions). A FlashSFA tiled kernel is a later step.
+// deterministic (fixed-order block reductions). The tiled training kernels are FlashSFA's
+// (sfa_flash.cuh).
 #pragma once
 #include "kernels/common/launch.h"
 

@@ -1,7 +1,9 @@
 // CUDA kernel of kernels/sfa/sfa_select.cuh: one warp per head vector (q heads, then k heads, of
-// each token), D <= 128 so a lane holds at most 4 coordinates (c = lane + 32 j). Each lane ranks
-// its coordinates against all D by the selection order (|x| descending, index ascending), and a
-// ballot prefix gives each selected coordinate its place in ascending order. The warps of the k
+// each token), D <= 128 so a lane holds at most 4 coordinates (c = lane + 32 j). The warp
+// finds the k-th largest |x| by a bitwise search over its float bits (31 warp-wide counts, each
+// one ballot per slot; the ranking by comparison of all pairs it replaces took D shuffles and 4 D
+// comparisons per lane), keeps what is above it and the lowest-index ties, and a ballot prefix
+// gives each selected coordinate its place in ascending order. The warps of the k
 // heads also copy that kv head's v vector (mask_dst, v_out). Deterministic: no reductions.
 #include "kernels/common/device.cuh"
 #include "kernels/sfa/sfa_select.cuh"
@@ -22,25 +24,39 @@ __global__ void sfa_select_kernel(SfaSelectParams<T> p) {
   const int64_t r = warp / heads, b = r / p.T, t = r % p.T,
                 W = int64_t(p.n_head + 2 * p.n_kv_head) * p.D;
   const int64_t off = r * W + int64_t(hv) * D;
-  float a[kMaxSlots];
+  // |x_c| as its float bits (non-negative floats order as unsigned integers); 0 past D.
+  uint32_t a[kMaxSlots];
 #pragma unroll
   for (int j = 0; j < kMaxSlots; ++j) {
     const int c = lane + 32 * j;
-    a[j] = c < D ? fabsf(dev::to_f(p.qkv[off + c])) : 0.f;
+    a[j] = c < D ? __float_as_uint(fabsf(dev::to_f(p.qkv[off + c]))) : 0u;
   }
-  int rank[kMaxSlots] = {0, 0, 0, 0};
+  // thr = the k-th largest |x_c|: the largest u with #{c : bits_c >= u} >= k, bit by bit from the
+  // top (31 warp counts). Then every c above thr is selected, and of those equal to thr the
+  // lowest indices up to k in all: the rank rule of sfa_select.cuh.
+  const int slots = (D + 31) / 32;
+  auto count_at_least = [&](uint32_t u) {
+    int n = 0;
 #pragma unroll
-  for (int j2 = 0; j2 < kMaxSlots; ++j2) {
-    for (int src = 0; src < 32; ++src) {
-      const float o = __shfl_sync(0xffffffffu, a[j2], src);
-      const int c2 = src + 32 * j2;
-      if (c2 >= D) continue;
-#pragma unroll
-      for (int j = 0; j < kMaxSlots; ++j) {
-        const int c = lane + 32 * j;
-        rank[j] += (o > a[j] || (o == a[j] && c2 < c)) ? 1 : 0;
-      }
+    for (int j = 0; j < kMaxSlots; ++j) {  // unrolled: a[] stays in registers
+      if (j < slots) n += __popc(__ballot_sync(0xffffffffu, lane + 32 * j < D && a[j] >= u));
     }
+    return n;
+  };
+  uint32_t thr = 0;
+  for (int bit = 30; bit >= 0; --bit) {
+    const uint32_t cand = thr | (1u << bit);
+    if (count_at_least(cand) >= p.k) thr = cand;
+  }
+  int ties_left = p.k - count_at_least(thr + 1);  // thr <= 0x7fffffff: no overflow
+  bool sel_slot[kMaxSlots];
+#pragma unroll
+  for (int j = 0; j < kMaxSlots; ++j) {
+    const bool valid = lane + 32 * j < D;
+    const unsigned eq = __ballot_sync(0xffffffffu, valid && a[j] == thr);
+    const int before_eq = __popc(eq & ((1u << lane) - 1u));
+    sel_slot[j] = valid && (a[j] > thr || (a[j] == thr && before_eq < ties_left));
+    ties_left -= __popc(eq);
   }
   const bool is_q = hv < p.n_head;
   const int h = is_q ? hv : hv - p.n_head;
@@ -53,7 +69,7 @@ __global__ void sfa_select_kernel(SfaSelectParams<T> p) {
 #pragma unroll
   for (int j = 0; j < kMaxSlots; ++j) {
     const int c = lane + 32 * j;
-    const bool sel = c < D && rank[j] < p.k;
+    const bool sel = sel_slot[j];
     const unsigned m = __ballot_sync(0xffffffffu, sel);
     if (sel) {
       const int i = before + __popc(m & lower);

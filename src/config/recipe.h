@@ -60,6 +60,7 @@ enum class FocusAssign : uint8_t { sinkhorn, softmax };
 enum class FocusScope : uint8_t { causal, sequence };
 enum class FocusGate : uint8_t { additive, multiplicative };
 enum class FocusRouting : uint8_t { soft, hard };
+enum class SfaKernel : uint8_t { auto_select, flash, masked_dense };
 
 template <>
 struct EnumNames<ModelFamily> {
@@ -142,6 +143,11 @@ struct EnumNames<FocusRouting> {
   static constexpr std::array<std::string_view, 2> names{"soft", "hard"};
   static constexpr std::array<std::string_view, 0> future{};
 };
+template <>
+struct EnumNames<SfaKernel> {
+  static constexpr std::array<std::string_view, 3> names{"auto", "flash", "masked_dense"};
+  static constexpr std::array<std::string_view, 0> future{};
+};
 
 template <class E>
 concept RecipeEnum = std::is_enum_v<E> && requires {
@@ -212,6 +218,9 @@ struct FocusConfig {
 struct SfaConfig {
   int k = 0;            // coordinates kept per head vector; 0 = sfa_default_k(head dim)
   double distill = 0.;  // lambda of the dense-teacher term lambda * mean((O~ - O)^2), training only
+  // training / eval path: FlashSFA, the reference path (masked copy + dense kernels), or auto (by
+  // sequence length, nn/attention_sfa.h kSfaFlashMinSeqLen)
+  SfaKernel kernel = SfaKernel::auto_select;
   void validate() const;
   bool operator==(const SfaConfig&) const = default;
 };

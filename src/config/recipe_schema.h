@@ -56,6 +56,7 @@ template <class V>
 void visit(V& v, Is<SfaConfig> auto& f) {
   v.field("k", f.k, {"top_k", "topk", "features", "n_features"});
   v.field("distill", f.distill, {"lambda", "distillation", "distill_weight"});
+  v.field("kernel", f.kernel, {"path", "impl", "implementation"});
 }
 
 template <class V>

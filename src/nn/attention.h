@@ -85,6 +85,8 @@ struct FocusOptions {
 struct SfaOptions {
   int k = 0;            // coordinates kept per q/k head vector; 0: (head dim + 7) / 8
   float distill = 0.f;  // lambda of the dense-teacher distillation term (training only)
+  enum class Kernel { auto_select, flash, masked_dense };  // attention.sfa.kernel
+  Kernel kernel = Kernel::auto_select;
 };
 
 struct AttentionOptions {

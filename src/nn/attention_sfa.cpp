@@ -1,5 +1,7 @@
 #include "nn/attention_sfa.h"
 
+#include <algorithm>
+
 #include "core/carver.h"
 #include "ops/ops.h"
 #include "ops/sfa_ops.h"
@@ -14,12 +16,31 @@ int sfa_resolve_k(const SfaOptions& o, int head_dim) {
   return k;
 }
 
+bool sfa_use_flash(SfaOptions::Kernel kernel, const ExecContext& ctx, DType dtype, int head_dim,
+                   int64_t T) {
+  const bool runs = ops::sfa_flash_supported(ctx, dtype, head_dim);
+  switch (kernel) {
+    case SfaOptions::Kernel::masked_dense:
+      return false;
+    case SfaOptions::Kernel::flash:
+      ATTN_REQUIRE(runs,
+                   "attention.sfa.kernel flash: FlashSFA runs on the CPU or on CUDA in bf16 with "
+                   "head dim 64 or 128, got %s with head dim %d; use auto or masked_dense",
+                   dtype_name(dtype), head_dim);
+      return true;
+    case SfaOptions::Kernel::auto_select:
+      break;
+  }
+  return runs && T >= kSfaFlashMinSeqLen;
+}
+
 struct SfaAttention::Views {
-  Tensor qkv_sparse;   // [B, T, W]: q~, k~, v of the last forward
-  Tensor lse;          // [B, H, T] f32
-  Tensor teacher;      // [B, T, H*D] dense output (distillation)
-  Tensor teacher_lse;  // [B, H, T] f32
-  Tensor dout;         // [B, T, H*D] dO~ with the distillation gradient added
+  Tensor qkv_sparse;                  // [B, T, W]: q~, k~, v of the last forward (masked_dense)
+  Tensor q_idx, q_val, k_idx, k_val;  // [B, T, heads, k]: the sparse form (flash)
+  Tensor lse;                         // [B, H, T] f32
+  Tensor teacher;                     // [B, T, H*D] dense output (distillation)
+  Tensor teacher_lse;                 // [B, H, T] f32
+  Tensor dout;                        // [B, T, H*D] dO~ with the distillation gradient added
 };
 
 SfaAttention::SfaAttention(const AttentionOptions& opts) : opts_(opts.sfa) {
@@ -33,10 +54,19 @@ SfaAttention::SfaAttention(const AttentionOptions& opts) : opts_(opts.sfa) {
 }
 
 SfaAttention::Views SfaAttention::views(const Buffer* buf, const QKVLayout& l, DType dt, int64_t B,
-                                        int64_t T, size_t* used) const {
+                                        int64_t T, bool flash, size_t* used) const {
   Carver c(buf);
   Views v;
-  v.qkv_sparse = c.take(dt, Shape{B, T, l.width()});
+  if (flash) {
+    const int k = sfa_resolve_k(opts_, l.head_dim);
+    const Shape qs{B, T, l.n_head, k}, ks{B, T, l.n_kv_head, k};
+    v.q_idx = c.take(DType::i32, qs);
+    v.q_val = c.take(dt, qs);
+    v.k_idx = c.take(DType::i32, ks);
+    v.k_val = c.take(dt, ks);
+  } else {
+    v.qkv_sparse = c.take(dt, Shape{B, T, l.width()});
+  }
   v.lse = c.take(DType::f32, Shape{B, l.n_head, T});
   if (distills()) {
     v.teacher = c.take(dt, Shape{B, T, l.q_width()});
@@ -51,9 +81,7 @@ void SfaAttention::allocate(const ExecContext& ctx, const AttentionShape& s, DTy
   k_ = sfa_resolve_k(opts_, s.layout.head_dim);
   shape_ = s;
   dtype_ = dtype;
-  size_t bytes = 0;
-  views(nullptr, s.layout, dtype, s.B, s.T, &bytes);
-  buf_ = Buffer(ctx.device, bytes);
+  buf_ = Buffer(ctx.device, state_bytes(s, dtype));
   last_B_ = last_T_ = 0;
 }
 
@@ -74,8 +102,13 @@ void SfaAttention::forward(const ExecContext& ctx, const AttentionInputs& in, co
   ATTN_ASSERT(in.pos == 0 && B <= shape_.B && T <= shape_.T);
   last_B_ = B;
   last_T_ = T;
-  const Views v = views(&buf_, shape_.layout, dtype_, B, T, nullptr);
-  ops::sfa_attention_fwd(ctx, out, v.lse, v.qkv_sparse, in.qkv, in.layout, k_);
+  last_flash_ = sfa_use_flash(opts_.kernel, ctx, dtype_, in.layout.head_dim, T);
+  const Views v = views(&buf_, shape_.layout, dtype_, B, T, last_flash_, nullptr);
+  if (last_flash_) {
+    ops::sfa_flash_fwd(ctx, out, v.lse, v.q_idx, v.q_val, v.k_idx, v.k_val, in.qkv, in.layout);
+  } else {
+    ops::sfa_attention_fwd(ctx, out, v.lse, v.qkv_sparse, in.qkv, in.layout, k_);
+  }
   // The teacher runs in every train forward that distills (also the recompute's, whose total is
   // null), since the backward reads it.
   last_distilled_ = distills() && in.mode == AttentionMode::train;
@@ -89,19 +122,32 @@ void SfaAttention::backward(const ExecContext& ctx, const AttentionInputs& in, c
                             const Tensor& dout, const Tensor& dqkv, const Tensor& /*dh*/) {
   const int64_t B = in.qkv.dim(0), T = in.qkv.dim(1);
   ATTN_ASSERT(B == last_B_ && T == last_T_);
-  const Views v = views(&buf_, shape_.layout, dtype_, B, T, nullptr);
+  const Views v = views(&buf_, shape_.layout, dtype_, B, T, last_flash_, nullptr);
   Tensor d = dout;
   if (last_distilled_ && in.aux.total) {
     ops::sfa_distill_bwd(ctx, v.dout, dout, out, v.teacher, in.aux.scale * opts_.distill);
     d = v.dout;
   }
-  ops::sfa_attention_bwd(ctx, dqkv, d, v.qkv_sparse, out, v.lse, in.qkv, in.layout, k_);
+  if (last_flash_) {
+    ops::sfa_flash_bwd(ctx, dqkv, d, out, v.lse, v.q_idx, v.q_val, v.k_idx, v.k_val, in.qkv,
+                       in.layout);
+  } else {
+    ops::sfa_attention_bwd(ctx, dqkv, d, v.qkv_sparse, out, v.lse, in.qkv, in.layout, k_);
+  }
+}
+
+// The saved state of either path (a forward of any T <= s.T may take either under auto).
+size_t SfaAttention::state_bytes(const AttentionShape& s, DType dtype) const {
+  size_t masked = 0, flash = 0;
+  views(nullptr, s.layout, dtype, s.B, s.T, false, &masked);
+  if (opts_.kernel == SfaOptions::Kernel::flash ||
+      (opts_.kernel == SfaOptions::Kernel::auto_select && s.T >= kSfaFlashMinSeqLen))
+    views(nullptr, s.layout, dtype, s.B, s.T, true, &flash);
+  return std::max(masked, flash);
 }
 
 size_t SfaAttention::saved_bytes(const AttentionShape& s, DType dtype) const {
-  size_t bytes = 0;
-  views(nullptr, s.layout, dtype, s.B, s.T, &bytes);
-  return bytes;
+  return state_bytes(s, dtype);
 }
 
 std::unique_ptr<AttentionCache> SfaAttention::make_cache(const ExecContext& ctx, int B, int max_T,

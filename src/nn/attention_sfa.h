@@ -2,8 +2,9 @@
 // coordinates (ties: lower index), and attention is dense causal softmax(Q~ K~^T / sqrt(D)) V on
 // those sparse vectors; V stays dense. Backward straight-through: dq, dk on the selected
 // coordinates only (the mask is locally constant), dv dense. No parameters.
-// Training path: the reference one (ops/sfa_ops.h): q, k sparsified into a copy of qkv, then the
-// dense attention kernels; the sparsified copy and lse are the saved state.
+// Training and eval paths (attention.sfa.kernel, sfa_use_flash): masked_dense, the reference path
+// (ops/sfa_ops.h: q, k sparsified into a copy of qkv, then the dense attention kernels; saved: the
+// sparsified copy and lse), or flash (FlashSFA: the sparse form q/k idx + val and lse saved).
 // Distillation (attention.sfa.distill = lambda > 0, train mode only): the dense teacher's output O
 // on the same q, k, v (no gradient through it) and lambda * mean((O~ - O)^2) over every element
 // of the [B, T, n_head * D] output, added to the AuxLossSink (scale given at forward); the
@@ -16,6 +17,16 @@ namespace attnlab {
 
 // attention.sfa.k resolved for a head dim: 0 -> (head_dim + 7) / 8; throws unless 1 <= k <= D.
 int sfa_resolve_k(const SfaOptions& o, int head_dim);
+
+// attention.sfa.kernel auto takes FlashSFA for sequences of at least this many tokens (where it
+// runs), the masked-dense path below. The one place of that choice; set from the H200 measurement
+// of scripts/bench/bench_sfa.cpp (docs/sfa.md).
+constexpr int64_t kSfaFlashMinSeqLen = 8192;
+
+// Whether a forward of T tokens runs FlashSFA; kernel flash where it does not run (CUDA other than
+// bf16 with head dim 64 or 128) is an error naming the key.
+bool sfa_use_flash(SfaOptions::Kernel kernel, const ExecContext& ctx, DType dtype, int head_dim,
+                   int64_t T);
 
 class SfaAttention final : public AttentionModule {
  public:
@@ -31,8 +42,9 @@ class SfaAttention final : public AttentionModule {
 
  private:
   struct Views;  // the saved state of a [B, T] forward
-  Views views(const Buffer* buf, const QKVLayout& l, DType dt, int64_t B, int64_t T,
+  Views views(const Buffer* buf, const QKVLayout& l, DType dt, int64_t B, int64_t T, bool flash,
               size_t* used) const;
+  size_t state_bytes(const AttentionShape& s, DType dtype) const;
   bool distills() const { return opts_.distill > 0.f; }
 
   SfaOptions opts_;
@@ -41,7 +53,9 @@ class SfaAttention final : public AttentionModule {
   DType dtype_ = DType::f32;
   Buffer buf_;
   int64_t last_B_ = 0, last_T_ = 0;
-  bool last_distilled_ = false;  // the last forward computed the teacher (train, lambda > 0)
+  bool last_distilled_ = false;
+  bool last_flash_ = false;  // the last forward ran FlashSFA  // the last forward computed the
+                             // teacher (train, lambda > 0)
 };
 
 // Decode state: k~ of the cached positions as k_idx (i32) + k_val, dense v, all

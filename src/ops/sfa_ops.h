@@ -29,6 +29,21 @@ void sfa_attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor&
                        const Tensor& qkv_sparse, const Tensor& out, const Tensor& lse,
                        const Tensor& qkv, const QKVLayout& layout, int k);
 
+// FlashSFA (kernels/sfa/sfa_flash.cuh), the same softmax(Q~ K~^T / sqrt(D)) V from the sparse
+// form: sfa_select writes q_idx, q_val [B, T, n_head, k] and k_idx, k_val [B, T, n_kv_head, k]
+// (the saved state, written =), then the tiled kernel writes out and lse (as attention_fwd). CPU
+// (the overlap-form reference) or CUDA bf16 with head dim 64 or 128 (sfa_flash_supported).
+bool sfa_flash_supported(const ExecContext& ctx, DType dtype, int head_dim);
+void sfa_flash_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
+                   const Tensor& q_idx, const Tensor& q_val, const Tensor& k_idx,
+                   const Tensor& k_val, const Tensor& qkv, const QKVLayout& layout);
+// Straight-through backward, dqkv written (=) as sfa_attention_bwd's; the saved state and out, lse
+// from sfa_flash_fwd.
+void sfa_flash_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dout,
+                   const Tensor& out, const Tensor& lse, const Tensor& q_idx, const Tensor& q_val,
+                   const Tensor& k_idx, const Tensor& k_val, const Tensor& qkv,
+                   const QKVLayout& layout);
+
 // Decoding. sfa_cache_write: the Tq new tokens of qkv [B, Tq, width] at positions pos ..
 // pos+Tq-1: their k~ into k_idx_cache, k_val_cache [B, n_kv_head, max_T, k], their v into v_cache
 // [B, n_kv_head, max_T, D], and their q~ into q_idx, q_val [B, Tq, n_head, k].

@@ -6,6 +6,7 @@
 
 #include "kernels/sfa/sfa_attention.cuh"
 #include "kernels/sfa/sfa_distill.cuh"
+#include "kernels/sfa/sfa_flash.cuh"
 #include "kernels/sfa/sfa_select.cuh"
 
 namespace attnlab {
@@ -16,6 +17,11 @@ void sfa_select_coords(const float* x, int D, int k, int32_t* idx);
 
 void sfa_select_ref(const SfaSelectParams<float>& p);
 void sfa_attention_fwd_ref(const SfaAttentionParams<float>& p);
+// FlashSFA's contract (sfa_flash.cuh) on the host: the forward by sfa_attention_fwd_ref over the
+// sparse form; the backward in the overlap form directly (double accumulation, one owner per
+// (b, kv head), fixed order).
+void sfa_flash_fwd_ref(const SfaFlashParams<float>& p);
+void sfa_flash_bwd_ref(const SfaFlashParams<float>& p);
 void sfa_distill_fwd_ref(const SfaDistillParams<float>& p);
 void sfa_distill_bwd_ref(const SfaDistillParams<float>& p);
 

@@ -62,6 +62,17 @@ GPTConfig gpt_config_of(const Recipe& r) {
   c.attention.focus = focus_options_of(r.attention.focus);
   c.attention.sfa.k = r.attention.sfa.k;
   c.attention.sfa.distill = float(r.attention.sfa.distill);
+  switch (r.attention.sfa.kernel) {
+    case SfaKernel::auto_select:
+      c.attention.sfa.kernel = SfaOptions::Kernel::auto_select;
+      break;
+    case SfaKernel::flash:
+      c.attention.sfa.kernel = SfaOptions::Kernel::flash;
+      break;
+    case SfaKernel::masked_dense:
+      c.attention.sfa.kernel = SfaOptions::Kernel::masked_dense;
+      break;
+  }
   c.recompute = r.train.recompute == Recompute::gelu    ? ActivationRecompute::gelu
                 : r.train.recompute == Recompute::block ? ActivationRecompute::block
                                                         : ActivationRecompute::none;

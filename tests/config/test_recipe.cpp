@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "config/recipe.h"
 #include "config/suggest.h"
@@ -497,6 +498,24 @@ TEST(RecipeSfa, DefaultsRoundTripAndErrors) {
   EXPECT_EQ(parse_error("attention:\n  type: sfa\n  window: 16\n"),
             "x.yaml:3: attention.window (16) does not apply to attention.type sfa (full causal "
             "only); set attention.window=0");
+}
+
+TEST(RecipeSfa, KernelKey) {
+  EXPECT_EQ(SfaConfig{}.kernel, SfaKernel::auto_select);
+  for (const auto& [text, kernel, option] :
+       {std::tuple{"auto", SfaKernel::auto_select, SfaOptions::Kernel::auto_select},
+        std::tuple{"flash", SfaKernel::flash, SfaOptions::Kernel::flash},
+        std::tuple{"masked_dense", SfaKernel::masked_dense, SfaOptions::Kernel::masked_dense}}) {
+    SCOPED_TRACE(text);
+    const Recipe r = parse_recipe(
+        std::string("attention:\n  type: sfa\n  sfa:\n    kernel: ") + text + "\n", "x.yaml");
+    EXPECT_EQ(r.attention.sfa.kernel, kernel);
+    EXPECT_EQ(parse_recipe(recipe_to_yaml(r), "y.yaml"), r);
+    EXPECT_EQ(gpt_config_of(r).attention.sfa.kernel, option);
+  }
+  EXPECT_EQ(parse_error("attention:\n  sfa:\n    kernel: sparse\n"),
+            "x.yaml:3: attention.sfa.kernel 'sparse' is not a valid value (valid: auto, flash, "
+            "masked_dense)");
 }
 
 }  // namespace

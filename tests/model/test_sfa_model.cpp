@@ -228,3 +228,27 @@ TEST(SfaModel, TrainingLowersTheLoss) {
   }
   EXPECT_LT(m.objective(), first - 0.1);
 }
+
+// attention.sfa.kernel flash (FlashSFA; on the CPU its overlap-form reference) gives the GPT the
+// same loss and gradients as masked_dense, with distillation on.
+TEST(SfaModel, FlashKernelEqualsMaskedDense) {
+  std::vector<std::vector<float>> grads[2];
+  double loss[2];
+  for (int i = 0; i < 2; ++i) {
+    GPTConfig c = sfa_config(2, 0.5f);
+    c.attention.sfa.kernel = i == 0 ? SfaOptions::Kernel::masked_dense : SfaOptions::Kernel::flash;
+    SfaModel m(c);
+    m.gradients();
+    loss[i] = m.objective();
+    for (const auto& e : m.store.entries()) {
+      const Tensor g = m.store.grad(e.spec.name);
+      grads[i].emplace_back(g.ptr<float>(), g.ptr<float>() + g.numel());
+    }
+  }
+  EXPECT_NEAR(loss[1], loss[0], 1e-6);
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t p = 0; p < grads[0].size(); ++p)
+    for (size_t j = 0; j < grads[0][p].size(); ++j)
+      EXPECT_NEAR(grads[1][p][j], grads[0][p][j], 1e-5 + 1e-4 * std::fabs(grads[0][p][j]))
+          << "param " << p << " [" << j << "]";
+}
