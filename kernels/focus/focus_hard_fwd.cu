@@ -5,10 +5,10 @@
 // are gathered by index (cp.async per 16-byte chunk of a row), key/value tiles of 64 rows are
 // double-buffered in shared memory. The walk is the group's key tiles 0 .. (list prefix up to the
 // block's last query), then the 64-aligned position tiles that meet the local band [i - w, i] of
-// some query in its first pass, under one online softmax (log2 domain, scale folded into one FFMA per score). Per
-// tile the element mask is skipped where it cannot hide anything (every row in its first pass,
-// all keys before the warp's first query); a warp skips the arithmetic of tiles none of its rows
-// can see.
+// some query in its first pass, under one online softmax (log2 domain, scale folded into one FFMA
+// per score). Per tile the element mask is skipped where it cannot hide anything (every row in its
+// first pass, all keys before the warp's first query); a warp skips the arithmetic of tiles none of
+// its rows can see.
 #include <cuda_runtime.h>
 
 #include "core/cuda_check.h"
@@ -77,8 +77,8 @@ __device__ __forceinline__ void load_key_tile(const FocusHardAttnParams& p, Bloc
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads) focus_hard_fwd_bf16(const FocusHardAttnParams p,
-                                                                int max_tiles) {
+__global__ void __launch_bounds__(kThreads)
+    focus_hard_fwd_bf16(const FocusHardAttnParams p, int max_tiles) {
   constexpr int LD = D + 8;
   constexpr bool kQInRegs = D <= 64;
   constexpr int kQF = kQInRegs ? D / 16 : 1;
@@ -113,8 +113,8 @@ __global__ void __launch_bounds__(kThreads) focus_hard_fwd_bf16(const FocusHardA
     if (r < nq) {
       pos = glist[q_first + r];
       mask = masks[pos];
-      slot = focus_hard::slot_of(p.groups + (int64_t(b) * T + pos) * p.top_k, p.top_k, grp, K,
-                                 &low);
+      slot =
+          focus_hard::slot_of(p.groups + (int64_t(b) * T + pos) * p.top_k, p.top_k, grp, K, &low);
     }
     m.qpos[r] = pos;
     m.qslot[r] = slot;
@@ -153,8 +153,8 @@ __global__ void __launch_bounds__(kThreads) focus_hard_fwd_bf16(const FocusHardA
   const int warp_pos_lo = m.qpos[wrow];
   const int warp_pos_hi = warp_active ? m.qpos[min(wrow + 15, nq - 1)] : -1;
   const bool warp_all_first = __all_sync(0xffffffffu, rfirst[0] && rfirst[1]);
-  const bool warp_any_first = __any_sync(0xffffffffu, (rfirst[0] && rpos[0] >= 0) ||
-                                                          (rfirst[1] && rpos[1] >= 0));
+  const bool warp_any_first =
+      __any_sync(0xffffffffu, (rfirst[0] && rpos[0] >= 0) || (rfirst[1] && rpos[1] >= 0));
 
   float o[D / 8][4];
 #pragma unroll
@@ -184,7 +184,8 @@ __global__ void __launch_bounds__(kThreads) focus_hard_fwd_bf16(const FocusHardA
     bool visible, need_mask = true;
     if (local) {
       const int k0 = cur.kt * kBN;
-      visible = warp_active && warp_any_first && k0 <= warp_pos_hi && k0 + kBN - 1 + w >= warp_pos_lo;
+      visible =
+          warp_active && warp_any_first && k0 <= warp_pos_hi && k0 + kBN - 1 + w >= warp_pos_lo;
     } else {
       const int kmin = m.kpos[buf][0], kmax = m.kpos[buf][kBN - 1];
       visible = warp_active && kmin >= 0 && kmin <= warp_pos_hi;

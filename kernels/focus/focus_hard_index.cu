@@ -41,8 +41,8 @@ __global__ void __launch_bounds__(kChunk) hard_index_count(const FocusHardIndexP
 
 // One block per batch row: exclusive scan, in place, of its K * n_chunks counts (group-major).
 constexpr int kScanThreads = 1024;
-__global__ void __launch_bounds__(kScanThreads) hard_index_scan(const FocusHardIndexParams p,
-                                                                int n_chunks) {
+__global__ void __launch_bounds__(kScanThreads)
+    hard_index_scan(const FocusHardIndexParams p, int n_chunks) {
   __shared__ int warp_sums[kScanThreads / 32];
   __shared__ int carry;
   const int b = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;

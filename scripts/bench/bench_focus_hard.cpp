@@ -44,8 +44,8 @@ std::vector<int> parse_list(const char* prog, const char* key, const char* text)
     char* stop = nullptr;
     const long x = std::strtol(item.c_str(), &stop, 10);
     if (item.empty() || *stop != '\0' || x <= 0) {
-      std::fprintf(stderr, "%s: %s expects positive integers separated by commas, got '%s'\n",
-                   prog, key, text);
+      std::fprintf(stderr, "%s: %s expects positive integers separated by commas, got '%s'\n", prog,
+                   key, text);
       std::exit(2);
     }
     v.push_back(int(x));
@@ -167,11 +167,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (csv)
-    std::fprintf(csv, "D,H,T,K,top_k,groups,dense_ms,hard_ms,speedup,index_ms,route_ms,"
-                      "route_share,top_group_share\n");
+    std::fprintf(csv,
+                 "D,H,T,K,top_k,groups,dense_ms,hard_ms,speedup,index_ms,route_ms,"
+                 "route_share,top_group_share\n");
   std::printf("%4s %3s %8s %2s %5s %9s | %10s %10s %7s | %9s %9s %6s %5s\n", "D", "H", "T", "K",
-              "top_k", "groups", "dense ms", "hard ms", "x dense", "index ms", "route ms",
-              "route%", "top");
+              "top_k", "groups", "dense ms", "hard ms", "x dense", "index ms", "route ms", "route%",
+              "top");
   const int w = 128, B = 1, N = 10;
   for (int D : Ds) {
     const int H = D == 64 ? 12 : 8;
@@ -186,8 +187,8 @@ int main(int argc, char** argv) {
       const Tensor tq(qkv.data(), DType::bf16, Device::cuda, Shape{B, T, l.width()});
       const Tensor to(out.data(), DType::bf16, Device::cuda, Shape{B, T, l.q_width()});
       const Tensor tl(lse.data(), DType::f32, Device::cuda, Shape{B, H, T});
-      const double dense_ms =
-          time_ms(*ctx, [&] { ops::attention_fwd(*ctx, to, tl, tq, l); }, reps, warm);
+      const double dense_ms = time_ms(
+          *ctx, [&] { ops::attention_fwd(*ctx, to, tl, tq, l); }, reps, warm);
       for (int K : Ks)
         for (bool realistic : kinds) {
           const Shape gs{B, T, K};
@@ -217,8 +218,8 @@ int main(int argc, char** argv) {
             gate.kind = FocusGateKind::hard;
             gate.local_window = w;
             const double hard_ms = time_ms(
-                *ctx, [&] { ops::focus_attention_fwd(*ctx, to, tl, tq, l, gsrc, tgr, gate); },
-                reps, warm);
+                *ctx, [&] { ops::focus_attention_fwd(*ctx, to, tl, tq, l, gsrc, tgr, gate); }, reps,
+                warm);
             Buffer list(Device::cuda, size_t(T) * tk * 4), offs(Device::cuda, (K + 1) * 4),
                 toff(Device::cuda, (K + 1) * 4), masks(Device::cuda, size_t(T) * 8);
             const double index_ms = time_ms(
@@ -238,9 +239,10 @@ int main(int argc, char** argv) {
             const double top = double(*std::max_element(cnt.begin(), cnt.end())) / T;
             const double share = route_ms / (route_ms + hard_ms);
             const char* kind = realistic ? "realistic" : "balanced";
-            std::printf("%4d %3d %8d %2d %5d %9s | %10.3f %10.3f %7.2f | %9.3f %9.3f %5.1f%% %5.2f\n",
-                        D, H, T, K, tk, kind, dense_ms, hard_ms, dense_ms / hard_ms, index_ms,
-                        route_ms, 100 * share, top);
+            std::printf(
+                "%4d %3d %8d %2d %5d %9s | %10.3f %10.3f %7.2f | %9.3f %9.3f %5.1f%% %5.2f\n", D, H,
+                T, K, tk, kind, dense_ms, hard_ms, dense_ms / hard_ms, index_ms, route_ms,
+                100 * share, top);
             std::fflush(stdout);
             if (csv)
               std::fprintf(csv, "%d,%d,%d,%d,%d,%s,%.4f,%.4f,%.3f,%.4f,%.4f,%.4f,%.4f\n", D, H, T,

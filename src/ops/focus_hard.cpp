@@ -1,12 +1,13 @@
 // Host side of the hard-routed Focus forward (ops/focus_hard_ops.h): checks, the stream-ordered
 // workspace, the two launches (index, attention).
+#include "kernels/focus/focus_hard.cuh"
+
 #include <cuda_runtime.h>
 
 #include <cmath>
 
 #include "core/cuda_check.h"
 #include "core/nvtx.h"
-#include "kernels/focus/focus_hard.cuh"
 #include "ops/focus_hard_ops.h"
 #include "ops/op_checks.h"
 
@@ -29,8 +30,8 @@ void check_groups(const ExecContext& ctx, const char* op, const Tensor& groups, 
   ATTN_REQUIRE(groups.dim(2) >= 1 && groups.dim(2) <= K,
                "%s: top_k (the last dim of groups) must be in [1, %d], got %lld", op, K,
                (long long)groups.dim(2));
-  ATTN_REQUIRE(groups.dim(0) >= 1 && groups.dim(1) >= 1, "%s: groups must not be empty, got %s",
-               op, groups.str().c_str());
+  ATTN_REQUIRE(groups.dim(0) >= 1 && groups.dim(1) >= 1, "%s: groups must not be empty, got %s", op,
+               groups.str().c_str());
 }
 
 // Device scratch in stream order (cudaMalloc would synchronise the device); freed the same way.

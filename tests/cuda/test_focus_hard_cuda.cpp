@@ -117,7 +117,8 @@ void run_case(const Case& c) {
                            dev(ggr, grs), gate);
   plain_bf16_fwd(gq, gplain, gpl, ggr, B, T, l, c.K, c.top_k, c.w);
   const std::vector<float> o_hard = go.download(), o_plain = gplain.download();
-  const double e_plain = test::report("focus hard: plain bf16 kernel out", test::max_rel_error(o_plain, out));
+  const double e_plain =
+      test::report("focus hard: plain bf16 kernel out", test::max_rel_error(o_plain, out));
   const double bound = std::max(kOutputBound, 2 * e_plain);
   EXPECT_LT(test::report("focus hard out vs fp32 reference", test::max_rel_error(o_hard, out)),
             bound);
@@ -186,8 +187,9 @@ TEST(FocusHardCuda, AllPairsEqualDenseAttention) {
         EXPECT_LT(test::report("focus hard (all pairs) vs dense fp32",
                                test::max_rel_error(go.download(), out)),
                   bound);
-        EXPECT_LT(test::report("focus hard (all pairs) lse", test::max_rel_error(gl.download(), lse)),
-                  1e-4);
+        EXPECT_LT(
+            test::report("focus hard (all pairs) lse", test::max_rel_error(gl.download(), lse)),
+            1e-4);
       }
 }
 
@@ -199,9 +201,9 @@ TEST(FocusHardCuda, IndexListsAreStableCountingSorts) {
   struct IndexCase {
     int B, T, K, top_k;
   };
-  for (const IndexCase c : {IndexCase{2, 1, 1, 1}, IndexCase{2, 1000, 8, 2},
-                            IndexCase{3, 5000, 8, 1}, IndexCase{1, 3000, 64, 3},
-                            IndexCase{2, 2049, 5, 5}}) {
+  for (const IndexCase c :
+       {IndexCase{2, 1, 1, 1}, IndexCase{2, 1000, 8, 2}, IndexCase{3, 5000, 8, 1},
+        IndexCase{1, 3000, 64, 3}, IndexCase{2, 2049, 5, 5}}) {
     SCOPED_TRACE(testing::Message() << "B " << c.B << " T " << c.T << " K " << c.K);
     const int B = c.B, T = c.T, K = c.K, tk = c.top_k;
     std::vector<int32_t> groups = test::random_ints(size_t(B) * T * tk, uint32_t(T), K + 1);
@@ -239,10 +241,9 @@ TEST(FocusHardCuda, IndexListsAreStableCountingSorts) {
         doffs(std::vector<int32_t>(offs_want.size(), -1)),
         dtoff(std::vector<int32_t>(toff_want.size(), -1)),
         dmask(std::vector<int32_t>(mask_want.size(), -1));
-    ops::focus_hard_index(*gpu, dev(dlist, {B, int64_t(T) * tk}), dev(doffs, {B, K + 1}),
-                          dev(dtoff, {B, K + 1}),
-                          Tensor(dmask.ptr(), DType::u32, Device::cuda, Shape{B, T, 2}),
-                          dev(dgr, {B, T, tk}), K);
+    ops::focus_hard_index(
+        *gpu, dev(dlist, {B, int64_t(T) * tk}), dev(doffs, {B, K + 1}), dev(dtoff, {B, K + 1}),
+        Tensor(dmask.ptr(), DType::u32, Device::cuda, Shape{B, T, 2}), dev(dgr, {B, T, tk}), K);
     auto back = [](const DeviceInts& d, size_t n) {
       std::vector<int32_t> h(n);
       CUDA_CHECK(cudaMemcpy(h.data(), d.ptr(), n * 4, cudaMemcpyDeviceToHost));

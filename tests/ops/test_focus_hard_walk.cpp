@@ -26,7 +26,8 @@ void replay(const WalkCase& c) {
                                   << c.w << " kind " << c.kind);
   const int T = c.T, K = c.K, tk = c.top_k, w = c.w;
   std::vector<int32_t> groups(size_t(T) * tk);
-  const std::vector<int32_t> r = test::random_ints(groups.size() * 2, uint32_t(T * 13 + K), 1 << 20);
+  const std::vector<int32_t> r =
+      test::random_ints(groups.size() * 2, uint32_t(T * 13 + K), 1 << 20);
   for (int t = 0; t < T; ++t) {
     // Distinct groups per token (what focus_route_topk writes) unless kind 2.
     std::vector<bool> used(K, false);
