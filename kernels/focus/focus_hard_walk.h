@@ -49,6 +49,7 @@ ATTN_FOCUS_HD bool take_local_key(int i, int j, int w, bool first, uint64_t key_
 // for a first pass), or -1.
 ATTN_FOCUS_HD int next_local_tile(const int* qpos, const int* qfirst, int from, int w) {
   constexpr int n = kFocusHardTile;
+  if (w <= 0) return -1;  // the band is (i, i), which shares i's own group: no local pair
   int best = INT_MAX;
   for (int r = 0; r < n; ++r) {
     const int i = qpos[r];

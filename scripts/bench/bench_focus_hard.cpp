@@ -1,12 +1,14 @@
 // Hard-routed Focus forward (ops::focus_attention_fwd, gate hard -> kernels/focus/focus_hard*.cu)
 // against our dense causal forward (ops::attention_fwd, the op the model uses) in the same run.
 // bf16, batch 1, local window 128; shapes 12 heads x 64 and 8 heads x 128.
-// Groups: "balanced" (random uniform scores, top-k) or "realistic" (scores from a smooth random
-// walk, mean-reverting, so nearby tokens share groups; through the causal Sinkhorn op,
-// ops::focus_sinkhorn_fwd, 10 iterations, then ops::focus_route_topk).
+// Groups: scores [T, K] through the causal Sinkhorn op (ops::focus_sinkhorn_fwd, 10 iterations)
+// and ops::focus_route_topk, as the model routes; "balanced": uniform random scores (groups about
+// equal, neighbours unrelated); "realistic": scores from a smooth mean-reverting random walk, so
+// nearby tokens share groups.
 // Columns: dense_ms, hard_ms (index lists + attention + merge), speed-up dense/hard; index_ms
-// (the counting sort alone); route_ms (Sinkhorn for realistic groups + top-k) and its share of
-// route + hard; top (share of the tokens in the largest group, slot 0).
+// (the counting sort alone); route_ms (Sinkhorn + top-k); route% = (route + index) / (route +
+// hard), the routing overhead's share of the layer's attention; top = share of the tokens in the
+// largest group (slot 0).
 // Usage: bench_focus_hard [--T=1024,4096,...] [--K=4,8] [--top_k=1,2] [--D=64,128]
 //                         [--groups=balanced,realistic] [--reps=N] [--csv=path]
 // Defaults: T 1K 4K 16K 64K 256K 1M, K 4 8, top_k 1 2, D 64 128, both group kinds, reps 5
@@ -78,9 +80,11 @@ double time_ms(const ExecContext& ctx, F&& f, int reps, int warm) {
 
 void upload_bf16(const Buffer& buf, size_t n, uint64_t seed) {
   std::vector<bf16> h(n);
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  for (auto& x : h) x = bf16(u(gen));
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;  // xorshift: cheap at 10^9 values (T = 1M)
+  for (auto& x : h) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    x = bf16(float(int64_t(s >> 40) - (int64_t(1) << 23)) / float(1 << 23));  // [-1, 1)
+  }
   CUDA_CHECK(cudaMemcpy(buf.data(), h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
 }
 
@@ -203,22 +207,16 @@ int main(int argc, char** argv) {
             if (tk > K) continue;
             Buffer groups(Device::cuda, size_t(T) * tk * 4);
             const Tensor tgr(groups.data(), DType::i32, Device::cuda, Shape{B, T, tk});
-            // balanced: top-k of the raw uniform scores; realistic: Sinkhorn, then top-k.
             auto route = [&] {
-              if (realistic) {
-                ops::focus_sinkhorn_fwd(*ctx, tg, ti, ts, true);
-                ops::focus_route_topk(*ctx, tgr, tg);
-              } else {
-                ops::focus_route_topk(*ctx, tgr, ts);
-              }
+              ops::focus_sinkhorn_fwd(*ctx, tg, ti, ts, true);
+              ops::focus_route_topk(*ctx, tgr, tg);
             };
             const double route_ms = time_ms(*ctx, route, reps, 1);
-            const Tensor& gsrc = realistic ? tg : ts;
             FocusGateParams gate;
             gate.kind = FocusGateKind::hard;
             gate.local_window = w;
             const double hard_ms = time_ms(
-                *ctx, [&] { ops::focus_attention_fwd(*ctx, to, tl, tq, l, gsrc, tgr, gate); }, reps,
+                *ctx, [&] { ops::focus_attention_fwd(*ctx, to, tl, tq, l, tg, tgr, gate); }, reps,
                 warm);
             Buffer list(Device::cuda, size_t(T) * tk * 4), offs(Device::cuda, (K + 1) * 4),
                 toff(Device::cuda, (K + 1) * 4), masks(Device::cuda, size_t(T) * 8);
@@ -237,7 +235,7 @@ int main(int argc, char** argv) {
             std::vector<int64_t> cnt(K, 0);
             for (int t = 0; t < T; ++t) ++cnt[hg[size_t(t) * tk]];
             const double top = double(*std::max_element(cnt.begin(), cnt.end())) / T;
-            const double share = route_ms / (route_ms + hard_ms);
+            const double share = (route_ms + index_ms) / (route_ms + hard_ms);
             const char* kind = realistic ? "realistic" : "balanced";
             std::printf(
                 "%4d %3d %8d %2d %5d %9s | %10.3f %10.3f %7.2f | %9.3f %9.3f %5.1f%% %5.2f\n", D, H,
