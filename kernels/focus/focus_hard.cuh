@@ -6,18 +6,18 @@
 // Two steps, both stream-ordered, no host synchronisation:
 // 1. Index (launch_focus_hard_index): per batch row, a stable counting sort of the memberships
 //    (token t, group groups[t][s]) by group: list[b][offsets[b][g] ..] holds the tokens of group g
-//    in increasing position; tile_offsets[b][g] counts the 64-query tiles of groups < g
+//    in increasing position; tile_offsets[b][g] counts the tile_rows-query tiles of groups < g
 //    (tile_offsets[b][K] = all tiles of row b); masks[b][t] = the bit set of t's groups. Group ids
 //    outside [0, K) are dropped (focus_route_topk never writes them; a token with no valid id
 //    gets no output row); a token listing a group twice is listed once there.
 // 2. Attention (launch_focus_hard_fwd): one block per (query tile of one group, head, batch row),
-//    64 group-sorted queries gathered by index. One online-softmax state walks (a) the group's key
-//    tiles up to the tile's last query (the list is sorted by position, so that is a prefix) and
-//    (b) the contiguous key tiles of the union of the queries' local bands. Each pair is counted
-//    once: query i met in the pass of its slot s (group groups[i][s]) takes key j of the group
-//    only if j holds none of groups[i][0 .. s-1]; local-band pairs are taken only in i's first
-//    pass (slot 0) and only if i and j share no group (those were taken in a group pass). The
-//    rule and the walk are host/device functions (focus_hard_walk.h) that a CPU test replays.
+//    tile_rows (64 or 128) group-sorted queries gathered by index. One online-softmax state walks
+//    (a) the group's key tiles up to the tile's last query (the list is sorted by position, so that
+//    is a prefix) and (b) the contiguous key tiles of the union of the queries' local bands. Each
+//    pair is counted once: query i met in the pass of its slot s (group groups[i][s]) takes key j
+//    of the group only if j holds none of groups[i][0 .. s-1]; local-band pairs are taken only in
+//    i's first pass (slot 0) and only if i and j share no group (those were taken in a group pass).
+//    The rule and the walk are host/device functions (focus_hard_walk.h) that a CPU test replays.
 //    top_k = 1: o and lse written directly. top_k > 1: each pass writes a partial (o, lse) per
 //    membership (part_o f32 [B, T, top_k, H, D], part_lse f32 [B, T, top_k, H]) and a merge kernel
 //    combines a token's top_k partials by log-sum-exp into o and lse.
@@ -29,7 +29,7 @@
 
 namespace attnlab {
 
-constexpr int kFocusHardTile = 64;       // queries per block and keys per key tile
+constexpr int kFocusHardTile = 64;       // keys per key tile; queries per block: tile_rows
 constexpr int kFocusHardChunk = 1024;    // tokens per block of the counting sort
 constexpr int kFocusHardMaxGroups = 64;  // group bit sets are 64-bit
 
@@ -41,6 +41,7 @@ struct FocusHardIndexParams {
   int32_t* list = nullptr;          // [B, T * top_k] (only the first offsets[b][K] are written)
   uint64_t* masks = nullptr;        // [B, T]
   int B = 0, T = 0, K = 0, top_k = 0;
+  int tile_rows = kFocusHardTile;  // queries per attention block: 64 or 128
 };
 
 struct FocusHardAttnParams {
@@ -62,12 +63,14 @@ struct FocusHardAttnParams {
   int B = 0, T = 0, n_head = 0, n_kv_head = 0, D = 0, K = 0, top_k = 0;
   int local_window = 0;
   float scale = 0.f;
+  int tile_rows = kFocusHardTile;  // queries per block (64: one m-tile per warp; 128: two), as
+                                   // the index was built with
 };
 
 inline int focus_hard_chunks(int T) { return (T + kFocusHardChunk - 1) / kFocusHardChunk; }
 // An upper bound of tile_offsets[b][K] over all b: the grid of the attention kernel.
-inline int64_t focus_hard_max_tiles(int T, int K, int top_k) {
-  return (int64_t(T) * top_k + kFocusHardTile - 1) / kFocusHardTile + K;
+inline int64_t focus_hard_max_tiles(int T, int K, int top_k, int tile_rows) {
+  return (int64_t(T) * top_k + tile_rows - 1) / tile_rows + K;
 }
 
 void launch_focus_hard_index(const FocusHardIndexParams& p, Stream s);

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kScanThreads)
     int tiles = 0;
     for (int g = 0; g < p.K; ++g) {
       toff[g] = tiles;
-      tiles += (offs[g + 1] - offs[g] + kFocusHardTile - 1) / kFocusHardTile;
+      tiles += (offs[g + 1] - offs[g] + p.tile_rows - 1) / p.tile_rows;
     }
     toff[p.K] = tiles;
   }
@@ -128,6 +128,7 @@ __global__ void __launch_bounds__(kChunk) hard_index_scatter(const FocusHardInde
 
 void launch_focus_hard_index(const FocusHardIndexParams& p, Stream s) {
   ATTN_ASSERT(p.B > 0 && p.T > 0 && p.K >= 1 && p.K <= kFocusHardMaxGroups && p.top_k >= 1);
+  ATTN_ASSERT(p.tile_rows == 64 || p.tile_rows == 128);
   auto st = reinterpret_cast<cudaStream_t>(s);
   const int n_chunks = focus_hard_chunks(p.T);
   const dim3 grid(n_chunks, p.B);

@@ -45,16 +45,16 @@ ATTN_FOCUS_HD bool take_local_key(int i, int j, int w, bool first, uint64_t key_
 }
 
 // The first position tile (kFocusHardTile keys) >= from that meets the band [i - w, i] of some
-// query of the block in its first pass (qpos: kFocusHardTile entries, -1 = none; qfirst: nonzero
-// for a first pass), or -1.
-ATTN_FOCUS_HD int next_local_tile(const int* qpos, const int* qfirst, int from, int w) {
-  constexpr int n = kFocusHardTile;
+// query of the block in its first pass (qpos: n entries, -1 = none; qfirst: nonzero for a first
+// pass), or -1.
+ATTN_FOCUS_HD int next_local_tile(const int* qpos, const int* qfirst, int n, int from, int w) {
+  constexpr int kt = kFocusHardTile;
   if (w <= 0) return -1;  // the band is (i, i), which shares i's own group: no local pair
   int best = INT_MAX;
   for (int r = 0; r < n; ++r) {
     const int i = qpos[r];
-    if (i < 0 || !qfirst[r] || i < from * n) continue;
-    const int first = (i - w > 0 ? i - w : 0) / n;
+    if (i < 0 || !qfirst[r] || i < from * kt) continue;
+    const int first = (i - w > 0 ? i - w : 0) / kt;
     const int t = first > from ? first : from;
     best = t < best ? t : best;
   }

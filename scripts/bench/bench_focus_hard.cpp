@@ -5,7 +5,10 @@
 // and ops::focus_route_topk, as the model routes; "balanced": uniform random scores (groups about
 // equal, neighbours unrelated); "realistic": scores from a smooth mean-reverting random walk, so
 // nearby tokens share groups.
-// Columns: dense_ms, hard_ms (index lists + attention + merge), speed-up dense/hard; index_ms
+// Columns: dense_ms, hard_ms (index lists + attention + merge, as focus_attention_fwd runs it:
+// 64 queries per block), speed-up dense/hard; hard128_ms the same with 128 queries per block
+// (two m-tiles per warp, focus_hard_attention_fwd's tile_rows = 128; D = 64 only, else 0) and its
+// speed-up; index_ms
 // (the counting sort alone); route_ms (Sinkhorn + top-k); route% = (route + index) / (route +
 // hard), the routing overhead's share of the layer's attention; top = share of the tokens in the
 // largest group (slot 0).
@@ -172,11 +175,11 @@ int main(int argc, char** argv) {
   }
   if (csv)
     std::fprintf(csv,
-                 "D,H,T,K,top_k,groups,dense_ms,hard_ms,speedup,index_ms,route_ms,"
-                 "route_share,top_group_share\n");
-  std::printf("%4s %3s %8s %2s %5s %9s | %10s %10s %7s | %9s %9s %6s %5s\n", "D", "H", "T", "K",
-              "top_k", "groups", "dense ms", "hard ms", "x dense", "index ms", "route ms", "route%",
-              "top");
+                 "D,H,T,K,top_k,groups,dense_ms,hard_ms,speedup,hard128_ms,speedup128,index_ms,"
+                 "route_ms,route_share,top_group_share\n");
+  std::printf("%4s %3s %8s %2s %5s %9s | %10s %10s %7s %10s %7s | %9s %9s %6s %5s\n", "D", "H", "T",
+              "K", "top_k", "groups", "dense ms", "hard ms", "x dense", "hard128 ms", "x dense",
+              "index ms", "route ms", "route%", "top");
   const int w = 128, B = 1, N = 10;
   for (int D : Ds) {
     const int H = D == 64 ? 12 : 8;
@@ -218,6 +221,11 @@ int main(int argc, char** argv) {
             const double hard_ms = time_ms(
                 *ctx, [&] { ops::focus_attention_fwd(*ctx, to, tl, tq, l, tg, tgr, gate); }, reps,
                 warm);
+            // 128 queries per block: head dim 64 only (0 printed for 128).
+            auto hard128 = [&] {
+              ops::focus_hard_attention_fwd(*ctx, to, tl, tq, l, tgr, K, w, 128);
+            };
+            const double hard128_ms = D != 64 ? 0.0 : time_ms(*ctx, hard128, reps, warm);
             Buffer list(Device::cuda, size_t(T) * tk * 4), offs(Device::cuda, (K + 1) * 4),
                 toff(Device::cuda, (K + 1) * 4), masks(Device::cuda, size_t(T) * 8);
             const double index_ms = time_ms(
@@ -238,14 +246,16 @@ int main(int argc, char** argv) {
             const double share = (route_ms + index_ms) / (route_ms + hard_ms);
             const char* kind = realistic ? "realistic" : "balanced";
             std::printf(
-                "%4d %3d %8d %2d %5d %9s | %10.3f %10.3f %7.2f | %9.3f %9.3f %5.1f%% %5.2f\n", D, H,
-                T, K, tk, kind, dense_ms, hard_ms, dense_ms / hard_ms, index_ms, route_ms,
-                100 * share, top);
+                "%4d %3d %8d %2d %5d %9s | %10.3f %10.3f %7.2f %10.3f %7.2f | %9.3f %9.3f "
+                "%5.1f%% %5.2f\n",
+                D, H, T, K, tk, kind, dense_ms, hard_ms, dense_ms / hard_ms, hard128_ms,
+                hard128_ms > 0 ? dense_ms / hard128_ms : 0.0, index_ms, route_ms, 100 * share, top);
             std::fflush(stdout);
             if (csv)
-              std::fprintf(csv, "%d,%d,%d,%d,%d,%s,%.4f,%.4f,%.3f,%.4f,%.4f,%.4f,%.4f\n", D, H, T,
-                           K, tk, kind, dense_ms, hard_ms, dense_ms / hard_ms, index_ms, route_ms,
-                           share, top);
+              std::fprintf(csv, "%d,%d,%d,%d,%d,%s,%.4f,%.4f,%.3f,%.4f,%.3f,%.4f,%.4f,%.4f,%.4f\n",
+                           D, H, T, K, tk, kind, dense_ms, hard_ms, dense_ms / hard_ms, hard128_ms,
+                           hard128_ms > 0 ? dense_ms / hard128_ms : 0.0, index_ms, route_ms, share,
+                           top);
           }
         }
     }

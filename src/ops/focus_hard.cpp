@@ -18,6 +18,13 @@ using namespace detail;
 namespace {
 
 constexpr const char* kOp = "focus_hard_attention";
+// 64 until the H200 benchmark (bench_focus_hard, both sizes in one call) says otherwise.
+constexpr int kDefaultTileRows = 64;
+
+void check_tile_rows(const char* op, int tile_rows) {
+  ATTN_REQUIRE(tile_rows == 64 || tile_rows == 128, "%s: tile_rows must be 64 or 128, got %d", op,
+               tile_rows);
+}
 
 void check_groups(const ExecContext& ctx, const char* op, const Tensor& groups, int K) {
   require_present(op, "groups", groups);
@@ -67,8 +74,8 @@ bool focus_hard_supported(const ExecContext& ctx, const Tensor& qkv, const QKVLa
 }
 
 void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& offsets,
-                      const Tensor& tile_offsets, const Tensor& masks, const Tensor& groups,
-                      int K) {
+                      const Tensor& tile_offsets, const Tensor& masks, const Tensor& groups, int K,
+                      int tile_rows) {
   NvtxRange range("focus_hard_index");
   constexpr const char* op = "focus_hard_index";
   check_groups(ctx, op, groups, K);
@@ -77,10 +84,12 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
   require_tensor(op, "offsets", offsets, DType::i32, Shape{B, K + 1}, ctx);
   require_tensor(op, "tile_offsets", tile_offsets, DType::i32, Shape{B, K + 1}, ctx);
   require_tensor(op, "masks", masks, DType::u32, Shape{B, T, 2}, ctx);
+  check_tile_rows(op, tile_rows);
   StreamScratch scratch(ctx);
   FocusHardIndexParams p;
   p.groups = groups.ptr<int32_t>();
   p.B = int(B), p.T = int(T), p.K = K, p.top_k = int(top_k);
+  p.tile_rows = tile_rows;
   p.chunk_counts = scratch.get<int32_t>(B * K * focus_hard_chunks(p.T));
   p.offsets = offsets.ptr<int32_t>();
   p.tile_offsets = tile_offsets.ptr<int32_t>();
@@ -91,7 +100,7 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 
 void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
                               const Tensor& qkv, const QKVLayout& l, const Tensor& groups, int K,
-                              int local_window) {
+                              int local_window, int tile_rows) {
   NvtxRange range("focus_hard_attention_fwd");
   check_groups(ctx, kOp, groups, K);
   require_present(kOp, "qkv", qkv);
@@ -109,6 +118,12 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   require_tensor(kOp, "out", out, DType::bf16, Shape{B, T, l.q_width()}, ctx);
   require_tensor(kOp, "lse", lse, DType::f32, Shape{B, l.n_head, T}, ctx);
   ATTN_REQUIRE(local_window >= 0, "%s: local_window must be >= 0, got %d", kOp, local_window);
+  if (tile_rows == 0) tile_rows = kDefaultTileRows;
+  check_tile_rows(kOp, tile_rows);
+  ATTN_REQUIRE(tile_rows == 64 || l.head_dim == 64,
+               "%s: tile_rows 128 needs head dim 64 (at 128 two m-tiles per warp spill registers), "
+               "got head dim %d",
+               kOp, l.head_dim);
   ATTN_REQUIRE(T * top_k < (int64_t(1) << 31), "%s: T x top_k must be < 2^31, got %lld", kOp,
                (long long)(T * top_k));
 
@@ -116,6 +131,7 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   FocusHardIndexParams ip;
   ip.groups = groups.ptr<int32_t>();
   ip.B = int(B), ip.T = int(T), ip.K = K, ip.top_k = int(top_k);
+  ip.tile_rows = tile_rows;
   ip.chunk_counts = scratch.get<int32_t>(B * K * focus_hard_chunks(ip.T));
   ip.offsets = scratch.get<int32_t>(B * (K + 1));
   ip.tile_offsets = scratch.get<int32_t>(B * (K + 1));
@@ -147,6 +163,7 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   p.K = K, p.top_k = int(top_k);
   p.local_window = local_window;
   p.scale = float(1.0 / std::sqrt(double(l.head_dim)));
+  p.tile_rows = tile_rows;
   launch_focus_hard_fwd(p, ctx.stream);
 }
 

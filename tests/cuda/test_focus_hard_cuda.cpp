@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "cuda_test_util.h"
-#include "kernels/focus/focus_hard.cuh"
 #include "ops/focus_hard_ops.h"
 #include "ops/focus_ops.h"
 #include "ops/ops.h"
@@ -127,6 +126,17 @@ void run_case(const Case& c) {
   const double e_plain_lse = test::max_rel_error(gpl.download(), lse);
   EXPECT_LT(test::report("focus hard lse", test::max_rel_error(gl.download(), lse)),
             std::max(1e-4, 2 * e_plain_lse));
+  // The two-m-tiles-per-warp variant (128 queries per block; head dim 64), called directly.
+  if (c.D != 64) return;
+  go.poison();
+  gl.poison();
+  ops::focus_hard_attention_fwd(*gpu, dev(go, os), dev(gl, ls), dev(gq, qs), l, dev(ggr, grs), c.K,
+                                c.w, 128);
+  EXPECT_LT(test::report("focus hard (128 rows) out vs fp32 reference",
+                         test::max_rel_error(go.download(), out)),
+            bound);
+  EXPECT_LT(test::report("focus hard (128 rows) lse", test::max_rel_error(gl.download(), lse)),
+            std::max(1e-4, 2 * e_plain_lse));
 }
 
 TEST(FocusHardCuda, MatchesTheMaskedReference) {
@@ -190,6 +200,13 @@ TEST(FocusHardCuda, AllPairsEqualDenseAttention) {
         EXPECT_LT(
             test::report("focus hard (all pairs) lse", test::max_rel_error(gl.download(), lse)),
             1e-4);
+        if (D != 64) continue;
+        go.poison();
+        ops::focus_hard_attention_fwd(*gpu, dev(go, os), dev(gl, ls), dev(gq, qs), l, dev(ggr, grs),
+                                      K, gate.local_window, 128);
+        EXPECT_LT(test::report("focus hard (all pairs, 128 rows) vs dense fp32",
+                               test::max_rel_error(go.download(), out)),
+                  bound);
       }
 }
 
@@ -199,12 +216,13 @@ TEST(FocusHardCuda, IndexListsAreStableCountingSorts) {
   CUDA_TEST_PREAMBLE();
   auto gpu = ExecContext::make_cuda(0);
   struct IndexCase {
-    int B, T, K, top_k;
+    int B, T, K, top_k, rows;
   };
   for (const IndexCase c :
-       {IndexCase{2, 1, 1, 1}, IndexCase{2, 1000, 8, 2}, IndexCase{3, 5000, 8, 1},
-        IndexCase{1, 3000, 64, 3}, IndexCase{2, 2049, 5, 5}}) {
-    SCOPED_TRACE(testing::Message() << "B " << c.B << " T " << c.T << " K " << c.K);
+       {IndexCase{2, 1, 1, 1, 64}, IndexCase{2, 1000, 8, 2, 64}, IndexCase{3, 5000, 8, 1, 128},
+        IndexCase{1, 3000, 64, 3, 64}, IndexCase{2, 2049, 5, 5, 128}}) {
+    SCOPED_TRACE(testing::Message()
+                 << "B " << c.B << " T " << c.T << " K " << c.K << " rows " << c.rows);
     const int B = c.B, T = c.T, K = c.K, tk = c.top_k;
     std::vector<int32_t> groups = test::random_ints(size_t(B) * T * tk, uint32_t(T), K + 1);
     for (size_t i = 0; i < groups.size(); ++i)
@@ -226,7 +244,7 @@ TEST(FocusHardCuda, IndexListsAreStableCountingSorts) {
         const size_t before = row.size();
         for (int t = 0; t < T; ++t)
           if ((m[t] >> g) & 1) row.push_back(t);
-        tiles += int((row.size() - before + kFocusHardTile - 1) / kFocusHardTile);
+        tiles += int((row.size() - before + c.rows - 1) / c.rows);
       }
       offs_want.push_back(int32_t(row.size()));
       toff_want.push_back(tiles);
@@ -241,9 +259,10 @@ TEST(FocusHardCuda, IndexListsAreStableCountingSorts) {
         doffs(std::vector<int32_t>(offs_want.size(), -1)),
         dtoff(std::vector<int32_t>(toff_want.size(), -1)),
         dmask(std::vector<int32_t>(mask_want.size(), -1));
-    ops::focus_hard_index(
-        *gpu, dev(dlist, {B, int64_t(T) * tk}), dev(doffs, {B, K + 1}), dev(dtoff, {B, K + 1}),
-        Tensor(dmask.ptr(), DType::u32, Device::cuda, Shape{B, T, 2}), dev(dgr, {B, T, tk}), K);
+    ops::focus_hard_index(*gpu, dev(dlist, {B, int64_t(T) * tk}), dev(doffs, {B, K + 1}),
+                          dev(dtoff, {B, K + 1}),
+                          Tensor(dmask.ptr(), DType::u32, Device::cuda, Shape{B, T, 2}),
+                          dev(dgr, {B, T, tk}), K, c.rows);
     auto back = [](const DeviceInts& d, size_t n) {
       std::vector<int32_t> h(n);
       CUDA_CHECK(cudaMemcpy(h.data(), d.ptr(), n * 4, cudaMemcpyDeviceToHost));
@@ -284,6 +303,20 @@ TEST(FocusHard, RejectsBadArguments) {
   test::expect_error([&] { call(65, l); }, {"groups K must be in [1, 64]", "65"});
   test::expect_error([&] { call(1, l); }, {"top_k", "[1, 1]", "2"});
   test::expect_error([&] { call(8, QKVLayout{2, 2, 32}); }, {"head dim must be 64 or 128", "32"});
+  test::expect_error(
+      [&] {
+        ops::focus_hard_attention_fwd(*gpu, dev(dout, {2, 3, 64}), dev(dl, {2, 1, 3}),
+                                      dev(dq, {2, 3, 192}), l, dev(dgr, {2, 3, 2}), 8, 128, 96);
+      },
+      {"tile_rows must be 64 or 128", "96"});
+  DeviceArray<bf16> dq128(2 * 3 * 384), dout128(2 * 3 * 128);
+  test::expect_error(
+      [&] {
+        ops::focus_hard_attention_fwd(*gpu, dev(dout128, {2, 3, 128}), dev(dl, {2, 1, 3}),
+                                      dev(dq128, {2, 3, 384}), QKVLayout{1, 1, 128},
+                                      dev(dgr, {2, 3, 2}), 8, 128, 128);
+      },
+      {"tile_rows 128 needs head dim 64", "128"});
 }
 
 }  // namespace

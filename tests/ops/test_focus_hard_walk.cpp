@@ -14,16 +14,16 @@
 namespace attnlab {
 namespace {
 
-constexpr int kTile = kFocusHardTile;
+constexpr int kTile = kFocusHardTile;  // keys per tile
 
 struct WalkCase {
-  int T, K, top_k, w;
+  int T, K, top_k, w, rows;  // rows: queries per block (tile_rows)
   int kind;  // 0 random, 1 unbalanced (90% in group 0), 2 with duplicate and out-of-range ids
 };
 
 void replay(const WalkCase& c) {
   SCOPED_TRACE(testing::Message() << "T " << c.T << " K " << c.K << " top_k " << c.top_k << " w "
-                                  << c.w << " kind " << c.kind);
+                                  << c.w << " kind " << c.kind << " rows " << c.rows);
   const int T = c.T, K = c.K, tk = c.top_k, w = c.w;
   std::vector<int32_t> groups(size_t(T) * tk);
   const std::vector<int32_t> r =
@@ -57,10 +57,11 @@ void replay(const WalkCase& c) {
     for (int t = 0; t < T; ++t)
       if ((mask[t] >> g) & 1) list.push_back(t);
     const int count = int(list.size());
-    for (int q_first = 0; q_first < count; q_first += kTile, ++blocks) {
-      int qpos[kTile], qslot[kTile], qfirst[kTile];
-      uint64_t qlow[kTile];
-      for (int r = 0; r < kTile; ++r) {
+    const int rows = c.rows;
+    for (int q_first = 0; q_first < count; q_first += rows, ++blocks) {
+      int qpos[128], qslot[128], qfirst[128];
+      uint64_t qlow[128];
+      for (int r = 0; r < rows; ++r) {
         qpos[r] = q_first + r < count ? list[q_first + r] : -1;
         qslot[r] = 0;
         qlow[r] = 0;
@@ -69,7 +70,7 @@ void replay(const WalkCase& c) {
         ASSERT_LT(qslot[r], tk);
         qfirst[r] = qlow[r] == 0;
       }
-      const int nq = count - q_first < kTile ? count - q_first : kTile;
+      const int nq = count - q_first < rows ? count - q_first : rows;
       const int n_group_tiles = (q_first + nq + kTile - 1) / kTile;
       auto take = [&](int i, int j) {
         ASSERT_TRUE(i >= 0 && i < T && j >= 0 && j < T);
@@ -79,19 +80,19 @@ void replay(const WalkCase& c) {
         for (int col = 0; col < kTile; ++col) {
           const int li = kt * kTile + col;
           const int j = li < count ? list[li] : -1;
-          for (int r = 0; r < kTile; ++r)
+          for (int r = 0; r < rows; ++r)
             if (qpos[r] >= 0 &&
                 focus_hard::take_group_key(qpos[r], j, j >= 0 ? mask[j] : 0, qlow[r]))
               take(qpos[r], j);
         }
       int prev = -1;
-      for (int lt = focus_hard::next_local_tile(qpos, qfirst, 0, w); lt >= 0;
-           lt = focus_hard::next_local_tile(qpos, qfirst, lt + 1, w)) {
+      for (int lt = focus_hard::next_local_tile(qpos, qfirst, rows, 0, w); lt >= 0;
+           lt = focus_hard::next_local_tile(qpos, qfirst, rows, lt + 1, w)) {
         ASSERT_GT(lt, prev);
         prev = lt;
         for (int col = 0; col < kTile; ++col) {
           const int j = lt * kTile + col < T ? lt * kTile + col : -1;
-          for (int r = 0; r < kTile; ++r)
+          for (int r = 0; r < rows; ++r)
             if (qpos[r] >= 0 && focus_hard::take_local_key(qpos[r], j, w, qfirst[r] != 0,
                                                            j >= 0 ? mask[j] : 0, mask[qpos[r]]))
               take(qpos[r], j);
@@ -99,7 +100,7 @@ void replay(const WalkCase& c) {
       }
     }
   }
-  EXPECT_LE(blocks, focus_hard_max_tiles(T, K, tk));
+  EXPECT_LE(blocks, focus_hard_max_tiles(T, K, tk, c.rows));
   int64_t wrong = 0;
   for (int i = 0; i < T; ++i)
     for (int j = 0; j < T; ++j) {
@@ -118,7 +119,7 @@ TEST(FocusHardWalk, EveryAttendedPairIsTakenExactlyOnce) {
         for (int w : {0, 37, 128, 5000})
           for (int kind : {0, 1, 2}) {
             if (tk > K || (K == 64 && T < 1000) || (kind == 1 && K == 1)) continue;
-            replay({T, K, tk, w, kind});
+            for (int rows : {64, 128}) replay({T, K, tk, w, rows, kind});
           }
 }
 
