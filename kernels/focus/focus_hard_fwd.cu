@@ -198,13 +198,12 @@ __global__ void __launch_bounds__(kThreads)
     const bool local = cur.kind == 1;
     bool visible, need_mask = true;
     if (local) {
-      const int k0 = cur.kt * kBN;
-      visible =
-          warp_active && warp_any_first && k0 <= warp_pos_hi && k0 + kBN - 1 + w >= warp_pos_lo;
+      visible = warp_active && focus_hard::local_tile_visible(cur.kt * kBN, warp_pos_lo,
+                                                              warp_pos_hi, w, warp_any_first);
     } else {
-      const int kmin = m.kpos[buf][0], kmax = m.kpos[buf][kBN - 1];
-      visible = warp_active && kmin >= 0 && kmin <= warp_pos_hi;
-      need_mask = !(warp_all_first && kmax >= 0 && kmax <= warp_pos_lo);
+      visible = warp_active && focus_hard::group_tile_visible(m.kpos[buf][0], warp_pos_hi);
+      need_mask =
+          !focus_hard::group_tile_unmasked(m.kpos[buf][kBN - 1], warp_pos_lo, warp_all_first);
     }
     cur = nxt;
     if (!visible) continue;

@@ -61,4 +61,16 @@ ATTN_FOCUS_HD int next_local_tile(const int* qpos, const int* qfirst, int n, int
   return best == INT_MAX ? -1 : best;
 }
 
+// A warp's shortcuts over its rows (positions lo = its first query, hi = its last valid one;
+// all_first: every row in its first pass; any_first: some valid row is). A group tile (key
+// positions kmin .. kmax, -1 = no key) no row can see; a group tile every row takes whole; a
+// local tile (positions k0 ..) no row's band meets.
+ATTN_FOCUS_HD bool group_tile_visible(int kmin, int hi) { return kmin >= 0 && kmin <= hi; }
+ATTN_FOCUS_HD bool group_tile_unmasked(int kmax, int lo, bool all_first) {
+  return all_first && kmax >= 0 && kmax <= lo;
+}
+ATTN_FOCUS_HD bool local_tile_visible(int k0, int lo, int hi, int w, bool any_first) {
+  return any_first && k0 <= hi && k0 + kFocusHardTile - 1 + w >= lo;
+}
+
 }  // namespace attnlab::focus_hard

@@ -5,6 +5,7 @@
 // them (stable by position, each distinct valid group once).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -76,26 +77,56 @@ void replay(const WalkCase& c) {
         ASSERT_TRUE(i >= 0 && i < T && j >= 0 && j < T);
         ++taken[size_t(i) * T + j];
       };
-      for (int kt = 0; kt < n_group_tiles; ++kt)
-        for (int col = 0; col < kTile; ++col) {
-          const int li = kt * kTile + col;
-          const int j = li < count ? list[li] : -1;
-          for (int r = 0; r < rows; ++r)
-            if (qpos[r] >= 0 &&
-                focus_hard::take_group_key(qpos[r], j, j >= 0 ? mask[j] : 0, qlow[r]))
-              take(qpos[r], j);
+      // The warps' shortcuts (rows / 4 rows each, as in the kernel), checked against the pairs
+      // the rows take: an invisible tile takes none, an unmasked one all.
+      struct Warp {
+        int begin, end, lo, hi;
+        bool all_first, any_first;
+      };
+      std::vector<Warp> warps;
+      for (int wr = 0; wr < nq; wr += rows / 4) {
+        Warp wp{wr, std::min(wr + rows / 4, nq), qpos[wr], 0, true, false};
+        wp.hi = qpos[wp.end - 1];
+        for (int r = wr; r < wr + rows / 4; ++r) {
+          wp.all_first = wp.all_first && qfirst[r];
+          wp.any_first = wp.any_first || (qfirst[r] && qpos[r] >= 0);
         }
+        warps.push_back(wp);
+      }
+      for (int kt = 0; kt < n_group_tiles; ++kt) {
+        int kp[kTile];
+        for (int col = 0; col < kTile; ++col)
+          kp[col] = kt * kTile + col < count ? list[kt * kTile + col] : -1;
+        for (const Warp& wp : warps) {
+          const bool visible = focus_hard::group_tile_visible(kp[0], wp.hi);
+          const bool unmasked = focus_hard::group_tile_unmasked(kp[kTile - 1], wp.lo, wp.all_first);
+          for (int col = 0; col < kTile; ++col)
+            for (int r = wp.begin; r < wp.end; ++r) {
+              const bool t = focus_hard::take_group_key(qpos[r], kp[col],
+                                                        kp[col] >= 0 ? mask[kp[col]] : 0, qlow[r]);
+              ASSERT_TRUE(visible || !t) << "group tile " << kt << " skipped by a warp that takes";
+              ASSERT_TRUE(!unmasked || t) << "group tile " << kt << " unmasked, but a pair is not";
+              if (t) take(qpos[r], kp[col]);
+            }
+        }
+      }
       int prev = -1;
       for (int lt = focus_hard::next_local_tile(qpos, qfirst, rows, 0, w); lt >= 0;
            lt = focus_hard::next_local_tile(qpos, qfirst, rows, lt + 1, w)) {
         ASSERT_GT(lt, prev);
         prev = lt;
-        for (int col = 0; col < kTile; ++col) {
-          const int j = lt * kTile + col < T ? lt * kTile + col : -1;
-          for (int r = 0; r < rows; ++r)
-            if (qpos[r] >= 0 && focus_hard::take_local_key(qpos[r], j, w, qfirst[r] != 0,
-                                                           j >= 0 ? mask[j] : 0, mask[qpos[r]]))
-              take(qpos[r], j);
+        for (const Warp& wp : warps) {
+          const bool visible =
+              focus_hard::local_tile_visible(lt * kTile, wp.lo, wp.hi, w, wp.any_first);
+          for (int col = 0; col < kTile; ++col) {
+            const int j = lt * kTile + col < T ? lt * kTile + col : -1;
+            for (int r = wp.begin; r < wp.end; ++r) {
+              const bool t = focus_hard::take_local_key(qpos[r], j, w, qfirst[r] != 0,
+                                                        j >= 0 ? mask[j] : 0, mask[qpos[r]]);
+              ASSERT_TRUE(visible || !t) << "local tile " << lt << " skipped by a warp that takes";
+              if (t) take(qpos[r], j);
+            }
+          }
         }
       }
     }
