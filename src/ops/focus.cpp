@@ -4,6 +4,7 @@
 #include "kernels/focus/focus_assign.cuh"
 #include "kernels/focus/focus_scores.cuh"
 #include "kernels/focus/focus_tiled.cuh"
+#include "ops/focus_hard_ops.h"
 #include "ops/focus_ops.h"
 #include "ops/op_checks.h"
 #include "ref/focus_ref.h"
@@ -258,6 +259,12 @@ void focus_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor
                          const Tensor& qkv, const QKVLayout& layout, const Tensor& g,
                          const Tensor& groups, const FocusGateParams& gate) {
   NvtxRange range("focus_attention_fwd");
+  // Hard routing, bf16, D 64/128: the group-sorted tensor-core kernel (ops/focus_hard_ops.h).
+  if (gate.kind == FocusGateKind::hard && g.ndim() == 3 &&
+      focus_hard_supported(ctx, qkv, layout, int(g.dim(2)))) {
+    focus_hard_attention_fwd(ctx, out, lse, qkv, layout, groups, int(g.dim(2)), gate.local_window);
+    return;
+  }
   check_attention(ctx, qkv, layout);
   const int64_t B = qkv.dim(0), T = qkv.dim(1);
   require_tensor(kAttn, "out", out, qkv.dtype, Shape{B, T, layout.q_width()}, ctx);

@@ -1,0 +1,79 @@
+// Hard-routed Focus attention forward on tensor cores (docs/focus.md, "Hard-routed kernel"): bf16,
+// head dim 64 or 128, pos = 0, GQA. The same rows as launch_focus_attention_fwd with gate hard:
+// pair (i, j), j <= i, is attended iff i - j <= local_window or i and j share one of their top_k
+// groups (counted once); o = softmax over the row of q_i . k_j * scale, times v.
+//
+// Two steps, both stream-ordered, no host synchronisation:
+// 1. Index (launch_focus_hard_index): per batch row, a stable counting sort of the memberships
+//    (token t, group groups[t][s]) by group: list[b][offsets[b][g] ..] holds the tokens of group g
+//    in increasing position; tile_offsets[b][g] counts the tile_rows-query tiles of groups < g
+//    (tile_offsets[b][K] = all tiles of row b); masks[b][t] = the bit set of t's groups. Group ids
+//    outside [0, K) are dropped (focus_route_topk never writes them; a token with no valid id
+//    gets no output row); a token listing a group twice is listed once there.
+// 2. Attention (launch_focus_hard_fwd): one block per (query tile of one group, head, batch row),
+//    tile_rows (64 or 128) group-sorted queries gathered by index. One online-softmax state walks
+//    (a) the group's key tiles up to the tile's last query (the list is sorted by position, so that
+//    is a prefix) and (b) the contiguous key tiles of the union of the queries' local bands. Each
+//    pair is counted once: query i met in the pass of its slot s (group groups[i][s]) takes key j
+//    of the group only if j holds none of groups[i][0 .. s-1]; local-band pairs are taken only in
+//    i's first pass (slot 0) and only if i and j share no group (those were taken in a group pass).
+//    The rule and the walk are host/device functions (focus_hard_walk.h) that a CPU test replays.
+//    top_k = 1: o and lse written directly. top_k > 1: each pass writes a partial (o, lse) per
+//    membership (part_o f32 [B, T, top_k, H, D], part_lse f32 [B, T, top_k, H]) and a merge kernel
+//    combines a token's top_k partials by log-sum-exp into o and lse.
+// Written (=): o, lse (and the workspace). Layout of q/k/v/o/lse as in FocusAttentionParams.
+#pragma once
+#include <cstdint>
+
+#include "kernels/common/launch.h"
+
+namespace attnlab {
+
+constexpr int kFocusHardTile = 64;       // keys per key tile; queries per block: tile_rows
+constexpr int kFocusHardChunk = 1024;    // tokens per block of the counting sort
+constexpr int kFocusHardMaxGroups = 64;  // group bit sets are 64-bit
+
+struct FocusHardIndexParams {
+  const int32_t* groups = nullptr;  // [B, T, top_k]
+  int32_t* chunk_counts = nullptr;  // [B, n_chunks, K] workspace (n_chunks = ceil(T / chunk))
+  int32_t* offsets = nullptr;       // [B, K + 1]
+  int32_t* tile_offsets = nullptr;  // [B, K + 1]
+  int32_t* list = nullptr;          // [B, T * top_k] (only the first offsets[b][K] are written)
+  uint64_t* masks = nullptr;        // [B, T]
+  int B = 0, T = 0, K = 0, top_k = 0;
+  int tile_rows = kFocusHardTile;  // queries per attention block: 64 or 128
+};
+
+struct FocusHardAttnParams {
+  const bf16* q = nullptr;
+  const bf16* k = nullptr;
+  const bf16* v = nullptr;
+  bf16* o = nullptr;
+  float* lse = nullptr;             // [B, n_head, T]
+  const int32_t* groups = nullptr;  // [B, T, top_k]
+  const int32_t* offsets = nullptr;
+  const int32_t* tile_offsets = nullptr;
+  const int32_t* list = nullptr;
+  const uint64_t* masks = nullptr;
+  float* part_o = nullptr;    // top_k > 1 only
+  float* part_lse = nullptr;  // top_k > 1 only
+  int64_t q_batch_stride = 0, q_row_stride = 0;
+  int64_t kv_batch_stride = 0, kv_row_stride = 0;
+  int64_t o_batch_stride = 0, o_row_stride = 0;
+  int B = 0, T = 0, n_head = 0, n_kv_head = 0, D = 0, K = 0, top_k = 0;
+  int local_window = 0;
+  float scale = 0.f;
+  int tile_rows = kFocusHardTile;  // queries per block (64: one m-tile per warp; 128: two), as
+                                   // the index was built with
+};
+
+inline int focus_hard_chunks(int T) { return (T + kFocusHardChunk - 1) / kFocusHardChunk; }
+// An upper bound of tile_offsets[b][K] over all b: the grid of the attention kernel.
+inline int64_t focus_hard_max_tiles(int T, int K, int top_k, int tile_rows) {
+  return (int64_t(T) * top_k + tile_rows - 1) / tile_rows + K;
+}
+
+void launch_focus_hard_index(const FocusHardIndexParams& p, Stream s);
+void launch_focus_hard_fwd(const FocusHardAttnParams& p, Stream s);
+
+}  // namespace attnlab

@@ -1,0 +1,143 @@
+// Group-sorted index lists of the hard-routed Focus forward (contract: focus_hard.cuh). A stable
+// counting sort per batch row in three kernels, each O(T top_k) work:
+//   count:   per chunk of kFocusHardChunk tokens, each token's group bit set (masks) and the
+//            chunk's count per group (chunk_counts, group-major: [B, K, n_chunks]);
+//   scan:    per batch row, one exclusive scan over the group-major counts gives every (group,
+//            chunk) its first list slot; offsets and tile_offsets from the per-group totals;
+//   scatter: per chunk, each token's rank among the chunk's earlier tokens of the same group (one
+//            warp ballot per group, then a prefix over the block's warps): positions stay sorted.
+#include <cuda_runtime.h>
+
+#include "core/cuda_check.h"
+#include "kernels/common/device.cuh"
+#include "kernels/focus/focus_hard.cuh"
+
+namespace attnlab {
+namespace {
+
+constexpr int kChunk = kFocusHardChunk;  // = threads per block of count and scatter
+constexpr int kWarps = kChunk / 32;
+
+__global__ void __launch_bounds__(kChunk) hard_index_count(const FocusHardIndexParams p) {
+  __shared__ int count[kFocusHardMaxGroups];
+  const int b = blockIdx.y, n_chunks = gridDim.x;
+  const int t = blockIdx.x * kChunk + threadIdx.x;
+  if (threadIdx.x < p.K) count[threadIdx.x] = 0;
+  __syncthreads();
+  if (t < p.T) {
+    const int32_t* gr = p.groups + (int64_t(b) * p.T + t) * p.top_k;
+    uint64_t m = 0;
+    for (int s = 0; s < p.top_k; ++s) {
+      const int g = gr[s];
+      if (g >= 0 && g < p.K) m |= uint64_t(1) << g;
+    }
+    p.masks[int64_t(b) * p.T + t] = m;
+    for (uint64_t r = m; r != 0; r &= r - 1) atomicAdd(&count[__ffsll(int64_t(r)) - 1], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x < p.K)
+    p.chunk_counts[(int64_t(b) * p.K + threadIdx.x) * n_chunks + blockIdx.x] = count[threadIdx.x];
+}
+
+// One block per batch row: exclusive scan, in place, of its K * n_chunks counts (group-major).
+constexpr int kScanThreads = 1024;
+__global__ void __launch_bounds__(kScanThreads)
+    hard_index_scan(const FocusHardIndexParams p, int n_chunks) {
+  __shared__ int warp_sums[kScanThreads / 32];
+  __shared__ int carry;
+  const int b = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int32_t* c = p.chunk_counts + int64_t(b) * p.K * n_chunks;
+  int32_t* offs = p.offsets + int64_t(b) * (p.K + 1);
+  const int n = p.K * n_chunks;
+  if (threadIdx.x == 0) carry = 0;
+  __syncthreads();
+  for (int base = 0; base < n; base += kScanThreads) {
+    const int i = base + threadIdx.x;
+    const int x = i < n ? c[i] : 0;
+    int incl = x;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += y;
+    }
+    if (lane == 31) warp_sums[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+      int w = warp_sums[lane];
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, w, o);
+        if (lane >= o) w += y;
+      }
+      warp_sums[lane] = w;  // inclusive over warps
+    }
+    __syncthreads();
+    const int excl = carry + (warp > 0 ? warp_sums[warp - 1] : 0) + incl - x;
+    if (i < n) {
+      c[i] = excl;
+      if (i % n_chunks == 0) offs[i / n_chunks] = excl;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) carry += warp_sums[kScanThreads / 32 - 1];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    offs[p.K] = carry;
+    int32_t* toff = p.tile_offsets + int64_t(b) * (p.K + 1);
+    int tiles = 0;
+    for (int g = 0; g < p.K; ++g) {
+      toff[g] = tiles;
+      tiles += (offs[g + 1] - offs[g] + p.tile_rows - 1) / p.tile_rows;
+    }
+    toff[p.K] = tiles;
+  }
+}
+
+__global__ void __launch_bounds__(kChunk) hard_index_scatter(const FocusHardIndexParams p) {
+  __shared__ int warp_base[kFocusHardMaxGroups][kWarps];
+  const int b = blockIdx.y, n_chunks = gridDim.x;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int t = blockIdx.x * kChunk + threadIdx.x;
+  const uint64_t m = t < p.T ? p.masks[int64_t(b) * p.T + t] : 0;
+  const unsigned lt = (1u << lane) - 1u;
+  for (int g = 0; g < p.K; ++g) {
+    const unsigned bal = __ballot_sync(0xffffffffu, (m >> g) & 1);
+    if (lane == 0) warp_base[g][warp] = __popc(bal);
+  }
+  __syncthreads();
+  // Exclusive prefix over the warps, per group, from the (group, chunk) base of the scan.
+  if (threadIdx.x < p.K) {
+    const int g = threadIdx.x;
+    int run = p.chunk_counts[(int64_t(b) * p.K + g) * n_chunks + blockIdx.x];
+    for (int w = 0; w < kWarps; ++w) {
+      const int c = warp_base[g][w];
+      warp_base[g][w] = run;
+      run += c;
+    }
+  }
+  __syncthreads();
+  int32_t* list = p.list + int64_t(b) * p.T * p.top_k;
+  for (int g = 0; g < p.K; ++g) {
+    const bool has = (m >> g) & 1;
+    const unsigned bal = __ballot_sync(0xffffffffu, has);
+    if (has) list[warp_base[g][warp] + __popc(bal & lt)] = t;
+  }
+}
+
+}  // namespace
+
+void launch_focus_hard_index(const FocusHardIndexParams& p, Stream s) {
+  ATTN_ASSERT(p.B > 0 && p.T > 0 && p.K >= 1 && p.K <= kFocusHardMaxGroups && p.top_k >= 1);
+  ATTN_ASSERT(p.tile_rows == 64 || p.tile_rows == 128);
+  auto st = reinterpret_cast<cudaStream_t>(s);
+  const int n_chunks = focus_hard_chunks(p.T);
+  const dim3 grid(n_chunks, p.B);
+  hard_index_count<<<grid, kChunk, 0, st>>>(p);
+  CUDA_CHECK_LAUNCH();
+  hard_index_scan<<<p.B, kScanThreads, 0, st>>>(p, n_chunks);
+  CUDA_CHECK_LAUNCH();
+  hard_index_scatter<<<grid, kChunk, 0, st>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace attnlab

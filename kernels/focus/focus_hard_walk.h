@@ -1,0 +1,76 @@
+// The counting rule and the key-tile walk of the hard-routed Focus forward (focus_hard.cuh), as
+// host/device functions: the kernel (focus_hard_fwd.cu) runs them, and a CPU test
+// (tests/ops/test_focus_hard_walk.cpp) replays the walk of every block to prove that each
+// attended pair is taken exactly once and no other pair is.
+#pragma once
+#include <climits>
+#include <cstdint>
+
+#include "kernels/focus/focus_hard.cuh"
+
+#if defined(__CUDACC__)
+#define ATTN_FOCUS_HD __host__ __device__ __forceinline__
+#else
+#define ATTN_FOCUS_HD inline
+#endif
+
+namespace attnlab::focus_hard {
+
+// The slot of group grp in a token's groups row (its first occurrence; top_k if absent), and in
+// *low the bit set of the valid groups of the slots before it.
+ATTN_FOCUS_HD int slot_of(const int32_t* row, int top_k, int grp, int K, uint64_t* low) {
+  uint64_t m = 0;
+  int s = 0;
+  for (; s < top_k; ++s) {
+    const int x = row[s];
+    if (x == grp) break;
+    if (x >= 0 && x < K) m |= uint64_t(1) << x;
+  }
+  *low = m;
+  return s;
+}
+
+// In the pass of group g, query i (whose groups of lower slots are `low`) takes key j of g's list
+// iff j <= i and j holds none of them: a shared pair is taken in the pass of i's first slot that
+// j shares.
+ATTN_FOCUS_HD bool take_group_key(int i, int j, uint64_t key_mask, uint64_t low) {
+  return j >= 0 && j <= i && (key_mask & low) == 0;
+}
+
+// In the local band, only in i's first pass (low == 0: slot 0 when the ids are valid), and only
+// pairs sharing no group (the others were taken in a group pass).
+ATTN_FOCUS_HD bool take_local_key(int i, int j, int w, bool first, uint64_t key_mask,
+                                  uint64_t query_mask) {
+  return first && j >= 0 && j <= i && i - j <= w && (key_mask & query_mask) == 0;
+}
+
+// The first position tile (kFocusHardTile keys) >= from that meets the band [i - w, i] of some
+// query of the block in its first pass (qpos: n entries, -1 = none; qfirst: nonzero for a first
+// pass), or -1.
+ATTN_FOCUS_HD int next_local_tile(const int* qpos, const int* qfirst, int n, int from, int w) {
+  constexpr int kt = kFocusHardTile;
+  if (w <= 0) return -1;  // the band is (i, i), which shares i's own group: no local pair
+  int best = INT_MAX;
+  for (int r = 0; r < n; ++r) {
+    const int i = qpos[r];
+    if (i < 0 || !qfirst[r] || i < from * kt) continue;
+    const int first = (i - w > 0 ? i - w : 0) / kt;
+    const int t = first > from ? first : from;
+    best = t < best ? t : best;
+  }
+  return best == INT_MAX ? -1 : best;
+}
+
+// A warp's shortcuts over its rows (positions lo = its first query, hi = its last valid one;
+// all_first: every row in its first pass; any_first: some valid row is). A group tile (key
+// positions kmin .. kmax, -1 = no key) no row can see; a group tile every row takes whole; a
+// local tile (positions k0 ..) no row's band meets.
+ATTN_FOCUS_HD bool group_tile_visible(int kmin, int hi) { return kmin >= 0 && kmin <= hi; }
+ATTN_FOCUS_HD bool group_tile_unmasked(int kmax, int lo, bool all_first) {
+  return all_first && kmax >= 0 && kmax <= lo;
+}
+ATTN_FOCUS_HD bool local_tile_visible(int k0, int lo, int hi, int w, bool any_first) {
+  return any_first && k0 <= hi && k0 + kFocusHardTile - 1 + w >= lo;
+}
+
+}  // namespace attnlab::focus_hard

@@ -1,0 +1,265 @@
+// Hard-routed Focus forward (ops::focus_attention_fwd, gate hard -> kernels/focus/focus_hard*.cu)
+// against our dense causal forward (ops::attention_fwd, the op the model uses) in the same run.
+// bf16, batch 1, local window 128; shapes 12 heads x 64 and 8 heads x 128.
+// Groups: scores [T, K] through the causal Sinkhorn op (ops::focus_sinkhorn_fwd, 10 iterations)
+// and ops::focus_route_topk, as the model routes; "balanced": uniform random scores (groups about
+// equal, neighbours unrelated); "realistic": scores from a smooth mean-reverting random walk, so
+// nearby tokens share groups.
+// Columns: dense_ms, hard_ms (index lists + attention + merge, as focus_attention_fwd runs it:
+// 64 queries per block), speed-up dense/hard; hard128_ms the same with 128 queries per block
+// (two m-tiles per warp, focus_hard_attention_fwd's tile_rows = 128; D = 64 only, else 0) and its
+// speed-up; index_ms
+// (the counting sort alone); route_ms (Sinkhorn + top-k); route% = (route + index) / (route +
+// hard), the routing overhead's share of the layer's attention; top = share of the tokens in the
+// largest group (slot 0).
+// Usage: bench_focus_hard [--T=1024,4096,...] [--K=4,8] [--top_k=1,2] [--D=64,128]
+//                         [--groups=balanced,realistic] [--reps=N] [--csv=path]
+// Defaults: T 1K 4K 16K 64K 256K 1M, K 4 8, top_k 1 2, D 64 128, both group kinds, reps 5
+// (2 at T >= 256K).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "core/cuda_check.h"
+#include "core/tensor.h"
+#include "ops/focus_hard_ops.h"
+#include "ops/focus_ops.h"
+#include "ops/ops.h"
+
+using namespace attnlab;
+
+namespace {
+
+std::vector<int> parse_list(const char* prog, const char* key, const char* text) {
+  std::vector<int> v;
+  std::string s(text);
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t end = std::min(s.find(',', at), s.size());
+    const std::string item = s.substr(at, end - at);
+    char* stop = nullptr;
+    const long x = std::strtol(item.c_str(), &stop, 10);
+    if (item.empty() || *stop != '\0' || x <= 0) {
+      std::fprintf(stderr, "%s: %s expects positive integers separated by commas, got '%s'\n", prog,
+                   key, text);
+      std::exit(2);
+    }
+    v.push_back(int(x));
+    at = end + 1;
+  }
+  return v;
+}
+
+// Median of reps timed calls on the context's stream after `warm` untimed ones, in ms.
+template <typename F>
+double time_ms(const ExecContext& ctx, F&& f, int reps, int warm) {
+  auto st = reinterpret_cast<cudaStream_t>(ctx.stream);
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < warm; ++i) f();
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) {
+    CUDA_CHECK(cudaEventRecord(a, st));
+    f();
+    CUDA_CHECK(cudaEventRecord(b, st));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[reps / 2];
+}
+
+void upload_bf16(const Buffer& buf, size_t n, uint64_t seed) {
+  std::vector<bf16> h(n);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;  // xorshift: cheap at 10^9 values (T = 1M)
+  for (auto& x : h) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    x = bf16(float(int64_t(s >> 40) - (int64_t(1) << 23)) / float(1 << 23));  // [-1, 1)
+  }
+  CUDA_CHECK(cudaMemcpy(buf.data(), h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+}
+
+// Scores [T, K]: uniform in [-10, 10] (balanced) or 10 x a mean-reverting random walk per group
+// (realistic: stationary std 1, correlation length ~100 tokens).
+std::vector<float> make_scores(int T, int K, bool realistic, uint64_t seed) {
+  std::vector<float> s(size_t(T) * K);
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> u(-10.f, 10.f);
+  std::normal_distribution<float> n(0.f, 1.f);
+  std::vector<float> x(K, 0.f);
+  for (int t = 0; t < T; ++t)
+    for (int k = 0; k < K; ++k) {
+      x[k] = 0.99f * x[k] + 0.141f * n(gen);
+      s[size_t(t) * K + k] = realistic ? 10.f * x[k] : u(gen);
+    }
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* prog = "bench_focus_hard";
+  std::vector<int> Ts = {1024, 4096, 16384, 65536, 262144, 1048576}, Ks = {4, 8}, tks = {1, 2},
+                   Ds = {64, 128};
+  std::vector<bool> kinds = {false, true};  // realistic?
+  int reps_opt = 0;
+  const char* csv_path = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (std::strncmp(a, "--T=", 4) == 0) {
+      Ts = parse_list(prog, "--T", a + 4);
+    } else if (std::strncmp(a, "--K=", 4) == 0) {
+      Ks = parse_list(prog, "--K", a + 4);
+    } else if (std::strncmp(a, "--top_k=", 8) == 0) {
+      tks = parse_list(prog, "--top_k", a + 8);
+    } else if (std::strncmp(a, "--D=", 4) == 0) {
+      Ds = parse_list(prog, "--D", a + 4);
+      for (int d : Ds)
+        if (d != 64 && d != 128) {
+          std::fprintf(stderr, "%s: --D expects 64 and/or 128, got %d\n", prog, d);
+          return 2;
+        }
+    } else if (std::strncmp(a, "--reps=", 7) == 0) {
+      reps_opt = parse_list(prog, "--reps", a + 7)[0];
+    } else if (std::strncmp(a, "--groups=", 9) == 0) {
+      kinds.clear();
+      const std::string v(a + 9);
+      if (v == "balanced" || v == "balanced,realistic" || v == "realistic,balanced")
+        kinds.push_back(false);
+      if (v == "realistic" || v == "balanced,realistic" || v == "realistic,balanced")
+        kinds.push_back(true);
+      if (kinds.empty()) {
+        std::fprintf(stderr, "%s: --groups expects balanced and/or realistic, got '%s'\n", prog,
+                     v.c_str());
+        return 2;
+      }
+    } else if (std::strncmp(a, "--csv=", 6) == 0) {
+      csv_path = a + 6;
+    } else {
+      std::fprintf(stderr,
+                   "%s: unknown option %s (valid: --T=, --K=, --top_k=, --D=, --groups=, "
+                   "--reps=, --csv=)\n",
+                   prog, a);
+      return 2;
+    }
+  }
+  if (!cuda_available()) {
+    std::printf("%s: no CUDA device\n", prog);
+    return 0;
+  }
+  auto ctx = ExecContext::make_cuda(0);
+  // The op's workspace is stream-ordered (cudaMallocAsync); keep freed pool memory mapped between
+  // calls, as a long-running process would, so the timings do not include re-mapping it.
+  {
+    cudaMemPool_t pool;
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    uint64_t keep = UINT64_MAX;
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  }
+  FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
+  if (csv_path && !csv) {
+    std::fprintf(stderr, "%s: cannot write %s\n", prog, csv_path);
+    return 2;
+  }
+  if (csv)
+    std::fprintf(csv,
+                 "D,H,T,K,top_k,groups,dense_ms,hard_ms,speedup,hard128_ms,speedup128,index_ms,"
+                 "route_ms,route_share,top_group_share\n");
+  std::printf("%4s %3s %8s %2s %5s %9s | %10s %10s %7s %10s %7s | %9s %9s %6s %5s\n", "D", "H", "T",
+              "K", "top_k", "groups", "dense ms", "hard ms", "x dense", "hard128 ms", "x dense",
+              "index ms", "route ms", "route%", "top");
+  const int w = 128, B = 1, N = 10;
+  for (int D : Ds) {
+    const int H = D == 64 ? 12 : 8;
+    const QKVLayout l{H, H, D};
+    for (int T : Ts) {
+      const int reps = reps_opt > 0 ? reps_opt : (T >= 262144 ? 2 : 5);
+      const int warm = T >= 262144 ? 1 : 3;
+      const size_t n_qkv = size_t(T) * l.width(), n_o = size_t(T) * l.q_width();
+      Buffer qkv(Device::cuda, n_qkv * 2), out(Device::cuda, n_o * 2),
+          lse(Device::cuda, size_t(H) * T * 4);
+      upload_bf16(qkv, n_qkv, uint64_t(T) + D);
+      const Tensor tq(qkv.data(), DType::bf16, Device::cuda, Shape{B, T, l.width()});
+      const Tensor to(out.data(), DType::bf16, Device::cuda, Shape{B, T, l.q_width()});
+      const Tensor tl(lse.data(), DType::f32, Device::cuda, Shape{B, H, T});
+      const double dense_ms = time_ms(
+          *ctx, [&] { ops::attention_fwd(*ctx, to, tl, tq, l); }, reps, warm);
+      for (int K : Ks)
+        for (bool realistic : kinds) {
+          const Shape gs{B, T, K};
+          std::vector<float> sc = make_scores(T, K, realistic, uint64_t(T) * 31 + K);
+          Buffer scores(Device::cuda, sc.size() * 4), g(Device::cuda, sc.size() * 4),
+              iters(Device::cuda, sc.size() * 4 * (N + 1));
+          CUDA_CHECK(cudaMemcpy(scores.data(), sc.data(), sc.size() * 4, cudaMemcpyHostToDevice));
+          const Tensor ts(scores.data(), DType::f32, Device::cuda, gs);
+          const Tensor tg(g.data(), DType::f32, Device::cuda, gs);
+          const Tensor ti(iters.data(), DType::f32, Device::cuda, Shape{N + 1, B, T, K});
+          for (int tk : tks) {
+            if (tk > K) continue;
+            Buffer groups(Device::cuda, size_t(T) * tk * 4);
+            const Tensor tgr(groups.data(), DType::i32, Device::cuda, Shape{B, T, tk});
+            auto route = [&] {
+              ops::focus_sinkhorn_fwd(*ctx, tg, ti, ts, true);
+              ops::focus_route_topk(*ctx, tgr, tg);
+            };
+            const double route_ms = time_ms(*ctx, route, reps, 1);
+            FocusGateParams gate;
+            gate.kind = FocusGateKind::hard;
+            gate.local_window = w;
+            const double hard_ms = time_ms(
+                *ctx, [&] { ops::focus_attention_fwd(*ctx, to, tl, tq, l, tg, tgr, gate); }, reps,
+                warm);
+            // 128 queries per block: head dim 64 only (0 printed for 128).
+            auto hard128 = [&] {
+              ops::focus_hard_attention_fwd(*ctx, to, tl, tq, l, tgr, K, w, 128);
+            };
+            const double hard128_ms = D != 64 ? 0.0 : time_ms(*ctx, hard128, reps, warm);
+            Buffer list(Device::cuda, size_t(T) * tk * 4), offs(Device::cuda, (K + 1) * 4),
+                toff(Device::cuda, (K + 1) * 4), masks(Device::cuda, size_t(T) * 8);
+            const double index_ms = time_ms(
+                *ctx,
+                [&] {
+                  ops::focus_hard_index(
+                      *ctx, Tensor(list.data(), DType::i32, Device::cuda, Shape{B, T * tk}),
+                      Tensor(offs.data(), DType::i32, Device::cuda, Shape{B, K + 1}),
+                      Tensor(toff.data(), DType::i32, Device::cuda, Shape{B, K + 1}),
+                      Tensor(masks.data(), DType::u32, Device::cuda, Shape{B, T, 2}), tgr, K);
+                },
+                reps, 1);
+            std::vector<int32_t> hg(size_t(T) * tk);
+            CUDA_CHECK(cudaMemcpy(hg.data(), groups.data(), hg.size() * 4, cudaMemcpyDeviceToHost));
+            std::vector<int64_t> cnt(K, 0);
+            for (int t = 0; t < T; ++t) ++cnt[hg[size_t(t) * tk]];
+            const double top = double(*std::max_element(cnt.begin(), cnt.end())) / T;
+            const double share = (route_ms + index_ms) / (route_ms + hard_ms);
+            const char* kind = realistic ? "realistic" : "balanced";
+            std::printf(
+                "%4d %3d %8d %2d %5d %9s | %10.3f %10.3f %7.2f %10.3f %7.2f | %9.3f %9.3f "
+                "%5.1f%% %5.2f\n",
+                D, H, T, K, tk, kind, dense_ms, hard_ms, dense_ms / hard_ms, hard128_ms,
+                hard128_ms > 0 ? dense_ms / hard128_ms : 0.0, index_ms, route_ms, 100 * share, top);
+            std::fflush(stdout);
+            if (csv)
+              std::fprintf(csv, "%d,%d,%d,%d,%d,%s,%.4f,%.4f,%.3f,%.4f,%.3f,%.4f,%.4f,%.4f,%.4f\n",
+                           D, H, T, K, tk, kind, dense_ms, hard_ms, dense_ms / hard_ms, hard128_ms,
+                           hard128_ms > 0 ? dense_ms / hard128_ms : 0.0, index_ms, route_ms, share,
+                           top);
+          }
+        }
+    }
+  }
+  if (csv) std::fclose(csv);
+  return 0;
+}

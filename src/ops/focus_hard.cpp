@@ -1,0 +1,170 @@
+// Host side of the hard-routed Focus forward (ops/focus_hard_ops.h): checks, the stream-ordered
+// workspace, the two launches (index, attention).
+#include "kernels/focus/focus_hard.cuh"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "core/cuda_check.h"
+#include "core/nvtx.h"
+#include "ops/focus_hard_ops.h"
+#include "ops/op_checks.h"
+
+namespace attnlab::ops {
+
+using namespace detail;
+
+namespace {
+
+constexpr const char* kOp = "focus_hard_attention";
+// 64 until the H200 benchmark (bench_focus_hard, both sizes in one call) says otherwise.
+constexpr int kDefaultTileRows = 64;
+
+void check_tile_rows(const char* op, int tile_rows) {
+  ATTN_REQUIRE(tile_rows == 64 || tile_rows == 128, "%s: tile_rows must be 64 or 128, got %d", op,
+               tile_rows);
+}
+
+void check_groups(const ExecContext& ctx, const char* op, const Tensor& groups, int K) {
+  require_present(op, "groups", groups);
+  ATTN_REQUIRE(ctx.device == Device::cuda, "%s: runs on cuda only, got %s", op,
+               device_name(ctx.device));
+  ATTN_REQUIRE(groups.ndim() == 3 && groups.dtype == DType::i32 && groups.device == ctx.device,
+               "%s: groups must be i32 [B, T, top_k] on cuda, got %s", op, groups.str().c_str());
+  ATTN_REQUIRE(K >= 1 && K <= kFocusHardMaxGroups, "%s: groups K must be in [1, %d], got %d", op,
+               kFocusHardMaxGroups, K);
+  ATTN_REQUIRE(groups.dim(2) >= 1 && groups.dim(2) <= K,
+               "%s: top_k (the last dim of groups) must be in [1, %d], got %lld", op, K,
+               (long long)groups.dim(2));
+  ATTN_REQUIRE(groups.dim(0) >= 1 && groups.dim(1) >= 1, "%s: groups must not be empty, got %s", op,
+               groups.str().c_str());
+}
+
+// Device scratch in stream order (cudaMalloc would synchronise the device); freed the same way.
+class StreamScratch {
+ public:
+  explicit StreamScratch(const ExecContext& ctx)
+      : stream_(reinterpret_cast<cudaStream_t>(ctx.stream)) {}
+  ~StreamScratch() {
+    for (void* p : ptrs_) cudaFreeAsync(p, stream_);
+  }
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  template <typename T>
+  T* get(int64_t n) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMallocAsync(&p, size_t(std::max<int64_t>(n, 1)) * sizeof(T), stream_));
+    ptrs_[n_++] = p;
+    return static_cast<T*>(p);
+  }
+
+ private:
+  cudaStream_t stream_;
+  void* ptrs_[8] = {};
+  int n_ = 0;
+};
+
+}  // namespace
+
+bool focus_hard_supported(const ExecContext& ctx, const Tensor& qkv, const QKVLayout& layout,
+                          int K) {
+  return ctx.device == Device::cuda && qkv.dtype == DType::bf16 &&
+         (layout.head_dim == 64 || layout.head_dim == 128) && K >= 1 && K <= kFocusHardMaxGroups;
+}
+
+void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& offsets,
+                      const Tensor& tile_offsets, const Tensor& masks, const Tensor& groups, int K,
+                      int tile_rows) {
+  NvtxRange range("focus_hard_index");
+  constexpr const char* op = "focus_hard_index";
+  check_groups(ctx, op, groups, K);
+  const int64_t B = groups.dim(0), T = groups.dim(1), top_k = groups.dim(2);
+  require_tensor(op, "list", list, DType::i32, Shape{B, T * top_k}, ctx);
+  require_tensor(op, "offsets", offsets, DType::i32, Shape{B, K + 1}, ctx);
+  require_tensor(op, "tile_offsets", tile_offsets, DType::i32, Shape{B, K + 1}, ctx);
+  require_tensor(op, "masks", masks, DType::u32, Shape{B, T, 2}, ctx);
+  check_tile_rows(op, tile_rows);
+  StreamScratch scratch(ctx);
+  FocusHardIndexParams p;
+  p.groups = groups.ptr<int32_t>();
+  p.B = int(B), p.T = int(T), p.K = K, p.top_k = int(top_k);
+  p.tile_rows = tile_rows;
+  p.chunk_counts = scratch.get<int32_t>(B * K * focus_hard_chunks(p.T));
+  p.offsets = offsets.ptr<int32_t>();
+  p.tile_offsets = tile_offsets.ptr<int32_t>();
+  p.list = list.ptr<int32_t>();
+  p.masks = static_cast<uint64_t*>(masks.data);
+  launch_focus_hard_index(p, ctx.stream);
+}
+
+void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
+                              const Tensor& qkv, const QKVLayout& l, const Tensor& groups, int K,
+                              int local_window, int tile_rows) {
+  NvtxRange range("focus_hard_attention_fwd");
+  check_groups(ctx, kOp, groups, K);
+  require_present(kOp, "qkv", qkv);
+  ATTN_REQUIRE(qkv.ndim() == 3 && qkv.dtype == DType::bf16 && qkv.device == ctx.device,
+               "%s: qkv must be bf16 [B, T, width] on cuda, got %s", kOp, qkv.str().c_str());
+  ATTN_REQUIRE(l.head_dim == 64 || l.head_dim == 128,
+               "%s: head dim must be 64 or 128, got %d (other head dims run the plain kernel of "
+               "focus_attention_fwd)",
+               kOp, l.head_dim);
+  ATTN_REQUIRE(l.n_head > 0 && l.n_kv_head > 0 && l.n_head % l.n_kv_head == 0,
+               "%s: n_kv_head (%d) must divide n_head (%d)", kOp, l.n_kv_head, l.n_head);
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), top_k = groups.dim(2);
+  require_tensor(kOp, "qkv", qkv, DType::bf16, Shape{B, T, l.width()}, ctx);
+  require_tensor(kOp, "groups", groups, DType::i32, Shape{B, T, top_k}, ctx);
+  require_tensor(kOp, "out", out, DType::bf16, Shape{B, T, l.q_width()}, ctx);
+  require_tensor(kOp, "lse", lse, DType::f32, Shape{B, l.n_head, T}, ctx);
+  ATTN_REQUIRE(local_window >= 0, "%s: local_window must be >= 0, got %d", kOp, local_window);
+  if (tile_rows == 0) tile_rows = kDefaultTileRows;
+  check_tile_rows(kOp, tile_rows);
+  ATTN_REQUIRE(tile_rows == 64 || l.head_dim == 64,
+               "%s: tile_rows 128 needs head dim 64 (at 128 two m-tiles per warp spill registers), "
+               "got head dim %d",
+               kOp, l.head_dim);
+  ATTN_REQUIRE(T * top_k < (int64_t(1) << 31), "%s: T x top_k must be < 2^31, got %lld", kOp,
+               (long long)(T * top_k));
+
+  StreamScratch scratch(ctx);
+  FocusHardIndexParams ip;
+  ip.groups = groups.ptr<int32_t>();
+  ip.B = int(B), ip.T = int(T), ip.K = K, ip.top_k = int(top_k);
+  ip.tile_rows = tile_rows;
+  ip.chunk_counts = scratch.get<int32_t>(B * K * focus_hard_chunks(ip.T));
+  ip.offsets = scratch.get<int32_t>(B * (K + 1));
+  ip.tile_offsets = scratch.get<int32_t>(B * (K + 1));
+  ip.list = scratch.get<int32_t>(B * T * top_k);
+  ip.masks = scratch.get<uint64_t>(B * T);
+  launch_focus_hard_index(ip, ctx.stream);
+
+  FocusHardAttnParams p;
+  const bf16* base = qkv.ptr<bf16>();
+  p.q = base;
+  p.k = base + l.k_offset();
+  p.v = base + l.v_offset();
+  p.o = out.ptr<bf16>();
+  p.lse = lse.ptr<float>();
+  p.groups = ip.groups;
+  p.offsets = ip.offsets;
+  p.tile_offsets = ip.tile_offsets;
+  p.list = ip.list;
+  p.masks = ip.masks;
+  if (top_k > 1) {
+    p.part_o = scratch.get<float>(B * T * top_k * l.n_head * l.head_dim);
+    p.part_lse = scratch.get<float>(B * T * top_k * l.n_head);
+  }
+  p.q_batch_stride = p.kv_batch_stride = T * l.width();
+  p.q_row_stride = p.kv_row_stride = l.width();
+  p.o_batch_stride = T * l.q_width();
+  p.o_row_stride = l.q_width();
+  p.B = int(B), p.T = int(T), p.n_head = l.n_head, p.n_kv_head = l.n_kv_head, p.D = l.head_dim;
+  p.K = K, p.top_k = int(top_k);
+  p.local_window = local_window;
+  p.scale = float(1.0 / std::sqrt(double(l.head_dim)));
+  p.tile_rows = tile_rows;
+  launch_focus_hard_fwd(p, ctx.stream);
+}
+
+}  // namespace attnlab::ops

@@ -1,0 +1,158 @@
+// The counting rule and tile walk of the hard-routed Focus kernel (kernels/focus/focus_hard_walk.h,
+// the functions the kernel runs), replayed on the CPU for every block of a launch: every pair the
+// mask attends (j <= i and (i - j <= w or a shared group)) must be taken exactly once over all the
+// passes, and no other pair ever. The group lists are built here the way the index kernels define
+// them (stable by position, each distinct valid group once).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/focus/focus_hard_walk.h"
+#include "test_util.h"
+
+namespace attnlab {
+namespace {
+
+constexpr int kTile = kFocusHardTile;  // keys per tile
+
+struct WalkCase {
+  int T, K, top_k, w, rows;  // rows: queries per block (tile_rows)
+  int kind;  // 0 random, 1 unbalanced (90% in group 0), 2 with duplicate and out-of-range ids
+};
+
+void replay(const WalkCase& c) {
+  SCOPED_TRACE(testing::Message() << "T " << c.T << " K " << c.K << " top_k " << c.top_k << " w "
+                                  << c.w << " kind " << c.kind << " rows " << c.rows);
+  const int T = c.T, K = c.K, tk = c.top_k, w = c.w;
+  std::vector<int32_t> groups(size_t(T) * tk);
+  const std::vector<int32_t> r =
+      test::random_ints(groups.size() * 2, uint32_t(T * 13 + K), 1 << 20);
+  for (int t = 0; t < T; ++t) {
+    // Distinct groups per token (what focus_route_topk writes) unless kind 2.
+    std::vector<bool> used(K, false);
+    for (int s = 0; s < tk; ++s) {
+      int x = r[size_t(t) * tk + s] % K;
+      if (c.kind == 1 && s == 0 && r[groups.size() + t] % 10 < 9) x = 0;
+      if (c.kind == 2) {
+        const int y = r[groups.size() + size_t(t) * tk + s] % 8;
+        groups[size_t(t) * tk + s] = y == 0 ? -1 : y == 1 ? K : x;  // duplicates allowed
+        continue;
+      }
+      while (used[x]) x = (x + 1) % K;
+      used[x] = true;
+      groups[size_t(t) * tk + s] = x;
+    }
+  }
+  std::vector<uint64_t> mask(T, 0);
+  for (int t = 0; t < T; ++t)
+    for (int s = 0; s < tk; ++s) {
+      const int x = groups[size_t(t) * tk + s];
+      if (x >= 0 && x < K) mask[t] |= uint64_t(1) << x;
+    }
+  std::vector<uint8_t> taken(size_t(T) * T, 0);
+  int blocks = 0;
+  for (int g = 0; g < K; ++g) {
+    std::vector<int> list;
+    for (int t = 0; t < T; ++t)
+      if ((mask[t] >> g) & 1) list.push_back(t);
+    const int count = int(list.size());
+    const int rows = c.rows;
+    for (int q_first = 0; q_first < count; q_first += rows, ++blocks) {
+      int qpos[128], qslot[128], qfirst[128];
+      uint64_t qlow[128];
+      for (int r = 0; r < rows; ++r) {
+        qpos[r] = q_first + r < count ? list[q_first + r] : -1;
+        qslot[r] = 0;
+        qlow[r] = 0;
+        if (qpos[r] >= 0)
+          qslot[r] = focus_hard::slot_of(groups.data() + size_t(qpos[r]) * tk, tk, g, K, &qlow[r]);
+        ASSERT_LT(qslot[r], tk);
+        qfirst[r] = qlow[r] == 0;
+      }
+      const int nq = count - q_first < rows ? count - q_first : rows;
+      const int n_group_tiles = (q_first + nq + kTile - 1) / kTile;
+      auto take = [&](int i, int j) {
+        ASSERT_TRUE(i >= 0 && i < T && j >= 0 && j < T);
+        ++taken[size_t(i) * T + j];
+      };
+      // The warps' shortcuts (rows / 4 rows each, as in the kernel), checked against the pairs
+      // the rows take: an invisible tile takes none, an unmasked one all.
+      struct Warp {
+        int begin, end, lo, hi;
+        bool all_first, any_first;
+      };
+      std::vector<Warp> warps;
+      for (int wr = 0; wr < nq; wr += rows / 4) {
+        Warp wp{wr, std::min(wr + rows / 4, nq), qpos[wr], 0, true, false};
+        wp.hi = qpos[wp.end - 1];
+        for (int r = wr; r < wr + rows / 4; ++r) {
+          wp.all_first = wp.all_first && qfirst[r];
+          wp.any_first = wp.any_first || (qfirst[r] && qpos[r] >= 0);
+        }
+        warps.push_back(wp);
+      }
+      for (int kt = 0; kt < n_group_tiles; ++kt) {
+        int kp[kTile];
+        for (int col = 0; col < kTile; ++col)
+          kp[col] = kt * kTile + col < count ? list[kt * kTile + col] : -1;
+        for (const Warp& wp : warps) {
+          const bool visible = focus_hard::group_tile_visible(kp[0], wp.hi);
+          const bool unmasked = focus_hard::group_tile_unmasked(kp[kTile - 1], wp.lo, wp.all_first);
+          for (int col = 0; col < kTile; ++col)
+            for (int r = wp.begin; r < wp.end; ++r) {
+              const bool t = focus_hard::take_group_key(qpos[r], kp[col],
+                                                        kp[col] >= 0 ? mask[kp[col]] : 0, qlow[r]);
+              ASSERT_TRUE(visible || !t) << "group tile " << kt << " skipped by a warp that takes";
+              ASSERT_TRUE(!unmasked || t) << "group tile " << kt << " unmasked, but a pair is not";
+              if (t) take(qpos[r], kp[col]);
+            }
+        }
+      }
+      int prev = -1;
+      for (int lt = focus_hard::next_local_tile(qpos, qfirst, rows, 0, w); lt >= 0;
+           lt = focus_hard::next_local_tile(qpos, qfirst, rows, lt + 1, w)) {
+        ASSERT_GT(lt, prev);
+        prev = lt;
+        for (const Warp& wp : warps) {
+          const bool visible =
+              focus_hard::local_tile_visible(lt * kTile, wp.lo, wp.hi, w, wp.any_first);
+          for (int col = 0; col < kTile; ++col) {
+            const int j = lt * kTile + col < T ? lt * kTile + col : -1;
+            for (int r = wp.begin; r < wp.end; ++r) {
+              const bool t = focus_hard::take_local_key(qpos[r], j, w, qfirst[r] != 0,
+                                                        j >= 0 ? mask[j] : 0, mask[qpos[r]]);
+              ASSERT_TRUE(visible || !t) << "local tile " << lt << " skipped by a warp that takes";
+              if (t) take(qpos[r], j);
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_LE(blocks, focus_hard_max_tiles(T, K, tk, c.rows));
+  int64_t wrong = 0;
+  for (int i = 0; i < T; ++i)
+    for (int j = 0; j < T; ++j) {
+      const bool attended = j <= i && (i - j <= w || (mask[i] & mask[j]) != 0);
+      // A token without a valid group is in no list: its row is not computed (documented).
+      if (mask[i] == 0) continue;
+      wrong += taken[size_t(i) * T + j] != (attended ? 1 : 0);
+    }
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST(FocusHardWalk, EveryAttendedPairIsTakenExactlyOnce) {
+  for (int T : {1, 127, 129, 1000})
+    for (int K : {1, 4, 8, 64})
+      for (int tk : {1, 2, 3})
+        for (int w : {0, 37, 128, 5000})
+          for (int kind : {0, 1, 2}) {
+            if (tk > K || (K == 64 && T < 1000) || (kind == 1 && K == 1)) continue;
+            for (int rows : {64, 128}) replay({T, K, tk, w, rows, kind});
+          }
+}
+
+}  // namespace
+}  // namespace attnlab
