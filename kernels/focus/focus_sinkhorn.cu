@@ -111,15 +111,29 @@ __device__ V block_exclusive_scan(V v, V& total, V* warp_sums /* [32] */) {
 }
 
 // One column of [chunks] values (stride K) replaced by its exclusive prefixes, from `carry`, in
-// chunk order or from the last chunk back; returns carry combined with all of them.
+// chunk order or from the last chunk back; returns carry combined with all of them. Each thread
+// takes kScanItems consecutive values (one pass up to 256 * kScanItems chunks: T = 1M, K = 8 has
+// 4096).
+constexpr int kScanItems = 16;
 template <class Op, class V>
 __device__ V scan_column(V* col, int chunks, int K, bool reverse, V carry, V* warp_sums) {
-  for (int base = 0; base < chunks; base += blockDim.x) {
-    const int i = base + threadIdx.x;
-    V* at = i < chunks ? col + int64_t(reverse ? chunks - 1 - i : i) * K : nullptr;
+  auto at = [&](int i) { return col + int64_t(reverse ? chunks - 1 - i : i) * K; };
+  for (int base = 0; base < chunks; base += blockDim.x * kScanItems) {
+    const int first = base + threadIdx.x * kScanItems;
+    V vals[kScanItems];
+    V local = Op::identity();
+#pragma unroll
+    for (int j = 0; j < kScanItems; ++j) {
+      vals[j] = first + j < chunks ? *at(first + j) : Op::identity();
+      local = Op::combine(local, vals[j]);
+    }
     V tile_total;
-    const V exc = block_exclusive_scan<Op>(at ? *at : Op::identity(), tile_total, warp_sums);
-    if (at) *at = Op::combine(carry, exc);
+    V run = Op::combine(carry, block_exclusive_scan<Op>(local, tile_total, warp_sums));
+#pragma unroll
+    for (int j = 0; j < kScanItems; ++j) {
+      if (first + j < chunks) *at(first + j) = run;
+      run = Op::combine(run, vals[j]);
+    }
     carry = Op::combine(carry, tile_total);
   }
   return carry;
@@ -132,8 +146,8 @@ __global__ void lse_scan_kernel(Lse* sums, Lse* totals, Geometry g, float* state
   const int b = blockIdx.x / g.K, k = blockIdx.x % g.K;
   float* st = state ? state + (int64_t(b) * N + n) * g.K + k : nullptr;
   const Lse init = st ? Lse{*st, 1.f} : LseOp::identity();  // -inf: empty
-  const Lse total = scan_column<LseOp>(sums + int64_t(b) * g.chunks * g.K + k, g.chunks, g.K,
-                                       false, init, warp_sums);
+  const Lse total = scan_column<LseOp>(sums + int64_t(b) * g.chunks * g.K + k, g.chunks, g.K, false,
+                                       init, warp_sums);
   if (threadIdx.x != 0) return;
   totals[b * g.K + k] = total;
   if (st) *st = total.m + logf(total.s);
@@ -142,8 +156,8 @@ __global__ void lse_scan_kernel(Lse* sums, Lse* totals, Geometry g, float* state
 __global__ void affine_scan_kernel(Affine* maps, Affine* totals, Geometry g, bool reverse) {
   __shared__ Affine warp_sums[32];
   const int b = blockIdx.x / g.K, k = blockIdx.x % g.K;
-  const Affine total = scan_column<AffineOp>(maps + int64_t(b) * g.chunks * g.K + k, g.chunks,
-                                             g.K, reverse, AffineOp::identity(), warp_sums);
+  const Affine total = scan_column<AffineOp>(maps + int64_t(b) * g.chunks * g.K + k, g.chunks, g.K,
+                                             reverse, AffineOp::identity(), warp_sums);
   if (threadIdx.x == 0 && totals) totals[b * g.K + k] = total;
 }
 
@@ -231,8 +245,8 @@ __device__ void row_step(float* tile, const Geometry& g, int count) {
 // Iteration n: X_{n+1} from X_n. sums[slot]: this chunk's exclusive column prefixes (causal), then
 // (if next) the column sums of X_{n+1}'s chunk. totals [B, K]: column totals (sequence).
 // log_mass: log(T / K) (sequence).
-__global__ void fwd_apply_kernel(SinkhornParams p, Geometry g, int n, Lse* sums,
-                                 const Lse* totals, float log_mass, bool next) {
+__global__ void fwd_apply_kernel(SinkhornParams p, Geometry g, int n, Lse* sums, const Lse* totals,
+                                 float log_mass, bool next) {
   extern __shared__ float smem[];
   Lse* seg = reinterpret_cast<Lse*>(smem);
   float* target = smem + 2 * kThreads;
@@ -358,7 +372,8 @@ __global__ void bwd_local_kernel(SinkhornParams p, Geometry g, int n, Lse* sums,
   __syncthreads();
   if (threadIdx.x < g.K) {  // the chunk's map: its segments composed from the last one back
     Affine acc = AffineOp::identity();
-    for (int s = g.S - 1; s >= 0; --s) acc = AffineOp::combine(acc, seg_maps[s * g.K + threadIdx.x]);
+    for (int s = g.S - 1; s >= 0; --s)
+      acc = AffineOp::combine(acc, seg_maps[s * g.K + threadIdx.x]);
     maps[ch.slot + threadIdx.x] = acc;
   }
 }
@@ -447,9 +462,8 @@ void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s) {
                                                                       sums.as<Lse>(), g);
   CUDA_CHECK_LAUNCH();
   for (int n = 0; n < p.iterations; ++n) {
-    lse_scan_kernel<<<g.B * g.K, kThreads, 0, st(s)>>>(sums.as<Lse>(), totals.as<Lse>(), g,
-                                                       p.causal ? p.state : nullptr,
-                                                       p.iterations, n);
+    lse_scan_kernel<<<g.B * g.K, kThreads, 0, st(s)>>>(
+        sums.as<Lse>(), totals.as<Lse>(), g, p.causal ? p.state : nullptr, p.iterations, n);
     CUDA_CHECK_LAUNCH();
     fwd_apply_kernel<<<blocks, kThreads, tile_bytes(g, 1, 1) + sizeof(float) * g.C, st(s)>>>(
         p, g, n, sums.as<Lse>(), totals.as<Lse>(), log_mass, n + 1 < p.iterations);
@@ -490,8 +504,8 @@ void launch_sinkhorn_bwd(const SinkhornParams& p, Stream s) {
       affine_scan_kernel<<<g.B * g.K, kThreads, 0, st(s)>>>(maps.as<Affine>(), D.as<Affine>(), g,
                                                             false);
       CUDA_CHECK_LAUNCH();
-      bwd_apply_sequence_kernel<<<div_up(all, kThreads), kThreads, 0, st(s)>>>(
-          p, g, n, L.as<Lse>(), D.as<Affine>());
+      bwd_apply_sequence_kernel<<<div_up(all, kThreads), kThreads, 0, st(s)>>>(p, g, n, L.as<Lse>(),
+                                                                               D.as<Affine>());
       CUDA_CHECK_LAUNCH();
     }
   }

@@ -4,7 +4,8 @@
 // GB/s counts the fp32 traffic the kernels are designed to move, per element of [T, K]:
 //   sinkhorn fwd       2N + 3  (scores in, X_0 .. X_N out, each X_n read once, g out)
 //   sinkhorn fwd+bwd   fwd + 8N + 1 causal, + 7N + 1 sequence (per iteration: X_n read three
-//                      times (twice for sequence), X_{n+1} once, dscores read twice and written twice)
+//                      times (twice for sequence), X_{n+1} once, dscores read twice and written
+//                      twice)
 //   softmax fwd 2, fwd+bwd 5; top-k 1 + top_k / K
 // and is printed beside the card's measured ceiling (a device-to-device copy, read + write).
 // Usage: bench_focus_assign [--csv=PATH] [--max-t=N]   (prints a table; CSV rows:
@@ -91,8 +92,8 @@ int main(int argc, char** argv) {
                     double elems_moved) {
     const double gbps = elems_moved * 4.0 / (ms * 1e6);
     rows.push_back({op, scope, K, T, ms, gbps});
-    std::printf("%-18s %-9s %3d %8lld %10.4f %8.0f %6.0f%%\n", op, scope, K, (long long)T, ms,
-                gbps, 100.0 * gbps / ceiling);
+    std::printf("%-18s %-9s %3d %8lld %10.4f %8.0f %6.0f%%\n", op, scope, K, (long long)T, ms, gbps,
+                100.0 * gbps / ceiling);
   };
   const int N = kIterations;
   for (int K : {4, 8}) {
@@ -136,10 +137,13 @@ int main(int argc, char** argv) {
       sp.K = K;
       record("softmax fwd", "-", K, T,
              median_ms([&] { launch_softmax_assign_fwd(sp, nullptr); }, 20), double(n) * 2);
-      record("softmax fwd+bwd", "-", K, T, median_ms([&] {
-               launch_softmax_assign_fwd(sp, nullptr);
-               launch_softmax_assign_bwd(sp, nullptr);
-             }, 20),
+      record("softmax fwd+bwd", "-", K, T,
+             median_ms(
+                 [&] {
+                   launch_softmax_assign_fwd(sp, nullptr);
+                   launch_softmax_assign_bwd(sp, nullptr);
+                 },
+                 20),
              double(n) * 5);
       for (int top_k : {1, 2}) {
         TopkRouteParams tp;
@@ -149,8 +153,7 @@ int main(int argc, char** argv) {
         tp.K = K;
         tp.top_k = top_k;
         record(top_k == 1 ? "topk1" : "topk2", "-", K, T,
-               median_ms([&] { launch_topk_route(tp, nullptr); }, 20),
-               double(T) * (K + top_k));
+               median_ms([&] { launch_topk_route(tp, nullptr); }, 20), double(T) * (K + top_k));
       }
     }
   }

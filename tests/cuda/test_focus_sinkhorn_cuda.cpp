@@ -67,8 +67,8 @@ void check_case(int B, int T, int K, bool causal, float amp) {
   ops::focus_sinkhorn_bwd(*cpu, cpu_tensor(ds, s), cpu_tensor(dg, s), cpu_tensor(g, s),
                           cpu_tensor(it, is), causal);
 
-  DeviceArray<float> d_sc(sc), d_g(n), d_it(it.size()), d_state(std::vector<float>(state.size(),
-                                                                                    -INFINITY));
+  DeviceArray<float> d_sc(sc), d_g(n), d_it(it.size()),
+      d_state(std::vector<float>(state.size(), -INFINITY));
   d_g.poison();
   d_it.poison();
   ops::focus_sinkhorn_fwd(*gpu, dev(d_g, s), dev(d_it, is), dev(d_sc, s), causal,
@@ -76,8 +76,9 @@ void check_case(int B, int T, int K, bool causal, float amp) {
   const std::vector<float> gg = d_g.download(), git = d_it.download();
   EXPECT_LT(test::report("sinkhorn g", test::max_rel_error(gg, g)), kTolG);
   EXPECT_EQ(std::vector<float>(git.begin(), git.begin() + std::ptrdiff_t(n)), sc) << "X_0 = scores";
-  EXPECT_LT(test::report("sinkhorn exp(iterates)", test::max_rel_error(exp_of(git, n), exp_of(it, n))),
-            kTolG);
+  EXPECT_LT(
+      test::report("sinkhorn exp(iterates)", test::max_rel_error(exp_of(git, n), exp_of(it, n))),
+      kTolG);
   if (causal) {
     EXPECT_LT(test::report("sinkhorn state", test::max_rel_error(d_state.download(), state)),
               kTolState);
@@ -90,15 +91,16 @@ void check_case(int B, int T, int K, bool causal, float amp) {
     row_err = std::max(row_err, std::fabs(sum - 1.0));
   }
   EXPECT_LT(row_err, 1e-5);
-  EXPECT_LT(test::report("sinkhorn column masses",
-                         test::max_rel_error(column_masses(gg, B, T, K), column_masses(g, B, T, K))),
+  EXPECT_LT(test::report("sinkhorn column masses", test::max_rel_error(column_masses(gg, B, T, K),
+                                                                       column_masses(g, B, T, K))),
             kTolG);
 
   // The backward alone: from the reference's g and iterates.
   DeviceArray<float> r_g(g), r_it(it), d_dg(dg), d_ds(n);
   d_ds.poison();
   ops::focus_sinkhorn_bwd(*gpu, dev(d_ds, s), dev(d_dg, s), dev(r_g, s), dev(r_it, is), causal);
-  EXPECT_LT(test::report("sinkhorn dscores", test::max_rel_error(d_ds.download(), ds)), kTolDscores);
+  EXPECT_LT(test::report("sinkhorn dscores", test::max_rel_error(d_ds.download(), ds)),
+            kTolDscores);
   EXPECT_EQ(r_it.download(), it) << "the backward only reads the iterates";
 }
 
