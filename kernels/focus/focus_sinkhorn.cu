@@ -242,6 +242,34 @@ __device__ void row_step(float* tile, const Geometry& g, int count) {
   }
 }
 
+// Column step in place on the tile: causal, the running log-sum-exp from `from` (the column's
+// sum before the chunk; seg holds the tile's segment sums) plus log((pos + t + 1) / K) (target);
+// sequence, minus the column total `from`, plus log_mass = log(T / K).
+__device__ void column_step(float* tile, const Lse* seg, const float* target, const Geometry& g,
+                            const Cell& cl, int count, bool causal, Lse from, float log_mass) {
+  if (!cl.active) return;
+  if (causal) {
+    Lse r = combine_segments<LseOp>(from, seg, g, cl.k, cl.seg);
+    for (int i = 0; i < kSeg && cl.t(i) < count; ++i) {
+      float& x = tile[cl.t(i) * g.KP + cl.k];
+      r = add(r, x);
+      x = (x - r.m) - logf(r.s) + target[cl.t(i)];
+    }
+  } else {
+    const float shift = logf(from.s) - log_mass;
+    for (int i = 0; i < kSeg && cl.t(i) < count; ++i) {
+      float& x = tile[cl.t(i) * g.KP + cl.k];
+      x = (x - from.m) - shift;
+    }
+  }
+}
+
+__device__ void causal_targets(float* target, const SinkhornParams& p, const Chunk& ch, int K) {
+  if (!p.causal) return;
+  for (int t = threadIdx.x; t < ch.count; t += blockDim.x)
+    target[t] = float(log(double(int64_t(p.pos) + ch.t0 + t + 1) / K));
+}
+
 // Iteration n: X_{n+1} from X_n. sums[slot]: this chunk's exclusive column prefixes (causal), then
 // (if next) the column sums of X_{n+1}'s chunk. totals [B, K]: column totals (sequence).
 // log_mass: log(T / K) (sequence).
@@ -255,29 +283,12 @@ __global__ void fwd_apply_kernel(SinkhornParams p, Geometry g, int n, Lse* sums,
   const Cell cl = cell_of(g);
   const int64_t all = int64_t(g.B) * g.T * g.K;
   load_tile(tile, p.iterates + n * all + ch.base, g, ch.count);
-  if (p.causal)
-    for (int t = threadIdx.x; t < ch.count; t += blockDim.x)
-      target[t] = float(log(double(int64_t(p.pos) + ch.t0 + t + 1) / g.K));
+  causal_targets(target, p, ch, g.K);
   __syncthreads();
   if (p.causal) segment_sums(seg, tile, g, cl, ch.count);
   __syncthreads();
-  if (cl.active) {
-    if (p.causal) {
-      Lse r = combine_segments<LseOp>(sums[ch.slot + cl.k], seg, g, cl.k, cl.seg);
-      for (int i = 0; i < kSeg && cl.t(i) < ch.count; ++i) {
-        float& x = tile[cl.t(i) * g.KP + cl.k];
-        r = add(r, x);
-        x = (x - r.m) - logf(r.s) + target[cl.t(i)];
-      }
-    } else {
-      const Lse L = totals[ch.b * g.K + cl.k];
-      const float shift = logf(L.s) - log_mass;
-      for (int i = 0; i < kSeg && cl.t(i) < ch.count; ++i) {
-        float& x = tile[cl.t(i) * g.KP + cl.k];
-        x = (x - L.m) - shift;
-      }
-    }
-  }
+  column_step(tile, seg, target, g, cl, ch.count, p.causal,
+              p.causal ? sums[ch.slot + cl.k] : totals[ch.b * g.K + cl.k], log_mass);
   __syncthreads();
   row_step(tile, g, ch.count);
   __syncthreads();
@@ -291,6 +302,39 @@ __global__ void fwd_apply_kernel(SinkhornParams p, Geometry g, int n, Lse* sums,
   if (threadIdx.x < g.K)
     sums[ch.slot + threadIdx.x] =
         combine_segments<LseOp>(LseOp::identity(), seg, g, threadIdx.x, g.S);
+}
+
+// One chunk per sequence (T <= C: decoding, short sequences): the whole forward in one block per
+// sequence, the tile kept in shared memory across the iterations.
+__global__ void fwd_single_chunk_kernel(SinkhornParams p, Geometry g, float log_mass) {
+  extern __shared__ float smem[];
+  Lse* seg = reinterpret_cast<Lse*>(smem);
+  float* target = smem + 2 * kThreads;
+  float* tile = target + g.C;
+  const Chunk ch = chunk_of(g);
+  const Cell cl = cell_of(g);
+  const int64_t all = int64_t(g.B) * g.T * g.K;
+  load_tile(tile, p.scores + ch.base, g, ch.count);
+  causal_targets(target, p, ch, g.K);
+  __syncthreads();
+  store_tile(p.iterates + ch.base, tile, g, ch.count);
+  for (int n = 0; n < p.iterations; ++n) {
+    segment_sums(seg, tile, g, cl, ch.count);
+    __syncthreads();
+    float* st = p.state ? p.state + (int64_t(ch.b) * p.iterations + n) * g.K + cl.k : nullptr;
+    const Lse from = !p.causal ? combine_segments<LseOp>(LseOp::identity(), seg, g, cl.k, g.S)
+                     : st      ? Lse{*st, 1.f}
+                               : LseOp::identity();
+    const Lse total = st ? combine_segments<LseOp>(from, seg, g, cl.k, g.S) : from;
+    column_step(tile, seg, target, g, cl, ch.count, p.causal, from, log_mass);
+    __syncthreads();  // every thread has read the state
+    if (st && threadIdx.x < g.K) *st = total.m + logf(total.s);
+    row_step(tile, g, ch.count);
+    __syncthreads();
+    store_tile(p.iterates + (n + 1) * all + ch.base, tile, g, ch.count);
+  }
+  for (int e = threadIdx.x; e < ch.count * g.K; e += blockDim.x)
+    p.g[ch.base + e] = expf(tile[(e / g.K) * g.KP + e % g.K]);
 }
 
 // The cell's prefix sums M_i (as m, log s) from the prefix E before it; returns the segment's
@@ -456,8 +500,14 @@ void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s) {
   if (p.B == 0 || p.T == 0) return;
   const Geometry g = geometry(p);
   const int blocks = tile_blocks(g);
-  StreamScratch sums(sizeof(Lse) * size_t(blocks) * g.K, s), totals(sizeof(Lse) * g.B * g.K, s);
   const float log_mass = float(std::log(double(p.T) / p.K));
+  if (g.chunks == 1) {
+    fwd_single_chunk_kernel<<<blocks, kThreads, tile_bytes(g, 1, 1) + sizeof(float) * g.C, st(s)>>>(
+        p, g, log_mass);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  StreamScratch sums(sizeof(Lse) * size_t(blocks) * g.K, s), totals(sizeof(Lse) * g.B * g.K, s);
   chunk_sums_kernel<<<blocks, kThreads, tile_bytes(g, 1, 1), st(s)>>>(p.scores, p.iterates,
                                                                       sums.as<Lse>(), g);
   CUDA_CHECK_LAUNCH();

@@ -7,6 +7,8 @@
 //                      times (twice for sequence), X_{n+1} once, dscores read twice and written
 //                      twice)
 //   softmax fwd 2, fwd+bwd 5; top-k 1 + top_k / K
+// and the cosine scores (bf16 z [T, d_g = 16], fp32 scores): fwd z + scores, fwd+bwd adds
+// dscores, z twice (dz, dcentroids) and dz, in bytes.
 // and is printed beside the card's measured ceiling (a device-to-device copy, read + write).
 // Usage: bench_focus_assign [--csv=PATH] [--max-t=N]   (prints a table; CSV rows:
 //   op,scope,K,T,ms,gbps)
@@ -23,6 +25,7 @@
 #include "core/cuda_check.h"
 #include "core/tensor.h"
 #include "kernels/focus/focus_assign.cuh"
+#include "kernels/focus/focus_scores.cuh"
 
 using namespace attnlab;
 using bench::median_ms;
@@ -145,6 +148,34 @@ int main(int argc, char** argv) {
                  },
                  20),
              double(n) * 5);
+      {
+        constexpr int d_g = 16;
+        Buffer z(Device::cuda, size_t(T) * d_g * 2), dz(Device::cuda, size_t(T) * d_g * 2),
+            cent(Device::cuda, size_t(K) * d_g * 2), dcent(Device::cuda, size_t(K) * d_g * 2);
+        CUDA_CHECK(cudaMemset(z.data(), 0x3c, size_t(T) * d_g * 2));  // bf16 ~0.0115 everywhere
+        CUDA_CHECK(cudaMemset(cent.data(), 0x3c, size_t(K) * d_g * 2));
+        FocusScoresParams<bf16> fp;
+        fp.z = static_cast<bf16*>(z.data());
+        fp.centroids = static_cast<bf16*>(cent.data());
+        fp.scores = static_cast<float*>(g.data());
+        fp.dscores = static_cast<float*>(dg.data());
+        fp.dz = static_cast<bf16*>(dz.data());
+        fp.dcentroids = static_cast<bf16*>(dcent.data());
+        fp.N = T;
+        fp.K = K;
+        fp.d_g = d_g;
+        const double zb = double(T) * d_g * 2 / 4, sb = double(n);  // in fp32 elements
+        record("scores fwd", "bf16", K, T,
+               median_ms([&] { launch_focus_scores_fwd(fp, nullptr); }, 20), zb + sb);
+        record("scores fwd+bwd", "bf16", K, T,
+               median_ms(
+                   [&] {
+                     launch_focus_scores_fwd(fp, nullptr);
+                     launch_focus_scores_bwd(fp, nullptr);
+                   },
+                   20),
+               zb + sb + sb + 3 * zb);
+      }
       for (int top_k : {1, 2}) {
         TopkRouteParams tp;
         tp.g = static_cast<float*>(g.data());
