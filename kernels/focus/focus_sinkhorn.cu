@@ -17,6 +17,7 @@
 //     back: Q_c; [apply] M_t recomputed, R_t walked back from Q_c, d = dY - exp(X - M) R.
 //   sequence: [local] dY and the chunk sums of X_n (log-sum-exp) and of dY; [scan] totals L, D;
 //     [apply] d = dY - exp(X - L) D.
+// A sequence of one chunk (decoding) runs the whole forward in one block (fwd_single_chunk_kernel).
 // Scratch: two [B, chunks, K] arrays of float pairs. The iterates are only read by the backward.
 // Deterministic: fixed order everywhere, no atomics.
 #include "kernels/common/device.cuh"
@@ -339,8 +340,8 @@ __global__ void fwd_single_chunk_kernel(SinkhornParams p, Geometry g, float log_
 
 // The cell's prefix sums M_i (as m, log s) from the prefix E before it; returns the segment's
 // affine map (A, B) relative to E (identity for a segment without tokens).
-__device__ Affine segment_map(Lse E, const float* x, const float* dy, float* m, float* ls,
-                              int valid) {
+__device__ __forceinline__ Affine segment_map(Lse E, const float* x, const float* dy, float* m,
+                                              float* ls, int valid) {
   const float em = E.m, els = logf(E.s);
   Lse r = E;
   float B = 0.f;
