@@ -344,17 +344,17 @@ __device__ __forceinline__ Affine segment_map(Lse E, const float* x, const float
                                               float* ls, int valid) {
   const float em = E.m, els = logf(E.s);
   Lse r = E;
-  float B = 0.f;
+  float B = 0.f, last_m = 0.f, last_ls = 0.f;  // M of the last token (no dynamic index: registers)
 #pragma unroll
   for (int i = 0; i < kSeg; ++i)
     if (i < valid) {
       r = add(r, x[i]);
-      m[i] = r.m;
-      ls[i] = logf(r.s);
+      m[i] = last_m = r.m;
+      ls[i] = last_ls = logf(r.s);
       B = fmaf(dy[i], exp_diff(em, els, m[i], ls[i]), B);
     }
   if (valid == 0) return AffineOp::identity();
-  return {exp_diff(em, els, m[valid - 1], ls[valid - 1]), B};
+  return {exp_diff(em, els, last_m, last_ls), B};
 }
 
 // Iteration n, first half: dscores = dY = row backward of d (d = dg * g for the last iteration).
