@@ -1,11 +1,6 @@
-// CUDA kernels of kernels/focus/focus_assign.cuh and focus_scores.cuh: straightforward, correct
-// versions (plain FMA, one thread per token row or per group column); the fused and tiled ones
-// are for later (docs/focus.md). Nothing T-sized in shared memory.
-//
-// Sinkhorn: one block per sequence; in each iteration lane k < K scans its column over T (the
-// causal logcumsumexp is a scan), then every thread normalises rows. The backward overwrites
-// iterates[n + 1] with the column prefix of iteration n once the row step's backward has read it
-// (so call it once per forward; the CPU reference leaves the iterates intact).
+// CUDA kernels of kernels/focus/focus_assign.cuh (softmax assignment, top-k routing) and
+// focus_scores.cuh: one thread per token row (or per centroid element for dcentroids). The
+// Sinkhorn kernels are in focus_sinkhorn.cu. Nothing T-sized in shared memory.
 #include "kernels/common/device.cuh"
 #include "kernels/focus/focus_assign.cuh"
 #include "kernels/focus/focus_scores.cuh"
@@ -15,13 +10,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ double log_add_exp(double a, double b) {
-  if (a == -INFINITY) return b;
-  if (b == -INFINITY) return a;
-  const double m = fmax(a, b);
-  return m + log(exp(a - m) + exp(b - m));
-}
-
 __device__ void normalize_row(float* x, int K) {
   double m = -INFINITY;
   for (int k = 0; k < K; ++k) m = fmax(m, double(x[k]));
@@ -29,89 +17,6 @@ __device__ void normalize_row(float* x, int K) {
   for (int k = 0; k < K; ++k) sum += exp(double(x[k]) - m);
   const double lse = m + log(sum);
   for (int k = 0; k < K; ++k) x[k] = float(double(x[k]) - lse);
-}
-
-__global__ void sinkhorn_fwd_kernel(SinkhornParams p) {
-  const int b = blockIdx.x, T = p.T, K = p.K, N = p.iterations;
-  const int64_t seq = int64_t(T) * K, all = int64_t(p.B) * seq;
-  for (int64_t e = threadIdx.x; e < seq; e += blockDim.x)
-    p.iterates[b * seq + e] = p.scores[b * seq + e];
-  __syncthreads();
-  for (int n = 0; n < N; ++n) {
-    const float* x = p.iterates + n * all + b * seq;
-    float* y = p.iterates + (n + 1) * all + b * seq;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) {
-      if (p.causal) {
-        double m = p.state ? double(p.state[(int64_t(b) * N + n) * K + k]) : -INFINITY;
-        for (int t = 0; t < T; ++t) {
-          m = float(log_add_exp(m, x[int64_t(t) * K + k]));
-          y[int64_t(t) * K + k] = float(x[int64_t(t) * K + k] - m + log(double(p.pos + t + 1) / K));
-        }
-        if (p.state) p.state[(int64_t(b) * N + n) * K + k] = float(m);
-      } else {
-        double m = -INFINITY, sum = 0.0;
-        for (int t = 0; t < T; ++t) m = fmax(m, double(x[int64_t(t) * K + k]));
-        for (int t = 0; t < T; ++t) sum += exp(double(x[int64_t(t) * K + k]) - m);
-        const double shift = log(double(T) / K) - (m + log(sum));
-        for (int t = 0; t < T; ++t)
-          y[int64_t(t) * K + k] = float(double(x[int64_t(t) * K + k]) + shift);
-      }
-    }
-    __syncthreads();
-    for (int t = threadIdx.x; t < T; t += blockDim.x) normalize_row(y + int64_t(t) * K, K);
-    __syncthreads();
-  }
-  const float* xn = p.iterates + N * all + b * seq;
-  for (int64_t e = threadIdx.x; e < seq; e += blockDim.x) p.g[b * seq + e] = expf(xn[e]);
-}
-
-// d lives in dscores (float) during the iterations.
-__global__ void sinkhorn_bwd_kernel(SinkhornParams p) {
-  const int b = blockIdx.x, T = p.T, K = p.K, N = p.iterations;
-  const int64_t seq = int64_t(T) * K, all = int64_t(p.B) * seq;
-  float* d = p.dscores + b * seq;
-  for (int64_t e = threadIdx.x; e < seq; e += blockDim.x)
-    d[e] = p.dg[b * seq + e] * p.g[b * seq + e];
-  __syncthreads();
-  for (int n = N - 1; n >= 0; --n) {
-    const float* x = p.iterates + n * all + b * seq;
-    float* xn = p.iterates + (n + 1) * all + b * seq;
-    for (int t = threadIdx.x; t < T; t += blockDim.x) {
-      double sum = 0.0;
-      for (int k = 0; k < K; ++k) sum += d[int64_t(t) * K + k];
-      for (int k = 0; k < K; ++k)
-        d[int64_t(t) * K + k] =
-            float(d[int64_t(t) * K + k] - exp(double(xn[int64_t(t) * K + k])) * sum);
-    }
-    __syncthreads();
-    for (int k = threadIdx.x; k < K; k += blockDim.x) {
-      if (p.causal) {
-        float* prefix = xn;  // consumed above: reused for the column's logcumsumexp
-        double m = -INFINITY;
-        for (int t = 0; t < T; ++t)
-          prefix[int64_t(t) * K + k] = float(m = log_add_exp(m, x[int64_t(t) * K + k]));
-        double r = 0.0;
-        for (int t = T - 1; t >= 0; --t) {
-          const double mt = prefix[int64_t(t) * K + k];
-          const double dt = d[int64_t(t) * K + k];
-          r = dt + (t + 1 < T ? exp(mt - double(prefix[int64_t(t + 1) * K + k])) * r : 0.0);
-          d[int64_t(t) * K + k] = float(dt - exp(double(x[int64_t(t) * K + k]) - mt) * r);
-        }
-      } else {
-        double m = -INFINITY, sum = 0.0, dsum = 0.0;
-        for (int t = 0; t < T; ++t) m = fmax(m, double(x[int64_t(t) * K + k]));
-        for (int t = 0; t < T; ++t) {
-          sum += exp(double(x[int64_t(t) * K + k]) - m);
-          dsum += d[int64_t(t) * K + k];
-        }
-        const double lse = m + log(sum);
-        for (int t = 0; t < T; ++t)
-          d[int64_t(t) * K + k] =
-              float(d[int64_t(t) * K + k] - exp(double(x[int64_t(t) * K + k]) - lse) * dsum);
-      }
-    }
-    __syncthreads();
-  }
 }
 
 __global__ void softmax_assign_fwd_kernel(SoftmaxAssignParams p) {
@@ -228,16 +133,6 @@ int blocks_of(int64_t n) { return div_up(n, kThreads); }
 
 }  // namespace
 
-void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s) {
-  if (p.B == 0 || p.T == 0) return;
-  sinkhorn_fwd_kernel<<<p.B, kThreads, 0, st(s)>>>(p);
-  CUDA_CHECK_LAUNCH();
-}
-void launch_sinkhorn_bwd(const SinkhornParams& p, Stream s) {
-  if (p.B == 0 || p.T == 0) return;
-  sinkhorn_bwd_kernel<<<p.B, kThreads, 0, st(s)>>>(p);
-  CUDA_CHECK_LAUNCH();
-}
 void launch_softmax_assign_fwd(const SoftmaxAssignParams& p, Stream s) {
   if (p.rows == 0) return;
   softmax_assign_fwd_kernel<<<blocks_of(p.rows), kThreads, 0, st(s)>>>(p);

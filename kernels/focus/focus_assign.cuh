@@ -13,7 +13,7 @@
 //   updated (decode: chunk after chunk gives the rows of one forward over the whole prefix; -inf
 //   at the start). pos: absolute position of token 0 (0 in training).
 // bwd: dscores written (=) from dg and the iterates of the forward (pos 0, no state): the exact
-//   gradient of the unrolled iterations.
+//   gradient of the unrolled iterations. The iterates are only read.
 // Softmax assignment: g = softmax_k(scores); bwd dscores = g (dg - sum_k g dg) (written =).
 // Top-k routing: groups [B, T, top_k] int32 = the top_k largest g of each token (ties: the lower
 //   group index first), written (=).

@@ -1,0 +1,565 @@
+// CUDA Sinkhorn of kernels/focus/focus_assign.cuh, parallel over T (docs/focus.md "Sinkhorn on
+// CUDA"). Each sequence is cut into chunks of C = S * kSeg tokens, S = 256 / K segments of kSeg
+// tokens per column. One block per (sequence, chunk) holds the chunk's [C, K] tile in shared
+// memory, rows padded to an odd stride (no bank conflicts along rows or along columns), and thread
+// (k, segment) holds kSeg tokens of column k in registers.
+//
+// Column sums are (m, s) pairs: m + log(s), m the largest term, so every exponent is <= 0.
+// Forward, iteration n: [scan] chunk column sums -> exclusive prefixes (causal, starting at the
+//   carried state) and column totals (sequence; the new state); [apply] X_{n+1} = row step of the
+//   column step of X_n, and the chunk column sums of X_{n+1} for the next scan (in place).
+// Backward, iteration n (last first); dscores holds d = dX_{n+1}:
+//   causal: [sums] chunk column sums of X_n; [scan] exclusive prefixes E_c; [local] dY = row
+//     backward of d (stored in dscores) and the chunk's affine map Q_{c-1} = A_c Q_c + B_c of the
+//     reverse recurrence R_t = dY_t + exp(M_t - M_{t+1}) R_{t+1}, where Q_c = exp(M_last(c) -
+//     M_first(c+1)) R_first(c+1), A_c = exp(E_c - E_{c+1}), B_c = sum_{i in c} dY_i exp(E_c - M_i)
+//     (segments compose the same way inside a chunk); [scan] the maps composed from the last chunk
+//     back: Q_c; [apply] M_t recomputed, R_t walked back from Q_c, d = dY - exp(X - M) R.
+//   sequence: [local] dY and the chunk sums of X_n (log-sum-exp) and of dY; [scan] totals L, D;
+//     [apply] d = dY - exp(X - L) D.
+// A sequence of one chunk (decoding) runs the whole forward in one block (fwd_single_chunk_kernel).
+// Scratch: two [B, chunks, K] arrays of float pairs. The iterates are only read by the backward.
+// Deterministic: fixed order everywhere, no atomics.
+#include "kernels/common/device.cuh"
+#include "kernels/focus/focus_assign.cuh"
+
+namespace attnlab {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kSeg = 8;  // tokens of one column per thread
+
+struct Geometry {
+  int B, T, K, KP, S, C, chunks;  // KP: padded row stride of a tile; S: segments; C: chunk tokens
+};
+
+Geometry geometry(const SinkhornParams& p) {
+  Geometry g;
+  g.B = p.B;
+  g.T = p.T;
+  g.K = p.K;
+  g.KP = p.K | 1;
+  g.S = kThreads / p.K;
+  g.C = g.S * kSeg;
+  g.chunks = div_up(p.T, g.C);
+  return g;
+}
+
+// m + log(s) with m the largest term (s >= 1); empty: m = -inf.
+struct Lse {
+  float m, s;
+};
+// The map Q -> a Q + b.
+struct Affine {
+  float a, b;
+};
+
+struct LseOp {
+  __device__ static Lse identity() { return {-INFINITY, 0.f}; }
+  __device__ static Lse combine(Lse x, Lse y) {  // x = earlier tokens
+    if (y.m == -INFINITY) return x;
+    if (x.m == -INFINITY) return y;
+    return x.m >= y.m ? Lse{x.m, fmaf(y.s, expf(y.m - x.m), x.s)}
+                      : Lse{y.m, fmaf(x.s, expf(x.m - y.m), y.s)};
+  }
+};
+struct AffineOp {
+  __device__ static Affine identity() { return {1.f, 0.f}; }
+  __device__ static Affine combine(Affine x, Affine y) {  // y after x: y o x
+    return {y.a * x.a, fmaf(y.a, x.b, y.b)};
+  }
+};
+
+__device__ __forceinline__ Lse add(Lse r, float x) { return LseOp::combine(r, Lse{x, 1.f}); }
+// exp(a - b) for two sums given as (m, log s).
+__device__ __forceinline__ float exp_diff(float am, float als, float bm, float bls) {
+  return expf((am - bm) + (als - bls));
+}
+
+__device__ __forceinline__ Lse shfl_up(Lse v, int d) {
+  return {__shfl_up_sync(~0u, v.m, d), __shfl_up_sync(~0u, v.s, d)};
+}
+__device__ __forceinline__ Affine shfl_up(Affine v, int d) {
+  return {__shfl_up_sync(~0u, v.a, d), __shfl_up_sync(~0u, v.b, d)};
+}
+
+// Exclusive scan of one value per thread in thread order; total = all of them.
+template <class Op, class V>
+__device__ V block_exclusive_scan(V v, V& total, V* warp_sums /* [32] */) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  V inc = v;
+  for (int d = 1; d < 32; d <<= 1) {
+    const V o = shfl_up(inc, d);
+    if (lane >= d) inc = Op::combine(o, inc);
+  }
+  V exc = shfl_up(inc, 1);
+  if (lane == 0) exc = Op::identity();
+  if (lane == 31) warp_sums[w] = inc;
+  __syncthreads();
+  if (w == 0) {
+    V t = lane < nw ? warp_sums[lane] : Op::identity();
+    for (int d = 1; d < 32; d <<= 1) {
+      const V o = shfl_up(t, d);
+      if (lane >= d) t = Op::combine(o, t);
+    }
+    warp_sums[lane] = t;
+  }
+  __syncthreads();
+  const V before = w > 0 ? warp_sums[w - 1] : Op::identity();
+  total = warp_sums[nw - 1];
+  __syncthreads();
+  return Op::combine(before, exc);
+}
+
+// One column of [chunks] values (stride K) replaced by its exclusive prefixes, from `carry`, in
+// chunk order or from the last chunk back; returns carry combined with all of them. Each thread
+// takes kScanItems consecutive values (one pass up to 256 * kScanItems chunks: T = 1M, K = 8 has
+// 4096).
+constexpr int kScanItems = 16;
+template <class Op, class V>
+__device__ V scan_column(V* col, int chunks, int K, bool reverse, V carry, V* warp_sums) {
+  auto at = [&](int i) { return col + int64_t(reverse ? chunks - 1 - i : i) * K; };
+  for (int base = 0; base < chunks; base += blockDim.x * kScanItems) {
+    const int first = base + threadIdx.x * kScanItems;
+    V vals[kScanItems];
+    V local = Op::identity();
+#pragma unroll
+    for (int j = 0; j < kScanItems; ++j) {
+      vals[j] = first + j < chunks ? *at(first + j) : Op::identity();
+      local = Op::combine(local, vals[j]);
+    }
+    V tile_total;
+    V run = Op::combine(carry, block_exclusive_scan<Op>(local, tile_total, warp_sums));
+#pragma unroll
+    for (int j = 0; j < kScanItems; ++j) {
+      if (first + j < chunks) *at(first + j) = run;
+      run = Op::combine(run, vals[j]);
+    }
+    carry = Op::combine(carry, tile_total);
+  }
+  return carry;
+}
+
+// Block (b, k): chunk sums -> exclusive prefixes; totals[b, k]; state[b, n, k] (if any) is the
+// starting sum and receives the total.
+__global__ void lse_scan_kernel(Lse* sums, Lse* totals, Geometry g, float* state, int N, int n) {
+  __shared__ Lse warp_sums[32];
+  const int b = blockIdx.x / g.K, k = blockIdx.x % g.K;
+  float* st = state ? state + (int64_t(b) * N + n) * g.K + k : nullptr;
+  const Lse init = st ? Lse{*st, 1.f} : LseOp::identity();  // -inf: empty
+  const Lse total = scan_column<LseOp>(sums + int64_t(b) * g.chunks * g.K + k, g.chunks, g.K, false,
+                                       init, warp_sums);
+  if (threadIdx.x != 0) return;
+  totals[b * g.K + k] = total;
+  if (st) *st = total.m + logf(total.s);
+}
+
+__global__ void affine_scan_kernel(Affine* maps, Affine* totals, Geometry g, bool reverse) {
+  __shared__ Affine warp_sums[32];
+  const int b = blockIdx.x / g.K, k = blockIdx.x % g.K;
+  const Affine total = scan_column<AffineOp>(maps + int64_t(b) * g.chunks * g.K + k, g.chunks, g.K,
+                                             reverse, AffineOp::identity(), warp_sums);
+  if (threadIdx.x == 0 && totals) totals[b * g.K + k] = total;
+}
+
+// ---- tiles -------------------------------------------------------------------------------------
+struct Chunk {
+  int b, c, t0, count;  // sequence, chunk, its first token, its tokens
+  int64_t base;         // element offset of token t0 of sequence b
+  int64_t slot;         // index of (b, c, k = 0) in the [B, chunks, K] scratch
+};
+__device__ Chunk chunk_of(const Geometry& g) {
+  Chunk ch;
+  ch.b = int(blockIdx.x / g.chunks);
+  ch.c = int(blockIdx.x % g.chunks);
+  ch.t0 = ch.c * g.C;
+  ch.count = min(g.C, g.T - ch.t0);
+  ch.base = (int64_t(ch.b) * g.T + ch.t0) * g.K;
+  ch.slot = (int64_t(ch.b) * g.chunks + ch.c) * g.K;
+  return ch;
+}
+// Thread (k, seg): tokens seg * kSeg .. + kSeg - 1 of column k (inactive where seg >= S).
+struct Cell {
+  int k, seg;
+  bool active;
+  __device__ int t(int i) const { return seg * kSeg + i; }
+};
+__device__ Cell cell_of(const Geometry& g) {
+  const int j = threadIdx.x;
+  return {j % g.K, j / g.K, j < g.S * g.K};
+}
+
+__device__ void load_tile(float* tile, const float* src, const Geometry& g, int count) {
+  for (int e = threadIdx.x; e < count * g.K; e += blockDim.x)
+    tile[(e / g.K) * g.KP + e % g.K] = src[e];
+}
+__device__ void store_tile(float* dst, const float* tile, const Geometry& g, int count) {
+  for (int e = threadIdx.x; e < count * g.K; e += blockDim.x)
+    dst[e] = tile[(e / g.K) * g.KP + e % g.K];
+}
+
+// seg_sums[seg * K + k] = log-sum-exp of the cell's tokens of the tile (inactive: nothing).
+__device__ void segment_sums(Lse* seg_sums, const float* tile, const Geometry& g, const Cell& cl,
+                             int count) {
+  if (!cl.active) return;
+  Lse r = LseOp::identity();
+  for (int i = 0; i < kSeg && cl.t(i) < count; ++i) r = add(r, tile[cl.t(i) * g.KP + cl.k]);
+  seg_sums[cl.seg * g.K + cl.k] = r;
+}
+// The prefix of column k before segment seg: from (the chunk's prefix), then segments < seg.
+template <class Op, class V>
+__device__ V combine_segments(V from, const V* seg_vals, const Geometry& g, int k, int seg) {
+  for (int s = 0; s < seg; ++s) from = Op::combine(from, seg_vals[s * g.K + k]);
+  return from;
+}
+
+// Chunk sums of src's columns into sums[slot]; copy (if any) receives the chunk of src.
+__global__ void chunk_sums_kernel(const float* src, float* copy, Lse* sums, Geometry g) {
+  extern __shared__ float smem[];
+  Lse* seg = reinterpret_cast<Lse*>(smem);
+  float* tile = smem + 2 * kThreads;
+  const Chunk ch = chunk_of(g);
+  const Cell cl = cell_of(g);
+  load_tile(tile, src + ch.base, g, ch.count);
+  __syncthreads();
+  if (copy) store_tile(copy + ch.base, tile, g, ch.count);
+  segment_sums(seg, tile, g, cl, ch.count);
+  __syncthreads();
+  if (threadIdx.x < g.K)
+    sums[ch.slot + threadIdx.x] =
+        combine_segments<LseOp>(LseOp::identity(), seg, g, threadIdx.x, g.S);
+}
+
+// Row step in place for the tile's tokens: x[t, k] -= logsumexp_k x[t, k].
+__device__ void row_step(float* tile, const Geometry& g, int count) {
+  for (int t = threadIdx.x; t < count; t += blockDim.x) {
+    float* y = tile + t * g.KP;
+    float mx = -INFINITY;
+    for (int k = 0; k < g.K; ++k) mx = fmaxf(mx, y[k]);
+    float s = 0.f;
+    for (int k = 0; k < g.K; ++k) s += expf(y[k] - mx);
+    const float ls = logf(s);
+    for (int k = 0; k < g.K; ++k) y[k] = (y[k] - mx) - ls;
+  }
+}
+
+// Column step in place on the tile: causal, the running log-sum-exp from `from` (the column's
+// sum before the chunk; seg holds the tile's segment sums) plus log((pos + t + 1) / K) (target);
+// sequence, minus the column total `from`, plus log_mass = log(T / K).
+__device__ void column_step(float* tile, const Lse* seg, const float* target, const Geometry& g,
+                            const Cell& cl, int count, bool causal, Lse from, float log_mass) {
+  if (!cl.active) return;
+  if (causal) {
+    Lse r = combine_segments<LseOp>(from, seg, g, cl.k, cl.seg);
+    for (int i = 0; i < kSeg && cl.t(i) < count; ++i) {
+      float& x = tile[cl.t(i) * g.KP + cl.k];
+      r = add(r, x);
+      x = (x - r.m) - logf(r.s) + target[cl.t(i)];
+    }
+  } else {
+    const float shift = logf(from.s) - log_mass;
+    for (int i = 0; i < kSeg && cl.t(i) < count; ++i) {
+      float& x = tile[cl.t(i) * g.KP + cl.k];
+      x = (x - from.m) - shift;
+    }
+  }
+}
+
+__device__ void causal_targets(float* target, const SinkhornParams& p, const Chunk& ch, int K) {
+  if (!p.causal) return;
+  for (int t = threadIdx.x; t < ch.count; t += blockDim.x)
+    target[t] = float(log(double(int64_t(p.pos) + ch.t0 + t + 1) / K));
+}
+
+// Iteration n: X_{n+1} from X_n. sums[slot]: this chunk's exclusive column prefixes (causal), then
+// (if next) the column sums of X_{n+1}'s chunk. totals [B, K]: column totals (sequence).
+// log_mass: log(T / K) (sequence).
+__global__ void fwd_apply_kernel(SinkhornParams p, Geometry g, int n, Lse* sums, const Lse* totals,
+                                 float log_mass, bool next) {
+  extern __shared__ float smem[];
+  Lse* seg = reinterpret_cast<Lse*>(smem);
+  float* target = smem + 2 * kThreads;
+  float* tile = target + g.C;
+  const Chunk ch = chunk_of(g);
+  const Cell cl = cell_of(g);
+  const int64_t all = int64_t(g.B) * g.T * g.K;
+  load_tile(tile, p.iterates + n * all + ch.base, g, ch.count);
+  causal_targets(target, p, ch, g.K);
+  __syncthreads();
+  if (p.causal) segment_sums(seg, tile, g, cl, ch.count);
+  __syncthreads();
+  column_step(tile, seg, target, g, cl, ch.count, p.causal,
+              p.causal ? sums[ch.slot + cl.k] : totals[ch.b * g.K + cl.k], log_mass);
+  __syncthreads();
+  row_step(tile, g, ch.count);
+  __syncthreads();
+  store_tile(p.iterates + (n + 1) * all + ch.base, tile, g, ch.count);
+  if (n + 1 == p.iterations)
+    for (int e = threadIdx.x; e < ch.count * g.K; e += blockDim.x)
+      p.g[ch.base + e] = expf(tile[(e / g.K) * g.KP + e % g.K]);
+  if (!next) return;
+  segment_sums(seg, tile, g, cl, ch.count);
+  __syncthreads();
+  if (threadIdx.x < g.K)
+    sums[ch.slot + threadIdx.x] =
+        combine_segments<LseOp>(LseOp::identity(), seg, g, threadIdx.x, g.S);
+}
+
+// One chunk per sequence (T <= C: decoding, short sequences): the whole forward in one block per
+// sequence, the tile kept in shared memory across the iterations.
+__global__ void fwd_single_chunk_kernel(SinkhornParams p, Geometry g, float log_mass) {
+  extern __shared__ float smem[];
+  Lse* seg = reinterpret_cast<Lse*>(smem);
+  float* target = smem + 2 * kThreads;
+  float* tile = target + g.C;
+  const Chunk ch = chunk_of(g);
+  const Cell cl = cell_of(g);
+  const int64_t all = int64_t(g.B) * g.T * g.K;
+  load_tile(tile, p.scores + ch.base, g, ch.count);
+  causal_targets(target, p, ch, g.K);
+  __syncthreads();
+  store_tile(p.iterates + ch.base, tile, g, ch.count);
+  for (int n = 0; n < p.iterations; ++n) {
+    segment_sums(seg, tile, g, cl, ch.count);
+    __syncthreads();
+    float* st = p.state ? p.state + (int64_t(ch.b) * p.iterations + n) * g.K + cl.k : nullptr;
+    const Lse from = !p.causal ? combine_segments<LseOp>(LseOp::identity(), seg, g, cl.k, g.S)
+                     : st      ? Lse{*st, 1.f}
+                               : LseOp::identity();
+    const Lse total = st ? combine_segments<LseOp>(from, seg, g, cl.k, g.S) : from;
+    column_step(tile, seg, target, g, cl, ch.count, p.causal, from, log_mass);
+    __syncthreads();  // every thread has read the state
+    if (st && threadIdx.x < g.K) *st = total.m + logf(total.s);
+    row_step(tile, g, ch.count);
+    __syncthreads();
+    store_tile(p.iterates + (n + 1) * all + ch.base, tile, g, ch.count);
+  }
+  for (int e = threadIdx.x; e < ch.count * g.K; e += blockDim.x)
+    p.g[ch.base + e] = expf(tile[(e / g.K) * g.KP + e % g.K]);
+}
+
+// The cell's prefix sums M_i (as m, log s) from the prefix E before it; returns the segment's
+// affine map (A, B) relative to E (identity for a segment without tokens).
+__device__ __forceinline__ Affine segment_map(Lse E, const float* x, const float* dy, float* m,
+                                              float* ls, int valid) {
+  const float em = E.m, els = logf(E.s);
+  Lse r = E;
+  float B = 0.f, last_m = 0.f, last_ls = 0.f;  // M of the last token (no dynamic index: registers)
+#pragma unroll
+  for (int i = 0; i < kSeg; ++i)
+    if (i < valid) {
+      r = add(r, x[i]);
+      m[i] = last_m = r.m;
+      ls[i] = last_ls = logf(r.s);
+      B = fmaf(dy[i], exp_diff(em, els, m[i], ls[i]), B);
+    }
+  if (valid == 0) return AffineOp::identity();
+  return {exp_diff(em, els, last_m, last_ls), B};
+}
+
+// Iteration n, first half: dscores = dY = row backward of d (d = dg * g for the last iteration).
+// Causal: sums[slot] holds the chunk's exclusive prefixes E_c; maps[slot] receives its affine map.
+// Sequence: sums[slot] receives the chunk's column log-sum-exp of X_n, maps[slot] (1, sum dY).
+__global__ void bwd_local_kernel(SinkhornParams p, Geometry g, int n, Lse* sums, Affine* maps) {
+  extern __shared__ float smem[];
+  Lse* seg = reinterpret_cast<Lse*>(smem);
+  Affine* seg_maps = reinterpret_cast<Affine*>(smem + 2 * kThreads);
+  float* xp = smem + 4 * kThreads;
+  float* d = xp + g.C * g.KP;
+  float* x = d + g.C * g.KP;
+  const Chunk ch = chunk_of(g);
+  const Cell cl = cell_of(g);
+  const int64_t all = int64_t(g.B) * g.T * g.K;
+  load_tile(xp, p.iterates + (n + 1) * all + ch.base, g, ch.count);
+  load_tile(x, p.iterates + n * all + ch.base, g, ch.count);
+  if (n + 1 == p.iterations) {
+    for (int e = threadIdx.x; e < ch.count * g.K; e += blockDim.x)
+      d[(e / g.K) * g.KP + e % g.K] = p.dg[ch.base + e] * p.g[ch.base + e];
+  } else {
+    load_tile(d, p.dscores + ch.base, g, ch.count);
+  }
+  __syncthreads();
+  for (int t = threadIdx.x; t < ch.count; t += blockDim.x) {
+    float* dt = d + t * g.KP;
+    const float* xt = xp + t * g.KP;
+    float sum = 0.f;
+    for (int k = 0; k < g.K; ++k) sum += dt[k];
+    for (int k = 0; k < g.K; ++k) dt[k] -= expf(xt[k]) * sum;
+  }
+  __syncthreads();
+  store_tile(p.dscores + ch.base, d, g, ch.count);
+  segment_sums(seg, x, g, cl, ch.count);
+  if (!p.causal && cl.active) {
+    float s = 0.f;
+    for (int i = 0; i < kSeg && cl.t(i) < ch.count; ++i) s += d[cl.t(i) * g.KP + cl.k];
+    seg_maps[cl.seg * g.K + cl.k] = {1.f, s};
+  }
+  __syncthreads();
+  if (!p.causal) {
+    if (threadIdx.x < g.K) {
+      const int k = threadIdx.x;
+      sums[ch.slot + k] = combine_segments<LseOp>(LseOp::identity(), seg, g, k, g.S);
+      maps[ch.slot + k] = combine_segments<AffineOp>(AffineOp::identity(), seg_maps, g, k, g.S);
+    }
+    return;
+  }
+  if (cl.active) {
+    const int valid = max(0, min(kSeg, ch.count - cl.seg * kSeg));
+    float xv[kSeg], dy[kSeg], m[kSeg], ls[kSeg];
+#pragma unroll
+    for (int i = 0; i < kSeg; ++i) {
+      xv[i] = i < valid ? x[cl.t(i) * g.KP + cl.k] : 0.f;
+      dy[i] = i < valid ? d[cl.t(i) * g.KP + cl.k] : 0.f;
+    }
+    const Lse E = combine_segments<LseOp>(sums[ch.slot + cl.k], seg, g, cl.k, cl.seg);
+    seg_maps[cl.seg * g.K + cl.k] = segment_map(E, xv, dy, m, ls, valid);
+  }
+  __syncthreads();
+  if (threadIdx.x < g.K) {  // the chunk's map: its segments composed from the last one back
+    Affine acc = AffineOp::identity();
+    for (int s = g.S - 1; s >= 0; --s)
+      acc = AffineOp::combine(acc, seg_maps[s * g.K + threadIdx.x]);
+    maps[ch.slot + threadIdx.x] = acc;
+  }
+}
+
+// Causal iteration n, second half: sums[slot] = E_c, maps[slot].b = Q_c (carry from the chunks
+// after this one); dscores: dY -> dX.
+__global__ void bwd_apply_causal_kernel(SinkhornParams p, Geometry g, int n, const Lse* sums,
+                                        const Affine* maps) {
+  extern __shared__ float smem[];
+  Lse* seg = reinterpret_cast<Lse*>(smem);
+  Affine* seg_maps = reinterpret_cast<Affine*>(smem + 2 * kThreads);
+  float* d = smem + 4 * kThreads;
+  float* x = d + g.C * g.KP;
+  const Chunk ch = chunk_of(g);
+  const Cell cl = cell_of(g);
+  const int64_t all = int64_t(g.B) * g.T * g.K;
+  load_tile(x, p.iterates + n * all + ch.base, g, ch.count);
+  load_tile(d, p.dscores + ch.base, g, ch.count);
+  __syncthreads();
+  segment_sums(seg, x, g, cl, ch.count);
+  __syncthreads();
+  const int valid = max(0, min(kSeg, ch.count - cl.seg * kSeg));
+  float xv[kSeg], dy[kSeg], m[kSeg], ls[kSeg];
+  if (cl.active) {
+#pragma unroll
+    for (int i = 0; i < kSeg; ++i) {
+      xv[i] = i < valid ? x[cl.t(i) * g.KP + cl.k] : 0.f;
+      dy[i] = i < valid ? d[cl.t(i) * g.KP + cl.k] : 0.f;
+    }
+    const Lse E = combine_segments<LseOp>(sums[ch.slot + cl.k], seg, g, cl.k, cl.seg);
+    seg_maps[cl.seg * g.K + cl.k] = segment_map(E, xv, dy, m, ls, valid);
+  }
+  __syncthreads();
+  if (cl.active) {
+    float R = maps[ch.slot + cl.k].b;  // Q of this chunk, then of this segment
+    for (int s = g.S - 1; s > cl.seg; --s) {
+      const Affine f = seg_maps[s * g.K + cl.k];
+      R = fmaf(f.a, R, f.b);
+    }
+#pragma unroll
+    for (int i = kSeg - 1; i >= 0; --i)
+      if (i < valid) {
+        const int nx = min(i + 1, kSeg - 1);  // i + 1 < valid wherever it is read
+        const float carry = i == valid - 1 ? 1.f : exp_diff(m[i], ls[i], m[nx], ls[nx]);
+        R = fmaf(carry, R, dy[i]);
+        d[cl.t(i) * g.KP + cl.k] = dy[i] - exp_diff(xv[i], 0.f, m[i], ls[i]) * R;
+      }
+  }
+  __syncthreads();
+  store_tile(p.dscores + ch.base, d, g, ch.count);
+}
+
+// Sequence iteration n, second half: dscores = dY - exp(X_n - L) D per column.
+__global__ void bwd_apply_sequence_kernel(SinkhornParams p, Geometry g, int n, const Lse* L,
+                                          const Affine* D) {
+  const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, per_seq = int64_t(g.T) * g.K;
+  if (e >= g.B * per_seq) return;
+  const int b = int(e / per_seq), k = int(e % g.K);
+  const Lse l = L[b * g.K + k];
+  const float x = p.iterates[n * g.B * per_seq + e];
+  p.dscores[e] -= exp_diff(x, 0.f, l.m, logf(l.s)) * D[b * g.K + k].b;
+}
+
+cudaStream_t st(Stream s) { return reinterpret_cast<cudaStream_t>(s); }
+
+size_t tile_bytes(const Geometry& g, int tiles, int tables) {
+  return sizeof(float) * (size_t(2 * kThreads) * tables + size_t(g.C) * g.KP * tiles);
+}
+
+int tile_blocks(const Geometry& g) {
+  const int64_t blocks = int64_t(g.B) * g.chunks;
+  ATTN_REQUIRE(blocks < (int64_t(1) << 31), "sinkhorn: B * chunks = %lld blocks is too many",
+               (long long)blocks);
+  return int(blocks);
+}
+
+}  // namespace
+
+void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s) {
+  if (p.B == 0 || p.T == 0) return;
+  const Geometry g = geometry(p);
+  const int blocks = tile_blocks(g);
+  const float log_mass = float(std::log(double(p.T) / p.K));
+  if (g.chunks == 1) {
+    fwd_single_chunk_kernel<<<blocks, kThreads, tile_bytes(g, 1, 1) + sizeof(float) * g.C, st(s)>>>(
+        p, g, log_mass);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  StreamScratch sums(sizeof(Lse) * size_t(blocks) * g.K, s), totals(sizeof(Lse) * g.B * g.K, s);
+  chunk_sums_kernel<<<blocks, kThreads, tile_bytes(g, 1, 1), st(s)>>>(p.scores, p.iterates,
+                                                                      sums.as<Lse>(), g);
+  CUDA_CHECK_LAUNCH();
+  for (int n = 0; n < p.iterations; ++n) {
+    lse_scan_kernel<<<g.B * g.K, kThreads, 0, st(s)>>>(
+        sums.as<Lse>(), totals.as<Lse>(), g, p.causal ? p.state : nullptr, p.iterations, n);
+    CUDA_CHECK_LAUNCH();
+    fwd_apply_kernel<<<blocks, kThreads, tile_bytes(g, 1, 1) + sizeof(float) * g.C, st(s)>>>(
+        p, g, n, sums.as<Lse>(), totals.as<Lse>(), log_mass, n + 1 < p.iterations);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+void launch_sinkhorn_bwd(const SinkhornParams& p, Stream s) {
+  if (p.B == 0 || p.T == 0) return;
+  const Geometry g = geometry(p);
+  const int blocks = tile_blocks(g);
+  const size_t slots = size_t(blocks) * g.K;
+  StreamScratch sums(sizeof(Lse) * slots, s), maps(sizeof(Affine) * slots, s);
+  StreamScratch L(sizeof(Lse) * g.B * g.K, s), D(sizeof(Affine) * g.B * g.K, s);
+  const int64_t all = int64_t(g.B) * g.T * g.K;
+  for (int n = p.iterations - 1; n >= 0; --n) {
+    if (p.causal) {
+      chunk_sums_kernel<<<blocks, kThreads, tile_bytes(g, 1, 1), st(s)>>>(
+          p.iterates + n * all, nullptr, sums.as<Lse>(), g);
+      CUDA_CHECK_LAUNCH();
+      lse_scan_kernel<<<g.B * g.K, kThreads, 0, st(s)>>>(sums.as<Lse>(), L.as<Lse>(), g, nullptr,
+                                                         p.iterations, n);
+      CUDA_CHECK_LAUNCH();
+    }
+    bwd_local_kernel<<<blocks, kThreads, tile_bytes(g, 3, 2), st(s)>>>(p, g, n, sums.as<Lse>(),
+                                                                       maps.as<Affine>());
+    CUDA_CHECK_LAUNCH();
+    if (p.causal) {
+      affine_scan_kernel<<<g.B * g.K, kThreads, 0, st(s)>>>(maps.as<Affine>(), nullptr, g, true);
+      CUDA_CHECK_LAUNCH();
+      bwd_apply_causal_kernel<<<blocks, kThreads, tile_bytes(g, 2, 2), st(s)>>>(
+          p, g, n, sums.as<Lse>(), maps.as<Affine>());
+      CUDA_CHECK_LAUNCH();
+    } else {
+      lse_scan_kernel<<<g.B * g.K, kThreads, 0, st(s)>>>(sums.as<Lse>(), L.as<Lse>(), g, nullptr,
+                                                         p.iterations, n);
+      CUDA_CHECK_LAUNCH();
+      affine_scan_kernel<<<g.B * g.K, kThreads, 0, st(s)>>>(maps.as<Affine>(), D.as<Affine>(), g,
+                                                            false);
+      CUDA_CHECK_LAUNCH();
+      bwd_apply_sequence_kernel<<<div_up(all, kThreads), kThreads, 0, st(s)>>>(p, g, n, L.as<Lse>(),
+                                                                               D.as<Affine>());
+      CUDA_CHECK_LAUNCH();
+    }
+  }
+}
+
+}  // namespace attnlab

@@ -1,0 +1,175 @@
+// The CUDA Sinkhorn (kernels/focus/focus_sinkhorn.cu) against the CPU reference (skipped without a
+// GPU): both scopes, B = 2 (B = 1 at 1M), T from 1 to 1M (not multiples of a chunk), K 1 to 64,
+// scores of +-10 and +-200; g, the iterates, the carried state, rows and column masses; dscores
+// from the backward run on the reference's iterates (so it measures the backward alone); the
+// backward leaves the iterates untouched; decoding chunk by chunk.
+//
+// Bounds (max |cuda - ref| / max |ref|; the reference accumulates in double, the kernels in fp32
+// in a different order): a column step computes its log-sum-exp M (|M| <= log T + the largest
+// score gap, < 16 after the first row step) with a few fp32 roundings, about 1e-6 each (the
+// spacing of floats in [8, 16) is 9.5e-7); N = 10 iterations add up to ~10 such errors in log g,
+// so g and exp(iterates) get 2e-5 (about 2x the worst case, 5x the typical one). With scores of
+// +-a the first column step's outputs reach 2a in magnitude and both sides store them in fp32
+// (the iterates' contract), each with half a float spacing of error: a row whose values all sit
+// near -2a keeps that error after its row step, so the bound is at least 4 spacings of 2a
+// (a = 200: 1.2e-4; a = 10: 7.6e-6, below 2e-5). dscores: the backward's sums over T (sequence)
+// and the reverse recurrence (causal) run in a tree order whose fp32 error grows with the depth
+// (log T), not with T; 1e-4 (the previous sequential kernels' bound at T <= 1000), or the same
+// 4 spacings of 2a. State: relative 1e-5 on values ~log(T / K).
+// Measured before any GPU run, through a CPU emulation of the kernels (docs/focus.md): at most
+// 6.4e-6 on g and 8e-6 on dscores (T <= 8300).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "ops/focus_ops.h"
+
+namespace attnlab {
+namespace {
+
+using test::cpu_tensor;
+using test::DeviceArray;
+
+constexpr int kIterations = 10;
+constexpr double kTolG = 2e-5, kTolDscores = 1e-4, kTolState = 1e-5;
+
+// Four float spacings at 2 * amp: the fp32 iterates' own rounding (above).
+double iterate_rounding(float amp) {
+  const float v = 2.f * amp;
+  return 4.0 * double(std::nextafter(v, INFINITY) - v);
+}
+
+Tensor dev(const DeviceArray<float>& a, Shape s) {
+  return Tensor(a.ptr(), DType::f32, Device::cuda, s);
+}
+
+std::vector<float> exp_of(const std::vector<float>& v, size_t from) {
+  std::vector<float> r(v.begin() + std::ptrdiff_t(from), v.end());
+  for (auto& x : r) x = std::exp(x);
+  return r;
+}
+
+// Column masses sum_t g[b, t, k], in double.
+std::vector<double> column_masses(const std::vector<float>& g, int B, int T, int K) {
+  std::vector<double> m(size_t(B) * K, 0.0);
+  for (int b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int k = 0; k < K; ++k) m[size_t(b) * K + k] += g[(size_t(b) * T + t) * K + k];
+  return m;
+}
+
+void check_case(int B, int T, int K, bool causal, float amp) {
+  SCOPED_TRACE(testing::Message() << "B " << B << " T " << T << " K " << K
+                                  << (causal ? " causal" : " sequence") << " scores +-" << amp);
+  auto cpu = ExecContext::make_cpu();
+  auto gpu = ExecContext::make_cuda(0);
+  const int N = kIterations;
+  const Shape s{B, T, K}, is{N + 1, B, T, K}, ss{B, N, K};
+  const size_t n = size_t(B) * T * K;
+  const double tol_g = std::max(kTolG, iterate_rounding(amp));
+  const double tol_ds = std::max(kTolDscores, iterate_rounding(amp));
+  std::vector<float> sc = test::random_vector(n, uint32_t(T * 31 + K), -amp, amp);
+  std::vector<float> dg = test::random_vector(n, uint32_t(T + 7));
+  std::vector<float> g(n), it(n * (N + 1)), ds(n), state(size_t(B) * N * K, -INFINITY);
+  const Tensor cpu_state = causal ? cpu_tensor(state, ss) : Tensor();
+  ops::focus_sinkhorn_fwd(*cpu, cpu_tensor(g, s), cpu_tensor(it, is), cpu_tensor(sc, s), causal,
+                          cpu_state);
+  ops::focus_sinkhorn_bwd(*cpu, cpu_tensor(ds, s), cpu_tensor(dg, s), cpu_tensor(g, s),
+                          cpu_tensor(it, is), causal);
+
+  DeviceArray<float> d_sc(sc), d_g(n), d_it(it.size()),
+      d_state(std::vector<float>(state.size(), -INFINITY));
+  d_g.poison();
+  d_it.poison();
+  ops::focus_sinkhorn_fwd(*gpu, dev(d_g, s), dev(d_it, is), dev(d_sc, s), causal,
+                          causal ? dev(d_state, ss) : Tensor());
+  const std::vector<float> gg = d_g.download(), git = d_it.download();
+  EXPECT_LT(test::report("sinkhorn g", test::max_rel_error(gg, g)), tol_g);
+  EXPECT_EQ(std::vector<float>(git.begin(), git.begin() + std::ptrdiff_t(n)), sc) << "X_0 = scores";
+  EXPECT_LT(
+      test::report("sinkhorn exp(iterates)", test::max_rel_error(exp_of(git, n), exp_of(it, n))),
+      tol_g);
+  if (causal) {
+    EXPECT_LT(test::report("sinkhorn state", test::max_rel_error(d_state.download(), state)),
+              kTolState);
+  }
+  // Balance: rows sum to 1; the column masses are the reference's (T / K up to the last row step).
+  double row_err = 0.0;
+  for (size_t r = 0; r < size_t(B) * T; ++r) {
+    double sum = 0.0;
+    for (int k = 0; k < K; ++k) sum += gg[r * K + k];
+    row_err = std::max(row_err, std::fabs(sum - 1.0));
+  }
+  EXPECT_LT(row_err, 1e-5);
+  EXPECT_LT(test::report("sinkhorn column masses", test::max_rel_error(column_masses(gg, B, T, K),
+                                                                       column_masses(g, B, T, K))),
+            tol_g);
+
+  // The backward alone: from the reference's g and iterates.
+  DeviceArray<float> r_g(g), r_it(it), d_dg(dg), d_ds(n);
+  d_ds.poison();
+  ops::focus_sinkhorn_bwd(*gpu, dev(d_ds, s), dev(d_dg, s), dev(r_g, s), dev(r_it, is), causal);
+  EXPECT_LT(test::report("sinkhorn dscores", test::max_rel_error(d_ds.download(), ds)), tol_ds);
+  EXPECT_EQ(r_it.download(), it) << "the backward only reads the iterates";
+}
+
+TEST(FocusSinkhornCuda, MatchesTheReferenceOddShapes) {
+  CUDA_TEST_PREAMBLE();
+  for (int T : {1, 2, 127, 129, 1000, 4097})
+    for (int K : {1, 4, 8, 64})
+      for (bool causal : {true, false})
+        for (float amp : {10.f, 200.f}) check_case(2, T, K, causal, amp);
+}
+
+TEST(FocusSinkhornCuda, MatchesTheReference64K) {
+  CUDA_TEST_PREAMBLE();
+  for (int K : {4, 8, 64})
+    for (bool causal : {true, false}) check_case(2, 65536 + 3, K, causal, 10.f);
+  check_case(2, 65536 + 3, 8, true, 200.f);
+}
+
+TEST(FocusSinkhornCuda, MatchesTheReference1M) {
+  CUDA_TEST_PREAMBLE();
+  for (bool causal : {true, false})
+    for (float amp : {10.f, 200.f}) check_case(1, 1 << 20, 8, causal, amp);
+}
+
+// Decoding: chunks (single tokens, odd sizes, a multi-chunk piece) with the carried state give
+// the rows and the final state of one forward over the whole sequence.
+TEST(FocusSinkhornCuda, CarriedStateMatchesTheFullForward) {
+  CUDA_TEST_PREAMBLE();
+  auto gpu = ExecContext::make_cuda(0);
+  auto cpu = ExecContext::make_cpu();
+  const int B = 2, T = 5000, K = 8, N = kIterations;
+  std::vector<float> sc = test::random_vector(size_t(B) * T * K, 3, -10, 10);
+  std::vector<float> g(sc.size()), it(sc.size() * (N + 1)), state(size_t(B) * N * K, -INFINITY);
+  ops::focus_sinkhorn_fwd(*cpu, cpu_tensor(g, {B, T, K}), cpu_tensor(it, {N + 1, B, T, K}),
+                          cpu_tensor(sc, {B, T, K}), true, cpu_tensor(state, {B, N, K}));
+  DeviceArray<float> d_state(std::vector<float>(state.size(), -INFINITY));
+  std::vector<float> out(sc.size());
+  const int cuts[] = {0, 1, 2, 7, 300, 4999, 5000};
+  for (int c = 0; c + 1 < 7; ++c) {
+    const int t0 = cuts[c], len = cuts[c + 1] - cuts[c];
+    std::vector<float> part(size_t(B) * len * K);
+    for (int b = 0; b < B; ++b)
+      std::copy_n(sc.data() + (size_t(b) * T + t0) * K, size_t(len) * K,
+                  part.data() + size_t(b) * len * K);
+    DeviceArray<float> d_sc(part), d_g(part.size()), d_it(part.size() * (N + 1));
+    ops::focus_sinkhorn_fwd(*gpu, dev(d_g, {B, len, K}), dev(d_it, {N + 1, B, len, K}),
+                            dev(d_sc, {B, len, K}), true, dev(d_state, {B, N, K}), t0);
+    const std::vector<float> pg = d_g.download();
+    for (int b = 0; b < B; ++b)
+      std::copy_n(pg.data() + size_t(b) * len * K, size_t(len) * K,
+                  out.data() + (size_t(b) * T + t0) * K);
+  }
+  EXPECT_LT(test::report("sinkhorn decode g", test::max_rel_error(out, g)), kTolG);
+  EXPECT_LT(test::report("sinkhorn decode state", test::max_rel_error(d_state.download(), state)),
+            kTolState);
+}
+
+}  // namespace
+}  // namespace attnlab
