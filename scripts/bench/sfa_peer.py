@@ -203,7 +203,7 @@ def validate(report, H, D, T, kk, gen):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="--quick: T 4K and 16K only.")
     p.add_argument("--quick", action="store_true", help="T 4K and 16K only")
