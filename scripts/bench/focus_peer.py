@@ -5,34 +5,36 @@ would run instead of attnlab's kernels. An oracle and a yardstick only; attnlab 
 One GPU, bf16, batch 1, causal, local window w (128). Groups are shared by all heads (one
 assignment per layer, as in attnlab). Per (heads x dim, T, K, top_k, groups):
   dense      SDPA causal, flash backend, forward (the denominator of every ratio)
-  decomp     the paper's decomposition of hard routing (top_k 1 only): stable sort of the tokens by
-             group (positions increase inside a group), gather q/k/v, ONE flash SDPA call PER GROUP,
-             causal on the group-sorted tokens (returns the log-sum-exp), plus masked local attention
-             (keys with i - j <= w that share no group with i; blocked fp32 einsum, 128 queries x 256
-             keys per block), merged by log-sum-exp in token order; routing, sort, gathers and the
-             host read of the group sizes are inside the timing. top_k 2 is skipped: per-group SDPA
-             counts a pair sharing two groups twice (the FlexAttention rows cover top_k 2).
-  flex_hard  FlexAttention (torch.compile'd), mask_mod = causal and (i - j <= w or shared group),
-             token order, forward; the block mask is built once per case, outside the timing;
-             T <= --flex-max-t (64K: the compiled block-mask build grows as T^2).
+  decomp     the paper's decomposition of hard routing (top_k 1 only): stable sort of the
+             tokens by group (positions increase inside a group), gather q/k/v, ONE flash SDPA
+             call PER GROUP, causal on the group-sorted tokens (with its log-sum-exp), plus masked
+             local attention (keys with i - j <= w sharing no group with i; blocked fp32 einsum,
+             w queries x 2w keys per block), merged by log-sum-exp in token order; routing, sort,
+             gathers and the host read of the group sizes are inside the timing. top_k 2 is
+             skipped: per-group SDPA counts a pair sharing two groups twice (flex_hard has it).
+  flex_hard  FlexAttention (torch.compile'd), mask_mod = causal and (i - j <= w or shared
+             group), token order, forward; the block mask is built once per case, outside the
+             timing; T <= --flex-max-t (64K: the compiled block-mask build grows as T^2).
   soft_fwd / soft_fwdbwd (per heads x dim, T, K; groups do not change the cost):
-             FlexAttention score_mod = score + log(a + eps) for i - j > w, a = g_i . g_j, g a soft
-             assignment [T, K] (fp32, rows sum to 1) with gradients to q, k, v and g; forward and
-             forward+backward, against dense SDPA forward / forward+backward.
-Groups: "balanced" = iid random scores per token (uniform group use); "realistic" = Gaussian-smoothed
-random scores over positions (correlation ~32 tokens), so a group holds runs of nearby tokens.
-Each token's groups are the top_k largest scores; the soft g is softmax(scores / 0.5).
+             FlexAttention score_mod = score + log(a + eps) for i - j > w, a = g_i . g_j, g a
+             soft assignment [T, K] (fp32, rows sum to 1) with gradients to q, k, v and g;
+             forward and forward+backward, against dense SDPA forward / forward+backward.
+Groups: "balanced" = iid random scores per token (uniform group use); "realistic" = Gaussian-
+smoothed random scores over positions (correlation ~32 tokens): runs of nearby tokens per group.
+Each token's groups are its top_k largest scores; the soft g is softmax(scores / 0.5).
 
-Validation (exit 1 on failure), for every case with T <= 4096: decomp and flex_hard against an fp32
-masked dense reference (max err = the largest row error, max |out - ref| / max |ref| per row); soft at T = 1024 (or the smallest T) against an fp32 reference, forward and the
-gradients of q, k, v, g. Each tolerance is 4x (hard) / 2x (soft) the error of a same-precision
-reference: bf16 SDPA with the boolean mask (hard), the same math in bf16 (soft).
+Validation (exit 1 on failure), for every case with T <= 4096: decomp and flex_hard against an
+fp32 masked dense reference (max err = the largest row error, max |out - ref| / max |ref| in a
+row); soft at T = 1024 (or the T nearest it, if <= 4096) against an fp32 reference, forward and
+the gradients of q, k, v, g. Each tolerance is 4x (hard) / 2x (soft) the error of a
+same-precision reference: bf16 SDPA with the boolean mask (hard), the same math in bf16 (soft).
 
-speedup = dense ms / method ms (> 1: faster than dense). A case that runs out of memory or that this
-PyTorch cannot run prints "skipped: reason".
+speedup = dense ms / method ms (> 1: faster than dense). A case that runs out of memory or that
+this PyTorch cannot run prints "skipped: reason".
 
-  python3 scripts/bench/focus_peer.py [--quick] [--long] [--csv FILE] [--ts 1024,4096] [--heads 12x64,8x128]
-      [--ks 4,8] [--topks 1,2] [--groups balanced,realistic] [--window 128] [--soft-ks 8] [--soft-max-t N]
+  python3 scripts/bench/focus_peer.py [--quick] [--long] [--csv FILE] [--ts 1024,4096]
+      [--heads 12x64,8x128] [--ks 4,8] [--topks 1,2] [--groups balanced,realistic]
+      [--window 128] [--soft-ks 8] [--soft-max-t N] [--flex-max-t N] [--device cpu]
 """
 import argparse
 import math
@@ -231,7 +233,8 @@ class Flex:
             torch._dynamo.config.accumulated_cache_size_limit = 4096
         self.fa = fa
         self.compiled = compiled
-        self.attn = torch.compile(fa.flex_attention, dynamic=False) if compiled else fa.flex_attention
+        attn = fa.flex_attention
+        self.attn = torch.compile(attn, dynamic=False) if compiled else attn
 
     def hard_block_mask(self, grp, w, T):
         cols = grp.t().contiguous().unbind(0)  # top_k columns [T]
@@ -376,7 +379,8 @@ def run_hard_cases(args, report, flex, H, D, T, dense_ms, gen):
                 if flex is None:
                     report.row("flex_hard", *key, status="skipped: no FlexAttention in this torch")
                 elif T > args.flex_max_t:
-                    report.row("flex_hard", *key, status=f"skipped: T > --flex-max-t {args.flex_max_t}")
+                    why = f"skipped: T > --flex-max-t {args.flex_max_t}"
+                    report.row("flex_hard", *key, status=why)
                 else:
                     guarded(report, ("flex_hard",) + key, flex_case)
                 del ref
@@ -403,8 +407,10 @@ def run_soft_cases(args, report, flex, H, D, T, dense_ms, dense_fb_ms, validate,
             res = {}
             for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
                 o = soft_reference(q, k, v, g, args.window, dt)
-                res[name] = [o.float()] + [x.float() for x in torch.autograd.grad(o, ins, dout.to(dt))]
-            tols = [2.0 * (a - b).abs().max().item() + 1e-6 for a, b in zip(res["bf16"], res["fp32"])]
+                grads = torch.autograd.grad(o, ins, dout.to(dt))
+                res[name] = [o.float()] + [x.float() for x in grads]
+            tols = [2.0 * (a - b).abs().max().item() + 1e-6
+                    for a, b in zip(res["bf16"], res["fp32"])]
             ref = res["fp32"]
 
         sm = lambda: flex.soft_score_mod(g, args.window)  # per call: g's graph is per call
@@ -449,9 +455,11 @@ def parse_args(argv):
     ints = lambda s: [int(x) for x in s.split(",") if x]
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Defaults: T 1K-256K (--long adds 1M), 12x64 and 8x128, K 4,8, "
-                                "top_k 1,2, both group kinds. --quick: T 1K-16K, 12x64, K 8, top_k 1.")
-    p.add_argument("--quick", action="store_true", help="T <= 16K, 12x64, K 8, top_k 1 (< 2 minutes)")
+                                epilog="Defaults: T 1K-256K (--long adds 1M), 12x64 and 8x128, "
+                                "K 4,8, top_k 1,2, both group kinds. --quick: T 1K-16K, 12x64, "
+                                "K 8, top_k 1.")
+    p.add_argument("--quick", action="store_true",
+                   help="T <= 16K, 12x64, K 8, top_k 1 (< 2 minutes)")
     p.add_argument("--long", action="store_true", help="add T = 1M (1048576)")
     p.add_argument("--csv", metavar="FILE", help="write every row to FILE as CSV")
     p.add_argument("--ts", type=ints, help="sequence lengths, comma-separated")
@@ -482,7 +490,8 @@ def parse_args(argv):
     a.topks = a.topks or ([1] if a.quick else [1, 2])
     a.soft_ks = a.soft_ks or [8]
     a.groups = (a.groups or "balanced,realistic").split(",")
-    for name, vals in (("--ts", a.ts), ("--ks", a.ks), ("--topks", a.topks), ("--soft-ks", a.soft_ks)):
+    lists = (("--ts", a.ts), ("--ks", a.ks), ("--topks", a.topks), ("--soft-ks", a.soft_ks))
+    for name, vals in lists:
         if not vals or min(vals) < 1:
             p.error(f"{name}: expected positive integers, got {vals}")
     if bad := [x for x in a.groups if x not in ("balanced", "realistic")]:

@@ -9,19 +9,21 @@ gradients reach only the selected coordinates of q and k, dv dense. Timed: SFA f
 (selection + SDPA) and forward+backward, against dense SDPA forward and forward+backward on the
 same inputs; also the selection alone. One GPU, bf16, batch 1, causal; D = 64 with 12 heads and
 k 4, 8, 16; D = 128 with 8 heads and k 8, 16, 32; T = 4K, 16K, 64K, 128K.
-Ties: torch.topk does not promise the lowest index (attnlab's rule); random inputs have none.
+Ties: torch.topk does not promise attnlab's rule (lowest index); the timing does not depend on it.
 
 Validation (exit 1 on failure), at the smallest T (<= 4096), on inputs redrawn until no row has a
-tie at its k-th largest |x| (bf16 ties are common; a tie makes the selection ambiguous): every row of q~, k~ holds exactly k
-nonzeros, the smallest kept |x| >= the largest dropped |x|; the output and dq, dk, dv against an
-fp32 reference that selects by a magnitude threshold (another path than topk + scatter); dq, dk
-exactly zero off the selection. Tolerance: 2x the error against the same fp32 reference of bf16
-flash SDPA on the threshold-masked q, k (the same precision; forward and each gradient).
+tie at its k-th largest |x| (bf16 ties are common; a tie makes the selection ambiguous): every
+row of q~, k~ holds exactly k nonzeros, the smallest kept |x| >= the largest dropped |x|; the
+output and dq, dk, dv against an fp32 reference that selects by a magnitude threshold (another
+path than topk + scatter); dq, dk exactly zero off the selection. Tolerance: 2x the error
+against the same fp32 reference of bf16 flash SDPA on the threshold-masked q, k (the same
+precision; forward and each gradient).
 
 speedup = dense ms / SFA ms (> 1: faster than dense). SDPA on q~, k~ does the dense work, so this
 peer cannot be faster than dense: it is the baseline FlashSFA must beat.
 
-  python3 scripts/bench/sfa_peer.py [--quick] [--csv FILE] [--ts 4096,16384] [--configs 12x64:4/8/16,8x128:8/16/32]
+  python3 scripts/bench/sfa_peer.py [--quick] [--csv FILE] [--ts 4096,16384]
+      [--configs 12x64:4/8/16,8x128:8/16/32] [--device cpu]
 """
 import argparse
 import math
@@ -208,7 +210,8 @@ def parse_args(argv):
                                 epilog="--quick: T 4K and 16K only.")
     p.add_argument("--quick", action="store_true", help="T 4K and 16K only")
     p.add_argument("--csv", metavar="FILE", help="write every row to FILE as CSV")
-    p.add_argument("--ts", help="sequence lengths, comma-separated (default 4096,16384,65536,131072)")
+    p.add_argument("--ts", help="sequence lengths, comma-separated "
+                   "(default 4096,16384,65536,131072)")
     p.add_argument("--configs", default="12x64:4/8/16,8x128:8/16/32",
                    help="HxD:k/k/... per head config (default 12x64:4/8/16,8x128:8/16/32)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
@@ -232,7 +235,8 @@ def parse_args(argv):
             cfgs.append((H, D, kl))
         a.configs = cfgs
     except (ValueError, AssertionError):
-        p.error(f"--configs: expected HxD:k/k/... with D 64 or 128 and 1 <= k <= D, got {a.configs!r}")
+        p.error("--configs: expected HxD:k/k/... with D 64 or 128 and 1 <= k <= D, "
+                f"got {a.configs!r}")
     return a
 
 
