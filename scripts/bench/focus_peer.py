@@ -247,16 +247,21 @@ class Flex:
                         same = same | (cols[a][qi] == cols[c][kj])
             return (kj <= qi) & ((qi - kj <= w) | same)
 
-        return self.fa.create_block_mask(mask_mod, None, None, T, T, device=grp.device,
-                                         _compile=self.compiled)
+        return self.block_mask(mask_mod, T, grp.device)
 
     def causal_block_mask(self, T, device):
-        return self.fa.create_block_mask(lambda b, h, qi, kj: kj <= qi, None, None, T, T,
-                                         device=device, _compile=self.compiled)
+        return self.block_mask(lambda b, h, qi, kj: kj <= qi, T, device)
 
-    def soft_score_mod(self, g, w):
-        """g [T, K] (requires grad): the columns are views of one differentiable transpose."""
-        cols = g.t().contiguous().unbind(0)
+    def block_mask(self, mask_mod, T, device):
+        try:
+            return self.fa.create_block_mask(mask_mod, None, None, T, T, device=device,
+                                             _compile=self.compiled)
+        except TypeError:  # a torch without the _compile argument
+            return self.fa.create_block_mask(mask_mod, None, None, T, T, device=device)
+
+    def soft_score_mod(self, cols, w):
+        """cols: the K columns [T] of the soft assignment g, leaves that require grad (captured
+        buffers with gradients, as in FlexAttention's bias examples; built once per case)."""
 
         def score_mod(score, b, h, qi, kj):
             a = cols[0][qi] * cols[0][kj]
@@ -413,11 +418,12 @@ def run_soft_cases(args, report, flex, H, D, T, dense_ms, dense_fb_ms, validate,
                     for a, b in zip(res["bf16"], res["fp32"])]
             ref = res["fp32"]
 
-        sm = lambda: flex.soft_score_mod(g, args.window)  # per call: g's graph is per call
+        gcols = [g[:, c].detach().clone().requires_grad_() for c in range(K)]
+        sm = flex.soft_score_mod(gcols, args.window)
 
         def soft_fwd_case():  # separate from the backward: an older torch may lack buffer grads
             bm = flex.causal_block_mask(T, dev)
-            fwd = lambda: flex.attn(q.detach(), k.detach(), v.detach(), score_mod=sm(),
+            fwd = lambda: flex.attn(q.detach(), k.detach(), v.detach(), score_mod=sm,
                                     block_mask=bm)
             with torch.no_grad():
                 ms = median_ms(fwd, reps, warmup_for(T))
@@ -427,8 +433,9 @@ def run_soft_cases(args, report, flex, H, D, T, dense_ms, dense_fb_ms, validate,
             bm = flex.causal_block_mask(T, dev)
 
             def fwdbwd():
-                o = flex.attn(q, k, v, score_mod=sm(), block_mask=bm)
-                return [o] + list(torch.autograd.grad(o, (q, k, v, g), dout))
+                o = flex.attn(q, k, v, score_mod=sm, block_mask=bm)
+                dq, dk, dv, *dg = torch.autograd.grad(o, [q, k, v] + gcols, dout)
+                return [o, dq, dk, dv, torch.stack(dg, dim=1)]
 
             err = tol = None
             st = "ok"
