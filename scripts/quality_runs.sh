@@ -10,7 +10,8 @@
 #   VARIANTS  space-separated names from the table below (default: "dense focus sfa")
 #   SEEDS     (default "1 2 3"), STEPS (default 150), BATCH_TOKENS (default 131072),
 #   MODEL     small (6 layers x 384, 6 heads of 64: the default) | 124m (GPT-2 small)
-#   EVAL_BATCHES (default 40), OUT (log dir), EXTRA (more --set arguments for every run)
+#   EVAL_BATCHES (default 40), OUT (log dir), EXTRA (more --set arguments for every run),
+#   FOCUS_EVALS=0 (skip the extra top_k / soft evaluations of Focus runs)
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${1:?usage: quality_runs.sh BUILD SHARED_DATA}"
@@ -65,7 +66,9 @@ for variant in ${VARIANTS:-dense focus sfa}; do
     extra_evals=()
     if [[ "$variant" == focus* ]]; then
       groups=$(grep -oP 'groups: \K[0-9]+' "$run/recipe.yaml" | head -1)
-      extra_evals=("top_k=1" "top_k=2" "top_k=$groups" "eval_routing=soft")
+      # top_k 2 (the recipe's) is the training run's own final evaluation.
+      extra_evals=("top_k=1" "top_k=$groups" "eval_routing=soft")
+      [ "${FOCUS_EVALS:-1}" = 0 ] && extra_evals=()
     fi
     evals="{}"
     for e in "${extra_evals[@]}"; do
