@@ -86,18 +86,18 @@ void check_same_run(Communicator& comm, const RunFacts& facts) {
   comm.all_reduce_host(totals, 2);
   if (totals[0] == 0) return;
   if (n_diff > 0)
-    ATTN_FAIL(
+    throw RunMismatchError(strformat(
         "rank %d resolved a different recipe or data than rank 0 (%d differing keys; its "
         "values here: %s): start every rank with the same recipe, --set overrides and data",
-        comm.rank(), n_diff, differing.c_str());
+        comm.rank(), n_diff, differing.c_str()));
   std::string ranks;
   for (int r = 1; r < std::min(comm.world_size(), 31); ++r)
     if ((uint64_t(totals[1]) >> r) & 1) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  ATTN_FAIL(
+  throw RunMismatchError(strformat(
       "rank %d: rank(s) %s resolved a different recipe or data than rank 0 (see their "
       "messages for the keys): start every rank with the same recipe, --set overrides and "
       "data",
-      comm.rank(), ranks.empty() ? "above 30" : ranks.c_str());
+      comm.rank(), ranks.empty() ? "above 30" : ranks.c_str()));
 }
 
 }  // namespace attnlab

@@ -19,6 +19,12 @@ using RunFacts = std::vector<std::pair<std::string, std::string>>;  // key, valu
 // count and a fingerprint of 4096 tokens spread over it ("data.train[0]" -> "...").
 RunFacts run_facts(const Recipe& recipe, const std::vector<const DataLoader*>& loaders);
 
+// Thrown on every rank together, so the caller need not end the job: each rank reports its own.
+class RunMismatchError : public Error {
+ public:
+  using Error::Error;
+};
+
 void check_same_run(Communicator& comm, const RunFacts& facts);
 
 }  // namespace attnlab

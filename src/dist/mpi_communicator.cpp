@@ -63,10 +63,23 @@ class MpiCommunicator final : public Communicator {
                  launcher_name(o.launch.launcher), o.launch.rank, o.launch.world_size, rank_,
                  world_);
   }
+  // A collective that timed out is still pending: it is given up to timeout_s more to complete
+  // (a late rank may still join it) before the communicator is freed; if it does not, the
+  // communicator is left allocated (freeing it under a pending call crashes MPI's progress).
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);
+    if (finalized) return;
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
+    for (MPI_Request& r : abandoned_) {
+      int done = 0;
+      while (!done && Clock::now() < deadline) {
+        MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+        if (!done) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      if (!done) return;
+    }
+    MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }
@@ -134,8 +147,9 @@ class MpiCommunicator final : public Communicator {
     finish(req, "broadcast (host bytes)", int64_t(bytes));
   }
   [[noreturn]] void abort(const std::string& message) override {
-    std::fprintf(stderr, "attnlab: rank %d of %d: %s; ending the job\n", rank_, world_,
-                 message.c_str());
+    const std::string who =
+        message.rfind("rank ", 0) == 0 ? "" : strformat("rank %d of %d: ", rank_, world_);
+    std::fprintf(stderr, "attnlab: %s%s; ending the job\n", who.c_str(), message.c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
     std::_Exit(1);
@@ -174,6 +188,7 @@ class MpiCommunicator final : public Communicator {
         std::this_thread::sleep_for(std::chrono::microseconds(spins > 100000 ? 1000 : 20));
       }
     }
+    abandoned_.push_back(req);
     ATTN_FAIL(
         "rank %d of %d: MPI %s #%lld (%lld elements) did not complete within "
         "distributed.timeout_s = %g s: another rank died, hung or called a different "
@@ -186,6 +201,7 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, world_ = 1;
   double timeout_s_;
   int64_t seq_ = 0;
+  std::vector<MPI_Request> abandoned_;  // timed-out collectives, still pending
 };
 
 }  // namespace

@@ -14,7 +14,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -248,7 +248,7 @@ class NcclCommunicator final : public Communicator {
   void sync_comm_stream() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   void watch() {
-    CUDA_CHECK(cudaSetDevice(device_));
+    cudaSetDevice(device_);  // event queries from this thread; a failure shows in them
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_) {
       cv_.wait_for(lock, std::chrono::milliseconds(50));
@@ -283,8 +283,10 @@ class NcclCommunicator final : public Communicator {
     }
   }
   [[noreturn]] void die(const std::string& message) {
-    std::fprintf(stderr, "attnlab: rank %d of %d (device %d): %s; ending the job\n", rank_, world_,
-                 device_, message.c_str());
+    const std::string who = message.rfind("rank ", 0) == 0
+                                ? ""
+                                : strformat("rank %d of %d (device %d): ", rank_, world_, device_);
+    std::fprintf(stderr, "attnlab: %s%s; ending the job\n", who.c_str(), message.c_str());
     std::fflush(stderr);
     if (comm_) ncclCommAbort(comm_);
     std::_Exit(1);

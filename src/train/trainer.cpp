@@ -539,8 +539,11 @@ TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
   // loss) ends the whole job naming the rank, instead of leaving the others in a collective.
   try {
     return run_training(recipe, options, s);
+  } catch (const RunMismatchError&) {
+    throw;  // raised by every rank together: each reports it and exits
   } catch (const std::exception& e) {
     s.comm->abort(e.what());
+    throw;  // not reached: abort() ends the process
   }
 }
 
