@@ -76,6 +76,7 @@ say "== 1. world size 1: nccl backend vs no communicator (GPT-2 124M, bf16, dete
 for b in none nccl; do
   rm -rf "$LOGS/w1_$b"
   timeout 300 "$BIN" train "${GPT2[@]}" --set train.steps=4 --set train.deterministic=true \
+    --set checkpoint.at_end=true \
     --set train.batch_tokens=131072 --set distributed.backend=$b \
     --set train.out_dir="$LOGS/w1_$b" >"$LOGS/w1_$b.log" 2>&1
   say "   $b: rc=$? $(grep -c '"loss"' "$LOGS/w1_$b/metrics.jsonl" 2>/dev/null) steps logged"
@@ -99,7 +100,7 @@ PY
 done
 
 # ---- 3. two ranks on one GPU (NCCL over sockets, NCCL_HOSTID per rank) vs one rank -------------
-SMALL=(recipes/gpt2-124m-dense.yaml --set model.preset= --set model.n_layer=4 --set model.n_head=4
+SMALL=(recipes/gpt2-124m-dense.yaml --set model.n_layer=4 --set model.n_head=4
   --set model.n_embd=256 --set data.source=synthetic --set data.synthetic.vocab_size=50257
   --set data.synthetic.train_tokens=4000000 --set data.synthetic.val_tokens=200000
   --set schedule.warmup_steps=2 --set eval.every=5 --set eval.batches=4 --set eval.at_end=true

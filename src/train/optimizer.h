@@ -102,8 +102,8 @@ class AdamW {
   AdamWConfig config_;
   Communicator* zero1_ = nullptr;
   ParameterStore::Range shard_;  // the trainable range this rank updates (all of it without ZeRO)
-  ops::AdamWRangeTable ranges_;       // runs of trainable tensors with one weight-decay flag,
-                                      // offsets relative to shard_ (clipped to it)
+  ops::AdamWRangeTable ranges_;  // runs of trainable tensors with one weight-decay flag,
+                                 // offsets relative to shard_ (clipped to it)
   std::vector<ops::FlatSpan> spans_;  // the trainable tensors, padding excluded (gradient norm)
   std::vector<ops::FlatSpan> shard_spans_;  // spans_ clipped to shard_, relative to it
   Buffer m_, v_, master_;
