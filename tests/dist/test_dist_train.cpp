@@ -208,6 +208,42 @@ TEST(DistTrainResume, TwoRankRunResumesOnTwoAndOnOneRank) {
   }
 }
 
+// A Focus retrofit of a dense base (only the attention role trains): 2 ranks (ZeRO 1) == 1 rank,
+// and the frozen base tensors in the final checkpoint are the base checkpoint's, bit for bit.
+TEST(DistTrainRetrofit, FrozenBaseNeverMovesAndTwoRanksEqualOne) {
+  MPI_OR_SKIP(comm);
+  test::SharedTempDir tmp(*comm, "dist_retrofit");
+  if (comm->rank() == 0) run(tmp.file("base"), {}, true);
+  comm->barrier();
+  auto k = attention_keys("focus");
+  k.insert(k.end(), {"retrofit.enabled=true", "retrofit.checkpoint=" + tmp.file("base"),
+                     "distributed.zero=1"});
+  const TrainResult two = run(tmp.file("two"), k, false);
+  if (comm->rank() == 0) {
+    const TrainResult one = run(tmp.file("one"), k, true);
+    expect_same_run(two, tmp.file("two"), one, tmp.file("one"), kTol, "focus retrofit");
+    io::SafetensorsFile base(
+        (fs::path(step_dir(tmp.file("base"), 6)) / "model.safetensors").string());
+    io::SafetensorsFile after(
+        (fs::path(step_dir(tmp.file("two"), 6)) / "model.safetensors").string());
+    int frozen = 0, trained = 0;
+    for (const std::string& name : after.names()) {
+      if (name.find(".attn.focus.") != std::string::npos) {
+        ++trained;
+        continue;
+      }
+      ASSERT_NE(std::find(base.names().begin(), base.names().end(), name), base.names().end());
+      const auto a = after.raw(name), b = base.raw(name);
+      EXPECT_TRUE(a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin()))
+          << name << " moved";
+      ++frozen;
+    }
+    EXPECT_GT(trained, 0);
+    EXPECT_GT(frozen, 10);
+  }
+  comm->barrier();
+}
+
 // Ranks that resolved different runs all stop, the differing rank naming the keys.
 TEST(DistTrainCheck, DifferentRecipesOrDataStopEveryRank) {
   MPI_OR_SKIP(comm);
