@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/nvtx.h"
+
 namespace attnlab {
 namespace {
 
@@ -61,6 +63,7 @@ void GradientSync::launch_down_to(int64_t ready_from) {
   const Tensor grads = store_.grads();
   while (next_ > 0 && buckets_[size_t(next_ - 1)].offset >= ready_from) {
     const Bucket& b = buckets_[size_t(--next_)];
+    NvtxRange range("dist.all_reduce_bucket");  // its enqueue; the transfer is on the comm stream
     comm_.all_reduce(grads.slice0(b.offset, b.offset + b.numel), ReduceOp::sum);
   }
 }
@@ -81,6 +84,7 @@ void GradientSync::finish() {
       launch_down_to(0);
     } else {
       const Tensor grads = store_.grads();
+      NvtxRange range("dist.reduce_scatter");
       const ParameterStore::Range r = store_.shard(comm_.rank());
       comm_.reduce_scatter(grads, grads.slice0(r.offset, r.offset + r.numel), ReduceOp::sum);
     }
