@@ -75,9 +75,17 @@ class NcclCommunicator final : public Communicator {
       init_started_ = Clock::now();
       initializing_ = true;
     }
-    nccl("ncclCommInitRank", ncclCommInitRank(&comm_, world_, id, rank_));
-    std::lock_guard<std::mutex> lock(mu_);
-    initializing_ = false;
+    const ncclResult_t init = ncclCommInitRank(&comm_, world_, id, rank_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      initializing_ = false;
+      stop_ = init != ncclSuccess;  // a failed start: no destructor runs to end the watchdog
+    }
+    if (init != ncclSuccess) {
+      cv_.notify_all();
+      watchdog_.join();
+      nccl("ncclCommInitRank", init);
+    }
   }
   ~NcclCommunicator() override {
     {
@@ -256,10 +264,10 @@ class NcclCommunicator final : public Communicator {
       const auto now = Clock::now();
       if (initializing_) {
         if (std::chrono::duration<double>(now - init_started_).count() > timeout_s_)
-          die(
-              strformat("ncclCommInitRank did not complete within distributed.timeout_s = %g s: "
+          die(strformat("ncclCommInitRank did not complete within distributed.timeout_s = %g s: "
                         "another rank did not start, died or cannot reach this one",
-                        timeout_s_));
+                        timeout_s_),
+              false);
         continue;
       }
       ncclResult_t async = ncclSuccess;
@@ -282,13 +290,13 @@ class NcclCommunicator final : public Communicator {
       }
     }
   }
-  [[noreturn]] void die(const std::string& message) {
+  [[noreturn]] void die(const std::string& message, bool abort_comm = true) {
     const std::string who = message.rfind("rank ", 0) == 0
                                 ? ""
                                 : strformat("rank %d of %d (device %d): ", rank_, world_, device_);
     std::fprintf(stderr, "attnlab: %s%s; ending the job\n", who.c_str(), message.c_str());
     std::fflush(stderr);
-    if (comm_) ncclCommAbort(comm_);
+    if (abort_comm && comm_) ncclCommAbort(comm_);  // not during ncclCommInitRank
     std::_Exit(1);
   }
 
