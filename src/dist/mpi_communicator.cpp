@@ -57,9 +57,9 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &world_);
-    ATTN_REQUIRE(o.launch.launcher == Launcher::none ||
-                     (o.launch.rank == rank_ && o.launch.world_size == world_),
-                 "the launcher (%s) says rank %d of %d but MPI says rank %d of %d",
+    ATTN_REQUIRE(o.launch.rank == rank_ && o.launch.world_size == world_,
+                 "the launcher (%s) says rank %d of %d but MPI says rank %d of %d (the mpi "
+                 "backend needs the ranks mpirun started)",
                  launcher_name(o.launch.launcher), o.launch.rank, o.launch.world_size, rank_,
                  world_);
   }
