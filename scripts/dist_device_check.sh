@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Data-parallel checks on ONE GPU (docs/distributed.md, "What runs on one H200"):
+#  0. the NcclCuda.* GPU tests (world size 1: collectives, training == backend none);
 #  1. world size 1 through the nccl backend == the no-communicator path, bit for bit (GPT-2 124M
 #     shape on synthetic tokens, deterministic kernels, 4 steps; losses and every tensor of the
 #     final checkpoint compared);
@@ -24,10 +25,15 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     >"$LOGS/cmake.log" 2>&1 || { tail -30 "$LOGS/cmake.log"; exit 1; }
   grep "attnlab: NCCL backend" "$LOGS/cmake.log" | tee -a "$SUMMARY"
-  make -C "$BUILD" -j16 attnlab >"$LOGS/build.log" 2>&1 \
+  make -C "$BUILD" -j16 attnlab attnlab_tests >"$LOGS/build.log" 2>&1 \
     || { grep -E "error" -A3 "$LOGS/build.log" | head -40; exit 1; }
 fi
 BIN="$BUILD/attnlab"
+
+# ---- 0. the nccl backend's GPU tests (world size 1) -------------------------------------------
+"$BUILD/attnlab_tests" --gtest_filter='NcclCuda.*' >"$LOGS/nccl_tests.log" 2>&1
+say "== 0. NcclCuda.* (tests/cuda/test_nccl_cuda.cpp): rc=$?"
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure" "$LOGS/nccl_tests.log" | head -10 | tee -a "$SUMMARY"
 
 # GPT-2 124M on synthetic tokens (scripts/device_check.sh does the same for its trainer run).
 GPT2=(recipes/gpt2-124m-dense.yaml --set data.source=synthetic --set data.synthetic.vocab_size=50257
@@ -129,5 +135,15 @@ for zero in 0 1; do
   say "   losses vs 1 rank: $(compare_py close "$d/metrics.jsonl" "$LOGS/r1/metrics.jsonl" 1e-4 2>&1)"
   grep -h "val loss" "$d.rank0.log" | tail -1 | sed 's/^/   2 ranks: /' | tee -a "$SUMMARY"
 done
+# The same under mpirun (the NCCL id by MPI_Bcast), when OpenMPI is installed.
+if command -v mpirun >/dev/null 2>&1; then
+  d="$LOGS/r2_mpirun"
+  rm -rf "$d"
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun -np 2 \
+    --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x PATH -x LD_LIBRARY_PATH \
+    sh -c 'NCCL_HOSTID=attnlab-mpi$OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_LOCAL_RANK=0 exec "$0" "$@"' \
+    "$BIN" train "${SMALL[@]}" --set distributed.zero=1 --set train.out_dir="$d" >"$d.log" 2>&1
+  say "   mpirun 2 ranks ZeRO 1: rc=$?; losses vs 1 rank: $(compare_py close "$d/metrics.jsonl" "$LOGS/r1/metrics.jsonl" 1e-4 2>&1)"
+fi
 grep -h "val loss" "$LOGS/r1.log" | tail -1 | sed 's/^/   1 rank:  /' | tee -a "$SUMMARY"
 echo "summary: $SUMMARY"
