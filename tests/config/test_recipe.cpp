@@ -256,6 +256,10 @@ TEST(RecipeErrors, EnumsAndUnsupportedFeatures) {
   EXPECT_EQ(parse_error("distributed:\n  zero: 2\n"),
             "x.yaml:2: distributed.zero must be 0 (replicated optimizer state) or 1 (ZeRO-1: "
             "optimizer state sharded by rank), got 2");
+  EXPECT_EQ(parse_error("distributed:\n  timeout_s: 0\n"),
+            "x.yaml:2: distributed.timeout_s must be in (0, 1e+07], got 0");
+  EXPECT_EQ(parse_error("distributed:\n  bucket_mb: -1\n"),
+            "x.yaml:2: distributed.bucket_mb must be in (0, 1e+06], got -1");
   EXPECT_EQ(parse_error("schedule:\n  type: cosin\n"),
             "x.yaml:2: schedule.type 'cosin' is not a valid value (valid: cosine, linear, "
             "constant, wsd); did you mean 'cosine'?");
