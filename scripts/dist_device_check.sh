@@ -7,7 +7,8 @@
 #  2. the overhead of the nccl path at world size 1 in GPT-2 124M tok/s (synthetic data, 24 steps,
 #     median tok/s of steps 5..24, nccl against none);
 #  3. two ranks on the one GPU through the real NCCL path (torchrun-style env and the TCP
-#     rendezvous; each rank its own NCCL_HOSTID, else NCCL 2.28 refuses two ranks on one GPU),
+#     rendezvous; each rank its own NCCL_HOSTID, else NCCL 2.28 refuses two ranks on one GPU;
+#     sockets over lo unless NCCL_SOCKET_IFNAME is set),
 #     fp32, ZeRO 0 and ZeRO 1, against one rank with the same global batch (accumulation).
 # Usage (repo root, on the GPU machine): bash scripts/dist_device_check.sh [build_dir]
 # Environment: SKIP_BUILD=1 (use build_dir as it is), STEPS_TPUT (default 24).
@@ -123,6 +124,7 @@ for zero in 0 1; do
   port=$((29500 + zero))
   for r in 0 1; do
     RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port NCCL_HOSTID="attnlab-rank$r" \
+      NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=1 \
       timeout 300 "$BIN" train "${SMALL[@]}" --set distributed.backend=nccl \
       --set distributed.zero=$zero --set train.out_dir="$d" >"$d.rank$r.log" 2>&1 &
     pids[$r]=$!
@@ -139,8 +141,9 @@ done
 if command -v mpirun >/dev/null 2>&1; then
   d="$LOGS/r2_mpirun"
   rm -rf "$d"
-  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun -np 2 \
-    --allow-run-as-root --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE -x PATH -x LD_LIBRARY_PATH \
+  NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=1 OMPI_ALLOW_RUN_AS_ROOT=1 \
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 mpirun -np 2 --allow-run-as-root --oversubscribe \
+    --bind-to none -x NCCL_NVLS_ENABLE -x NCCL_SOCKET_IFNAME -x NCCL_IB_DISABLE -x PATH -x LD_LIBRARY_PATH \
     sh -c 'NCCL_HOSTID=attnlab-mpi$OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_LOCAL_RANK=0 exec "$0" "$@"' \
     "$BIN" train "${SMALL[@]}" --set distributed.zero=1 --set train.out_dir="$d" >"$d.log" 2>&1
   say "   mpirun 2 ranks ZeRO 1: rc=$?; losses vs 1 rank: $(compare_py close "$d/metrics.jsonl" "$LOGS/r1/metrics.jsonl" 1e-4 2>&1)"
