@@ -4,14 +4,14 @@
 #  1. world size 1 through the nccl backend == the no-communicator path, bit for bit (GPT-2 124M
 #     shape on synthetic tokens, deterministic kernels, 4 steps; losses and every tensor of the
 #     final checkpoint compared);
-#  2. the overhead of the nccl path at world size 1 in GPT-2 124M tok/s (synthetic data, 24 steps,
-#     median tok/s of steps 5..24, nccl against none);
+#  2. the overhead of the nccl path at world size 1 in GPT-2 124M tok/s (synthetic data, 16 steps,
+#     median tok/s of steps 5..16, nccl against none, each twice);
 #  3. two ranks on the one GPU through the real NCCL path (torchrun-style env and the TCP
 #     rendezvous; each rank its own NCCL_HOSTID, else NCCL 2.28 refuses two ranks on one GPU;
 #     sockets over lo unless NCCL_SOCKET_IFNAME is set),
 #     fp32, ZeRO 0 and ZeRO 1, against one rank with the same global batch (accumulation).
 # Usage (repo root, on the GPU machine): bash scripts/dist_device_check.sh [build_dir]
-# Environment: SKIP_BUILD=1 (use build_dir as it is), STEPS_TPUT (default 24).
+# Environment: SKIP_BUILD=1 (use build_dir as it is), STEPS_TPUT (default 16).
 # Everything goes to $OUT (or /tmp/attnlab_dist); the summary is printed and in $OUT/summary.txt.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -92,7 +92,7 @@ say "   $(compare_py bits "$LOGS/w1_none/checkpoints/step_00000004" "$LOGS/w1_nc
   "$LOGS/w1_none/metrics.jsonl" "$LOGS/w1_nccl/metrics.jsonl" 2>&1)"
 
 # ---- 2. overhead of the nccl path at world size 1 ---------------------------------------------
-STEPS=${STEPS_TPUT:-24}
+STEPS=${STEPS_TPUT:-16}
 say "== 2. tok/s at world size 1, GPT-2 124M bf16 (median of steps 5..$STEPS)"
 for b in none nccl none nccl; do
   rm -rf "$LOGS/tput_$b"
