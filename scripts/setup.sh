@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what attnlab needs and is missing on a Debian/Ubuntu machine, then configures the build.
-# The CUDA toolkit (nvcc, cuBLAS, NCCL) is assumed present: it is detected, not installed.
+# The CUDA toolkit (nvcc, cuBLAS; NCCL optional) is assumed present: it is detected, not installed.
+# OpenMPI (openmpi-bin, libopenmpi-dev) is installed for the mpi backend and the multi-rank tests
+# (docs/distributed.md); NCCL and MPI are both optional to the build, which says what it found.
 # Usage: scripts/setup.sh [build-dir]     (default: build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +23,7 @@ cuda_root=$(dirname "$(dirname "$(command -v nvcc)")")
 
 # --- distribution packages ------------------------------------------------------------------
 need=(cmake g++ make pkg-config libyaml-cpp-dev libcli11-dev libgtest-dev nlohmann-json3-dev
-      zlib1g-dev liblzma-dev xz-utils ccache)
+      zlib1g-dev liblzma-dev xz-utils ccache openmpi-bin libopenmpi-dev)
 missing=()
 if command -v dpkg-query >/dev/null 2>&1; then
   for p in "${need[@]}"; do
@@ -40,10 +42,14 @@ fi
 
 if [ ! -e "$cuda_root/include/nccl.h" ] && [ ! -e /usr/include/nccl.h ]; then
   echo "setup: NCCL headers not found (looked in $cuda_root/include and /usr/include);" >&2
-  echo "setup: install NCCL (libnccl-dev) for your CUDA version and re-run." >&2
-  exit 1
+  echo "setup: building without the nccl backend (multi-GPU data parallelism); install NCCL" >&2
+  echo "setup: (libnccl-dev) for your CUDA version and re-run to have it." >&2
 fi
 
 # --- configure ------------------------------------------------------------------------------
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" >/dev/null
+log=$(mktemp)
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" >"$log" \
+  || { cat "$log"; rm -f "$log"; exit 1; }
 echo "setup: configured $build_dir (CUDA at $cuda_root)"
+grep -E "attnlab: (NCCL backend|no MPI)" "$log" | sed 's/^-- /setup: /' || true
+rm -f "$log"

@@ -204,7 +204,15 @@ void CheckpointConfig::validate() const {
 
 void LogConfig::validate() const { require_min("log.every", every, 1); }
 
-void DistributedConfig::validate() const {}
+void DistributedConfig::validate() const {
+  if (zero != 0 && zero != 1)
+    fail_key("distributed.zero",
+             strformat("distributed.zero must be 0 (replicated optimizer state) or 1 "
+                       "(ZeRO-1: optimizer state sharded by rank), got %d",
+                       zero));
+  require_range("distributed.bucket_mb", bucket_mb, 0, true, 1e6, false);
+  require_range("distributed.timeout_s", timeout_s, 0, true, 1e7, false);
+}
 
 std::set<ParamRole> RetrofitConfig::trainable_roles() const {
   if (!enabled) return {ParamRole::base, ParamRole::attention, ParamRole::adapter};

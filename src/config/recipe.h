@@ -55,7 +55,7 @@ enum class DeviceChoice : uint8_t { auto_select, cpu, cuda };
 enum class Precision : uint8_t { bf16, fp32 };
 enum class Recompute : uint8_t { none, gelu, block };
 enum class ColorMode : uint8_t { auto_detect, always, never };
-enum class DistBackend : uint8_t { none };
+enum class DistBackend : uint8_t { auto_select, none, mpi, nccl };
 enum class FocusAssign : uint8_t { sinkhorn, softmax };
 enum class FocusScope : uint8_t { causal, sequence };
 enum class FocusGate : uint8_t { additive, multiplicative };
@@ -119,8 +119,8 @@ struct EnumNames<ColorMode> {
 };
 template <>
 struct EnumNames<DistBackend> {
-  static constexpr std::array<std::string_view, 1> names{"none"};
-  static constexpr std::array<std::string_view, 1> future{"nccl"};
+  static constexpr std::array<std::string_view, 4> names{"auto", "none", "mpi", "nccl"};
+  static constexpr std::array<std::string_view, 0> future{};
 };
 
 template <>
@@ -332,8 +332,14 @@ struct LogConfig {
   bool operator==(const LogConfig&) const = default;
 };
 
+// Data parallelism over the ranks a launcher started (docs/distributed.md).
 struct DistributedConfig {
-  DistBackend backend = DistBackend::none;
+  // auto: none for one process; several ranks: nccl on CUDA, mpi on the CPU.
+  DistBackend backend = DistBackend::auto_select;
+  int zero = 0;                 // 0: replicated optimizer state; 1: ZeRO-1 (state sharded by rank)
+  double bucket_mb = 25.0;      // gradient all-reduce buckets (ZeRO 0), MiB of gradients
+  double timeout_s = 300.0;     // a collective or rendezvous not done by then ends the job
+  std::string rendezvous_file;  // nccl without mpirun or MASTER_ADDR: the unique id's path
   void validate() const;
   bool operator==(const DistributedConfig&) const = default;
 };

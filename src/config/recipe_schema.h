@@ -148,6 +148,10 @@ void visit(V& v, Is<LogConfig> auto& l) {
 template <class V>
 void visit(V& v, Is<DistributedConfig> auto& d) {
   v.field("backend", d.backend);
+  v.field("zero", d.zero, {"zero_stage"});
+  v.field("bucket_mb", d.bucket_mb, {"bucket_size_mb", "bucket_cap_mb"});
+  v.field("timeout_s", d.timeout_s, {"timeout"});
+  v.field("rendezvous_file", d.rendezvous_file, {"init_file"});
 }
 
 template <class V>

@@ -30,6 +30,12 @@ std::unique_ptr<ExecContext> ExecContext::make_cuda(int device_index) {
   CUDA_CHECK(cudaSetDevice(device_index));
   // A blocking stream: it synchronises with the legacy default stream, so plain cudaMemcpy /
   // cudaMemset (copy_tensor, Buffer::zero) are ordered with the kernels launched on it.
+  // A communication stream must not rely on that: the nccl communicator's stream is created
+  // non-blocking (a legacy-stream copy neither waits for an in-flight all-reduce nor blocks it,
+  // which would serialise the overlap) and is ordered with this one by events only: each
+  // collective waits for an event recorded here, and Communicator::wait() makes this stream
+  // wait for the collectives (dist/nccl_communicator.cpp). Legacy-stream copies issued after
+  // wait() are then ordered after the collectives through this stream.
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreate(&s));
   ctx->stream = s;

@@ -1,23 +1,80 @@
 #include "dist/communicator.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace attnlab {
 
-void LocalCommunicator::all_reduce_sum(const Tensor& t) {
-  ATTN_REQUIRE(!t.empty() || t.numel() == 0, "all_reduce_sum: tensor %s has no data",
-               t.str().c_str());
+void check_collective(const char* what, const Tensor& t) {
+  ATTN_REQUIRE(!t.empty() || t.numel() == 0, "%s: tensor %s has no data", what, t.str().c_str());
+}
+
+void check_sharded(const char* what, const Tensor& whole, const Tensor& part, int world_size) {
+  check_collective(what, whole);
+  check_collective(what, part);
+  ATTN_REQUIRE(whole.dtype == part.dtype && whole.device == part.device &&
+                   whole.numel() == part.numel() * world_size,
+               "%s: %s must hold world size (%d) x %s", what, whole.str().c_str(), world_size,
+               part.str().c_str());
+}
+
+void LocalCommunicator::all_reduce(const Tensor& t, ReduceOp) { check_collective("all_reduce", t); }
+
+void LocalCommunicator::reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp) {
+  check_sharded("reduce_scatter", send, recv, 1);
+  if (send.data != recv.data) copy_tensor(recv, send);
+}
+
+void LocalCommunicator::all_gather(const Tensor& send, const Tensor& recv) {
+  check_sharded("all_gather", recv, send, 1);
+  if (send.data != recv.data) copy_tensor(recv, send);
 }
 
 void LocalCommunicator::broadcast(const Tensor& t, int root) {
   ATTN_REQUIRE(root == 0, "broadcast: root rank %d out of range (world size 1)", root);
-  ATTN_REQUIRE(!t.empty() || t.numel() == 0, "broadcast: tensor %s has no data", t.str().c_str());
+  check_collective("broadcast", t);
+}
+
+void LocalCommunicator::broadcast_host(void*, size_t, int root) {
+  ATTN_REQUIRE(root == 0, "broadcast: root rank %d out of range (world size 1)", root);
+}
+
+void LocalCommunicator::abort(const std::string& message) {
+  std::fprintf(stderr, "attnlab: rank 0 of 1: %s\n", message.c_str());
+  std::exit(1);
+}
+
+std::string available_backends() {
+  std::string s = "none";
+#if ATTNLAB_HAVE_MPI
+  s += ", mpi";
+#endif
+#if ATTNLAB_HAVE_NCCL
+  s += ", nccl";
+#endif
+  return s;
+}
+
+std::unique_ptr<Communicator> make_communicator(const CommOptions& options) {
+  const std::string& b = options.backend;
+  if (b == "none") {
+    ATTN_REQUIRE(options.launch.world_size == 1,
+                 "distributed.backend is 'none' but the launcher (%s) started %d ranks; use "
+                 "backend auto, mpi or nccl",
+                 launcher_name(options.launch.launcher), options.launch.world_size);
+    return std::make_unique<LocalCommunicator>();
+  }
+  if (b == "mpi") return make_mpi_communicator(options);
+  if (b == "nccl") return make_nccl_communicator(options);
+  ATTN_FAIL("unknown distributed backend '%s' (valid: none, mpi, nccl; this build has %s)",
+            b.c_str(), available_backends().c_str());
 }
 
 std::unique_ptr<Communicator> make_communicator(const std::string& backend) {
-  if (backend == "none") return std::make_unique<LocalCommunicator>();
-  if (backend == "nccl" || backend == "mpi")
-    ATTN_FAIL("distributed backend '%s' is not supported yet (use 'none' for one process)",
-              backend.c_str());
-  ATTN_FAIL("unknown distributed backend '%s' (valid: none; reserved: nccl, mpi)", backend.c_str());
+  CommOptions o;
+  o.backend = backend;
+  o.launch = detect_launch();
+  return make_communicator(o);
 }
 
 }  // namespace attnlab

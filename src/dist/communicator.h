@@ -1,14 +1,33 @@
 // Communicator: the collective operations data parallelism needs, behind one small interface so
-// that training code is written once for one process or many (DESIGN.md "Several processes").
-// Ranks count from 0; rank 0 writes logs and checkpoints. Collectives are in place on a Tensor
-// that lives on the device the backend serves; every rank must call them in the same order.
+// that training code is written once for one process or many (docs/distributed.md).
+// Ranks count from 0; rank 0 writes logs and checkpoints. Every rank must call the collectives in
+// the same order with the same sizes. Tensors live on the backend's device():
+//   none: one process (identities; copies where send and recv differ); any device.
+//   mpi:  CPU tensors (f32, i32, f64), blocking; each wait is bounded by timeout_s.
+//   nccl: CUDA tensors (f32, bf16, i32, f64) enqueued on the communicator's own stream after the
+//         work enqueued so far on the compute stream (an event); wait() makes the compute stream
+//         wait for them. A watchdog thread polls ncclCommGetAsyncError and the age of the oldest
+//         unfinished collective, and ends the job (ncclCommAbort) naming the rank past timeout_s.
 #pragma once
 #include <memory>
 #include <string>
 
 #include "core/tensor.h"
+#include "dist/launch.h"
+
+struct CUstream_st;
 
 namespace attnlab {
+
+enum class ReduceOp : uint8_t { sum, avg };
+
+struct CommOptions {
+  std::string backend = "none";  // none | mpi | nccl
+  LaunchInfo launch;             // rank, world size, local rank, rendezvous address
+  double timeout_s = 300.0;      // a collective (or the rendezvous) not done by then is fatal
+  std::string rendezvous_file;   // nccl without MPI or MASTER_ADDR: the unique id by this file
+  CUstream_st* compute_stream = nullptr;  // nccl: the stream the collectives order after
+};
 
 class Communicator {
  public:
@@ -18,11 +37,27 @@ class Communicator {
   bool is_root() const { return rank() == 0; }
   virtual const char* backend() const = 0;
 
-  // t = sum of t over all ranks (every rank gets the result).
-  virtual void all_reduce_sum(const Tensor& t) = 0;
+  // t = op over ranks of t, in place (every rank gets the result; avg = sum / world size).
+  virtual void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum) = 0;
+  void all_reduce_sum(const Tensor& t) { all_reduce(t, ReduceOp::sum); }
+  // send: [world * n]; recv: [n] = op over ranks of send[rank * n, (rank + 1) * n). recv may be
+  // that slice of send (in place).
+  virtual void reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) = 0;
+  // send: [n]; recv: [world * n], recv[r * n, (r + 1) * n) = send of rank r. send may be this
+  // rank's slice of recv (in place).
+  virtual void all_gather(const Tensor& send, const Tensor& recv) = 0;
   // t = t of rank `root` on every rank.
   virtual void broadcast(const Tensor& t, int root) = 0;
   virtual void barrier() = 0;
+  // Orders the compute stream after every collective issued so far (nccl); no-op when blocking.
+  virtual void wait() {}
+  // Host values (counts, loss totals): values[i] = sum over ranks; blocking.
+  virtual void all_reduce_host(double* values, int n) = 0;
+  // Host bytes of rank `root` to every rank; blocking.
+  virtual void broadcast_host(void* data, size_t bytes, int root) = 0;
+  // Ends every rank of the job after a fatal error on this one: prints "rank R of W: message"
+  // and aborts the job (MPI_Abort, ncclCommAbort + exit). Does not return.
+  [[noreturn]] virtual void abort(const std::string& message) = 0;
 };
 
 // A single process: world size 1, rank 0; the collectives are identities (argument checks only).
@@ -31,13 +66,30 @@ class LocalCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   const char* backend() const override { return "none"; }
-  void all_reduce_sum(const Tensor& t) override;
+  void all_reduce(const Tensor& t, ReduceOp op) override;
+  void reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override;
+  void all_gather(const Tensor& send, const Tensor& recv) override;
   void broadcast(const Tensor& t, int root) override;
   void barrier() override {}
+  void all_reduce_host(double*, int) override {}
+  void broadcast_host(void*, size_t, int root) override;
+  [[noreturn]] void abort(const std::string& message) override;
 };
 
-// Backend by name: "none" (single process). "nccl" and "mpi" are reserved and not supported yet;
-// any other name throws listing the valid ones.
-std::unique_ptr<Communicator> make_communicator(const std::string& backend);
+// Backend by options.backend: "none", "mpi", "nccl"; a backend this build lacks (no MPI or NCCL
+// found by CMake) or an unknown name throws naming the valid ones.
+std::unique_ptr<Communicator> make_communicator(const CommOptions& options);
+std::unique_ptr<Communicator> make_communicator(const std::string& backend);  // default options
+// The backends compiled in ("none, mpi, nccl" when both were found).
+std::string available_backends();
+
+// Argument checks shared by the backends (throw naming the collective and the tensors).
+void check_collective(const char* what, const Tensor& t);
+void check_sharded(const char* what, const Tensor& whole, const Tensor& part, int world_size);
+
+// The backends (dist/mpi_communicator.cpp, dist/nccl_communicator.cpp); nullptr-free: they throw
+// when the build lacks them.
+std::unique_ptr<Communicator> make_mpi_communicator(const CommOptions& options);
+std::unique_ptr<Communicator> make_nccl_communicator(const CommOptions& options);
 
 }  // namespace attnlab

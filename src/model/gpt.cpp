@@ -252,6 +252,7 @@ void GPT::backward(const ExecContext& ctx, const ParameterStore& store, const Te
     NvtxRange lr("layer.backward");
     blocks_[size_t(l)].backward(ctx, layer_input(l), layers_[size_t(l)], s, aux, ob,
                                 /*need_dx=*/embeddings_train || l > lowest_layer);
+    if (backward_hook_) backward_hook_(l);
   }
   if (embeddings_train) {
     OpScope sc(ob, "bwd.embedding");

@@ -7,6 +7,7 @@
 // model.bias. Weights use the PyTorch nn.Linear layout [out, in].
 #pragma once
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,6 +88,9 @@ class GPT {
 
   // Observer of op groups (nullptr = none); not owned, must outlive its use.
   void set_observer(OpObserver* o) { observer_ = o; }
+  // Called by backward() after layer l's backward, l from n_layer - 1 down: data parallelism
+  // starts reducing the gradients that are final then (dist/grad_sync.h). Empty = none.
+  void set_backward_hook(std::function<void(int layer)> hook) { backward_hook_ = std::move(hook); }
 
   // ==== Incremental decoding with a KV cache (implemented in model/gpt_decode.cpp) ====
   // A cache for B sequences of up to max_T <= block_size tokens, with the decoding activations
@@ -132,6 +136,7 @@ class GPT {
   bool has_dlogits_ = false;
   float aux_scale_ = 1.f;
   OpObserver* observer_ = nullptr;
+  std::function<void(int layer)> backward_hook_;
   Buffer loss_totals_;  // 3 doubles on the device: {sum, valid, aux} (see take_loss)
 };
 

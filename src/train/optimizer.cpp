@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "dist/communicator.h"
 #include "ops/ops.h"
 
 namespace attnlab {
@@ -20,8 +21,12 @@ void AdamWConfig::validate() const {
   ATTN_REQUIRE(std::isfinite(grad_clip), "optimizer.grad_clip must be finite, got %g", grad_clip);
 }
 
-AdamW::AdamW(const ExecContext& ctx, ParameterStore& store, const AdamWConfig& config)
-    : ctx_(ctx), store_(store), config_(config) {
+AdamW::AdamW(const ExecContext& ctx, ParameterStore& store, const AdamWConfig& config,
+             Communicator* zero1)
+    : ctx_(ctx),
+      store_(store),
+      config_(config),
+      zero1_(zero1 && zero1->world_size() > 1 ? zero1 : nullptr) {
   config_.validate();
   ATTN_REQUIRE(store.finalized(), "AdamW: the parameter store must be finalized first");
   ATTN_REQUIRE(store.device() == ctx.device, "AdamW: parameters are on %s but the context is %s",
@@ -49,8 +54,28 @@ AdamW::AdamW(const ExecContext& ctx, ParameterStore& store, const AdamWConfig& c
   // A distinct stream of random bits per step and range for stochastic rounding (bf16): range i
   // uses seed step * 0x9E3779B9 ^ (i + 1) * 0x85EBCA6B.
   for (size_t i = 0; i < ranges.size(); ++i) ranges[i].seed = (uint32_t(i) + 1u) * 0x85EBCA6Bu;
-  ranges_ = ops::AdamWRangeTable(ctx, std::move(ranges));
-  const size_t bytes = size_t(store.trainable_buffer_numel()) * sizeof(float);
+  // This rank's part: everything, or its ZeRO-1 shard (ranges and spans clipped to it, offsets
+  // relative to it; a clipped range keeps its seed, but its rounding bits count elements from
+  // the shard's edge, so bf16 ZeRO-1 rounds differently from ZeRO 0 there).
+  shard_ = ParameterStore::Range{0, store.trainable_buffer_numel()};
+  if (zero1_) {
+    ATTN_REQUIRE(store.num_shards() == zero1_->world_size(),
+                 "ZeRO-1: the parameter store has %d shards for %d ranks", store.num_shards(),
+                 zero1_->world_size());
+    shard_ = store.shard(zero1_->rank());
+  }
+  const int64_t lo = shard_.offset, hi = shard_.offset + shard_.numel;
+  std::vector<ops::AdamWRangeSpec> clipped;
+  for (const ops::AdamWRangeSpec& r : ranges) {
+    const int64_t a = std::max(r.offset, lo), b = std::min(r.offset + r.numel, hi);
+    if (a < b) clipped.push_back(ops::AdamWRangeSpec{a - lo, b - a, r.decay, r.seed});
+  }
+  for (const ops::FlatSpan& f : spans_) {
+    const int64_t a = std::max(f.offset, lo), b = std::min(f.offset + f.numel, hi);
+    if (a < b) shard_spans_.push_back(ops::FlatSpan{a - lo, b - a});
+  }
+  ranges_ = ops::AdamWRangeTable(ctx, std::move(clipped));
+  const size_t bytes = size_t(shard_.numel) * sizeof(float);
   m_ = Buffer(store.device(), bytes);
   v_ = Buffer(store.device(), bytes);
   m_.zero();
@@ -64,9 +89,12 @@ AdamW::AdamW(const ExecContext& ctx, ParameterStore& store, const AdamWConfig& c
 StepStats AdamW::step(float lr, int step) {
   ATTN_REQUIRE(step >= 1, "AdamW::step: step counts from 1, got %d", step);
   StepStats stats;
-  const Tensor grads = store_.grads();
-  stats.grad_norm = std::sqrt(ops::sum_of_squares(ctx_, grads, spans_));
-  if (!std::isfinite(stats.grad_norm)) {
+  const int64_t lo = shard_.offset, hi = shard_.offset + shard_.numel;
+  const Tensor grads = store_.grads().slice0(lo, hi);
+  double sum_sq = shard_spans_.empty() ? 0.0 : ops::sum_of_squares(ctx_, grads, shard_spans_);
+  if (zero1_) zero1_->all_reduce_host(&sum_sq, 1);  // the shards' sums: the global norm
+  stats.grad_norm = std::sqrt(sum_sq);
+  if (!std::isfinite(stats.grad_norm)) {  // the same on every rank: none updates or gathers
     stats.finite = false;
     stats.clip_scale = 0.f;
     return stats;
@@ -75,31 +103,53 @@ StepStats AdamW::step(float lr, int step) {
     stats.clip_scale =
         float(config_.grad_clip / std::max(stats.grad_norm, double(config_.grad_clip)));
 
-  if (ranges_.ranges().empty()) return stats;  // nothing trainable
-  ops::AdamWStep s;
-  s.lr = lr;
-  s.beta1 = config_.beta1;
-  s.beta2 = config_.beta2;
-  s.eps = config_.eps;
-  s.weight_decay = config_.weight_decay;
-  s.grad_scale = stats.clip_scale;
-  s.step = step;
-  s.seed = uint32_t(step) * 0x9E3779B9u;
-  const Shape shape{store_.trainable_buffer_numel()};
-  const Tensor master = master_.data() ? master_.as(DType::f32, shape) : Tensor();
-  ops::adamw_update_multi(ctx_, store_.trainable_params(), master, grads, m_.as(DType::f32, shape),
-                          v_.as(DType::f32, shape), ranges_, s);
+  const Tensor params = store_.trainable_params();
+  if (!ranges_.ranges().empty()) {
+    ops::AdamWStep s;
+    s.lr = lr;
+    s.beta1 = config_.beta1;
+    s.beta2 = config_.beta2;
+    s.eps = config_.eps;
+    s.weight_decay = config_.weight_decay;
+    s.grad_scale = stats.clip_scale;
+    s.step = step;
+    s.seed = uint32_t(step) * 0x9E3779B9u;
+    const Shape shape{shard_.numel};
+    const Tensor master = master_.data() ? master_.as(DType::f32, shape) : Tensor();
+    ops::adamw_update_multi(ctx_, params.slice0(lo, hi), master, grads, m_.as(DType::f32, shape),
+                            v_.as(DType::f32, shape), ranges_, s);
+  }
+  if (zero1_) {  // every rank's updated shard to every rank
+    zero1_->all_gather(params.slice0(lo, hi), params);
+    zero1_->wait();
+  }
   return stats;
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {
-  const Shape shape{store_.trainable_buffer_numel()};
+  const Shape shape{shard_.numel};
   std::vector<std::pair<std::string, Tensor>> out;
   out.emplace_back("adamw.m", m_.as(DType::f32, shape));
   out.emplace_back("adamw.v", v_.as(DType::f32, shape));
   if (store_.dtype() == DType::bf16)
     out.emplace_back("adamw.master", master_.as(DType::f32, shape));
   return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> AdamW::gathered_state(
+    std::vector<Buffer>& storage) const {
+  auto state = state_tensors();
+  if (!zero1_) return state;
+  const Shape whole{store_.trainable_buffer_numel()};
+  for (auto& [name, t] : state) {
+    storage.emplace_back(store_.device(), size_t(whole.numel()) * sizeof(float));
+    const Tensor full = storage.back().as(DType::f32, whole);
+    zero1_->all_gather(t, full);
+    t = full;
+  }
+  zero1_->wait();
+  ctx_.synchronize();
+  return state;
 }
 
 void AdamW::copy_state(const Tensor& dst, const Tensor& src) const {
@@ -168,7 +218,15 @@ void AdamW::load_each(const std::vector<std::pair<std::string, Tensor>>& state,
     ATTN_REQUIRE(src->dtype == DType::f32 && src->numel() == expected_numel,
                  "%s: '%s' must be f32 with %lld elements (the trainable parameters), got %s",
                  where.c_str(), name.c_str(), (long long)expected_numel, src->str().c_str());
-    copy(dst, *src);
+    if (!zero1_) {
+      copy(dst, *src);
+    } else {  // the whole state into a zeroed staging buffer, then this rank's shard of it
+      Buffer staging(store_.device(), size_t(store_.trainable_buffer_numel()) * sizeof(float));
+      staging.zero();
+      const Tensor full = staging.as(DType::f32, Shape{store_.trainable_buffer_numel()});
+      copy(full, *src);
+      copy_state(dst, full.slice0(shard_.offset, shard_.offset + shard_.numel));
+    }
     have_master |= name == "adamw.master";
   }
   if (store_.dtype() == DType::bf16 && !have_master) sync_master_from_params();
@@ -209,11 +267,12 @@ void AdamW::load_packed_state(const std::vector<std::pair<std::string, Tensor>>&
 
 void AdamW::sync_master_from_params() {
   if (store_.dtype() != DType::bf16) return;
-  const int64_t n = store_.trainable_buffer_numel();
+  const int64_t n = shard_.numel;
   std::vector<bf16> weights(static_cast<size_t>(n));
   std::vector<float> master(static_cast<size_t>(n));
   const Shape shape{n};
-  copy_state(Tensor(weights.data(), DType::bf16, Device::cpu, shape), store_.trainable_params());
+  copy_state(Tensor(weights.data(), DType::bf16, Device::cpu, shape),
+             store_.trainable_params().slice0(shard_.offset, shard_.offset + shard_.numel));
   for (int64_t i = 0; i < n; ++i) master[size_t(i)] = __bfloat162float(weights[size_t(i)]);
   copy_state(master_.as(DType::f32, shape), Tensor(master.data(), DType::f32, Device::cpu, shape));
 }

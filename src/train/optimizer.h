@@ -5,6 +5,15 @@
 // into the bf16 weights). Only the trainable tensors are updated: frozen tensors get no state and
 // the alignment padding is never touched. Weight decay applies only to entries whose ParamSpec
 // has weight_decay set.
+//
+// ZeRO-1 (docs/distributed.md): constructed with a communicator of W ranks, the state covers this
+// rank's shard store.shard(rank) only (m, v and the master copy are [shard numel], offsets
+// relative to the shard). step() expects the shard's gradients reduced over the ranks (a
+// reduce-scatter, dist/grad_sync.h); the gradient norm is the square root of the all-reduced
+// sums of squares of the shards (exact: the same terms, summed per shard, then over shards), the
+// shard is updated, and the trainable weights are all-gathered so every rank holds all of them.
+// Checkpoints hold the whole state (gathered_state(), a collective) and load_state takes the
+// whole state and keeps this rank's shard, so a run resumes on any number of ranks.
 #pragma once
 #include <functional>
 #include <string>
@@ -16,6 +25,8 @@
 #include "ops/ops.h"
 
 namespace attnlab {
+
+class Communicator;
 
 struct AdamWConfig {
   float lr = 6e-4f;  // peak lr: the base of the schedule; step() takes the scheduled value
@@ -35,7 +46,9 @@ class AdamW {
  public:
   // The store must be finalized and live on ctx's device; m and v start at zero and the master
   // copy (bf16 stores) from the current weights.
-  AdamW(const ExecContext& ctx, ParameterStore& store, const AdamWConfig& config);
+  // zero1: the communicator to shard over (nullptr: the whole trainable range on this rank).
+  AdamW(const ExecContext& ctx, ParameterStore& store, const AdamWConfig& config,
+        Communicator* zero1 = nullptr);
 
   // One update with learning rate `lr` at 1-based optimizer step `step` (bias correction).
   // Global norm from one sum of squares over store.grads() (synchronizes on CUDA), clip factor
@@ -48,10 +61,14 @@ class AdamW {
 
   // Checkpoint state: "adamw.m", "adamw.v" and, for bf16 stores, "adamw.master"; each f32
   // [store.trainable_buffer_numel()] on the store's device (views of the optimizer's own memory),
-  // laid out as state_layout() says.
+  // laid out as state_layout() says. Under ZeRO-1: this rank's shards, [shard numel] each.
   std::vector<std::pair<std::string, Tensor>> state_tensors() const;
+  // The whole state as state_tensors() describes it without ZeRO-1: views of the optimizer's
+  // memory, or under ZeRO-1 all-gathered into `storage` (every rank must call it).
+  std::vector<std::pair<std::string, Tensor>> gathered_state(std::vector<Buffer>& storage) const;
   ParamLayout state_layout() const { return store_.trainable_layout(); }
-  // Copies state from tensors on any device (checked by name and dtype). "adamw.m" and "adamw.v"
+  // Copies the whole state from tensors on any device (checked by name and dtype); under ZeRO-1
+  // this rank keeps its shard. "adamw.m" and "adamw.v"
   // are required; a missing "adamw.master" is rebuilt from the current weights.
   // - This overload: state laid out as state_tensors() (same store layout), checked by length.
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state);
@@ -83,8 +100,12 @@ class AdamW {
   const ExecContext& ctx_;
   ParameterStore& store_;
   AdamWConfig config_;
-  ops::AdamWRangeTable ranges_;       // runs of trainable tensors with one weight-decay flag
+  Communicator* zero1_ = nullptr;
+  ParameterStore::Range shard_;  // the trainable range this rank updates (all of it without ZeRO)
+  ops::AdamWRangeTable ranges_;  // runs of trainable tensors with one weight-decay flag,
+                                 // offsets relative to shard_ (clipped to it)
   std::vector<ops::FlatSpan> spans_;  // the trainable tensors, padding excluded (gradient norm)
+  std::vector<ops::FlatSpan> shard_spans_;  // spans_ clipped to shard_, relative to it
   Buffer m_, v_, master_;
 };
 

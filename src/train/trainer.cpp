@@ -17,6 +17,9 @@
 #include "data/loader.h"
 #include "data/synthetic.h"
 #include "dist/communicator.h"
+#include "dist/consistency.h"
+#include "dist/grad_sync.h"
+#include "dist/launch.h"
 #include "eval/validation.h"
 #include "io/atomic_file.h"
 #include "io/logger.h"
@@ -55,12 +58,13 @@ struct Session {
   Tensor tokens_dev, targets_dev;
 };
 
-void setup_device(const Recipe& r, Session& s) {
+// One process per GPU: the device is the rank's local rank (its index on its node).
+void setup_device(const Recipe& r, Session& s, const LaunchInfo& launch) {
   if (r.train.threads > 0) omp_set_num_threads(r.train.threads);
   bool want_cuda = r.train.device == DeviceChoice::cuda ||
                    (r.train.device == DeviceChoice::auto_select && cuda_available());
   if (want_cuda) {
-    s.ctx = ExecContext::make_cuda(s.comm->rank());
+    s.ctx = ExecContext::make_cuda(launch.local_rank);
     s.ctx->deterministic = r.train.deterministic;
     s.dtype = r.train.precision == Precision::bf16 ? DType::bf16 : DType::f32;
   } else {
@@ -71,6 +75,50 @@ void setup_device(const Recipe& r, Session& s) {
 
 std::shared_ptr<const TokenSource> memory_source(std::vector<int32_t> tokens, const char* name) {
   return std::make_shared<MemoryTokens>(std::move(tokens), name);
+}
+
+// distributed.backend resolved for the device: auto is none for one process, else nccl on CUDA
+// and mpi on the CPU.
+std::unique_ptr<Communicator> setup_comm(const Recipe& r, const Session& s,
+                                         const LaunchInfo& launch) {
+  const bool cuda = s.ctx->device == Device::cuda;
+  CommOptions o;
+  o.launch = launch;
+  o.timeout_s = r.distributed.timeout_s;
+  o.rendezvous_file = r.distributed.rendezvous_file;
+  o.compute_stream = s.ctx->stream;
+  switch (r.distributed.backend) {
+    case DistBackend::auto_select:
+      o.backend = launch.world_size == 1 ? "none" : cuda ? "nccl" : "mpi";
+      break;
+    case DistBackend::none:
+      o.backend = "none";
+      break;
+    case DistBackend::mpi:
+      o.backend = "mpi";
+      break;
+    case DistBackend::nccl:
+      o.backend = "nccl";
+      break;
+  }
+  ATTN_REQUIRE(o.backend != "mpi" || !cuda,
+               "distributed.backend 'mpi' reduces CPU tensors but the model is on cuda; use "
+               "backend nccl (or auto), or train.device: cpu");
+  ATTN_REQUIRE(o.backend != "nccl" || cuda,
+               "distributed.backend 'nccl' needs the model on cuda (train.device resolved to "
+               "cpu); use backend mpi (or auto) for the CPU path");
+  return make_communicator(o);
+}
+
+// Validation over every rank's windows: the loss of all the scored targets.
+ValidationResult global_validation(Communicator& comm, ValidationResult v) {
+  double t[3] = {v.loss * double(v.tokens), double(v.tokens), double(v.windows)};
+  comm.all_reduce_host(t, 3);
+  v.tokens = int64_t(t[1]);
+  v.windows = int64_t(t[2]);
+  v.loss = t[0] / t[1];
+  v.perplexity = std::exp(v.loss);
+  return v;
 }
 
 void setup_data(const Recipe& r, Session& s, bool need_train) {
@@ -154,7 +202,9 @@ void setup_model(const Recipe& r, Session& s) {
   s.model = std::make_unique<GPT>(gpt_config_of(r));
   s.model->declare_params(s.store);
   if (s.ctx->device == Device::cuda) check_device_memory(r, s);
-  s.store.finalize(s.ctx->device, s.dtype, r.retrofit.trainable_roles());
+  // Shards for ZeRO-1 (the padding alone differs from one rank's layout; ZeRO 0 keeps it so
+  // that both modes lay the state out alike).
+  s.store.finalize(s.ctx->device, s.dtype, r.retrofit.trainable_roles(), s.comm->world_size());
   require_trainable_parameters(r, s.store);
   s.model->init_params(s.store, uint64_t(r.train.seed));
   s.model->allocate(*s.ctx, r.train.micro_batch, r.train.seq_len, s.dtype);
@@ -177,6 +227,7 @@ void upload(Session& s, const int32_t* inputs, const int32_t* targets) {
 // the eval line ("" when no variant has an alternate mode).
 std::string attention_eval_report(Session& s, int batches, const io::Logger& log,
                                   nlohmann::json& record) {
+  // Metrics and warnings are rank 0's (its share of the validation windows); the loss is global.
   const int L = s.model->config().n_layer;
   std::map<std::string, double> m;
   s.model->attention_metrics(m);
@@ -191,8 +242,9 @@ std::string attention_eval_report(Session& s, int batches, const io::Logger& log
   }
   if (alternate.empty()) return summary;
   for (int l = 0; l < L; ++l) s.model->attention(l).use_alternate_eval(true);
-  const ValidationResult ev = score_validation(*s.model, *s.ctx, s.store, *s.val_loader, batches,
-                                               s.tokens_dev, s.targets_dev);
+  const ValidationResult ev =
+      global_validation(*s.comm, score_validation(*s.model, *s.ctx, s.store, *s.val_loader, batches,
+                                                  s.tokens_dev, s.targets_dev));
   for (int l = 0; l < L; ++l) s.model->attention(l).use_alternate_eval(false);
   record["val_loss_" + alternate] = ev.loss;
   return strformat(" | %s %.4f%s", alternate.c_str(), ev.loss, summary.c_str());
@@ -206,18 +258,23 @@ std::string roles_text(const std::vector<std::string>& roles) {
 
 }  // namespace
 
-TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
-  // model.* from train.init_from or retrofit.checkpoint
-  const Recipe recipe = resolve_init_from(given_recipe);
-  recipe.validate();
-  Session s;
-  s.comm = make_communicator("none");
+namespace {
+
+TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Session& s) {
   const bool rank0 = s.comm->rank() == 0;
-  setup_device(recipe, s);
+  const int world = s.comm->world_size();
   setup_data(recipe, s, /*need_train=*/true);
+  check_same_run(*s.comm, run_facts(recipe, {s.train_loader.get(), s.val_loader.get()}));
   setup_model(recipe, s);
 
-  AdamW opt(*s.ctx, s.store, adamw_config_of(recipe));
+  const int zero = world > 1 ? recipe.distributed.zero : 0;
+  AdamW opt(*s.ctx, s.store, adamw_config_of(recipe), zero == 1 ? s.comm.get() : nullptr);
+  const int64_t bucket_elems =
+      int64_t(recipe.distributed.bucket_mb * double(1 << 20)) / int64_t(dtype_size(s.dtype));
+  GradientSync grad_sync(*s.comm, s.store, bucket_elems, zero);
+  if (world > 1) s.model->set_backward_hook([&](int layer) { grad_sync.layer_done(layer); });
+  // Validation windows in all: eval.batches x micro_batch, split over the ranks.
+  const int val_batches = (recipe.eval.batches + world - 1) / world;
   const ScheduleSpec sched = schedule_of(recipe, int(recipe.train.steps));
 
   const int accum = recipe.train.grad_accum_steps(s.comm->world_size());
@@ -243,6 +300,14 @@ TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
                  "train.out_dir '%s' already holds a run with checkpoints; "
                  "continue it with --resume %s, or choose another train.out_dir",
                  run_dir.c_str(), run_dir.c_str());
+    // Every rank starts from rank 0's weights (they agree already: the same seed and files).
+    if (world > 1) {
+      s.comm->broadcast(s.store.all_params(), 0);
+      s.comm->wait();
+    }
+    // The bf16 master copy was taken at construction: retake it from the weights as loaded by
+    // train.init_from (a fine-tune would otherwise update the random initialisation).
+    opt.sync_master_from_params();
   }
   if (rank0) io::write_file_atomic((fs::path(run_dir) / "recipe.yaml").string(), recipe_yaml);
   std::optional<bool> color;
@@ -275,11 +340,14 @@ TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
   {
     log.info(
         "attnlab train %s | %s | %s params (%s trainable) | device %s (%s) | %s tok/step "
-        "(%d x %d x %d accum) | %lld steps",
+        "(%d x %d x %d accum%s) | %lld steps",
         recipe.train.name.c_str(), run_dir.c_str(), io::format_count(double(n_params)).c_str(),
         io::format_count(double(s.store.num_trainable())).c_str(), device_name(s.ctx->device),
         dtype_name(s.dtype), io::format_count(double(step_tokens)).c_str(),
-        recipe.train.micro_batch, recipe.train.seq_len, accum, (long long)recipe.train.steps);
+        recipe.train.micro_batch, recipe.train.seq_len, accum,
+        world > 1 ? strformat(" x %d ranks, %s, ZeRO %d", world, s.comm->backend(), zero).c_str()
+                  : "",
+        (long long)recipe.train.steps);
     if (!std::isnan(s.unigram_baseline))
       log.info("unigram baseline (validation): %.4f nats", s.unigram_baseline);
   }
@@ -301,10 +369,18 @@ TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
   double ema_step_s = 0.0;
 
   auto checkpoint = [&]() {
-    if (!rank0 || options.profile_steps > 0) return;
+    if (options.profile_steps > 0) return;
+    // Rank 0 writes the whole optimizer state (ZeRO-1: gathered from every rank first), so a
+    // checkpoint is the same whatever the number of ranks that wrote it.
+    std::vector<Buffer> gathered;
+    auto state = opt.gathered_state(gathered);
+    if (!rank0) {
+      s.comm->barrier();  // the checkpoint is complete when every rank goes on
+      return;
+    }
     CheckpointContents c;
     c.store = &s.store;
-    c.optimizer_state = opt.state_tensors();
+    c.optimizer_state = std::move(state);
     c.state = st;
     c.state.elapsed_seconds = elapsed_before + seconds_since(t_start);
     c.recipe_yaml = recipe_yaml;
@@ -316,6 +392,7 @@ TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
       };
     std::string dir = save_checkpoint(run_dir, c, recipe.checkpoint.keep_last);
     log.info("checkpoint: %s", dir.c_str());
+    if (world > 1) s.comm->barrier();
   };
 
   // --profile N: the N steps form the capture range of `nsys --capture-range=cudaProfilerApi`
@@ -326,11 +403,11 @@ TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
   auto evaluate = [&] {
     if (!s.val_loader) return;
     const ValidationResult ev =
-        score_validation(*s.model, *s.ctx, s.store, *s.val_loader, recipe.eval.batches,
-                         s.tokens_dev, s.targets_dev);
+        global_validation(*s.comm, score_validation(*s.model, *s.ctx, s.store, *s.val_loader,
+                                                    val_batches, s.tokens_dev, s.targets_dev));
     result.final_val_loss = ev.loss;
     nlohmann::json record = {{"step", st.step}, {"val_loss", ev.loss}, {"val_ppl", ev.perplexity}};
-    const std::string variants = attention_eval_report(s, recipe.eval.batches, log, record);
+    const std::string variants = attention_eval_report(s, val_batches, log, record);
     log.metrics(record);
     log.info("step %lld | val loss %.4f | val ppl %.2f | %s tokens in %lld windows%s",
              (long long)st.step, ev.loss, ev.perplexity, io::format_count(double(ev.tokens)).c_str(),
@@ -347,12 +424,17 @@ TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
       s.train_loader->next(inputs.data() + size_t(m) * BT, targets.data() + size_t(m) * BT);
     }
     for (size_t i = 0; i < targets.size(); ++i) valid += targets[i] != GPT::kIgnoreIndex;
-    ATTN_REQUIRE(valid > 0, "step %lld: every target of the batch is ignored", (long long)st.step);
-    const float dloss = float(1.0 / double(valid));
-    const float aux_scale = 1.f / float(accum);
+    // The loss scale counts the valid targets of the whole step, over every rank.
+    double valid_global = double(valid);
+    s.comm->all_reduce_host(&valid_global, 1);
+    ATTN_REQUIRE(valid_global > 0, "step %lld: every target of the batch is ignored",
+                 (long long)st.step);
+    const float dloss = float(1.0 / valid_global);
+    const float aux_scale = 1.f / float(accum * world);
     s.store.zero_grads();
     for (int m = 0; m < accum; ++m) {
       NvtxRange micro_range("train.micro_step");
+      if (m == accum - 1) grad_sync.begin_last_backward();
       upload(s, inputs.data() + size_t(m) * BT, targets.data() + size_t(m) * BT);
       // The step's objective: the mean LM loss over its targets plus the mean over micro-batches
       // of the attention variants' auxiliary losses (none for dense).
@@ -360,6 +442,7 @@ TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
                        aux_scale);
       s.model->backward(*s.ctx, s.store, s.tokens_dev);
     }
+    grad_sync.finish();
     StepStats ss;
     {
       NvtxRange opt_range("optimizer.step");
@@ -368,8 +451,15 @@ TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
     // Read after the optimizer (it synchronises for the gradient norm anyway): the micro-steps
     // run without a host synchronisation. A non-finite loss gives a non-finite gradient norm, so
     // the weights were not updated when this throws.
-    const LossTotals totals = s.model->take_loss(*s.ctx);
+    LossTotals totals = s.model->take_loss(*s.ctx);
     ATTN_ASSERT(totals.valid == valid);
+    if (world > 1) {  // the step's loss over every rank
+      double t[3] = {totals.sum, double(totals.valid), totals.aux};
+      s.comm->all_reduce_host(t, 3);
+      totals.sum = t[0];
+      totals.valid = int64_t(t[1]);
+      totals.aux = t[2];
+    }
     const double loss = totals.mean();
     if (totals.aux != 0.0) log.metrics({{"step", st.step + 1}, {"aux_loss", totals.aux}});
     ATTN_REQUIRE(std::isfinite(loss),
@@ -436,6 +526,29 @@ TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
              seconds_since(t_start), result.final_val_loss, vs.c_str());
   }
   return result;
+}
+
+}  // namespace
+
+TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
+  // model.* from train.init_from or retrofit.checkpoint
+  const Recipe recipe = resolve_init_from(given_recipe);
+  recipe.validate();
+  const LaunchInfo launch = options.single_process ? LaunchInfo{} : detect_launch();
+  Session s;
+  setup_device(recipe, s, launch);
+  s.comm = setup_comm(recipe, s, launch);
+  if (s.comm->world_size() == 1) return run_training(recipe, options, s);
+  // Several ranks: an error on one (out of memory with its estimate, a bad shard, a diverged
+  // loss) ends the whole job naming the rank, instead of leaving the others in a collective.
+  try {
+    return run_training(recipe, options, s);
+  } catch (const RunMismatchError&) {
+    throw;  // raised by every rank together: each reports it and exits
+  } catch (const std::exception& e) {
+    s.comm->abort(e.what());
+    throw;  // not reached: abort() ends the process
+  }
 }
 
 }  // namespace attnlab

@@ -1,5 +1,7 @@
 // The training loop: builds the model, optimizer and data from a Recipe, then runs steps with
 // gradient accumulation, logging, evaluation and checkpoints. Resume is bit-exact on CPU.
+// Several ranks (docs/distributed.md): the launcher's environment gives the rank, world size and
+// device; distributed.* picks the backend and ZeRO stage.
 #pragma once
 #include <memory>
 #include <string>
@@ -13,6 +15,9 @@ struct TrainOptions {
   std::string resume;     // run or checkpoint directory; "" = fresh run
   int profile_steps = 0;  // > 0: run this many steps (for nsys/ncu), no checkpoints
   bool quiet = false;     // no progress lines (tests)
+  // One process even under a launcher (mpirun, srun, RANK/WORLD_SIZE): the launch environment
+  // is ignored (tests: the one-rank reference inside an mpirun job).
+  bool single_process = false;
 };
 
 struct TrainResult {

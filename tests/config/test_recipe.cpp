@@ -63,7 +63,8 @@ TEST(RecipeDefaults, EmptyTextGivesDefaults) {
   EXPECT_EQ(r.eval.every, 100);
   EXPECT_EQ(r.checkpoint.keep_last, 2);
   EXPECT_EQ(r.log.color, ColorMode::auto_detect);
-  EXPECT_EQ(r.distributed.backend, DistBackend::none);
+  EXPECT_EQ(r.distributed.backend, DistBackend::auto_select);
+  EXPECT_EQ(r.distributed.zero, 0);
   EXPECT_EQ(r.retrofit.train_roles, std::vector<std::string>{"attention"});
   EXPECT_EQ(r.retrofit.trainable_roles().size(), 3u);  // disabled: everything trains
   EXPECT_NO_THROW(Recipe{}.validate());
@@ -250,8 +251,16 @@ TEST(RecipeErrors, EnumsAndUnsupportedFeatures) {
             "x.yaml:2: model.mlp 'swiglu' is not supported yet (valid: gelu)");
   EXPECT_EQ(parse_error("model:\n  position: rope\n"),
             "x.yaml:2: model.position 'rope' is not supported yet (valid: learned)");
-  EXPECT_EQ(parse_error("distributed:\n  backend: nccl\n"),
-            "x.yaml:2: distributed.backend 'nccl' is not supported yet (valid: none)");
+  EXPECT_EQ(parse_error("distributed:\n  backend: gloo\n"),
+            "x.yaml:2: distributed.backend 'gloo' is not a valid value (valid: auto, none, mpi, "
+            "nccl)");
+  EXPECT_EQ(parse_error("distributed:\n  zero: 2\n"),
+            "x.yaml:2: distributed.zero must be 0 (replicated optimizer state) or 1 (ZeRO-1: "
+            "optimizer state sharded by rank), got 2");
+  EXPECT_EQ(parse_error("distributed:\n  timeout_s: 0\n"),
+            "x.yaml:2: distributed.timeout_s must be in (0, 1e+07], got 0");
+  EXPECT_EQ(parse_error("distributed:\n  bucket_mb: -1\n"),
+            "x.yaml:2: distributed.bucket_mb must be in (0, 1e+06], got -1");
   EXPECT_EQ(parse_error("schedule:\n  type: cosin\n"),
             "x.yaml:2: schedule.type 'cosin' is not a valid value (valid: cosine, linear, "
             "constant, wsd); did you mean 'cosine'?");

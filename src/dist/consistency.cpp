@@ -1,0 +1,103 @@
+#include "dist/consistency.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+
+namespace attnlab {
+namespace {
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+void flatten(const YAML::Node& node, const std::string& prefix, RunFacts& out) {
+  if (node.IsMap()) {
+    for (const auto& kv : node)
+      flatten(
+          kv.second,
+          prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>(),
+          out);
+    return;
+  }
+  YAML::Emitter e;
+  e << YAML::Flow << node;
+  out.emplace_back(prefix, e.c_str());
+}
+
+std::string fingerprint(const TokenSource& src) {
+  const int64_t n = src.size(), samples = std::min<int64_t>(n, 4096);
+  uint64_t h = fnv1a(&n, sizeof(n));
+  for (int64_t i = 0; i < samples; ++i) {
+    int32_t t = 0;
+    src.read(samples > 1 ? i * (n - 1) / (samples - 1) : 0, 1, &t);
+    h = fnv1a(&t, sizeof(t), h);
+  }
+  return strformat("%s, %lld tokens, sample hash %016llx", src.name().c_str(), (long long)n,
+                   (unsigned long long)h);
+}
+
+}  // namespace
+
+RunFacts run_facts(const Recipe& recipe, const std::vector<const DataLoader*>& loaders) {
+  RunFacts facts;
+  flatten(YAML::Load(recipe_to_yaml(recipe)), "", facts);
+  for (size_t l = 0; l < loaders.size(); ++l) {
+    if (!loaders[l]) continue;
+    const auto& sources = loaders[l]->sources();
+    for (size_t i = 0; i < sources.size(); ++i)
+      facts.emplace_back(strformat("data source %zu.%zu", l, i), fingerprint(*sources[i]));
+  }
+  return facts;
+}
+
+void check_same_run(Communicator& comm, const RunFacts& facts) {
+  if (comm.world_size() == 1) return;
+  // Rank 0's list: the number of keys, then per key the hashes of its name and value.
+  uint64_t count = facts.size();
+  comm.broadcast_host(&count, sizeof(count), 0);
+  std::vector<uint64_t> mine(2 * facts.size()), root(2 * count);
+  for (size_t i = 0; i < facts.size(); ++i) {
+    mine[2 * i] = fnv1a(facts[i].first.data(), facts[i].first.size());
+    mine[2 * i + 1] = fnv1a(facts[i].second.data(), facts[i].second.size());
+  }
+  if (comm.rank() == 0) root = mine;
+  comm.broadcast_host(root.data(), root.size() * sizeof(uint64_t), 0);
+  std::string differing;
+  int n_diff = 0;
+  for (size_t i = 0; i < facts.size(); ++i) {
+    bool same = false;
+    for (size_t j = 0; j < count && !same; ++j)
+      same = root[2 * j] == mine[2 * i] && root[2 * j + 1] == mine[2 * i + 1];
+    if (same) continue;
+    ++n_diff;
+    if (n_diff <= 8)
+      differing += strformat("%s%s = %s", differing.empty() ? "" : "; ", facts[i].first.c_str(),
+                             facts[i].second.c_str());
+  }
+  if (facts.size() != count && n_diff == 0) {  // rank 0 has keys this rank lacks
+    n_diff = 1;
+    differing =
+        strformat("rank 0 has %llu keys, this rank %zu", (unsigned long long)count, facts.size());
+  }
+  double totals[2] = {double(n_diff), n_diff > 0 ? double(1 << std::min(comm.rank(), 30)) : 0.0};
+  comm.all_reduce_host(totals, 2);
+  if (totals[0] == 0) return;
+  if (n_diff > 0)
+    throw RunMismatchError(strformat(
+        "rank %d resolved a different recipe or data than rank 0 (%d differing keys; its "
+        "values here: %s): start every rank with the same recipe, --set overrides and data",
+        comm.rank(), n_diff, differing.c_str()));
+  std::string ranks;
+  for (int r = 1; r < std::min(comm.world_size(), 31); ++r)
+    if ((uint64_t(totals[1]) >> r) & 1) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  throw RunMismatchError(strformat(
+      "rank %d: rank(s) %s resolved a different recipe or data than rank 0 (see their "
+      "messages for the keys): start every rank with the same recipe, --set overrides and "
+      "data",
+      comm.rank(), ranks.empty() ? "above 30" : ranks.c_str()));
+}
+
+}  // namespace attnlab

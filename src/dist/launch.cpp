@@ -1,0 +1,74 @@
+#include "dist/launch.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace attnlab {
+namespace {
+
+int parse_int(const EnvLookup& env, const char* name, int lo, int hi) {
+  const char* v = env(name);
+  ATTN_REQUIRE(v && *v, "environment variable %s is not set (the launcher sets it)", name);
+  errno = 0;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  ATTN_REQUIRE(errno == 0 && end != v && *end == '\0' && x >= lo && x <= hi,
+               "environment variable %s='%s': expected an integer in [%d, %d]", name, v, lo, hi);
+  return int(x);
+}
+
+LaunchInfo read(const EnvLookup& env, Launcher l, const char* rank, const char* size,
+                const char* local) {
+  LaunchInfo info;
+  info.launcher = l;
+  info.world_size = parse_int(env, size, 1, 1 << 20);
+  info.rank = parse_int(env, rank, 0, 1 << 20);
+  ATTN_REQUIRE(info.rank < info.world_size, "%s=%d is not below %s=%d", rank, info.rank, size,
+               info.world_size);
+  // LOCAL_RANK is optional for torchrun-style launches on one node (then it is the rank).
+  info.local_rank = env(local) ? parse_int(env, local, 0, 1 << 20) : info.rank;
+  if (const char* a = env("MASTER_ADDR"); a && *a) info.master_addr = a;
+  if (env("MASTER_PORT")) info.master_port = parse_int(env, "MASTER_PORT", 1, 65535);
+  return info;
+}
+
+}  // namespace
+
+const char* launcher_name(Launcher l) {
+  switch (l) {
+    case Launcher::none:
+      return "none";
+    case Launcher::mpirun:
+      return "mpirun";
+    case Launcher::srun:
+      return "srun";
+    case Launcher::env:
+      return "env";
+  }
+  return "?";
+}
+
+LaunchInfo detect_launch(const EnvLookup& env) {
+  if (env("OMPI_COMM_WORLD_SIZE"))
+    return read(env, Launcher::mpirun, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                "OMPI_COMM_WORLD_LOCAL_RANK");
+  if (env("SLURM_PROCID") && env("SLURM_NTASKS"))
+    return read(env, Launcher::srun, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID");
+  if (env("WORLD_SIZE") || env("RANK")) {
+    LaunchInfo info = read(env, Launcher::env, "RANK", "WORLD_SIZE", "LOCAL_RANK");
+    ATTN_REQUIRE(info.world_size == 1 || (!info.master_addr.empty() && info.master_port > 0),
+                 "WORLD_SIZE=%d but MASTER_ADDR and MASTER_PORT are not both set (the rendezvous "
+                 "of a torchrun-style launch needs them)",
+                 info.world_size);
+    return info;
+  }
+  return LaunchInfo{};
+}
+
+LaunchInfo detect_launch() {
+  return detect_launch([](const char* name) -> const char* { return std::getenv(name); });
+}
+
+}  // namespace attnlab

@@ -1,0 +1,33 @@
+// Launch detection: which launcher started this process and where it sits in the job, read from
+// the environment the launchers set (docs/distributed.md):
+//   OpenMPI mpirun: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
+//   Slurm srun:     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+//   torchrun-style: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
+// checked in that order (srun inside an allocation also sets RANK-less SLURM_* for every step, and
+// mpirun under Slurm sets both: the MPI variables describe the processes mpirun started). None of
+// them: one process. The device of a rank is its local rank (one process per GPU).
+#pragma once
+#include <functional>
+#include <string>
+
+namespace attnlab {
+
+enum class Launcher : uint8_t { none, mpirun, srun, env };
+const char* launcher_name(Launcher l);  // "none", "mpirun", "srun", "env"
+
+struct LaunchInfo {
+  Launcher launcher = Launcher::none;
+  int rank = 0, world_size = 1, local_rank = 0;
+  std::string master_addr;  // torchrun-style (and srun when set): the TCP rendezvous
+  int master_port = 0;
+  bool under_mpi() const { return launcher == Launcher::mpirun; }
+};
+
+using EnvLookup = std::function<const char*(const char*)>;  // nullptr when unset
+
+// Throws naming the variable when a value is not a number in range, or when rank is not below
+// the world size.
+LaunchInfo detect_launch(const EnvLookup& env);
+LaunchInfo detect_launch();  // from the process environment
+
+}  // namespace attnlab

@@ -1,0 +1,74 @@
+// A dead or hung rank ends the job with a clear error within distributed.timeout_s. These run
+// only as the ctests dist_mpi_rank_hangs / dist_mpi_rank_exits (CMakeLists.txt: mpirun -np 2,
+// ATTNLAB_DIST_FAULT_TEST=1), which check the job's output and its bounded time; they end the
+// job on purpose, so a plain run skips them.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "config/recipe.h"
+#include "dist/dist_test_util.h"
+#include "train/trainer.h"
+
+namespace attnlab {
+namespace {
+
+const char* kRecipe = R"(
+model: {n_layer: 1, n_head: 2, n_embd: 32, vocab_size: 64, block_size: 16, vocab_multiple: 32}
+data:
+  source: synthetic
+  synthetic: {vocab_size: 64, train_tokens: 4000, val_tokens: 1024, seed: 7}
+train: {steps: 50, micro_batch: 2, seq_len: 16, device: cpu, seed: 1}
+eval: {every: 0, at_end: false}
+checkpoint: {every: 0, at_end: false}
+distributed: {timeout_s: 2}
+)";
+
+bool fault_test_enabled() {
+  const char* v = std::getenv("ATTNLAB_DIST_FAULT_TEST");
+  return v && std::string(v) == "1";
+}
+
+void train_tiny() {
+  test::TempDir dir("fault");  // per rank: each rank's own run directory is enough here
+  TrainOptions o;
+  o.quiet = true;
+  train(parse_recipe(kRecipe, "fault.yaml", {"train.out_dir=" + dir.file("run")}), o);
+}
+
+// Rank 1 hangs (sleeps past the timeout, never reaching a collective): rank 0's first collective
+// in the trainer times out after 2 s and the trainer ends the job (MPI_Abort) with
+// "rank 0 of 2: MPI ... did not complete within distributed.timeout_s = 2 s".
+TEST(DistFault, RankHangs) {
+  if (!fault_test_enabled()) GTEST_SKIP() << "run by the ctest dist_mpi_rank_hangs";
+  const LaunchInfo l = detect_launch();
+  ASSERT_EQ(l.world_size, 2);
+  if (l.rank == 1) {
+    // Join MPI's start-up (MPI_Init and the communicator's MPI_Comm_dup are collective and
+    // bounded by the launcher, not by timeout_s), then never reach a collective.
+    auto comm = test::mpi_or_null();
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    std::_Exit(0);
+  }
+  train_tiny();
+  FAIL() << "rank 0 finished training while rank 1 hung";
+}
+
+// Rank 1 dies (exits with code 3 without finalising MPI) after start-up: the launcher ends the job,
+// or rank 0's timeout does.
+TEST(DistFault, RankExits) {
+  if (!fault_test_enabled()) GTEST_SKIP() << "run by the ctest dist_mpi_rank_exits";
+  const LaunchInfo l = detect_launch();
+  ASSERT_EQ(l.world_size, 2);
+  if (l.rank == 1) {
+    auto comm = test::mpi_or_null();  // started, as in the trainer, then dies
+    std::_Exit(3);
+  }
+  train_tiny();
+  FAIL() << "rank 0 finished training while rank 1 was dead";
+}
+
+}  // namespace
+}  // namespace attnlab
