@@ -62,6 +62,8 @@ GPTConfig gpt_config_of(const Recipe& r) {
   c.attention.focus = focus_options_of(r.attention.focus);
   c.attention.sfa.k = r.attention.sfa.k;
   c.attention.sfa.distill = float(r.attention.sfa.distill);
+  c.lora.rank = r.retrofit.lora.rank;
+  c.lora.alpha = float(r.retrofit.lora.alpha);
   c.recompute = r.train.recompute == Recompute::gelu    ? ActivationRecompute::gelu
                 : r.train.recompute == Recompute::block ? ActivationRecompute::block
                                                         : ActivationRecompute::none;
