@@ -272,3 +272,63 @@ TEST(LoraModel, TrainingLowersTheLossOnAFixedBatch) {
     }
   EXPECT_EQ(base_after, base_before);
 }
+
+// The activation recompute modes re-run the LoRA branch (u) with the block: the same gradients,
+// bitwise on the CPU.
+TEST(LoraModel, RecomputeModesGiveTheSameGradients) {
+  LoraModel ref;
+  ref.gradients();
+  for (auto mode : {ActivationRecompute::gelu, ActivationRecompute::block}) {
+    GPTConfig c = lora_config();
+    c.recompute = mode;
+    LoraModel m(c);
+    m.gradients();
+    for (const auto& e : m.store.entries()) {
+      const Tensor a = ref.store.grad(e.spec.name), b = m.store.grad(e.spec.name);
+      for (int64_t i = 0; i < a.numel(); ++i)
+        ASSERT_EQ(a.ptr<float>()[i], b.ptr<float>()[i])
+            << recompute_name(mode) << " " << e.spec.name << "[" << i << "]";
+    }
+  }
+}
+
+// LoRA on a Focus model: Focus adds its dh into d(ln1) before the q/k/v products, the LoRA's dx
+// is added after; finite differences of the LoRA tensors and of ln_1 (which sees both).
+TEST(LoraModel, FiniteDifferencesWithFocusAttention) {
+  GPTConfig c = lora_config();
+  c.block_size = 12;
+  c.attention.type = "focus";
+  FocusOptions& f = c.attention.focus;
+  f.groups = 3;
+  f.d_g = 4;
+  f.local_window = 2;
+  f.tau = 0.5f;
+  f.iterations = 3;
+  f.top_k = 1;
+  f.gate_eps = 1e-2f;
+  f.eval_routing = FocusOptions::Routing::soft;  // eval == the train forward
+  LoraModel m(c, {ParamRole::base, ParamRole::attention, ParamRole::adapter});
+  m.gradients();
+  std::mt19937 rng(9);
+  int checked = 0;
+  for (const auto& e : m.store.entries()) {
+    const bool lora = e.spec.role == ParamRole::adapter;
+    if (!lora && e.spec.name.find("ln_1") == std::string::npos) continue;
+    float* w = m.store.param(e.spec.name).ptr<float>();
+    const float* g = m.store.grad(e.spec.name).ptr<float>();
+    std::uniform_int_distribution<int64_t> pick(0, e.spec.shape.numel() - 1);
+    for (int k = 0; k < 5; ++k) {
+      const int64_t i = pick(rng);
+      const float h = 1e-2f, w0 = w[i];
+      w[i] = w0 + h;
+      const double lp = m.loss();
+      w[i] = w0 - h;
+      const double lm = m.loss();
+      w[i] = w0;
+      const double fd = (lp - lm) / (2.0 * h);
+      EXPECT_NEAR(g[i], fd, 2e-3 + 3e-2 * std::fabs(fd)) << e.spec.name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 5 * (4 + 4));  // A, B and ln_1's weight and bias of both layers
+}
