@@ -37,9 +37,10 @@ struct Epilogue {
   int64_t aux_ld = 0;
 };
 
-// D(m x n, ld m) = epilogue(alpha op(A) op(B) + beta C), C (ld m) = D when C is null;
-// column-major. Returns false when cuBLASLt has no algorithm for an aux or bias-gradient epilogue
-// (the caller falls back to separate kernels); a plain product without an algorithm is an error.
+// D(m x n, ld m) = epilogue(alpha op(A) op(B) + beta C), alpha = p.scale, C (ld m) = D when C is
+// null; column-major. Returns false when cuBLASLt has no algorithm for an aux or bias-gradient
+// epilogue (the caller falls back to separate kernels); a plain product without an algorithm is an
+// error.
 template <typename T>
 bool lt_matmul(const MatmulParams<T>& p, bool trans_a, bool trans_b, int64_t m, int64_t n,
                int64_t k, const T* A, int64_t lda, const T* B, int64_t ldb, const T* C, float beta,
@@ -82,7 +83,7 @@ bool lt_matmul(const MatmulParams<T>& p, bool trans_a, bool trans_b, int64_t m, 
       cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, ld, ld, pref, 1, &heur, &found);
   const bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
   if (ok) {
-    const float alpha = 1.f;
+    const float alpha = p.scale;
     CUBLAS_CHECK(cublasLtMatmul(handle, desc, &alpha, A, la, B, lb, &beta, C ? C : D, ld, D, ld,
                                 &heur.algo, p.workspace, ws, reinterpret_cast<cudaStream_t>(s)));
   }
@@ -176,8 +177,10 @@ void launch_matmul_fwd(const MatmulParams<T>& p, Stream s) {
     launch_gelu_fwd<T>(g, s);
     return;
   }
-  lt_matmul<T>(p, true, false, p.out, p.N, p.in, p.w, p.in, p.x, p.in, p.residual,
-               p.residual ? 1.f : 0.f, p.y, p.out, e, s);
+  // accumulate_y: C = D = y (cuBLASLt's in-place form, one layout for both).
+  const T* c = p.accumulate_y ? p.y : p.residual;
+  lt_matmul<T>(p, true, false, p.out, p.N, p.in, p.w, p.in, p.x, p.in, c, c ? 1.f : 0.f, p.y, p.out,
+               e, s);
 }
 
 template <typename T>

@@ -9,6 +9,10 @@
 //      dy. Any of dx / dw / dbias may be null: that product is skipped (frozen weights skip dw).
 //      gelu_pre (optional, read): dx = (dy @ w) * gelu'(gelu_pre), the backward of a GELU that
 //      produced x (written =; not with accumulate_dx).
+// scale (default 1) multiplies the products only: fwd y = scale * (x @ w^T) (+ residual), bwd
+//      dx = scale * (dy @ w), dw += scale * dy^T-contraction (LoRA's alpha / r); not with bias,
+//      dbias or gelu_pre. accumulate_y (fwd): y += the product (cuBLASLt beta = 1 with C = y);
+//      not with residual or gelu_pre.
 // The CUDA path goes through cuBLASLt (workspace from the ExecContext); the fusions are cuBLASLt
 // epilogues (beta = 1 with C = residual; bf16 GELU_AUX_BIAS and DGELU; BGRADB for dbias).
 #pragma once
@@ -36,6 +40,8 @@ struct MatmulParams {
   int in = 0;
   int out = 0;
   bool accumulate_dx = false;
+  bool accumulate_y = false;
+  float scale = 1.f;
   // CUDA only: the cuBLASLt handle and workspace.
   cublasLtContext* cublaslt = nullptr;
   void* workspace = nullptr;

@@ -3,6 +3,10 @@
 //   bench_train [--recipe recipes/gpt2-124m-dense.yaml] [--batch 64,32,16] [--seq 1024]
 //               [--steps 10] [--warmup 3] [--set k=v ...] [--all]
 //
+// The recipe's trainable roles are honoured (retrofit.train_roles): recipes/lora-books.yaml times
+// a LoRA step on the frozen base, recipes/retrofit-focus-books.yaml a Focus retrofit step (the
+// weights are random: only the base checkpoint's shape matters, and it is not read).
+//
 // Tries the micro-batches in order and reports the first that fits (all of them with --all):
 // tok/s, ms/step, MFU against the 989 TFLOP/s bf16 dense peak of an H100/H200 and against the
 // measured cuBLASLt GEMM ceiling (8192^3 bf16), peak device memory (cudaMemGetInfo), and the
@@ -18,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -123,9 +128,14 @@ bool run_one(const Recipe& r, int B, int T, int steps, int warmup, double ceilin
   GPT model(gpt_config_of(r));
   ParameterStore store;
   model.declare_params(store);
-  int64_t n = 0;
-  for (const auto& e : store.entries()) n += e.spec.shape.numel();
-  TrainingMemoryEstimate est = estimate_training_memory(model, n, n, B, T, DType::bf16);
+  // The recipe's trainable roles: a retrofit (Focus centroids, LoRA adapters) freezes the base.
+  const std::set<ParamRole> trainable = r.retrofit.trainable_roles();
+  int64_t n = 0, n_train = 0;
+  for (const auto& e : store.entries()) {
+    n += e.spec.shape.numel();
+    if (trainable.count(e.spec.role)) n_train += e.spec.shape.numel();
+  }
+  TrainingMemoryEstimate est = estimate_training_memory(model, n, n_train, B, T, DType::bf16);
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   std::string shortfall = device_memory_shortfall(est, free_b, B, model.config().recompute);
@@ -133,7 +143,7 @@ bool run_one(const Recipe& r, int B, int T, int steps, int warmup, double ceilin
     std::printf("micro-batch %d does not fit: %s\n", B, shortfall.c_str());
     return false;
   }
-  store.finalize(Device::cuda, DType::bf16, {ParamRole::base, ParamRole::attention});
+  store.finalize(Device::cuda, DType::bf16, trainable);
   model.init_params(store, 1337);
   model.allocate(*ctx, B, T, DType::bf16);
   AdamW opt(*ctx, store, adamw_config_of(r));
@@ -235,10 +245,15 @@ int main(int argc, char** argv) {
     Recipe r = load_recipe(recipe_path, overrides);
     auto ctx = ExecContext::make_cuda(0);
     const double ceiling = gemm_ceiling(*ctx);
-    std::printf("bench_train | %s | %d layers, n_embd %d, T %d | recompute %s | bf16 | %s\n",
-                recipe_path.c_str(), r.model.n_layer, r.model.n_embd, T,
-                std::string(enum_name(r.train.recompute)).c_str(),
-                r.train.deterministic ? "deterministic" : "nondeterministic dQ");
+    std::string roles;
+    for (const std::string& x : r.retrofit.train_roles) roles += (roles.empty() ? "" : ",") + x;
+    if (!r.retrofit.enabled) roles = "all";
+    std::printf(
+        "bench_train | %s | %d layers, n_embd %d, T %d | trainable roles %s | "
+        "recompute %s | bf16 | %s\n",
+        recipe_path.c_str(), r.model.n_layer, r.model.n_embd, T, roles.c_str(),
+        std::string(enum_name(r.train.recompute)).c_str(),
+        r.train.deterministic ? "deterministic" : "nondeterministic dQ");
     std::printf("measured bf16 GEMM ceiling (8192^3, cuBLASLt): %.0f TFLOP/s\n", ceiling / 1e12);
     std::stringstream ss(batches);
     std::string item;

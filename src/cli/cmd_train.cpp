@@ -107,6 +107,11 @@ int cmd_info(const RecipeArgs& args) {
               c.tied_embeddings ? "tied" : "untied");
   std::printf("attention         %s, %d query heads, %d kv heads, head dim %d\n",
               c.attention.type.c_str(), c.n_head, c.kv_heads(), c.head_dim());
+  if (c.lora.enabled())
+    std::printf(
+        "lora              rank %d, alpha %g (scale %g) on c_attn: %lld parameters (role "
+        "adapter)\n",
+        c.lora.rank, double(c.lora.alpha), double(c.lora.scale()), (long long)by_role["adapter"]);
   std::printf("\n# step\n");
   std::printf("device            %s (%s)\n", cuda ? "cuda" : "cpu", dtype_name(dt));
   std::printf("tokens per step   %lld = %d x %d x %d accumulation\n",

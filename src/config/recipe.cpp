@@ -1,6 +1,7 @@
 // Recipe defaults, model presets and validation. Parsing and printing live in recipe_yaml.cpp.
 #include "config/recipe.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "config/suggest.h"
@@ -253,10 +254,13 @@ void RetrofitConfig::validate() const {
     fail_key("retrofit.lora.rank",
              "retrofit.lora applies to a retrofit: set retrofit.enabled: true and "
              "retrofit.checkpoint (the frozen base the adapter is trained on)");
-  if (lora.rank > 0)
-    fail_key("retrofit.lora.rank",
-             "retrofit.lora.rank: LoRA is not implemented yet (its keys are reserved and checked; "
-             "docs/retrofit.md); set retrofit.lora.rank: 0");
+  const bool trains_adapter =
+      std::find(train_roles.begin(), train_roles.end(), "adapter") != train_roles.end();
+  if (lora.rank > 0 && enabled && !trains_adapter)
+    fail_key("retrofit.train_roles",
+             "retrofit.train_roles must include adapter with retrofit.lora.rank > 0 (the LoRA "
+             "tensors are role adapter; without it they stay at B = 0 and the LoRA is the base "
+             "model): set retrofit.train_roles: [adapter]");
 }
 
 void Recipe::validate(RecipeUse use) const {

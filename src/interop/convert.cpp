@@ -16,9 +16,9 @@ namespace fs = std::filesystem;
 namespace attnlab {
 namespace {
 
-void write_attnlab(const ParameterStore& store, const ModelSource& src, const Tokenizer* tok,
-                   const std::string& dst, ConvertResult& res) {
-  const std::string recipe_yaml = recipe_to_yaml(recipe_of_model_source(src));
+void write_attnlab(const ParameterStore& store, const ModelSource& src, const Recipe& recipe,
+                   const Tokenizer* tok, const std::string& dst, ConvertResult& res) {
+  const std::string recipe_yaml = recipe_to_yaml(recipe);
   io::ensure_dir(dst);
   io::SafetensorsWriter w;
   for (const auto& e : store.entries()) w.add(e.spec.name, store.param(e.spec.name));
@@ -57,20 +57,32 @@ ConvertResult convert_model(const std::string& src, const std::string& dst,
   WeightLoadOptions all;
   all.required_roles = {ParamRole::base, ParamRole::attention, ParamRole::adapter};
   load_model_source(s, store, all);
+  // A LoRA adapter is merged into the base weights (W += alpha / r B A): the result is a plain
+  // model of the base's architecture, without LoRA tensors.
+  Recipe recipe = recipe_of_model_source(s);
+  GPTConfig config = s.config;
+  ParameterStore merged;
+  if (config.lora.enabled()) {
+    config = merge_lora(s.config, store, merged);
+    recipe.retrofit.lora.rank = 0;
+    res.notes.push_back(strformat("LoRA of rank %d (alpha %g) merged into c_attn.weight",
+                                  s.config.lora.rank, double(s.config.lora.alpha)));
+  }
+  const ParameterStore& out = s.config.lora.enabled() ? merged : store;
 
   std::unique_ptr<Tokenizer> tok;
   if (!s.tokenizer.empty()) tok = make_tokenizer(s.tokenizer);
   switch (options.to) {
     case ModelFormat::attnlab:
-      write_attnlab(store, s, tok.get(), dst, res);
+      write_attnlab(out, s, recipe, tok.get(), dst, res);
       break;
     case ModelFormat::hf:
-      write_hf_gpt2(store, s.config, tok.get(), dst, &res.notes);
+      write_hf_gpt2(out, config, tok.get(), dst, &res.notes);
       for (const char* f : {"config.json", "model.safetensors", "vocab.json", "merges.txt"})
         if (fs::exists(fs::path(dst) / f)) res.written.push_back((fs::path(dst) / f).string());
       break;
     case ModelFormat::llmc:
-      write_llmc(store, s.config, dst, options.llmc_bf16);
+      write_llmc(out, config, dst, options.llmc_bf16);
       res.written.push_back(dst);
       if (tok) res.notes.push_back("llm.c checkpoints hold no tokenizer: not written");
       break;

@@ -9,7 +9,11 @@
 namespace attnlab {
 
 Block::Block(const GPTConfig& cfg, int layer)
-    : cfg_(cfg), layer_(layer), attn_(make_attention(cfg.attention, layer)) {}
+    : cfg_(cfg), layer_(layer), attn_(make_attention(cfg.attention, layer)) {
+  if (cfg.lora.enabled())
+    lora_.emplace(cfg.lora, lora_linear_name(layer, "c_attn"), cfg.n_embd,
+                  cfg.qkv_layout().width());
+}
 
 std::string Block::name(const char* what) const {
   return "h." + std::to_string(layer_) + "." + what;
@@ -33,6 +37,7 @@ void Block::declare_params(ParameterStore& store) const {
   bias("ln_1.bias", C);
   weight("attn.c_attn.weight", Shape{qkv.width(), C}, std);
   bias("attn.c_attn.bias", qkv.width());
+  if (lora_) lora_->declare_params(store);
   weight("attn.c_proj.weight", Shape{C, qkv.q_width()}, proj_std);
   bias("attn.c_proj.bias", C);
   AttentionShape as{0, 0, qkv, cfg_.n_embd};
@@ -63,6 +68,7 @@ void Block::bind(const ParameterStore& store) {
   w_ = bind_all(param, bias_param);
   g_ = bind_all(grad, bias_grad);
   attn_->bind(store);
+  if (lora_) lora_->bind(store);
   // The attention variant's tensors are the layer's h.<l>.attn.* other than c_attn and c_proj.
   const std::string attn_prefix = name("attn.");
   bool attention_trains = false;
@@ -74,8 +80,9 @@ void Block::bind(const ParameterStore& store) {
       attention_trains = true;
   }
   auto trains = [](const auto& t) { return !t.w.empty() || !t.b.empty(); };
+  const bool qkv_trains = trains(g_.qkv) || (lora_ && lora_->trainable());
   lowest_trainable_ = trains(g_.ln_1)        ? Stage::ln_1
-                      : trains(g_.qkv)       ? Stage::qkv
+                      : qkv_trains           ? Stage::qkv
                       : attention_trains     ? Stage::attention
                       : trains(g_.attn_proj) ? Stage::attn_proj
                       : trains(g_.ln_2)      ? Stage::ln_2
@@ -101,6 +108,7 @@ BlockActs Block::carve(Carver& cv, const GPTConfig& cfg, int B, int T, DType dt,
   a.fch = cv.take(dt, Shape{BT, F});
   if (keep_gelu) a.fch_gelu = cv.take(dt, Shape{BT, F});
   if (keep_out) a.out = cv.take(dt, Shape{BT, C});
+  if (cfg.lora.enabled()) a.lora_u = cv.take(dt, Shape{BT, cfg.lora.rank});
   return a;
 }
 
@@ -113,6 +121,7 @@ BlockScratch Block::carve_scratch(Carver& cv, const GPTConfig& cfg, int B, int T
   s.datty = cv.take(dt, Shape{B, T, qkv.q_width()});
   s.dqkv = cv.take(dt, Shape{B, T, qkv.width()});
   s.dfch = cv.take(dt, Shape{BT, cfg.mlp_hidden()});
+  if (cfg.lora.enabled()) s.dlora_u = cv.take(dt, Shape{BT, cfg.lora.rank});
   return s;
 }
 
@@ -138,6 +147,10 @@ void Block::forward(const ExecContext& ctx, const Tensor& x, const BlockActs& a,
   {
     OpScope s(ob, "fwd.matmul.qkv");
     ops::matmul_fwd(ctx, a.qkv.view(Shape{BT, a.qkv.dim(2)}), a.ln1, w_.qkv.w, w_.qkv.b);
+  }
+  if (lora_) {
+    OpScope s(ob, "fwd.lora");
+    lora_->forward(ctx, a.qkv.view(Shape{BT, a.qkv.dim(2)}), a.ln1, a.lora_u);
   }
   {
     OpScope s(ob, "fwd.attention");
@@ -241,6 +254,12 @@ void Block::backward(const ExecContext& ctx, const Tensor& x, const BlockActs& a
     ops::matmul_bwd(ctx, dx_if(Stage::qkv, s.dln), g_.qkv.w, g_.qkv.b,
                     s.dqkv.view(Shape{BT, s.dqkv.dim(2)}), a.ln1, w_.qkv.w,
                     /*accumulate_dx=*/attention_adds_dh);
+  }
+  if (lora_) {
+    // dA, dB, and the branch's share of d(ln1) added to the base product's.
+    OpScope sc(ob, "bwd.lora");
+    lora_->backward(ctx, dx_if(Stage::qkv, s.dln), s.dqkv.view(Shape{BT, s.dqkv.dim(2)}), a.ln1,
+                    a.lora_u, s.dlora_u);
   }
   if (!runs(Stage::ln_1)) return;
   {

@@ -7,9 +7,12 @@
 //   h.<l>.attn.c_proj.{weight [C,H*D], bias [C]}   h.<l>.ln_2.{weight,bias} [C]
 //   h.<l>.mlp.c_fc.{weight [F,C], bias [F]}        h.<l>.mlp.c_proj.{weight [C,F], bias [C]}
 // plus the attention variant's own (h.<l>.attn.<variant>.*). Without model.bias no bias exists.
+// With cfg.lora (retrofit.lora) the q/k/v projection carries a LoRA (nn/lora.h):
+//   h.<l>.attn.c_attn.{lora_a [r,C], lora_b [W,r]}: qkv = ln1 W^T + b + (alpha/r) (ln1 A^T) B^T.
 // The weights are bound once per store (typed views, no lookups by name per call).
 #pragma once
 #include <memory>
+#include <optional>
 
 #include "core/carver.h"
 #include "core/context.h"
@@ -17,6 +20,7 @@
 #include "model/model_config.h"
 #include "model/op_scope.h"
 #include "nn/attention.h"
+#include "nn/lora.h"
 
 namespace attnlab {
 
@@ -35,10 +39,12 @@ struct BlockTensors {
 // One layer's activations for a [B, T] micro-batch: views into the model's activation buffer.
 struct BlockActs {
   Tensor ln1, ln1_mean, ln1_rstd, qkv, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, out;
+  Tensor lora_u;  // [B*T, r] with a LoRA on c_attn
 };
 // Backward scratch, shared by every layer: dres carries the residual-stream gradient.
 struct BlockScratch {
   Tensor dres, dln, datty, dqkv, dfch;
+  Tensor dlora_u;  // [B*T, r] with a LoRA on c_attn
 };
 
 // What one forward call of the block is for.
@@ -89,6 +95,7 @@ class Block {
   int layer_;
   Stage lowest_trainable_ = Stage::none;
   std::unique_ptr<AttentionModule> attn_;
+  std::optional<LoraBranch> lora_;  // on c_attn, with cfg.lora
   BlockTensors w_, g_;
 };
 

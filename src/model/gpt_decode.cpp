@@ -48,6 +48,7 @@ BlockActs chunk_view(const BlockActs& f, int B, int T) {
   a.qkv = bt(f.qkv), a.atty = bt(f.atty), a.res2 = rows(f.res2);
   a.ln2 = rows(f.ln2), a.ln2_mean = rows(f.ln2_mean), a.ln2_rstd = rows(f.ln2_rstd);
   a.fch = rows(f.fch), a.fch_gelu = rows(f.fch_gelu);
+  if (!f.lora_u.empty()) a.lora_u = rows(f.lora_u);
   return a;
 }
 

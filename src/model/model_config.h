@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "nn/attention.h"
+#include "nn/lora.h"
 #include "ops/qkv_layout.h"
 
 namespace attnlab {
@@ -43,6 +44,7 @@ struct GPTConfig {
   float norm_eps = 1e-5f;
   float init_std = 0.02f;
   AttentionOptions attention;
+  LoraOptions lora;  // retrofit.lora: a LoRA on every layer's c_attn when rank > 0 (nn/lora.h)
   ActivationRecompute recompute = ActivationRecompute::none;
 
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }

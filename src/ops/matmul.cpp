@@ -1,5 +1,7 @@
 #include "kernels/matmul/matmul.cuh"
 
+#include <cmath>
+
 #include "core/nvtx.h"
 #include "ops/op_checks.h"
 #include "ops/ops.h"
@@ -83,11 +85,28 @@ void matmul_gelu_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& pre,
   run_op(ctx, dt, make, matmul_fwd_ref, launch_matmul_fwd<float>, launch_matmul_fwd<bf16>);
 }
 
+void matmul_scaled_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w,
+                       float scale, bool accumulate) {
+  NvtxRange range("matmul_scaled_fwd");
+  const DType dt = require_activation(kOp, "x", x, ctx);
+  const int64_t N = check_weight(ctx, dt, x, w);
+  require_tensor(kOp, "y", y, dt, with_last_dim(x.shape, w.dim(0)), ctx);
+  ATTN_REQUIRE(std::isfinite(scale), "matmul: scale must be finite, got %g", double(scale));
+  auto make = [&]<typename T>() {
+    MatmulParams<T> p = base_params<T>(ctx, x, w, N);
+    p.y = static_cast<T*>(y.data);
+    p.scale = scale;
+    p.accumulate_y = accumulate;
+    return p;
+  };
+  run_op(ctx, dt, make, matmul_fwd_ref, launch_matmul_fwd<float>, launch_matmul_fwd<bf16>);
+}
+
 namespace {
-// Shared by matmul_bwd and matmul_dgelu_bwd; pre empty = no GELU.
+// Shared by matmul_bwd, matmul_dgelu_bwd and matmul_scaled_bwd; pre empty = no GELU.
 void run_matmul_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dbias,
                     const Tensor& dy, const Tensor& x, const Tensor& w, bool accumulate_dx,
-                    const Tensor& pre) {
+                    const Tensor& pre, float scale = 1.f) {
   const DType dt = require_activation(kOp, "x", x, ctx);
   const int64_t N = check_weight(ctx, dt, x, w);
   const int64_t out = w.dim(0);
@@ -109,6 +128,7 @@ void run_matmul_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dw, 
     p.dbias = data_or_null<T>(dbias);
     p.accumulate_dx = accumulate_dx;
     p.gelu_pre = data_or_null<T>(pre);
+    p.scale = scale;
     return p;
   };
   run_op(ctx, dt, make, matmul_bwd_ref, launch_matmul_bwd<float>, launch_matmul_bwd<bf16>);
@@ -127,6 +147,13 @@ void matmul_dgelu_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dw
   NvtxRange range("matmul_dgelu_bwd");
   require_present(kOp, "pre", pre);
   run_matmul_bwd(ctx, dx, dw, dbias, dy, x, w, false, pre);
+}
+
+void matmul_scaled_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy,
+                       const Tensor& x, const Tensor& w, float scale, bool accumulate_dx) {
+  NvtxRange range("matmul_scaled_bwd");
+  ATTN_REQUIRE(std::isfinite(scale), "matmul: scale must be finite, got %g", double(scale));
+  run_matmul_bwd(ctx, dx, dw, Tensor(), dy, x, w, accumulate_dx, Tensor(), scale);
 }
 
 }  // namespace attnlab::ops

@@ -41,6 +41,14 @@ void matmul_dgelu_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dw
                       const Tensor& dbias, const Tensor& dy, const Tensor& x, const Tensor& w,
                       const Tensor& pre);
 
+// Scaled products without bias (LoRA's low-rank branch, nn/lora.h): y [N,out] (=, or += with
+// accumulate) scale * x [N,in] @ w[out,in]^T. Backward: dx (=, or += with accumulate_dx) scale *
+// dy @ w; dw += scale * dy^T @ x; dx or dw may be empty (skipped).
+void matmul_scaled_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w,
+                       float scale, bool accumulate);
+void matmul_scaled_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy,
+                       const Tensor& x, const Tensor& w, float scale, bool accumulate_dx);
+
 void gelu_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& x);
 void gelu_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x);
 

@@ -195,12 +195,29 @@ void gemm(const GemmArgs& g) {
     gemm_blocked<6, 16>(g, micro_kernel_portable);
 }
 
+// out (=, or += with accumulate) scale * the product that `product` writes into a scratch of n
+// floats: the product rounded to float once, then scaled and added in float, as cuBLASLt's
+// epilogue (alpha * acc + beta * C) does up to the accumulator's rounding.
+template <typename Product>
+void scaled_product(float* out, int64_t n, float scale, bool accumulate, const Product& product) {
+  std::vector<float> c(static_cast<size_t>(n));
+  product(c.data());
+#pragma omp parallel for schedule(static) if (worth_parallel(n))
+  for (int64_t i = 0; i < n; ++i) out[i] = accumulate ? out[i] + scale * c[i] : scale * c[i];
+}
+
 }  // namespace
 
 // y = x @ w^T + bias (+ residual); with gelu_pre the product goes there and y = gelu(gelu_pre).
 // Each step rounds to float exactly as the separate ops (matmul, residual, gelu) would, so the
 // fused and unfused compositions give identical bits.
 void matmul_fwd_ref(const MatmulParams<float>& p) {
+  if (p.scale != 1.f || p.accumulate_y) {
+    scaled_product(p.y, p.N * p.out, p.scale, p.accumulate_y, [&](float* c) {
+      gemm({p.x, p.in, 1, p.w, 1, p.in, c, p.out, p.N, p.out, p.in, false});
+    });
+    return;
+  }
   float* out = p.gelu_pre ? p.gelu_pre : p.y;
   gemm({p.x, p.in, 1, p.w, 1, p.in, out, p.out, p.N, p.out, p.in, false});
   if (p.bias) {
@@ -227,6 +244,17 @@ void matmul_fwd_ref(const MatmulParams<float>& p) {
 // dx (=, or += with accumulate_dx) = dy @ w, times gelu'(gelu_pre) when given;  dw += dy^T @ x;
 // dbias += sum over rows of dy.
 void matmul_bwd_ref(const MatmulParams<float>& p) {
+  if (p.scale != 1.f) {
+    if (p.dx)
+      scaled_product(p.dx, p.N * p.in, p.scale, p.accumulate_dx, [&](float* c) {
+        gemm({p.dy, p.out, 1, p.w, p.in, 1, c, p.in, p.N, p.in, p.out, false});
+      });
+    if (p.dw)
+      scaled_product(p.dw, int64_t(p.out) * p.in, p.scale, true, [&](float* c) {
+        gemm({p.dy, 1, p.out, p.x, p.in, 1, c, p.in, p.out, p.in, p.N, false});
+      });
+    return;
+  }
   if (p.dx) {
     gemm({p.dy, p.out, 1, p.w, p.in, 1, p.dx, p.in, p.N, p.in, p.out, p.accumulate_dx});
     if (p.gelu_pre) {

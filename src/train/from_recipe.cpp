@@ -73,6 +73,8 @@ GPTConfig gpt_config_of(const Recipe& r) {
       c.attention.sfa.kernel = SfaOptions::Kernel::masked_dense;
       break;
   }
+  c.lora.rank = r.retrofit.lora.rank;
+  c.lora.alpha = float(r.retrofit.lora.alpha);
   c.recompute = r.train.recompute == Recompute::gelu    ? ActivationRecompute::gelu
                 : r.train.recompute == Recompute::block ? ActivationRecompute::block
                                                         : ActivationRecompute::none;

@@ -1,11 +1,13 @@
 #include "train/retrofit.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "model/gpt.h"
 #include "train/from_recipe.h"
 
 namespace attnlab {
@@ -168,6 +170,12 @@ ModelSource with_adapter(const ModelSource& base, const std::string& adapter_pat
   cmp("model.tied_embeddings", a.tied_embeddings, b.tied_embeddings);
   ATTN_REQUIRE(diff.empty(), "adapter '%s' was made for another model than '%s':%s",
                adapter_path.c_str(), base.path.c_str(), diff.c_str());
+  const auto rank = f.metadata().find("lora.rank");
+  ATTN_REQUIRE((rank == f.metadata().end() ? 0 : std::atoi(rank->second.c_str())) == a.lora.rank,
+               "adapter '%s': its metadata gives lora.rank %s but its recipe "
+               "retrofit.lora.rank %d (a damaged adapter)",
+               adapter_path.c_str(), rank == f.metadata().end() ? "(none)" : rank->second.c_str(),
+               a.lora.rank);
   ModelSource out = base;
   out.config = a;
   out.config.recompute = b.recompute;
@@ -192,6 +200,16 @@ void load_adapter_tensors(const std::string& adapter_path, const ParameterStore&
                "it was made for",
                adapter_path.c_str(), want.c_str(), meta(f, "base").c_str(), base_path.c_str(),
                have.c_str());
+  const auto rank = f.metadata().find("lora.rank");
+  for (const std::string& n : f.names()) {
+    if (rank == f.metadata().end() || !n.ends_with(".lora_a") || !store.contains(n)) continue;
+    const int64_t have = f.info(n).shape.at(0), want = store.param(n).dim(0);
+    ATTN_REQUIRE(have == want && std::to_string(have) == rank->second,
+                 "adapter '%s' is a LoRA of rank %s (its metadata) and its tensor %s has rank "
+                 "%lld; the model it is applied to has rank %lld: the ranks must agree",
+                 adapter_path.c_str(), rank->second.c_str(), n.c_str(), (long long)have,
+                 (long long)want);
+  }
   for (const std::string& n : f.names()) {
     ATTN_REQUIRE(store.contains(n) && store.entry(n).spec.role != ParamRole::base,
                  "adapter '%s' holds tensor %s, which %s", adapter_path.c_str(), n.c_str(),
@@ -204,6 +222,19 @@ void load_adapter_tensors(const std::string& adapter_path, const ParameterStore&
                  "adapter '%s' lacks tensor %s of its model", adapter_path.c_str(),
                  e.spec.name.c_str());
   for (const std::string& n : f.names()) f.load_into(n, store.param(n));
+}
+
+GPTConfig merge_lora(const GPTConfig& cfg, const ParameterStore& store, ParameterStore& merged) {
+  ATTN_REQUIRE(cfg.lora.enabled(), "merge_lora: the model has no LoRA (retrofit.lora.rank 0)");
+  for (int l = 0; l < cfg.n_layer; ++l) lora_merge(store, lora_linear_name(l, "c_attn"), cfg.lora);
+  GPTConfig out = cfg;
+  out.lora = LoraOptions{};
+  GPT model(out);
+  model.declare_params(merged);
+  merged.finalize(Device::cpu, DType::f32, {});
+  for (const auto& e : merged.entries())
+    copy_tensor(merged.param(e.spec.name), store.param(e.spec.name));
+  return out;
 }
 
 }  // namespace attnlab

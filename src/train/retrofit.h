@@ -55,4 +55,10 @@ ModelSource inspect_model_source(const std::string& path, const std::string& ada
 void load_adapter_tensors(const std::string& adapter_path, const ParameterStore& store,
                           const std::string& base_path);
 
+// The LoRA of the model `cfg` (on the host, f32 `store`) merged into its base weights:
+// W += (alpha / r) B A on every target (in `store`), then `merged` (declared and finalized here,
+// host f32, nothing trainable) gets the model without LoRA tensors; returns its config. What
+// `attnlab convert --adapter` writes for a LoRA adapter.
+GPTConfig merge_lora(const GPTConfig& cfg, const ParameterStore& store, ParameterStore& merged);
+
 }  // namespace attnlab

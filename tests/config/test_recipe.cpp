@@ -277,8 +277,12 @@ TEST(RecipeErrors, EnumsAndUnsupportedFeatures) {
             "x.yaml:3: retrofit.lora applies to a retrofit: set retrofit.enabled: true and "
             "retrofit.checkpoint (the frozen base the adapter is trained on)");
   EXPECT_EQ(parse_error("retrofit:\n  enabled: true\n  checkpoint: a\n  lora:\n    rank: 4\n"),
-            "x.yaml:5: retrofit.lora.rank: LoRA is not implemented yet (its keys are reserved and "
-            "checked; docs/retrofit.md); set retrofit.lora.rank: 0");
+            "x.yaml: retrofit.train_roles must include adapter with retrofit.lora.rank > 0 (the "
+            "LoRA tensors are role adapter; without it they stay at B = 0 and the LoRA is the "
+            "base model): set retrofit.train_roles: [adapter]");
+  EXPECT_EQ(parse_error("retrofit:\n  enabled: true\n  checkpoint: a\n  train_roles: [adapter]\n"
+                        "  lora:\n    rank: 4\n    alpha: -2\n"),
+            "x.yaml:7: retrofit.lora.alpha must be > 0, got -2");
   EXPECT_EQ(parse_error("retrofit:\n  enabled: true\n  checkpoint: a\ntrain:\n  init_from: b\n"),
             "x.yaml:5: train.init_from ('b') and retrofit.checkpoint ('a') both name the model to "
             "start from; a retrofit starts from retrofit.checkpoint: remove train.init_from");

@@ -273,3 +273,50 @@ TEST_F(Cli, EvalAppliesFocusRoutingKeysAndRefusesTheOthers) {
   expect_error(run("eval " + run_dir + " --set attention.focus.top_k=5"),
                "attention.focus.top_k");
 }
+
+// A LoRA retrofit through the command line: info shows the adapter role, trainable vs frozen and
+// both memory modes; eval, score and generate take --adapter; convert --adapter merges the LoRA
+// into a plain checkpoint that evaluates like base + adapter; a rank < 0 is refused by name.
+TEST_F(Cli, LoraRetrofitInfoEvalConvert) {
+  ASSERT_EQ(run(train_args("--set checkpoint.at_end=true")).code, 0);
+  const std::string base = (dir_ / "run").string(), rf = (dir_ / "lora").string();
+  const std::string lora = " --set retrofit.enabled=true --set retrofit.checkpoint=" + base +
+                           " --set retrofit.train_roles=[adapter] --set retrofit.lora.rank=2";
+  CliResult i = run("info " + recipe_ + lora);
+  ASSERT_EQ(i.code, 0) << i.out;
+  // 1 layer, n_embd 16: A [2, 16] + B [48, 2] = 128 parameters.
+  EXPECT_NE(i.out.find("role adapter     128"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("lora              rank 2, alpha 16 (scale 8) on c_attn"), std::string::npos)
+      << i.out;
+  EXPECT_NE(i.out.find("trainable         128 "), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("vs full fine-tuning"), std::string::npos) << i.out;
+  CliResult t = run("train " + recipe_ + lora + " --set train.out_dir=" + rf);
+  ASSERT_EQ(t.code, 0) << t.out;
+  const std::string adapter =
+      (dir_ / "lora" / "checkpoints" / "step_00000003" / "adapter.safetensors").string();
+  ASSERT_TRUE(fs::exists(adapter)) << t.out;
+  CliResult e1 = run("eval " + base + " --adapter " + adapter + " --no-progress");
+  ASSERT_EQ(e1.code, 0) << e1.out;
+  const std::string merged = (dir_ / "merged").string();
+  CliResult c = run("convert " + base + " " + merged + " --to attnlab --adapter " + adapter);
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_NE(c.out.find("merged into c_attn.weight"), std::string::npos) << c.out;
+  CliResult e2 = run("eval " + merged + " --no-progress");
+  ASSERT_EQ(e2.code, 0) << e2.out;
+  auto val_loss = [](const std::string& out) {
+    const size_t at = out.find("val loss");
+    return at == std::string::npos ? std::string("(none)") : out.substr(at, 14);  // 3 decimals
+  };
+  EXPECT_EQ(val_loss(e1.out), val_loss(e2.out)) << e1.out << "\n" << e2.out;
+  EXPECT_EQ(
+      run("generate " + base + " --adapter " + adapter + " -n 4 --seed 1 --tokenizer byte").code,
+      0);
+  std::ofstream(dir_ / "doc.txt") << "some text to score, long enough for two windows of 32.\n";
+  EXPECT_EQ(run("score " + base + " --adapter " + adapter + " --tokenizer byte --text " +
+                (dir_ / "doc.txt").string() + " --out " + (dir_ / "s.jsonl").string())
+                .code,
+            0);
+  expect_error(run("info " + recipe_ + " --set retrofit.enabled=true --set retrofit.checkpoint=" +
+                   base + " --set retrofit.lora.rank=-1"),
+               "retrofit.lora.rank must be >= 0, got -1");
+}

@@ -1,16 +1,19 @@
 // Retrofit (docs/retrofit.md): the recipe's refusals, a frozen base that stays bit-identical, the
 // backward's skipped products (counted), adapters (written per checkpoint, applied on the base,
-// refused on another base), and zero degradation by construction (hard routing over every group).
+// refused on another base), zero degradation by construction (hard routing over every group),
+// and the LoRA retrofit (adapters applied, merged by convert, refused for another base or rank).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "config/recipe.h"
 #include "core/context.h"
+#include "interop/convert.h"
 #include "interop/model_source.h"
 #include "io/safetensors.h"
 #include "model/gpt.h"
@@ -268,4 +271,139 @@ TEST(Retrofit, HardRoutingOverEveryGroupEqualsTheDenseBase) {
                 (long long)ref.numel());
     EXPECT_LT(worst, 1e-5) << (variant == 0 ? "top_k = K" : "local_window >= T");
   }
+}
+
+namespace {
+
+std::vector<std::string> lora_retrofit(const std::string& base, int rank = 4) {
+  return {"retrofit.enabled=true",          "retrofit.checkpoint=" + base,
+          "retrofit.train_roles=[adapter]", "retrofit.lora.rank=" + std::to_string(rank),
+          "retrofit.lora.alpha=8",          "checkpoint.at_end=true"};
+}
+
+// An adapter file rewritten with `edit` applied to its metadata.
+std::string edited_adapter(const std::string& adapter, const std::string& out,
+                           const std::function<void(std::map<std::string, std::string>&)>& edit) {
+  io::SafetensorsFile f(adapter);
+  std::map<std::string, std::string> meta = f.metadata();
+  edit(meta);
+  io::SafetensorsWriter w;
+  for (const std::string& n : f.names()) w.add(n, f.view(n));
+  w.set_metadata(meta);
+  w.write(out);
+  return out;
+}
+
+}  // namespace
+
+// A LoRA retrofit of a dense run: the base stays bitwise, the checkpoint and its adapter hold
+// A and B per layer with the LoRA metadata, the adapter applied on its base rebuilds the run's
+// model, convert --adapter merges it into a plain checkpoint with the
+// same logits, and another base or a rank that disagrees is refused.
+TEST(RetrofitLora, TrainsOnlyTheAdaptersAndItsAdapterAppliesAndMerges) {
+  const test::TempDir tmp("rfl");
+  const std::string base = tmp.file("base"), other = tmp.file("other"), rf = tmp.file("rf");
+  train(tiny(base, {"checkpoint.at_end=true", "train.steps=20"}), quiet());
+  train(tiny(other, {"checkpoint.at_end=true", "train.seed=12"}), quiet());
+  std::vector<std::string> keys = lora_retrofit(base);
+  for (const char* k : {"train.steps=30", "optim.lr=2.0e-2", "optim.weight_decay=0"})
+    keys.push_back(k);
+  const TrainResult res = train(tiny(rf, keys), quiet());
+  ASSERT_EQ(res.losses.size(), 30u);
+  EXPECT_TRUE(std::isfinite(res.final_train_loss));
+
+  const std::string rf_ckpt = resolve_checkpoint_dir(rf), base_ckpt = resolve_checkpoint_dir(base);
+  io::SafetensorsFile rm((fs::path(rf_ckpt) / "model.safetensors").string());
+  io::SafetensorsFile bm((fs::path(base_ckpt) / "model.safetensors").string());
+  int lora_tensors = 0;
+  for (const std::string& n : rm.names()) {
+    if (bm.contains(n)) {
+      const auto a = rm.raw(n), b = bm.raw(n);
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0) << n << " changed";
+    } else {
+      EXPECT_TRUE(n.ends_with(".attn.c_attn.lora_a") || n.ends_with(".attn.c_attn.lora_b")) << n;
+      ++lora_tensors;
+    }
+  }
+  EXPECT_EQ(lora_tensors, 4);
+  const std::string adapter = (fs::path(rf_ckpt) / kAdapterFileName).string();
+  io::SafetensorsFile af(adapter);
+  EXPECT_EQ(af.names().size(), 4u);
+  EXPECT_EQ(af.metadata().at("lora.rank"), "4");
+  EXPECT_EQ(af.metadata().at("lora.alpha"), "8");
+  EXPECT_EQ(af.metadata().at("lora.targets"), "c_attn");
+  EXPECT_EQ(af.metadata().at("attention"), "dense");
+
+  // Applied on its base: the run's model, LoRA included; its logits are the reference below.
+  const ModelSource src = with_adapter(inspect_model_source(base), adapter);
+  EXPECT_EQ(src.config.lora.rank, 4);
+  test::ModelFixture fx(src.config, 2, 8, {});
+  load_model_source(src, fx.store);
+  for (const std::string& n : rm.names())
+    EXPECT_EQ(std::memcmp(rm.raw(n).data(), fx.store.param(n).data, rm.raw(n).size()), 0) << n;
+  const std::vector<float> with_lora = fx.logits();
+
+  // convert --adapter: the LoRA merged into c_attn.weight, a plain dense checkpoint.
+  ConvertOptions co;
+  co.to = ModelFormat::attnlab;
+  co.adapter = adapter;
+  const std::string merged = tmp.file("merged");
+  convert_model(base, merged, co);
+  const ModelSource ms = inspect_model_source(merged);
+  EXPECT_FALSE(ms.config.lora.enabled());
+  test::ModelFixture mf(ms.config, 2, 8, {});
+  mf.tokens = fx.tokens;
+  load_model_source(ms, mf.store);
+  for (const auto& e : mf.store.entries()) EXPECT_EQ(e.spec.name.find("lora"), std::string::npos);
+  const std::vector<float> merged_logits = mf.logits();
+  double worst = 0.0;
+  for (size_t i = 0; i < with_lora.size(); ++i)
+    worst = std::max(worst, double(std::fabs(merged_logits[i] - with_lora[i])));
+  std::printf("[lora convert] max |logit diff| merged checkpoint vs base + adapter %.3g\n", worst);
+  EXPECT_LT(worst, 1e-4);
+  EXPECT_GT(worst, 0.0);  // (not bitwise: W + s B A is one rounding, the branch another)
+
+  // Another base: refused by the hash. A rank that disagrees: refused naming both.
+  ParameterStore s2;
+  GPT(src.config).declare_params(s2);
+  s2.finalize(Device::cpu, DType::f32, {});
+  EXPECT_HAS(
+      error_of([&] { load_model_source(with_adapter(inspect_model_source(other), adapter), s2); }),
+      "was trained on another base model");
+  const std::string bad_meta =
+      edited_adapter(adapter, tmp.file("m.safetensors"), [](auto& m) { m["lora.rank"] = "8"; });
+  EXPECT_HAS(error_of([&] { with_adapter(inspect_model_source(base), bad_meta); }),
+             "its metadata gives lora.rank 8 but its recipe retrofit.lora.rank 4");
+  const std::string bad_rank = edited_adapter(adapter, tmp.file("r.safetensors"), [](auto& m) {
+    m["lora.rank"] = "8";
+    const size_t at = m["recipe"].find("rank: 4");
+    ASSERT_NE(at, std::string::npos);
+    m["recipe"].replace(at, 7, "rank: 8");
+  });
+  const ModelSource r8 = with_adapter(inspect_model_source(base), bad_rank);
+  ParameterStore s8;
+  GPT(r8.config).declare_params(s8);
+  s8.finalize(Device::cpu, DType::f32, {});
+  EXPECT_HAS(error_of([&] { load_model_source(r8, s8); }),
+             "is a LoRA of rank 8 (its metadata) and its tensor h.0.attn.c_attn.lora_a has rank 4");
+}
+
+// LoRA's recipe refusals, each naming the key.
+TEST(RetrofitLora, RecipeErrorsNameTheKey) {
+  const test::TempDir tmp("rfl");
+  auto err = [&](std::vector<std::string> keys) {
+    return error_of([&] { tiny(tmp.file("x"), keys); });
+  };
+  EXPECT_HAS(err({"retrofit.enabled=true", "retrofit.checkpoint=b", "retrofit.lora.rank=-1"}),
+             "retrofit.lora.rank must be >= 0, got -1");
+  EXPECT_HAS(err({"retrofit.enabled=true", "retrofit.checkpoint=b", "retrofit.lora.rank=4",
+                  "retrofit.train_roles=[adapter]", "retrofit.lora.alpha=0"}),
+             "retrofit.lora.alpha must be > 0, got 0");
+  EXPECT_HAS(err({"retrofit.enabled=true", "retrofit.checkpoint=b", "retrofit.lora.rank=4",
+                  "attention.type=focus"}),
+             "retrofit.train_roles must include adapter with retrofit.lora.rank > 0");
+  EXPECT_HAS(err({"retrofit.lora.rank=4"}), "retrofit.lora applies to a retrofit");
+  EXPECT_HAS(err({"retrofit.enabled=true", "retrofit.checkpoint=b", "retrofit.lora.rank=4",
+                  "retrofit.train_roles=[adapter]", "retrofit.lora.targets=[c_proj]"}),
+             "retrofit.lora.targets: 'c_proj' is not implemented yet");
 }
