@@ -16,7 +16,8 @@ namespace {
 // train.precision says); bf16 (the trainer's default) for other sources.
 Precision source_precision(const ModelSource& s) {
   if (s.recipe_yaml.empty()) return Precision::bf16;
-  const Recipe r = parse_recipe(s.recipe_yaml, s.weights_path + "/recipe.yaml", {}, RecipeUse::eval);
+  const Recipe r =
+      parse_recipe(s.recipe_yaml, s.weights_path + "/recipe.yaml", {}, RecipeUse::eval);
   return r.train.device == DeviceChoice::cpu ? Precision::fp32 : r.train.precision;
 }
 

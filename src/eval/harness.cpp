@@ -241,9 +241,9 @@ EvalReport run_evaluation(const EvalOptions& o) {
     std::string summary = model.attention_metrics(metrics);
     if (!metrics.empty()) j["validation"]["attention"] = metrics;
     if (!summary.empty()) summary = " | " + summary;
-    rep.table += strformat("val loss %.4f | val ppl %.3f | %lld tokens in %lld windows%s\n", v.loss,
-                           v.perplexity, (long long)v.tokens, (long long)v.windows,
-                           summary.c_str());
+    rep.table +=
+        strformat("val loss %.4f | val ppl %.3f | %lld tokens in %lld windows%s\n", v.loss,
+                  v.perplexity, (long long)v.tokens, (long long)v.windows, summary.c_str());
     table.row("validation", "loss", v.loss, NAN, count);
     table.row("validation", "perplexity", v.perplexity, NAN, count, "%.3f");
   }

@@ -96,6 +96,13 @@ FocusAttention::Views FocusAttention::views(int64_t B, int64_t T) const {
   return v;
 }
 
+// Hard routing over every group, or a local band reaching every earlier position of a sequence
+// of up to T tokens, attends every causal pair: it is dense attention, and runs the dense op, so
+// that a retrofit evaluated this way gives the base model's logits bitwise (docs/retrofit.md).
+bool FocusAttention::attends_every_pair(int64_t T) const {
+  return opts_.top_k >= opts_.groups || int64_t(opts_.local_window) >= T - 1;
+}
+
 bool FocusAttention::hard_in(AttentionMode mode) const {
   const FocusOptions::Routing r =
       mode == AttentionMode::train ? opts_.route_training : opts_.eval_routing;
@@ -153,8 +160,11 @@ void FocusAttention::forward(const ExecContext& ctx, const AttentionInputs& in, 
                   Tensor(v.groups.ptr<int32_t>() + b * T * tk, DType::i32, dev, Shape{T, tk}));
     }
     ops::kv_cache_write(ctx, cache.k, cache.v, in.qkv, in.pos, in.layout);
-    ops::focus_attention_decode(ctx, out, in.qkv, cache.k, cache.v, cache.g, cache.groups, in.pos,
-                                in.layout, gate(hard_in(in.mode)));
+    if (hard_in(in.mode) && attends_every_pair(max_T))
+      ops::attention_decode(ctx, out, in.qkv, cache.k, cache.v, in.pos, in.layout, 0, 0);
+    else
+      ops::focus_attention_decode(ctx, out, in.qkv, cache.k, cache.v, cache.g, cache.groups, in.pos,
+                                  in.layout, gate(hard_in(in.mode)));
     return;
   }
   ATTN_ASSERT(in.pos == 0);
@@ -163,7 +173,10 @@ void FocusAttention::forward(const ExecContext& ctx, const AttentionInputs& in, 
   last_hard_ = hard_in(in.mode);
   const Views v = views(last_B_, last_T_);
   assign(ctx, in.h, v, Tensor(), 0);
-  ops::focus_attention_fwd(ctx, out, v.lse, in.qkv, in.layout, v.g, v.groups, gate(last_hard_));
+  if (in.mode == AttentionMode::eval && last_hard_ && attends_every_pair(last_T_))
+    ops::attention_fwd(ctx, out, v.lse, in.qkv, in.layout, 0);
+  else
+    ops::focus_attention_fwd(ctx, out, v.lse, in.qkv, in.layout, v.g, v.groups, gate(last_hard_));
 }
 
 void FocusAttention::backward(const ExecContext& ctx, const AttentionInputs& in, const Tensor& out,
@@ -220,7 +233,8 @@ std::string FocusAttention::summarize(const std::map<std::string, double>& m) co
   }
   if (layers == 0) return "";
   return strformat("max dominance %.3f (layer %d; 1/K = %.3f) | entropy %.3f (ln K = %.3f)", worst,
-                   worst_layer, 1.0 / opts_.groups, entropy / layers, std::log(double(opts_.groups)));
+                   worst_layer, 1.0 / opts_.groups, entropy / layers,
+                   std::log(double(opts_.groups)));
 }
 
 void FocusAttention::metrics(std::map<std::string, double>& out) const {

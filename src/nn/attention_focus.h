@@ -46,6 +46,7 @@ class FocusAttention final : public AttentionModule {
   struct Views;  // the saved state of a [B, T] forward
   Views views(int64_t B, int64_t T) const;
   bool hard_in(AttentionMode mode) const;
+  bool attends_every_pair(int64_t T) const;
   FocusGateParams gate(bool hard) const;
   // z, scores, g (and iterates) of h [B, T, C]; state/pos for causal decoding.
   void assign(const ExecContext& ctx, const Tensor& h, const Views& v, const Tensor& state,

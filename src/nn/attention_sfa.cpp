@@ -16,22 +16,13 @@ int sfa_resolve_k(const SfaOptions& o, int head_dim) {
   return k;
 }
 
-bool sfa_use_flash(SfaOptions::Kernel kernel, const ExecContext& ctx, DType dtype, int head_dim,
-                   int64_t T) {
-  const bool runs = ops::sfa_flash_supported(ctx, dtype, head_dim);
-  switch (kernel) {
-    case SfaOptions::Kernel::masked_dense:
-      return false;
-    case SfaOptions::Kernel::flash:
-      ATTN_REQUIRE(runs,
-                   "attention.sfa.kernel flash: FlashSFA runs on the CPU or on CUDA in bf16 with "
-                   "head dim 64 or 128, got %s with head dim %d; use auto or masked_dense",
-                   dtype_name(dtype), head_dim);
-      return true;
-    case SfaOptions::Kernel::auto_select:
-      break;
-  }
-  return runs && T >= kSfaFlashMinSeqLen;
+bool sfa_use_flash(SfaOptions::Kernel kernel, const ExecContext& ctx, DType dtype, int head_dim) {
+  if (kernel != SfaOptions::Kernel::flash) return false;  // auto is masked_dense (header)
+  ATTN_REQUIRE(ops::sfa_flash_supported(ctx, dtype, head_dim),
+               "attention.sfa.kernel flash: FlashSFA runs on the CPU or on CUDA in bf16 with "
+               "head dim 64 or 128, got %s with head dim %d; use auto or masked_dense",
+               dtype_name(dtype), head_dim);
+  return true;
 }
 
 struct SfaAttention::Views {
@@ -102,7 +93,7 @@ void SfaAttention::forward(const ExecContext& ctx, const AttentionInputs& in, co
   ATTN_ASSERT(in.pos == 0 && B <= shape_.B && T <= shape_.T);
   last_B_ = B;
   last_T_ = T;
-  last_flash_ = sfa_use_flash(opts_.kernel, ctx, dtype_, in.layout.head_dim, T);
+  last_flash_ = sfa_use_flash(opts_.kernel, ctx, dtype_, in.layout.head_dim);
   const Views v = views(&buf_, shape_.layout, dtype_, B, T, last_flash_, nullptr);
   if (last_flash_) {
     ops::sfa_flash_fwd(ctx, out, v.lse, v.q_idx, v.q_val, v.k_idx, v.k_val, in.qkv, in.layout);
@@ -136,12 +127,11 @@ void SfaAttention::backward(const ExecContext& ctx, const AttentionInputs& in, c
   }
 }
 
-// The saved state of either path (a forward of any T <= s.T may take either under auto).
+// The saved state of the path the module runs (kernel flash: either, the larger).
 size_t SfaAttention::state_bytes(const AttentionShape& s, DType dtype) const {
   size_t masked = 0, flash = 0;
   views(nullptr, s.layout, dtype, s.B, s.T, false, &masked);
-  if (opts_.kernel == SfaOptions::Kernel::flash ||
-      (opts_.kernel == SfaOptions::Kernel::auto_select && s.T >= kSfaFlashMinSeqLen))
+  if (opts_.kernel == SfaOptions::Kernel::flash)
     views(nullptr, s.layout, dtype, s.B, s.T, true, &flash);
   return std::max(masked, flash);
 }

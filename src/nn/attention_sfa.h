@@ -18,15 +18,13 @@ namespace attnlab {
 // attention.sfa.k resolved for a head dim: 0 -> (head_dim + 7) / 8; throws unless 1 <= k <= D.
 int sfa_resolve_k(const SfaOptions& o, int head_dim);
 
-// attention.sfa.kernel auto takes FlashSFA for sequences of at least this many tokens (where it
-// runs), the masked-dense path below. The one place of that choice; set from the H200 measurement
-// of scripts/bench/bench_sfa.cpp (docs/sfa.md).
-constexpr int64_t kSfaFlashMinSeqLen = 8192;
+// attention.sfa.kernel auto is the masked-dense path at every length: on the H200 FlashSFA was
+// 1.9-7x slower forward+backward than it at T = 4K-64K (docs/performance_variants.md), so flash
+// runs only when asked for.
 
 // Whether a forward of T tokens runs FlashSFA; kernel flash where it does not run (CUDA other than
 // bf16 with head dim 64 or 128) is an error naming the key.
-bool sfa_use_flash(SfaOptions::Kernel kernel, const ExecContext& ctx, DType dtype, int head_dim,
-                   int64_t T);
+bool sfa_use_flash(SfaOptions::Kernel kernel, const ExecContext& ctx, DType dtype, int head_dim);
 
 class SfaAttention final : public AttentionModule {
  public:

@@ -410,8 +410,8 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     const std::string variants = attention_eval_report(s, val_batches, log, record);
     log.metrics(record);
     log.info("step %lld | val loss %.4f | val ppl %.2f | %s tokens in %lld windows%s",
-             (long long)st.step, ev.loss, ev.perplexity, io::format_count(double(ev.tokens)).c_str(),
-             (long long)ev.windows, variants.c_str());
+             (long long)st.step, ev.loss, ev.perplexity,
+             io::format_count(double(ev.tokens)).c_str(), (long long)ev.windows, variants.c_str());
   };
   if (recipe.eval.at_start && st.step == 0) evaluate();
   while (st.step < last_step) {

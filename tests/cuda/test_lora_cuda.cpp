@@ -1,4 +1,6 @@
-// LoRA on the GPU (nn/lora.h) against the CPU reference, skipped without a GPU:
+// LoRA on the GPU (nn/lora.h) against the CPU reference, skipped without a GPU (and, with the
+// same harness, the zero degradation of a Focus retrofit: hard routing over every group or a
+// band over the whole sequence gives the dense base model's logits bitwise):
 // - the scaled products (ops::matmul_scaled_*) at LoRA shapes (r = 4 and 16, bf16 rows of 8 and
 //   32 bytes): fp32 1e-5, bf16 1e-2 of the CPU reference on the rounded inputs (the bounds of
 //   cuda_test_util.h);
@@ -267,6 +269,32 @@ TEST(LoraCuda, MergedModelEqualsTheUnmergedOne) {
       const double noise = test::max_rel_error(a, cpu_logits);
       test::report("unmerged bf16 vs cpu f32 logits (noise)", noise);
       EXPECT_LT(diff, kNoiseFactor * noise);
+    }
+  }
+}
+
+// A Focus retrofit evaluated with hard routing at top_k = K, or with a local band covering the
+// sequence, equals its dense base model bitwise on the GPU too (f32 and bf16).
+TEST(RetrofitCuda, HardRoutingOverEveryGroupEqualsTheDenseBaseBitwise) {
+  CUDA_TEST_PREAMBLE();
+  const GPTConfig dense = lora_gpt(0);
+  for (int variant = 0; variant < 2; ++variant) {
+    GPTConfig focus = dense;
+    focus.attention.type = "focus";
+    focus.attention.focus.groups = 4;
+    focus.attention.focus.d_g = 8;
+    focus.attention.focus.top_k = variant == 0 ? 4 : 1;
+    focus.attention.focus.local_window = variant == 0 ? 3 : kT;
+    auto ref = reference(focus, {ParamRole::attention});  // Focus weights: the base plus W_g, C
+    for (DType dt : {DType::f32, DType::bf16}) {
+      LoraRun base(Device::cuda, dt, dense, {ParamRole::base});
+      base.set_weights(ref->store);
+      LoraRun retrofit(Device::cuda, dt, focus, {ParamRole::attention});
+      retrofit.set_weights(ref->store);
+      const std::vector<float> a = retrofit.logits(), b = base.logits();
+      EXPECT_TRUE(test::bitwise_equal(a, b))
+          << (variant == 0 ? "top_k = K, " : "local_window >= T, ")
+          << (dt == DType::f32 ? "f32" : "bf16") << ": max rel " << test::max_rel_error(a, b);
     }
   }
 }

@@ -247,9 +247,10 @@ TEST_F(Cli, EvalHarnessAndScore) {
 // that define the trained function are refused when they differ from the checkpoint's.
 TEST_F(Cli, EvalAppliesFocusRoutingKeysAndRefusesTheOthers) {
   const std::string run_dir = (dir_ / "focus").string();
-  CliResult t = run(train_args("--set attention.type=focus --set attention.focus.groups=4 "
-                               "--set attention.focus.local_window=2 --set train.out_dir=" +
-                               run_dir));
+  CliResult t =
+      run(train_args("--set attention.type=focus --set attention.focus.groups=4 "
+                     "--set attention.focus.local_window=2 --set train.out_dir=" +
+                     run_dir));
   ASSERT_EQ(t.code, 0) << t.out;
   auto val_loss = [&](const std::string& sets) {
     CliResult e = run("eval " + run_dir + " --no-progress " + sets);
@@ -270,8 +271,7 @@ TEST_F(Cli, EvalAppliesFocusRoutingKeysAndRefusesTheOthers) {
                "the model");
   expect_error(run("eval " + run_dir + " --set attention.focus.gate=multiplicative"),
                "attention.focus.gate: multiplicative in the recipe");
-  expect_error(run("eval " + run_dir + " --set attention.focus.top_k=5"),
-               "attention.focus.top_k");
+  expect_error(run("eval " + run_dir + " --set attention.focus.top_k=5"), "attention.focus.top_k");
 }
 
 // A LoRA retrofit through the command line: info shows the adapter role, trainable vs frozen and
