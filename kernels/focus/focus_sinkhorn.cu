@@ -14,7 +14,9 @@
 //     reverse recurrence R_t = dY_t + exp(M_t - M_{t+1}) R_{t+1}, where Q_c = exp(M_last(c) -
 //     M_first(c+1)) R_first(c+1), A_c = exp(E_c - E_{c+1}), B_c = sum_{i in c} dY_i exp(E_c - M_i)
 //     (segments compose the same way inside a chunk); [scan] the maps composed from the last chunk
-//     back: Q_c; [apply] M_t recomputed, R_t walked back from Q_c, d = dY - exp(X - M) R.
+//     back: Q_c; [apply] M_t recomputed, R_t walked back from Q_c, d = dY - exp(X - M) R
+//     (where exp(X - M) > 1/2 as dY exp(M_{t-1} - M_t) - exp(X - M) (R - dY): no fp32
+//     cancellation of dY).
 //   sequence: [local] dY and the chunk sums of X_n (log-sum-exp) and of dY; [scan] totals L, D;
 //     [apply] d = dY - exp(X - L) D.
 // A sequence of one chunk (decoding) runs the whole forward in one block (fwd_single_chunk_kernel).
@@ -442,6 +444,7 @@ __global__ void bwd_apply_causal_kernel(SinkhornParams p, Geometry g, int n, con
   __syncthreads();
   const int valid = max(0, min(kSeg, ch.count - cl.seg * kSeg));
   float xv[kSeg], dy[kSeg], m[kSeg], ls[kSeg];
+  float em = -INFINITY, els = -INFINITY;  // the prefix E before the segment, as (m, log s)
   if (cl.active) {
 #pragma unroll
     for (int i = 0; i < kSeg; ++i) {
@@ -449,6 +452,8 @@ __global__ void bwd_apply_causal_kernel(SinkhornParams p, Geometry g, int n, con
       dy[i] = i < valid ? d[cl.t(i) * g.KP + cl.k] : 0.f;
     }
     const Lse E = combine_segments<LseOp>(sums[ch.slot + cl.k], seg, g, cl.k, cl.seg);
+    em = E.m;
+    els = logf(E.s);
     seg_maps[cl.seg * g.K + cl.k] = segment_map(E, xv, dy, m, ls, valid);
   }
   __syncthreads();
@@ -458,13 +463,28 @@ __global__ void bwd_apply_causal_kernel(SinkhornParams p, Geometry g, int n, con
       const Affine f = seg_maps[s * g.K + cl.k];
       R = fmaf(f.a, R, f.b);
     }
+    // dX_t = dY_t - w R_t, w = exp(X_t - M_t), R_t = dY_t + later, later = exp(M_t - M_{t+1})
+    // R_{t+1}. Where X_t dominates its prefix (w > 1/2: the first token; scores of +-200) that form
+    // cancels dY_t against itself in fp32 and loses a gradient far below |dY_t|; there it is
+    // evaluated as dY_t exp(M_{t-1} - M_t) - w later (1 - w = exp(M_{t-1} - M_t), formed from the
+    // sums, not as 1 - w). Elsewhere the first form is the more accurate (w's rounding is relative
+    // to w).
 #pragma unroll
     for (int i = kSeg - 1; i >= 0; --i)
       if (i < valid) {
         const int nx = min(i + 1, kSeg - 1);  // i + 1 < valid wherever it is read
+        const int pv = max(i - 1, 0);
         const float carry = i == valid - 1 ? 1.f : exp_diff(m[i], ls[i], m[nx], ls[nx]);
+        const float w = exp_diff(xv[i], 0.f, m[i], ls[i]);
+        const float later = carry * R;
         R = fmaf(carry, R, dy[i]);
-        d[cl.t(i) * g.KP + cl.k] = dy[i] - exp_diff(xv[i], 0.f, m[i], ls[i]) * R;
+        if (w > 0.5f) {
+          const float before = i == 0 ? exp_diff(em, els, m[0], ls[0])  // exp(M_{t-1} - M_t)
+                                      : exp_diff(m[pv], ls[pv], m[i], ls[i]);
+          d[cl.t(i) * g.KP + cl.k] = fmaf(dy[i], before, -w * later);
+        } else {
+          d[cl.t(i) * g.KP + cl.k] = dy[i] - w * R;
+        }
       }
   }
   __syncthreads();

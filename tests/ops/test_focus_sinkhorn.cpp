@@ -141,6 +141,86 @@ TEST(FocusSinkhorn, CarriedStateMatchesTheFullForward) {
   EXPECT_LT(test::max_rel_error(out, full.g), 1e-5);
 }
 
+// The causal iterations unrolled in long double from the float scores, and the gradient of
+// sum dg * g (the iterates never rounded to float). The column step's backward is taken as
+// dX_t = dY_t exp(M_{t-1} - M_t) - exp(X_t - M_{t+1}) R_{t+1}, free of the cancellation of
+// dY_t - exp(X_t - M_t) R_t where X_t dominates its prefix.
+std::vector<long double> causal_sinkhorn_gradient_long_double(const std::vector<float>& scores,
+                                                              const std::vector<float>& dg, int B,
+                                                              int T, int K, int N) {
+  const long double inf = INFINITY;
+  auto log_add_exp = [&](long double a, long double b) {
+    if (a == -inf) return b;
+    const long double m = std::max(a, b);
+    return m + std::log1p(std::exp(-std::fabs(a - b)));
+  };
+  const size_t seq = size_t(T) * K;
+  std::vector<long double> out(scores.size());
+  for (int b = 0; b < B; ++b) {
+    std::vector<std::vector<long double>> x(size_t(N) + 1, std::vector<long double>(seq));
+    for (size_t i = 0; i < seq; ++i) x[0][i] = scores[b * seq + i];
+    for (int n = 0; n < N; ++n) {
+      std::vector<long double>& y = x[size_t(n) + 1];
+      for (int k = 0; k < K; ++k) {
+        long double m = -inf;
+        for (int t = 0; t < T; ++t) {
+          m = log_add_exp(m, x[size_t(n)][size_t(t) * K + k]);
+          y[size_t(t) * K + k] = x[size_t(n)][size_t(t) * K + k] - m + std::log((t + 1.0L) / K);
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        long double lse = -inf;
+        for (int k = 0; k < K; ++k) lse = log_add_exp(lse, y[size_t(t) * K + k]);
+        for (int k = 0; k < K; ++k) y[size_t(t) * K + k] -= lse;
+      }
+    }
+    std::vector<long double> d(seq), M(seq);
+    for (size_t i = 0; i < seq; ++i) d[i] = dg[b * seq + i] * std::exp(x[size_t(N)][i]);
+    for (int n = N - 1; n >= 0; --n) {
+      const std::vector<long double>&xn = x[size_t(n)], &xp = x[size_t(n) + 1];
+      for (int t = 0; t < T; ++t) {
+        long double sum = 0;
+        for (int k = 0; k < K; ++k) sum += d[size_t(t) * K + k];
+        for (int k = 0; k < K; ++k) d[size_t(t) * K + k] -= std::exp(xp[size_t(t) * K + k]) * sum;
+      }
+      for (int k = 0; k < K; ++k) {
+        long double m = -inf;
+        for (int t = 0; t < T; ++t)
+          M[size_t(t) * K + k] = m = log_add_exp(m, xn[size_t(t) * K + k]);
+        long double later_R = 0;  // R_{t+1}
+        for (int t = T - 1; t >= 0; --t) {
+          const size_t i = size_t(t) * K + k;
+          const long double dy = d[i], before = t > 0 ? std::exp(M[i - size_t(K)] - M[i]) : 0;
+          const long double later = t + 1 < T ? std::exp(M[i] - M[i + size_t(K)]) * later_R : 0;
+          d[i] = dy * before - std::exp(xn[i] - M[i]) * later;
+          later_R = dy + later;
+        }
+      }
+    }
+    std::copy(d.begin(), d.end(), out.begin() + std::ptrdiff_t(b * seq));
+  }
+  return out;
+}
+
+// Scores of +-200, T = 2 (the draws of the CUDA test's case "B 2 T 2 K 4 causal scores +-200"):
+// every row saturates, so the exact gradient is tiny (~6e-13 against dg ~1) but not zero; the
+// reference gives it to 1.3e-6 (of the scale). The CUDA backward in the form
+// dY_t - exp(X_t - M_t) R_t returned zeros here on an H200; this pins the value it is held to.
+TEST(FocusSinkhorn, CausalGradientAtLargeScoresMatchesLongDouble) {
+  const int B = 2, T = 2, K = 4, N = 10;
+  Sinkhorn s(B, T, K, N, true, 200.f, uint32_t(T * 31 + K));
+  const std::vector<float> dg = test::random_vector(s.g.size(), uint32_t(T + 7));
+  s.forward();
+  const std::vector<float> ds = s.backward(dg);
+  const std::vector<long double> exact =
+      causal_sinkhorn_gradient_long_double(s.scores, dg, B, T, K, N);
+  long double scale = 0;
+  for (long double v : exact) scale = std::max(scale, std::fabs(v));
+  EXPECT_GT(scale, 1e-13L) << "the gradient is small but not zero";
+  EXPECT_LT(scale, 1e-11L);
+  EXPECT_LT(test::max_rel_error(ds, exact), 1e-5);
+}
+
 // Odd lengths, scores far beyond exp's float range (the log domain never forms exp(score)).
 TEST(FocusSinkhorn, OddShapesAndLargeScoresStayFinite) {
   for (int T : {1, 127, 129, 1000}) {
