@@ -9,6 +9,7 @@
 //         wait for them. A watchdog thread polls ncclCommGetAsyncError and the age of the oldest
 //         unfinished collective, and ends the job (ncclCommAbort) naming the rank past timeout_s.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 

@@ -1,6 +1,7 @@
 #include "dist/grad_sync.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 

@@ -7,6 +7,7 @@
 // mpirun under Slurm sets both: the MPI variables describe the processes mpirun started). None of
 // them: one process. The device of a rank is its local rank (one process per GPU).
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
 
