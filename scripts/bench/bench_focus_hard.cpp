@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/context.h"
 #include "core/cuda_check.h"
 #include "core/tensor.h"
@@ -36,6 +37,7 @@
 #include "ops/ops.h"
 
 using namespace attnlab;
+using bench::fill_random_bf16;
 
 namespace {
 
@@ -62,33 +64,7 @@ std::vector<int> parse_list(const char* prog, const char* key, const char* text)
 // Median of reps timed calls on the context's stream after `warm` untimed ones, in ms.
 template <typename F>
 double time_ms(const ExecContext& ctx, F&& f, int reps, int warm) {
-  auto st = reinterpret_cast<cudaStream_t>(ctx.stream);
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < warm; ++i) f();
-  std::vector<float> ms(reps);
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a, st));
-    f();
-    CUDA_CHECK(cudaEventRecord(b, st));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[reps / 2];
-}
-
-void upload_bf16(const Buffer& buf, size_t n, uint64_t seed) {
-  std::vector<bf16> h(n);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;  // xorshift: cheap at 10^9 values (T = 1M)
-  for (auto& x : h) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    x = bf16(float(int64_t(s >> 40) - (int64_t(1) << 23)) / float(1 << 23));  // [-1, 1)
-  }
-  CUDA_CHECK(cudaMemcpy(buf.data(), h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+  return bench::median_ms(f, reps, reinterpret_cast<cudaStream_t>(ctx.stream), warm);
 }
 
 // Scores [T, K]: uniform in [-10, 10] (balanced) or 10 x a mean-reverting random walk per group
@@ -190,7 +166,7 @@ int main(int argc, char** argv) {
       const size_t n_qkv = size_t(T) * l.width(), n_o = size_t(T) * l.q_width();
       Buffer qkv(Device::cuda, n_qkv * 2), out(Device::cuda, n_o * 2),
           lse(Device::cuda, size_t(H) * T * 4);
-      upload_bf16(qkv, n_qkv, uint64_t(T) + D);
+      fill_random_bf16(qkv, n_qkv, uint64_t(T) + D);
       const Tensor tq(qkv.data(), DType::bf16, Device::cuda, Shape{B, T, l.width()});
       const Tensor to(out.data(), DType::bf16, Device::cuda, Shape{B, T, l.q_width()});
       const Tensor tl(lse.data(), DType::f32, Device::cuda, Shape{B, H, T});

@@ -26,19 +26,10 @@
 #include "ops/ops.h"
 
 using namespace attnlab;
+using bench::fill_random_bf16;
 using bench::median_ms;
 
 namespace {
-
-void upload_bf16(const Buffer& buf, size_t n, uint64_t seed) {
-  std::vector<bf16> h(n);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < n; ++i) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    h[i] = bf16(float(int64_t(s >> 40) - (int64_t(1) << 23)) / float(1 << 23));  // [-1, 1)
-  }
-  CUDA_CHECK(cudaMemcpy(buf.data(), h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
-}
 
 // Assignment rows: positive, summing to 1, one dominant group per token; top-2 group ids.
 void upload_assignment(const Buffer& g, const Buffer& groups, int64_t tokens, int K) {
@@ -129,8 +120,8 @@ int main(int argc, char** argv) {
           o(Device::cuda, size_t(tokens * Q) * 2), dout(Device::cuda, size_t(tokens * Q) * 2),
           lse(Device::cuda, size_t(B) * H * T * 4), g(Device::cuda, size_t(tokens) * K * 4),
           dg(Device::cuda, size_t(tokens) * K * 4), groups(Device::cuda, size_t(tokens) * 2 * 4);
-      upload_bf16(qkv, size_t(tokens * W), 1);
-      upload_bf16(dout, size_t(tokens * Q), 2);
+      fill_random_bf16(qkv, size_t(tokens * W), 1);
+      fill_random_bf16(dout, size_t(tokens * Q), 2);
       upload_assignment(g, groups, tokens, K);
       const Tensor tq(qkv.data(), DType::bf16, Device::cuda, Shape{B, T, W});
       const Tensor tdq(dqkv.data(), DType::bf16, Device::cuda, Shape{B, T, W});

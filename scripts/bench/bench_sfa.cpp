@@ -27,19 +27,10 @@
 #include "ops/sfa_ops.h"
 
 using namespace attnlab;
+using bench::fill_random_bf16;
 using bench::median_ms;
 
 namespace {
-
-void fill_random_bf16(const Buffer& buf, size_t n, uint64_t seed) {
-  std::vector<bf16> h(n);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < n; ++i) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    h[i] = bf16(float(int64_t(s >> 40) - (int64_t(1) << 23)) / float(1 << 23));  // [-1, 1)
-  }
-  CUDA_CHECK(cudaMemcpy(buf.data(), h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
-}
 
 Tensor view(const Buffer& b, DType dt, Shape s) { return Tensor(b.data(), dt, Device::cuda, s); }
 

@@ -9,22 +9,23 @@
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "core/tensor.h"
 
 namespace attnlab::bench {
 
-// Median over `reps` timed calls of f (CUDA events on the default stream around each call), after
-// 3 untimed warm-up calls, in milliseconds.
+// Median over `reps` timed calls of f (CUDA events on `stream` around each call), after `warm`
+// untimed warm-up calls, in milliseconds.
 template <typename F>
-double median_ms(F&& f, int reps) {
+double median_ms(F&& f, int reps, cudaStream_t stream = nullptr, int warm = 3) {
   cudaEvent_t a, b;
   CUDA_CHECK(cudaEventCreate(&a));
   CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();  // warm-up
+  for (int i = 0; i < warm; ++i) f();
   std::vector<float> ms(reps);
   for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a));
+    CUDA_CHECK(cudaEventRecord(a, stream));
     f();
-    CUDA_CHECK(cudaEventRecord(b));
+    CUDA_CHECK(cudaEventRecord(b, stream));
     CUDA_CHECK(cudaEventSynchronize(b));
     CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
   }
@@ -32,6 +33,17 @@ double median_ms(F&& f, int reps) {
   CUDA_CHECK(cudaEventDestroy(b));
   std::sort(ms.begin(), ms.end());
   return ms[reps / 2];
+}
+
+// n bf16 values uniform in [-1, 1) (xorshift, cheap at 10^9 values) copied into buf.
+inline void fill_random_bf16(const Buffer& buf, size_t n, uint64_t seed) {
+  std::vector<bf16> h(n);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& x : h) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    x = bf16(float(int64_t(s >> 40) - (int64_t(1) << 23)) / float(1 << 23));
+  }
+  CUDA_CHECK(cudaMemcpy(buf.data(), h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
 }
 
 // The value of a --rows=N option: a positive integer, else a message on stderr and exit(2).
