@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -71,6 +74,41 @@ struct ModelFixture {
                   aux_scale);
     model.backward(*ctx, store, t(tokens));
     model.take_loss(*ctx);
+  }
+  // Central differences of `objective` at picks(role) random entries of every parameter (the
+  // embedding's padding rows and positions beyond T, which get no gradient, skipped) against the
+  // gradient that gradients() left in the store: |g - fd| <= 2e-3 + rel_tol |fd|. Returns the
+  // number of entries checked by role.
+  std::map<ParamRole, int> expect_finite_differences(const std::function<double()>& objective,
+                                                     const std::function<int(ParamRole)>& picks,
+                                                     float h = 1e-2f, double rel_tol = 3e-2) {
+    std::mt19937 rng(5);
+    std::map<ParamRole, int> checked;
+    for (const auto& e : store.entries()) {
+      float* w = store.param(e.spec.name).ptr<float>();
+      const float* g = store.grad(e.spec.name).ptr<float>();
+      std::uniform_int_distribution<int64_t> pick(0, e.spec.shape.numel() - 1);
+      for (int k = 0; k < picks(e.spec.role); ++k) {
+        const int64_t i = pick(rng);
+        if (e.spec.name == "wte.weight" && i >= int64_t(cfg.vocab_size) * cfg.n_embd) continue;
+        if (e.spec.name == "wpe.weight" && i >= int64_t(T) * cfg.n_embd) continue;
+        const float w0 = w[i];
+        w[i] = w0 + h;
+        const double lp = objective();
+        w[i] = w0 - h;
+        const double lm = objective();
+        w[i] = w0;
+        const double fd = (lp - lm) / (2.0 * h);
+        EXPECT_NEAR(g[i], fd, 2e-3 + rel_tol * std::fabs(fd)) << e.spec.name << "[" << i << "]";
+        ++checked[e.spec.role];
+      }
+    }
+    return checked;
+  }
+  static int total(const std::map<ParamRole, int>& checked) {
+    int n = 0;
+    for (const auto& [role, count] : checked) n += count;
+    return n;
   }
   // Logits [B, T, Vp] of a forward on the tokens.
   std::vector<float> logits(AttentionMode mode = AttentionMode::eval) {

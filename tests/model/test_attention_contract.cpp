@@ -158,30 +158,10 @@ TEST(AttentionContract, AuxLossIsAccumulatedWithItsScale) {
 TEST(AttentionContract, FiniteDifferenceGradientsWithHAndAuxLoss) {
   ProbeModel m;
   m.gradients();
-  std::mt19937 rng(5);
-  int checked = 0, probe_checked = 0;
-  for (const auto& e : m.store.entries()) {
-    float* w = m.store.param(e.spec.name).ptr<float>();
-    const float* g = m.store.grad(e.spec.name).ptr<float>();
-    std::uniform_int_distribution<int64_t> pick(0, e.spec.shape.numel() - 1);
-    for (int k = 0; k < 4; ++k) {
-      const int64_t i = pick(rng);
-      if (e.spec.name == "wte.weight" && i >= 11 * 8) continue;  // padding rows
-      if (e.spec.name == "wpe.weight" && i >= 5 * 8) continue;   // positions beyond T
-      const float h = 1e-2f, w0 = w[i];
-      w[i] = w0 + h;
-      const double lp = m.objective();
-      w[i] = w0 - h;
-      const double lm = m.objective();
-      w[i] = w0;
-      const double fd = (lp - lm) / (2.0 * h);
-      EXPECT_NEAR(g[i], fd, 2e-3 + 2e-2 * std::fabs(fd)) << e.spec.name << "[" << i << "]";
-      ++checked;
-      probe_checked += e.spec.role == ParamRole::attention;
-    }
-  }
-  EXPECT_GT(checked, 60);
-  EXPECT_EQ(probe_checked, 8);
+  const auto checked = m.expect_finite_differences([&] { return m.objective(); },
+                                                   [](ParamRole) { return 4; }, 1e-2f, 2e-2);
+  EXPECT_GT(m.total(checked), 60);
+  EXPECT_EQ(checked.at(ParamRole::attention), 8);
   // The aux term carries gradient: without it the probe's gradient changes.
   std::vector<float> with_aux(m.store.grads().ptr<float>(),
                               m.store.grads().ptr<float>() + m.store.num_trainable());

@@ -59,31 +59,11 @@ TEST(FocusModel, FiniteDifferenceGradientsOfTheWholeModel) {
     c.attention.focus.eval_routing = FocusOptions::Routing::soft;  // eval == the train forward
     FocusModel m(c);
     m.gradients();
-    std::mt19937 rng(5);
-    int checked = 0, focus_checked = 0;
-    for (const auto& e : m.store.entries()) {
-      float* w = m.store.param(e.spec.name).ptr<float>();
-      const float* g = m.store.grad(e.spec.name).ptr<float>();
-      std::uniform_int_distribution<int64_t> pick(0, e.spec.shape.numel() - 1);
-      const bool focus = e.spec.role == ParamRole::attention;
-      for (int k = 0; k < (focus ? 8 : 3); ++k) {
-        const int64_t i = pick(rng);
-        if (e.spec.name == "wte.weight" && i >= 11 * 8) continue;
-        if (e.spec.name == "wpe.weight" && i >= m.T * 8) continue;
-        const float h = 1e-2f, w0 = w[i];
-        w[i] = w0 + h;
-        const double lp = m.loss(AttentionMode::eval);
-        w[i] = w0 - h;
-        const double lm = m.loss(AttentionMode::eval);
-        w[i] = w0;
-        const double fd = (lp - lm) / (2.0 * h);
-        EXPECT_NEAR(g[i], fd, 2e-3 + 3e-2 * std::fabs(fd)) << e.spec.name << "[" << i << "]";
-        ++checked;
-        focus_checked += focus;
-      }
-    }
-    EXPECT_GT(checked, 60);
-    EXPECT_EQ(focus_checked, 2 * 2 * 8);  // w_g and centroids of both layers
+    const auto checked =
+        m.expect_finite_differences([&] { return m.loss(AttentionMode::eval); },
+                                    [](ParamRole r) { return r == ParamRole::attention ? 8 : 3; });
+    EXPECT_GT(m.total(checked), 60);
+    EXPECT_EQ(checked.at(ParamRole::attention), 2 * 2 * 8);  // w_g and centroids of both layers
   }
 }
 
