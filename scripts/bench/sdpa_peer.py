@@ -6,21 +6,9 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from peer_timing import median_ms
 
 
-def median_ms(fn, reps):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[reps // 2]
 
 
 def main():

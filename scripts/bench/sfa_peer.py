@@ -28,34 +28,18 @@ peer cannot be faster than dense: it is the baseline FlashSFA must beat.
 import argparse
 import math
 import sys
-import time
 import traceback
 
 import torch
 import torch.nn.functional as F
 
+import peer_timing
+
 DEV = "cuda"  # --device
 
 
 def median_ms(fn, reps, warmup=3):
-    for _ in range(warmup):
-        fn()
-    times = []
-    if DEV == "cpu":  # --device cpu checks the script, its times are wall-clock and rough
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            times.append(1e3 * (time.perf_counter() - t0))
-        return sorted(times)[reps // 2]
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[reps // 2]
+    return peer_timing.median_ms(fn, reps, warmup, DEV)
 
 
 def reps_for(T):
