@@ -9,6 +9,9 @@
 # BASE_SRC (an older source tree, e.g. `git archive <commit>` in an ignored, carried folder: built
 # beside this one from the start, then scripts/ab_step_check.sh compares step time, attention time
 # and generation of the two builds in this call).
+# VARIANTS=1 also runs the Focus and SFA benchmarks (bench_focus_soft, bench_focus_hard,
+# bench_focus_assign, bench_sfa at short lengths; docs/performance_variants.md has the full sweeps)
+# and prints their tables; VARIANTS_PEERS=1 adds focus_peer.py --quick and sfa_peer.py --quick.
 # Logs and CSVs go to $OUT (the device tool's folder) or /tmp/attnlab_device.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -26,7 +29,10 @@ if [ -n "${BASE_SRC:-}" ]; then
     make -C "$BASE_SRC/build-device" -j8 attnlab bench_train bench_attention) >"$LOGS/base_build.log" 2>&1 &
   base_pid=$!
 fi
-make -C "$BUILD" -j16 attnlab attnlab_tests bench_attention bench_train gpt2_step_dump >"$LOGS/build.log" 2>&1 \
+VARIANT_BENCHES=""
+[ "${VARIANTS:-0}" = 1 ] && VARIANT_BENCHES="bench_focus_soft bench_focus_hard bench_focus_assign bench_sfa"
+make -C "$BUILD" -j16 attnlab attnlab_tests bench_attention bench_train gpt2_step_dump $VARIANT_BENCHES \
+  >"$LOGS/build.log" 2>&1 \
   || { grep -E "error|Error" -A3 "$LOGS/build.log" | head -60; exit 1; }
 t1=$(date +%s)
 echo "build: $((t1 - t0)) s"
@@ -65,6 +71,21 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   if [ "${SKIP_STEP:-0}" != 1 ]; then
     SKIP_BUILD=1 OUT="$LOGS/step" bash scripts/gpu_step_check.sh "$BUILD" >"$LOGS/step.log" 2>&1
     step_rc=$?
+  fi
+fi
+
+if [ "${VARIANTS:-0}" = 1 ]; then
+  timeout 120 "$BUILD/bench_focus_soft" "$LOGS/focus_soft.csv" >"$LOGS/bench_focus_soft.log" 2>&1
+  timeout 150 "$BUILD/bench_focus_hard" --csv="$LOGS/focus_hard.csv" --D=64 --K=8 --top_k=1,2 \
+    --T=1024,4096,16384,65536 >"$LOGS/bench_focus_hard.log" 2>&1
+  timeout 60 "$BUILD/bench_focus_assign" --csv="$LOGS/focus_assign.csv" --max-t=65536 \
+    >"$LOGS/bench_focus_assign.log" 2>&1
+  timeout 120 "$BUILD/bench_sfa" --csv="$LOGS/sfa.csv" --T=4096,16384 >"$LOGS/bench_sfa.log" 2>&1
+  if [ "${VARIANTS_PEERS:-0}" = 1 ]; then
+    timeout 150 env PYTHONUNBUFFERED=1 python3 scripts/bench/focus_peer.py --quick \
+      --csv "$LOGS/focus_peer.csv" >"$LOGS/focus_peer.log" 2>&1
+    timeout 120 env PYTHONUNBUFFERED=1 python3 scripts/bench/sfa_peer.py --quick \
+      --csv "$LOGS/sfa_peer.csv" >"$LOGS/sfa_peer.log" 2>&1
   fi
 fi
 
@@ -116,5 +137,12 @@ fi
 if [ -f "$LOGS/ab.log" ]; then
   echo "==== old build ($BASE_SRC) vs this one (scripts/ab_step_check.sh) ===="
   grep -v "^$" "$LOGS/ab.log"
+fi
+if [ "${VARIANTS:-0}" = 1 ]; then
+  for b in bench_focus_soft bench_focus_hard bench_focus_assign bench_sfa focus_peer sfa_peer; do
+    [ -f "$LOGS/$b.log" ] || continue
+    echo "==== $b (docs/performance_variants.md) ===="
+    grep -vE "^W[0-9]{4} |InputBuffer|TensorBox|DeprecationWarning|create_block_mask" "$LOGS/$b.log" | tail -30
+  done
 fi
 exit $tests_rc
