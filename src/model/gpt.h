@@ -147,9 +147,11 @@ struct TrainingMemoryEstimate {
   size_t total() const { return weights + grads + optimizer + activations + workspace; }
 };
 // num_params counts the whole store (padding included), num_trainable its trainable range; the
-// optimizer holds f32 m and v, plus an f32 master copy for bf16 weights.
+// optimizer holds f32 m and v, plus an f32 master copy for bf16 weights, divided over
+// optimizer_shards ranks (ZeRO-1: the world size; 1 otherwise).
 TrainingMemoryEstimate estimate_training_memory(const GPT& model, int64_t num_params,
-                                                int64_t num_trainable, int B, int T, DType dtype);
+                                                int64_t num_trainable, int B, int T, DType dtype,
+                                                int optimizer_shards = 1);
 // "" when the estimate fits into free_bytes (with a 5% margin for the allocator and the CUDA
 // context); otherwise the message of the start-up out-of-memory error, with a hint.
 std::string device_memory_shortfall(const TrainingMemoryEstimate& e, size_t free_bytes,

@@ -7,12 +7,15 @@
 namespace attnlab {
 
 TrainingMemoryEstimate estimate_training_memory(const GPT& model, int64_t num_params,
-                                                int64_t num_trainable, int B, int T, DType dtype) {
+                                                int64_t num_trainable, int B, int T, DType dtype,
+                                                int optimizer_shards) {
+  ATTN_REQUIRE(optimizer_shards >= 1, "optimizer_shards must be >= 1, got %d", optimizer_shards);
   TrainingMemoryEstimate e;
   const size_t es = dtype_size(dtype);
   e.weights = size_t(num_params) * es;
   e.grads = size_t(num_trainable) * es;
-  e.optimizer = size_t(num_trainable) * 4 * (dtype == DType::bf16 ? 3 : 2);  // m, v (+ f32 master)
+  const int64_t shard = (num_trainable + optimizer_shards - 1) / optimizer_shards;
+  e.optimizer = size_t(shard) * 4 * (dtype == DType::bf16 ? 3 : 2);  // m, v (+ f32 master)
   e.activations = model.activation_bytes(B, T, dtype);
   e.workspace = size_t(32) << 20;  // cuBLASLt workspace
   return e;
@@ -30,8 +33,8 @@ std::string device_memory_shortfall(const TrainingMemoryEstimate& e, size_t free
   const size_t fixed = e.weights + e.grads + e.optimizer + e.workspace;
   if (fixed + fixed / 20 >= free_bytes) {
     hint =
-        "the weights, gradients and optimizer state alone do not fit: use a smaller model or a "
-        "GPU with more memory";
+        "the weights, gradients and optimizer state alone do not fit: use a smaller model, a GPU "
+        "with more memory, or distributed.zero: 1 over more ranks (docs/distributed.md)";
   } else {
     // Activations scale with the micro-batch: the largest that fits, keeping the recompute mode.
     const double room = double(free_bytes) / 1.05 - double(fixed) - double(1 << 20);

@@ -189,8 +189,10 @@ void check_device_memory(const Recipe& r, const Session& s) {
     n += e.spec.shape.numel();
     if (trainable.count(e.spec.role)) n_train += e.spec.shape.numel();
   }
-  TrainingMemoryEstimate est =
-      estimate_training_memory(*s.model, n, n_train, r.train.micro_batch, r.train.seq_len, s.dtype);
+  // ZeRO-1 keeps 1 / world of the optimizer state (and fp32 master) on each rank.
+  const int shards = r.distributed.zero == 1 ? s.comm->world_size() : 1;
+  TrainingMemoryEstimate est = estimate_training_memory(*s.model, n, n_train, r.train.micro_batch,
+                                                        r.train.seq_len, s.dtype, shards);
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   std::string shortfall =

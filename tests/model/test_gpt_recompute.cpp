@@ -116,6 +116,10 @@ TEST(GPTRecompute, OutOfMemoryMessage) {
   TrainingMemoryEstimate e = estimate_training_memory(model, n, n, 64, 1024, DType::bf16);
   EXPECT_EQ(e.weights, size_t(n) * 2);
   EXPECT_EQ(e.optimizer, size_t(n) * 12);
+  // ZeRO-1 over 4 ranks: a quarter of m, v and the master copy on each (rounded up).
+  const TrainingMemoryEstimate z = estimate_training_memory(model, n, n, 64, 1024, DType::bf16, 4);
+  EXPECT_EQ(z.optimizer, size_t((n + 3) / 4) * 12);
+  EXPECT_EQ(z.weights + z.grads + z.activations, e.weights + e.grads + e.activations);
   EXPECT_GT(e.activations, size_t(20) << 30);  // GPT-2 124M at 64 x 1024 without recompute
   const size_t GiB = size_t(1) << 30;
   EXPECT_EQ(device_memory_shortfall(e, 139 * GiB, 64, ActivationRecompute::none), "");
