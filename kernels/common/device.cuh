@@ -1,5 +1,6 @@
 // Device-side helpers shared by the .cu files (never included from host-only code):
-// float <-> T conversion, 16-byte packs, cp.async, warp reductions, stream-ordered scratch memory.
+// float <-> T conversion, 16-byte packs, cp.async, warp reductions (and, from
+// kernels/common/stream_scratch.h, stream-ordered scratch memory).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -13,6 +14,7 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "kernels/common/launch.h"
+#include "kernels/common/stream_scratch.h"
 
 // sm_80 features (cp.async, ldmatrix, bf16 mma): ATTN_HAVE_SM80 is 1 where the code being
 // compiled may use them (host pass included); ATTN_SM80_OR_TRAP() traps in device code compiled
@@ -119,47 +121,5 @@ namespace attnlab {
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 inline int div_up(int64_t a, int64_t b) { return int((a + b - 1) / b); }
-
-// Makes the current device's default memory pool keep memory freed with cudaFreeAsync instead of
-// returning it to the driver at every synchronisation (the default release threshold is 0), so a
-// StreamScratch of the same size in the next step reuses the pages rather than mapping them again
-// (the attention backward's delta and dQ scratch is 268 MB at 32K tokens, D = 128). The effect was
-// not measured in isolation. Once per device per process.
-inline void retain_default_pool_memory() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<bool> done[kMaxDevices];
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= kMaxDevices || done[dev].exchange(true)) return;
-  cudaMemPool_t pool;
-  CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
-  uint64_t threshold = UINT64_MAX;
-  CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
-}
-
-// Scratch device memory ordered on a stream (no host synchronisation): freed on the stream after
-// the kernels that use it, so a launcher can use temporaries and stay asynchronous. The pool keeps
-// the memory between uses (retain_default_pool_memory).
-class StreamScratch {
- public:
-  StreamScratch(size_t bytes, Stream s) : stream_(s) {
-    if (!bytes) return;
-    retain_default_pool_memory();
-    CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, reinterpret_cast<cudaStream_t>(s)));
-  }
-  ~StreamScratch() {
-    if (ptr_) cudaFreeAsync(ptr_, reinterpret_cast<cudaStream_t>(stream_));
-  }
-  StreamScratch(const StreamScratch&) = delete;
-  StreamScratch& operator=(const StreamScratch&) = delete;
-  template <typename U>
-  U* as() const {
-    return static_cast<U*>(ptr_);
-  }
-
- private:
-  void* ptr_ = nullptr;
-  Stream stream_;
-};
 
 }  // namespace attnlab

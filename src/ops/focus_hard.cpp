@@ -8,6 +8,7 @@
 
 #include "core/cuda_check.h"
 #include "core/nvtx.h"
+#include "kernels/common/stream_scratch.h"
 #include "ops/focus_hard_ops.h"
 #include "ops/op_checks.h"
 
@@ -41,30 +42,6 @@ void check_groups(const ExecContext& ctx, const char* op, const Tensor& groups, 
                groups.str().c_str());
 }
 
-// Device scratch in stream order (cudaMalloc would synchronise the device); freed the same way.
-class StreamScratch {
- public:
-  explicit StreamScratch(const ExecContext& ctx)
-      : stream_(reinterpret_cast<cudaStream_t>(ctx.stream)) {}
-  ~StreamScratch() {
-    for (void* p : ptrs_) cudaFreeAsync(p, stream_);
-  }
-  StreamScratch(const StreamScratch&) = delete;
-  StreamScratch& operator=(const StreamScratch&) = delete;
-  template <typename T>
-  T* get(int64_t n) {
-    void* p = nullptr;
-    CUDA_CHECK(cudaMallocAsync(&p, size_t(std::max<int64_t>(n, 1)) * sizeof(T), stream_));
-    ptrs_[n_++] = p;
-    return static_cast<T*>(p);
-  }
-
- private:
-  cudaStream_t stream_;
-  void* ptrs_[8] = {};
-  int n_ = 0;
-};
-
 }  // namespace
 
 bool focus_hard_supported(const ExecContext& ctx, const Tensor& qkv, const QKVLayout& layout,
@@ -85,12 +62,13 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
   require_tensor(op, "tile_offsets", tile_offsets, DType::i32, Shape{B, K + 1}, ctx);
   require_tensor(op, "masks", masks, DType::u32, Shape{B, T, 2}, ctx);
   check_tile_rows(op, tile_rows);
-  StreamScratch scratch(ctx);
   FocusHardIndexParams p;
   p.groups = groups.ptr<int32_t>();
   p.B = int(B), p.T = int(T), p.K = K, p.top_k = int(top_k);
   p.tile_rows = tile_rows;
-  p.chunk_counts = scratch.get<int32_t>(B * K * focus_hard_chunks(p.T));
+  const StreamScratch chunk_counts(sizeof(int32_t) * size_t(B * K * focus_hard_chunks(p.T)),
+                                   ctx.stream);
+  p.chunk_counts = chunk_counts.as<int32_t>();
   p.offsets = offsets.ptr<int32_t>();
   p.tile_offsets = tile_offsets.ptr<int32_t>();
   p.list = list.ptr<int32_t>();
@@ -127,16 +105,19 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   ATTN_REQUIRE(T * top_k < (int64_t(1) << 31), "%s: T x top_k must be < 2^31, got %lld", kOp,
                (long long)(T * top_k));
 
-  StreamScratch scratch(ctx);
   FocusHardIndexParams ip;
   ip.groups = groups.ptr<int32_t>();
   ip.B = int(B), ip.T = int(T), ip.K = K, ip.top_k = int(top_k);
   ip.tile_rows = tile_rows;
-  ip.chunk_counts = scratch.get<int32_t>(B * K * focus_hard_chunks(ip.T));
-  ip.offsets = scratch.get<int32_t>(B * (K + 1));
-  ip.tile_offsets = scratch.get<int32_t>(B * (K + 1));
-  ip.list = scratch.get<int32_t>(B * T * top_k);
-  ip.masks = scratch.get<uint64_t>(B * T);
+  auto bytes = [](int64_t n, size_t size) { return size_t(n) * size; };
+  const StreamScratch chunk_counts(bytes(B * K * focus_hard_chunks(ip.T), 4), ctx.stream),
+      offsets(bytes(B * (K + 1), 4), ctx.stream), tile_offsets(bytes(B * (K + 1), 4), ctx.stream),
+      list(bytes(B * T * top_k, 4), ctx.stream), masks(bytes(B * T, 8), ctx.stream);
+  ip.chunk_counts = chunk_counts.as<int32_t>();
+  ip.offsets = offsets.as<int32_t>();
+  ip.tile_offsets = tile_offsets.as<int32_t>();
+  ip.list = list.as<int32_t>();
+  ip.masks = masks.as<uint64_t>();
   launch_focus_hard_index(ip, ctx.stream);
 
   FocusHardAttnParams p;
@@ -151,10 +132,12 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   p.tile_offsets = ip.tile_offsets;
   p.list = ip.list;
   p.masks = ip.masks;
-  if (top_k > 1) {
-    p.part_o = scratch.get<float>(B * T * top_k * l.n_head * l.head_dim);
-    p.part_lse = scratch.get<float>(B * T * top_k * l.n_head);
-  }
+  // Per-membership partials, merged by log-sum-exp (top_k > 1 only; empty scratch otherwise).
+  const StreamScratch part_o(top_k > 1 ? bytes(B * T * top_k * l.n_head * l.head_dim, 4) : 0,
+                             ctx.stream),
+      part_lse(top_k > 1 ? bytes(B * T * top_k * l.n_head, 4) : 0, ctx.stream);
+  p.part_o = part_o.as<float>();
+  p.part_lse = part_lse.as<float>();
   p.q_batch_stride = p.kv_batch_stride = T * l.width();
   p.q_row_stride = p.kv_row_stride = l.width();
   p.o_batch_stride = T * l.q_width();
