@@ -11,7 +11,13 @@
 #   SEEDS     (default "1 2 3"), STEPS (default 150), BATCH_TOKENS (default 131072),
 #   MODEL     small (6 layers x 384, 6 heads of 64: the default) | 124m (GPT-2 small)
 #   EVAL_BATCHES (default 40), OUT (log dir), EXTRA (more --set arguments for every run),
-#   FOCUS_EVALS=0 (skip the extra top_k / soft evaluations of Focus runs)
+#   FOCUS_EVALS=0 (skip the extra top_k / soft evaluations of Focus runs),
+#   ZERO_SHOT=1 (also score every run on the zero-shot tasks of SHARED_DATA/eval, LIMIT examples
+#   per task, default 500; the accuracies land in the row's "tasks"),
+#   DISTILL_STEPS (default STEPS / 3) and DISTILL_LAMBDA (default 1.0) for the variant
+#   sfa-distill: the same seed's dense run (list dense before it) fine-tuned into SFA with the
+#   distillation term (attention.sfa.distill); its first evaluation (eval.at_start) is the dense
+#   weights under SFA before any fine-tuning, its "val_curve" the loss after.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${1:?usage: quality_runs.sh BUILD SHARED_DATA}"
@@ -31,6 +37,7 @@ declare -A SETS=(
   [focus-hardtrain]="$FOCUS --set attention.focus.route_training=hard"
   [focus-k4]="$FOCUS --set attention.focus.groups=4"
   [sfa]="--set attention.type=sfa"
+  [sfa-distill]="--set attention.type=sfa --set attention.sfa.distill=${DISTILL_LAMBDA:-1.0}"
 )
 case "${MODEL:-small}" in
   small) MODEL_SETS="--set model.n_layer=6 --set model.n_head=6 --set model.n_embd=384" ;;
@@ -58,8 +65,15 @@ for variant in ${VARIANTS:-dense focus sfa}; do
     run="$WORK/runs/$variant-s$seed"
     rm -rf "$run"
     t0=$(date +%s.%N)
+    run_sets=""
+    if [ "$variant" = sfa-distill ]; then
+      [ -d "$WORK/runs/dense-s$seed" ] || { echo "sfa-distill seed $seed: needs dense-s$seed first"; continue; }
+      ds=${DISTILL_STEPS:-$((STEPS / 3))}
+      run_sets="--set train.init_from=$WORK/runs/dense-s$seed --set train.steps=$ds
+        --set schedule.warmup_steps=$((ds / 10)) --set eval.every=$((ds / 2)) --set eval.at_start=true"
+    fi
     # shellcheck disable=SC2086
-    "$A" train "$ROOT/recipes/gpt2-124m-dense.yaml" $COMMON ${SETS[$variant]} --set train.seed="$seed" \
+    "$A" train "$ROOT/recipes/gpt2-124m-dense.yaml" $COMMON ${SETS[$variant]} $run_sets --set train.seed="$seed" \
       --set train.name="$variant-s$seed" --set train.out_dir="$run" >"$LOGS/train_$variant-s$seed.log" 2>&1 ||
       { echo "$variant seed $seed: training failed"; tail -5 "$LOGS/train_$variant-s$seed.log"; continue; }
     t1=$(date +%s.%N)
@@ -77,9 +91,15 @@ for variant in ${VARIANTS:-dense focus sfa}; do
       evals=$(python3 -c "import json,sys; d=json.loads(sys.argv[1]); d[sys.argv[2]]=json.load(open(sys.argv[3]))['validation']['loss']; print(json.dumps(d))" \
         "$evals" "$e" "$LOGS/eval_$variant-s$seed-$e.json")
     done
-    python3 - "$run/metrics.jsonl" "$variant" "$seed" "$t0" "$t1" "$evals" >>"$RESULTS" <<'PY'
+    tasks_json=""
+    if [ "${ZERO_SHOT:-0}" = 1 ]; then
+      tasks_json="$LOGS/tasks_$variant-s$seed.json"
+      "$A" eval "$run" --no-progress --task-dir "$DATA/eval" --limit "${LIMIT:-500}" --out "$tasks_json" \
+        >"$LOGS/tasks_$variant-s$seed.log" 2>&1 || { tail -3 "$LOGS/tasks_$variant-s$seed.log"; tasks_json=""; }
+    fi
+    python3 - "$run/metrics.jsonl" "$variant" "$seed" "$t0" "$t1" "$evals" "$tasks_json" >>"$RESULTS" <<'PY'
 import json, sys
-path, variant, seed, t0, t1, evals = sys.argv[1:]
+path, variant, seed, t0, t1, evals, tasks_json = sys.argv[1:]
 rows = [json.loads(l) for l in open(path)]
 val = [r for r in rows if "val_loss" in r]
 steps = [r for r in rows if "tok_per_s" in r]
@@ -92,7 +112,9 @@ out = {"variant": variant, "seed": int(seed), "val_loss": last["val_loss"],
        "max_dominance": max(dom.values()) if dom else None,
        "dominance_curve": [(r["step"], max(v for k, v in r.items() if k.endswith(".dominance")))
                            for r in val if any(k.endswith(".dominance") for k in r)],
-       "evals": json.loads(evals)}
+       "evals": json.loads(evals),
+       "tasks": ({t: v["acc"] for t, v in json.load(open(tasks_json)).get("tasks", {}).items()}
+                 if tasks_json else {})}
 print(json.dumps(out))
 nan = float("nan")
 print(f"{variant:16} seed {seed} val {out['val_loss']:.4f} soft {out['val_loss_soft'] or nan:.4f} "
@@ -118,6 +140,10 @@ for v in dict.fromkeys(r["variant"] for r in rows):
         print(f"{'':16} soft gate {ms([r['val_loss_soft'] for r in rs])}")
     for k in dict.fromkeys(k for r in rs for k in r["evals"]):
         print(f"{'':16} {k:18} {ms([r['evals'].get(k) for r in rs])}")
+    for t in dict.fromkeys(t for r in rs for t in r.get("tasks", {})):
+        print(f"{'':16} {t:18} acc {ms([r['tasks'].get(t) for r in rs])}")
+    if v == "sfa-distill":
+        print(f"{'':16} before fine-tuning {ms([r['val_curve'][0][1] for r in rs])}")
     print(f"{'':16} tok/s {st.mean(r['tok_per_s'] for r in rs if r['tok_per_s']):,.0f}  "
           f"tokens {rs[0]['tokens']:,}  max dominance {ms([r['max_dominance'] for r in rs])}")
 PY
