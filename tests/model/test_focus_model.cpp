@@ -1,7 +1,7 @@
 // Focus attention inside the GPT (CPU): finite differences of the whole model for W_g, the
 // centroids and the base weights (through dh into ln_1 and below); causality of the two Sinkhorn
-// scopes; decoding with the cache equal to the full forward under hard routing; telemetry; a few
-// training steps lower the loss.
+// scopes; decoding with the cache (group-indexed) equal to the full forward under hard routing;
+// telemetry; a few training steps lower the loss.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -120,6 +120,26 @@ TEST(FocusModel, DecodeEqualsTheForwardWithHardRouting) {
   FocusModel s(seq, 4);
   test::expect_error([&] { s.model.make_kv_cache(*s.ctx, 1, 4, DType::f32); },
                      {"generation needs attention.focus.sinkhorn_scope causal"});
+}
+
+// The group-indexed decode (the window plus the cached tokens of the query's groups) against the
+// full eval forward: sequences longer than the window, K 4 and 8 (some groups empty in 24
+// tokens), top_k 1 and 2, GQA, B = 2, prefills of 1, 5 and 13 tokens.
+TEST(FocusModel, GroupIndexedDecodeEqualsTheForward) {
+  for (int K : {4, 8})
+    for (int top_k : {1, 2}) {
+      GPTConfig c = focus_config();
+      c.n_head = 4;
+      c.n_kv_head = 2;
+      c.n_embd = 16;
+      c.block_size = 24;
+      c.attention.focus.groups = K;
+      c.attention.focus.top_k = top_k;
+      c.attention.focus.local_window = 3;
+      FocusModel m(c, 24);
+      m.expect_decode_matches(m.logits(AttentionMode::eval), {1, 5, 13}, 1e-5,
+                              "K " + std::to_string(K) + " top_k " + std::to_string(top_k));
+    }
 }
 
 TEST(FocusModel, TelemetryAndTrainingLowersTheLoss) {
