@@ -1,7 +1,8 @@
+#include "kernels/focus/focus_decode.cuh"
+
 #include <cmath>
 
 #include "core/nvtx.h"
-#include "kernels/focus/focus_decode.cuh"
 #include "ops/focus_decode_ops.h"
 #include "ops/op_checks.h"
 #include "ref/focus_decode_ref.h"
@@ -66,8 +67,8 @@ void focus_group_index_append(const ExecContext& ctx, const Tensor& index, const
 
 void focus_group_decode(const ExecContext& ctx, const Tensor& out, const Tensor& qkv,
                         const Tensor& k_cache, const Tensor& v_cache, const Tensor& groups_cache,
-                        const Tensor& index, const Tensor& counts, int pos,
-                        const QKVLayout& layout, int local_window, int n_splits) {
+                        const Tensor& index, const Tensor& counts, int pos, const QKVLayout& layout,
+                        int local_window, int n_splits) {
   NvtxRange range("focus_group_decode");
   constexpr const char* op = "focus_group_decode";
   const DType dt = require_activation(op, "qkv", qkv, ctx, 3);
@@ -78,8 +79,8 @@ void focus_group_decode(const ExecContext& ctx, const Tensor& out, const Tensor&
   ATTN_REQUIRE(qkv.ndim() == 3 && qkv.dim(2) == layout.width(),
                "%s: qkv must be [B, Tq, %lld], got %s", op, (long long)layout.width(),
                qkv.str().c_str());
-  ATTN_REQUIRE(ctx.device == Device::cpu || D <= 128,
-               "%s: head dim must be <= 128 on CUDA, got %d", op, D);
+  ATTN_REQUIRE(ctx.device == Device::cpu || D <= 128, "%s: head dim must be <= 128 on CUDA, got %d",
+               op, D);
   const int64_t B = qkv.dim(0), Tq = qkv.dim(1);
   const IndexDims d = check_index(op, ctx, groups_cache, index, counts);
   ATTN_REQUIRE(d.B == B, "%s: the cache holds %lld sequences, qkv %lld", op, (long long)d.B,

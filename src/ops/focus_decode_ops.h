@@ -19,7 +19,7 @@ void focus_group_index_append(const ExecContext& ctx, const Tensor& index, const
 // out [B, Tq, n_head*D] written (=). n_splits 0: the launcher chooses (tests force values).
 void focus_group_decode(const ExecContext& ctx, const Tensor& out, const Tensor& qkv,
                         const Tensor& k_cache, const Tensor& v_cache, const Tensor& groups_cache,
-                        const Tensor& index, const Tensor& counts, int pos,
-                        const QKVLayout& layout, int local_window, int n_splits = 0);
+                        const Tensor& index, const Tensor& counts, int pos, const QKVLayout& layout,
+                        int local_window, int n_splits = 0);
 
 }  // namespace attnlab::ops

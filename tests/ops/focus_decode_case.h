@@ -22,7 +22,14 @@ struct FocusDecodeCase {
 
   FocusDecodeCase(int B_, int Tn_, int H_, int Hkv_, int D_, int K_, int top_k_, int window_,
                   uint32_t seed)
-      : B(B_), Tn(Tn_), H(H_), Hkv(Hkv_), D(D_), K(K_), top_k(top_k_), window(window_),
+      : B(B_),
+        Tn(Tn_),
+        H(H_),
+        Hkv(Hkv_),
+        D(D_),
+        K(K_),
+        top_k(top_k_),
+        window(window_),
         layout{H_, Hkv_, D_} {
     qkv = random_vector(size_t(B) * Tn * layout.width(), seed, -2.f, 2.f);
     g = random_vector(size_t(B) * Tn * K, seed + 1, 0.01f, 1.f);

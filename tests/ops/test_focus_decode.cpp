@@ -31,8 +31,8 @@ TEST(FocusGroupIndex, ListsEachGroupsPositionsInOrder) {
           if (std::find(gj, gj + top_k, k) != gj + top_k) expect.push_back(j);
         }
         ASSERT_EQ(want_counts[size_t(b * c.K + k)], int(expect.size()));
-        EXPECT_TRUE(std::equal(expect.begin(), expect.end(),
-                               want.begin() + (size_t(b) * c.K + k) * c.Tn));
+        EXPECT_TRUE(
+            std::equal(expect.begin(), expect.end(), want.begin() + (size_t(b) * c.K + k) * c.Tn));
       }
     EXPECT_EQ(want_counts[size_t(c.K - 1)], 0);  // the empty group
     std::vector<int32_t> index(want.size(), -1), counts(want_counts.size(), 0);
@@ -49,8 +49,8 @@ TEST(FocusGroupIndex, ListsEachGroupsPositionsInOrder) {
     EXPECT_EQ(counts, want_counts);
     auto same_lists = [&] {
       for (size_t l = 0; l < counts.size(); ++l)
-        EXPECT_TRUE(std::equal(want.begin() + l * c.Tn,
-                               want.begin() + l * c.Tn + want_counts[l], index.begin() + l * c.Tn));
+        EXPECT_TRUE(std::equal(want.begin() + l * c.Tn, want.begin() + l * c.Tn + want_counts[l],
+                               index.begin() + l * c.Tn));
     };
     same_lists();
     append(20, c.Tn - 20);  // a rewind to 20 tokens, then the same tokens again
@@ -120,10 +120,16 @@ TEST(FocusGroupDecode, ArgumentChecks) {
                             cpu_tensor(c.groups, {1, c.Tn, 1}), cpu_tensor(index, index_shape),
                             cpu_tensor(counts, {1, c.K}), pos, c.layout, c.window);
   };
-  test::expect_error([&] { decode(8, {1, c.K, c.Tn}); },
-                     {"focus_group_decode", "1 new tokens at position 8", "8 positions"});
-  test::expect_error([&] { decode(7, {1, c.Tn, c.K}); },
-                     {"focus_group_decode: index must be i32[1, 3, 8]"});
+  test::expect_error(
+      [&] {
+        decode(8, {1, c.K, c.Tn});
+      },
+      {"focus_group_decode", "1 new tokens at position 8", "8 positions"});
+  test::expect_error(
+      [&] {
+        decode(7, {1, c.Tn, c.K});
+      },
+      {"focus_group_decode: index must be i32[1, 3, 8]"});
   test::expect_error(
       [&] {
         ops::focus_group_index_append(*c.cpu, cpu_tensor(index, {1, c.K, c.Tn}),
