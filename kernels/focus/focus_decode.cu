@@ -8,8 +8,9 @@
 // decode: one block of 4 warps per (split, head, b * Tq + t), the shape of attention_decode.cu.
 // The row's keys form one virtual sequence: the window, then the entries < i - w of each of its
 // groups' lists (lengths by binary search, so the block never scans a list). The block takes
-// chunk `split` of it; warp w walks keys w, w + 4, ...; each lane holds head dims lane, lane + 32,
-// ... (D <= 128), so a key's dot product is one warp reduction; online softmax in the log2 domain
+// chunk `split` of it; warp w takes 32 keys at a time (one per lane: the list reads coalesced,
+// the dedupe test in parallel), then walks them; each lane holds head dims lane, lane + 32, ...
+// (D <= 128), so a key's dot product is one warp reduction; online softmax in the log2 domain
 // per warp, merged across warps in shared memory, then across splits by a second kernel in split
 // order (deterministic). Memory-bound: each gathered key/value row is read once per query head.
 #include <cuda_bf16.h>
@@ -100,40 +101,45 @@ __global__ void __launch_bounds__(kWarps * 32)
     acc[d] = 0.f;
   }
   float m = -INFINITY, l = 0.f;
-  for (int v = v0 + warp; v < v1; v += kWarps) {
-    // The key of virtual index v (warp-uniform: every lane computes the same j).
-    int j;
-    if (v < n_win) {
-      j = win_first + v;
-    } else {
+  // Warp w takes batches of 32 consecutive virtual indices (w, w + 4, ... in batch units): each
+  // lane resolves one (window position or list entry, coalesced, and the dedupe test), so only
+  // the key and value loads remain on the per-key chain.
+  for (int base = v0 + warp * 32; base < v1; base += kWarps * 32) {
+    const int v = base + lane;
+    int mine = -1;  // this lane's key, -1: none (past the chunk, or counted in an earlier group)
+    if (v < v1 && v < n_win) {
+      mine = win_first + v;
+    } else if (v < v1) {
       int e = v - n_win, x = 0;
       while (e >= sm_len[x]) e -= sm_len[x++];
-      j = sm_list[x][e];
-      bool seen = false;  // j holds an earlier query group: counted in that group's list
-      const int32_t* kg = key_groups + int64_t(j) * p.top_k;
+      mine = sm_list[x][e];
+      const int32_t* kg = key_groups + int64_t(mine) * p.top_k;
       for (int y = 0; y < x; ++y)
-        for (int z = 0; z < p.top_k; ++z) seen |= kg[z] == sm_qg[y];
-      if (seen) continue;
+        for (int z = 0; z < p.top_k; ++z)
+          if (kg[z] == sm_qg[y]) mine = -1;  // j holds an earlier query group
     }
-    const T* k = kc + int64_t(j) * p.D;
-    float dot = 0.f;
+    for (unsigned todo = __ballot_sync(0xffffffffu, mine >= 0); todo != 0; todo &= todo - 1) {
+      const int j = __shfl_sync(0xffffffffu, mine, __ffs(todo) - 1);
+      const T* k = kc + int64_t(j) * p.D;
+      float dot = 0.f;
 #pragma unroll
-    for (int d = 0; d < kMaxDimsPerLane; ++d) {
-      const int c = lane + 32 * d;
-      if (c < p.D) dot += qr[d] * dev::to_f(k[c]);
-    }
-    dot = dev::warp_sum(dot);
-    const float m_new = fmaxf(m, dot);
-    const float corr = exp2f(m - m_new);  // 0 on the first key (m = -inf)
-    const float w = exp2f(dot - m_new);
-    l = l * corr + w;
-    const T* vr = vc + int64_t(j) * p.D;
+      for (int d = 0; d < kMaxDimsPerLane; ++d) {
+        const int c = lane + 32 * d;
+        if (c < p.D) dot += qr[d] * dev::to_f(k[c]);
+      }
+      dot = dev::warp_sum(dot);
+      const float m_new = fmaxf(m, dot);
+      const float corr = exp2f(m - m_new);  // 0 on the first key (m = -inf)
+      const float w = exp2f(dot - m_new);
+      l = l * corr + w;
+      const T* vr = vc + int64_t(j) * p.D;
 #pragma unroll
-    for (int d = 0; d < kMaxDimsPerLane; ++d) {
-      const int c = lane + 32 * d;
-      acc[d] = acc[d] * corr + (c < p.D ? w * dev::to_f(vr[c]) : 0.f);
+      for (int d = 0; d < kMaxDimsPerLane; ++d) {
+        const int c = lane + 32 * d;
+        acc[d] = acc[d] * corr + (c < p.D ? w * dev::to_f(vr[c]) : 0.f);
+      }
+      m = m_new;
     }
-    m = m_new;
   }
 
   __shared__ float sm_m[kWarps], sm_l[kWarps], sm_o[kWarps][32 * kMaxDimsPerLane];

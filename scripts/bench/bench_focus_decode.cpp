@@ -74,9 +74,12 @@ int main(int argc, char** argv) {
   int reps = 20;
   const char* csv_path = nullptr;
   for (int a = 1; a < argc; ++a) {
-    if (!std::strncmp(argv[a], "--L=", 4)) lengths = parse_list(argv[a] + 4);
-    else if (!std::strncmp(argv[a], "--reps=", 7)) reps = parse_list(argv[a] + 7).at(0);
-    else if (!std::strncmp(argv[a], "--csv=", 6)) csv_path = argv[a] + 6;
+    if (!std::strncmp(argv[a], "--L=", 4))
+      lengths = parse_list(argv[a] + 4);
+    else if (!std::strncmp(argv[a], "--reps=", 7))
+      reps = parse_list(argv[a] + 7).at(0);
+    else if (!std::strncmp(argv[a], "--csv=", 6))
+      csv_path = argv[a] + 6;
     else {
       std::fprintf(stderr, "usage: bench_focus_decode [--L=4096,...] [--reps=N] [--csv=path]\n");
       return 2;
@@ -86,8 +89,8 @@ int main(int argc, char** argv) {
   auto cpu = ExecContext::make_cpu();
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
   if (csv) std::fprintf(csv, "H,Hkv,D,L,keys,dense_ms,masked_ms,group_ms\n");
-  std::printf("%4s %4s %4s %7s %7s %10s %10s %10s %8s\n", "H", "Hkv", "D", "L", "keys",
-              "dense_ms", "masked_ms", "group_ms", "speedup");
+  std::printf("%4s %4s %4s %7s %7s %10s %10s %10s %8s\n", "H", "Hkv", "D", "L", "keys", "dense_ms",
+              "masked_ms", "group_ms", "speedup");
   for (const Shape3 s : {Shape3{12, 12, 64}, Shape3{32, 8, 128}})
     for (const int L : lengths) {
       const QKVLayout layout{s.H, s.Hkv, s.D};
@@ -110,8 +113,8 @@ int main(int argc, char** argv) {
       CUDA_CHECK(cudaMemcpy(gc.data(), g.data(), g.size() * 4, cudaMemcpyHostToDevice));
       CUDA_CHECK(cudaMemcpy(grc.data(), groups.data(), groups.size() * 4, cudaMemcpyHostToDevice));
       CUDA_CHECK(cudaMemset(counts.data(), 0, kGroups * 4));
-      const Tensor kt(kc.data(), DType::bf16, Device::cuda, kv), vt(vc.data(), DType::bf16,
-                                                                      Device::cuda, kv);
+      const Tensor kt(kc.data(), DType::bf16, Device::cuda, kv),
+          vt(vc.data(), DType::bf16, Device::cuda, kv);
       const Tensor qt(qkv.data(), DType::bf16, Device::cuda, {1, 1, W});
       const Tensor ot(out.data(), DType::bf16, Device::cuda, {1, 1, Q});
       const Tensor gt(gc.data(), DType::f32, Device::cuda, {1, L, kGroups});
@@ -127,9 +130,7 @@ int main(int argc, char** argv) {
       const double dense = median_ms(
           [&] { ops::attention_decode(*ctx, ot, qt, kt, vt, pos, layout, 0, 0); }, reps, st);
       const double masked = median_ms(
-          [&] {
-            ops::focus_attention_decode(*ctx, ot, qt, kt, vt, gt, grt, pos, layout, gate);
-          },
+          [&] { ops::focus_attention_decode(*ctx, ot, qt, kt, vt, gt, grt, pos, layout, gate); },
           reps, st);
       const double group = median_ms(
           [&] {  // the new token's append (idempotent at the same position) and the attention
@@ -141,8 +142,8 @@ int main(int argc, char** argv) {
       std::printf("%4d %4d %4d %7d %7lld %10.4f %10.4f %10.4f %7.1fx\n", s.H, s.Hkv, s.D, L,
                   (long long)keys, dense, masked, group, masked / group);
       if (csv)
-        std::fprintf(csv, "%d,%d,%d,%d,%lld,%.5f,%.5f,%.5f\n", s.H, s.Hkv, s.D, L,
-                     (long long)keys, dense, masked, group);
+        std::fprintf(csv, "%d,%d,%d,%d,%lld,%.5f,%.5f,%.5f\n", s.H, s.Hkv, s.D, L, (long long)keys,
+                     dense, masked, group);
     }
   if (csv) std::fclose(csv);
   return 0;

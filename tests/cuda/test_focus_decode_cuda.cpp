@@ -57,8 +57,7 @@ TEST(FocusDecodeCuda, IndexAppendMatchesTheReference) {
     DeviceInts counts(std::vector<int32_t>(want_counts.size(), 0));
     const Shape is{c.B, c.K, c.Tn}, cs{c.B, c.K}, gs{c.B, c.Tn, top_k};
     auto append = [&](int pos, int n) {
-      ops::focus_group_index_append(*gpu, dev(index, is), dev(counts, cs), dev(groups, gs), pos,
-                                    n);
+      ops::focus_group_index_append(*gpu, dev(index, is), dev(counts, cs), dev(groups, gs), pos, n);
     };
     append(0, 300);  // a prefill, single tokens, chunks that cross warp boundaries
     for (int t = 300; t < 340; ++t) append(t, 1);
@@ -112,7 +111,7 @@ void decode_all() {
   for (int D : {64, 128})
     for (int K : {4, 8})
       for (int top_k : {1, 2}) decode_case<T>(D, K, top_k, 4, 2, 16);
-  decode_case<T>(64, 8, 2, 4, 4, 0);    // no window, no GQA
+  decode_case<T>(64, 8, 2, 4, 4, 0);     // no window, no GQA
   decode_case<T>(128, 4, 1, 8, 2, 300);  // a window longer than a split-K chunk, groups of 4
 }
 
@@ -176,9 +175,9 @@ TEST(FocusDecodeCuda, ModelDecodeMatchesTheForward) {
       }
       copy_tensor(Tensor(row.data(), DType::f32, Device::cpu, Shape{B, Vp}), logits);
       for (int b = 0; b < B; ++b)
-        err = std::max(err, test::max_rel_error(row.data() + size_t(b) * Vp,
-                                                full.data() + (size_t(b) * T + t) * Vp,
-                                                size_t(Vp)));
+        err =
+            std::max(err, test::max_rel_error(row.data() + size_t(b) * Vp,
+                                              full.data() + (size_t(b) * T + t) * Vp, size_t(Vp)));
     }
     EXPECT_LT(test::report("focus gpt group decode vs forward f32", err), 1e-4)
         << "top_k " << top_k;
