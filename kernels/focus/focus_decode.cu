@@ -1,9 +1,10 @@
 // Group-indexed Focus decoding (contract in focus_decode.cuh).
 //
 // index_append: one warp per (group, b). Lane 0 drops the entries >= pos (binary search of the
-// sorted list); then the warp walks the Tq new tokens 32 at a time, a ballot marks those in the
-// group and each member's rank among them (popc of the lower lanes) is its slot, so the list
-// stays in position order without atomics.
+// sorted list); then the warp walks the Tq new tokens 32 at a time (8 rows of 32 loaded before
+// their ballots, for long prefills): a ballot marks those in the group and each member's rank
+// among them (popc of the lower lanes) is its slot, so the list stays in position order without
+// atomics.
 //
 // decode: one block of 4 warps per (split, head, b * Tq + t), the shape of attention_decode.cu.
 // The row's keys form one virtual sequence: the window, then the entries < i - w of each of its
@@ -25,6 +26,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kWarps = 4;
 constexpr int kMaxDimsPerLane = 4;  // D <= 128
 constexpr int kMaxTopK = kFocusDecodeMaxTopK;
+constexpr int kAppendUnroll = 8;  // index_append: 32-token rows per iteration
 
 // First e in [0, n) with list[e] >= x (n if none).
 __device__ __forceinline__ int lower_bound(const int32_t* list, int n, int x) {
@@ -47,14 +49,21 @@ __global__ void index_append_kernel(FocusGroupIndexParams p) {
   if (lane == 0) n = lower_bound(list, *count, p.pos);
   n = __shfl_sync(0xffffffffu, n, 0);
   const int32_t* groups = p.groups + (int64_t(b) * p.max_T + p.pos) * p.top_k;
-  for (int t0 = 0; t0 < p.Tq; t0 += 32) {
-    const int t = t0 + lane;
-    bool member = false;
-    if (t < p.Tq)
-      for (int x = 0; x < p.top_k; ++x) member |= groups[int64_t(t) * p.top_k + x] == c;
-    const unsigned ballot = __ballot_sync(0xffffffffu, member);
-    if (member) list[n + __popc(ballot & ((1u << lane) - 1u))] = p.pos + t;
-    n += __popc(ballot);
+  for (int t0 = 0; t0 < p.Tq; t0 += 32 * kAppendUnroll) {  // the loads of 8 x 32 tokens in flight
+    bool member[kAppendUnroll];
+#pragma unroll
+    for (int u = 0; u < kAppendUnroll; ++u) {
+      const int t = t0 + 32 * u + lane;
+      member[u] = false;
+      if (t < p.Tq)
+        for (int x = 0; x < p.top_k; ++x) member[u] |= groups[int64_t(t) * p.top_k + x] == c;
+    }
+#pragma unroll
+    for (int u = 0; u < kAppendUnroll; ++u) {
+      const unsigned ballot = __ballot_sync(0xffffffffu, member[u]);
+      if (member[u]) list[n + __popc(ballot & ((1u << lane) - 1u))] = p.pos + t0 + 32 * u + lane;
+      n += __popc(ballot);
+    }
   }
   if (lane == 0) *count = n;
 }
