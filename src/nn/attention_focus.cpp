@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/carver.h"
+#include "ops/focus_decode_ops.h"
 #include "ops/focus_ops.h"
 #include "ops/ops.h"
 
@@ -160,11 +161,20 @@ void FocusAttention::forward(const ExecContext& ctx, const AttentionInputs& in, 
                   Tensor(v.groups.ptr<int32_t>() + b * T * tk, DType::i32, dev, Shape{T, tk}));
     }
     ops::kv_cache_write(ctx, cache.k, cache.v, in.qkv, in.pos, in.layout);
-    if (hard_in(in.mode) && attends_every_pair(max_T))
+    // The group index follows the cached groups whatever the routing (a switch of eval routing
+    // mid-generation finds it current); it costs O(T K / 32) per chunk.
+    ops::focus_group_index_append(ctx, cache.index, cache.counts, cache.groups, in.pos, int(T));
+    const bool hard = hard_in(in.mode);
+    if (hard && attends_every_pair(max_T))
       ops::attention_decode(ctx, out, in.qkv, cache.k, cache.v, in.pos, in.layout, 0, 0);
-    else
+    else if (hard && in.pos == 0)  // a prefill: the eval forward's kernels (tensor cores on CUDA)
+      ops::focus_attention_fwd(ctx, out, v.lse, in.qkv, in.layout, v.g, v.groups, gate(true));
+    else if (hard)  // window + the cached tokens of the query's groups, O(w + group) per row
+      ops::focus_group_decode(ctx, out, in.qkv, cache.k, cache.v, cache.groups, cache.index,
+                              cache.counts, in.pos, in.layout, opts_.local_window);
+    else  // soft gates weigh every cached key
       ops::focus_attention_decode(ctx, out, in.qkv, cache.k, cache.v, cache.g, cache.groups, in.pos,
-                                  in.layout, gate(hard_in(in.mode)));
+                                  in.layout, gate(false));
     return;
   }
   ATTN_ASSERT(in.pos == 0);
@@ -289,11 +299,15 @@ FocusKVCache::FocusKVCache(const ExecContext& ctx, int B, int max_T, const QKVLa
     g = l.take(DType::f32, Shape{B, max_T, o.groups});
     groups = l.take(DType::i32, Shape{B, max_T, o.top_k});
     state = l.take(DType::f32, Shape{B, o.iterations, o.groups});
+    index = l.take(DType::i32, Shape{B, o.groups, max_T});
+    counts = l.take(DType::i32, Shape{B, o.groups});
   };
   lay(count);
   buf_ = Buffer(ctx.device, count.bytes());
   Layout bind(&buf_);
   lay(bind);
+  std::vector<int32_t> empty(size_t(counts.numel()), 0);  // every list starts empty
+  copy_tensor(counts, Tensor(empty.data(), DType::i32, Device::cpu, counts.shape));
   Layout chunk;
   struct {
     Tensor z, dz, scores, iterates, g, dg, dscores, groups, lse;

@@ -63,8 +63,10 @@ class FocusAttention final : public AttentionModule {
   bool last_hard_ = false;
 };
 
-// Decode state: K/V and each token's assignment g and top_k groups, plus the running Sinkhorn
-// column sums (causal scope) and the scratch of one chunk.
+// Decode state: K/V and each token's assignment g and top_k groups, the per-group index of the
+// cached positions (kernels/focus/focus_decode.cuh; hard routing attends the window plus the
+// lists of the query's groups), the running Sinkhorn column sums (causal scope) and the scratch
+// of one chunk.
 class FocusKVCache final : public AttentionCache {
  public:
   FocusKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout, DType dtype,
@@ -74,6 +76,8 @@ class FocusKVCache final : public AttentionCache {
   Tensor g;        // [B, max_T, K] f32
   Tensor groups;   // [B, max_T, top_k] i32
   Tensor state;    // [B, iterations, K] f32
+  Tensor index;    // [B, K, max_T] i32: per group, the cached positions in it (increasing)
+  Tensor counts;   // [B, K] i32: the length of each list
   Buffer scratch;  // z, scores, g, iterates, groups of a chunk of up to max_T tokens
 
  private:

@@ -1,7 +1,7 @@
 // Focus attention inside the GPT (CPU): finite differences of the whole model for W_g, the
 // centroids and the base weights (through dh into ln_1 and below); causality of the two Sinkhorn
-// scopes; decoding with the cache equal to the full forward under hard routing; telemetry; a few
-// training steps lower the loss.
+// scopes; decoding with the cache (group-indexed) equal to the full forward under hard routing;
+// telemetry; a few training steps lower the loss.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -120,6 +120,36 @@ TEST(FocusModel, DecodeEqualsTheForwardWithHardRouting) {
   FocusModel s(seq, 4);
   test::expect_error([&] { s.model.make_kv_cache(*s.ctx, 1, 4, DType::f32); },
                      {"generation needs attention.focus.sinkhorn_scope causal"});
+}
+
+// The group-indexed decode (the window plus the cached tokens of the query's groups) against the
+// full eval forward: sequences longer than the window, K 4 and 8 (some groups empty in 24
+// tokens), top_k 1 and 2, GQA, B = 2, prefills of 1, 5 and 13 tokens. The paths it does not take
+// still match: soft eval routing (the masked cache decode) and top_k = K (dense decode).
+TEST(FocusModel, GroupIndexedDecodeEqualsTheForward) {
+  auto config = [](int K, int top_k) {
+    GPTConfig c = focus_config();
+    c.n_head = 4;
+    c.n_kv_head = 2;
+    c.n_embd = 16;
+    c.block_size = 24;
+    c.attention.focus.groups = K;
+    c.attention.focus.top_k = top_k;
+    c.attention.focus.local_window = 3;
+    return c;
+  };
+  for (int K : {4, 8})
+    for (int top_k : {1, 2}) {
+      FocusModel m(config(K, top_k), 24);
+      m.expect_decode_matches(m.logits(AttentionMode::eval), {1, 5, 13}, 1e-5,
+                              "K " + std::to_string(K) + " top_k " + std::to_string(top_k));
+    }
+  GPTConfig soft = config(4, 2);
+  soft.attention.focus.eval_routing = FocusOptions::Routing::soft;
+  FocusModel s(soft, 24);
+  s.expect_decode_matches(s.logits(AttentionMode::eval), {1, 13}, 1e-5, "soft routing");
+  FocusModel every(config(4, 4), 24);
+  every.expect_decode_matches(every.logits(AttentionMode::eval), {1, 13}, 1e-5, "top_k = K");
 }
 
 TEST(FocusModel, TelemetryAndTrainingLowersTheLoss) {
