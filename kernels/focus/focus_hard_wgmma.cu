@@ -6,9 +6,9 @@
 // forward (attention_wgmma.cu, D = 64): 2 warpgroups x 64 query rows, key tiles of kBN keys
 // double-buffered in shared memory in the 128-byte-swizzled wgmma layout (wgmma_common.cuh), per
 // tile S = Q K^T (wgmma m64nBNk16, both operands from shared memory), online softmax in registers
-// (log2 domain), O += P V (wgmma m64nDk16, P from registers, V MN-major); kBN = 64. Rows of Q, K and V are
-// copied by cp.async, 16 bytes per thread, into the swizzled layout: the positions of a tile's
-// rows are not contiguous in the group pass, so TMA boxes do not apply.
+// (log2 domain), O += P V (wgmma m64nDk16, P from registers, V MN-major); kBN = 64. Rows of Q, K
+// and V are copied by cp.async, 16 bytes per thread, into the swizzled layout: the positions of a
+// tile's rows are not contiguous in the group pass, so TMA boxes do not apply.
 //   group pass (kLocal = false): a block owns 128 consecutive entries of one group's sorted list
 //     (queries gathered by index) and walks the group's list in tiles of kBN entries up to its
 //     last query (the causal keys are a prefix). Element test take_group_key on the original
@@ -66,14 +66,14 @@ constexpr size_t smem_bytes() {
 template <int BN>
 struct Meta {
   int qpos[kBM];
-  int qslot[kBM];        // group pass: the slot of the block's group in the query's top_k
-  uint64_t qmask[kBM];   // band pass: the query's group set; group pass: its groups of lower slots
+  int qslot[kBM];       // group pass: the slot of the block's group in the query's top_k
+  uint64_t qmask[kBM];  // band pass: the query's group set; group pass: its groups of lower slots
   int kpos[2][BN];
   uint64_t kmask[2][BN];
   // Block scalars the tile loop reads back (fewer live registers across the loop: two blocks per
   // SM allow 128).
-  int count;              // group pass: entries of the group's list
-  const int32_t* glist;   // group pass: the group's list
+  int count;               // group pass: entries of the group's list
+  const int32_t* glist;    // group pass: the group's list
   int wg_lo[2], wg_hi[2];  // per warpgroup: its rows' positions lo .. hi (hi < lo: none)
   int wg_first[2];         // group pass: every valid row of the warpgroup in its first pass
 };
@@ -149,8 +149,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
         if (qm == 0) pos = -1;  // no valid group: no output row (focus_hard.cuh)
       } else {
         pos = glist[q0 + r];
-        slot = focus_hard::slot_of(p.groups + (int64_t(b) * T + pos) * p.top_k, p.top_k, grp, K,
-                                   &qm);
+        slot =
+            focus_hard::slot_of(p.groups + (int64_t(b) * T + pos) * p.top_k, p.top_k, grp, K, &qm);
       }
     }
     m.qpos[r] = pos;
@@ -233,8 +233,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
       if (!focus_hard::band_tile_visible(t * BN, BN, m.wg_lo[wg], m.wg_hi[wg], w)) continue;
     } else {
       if (!focus_hard::group_tile_visible(m.kpos[buf][0], m.wg_hi[wg])) continue;
-      need_mask = !focus_hard::group_tile_unmasked(m.kpos[buf][BN - 1], m.wg_lo[wg],
-                                                   m.wg_first[wg] != 0);
+      need_mask =
+          !focus_hard::group_tile_unmasked(m.kpos[buf][BN - 1], m.wg_lo[wg], m.wg_first[wg] != 0);
     }
     issue_abt<D, kBM, BN>(s, q_rows, sK + buf * kKVBytes);
     wgmma_wait<0>();

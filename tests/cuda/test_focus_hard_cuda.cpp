@@ -257,7 +257,10 @@ TEST(FocusHardCuda, IndexListsAreStableCountingSorts) {
   };
   for (const IndexCase c :
        {IndexCase{2, 1, 1, 1, 64}, IndexCase{2, 1000, 8, 2, 64}, IndexCase{3, 5000, 8, 1, 128},
-        IndexCase{1, 3000, 64, 3, 64}, IndexCase{2, 2049, 5, 5, 128}}) {
+        IndexCase{1, 3000, 64, 3, 64}, IndexCase{2, 2049, 5, 5, 128},
+        // Up to 8 chunks of 1024 one fused kernel builds the lists, past that three kernels.
+        IndexCase{2, 8192, 64, 2, 128}, IndexCase{1, 8193, 8, 1, 64},
+        IndexCase{2, 20000, 8, 2, 128}}) {
     SCOPED_TRACE(testing::Message()
                  << "B " << c.B << " T " << c.T << " K " << c.K << " rows " << c.rows);
     const int B = c.B, T = c.T, K = c.K, tk = c.top_k;
