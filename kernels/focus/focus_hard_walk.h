@@ -83,9 +83,10 @@ ATTN_FOCUS_HD void band_tiles(int q0, int rows, int T, int w, int bn, int* begin
   *begin = (q0 - w > 0 ? q0 - w : 0) / bn;
   *end = w <= 0 || last < q0 ? *begin : last / bn + 1;
 }
-// A band tile (positions k0 .. k0 + bn - 1) some row in lo .. hi (token order) can see.
+// A band tile (positions k0 .. k0 + bn - 1) some row in lo .. hi (token order) can see (written
+// so that no sum overflows for any w >= 0).
 ATTN_FOCUS_HD bool band_tile_visible(int k0, int bn, int lo, int hi, int w) {
-  return lo <= hi && k0 <= hi && k0 + bn - 1 + w >= lo;
+  return lo <= hi && k0 <= hi && lo - (k0 + bn - 1) <= w;
 }
 
 }  // namespace attnlab::focus_hard

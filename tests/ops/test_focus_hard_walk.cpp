@@ -247,6 +247,7 @@ TEST(FocusHardWalk, WgmmaSplitTakesEveryAttendedPairOnce) {
             replay_split({T, K, tk, w, kFocusHardWgmmaRows, kind}, 64);
             if (T == 1000 && w == 128) replay_split({T, K, tk, w, kFocusHardWgmmaRows, kind}, 128);
           }
+  replay_split({1000, 8, 2, 1 << 30, kFocusHardWgmmaRows, 0}, 64);  // no overflow of the band test
 }
 
 TEST(FocusHardWalk, EveryAttendedPairIsTakenExactlyOnce) {
