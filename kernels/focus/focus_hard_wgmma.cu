@@ -49,7 +49,7 @@ constexpr int kBM = kFocusHardWgmmaRows;  // queries per block
 static_assert(kBM == 64 * kWarpgroups, "one m64 wgmma per warpgroup");
 // Keys per tile and blocks per SM (the launch bounds' register budget: 2 blocks = 128 registers).
 // 64 keys: with 128 (the dense kernel's tile at D = 64) the gathered walk's extra per-tile state
-// spilled at 128 registers. D = 64: two blocks per SM (114 / 118 registers, ptxas, no spills);
+// spilled at 128 registers. D = 64: two blocks per SM (114 / 120 registers, ptxas, no spills);
 // D = 128: one (O alone is 64 registers; at 128 it spilled; 146 / 152 registers), so 8 warps per
 // SM, the next tile's copies overlapping this tile's MMAs.
 template <int D>
