@@ -76,4 +76,18 @@ inline int64_t focus_hard_max_tiles(int T, int K, int top_k, int tile_rows) {
 void launch_focus_hard_index(const FocusHardIndexParams& p, Stream s);
 void launch_focus_hard_fwd(const FocusHardAttnParams& p, Stream s);
 
+// The Hopper kernel (focus_hard_wgmma.cu, sm_90a, wgmma), the split schedule: the index built with
+// tile_rows = kFocusHardWgmmaRows; part_o / part_lse required for every top_k (the group passes'
+// partials, [B, T, top_k, H, D] / [B, T, top_k, H] f32, written by the first kernel and read by
+// the second). Two launches: group passes (one block per kFocusHardWgmmaRows group-sorted
+// queries; only pairs sharing a group, take_group_key), then the local band in token order (one
+// block per kFocusHardWgmmaRows consecutive queries; pairs sharing no group) whose epilogue
+// merges the token's partials by log-sum-exp and writes o and lse. Same rows and limits as
+// launch_focus_hard_fwd.
+constexpr int kFocusHardWgmmaRows = 128;
+// True when this build holds the sm_90a code (CMake: architectures containing 90), the current
+// device is compute capability 9.0 and D is 64 or 128.
+bool focus_hard_wgmma_supported(int D);
+void launch_focus_hard_wgmma(const FocusHardAttnParams& p, Stream s);
+
 }  // namespace attnlab

@@ -6,6 +6,8 @@
 //            chunk) its first list slot; offsets and tile_offsets from the per-group totals;
 //   scatter: per chunk, each token's rank among the chunk's earlier tokens of the same group (one
 //            warp ballot per group, then a prefix over the block's warps): positions stay sorted.
+// Rows of at most kFusedMaxChunks chunks (T <= 8192) run the three in one kernel
+// (hard_index_fused).
 #include <cuda_runtime.h>
 
 #include "core/cuda_check.h"
@@ -124,6 +126,107 @@ __global__ void __launch_bounds__(kChunk) hard_index_scatter(const FocusHardInde
   }
 }
 
+// Short rows (T <= kFusedMaxChunks chunks): the three steps in one launch, one block per batch
+// row (the same counting sort, the same result): counts per (chunk, group) by shared-memory
+// atomics, the group-major scan in the block, then the chunks' scatters one after another (the
+// tokens' sets kept in registers). Saves two launches and their gaps at short T, where the index
+// is latency only (about 100 KB at 4K).
+constexpr int kFusedMaxChunks = 8;
+__global__ void __launch_bounds__(kChunk) hard_index_fused(const FocusHardIndexParams p) {
+  __shared__ int count[kFusedMaxChunks * kFocusHardMaxGroups];  // group-major: [K][n_chunks]
+  __shared__ int warp_base[kFocusHardMaxGroups][kWarps];
+  __shared__ int warp_sums[kWarps];
+  const int b = blockIdx.x, n_chunks = (p.T + kChunk - 1) / kChunk, K = p.K, n = K * n_chunks;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int i = threadIdx.x; i < n; i += kChunk) count[i] = 0;
+  __syncthreads();
+  uint64_t mk[kFusedMaxChunks];
+#pragma unroll
+  for (int c = 0; c < kFusedMaxChunks; ++c) {
+    const int t = c * kChunk + threadIdx.x;
+    mk[c] = 0;
+    if (c >= n_chunks || t >= p.T) continue;
+    const int32_t* gr = p.groups + (int64_t(b) * p.T + t) * p.top_k;
+    for (int s = 0; s < p.top_k; ++s) {
+      const int g = gr[s];
+      if (g >= 0 && g < K) mk[c] |= uint64_t(1) << g;
+    }
+    p.masks[int64_t(b) * p.T + t] = mk[c];
+    for (uint64_t r = mk[c]; r != 0; r &= r - 1)
+      atomicAdd(&count[(__ffsll(int64_t(r)) - 1) * n_chunks + c], 1);
+  }
+  __syncthreads();
+  // Exclusive scan of the n <= 512 group-major counts (one element per thread).
+  const int x = threadIdx.x < n ? count[threadIdx.x] : 0;
+  int incl = x;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int v = warp_sums[lane];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, v, o);
+      if (lane >= o) v += y;
+    }
+    warp_sums[lane] = v;
+  }
+  __syncthreads();
+  int32_t* offs = p.offsets + int64_t(b) * (K + 1);
+  if (threadIdx.x < n) {
+    const int excl = (warp > 0 ? warp_sums[warp - 1] : 0) + incl - x;
+    count[threadIdx.x] = excl;
+    if (threadIdx.x % n_chunks == 0) offs[threadIdx.x / n_chunks] = excl;
+  }
+  __syncthreads();  // the scanned counts
+  if (threadIdx.x == 0) {
+    const int total = warp_sums[kWarps - 1];
+    offs[K] = total;
+    // The group totals from the scanned counts (offs is global: not re-read here).
+    int32_t* toff = p.tile_offsets + int64_t(b) * (K + 1);
+    int tiles = 0;
+    for (int g = 0; g < K; ++g) {
+      const int end = g + 1 < K ? count[(g + 1) * n_chunks] : total;
+      toff[g] = tiles;
+      tiles += (end - count[g * n_chunks] + p.tile_rows - 1) / p.tile_rows;
+    }
+    toff[K] = tiles;
+  }
+  __syncthreads();
+  int32_t* list = p.list + int64_t(b) * p.T * p.top_k;
+  const unsigned lt = (1u << lane) - 1u;
+#pragma unroll
+  for (int c = 0; c < kFusedMaxChunks; ++c) {
+    if (c >= n_chunks) break;
+    for (int g = 0; g < K; ++g) {
+      const unsigned bal = __ballot_sync(0xffffffffu, (mk[c] >> g) & 1);
+      if (lane == 0) warp_base[g][warp] = __popc(bal);
+    }
+    __syncthreads();
+    if (threadIdx.x < K) {
+      const int g = threadIdx.x;
+      int run = count[g * n_chunks + c];
+      for (int w = 0; w < kWarps; ++w) {
+        const int k = warp_base[g][w];
+        warp_base[g][w] = run;
+        run += k;
+      }
+    }
+    __syncthreads();
+    const int t = c * kChunk + threadIdx.x;
+    for (int g = 0; g < K; ++g) {
+      const bool has = (mk[c] >> g) & 1;
+      const unsigned bal = __ballot_sync(0xffffffffu, has);
+      if (has) list[warp_base[g][warp] + __popc(bal & lt)] = t;
+    }
+    __syncthreads();  // warp_base is rewritten by the next chunk
+  }
+}
+
 }  // namespace
 
 void launch_focus_hard_index(const FocusHardIndexParams& p, Stream s) {
@@ -131,6 +234,11 @@ void launch_focus_hard_index(const FocusHardIndexParams& p, Stream s) {
   ATTN_ASSERT(p.tile_rows == 64 || p.tile_rows == 128);
   auto st = reinterpret_cast<cudaStream_t>(s);
   const int n_chunks = focus_hard_chunks(p.T);
+  if (n_chunks <= kFusedMaxChunks) {
+    hard_index_fused<<<p.B, kChunk, 0, st>>>(p);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   const dim3 grid(n_chunks, p.B);
   hard_index_count<<<grid, kChunk, 0, st>>>(p);
   CUDA_CHECK_LAUNCH();

@@ -73,4 +73,20 @@ ATTN_FOCUS_HD bool local_tile_visible(int k0, int lo, int hi, int w, bool any_fi
   return any_first && k0 <= hi && k0 + kFocusHardTile - 1 + w >= lo;
 }
 
+// The split schedule of the Hopper kernel (focus_hard_wgmma.cu): the group pass takes only group
+// pairs (take_group_key, tiles of bn list entries, the shortcuts above per 64-row warpgroup), and
+// the local band runs once per query in token order: take_local_key with first = true. Its key
+// tiles (bn positions each) for the rows q0 .. q0 + rows - 1 (< T): [*begin, *end); none when
+// w = 0 (the band's one pair, (i, i), shares i's group).
+ATTN_FOCUS_HD void band_tiles(int q0, int rows, int T, int w, int bn, int* begin, int* end) {
+  const int last = (q0 + rows < T ? q0 + rows : T) - 1;
+  *begin = (q0 - w > 0 ? q0 - w : 0) / bn;
+  *end = w <= 0 || last < q0 ? *begin : last / bn + 1;
+}
+// A band tile (positions k0 .. k0 + bn - 1) some row in lo .. hi (token order) can see (written
+// so that no sum overflows for any w >= 0).
+ATTN_FOCUS_HD bool band_tile_visible(int k0, int bn, int lo, int hi, int w) {
+  return lo <= hi && k0 <= hi && lo - (k0 + bn - 1) <= w;
+}
+
 }  // namespace attnlab::focus_hard

@@ -1,5 +1,6 @@
 // Host side of the hard-routed Focus forward (ops/focus_hard_ops.h): checks, the stream-ordered
-// workspace, the two launches (index, attention).
+// workspace (one stream-ordered allocation), the launches (index, attention: the wgmma kernel's two
+// passes or the mma kernel and, for top_k > 1, its merge). No host synchronisation, no copies.
 #include "kernels/focus/focus_hard.cuh"
 
 #include <cuda_runtime.h>
@@ -44,6 +45,8 @@ void check_groups(const ExecContext& ctx, const char* op, const Tensor& groups, 
 
 }  // namespace
 
+bool focus_hard_wgmma_available(int head_dim) { return focus_hard_wgmma_supported(head_dim); }
+
 bool focus_hard_supported(const ExecContext& ctx, const Tensor& qkv, const QKVLayout& layout,
                           int K) {
   return ctx.device == Device::cuda && qkv.dtype == DType::bf16 &&
@@ -78,7 +81,7 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 
 void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
                               const Tensor& qkv, const QKVLayout& l, const Tensor& groups, int K,
-                              int local_window, int tile_rows) {
+                              int local_window, int tile_rows, FocusHardKernel kernel) {
   NvtxRange range("focus_hard_attention_fwd");
   check_groups(ctx, kOp, groups, K);
   require_present(kOp, "qkv", qkv);
@@ -105,19 +108,41 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   ATTN_REQUIRE(T * top_k < (int64_t(1) << 31), "%s: T x top_k must be < 2^31, got %lld", kOp,
                (long long)(T * top_k));
 
+  const bool wgmma = kernel == FocusHardKernel::wgmma || (kernel == FocusHardKernel::automatic &&
+                                                          focus_hard_wgmma_supported(l.head_dim));
+  ATTN_REQUIRE(!wgmma || focus_hard_wgmma_supported(l.head_dim),
+               "%s: the wgmma kernel needs a build with sm_90a code (CMAKE_CUDA_ARCHITECTURES "
+               "containing 90) and a compute capability 9.0 device",
+               kOp);
+  const int rows = wgmma ? kFocusHardWgmmaRows : tile_rows;
+
+  // One stream-ordered workspace (one allocation per call): the index lists, then the group
+  // partials (the wgmma kernel always; the mma kernel for top_k > 1).
+  const int64_t n_chunks = focus_hard_chunks(int(T));
+  const bool partials = wgmma || top_k > 1;
+  const int64_t n_part = partials ? B * T * top_k * l.n_head : 0;
+  size_t at = 0;
+  auto carve = [&at](int64_t n, size_t size) {
+    const size_t off = at;
+    at += (size_t(n) * size + 255) / 256 * 256;
+    return off;
+  };
+  const size_t o_counts = carve(B * K * n_chunks, 4), o_offs = carve(B * (K + 1), 4),
+               o_toffs = carve(B * (K + 1), 4), o_list = carve(B * T * top_k, 4),
+               o_masks = carve(B * T, 8), o_part_o = carve(n_part * l.head_dim, 4),
+               o_part_lse = carve(n_part, 4);
+  const StreamScratch work(at, ctx.stream);
+  char* base_ws = work.as<char>();
+
   FocusHardIndexParams ip;
   ip.groups = groups.ptr<int32_t>();
   ip.B = int(B), ip.T = int(T), ip.K = K, ip.top_k = int(top_k);
-  ip.tile_rows = tile_rows;
-  auto bytes = [](int64_t n, size_t size) { return size_t(n) * size; };
-  const StreamScratch chunk_counts(bytes(B * K * focus_hard_chunks(ip.T), 4), ctx.stream),
-      offsets(bytes(B * (K + 1), 4), ctx.stream), tile_offsets(bytes(B * (K + 1), 4), ctx.stream),
-      list(bytes(B * T * top_k, 4), ctx.stream), masks(bytes(B * T, 8), ctx.stream);
-  ip.chunk_counts = chunk_counts.as<int32_t>();
-  ip.offsets = offsets.as<int32_t>();
-  ip.tile_offsets = tile_offsets.as<int32_t>();
-  ip.list = list.as<int32_t>();
-  ip.masks = masks.as<uint64_t>();
+  ip.tile_rows = rows;
+  ip.chunk_counts = reinterpret_cast<int32_t*>(base_ws + o_counts);
+  ip.offsets = reinterpret_cast<int32_t*>(base_ws + o_offs);
+  ip.tile_offsets = reinterpret_cast<int32_t*>(base_ws + o_toffs);
+  ip.list = reinterpret_cast<int32_t*>(base_ws + o_list);
+  ip.masks = reinterpret_cast<uint64_t*>(base_ws + o_masks);
   launch_focus_hard_index(ip, ctx.stream);
 
   FocusHardAttnParams p;
@@ -132,12 +157,8 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   p.tile_offsets = ip.tile_offsets;
   p.list = ip.list;
   p.masks = ip.masks;
-  // Per-membership partials, merged by log-sum-exp (top_k > 1 only; empty scratch otherwise).
-  const StreamScratch part_o(top_k > 1 ? bytes(B * T * top_k * l.n_head * l.head_dim, 4) : 0,
-                             ctx.stream),
-      part_lse(top_k > 1 ? bytes(B * T * top_k * l.n_head, 4) : 0, ctx.stream);
-  p.part_o = part_o.as<float>();
-  p.part_lse = part_lse.as<float>();
+  p.part_o = partials ? reinterpret_cast<float*>(base_ws + o_part_o) : nullptr;
+  p.part_lse = partials ? reinterpret_cast<float*>(base_ws + o_part_lse) : nullptr;
   p.q_batch_stride = p.kv_batch_stride = T * l.width();
   p.q_row_stride = p.kv_row_stride = l.width();
   p.o_batch_stride = T * l.q_width();
@@ -146,7 +167,11 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   p.K = K, p.top_k = int(top_k);
   p.local_window = local_window;
   p.scale = float(1.0 / std::sqrt(double(l.head_dim)));
-  p.tile_rows = tile_rows;
+  p.tile_rows = rows;
+  if (wgmma) {
+    launch_focus_hard_wgmma(p, ctx.stream);
+    return;
+  }
   launch_focus_hard_fwd(p, ctx.stream);
 }
 

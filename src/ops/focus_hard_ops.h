@@ -9,6 +9,16 @@
 
 namespace attnlab::ops {
 
+// Which kernel focus_hard_attention_fwd runs (kernels/focus/focus_hard.cuh): automatic = the
+// Hopper wgmma kernel (split schedule, focus_hard_wgmma.cu) where this build and device support
+// it, else the mma.sync kernel (focus_hard_fwd.cu, one walk per query tile); mma / wgmma force
+// one (wgmma where unsupported is an error).
+enum class FocusHardKernel { automatic, mma, wgmma };
+
+// True when the build holds the wgmma kernel's sm_90a code and the current device runs it (compute
+// capability 9.0), for head dim 64 or 128.
+bool focus_hard_wgmma_available(int head_dim);
+
 // True when focus_hard_attention_fwd takes this call (CUDA, bf16, head dim 64 or 128, K in
 // [1, 64]).
 bool focus_hard_supported(const ExecContext& ctx, const Tensor& qkv, const QKVLayout& layout,
@@ -27,10 +37,13 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 // focus_attention_fwd (pos 0) over the packed qkv [B, T, layout.width()] bf16, groups
 // [B, T, top_k] i32 with ids in [0, K). Workspace: stream-ordered allocations of O(B T top_k)
 // ints (+ B T top_k n_head (D + 1) floats of partials when top_k > 1), freed on the stream.
-// tile_rows: queries per block, 64 (one m-tile per warp) or 128 (two; head dim 64 only); 0 = the
-// default (64).
+// tile_rows: queries per block of the mma kernel, 64 (one m-tile per warp) or 128 (two; head dim
+// 64 only); 0 = the default (64); checked for every kernel, used by the mma kernel only (the wgmma
+// kernel's blocks are 128 queries). The wgmma kernel also takes B T top_k n_head (D + 1) floats
+// of partials for every top_k.
 void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
                               const Tensor& qkv, const QKVLayout& layout, const Tensor& groups,
-                              int K, int local_window, int tile_rows = 0);
+                              int K, int local_window, int tile_rows = 0,
+                              FocusHardKernel kernel = FocusHardKernel::automatic);
 
 }  // namespace attnlab::ops

@@ -126,17 +126,30 @@ void run_case(const Case& c) {
   const double e_plain_lse = test::max_rel_error(gpl.download(), lse);
   EXPECT_LT(test::report("focus hard lse", test::max_rel_error(gl.download(), lse)),
             std::max(1e-4, 2 * e_plain_lse));
-  // The two-m-tiles-per-warp variant (128 queries per block; head dim 64), called directly.
-  if (c.D != 64) return;
-  go.poison();
-  gl.poison();
-  ops::focus_hard_attention_fwd(*gpu, dev(go, os), dev(gl, ls), dev(gq, qs), l, dev(ggr, grs), c.K,
-                                c.w, 128);
-  EXPECT_LT(test::report("focus hard (128 rows) out vs fp32 reference",
-                         test::max_rel_error(go.download(), out)),
-            bound);
-  EXPECT_LT(test::report("focus hard (128 rows) lse", test::max_rel_error(gl.download(), lse)),
-            std::max(1e-4, 2 * e_plain_lse));
+  // Each kernel called directly (focus_attention_fwd above runs the automatic choice): the mma
+  // kernel with 64 and (head dim 64) 128 queries per block, and the wgmma kernel where available.
+  struct Variant {
+    const char* name;
+    int rows;
+    ops::FocusHardKernel kernel;
+  };
+  const Variant variants[] = {{"mma 64 rows", 64, ops::FocusHardKernel::mma},
+                              {"mma 128 rows", 128, ops::FocusHardKernel::mma},
+                              {"wgmma", 0, ops::FocusHardKernel::wgmma}};
+  for (const Variant& v : variants) {
+    if (v.rows == 128 && c.D != 64) continue;
+    if (v.kernel == ops::FocusHardKernel::wgmma && !ops::focus_hard_wgmma_available(c.D)) continue;
+    SCOPED_TRACE(v.name);
+    go.poison();
+    gl.poison();
+    ops::focus_hard_attention_fwd(*gpu, dev(go, os), dev(gl, ls), dev(gq, qs), l, dev(ggr, grs),
+                                  c.K, c.w, v.rows, v.kernel);
+    EXPECT_LT(test::report("focus hard (direct) out vs fp32 reference",
+                           test::max_rel_error(go.download(), out)),
+              bound);
+    EXPECT_LT(test::report("focus hard (direct) lse", test::max_rel_error(gl.download(), lse)),
+              std::max(1e-4, 2 * e_plain_lse));
+  }
 }
 
 TEST(FocusHardCuda, MatchesTheMaskedReference) {
@@ -159,6 +172,25 @@ TEST(FocusHardCuda, MatchesTheMaskedReference) {
   run_case({64, 4099, 8, 1, 128, 4, Groups::balanced});
   run_case({128, 4099, 8, 2, 37, 2, Groups::unbalanced});
   run_case({64, 4099, 4, 4, 0, 2, Groups::empty});
+}
+
+// The lengths, group counts and top_k the wgmma kernel's split schedule must cover (tile and
+// window edges: 1, 127, 129, 1000, 4096; K 4 and 8; top_k 1 and 2; GQA; D 64 and 128), through
+// run_case (which runs every kernel; the wgmma one only where available).
+TEST(FocusHardCuda, WgmmaSplitMatchesTheMaskedReference) {
+  CUDA_TEST_PREAMBLE();
+  if (!ops::focus_hard_wgmma_available(64)) GTEST_SKIP() << "no sm_90a build or not an sm_90 GPU";
+  const Groups kinds[] = {Groups::balanced, Groups::unbalanced, Groups::empty};
+  int n = 0;
+  for (int T : {1, 127, 129, 1000, 4096})
+    for (int K : {4, 8})
+      for (int top_k : {1, 2}) {
+        const int w = n % 3 == 2 ? 37 : 128;
+        run_case({n % 2 ? 128 : 64, T, K, top_k, w, (n / 2) % 2 ? 2 : 4, kinds[n % 3]});
+        ++n;
+      }
+  run_case({128, 1000, 8, 1, 0, 4, Groups::balanced});      // w = 0: the band pass only merges
+  run_case({64, 1000, 4, 4, 1000, 2, Groups::unbalanced});  // w >= T, top_k = K
 }
 
 // K = 1 or w >= T: every causal pair is attended, so the result is dense causal attention.
@@ -200,13 +232,18 @@ TEST(FocusHardCuda, AllPairsEqualDenseAttention) {
         EXPECT_LT(
             test::report("focus hard (all pairs) lse", test::max_rel_error(gl.download(), lse)),
             1e-4);
-        if (D != 64) continue;
-        go.poison();
-        ops::focus_hard_attention_fwd(*gpu, dev(go, os), dev(gl, ls), dev(gq, qs), l, dev(ggr, grs),
-                                      K, gate.local_window, 128);
-        EXPECT_LT(test::report("focus hard (all pairs, 128 rows) vs dense fp32",
-                               test::max_rel_error(go.download(), out)),
-                  bound);
+        for (ops::FocusHardKernel kernel :
+             {ops::FocusHardKernel::mma, ops::FocusHardKernel::wgmma}) {
+          const bool mma = kernel == ops::FocusHardKernel::mma;
+          if (mma ? D != 64 : !ops::focus_hard_wgmma_available(D)) continue;
+          SCOPED_TRACE(mma ? "mma 128 rows" : "wgmma");
+          go.poison();
+          ops::focus_hard_attention_fwd(*gpu, dev(go, os), dev(gl, ls), dev(gq, qs), l,
+                                        dev(ggr, grs), K, gate.local_window, mma ? 128 : 0, kernel);
+          EXPECT_LT(test::report("focus hard (all pairs, direct) vs dense fp32",
+                                 test::max_rel_error(go.download(), out)),
+                    bound);
+        }
       }
 }
 
@@ -220,7 +257,10 @@ TEST(FocusHardCuda, IndexListsAreStableCountingSorts) {
   };
   for (const IndexCase c :
        {IndexCase{2, 1, 1, 1, 64}, IndexCase{2, 1000, 8, 2, 64}, IndexCase{3, 5000, 8, 1, 128},
-        IndexCase{1, 3000, 64, 3, 64}, IndexCase{2, 2049, 5, 5, 128}}) {
+        IndexCase{1, 3000, 64, 3, 64}, IndexCase{2, 2049, 5, 5, 128},
+        // Up to 8 chunks of 1024 one fused kernel builds the lists, past that three kernels.
+        IndexCase{2, 8192, 64, 2, 128}, IndexCase{1, 8193, 8, 1, 64},
+        IndexCase{2, 20000, 8, 2, 128}}) {
     SCOPED_TRACE(testing::Message()
                  << "B " << c.B << " T " << c.T << " K " << c.K << " rows " << c.rows);
     const int B = c.B, T = c.T, K = c.K, tk = c.top_k;
@@ -317,6 +357,15 @@ TEST(FocusHard, RejectsBadArguments) {
                                       dev(dgr, {2, 3, 2}), 8, 128, 128);
       },
       {"tile_rows 128 needs head dim 64", "128"});
+  if (!ops::focus_hard_wgmma_available(64)) {
+    test::expect_error(
+        [&] {
+          ops::focus_hard_attention_fwd(*gpu, dev(dout, {2, 3, 64}), dev(dl, {2, 1, 3}),
+                                        dev(dq, {2, 3, 192}), l, dev(dgr, {2, 3, 2}), 8, 128, 0,
+                                        ops::FocusHardKernel::wgmma);
+        },
+        {"focus_hard_attention", "wgmma kernel needs"});
+  }
 }
 
 }  // namespace

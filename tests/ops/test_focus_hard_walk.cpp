@@ -22,10 +22,10 @@ struct WalkCase {
   int kind;  // 0 random, 1 unbalanced (90% in group 0), 2 with duplicate and out-of-range ids
 };
 
-void replay(const WalkCase& c) {
-  SCOPED_TRACE(testing::Message() << "T " << c.T << " K " << c.K << " top_k " << c.top_k << " w "
-                                  << c.w << " kind " << c.kind << " rows " << c.rows);
-  const int T = c.T, K = c.K, tk = c.top_k, w = c.w;
+// The case's groups [T, top_k]: distinct valid ids per token (what focus_route_topk writes), kind
+// 1 with 90% of slot 0 in group 0, kind 2 with duplicate and out-of-range ids.
+std::vector<int32_t> make_groups(const WalkCase& c) {
+  const int T = c.T, K = c.K, tk = c.top_k;
   std::vector<int32_t> groups(size_t(T) * tk);
   const std::vector<int32_t> r =
       test::random_ints(groups.size() * 2, uint32_t(T * 13 + K), 1 << 20);
@@ -45,12 +45,25 @@ void replay(const WalkCase& c) {
       groups[size_t(t) * tk + s] = x;
     }
   }
+  return groups;
+}
+
+std::vector<uint64_t> make_masks(const std::vector<int32_t>& groups, int T, int K, int tk) {
   std::vector<uint64_t> mask(T, 0);
   for (int t = 0; t < T; ++t)
     for (int s = 0; s < tk; ++s) {
       const int x = groups[size_t(t) * tk + s];
       if (x >= 0 && x < K) mask[t] |= uint64_t(1) << x;
     }
+  return mask;
+}
+
+void replay(const WalkCase& c) {
+  SCOPED_TRACE(testing::Message() << "T " << c.T << " K " << c.K << " top_k " << c.top_k << " w "
+                                  << c.w << " kind " << c.kind << " rows " << c.rows);
+  const int T = c.T, K = c.K, tk = c.top_k, w = c.w;
+  const std::vector<int32_t> groups = make_groups(c);
+  const std::vector<uint64_t> mask = make_masks(groups, T, K, tk);
   std::vector<uint8_t> taken(size_t(T) * T, 0);
   int blocks = 0;
   for (int g = 0; g < K; ++g) {
@@ -141,6 +154,100 @@ void replay(const WalkCase& c) {
       wrong += taken[size_t(i) * T + j] != (attended ? 1 : 0);
     }
   EXPECT_EQ(wrong, 0);
+}
+
+// The wgmma kernel's split schedule (focus_hard_wgmma.cu): group passes over blocks of
+// kFocusHardWgmmaRows list entries in tiles of bn entries, with the per-warpgroup (64 rows)
+// shortcuts, taking only take_group_key pairs; then the band in token order, blocks of
+// kFocusHardWgmmaRows tokens, tiles band_tiles / band_tile_visible, take_local_key with
+// first = true. Every attended pair exactly once, nothing else.
+void replay_split(const WalkCase& c, int bn) {
+  SCOPED_TRACE(testing::Message() << "split: T " << c.T << " K " << c.K << " top_k " << c.top_k
+                                  << " w " << c.w << " kind " << c.kind << " bn " << bn);
+  const int T = c.T, K = c.K, tk = c.top_k, w = c.w, rows = kFocusHardWgmmaRows;
+  const std::vector<int32_t> groups = make_groups(c);
+  const std::vector<uint64_t> mask = make_masks(groups, T, K, tk);
+  std::vector<uint8_t> taken(size_t(T) * T, 0);
+  auto take = [&](int i, int j) {
+    ASSERT_TRUE(i >= 0 && i < T && j >= 0 && j < T);
+    ++taken[size_t(i) * T + j];
+  };
+  for (int g = 0; g < K; ++g) {
+    std::vector<int> list;
+    for (int t = 0; t < T; ++t)
+      if ((mask[t] >> g) & 1) list.push_back(t);
+    const int count = int(list.size());
+    for (int q0 = 0; q0 < count; q0 += rows) {
+      const int nq = std::min(rows, count - q0), n_tiles = (q0 + nq + bn - 1) / bn;
+      std::vector<int> qpos(rows, -1);
+      std::vector<uint64_t> qlow(rows, 0);
+      for (int r = 0; r < nq; ++r) {
+        qpos[r] = list[q0 + r];
+        ASSERT_LT(focus_hard::slot_of(groups.data() + size_t(qpos[r]) * tk, tk, g, K, &qlow[r]),
+                  tk);
+      }
+      for (int wr = 0; wr < rows; wr += 64) {  // warpgroups
+        const int lo = wr < nq ? qpos[wr] : 0, hi = wr < nq ? qpos[std::min(wr + 63, nq - 1)] : -1;
+        bool all_first = true;
+        for (int r = wr; r < wr + 64; ++r) all_first = all_first && qlow[r] == 0;
+        for (int kt = 0; kt < n_tiles; ++kt) {
+          std::vector<int> kp(bn);
+          for (int col = 0; col < bn; ++col)
+            kp[col] = kt * bn + col < count ? list[kt * bn + col] : -1;
+          const bool visible = focus_hard::group_tile_visible(kp[0], hi);
+          const bool unmasked = focus_hard::group_tile_unmasked(kp[bn - 1], lo, all_first);
+          for (int r = wr; r < wr + 64 && r < nq; ++r)
+            for (int col = 0; col < bn; ++col) {
+              const bool t = focus_hard::take_group_key(qpos[r], kp[col],
+                                                        kp[col] >= 0 ? mask[kp[col]] : 0, qlow[r]);
+              ASSERT_TRUE(visible || !t) << "group tile " << kt << " skipped, but a pair is taken";
+              ASSERT_TRUE(!unmasked || t) << "group tile " << kt << " unmasked, but a pair is not";
+              if (visible && t) take(qpos[r], kp[col]);
+            }
+        }
+      }
+    }
+  }
+  for (int q0 = 0; q0 < T; q0 += rows) {
+    int begin, end;
+    focus_hard::band_tiles(q0, rows, T, w, bn, &begin, &end);
+    for (int wr = 0; wr < rows; wr += 64) {
+      const int lo = q0 + wr, hi = std::min(q0 + wr + 63, T - 1);
+      for (int kt = 0; kt < T / bn + 1; ++kt) {
+        const bool walked = kt >= begin && kt < end;
+        const bool visible = walked && focus_hard::band_tile_visible(kt * bn, bn, lo, hi, w);
+        for (int i = lo; i <= hi; ++i) {
+          if (mask[i] == 0) continue;  // no valid group: no output row (the kernel sets pos -1)
+          for (int j = kt * bn; j < kt * bn + bn && j < T; ++j) {
+            const bool t = focus_hard::take_local_key(i, j, w, true, mask[j], mask[i]);
+            ASSERT_TRUE(visible || !t) << "band tile " << kt << " not walked, but a pair is taken";
+            if (t) take(i, j);
+          }
+        }
+      }
+    }
+  }
+  int64_t wrong = 0;
+  for (int i = 0; i < T; ++i)
+    for (int j = 0; j < T; ++j) {
+      if (mask[i] == 0) continue;
+      const bool attended = j <= i && (i - j <= w || (mask[i] & mask[j]) != 0);
+      wrong += taken[size_t(i) * T + j] != (attended ? 1 : 0);
+    }
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST(FocusHardWalk, WgmmaSplitTakesEveryAttendedPairOnce) {
+  for (int T : {1, 127, 129, 1000})
+    for (int K : {1, 4, 8, 64})
+      for (int tk : {1, 2, 3})
+        for (int w : {0, 37, 128, 5000})
+          for (int kind : {0, 1, 2}) {
+            if (tk > K || (K == 64 && T < 1000) || (kind == 1 && K == 1)) continue;
+            replay_split({T, K, tk, w, kFocusHardWgmmaRows, kind}, 64);
+            if (T == 1000 && w == 128) replay_split({T, K, tk, w, kFocusHardWgmmaRows, kind}, 128);
+          }
+  replay_split({1000, 8, 2, 1 << 30, kFocusHardWgmmaRows, 0}, 64);  // no overflow of the band test
 }
 
 TEST(FocusHardWalk, EveryAttendedPairIsTakenExactlyOnce) {

@@ -1,0 +1,435 @@
+// Hard-routed Focus forward for Hopper on warpgroup MMA (wgmma), bf16, head dim 64 or 128: the
+// split schedule (contract: focus_hard.cuh, launch_focus_hard_wgmma; design and cost budget:
+// docs/focus.md, "Hard-routed kernel").
+//
+// Two kernels of one template, both FlashAttention-3-style "simple" blocks of the dense wgmma
+// forward (attention_wgmma.cu, D = 64): 2 warpgroups x 64 query rows, key tiles of kBN keys
+// double-buffered in shared memory in the 128-byte-swizzled wgmma layout (wgmma_common.cuh), per
+// tile S = Q K^T (wgmma m64nBNk16, both operands from shared memory), online softmax in registers
+// (log2 domain), O += P V (wgmma m64nDk16, P from registers, V MN-major); kBN = 64. Rows of Q, K
+// and V are copied by cp.async, 16 bytes per thread, into the swizzled layout: the positions of a
+// tile's rows are not contiguous in the group pass, so TMA boxes do not apply.
+//   group pass (kLocal = false): a block owns 128 consecutive entries of one group's sorted list
+//     (queries gathered by index) and walks the group's list in tiles of kBN entries up to its
+//     last query (the causal keys are a prefix). Element test take_group_key on the original
+//     positions (j <= i, and j holds none of i's groups of lower slots: a pair sharing several
+//     groups is counted in i's first shared slot). A warpgroup skips a tile whose first key is
+//     past its last query and drops the element test where every pair is taken. Output: the
+//     partial (o normalised, lse) of the membership, f32, [B, T, top_k, H, D] / [B, T, top_k, H].
+//   band pass (kLocal = true): a block owns 128 consecutive tokens and walks the key tiles of
+//     their band [i - w, i] in token order (contiguous rows), taking the pairs that share no group
+//     (take_local_key). Its epilogue merges the band's state with the token's group partials by
+//     log-sum-exp and writes o (bf16) and lse once. No separate merge pass, for any top_k.
+// Why two passes instead of the band inside the group walk (one softmax state): the 128 queries
+// of a group tile are spread over ~128 K positions, so the union of their bands is ~(128 K + w)
+// keys of which each query needs w + 1; in token order the band is (128 + w) keys for 128
+// queries. The price is the partial's round trip (8 (D + 1) bytes per membership and head).
+// Synchronisation per tile as in attention_wgmma.cu's simple kernel (tiles_ready: cp.async wait,
+// proxy fence, block barrier), with the tile's key positions and group sets in static shared
+// memory beside the operands.
+//
+// The bodies exist only in the sm_90a compilation (CMake's attnlab_wgmma object library); other
+// builds compile empty kernels and focus_hard_wgmma_supported() is false.
+#include <cuda_bf16.h>
+
+#include "core/cuda_check.h"
+#include "kernels/attention/wgmma_common.cuh"
+#include "kernels/common/device.cuh"
+#include "kernels/focus/focus_hard.cuh"
+#include "kernels/focus/focus_hard_walk.h"
+
+namespace attnlab {
+namespace {
+
+using namespace wgmma;
+
+constexpr int kWarpgroups = 2;
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kBM = kFocusHardWgmmaRows;  // queries per block
+static_assert(kBM == 64 * kWarpgroups, "one m64 wgmma per warpgroup");
+// Keys per tile and blocks per SM (the launch bounds' register budget: 2 blocks = 128 registers).
+// 64 keys: with 128 (the dense kernel's tile at D = 64) the gathered walk's extra per-tile state
+// spilled at 128 registers. D = 64: two blocks per SM (114 / 120 registers, ptxas, no spills);
+// D = 128: one (O alone is 64 registers; at 128 it spilled; 146 / 152 registers), so 8 warps per
+// SM, the next tile's copies overlapping this tile's MMAs.
+template <int D>
+constexpr int kBN = 64;
+template <int D>
+constexpr int kMinBlocks = D == 64 ? 2 : 1;
+
+template <int D>
+constexpr size_t smem_bytes() {
+  return size_t(tile_bytes(kBM, D)) + 4 * size_t(tile_bytes(kBN<D>, D)) + 1024;
+}
+
+// Query rows of the block and key rows of the two buffers (position -1 = none).
+template <int BN>
+struct Meta {
+  int qpos[kBM];
+  int qslot[kBM];       // group pass: the slot of the block's group in the query's top_k
+  uint64_t qmask[kBM];  // band pass: the query's group set; group pass: its groups of lower slots
+  int kpos[2][BN];
+  uint64_t kmask[2][BN];
+  // Block scalars the tile loop reads back (fewer live registers across the loop: two blocks per
+  // SM allow 128).
+  int count;               // group pass: entries of the group's list
+  const int32_t* glist;    // group pass: the group's list
+  int wg_lo[2], wg_hi[2];  // per warpgroup: its rows' positions lo .. hi (hi < lo: none)
+  int wg_first[2];         // group pass: every valid row of the warpgroup in its first pass
+};
+
+#if ATTN_WGMMA_DEVICE
+
+// Rows pos[0 .. ROWS) (-1: zero) of a strided bf16 matrix into a swizzled [ROWS][D] tile at s.
+template <int ROWS, int D, typename Pos>
+__device__ __forceinline__ void gather_rows(uint32_t s, const bf16* g, int64_t stride, Pos pos) {
+  constexpr int kChunks = D / 8;
+  for (int i = threadIdx.x; i < ROWS * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const int j = pos(r);
+    cp_async16(s + swizzled_offset<ROWS>(r, c), g + int64_t(j < 0 ? 0 : j) * stride + c * 8,
+               j >= 0);
+  }
+}
+
+template <int D, int BN>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], uint32_t (&pa)[BN / 16][4],
+                                         uint32_t v_tile) {
+  fence_regs(o);
+  fence_regs(pa);
+  wgmma_fence();
+  const uint64_t b0 = smem_desc(v_tile, BN * 128, 1024);
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs<D>(o, pa[kk], desc_add(b0, kk * 16 * 128));
+  wgmma_commit();
+}
+
+#endif  // ATTN_WGMMA_DEVICE
+
+template <int D, bool kLocal>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
+    focus_hard_wgmma_kernel(const FocusHardAttnParams p, int max_tiles) {
+#if ATTN_WGMMA_DEVICE
+  constexpr int BN = kBN<D>;
+  constexpr uint32_t kQBytes = tile_bytes(kBM, D), kKVBytes = tile_bytes(BN, D);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t sQ = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const uint32_t sK = sQ + kQBytes, sV = sK + 2 * kKVBytes;
+  __shared__ Meta<BN> m;
+
+  const int b = blockIdx.z, h = blockIdx.y, T = p.T, K = p.K, w = p.local_window;
+  const int hk = h / (p.n_head / p.n_kv_head);
+
+  // The block's queries (list entries q_first .. or positions q0 ..) and its key tiles.
+  int q0 = 0, nq = 0, grp = 0, count = 0, t_begin = 0, t_end = 0;
+  const int32_t* glist = nullptr;
+  if constexpr (kLocal) {
+    q0 = blockIdx.x * kBM;
+    nq = min(kBM, T - q0);
+    focus_hard::band_tiles(q0, kBM, T, w, BN, &t_begin, &t_end);
+  } else {
+    const int tile = max_tiles - 1 - int(blockIdx.x);  // the longest (latest) tiles first
+    const int32_t* toff = p.tile_offsets + int64_t(b) * (K + 1);
+    if (tile >= toff[K]) return;
+    while (toff[grp + 1] <= tile) ++grp;
+    const int32_t* offs = p.offsets + int64_t(b) * (K + 1);
+    count = offs[grp + 1] - offs[grp];
+    glist = p.list + int64_t(b) * T * p.top_k + offs[grp];
+    q0 = (tile - toff[grp]) * kBM;  // list index of the first query
+    nq = min(kBM, count - q0);
+    t_end = (q0 + nq + BN - 1) / BN;
+  }
+  for (int r = threadIdx.x; r < kBM; r += kThreads) {
+    int pos = -1, slot = 0;
+    uint64_t qm = 0;
+    if (r < nq) {
+      if constexpr (kLocal) {
+        pos = q0 + r;
+        qm = p.masks[int64_t(b) * T + pos];
+        if (qm == 0) pos = -1;  // no valid group: no output row (focus_hard.cuh)
+      } else {
+        pos = glist[q0 + r];
+        slot =
+            focus_hard::slot_of(p.groups + (int64_t(b) * T + pos) * p.top_k, p.top_k, grp, K, &qm);
+      }
+    }
+    m.qpos[r] = pos;
+    m.qslot[r] = slot;
+    m.qmask[r] = qm;
+  }
+  const bf16* gq = p.q + b * p.q_batch_stride + h * D;
+  if (t_begin < t_end) {  // (the band pass with w = 0 only merges)
+    gather_rows<kBM, D>(sQ, gq, p.q_row_stride, [&](int r) {
+      if (r >= nq) return -1;
+      return kLocal ? q0 + r : glist[q0 + r];
+    });
+  }
+  if (threadIdx.x == 0) {
+    m.count = count;
+    m.glist = glist;
+  }
+  // Key tile t into buffer buf; reads the block scalars from shared memory (after a barrier) or
+  // the registers (the first tile).
+  auto load_kv = [&](int t, int buf, int n_list, const int32_t* list) {
+    auto pos = [&](int r) {
+      const int e = t * BN + r;
+      if constexpr (kLocal) return e < T ? e : -1;
+      return e < n_list ? list[e] : -1;
+    };
+    const int64_t kv = b * p.kv_batch_stride + hk * D;
+    gather_rows<BN, D>(sK + buf * kKVBytes, p.k + kv, p.kv_row_stride, pos);
+    gather_rows<BN, D>(sV + buf * kKVBytes, p.v + kv, p.kv_row_stride, pos);
+    if (threadIdx.x < BN) {
+      const int j = pos(threadIdx.x);
+      m.kpos[buf][threadIdx.x] = j;
+      m.kmask[buf][threadIdx.x] = j >= 0 ? p.masks[int64_t(b) * T + j] : 0;
+    }
+  };
+  if (t_begin < t_end) load_kv(t_begin, 0, count, glist);
+  cp_async_commit();
+  __syncthreads();  // the query rows of Meta
+
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, tig = lane & 3;
+  const int wrow = 64 * wg;  // this warpgroup's first row in the block
+  // Its rows' positions lo .. hi (sorted in both passes; hi < lo: no valid row) and, in the group
+  // pass, whether every valid row is in its first pass (no lower-slot group to exclude).
+  if (threadIdx.x % 128 < 32) {  // the warpgroup's first warp
+    if constexpr (kLocal) {
+      if (lane == 0) {
+        m.wg_lo[wg] = q0 + wrow;
+        m.wg_hi[wg] = min(q0 + wrow + 63, T - 1);
+      }
+    } else {
+      bool first = true;
+      for (int r = lane; r < 64; r += 32) first = first && m.qmask[wrow + r] == 0;
+      first = __all_sync(0xffffffffu, first);
+      if (lane == 0) {
+        m.wg_lo[wg] = wrow < nq ? m.qpos[wrow] : 0;
+        m.wg_hi[wg] = wrow < nq ? m.qpos[min(wrow + 63, nq - 1)] : -1;
+        m.wg_first[wg] = first;
+      }
+    }
+  }
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  fence_regs(o);
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  const float sl2 = p.scale * kLog2e;
+  const uint32_t q_rows = sQ + wrow * 128;
+  const int rrow = wrow + 16 * warp + g;  // this thread's rows: rrow and rrow + 8
+  float s[BN / 2];
+  uint32_t pa[BN / 16][4];
+
+  for (int t = t_begin; t < t_end; ++t) {
+    const int buf = (t - t_begin) & 1;
+    tiles_ready();  // tile t (and Q) landed; everybody done with the other buffer
+    if (t + 1 < t_end) load_kv(t + 1, buf ^ 1, m.count, m.glist);
+    cp_async_commit();
+    bool need_mask = true;
+    if constexpr (kLocal) {
+      if (!focus_hard::band_tile_visible(t * BN, BN, m.wg_lo[wg], m.wg_hi[wg], w)) continue;
+    } else {
+      if (!focus_hard::group_tile_visible(m.kpos[buf][0], m.wg_hi[wg])) continue;
+      need_mask =
+          !focus_hard::group_tile_unmasked(m.kpos[buf][BN - 1], m.wg_lo[wg], m.wg_first[wg] != 0);
+    }
+    issue_abt<D, kBM, BN>(s, q_rows, sK + buf * kKVBytes);
+    wgmma_wait<0>();
+    fence_regs(s);
+    if (need_mask) {
+      const int i0 = m.qpos[rrow], i1 = m.qpos[rrow + 8];
+#pragma unroll
+      for (int jj = 0; jj < BN / 8; ++jj) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = 8 * jj + 2 * tig + e;
+          // (band pass: the tile's positions; past T the key set is empty, so nothing is taken)
+          const int j = kLocal ? t * BN + col : m.kpos[buf][col];
+          const uint64_t km = m.kmask[buf][col];
+          bool take0, take1;
+          if constexpr (kLocal) {
+            take0 = focus_hard::take_local_key(i0, j, w, true, km, m.qmask[rrow]);
+            take1 = focus_hard::take_local_key(i1, j, w, true, km, m.qmask[rrow + 8]);
+          } else {
+            take0 = focus_hard::take_group_key(i0, j, km, m.qmask[rrow]);
+            take1 = focus_hard::take_group_key(i1, j, km, m.qmask[rrow + 8]);
+          }
+          if (!take0) s[4 * jj + e] = -INFINITY;
+          if (!take1) s[4 * jj + 2 + e] = -INFINITY;
+        }
+      }
+    }
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int jj = 0; jj < BN / 8; ++jj)
+        mx = fmaxf(mx, fmaxf(s[4 * jj + 2 * r], s[4 * jj + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(row_max[r], mx * sl2);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet
+      corr[r] = exp2_ftz(row_max[r] - m_use);
+      row_max[r] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int jj = 0; jj < BN / 8; ++jj) {
+        s[4 * jj + 2 * r] = exp2_ftz(fmaf(s[4 * jj + 2 * r], sl2, -m_use));
+        s[4 * jj + 2 * r + 1] = exp2_ftz(fmaf(s[4 * jj + 2 * r + 1], sl2, -m_use));
+        sum += s[4 * jj + 2 * r] + s[4 * jj + 2 * r + 1];
+      }
+      row_sum[r] = row_sum[r] * corr[r] + sum;
+    }
+#pragma unroll
+    for (int jj = 0; jj < D / 8; ++jj) {
+      o[4 * jj + 0] *= corr[0];
+      o[4 * jj + 1] *= corr[0];
+      o[4 * jj + 2] *= corr[1];
+      o[4 * jj + 3] *= corr[1];
+    }
+    acc_to_a<BN>(pa, s);
+    issue_pv<D, BN>(o, pa, sV + buf * kKVBytes);
+    wgmma_wait<0>();
+    fence_regs(o);
+    fence_regs(pa);
+  }
+
+  // Epilogue, per row of this thread (row sums completed over the 4 threads of a row).
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = rrow + 8 * r, i = m.qpos[row];
+    if (i < 0) continue;
+    const float lse = l > 0.f ? (row_max[r] + log2f(l)) * kLn2 : -INFINITY;
+    const int64_t bt = int64_t(b) * T + i;
+    if constexpr (!kLocal) {
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const int64_t part = (bt * p.top_k + m.qslot[row]) * p.n_head + h;
+      float* out = p.part_o + part * D;
+#pragma unroll
+      for (int jj = 0; jj < D / 8; ++jj) {
+        *reinterpret_cast<float2*>(out + 8 * jj + 2 * tig) =
+            make_float2(o[4 * jj + 2 * r] * inv, o[4 * jj + 2 * r + 1] * inv);
+      }
+      if (tig == 0) p.part_lse[part] = lse;
+    } else {
+      // The token's group partials: one per distinct valid slot (what the group pass wrote).
+      const int32_t* gr = p.groups + bt * p.top_k;
+      auto part_lse = [&](int sl) { return p.part_lse[(bt * p.top_k + sl) * p.n_head + h]; };
+      float mx = lse;
+      uint64_t seen = 0;
+      for (int sl = 0; sl < p.top_k; ++sl) {
+        const int x = gr[sl];
+        if (x < 0 || x >= K || ((seen >> x) & 1)) continue;
+        seen |= uint64_t(1) << x;
+        mx = fmaxf(mx, part_lse(sl));
+      }
+      // mx > -inf: slot 0's pass takes (i, i). Weights exp(lse_s - mx), sum >= 1.
+      float sum = lse == -INFINITY ? 0.f : __expf(lse - mx);
+      seen = 0;
+      for (int sl = 0; sl < p.top_k; ++sl) {
+        const int x = gr[sl];
+        if (x < 0 || x >= K || ((seen >> x) & 1)) continue;
+        seen |= uint64_t(1) << x;
+        const float ls = part_lse(sl);
+        sum += ls == -INFINITY ? 0.f : __expf(ls - mx);
+      }
+      const float inv_sum = 1.f / sum;
+      const float self = lse == -INFINITY ? 0.f : __expf(lse - mx) * inv_sum / l;
+#pragma unroll
+      for (int jj = 0; jj < D / 8; ++jj) {
+        o[4 * jj + 2 * r] *= self;
+        o[4 * jj + 2 * r + 1] *= self;
+      }
+      seen = 0;
+      for (int sl = 0; sl < p.top_k; ++sl) {
+        const int x = gr[sl];
+        if (x < 0 || x >= K || ((seen >> x) & 1)) continue;
+        seen |= uint64_t(1) << x;
+        const float ls = part_lse(sl);
+        if (ls == -INFINITY) continue;
+        const float wgt = __expf(ls - mx) * inv_sum;
+        const float* src = p.part_o + ((bt * p.top_k + sl) * p.n_head + h) * D;
+#pragma unroll
+        for (int jj = 0; jj < D / 8; ++jj) {
+          const float2 v = *reinterpret_cast<const float2*>(src + 8 * jj + 2 * tig);
+          o[4 * jj + 2 * r] = fmaf(wgt, v.x, o[4 * jj + 2 * r]);
+          o[4 * jj + 2 * r + 1] = fmaf(wgt, v.y, o[4 * jj + 2 * r + 1]);
+        }
+      }
+      bf16* out = p.o + b * p.o_batch_stride + int64_t(i) * p.o_row_stride + h * D;
+#pragma unroll
+      for (int jj = 0; jj < D / 8; ++jj) {
+        *reinterpret_cast<__nv_bfloat162*>(out + 8 * jj + 2 * tig) =
+            __floats2bfloat162_rn(o[4 * jj + 2 * r], o[4 * jj + 2 * r + 1]);
+      }
+      if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + i] = mx + __logf(sum);
+    }
+  }
+#else
+  (void)p, (void)max_tiles;
+#endif
+}
+
+template <int D, bool kLocal>
+void launch(const FocusHardAttnParams& p, cudaStream_t st, unsigned blocks) {
+  constexpr size_t smem = smem_bytes<D>();
+  auto* kernel = focus_hard_wgmma_kernel<D, kLocal>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  int(cudaSharedmemCarveoutMaxShared)));
+  kernel<<<dim3(blocks, p.n_head, p.B), kThreads, smem, st>>>(p, int(blocks));
+  CUDA_CHECK_LAUNCH();
+}
+
+template <int D>
+void run(const FocusHardAttnParams& p, cudaStream_t st) {
+  const int64_t max_tiles = focus_hard_max_tiles(p.T, p.K, p.top_k, kBM);
+  ATTN_REQUIRE(max_tiles <= INT32_MAX, "focus_hard: %lld query tiles exceed the grid",
+               (long long)max_tiles);
+  launch<D, false>(p, st, unsigned(max_tiles));
+  launch<D, true>(p, st, unsigned((p.T + kBM - 1) / kBM));
+}
+
+}  // namespace
+
+bool focus_hard_wgmma_supported(int D) {
+#if defined(ATTNLAB_WGMMA_SM90A)
+  if (D != 64 && D != 128) return false;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();  // leave no sticky error for the caller's next check
+    return false;
+  }
+  return major == 9 && minor == 0;
+#else
+  (void)D;
+  return false;
+#endif
+}
+
+void launch_focus_hard_wgmma(const FocusHardAttnParams& p, Stream s) {
+  ATTN_REQUIRE(focus_hard_wgmma_supported(p.D),
+               "focus_hard wgmma: needs a build with sm_90a code (CMAKE_CUDA_ARCHITECTURES "
+               "containing 90), a compute capability 9.0 device and head dim 64 or 128 (got %d)",
+               p.D);
+  ATTN_ASSERT(p.tile_rows == kBM);
+  ATTN_ASSERT(p.K >= 1 && p.K <= kFocusHardMaxGroups && p.top_k >= 1 && p.top_k <= 64);
+  ATTN_ASSERT(p.part_o != nullptr && p.part_lse != nullptr);
+  ATTN_ASSERT(p.q_row_stride % 8 == 0 && p.kv_row_stride % 8 == 0 && p.o_row_stride % 2 == 0);
+  auto st = reinterpret_cast<cudaStream_t>(s);
+  if (p.D == 64)
+    run<64>(p, st);
+  else
+    run<128>(p, st);
+}
+
+}  // namespace attnlab
