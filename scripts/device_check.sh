@@ -9,9 +9,11 @@
 # BASE_SRC (an older source tree, e.g. `git archive <commit>` in an ignored, carried folder: built
 # beside this one from the start, then scripts/ab_step_check.sh compares step time, attention time
 # and generation of the two builds in this call).
-# VARIANTS=1 also runs the Focus and SFA benchmarks (bench_focus_soft, bench_focus_hard,
-# bench_focus_assign, bench_sfa at short lengths; docs/performance_variants.md has the full sweeps)
-# and prints their tables; VARIANTS_PEERS=1 adds focus_peer.py --quick and sfa_peer.py --quick.
+# VARIANTS=1 also runs the Focus and SFA benchmarks (bench_focus_soft, bench_focus_hard at 12 x 64
+# and 8 x 128, bench_focus_decode, bench_focus_assign, bench_sfa; docs/performance_variants.md has
+# the full sweeps) and prints their tables; HARD_T and SFA_T set their lengths (defaults
+# 1024,4096,16384,65536 and 4096,16384); VARIANTS_PEERS=1 adds focus_peer.py --quick and
+# sfa_peer.py --quick.
 # Logs and CSVs go to $OUT (the device tool's folder) or /tmp/attnlab_device.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -30,7 +32,7 @@ if [ -n "${BASE_SRC:-}" ]; then
   base_pid=$!
 fi
 VARIANT_BENCHES=""
-[ "${VARIANTS:-0}" = 1 ] && VARIANT_BENCHES="bench_focus_soft bench_focus_hard bench_focus_assign bench_sfa"
+[ "${VARIANTS:-0}" = 1 ] && VARIANT_BENCHES="bench_focus_soft bench_focus_hard bench_focus_decode bench_focus_assign bench_sfa"
 make -C "$BUILD" -j16 attnlab attnlab_tests bench_attention bench_train gpt2_step_dump $VARIANT_BENCHES \
   >"$LOGS/build.log" 2>&1 \
   || { grep -E "error|Error" -A3 "$LOGS/build.log" | head -60; exit 1; }
@@ -77,10 +79,13 @@ fi
 if [ "${VARIANTS:-0}" = 1 ]; then
   timeout 120 "$BUILD/bench_focus_soft" "$LOGS/focus_soft.csv" >"$LOGS/bench_focus_soft.log" 2>&1
   timeout 150 "$BUILD/bench_focus_hard" --csv="$LOGS/focus_hard.csv" --D=64 --K=8 --top_k=1,2 \
-    --T=1024,4096,16384,65536 >"$LOGS/bench_focus_hard.log" 2>&1
+    --T="${HARD_T:-1024,4096,16384,65536}" >"$LOGS/bench_focus_hard.log" 2>&1
+  timeout 90 "$BUILD/bench_focus_hard" --csv="$LOGS/focus_hard_128.csv" --D=128 --H=8 --K=8 \
+    --top_k=1,2 --T=4096,16384,65536 >>"$LOGS/bench_focus_hard.log" 2>&1
+  timeout 60 "$BUILD/bench_focus_decode" --csv="$LOGS/focus_decode.csv" >"$LOGS/bench_focus_decode.log" 2>&1
   timeout 60 "$BUILD/bench_focus_assign" --csv="$LOGS/focus_assign.csv" --max-t=65536 \
     >"$LOGS/bench_focus_assign.log" 2>&1
-  timeout 120 "$BUILD/bench_sfa" --csv="$LOGS/sfa.csv" --T=4096,16384 >"$LOGS/bench_sfa.log" 2>&1
+  timeout 150 "$BUILD/bench_sfa" --csv="$LOGS/sfa.csv" --T="${SFA_T:-4096,16384}" >"$LOGS/bench_sfa.log" 2>&1
   if [ "${VARIANTS_PEERS:-0}" = 1 ]; then
     timeout 150 env PYTHONUNBUFFERED=1 python3 scripts/bench/focus_peer.py --quick \
       --csv "$LOGS/focus_peer.csv" >"$LOGS/focus_peer.log" 2>&1
@@ -139,7 +144,7 @@ if [ -f "$LOGS/ab.log" ]; then
   grep -v "^$" "$LOGS/ab.log"
 fi
 if [ "${VARIANTS:-0}" = 1 ]; then
-  for b in bench_focus_soft bench_focus_hard bench_focus_assign bench_sfa focus_peer sfa_peer; do
+  for b in bench_focus_soft bench_focus_hard bench_focus_decode bench_focus_assign bench_sfa focus_peer sfa_peer; do
     [ -f "$LOGS/$b.log" ] || continue
     echo "==== $b (docs/performance_variants.md) ===="
     grep -vE "^W[0-9]{4} |InputBuffer|TensorBox|DeprecationWarning|create_block_mask" "$LOGS/$b.log" | tail -30
