@@ -61,6 +61,10 @@ inline Tensor cpu_tensor(std::vector<int32_t>& v, Shape s) {
   ATTN_ASSERT(size_t(s.numel()) == v.size());
   return Tensor(v.data(), DType::i32, Device::cpu, s);
 }
+inline Tensor cpu_tensor(std::vector<uint8_t>& v, Shape s) {
+  ATTN_ASSERT(size_t(s.numel()) == v.size());
+  return Tensor(v.data(), DType::u8, Device::cpu, s);
+}
 
 // max_i |a_i - b_i| / max_i |b_i|: the error relative to the scale of the reference b, so that
 // entries near zero neither hide nor inflate the error. 0 when both are all zero.

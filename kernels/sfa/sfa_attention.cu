@@ -17,7 +17,7 @@ constexpr int kMaxK = 128;
 cudaStream_t st(Stream s) { return reinterpret_cast<cudaStream_t>(s); }
 
 template <typename T>
-__device__ float overlap(const int32_t* qi, const float* qv, const int32_t* ki, const T* kv,
+__device__ float overlap(const int32_t* qi, const float* qv, const uint8_t* ki, const T* kv,
                          int K) {
   float d = 0.f;
   for (int a = 0, c = 0; a < K && c < K;) {
@@ -48,7 +48,7 @@ __global__ void sfa_attention_fwd_kernel(SfaAttentionParams<T> p) {
     qv[i] = dev::to_f(p.q_val[qa + i]);
   }
   __syncthreads();
-  const int32_t* kib = p.k_idx + b * p.k_batch_stride + g * p.k_head_stride;
+  const uint8_t* kib = p.k_idx8 + b * p.k_batch_stride + g * p.k_head_stride;
   const T* kvb = p.k_val + b * p.k_batch_stride + g * p.k_head_stride;
   const T* vb = p.v + b * p.v_batch_stride + g * p.v_head_stride;
   float m = -INFINITY, s = 0.f;
@@ -128,6 +128,8 @@ template <typename T>
 void launch_sfa_attention_fwd(const SfaAttentionParams<T>& p, Stream s) {
   ATTN_REQUIRE(p.D <= kThreads && p.k <= kMaxK,
                "sfa_attention: head dim must be <= %d on CUDA, got %d", kThreads, p.D);
+  ATTN_REQUIRE(p.k_idx8 != nullptr && p.k_idx == nullptr,
+               "sfa_attention: CUDA reads the decode cache's one-byte key indices (k_idx8)");
   const int64_t rows = int64_t(p.B) * p.Tq * p.n_head;
   if (rows == 0) return;
   ATTN_REQUIRE(rows <= INT32_MAX, "sfa_attention: %lld query rows exceed one grid",

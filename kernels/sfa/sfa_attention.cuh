@@ -6,12 +6,14 @@
 //
 // Query row t of chunk b (head h) sits at position pos + t and sees keys j in [0, pos + t].
 // q_idx / q_val of (b, t, h) at + b*q_batch_stride + t*q_row_stride + h*q_head_stride (k entries,
-// ascending coordinates, as sfa_select writes them); k_idx / k_val of (b, j, kv head g) at
+// ascending coordinates, as sfa_select writes them); the key coordinates (k_idx, i32, or k_idx8,
+// one byte: the decode cache, D <= 256; exactly one is set) and k_val of (b, j, kv head g) at
 // + b*k_batch_stride + j*k_row_stride + g*k_head_stride; v of (b, j, g) at + b*v_batch_stride +
 // j*v_row_stride + g*v_head_stride (D wide); o at o + b*o_batch_stride + t*o_row_stride + h*D.
 // GQA: query head h reads kv head h / (n_head / n_kv_head).
 // fwd: o written (=); lse [B, n_head, Tq] fp32 written (=) when not null.
-// CUDA (decode): one block per (b, t, h) over the visible keys, two passes over them; D <= 128;
+// CUDA (decode, k_idx8 only): one block per (b, t, h) over the visible keys, two passes over them;
+// D <= 128;
 // deterministic (fixed-order block reductions). The tiled training kernels are FlashSFA's
 // (sfa_flash.cuh).
 #pragma once
@@ -23,7 +25,8 @@ template <typename T>
 struct SfaAttentionParams {
   const int32_t* q_idx = nullptr;
   const T* q_val = nullptr;
-  const int32_t* k_idx = nullptr;
+  const int32_t* k_idx = nullptr;   // packed training form (FlashSFA's CPU forward)
+  const uint8_t* k_idx8 = nullptr;  // the decode cache
   const T* k_val = nullptr;
   const T* v = nullptr;
   T* o = nullptr;

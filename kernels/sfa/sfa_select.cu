@@ -74,6 +74,7 @@ __global__ void sfa_select_kernel(SfaSelectParams<T> p) {
     if (sel) {
       const int i = before + __popc(m & lower);
       if (oi) oi[at + i] = c;
+      if (!is_q && p.k_idx8) p.k_idx8[at + i] = uint8_t(c);  // D <= 128 here
       if (ov) ov[at + i] = p.qkv[off + c];
     }
     before += __popc(m);

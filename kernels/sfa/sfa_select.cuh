@@ -9,7 +9,9 @@
 //     q_idx / q_val + b*q_batch_stride + t*q_row_stride + h*q_head_stride (i32 coordinate, its
 //     value); k likewise with the k_* strides and kv head h. Packed [B, T, H, k]: batch T*H*k,
 //     row H*k, head k. A decode cache [B, n_kv_head, max_T, k] at position pos: the pointer
-//     offset by pos*k, batch n_kv_head*max_T*k, row k, head max_T*k.
+//     offset by pos*k, batch n_kv_head*max_T*k, row k, head max_T*k. The k coordinates go to
+//     k_idx (i32) or, for the decode cache, to k_idx8 (one byte each, so D <= 256; the cache's
+//     bytes per token, docs/sfa.md); at most one of the two is set.
 //   v_out: the v head vectors copied (the cache append of dense V), with the v_* strides (D wide).
 //   masked dense form: mask_dst [B, T, W] = mask_src with the q and k coordinates that are not
 //     selected (in qkv) set to zero; the v part copied. mask_src == mask_dst is allowed (in place:
@@ -28,6 +30,7 @@ struct SfaSelectParams {
   E* q_val = nullptr;
   int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
   int32_t* k_idx = nullptr;
+  uint8_t* k_idx8 = nullptr;  // the decode cache's form (D <= 256), instead of k_idx
   E* k_val = nullptr;
   int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
   E* v_out = nullptr;

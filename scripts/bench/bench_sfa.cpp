@@ -6,7 +6,8 @@
 // FLOPs (causal: half the pairs): dense forward 2 products of n^2 d, backward 5; FlashSFA counts
 // its score-type products (forward S; backward S, dQ, dK) as n^2 k^2 / d (the feature overlaps)
 // and the others (P V; dP, dV) dense, so its TF/s is useful work per second. KV cache bytes per
-// token and layer: dense 2 d values per kv head, SFA k (i32 index + bf16 value) + d values.
+// token and layer: dense 2 d values per kv head, SFA k (one-byte index + bf16 value) + d values
+// (SfaKVCache::bytes_per_token), and SFA as a percentage of dense.
 // Ratios: dense time / FlashSFA time and masked-dense time / FlashSFA time (> 1: FlashSFA faster).
 // Usage: bench_sfa [--csv=PATH] [--T=4096,16384,...] [--D=64|128] [--fwd-only]
 #include <cuda_runtime.h>
@@ -23,6 +24,7 @@
 #include "core/context.h"
 #include "core/cuda_check.h"
 #include "core/tensor.h"
+#include "nn/attention_sfa.h"
 #include "ops/ops.h"
 #include "ops/sfa_ops.h"
 
@@ -83,20 +85,22 @@ int main(int argc, char** argv) {
     return 0;
   }
   auto ctx = ExecContext::make_cuda(0);
+  auto cpu = ExecContext::make_cpu();  // the KV-cache accounting (a one-token cache)
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
   if (csv_path && !csv) {
     std::fprintf(stderr, "bench_sfa: cannot write %s\n", csv_path);
     return 2;
   }
   if (csv)
-    std::fprintf(csv,
-                 "D,H,k,T,dense_fwd_ms,masked_fwd_ms,flash_fwd_ms,dense_fwdbwd_ms,"
-                 "masked_fwdbwd_ms,flash_fwdbwd_ms,dense_fwd_tflops,flash_fwd_tflops_sparse,"
-                 "dense_fwdbwd_tflops,flash_fwdbwd_tflops_sparse,kv_bytes_dense,kv_bytes_sfa\n");
-  std::printf("%4s %3s %3s %7s | %9s %9s %9s | %9s %9s %9s | %6s %6s %6s %6s | %7s %7s | %5s %5s\n",
-              "D", "H", "k", "T", "dense f", "masked f", "flash f", "dense fb", "masked fb",
-              "flash fb", "d/fl f", "m/fl f", "d/fl fb", "m/fl fb", "dn TF/s", "fl TF/s", "KV dn",
-              "KV sf");
+    std::fprintf(
+        csv,
+        "D,H,k,T,dense_fwd_ms,masked_fwd_ms,flash_fwd_ms,dense_fwdbwd_ms,"
+        "masked_fwdbwd_ms,flash_fwdbwd_ms,dense_fwd_tflops,flash_fwd_tflops_sparse,"
+        "dense_fwdbwd_tflops,flash_fwdbwd_tflops_sparse,kv_bytes_dense,kv_bytes_sfa,kv_sfa_pct\n");
+  std::printf(
+      "%4s %3s %3s %7s | %9s %9s %9s | %9s %9s %9s | %6s %6s %6s %6s | %7s %7s | %5s %5s %4s\n",
+      "D", "H", "k", "T", "dense f", "masked f", "flash f", "dense fb", "masked fb", "flash fb",
+      "d/fl f", "m/fl f", "d/fl fb", "m/fl fb", "dn TF/s", "fl TF/s", "KV dn", "KV sf", "KV%");
   struct Config {
     int D, H;
     std::vector<int> ks;
@@ -158,26 +162,30 @@ int main(int argc, char** argv) {
         const double sfa_fwd_flops = 2.0 * pairs * (qk + D);
         const double sfa_bwd_flops = 2.0 * pairs * (3.0 * qk + 2.0 * D);
         auto tf = [](double flops, double ms) { return ms > 0 ? flops / (ms * 1e9) : 0.0; };
-        const int kv_dense = 2 * H * D * 2, kv_sfa = H * (k * (4 + 2) + D * 2);
+        const int kv_dense = 2 * H * D * 2,
+                  kv_sfa = int(SfaKVCache(*cpu, 1, 1, l, DType::bf16, k).bytes_per_token());
+        const double kv_pct = 100.0 * kv_sfa / kv_dense;
         auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
         std::printf(
             "%4d %3d %3d %7d | %9.3f %9.3f %9.3f | %9.3f %9.3f %9.3f | %6.2f %6.2f %6.2f %6.2f | "
-            "%7.1f %7.1f | %5d %5d\n",
+            "%7.1f %7.1f | %5d %5d %4.0f\n",
             D, H, k, T, dense_f, md_f, fl_f, dense_fb, md_fb, fl_fb, ratio(dense_f, fl_f),
             ratio(md_f, fl_f), ratio(dense_fb, fl_fb), ratio(md_fb, fl_fb),
-            tf(dense_fwd_flops, dense_f), tf(sfa_fwd_flops, fl_f), kv_dense / H, kv_sfa / H);
+            tf(dense_fwd_flops, dense_f), tf(sfa_fwd_flops, fl_f), kv_dense / H, kv_sfa / H,
+            kv_pct);
         if (csv)
-          std::fprintf(csv, "%d,%d,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,%.2f,%.2f,%.2f,%d,%d\n",
-                       D, H, k, T, dense_f, md_f, fl_f, dense_fb, md_fb, fl_fb,
-                       tf(dense_fwd_flops, dense_f), tf(sfa_fwd_flops, fl_f),
-                       tf(dense_fwd_flops + dense_bwd_flops, dense_fb),
-                       tf(sfa_fwd_flops + sfa_bwd_flops, fl_fb), kv_dense, kv_sfa);
+          std::fprintf(
+              csv, "%d,%d,%d,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,%.2f,%.2f,%.2f,%d,%d,%.1f\n", D,
+              H, k, T, dense_f, md_f, fl_f, dense_fb, md_fb, fl_fb, tf(dense_fwd_flops, dense_f),
+              tf(sfa_fwd_flops, fl_f), tf(dense_fwd_flops + dense_bwd_flops, dense_fb),
+              tf(sfa_fwd_flops + sfa_bwd_flops, fl_fb), kv_dense, kv_sfa, kv_pct);
       }
     }
   }
   std::printf(
       "(ms: median; d/fl, m/fl: dense or masked-dense time over FlashSFA time; TF/s: "
-      "forward, FlashSFA counting overlaps as k^2/d; KV: bytes per token per kv head)\n");
+      "forward, FlashSFA counting overlaps as k^2/d; KV: bytes per token per kv head, KV%: SFA / "
+      "dense)\n");
   if (csv) std::fclose(csv);
   return 0;
 }

@@ -10,7 +10,7 @@ namespace attnlab {
 
 using bf16 = __nv_bfloat16;
 
-enum class DType : uint8_t { f32, bf16, i32, u16, u32 };
+enum class DType : uint8_t { f32, bf16, i32, u16, u32, u8 };
 enum class Device : uint8_t { cpu, cuda };
 
 inline size_t dtype_size(DType t) {
@@ -25,6 +25,8 @@ inline size_t dtype_size(DType t) {
       return 2;
     case DType::u32:
       return 4;
+    case DType::u8:
+      return 1;
   }
   return 0;
 }
@@ -53,6 +55,10 @@ constexpr DType dtype_of<uint16_t>() {
 template <>
 constexpr DType dtype_of<uint32_t>() {
   return DType::u32;
+}
+template <>
+constexpr DType dtype_of<uint8_t>() {
+  return DType::u8;
 }
 
 }  // namespace attnlab

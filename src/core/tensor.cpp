@@ -19,6 +19,8 @@ const char* dtype_name(DType t) {
       return "u16";
     case DType::u32:
       return "u32";
+    case DType::u8:
+      return "u8";
   }
   return "?";
 }

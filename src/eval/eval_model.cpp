@@ -153,14 +153,14 @@ void EvalModel::score_batch(const std::vector<const ScoreRequest*>& batch,
   }
 }
 
-ValidationResult EvalModel::validate(DataLoader& loader, int batches) {
+ValidationResult EvalModel::validate(DataLoader& loader, int batches, const SyntheticProbe* probe) {
   const int B = loader.options().batch_size, T = loader.options().seq_len;
   ATTN_REQUIRE(B <= batch_ && T <= max_len_,
                "validation batches [%d, %d] exceed the evaluation batch [%d, %d]", B, T, batch_,
                max_len_);
   const Shape sh{B, T};
   return score_validation(*model_, *ctx_, store_, loader, batches, io_dev_.as(DType::i32, sh),
-                          io_dev_.as(DType::i32, sh, size_t(B) * T * sizeof(int32_t)));
+                          io_dev_.as(DType::i32, sh, size_t(B) * T * sizeof(int32_t)), probe);
 }
 
 std::unique_ptr<Tokenizer> eval_tokenizer(const ModelSource& source, const std::string& spec,

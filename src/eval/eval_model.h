@@ -52,8 +52,8 @@ class EvalModel {
                                  const std::function<void(int64_t, int64_t)>& on_progress = {});
 
   // The loader's validation windows (eval/validation.h); its batch and seq_len must fit the
-  // model's batch() and max_len().
-  ValidationResult validate(DataLoader& loader, int batches);
+  // model's batch() and max_len(). probe: the synthetic retrieval metrics too (or null).
+  ValidationResult validate(DataLoader& loader, int batches, const SyntheticProbe* probe = nullptr);
 
   // The attention variant's metrics of the last forward (every layer) and their one-line summary
   // (AttentionModule::summarize; "" for dense).

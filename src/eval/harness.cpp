@@ -200,8 +200,10 @@ EvalReport run_evaluation(const EvalOptions& o) {
   if (recipe && cuda && dev.precision == "auto")
     dev.precision = std::string(enum_name(recipe->train.precision));
   std::unique_ptr<DataLoader> val;
+  std::unique_ptr<SyntheticProbe> probe;
   if (validation) {
     val = validation_loader(*recipe);
+    probe = validation_probe(*recipe, *val);
     const int default_batch = cuda ? 16 : 4;
     dev.batch = std::max(dev.batch > 0 ? dev.batch : default_batch, recipe->train.micro_batch);
   }
@@ -225,7 +227,7 @@ EvalReport run_evaluation(const EvalOptions& o) {
 
   if (validation) {
     const auto t0 = Clock::now();
-    const ValidationResult v = model.validate(*val, recipe->eval.batches);
+    const ValidationResult v = model.validate(*val, recipe->eval.batches, probe.get());
     j["validation"] = {{"loss", num(v.loss)},
                        {"perplexity", num(v.perplexity)},
                        {"tokens", v.tokens},
@@ -241,11 +243,24 @@ EvalReport run_evaluation(const EvalOptions& o) {
     std::string summary = model.attention_metrics(metrics);
     if (!metrics.empty()) j["validation"]["attention"] = metrics;
     if (!summary.empty()) summary = " | " + summary;
+    if (v.synthetic) {
+      j["validation"]["synthetic"] = v.synthetic->to_json();
+      summary += " | " + v.synthetic->summary();
+    }
     rep.table +=
         strformat("val loss %.4f | val ppl %.3f | %lld tokens in %lld windows%s\n", v.loss,
                   v.perplexity, (long long)v.tokens, (long long)v.windows, summary.c_str());
     table.row("validation", "loss", v.loss, NAN, count);
     table.row("validation", "perplexity", v.perplexity, NAN, count, "%.3f");
+    if (v.synthetic) {
+      for (const SyntheticKind k : {SyntheticKind::kRecall, SyntheticKind::kCopied}) {
+        const KindScore& ks = v.synthetic->kind(k);
+        const std::string n = strformat("%lld targets", (long long)ks.count);
+        table.row(strformat("synthetic %s", synthetic_kind_name(k)), "acc", ks.acc(), NAN, n,
+                  "%.4f");
+        table.row(strformat("synthetic %s", synthetic_kind_name(k)), "loss", ks.loss(), NAN, n);
+      }
+    }
   }
 
   const int context = o.context > 0 ? o.context : model.max_len();

@@ -1,5 +1,6 @@
 #include "eval/validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -8,9 +9,32 @@
 
 namespace attnlab {
 
+namespace {
+
+// The first maximum over [0, vocab) of each of the B * T logits rows, on the host.
+void logits_argmax(const Tensor& logits, int vocab, std::vector<float>& host,
+                   std::vector<bf16>& host_bf16, std::vector<int32_t>& argmax) {
+  const int64_t rows = logits.dim(0) * logits.dim(1), Vp = logits.dim(2);
+  host.resize(size_t(rows * Vp));
+  if (logits.dtype == DType::f32) {
+    copy_tensor(Tensor(host.data(), DType::f32, Device::cpu, logits.shape), logits);
+  } else {
+    host_bf16.resize(host.size());
+    copy_tensor(Tensor(host_bf16.data(), DType::bf16, Device::cpu, logits.shape), logits);
+    for (size_t i = 0; i < host.size(); ++i) host[i] = __bfloat162float(host_bf16[i]);
+  }
+  argmax.resize(size_t(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = host.data() + r * Vp;
+    argmax[size_t(r)] = int32_t(std::max_element(row, row + vocab) - row);
+  }
+}
+
+}  // namespace
+
 ValidationResult score_validation(GPT& model, const ExecContext& ctx, const ParameterStore& store,
                                   DataLoader& loader, int batches, const Tensor& tokens_dev,
-                                  const Tensor& targets_dev) {
+                                  const Tensor& targets_dev, const SyntheticProbe* probe) {
   const DataLoaderOptions& o = loader.options();
   const int B = o.batch_size, T = o.seq_len, W = o.world_size;
   ATTN_REQUIRE(tokens_dev.numel() == int64_t(B) * T && targets_dev.numel() == int64_t(B) * T,
@@ -26,6 +50,10 @@ ValidationResult score_validation(GPT& model, const ExecContext& ctx, const Para
   std::vector<int32_t> in(size_t(B) * T), tg(size_t(B) * T);
   const Shape sh{B, T};
   ValidationResult out;
+  std::vector<float> losses(size_t(B) * T), logits_host;
+  std::vector<bf16> logits_bf16;
+  std::vector<int32_t> argmax;
+  if (probe) out.synthetic.emplace();
   loader.reset();
   model.take_loss(ctx);  // start from zero totals
   for (int64_t i = 0; i < n_batches; ++i) {
@@ -43,12 +71,28 @@ ValidationResult score_validation(GPT& model, const ExecContext& ctx, const Para
     copy_tensor(tokens_dev, Tensor(in.data(), DType::i32, Device::cpu, sh));
     copy_tensor(targets_dev, Tensor(tg.data(), DType::i32, Device::cpu, sh));
     model.forward(ctx, store, tokens_dev, targets_dev, AttentionMode::eval);
+    if (!probe) continue;
+    copy_tensor(Tensor(losses.data(), DType::f32, Device::cpu, sh), model.token_losses());
+    logits_argmax(model.logits(), model.config().vocab_size, logits_host, logits_bf16, argmax);
+    for (int b = 0; b < B; ++b) {
+      const int64_t entry = i * per_batch + int64_t(b) * W + o.rank;
+      if (entry >= entries) continue;
+      // Shuffle off, one source: window j starts at token j * T.
+      const int64_t start = loader.window_at(0, uint64_t(entry)) * T;
+      probe->score_window(start, T, losses.data() + size_t(b) * T, argmax.data() + size_t(b) * T,
+                          &*out.synthetic);
+    }
   }
   const LossTotals totals = model.take_loss(ctx);  // one synchronisation
   out.tokens = totals.valid;
   out.loss = totals.mean();
   out.perplexity = std::exp(out.loss);
   return out;
+}
+
+std::unique_ptr<SyntheticProbe> validation_probe(const Recipe& r, const DataLoader& loader) {
+  if (r.data.source != DataSource::synthetic) return nullptr;
+  return SyntheticProbe::for_loader(loader, r.data.synthetic.vocab_size);
 }
 
 std::unique_ptr<DataLoader> validation_loader(const Recipe& r, int rank, int world_size) {

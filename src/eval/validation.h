@@ -10,11 +10,13 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "config/recipe.h"
 #include "core/context.h"
 #include "core/parameters.h"
 #include "data/loader.h"
+#include "eval/synthetic_probe.h"
 #include "model/gpt.h"
 
 namespace attnlab {
@@ -24,13 +26,22 @@ struct ValidationResult {
   double perplexity = 0.0;  // exp(loss)
   int64_t tokens = 0;       // targets scored
   int64_t windows = 0;      // windows scored (by this rank)
+  // With a synthetic probe: per-kind loss and accuracy of the same targets
+  // (eval/synthetic_probe.h).
+  std::optional<SyntheticScores> synthetic;
 };
 
 // tokens_dev, targets_dev: [B, T] i32 on ctx's device (B, T = the loader's batch and seq_len),
 // the model allocated for them. Resets the loader. Reads the model's loss totals (take_loss).
+// probe (the loader's synthetic stream, or null): also the retrieval metrics, from the logits and
+// per-token losses of every batch (one copy to the host per batch: synthetic vocabularies are
+// small).
 ValidationResult score_validation(GPT& model, const ExecContext& ctx, const ParameterStore& store,
                                   DataLoader& loader, int batches, const Tensor& tokens_dev,
-                                  const Tensor& targets_dev);
+                                  const Tensor& targets_dev, const SyntheticProbe* probe = nullptr);
+
+// The retrieval probe of a recipe's validation loader: non-null when data.source is synthetic.
+std::unique_ptr<SyntheticProbe> validation_probe(const Recipe& r, const DataLoader& loader);
 
 // The validation data of a recipe (no training data is read or needed): the synthetic
 // validation stream, or the data.val shards. Windows of train.seq_len, batches of

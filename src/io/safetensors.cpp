@@ -140,6 +140,8 @@ StDType st_dtype_of(DType t) {
       return StDType::U16;
     case DType::u32:
       return StDType::U32;
+    case DType::u8:  // only the SFA decode cache's indices, which are never saved
+      break;
   }
   ATTN_ASSERT(false);
   return StDType::F32;

@@ -153,8 +153,12 @@ SfaKVCache::SfaKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout
   ATTN_REQUIRE(B >= 1 && max_T >= 1, "KV cache: batch and length must be >= 1 (got %d, %d)", B,
                max_T);
   const int Hkv = layout.n_kv_head, D = layout.head_dim;
+  ATTN_REQUIRE(D <= ops::kSfaCacheMaxHeadDim,
+               "sfa KV cache: key coordinates are stored in one byte, so head dim must be <= %d, "
+               "got %d",
+               ops::kSfaCacheMaxHeadDim, D);
   auto lay = [&](Carver& c) {
-    k_idx = c.take(DType::i32, Shape{B, Hkv, max_T, k});
+    k_idx = c.take(DType::u8, Shape{B, Hkv, max_T, k});
     k_val = c.take(dtype, Shape{B, Hkv, max_T, k});
     v = c.take(dtype, Shape{B, Hkv, max_T, D});
   };
@@ -168,7 +172,7 @@ SfaKVCache::SfaKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout
   chunk.take(DType::i32, qs);
   chunk.take(dtype, qs);
   scratch = Buffer(ctx.device, chunk.bytes());
-  bytes_per_token_ = size_t(Hkv) * (size_t(k) * (sizeof(int32_t) + dtype_size(dtype)) +
+  bytes_per_token_ = size_t(Hkv) * (size_t(k) * (sizeof(uint8_t) + dtype_size(dtype)) +
                                     size_t(D) * dtype_size(dtype));
 }
 

@@ -63,10 +63,11 @@ class SfaKVCache final : public AttentionCache {
   SfaKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout, DType dtype, int k);
   size_t bytes() const override { return buf_.bytes(); }
   // Cache bytes per token and layer (k~ indices and values, dense v; not the chunk scratch):
-  // n_kv_head * (k * (4 + dtype size) + D * dtype size), vs n_kv_head * 2 D * dtype size dense.
+  // n_kv_head * (k * (1 + dtype size) + D * dtype size), vs n_kv_head * 2 D * dtype size dense
+  // (the indices are one byte: head dim <= 256).
   size_t bytes_per_token() const { return bytes_per_token_; }
   int k = 0;
-  Tensor k_idx, k_val, v;  // [B, n_kv_head, max_T, k | k | D]
+  Tensor k_idx, k_val, v;  // [B, n_kv_head, max_T, k | k | D]; k_idx u8
   Buffer scratch;          // q_idx, q_val of a chunk
 
  private:

@@ -126,17 +126,21 @@ void sfa_attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor&
 }
 
 namespace {
-// k_idx_cache, k_val_cache [B, n_kv_head, max_T, k], v_cache [B, n_kv_head, max_T, D]; returns
-// (max_T, k).
+// k_idx_cache (u8: one byte per coordinate, so head dim <= 256), k_val_cache
+// [B, n_kv_head, max_T, k], v_cache [B, n_kv_head, max_T, D]; returns (max_T, k).
 std::pair<int64_t, int> check_cache(const char* op, const ExecContext& ctx, DType dt, int64_t B,
                                     const Tensor& k_idx, const Tensor& k_val, const Tensor& v,
                                     const QKVLayout& l) {
+  ATTN_REQUIRE(l.head_dim <= kSfaCacheMaxHeadDim,
+               "%s: the sparse KV cache stores key coordinates in one byte, so head dim must be "
+               "<= %d, got %d",
+               op, kSfaCacheMaxHeadDim, l.head_dim);
   require_present(op, "k_idx_cache", k_idx);
   ATTN_REQUIRE(k_idx.ndim() == 4, "%s: k_idx_cache must be [B, n_kv_head, max_T, k], got %s", op,
                k_idx.str().c_str());
   const int64_t max_T = k_idx.dim(2);
   const int k = int(k_idx.dim(3));
-  require_tensor(op, "k_idx_cache", k_idx, DType::i32, Shape{B, l.n_kv_head, max_T, k}, ctx);
+  require_tensor(op, "k_idx_cache", k_idx, DType::u8, Shape{B, l.n_kv_head, max_T, k}, ctx);
   require_tensor(op, "k_val_cache", k_val, dt, k_idx.shape, ctx);
   require_tensor(op, "v_cache", v, dt, Shape{B, l.n_kv_head, max_T, l.head_dim}, ctx);
   return {max_T, k};
@@ -164,7 +168,7 @@ void sfa_cache_write(const ExecContext& ctx, const Tensor& q_idx, const Tensor& 
     p.q_val = ptr<T_>(q_val);
     packed_strides(Tq, layout.n_head, k, &p.q_batch_stride, &p.q_row_stride, &p.q_head_stride);
     const CacheStrides ks = cache_strides(layout.n_kv_head, max_T, k, pos);
-    p.k_idx = ptr<int32_t>(k_idx_cache) + ks.offset;
+    p.k_idx8 = ptr<uint8_t>(k_idx_cache) + ks.offset;
     p.k_val = ptr<T_>(k_val_cache) + ks.offset;
     p.k_batch_stride = ks.batch, p.k_row_stride = ks.row, p.k_head_stride = ks.head;
     const CacheStrides vs = cache_strides(layout.n_kv_head, max_T, layout.head_dim, pos);
@@ -202,7 +206,7 @@ void sfa_attention_decode(const ExecContext& ctx, const Tensor& out, const Tenso
     p.q_val = ptr<T_>(q_val);
     packed_strides(Tq, l.n_head, k, &p.q_batch_stride, &p.q_row_stride, &p.q_head_stride);
     const CacheStrides ks = cache_strides(l.n_kv_head, max_T, k, 0);
-    p.k_idx = ptr<int32_t>(k_idx_cache);
+    p.k_idx8 = ptr<uint8_t>(k_idx_cache);
     p.k_val = ptr<T_>(k_val_cache);
     p.k_batch_stride = ks.batch, p.k_row_stride = ks.row, p.k_head_stride = ks.head;
     const CacheStrides vs = cache_strides(l.n_kv_head, max_T, l.head_dim, 0);

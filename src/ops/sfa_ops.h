@@ -1,7 +1,7 @@
 // Host ops of Sparse Feature Attention (kernels/sfa/*.cuh, docs/sfa.md): checks, params, dispatch.
 // The contracts (= vs +=) are those of the kernel headers. q/k/v, values and outputs are in the
-// activation dtype; indices are i32; k is the number of coordinates kept per head vector,
-// 1 <= k <= head_dim.
+// activation dtype; indices are i32 (u8 in the decode cache); k is the number of coordinates kept
+// per head vector, 1 <= k <= head_dim.
 #pragma once
 #include "core/context.h"
 #include "core/tensor.h"
@@ -45,8 +45,11 @@ void sfa_flash_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dou
                    const QKVLayout& layout);
 
 // Decoding. sfa_cache_write: the Tq new tokens of qkv [B, Tq, width] at positions pos ..
-// pos+Tq-1: their k~ into k_idx_cache, k_val_cache [B, n_kv_head, max_T, k], their v into v_cache
-// [B, n_kv_head, max_T, D], and their q~ into q_idx, q_val [B, Tq, n_head, k].
+// pos+Tq-1: their k~ into k_idx_cache (u8) and k_val_cache [B, n_kv_head, max_T, k], their v into
+// v_cache [B, n_kv_head, max_T, D], and their q~ into q_idx (i32), q_val [B, Tq, n_head, k]. The
+// cache's key coordinates take one byte each, so both ops refuse head dims above
+// kSfaCacheMaxHeadDim.
+constexpr int kSfaCacheMaxHeadDim = 256;
 void sfa_cache_write(const ExecContext& ctx, const Tensor& q_idx, const Tensor& q_val,
                      const Tensor& k_idx_cache, const Tensor& k_val_cache, const Tensor& v_cache,
                      const Tensor& qkv, int pos, const QKVLayout& layout);

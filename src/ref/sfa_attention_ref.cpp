@@ -8,9 +8,11 @@
 
 namespace attnlab {
 
-void sfa_attention_fwd_ref(const SfaAttentionParams<float>& p) {
-  ATTN_REQUIRE(p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0,
-               "sfa_attention: n_kv_head (%d) must divide n_head (%d)", p.n_kv_head, p.n_head);
+namespace {
+
+// KI: the key coordinates' type (i32 packed, or one byte in the decode cache).
+template <typename KI>
+void attend(const SfaAttentionParams<float>& p, const KI* k_idx) {
   const int group = p.n_head / p.n_kv_head, K = p.k;
   const int64_t rows = int64_t(p.B) * p.Tq * p.n_head;
   const int64_t work = rows * int64_t(p.pos + p.Tq) * (2 * K + p.D);
@@ -30,13 +32,13 @@ void sfa_attention_fwd_ref(const SfaAttentionParams<float>& p) {
       double mx = -INFINITY;
       for (int j = 0; j < len; ++j) {
         const int64_t ka = b * p.k_batch_stride + j * p.k_row_stride + g * p.k_head_stride;
-        const int32_t* ki = p.k_idx + ka;
+        const KI* ki = k_idx + ka;
         const float* kv = p.k_val + ka;
         double d = 0.0;  // merge of two ascending coordinate lists
         for (int a = 0, c = 0; a < K && c < K;) {
-          if (qi[a] == ki[c])
+          if (qi[a] == int32_t(ki[c]))
             d += double(qv[a++]) * kv[c++];
-          else if (qi[a] < ki[c])
+          else if (qi[a] < int32_t(ki[c]))
             ++a;
           else
             ++c;
@@ -57,6 +59,19 @@ void sfa_attention_fwd_ref(const SfaAttentionParams<float>& p) {
       if (p.lse) p.lse[(int64_t(b) * p.n_head + h) * p.Tq + t] = float(mx + std::log(sum));
     }
   }
+}
+
+}  // namespace
+
+void sfa_attention_fwd_ref(const SfaAttentionParams<float>& p) {
+  ATTN_REQUIRE(p.n_kv_head > 0 && p.n_head % p.n_kv_head == 0,
+               "sfa_attention: n_kv_head (%d) must divide n_head (%d)", p.n_kv_head, p.n_head);
+  ATTN_REQUIRE((p.k_idx == nullptr) != (p.k_idx8 == nullptr),
+               "sfa_attention: exactly one of k_idx, k_idx8 must be set");
+  if (p.k_idx8)
+    attend(p, p.k_idx8);
+  else
+    attend(p, p.k_idx);
 }
 
 void sfa_distill_fwd_ref(const SfaDistillParams<float>& p) {

@@ -45,6 +45,7 @@ void sfa_select_ref(const SfaSelectParams<float>& p) {
                                 : b * p.k_batch_stride + t * p.k_row_stride + h * p.k_head_stride;
         for (int i = 0; i < p.k; ++i) {
           if (oi) oi[at + i] = idx[size_t(i)];
+          if (!is_q && p.k_idx8) p.k_idx8[at + i] = uint8_t(idx[size_t(i)]);  // D <= 256 (op)
           if (ov) ov[at + i] = x[size_t(idx[size_t(i)])];
         }
         if (p.mask_dst) {

@@ -52,6 +52,7 @@ struct Session {
   std::unique_ptr<GPT> model;
   ParameterStore store;
   std::unique_ptr<DataLoader> train_loader, val_loader;
+  std::unique_ptr<SyntheticProbe> val_probe;  // synthetic data: the retrieval metrics
   double unigram_baseline = std::nan("");
   std::string tokenizer_json;
   Buffer batch_dev;  // device copies of tokens and targets
@@ -118,6 +119,12 @@ ValidationResult global_validation(Communicator& comm, ValidationResult v) {
   v.windows = int64_t(t[2]);
   v.loss = t[0] / t[1];
   v.perplexity = std::exp(v.loss);
+  if (v.synthetic) {  // every rank has the probe or none has (the same recipe)
+    double sums[SyntheticScores::kValues];
+    v.synthetic->to_values(sums);
+    comm.all_reduce_host(sums, SyntheticScores::kValues);
+    v.synthetic->from_values(sums);
+  }
   return v;
 }
 
@@ -152,6 +159,7 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
         std::make_unique<DataLoader>(std::vector<std::shared_ptr<const TokenSource>>{memory_source(
                                          std::move(d.val), "synthetic/val")},
                                      val_opts);
+    s.val_probe = validation_probe(r, *s.val_loader);
     return;
   }
   ATTN_REQUIRE(!r.data.train.empty() || !need_train,
@@ -404,16 +412,22 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   // Validation on the recipe's windows, logged with the variants' extra reports.
   auto evaluate = [&] {
     if (!s.val_loader) return;
-    const ValidationResult ev =
-        global_validation(*s.comm, score_validation(*s.model, *s.ctx, s.store, *s.val_loader,
-                                                    val_batches, s.tokens_dev, s.targets_dev));
+    const ValidationResult ev = global_validation(
+        *s.comm, score_validation(*s.model, *s.ctx, s.store, *s.val_loader, val_batches,
+                                  s.tokens_dev, s.targets_dev, s.val_probe.get()));
     result.final_val_loss = ev.loss;
     nlohmann::json record = {{"step", st.step}, {"val_loss", ev.loss}, {"val_ppl", ev.perplexity}};
+    std::string retrieval;
+    if (ev.synthetic) {
+      record["val_synthetic"] = ev.synthetic->to_json();
+      retrieval = " | " + ev.synthetic->summary();
+    }
     const std::string variants = attention_eval_report(s, val_batches, log, record);
     log.metrics(record);
-    log.info("step %lld | val loss %.4f | val ppl %.2f | %s tokens in %lld windows%s",
+    log.info("step %lld | val loss %.4f | val ppl %.2f | %s tokens in %lld windows%s%s",
              (long long)st.step, ev.loss, ev.perplexity,
-             io::format_count(double(ev.tokens)).c_str(), (long long)ev.windows, variants.c_str());
+             io::format_count(double(ev.tokens)).c_str(), (long long)ev.windows, retrieval.c_str(),
+             variants.c_str());
   };
   if (recipe.eval.at_start && st.step == 0) evaluate();
   while (st.step < last_step) {

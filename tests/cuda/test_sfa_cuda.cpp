@@ -23,16 +23,17 @@ Tensor dev_tensor(const DeviceArray<T>& a, Shape s) {
   return Tensor(a.ptr(), std::is_same_v<T, bf16> ? DType::bf16 : DType::f32, Device::cuda, s);
 }
 
-// Device i32 storage read back as a vector.
+// Device index storage (i32, or u8: the decode cache's key coordinates) read back as a vector.
+template <typename I = int32_t>
 struct DeviceIdx {
   Buffer buf;
   size_t n;
-  explicit DeviceIdx(size_t n_) : buf(Device::cuda, std::max<size_t>(n_, 1) * 4), n(n_) {}
-  Tensor t(Shape s) const { return Tensor(buf.data(), DType::i32, Device::cuda, s); }
-  std::vector<int32_t> download() const {
-    std::vector<int32_t> h(n);
+  explicit DeviceIdx(size_t n_) : buf(Device::cuda, std::max<size_t>(n_, 1) * sizeof(I)), n(n_) {}
+  Tensor t(Shape s) const { return Tensor(buf.data(), dtype_of<I>(), Device::cuda, s); }
+  std::vector<I> download() const {
+    std::vector<I> h(n);
     CUDA_CHECK(cudaDeviceSynchronize());
-    CUDA_CHECK(cudaMemcpy(h.data(), buf.data(), n * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(h.data(), buf.data(), n * sizeof(I), cudaMemcpyDeviceToHost));
     return h;
   }
 };
@@ -72,7 +73,7 @@ void select_matches(int B, int T_, int H, int Hkv, int D, int k) {
                   cpu_tensor(ki, ks), cpu_tensor(kv, ks));
   ops::sfa_sparsify(*cpu, cpu_tensor(m, s), cpu_tensor(x, s), cpu_tensor(x, s), l, k);
   DeviceArray<T> dx(x), dqv(qv.size()), dkv(kv.size()), dm(m.size());
-  DeviceIdx dqi(qi.size()), dki(ki.size());
+  DeviceIdx<> dqi(qi.size()), dki(ki.size());
   ops::sfa_select(*gpu, dev_tensor(dx, s), l, k, dqi.t(qs), dev_tensor(dqv, qs), dki.t(ks),
                   dev_tensor(dkv, ks));
   ops::sfa_sparsify(*gpu, dev_tensor(dm, s), dev_tensor(dx, s), dev_tensor(dx, s), l, k);
@@ -145,9 +146,9 @@ void decode_matches(int B, int T_, int H, int Hkv, int D, int k, int chunk) {
   const int W = int(l.width()), Q = int(l.q_width());
   std::vector<float> x = test::to_precision<T>(sfa_inputs(B, T_, l, 9));
   const Shape ks{B, Hkv, T_, k}, vs{B, Hkv, T_, D};
-  std::vector<int32_t> ki(size_t(ks.numel()));
+  std::vector<uint8_t> ki(size_t(ks.numel()));
   std::vector<float> kv(ki.size()), v(size_t(vs.numel()));
-  DeviceIdx dki(ki.size());
+  DeviceIdx<uint8_t> dki(ki.size());
   DeviceArray<T> dkv(kv.size()), dv(v.size());
   for (int pos = 0; pos < T_; pos += chunk) {
     const int n = std::min(chunk, T_ - pos);
@@ -164,7 +165,7 @@ void decode_matches(int B, int T_, int H, int Hkv, int D, int k, int chunk) {
                               cpu_tensor(qv, qs), cpu_tensor(ki, ks), cpu_tensor(kv, ks),
                               cpu_tensor(v, vs), pos, l);
     DeviceArray<T> dc(c), dqv(qv.size()), dout(o.size());
-    DeviceIdx dqi(qi.size());
+    DeviceIdx<> dqi(qi.size());
     ops::sfa_cache_write(*gpu, dqi.t(qs), dev_tensor(dqv, qs), dki.t(ks), dev_tensor(dkv, ks),
                          dev_tensor(dv, vs), dev_tensor(dc, cs), pos, l);
     ops::sfa_attention_decode(*gpu, dev_tensor(dout, os), Tensor(), dqi.t(qs), dev_tensor(dqv, qs),

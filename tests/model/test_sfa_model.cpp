@@ -179,12 +179,33 @@ TEST(SfaModel, DecodeWithTheSparseCacheEqualsTheForward) {
     SfaModel m(sfa_config(k, 0.f), 12);
     m.expect_decode_matches(m.logits(), {1, 5}, 1e-5, "k " + std::to_string(k));
   }
+}
+
+// The sparse cache's bytes per token: k (one-byte index + bf16 value) + D bf16 values per kv head,
+// vs 2 D bf16 values dense: D 64, k 8: 152 / 256 = 59%; D 128, k 8: 280 / 512 = 55%. The buffer
+// holds exactly that per position (the indices are u8), and head dims above 256 are refused.
+TEST(SfaModel, SparseCacheBytesPerToken) {
   auto ctx = ExecContext::make_cpu();
-  const QKVLayout gpt2{12, 12, 64};
-  SfaKVCache sparse(*ctx, 1, 4, gpt2, DType::bf16, 8);
-  // 12 heads x (8 x (4 + 2) + 64 x 2) bytes, vs dense 12 x 2 x 64 x 2.
-  EXPECT_EQ(sparse.bytes_per_token(), size_t(12 * (8 * 6 + 128)));
-  EXPECT_LT(sparse.bytes_per_token(), size_t(12 * 2 * 64 * 2));
+  struct S {
+    int H, D, k, bytes, pct;
+  };
+  for (const S s : {S{12, 64, 8, 8 * 3 + 128, 59}, S{8, 128, 8, 8 * 3 + 256, 55}}) {
+    const QKVLayout l{s.H, s.H, s.D};
+    const int max_T = 4;
+    SfaKVCache sparse(*ctx, 1, max_T, l, DType::bf16, s.k);
+    EXPECT_EQ(sparse.bytes_per_token(), size_t(s.H * s.bytes)) << "D " << s.D;
+    EXPECT_EQ(sparse.k_idx.dtype, DType::u8);
+    EXPECT_EQ(sparse.k_idx.nbytes() + sparse.k_val.nbytes() + sparse.v.nbytes(),
+              size_t(max_T) * sparse.bytes_per_token());
+    const double dense = 2.0 * s.H * s.D * 2;
+    EXPECT_EQ(int(std::lround(100.0 * double(sparse.bytes_per_token()) / dense)), s.pct);
+  }
+  test::expect_error(
+      [&] {
+        SfaKVCache c(*ctx, 1, 4, QKVLayout{1, 1, 512}, DType::f32, 8);
+      },
+      "sfa KV cache: key coordinates are stored in one byte, so head dim must be "
+      "<= 256, got 512");
 }
 
 TEST(SfaModel, KOutOfRangeAndWindowAreClearErrors) {

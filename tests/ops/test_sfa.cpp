@@ -150,7 +150,8 @@ TEST(SfaAttention, EqualsDenseOnSparsifiedQKAndTheOverlapForm) {
     EXPECT_LT(test::max_rel_error(c.out, out), 1e-6) << "T " << s.T;
 
     const Shape qs{c.B, c.T, c.H, c.k}, ks{c.B, c.Hkv, c.T, c.k};
-    std::vector<int32_t> qi(size_t(qs.numel())), ki(size_t(ks.numel()));
+    std::vector<int32_t> qi(size_t(qs.numel()));
+    std::vector<uint8_t> ki(size_t(ks.numel()));
     std::vector<float> qv(qi.size()), kv(ki.size()), v(size_t(c.B) * c.Hkv * c.T * c.D);
     std::vector<float> o2(c.out.size()), lse2(c.lse.size());
     ops::sfa_cache_write(*c.ctx, cpu_tensor(qi, qs), cpu_tensor(qv, qs), cpu_tensor(ki, ks),
@@ -203,7 +204,7 @@ TEST(SfaAttention, DecodeFromTheSparseCacheEqualsTheForward) {
   c.forward();
   const int max_T = 16, W = int(c.layout.width());
   const Shape ks{c.B, c.Hkv, max_T, c.k}, vs{c.B, c.Hkv, max_T, c.D};
-  std::vector<int32_t> ki(size_t(ks.numel()));
+  std::vector<uint8_t> ki(size_t(ks.numel()));
   std::vector<float> kv(ki.size()), v(size_t(vs.numel()));
   int pos = 0;
   for (int n : {5, 1, 7}) {
@@ -259,6 +260,32 @@ TEST(SfaAttention, BadArgumentsNameTheProblem) {
   QKVLayout bad{3, 2, 8};
   test::expect_error([&] { ops::sfa_sparsify(*c.ctx, c.sparse_t(), c.qkv_t(), c.qkv_t(), bad, 3); },
                      "n_kv_head (2) must divide n_head (3)");
+  // The decode cache's key indices are one byte: an i32 cache and head dims above 256 are refused.
+  const Shape qs{c.B, c.T, c.H, c.k}, ks{c.B, c.Hkv, c.T, c.k};
+  std::vector<int32_t> qi(size_t(qs.numel())), ki32(size_t(ks.numel()));
+  std::vector<float> qv(qi.size()), kv(ki32.size()), v(size_t(c.B) * c.Hkv * c.T * c.D);
+  test::expect_error(
+      [&] {
+        ops::sfa_cache_write(*c.ctx, cpu_tensor(qi, qs), cpu_tensor(qv, qs), cpu_tensor(ki32, ks),
+                             cpu_tensor(kv, ks), cpu_tensor(v, {c.B, c.Hkv, c.T, c.D}), c.qkv_t(),
+                             0, c.layout);
+      },
+      "k_idx_cache");
+  const QKVLayout wide{1, 1, 512};
+  const Shape ws{1, 1, c.T, c.k};  // [B, T, n_head, k] and [B, n_kv_head, T, k] alike here
+  std::vector<int32_t> wqi(size_t(ws.numel()));
+  std::vector<uint8_t> wki(wqi.size());
+  std::vector<float> wqv(wqi.size()), wkv(wqi.size()), wqkv(size_t(c.T) * 3 * 512),
+      wv(size_t(c.T) * 512);
+  test::expect_error(
+      [&] {
+        ops::sfa_cache_write(*c.ctx, cpu_tensor(wqi, {1, c.T, 1, c.k}),
+                             cpu_tensor(wqv, {1, c.T, 1, c.k}), cpu_tensor(wki, ws),
+                             cpu_tensor(wkv, ws), cpu_tensor(wv, {1, 1, c.T, 512}),
+                             cpu_tensor(wqkv, {1, c.T, 3 * 512}), 0, wide);
+      },
+      "sfa_cache_write: the sparse KV cache stores key coordinates in one byte, so head dim must "
+      "be <= 256, got 512");
 }
 
 }  // namespace
