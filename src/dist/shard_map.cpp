@@ -9,8 +9,7 @@ namespace attnlab {
 
 ZeroShardMap::ZeroShardMap(int64_t trainable_numel, int world, int rank, int64_t bucket_elems)
     : world_(world), rank_(rank) {
-  ATTN_REQUIRE(world >= 1 && rank >= 0 && rank < world, "ZeroShardMap: rank %d of %d", rank,
-               world);
+  ATTN_REQUIRE(world >= 1 && rank >= 0 && rank < world, "ZeroShardMap: rank %d of %d", rank, world);
   const int64_t unit = int64_t(world) * kParamAlignElements;
   ATTN_REQUIRE(trainable_numel % unit == 0,
                "ZeroShardMap: the trainable range (%lld elements) must be a multiple of %lld (%d "
