@@ -2,8 +2,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "core/cuda_check.h"
+#include "core/out_of_memory.h"
 
 namespace attnlab {
 
@@ -70,22 +73,35 @@ std::string Tensor::str() const {
   return std::string(dtype_name(dtype)) + shape.str() + " on " + device_name(device);
 }
 
+namespace {
+std::string& out_of_memory_note() {
+  static std::string note;
+  return note;
+}
+std::string note_suffix() {
+  return out_of_memory_note().empty() ? std::string() : "; " + out_of_memory_note();
+}
+}  // namespace
+
+void set_out_of_memory_note(std::string note) { out_of_memory_note() = std::move(note); }
+
 Buffer::Buffer(Device dev, size_t bytes) : bytes_(bytes), device_(dev) {
   if (bytes == 0) return;
   if (dev == Device::cpu) {
     size_t rounded = (bytes + 63) / 64 * 64;
     data_ = std::aligned_alloc(64, rounded);
-    ATTN_REQUIRE(data_ != nullptr, "out of host memory allocating %.1f MiB", bytes / 1048576.0);
+    ATTN_REQUIRE(data_ != nullptr, "out of host memory allocating %.1f MiB%s", bytes / 1048576.0,
+                 note_suffix().c_str());
   } else {
     cudaError_t err = cudaMalloc(&data_, bytes);
     if (err == cudaErrorMemoryAllocation) {
       size_t free_b = 0, total_b = 0;
       cudaGetLastError();
       cudaMemGetInfo(&free_b, &total_b);
-      ATTN_FAIL(
-          "out of GPU memory allocating %.1f MiB (%.1f MiB free of %.1f MiB); "
-          "try a smaller train.micro_batch or train.seq_len",
-          bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
+      ATTN_FAIL("out of GPU memory allocating %.1f MiB (%.1f MiB free of %.1f MiB)%s",
+                bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0,
+                out_of_memory_note().empty() ? "; try a smaller train.micro_batch or train.seq_len"
+                                             : note_suffix().c_str());
     }
     CUDA_CHECK(err);
   }

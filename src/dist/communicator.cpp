@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 namespace attnlab {
 
@@ -16,6 +17,40 @@ void check_sharded(const char* what, const Tensor& whole, const Tensor& part, in
                    whole.numel() == part.numel() * world_size,
                "%s: %s must hold world size (%d) x %s", what, whole.str().c_str(), world_size,
                part.str().c_str());
+}
+
+namespace {
+double ms_between(std::chrono::steady_clock::time_point a,
+                  std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+}  // namespace
+
+void Communicator::begin_timeline() {
+  timeline_ = CommTimeline{};
+  timeline_origin_ = std::chrono::steady_clock::now();
+  timeline_on_ = true;
+}
+
+void Communicator::mark_timeline() {
+  if (timeline_on_)
+    timeline_.marks_ms.push_back(ms_between(timeline_origin_, std::chrono::steady_clock::now()));
+}
+
+CommTimeline Communicator::read_timeline() {
+  timeline_on_ = false;
+  return std::move(timeline_);
+}
+
+void Communicator::timeline_collective_start() {
+  if (timeline_on_) collective_start_ = std::chrono::steady_clock::now();
+}
+
+void Communicator::timeline_collective_end() {
+  if (!timeline_on_) return;
+  const auto now = std::chrono::steady_clock::now();
+  timeline_.collectives.push_back(CommTimeline::Span{
+      ms_between(timeline_origin_, collective_start_), ms_between(timeline_origin_, now)});
 }
 
 void LocalCommunicator::all_reduce(const Tensor& t, ReduceOp) { check_collective("all_reduce", t); }

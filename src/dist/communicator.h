@@ -9,9 +9,11 @@
 //         wait for them. A watchdog thread polls ncclCommGetAsyncError and the age of the oldest
 //         unfinished collective, and ends the job (ncclCommAbort) naming the rank past timeout_s.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "dist/launch.h"
@@ -28,6 +30,18 @@ struct CommOptions {
   double timeout_s = 300.0;      // a collective (or the rendezvous) not done by then is fatal
   std::string rendezvous_file;   // nccl without MPI or MASTER_ADDR: the unique id by this file
   CUstream_st* compute_stream = nullptr;  // nccl: the stream the collectives order after
+};
+
+// Where a step's collectives lay in time (docs/distributed.md, "Overlap"), in milliseconds from
+// begin_timeline(): each collective's start and end on the stream it ran on, and the points
+// mark_timeline() recorded on the compute stream.
+struct CommTimeline {
+  struct Span {
+    double start_ms = 0.0, end_ms = 0.0;
+  };
+  std::vector<Span> collectives;
+  std::vector<double> marks_ms;
+  bool blocking = true;  // the collectives blocked the host (mpi, none): nothing overlapped them
 };
 
 class Communicator {
@@ -59,6 +73,26 @@ class Communicator {
   // Ends every rank of the job after a fatal error on this one: prints "rank R of W: message"
   // and aborts the job (MPI_Abort, ncclCommAbort + exit). Does not return.
   [[noreturn]] virtual void abort(const std::string& message) = 0;
+
+  // Timeline of the collectives (GradientSync's overlap report). Between begin_timeline() and
+  // stop_timeline() every collective is timed; read_timeline() returns it once the work is done
+  // (nccl waits for its events). Blocking backends use the wall clock around each call; nccl
+  // overrides them with CUDA events: a collective's start is recorded on the communication stream
+  // after it waited for the compute stream, its end after it, a mark on the compute stream.
+  virtual void begin_timeline();
+  virtual void mark_timeline();
+  void stop_timeline() { timeline_on_ = false; }
+  virtual CommTimeline read_timeline();
+
+ protected:
+  // For blocking backends: the wall clock around each collective while the timeline is on.
+  void timeline_collective_start();
+  void timeline_collective_end();
+  bool timeline_on_ = false;
+
+ private:
+  std::chrono::steady_clock::time_point timeline_origin_, collective_start_;
+  CommTimeline timeline_;
 };
 
 // A single process: world size 1, rank 0; the collectives are identities (argument checks only).

@@ -21,18 +21,18 @@ int layer_of(const std::string& name, int n_layer) {
 
 }  // namespace
 
-GradientSync::GradientSync(Communicator& comm, const ParameterStore& store, int64_t bucket_elems,
+GradientSync::GradientSync(Communicator& comm, const ParameterStore& store, const ZeroShardMap& map,
                            int zero)
-    : comm_(comm), store_(store), zero_(zero) {
+    : comm_(comm), store_(store), map_(map), zero_(zero) {
   ATTN_REQUIRE(zero == 0 || zero == 1, "distributed.zero must be 0 or 1, got %d", zero);
   ATTN_REQUIRE(store.num_shards() == comm.world_size(),
                "the parameter store has %d shards but there are %d ranks", store.num_shards(),
                comm.world_size());
+  ATTN_REQUIRE(map.world() == comm.world_size() && map.rank() == comm.rank(),
+               "GradientSync: the shard map is for rank %d of %d, this is rank %d of %d",
+               map.rank(), map.world(), comm.rank(), comm.world_size());
   const int64_t n = store.trainable_buffer_numel();
-  const int64_t b = std::max<int64_t>(kParamAlignElements,
-                                      bucket_elems / kParamAlignElements * kParamAlignElements);
-  for (int64_t at = 0; at < n; at += b) buckets_.push_back(Bucket{at, std::min(b, n - at)});
-  next_ = int(buckets_.size());
+  next_ = num_buckets();
   // layer_ready_[l]: the lowest offset of the trainable tensors of layers >= l (and above), valid
   // only if every tensor of a lower layer (or the embeddings) ends at or below it.
   int n_layer = 0;
@@ -55,17 +55,28 @@ GradientSync::GradientSync(Communicator& comm, const ParameterStore& store, int6
 }
 
 void GradientSync::begin_last_backward() {
-  armed_ = zero_ == 0 && comm_.world_size() > 1;
-  next_ = int(buckets_.size());
+  armed_ = comm_.world_size() > 1;
+  next_ = num_buckets();
   launched_early_ = 0;
+  timing_ = armed_;
+  if (timing_) comm_.begin_timeline();
 }
 
 void GradientSync::launch_down_to(int64_t ready_from) {
   const Tensor grads = store_.grads();
-  while (next_ > 0 && buckets_[size_t(next_ - 1)].offset >= ready_from) {
-    const Bucket& b = buckets_[size_t(--next_)];
-    NvtxRange range("dist.all_reduce_bucket");  // its enqueue; the transfer is on the comm stream
-    comm_.all_reduce(grads.slice0(b.offset, b.offset + b.numel), ReduceOp::sum);
+  const auto& buckets = map_.buckets();
+  while (next_ > 0 && buckets[size_t(next_ - 1)].offset >= ready_from) {
+    const int k = --next_;
+    const ZeroShardMap::Bucket& b = buckets[size_t(k)];
+    const Tensor view = grads.slice0(b.offset, b.offset + b.numel);
+    if (zero_ == 0) {
+      NvtxRange range("dist.all_reduce_bucket");  // its enqueue; the transfer is on the comm stream
+      comm_.all_reduce(view, ReduceOp::sum);
+    } else {
+      NvtxRange range("dist.reduce_scatter_bucket");
+      const ZeroShardMap::Piece& p = map_.pieces()[size_t(k)];
+      comm_.reduce_scatter(view, grads.slice0(p.flat, p.flat + p.numel), ReduceOp::sum);
+    }
   }
 }
 
@@ -80,17 +91,30 @@ void GradientSync::layer_done(int layer) {
 
 void GradientSync::finish() {
   armed_ = false;
-  if (comm_.world_size() > 1) {
-    if (zero_ == 0) {
-      launch_down_to(0);
-    } else {
-      const Tensor grads = store_.grads();
-      NvtxRange range("dist.reduce_scatter");
-      const ParameterStore::Range r = store_.shard(comm_.rank());
-      comm_.reduce_scatter(grads, grads.slice0(r.offset, r.offset + r.numel), ReduceOp::sum);
-    }
-  }
+  if (timing_) comm_.mark_timeline();  // the backward's last kernel
+  if (comm_.world_size() > 1) launch_down_to(0);
   comm_.wait();
+  if (timing_) {
+    comm_.mark_timeline();  // the compute stream after every bucket: the optimizer may start
+    comm_.stop_timeline();
+  }
+}
+
+OverlapReport GradientSync::overlap() {
+  OverlapReport r;
+  if (!timing_) return r;
+  timing_ = false;
+  const CommTimeline t = comm_.read_timeline();
+  ATTN_ASSERT(t.marks_ms.size() == 2);
+  r.valid = true;
+  for (const CommTimeline::Span& s : t.collectives) {
+    r.bucket_ms.push_back(s.end_ms - s.start_ms);
+    r.comm_ms += s.end_ms - s.start_ms;
+  }
+  r.backward_end_ms = t.marks_ms[0];
+  r.optimizer_ready_ms = t.marks_ms[1];
+  r.exposed_ms = t.blocking ? r.comm_ms : std::max(0.0, r.optimizer_ready_ms - r.backward_end_ms);
+  return r;
 }
 
 }  // namespace attnlab

@@ -178,12 +178,16 @@ class MpiCommunicator final : public Communicator {
   // pending, so the job must end; the trainer aborts it).
   void finish(MPI_Request& req, const char* what, int64_t numel) {
     ++seq_;
+    timeline_collective_start();
     const auto t0 = Clock::now();
     const auto deadline = t0 + std::chrono::duration<double>(timeout_s_);
     int done = 0;
     for (int spins = 0;; ++spins) {
       MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-      if (done) return;
+      if (done) {
+        timeline_collective_end();
+        return;
+      }
       if (spins > 1000) {
         if (Clock::now() > deadline) break;
         std::this_thread::sleep_for(std::chrono::microseconds(spins > 100000 ? 1000 : 20));

@@ -23,6 +23,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -100,6 +101,7 @@ class NcclCommunicator final : public Communicator {
       ncclCommDestroy(comm_);
     }
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+    for (cudaEvent_t e : timing_events_) cudaEventDestroy(e);
     for (auto& p : pending_) cudaEventDestroy(p.done);
     cudaEventDestroy(compute_done_);
     cudaEventDestroy(comm_done_);
@@ -183,6 +185,37 @@ class NcclCommunicator final : public Communicator {
   }
   [[noreturn]] void abort(const std::string& message) override { die(message); }
 
+  // Timeline by CUDA events (timing ones, from a pool reused step after step): the origin and the
+  // marks on the compute stream, each collective's start (after the stream waited for the compute
+  // stream) and end on the communication stream.
+  void begin_timeline() override {
+    Communicator::begin_timeline();
+    used_timing_ = 0;
+    marks_.clear();
+    spans_.clear();
+    origin_ = timing_event();
+    CUDA_CHECK(cudaEventRecord(origin_, compute_));
+  }
+  void mark_timeline() override {
+    if (!timeline_on_) return;
+    marks_.push_back(timing_event());
+    CUDA_CHECK(cudaEventRecord(marks_.back(), compute_));
+  }
+  CommTimeline read_timeline() override {
+    Communicator::read_timeline();
+    CommTimeline t;
+    t.blocking = false;
+    auto ms = [&](cudaEvent_t e) {
+      CUDA_CHECK(cudaEventSynchronize(e));
+      float v = 0.f;
+      CUDA_CHECK(cudaEventElapsedTime(&v, origin_, e));
+      return double(v);
+    };
+    for (const auto& [a, b] : spans_) t.collectives.push_back(CommTimeline::Span{ms(a), ms(b)});
+    for (cudaEvent_t e : marks_) t.marks_ms.push_back(ms(e));
+    return t;
+  }
+
  private:
   static constexpr size_t kHostScratchBytes = size_t(1) << 16;
   struct Pending {
@@ -239,9 +272,25 @@ class NcclCommunicator final : public Communicator {
   void begin() {
     CUDA_CHECK(cudaEventRecord(compute_done_, compute_));
     CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_done_, 0));
+    if (timeline_on_) {
+      spans_.emplace_back(timing_event(), nullptr);
+      CUDA_CHECK(cudaEventRecord(spans_.back().first, stream_));
+    }
+  }
+  cudaEvent_t timing_event() {
+    if (used_timing_ == timing_events_.size()) {
+      cudaEvent_t e;
+      CUDA_CHECK(cudaEventCreate(&e));
+      timing_events_.push_back(e);
+    }
+    return timing_events_[used_timing_++];
   }
   // Hands the collective to the watchdog: an event after it, and when it was issued.
   void end(const char* what, int64_t numel) {
+    if (timeline_on_ && !spans_.empty() && spans_.back().second == nullptr) {
+      spans_.back().second = timing_event();
+      CUDA_CHECK(cudaEventRecord(spans_.back().second, stream_));
+    }
     std::lock_guard<std::mutex> lock(mu_);
     cudaEvent_t e;
     if (free_events_.empty()) {
@@ -315,6 +364,12 @@ class NcclCommunicator final : public Communicator {
   std::deque<Pending> pending_;
   std::vector<cudaEvent_t> free_events_;
   int64_t seq_ = 0;
+  // The timeline's events (main thread only).
+  std::vector<cudaEvent_t> timing_events_;
+  size_t used_timing_ = 0;
+  cudaEvent_t origin_ = nullptr;
+  std::vector<cudaEvent_t> marks_;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> spans_;
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "model/gpt.h"
+#include "model/memory_note.h"
 
 namespace attnlab {
 
@@ -45,13 +46,26 @@ std::string device_memory_shortfall(const TrainingMemoryEstimate& e, size_t free
     if (recompute != ActivationRecompute::block)
       hint += ", or set train.recompute: block (keeps only each layer's input)";
   }
+  return strformat("out of device memory at start-up: %s but the GPU has %s free; %s",
+                   memory_estimate_text(e, micro_batch, recompute).c_str(), gib(free_bytes).c_str(),
+                   hint.c_str());
+}
+
+std::string memory_estimate_text(const TrainingMemoryEstimate& e, int micro_batch,
+                                 ActivationRecompute recompute) {
   return strformat(
-      "out of device memory at start-up: the run needs about %s (weights %s, "
-      "gradients %s, optimizer %s, activations %s for micro-batch %d, recompute %s) "
-      "but the GPU has %s free; %s",
+      "the run needs about %s (weights %s, gradients %s, optimizer %s, activations %s for "
+      "micro-batch %d, recompute %s)",
       gib(e.total()).c_str(), gib(e.weights).c_str(), gib(e.grads).c_str(),
-      gib(e.optimizer).c_str(), gib(e.activations).c_str(), micro_batch, recompute_name(recompute),
-      gib(free_bytes).c_str(), hint.c_str());
+      gib(e.optimizer).c_str(), gib(e.activations).c_str(), micro_batch, recompute_name(recompute));
+}
+
+std::string out_of_memory_note(const TrainingMemoryEstimate& e, int micro_batch,
+                               ActivationRecompute recompute) {
+  std::string hint = "lower train.micro_batch (raise the accumulation to keep train.batch_tokens)";
+  if (recompute != ActivationRecompute::block) hint += ", set train.recompute: block";
+  hint += ", or use distributed.zero: 1 over more ranks (docs/distributed.md)";
+  return memory_estimate_text(e, micro_batch, recompute) + "; hint: " + hint;
 }
 
 }  // namespace attnlab

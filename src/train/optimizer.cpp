@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "core/nvtx.h"
 #include "dist/communicator.h"
 #include "ops/ops.h"
 
@@ -22,7 +23,7 @@ void AdamWConfig::validate() const {
 }
 
 AdamW::AdamW(const ExecContext& ctx, ParameterStore& store, const AdamWConfig& config,
-             Communicator* zero1)
+             Communicator* zero1, const ZeroShardMap* shards)
     : ctx_(ctx),
       store_(store),
       config_(config),
@@ -54,28 +55,35 @@ AdamW::AdamW(const ExecContext& ctx, ParameterStore& store, const AdamWConfig& c
   // A distinct stream of random bits per step and range for stochastic rounding (bf16): range i
   // uses seed step * 0x9E3779B9 ^ (i + 1) * 0x85EBCA6B.
   for (size_t i = 0; i < ranges.size(); ++i) ranges[i].seed = (uint32_t(i) + 1u) * 0x85EBCA6Bu;
-  // This rank's part: everything, or its ZeRO-1 shard (ranges and spans clipped to it, offsets
-  // relative to it; a clipped range keeps its seed, but its rounding bits count elements from
-  // the shard's edge, so bf16 ZeRO-1 rounds differently from ZeRO 0 there).
-  shard_ = ParameterStore::Range{0, store.trainable_buffer_numel()};
+  // This rank's pieces: everything, or its ZeRO-1 slices (ranges and spans clipped to each, offsets
+  // relative to it; a clipped range keeps its seed, but its rounding bits count elements from the
+  // piece's edge, so bf16 ZeRO-1 rounds differently from ZeRO 0 there).
+  map_ = ZeroShardMap::whole(store.trainable_buffer_numel());
   if (zero1_) {
     ATTN_REQUIRE(store.num_shards() == zero1_->world_size(),
                  "ZeRO-1: the parameter store has %d shards for %d ranks", store.num_shards(),
                  zero1_->world_size());
-    shard_ = store.shard(zero1_->rank());
+    ATTN_REQUIRE(
+        shards && shards->world() == zero1_->world_size() && shards->rank() == zero1_->rank(),
+        "ZeRO-1: AdamW needs the shard map of rank %d of %d", zero1_->rank(), zero1_->world_size());
+    map_ = *shards;
   }
-  const int64_t lo = shard_.offset, hi = shard_.offset + shard_.numel;
-  std::vector<ops::AdamWRangeSpec> clipped;
-  for (const ops::AdamWRangeSpec& r : ranges) {
-    const int64_t a = std::max(r.offset, lo), b = std::min(r.offset + r.numel, hi);
-    if (a < b) clipped.push_back(ops::AdamWRangeSpec{a - lo, b - a, r.decay, r.seed});
+  for (const ZeroShardMap::Piece& p : map_.pieces()) {
+    const int64_t lo = p.flat, hi = p.flat + p.numel;
+    std::vector<ops::AdamWRangeSpec> clipped;
+    for (const ops::AdamWRangeSpec& r : ranges) {
+      const int64_t a = std::max(r.offset, lo), b = std::min(r.offset + r.numel, hi);
+      if (a < b) clipped.push_back(ops::AdamWRangeSpec{a - lo, b - a, r.decay, r.seed});
+    }
+    std::vector<ops::FlatSpan> spans;
+    for (const ops::FlatSpan& f : spans_) {
+      const int64_t a = std::max(f.offset, lo), b = std::min(f.offset + f.numel, hi);
+      if (a < b) spans.push_back(ops::FlatSpan{a - lo, b - a});
+    }
+    piece_ranges_.emplace_back(ctx, std::move(clipped));
+    piece_spans_.push_back(std::move(spans));
   }
-  for (const ops::FlatSpan& f : spans_) {
-    const int64_t a = std::max(f.offset, lo), b = std::min(f.offset + f.numel, hi);
-    if (a < b) shard_spans_.push_back(ops::FlatSpan{a - lo, b - a});
-  }
-  ranges_ = ops::AdamWRangeTable(ctx, std::move(clipped));
-  const size_t bytes = size_t(shard_.numel) * sizeof(float);
+  const size_t bytes = size_t(map_.shard_numel()) * sizeof(float);
   m_ = Buffer(store.device(), bytes);
   v_ = Buffer(store.device(), bytes);
   m_.zero();
@@ -86,12 +94,23 @@ AdamW::AdamW(const ExecContext& ctx, ParameterStore& store, const AdamWConfig& c
   }
 }
 
+std::vector<AdamW::SpanCopy> AdamW::shard_copies() const {
+  std::vector<SpanCopy> c;
+  for (const ZeroShardMap::Piece& p : map_.pieces())
+    c.push_back(SpanCopy{p.flat, p.local, p.numel});
+  return c;
+}
+
 StepStats AdamW::step(float lr, int step) {
   ATTN_REQUIRE(step >= 1, "AdamW::step: step counts from 1, got %d", step);
   StepStats stats;
-  const int64_t lo = shard_.offset, hi = shard_.offset + shard_.numel;
-  const Tensor grads = store_.grads().slice0(lo, hi);
-  double sum_sq = shard_spans_.empty() ? 0.0 : ops::sum_of_squares(ctx_, grads, shard_spans_);
+  const Tensor grads = store_.grads();
+  const auto& pieces = map_.pieces();
+  double sum_sq = 0.0;
+  for (size_t k = 0; k < pieces.size(); ++k)
+    if (!piece_spans_[k].empty())
+      sum_sq += ops::sum_of_squares(
+          ctx_, grads.slice0(pieces[k].flat, pieces[k].flat + pieces[k].numel), piece_spans_[k]);
   if (zero1_) zero1_->all_reduce_host(&sum_sq, 1);  // the shards' sums: the global norm
   stats.grad_norm = std::sqrt(sum_sq);
   if (!std::isfinite(stats.grad_norm)) {  // the same on every rank: none updates or gathers
@@ -104,30 +123,41 @@ StepStats AdamW::step(float lr, int step) {
         float(config_.grad_clip / std::max(stats.grad_norm, double(config_.grad_clip)));
 
   const Tensor params = store_.trainable_params();
-  if (!ranges_.ranges().empty()) {
-    ops::AdamWStep s;
-    s.lr = lr;
-    s.beta1 = config_.beta1;
-    s.beta2 = config_.beta2;
-    s.eps = config_.eps;
-    s.weight_decay = config_.weight_decay;
-    s.grad_scale = stats.clip_scale;
-    s.step = step;
-    s.seed = uint32_t(step) * 0x9E3779B9u;
-    const Shape shape{shard_.numel};
-    const Tensor master = master_.data() ? master_.as(DType::f32, shape) : Tensor();
-    ops::adamw_update_multi(ctx_, params.slice0(lo, hi), master, grads, m_.as(DType::f32, shape),
-                            v_.as(DType::f32, shape), ranges_, s);
+  ops::AdamWStep s;
+  s.lr = lr;
+  s.beta1 = config_.beta1;
+  s.beta2 = config_.beta2;
+  s.eps = config_.eps;
+  s.weight_decay = config_.weight_decay;
+  s.grad_scale = stats.clip_scale;
+  s.step = step;
+  s.seed = uint32_t(step) * 0x9E3779B9u;
+  const Shape shape{map_.shard_numel()};
+  const Tensor m = m_.as(DType::f32, shape), v = v_.as(DType::f32, shape);
+  const Tensor master = master_.data() ? master_.as(DType::f32, shape) : Tensor();
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    if (piece_ranges_[k].ranges().empty()) continue;
+    const ZeroShardMap::Piece& p = pieces[k];
+    const int64_t a = p.local, b = p.local + p.numel;
+    ops::adamw_update_multi(ctx_, params.slice0(p.flat, p.flat + p.numel),
+                            master.data ? master.slice0(a, b) : Tensor(),
+                            grads.slice0(p.flat, p.flat + p.numel), m.slice0(a, b), v.slice0(a, b),
+                            piece_ranges_[k], s);
   }
-  if (zero1_) {  // every rank's updated shard to every rank
-    zero1_->all_gather(params.slice0(lo, hi), params);
+  if (zero1_) {  // every rank's updated slices to every rank, bucket by bucket
+    NvtxRange range("dist.all_gather_weights");
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      const ZeroShardMap::Bucket& bk = map_.buckets()[k];
+      zero1_->all_gather(params.slice0(pieces[k].flat, pieces[k].flat + pieces[k].numel),
+                         params.slice0(bk.offset, bk.offset + bk.numel));
+    }
     zero1_->wait();
   }
   return stats;
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {
-  const Shape shape{shard_.numel};
+  const Shape shape{map_.shard_numel()};
   std::vector<std::pair<std::string, Tensor>> out;
   out.emplace_back("adamw.m", m_.as(DType::f32, shape));
   out.emplace_back("adamw.v", v_.as(DType::f32, shape));
@@ -144,7 +174,12 @@ std::vector<std::pair<std::string, Tensor>> AdamW::gathered_state(
   for (auto& [name, t] : state) {
     storage.emplace_back(store_.device(), size_t(whole.numel()) * sizeof(float));
     const Tensor full = storage.back().as(DType::f32, whole);
-    zero1_->all_gather(t, full);
+    for (size_t k = 0; k < map_.pieces().size(); ++k) {
+      const ZeroShardMap::Piece& p = map_.pieces()[k];
+      const ZeroShardMap::Bucket& bk = map_.buckets()[k];
+      zero1_->all_gather(t.slice0(p.local, p.local + p.numel),
+                         full.slice0(bk.offset, bk.offset + bk.numel));
+    }
     t = full;
   }
   zero1_->wait();
@@ -225,7 +260,7 @@ void AdamW::load_each(const std::vector<std::pair<std::string, Tensor>>& state,
       staging.zero();
       const Tensor full = staging.as(DType::f32, Shape{store_.trainable_buffer_numel()});
       copy(full, *src);
-      copy_state(dst, full.slice0(shard_.offset, shard_.offset + shard_.numel));
+      copy_spans(dst, full, shard_copies());
     }
     have_master |= name == "adamw.master";
   }
@@ -267,12 +302,12 @@ void AdamW::load_packed_state(const std::vector<std::pair<std::string, Tensor>>&
 
 void AdamW::sync_master_from_params() {
   if (store_.dtype() != DType::bf16) return;
-  const int64_t n = shard_.numel;
+  const int64_t n = map_.shard_numel();
   std::vector<bf16> weights(static_cast<size_t>(n));
   std::vector<float> master(static_cast<size_t>(n));
   const Shape shape{n};
-  copy_state(Tensor(weights.data(), DType::bf16, Device::cpu, shape),
-             store_.trainable_params().slice0(shard_.offset, shard_.offset + shard_.numel));
+  copy_spans(Tensor(weights.data(), DType::bf16, Device::cpu, shape), store_.trainable_params(),
+             shard_copies());
   for (int64_t i = 0; i < n; ++i) master[size_t(i)] = __bfloat162float(weights[size_t(i)]);
   copy_state(master_.as(DType::f32, shape), Tensor(master.data(), DType::f32, Device::cpu, shape));
 }

@@ -6,14 +6,16 @@
 // the alignment padding is never touched. Weight decay applies only to entries whose ParamSpec
 // has weight_decay set.
 //
-// ZeRO-1 (docs/distributed.md): constructed with a communicator of W ranks, the state covers this
-// rank's shard store.shard(rank) only (m, v and the master copy are [shard numel], offsets
-// relative to the shard). step() expects the shard's gradients reduced over the ranks (a
-// reduce-scatter, dist/grad_sync.h); the gradient norm is the square root of the all-reduced
-// sums of squares of the shards (exact: the same terms, summed per shard, then over shards), the
-// shard is updated, and the trainable weights are all-gathered so every rank holds all of them.
-// Checkpoints hold the whole state (gathered_state(), a collective) and load_state takes the
-// whole state and keeps this rank's shard, so a run resumes on any number of ranks.
+// ZeRO-1 (docs/distributed.md): constructed with a communicator of W ranks and a ZeroShardMap,
+// the state covers this rank's shard only: the concatenation of its slice of every gradient
+// bucket (m, v and the master copy are [shard numel], in the map's local offsets). step() expects
+// those slices' gradients reduced over the ranks (a reduce-scatter per bucket, dist/grad_sync.h);
+// the gradient norm is the square root of the all-reduced sums of squares of the shards (exact:
+// the same terms, summed per slice, then over slices and ranks), each slice is updated, and the
+// trainable weights are all-gathered bucket by bucket so every rank holds all of them.
+// Checkpoints hold the whole state in flat order (gathered_state(), a collective) and load_state
+// takes the whole state and keeps this rank's slices, so files do not depend on the bucket size
+// and a run resumes on any number of ranks.
 #pragma once
 #include <functional>
 #include <string>
@@ -22,6 +24,7 @@
 
 #include "core/context.h"
 #include "core/parameters.h"
+#include "dist/shard_map.h"
 #include "ops/ops.h"
 
 namespace attnlab {
@@ -46,9 +49,11 @@ class AdamW {
  public:
   // The store must be finalized and live on ctx's device; m and v start at zero and the master
   // copy (bf16 stores) from the current weights.
-  // zero1: the communicator to shard over (nullptr: the whole trainable range on this rank).
+  // zero1: the communicator to shard over (nullptr: the whole trainable range on this rank), with
+  // `shards`, the map of this rank's slices (required when zero1 has several ranks; the same map
+  // as the GradientSync's).
   AdamW(const ExecContext& ctx, ParameterStore& store, const AdamWConfig& config,
-        Communicator* zero1 = nullptr);
+        Communicator* zero1 = nullptr, const ZeroShardMap* shards = nullptr);
 
   // One update with learning rate `lr` at 1-based optimizer step `step` (bias correction).
   // Global norm from one sum of squares over store.grads() (synchronizes on CUDA), clip factor
@@ -101,11 +106,15 @@ class AdamW {
   ParameterStore& store_;
   AdamWConfig config_;
   Communicator* zero1_ = nullptr;
-  ParameterStore::Range shard_;  // the trainable range this rank updates (all of it without ZeRO)
-  ops::AdamWRangeTable ranges_;  // runs of trainable tensors with one weight-decay flag,
-                                 // offsets relative to shard_ (clipped to it)
-  std::vector<ops::FlatSpan> spans_;  // the trainable tensors, padding excluded (gradient norm)
-  std::vector<ops::FlatSpan> shard_spans_;  // spans_ clipped to shard_, relative to it
+  // The pieces of the trainable range this rank updates (one piece, all of it, without ZeRO-1).
+  ZeroShardMap map_;
+  // Per piece: the runs of trainable tensors with one weight-decay flag, and the tensors (padding
+  // excluded: the gradient norm), clipped to the piece, offsets relative to it.
+  std::vector<ops::AdamWRangeTable> piece_ranges_;
+  std::vector<std::vector<ops::FlatSpan>> piece_spans_;
+  std::vector<ops::FlatSpan> spans_;  // the trainable tensors, padding excluded
+  // Flat range -> this rank's state (copies of its pieces).
+  std::vector<SpanCopy> shard_copies() const;
   Buffer m_, v_, master_;
 };
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 
@@ -14,17 +15,20 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "core/nvtx.h"
+#include "core/out_of_memory.h"
 #include "data/loader.h"
 #include "data/synthetic.h"
 #include "dist/communicator.h"
 #include "dist/consistency.h"
 #include "dist/grad_sync.h"
 #include "dist/launch.h"
+#include "dist/shard_map.h"
 #include "eval/validation.h"
 #include "io/atomic_file.h"
 #include "io/logger.h"
 #include "io/metrics.h"
 #include "model/gpt.h"
+#include "model/memory_note.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/from_recipe.h"
@@ -57,6 +61,7 @@ struct Session {
   std::string tokenizer_json;
   Buffer batch_dev;  // device copies of tokens and targets
   Tensor tokens_dev, targets_dev;
+  TrainingMemoryEstimate memory;  // of `attnlab info`, for out-of-memory errors
 };
 
 // One process per GPU: the device is the rank's local rank (its index on its node).
@@ -188,19 +193,23 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
   }
 }
 
-// Start-up out-of-memory check: the estimate of `attnlab info` against the free device memory,
-// before anything large is allocated (a clear message instead of a failed cudaMalloc later).
-void check_device_memory(const Recipe& r, const Session& s) {
+// The device-memory estimate of `attnlab info` for this run (ZeRO-1 keeps 1 / world of the
+// optimizer state and fp32 master on each rank).
+TrainingMemoryEstimate memory_estimate(const Recipe& r, const Session& s) {
   const auto trainable = r.retrofit.trainable_roles();
   int64_t n = 0, n_train = 0;
   for (const auto& e : s.store.entries()) {
     n += e.spec.shape.numel();
     if (trainable.count(e.spec.role)) n_train += e.spec.shape.numel();
   }
-  // ZeRO-1 keeps 1 / world of the optimizer state (and fp32 master) on each rank.
   const int shards = r.distributed.zero == 1 ? s.comm->world_size() : 1;
-  TrainingMemoryEstimate est = estimate_training_memory(*s.model, n, n_train, r.train.micro_batch,
-                                                        r.train.seq_len, s.dtype, shards);
+  return estimate_training_memory(*s.model, n, n_train, r.train.micro_batch, r.train.seq_len,
+                                  s.dtype, shards);
+}
+
+// Start-up out-of-memory check: the estimate against the free device memory, before anything
+// large is allocated (a clear message instead of a failed cudaMalloc later).
+void check_device_memory(const Recipe& r, const Session& s, const TrainingMemoryEstimate& est) {
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   std::string shortfall =
@@ -208,10 +217,33 @@ void check_device_memory(const Recipe& r, const Session& s) {
   ATTN_REQUIRE(shortfall.empty(), "%s", shortfall.c_str());
 }
 
+// Test hook (docs/distributed.md, "Faults"): ATTNLAB_TEST_OOM=<rank>:<step> makes that rank, at
+// the start of that (1-based) step, allocate more memory than its device has (the device's total
+// plus the run's estimate; on the CPU 2^50 bytes), so the allocator's genuine failure path runs
+// mid-run. Used by the ctest dist_mpi_rank_oom and scripts/dist_device_check.sh only.
+void test_hook_out_of_memory(const Session& s, int64_t step, const TrainingMemoryEstimate& est) {
+  const char* v = std::getenv("ATTNLAB_TEST_OOM");
+  int rank = -1;
+  long long at = -1;
+  if (!v || std::sscanf(v, "%d:%lld", &rank, &at) != 2) return;
+  if (rank != s.comm->rank() || at != step) return;
+  size_t bytes = size_t(1) << 50;
+  if (s.ctx->device == Device::cuda) {
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    bytes = total_bytes + est.total();
+  }
+  Buffer too_large(s.ctx->device, bytes);
+}
+
 void setup_model(const Recipe& r, Session& s) {
   s.model = std::make_unique<GPT>(gpt_config_of(r));
   s.model->declare_params(s.store);
-  if (s.ctx->device == Device::cuda) check_device_memory(r, s);
+  s.memory = memory_estimate(r, s);
+  if (s.ctx->device == Device::cuda) check_device_memory(r, s, s.memory);
+  // An allocation that fails later (on any rank, mid-run) reports the estimate and a hint.
+  set_out_of_memory_note(
+      out_of_memory_note(s.memory, r.train.micro_batch, s.model->config().recompute));
   // Shards for ZeRO-1 (the padding alone differs from one rank's layout; ZeRO 0 keeps it so
   // that both modes lay the state out alike).
   s.store.finalize(s.ctx->device, s.dtype, r.retrofit.trainable_roles(), s.comm->world_size());
@@ -278,10 +310,12 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   setup_model(recipe, s);
 
   const int zero = world > 1 ? recipe.distributed.zero : 0;
-  AdamW opt(*s.ctx, s.store, adamw_config_of(recipe), zero == 1 ? s.comm.get() : nullptr);
   const int64_t bucket_elems =
       int64_t(recipe.distributed.bucket_mb * double(1 << 20)) / int64_t(dtype_size(s.dtype));
-  GradientSync grad_sync(*s.comm, s.store, bucket_elems, zero);
+  // The gradient buckets, and under ZeRO-1 this rank's slice of each (its optimizer shard).
+  const ZeroShardMap shards(s.store.trainable_buffer_numel(), world, s.comm->rank(), bucket_elems);
+  AdamW opt(*s.ctx, s.store, adamw_config_of(recipe), zero == 1 ? s.comm.get() : nullptr, &shards);
+  GradientSync grad_sync(*s.comm, s.store, shards, zero);
   if (world > 1) s.model->set_backward_hook([&](int layer) { grad_sync.layer_done(layer); });
   // Validation windows in all: eval.batches x micro_batch, split over the ranks.
   const int val_batches = (recipe.eval.batches + world - 1) / world;
@@ -432,6 +466,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   if (recipe.eval.at_start && st.step == 0) evaluate();
   while (st.step < last_step) {
     NvtxRange step_range("train.step");
+    test_hook_out_of_memory(s, st.step + 1, s.memory);
     auto t0 = Clock::now();
     const float lr = lr_at(sched, int(st.step));
     // Fetch every micro-batch first so the loss scale is exact: 1 / (valid targets in the step).
@@ -464,6 +499,8 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
       NvtxRange opt_range("optimizer.step");
       ss = opt.step(lr, int(st.step) + 1);
     }
+    // The gradient communication of the step (several ranks): rank 0's timeline.
+    const OverlapReport overlap = grad_sync.overlap();
     // Read after the optimizer (it synchronises for the gradient norm anyway): the micro-steps
     // run without a host synchronisation. A non-finite loss gives a non-finite gradient norm, so
     // the weights were not updated when this throws.
@@ -498,15 +535,16 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     const double step_s = seconds_since(t0);
     ema_step_s = ema_step_s == 0.0 ? step_s : 0.9 * ema_step_s + 0.1 * step_s;
     const double tok_s = double(step_tokens) / step_s;
-    log.metrics({{"step", st.step},
-                 {"run", recipe.train.name},
-                 {"loss", loss},
-                 {"lr", lr},
-                 {"grad_norm", ss.grad_norm},
-                 {"tokens", st.tokens_seen},
-                 {"tok_per_s", tok_s},
-                 {"ms_per_step", step_s * 1e3},
-                 {"flops_per_s", flops_tok * tok_s}});
+    nlohmann::json record = {
+        {"step", st.step},    {"run", recipe.train.name},    {"loss", loss},
+        {"lr", lr},           {"grad_norm", ss.grad_norm},   {"tokens", st.tokens_seen},
+        {"tok_per_s", tok_s}, {"ms_per_step", step_s * 1e3}, {"flops_per_s", flops_tok * tok_s}};
+    if (overlap.valid) {
+      record["comm_ms"] = overlap.comm_ms;
+      record["exposed_comm_ms"] = overlap.exposed_ms;
+      record["comm_bucket_ms"] = overlap.bucket_ms;
+    }
+    log.metrics(record);
     if (st.step % recipe.log.every == 0 || st.step == last_step || st.step == 1) {
       io::ProgressStats ps;
       ps.step = st.step;
@@ -517,6 +555,10 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
       ps.tokens_per_s = tok_s;
       ps.step_ms = step_s * 1e3;
       ps.eta_s = ema_step_s * double(last_step - st.step);
+      if (overlap.valid) {
+        ps.extra.emplace_back("comm", strformat("%.1f ms", overlap.comm_ms));
+        ps.extra.emplace_back("exposed", strformat("%.1f ms", overlap.exposed_ms));
+      }
       log.progress(ps);
     }
 

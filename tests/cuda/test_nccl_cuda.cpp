@@ -63,6 +63,46 @@ TEST(NcclCuda, WorldOfOneCollectivesKeepTheData) {
   comm->barrier();
 }
 
+// The timeline by CUDA events (dist/communicator.h): one span per collective while it is on, in
+// order and after the origin, and the marks on the compute stream; nothing once it is stopped.
+TEST(NcclCuda, TimelineRecordsEachCollectiveAndTheMarks) {
+  NCCL_TEST_PREAMBLE();
+  auto ctx = ExecContext::make_cuda(0);
+  CommOptions o;
+  o.backend = "nccl";
+  o.timeout_s = 60;
+  o.compute_stream = ctx->stream;
+  auto comm = make_communicator(o);
+  const int64_t n = int64_t(1) << 22;
+  Buffer a(Device::cuda, size_t(n) * sizeof(float));
+  a.zero();
+  const Tensor t = a.as(DType::f32, {n});
+  for (int step = 0; step < 2; ++step) {  // the event pool is reused
+    comm->begin_timeline();
+    comm->all_reduce(t.slice0(0, n / 2), ReduceOp::sum);
+    comm->all_reduce(t.slice0(n / 2, n), ReduceOp::sum);
+    comm->mark_timeline();
+    comm->wait();
+    comm->mark_timeline();
+    comm->stop_timeline();
+    comm->all_reduce(t, ReduceOp::sum);  // not recorded
+    comm->mark_timeline();               // not recorded
+    comm->wait();
+    ctx->synchronize();
+    const CommTimeline tl = comm->read_timeline();
+    EXPECT_FALSE(tl.blocking);
+    ASSERT_EQ(tl.collectives.size(), 2u);
+    ASSERT_EQ(tl.marks_ms.size(), 2u);
+    double last = 0.0;
+    for (const CommTimeline::Span& sp : tl.collectives) {
+      EXPECT_GE(sp.start_ms, last);
+      EXPECT_GE(sp.end_ms, sp.start_ms);
+      last = sp.end_ms;
+    }
+    EXPECT_GE(tl.marks_ms[1], tl.collectives.back().end_ms);  // after wait(): every bucket done
+  }
+}
+
 // A bf16 model on the GPU, deterministic kernels: backend nccl at world size 1 == backend none.
 TEST(NcclCuda, TrainingThroughNcclAtWorldOneEqualsNoCommunicatorBitForBit) {
   NCCL_TEST_PREAMBLE();

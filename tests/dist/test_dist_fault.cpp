@@ -1,7 +1,7 @@
-// A dead or hung rank ends the job with a clear error within distributed.timeout_s. These run
-// only as the ctests dist_mpi_rank_hangs / dist_mpi_rank_exits (CMakeLists.txt: mpirun -np 2,
-// ATTNLAB_DIST_FAULT_TEST=1), which check the job's output and its bounded time; they end the
-// job on purpose, so a plain run skips them.
+// A dead, hung or out-of-memory rank ends the job with a clear error within
+// distributed.timeout_s. These run only as the ctests dist_mpi_rank_hangs / dist_mpi_rank_exits /
+// dist_mpi_rank_oom (CMakeLists.txt: mpirun -np 2, ATTNLAB_DIST_FAULT_TEST=1), which check the
+// job's output and its bounded time; they end the job on purpose, so a plain run skips them.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -68,6 +68,23 @@ TEST(DistFault, RankExits) {
   }
   train_tiny();
   FAIL() << "rank 0 finished training while rank 1 was dead";
+}
+
+// Rank 1 runs out of memory at step 3 (the trainer's test hook ATTNLAB_TEST_OOM=1:3, set by the
+// ctest, allocates more than the machine has): rank 1 reports "rank 1 of 2: out of host memory
+// allocating ... the run needs about ... hint: ..." and ends the job (MPI_Abort, non-zero exit);
+// rank 0 is ended with it (or by its own timeout) instead of waiting forever.
+TEST(DistFault, RankOutOfMemory) {
+  if (!fault_test_enabled()) GTEST_SKIP() << "run by the ctest dist_mpi_rank_oom";
+  ASSERT_EQ(detect_launch().world_size, 2);
+  // One run directory for both ranks (the start-up check compares train.out_dir), relative to the
+  // ctest's working directory: the job is ended, so nothing would remove a temporary one.
+  TrainOptions o;
+  o.quiet = true;
+  train(
+      parse_recipe(kRecipe, "fault.yaml", {"train.out_dir=dist_oom_run", "train.batch_tokens=64"}),
+      o);
+  FAIL() << "training finished although rank 1 ran out of memory";
 }
 
 }  // namespace

@@ -39,8 +39,10 @@ train: {steps: 6, micro_batch: 4, seq_len: 16, batch_tokens: 128, device: cpu, s
 eval: {every: 3, batches: 2}
 checkpoint: {every: 3, keep_last: 4}
 log: {every: 1}
-distributed: {timeout_s: 120}
+distributed: {timeout_s: 120, bucket_mb: 0.004}
 )";
+// bucket_mb 0.004: buckets of 1024 floats, so the tiny model's ~30K gradients make ~30 buckets
+// and the bucketed reduce-scatter (ZeRO 1) and the per-bucket all-gathers run many times.
 
 std::vector<std::string> attention_keys(const std::string& type) {
   if (type == "focus")
@@ -170,6 +172,18 @@ TEST_P(DistTrain, TwoRanksEqualOneRankWithAccumulationForZero0And1) {
                       GetParam() + " ZeRO " + std::to_string(zero) + " vs 1 rank");
       EXPECT_NEAR(two[size_t(zero)].final_val_loss, ref.final_val_loss, kTol * ref.final_val_loss);
       EXPECT_TRUE(fs::exists(fs::path(dir) / "metrics.jsonl"));
+      // Every step reports its gradient communication (wall clock on the mpi backend).
+      std::ifstream f((fs::path(dir) / "metrics.jsonl").string());
+      int timed = 0;
+      for (std::string line; std::getline(f, line);) {
+        const auto j = nlohmann::json::parse(line);
+        if (!j.contains("comm_ms")) continue;
+        ++timed;
+        EXPECT_GT(j["comm_bucket_ms"].size(), 10u);
+        EXPECT_GE(j["exposed_comm_ms"].get<double>(), 0.0);
+        EXPECT_DOUBLE_EQ(j["exposed_comm_ms"].get<double>(), j["comm_ms"].get<double>());
+      }
+      EXPECT_EQ(timed, 6);
     }
   }
   if (comm->rank() == 0)
@@ -180,7 +194,8 @@ TEST_P(DistTrain, TwoRanksEqualOneRankWithAccumulationForZero0And1) {
 INSTANTIATE_TEST_SUITE_P(Attention, DistTrain, ::testing::Values("dense", "focus", "sfa"));
 
 // A 2-rank ZeRO-1 run resumed from its step-3 checkpoint: on 2 ranks bit for bit (the same
-// reduction order), on 1 rank (the state re-sharded) within the tolerance.
+// reduction order), on 2 ranks with another bucket size (another shard map: the checkpoint is in
+// flat order) and on 1 rank (the state re-sharded) within the tolerance.
 TEST(DistTrainResume, TwoRankRunResumesOnTwoAndOnOneRank) {
   MPI_OR_SKIP(comm);
   test::SharedTempDir tmp(*comm, "dist_resume");
@@ -192,6 +207,15 @@ TEST(DistTrainResume, TwoRankRunResumesOnTwoAndOnOneRank) {
     TrainResult tail = full;
     tail.losses.erase(tail.losses.begin(), tail.losses.begin() + 3);
     expect_same_run(two, tmp.file("b"), tail, tmp.file("a"), 0, "resume on 2 ranks");
+  }
+  auto other = k;
+  other.push_back("distributed.bucket_mb=0.01");
+  const TrainResult rebucketed = run(tmp.file("f"), other, false, step_dir(tmp.file("a"), 3));
+  if (comm->rank() == 0) {
+    TrainResult tail = full;
+    tail.losses.erase(tail.losses.begin(), tail.losses.begin() + 3);
+    expect_same_run(rebucketed, tmp.file("f"), tail, tmp.file("a"), kTol,
+                    "resume on 2 ranks, other buckets");
     const TrainResult one = run(tmp.file("c"), k, true, step_dir(tmp.file("a"), 3));
     expect_same_run(one, tmp.file("c"), tail, tmp.file("a"), kTol, "resume on 1 rank");
   }

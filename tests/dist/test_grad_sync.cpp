@@ -1,6 +1,8 @@
 // GradientSync under `mpirun -np 2` (skipped in a plain run): buckets launched from the model's
 // backward hook give exactly the sum of the ranks' gradients (each rank its own tokens), some of
-// them before the backward ends; ZeRO 1's reduce-scatter gives each rank its shard of that sum.
+// them before the backward ends; under ZeRO 1 the buckets' reduce-scatters, also launched during
+// the backward, give each rank its slices (dist/shard_map.h) of that sum. The step's timeline
+// (wall clock on the mpi backend) has one span per bucket.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -8,6 +10,7 @@
 
 #include "dist/dist_test_util.h"
 #include "dist/grad_sync.h"
+#include "dist/shard_map.h"
 #include "model/gpt.h"
 
 namespace attnlab {
@@ -60,7 +63,9 @@ TEST(DistMpiGradSync, BucketsDuringBackwardSumTheRanksGradients) {
   std::vector<float> expected = m.grads();
   comm->all_reduce(test::cpu_tensor(expected, {int64_t(expected.size())}), ReduceOp::sum);
 
-  GradientSync sync(*comm, m.store, /*bucket_elems=*/512, /*zero=*/0);
+  const ZeroShardMap map(m.store.trainable_buffer_numel(), comm->world_size(), comm->rank(),
+                         /*bucket_elems=*/512);
+  GradientSync sync(*comm, m.store, map, /*zero=*/0);
   ASSERT_GT(sync.num_buckets(), 4);
   m.model.set_backward_hook([&](int layer) { sync.layer_done(layer); });
   sync.begin_last_backward();
@@ -72,17 +77,31 @@ TEST(DistMpiGradSync, BucketsDuringBackwardSumTheRanksGradients) {
   EXPECT_GT(early, 0);
   EXPECT_LT(early, sync.num_buckets());
   EXPECT_EQ(m.grads(), expected);  // the same two terms per element: bit for bit
+  const OverlapReport o = sync.overlap();
+  ASSERT_TRUE(o.valid);
+  EXPECT_EQ(int(o.bucket_ms.size()), sync.num_buckets());
+  EXPECT_GE(o.comm_ms, 0.0);
+  EXPECT_DOUBLE_EQ(o.exposed_ms, o.comm_ms);  // blocking collectives: nothing is hidden
+  EXPECT_LE(o.backward_end_ms, o.optimizer_ready_ms);
 
-  // ZeRO 1: this rank's shard of the same sum.
-  GradientSync zero1(*comm, m.store, 512, /*zero=*/1);
+  // ZeRO 1: this rank's slices of the same sum, reduce-scattered bucket by bucket, early too.
+  GradientSync zero1(*comm, m.store, map, /*zero=*/1);
+  m.model.set_backward_hook([&](int layer) { zero1.layer_done(layer); });
   zero1.begin_last_backward();
   m.backward();
+  const int early1 = zero1.buckets_launched_early();
   zero1.finish();
-  EXPECT_EQ(zero1.buckets_launched_early(), 0);
-  const ParameterStore::Range r = m.store.shard(comm->rank());
+  EXPECT_EQ(early1, early);
   const std::vector<float> g = m.grads();
-  for (int64_t i = r.offset; i < r.offset + r.numel; ++i)
-    ASSERT_EQ(g[size_t(i)], expected[size_t(i)]) << "element " << i;
+  int64_t owned = 0;
+  for (const ZeroShardMap::Piece& p : map.pieces()) {
+    owned += p.numel;
+    for (int64_t i = p.flat; i < p.flat + p.numel; ++i)
+      ASSERT_EQ(g[size_t(i)], expected[size_t(i)]) << "element " << i;
+  }
+  EXPECT_EQ(owned, map.shard_numel());
+  EXPECT_EQ(owned * comm->world_size(), m.store.trainable_buffer_numel());
+  EXPECT_EQ(int(zero1.overlap().bucket_ms.size()), zero1.num_buckets());
 }
 
 }  // namespace
