@@ -30,6 +30,7 @@
 using namespace attnlab;
 using bench::fill_random_bf16;
 using bench::median_ms;
+using bench::parse_list;
 
 namespace {
 
@@ -38,21 +39,6 @@ constexpr int kGroups = 8, kTopK = 2, kWindow = 128;
 struct Shape3 {
   int H, Hkv, D;
 };
-
-std::vector<int> parse_list(const char* text) {
-  std::vector<int> v;
-  for (const char* s = text; *s;) {
-    char* end = nullptr;
-    const long x = std::strtol(s, &end, 10);
-    if (end == s || x <= 0) {
-      std::fprintf(stderr, "bench_focus_decode: expected positive integers, got '%s'\n", text);
-      std::exit(2);
-    }
-    v.push_back(int(x));
-    s = *end == ',' ? end + 1 : end;
-  }
-  return v;
-}
 
 // Keys the query at position i attends: the window plus the distant tokens sharing a group.
 int64_t attended_keys(const std::vector<int32_t>& groups, int i) {
@@ -75,9 +61,9 @@ int main(int argc, char** argv) {
   const char* csv_path = nullptr;
   for (int a = 1; a < argc; ++a) {
     if (!std::strncmp(argv[a], "--L=", 4))
-      lengths = parse_list(argv[a] + 4);
+      lengths = parse_list("bench_focus_decode", "--L", argv[a] + 4);
     else if (!std::strncmp(argv[a], "--reps=", 7))
-      reps = parse_list(argv[a] + 7).at(0);
+      reps = parse_list("bench_focus_decode", "--reps", argv[a] + 7).at(0);
     else if (!std::strncmp(argv[a], "--csv=", 6))
       csv_path = argv[a] + 6;
     else {

@@ -39,28 +39,9 @@
 
 using namespace attnlab;
 using bench::fill_random_bf16;
+using bench::parse_list;
 
 namespace {
-
-std::vector<int> parse_list(const char* prog, const char* key, const char* text) {
-  std::vector<int> v;
-  std::string s(text);
-  size_t at = 0;
-  while (at <= s.size()) {
-    const size_t end = std::min(s.find(',', at), s.size());
-    const std::string item = s.substr(at, end - at);
-    char* stop = nullptr;
-    const long x = std::strtol(item.c_str(), &stop, 10);
-    if (item.empty() || *stop != '\0' || x <= 0) {
-      std::fprintf(stderr, "%s: %s expects positive integers separated by commas, got '%s'\n", prog,
-                   key, text);
-      std::exit(2);
-    }
-    v.push_back(int(x));
-    at = end + 1;
-  }
-  return v;
-}
 
 // Median of reps timed calls on the context's stream after `warm` untimed ones, in ms.
 template <typename F>

@@ -31,30 +31,11 @@
 using namespace attnlab;
 using bench::fill_random_bf16;
 using bench::median_ms;
+using bench::parse_list;
 
 namespace {
 
 Tensor view(const Buffer& b, DType dt, Shape s) { return Tensor(b.data(), dt, Device::cuda, s); }
-
-std::vector<int> parse_list(const char* text) {
-  std::vector<int> v;
-  for (const char* p = text; *p;) {
-    char* end = nullptr;
-    const long x = std::strtol(p, &end, 10);
-    if (end == p || x <= 0) {
-      std::fprintf(
-          stderr, "bench_sfa: --T expects positive integers separated by commas, got '%s'\n", text);
-      std::exit(2);
-    }
-    v.push_back(int(x));
-    p = *end == ',' ? end + 1 : end;
-    if (*end != ',' && *end != '\0') {
-      std::fprintf(stderr, "bench_sfa: --T: unexpected '%s'\n", end);
-      std::exit(2);
-    }
-  }
-  return v;
-}
 
 }  // namespace
 
@@ -67,7 +48,7 @@ int main(int argc, char** argv) {
     if (std::strncmp(argv[i], "--csv=", 6) == 0) {
       csv_path = argv[i] + 6;
     } else if (std::strncmp(argv[i], "--T=", 4) == 0) {
-      Ts = parse_list(argv[i] + 4);
+      Ts = parse_list("bench_sfa", "--T", argv[i] + 4);
     } else if (std::strcmp(argv[i], "--D=64") == 0 || std::strcmp(argv[i], "--D=128") == 0) {
       only_D = std::atoi(argv[i] + 4);
     } else if (std::strcmp(argv[i], "--fwd-only") == 0) {

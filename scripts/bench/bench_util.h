@@ -57,4 +57,22 @@ inline int64_t parse_rows(const char* prog, const char* text) {
   return v;
 }
 
+// The value of a list option (--T=4096,16384): positive integers separated by commas, else a
+// message naming the program and the option on stderr and exit(2).
+inline std::vector<int> parse_list(const char* prog, const char* key, const char* text) {
+  std::vector<int> v;
+  for (const char* p = text;;) {
+    char* end = nullptr;
+    const long x = std::strtol(p, &end, 10);
+    if (end == p || x <= 0 || (*end != ',' && *end != '\0')) {
+      std::fprintf(stderr, "%s: %s expects positive integers separated by commas, got '%s'\n", prog,
+                   key, text);
+      std::exit(2);
+    }
+    v.push_back(int(x));
+    if (*end == '\0') return v;
+    p = end + 1;
+  }
+}
+
 }  // namespace attnlab::bench
