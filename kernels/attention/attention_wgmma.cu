@@ -17,7 +17,8 @@
 //   Key tiles, warpgroup skips and element masks (only on tiles that touch the diagonal, the window
 //   edge or the end of T) come from AttentionMask (visibility.h).
 //   Two schedules, the same arithmetic in the same order, one per head dim (each measured the
-//   faster at its D on the H200, docs/performance.md v6; the others were removed):
+//   faster at its D on the H200, docs/performance_attention_history.md v6; the others were
+//   removed):
 //     D = 64, simple     per tile: S, wait, softmax, rescale O, O += P V, wait. A warpgroup skips
 //                        tiles entirely past its causal diagonal or before its window. 128
 //                        registers (two blocks per SM, so one block's softmax overlaps the other's

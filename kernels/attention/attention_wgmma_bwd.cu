@@ -34,15 +34,16 @@
 // by wgmmas that every thread waited for (wait_group 0) before the barrier at the top of the tile.
 //
 // Two versions of the loop, one per head dim, each measured the faster there on the H200
-// (bench_attention, docs/performance.md v6-v8): D = 64 synchronizes the two warpgroups with two
-// block barriers per query tile and computes the tile's dQ after the second; D = 128 (kLagDq)
-// issues each tile's dQ product in the next tile, behind its first products (one block barrier per
-// tile). The two warpgroups run in lockstep, so the exp and dS work is not overlapped with the
-// other warpgroup's MMAs as in FlashAttention-3's warp-specialized pipeline: a producer warpgroup
-// does not fit (the register file is split per scheduler, so a 9th warp costs a whole
-// warpgroup's registers; these kernels need 242-255 per thread). The versions tried and removed
-// (mbarrier-only synchronization, dQ by atomics, cp.async loads, one warpgroup per block, a
-// one-barrier loop that ptxas serialized) and their timings are in docs/performance.md.
+// (bench_attention, docs/performance_attention_history.md v6-v8): D = 64 synchronizes the two
+// warpgroups with two block barriers per query tile and computes the tile's dQ after the second; D
+// = 128 (kLagDq) issues each tile's dQ product in the next tile, behind its first products (one
+// block barrier per tile). The two warpgroups run in lockstep, so the exp and dS work is not
+// overlapped with the other warpgroup's MMAs as in FlashAttention-3's warp-specialized pipeline: a
+// producer warpgroup does not fit (the register file is split per scheduler, so a 9th warp costs a
+// whole warpgroup's registers; these kernels need 242-255 per thread). The versions tried and
+// removed (mbarrier-only synchronization, dQ by atomics, cp.async loads, one warpgroup per block, a
+// one-barrier loop that ptxas serialized) and their timings are in
+// docs/performance_attention_history.md.
 #include <cuda.h>  // CUtensorMap (types only: the encoder is reached through the runtime)
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -395,7 +396,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       // One proxy fence for both stores: dS^T (read by the next tile's dQ wgmma) and the dQ tile
       // (read by the bulk reduction), both after the next barrier. A fence after each store, and
-      // one in the barrier at the top of every tile, measured slower (docs/performance.md v8).
+      // one in the barrier at the top of every tile, measured slower
+      // (docs/performance_attention_history.md v8).
       fence_proxy_async();
       wgmma_wait<0>();
       fence_regs(dv);

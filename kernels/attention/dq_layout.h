@@ -19,7 +19,7 @@ namespace attnlab {
 // 4 chunks only: 4 wavefronts, twice the ideal, as Nsight Compute showed on the H200.) A
 // permutation inside each row: the rows of a tile stay contiguous for the bulk reduction. Returns
 // the float offset inside the row. Faster than the old layout on the H200 at every T measured
-// (bench_attention, docs/performance.md v8).
+// (bench_attention, docs/performance_attention_history.md v8).
 ATTN_DQ_LAYOUT_FN int dq_swizzle(int row, int col) {
   const int f = ((row & 3) << 1) | ((row >> 2) & 1);
   return (((col >> 2) ^ f) << 2) | (col & 3);
