@@ -139,16 +139,8 @@ void EvalModel::score_batch(const std::vector<const ScoreRequest*>& batch,
       const size_t row = size_t(b) * T + i;
       const Tensor src(static_cast<char*>(logits.data) + row * row_bytes, dtype_, logits.device,
                        Shape{c.padded_vocab});
-      if (dtype_ == DType::f32) {
-        copy_tensor(Tensor(row_f32_.data(), DType::f32, Device::cpu, src.shape), src);
-      } else {
-        copy_tensor(Tensor(row_bf16_.data(), DType::bf16, Device::cpu, src.shape), src);
-        for (int v = 0; v < c.vocab_size; ++v)
-          row_f32_[size_t(v)] = __bfloat162float(row_bf16_[size_t(v)]);
-      }
-      // The first maximum, like torch.argmax / numpy.argmax.
-      s.argmax[i] = int32_t(std::max_element(row_f32_.begin(), row_f32_.begin() + c.vocab_size) -
-                            row_f32_.begin());
+      logits_argmax(src, c.vocab_size, row_f32_, row_bf16_, row_argmax_);
+      s.argmax[i] = row_argmax_[0];
     }
   }
 }

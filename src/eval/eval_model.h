@@ -81,6 +81,7 @@ class EvalModel {
   std::vector<int32_t> tokens_host_, targets_host_;
   std::vector<float> losses_host_, row_f32_;
   std::vector<bf16> row_bf16_;
+  std::vector<int32_t> row_argmax_;
 };
 
 // The tokenizer for text: `spec` when given, else the one that travels with the model; checked

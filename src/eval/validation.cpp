@@ -9,12 +9,9 @@
 
 namespace attnlab {
 
-namespace {
-
-// The first maximum over [0, vocab) of each of the B * T logits rows, on the host.
 void logits_argmax(const Tensor& logits, int vocab, std::vector<float>& host,
                    std::vector<bf16>& host_bf16, std::vector<int32_t>& argmax) {
-  const int64_t rows = logits.dim(0) * logits.dim(1), Vp = logits.dim(2);
+  const int64_t Vp = logits.dim(logits.ndim() - 1), rows = logits.numel() / Vp;
   host.resize(size_t(rows * Vp));
   if (logits.dtype == DType::f32) {
     copy_tensor(Tensor(host.data(), DType::f32, Device::cpu, logits.shape), logits);
@@ -29,8 +26,6 @@ void logits_argmax(const Tensor& logits, int vocab, std::vector<float>& host,
     argmax[size_t(r)] = int32_t(std::max_element(row, row + vocab) - row);
   }
 }
-
-}  // namespace
 
 ValidationResult score_validation(GPT& model, const ExecContext& ctx, const ParameterStore& store,
                                   DataLoader& loader, int batches, const Tensor& tokens_dev,

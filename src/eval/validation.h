@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "config/recipe.h"
 #include "core/context.h"
@@ -30,6 +31,12 @@ struct ValidationResult {
   // (eval/synthetic_probe.h).
   std::optional<SyntheticScores> synthetic;
 };
+
+// The first maximum over [0, vocab) of each row of `logits` ([..., Vp], f32 or bf16, any device;
+// the last dimension is the row), like torch.argmax: the rows go to the host (`host`, `host_bf16`
+// are scratch) and `argmax` gets one id per row.
+void logits_argmax(const Tensor& logits, int vocab, std::vector<float>& host,
+                   std::vector<bf16>& host_bf16, std::vector<int32_t>& argmax);
 
 // tokens_dev, targets_dev: [B, T] i32 on ctx's device (B, T = the loader's batch and seq_len),
 // the model allocated for them. Resets the loader. Reads the model's loss totals (take_loss).
