@@ -39,7 +39,6 @@ this PyTorch cannot run prints "skipped: reason".
 import argparse
 import math
 import sys
-import traceback
 
 import torch
 import torch.nn.functional as F
@@ -289,22 +288,6 @@ class Report:
         return "ok, validated"
 
 
-def guarded(report, key, fn):
-    """Runs fn(); an OOM or an error of this PyTorch becomes a 'skipped: reason' row."""
-    try:
-        return fn()
-    except Exception as e:  # noqa: BLE001 - any failure of one case must not end the sweep
-        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:160]
-        if isinstance(e, torch.cuda.OutOfMemoryError):
-            reason = "out of memory"
-        elif not isinstance(e, (RuntimeError, NotImplementedError, torch.cuda.OutOfMemoryError)):
-            traceback.print_exc()
-        report.row(*key, status=f"skipped: {reason}")
-        return None
-    finally:
-        torch.cuda.empty_cache()
-
-
 def row_error(out, ref):
     """max over rows of max |out - ref| / max |ref| in that row: rows far from the window hold
     small outputs (averages of many values), so an absolute maximum would be set by the first
@@ -350,7 +333,7 @@ def run_hard_cases(args, report, flex, H, D, T, dense_ms, gen):
                                status=st)
 
                 if top_k == 1:
-                    guarded(report, ("decomp",) + key, decomp_case)
+                    peer_timing.guarded(report, ("decomp",) + key, decomp_case)
                 else:
                     report.row("decomp", *key, status="skipped: per-group SDPA counts a pair "
                                "sharing two groups twice (top_k 1 only)")
@@ -371,7 +354,7 @@ def run_hard_cases(args, report, flex, H, D, T, dense_ms, gen):
                     why = f"skipped: T > --flex-max-t {args.flex_max_t}"
                     report.row("flex_hard", *key, status=why)
                 else:
-                    guarded(report, ("flex_hard",) + key, flex_case)
+                    peer_timing.guarded(report, ("flex_hard",) + key, flex_case)
                 del ref
 
 
@@ -437,8 +420,8 @@ def run_soft_cases(args, report, flex, H, D, T, dense_ms, dense_fb_ms, validate,
             report.row("soft_fwdbwd", *key, ms=ms, dense_ms=dense_fb_ms, err=err, tol=tol,
                        status=st)
 
-        guarded(report, ("soft_fwd",) + key, soft_fwd_case)
-        guarded(report, ("soft_fwdbwd",) + key, soft_fwdbwd_case)
+        peer_timing.guarded(report, ("soft_fwd",) + key, soft_fwd_case)
+        peer_timing.guarded(report, ("soft_fwdbwd",) + key, soft_fwdbwd_case)
         del q, k, v, g, dout
 
 
@@ -530,18 +513,12 @@ def main(argv):
                 dense["fwdbwd"] = median_ms(fb, reps, warmup_for(T))
                 report.row("dense_fwdbwd", H, D, T, ms=dense["fwdbwd"], dense_ms=dense["fwdbwd"])
 
-            guarded(report, ("dense", H, D, T), dense_case)
+            peer_timing.guarded(report, ("dense", H, D, T), dense_case)
             with torch.no_grad():
                 run_hard_cases(args, report, flex, H, D, T, dense.get("fwd"), gen)
             run_soft_cases(args, report, flex, H, D, T, dense.get("fwd"), dense.get("fwdbwd"),
                            T == soft_t and T <= args.validate_max_t, gen)
-    if report.out:
-        report.out.close()
-    if report.failures:
-        print(f"VALIDATION FAILED ({len(report.failures)}):\n  " + "\n  ".join(report.failures))
-        return 1
-    print("all validations passed")
-    return 0
+    return peer_timing.finish(report)
 
 
 if __name__ == "__main__":

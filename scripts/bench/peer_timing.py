@@ -1,5 +1,7 @@
-"""Timing shared by the PyTorch peer scripts (sdpa_peer.py, focus_peer.py, sfa_peer.py)."""
+"""Timing and run helpers shared by the PyTorch peer scripts (sdpa_peer.py, focus_peer.py,
+sfa_peer.py)."""
 import time
+import traceback
 
 import torch
 
@@ -24,3 +26,31 @@ def median_ms(fn, reps, warmup=3, device="cuda"):
         times.append(a.elapsed_time(b))
     times.sort()
     return times[reps // 2]
+
+
+def guarded(report, key, fn):
+    """Runs fn(); an OOM or an error of this PyTorch becomes a 'skipped: reason' row
+    (report.row(*key, status=...))."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - any failure of one case must not end the sweep
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:160]
+        if isinstance(e, torch.cuda.OutOfMemoryError):
+            reason = "out of memory"
+        elif not isinstance(e, (RuntimeError, NotImplementedError)):
+            traceback.print_exc()
+        report.row(*key, status=f"skipped: {reason}")
+        return None
+    finally:
+        torch.cuda.empty_cache()
+
+
+def finish(report):
+    """Closes the report's CSV and prints its validation failures: the script's exit code."""
+    if report.out:
+        report.out.close()
+    if report.failures:
+        print(f"VALIDATION FAILED ({len(report.failures)}):\n  " + "\n  ".join(report.failures))
+        return 1
+    print("all validations passed")
+    return 0

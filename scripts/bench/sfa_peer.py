@@ -28,7 +28,6 @@ peer cannot be faster than dense: it is the baseline FlashSFA must beat.
 import argparse
 import math
 import sys
-import traceback
 
 import torch
 import torch.nn.functional as F
@@ -132,22 +131,6 @@ class Report:
         if not ok:
             self.failures.append(f"{name} {detail}".strip())
         return ok
-
-
-def guarded(report, key, fn):
-    """Runs fn(); an OOM or an error of this PyTorch becomes a 'skipped: reason' row."""
-    try:
-        return fn()
-    except Exception as e:  # noqa: BLE001 - any failure of one case must not end the sweep
-        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:160]
-        if isinstance(e, torch.cuda.OutOfMemoryError):
-            reason = "out of memory"
-        elif not isinstance(e, (RuntimeError, NotImplementedError)):
-            traceback.print_exc()
-        report.row(*key, status=f"skipped: {reason}")
-        return None
-    finally:
-        torch.cuda.empty_cache()
 
 
 def validate(report, H, D, T, kk, gen):
@@ -267,16 +250,10 @@ def main(argv):
                                    status=st)
                         report.row("sfa_fwdbwd", H, D, kk, T, ms=fb, dense_ms=d_fb, status=st)
 
-                    guarded(report, ("sfa_fwd", H, D, kk, T), sparse_case)
+                    peer_timing.guarded(report, ("sfa_fwd", H, D, kk, T), sparse_case)
 
-            guarded(report, ("dense_fwd", H, D, "", T), case)
-    if report.out:
-        report.out.close()
-    if report.failures:
-        print(f"VALIDATION FAILED ({len(report.failures)}):\n  " + "\n  ".join(report.failures))
-        return 1
-    print("all validations passed")
-    return 0
+            peer_timing.guarded(report, ("dense_fwd", H, D, "", T), case)
+    return peer_timing.finish(report)
 
 
 if __name__ == "__main__":
