@@ -1,11 +1,13 @@
 // Soft-gated Focus attention benchmark: the additive gate (local_window 128, K = 8 groups) forward
 // and forward+backward against our dense causal attention in the same run, through the ops the
-// model calls (ops::focus_attention_fwd / _bwd, which take the tiled tensor-core kernels for bf16
-// and D 64 / 128, and ops::attention_fwd / _bwd). bf16, batch 1, 12 heads x 64 and 8 heads x 128,
-// T = 1K, 4K, 16K, 64K. The Focus backward computes dg (the assignment gradient) as in training.
-// Ratios are Focus / dense (the target: fwd+bwd <= 1.15). The Focus kernels are mma.sync while
-// dense runs the Hopper wgmma kernels on sm_90a, so "mma f+b" also times dense fwd+bwd forced to
-// its mma.sync kernels (AttentionParams::use_wgmma = false): focus / mma is the gate's own cost.
+// model calls (ops::focus_attention_fwd / _bwd and ops::attention_fwd / _bwd). bf16, batch 1, 12
+// heads x 64 and 8 heads x 128, T = 1K, 4K, 16K, 64K. The Focus backward computes dg (the
+// assignment gradient) as in training. Two Focus kernels, chosen by ops::FocusSoftKernel: "tiled"
+// (mma.sync, focus_tiled.cuh, every gate) and, for the additive gate where the build and device
+// have it (sm_90a), "wgmma" (focus_wgmma.cuh; "nan" elsewhere). Ratios are Focus / dense (the
+// target: fwd+bwd <= 1.15). Dense runs the Hopper wgmma kernels on sm_90a, so "mma f+b" also times
+// dense fwd+bwd forced to its mma.sync kernels (AttentionParams::use_wgmma = false): tiled / mma
+// is the tiled kernel's gate cost.
 // --gate=multiplicative|hard measures another gate; --shape=D:T one shape only.
 // Usage: bench_focus_soft [csv_out] [--gate=additive|multiplicative|hard] [--shape=D:T]
 #include <cuda_runtime.h>
@@ -99,7 +101,8 @@ int main(int argc, char** argv) {
   if (csv) {
     std::fprintf(csv,
                  "gate,D,T,H,K,window,dense_fwd_ms,focus_fwd_ms,fwd_ratio,dense_fwdbwd_ms,"
-                 "focus_fwdbwd_ms,fwdbwd_ratio,dense_mma_fwdbwd_ms,fwdbwd_ratio_vs_mma\n");
+                 "focus_fwdbwd_ms,fwdbwd_ratio,dense_mma_fwdbwd_ms,fwdbwd_ratio_vs_mma,"
+                 "wgmma_fwd_ms,wgmma_fwd_ratio,wgmma_fwdbwd_ms,wgmma_fwdbwd_ratio\n");
   }
   const char* gate_name = gate.kind == FocusGateKind::additive         ? "additive"
                           : gate.kind == FocusGateKind::multiplicative ? "multiplicative"
@@ -107,8 +110,9 @@ int main(int argc, char** argv) {
   const int K = 8;
   std::printf("focus gate %s, local_window %d, K %d, bf16, batch 1 (ratio = focus / dense)\n",
               gate_name, gate.local_window, K);
-  std::printf("%4s %6s %3s %12s %12s %7s %12s %12s %7s %12s %7s\n", "D", "T", "H", "dense fwd",
-              "focus fwd", "ratio", "dense f+b", "focus f+b", "ratio", "mma f+b", "vs mma");
+  std::printf("%4s %6s %3s %10s %10s %6s %10s %6s %10s %10s %6s %10s %6s %10s %6s\n", "D", "T", "H",
+              "dense fwd", "tiled fwd", "ratio", "wgmma fwd", "ratio", "dense f+b", "tiled f+b",
+              "ratio", "wgmma f+b", "ratio", "mma f+b", "vs mma");
   auto ctx = ExecContext::make_cuda(0);
   for (int D : {64, 128}) {
     for (int T : {1024, 4096, 16384, 65536}) {
@@ -134,14 +138,23 @@ int main(int argc, char** argv) {
       const int reps = T >= 16384 ? 5 : 10;
       auto dense_fwd = [&] { ops::attention_fwd(*ctx, to, tl, tq, l); };
       auto dense_bwd = [&] { ops::attention_bwd(*ctx, tdq, tdo, tq, to, tl, l); };
-      auto focus_fwd = [&] { ops::focus_attention_fwd(*ctx, to, tl, tq, l, tg, tgr, gate); };
-      auto focus_bwd = [&] {
-        ops::focus_attention_bwd(*ctx, tdq, tdg, tdo, tq, to, tl, l, tg, tgr, gate);
+      using ops::FocusSoftKernel;
+      auto focus_fwd = [&](FocusSoftKernel k) {
+        ops::focus_attention_fwd(*ctx, to, tl, tq, l, tg, tgr, gate, k);
+      };
+      auto focus_bwd = [&](FocusSoftKernel k) {
+        ops::focus_attention_bwd(*ctx, tdq, tdg, tdo, tq, to, tl, l, tg, tgr, gate, k);
       };
       const double df = median_ms(dense_fwd, reps);
       const double dfb = median_ms([&] { dense_fwd(), dense_bwd(); }, reps);
-      const double ff = median_ms(focus_fwd, reps);
-      const double ffb = median_ms([&] { focus_fwd(), focus_bwd(); }, reps);
+      const FocusSoftKernel tiled = FocusSoftKernel::tiled, wgmma = FocusSoftKernel::wgmma;
+      const double ff = median_ms([&] { focus_fwd(tiled); }, reps);
+      const double ffb = median_ms([&] { focus_fwd(tiled), focus_bwd(tiled); }, reps);
+      const bool has_wgmma =
+          gate.kind == FocusGateKind::additive && ops::focus_soft_wgmma_available(D, K);
+      const double wf = has_wgmma ? median_ms([&] { focus_fwd(wgmma); }, reps) : NAN;
+      const double wfb =
+          has_wgmma ? median_ms([&] { focus_fwd(wgmma), focus_bwd(wgmma); }, reps) : NAN;
       AttentionParams<bf16> ap;  // dense on its mma.sync kernels
       auto* q = static_cast<bf16*>(qkv.data());
       auto* dq = static_cast<bf16*>(dqkv.data());
@@ -161,12 +174,17 @@ int main(int argc, char** argv) {
           },
           reps);
       CUDA_CHECK(cudaDeviceSynchronize());
-      std::printf("%4d %6d %3d %12.3f %12.3f %7.2f %12.3f %12.3f %7.2f %12.3f %7.2f\n", D, T, H, df,
-                  ff, ff / df, dfb, ffb, ffb / dfb, mfb, ffb / mfb);
+      std::printf(
+          "%4d %6d %3d %10.3f %10.3f %6.2f %10.3f %6.2f %10.3f %10.3f %6.2f %10.3f %6.2f "
+          "%10.3f %6.2f\n",
+          D, T, H, df, ff, ff / df, wf, wf / df, dfb, ffb, ffb / dfb, wfb, wfb / dfb, mfb,
+          ffb / mfb);
       if (csv) {
-        std::fprintf(csv, "%s,%d,%d,%d,%d,%d,%.4f,%.4f,%.3f,%.4f,%.4f,%.3f,%.4f,%.3f\n", gate_name,
-                     D, T, H, K, gate.local_window, df, ff, ff / df, dfb, ffb, ffb / dfb, mfb,
-                     ffb / mfb);
+        std::fprintf(csv,
+                     "%s,%d,%d,%d,%d,%d,%.4f,%.4f,%.3f,%.4f,%.4f,%.3f,%.4f,%.3f,%.4f,%.3f,%.4f,"
+                     "%.3f\n",
+                     gate_name, D, T, H, K, gate.local_window, df, ff, ff / df, dfb, ffb, ffb / dfb,
+                     mfb, ffb / mfb, wf, wf / df, wfb, wfb / dfb);
       }
     }
   }

@@ -4,6 +4,8 @@
 #include "kernels/focus/focus_assign.cuh"
 #include "kernels/focus/focus_scores.cuh"
 #include "kernels/focus/focus_tiled.cuh"
+#include "kernels/focus/focus_wgmma.cuh"
+#include "kernels/focus/focus_wgmma_layout.h"
 #include "ops/focus_hard_ops.h"
 #include "ops/focus_ops.h"
 #include "ops/op_checks.h"
@@ -253,11 +255,34 @@ FocusAttentionParams<E> attention_params(const ExecContext& ctx, const Tensor& q
   return p;
 }
 
+// Whether the soft-gate call p runs on the wgmma kernel (FocusSoftKernel); forcing it where it
+// does not apply is an error naming what is missing.
+bool use_soft_wgmma(const FocusAttentionParams<bf16>& p, FocusSoftKernel kernel) {
+  if (kernel == FocusSoftKernel::tiled || p.gate.kind == FocusGateKind::hard) {
+    ATTN_REQUIRE(kernel != FocusSoftKernel::wgmma,
+                 "focus_attention: the wgmma kernel takes the additive gate only");
+    return false;
+  }
+  const bool ok = focus_wgmma_supported(p);
+  ATTN_REQUIRE(ok || kernel != FocusSoftKernel::wgmma,
+               "focus_attention: the wgmma kernel needs a build with sm_90a code "
+               "(CMAKE_CUDA_ARCHITECTURES containing 90), a compute capability 9.0 device, the "
+               "additive gate, head dim 64 or 128 (got %d) and 1 .. %d groups (got %d)",
+               p.D, focus_wgmma::kMaxGroups, p.K);
+  return ok;
+}
+
 }  // namespace
+
+bool focus_soft_wgmma_available(int head_dim, int K) {
+  return (head_dim == 64 || head_dim == 128) && K >= 1 && K <= focus_wgmma::kMaxGroups &&
+         focus_wgmma_device_supported();
+}
 
 void focus_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
                          const Tensor& qkv, const QKVLayout& layout, const Tensor& g,
-                         const Tensor& groups, const FocusGateParams& gate) {
+                         const Tensor& groups, const FocusGateParams& gate,
+                         FocusSoftKernel kernel) {
   NvtxRange range("focus_attention_fwd");
   // Hard routing, bf16, D 64/128: the group-sorted tensor-core kernel (ops/focus_hard_ops.h).
   if (gate.kind == FocusGateKind::hard && g.ndim() == 3 &&
@@ -275,9 +300,11 @@ void focus_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor
     p.lse = ptr<float>(lse);
     return p;
   };
-  // bf16 CUDA, D 64 / 128, <= 64 groups: the tiled tensor-core kernel (every gate).
+  // bf16 CUDA: the additive gate on Hopper (D 64 / 128, <= 32 groups) on the wgmma kernel, else
+  // D 64 / 128, <= 64 groups on the tiled tensor-core kernel (every gate).
   if (ctx.device == Device::cuda && qkv.dtype == DType::bf16) {
     const FocusAttentionParams<bf16> p = make.template operator()<bf16>();
+    if (use_soft_wgmma(p, kernel)) return launch_focus_wgmma_fwd(p, ctx.stream);
     if (focus_tiled_supported(p)) return launch_focus_tiled_fwd(p, ctx.stream);
   }
   run_op<FocusAttentionParams>(ctx, qkv.dtype, make, focus_attention_fwd_ref,
@@ -287,7 +314,8 @@ void focus_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor
 void focus_attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dg,
                          const Tensor& dout, const Tensor& qkv, const Tensor& out,
                          const Tensor& lse, const QKVLayout& layout, const Tensor& g,
-                         const Tensor& groups, const FocusGateParams& gate) {
+                         const Tensor& groups, const FocusGateParams& gate,
+                         FocusSoftKernel kernel) {
   NvtxRange range("focus_attention_bwd");
   check_attention(ctx, qkv, layout);
   const int64_t B = qkv.dim(0), T = qkv.dim(1);
@@ -311,9 +339,10 @@ void focus_attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tenso
     p.dg = ptr<float>(dg);
     return p;
   };
-  // bf16 CUDA, D 64 / 128, <= 64 groups: the tiled tensor-core kernels (every gate).
+  // bf16 CUDA: the kernels of the forward (above).
   if (ctx.device == Device::cuda && qkv.dtype == DType::bf16) {
     const FocusAttentionParams<bf16> p = make.template operator()<bf16>();
+    if (use_soft_wgmma(p, kernel)) return launch_focus_wgmma_bwd(p, ctx.stream);
     if (focus_tiled_supported(p)) return launch_focus_tiled_bwd(p, ctx.stream);
   }
   run_op<FocusAttentionParams>(ctx, qkv.dtype, make, focus_attention_bwd_ref,

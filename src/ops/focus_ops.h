@@ -31,17 +31,30 @@ void focus_softmax_assign_bwd(const ExecContext& ctx, const Tensor& dscores, con
 // groups [.., top_k] i32: each token's top_k groups by g [.., K] (ties: lower index first).
 void focus_route_topk(const ExecContext& ctx, const Tensor& groups, const Tensor& g);
 
+// Which kernel focus_attention_fwd / _bwd run for a soft gate on CUDA bf16: automatic = the Hopper
+// wgmma kernel (kernels/focus/focus_wgmma.cuh: additive gate, head dim 64 / 128, K <= 32) where
+// this build and device support the call, else the tiled mma.sync kernel (focus_tiled.cuh, every
+// gate, K <= 64); tiled / wgmma force one (wgmma where unsupported is an error). For A/B tests and
+// benchmarks; other dtypes and devices ignore it.
+enum class FocusSoftKernel { automatic, tiled, wgmma };
+
+// True when this build holds the wgmma kernel's sm_90a code and the current device runs it, for
+// head dim 64 or 128 and K in [1, 32] (the additive gate, bf16).
+bool focus_soft_wgmma_available(int head_dim, int K);
+
 // Two-level attention over the packed qkv [B, T, layout.width()]: out [B, T, n_head*D], lse
 // [B, n_head, T] f32; g [B, T, K] f32 (soft gates; the straight-through backward), groups
 // [B, T, top_k] i32 (gate hard). Either may be empty where the gate does not read it.
 void focus_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
                          const Tensor& qkv, const QKVLayout& layout, const Tensor& g,
-                         const Tensor& groups, const FocusGateParams& gate);
+                         const Tensor& groups, const FocusGateParams& gate,
+                         FocusSoftKernel kernel = FocusSoftKernel::automatic);
 // dqkv written (=); dg [B, T, K] written (=), empty: not computed.
 void focus_attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dg,
                          const Tensor& dout, const Tensor& qkv, const Tensor& out,
                          const Tensor& lse, const QKVLayout& layout, const Tensor& g,
-                         const Tensor& groups, const FocusGateParams& gate);
+                         const Tensor& groups, const FocusGateParams& gate,
+                         FocusSoftKernel kernel = FocusSoftKernel::automatic);
 // Decoding: the Tq queries of qkv [B, Tq, width] at positions pos .. pos+Tq-1 attend to the cache
 // k_cache, v_cache [B, n_kv_head, max_T, D] with g_cache [B, max_T, K] / groups_cache
 // [B, max_T, top_k] (the new tokens' entries already written): the rows of focus_attention_fwd.

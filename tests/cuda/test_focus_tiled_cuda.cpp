@@ -1,10 +1,10 @@
 // The tiled tensor-core Focus attention (kernels/focus/focus_tiled.cuh), reached through
-// ops::focus_attention_fwd / _bwd with bf16 and D 64 / 128, against the CPU fp32 reference
-// (skipped without a GPU). Inputs are rounded to bf16 first, so the errors are the kernels' own.
-// Tolerance (STYLE.md: 2x a same-precision reference): on the same inputs, the plain per-row bf16
-// Focus kernel (launch_focus_attention_fwd/_bwd<bf16>, fp32 probabilities) and the dense bf16
-// attention kernels (bf16 probabilities in P V and dS in dS^T Q, as here) are compared with
-// their CPU references; the bound for each output is 2x the larger of those errors, at least
+// ops::focus_attention_fwd / _bwd with bf16, D 64 / 128 and FocusSoftKernel::tiled, against the CPU
+// fp32 reference (skipped without a GPU). Inputs are rounded to bf16 first, so the errors are the
+// kernels' own. Tolerance (STYLE.md: 2x a same-precision reference): on the same inputs, the plain
+// per-row bf16 Focus kernel (launch_focus_attention_fwd/_bwd<bf16>, fp32 probabilities) and the
+// dense bf16 attention kernels (bf16 probabilities in P V and dS in dS^T Q, as here) are compared
+// with their CPU references; the bound for each output is 2x the larger of those errors, at least
 // one bf16 ulp (2^-8, relative to the largest value) for bf16 outputs and 1e-5 for lse. dg has
 // no dense counterpart (the tiled kernel splits dA and g into bf16 hi + lo, about fp32; its
 // inputs carry the bf16 rounding of the outputs), so its bound also takes the dense dqkv error.
@@ -127,12 +127,14 @@ void run_case(const TiledCase& c) {
   go.poison();
   gl.poison();
   ops::focus_attention_fwd(*gpu, dev_tensor(go, os), dev_tensor(gl, ls), dev_tensor(gq, qs), l,
-                           dev_tensor(gg, gs), dev_ints(ggr, grs), gate);
+                           dev_tensor(gg, gs), dev_ints(ggr, grs), gate,
+                           ops::FocusSoftKernel::tiled);
   gdq.poison();
   gdg.poison();
   ops::focus_attention_bwd(*gpu, dev_tensor(gdq, qs), dev_tensor(gdg, gs), dev_tensor(gdo, os),
                            dev_tensor(gq, qs), dev_tensor(go, os), dev_tensor(gl, ls), l,
-                           dev_tensor(gg, gs), dev_ints(ggr, grs), gate);
+                           dev_tensor(gg, gs), dev_ints(ggr, grs), gate,
+                           ops::FocusSoftKernel::tiled);
   const Errors tiled{
       test::max_rel_error(go.download(), out), test::max_rel_error(gl.download(), lse),
       test::max_rel_error(gdq.download(), dqkv), test::max_rel_error(gdg.download(), dg)};
@@ -246,13 +248,13 @@ TEST(FocusTiledCuda, BackwardWritesDgAndIsZeroWhenAllLocal) {
     FocusGateParams gate;
     gate.local_window = w;
     ops::focus_attention_fwd(*gpu, dev_tensor(go, os), dev_tensor(gl, ls), dev_tensor(gq, qs), l,
-                             dev_tensor(gg, gs), Tensor(), gate);
+                             dev_tensor(gg, gs), Tensor(), gate, ops::FocusSoftKernel::tiled);
     std::vector<float> first;
     for (int rep = 0; rep < 2; ++rep) {
       gdg.poison();
       ops::focus_attention_bwd(*gpu, dev_tensor(gdq, qs), dev_tensor(gdg, gs), dev_tensor(gdo, os),
                                dev_tensor(gq, qs), dev_tensor(go, os), dev_tensor(gl, ls), l,
-                               dev_tensor(gg, gs), Tensor(), gate);
+                               dev_tensor(gg, gs), Tensor(), gate, ops::FocusSoftKernel::tiled);
       std::vector<float> d = gdg.download();
       double mx = 0;
       for (float x : d) mx = std::max(mx, double(std::fabs(x)));

@@ -1,0 +1,40 @@
+// Hopper (sm_90a) wgmma Focus attention for the additive gate (the contract of
+// focus_attention.cuh): bf16, head dim 64 or 128, causal, GQA, packed qkv (kv_head_stride = D),
+// pos = 0, 1 .. 32 groups (K padded to 16 or 32). The op (src/ops/focus.cpp) sends those calls
+// here when focus_wgmma_supported() and the rest to the tiled kernel (focus_tiled.cuh).
+//   fwd (focus_wgmma_fwd.cu): the dense wgmma forward's simple schedule (attention_wgmma.cu): 128
+//     queries per block in 2 warpgroups, 128-key K/V tiles by TMA; S = Q K^T on wgmma, the
+//     exponentials, then on tiles with distant pairs the affinity A = G_q G_k^T on mma.sync
+//     m16n8k16 16 keys at a time (bf16 hi + lo split of g: hi.hi + hi.lo + lo.hi, about fp32
+//     accuracy; its C fragments are the accumulator layout of S, focus_wgmma_layout.h), and
+//     exp(s - m) times (a + eps) on the distant pairs; O += P V on wgmma.
+//   bwd (focus_wgmma_bwd.cu): delta = rowsum(dO O) (launch_attention_bwd_delta, which zeroes the
+//     dQ accumulator), then the dense wgmma backward's loop (one block per 128 keys of a kv head
+//     over the heads of its group and the query tiles that see its keys; dK, dV in registers, dQ
+//     by fp32 bulk reductions) with P^T gated the same way (dS = P (dP - delta) with the gated P
+//     is the gradient of the logit). dg (focus_wgmma_dg.cu, a second pass over the query tiles
+//     with distant pairs only): S^T, dP^T on wgmma, dA = exp(s - lse) (dP - delta) on distant
+//     pairs, dg_key += dA^T G_q in registers and dg_query += dA G_k (movmatrix-transposed dA^T)
+//     reduced in shared memory, both by fp32 atomics into dg (zeroed first). dq and dg are not
+//     bitwise reproducible; dk, dv are.
+#pragma once
+#include "kernels/focus/focus_attention.cuh"
+
+namespace attnlab {
+
+// True when the build holds the sm_90a code and the current device is compute capability 9.0.
+bool focus_wgmma_device_supported();
+// focus_wgmma_device_supported() and p is a call the kernels take (see above).
+bool focus_wgmma_supported(const FocusAttentionParams<bf16>& p);
+void launch_focus_wgmma_fwd(const FocusAttentionParams<bf16>& p, Stream s);
+// dq, dk, dv written (=); dg (if not null) written (=).
+void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s);
+// g [B, T, K] fp32 into gs [B, T, 2 KP] bf16 (hi parts, then lo parts, zero past K:
+// focus_wgmma_layout.h), the operand form every wgmma Focus kernel reads. KP = padded_groups(K).
+void focus_wgmma_split_g(const FocusAttentionParams<bf16>& p, bf16* gs, int KP, Stream s);
+// The backward's dg pass alone: dg += the gate gradient (dg zeroed by the caller); delta =
+// rowsum(dO O) [B, n_head, T], gs from focus_wgmma_split_g. Called by launch_focus_wgmma_bwd.
+void launch_focus_wgmma_dg(const FocusAttentionParams<bf16>& p, const float* delta, const bf16* gs,
+                           Stream s);
+
+}  // namespace attnlab

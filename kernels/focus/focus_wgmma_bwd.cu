@@ -1,0 +1,405 @@
+// The wgmma Focus attention backward, additive gate (focus_wgmma.cuh): dq, dk, dv written (=),
+// dg (focus_wgmma_dg.cu) written (=). The dense wgmma backward's loop with two block barriers per
+// query tile (kernels/attention/attention_wgmma_bwd.cu, kLagDq = false, whose comments describe the
+// layout and the synchronization) for both head dims, with the gate: P^T = exp(s - lse) times
+// (a + eps) on distant pairs, the affinity on mma.sync per 16-query chunk (focus_wgmma_gate.cuh)
+// on tiles where the warpgroup's keys have a distant query. dS^T = P^T (dP^T - delta) with the
+// gated P is the gradient of the logit, so the rest is the dense arithmetic. Beside K and V the
+// split g rows of the block's keys (once) and, double-buffered with Q and dO, of the tile's
+// queries (cp.async, landed by the barrier at the top of each tile).
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include "kernels/attention/attention.cuh"
+#include "kernels/attention/dq_layout.h"
+#include "kernels/attention/visibility.h"
+#include "kernels/attention/wgmma_common.cuh"
+#include "kernels/common/device.cuh"
+#include "kernels/common/stream_scratch.h"
+#include "kernels/focus/focus_wgmma.cuh"
+#include "kernels/focus/focus_wgmma_gate.cuh"
+#include "kernels/focus/focus_wgmma_layout.h"
+
+namespace attnlab {
+namespace {
+
+using namespace wgmma;
+
+constexpr int kThreads = 256;  // 2 warpgroups
+constexpr int kBlockN = 128;   // keys per block (64 per warpgroup)
+template <int D>
+constexpr int kQTile = D == 64 ? 128 : 64;
+
+constexpr uint32_t g_tile_bytes(int rows, int KP) { return uint32_t(rows) * (2 * KP + 8) * 2; }
+// K, V, 2 x Q, 2 x dO, dS^T, 2 x lse and delta, the fp32 dQ tile, 2 mbarriers, the keys' g tile,
+// 2 x the queries' g tiles, alignment: 192-216 KiB.
+template <int D, int KP>
+constexpr size_t bwd_smem_bytes() {
+  constexpr int kQ = kQTile<D>;
+  return 2 * size_t(tile_bytes(kBlockN, D)) + 4 * size_t(tile_bytes(kQ, D)) +
+         size_t(tile_bytes(kBlockN, kQ)) + 4 * kQ * sizeof(float) + size_t(kQ) * D * sizeof(float) +
+         16 + g_tile_bytes(kBlockN, KP) + 2 * g_tile_bytes(kQ, KP) + 1008;
+}
+static_assert(bwd_smem_bytes<64, 32>() <= 232448 && bwd_smem_bytes<128, 32>() <= 232448);
+
+#if ATTN_WGMMA_DEVICE
+template <int D, int kQ>
+__device__ __forceinline__ void issue_rs(float (&acc)[D / 2], const uint32_t (&a)[kQ / 16][4],
+                                         uint32_t b_tile) {
+  const uint64_t b0 = smem_desc(b_tile, kQ * 128, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kQ / 16; ++kk) wgmma_rs<D>(acc, a[kk], desc_add(b0, kk * 16 * 128));
+}
+
+template <int D, int kQ>
+__device__ __forceinline__ void issue_dv_dk(float (&dv)[D / 2], float (&dk)[D / 2],
+                                            uint32_t (&pa)[kQ / 16][4], uint32_t (&dsa)[kQ / 16][4],
+                                            uint32_t dO_tile, uint32_t q_tile) {
+  fence_regs(dk);
+  fence_regs(dv);
+  fence_regs(dsa);
+  fence_regs(pa);
+  wgmma_fence();
+  issue_rs<D, kQ>(dv, pa, dO_tile);
+  issue_rs<D, kQ>(dk, dsa, q_tile);
+  wgmma_commit();
+}
+
+template <int kQ>
+__device__ __forceinline__ void dp_to_ds(float (&dp)[kQ / 2], const float (&pt)[kQ / 2],
+                                         uint32_t c_delta, int tig) {
+#pragma unroll
+  for (int j = 0; j < kQ / 8; ++j) {
+    const float2 dl = lds_f2(c_delta + 4 * (8 * j + 2 * tig));
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      dp[4 * j + 2 * r] = pt[4 * j + 2 * r] * (dp[4 * j + 2 * r] - dl.x);
+      dp[4 * j + 2 * r + 1] = pt[4 * j + 2 * r + 1] * (dp[4 * j + 2 * r + 1] - dl.y);
+    }
+  }
+}
+
+template <int kQ>
+__device__ __forceinline__ void store_ds(uint32_t sdS, const uint32_t (&dsa)[kQ / 16][4], int kr0,
+                                         int tig) {
+#pragma unroll
+  for (int j = 0; j < kQ / 8; ++j) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t addr = sdS + swizzled_offset<kBlockN>(kr0 + 8 * r, j) + 4 * tig;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[j / 2][2 * (j & 1) + r])
+                   : "memory");
+    }
+  }
+}
+
+template <int kQ>
+__device__ __forceinline__ void issue_dq(float (&dq)[32], uint32_t sdS, uint32_t sK, int wg) {
+  const int qw = kQ == 128 ? wg : 0, dw = kQ == 128 ? 0 : wg;
+  fence_regs(dq);
+  wgmma_fence();
+  const uint64_t a0 = smem_desc(sdS + qw * kBlockN * 128, kBlockN * 128, 1024);
+  const uint64_t b0 = smem_desc(sK + dw * kBlockN * 128, kBlockN * 128, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    wgmma_ss<64, 1, 1>(dq, desc_add(a0, kk * 16 * 128), desc_add(b0, kk * 16 * 128), kk > 0);
+  }
+  wgmma_commit();
+}
+
+template <int D, int kQ>
+__device__ __forceinline__ void store_dq_tile(uint32_t sdQ, const float (&dq)[32], int wg, int warp,
+                                              int g, int tig) {
+  const int qw = kQ == 128 ? wg : 0, dw = kQ == 128 ? 0 : wg;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = 64 * qw + 16 * warp + g + 8 * r;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int col = 64 * dw + 8 * j + 2 * tig;
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
+                       sdQ + 4 * uint32_t(row * D + dq_swizzle(row, col))),
+                   "f"(dq[4 * j + 2 * r]), "f"(dq[4 * j + 2 * r + 1])
+                   : "memory");
+    }
+  }
+}
+
+template <int D>
+__device__ __forceinline__ void store_dk_dv(const float (&dk)[D / 2], const float (&dv)[D / 2],
+                                            const FocusAttentionParams<bf16>& p, int b, int hk,
+                                            int key0, int tig) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = key0 + 8 * r;
+    if (key >= p.seq_len) continue;
+    const int64_t off = b * p.kv_batch_stride + int64_t(key) * p.kv_row_stride + hk * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      *reinterpret_cast<__nv_bfloat162*>(p.dk + off + 8 * j + 2 * tig) =
+          __floats2bfloat162_rn(dk[4 * j + 2 * r] * p.scale, dk[4 * j + 2 * r + 1] * p.scale);
+      *reinterpret_cast<__nv_bfloat162*>(p.dv + off + 8 * j + 2 * tig) =
+          __floats2bfloat162_rn(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+    }
+  }
+}
+#endif  // ATTN_WGMMA_DEVICE
+
+template <int D, int KP>
+__global__ void __launch_bounds__(kThreads, 1)
+    focus_wgmma_bwd_kernel(const FocusAttentionParams<bf16> p, const float* __restrict__ delta,
+                           float* __restrict__ dq_accum, const bf16* __restrict__ gs,
+                           const __grid_constant__ CUtensorMap tm_q,
+                           const __grid_constant__ CUtensorMap tm_do) {
+#if ATTN_WGMMA_DEVICE
+  constexpr int kQ = kQTile<D>;
+  constexpr uint32_t kKVBytes = tile_bytes(kBlockN, D), kQBytes = tile_bytes(kQ, D);
+  constexpr uint32_t kSBytes = tile_bytes(kBlockN, kQ), kDqBytes = kQ * D * 4;
+  constexpr uint32_t kGqBytes = g_tile_bytes(kQ, KP);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t sK = (raw + 1023u) & ~1023u;
+  const uint32_t sV = sK + kKVBytes;
+  const uint32_t sQ = sV + kKVBytes;                     // [2][kQ] rows
+  const uint32_t sdO = sQ + 2 * kQBytes;                 // [2][kQ] rows
+  const uint32_t sdS = sdO + 2 * kQBytes;                // [kBlockN] rows of kQ
+  const uint32_t sStats = sdS + kSBytes;                 // lse [2][kQ], delta [2][kQ]
+  const uint32_t sdQ = sStats + 4 * kQ * 4;              // fp32 [kQ][D]
+  const uint32_t sFull = sdQ + kDqBytes;                 // mbarriers [2]
+  const uint32_t sGk = sFull + 16;                       // g of the block's keys
+  const uint32_t sGq = sGk + g_tile_bytes(kBlockN, KP);  // [2] g of the tile's queries
+  auto generic = [&](uint32_t addr) {
+    return reinterpret_cast<const bf16*>(smem_raw + (addr - raw));
+  };
+
+  const int T = p.seq_len;
+  const AttentionMask mask{};
+  const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, tig = lane & 3;
+  const int k0 = blockIdx.x * kBlockN;
+  const int key0 = k0 + 64 * wg + 16 * warp + g;
+  const bf16* gk = p.k + b * p.kv_batch_stride + hk * D;
+  const bf16* gv = p.v + b * p.kv_batch_stride + hk * D;
+  const bf16* gsb = gs + int64_t(b) * T * 2 * KP;
+  const int w = p.gate.local_window;
+
+  const TileRange tiles = mask.query_tiles(k0, kBlockN, kQ, T);
+  const int m_begin = tiles.begin, m_end = tiles.end;
+  const int per_head = max(0, m_end - m_begin);
+  const int iters = group * per_head;
+
+  struct Tile {
+    int h, m;
+  };
+  auto next_tile = [&](Tile t) { return ++t.m == m_end ? Tile{t.h + 1, m_begin} : t; };
+  auto issue_loads = [&](Tile t, int buf) {
+    const int q0 = t.m * kQ;
+    if (threadIdx.x == 0) {
+      const uint32_t bar = sFull + 8 * buf;
+      mbar_arrive_expect_tx(bar, 2 * kQBytes);
+#pragma unroll
+      for (int c = 0; c < D / 64; ++c) {
+        tma_load_3d(sQ + buf * kQBytes + c * kQ * 128, &tm_q, bar, t.h * D + 64 * c, q0, b);
+        tma_load_3d(sdO + buf * kQBytes + c * kQ * 128, &tm_do, bar, t.h * D + 64 * c, q0, b);
+      }
+    }
+    const int64_t row = (int64_t(b) * p.n_head + t.h) * T + q0;
+    if (threadIdx.x < kQ) {
+      const int i = threadIdx.x;
+      const bool ok = q0 + i < T;
+      cp_async4(sStats + (buf * kQ + i) * 4, p.lse + (ok ? row + i : 0), ok);
+      cp_async4(sStats + (2 * kQ + buf * kQ + i) * 4, delta + (ok ? row + i : 0), ok);
+    }
+    focus_wgmma::load_g_tile<kQ, KP, kThreads>(sGq + buf * kGqBytes, gsb, q0, T);
+  };
+  auto dq_rows = [&](Tile t, uint32_t* bytes) {
+    const int q0 = t.m * kQ;
+    *bytes = uint32_t(min(kQ, T - q0)) * D * 4;
+    return dq_accum + ((int64_t(b) * p.n_head + t.h) * T + q0) * D;
+  };
+
+  if (threadIdx.x == 0) {
+    mbar_init(sFull, 1);
+    mbar_init(sFull + 8, 1);
+    fence_mbar_init();
+  }
+  __syncthreads();
+  load_tile<kBlockN, D, kThreads>(sK, gk, p.kv_row_stride, k0, T);
+  load_tile<kBlockN, D, kThreads>(sV, gv, p.kv_row_stride, k0, T);
+  focus_wgmma::load_g_tile<kBlockN, KP, kThreads>(sGk, gsb, k0, T);
+  Tile cur{hk * group, m_begin}, prev = cur;
+  if (iters > 0) issue_loads(cur, 0);
+  cp_async_commit();
+
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+  const float sl2 = p.scale * kLog2e;
+  const uint32_t k_rows = sK + wg * 64 * 128, v_rows = sV + wg * 64 * 128;
+
+  for (int it = 0; it < iters; ++it, prev = cur, cur = next_tile(cur)) {
+    const int buf = it & 1;
+    const int q0 = cur.m * kQ;
+    const uint32_t cQ = sQ + buf * kQBytes, cdO = sdO + buf * kQBytes;
+    const uint32_t c_lse = sStats + buf * kQ * 4, c_delta = sStats + (2 + buf) * kQ * 4;
+    tiles_ready();
+    mbar_wait(sFull + 8 * buf, uint32_t(it >> 1) & 1u);
+    float s[kQ / 2], dp[kQ / 2];
+    issue_abt<D, kBlockN, kQ>(s, k_rows, cQ);
+    issue_abt<D, kBlockN, kQ>(dp, v_rows, cdO);
+    if (threadIdx.x == 0 && it > 0) {
+      uint32_t bytes;
+      float* dst = dq_rows(prev, &bytes);
+      bulk_reduce_add_f32(dst, sdQ, bytes);
+    }
+    if (it + 1 < iters) {
+      issue_loads(next_tile(cur), buf ^ 1);
+      cp_async_commit();
+    }
+    wgmma_wait<1>();
+    fence_regs(s);
+
+    const bool need_mask = ATTN_MASK_NEEDS_MASK(mask, q0, kQ, k0, kBlockN, T);
+    focus_wgmma::scores_to_p<kQ>(s, c_lse, need_mask, key0, q0, tig, sl2, T);
+    // The gate: P^T times (a + eps) on the distant pairs of this warpgroup's keys.
+    if (focus_wgmma::tile_has_distant_k_rows(k0 + 64 * wg, q0 + kQ - 1, w)) {
+      uint32_t ah[KP / 16][4], al[KP / 16][4];
+      focus_wgmma::load_g_a<KP>(ah, al, generic(sGk), 64 * wg + 16 * warp, lane);
+      const bf16* cGq = generic(sGq + buf * kGqBytes);
+#pragma unroll
+      for (int chunk = 0; chunk < kQ / 16; ++chunk) {
+        float a[2][4];
+        focus_wgmma::affinity_chunk<KP>(a, ah, al, cGq, 16 * chunk, lane);
+        focus_wgmma::gate_chunk<false>(s, a, chunk, key0, q0 + 2 * tig, w, p.gate.eps);
+      }
+    }
+    uint32_t pa[kQ / 16][4], dsa[kQ / 16][4];
+    acc_to_a<kQ>(pa, s);
+    wgmma_wait<0>();
+    fence_regs(dp);
+    dp_to_ds<kQ>(dp, s, c_delta, tig);
+    acc_to_a<kQ>(dsa, dp);
+
+    store_ds<kQ>(sdS, dsa, 64 * wg + 16 * warp + g, tig);
+    fence_proxy_async();
+    issue_dv_dk<D, kQ>(dv, dk, pa, dsa, cdO, cQ);
+
+    if (threadIdx.x == 0) bulk_wait_read();
+    __syncthreads();
+    {
+      float dq[32];
+      issue_dq<kQ>(dq, sdS, sK, wg);
+      wgmma_wait<0>();
+      fence_regs(dq);
+      store_dq_tile<D, kQ>(sdQ, dq, wg, warp, g, tig);
+    }
+    fence_regs(dv);
+    fence_regs(dk);
+    fence_regs(pa);
+    fence_regs(dsa);
+    fence_proxy_async();
+  }
+  cp_async_wait_all();
+  __syncthreads();
+  if (threadIdx.x == 0 && iters > 0) {
+    uint32_t bytes;
+    float* dst = dq_rows(prev, &bytes);
+    bulk_reduce_add_f32(dst, sdQ, bytes);
+    bulk_wait_all();
+  }
+  store_dk_dv<D>(dk, dv, p, b, hk, key0, tig);
+#else
+  (void)p, (void)delta, (void)dq_accum, (void)gs, (void)tm_q, (void)tm_do;
+#endif
+}
+
+// dq = scale * dq_accum -> bf16 (dq_accum in the kernel's dq_swizzle layout).
+template <int D>
+__global__ void dq_convert_kernel(const FocusAttentionParams<bf16> p,
+                                  const float* __restrict__ dq_accum) {
+  constexpr int kQuads = D / 4;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= p.seq_len * kQuads) return;
+  const int t = i / kQuads, d = (i % kQuads) * 4, h = blockIdx.y, b = blockIdx.z;
+  const int64_t row = (int64_t(b) * p.n_head + h) * p.seq_len + t;
+  const int src = dq_swizzle(t, d);
+  const float4 v = *reinterpret_cast<const float4*>(dq_accum + row * D + src);
+  bf16* out = p.dq + b * p.q_batch_stride + int64_t(t) * p.q_row_stride + h * D + d;
+  reinterpret_cast<__nv_bfloat162*>(out)[0] = __floats2bfloat162_rn(v.x * p.scale, v.y * p.scale);
+  reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(v.z * p.scale, v.w * p.scale);
+}
+
+template <int D, int KP>
+void launch_bwd(const FocusAttentionParams<bf16>& p, const float* delta, float* dq_accum,
+                const bf16* gs, cudaStream_t st) {
+  constexpr size_t smem = bwd_smem_bytes<D, KP>();
+  auto* kernel = focus_wgmma_bwd_kernel<D, KP>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const dim3 grid(div_up(p.seq_len, kBlockN), p.n_kv_head, p.B);
+  const CUtensorMap tm_q = tile_map(p.q, p.n_head * D, p.seq_len, p.B, p.q_row_stride,
+                                    p.q_batch_stride, kQTile<D>),
+                    tm_do = tile_map(p.dout, p.n_head * D, p.seq_len, p.B, p.o_row_stride,
+                                     p.o_batch_stride, kQTile<D>);
+  kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum, gs, tm_q, tm_do);
+  CUDA_CHECK_LAUNCH();
+  const dim3 convert_grid(div_up(int64_t(p.seq_len) * (D / 4), 256), p.n_head, p.B);
+  dq_convert_kernel<D><<<convert_grid, 256, 0, st>>>(p, dq_accum);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s) {
+  ATTN_REQUIRE(focus_wgmma_supported(p),
+               "focus wgmma attention: needs a build with sm_90a code, a compute capability 9.0 "
+               "device, the additive gate, D 64 or 128 (got %d), packed qkv, pos 0 (got %d), 1 .. "
+               "%d groups (got %d)",
+               p.D, p.pos, focus_wgmma::kMaxGroups, p.K);
+  ATTN_ASSERT(aligned16(p.dout) && p.o_row_stride % 8 == 0 && p.o_batch_stride % 8 == 0);
+  const int64_t rows = int64_t(p.B) * p.n_head * p.seq_len;
+  if (rows == 0) return;
+  const auto st = reinterpret_cast<cudaStream_t>(s);
+  const int KP = focus_wgmma::padded_groups(p.K);
+  const size_t gs_bytes = size_t(p.B) * p.seq_len * 2 * KP * sizeof(bf16);
+  const size_t dq_bytes = (size_t(rows) * (p.D + 1) * sizeof(float) + 15) / 16 * 16;
+  StreamScratch scratch(dq_bytes + gs_bytes, s);
+  float* dq_accum = scratch.as<float>();  // [B, H, T, D] (dq_swizzle rows), 16-byte aligned
+  float* delta = dq_accum + rows * p.D;   // [B, H, T]
+  bf16* gs = reinterpret_cast<bf16*>(scratch.as<unsigned char>() + dq_bytes);  // [B, T, 2 KP]
+  AttentionParams<bf16> ap;
+  ap.o = p.o;
+  ap.dout = p.dout;
+  ap.q = p.q;
+  ap.k = p.k;
+  ap.v = p.v;
+  ap.dq = p.dq;
+  ap.dk = p.dk;
+  ap.dv = p.dv;
+  ap.lse = p.lse;
+  ap.qkv_batch_stride = p.q_batch_stride;
+  ap.qkv_row_stride = p.q_row_stride;
+  ap.o_batch_stride = p.o_batch_stride;
+  ap.o_row_stride = p.o_row_stride;
+  ap.B = p.B;
+  ap.seq_len = p.seq_len;
+  ap.n_head = p.n_head;
+  ap.n_kv_head = p.n_kv_head;
+  ap.D = p.D;
+  ap.scale = p.scale;
+  launch_attention_bwd_delta(ap, delta, dq_accum, s);
+  focus_wgmma_split_g(p, gs, KP, s);
+  if (p.D == 64) {
+    KP == 16 ? launch_bwd<64, 16>(p, delta, dq_accum, gs, st)
+             : launch_bwd<64, 32>(p, delta, dq_accum, gs, st);
+  } else {
+    KP == 16 ? launch_bwd<128, 16>(p, delta, dq_accum, gs, st)
+             : launch_bwd<128, 32>(p, delta, dq_accum, gs, st);
+  }
+  if (p.dg) {
+    CUDA_CHECK(cudaMemsetAsync(p.dg, 0, size_t(p.B) * p.seq_len * p.K * sizeof(float), st));
+    launch_focus_wgmma_dg(p, delta, gs, s);
+  }
+}
+
+}  // namespace attnlab

@@ -1,0 +1,355 @@
+// The wgmma Focus attention forward, additive gate (focus_wgmma.cuh): o and lse (natural log)
+// written (=). The dense wgmma forward's simple schedule (kernels/attention/attention_wgmma.cu,
+// whose comments describe the shared-memory layout and the synchronization) with the gate: per
+// 128-key tile, S = Q K^T, wait, mask, row max, exponentials; on tiles where some pair of the
+// warpgroup's rows is distant (i - j > local_window) the affinity of each 16-key chunk on mma.sync
+// (focus_wgmma_gate.cuh) and exp(s - m) (a + eps) on its distant pairs (a + eps <= 1 + eps, so
+// the running max of the raw scores stays a safe bound, as in the tiled kernel); row sums;
+// rescale O; O += P V. Beside Q, K, V: the split g rows (focus_wgmma_split_g) of the block's
+// queries and, double-buffered with K and V, of the tile's keys (cp.async, landed with Q by the
+// barrier at the top of each tile). One schedule for both head dims (the dense kernel's pingpong
+// schedule at D = 128 is not ported).
+#include <cuda_bf16.h>
+
+#include "kernels/attention/visibility.h"
+#include "kernels/attention/wgmma_common.cuh"
+#include "kernels/common/device.cuh"
+#include "kernels/common/stream_scratch.h"
+#include "kernels/focus/focus_wgmma.cuh"
+#include "kernels/focus/focus_wgmma_gate.cuh"
+#include "kernels/focus/focus_wgmma_layout.h"
+
+namespace attnlab {
+namespace {
+
+using namespace wgmma;
+
+constexpr int kThreads = 256;  // 2 warpgroups
+constexpr int kBlockM = 128;   // queries per block
+constexpr int kBlockN = 128;   // keys per tile
+
+// Dynamic shared memory: Q, 2 K and 2 V tiles (1024-aligned), 2 mbarriers, the g tiles of the
+// queries and 2 of the keys ([128][g_ld(KP)] bf16), plus 1 KiB to align the base.
+constexpr uint32_t g_tile_bytes(int KP) { return uint32_t(128) * (2 * KP + 8) * 2; }
+constexpr size_t fwd_smem_bytes(int D, int KP) {
+  return size_t(tile_bytes(kBlockM, D)) + 4 * size_t(tile_bytes(kBlockN, D)) + 16 +
+         3 * size_t(g_tile_bytes(KP)) + 1024;
+}
+// One block per SM in the launch bounds: asking for two at D = 64, KP = 16 (111 KiB of shared
+// memory each, two would fit) caps ptxas at 128 registers, and the kernel then spilled (116
+// bytes); at one it takes 210-240 registers and spills nothing (docs/focus.md).
+constexpr int kMinBlocks = 1;
+
+#if ATTN_WGMMA_DEVICE
+struct RowState {
+  float max[2], sum[2];  // per row (row0, row0 + 8): running max (scaled log2), partial sum
+};
+
+// Masks (where needed), the online-softmax update and the gate of scores s of keys k0 ..: s
+// becomes exp2(s scale log2 e - new max), times (a + eps) on distant pairs when `gated`; the
+// row state is updated and corr (the factor for O so far) returned.
+template <int KP>
+__device__ __forceinline__ void softmax_gate_tile(float (&s)[kBlockN / 2], RowState& st,
+                                                  float (&corr)[2],
+                                                  const FocusAttentionParams<bf16>& p, int k0,
+                                                  int wq0, int row0, int lane, float sl2,
+                                                  bool gated, const bf16* gq_tile, int arow0,
+                                                  const bf16* gk_tile) {
+  const int T = p.seq_len, tig = lane & 3;
+  const AttentionMask mask{};  // causal
+  if (ATTN_MASK_NEEDS_KEY_MASK(mask, wq0, 64, k0, kBlockN, T)) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int qi = row0 + 8 * r, base = k0 + 2 * tig;
+      int lo, hi;
+      mask.key_bounds(qi, T, base, &lo, &hi);
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (8 * j + e > hi || 8 * j + e < lo) s[4 * j + 2 * r + e] = -INFINITY;
+        }
+      }
+    }
+  }
+  float m_use[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(st.max[r], mx * sl2);
+    m_use[r] = m_new == -INFINITY ? 0.f : m_new;  // a row with no visible key yet
+    corr[r] = exp2_ftz(st.max[r] - m_use[r]);
+    st.max[r] = m_new;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      s[4 * j + 2 * r] = exp2_ftz(fmaf(s[4 * j + 2 * r], sl2, -m_use[r]));
+      s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], sl2, -m_use[r]));
+    }
+  }
+  if (gated) {
+    // The query rows' A fragments: loaded once per tile at KP = 16; per chunk at KP = 32, where
+    // holding them (16 registers) made ptxas serialize the wgmmas at D = 128 (C7512).
+    uint32_t ah[KP / 16][4], al[KP / 16][4];
+    if constexpr (KP == 16) focus_wgmma::load_g_a<KP>(ah, al, gq_tile, arow0, lane);
+#pragma unroll
+    for (int chunk = 0; chunk < kBlockN / 16; ++chunk) {
+      if constexpr (KP != 16) focus_wgmma::load_g_a<KP>(ah, al, gq_tile, arow0, lane);
+      float a[2][4];
+      focus_wgmma::affinity_chunk<KP>(a, ah, al, gk_tile, 16 * chunk, lane);
+      focus_wgmma::gate_chunk<true>(s, a, chunk, row0, k0 + 2 * tig, p.gate.local_window,
+                                    p.gate.eps);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+    st.sum[r] = st.sum[r] * corr[r] + sum;
+  }
+}
+
+template <int D>
+__device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&corr)[2]) {
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) {
+    o[4 * j + 0] *= corr[0];
+    o[4 * j + 1] *= corr[0];
+    o[4 * j + 2] *= corr[1];
+    o[4 * j + 3] *= corr[1];
+  }
+}
+
+template <int D>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], uint32_t (&pa)[kBlockN / 16][4],
+                                         uint32_t v_tile) {
+  fence_regs(o);
+  fence_regs(pa);
+  wgmma_fence();
+  const uint64_t b0 = smem_desc(v_tile, kBlockN * 128, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) wgmma_rs<D>(o, pa[kk], desc_add(b0, kk * 16 * 128));
+  wgmma_commit();
+}
+
+template <int D>
+__device__ __forceinline__ void store_o_lse(const float (&o)[D / 2], const RowState& st,
+                                            const FocusAttentionParams<bf16>& p, int b, int h,
+                                            int row0, int tig) {
+  const int T = p.seq_len;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = st.sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int qi = row0 + 8 * r;
+    if (qi >= T) continue;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    bf16* out = p.o + b * p.o_batch_stride + int64_t(qi) * p.o_row_stride + h * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      *reinterpret_cast<__nv_bfloat162*>(out + 8 * j + 2 * tig) =
+          __floats2bfloat162_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    }
+    if (tig == 0 && p.lse != nullptr) {
+      p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (st.max[r] + log2f(l)) * kLn2;
+    }
+  }
+}
+#endif  // ATTN_WGMMA_DEVICE
+
+template <int D, int KP>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    focus_wgmma_fwd_kernel(const FocusAttentionParams<bf16> p, const bf16* __restrict__ gs,
+                           const __grid_constant__ CUtensorMap tm_k,
+                           const __grid_constant__ CUtensorMap tm_v) {
+#if ATTN_WGMMA_DEVICE
+  constexpr uint32_t kQBytes = tile_bytes(kBlockM, D), kKVBytes = tile_bytes(kBlockN, D);
+  constexpr uint32_t kGBytes = g_tile_bytes(KP);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t smem_base = (raw + 1023u) & ~1023u;
+  const uint32_t sQ = smem_base;            // [kBlockM] rows
+  const uint32_t sK = sQ + kQBytes;         // [2][kBlockN] rows
+  const uint32_t sV = sK + 2 * kKVBytes;    // [2][kBlockN] rows
+  const uint32_t full = sV + 2 * kKVBytes;  // mbarriers [2]
+  const uint32_t sGq = full + 16;           // g tiles: queries, then [2] keys
+  const uint32_t sGk = sGq + kGBytes;
+  auto generic = [&](uint32_t addr) {
+    return reinterpret_cast<const bf16*>(smem_raw + (addr - raw));
+  };
+
+  const int T = p.seq_len;
+  const AttentionMask mask{};
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) blocks first
+  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, tig = lane & 3;
+  const int q0 = m_block * kBlockM;
+  const int wq0 = q0 + 64 * wg;
+  const int row0 = wq0 + 16 * warp + g;
+  const bf16* gq = p.q + b * p.q_batch_stride + h * D;
+  const bf16* gsb = gs + int64_t(b) * T * 2 * KP;
+  const int w = p.gate.local_window;
+
+  const TileRange tiles = mask.key_tiles(q0, kBlockM, kBlockN, T);
+  const int n_begin = tiles.begin, n_end = tiles.end;
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  fence_regs(o);
+  RowState st = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
+  const float sl2 = p.scale * kLog2e;
+  const uint32_t q_rows = sQ + wg * 64 * 128;
+  float s[kBlockN / 2], corr[2];
+  uint32_t pa[kBlockN / 16][4];
+
+  auto load_kv = [&](int nb, int stage) {
+    const uint32_t bar = full + 8 * stage;
+    mbar_arrive_expect_tx(bar, 2 * kKVBytes);
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c) {
+      tma_load_3d(sK + stage * kKVBytes + c * kBlockN * 128, &tm_k, bar, hk * D + 64 * c,
+                  nb * kBlockN, b);
+      tma_load_3d(sV + stage * kKVBytes + c * kBlockN * 128, &tm_v, bar, hk * D + 64 * c,
+                  nb * kBlockN, b);
+    }
+  };
+  if (threadIdx.x == 0) {
+    mbar_init(full, 1);
+    mbar_init(full + 8, 1);
+    fence_mbar_init();
+  }
+  __syncthreads();
+  load_tile<kBlockM, D, kThreads>(sQ, gq, p.q_row_stride, q0, T);
+  focus_wgmma::load_g_tile<kBlockM, KP, kThreads>(sGq, gsb, q0, T);
+  focus_wgmma::load_g_tile<kBlockN, KP, kThreads>(sGk, gsb, n_begin * kBlockN, T);
+  cp_async_commit();
+  if (threadIdx.x == 0) load_kv(n_begin, 0);
+  for (int nb = n_begin; nb < n_end; ++nb) {
+    const int buf = (nb - n_begin) & 1;
+    tiles_ready();  // Q, the g tiles of this tile; the other stage free
+    if (nb + 1 < n_end) {
+      if (threadIdx.x == 0) load_kv(nb + 1, buf ^ 1);
+      focus_wgmma::load_g_tile<kBlockN, KP, kThreads>(sGk + (buf ^ 1) * kGBytes, gsb,
+                                                      (nb + 1) * kBlockN, T);
+      cp_async_commit();
+    }
+    mbar_wait(full + 8 * buf, uint32_t((nb - n_begin) >> 1) & 1u);
+    const int k0 = nb * kBlockN;
+    if (ATTN_MASK_TILE_INVISIBLE(mask, wq0, wq0 + 63, k0, k0 + kBlockN - 1)) continue;
+    issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK + buf * kKVBytes);
+    wgmma_wait<0>();
+    fence_regs(s);
+    const bool gated = focus_wgmma::tile_has_distant_q_rows(wq0 + 63, k0, w);
+    softmax_gate_tile<KP>(s, st, corr, p, k0, wq0, row0, lane, sl2, gated, generic(sGq),
+                          64 * wg + 16 * warp, generic(sGk + buf * kGBytes));
+    rescale<D>(o, corr);
+    acc_to_a<kBlockN>(pa, s);
+    issue_pv<D>(o, pa, sV + buf * kKVBytes);
+    wgmma_wait<0>();
+    fence_regs(o);
+    fence_regs(pa);
+  }
+  cp_async_wait_all();  // nothing in flight at exit (a warpgroup may skip every tile)
+  store_o_lse<D>(o, st, p, b, h, row0, tig);
+#else
+  (void)p, (void)gs, (void)tm_k, (void)tm_v;
+#endif
+}
+
+// gs[b, t, :] = hi parts of g[b, t, 0 .. KP), then lo parts (focus_wgmma_layout.h).
+__global__ void split_g_kernel(const float* __restrict__ g, bf16* __restrict__ gs, int64_t rows,
+                               int K, int KP) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * KP) return;
+  const int64_t row = i / KP;
+  const int c = int(i - row * KP);
+  const float x = c < K ? g[row * K + c] : 0.f;
+  const bf16 hi = __float2bfloat16_rn(x);
+  gs[row * 2 * KP + c] = hi;
+  gs[row * 2 * KP + KP + c] = __float2bfloat16_rn(x - __bfloat162float(hi));
+}
+
+template <int D, int KP>
+void launch_fwd(const FocusAttentionParams<bf16>& p, const bf16* gs, cudaStream_t st) {
+  constexpr size_t smem = fwd_smem_bytes(D, KP);
+  auto* kernel = focus_wgmma_fwd_kernel<D, KP>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  int(cudaSharedmemCarveoutMaxShared)));
+  const dim3 grid(div_up(p.seq_len, kBlockM), p.n_head, p.B);
+  const int kv_width = p.n_kv_head * D;
+  const CUtensorMap tm_k = tile_map(p.k, kv_width, p.seq_len, p.B, p.kv_row_stride,
+                                    p.kv_batch_stride, kBlockN),
+                    tm_v = tile_map(p.v, kv_width, p.seq_len, p.B, p.kv_row_stride,
+                                    p.kv_batch_stride, kBlockN);
+  kernel<<<grid, kThreads, smem, st>>>(p, gs, tm_k, tm_v);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool focus_wgmma_device_supported() {
+#if defined(ATTNLAB_WGMMA_SM90A)
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();  // leave no sticky error for the caller's next check
+    return false;
+  }
+  return major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
+
+bool focus_wgmma_supported(const FocusAttentionParams<bf16>& p) {
+  if (!(p.D == 64 || p.D == 128) || p.gate.kind != FocusGateKind::additive || p.pos != 0 ||
+      p.kv_head_stride != p.D || p.q_row_stride != p.kv_row_stride ||
+      p.q_batch_stride != p.kv_batch_stride || p.q_row_stride % 8 != 0 ||
+      p.q_batch_stride % 8 != 0 || p.o_row_stride % 8 != 0 || p.o_batch_stride % 8 != 0 ||
+      !aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || p.g == nullptr || p.K < 1 ||
+      p.K > focus_wgmma::kMaxGroups || p.n_kv_head <= 0 || p.n_head % p.n_kv_head != 0 ||
+      p.scale <= 0.f || p.gate.local_window < 0) {
+    return false;
+  }
+  return focus_wgmma_device_supported();
+}
+
+void focus_wgmma_split_g(const FocusAttentionParams<bf16>& p, bf16* gs, int KP, Stream s) {
+  const int64_t rows = int64_t(p.B) * p.seq_len;
+  ATTN_ASSERT(p.g_batch_stride == int64_t(p.seq_len) * p.K);  // contiguous [B, T, K]
+  split_g_kernel<<<div_up(rows * KP, 256), 256, 0, reinterpret_cast<cudaStream_t>(s)>>>(
+      p.g, gs, rows, p.K, KP);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_focus_wgmma_fwd(const FocusAttentionParams<bf16>& p, Stream s) {
+  ATTN_REQUIRE(focus_wgmma_supported(p),
+               "focus wgmma attention: needs a build with sm_90a code, a compute capability 9.0 "
+               "device, the additive gate, D 64 or 128 (got %d), packed qkv, pos 0 (got %d), 1 .. "
+               "%d groups (got %d)",
+               p.D, p.pos, focus_wgmma::kMaxGroups, p.K);
+  if (int64_t(p.B) * p.n_head * p.seq_len == 0) return;
+  const int KP = focus_wgmma::padded_groups(p.K);
+  StreamScratch scratch(size_t(p.B) * p.seq_len * 2 * KP * sizeof(bf16), s);
+  bf16* gs = scratch.as<bf16>();
+  focus_wgmma_split_g(p, gs, KP, s);
+  const auto st = reinterpret_cast<cudaStream_t>(s);
+  if (p.D == 64) {
+    KP == 16 ? launch_fwd<64, 16>(p, gs, st) : launch_fwd<64, 32>(p, gs, st);
+  } else {
+    KP == 16 ? launch_fwd<128, 16>(p, gs, st) : launch_fwd<128, 32>(p, gs, st);
+  }
+}
+
+}  // namespace attnlab

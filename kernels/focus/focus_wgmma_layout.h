@@ -1,0 +1,125 @@
+// Index math of the wgmma Focus kernels (focus_wgmma.cuh): which element of a 64-row accumulator
+// tile each register of a thread holds, the mma.sync m16n8k16 fragments the affinity and the dg
+// products use beside it, and the gate's per-element step. Plain C++ (__host__ __device__ under
+// nvcc), so that tests/ops/test_focus_wgmma_layout.cpp emulates every thread of a warpgroup with
+// the very functions the kernels call and checks that each element is covered exactly once.
+//
+// Accumulator of a wgmma m64nN (one warpgroup, N / 2 floats per thread): element i = 4 j + 2 r + e
+// of lane l in warp w is row 16 w + l / 4 + 8 r, column 8 j + 2 (l % 4) + e (per warp the m16n8 C
+// layout repeated along N). The gate works on it in chunks of 16 columns, the C fragments of two
+// m16n8 tiles (n = 0, 1; c = 2 r + e): chunk_acc_index. A thread's N / 2 elements are N / 16
+// chunks x 2 tiles x 4 values: the loops run over all of them (the lost earlier attempt covered
+// N / 8 half-chunks of an N-array, half of the fragment).
+#pragma once
+
+#if defined(__CUDACC__)
+#define ATTN_FWL_FN __host__ __device__ __forceinline__
+#else
+#define ATTN_FWL_FN inline
+#endif
+#if defined(__CUDA_ARCH__)
+#define ATTN_FWL_UNROLL _Pragma("unroll")
+#else
+#define ATTN_FWL_UNROLL
+#endif
+
+namespace attnlab::focus_wgmma {
+
+constexpr int kMaxGroups = 32;  // K the wgmma kernels take (padded to KP = 16 or 32)
+
+ATTN_FWL_FN int padded_groups(int K) { return K <= 16 ? 16 : 32; }
+
+// g as the kernels read it (focus_wgmma_fwd.cu, split_g): per token 2 KP bf16, the hi parts
+// bf16(g) of the KP (zero-padded) groups, then the lo parts bf16(g - hi). A tile of it in shared
+// memory is [rows][g_ld(KP)]: hi at column 0, lo at column KP, 8 elements of padding so that the
+// 8 rows a warp's fragment loads touch (row stride 80 or 144 bytes) fall on distinct banks.
+ATTN_FWL_FN int g_ld(int KP) { return 2 * KP + 8; }
+
+struct Coord {
+  int row, col;
+};
+
+// Row (within the warpgroup's 64) and column of accumulator element i of (warp, lane).
+ATTN_FWL_FN Coord acc_coord(int i, int warp, int lane) {
+  const int j = i >> 2, r = (i >> 1) & 1, e = i & 1;
+  return {16 * warp + (lane >> 2) + 8 * r, 8 * j + 2 * (lane & 3) + e};
+}
+
+// The accumulator element that value c of m16n8 tile n of 16-column chunk `chunk` is.
+ATTN_FWL_FN int chunk_acc_index(int chunk, int n, int c) { return 4 * (2 * chunk + n) + c; }
+
+// mma.sync m16n8k16 fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), per lane:
+//   A (16 x 16, row): register x (0..3), half h: row l/4 + 8 (x & 1), col 2 (l%4) + h + 8 (x >> 1)
+//   B (16 x 8, col):  register x (0..1), half h: row (k) 2 (l%4) + h + 8 x, col (n) l / 4
+//   C (16 x 8):       value c (0..3): row l / 4 + 8 (c >> 1), col 2 (l % 4) + (c & 1)
+ATTN_FWL_FN Coord mma_a_coord(int x, int h, int lane) {
+  return {(lane >> 2) + 8 * (x & 1), 2 * (lane & 3) + h + 8 * (x >> 1)};
+}
+ATTN_FWL_FN Coord mma_b_coord(int x, int h, int lane) {
+  return {2 * (lane & 3) + h + 8 * x, lane >> 2};
+}
+ATTN_FWL_FN Coord mma_c_coord(int c, int lane) {
+  return {(lane >> 2) + 8 * (c >> 1), 2 * (lane & 3) + (c & 1)};
+}
+
+// Element offsets in a g tile [rows][ld] (bf16; element (row, group); add KP for the lo part) of
+// the 32-bit words the fragments read; each word is two bf16 at consecutive groups:
+//   A operand of the affinity, rows = the tile's rows row0.., k = groups 16 kc..: register x.
+ATTN_FWL_FN int g_a_offset(int row0, int kc, int x, int lane, int ld) {
+  const Coord c = mma_a_coord(x, 0, lane);
+  return (row0 + c.row) * ld + 16 * kc + c.col;
+}
+//   B operand of the affinity, n = rows n0 .. n0 + 7 of the tile, k = groups 16 kc..: register x.
+ATTN_FWL_FN int g_b_offset(int n0, int kc, int x, int lane, int ld) {
+  const Coord c = mma_b_coord(x, 0, lane);
+  return (n0 + c.col) * ld + 16 * kc + c.row;
+}
+// Row addresses (element offsets) lane `lane` gives ldmatrix.x4.trans in the dg pass, reading a
+// g tile [rows][ld] (element (row, group)) as a transposed operand:
+//   B (k = rows k0 .. k0 + 15, n = groups n0 .. n0 + 15): registers 0, 1 = n-tile n0, 2, 3 =
+//   n-tile n0 + 8 (the dg_key product's G_q);
+ATTN_FWL_FN int ldsm_t_b_offset(int k0, int n0, int lane, int ld) {
+  return (k0 + (lane & 15)) * ld + n0 + (lane >> 4) * 8;
+}
+//   A (m = groups m0 .. m0 + 15, k = rows k0 .. k0 + 15): the dg_query product's G_k^T.
+ATTN_FWL_FN int ldsm_t_a_offset(int k0, int m0, int lane, int ld) {
+  return (k0 + (lane & 7) + ((lane >> 4) << 3)) * ld + m0 + ((lane >> 3) & 1) * 8;
+}
+
+// The accumulator values (c = 2 r + e of tiles n = 0, 1 of a chunk) that register x of an A
+// fragment packs (low half first) when the chunk feeds a following mma as its A operand (k =
+// the chunk's 16 columns): tile x >> 1, values 2 (x & 1) and 2 (x & 1) + 1.
+ATTN_FWL_FN int a_pack_tile(int x) { return x >> 1; }
+ATTN_FWL_FN int a_pack_value(int x, int h) { return 2 * (x & 1) + h; }
+
+// Gate of one chunk: value c of tile n is distant iff its pair is farther apart than the local
+// window w. Rows are this thread's rows row0 + 8 r, columns col0 + 16 chunk + 8 n + e (col0 =
+// the tile's first column + 2 (lane % 4)). kRowsAreQueries: the forward's S (rows queries,
+// columns keys: distant iff row - col > w); else the backward's S^T (rows keys, columns queries:
+// col - row > w).
+template <bool kRowsAreQueries>
+ATTN_FWL_FN bool chunk_distant(int chunk, int n, int c, int row0, int col0, int w) {
+  const int row = row0 + 8 * (c >> 1), col = col0 + 16 * chunk + 8 * n + (c & 1);
+  return kRowsAreQueries ? row - col > w : col - row > w;
+}
+
+// s (a thread's accumulator, N / 2 values, already exp(score - max)) times (a + eps) on the
+// distant pairs of chunk `chunk`, a = its affinity C fragments.
+template <bool kRowsAreQueries, int kVals>
+ATTN_FWL_FN void gate_chunk(float (&s)[kVals], const float (&a)[2][4], int chunk, int row0,
+                            int col0, int w, float eps) {
+  ATTN_FWL_UNROLL
+  for (int n = 0; n < 2; ++n) {
+    ATTN_FWL_UNROLL
+    for (int c = 0; c < 4; ++c) {
+      if (chunk_distant<kRowsAreQueries>(chunk, n, c, row0, col0, w)) {
+        s[chunk_acc_index(chunk, n, c)] *= a[n][c] + eps;
+      }
+    }
+  }
+}
+
+}  // namespace attnlab::focus_wgmma
+
+#undef ATTN_FWL_FN
+#undef ATTN_FWL_UNROLL

@@ -1,0 +1,292 @@
+// The Hopper wgmma Focus attention, additive gate (kernels/focus/focus_wgmma.cuh), reached through
+// ops::focus_attention_fwd / _bwd with FocusSoftKernel::wgmma, against the CPU fp32 reference and
+// the tiled kernel (FocusSoftKernel::tiled) on the same inputs. Skipped without a GPU, and where
+// the build or the device has no wgmma kernel (not an H100 / H200, or no sm_90a code).
+// Tolerance as tests/cuda/test_focus_tiled_cuda.cpp (STYLE.md: 2x a same-precision reference):
+// the plain per-row bf16 Focus kernel and the dense bf16 attention kernels are compared with their
+// CPU references on the same inputs, the bound of each output is 2x the larger error, at least
+// one bf16 ulp (2^-8) for bf16 outputs and 1e-5 for lse; dg (split hi + lo products, about fp32,
+// inputs carrying the bf16 rounding of the outputs) also takes the dense dqkv error. g is a
+// softmax of random scores (as the model's assignment).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "kernels/focus/focus_attention.cuh"
+#include "ops/focus_ops.h"
+#include "ops/ops.h"
+
+namespace attnlab {
+namespace {
+
+using ops::FocusSoftKernel;
+using test::cpu_tensor;
+using test::DeviceArray;
+
+template <typename T>
+Tensor dev_tensor(const DeviceArray<T>& a, Shape s) {
+  return Tensor(a.ptr(), std::is_same_v<T, bf16> ? DType::bf16 : DType::f32, Device::cuda, s);
+}
+
+struct WgmmaCase {
+  int D, T, local_window, K;
+};
+
+struct Outputs {
+  std::vector<float> out, lse, dqkv, dg;
+};
+
+// g [rows, K]: softmax of random scores (scale 3: peaked rows, as a trained assignment).
+std::vector<float> softmax_g(size_t rows, int K, uint32_t seed) {
+  std::vector<float> z = test::random_vector(rows * K, seed, -3, 3), g(z.size());
+  for (size_t r = 0; r < rows; ++r) {
+    double mx = -1e30, s = 0;
+    for (int k = 0; k < K; ++k) mx = std::max(mx, double(z[r * K + k]));
+    for (int k = 0; k < K; ++k) s += std::exp(double(z[r * K + k]) - mx);
+    for (int k = 0; k < K; ++k) g[r * K + k] = float(std::exp(double(z[r * K + k]) - mx) / s);
+  }
+  return g;
+}
+
+// The plain per-row kernel's params for packed qkv (what src/ops/focus.cpp builds).
+FocusAttentionParams<bf16> plain_params(const DeviceArray<bf16>& qkv, const QKVLayout& l, int B,
+                                        int T, const DeviceArray<float>& g, int K,
+                                        const FocusGateParams& gate) {
+  FocusAttentionParams<bf16> p;
+  p.q = qkv.ptr();
+  p.k = qkv.ptr() + l.k_offset();
+  p.v = qkv.ptr() + l.v_offset();
+  p.g = g.ptr();
+  p.q_batch_stride = p.kv_batch_stride = int64_t(T) * l.width();
+  p.q_row_stride = p.kv_row_stride = l.width();
+  p.kv_head_stride = l.head_dim;
+  p.o_batch_stride = int64_t(T) * l.q_width();
+  p.o_row_stride = l.q_width();
+  p.g_batch_stride = int64_t(T) * K;
+  p.B = B;
+  p.seq_len = T;
+  p.n_head = l.n_head;
+  p.n_kv_head = l.n_kv_head;
+  p.D = l.head_dim;
+  p.K = K;
+  p.scale = float(1.0 / std::sqrt(double(l.head_dim)));
+  p.gate = gate;
+  return p;
+}
+
+bool wgmma_runs(int D, int K) {
+  if (!cuda_available()) return false;
+  auto gpu = ExecContext::make_cuda(0);
+  (void)gpu;
+  return ops::focus_soft_wgmma_available(D, K);
+}
+
+#define WGMMA_TEST_PREAMBLE(D, K)                                                     \
+  do {                                                                                \
+    CUDA_TEST_PREAMBLE();                                                             \
+    if (!wgmma_runs(D, K)) GTEST_SKIP() << "no wgmma Focus kernel on this build/GPU"; \
+  } while (0)
+
+void run_case(const WgmmaCase& c) {
+  SCOPED_TRACE(testing::Message() << "D " << c.D << " T " << c.T << " w " << c.local_window << " K "
+                                  << c.K);
+  auto cpu = ExecContext::make_cpu();
+  auto gpu = ExecContext::make_cuda(0);
+  const int B = 2, T = c.T, D = c.D, K = c.K;
+  const int H = D == 64 ? 4 : 2, Hkv = H / 2;  // GQA: 2 query heads per kv head
+  const QKVLayout l{H, Hkv, D};
+  const int64_t W = l.width(), Q = l.q_width();
+  const uint32_t seed = uint32_t(T * 5 + D + K * 97 + c.local_window);
+  std::vector<float> qkv =
+      test::to_precision<bf16>(test::random_vector(size_t(B) * T * W, seed, -2, 2));
+  std::vector<float> g = softmax_g(size_t(B) * T, K, seed + 1);
+  const Shape qs{B, T, W}, os{B, T, Q}, ls{B, H, T}, gs{B, T, K};
+  FocusGateParams gate;
+  gate.kind = FocusGateKind::additive;
+  gate.local_window = c.local_window;
+  std::vector<float> dout =
+      test::to_precision<bf16>(test::random_vector(size_t(B) * T * Q, seed + 2));
+
+  // CPU references: Focus and dense (backwards from the bf16-rounded outputs, as on the GPU).
+  Outputs ref{std::vector<float>(dout.size()), std::vector<float>(size_t(B) * H * T),
+              std::vector<float>(qkv.size()), std::vector<float>(g.size())};
+  ops::focus_attention_fwd(*cpu, cpu_tensor(ref.out, os), cpu_tensor(ref.lse, ls),
+                           cpu_tensor(qkv, qs), l, cpu_tensor(g, gs), Tensor(), gate);
+  std::vector<float> out_r = test::to_precision<bf16>(ref.out);
+  ops::focus_attention_bwd(*cpu, cpu_tensor(ref.dqkv, qs), cpu_tensor(ref.dg, gs),
+                           cpu_tensor(dout, os), cpu_tensor(qkv, qs), cpu_tensor(out_r, os),
+                           cpu_tensor(ref.lse, ls), l, cpu_tensor(g, gs), Tensor(), gate);
+  std::vector<float> dense_out(ref.out.size()), dense_lse(ref.lse.size()), dense_dqkv(qkv.size());
+  ops::attention_fwd(*cpu, cpu_tensor(dense_out, os), cpu_tensor(dense_lse, ls),
+                     cpu_tensor(qkv, qs), l);
+  std::vector<float> dense_out_r = test::to_precision<bf16>(dense_out);
+  ops::attention_bwd(*cpu, cpu_tensor(dense_dqkv, qs), cpu_tensor(dout, os), cpu_tensor(qkv, qs),
+                     cpu_tensor(dense_out_r, os), cpu_tensor(dense_lse, ls), l);
+
+  DeviceArray<bf16> gq(qkv), gdo(dout);
+  DeviceArray<float> gg(g);
+  // One kernel through the op: fwd, then bwd from its own outputs.
+  auto run = [&](FocusSoftKernel kernel) {
+    DeviceArray<bf16> go(ref.out.size()), gdq(qkv.size());
+    DeviceArray<float> gl(ref.lse.size()), gdg(g.size());
+    go.poison();
+    gl.poison();
+    gdq.poison();
+    gdg.poison();
+    ops::focus_attention_fwd(*gpu, dev_tensor(go, os), dev_tensor(gl, ls), dev_tensor(gq, qs), l,
+                             dev_tensor(gg, gs), Tensor(), gate, kernel);
+    ops::focus_attention_bwd(*gpu, dev_tensor(gdq, qs), dev_tensor(gdg, gs), dev_tensor(gdo, os),
+                             dev_tensor(gq, qs), dev_tensor(go, os), dev_tensor(gl, ls), l,
+                             dev_tensor(gg, gs), Tensor(), gate, kernel);
+    return Outputs{go.download(), gl.download(), gdq.download(), gdg.download()};
+  };
+  const Outputs wg = run(FocusSoftKernel::wgmma);
+  const Outputs tiled = run(FocusSoftKernel::tiled);
+
+  // The same-precision references: the plain per-row bf16 Focus kernel (its own outputs feed its
+  // backward) and the dense bf16 kernels on the same qkv.
+  DeviceArray<bf16> po(ref.out.size()), pdq(qkv.size());
+  DeviceArray<float> pl(ref.lse.size()), pdg(g.size());
+  FocusAttentionParams<bf16> pf = plain_params(gq, l, B, T, gg, K, gate);
+  pf.o = po.ptr();
+  pf.lse = pl.ptr();
+  launch_focus_attention_fwd(pf, gpu->stream);
+  FocusAttentionParams<bf16> pb = pf;
+  pb.dout = gdo.ptr();
+  pb.dq = pdq.ptr();
+  pb.dk = pdq.ptr() + l.k_offset();
+  pb.dv = pdq.ptr() + l.v_offset();
+  pb.dg = pdg.ptr();
+  launch_focus_attention_bwd(pb, gpu->stream);
+  const Outputs plain{po.download(), pl.download(), pdq.download(), pdg.download()};
+  DeviceArray<bf16> dno(ref.out.size()), dndq(qkv.size());
+  DeviceArray<float> dnl(ref.lse.size());
+  ops::attention_fwd(*gpu, dev_tensor(dno, os), dev_tensor(dnl, ls), dev_tensor(gq, qs), l);
+  ops::attention_bwd(*gpu, dev_tensor(dndq, qs), dev_tensor(gdo, os), dev_tensor(gq, qs),
+                     dev_tensor(dno, os), dev_tensor(dnl, ls), l);
+  const double dense_out_err = test::max_rel_error(dno.download(), dense_out);
+  const double dense_lse_err = test::max_rel_error(dnl.download(), dense_lse);
+  const double dense_dqkv_err = test::max_rel_error(dndq.download(), dense_dqkv);
+
+  auto err = [&](const Outputs& o) {
+    return std::vector<double>{
+        test::max_rel_error(o.out, ref.out), test::max_rel_error(o.lse, ref.lse),
+        test::max_rel_error(o.dqkv, ref.dqkv), test::max_rel_error(o.dg, ref.dg)};
+  };
+  const std::vector<double> e_wg = err(wg), e_tiled = err(tiled), e_plain = err(plain);
+  constexpr double kBf16Ulp = 1.0 / 256;
+  const double b_out = std::max(2 * std::max(e_plain[0], dense_out_err), kBf16Ulp);
+  const double b_lse = std::max(2 * std::max(e_plain[1], dense_lse_err), 1e-5);
+  const double b_dqkv = std::max(2 * std::max(e_plain[2], dense_dqkv_err), kBf16Ulp);
+  const double b_dg = std::max(2 * std::max(e_plain[3], dense_dqkv_err), kBf16Ulp);
+  std::printf(
+      "  [focus wgmma] D %d T %d w %d K %d: out %.2e (bound %.2e, tiled %.2e) lse %.2e (%.2e, "
+      "%.2e) dqkv %.2e (%.2e, %.2e) dg %.2e (%.2e, %.2e)\n",
+      D, T, c.local_window, K, e_wg[0], b_out, e_tiled[0], e_wg[1], b_lse, e_tiled[1], e_wg[2],
+      b_dqkv, e_tiled[2], e_wg[3], b_dg, e_tiled[3]);
+  EXPECT_LE(e_wg[0], b_out);
+  EXPECT_LE(e_wg[1], b_lse);
+  EXPECT_LE(e_wg[2], b_dqkv);
+  EXPECT_LE(e_wg[3], b_dg);
+  // Against the tiled kernel: both are within the bound of the reference.
+  EXPECT_LE(test::max_rel_error(wg.out, tiled.out), 2 * b_out);
+  EXPECT_LE(test::max_rel_error(wg.lse, tiled.lse), 2 * b_lse);
+  EXPECT_LE(test::max_rel_error(wg.dqkv, tiled.dqkv), 2 * b_dqkv);
+  EXPECT_LE(test::max_rel_error(wg.dg, tiled.dg), 2 * b_dg);
+}
+
+// T: 1, tile edges +-1, many tiles, 2048; w: 0 (only the diagonal ungated), 37 (not a tile
+// multiple), 128, >= T (all local: dense math, dg = 0); K: 1 (a = 1), 4, 8, 17 and 32 (KP = 32).
+const std::vector<WgmmaCase> kShapes = {
+    {0, 1, 0, 4},     {0, 127, 0, 1},     {0, 129, 128, 4},  {0, 129, 0, 8},
+    {0, 1000, 37, 8}, {0, 1000, 0, 4},    {0, 2048, 128, 8}, {0, 2048, 4096, 4},
+    {0, 300, 300, 1}, {0, 1000, 128, 17}, {0, 700, 0, 32},
+};
+
+void run_d(int D) {
+  for (WgmmaCase c : kShapes) {
+    c.D = D;
+    run_case(c);
+  }
+}
+
+TEST(FocusWgmmaCuda, MatchesTheReferenceD64) {
+  WGMMA_TEST_PREAMBLE(64, 8);
+  run_d(64);
+}
+
+TEST(FocusWgmmaCuda, MatchesTheReferenceD128) {
+  WGMMA_TEST_PREAMBLE(128, 8);
+  run_d(128);
+}
+
+// automatic picks the wgmma kernel where it runs: bitwise the same forward as forcing it.
+TEST(FocusWgmmaCuda, AutomaticPicksWgmma) {
+  WGMMA_TEST_PREAMBLE(64, 8);
+  auto gpu = ExecContext::make_cuda(0);
+  const int B = 1, T = 300, K = 8;
+  const QKVLayout l{4, 2, 64};
+  const Shape qs{B, T, l.width()}, os{B, T, l.q_width()}, ls{B, 4, T}, gs{B, T, K};
+  DeviceArray<bf16> gq(test::random_vector(size_t(B) * T * l.width(), 3, -2, 2));
+  DeviceArray<float> gg(softmax_g(size_t(B) * T, K, 4));
+  FocusGateParams gate;
+  gate.local_window = 37;
+  std::vector<float> o[2];
+  for (int i = 0; i < 2; ++i) {
+    DeviceArray<bf16> go(size_t(B) * T * l.q_width());
+    DeviceArray<float> gl(size_t(B) * 4 * T);
+    ops::focus_attention_fwd(*gpu, dev_tensor(go, os), dev_tensor(gl, ls), dev_tensor(gq, qs), l,
+                             dev_tensor(gg, gs), Tensor(), gate,
+                             i == 0 ? FocusSoftKernel::automatic : FocusSoftKernel::wgmma);
+    o[i] = go.download();
+  }
+  EXPECT_EQ(o[0], o[1]);
+}
+
+// dg is written (=): a second backward gives the same values (up to the order of the atomics);
+// dg == 0 where every pair is local (local_window >= T).
+TEST(FocusWgmmaCuda, BackwardWritesDgAndIsZeroWhenAllLocal) {
+  WGMMA_TEST_PREAMBLE(64, 8);
+  auto gpu = ExecContext::make_cuda(0);
+  const int B = 2, T = 333, K = 8, D = 64;
+  const QKVLayout l{4, 2, D};
+  const Shape qs{B, T, l.width()}, os{B, T, l.q_width()}, ls{B, 4, T}, gs{B, T, K};
+  DeviceArray<bf16> gq(test::random_vector(size_t(B) * T * l.width(), 7, -2, 2));
+  DeviceArray<bf16> gdo(test::random_vector(size_t(B) * T * l.q_width(), 8));
+  DeviceArray<bf16> go(size_t(B) * T * l.q_width()), gdq(size_t(B) * T * l.width());
+  DeviceArray<float> gl(size_t(B) * 4 * T), gg(softmax_g(size_t(B) * T, K, 9)), gdg(gg.size());
+  for (int w : {16, T}) {
+    FocusGateParams gate;
+    gate.local_window = w;
+    ops::focus_attention_fwd(*gpu, dev_tensor(go, os), dev_tensor(gl, ls), dev_tensor(gq, qs), l,
+                             dev_tensor(gg, gs), Tensor(), gate, FocusSoftKernel::wgmma);
+    std::vector<float> first;
+    for (int rep = 0; rep < 2; ++rep) {
+      gdg.poison();
+      ops::focus_attention_bwd(*gpu, dev_tensor(gdq, qs), dev_tensor(gdg, gs), dev_tensor(gdo, os),
+                               dev_tensor(gq, qs), dev_tensor(go, os), dev_tensor(gl, ls), l,
+                               dev_tensor(gg, gs), Tensor(), gate, FocusSoftKernel::wgmma);
+      std::vector<float> d = gdg.download();
+      double mx = 0;
+      for (float x : d) mx = std::max(mx, double(std::fabs(x)));
+      if (w >= T) {
+        EXPECT_EQ(mx, 0.0);
+      } else {
+        EXPECT_GT(mx, 0.0);
+        EXPECT_TRUE(std::isfinite(mx));
+      }
+      if (rep == 0) {
+        first = d;
+      } else {
+        EXPECT_LT(test::max_rel_error(d, first), 1e-5);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attnlab

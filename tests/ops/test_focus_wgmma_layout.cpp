@@ -1,0 +1,435 @@
+// The index math of the wgmma Focus kernels (kernels/focus/focus_wgmma_layout.h) on the CPU: every
+// thread of a warpgroup is emulated with the functions the kernels call. Checks that the gate's
+// chunk loop covers each accumulator element of a tile exactly once and at the (row, column)
+// the wgmma accumulator holds there, that the g fragment offsets give the mma.sync m16n8k16
+// operands of the PTX ISA (spelled out here independently), and that a whole gated tile (the
+// affinity by emulated mma.sync on the split g, the gate, the dg products with the movmatrix
+// transpose) equals the direct formula.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/focus/focus_wgmma_layout.h"
+
+namespace attnlab {
+namespace {
+
+using namespace focus_wgmma;
+
+constexpr int kWarps = 4, kLanes = 32;
+
+// PTX ISA m16n8k16 (.bf16) fragments, written out from the table, not from the header.
+struct Rc {
+  int row, col;
+};
+Rc ptx_a(int x, int h, int lane) {  // a0..a7: reg x holds a(2x), a(2x+1)
+  const int gid = lane / 4, t = lane % 4, idx = 2 * x + h;
+  const int row = gid + ((idx == 2 || idx == 3 || idx == 6 || idx == 7) ? 8 : 0);
+  const int col = t * 2 + (idx & 1) + (idx >= 4 ? 8 : 0);
+  return {row, col};
+}
+Rc ptx_b(int x, int h, int lane) {  // b0..b3: k row, n col
+  const int idx = 2 * x + h;
+  return {(lane % 4) * 2 + (idx & 1) + (idx >= 2 ? 8 : 0), lane / 4};
+}
+Rc ptx_c(int c, int lane) { return {lane / 4 + (c >= 2 ? 8 : 0), (lane % 4) * 2 + (c & 1)}; }
+
+TEST(FocusWgmmaLayout, FragmentsMatchPtx) {
+  for (int lane = 0; lane < kLanes; ++lane) {
+    for (int x = 0; x < 4; ++x) {
+      for (int h = 0; h < 2; ++h) {
+        EXPECT_EQ(mma_a_coord(x, h, lane).row, ptx_a(x, h, lane).row);
+        EXPECT_EQ(mma_a_coord(x, h, lane).col, ptx_a(x, h, lane).col);
+        if (x < 2) {
+          EXPECT_EQ(mma_b_coord(x, h, lane).row, ptx_b(x, h, lane).row);
+          EXPECT_EQ(mma_b_coord(x, h, lane).col, ptx_b(x, h, lane).col);
+        }
+      }
+    }
+    for (int c = 0; c < 4; ++c) {
+      EXPECT_EQ(mma_c_coord(c, lane).row, ptx_c(c, lane).row);
+      EXPECT_EQ(mma_c_coord(c, lane).col, ptx_c(c, lane).col);
+    }
+  }
+}
+
+// The chunk loop (as gate_chunk runs it) covers each of a thread's N / 2 accumulator elements
+// once, each element of the 64 x N tile is held by exactly one thread, and the element a chunk
+// value stands for is where the mma.sync C fragment of the chunk puts it.
+template <int N>
+void check_cover() {
+  std::vector<int> tile(64 * N, 0);
+  for (int warp = 0; warp < kWarps; ++warp) {
+    for (int lane = 0; lane < kLanes; ++lane) {
+      std::vector<int> seen(N / 2, 0);
+      for (int chunk = 0; chunk < N / 16; ++chunk) {
+        for (int n = 0; n < 2; ++n) {
+          for (int c = 0; c < 4; ++c) {
+            const int i = chunk_acc_index(chunk, n, c);
+            ASSERT_GE(i, 0);
+            ASSERT_LT(i, N / 2);
+            ++seen[size_t(i)];
+            const Coord a = acc_coord(i, warp, lane);
+            const Rc m = ptx_c(c, lane);
+            EXPECT_EQ(a.row, 16 * warp + m.row);
+            EXPECT_EQ(a.col, 16 * chunk + 8 * n + m.col);
+          }
+        }
+      }
+      for (int i = 0; i < N / 2; ++i) EXPECT_EQ(seen[size_t(i)], 1) << "element " << i;
+      for (int i = 0; i < N / 2; ++i) {
+        const Coord a = acc_coord(i, warp, lane);
+        ASSERT_TRUE(a.row >= 0 && a.row < 64 && a.col >= 0 && a.col < N);
+        ++tile[size_t(a.row * N + a.col)];
+      }
+    }
+  }
+  for (int e = 0; e < 64 * N; ++e) EXPECT_EQ(tile[size_t(e)], 1) << "tile element " << e;
+}
+
+TEST(FocusWgmmaLayout, ChunksCoverTheAccumulatorOnce64) { check_cover<64>(); }
+TEST(FocusWgmmaLayout, ChunksCoverTheAccumulatorOnce128) { check_cover<128>(); }
+
+// The A-fragment packing of a chunk (a_pack_tile / a_pack_value) is the A operand layout: the
+// value packed into register x, half h, sits at the A coordinate of (x, h).
+TEST(FocusWgmmaLayout, ChunkAsAOperand) {
+  for (int lane = 0; lane < kLanes; ++lane) {
+    for (int x = 0; x < 4; ++x) {
+      for (int h = 0; h < 2; ++h) {
+        const int n = a_pack_tile(x), c = a_pack_value(x, h);
+        const Rc cc = ptx_c(c, lane);
+        const Rc aa = ptx_a(x, h, lane);
+        EXPECT_EQ(cc.row, aa.row);
+        EXPECT_EQ(8 * n + cc.col, aa.col);
+      }
+    }
+  }
+}
+
+TEST(FocusWgmmaLayout, GTileLeadingDimensionIsBankConflictFree) {
+  for (int KP : {16, 32}) {
+    EXPECT_EQ(padded_groups(KP == 16 ? 5 : 17), KP);
+    const int ld = g_ld(KP);
+    // 32-bit loads of g_b_offset by the 32 lanes (register 0): 32 distinct banks.
+    std::vector<int> banks(32, 0);
+    for (int lane = 0; lane < kLanes; ++lane) {
+      ++banks[size_t((g_b_offset(0, 0, 0, lane, ld) * 2 / 4) % 32)];
+    }
+    for (int b = 0; b < 32; ++b) EXPECT_EQ(banks[size_t(b)], 1) << "KP " << KP << " bank " << b;
+    EXPECT_EQ(ld * 2 % 16, 0);  // 16-byte rows for cp.async and ldmatrix
+  }
+}
+
+// ---- a whole tile, emulated ----------------------------------------------------------------
+
+float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// The warp-level mma.sync: C (16 x 8) += A B from the 32 lanes' fragments (PTX layout).
+void emulate_mma(float (*c)[4], const float (*a)[4][2], const float (*b)[2][2]) {
+  float A[16][16], B[16][8];
+  for (int lane = 0; lane < kLanes; ++lane) {
+    for (int x = 0; x < 4; ++x)
+      for (int h = 0; h < 2; ++h) A[ptx_a(x, h, lane).row][ptx_a(x, h, lane).col] = a[lane][x][h];
+    for (int x = 0; x < 2; ++x)
+      for (int h = 0; h < 2; ++h) B[ptx_b(x, h, lane).row][ptx_b(x, h, lane).col] = b[lane][x][h];
+  }
+  for (int lane = 0; lane < kLanes; ++lane) {
+    for (int v = 0; v < 4; ++v) {
+      const Rc rc = ptx_c(v, lane);
+      double s = 0;
+      for (int k = 0; k < 16; ++k) s += double(A[rc.row][k]) * B[k][rc.col];
+      c[lane][v] += float(s);
+    }
+  }
+}
+
+struct GTile {
+  int KP;
+  std::vector<float> tile;  // [rows][g_ld(KP)] as the kernels' shared tile: hi, then lo
+};
+GTile split_rows(const std::vector<float>& g, int row0, int rows, int K, int T) {
+  GTile t{padded_groups(K), {}};
+  const int ld = g_ld(t.KP);
+  t.tile.assign(size_t(rows) * ld, 0.f);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < K; ++c) {
+      const float x = row0 + r < T ? g[size_t(row0 + r) * K + c] : 0.f;
+      const float hi = bf16_round(x);
+      t.tile[size_t(r) * ld + c] = hi;
+      t.tile[size_t(r) * ld + t.KP + c] = bf16_round(x - hi);
+    }
+  }
+  return t;
+}
+
+// The forward's gate on one 64-row x 128-key tile (rows = queries q0.., keys k0..): every thread's
+// s starts at 1 (an exponential), the affinity of each chunk comes from the emulated split
+// mma.sync with the fragment offsets of the header, gate_chunk applies it; the result must be
+// (a + eps) on distant pairs and 1 elsewhere, a = g_i . g_j in double.
+void check_forward_tile(int K, int q0, int k0, int w, uint32_t seed) {
+  constexpr int N = 128;
+  const int T = std::max(q0 + 64, k0 + N);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  std::vector<float> g(size_t(T) * K);
+  for (int t = 0; t < T; ++t) {  // a softmax of random scores, as the model's g
+    double z = 0;
+    std::vector<double> e(static_cast<size_t>(K));
+    for (int c = 0; c < K; ++c) z += (e[size_t(c)] = std::exp(2.0 * nd(rng)));
+    for (int c = 0; c < K; ++c) g[size_t(t) * K + c] = float(e[size_t(c)] / z);
+  }
+  const GTile gq = split_rows(g, q0, 64, K, T), gk = split_rows(g, k0, N, K, T);
+  const int KP = gq.KP, ld = g_ld(KP);
+  const float eps = 1e-6f;
+  std::vector<float> out(size_t(64) * N, -1.f);
+  for (int warp = 0; warp < kWarps; ++warp) {
+    float s[kLanes][N / 2];
+    for (auto& row : s)
+      for (float& x : row) x = 1.f;
+    for (int chunk = 0; chunk < N / 16; ++chunk) {
+      float a[kLanes][2][4] = {};
+      for (int n = 0; n < 2; ++n) {
+        for (int kc = 0; kc < KP / 16; ++kc) {
+          for (int part = 0; part < 3; ++part) {  // hi.hi, hi.lo, lo.hi
+            const int ao = part == 2 ? KP : 0, bo = part == 1 ? KP : 0;
+            float af[kLanes][4][2], bf[kLanes][2][2], c[kLanes][4];
+            for (int lane = 0; lane < kLanes; ++lane) {
+              for (int x = 0; x < 4; ++x) {
+                const int off = g_a_offset(16 * warp, kc, x, lane, ld) + ao;
+                af[lane][x][0] = gq.tile[size_t(off)];
+                af[lane][x][1] = gq.tile[size_t(off + 1)];
+              }
+              for (int x = 0; x < 2; ++x) {
+                const int off = g_b_offset(16 * chunk + 8 * n, kc, x, lane, ld) + bo;
+                bf[lane][x][0] = gk.tile[size_t(off)];
+                bf[lane][x][1] = gk.tile[size_t(off + 1)];
+              }
+              for (int v = 0; v < 4; ++v) c[lane][v] = 0.f;
+            }
+            emulate_mma(c, af, bf);
+            for (int lane = 0; lane < kLanes; ++lane)
+              for (int v = 0; v < 4; ++v) a[lane][n][v] += c[lane][v];
+          }
+        }
+      }
+      for (int lane = 0; lane < kLanes; ++lane) {
+        const int row0 = q0 + 16 * warp + lane / 4, col0 = k0 + 2 * (lane % 4);
+        gate_chunk<true>(s[lane], a[lane], chunk, row0, col0, w, eps);
+      }
+    }
+    for (int lane = 0; lane < kLanes; ++lane) {
+      for (int i = 0; i < N / 2; ++i) {
+        const Coord c = acc_coord(i, warp, lane);
+        out[size_t(c.row) * N + c.col] = s[lane][i];
+      }
+    }
+  }
+  int gated = 0;
+  for (int r = 0; r < 64; ++r) {
+    for (int j = 0; j < N; ++j) {
+      const int qi = q0 + r, key = k0 + j;
+      double want = 1.0;
+      if (qi - key > w) {
+        double a = 0;
+        for (int c = 0; c < K; ++c) a += double(g[size_t(qi) * K + c]) * g[size_t(key) * K + c];
+        want = a + eps;
+        ++gated;
+      }
+      ASSERT_NEAR(out[size_t(r) * N + j], want, 3e-5 * want + 1e-7)
+          << "query " << qi << " key " << key << " K " << K;
+    }
+  }
+  if (q0 + 63 - k0 > w) {
+    EXPECT_GT(gated, 0);
+  }
+}
+
+TEST(FocusWgmmaLayout, ForwardTileGateMatchesDirect) {
+  for (int K : {1, 4, 8, 16, 17, 32}) {
+    check_forward_tile(K, 512, 0, 128, 1u + K);   // every pair distant
+    check_forward_tile(K, 192, 128, 40, 7u + K);  // a diagonal tile cut by the window
+    check_forward_tile(K, 128, 128, 0, 11u + K);  // w = 0 on the diagonal
+    check_forward_tile(K, 64, 0, 1000, 13u + K);  // nothing distant
+  }
+}
+
+// The backward orientation (rows keys, columns queries): distant iff query - key > w, and the
+// same element count as the forward's predicate on the transposed pair.
+TEST(FocusWgmmaLayout, BackwardDistantIsTheTransposedForward) {
+  for (int w : {0, 5, 128}) {
+    for (int lane = 0; lane < kLanes; ++lane) {
+      for (int chunk = 0; chunk < 8; ++chunk) {
+        for (int n = 0; n < 2; ++n) {
+          for (int c = 0; c < 4; ++c) {
+            const int key0 = 100 + lane / 4, q0 = 90 + 2 * (lane % 4);
+            const int key = key0 + 8 * (c >> 1), q = q0 + 16 * chunk + 8 * n + (c & 1);
+            EXPECT_EQ(chunk_distant<false>(chunk, n, c, key0, q0, w), q - key > w);
+          }
+        }
+      }
+    }
+  }
+}
+
+// movmatrix.trans on the C fragments of an 8 x 8 block (keys x queries) gives the B fragment of
+// the transposed product (k = keys, n = queries): the dg kernel's dg_query = G_k^T dA^T.
+TEST(FocusWgmmaLayout, MovmatrixTransposeFeedsB) {
+  float m[8][8];
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 8; ++c) m[r][c] = float(8 * r + c);
+  // Before: lane holds row lane / 4, columns 2 (lane % 4) + h (C values c = 2 x + h of a block
+  // with x = the 8-key half). After (PTX movmatrix .trans): row lane / 4 of m^T.
+  for (int x = 0; x < 2; ++x) {
+    for (int lane = 0; lane < kLanes; ++lane) {
+      for (int h = 0; h < 2; ++h) {
+        const float after = m[2 * (lane % 4) + h][lane / 4];  // m^T[lane / 4][2 (lane % 4) + h]
+        const Rc b = ptx_b(x, h, lane);                       // k = key 8 x + .., n = query
+        EXPECT_EQ(b.row - 8 * x, 2 * (lane % 4) + h);
+        EXPECT_EQ(after, m[b.row - 8 * x][b.col]);
+      }
+    }
+  }
+}
+
+// ldmatrix.x4.trans (PTX ISA): lanes 8 i .. 8 i + 7 give the row addresses of 8 x 8 matrix i;
+// with .trans, lane t receives in register i the elements (2 (t % 4) + h, t / 4) of matrix i.
+void emulate_ldsm_t(float (*r)[4][2], const std::vector<float>& tile, const int* offsets) {
+  for (int t = 0; t < kLanes; ++t)
+    for (int i = 0; i < 4; ++i)
+      for (int h = 0; h < 2; ++h)
+        r[t][i][h] = tile[size_t(offsets[8 * i + 2 * (t % 4) + h] + t / 4)];
+}
+// movmatrix.m8n8.trans.b16: lane t holds row t / 4, columns 2 (t % 4) + h; after, of the
+// transpose.
+void emulate_movmatrix(float (*out)[2], const float (*in)[2]) {
+  float x[8][8];
+  for (int t = 0; t < kLanes; ++t)
+    for (int h = 0; h < 2; ++h) x[t / 4][2 * (t % 4) + h] = in[t][h];
+  for (int t = 0; t < kLanes; ++t)
+    for (int h = 0; h < 2; ++h) out[t][h] = x[2 * (t % 4) + h][t / 4];
+}
+
+// One warp's dg products on one chunk as the dg pass computes them (focus_wgmma_dg.cu): the
+// chunk's dA^T (16 keys x 16 queries, C fragments) packed as the A operand against G_q read by
+// ldmatrix.trans (dg_key), and G_k^T by ldmatrix.trans against the movmatrix-transposed dA^T
+// (dg_query), split hi + lo; against the direct sums.
+TEST(FocusWgmmaLayout, DgChunkProductsMatchDirect) {
+  for (int K : {3, 16, 29}) {
+    const int KP = padded_groups(K), ld = g_ld(KP);
+    std::mt19937 rng(static_cast<uint32_t>(K));
+    std::uniform_real_distribution<float> ud(-1.f, 1.f), pos(0.01f, 1.f);
+    std::vector<float> M(16 * 16), gq(size_t(16) * K), gk(size_t(16) * K);
+    for (float& x : M) x = ud(rng);
+    for (float& x : gq) x = pos(rng);
+    for (float& x : gk) x = pos(rng);
+    const GTile tq = split_rows(gq, 0, 16, K, 16), tk = split_rows(gk, 0, 16, K, 16);
+    // The thread's dA values: da[n][c] = M[key][query] at the C coordinate of tile n.
+    float da[kLanes][2][4];
+    for (int t = 0; t < kLanes; ++t)
+      for (int n = 0; n < 2; ++n)
+        for (int c = 0; c < 4; ++c) {
+          const Rc cc = ptx_c(c, t);
+          da[t][n][c] = M[size_t(cc.row * 16 + 8 * n + cc.col)];
+        }
+    auto hi = [](float x) { return bf16_round(x); };
+    auto lo = [](float x) { return bf16_round(x - bf16_round(x)); };
+    // dg_key (16 keys x KP groups).
+    std::vector<double> dgk(size_t(16) * KP, 0.0);
+    float ah[kLanes][4][2], al[kLanes][4][2];
+    for (int t = 0; t < kLanes; ++t)
+      for (int x = 0; x < 4; ++x)
+        for (int h = 0; h < 2; ++h) {
+          const float v = da[t][a_pack_tile(x)][a_pack_value(x, h)];
+          ah[t][x][h] = hi(v);
+          al[t][x][h] = lo(v);
+        }
+    for (int nb = 0; nb < KP / 16; ++nb) {
+      int off[kLanes];
+      for (int l = 0; l < kLanes; ++l) off[l] = ldsm_t_b_offset(0, 16 * nb, l, ld);
+      float bh[kLanes][4][2], bl[kLanes][4][2];
+      emulate_ldsm_t(bh, tq.tile, off);
+      int offl[kLanes];
+      for (int l = 0; l < kLanes; ++l) offl[l] = off[l] + KP;
+      emulate_ldsm_t(bl, tq.tile, offl);
+      for (int tt = 0; tt < 2; ++tt) {
+        float c[kLanes][4] = {};
+        float b_hh[kLanes][2][2], b_ll[kLanes][2][2];
+        for (int l = 0; l < kLanes; ++l)
+          for (int x = 0; x < 2; ++x)
+            for (int h = 0; h < 2; ++h) {
+              b_hh[l][x][h] = bh[l][2 * tt + x][h];
+              b_ll[l][x][h] = bl[l][2 * tt + x][h];
+            }
+        emulate_mma(c, ah, b_hh);
+        emulate_mma(c, ah, b_ll);
+        emulate_mma(c, al, b_hh);
+        for (int l = 0; l < kLanes; ++l)
+          for (int v = 0; v < 4; ++v) {
+            const Rc cc = ptx_c(v, l);
+            dgk[size_t(cc.row * KP + 16 * nb + 8 * tt + cc.col)] += c[l][v];
+          }
+      }
+    }
+    // dg_query (16 queries x KP groups).
+    std::vector<double> dgq(size_t(16) * KP, 0.0);
+    for (int mt = 0; mt < KP / 16; ++mt) {
+      int off[kLanes], offl[kLanes];
+      for (int l = 0; l < kLanes; ++l) {
+        off[l] = ldsm_t_a_offset(0, 16 * mt, l, ld);
+        offl[l] = off[l] + KP;
+      }
+      float gth[kLanes][4][2], gtl[kLanes][4][2];
+      emulate_ldsm_t(gth, tk.tile, off);
+      emulate_ldsm_t(gtl, tk.tile, offl);
+      for (int n = 0; n < 2; ++n) {
+        float bh[kLanes][2][2], bl[kLanes][2][2];
+        for (int x = 0; x < 2; ++x) {
+          float in_h[kLanes][2], in_l[kLanes][2], out_h[kLanes][2], out_l[kLanes][2];
+          for (int l = 0; l < kLanes; ++l)
+            for (int h = 0; h < 2; ++h) {
+              in_h[l][h] = hi(da[l][n][2 * x + h]);
+              in_l[l][h] = lo(da[l][n][2 * x + h]);
+            }
+          emulate_movmatrix(out_h, in_h);
+          emulate_movmatrix(out_l, in_l);
+          for (int l = 0; l < kLanes; ++l)
+            for (int h = 0; h < 2; ++h) {
+              bh[l][x][h] = out_h[l][h];
+              bl[l][x][h] = out_l[l][h];
+            }
+        }
+        float c[kLanes][4] = {};
+        emulate_mma(c, gth, bh);
+        emulate_mma(c, gth, bl);
+        emulate_mma(c, gtl, bh);
+        for (int l = 0; l < kLanes; ++l)
+          for (int v = 0; v < 4; ++v) {
+            const Rc cc = ptx_c(v, l);  // row = group, col = query
+            dgq[size_t((8 * n + cc.col) * KP + 16 * mt + cc.row)] += c[l][v];
+          }
+      }
+    }
+    for (int i = 0; i < 16; ++i) {
+      for (int c = 0; c < KP; ++c) {
+        double want_k = 0, want_q = 0, scale = 0;
+        for (int j = 0; j < 16; ++j) {
+          if (c < K) {
+            want_k += double(M[size_t(i * 16 + j)]) * gq[size_t(j) * K + c];
+            want_q += double(M[size_t(j * 16 + i)]) * gk[size_t(j) * K + c];
+          }
+          scale += std::fabs(M[size_t(i * 16 + j)]) + std::fabs(M[size_t(j * 16 + i)]);
+        }
+        EXPECT_NEAR(dgk[size_t(i * KP + c)], want_k, 3e-5 * scale) << "K " << K << " key " << i;
+        EXPECT_NEAR(dgq[size_t(i * KP + c)], want_q, 3e-5 * scale) << "K " << K << " query " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attnlab
