@@ -14,9 +14,6 @@
 //   at the start). pos: absolute position of token 0 (0 in training).
 // bwd: dscores written (=) from dg and the iterates of the forward (pos 0, no state): the exact
 //   gradient of the unrolled iterations. The iterates are only read.
-// Paths (docs/focus.md "Sinkhorn on CUDA"): where T <= sinkhorn_one_block_max_tokens(K) (the
-//   sequence's [T, K] tile fits in shared memory) each of fwd and bwd is one kernel, one block per
-//   sequence; above it (or with multi_chunk set) the multi-chunk kernels, parallel over T.
 // Softmax assignment: g = softmax_k(scores); bwd dscores = g (dg - sum_k g dg) (written =).
 // Top-k routing: groups [B, T, top_k] int32 = the top_k largest g of each token (ties: the lower
 //   group index first), written (=).
@@ -36,7 +33,6 @@ struct SinkhornParams {
   int iterations = 0;
   bool causal = true;
   int pos = 0;
-  bool multi_chunk = false;  // force the multi-chunk kernels at any T (benchmarks, tests)
 };
 
 struct SoftmaxAssignParams {
@@ -55,9 +51,6 @@ struct TopkRouteParams {
   int K = 0, top_k = 0;
 };
 
-// The largest T run by one block per sequence at this K on the current device; whether p is.
-int sinkhorn_one_block_max_tokens(int K);
-bool sinkhorn_one_block(const SinkhornParams& p);
 void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s);
 void launch_sinkhorn_bwd(const SinkhornParams& p, Stream s);
 void launch_softmax_assign_fwd(const SoftmaxAssignParams& p, Stream s);

@@ -1,10 +1,10 @@
-// CUDA Sinkhorn of kernels/focus/focus_assign.cuh, the multi-chunk path, parallel over T
-// (docs/focus.md "Sinkhorn on CUDA"), and the choice of path: where a sequence's tile fits in
-// shared memory, one kernel per call (focus_sinkhorn_block.cu). Each sequence is cut into chunks
-// of C = S * kSeg tokens, S = 256 / K segments of kSeg tokens per column (the helpers of
-// focus_sinkhorn_tile.cuh). One block per (sequence, chunk) holds the chunk's [C, K] tile in
-// shared memory and thread (k, segment) holds kSeg tokens of column k in registers.
+// CUDA Sinkhorn of kernels/focus/focus_assign.cuh, parallel over T (docs/focus.md "Sinkhorn on
+// CUDA"). Each sequence is cut into chunks of C = S * kSeg tokens, S = 256 / K segments of kSeg
+// tokens per column. One block per (sequence, chunk) holds the chunk's [C, K] tile in shared
+// memory, rows padded to an odd stride (no bank conflicts along rows or along columns), and thread
+// (k, segment) holds kSeg tokens of column k in registers.
 //
+// Column sums are (m, s) pairs: m + log(s), m the largest term, so every exponent is <= 0.
 // Forward, iteration n: [scan] chunk column sums -> exclusive prefixes (causal, starting at the
 //   carried state) and column totals (sequence; the new state); [apply] X_{n+1} = row step of the
 //   column step of X_n, and the chunk column sums of X_{n+1} for the next scan (in place).
@@ -15,17 +15,68 @@
 //     M_first(c+1)) R_first(c+1), A_c = exp(E_c - E_{c+1}), B_c = sum_{i in c} dY_i exp(E_c - M_i)
 //     (segments compose the same way inside a chunk); [scan] the maps composed from the last chunk
 //     back: Q_c; [apply] M_t recomputed, R_t walked back from Q_c, d = dY - exp(X - M) R
-//     (causal_cell_walk: the form without fp32 cancellation where exp(X - M) > 1/2).
+//     (where exp(X - M) > 1/2 as dY exp(M_{t-1} - M_t) - exp(X - M) (R - dY): no fp32
+//     cancellation of dY).
 //   sequence: [local] dY and the chunk sums of X_n (log-sum-exp) and of dY; [scan] totals L, D;
 //     [apply] d = dY - exp(X - L) D.
+// A sequence of one chunk (decoding) runs the whole forward in one block (fwd_single_chunk_kernel).
 // Scratch: two [B, chunks, K] arrays of float pairs. The iterates are only read by the backward.
 // Deterministic: fixed order everywhere, no atomics.
-#include "kernels/focus/focus_sinkhorn_tile.cuh"
+#include "kernels/common/device.cuh"
+#include "kernels/focus/focus_assign.cuh"
 
 namespace attnlab {
 namespace {
 
-using namespace sinkhorn;
+constexpr int kThreads = 256;
+constexpr int kSeg = 8;  // tokens of one column per thread
+
+struct Geometry {
+  int B, T, K, KP, S, C, chunks;  // KP: padded row stride of a tile; S: segments; C: chunk tokens
+};
+
+Geometry geometry(const SinkhornParams& p) {
+  Geometry g;
+  g.B = p.B;
+  g.T = p.T;
+  g.K = p.K;
+  g.KP = p.K | 1;
+  g.S = kThreads / p.K;
+  g.C = g.S * kSeg;
+  g.chunks = div_up(p.T, g.C);
+  return g;
+}
+
+// m + log(s) with m the largest term (s >= 1); empty: m = -inf.
+struct Lse {
+  float m, s;
+};
+// The map Q -> a Q + b.
+struct Affine {
+  float a, b;
+};
+
+struct LseOp {
+  __device__ static Lse identity() { return {-INFINITY, 0.f}; }
+  __device__ static Lse combine(Lse x, Lse y) {  // x = earlier tokens
+    if (y.m == -INFINITY) return x;
+    if (x.m == -INFINITY) return y;
+    return x.m >= y.m ? Lse{x.m, fmaf(y.s, expf(y.m - x.m), x.s)}
+                      : Lse{y.m, fmaf(x.s, expf(x.m - y.m), y.s)};
+  }
+};
+struct AffineOp {
+  __device__ static Affine identity() { return {1.f, 0.f}; }
+  __device__ static Affine combine(Affine x, Affine y) {  // y after x: y o x
+    return {y.a * x.a, fmaf(y.a, x.b, y.b)};
+  }
+};
+
+__device__ __forceinline__ Lse add(Lse r, float x) { return LseOp::combine(r, Lse{x, 1.f}); }
+// exp(a - b) for two sums given as (m, log s).
+__device__ __forceinline__ float exp_diff(float am, float als, float bm, float bls) {
+  return expf((am - bm) + (als - bls));
+}
 
 __device__ __forceinline__ Lse shfl_up(Lse v, int d) {
   return {__shfl_up_sync(~0u, v.m, d), __shfl_up_sync(~0u, v.s, d)};
@@ -114,8 +165,54 @@ __global__ void affine_scan_kernel(Affine* maps, Affine* totals, Geometry g, boo
 }
 
 // ---- tiles -------------------------------------------------------------------------------------
+struct Chunk {
+  int b, c, t0, count;  // sequence, chunk, its first token, its tokens
+  int64_t base;         // element offset of token t0 of sequence b
+  int64_t slot;         // index of (b, c, k = 0) in the [B, chunks, K] scratch
+};
 __device__ Chunk chunk_of(const Geometry& g) {
-  return chunk_at(g, int(blockIdx.x / g.chunks), int(blockIdx.x % g.chunks));
+  Chunk ch;
+  ch.b = int(blockIdx.x / g.chunks);
+  ch.c = int(blockIdx.x % g.chunks);
+  ch.t0 = ch.c * g.C;
+  ch.count = min(g.C, g.T - ch.t0);
+  ch.base = (int64_t(ch.b) * g.T + ch.t0) * g.K;
+  ch.slot = (int64_t(ch.b) * g.chunks + ch.c) * g.K;
+  return ch;
+}
+// Thread (k, seg): tokens seg * kSeg .. + kSeg - 1 of column k (inactive where seg >= S).
+struct Cell {
+  int k, seg;
+  bool active;
+  __device__ int t(int i) const { return seg * kSeg + i; }
+};
+__device__ Cell cell_of(const Geometry& g) {
+  const int j = threadIdx.x;
+  return {j % g.K, j / g.K, j < g.S * g.K};
+}
+
+__device__ void load_tile(float* tile, const float* src, const Geometry& g, int count) {
+  for (int e = threadIdx.x; e < count * g.K; e += blockDim.x)
+    tile[(e / g.K) * g.KP + e % g.K] = src[e];
+}
+__device__ void store_tile(float* dst, const float* tile, const Geometry& g, int count) {
+  for (int e = threadIdx.x; e < count * g.K; e += blockDim.x)
+    dst[e] = tile[(e / g.K) * g.KP + e % g.K];
+}
+
+// seg_sums[seg * K + k] = log-sum-exp of the cell's tokens of the tile (inactive: nothing).
+__device__ void segment_sums(Lse* seg_sums, const float* tile, const Geometry& g, const Cell& cl,
+                             int count) {
+  if (!cl.active) return;
+  Lse r = LseOp::identity();
+  for (int i = 0; i < kSeg && cl.t(i) < count; ++i) r = add(r, tile[cl.t(i) * g.KP + cl.k]);
+  seg_sums[cl.seg * g.K + cl.k] = r;
+}
+// The prefix of column k before segment seg: from (the chunk's prefix), then segments < seg.
+template <class Op, class V>
+__device__ V combine_segments(V from, const V* seg_vals, const Geometry& g, int k, int seg) {
+  for (int s = 0; s < seg; ++s) from = Op::combine(from, seg_vals[s * g.K + k]);
+  return from;
 }
 
 // Chunk sums of src's columns into sums[slot]; copy (if any) receives the chunk of src.
@@ -133,6 +230,47 @@ __global__ void chunk_sums_kernel(const float* src, float* copy, Lse* sums, Geom
   if (threadIdx.x < g.K)
     sums[ch.slot + threadIdx.x] =
         combine_segments<LseOp>(LseOp::identity(), seg, g, threadIdx.x, g.S);
+}
+
+// Row step in place for the tile's tokens: x[t, k] -= logsumexp_k x[t, k].
+__device__ void row_step(float* tile, const Geometry& g, int count) {
+  for (int t = threadIdx.x; t < count; t += blockDim.x) {
+    float* y = tile + t * g.KP;
+    float mx = -INFINITY;
+    for (int k = 0; k < g.K; ++k) mx = fmaxf(mx, y[k]);
+    float s = 0.f;
+    for (int k = 0; k < g.K; ++k) s += expf(y[k] - mx);
+    const float ls = logf(s);
+    for (int k = 0; k < g.K; ++k) y[k] = (y[k] - mx) - ls;
+  }
+}
+
+// Column step in place on the tile: causal, the running log-sum-exp from `from` (the column's
+// sum before the chunk; seg holds the tile's segment sums) plus log((pos + t + 1) / K) (target);
+// sequence, minus the column total `from`, plus log_mass = log(T / K).
+__device__ void column_step(float* tile, const Lse* seg, const float* target, const Geometry& g,
+                            const Cell& cl, int count, bool causal, Lse from, float log_mass) {
+  if (!cl.active) return;
+  if (causal) {
+    Lse r = combine_segments<LseOp>(from, seg, g, cl.k, cl.seg);
+    for (int i = 0; i < kSeg && cl.t(i) < count; ++i) {
+      float& x = tile[cl.t(i) * g.KP + cl.k];
+      r = add(r, x);
+      x = (x - r.m) - logf(r.s) + target[cl.t(i)];
+    }
+  } else {
+    const float shift = logf(from.s) - log_mass;
+    for (int i = 0; i < kSeg && cl.t(i) < count; ++i) {
+      float& x = tile[cl.t(i) * g.KP + cl.k];
+      x = (x - from.m) - shift;
+    }
+  }
+}
+
+__device__ void causal_targets(float* target, const SinkhornParams& p, const Chunk& ch, int K) {
+  if (!p.causal) return;
+  for (int t = threadIdx.x; t < ch.count; t += blockDim.x)
+    target[t] = float(log(double(int64_t(p.pos) + ch.t0 + t + 1) / K));
 }
 
 // Iteration n: X_{n+1} from X_n. sums[slot]: this chunk's exclusive column prefixes (causal), then
@@ -169,6 +307,58 @@ __global__ void fwd_apply_kernel(SinkhornParams p, Geometry g, int n, Lse* sums,
         combine_segments<LseOp>(LseOp::identity(), seg, g, threadIdx.x, g.S);
 }
 
+// One chunk per sequence (T <= C: decoding, short sequences): the whole forward in one block per
+// sequence, the tile kept in shared memory across the iterations.
+__global__ void fwd_single_chunk_kernel(SinkhornParams p, Geometry g, float log_mass) {
+  extern __shared__ float smem[];
+  Lse* seg = reinterpret_cast<Lse*>(smem);
+  float* target = smem + 2 * kThreads;
+  float* tile = target + g.C;
+  const Chunk ch = chunk_of(g);
+  const Cell cl = cell_of(g);
+  const int64_t all = int64_t(g.B) * g.T * g.K;
+  load_tile(tile, p.scores + ch.base, g, ch.count);
+  causal_targets(target, p, ch, g.K);
+  __syncthreads();
+  store_tile(p.iterates + ch.base, tile, g, ch.count);
+  for (int n = 0; n < p.iterations; ++n) {
+    segment_sums(seg, tile, g, cl, ch.count);
+    __syncthreads();
+    float* st = p.state ? p.state + (int64_t(ch.b) * p.iterations + n) * g.K + cl.k : nullptr;
+    const Lse from = !p.causal ? combine_segments<LseOp>(LseOp::identity(), seg, g, cl.k, g.S)
+                     : st      ? Lse{*st, 1.f}
+                               : LseOp::identity();
+    const Lse total = st ? combine_segments<LseOp>(from, seg, g, cl.k, g.S) : from;
+    column_step(tile, seg, target, g, cl, ch.count, p.causal, from, log_mass);
+    __syncthreads();  // every thread has read the state
+    if (st && threadIdx.x < g.K) *st = total.m + logf(total.s);
+    row_step(tile, g, ch.count);
+    __syncthreads();
+    store_tile(p.iterates + (n + 1) * all + ch.base, tile, g, ch.count);
+  }
+  for (int e = threadIdx.x; e < ch.count * g.K; e += blockDim.x)
+    p.g[ch.base + e] = expf(tile[(e / g.K) * g.KP + e % g.K]);
+}
+
+// The cell's prefix sums M_i (as m, log s) from the prefix E before it; returns the segment's
+// affine map (A, B) relative to E (identity for a segment without tokens).
+__device__ __forceinline__ Affine segment_map(Lse E, const float* x, const float* dy, float* m,
+                                              float* ls, int valid) {
+  const float em = E.m, els = logf(E.s);
+  Lse r = E;
+  float B = 0.f, last_m = 0.f, last_ls = 0.f;  // M of the last token (no dynamic index: registers)
+#pragma unroll
+  for (int i = 0; i < kSeg; ++i)
+    if (i < valid) {
+      r = add(r, x[i]);
+      m[i] = last_m = r.m;
+      ls[i] = last_ls = logf(r.s);
+      B = fmaf(dy[i], exp_diff(em, els, m[i], ls[i]), B);
+    }
+  if (valid == 0) return AffineOp::identity();
+  return {exp_diff(em, els, last_m, last_ls), B};
+}
+
 // Iteration n, first half: dscores = dY = row backward of d (d = dg * g for the last iteration).
 // Causal: sums[slot] holds the chunk's exclusive prefixes E_c; maps[slot] receives its affine map.
 // Sequence: sums[slot] receives the chunk's column log-sum-exp of X_n, maps[slot] (1, sum dY).
@@ -191,7 +381,13 @@ __global__ void bwd_local_kernel(SinkhornParams p, Geometry g, int n, Lse* sums,
     load_tile(d, p.dscores + ch.base, g, ch.count);
   }
   __syncthreads();
-  row_backward(d, xp, g.KP, g, ch.count);
+  for (int t = threadIdx.x; t < ch.count; t += blockDim.x) {
+    float* dt = d + t * g.KP;
+    const float* xt = xp + t * g.KP;
+    float sum = 0.f;
+    for (int k = 0; k < g.K; ++k) sum += dt[k];
+    for (int k = 0; k < g.K; ++k) dt[k] -= expf(xt[k]) * sum;
+  }
   __syncthreads();
   store_tile(p.dscores + ch.base, d, g, ch.count);
   segment_sums(seg, x, g, cl, ch.count);
@@ -210,9 +406,15 @@ __global__ void bwd_local_kernel(SinkhornParams p, Geometry g, int n, Lse* sums,
     return;
   }
   if (cl.active) {
-    CausalCell cc;
+    const int valid = max(0, min(kSeg, ch.count - cl.seg * kSeg));
+    float xv[kSeg], dy[kSeg], m[kSeg], ls[kSeg];
+#pragma unroll
+    for (int i = 0; i < kSeg; ++i) {
+      xv[i] = i < valid ? x[cl.t(i) * g.KP + cl.k] : 0.f;
+      dy[i] = i < valid ? d[cl.t(i) * g.KP + cl.k] : 0.f;
+    }
     const Lse E = combine_segments<LseOp>(sums[ch.slot + cl.k], seg, g, cl.k, cl.seg);
-    seg_maps[cl.seg * g.K + cl.k] = causal_cell_load(cc, x, d, g, cl, ch.count, E);
+    seg_maps[cl.seg * g.K + cl.k] = segment_map(E, xv, dy, m, ls, valid);
   }
   __syncthreads();
   if (threadIdx.x < g.K) {  // the chunk's map: its segments composed from the last one back
@@ -240,10 +442,19 @@ __global__ void bwd_apply_causal_kernel(SinkhornParams p, Geometry g, int n, con
   __syncthreads();
   segment_sums(seg, x, g, cl, ch.count);
   __syncthreads();
-  CausalCell cc;
+  const int valid = max(0, min(kSeg, ch.count - cl.seg * kSeg));
+  float xv[kSeg], dy[kSeg], m[kSeg], ls[kSeg];
+  float em = -INFINITY, els = -INFINITY;  // the prefix E before the segment, as (m, log s)
   if (cl.active) {
+#pragma unroll
+    for (int i = 0; i < kSeg; ++i) {
+      xv[i] = i < valid ? x[cl.t(i) * g.KP + cl.k] : 0.f;
+      dy[i] = i < valid ? d[cl.t(i) * g.KP + cl.k] : 0.f;
+    }
     const Lse E = combine_segments<LseOp>(sums[ch.slot + cl.k], seg, g, cl.k, cl.seg);
-    seg_maps[cl.seg * g.K + cl.k] = causal_cell_load(cc, x, d, g, cl, ch.count, E);
+    em = E.m;
+    els = logf(E.s);
+    seg_maps[cl.seg * g.K + cl.k] = segment_map(E, xv, dy, m, ls, valid);
   }
   __syncthreads();
   if (cl.active) {
@@ -252,7 +463,29 @@ __global__ void bwd_apply_causal_kernel(SinkhornParams p, Geometry g, int n, con
       const Affine f = seg_maps[s * g.K + cl.k];
       R = fmaf(f.a, R, f.b);
     }
-    causal_cell_walk(cc, R, d, g, cl);
+    // dX_t = dY_t - w R_t, w = exp(X_t - M_t), R_t = dY_t + later, later = exp(M_t - M_{t+1})
+    // R_{t+1}. Where X_t dominates its prefix (w > 1/2: the first token; scores of +-200) that form
+    // cancels dY_t against itself in fp32 and loses a gradient far below |dY_t|; there it is
+    // evaluated as dY_t exp(M_{t-1} - M_t) - w later (1 - w = exp(M_{t-1} - M_t), formed from the
+    // sums, not as 1 - w). Elsewhere the first form is the more accurate (w's rounding is relative
+    // to w).
+#pragma unroll
+    for (int i = kSeg - 1; i >= 0; --i)
+      if (i < valid) {
+        const int nx = min(i + 1, kSeg - 1);  // i + 1 < valid wherever it is read
+        const int pv = max(i - 1, 0);
+        const float carry = i == valid - 1 ? 1.f : exp_diff(m[i], ls[i], m[nx], ls[nx]);
+        const float w = exp_diff(xv[i], 0.f, m[i], ls[i]);
+        const float later = carry * R;
+        R = fmaf(carry, R, dy[i]);
+        if (w > 0.5f) {
+          const float before = i == 0 ? exp_diff(em, els, m[0], ls[0])  // exp(M_{t-1} - M_t)
+                                      : exp_diff(m[pv], ls[pv], m[i], ls[i]);
+          d[cl.t(i) * g.KP + cl.k] = fmaf(dy[i], before, -w * later);
+        } else {
+          d[cl.t(i) * g.KP + cl.k] = dy[i] - w * R;
+        }
+      }
   }
   __syncthreads();
   store_tile(p.dscores + ch.base, d, g, ch.count);
@@ -284,33 +517,15 @@ int tile_blocks(const Geometry& g) {
 
 }  // namespace
 
-int sinkhorn_one_block_max_tokens(int K) {
-  SinkhornParams p;
-  p.B = 1;
-  p.K = K;
-  const size_t limit = block_path_limit_bytes();
-  int lo = 0, hi = 1 << 20;  // block_path_bytes grows with T: the largest T that fits
-  while (lo < hi) {
-    p.T = lo + (hi - lo + 1) / 2;
-    if (block_path_bytes(geometry(p)) <= limit)
-      lo = p.T;
-    else
-      hi = p.T - 1;
-  }
-  return lo;
-}
-
-bool sinkhorn_one_block(const SinkhornParams& p) {
-  return !p.multi_chunk && p.T <= sinkhorn_one_block_max_tokens(p.K);
-}
-
 void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s) {
   if (p.B == 0 || p.T == 0) return;
   const Geometry g = geometry(p);
   const int blocks = tile_blocks(g);
   const float log_mass = float(std::log(double(p.T) / p.K));
-  if (sinkhorn_one_block(p)) {
-    launch_block_fwd(p, s);
+  if (g.chunks == 1) {
+    fwd_single_chunk_kernel<<<blocks, kThreads, tile_bytes(g, 1, 1) + sizeof(float) * g.C, st(s)>>>(
+        p, g, log_mass);
+    CUDA_CHECK_LAUNCH();
     return;
   }
   StreamScratch sums(sizeof(Lse) * size_t(blocks) * g.K, s), totals(sizeof(Lse) * g.B * g.K, s);
@@ -329,10 +544,6 @@ void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s) {
 
 void launch_sinkhorn_bwd(const SinkhornParams& p, Stream s) {
   if (p.B == 0 || p.T == 0) return;
-  if (sinkhorn_one_block(p)) {
-    launch_block_bwd(p, s);
-    return;
-  }
   const Geometry g = geometry(p);
   const int blocks = tile_blocks(g);
   const size_t slots = size_t(blocks) * g.K;

@@ -10,11 +10,8 @@
 // and the cosine scores (bf16 z [T, d_g = 16], fp32 scores): fwd z + scores, fwd+bwd adds
 // dscores, z twice (dz, dcentroids) and dz, in bytes.
 // and is printed beside the card's measured ceiling (a device-to-device copy, read + write).
-// Sinkhorn runs through both paths where both apply: "one-block" (T <= the one-block bound of
-// kernels/focus/focus_assign.cuh: one kernel per call) and "multi-chunk" (forced with
-// SinkhornParams::multi_chunk; the only path above the bound).
-// Usage: bench_focus_assign [--csv=PATH] [--max-t=N] [--batch=B]   (B sequences of T tokens,
-//   default 1, for every op; prints a table; CSV rows: op,scope,path,B,K,T,ms,gbps)
+// Usage: bench_focus_assign [--csv=PATH] [--max-t=N]   (prints a table; CSV rows:
+//   op,scope,K,T,ms,gbps)
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -50,8 +47,7 @@ void fill_random(const Buffer& buf, size_t n, uint64_t seed, float lo, float hi)
 struct Row {
   const char* op;
   const char* scope;
-  const char* path;
-  int B, K;
+  int K;
   int64_t T;
   double ms, gbps;
 };
@@ -70,18 +66,8 @@ double copy_ceiling_gbps() {
 int main(int argc, char** argv) {
   const char* csv_path = nullptr;
   int64_t max_T = int64_t(1) << 20;
-  int B = 1;
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--batch=", 8) == 0) {
-      char* end = nullptr;
-      const long b = std::strtol(argv[i] + 8, &end, 10);
-      if (end == argv[i] + 8 || *end != '\0' || b < 1 || b > 1024) {
-        std::fprintf(stderr, "%s: --batch expects an integer in [1, 1024], got '%s'\n", argv[0],
-                     argv[i] + 8);
-        return 2;
-      }
-      B = int(b);
-    } else if (std::strncmp(argv[i], "--csv=", 6) == 0) {
+    if (std::strncmp(argv[i], "--csv=", 6) == 0) {
       csv_path = argv[i] + 6;
     } else if (std::strncmp(argv[i], "--max-t=", 8) == 0) {
       char* end = nullptr;
@@ -92,8 +78,7 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--csv=PATH] [--max-t=N] [--batch=B], got '%s'\n", argv[0],
-                   argv[i]);
+      std::fprintf(stderr, "usage: %s [--csv=PATH] [--max-t=N], got '%s'\n", argv[0], argv[i]);
       return 2;
     }
   }
@@ -103,26 +88,23 @@ int main(int argc, char** argv) {
   }
   const double ceiling = copy_ceiling_gbps();
   std::printf("device-to-device copy ceiling: %.0f GB/s\n", ceiling);
-  std::printf("%-18s %-9s %-11s %4s %3s %8s %10s %8s %7s\n", "op", "scope", "path", "B", "K", "T",
-              "ms", "GB/s", "of peak");
+  std::printf("%-18s %-9s %3s %8s %10s %8s %7s\n", "op", "scope", "K", "T", "ms", "GB/s",
+              "of peak");
   std::vector<Row> rows;
-  auto record_path = [&](const char* op, const char* scope, const char* path, int K, int64_t T,
-                         double ms, double elems_moved) {
-    const double gbps = elems_moved * 4.0 / (ms * 1e6);
-    rows.push_back({op, scope, path, B, K, T, ms, gbps});
-    std::printf("%-18s %-9s %-11s %4d %3d %8lld %10.4f %8.0f %6.0f%%\n", op, scope, path, B, K,
-                (long long)T, ms, gbps, 100.0 * gbps / ceiling);
-  };
   auto record = [&](const char* op, const char* scope, int K, int64_t T, double ms,
-                    double elems_moved) { record_path(op, scope, "-", K, T, ms, elems_moved); };
+                    double elems_moved) {
+    const double gbps = elems_moved * 4.0 / (ms * 1e6);
+    rows.push_back({op, scope, K, T, ms, gbps});
+    std::printf("%-18s %-9s %3d %8lld %10.4f %8.0f %6.0f%%\n", op, scope, K, (long long)T, ms, gbps,
+                100.0 * gbps / ceiling);
+  };
   const int N = kIterations;
   for (int K : {4, 8}) {
     for (int64_t T = 1024; T <= max_T; T *= 4) {
-      const int64_t rows_bt = B * T;  // tokens of all sequences
-      const size_t n = size_t(rows_bt) * K;
+      const size_t n = size_t(T) * K;
       Buffer scores(Device::cuda, n * 4), g(Device::cuda, n * 4), dg(Device::cuda, n * 4),
           ds(Device::cuda, n * 4), it(Device::cuda, n * 4 * (N + 1));
-      Buffer groups(Device::cuda, size_t(rows_bt) * 2 * 4);
+      Buffer groups(Device::cuda, size_t(T) * 2 * 4);
       fill_random(scores, n, uint64_t(T) + K, -10.f, 10.f);
       fill_random(dg, n, 7, -1.f, 1.f);
       for (bool causal : {true, false}) {
@@ -132,34 +114,29 @@ int main(int argc, char** argv) {
         p.g = static_cast<float*>(g.data());
         p.dg = static_cast<float*>(dg.data());
         p.dscores = static_cast<float*>(ds.data());
-        p.B = B;
+        p.B = 1;
         p.T = int(T);
         p.K = K;
         p.iterations = N;
         p.causal = causal;
         const char* scope = causal ? "causal" : "sequence";
-        for (bool multi : {false, true}) {
-          p.multi_chunk = multi;
-          if (!multi && !sinkhorn_one_block(p)) continue;
-          const char* path = multi ? "multi-chunk" : "one-block";
-          const double fwd = median_ms([&] { launch_sinkhorn_fwd(p, nullptr); }, 20);
-          record_path("sinkhorn fwd", scope, path, K, T, fwd, double(n) * (2 * N + 3));
-          const double both = median_ms(
-              [&] {
-                launch_sinkhorn_fwd(p, nullptr);
-                launch_sinkhorn_bwd(p, nullptr);
-              },
-              20);
-          record_path("sinkhorn fwd+bwd", scope, path, K, T, both,
-                      double(n) * (2 * N + 3 + (causal ? 8 : 7) * N + 1));
-        }
+        const double fwd = median_ms([&] { launch_sinkhorn_fwd(p, nullptr); }, 20);
+        record("sinkhorn fwd", scope, K, T, fwd, double(n) * (2 * N + 3));
+        const double both = median_ms(
+            [&] {
+              launch_sinkhorn_fwd(p, nullptr);
+              launch_sinkhorn_bwd(p, nullptr);
+            },
+            20);
+        record("sinkhorn fwd+bwd", scope, K, T, both,
+               double(n) * (2 * N + 3 + (causal ? 8 : 7) * N + 1));
       }
       SoftmaxAssignParams sp;
       sp.scores = static_cast<float*>(scores.data());
       sp.g = static_cast<float*>(g.data());
       sp.dg = static_cast<float*>(dg.data());
       sp.dscores = static_cast<float*>(ds.data());
-      sp.rows = rows_bt;
+      sp.rows = T;
       sp.K = K;
       record("softmax fwd", "-", K, T,
              median_ms([&] { launch_softmax_assign_fwd(sp, nullptr); }, 20), double(n) * 2);
@@ -173,11 +150,9 @@ int main(int argc, char** argv) {
              double(n) * 5);
       {
         constexpr int d_g = 16;
-        Buffer z(Device::cuda, size_t(rows_bt) * d_g * 2),
-            dz(Device::cuda, size_t(rows_bt) * d_g * 2), cent(Device::cuda, size_t(K) * d_g * 2),
-            dcent(Device::cuda, size_t(K) * d_g * 2);
-        CUDA_CHECK(
-            cudaMemset(z.data(), 0x3c, size_t(rows_bt) * d_g * 2));  // bf16 ~0.0115 everywhere
+        Buffer z(Device::cuda, size_t(T) * d_g * 2), dz(Device::cuda, size_t(T) * d_g * 2),
+            cent(Device::cuda, size_t(K) * d_g * 2), dcent(Device::cuda, size_t(K) * d_g * 2);
+        CUDA_CHECK(cudaMemset(z.data(), 0x3c, size_t(T) * d_g * 2));  // bf16 ~0.0115 everywhere
         CUDA_CHECK(cudaMemset(cent.data(), 0x3c, size_t(K) * d_g * 2));
         FocusScoresParams<bf16> fp;
         fp.z = static_cast<bf16*>(z.data());
@@ -186,10 +161,10 @@ int main(int argc, char** argv) {
         fp.dscores = static_cast<float*>(dg.data());
         fp.dz = static_cast<bf16*>(dz.data());
         fp.dcentroids = static_cast<bf16*>(dcent.data());
-        fp.N = rows_bt;
+        fp.N = T;
         fp.K = K;
         fp.d_g = d_g;
-        const double zb = double(rows_bt) * d_g * 2 / 4, sb = double(n);  // in fp32 elements
+        const double zb = double(T) * d_g * 2 / 4, sb = double(n);  // in fp32 elements
         record("scores fwd", "bf16", K, T,
                median_ms([&] { launch_focus_scores_fwd(fp, nullptr); }, 20), zb + sb);
         record("scores fwd+bwd", "bf16", K, T,
@@ -205,12 +180,11 @@ int main(int argc, char** argv) {
         TopkRouteParams tp;
         tp.g = static_cast<float*>(g.data());
         tp.groups = static_cast<int32_t*>(groups.data());
-        tp.rows = rows_bt;
+        tp.rows = T;
         tp.K = K;
         tp.top_k = top_k;
         record(top_k == 1 ? "topk1" : "topk2", "-", K, T,
-               median_ms([&] { launch_topk_route(tp, nullptr); }, 20),
-               double(rows_bt) * (K + top_k));
+               median_ms([&] { launch_topk_route(tp, nullptr); }, 20), double(T) * (K + top_k));
       }
     }
   }
@@ -221,10 +195,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_focus_assign: cannot write %s\n", csv_path);
       return 1;
     }
-    std::fprintf(f, "op,scope,path,B,K,T,ms,gbps\n");
+    std::fprintf(f, "op,scope,K,T,ms,gbps\n");
     for (const Row& r : rows)
-      std::fprintf(f, "%s,%s,%s,%d,%d,%lld,%.5f,%.1f\n", r.op, r.scope, r.path, r.B, r.K,
-                   (long long)r.T, r.ms, r.gbps);
+      std::fprintf(f, "%s,%s,%d,%lld,%.5f,%.1f\n", r.op, r.scope, r.K, (long long)r.T, r.ms,
+                   r.gbps);
     std::fclose(f);
   }
   return 0;
