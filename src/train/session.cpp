@@ -1,0 +1,262 @@
+#include "train/session.h"
+
+#include <cuda_runtime.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "core/out_of_memory.h"
+#include "data/shard.h"
+#include "data/synthetic.h"
+#include "model/memory_note.h"
+#include "tokenizer/tokenizer.h"
+#include "train/from_recipe.h"
+#include "train/retrofit.h"
+
+namespace attnlab::train_session {
+namespace {
+
+std::shared_ptr<const TokenSource> memory_source(std::vector<int32_t> tokens, const char* name) {
+  return std::make_shared<MemoryTokens>(std::move(tokens), name);
+}
+
+}  // namespace
+
+// One process per GPU: the device is the rank's local rank (its index on its node).
+void setup_device(const Recipe& r, Session& s, const LaunchInfo& launch) {
+  if (r.train.threads > 0) omp_set_num_threads(r.train.threads);
+  bool want_cuda = r.train.device == DeviceChoice::cuda ||
+                   (r.train.device == DeviceChoice::auto_select && cuda_available());
+  if (want_cuda) {
+    s.ctx = ExecContext::make_cuda(launch.local_rank);
+    s.ctx->deterministic = r.train.deterministic;
+    s.dtype = r.train.precision == Precision::bf16 ? DType::bf16 : DType::f32;
+  } else {
+    s.ctx = ExecContext::make_cpu();
+    s.dtype = DType::f32;  // the CPU reference path is fp32
+  }
+}
+
+
+// distributed.backend resolved for the device: auto is none for one process, else nccl on CUDA
+// and mpi on the CPU.
+std::unique_ptr<Communicator> setup_comm(const Recipe& r, const Session& s,
+                                         const LaunchInfo& launch) {
+  const bool cuda = s.ctx->device == Device::cuda;
+  CommOptions o;
+  o.launch = launch;
+  o.timeout_s = r.distributed.timeout_s;
+  o.rendezvous_file = r.distributed.rendezvous_file;
+  o.compute_stream = s.ctx->stream;
+  switch (r.distributed.backend) {
+    case DistBackend::auto_select:
+      o.backend = launch.world_size == 1 ? "none" : cuda ? "nccl" : "mpi";
+      break;
+    case DistBackend::none:
+      o.backend = "none";
+      break;
+    case DistBackend::mpi:
+      o.backend = "mpi";
+      break;
+    case DistBackend::nccl:
+      o.backend = "nccl";
+      break;
+  }
+  ATTN_REQUIRE(o.backend != "mpi" || !cuda,
+               "distributed.backend 'mpi' reduces CPU tensors but the model is on cuda; use "
+               "backend nccl (or auto), or train.device: cpu");
+  ATTN_REQUIRE(o.backend != "nccl" || cuda,
+               "distributed.backend 'nccl' needs the model on cuda (train.device resolved to "
+               "cpu); use backend mpi (or auto) for the CPU path");
+  return make_communicator(o);
+}
+
+// Validation over every rank's windows: the loss of all the scored targets.
+ValidationResult global_validation(Communicator& comm, ValidationResult v) {
+  double t[3] = {v.loss * double(v.tokens), double(v.tokens), double(v.windows)};
+  comm.all_reduce_host(t, 3);
+  v.tokens = int64_t(t[1]);
+  v.windows = int64_t(t[2]);
+  v.loss = t[0] / t[1];
+  v.perplexity = std::exp(v.loss);
+  if (v.synthetic) {  // every rank has the probe or none has (the same recipe)
+    double sums[SyntheticScores::kValues];
+    v.synthetic->to_values(sums);
+    comm.all_reduce_host(sums, SyntheticScores::kValues);
+    v.synthetic->from_values(sums);
+  }
+  return v;
+}
+
+void setup_data(const Recipe& r, Session& s, bool need_train) {
+  DataLoaderOptions train_opts;
+  train_opts.batch_size = r.train.micro_batch;
+  train_opts.seq_len = r.train.seq_len;
+  train_opts.shuffle = r.data.shuffle;
+  train_opts.seed = uint64_t(r.data.seed);
+  train_opts.rank = s.comm->rank();
+  train_opts.world_size = s.comm->world_size();
+  train_opts.vocab_size = r.model.vocab_size;
+  DataLoaderOptions val_opts = train_opts;
+  val_opts.shuffle = false;
+
+  if (r.data.source == DataSource::synthetic) {
+    ATTN_REQUIRE(r.data.synthetic.vocab_size <= r.model.vocab_size,
+                 "data.synthetic.vocab_size (%d) exceeds model.vocab_size (%d)",
+                 r.data.synthetic.vocab_size, r.model.vocab_size);
+    SyntheticConfig sc;
+    sc.vocab_size = r.data.synthetic.vocab_size;
+    sc.train_tokens = need_train ? r.data.synthetic.train_tokens : r.train.seq_len + 1;
+    sc.val_tokens = r.data.synthetic.val_tokens;
+    sc.seed = uint64_t(r.data.synthetic.seed);
+    SyntheticData d = generate_synthetic(sc);
+    s.unigram_baseline = unigram_entropy(d.val, sc.vocab_size);
+    s.train_loader =
+        std::make_unique<DataLoader>(std::vector<std::shared_ptr<const TokenSource>>{memory_source(
+                                         std::move(d.train), "synthetic/train")},
+                                     train_opts);
+    s.val_loader =
+        std::make_unique<DataLoader>(std::vector<std::shared_ptr<const TokenSource>>{memory_source(
+                                         std::move(d.val), "synthetic/val")},
+                                     val_opts);
+    s.val_probe = validation_probe(r, *s.val_loader);
+    return;
+  }
+  ATTN_REQUIRE(!r.data.train.empty() || !need_train,
+               "data.source is 'shards' but data.train is empty "
+               "(expected a glob of token shard files, e.g. data/tiny/train_*.bin)");
+  if (need_train)
+    s.train_loader =
+        std::make_unique<DataLoader>(DataLoader::from_files({r.data.train}, train_opts));
+  if (!r.data.val.empty()) {
+    s.val_loader = std::make_unique<DataLoader>(DataLoader::from_files({r.data.val}, val_opts));
+    // Unigram baseline over (at most) the first 8M validation tokens.
+    std::vector<int32_t> toks;
+    for (const auto& src : s.val_loader->sources()) {
+      int64_t n = std::min<int64_t>(src->size(), (int64_t(8) << 20) - int64_t(toks.size()));
+      if (n <= 0) break;
+      size_t at = toks.size();
+      toks.resize(at + size_t(n));
+      src->read(0, n, toks.data() + at);
+    }
+    s.unigram_baseline = unigram_entropy(toks, r.model.vocab_size);
+  }
+  try {
+    s.tokenizer_json = make_tokenizer(r.data.tokenizer)->to_json();
+  } catch (const Error&) {
+    s.tokenizer_json.clear();  // the tokenizer is optional for training on prepared shards
+  }
+}
+
+// The device-memory estimate of `attnlab info` for this run (ZeRO-1 keeps 1 / world of the
+// optimizer state and fp32 master on each rank).
+TrainingMemoryEstimate memory_estimate(const Recipe& r, const Session& s) {
+  const auto trainable = r.retrofit.trainable_roles();
+  int64_t n = 0, n_train = 0;
+  for (const auto& e : s.store.entries()) {
+    n += e.spec.shape.numel();
+    if (trainable.count(e.spec.role)) n_train += e.spec.shape.numel();
+  }
+  const int shards = r.distributed.zero == 1 ? s.comm->world_size() : 1;
+  return estimate_training_memory(*s.model, n, n_train, r.train.micro_batch, r.train.seq_len,
+                                  s.dtype, shards);
+}
+
+// Start-up out-of-memory check: the estimate against the free device memory, before anything
+// large is allocated (a clear message instead of a failed cudaMalloc later).
+void check_device_memory(const Recipe& r, const Session& s, const TrainingMemoryEstimate& est) {
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  std::string shortfall =
+      device_memory_shortfall(est, free_bytes, r.train.micro_batch, s.model->config().recompute);
+  ATTN_REQUIRE(shortfall.empty(), "%s", shortfall.c_str());
+}
+
+// Test hook (docs/distributed.md, "Faults"): ATTNLAB_TEST_OOM=<rank>:<step> makes that rank, at
+// the start of that (1-based) step, allocate more memory than its device has (the device's total
+// plus the run's estimate; on the CPU 2^50 bytes), so the allocator's genuine failure path runs
+// mid-run. Used by the ctest dist_mpi_rank_oom and scripts/dist_device_check.sh only.
+void test_hook_out_of_memory(const Session& s, int64_t step, const TrainingMemoryEstimate& est) {
+  const char* v = std::getenv("ATTNLAB_TEST_OOM");
+  int rank = -1;
+  long long at = -1;
+  if (!v || std::sscanf(v, "%d:%lld", &rank, &at) != 2) return;
+  if (rank != s.comm->rank() || at != step) return;
+  size_t bytes = size_t(1) << 50;
+  if (s.ctx->device == Device::cuda) {
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    bytes = total_bytes + est.total();
+  }
+  Buffer too_large(s.ctx->device, bytes);
+}
+
+void setup_model(const Recipe& r, Session& s) {
+  s.model = std::make_unique<GPT>(gpt_config_of(r));
+  s.model->declare_params(s.store);
+  s.memory = memory_estimate(r, s);
+  if (s.ctx->device == Device::cuda) check_device_memory(r, s, s.memory);
+  // An allocation that fails later (on any rank, mid-run) reports the estimate and a hint.
+  set_out_of_memory_note(
+      out_of_memory_note(s.memory, r.train.micro_batch, s.model->config().recompute));
+  // Shards for ZeRO-1 (the padding alone differs from one rank's layout; ZeRO 0 keeps it so
+  // that both modes lay the state out alike).
+  s.store.finalize(s.ctx->device, s.dtype, r.retrofit.trainable_roles(), s.comm->world_size());
+  require_trainable_parameters(r, s.store);
+  s.model->init_params(s.store, uint64_t(r.train.seed));
+  s.model->allocate(*s.ctx, r.train.micro_batch, r.train.seq_len, s.dtype);
+  const int64_t BT = int64_t(r.train.micro_batch) * r.train.seq_len;
+  s.batch_dev = Buffer(s.ctx->device, size_t(2 * BT) * sizeof(int32_t));
+  s.tokens_dev = s.batch_dev.as(DType::i32, Shape{r.train.micro_batch, r.train.seq_len});
+  s.targets_dev =
+      s.batch_dev.as(DType::i32, Shape{r.train.micro_batch, r.train.seq_len}, size_t(BT) * 4);
+}
+
+void upload(Session& s, const int32_t* inputs, const int32_t* targets) {
+  const Shape sh = s.tokens_dev.shape;
+  copy_tensor(s.tokens_dev, Tensor(const_cast<int32_t*>(inputs), DType::i32, Device::cpu, sh));
+  copy_tensor(s.targets_dev, Tensor(const_cast<int32_t*>(targets), DType::i32, Device::cpu, sh));
+}
+
+// What the attention variants add to an evaluation: their metrics of the last validation batch
+// into `record`, their health warnings, and the validation loss under their alternate eval mode
+// (Focus: the routing eval does not use, so the train/inference gap shows). Returns the text for
+// the eval line ("" when no variant has an alternate mode).
+std::string attention_eval_report(Session& s, int batches, const io::Logger& log,
+                                  nlohmann::json& record) {
+  // Metrics and warnings are rank 0's (its share of the validation windows); the loss is global.
+  const int L = s.model->config().n_layer;
+  std::map<std::string, double> m;
+  s.model->attention_metrics(m);
+  for (const auto& [k, v] : m) record[k] = v;
+  std::string summary = L > 0 ? s.model->attention(0).summarize(m) : "";
+  if (!summary.empty()) summary = " | " + summary;
+  std::string alternate;
+  for (int l = 0; l < L; ++l) {
+    const AttentionModule& a = s.model->attention(l);
+    if (const std::string w = a.health_warning(); !w.empty()) log.warn("%s", w.c_str());
+    if (alternate.empty()) alternate = a.alternate_eval();
+  }
+  if (alternate.empty()) return summary;
+  for (int l = 0; l < L; ++l) s.model->attention(l).use_alternate_eval(true);
+  const ValidationResult ev =
+      global_validation(*s.comm, score_validation(*s.model, *s.ctx, s.store, *s.val_loader, batches,
+                                                  s.tokens_dev, s.targets_dev));
+  for (int l = 0; l < L; ++l) s.model->attention(l).use_alternate_eval(false);
+  record["val_loss_" + alternate] = ev.loss;
+  return strformat(" | %s %.4f%s", alternate.c_str(), ev.loss, summary.c_str());
+}
+
+std::string roles_text(const std::vector<std::string>& roles) {
+  std::string t;
+  for (const std::string& r : roles) t += (t.empty() ? "" : ", ") + r;
+  return t;
+}
+
+}  // namespace attnlab::train_session
