@@ -12,9 +12,9 @@
 // distant pairs dA = P (dP - delta) from the ungated P, then the gate (gate_chunk_da), then the
 // dg products on one bf16 mma.sync each (dg_chunk_products, focus_wgmma_gate.cuh): dg_key in
 // registers over the loop, dg_query in a fp32 shared tile added to dg by fp32 atomics after the
-// tile's second barrier (overlapping the dQ wgmma). To fit that tile (D 64, KP 32) the queries'
-// g tile is single-buffered: the next one is loaded after the second barrier, when no warp reads
-// it any more.
+// tile's second barrier (overlapping the dQ wgmma). Where that tile does not fit beside two
+// (D 64, KP 32) the queries' g tile is single-buffered: the next one is loaded after the second
+// barrier, when no warp reads it any more.
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -39,21 +39,29 @@ template <int D>
 constexpr int kQTile = D == 64 ? 128 : 64;
 
 constexpr uint32_t g_tile_bytes(int rows, int KP) { return uint32_t(rows) * (2 * KP + 8) * 2; }
+constexpr size_t kMaxSmem = 232448;  // 227 KiB of dynamic shared memory per block (sm_90)
 // K, V, 2 x Q, 2 x dO, dS^T, 2 x lse and delta, the fp32 dQ tile, 2 mbarriers, the keys' g tile,
-// 2 x the queries' g tiles (kFusedDg: 1 x, and the fp32 dg_query tile), alignment: 192-217 KiB.
-template <int D, int KP, bool kFusedDg>
-constexpr size_t bwd_smem_bytes() {
+// gq_bufs x the queries' g tiles (kFusedDg: and the fp32 dg_query tile), alignment: 192-217 KiB.
+template <int D, int KP, bool kFusedDg, int gq_bufs>
+constexpr size_t bwd_smem_bytes_with() {
   constexpr int kQ = kQTile<D>;
-  constexpr size_t gq = kFusedDg ? g_tile_bytes(kQ, KP) + size_t(kQ) * (KP + 4) * sizeof(float)
-                                 : 2 * size_t(g_tile_bytes(kQ, KP));
+  constexpr size_t dgq = kFusedDg ? size_t(kQ) * focus_wgmma::dgq_ld(KP) * sizeof(float) : 0;
   return 2 * size_t(tile_bytes(kBlockN, D)) + 4 * size_t(tile_bytes(kQ, D)) +
          size_t(tile_bytes(kBlockN, kQ)) + 4 * kQ * sizeof(float) + size_t(kQ) * D * sizeof(float) +
-         16 + g_tile_bytes(kBlockN, KP) + gq + 1008;
+         16 + g_tile_bytes(kBlockN, KP) + gq_bufs * size_t(g_tile_bytes(kQ, KP)) + dgq + 1008;
 }
-static_assert(bwd_smem_bytes<64, 32, false>() <= 232448 &&
-              bwd_smem_bytes<128, 32, false>() <= 232448);
-static_assert(bwd_smem_bytes<64, 32, true>() <= 232448 &&
-              bwd_smem_bytes<128, 32, true>() <= 232448);
+// Buffers of the queries' g tile: 2, or 1 where kFusedDg's dg_query tile leaves no room for 2.
+template <int D, int KP, bool kFusedDg>
+constexpr int gq_buffers() {
+  return bwd_smem_bytes_with<D, KP, kFusedDg, 2>() <= kMaxSmem ? 2 : 1;
+}
+template <int D, int KP, bool kFusedDg>
+constexpr size_t bwd_smem_bytes() {
+  return bwd_smem_bytes_with<D, KP, kFusedDg, gq_buffers<D, KP, kFusedDg>()>();
+}
+static_assert(gq_buffers<64, 32, false>() == 2 && gq_buffers<128, 32, false>() == 2);
+static_assert(bwd_smem_bytes<64, 32, true>() <= kMaxSmem &&
+              bwd_smem_bytes<128, 32, true>() <= kMaxSmem);
 
 #if ATTN_WGMMA_DEVICE
 template <int D, int kQ>
@@ -169,6 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr uint32_t kKVBytes = tile_bytes(kBlockN, D), kQBytes = tile_bytes(kQ, D);
   constexpr uint32_t kSBytes = tile_bytes(kBlockN, kQ), kDqBytes = kQ * D * 4;
   constexpr uint32_t kGqBytes = g_tile_bytes(kQ, KP);
+  constexpr int kGqBufs = gq_buffers<D, KP, kFusedDg>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t sK = (raw + 1023u) & ~1023u;
@@ -180,8 +189,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t sdQ = sStats + 4 * kQ * 4;              // fp32 [kQ][D]
   const uint32_t sFull = sdQ + kDqBytes;                 // mbarriers [2]
   const uint32_t sGk = sFull + 16;                       // g of the block's keys
-  const uint32_t sGq = sGk + g_tile_bytes(kBlockN, KP);  // [2] (kFusedDg: [1]) g of the queries
-  const uint32_t sDgq = sGq + (kFusedDg ? 1 : 2) * kGqBytes;  // kFusedDg: fp32 [kQ][KP + 4]
+  const uint32_t sGq = sGk + g_tile_bytes(kBlockN, KP);  // [kGqBufs] g of the tile's queries
+  const uint32_t sDgq = sGq + kGqBufs * kGqBytes;        // kFusedDg: fp32 [kQ][dgq_ld(KP)]
   auto generic = [&](uint32_t addr) {
     return reinterpret_cast<const bf16*>(smem_raw + (addr - raw));
   };
@@ -227,7 +236,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_async4(sStats + (buf * kQ + i) * 4, p.lse + (ok ? row + i : 0), ok);
       cp_async4(sStats + (2 * kQ + buf * kQ + i) * 4, delta + (ok ? row + i : 0), ok);
     }
-    if constexpr (!kFusedDg) {
+    if constexpr (kGqBufs == 2) {
       focus_wgmma::load_g_tile<kQ, KP, kThreads>(sGq + buf * kGqBytes, gsb, q0, T);
     }
   };
@@ -251,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   focus_wgmma::load_g_tile<kBlockN, KP, kThreads>(sGk, gsb, k0, T);
   Tile cur{hk * group, m_begin}, prev = cur;
   if (iters > 0) issue_loads(cur, 0);
-  if constexpr (kFusedDg) {
+  if constexpr (kGqBufs == 1) {
     if (iters > 0) focus_wgmma::load_g_tile<kQ, KP, kThreads>(sGq, gsb, cur.m * kQ, T);
   }
   cp_async_commit();
@@ -300,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (focus_wgmma::tile_has_distant_k_rows(k0 + 64 * wg, q0 + kQ - 1, w)) {
       uint32_t ah[KP / 16][4], al[KP / 16][4];
       focus_wgmma::load_g_a<KP>(ah, al, generic(sGk), 64 * wg + 16 * warp, lane);
-      const bf16* cGq = generic(sGq + (kFusedDg ? 0 : buf * kGqBytes));
+      const bf16* cGq = generic(sGq + (kGqBufs == 2 ? buf * kGqBytes : 0));
 #pragma unroll
       for (int chunk = 0; chunk < kQ / 16; ++chunk) {
         float a[2][4];
@@ -336,7 +345,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     if (threadIdx.x == 0) bulk_wait_read();
     __syncthreads();
-    if constexpr (kFusedDg) {  // no warp reads the queries' g tile any more
+    if constexpr (kGqBufs == 1) {  // no warp reads the queries' g tile any more
       if (it + 1 < iters) {
         focus_wgmma::load_g_tile<kQ, KP, kThreads>(sGq, gsb, next_tile(cur).m * kQ, T);
         cp_async_commit();

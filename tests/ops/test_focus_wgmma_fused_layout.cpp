@@ -96,7 +96,8 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* one_product_err
             const Rc cc = ptx_c(v, l);
             a[n][v] = affinity(f.k0 + 16 * warp + cc.row, f.q0 + 16 * chunk + 8 * n + cc.col);
           }
-          for (int e = 0; e < 2; ++e) dl[n][e] = delta[size_t(16 * chunk + 8 * n + 2 * (l % 4) + e)];
+          for (int e = 0; e < 2; ++e)
+            dl[n][e] = delta[size_t(16 * chunk + 8 * n + 2 * (l % 4) + e)];
         }
         gate_chunk_da(s[l], da[l], dpr[l], a, dl, chunk, row0, col0, f.w, eps);
       }
@@ -104,7 +105,8 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* one_product_err
       float af[kLanes][4][2];
       for (int l = 0; l < kLanes; ++l)
         for (int x = 0; x < 4; ++x)
-          for (int h = 0; h < 2; ++h) af[l][x][h] = bf16_round(da[l][a_pack_tile(x)][a_pack_value(x, h)]);
+          for (int h = 0; h < 2; ++h)
+            af[l][x][h] = bf16_round(da[l][a_pack_tile(x)][a_pack_value(x, h)]);
       for (int nb = 0; nb < KP / 16; ++nb) {  // dg_key += dA^T G_q (hi)
         int off[kLanes];
         for (int l = 0; l < kLanes; ++l) off[l] = ldsm_t_b_offset(16 * chunk, 16 * nb, l, ld);
