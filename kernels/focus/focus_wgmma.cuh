@@ -29,6 +29,10 @@ bool focus_wgmma_supported(const FocusAttentionParams<bf16>& p);
 void launch_focus_wgmma_fwd(const FocusAttentionParams<bf16>& p, Stream s);
 // dq, dk, dv written (=); dg (if not null) written (=).
 void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s);
+// The same contract with dg computed inside the main backward loop (kFusedDg in
+// focus_wgmma_bwd.cu: no dg pass; one bf16 product per dg term). Not the default: chosen only by
+// ops::FocusSoftKernel::wgmma_fused.
+void launch_focus_wgmma_bwd_fused(const FocusAttentionParams<bf16>& p, Stream s);
 // g [B, T, K] fp32 into gs [B, T, 2 KP] bf16 (hi parts, then lo parts, zero past K:
 // focus_wgmma_layout.h), the operand form every wgmma Focus kernel reads. KP = padded_groups(K).
 void focus_wgmma_split_g(const FocusAttentionParams<bf16>& p, bf16* gs, int KP, Stream s);

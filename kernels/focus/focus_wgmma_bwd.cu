@@ -7,6 +7,14 @@
 // gated P is the gradient of the logit, so the rest is the dense arithmetic. Beside K and V the
 // split g rows of the block's keys (once) and, double-buffered with Q and dO, of the tile's
 // queries (cp.async, landed by the barrier at the top of each tile).
+// kFusedDg (launch_focus_wgmma_bwd_fused, not the default): dg in the same loop instead of the
+// second pass (focus_wgmma_dg.cu). dP is waited for before the gate; per 16-query chunk on the
+// distant pairs dA = P (dP - delta) from the ungated P, then the gate (gate_chunk_da), then the
+// dg products on one bf16 mma.sync each (dg_chunk_products, focus_wgmma_gate.cuh): dg_key in
+// registers over the loop, dg_query in a fp32 shared tile added to dg by fp32 atomics after the
+// tile's second barrier (overlapping the dQ wgmma). Where that tile does not fit beside two
+// (D 64, KP 32) the queries' g tile is single-buffered: the next one is loaded after the second
+// barrier, when no warp reads it any more.
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -31,16 +39,29 @@ template <int D>
 constexpr int kQTile = D == 64 ? 128 : 64;
 
 constexpr uint32_t g_tile_bytes(int rows, int KP) { return uint32_t(rows) * (2 * KP + 8) * 2; }
+constexpr size_t kMaxSmem = 232448;  // 227 KiB of dynamic shared memory per block (sm_90)
 // K, V, 2 x Q, 2 x dO, dS^T, 2 x lse and delta, the fp32 dQ tile, 2 mbarriers, the keys' g tile,
-// 2 x the queries' g tiles, alignment: 192-216 KiB.
-template <int D, int KP>
-constexpr size_t bwd_smem_bytes() {
+// gq_bufs x the queries' g tiles (kFusedDg: and the fp32 dg_query tile), alignment: 192-217 KiB.
+template <int D, int KP, bool kFusedDg, int gq_bufs>
+constexpr size_t bwd_smem_bytes_with() {
   constexpr int kQ = kQTile<D>;
+  constexpr size_t dgq = kFusedDg ? size_t(kQ) * focus_wgmma::dgq_ld(KP) * sizeof(float) : 0;
   return 2 * size_t(tile_bytes(kBlockN, D)) + 4 * size_t(tile_bytes(kQ, D)) +
          size_t(tile_bytes(kBlockN, kQ)) + 4 * kQ * sizeof(float) + size_t(kQ) * D * sizeof(float) +
-         16 + g_tile_bytes(kBlockN, KP) + 2 * g_tile_bytes(kQ, KP) + 1008;
+         16 + g_tile_bytes(kBlockN, KP) + gq_bufs * size_t(g_tile_bytes(kQ, KP)) + dgq + 1008;
 }
-static_assert(bwd_smem_bytes<64, 32>() <= 232448 && bwd_smem_bytes<128, 32>() <= 232448);
+// Buffers of the queries' g tile: 2, or 1 where kFusedDg's dg_query tile leaves no room for 2.
+template <int D, int KP, bool kFusedDg>
+constexpr int gq_buffers() {
+  return bwd_smem_bytes_with<D, KP, kFusedDg, 2>() <= kMaxSmem ? 2 : 1;
+}
+template <int D, int KP, bool kFusedDg>
+constexpr size_t bwd_smem_bytes() {
+  return bwd_smem_bytes_with<D, KP, kFusedDg, gq_buffers<D, KP, kFusedDg>()>();
+}
+static_assert(gq_buffers<64, 32, false>() == 2 && gq_buffers<128, 32, false>() == 2);
+static_assert(bwd_smem_bytes<64, 32, true>() <= kMaxSmem &&
+              bwd_smem_bytes<128, 32, true>() <= kMaxSmem);
 
 #if ATTN_WGMMA_DEVICE
 template <int D, int kQ>
@@ -145,7 +166,7 @@ __device__ __forceinline__ void store_dk_dv(const float (&dk)[D / 2], const floa
 }
 #endif  // ATTN_WGMMA_DEVICE
 
-template <int D, int KP>
+template <int D, int KP, bool kFusedDg>
 __global__ void __launch_bounds__(kThreads, 1)
     focus_wgmma_bwd_kernel(const FocusAttentionParams<bf16> p, const float* __restrict__ delta,
                            float* __restrict__ dq_accum, const bf16* __restrict__ gs,
@@ -156,6 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr uint32_t kKVBytes = tile_bytes(kBlockN, D), kQBytes = tile_bytes(kQ, D);
   constexpr uint32_t kSBytes = tile_bytes(kBlockN, kQ), kDqBytes = kQ * D * 4;
   constexpr uint32_t kGqBytes = g_tile_bytes(kQ, KP);
+  constexpr int kGqBufs = gq_buffers<D, KP, kFusedDg>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t sK = (raw + 1023u) & ~1023u;
@@ -167,10 +189,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t sdQ = sStats + 4 * kQ * 4;              // fp32 [kQ][D]
   const uint32_t sFull = sdQ + kDqBytes;                 // mbarriers [2]
   const uint32_t sGk = sFull + 16;                       // g of the block's keys
-  const uint32_t sGq = sGk + g_tile_bytes(kBlockN, KP);  // [2] g of the tile's queries
+  const uint32_t sGq = sGk + g_tile_bytes(kBlockN, KP);  // [kGqBufs] g of the tile's queries
+  const uint32_t sDgq = sGq + kGqBufs * kGqBytes;        // kFusedDg: fp32 [kQ][dgq_ld(KP)]
   auto generic = [&](uint32_t addr) {
     return reinterpret_cast<const bf16*>(smem_raw + (addr - raw));
   };
+  float* dgq_tile = reinterpret_cast<float*>(smem_raw + (sDgq - raw));
+  constexpr int kDgqLd = focus_wgmma::dgq_ld(KP);
 
   const int T = p.seq_len;
   const AttentionMask mask{};
@@ -211,7 +236,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_async4(sStats + (buf * kQ + i) * 4, p.lse + (ok ? row + i : 0), ok);
       cp_async4(sStats + (2 * kQ + buf * kQ + i) * 4, delta + (ok ? row + i : 0), ok);
     }
-    focus_wgmma::load_g_tile<kQ, KP, kThreads>(sGq + buf * kGqBytes, gsb, q0, T);
+    if constexpr (kGqBufs == 2) {
+      focus_wgmma::load_g_tile<kQ, KP, kThreads>(sGq + buf * kGqBytes, gsb, q0, T);
+    }
   };
   auto dq_rows = [&](Tile t, uint32_t* bytes) {
     const int q0 = t.m * kQ;
@@ -224,17 +251,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_init(sFull + 8, 1);
     fence_mbar_init();
   }
+  if constexpr (kFusedDg) {
+    for (int i = threadIdx.x; i < kQ * kDgqLd; i += kThreads) dgq_tile[i] = 0.f;
+  }
   __syncthreads();
   load_tile<kBlockN, D, kThreads>(sK, gk, p.kv_row_stride, k0, T);
   load_tile<kBlockN, D, kThreads>(sV, gv, p.kv_row_stride, k0, T);
   focus_wgmma::load_g_tile<kBlockN, KP, kThreads>(sGk, gsb, k0, T);
   Tile cur{hk * group, m_begin}, prev = cur;
   if (iters > 0) issue_loads(cur, 0);
+  if constexpr (kGqBufs == 1) {
+    if (iters > 0) focus_wgmma::load_g_tile<kQ, KP, kThreads>(sGq, gsb, cur.m * kQ, T);
+  }
   cp_async_commit();
 
   float dk[D / 2], dv[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+  float dgk[kFusedDg ? KP / 8 : 1][4];  // kFusedDg: dg of the warp's 16 keys (C fragments)
+#pragma unroll
+  for (int nt = 0; nt < (kFusedDg ? KP / 8 : 1); ++nt)
+    dgk[nt][0] = dgk[nt][1] = dgk[nt][2] = dgk[nt][3] = 0.f;
+  const int wrow = 64 * wg + 16 * warp;  // the warp's first key in the block
   const float sl2 = p.scale * kLog2e;
   const uint32_t k_rows = sK + wg * 64 * 128, v_rows = sV + wg * 64 * 128;
 
@@ -262,22 +300,42 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     const bool need_mask = ATTN_MASK_NEEDS_MASK(mask, q0, kQ, k0, kBlockN, T);
     focus_wgmma::scores_to_p<kQ>(s, c_lse, need_mask, key0, q0, tig, sl2, T);
-    // The gate: P^T times (a + eps) on the distant pairs of this warpgroup's keys.
+    if constexpr (kFusedDg) {
+      wgmma_wait<0>();
+      fence_regs(dp);
+    }
+    // The gate: P^T times (a + eps) on the distant pairs of this warpgroup's keys (kFusedDg: and
+    // dA, the dg products).
     if (focus_wgmma::tile_has_distant_k_rows(k0 + 64 * wg, q0 + kQ - 1, w)) {
       uint32_t ah[KP / 16][4], al[KP / 16][4];
       focus_wgmma::load_g_a<KP>(ah, al, generic(sGk), 64 * wg + 16 * warp, lane);
-      const bf16* cGq = generic(sGq + buf * kGqBytes);
+      const bf16* cGq = generic(sGq + (kGqBufs == 2 ? buf * kGqBytes : 0));
 #pragma unroll
       for (int chunk = 0; chunk < kQ / 16; ++chunk) {
         float a[2][4];
         focus_wgmma::affinity_chunk<KP>(a, ah, al, cGq, 16 * chunk, lane);
-        focus_wgmma::gate_chunk<false>(s, a, chunk, key0, q0 + 2 * tig, w, p.gate.eps);
+        if constexpr (kFusedDg) {
+          float dl[2][2], da[2][4];
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {
+            const float2 d = lds_f2(c_delta + 4 * (16 * chunk + 8 * n + 2 * tig));
+            dl[n][0] = d.x;
+            dl[n][1] = d.y;
+          }
+          focus_wgmma::gate_chunk_da(s, da, dp, a, dl, chunk, key0, q0 + 2 * tig, w, p.gate.eps);
+          focus_wgmma::dg_chunk_products<KP>(dgk, dgq_tile, da, cGq, generic(sGk), chunk, wrow,
+                                             lane);
+        } else {
+          focus_wgmma::gate_chunk<false>(s, a, chunk, key0, q0 + 2 * tig, w, p.gate.eps);
+        }
       }
     }
     uint32_t pa[kQ / 16][4], dsa[kQ / 16][4];
     acc_to_a<kQ>(pa, s);
-    wgmma_wait<0>();
-    fence_regs(dp);
+    if constexpr (!kFusedDg) {
+      wgmma_wait<0>();
+      fence_regs(dp);
+    }
     dp_to_ds<kQ>(dp, s, c_delta, tig);
     acc_to_a<kQ>(dsa, dp);
 
@@ -287,9 +345,26 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     if (threadIdx.x == 0) bulk_wait_read();
     __syncthreads();
+    if constexpr (kGqBufs == 1) {  // no warp reads the queries' g tile any more
+      if (it + 1 < iters) {
+        focus_wgmma::load_g_tile<kQ, KP, kThreads>(sGq, gsb, next_tile(cur).m * kQ, T);
+        cp_async_commit();
+      }
+    }
     {
       float dq[32];
       issue_dq<kQ>(dq, sdS, sK, wg);
+      if constexpr (kFusedDg) {  // every warp's dg_query of the tile is in the shared tile
+        if (focus_wgmma::tile_has_distant_k_rows(k0, q0 + kQ - 1, w)) {
+          float* dgb = p.dg + int64_t(b) * T * p.K;
+          for (int i = threadIdx.x; i < kQ * KP; i += kThreads) {
+            const int q = i / KP, c = i - q * KP;
+            const float v = dgq_tile[q * kDgqLd + c];
+            if (c < p.K && q0 + q < T && v != 0.f) atomicAdd(dgb + int64_t(q0 + q) * p.K + c, v);
+            dgq_tile[q * kDgqLd + c] = 0.f;
+          }
+        }
+      }
       wgmma_wait<0>();
       fence_regs(dq);
       store_dq_tile<D, kQ>(sdQ, dq, wg, warp, g, tig);
@@ -309,6 +384,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     bulk_wait_all();
   }
   store_dk_dv<D>(dk, dv, p, b, hk, key0, tig);
+  if constexpr (kFusedDg) {
+    float* dgb = p.dg + int64_t(b) * T * p.K;
+#pragma unroll
+    for (int nt = 0; nt < KP / 8; ++nt) {
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const focus_wgmma::Coord cc = focus_wgmma::mma_c_coord(v, lane);
+        const int key = k0 + wrow + cc.row, col = 8 * nt + cc.col;
+        if (key < T && col < p.K && dgk[nt][v] != 0.f)
+          atomicAdd(dgb + int64_t(key) * p.K + col, dgk[nt][v]);
+      }
+    }
+  }
 #else
   (void)p, (void)delta, (void)dq_accum, (void)gs, (void)tm_q, (void)tm_do;
 #endif
@@ -330,11 +418,11 @@ __global__ void dq_convert_kernel(const FocusAttentionParams<bf16> p,
   reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(v.z * p.scale, v.w * p.scale);
 }
 
-template <int D, int KP>
+template <int D, int KP, bool kFusedDg>
 void launch_bwd(const FocusAttentionParams<bf16>& p, const float* delta, float* dq_accum,
                 const bf16* gs, cudaStream_t st) {
-  constexpr size_t smem = bwd_smem_bytes<D, KP>();
-  auto* kernel = focus_wgmma_bwd_kernel<D, KP>;
+  constexpr size_t smem = bwd_smem_bytes<D, KP, kFusedDg>();
+  auto* kernel = focus_wgmma_bwd_kernel<D, KP, kFusedDg>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(div_up(p.seq_len, kBlockN), p.n_kv_head, p.B);
   const CUtensorMap tm_q = tile_map(p.q, p.n_head * D, p.seq_len, p.B, p.q_row_stride,
@@ -348,9 +436,20 @@ void launch_bwd(const FocusAttentionParams<bf16>& p, const float* delta, float* 
   CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace
+template <bool kFusedDg>
+void launch_bwd_for(const FocusAttentionParams<bf16>& p, const float* delta, float* dq_accum,
+                    const bf16* gs, int KP, cudaStream_t st) {
+  if (p.D == 64) {
+    KP == 16 ? launch_bwd<64, 16, kFusedDg>(p, delta, dq_accum, gs, st)
+             : launch_bwd<64, 32, kFusedDg>(p, delta, dq_accum, gs, st);
+  } else {
+    KP == 16 ? launch_bwd<128, 16, kFusedDg>(p, delta, dq_accum, gs, st)
+             : launch_bwd<128, 32, kFusedDg>(p, delta, dq_accum, gs, st);
+  }
+}
 
-void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s) {
+// fused_dg: dg in the main loop (kFusedDg) instead of the dg pass, where dg is wanted.
+void run_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s, bool fused_dg) {
   ATTN_REQUIRE(focus_wgmma_supported(p),
                "focus wgmma attention: needs a build with sm_90a code, a compute capability 9.0 "
                "device, the additive gate, D 64 or 128 (got %d), packed qkv, pos 0 (got %d), 1 .. "
@@ -389,17 +488,26 @@ void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s) {
   ap.scale = p.scale;
   launch_attention_bwd_delta(ap, delta, dq_accum, s);
   focus_wgmma_split_g(p, gs, KP, s);
-  if (p.D == 64) {
-    KP == 16 ? launch_bwd<64, 16>(p, delta, dq_accum, gs, st)
-             : launch_bwd<64, 32>(p, delta, dq_accum, gs, st);
-  } else {
-    KP == 16 ? launch_bwd<128, 16>(p, delta, dq_accum, gs, st)
-             : launch_bwd<128, 32>(p, delta, dq_accum, gs, st);
+  if (fused_dg && p.dg) {
+    CUDA_CHECK(cudaMemsetAsync(p.dg, 0, size_t(p.B) * p.seq_len * p.K * sizeof(float), st));
+    launch_bwd_for<true>(p, delta, dq_accum, gs, KP, st);
+    return;
   }
+  launch_bwd_for<false>(p, delta, dq_accum, gs, KP, st);
   if (p.dg) {
     CUDA_CHECK(cudaMemsetAsync(p.dg, 0, size_t(p.B) * p.seq_len * p.K * sizeof(float), st));
     launch_focus_wgmma_dg(p, delta, gs, s);
   }
+}
+
+}  // namespace
+
+void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s) {
+  run_focus_wgmma_bwd(p, s, false);
+}
+
+void launch_focus_wgmma_bwd_fused(const FocusAttentionParams<bf16>& p, Stream s) {
+  run_focus_wgmma_bwd(p, s, true);
 }
 
 }  // namespace attnlab

@@ -47,12 +47,6 @@ constexpr size_t dg_smem_bytes() {
 static_assert(dg_smem_bytes<64, 32>() <= 232448 && dg_smem_bytes<128, 32>() <= 232448);
 
 #if ATTN_WGMMA_DEVICE
-__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
-  uint32_t y;
-  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
-  return y;
-}
-
 // bf16 hi and lo parts of a pair (low half first).
 __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
@@ -226,8 +220,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int x = 0; x < 2; ++x) {
             uint32_t h, l;
             split_pair(da[n][2 * x], da[n][2 * x + 1], h, l);
-            bh[x] = movmatrix_trans(h);
-            bl[x] = movmatrix_trans(l);
+            bh[x] = focus_wgmma::movmatrix_trans(h);
+            bl[x] = focus_wgmma::movmatrix_trans(l);
           }
 #pragma unroll
           for (int mt = 0; mt < KP / 16; ++mt) {

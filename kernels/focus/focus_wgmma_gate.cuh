@@ -119,6 +119,55 @@ __device__ __forceinline__ bool tile_has_distant_q_rows(int r_last, int c_first,
 __device__ __forceinline__ bool tile_has_distant_k_rows(int r_first, int c_last, int w) {
   return c_last - r_first > w;
 }
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// The fused backward's dg products of one 16-query chunk (focus_wgmma_bwd.cu, kFusedDg), one bf16
+// product each (bf16 dA times the hi part of g; fp32 accumulation): da the chunk's dA^T C
+// fragments (gate_chunk_da; rows = the warp's 16 keys wrow.., columns = queries 16 chunk ..);
+//   dgk (the warp's keys x KP groups, C fragments of groups 8 nt ..) += dA^T G_q: A = da packed,
+//     B = G_q by ldmatrix.trans of gq_tile (the tile's queries);
+//   dgq_tile ([queries][dgq_ld(KP)] fp32, shared) += (G_k^T dA^T)^T: A = G_k^T by ldmatrix.trans
+//     of gk_tile (the block's keys), B = da per 8 x 8 block transposed (movmatrix), red.shared.
+template <int KP>
+__device__ __forceinline__ void dg_chunk_products(float (&dgk)[KP / 8][4], float* dgq_tile,
+                                                  const float (&da)[2][4], const bf16* gq_tile,
+                                                  const bf16* gk_tile, int chunk, int wrow,
+                                                  int lane) {
+  constexpr int kLd = 2 * KP + 8, kDgqLd = dgq_ld(KP);
+  uint32_t a[4];
+#pragma unroll
+  for (int x = 0; x < 4; ++x) {
+    const int n = a_pack_tile(x);
+    a[x] = wgmma::pack_bf16(da[n][a_pack_value(x, 0)], da[n][a_pack_value(x, 1)]);
+  }
+#pragma unroll
+  for (int nb = 0; nb < KP / 16; ++nb) {
+    uint32_t b[4];
+    mma::ldsm_x4_t(b, gq_tile + ldsm_t_b_offset(16 * chunk, 16 * nb, lane, kLd));
+#pragma unroll
+    for (int t = 0; t < 2; ++t) mma::mma16816(dgk[2 * nb + t], a, b[2 * t], b[2 * t + 1]);
+  }
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+    const uint32_t b0 = movmatrix_trans(a[2 * n]), b1 = movmatrix_trans(a[2 * n + 1]);
+#pragma unroll
+    for (int mt = 0; mt < KP / 16; ++mt) {
+      uint32_t gt[4];
+      mma::ldsm_x4_t(gt, gk_tile + ldsm_t_a_offset(wrow, 16 * mt, lane, kLd));
+      float c[4] = {0.f, 0.f, 0.f, 0.f};
+      mma::mma16816(c, gt, b0, b1);
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const Coord cc = mma_c_coord(v, lane);  // row = group, column = query
+        atomicAdd(dgq_tile + (16 * chunk + 8 * n + cc.col) * kDgqLd + 16 * mt + cc.row, c[v]);
+      }
+    }
+  }
+}
 #endif  // ATTN_WGMMA_DEVICE
 
 }  // namespace attnlab::focus_wgmma

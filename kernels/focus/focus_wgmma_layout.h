@@ -119,6 +119,34 @@ ATTN_FWL_FN void gate_chunk(float (&s)[kVals], const float (&a)[2][4], int chunk
   }
 }
 
+// The fused backward's step on chunk `chunk` (focus_wgmma_bwd.cu, kFusedDg): on the distant pairs
+// da = s (dp - delta), the gate gradient dA from the ungated P (s = exp(score - lse)), then s *=
+// a + eps (as gate_chunk); elsewhere da = 0 and s stays. dl[n][e]: delta of the query of column e
+// (even, odd) of tile n; rows and columns as gate_chunk<false> (rows keys, columns queries).
+template <int kVals>
+ATTN_FWL_FN void gate_chunk_da(float (&s)[kVals], float (&da)[2][4], const float (&dp)[kVals],
+                               const float (&a)[2][4], const float (&dl)[2][2], int chunk, int row0,
+                               int col0, int w, float eps) {
+  ATTN_FWL_UNROLL
+  for (int n = 0; n < 2; ++n) {
+    ATTN_FWL_UNROLL
+    for (int c = 0; c < 4; ++c) {
+      const int i = chunk_acc_index(chunk, n, c);
+      if (chunk_distant<false>(chunk, n, c, row0, col0, w)) {
+        da[n][c] = s[i] * (dp[i] - dl[n][c & 1]);
+        s[i] *= a[n][c] + eps;
+      } else {
+        da[n][c] = 0.f;
+      }
+    }
+  }
+}
+
+// Leading dimension (floats) of the fused backward's fp32 dg_query tile [queries][dgq_ld(KP)]:
+// the red.shared of one C value v of a warp's mma (query 2 (l % 4) + v % 2, group l / 4 + ..)
+// fall on 32 distinct banks (8 (l % 4) + l / 4 mod 32 for both KP).
+constexpr ATTN_FWL_FN int dgq_ld(int KP) { return KP + 4; }
+
 }  // namespace attnlab::focus_wgmma
 
 #undef ATTN_FWL_FN

@@ -1,13 +1,18 @@
 // The Hopper wgmma Focus attention, additive gate (kernels/focus/focus_wgmma.cuh), reached through
 // ops::focus_attention_fwd / _bwd with FocusSoftKernel::wgmma, against the CPU fp32 reference and
-// the tiled kernel (FocusSoftKernel::tiled) on the same inputs. Skipped without a GPU, and where
-// the build or the device has no wgmma kernel (not an H100 / H200, or no sm_90a code).
+// the tiled kernel (FocusSoftKernel::tiled) on the same inputs; FocusSoftKernel::wgmma_fused (dg
+// in the backward's main loop, one bf16 product) on the same cases against the reference and the
+// verified wgmma kernel. Skipped without a GPU, and where the build or the device has no wgmma
+// kernel (not an H100 / H200, or no sm_90a code).
 // Tolerance as tests/cuda/test_focus_tiled_cuda.cpp (STYLE.md: 2x a same-precision reference):
 // the plain per-row bf16 Focus kernel and the dense bf16 attention kernels are compared with their
 // CPU references on the same inputs, the bound of each output is 2x the larger error, at least
 // one bf16 ulp (2^-8) for bf16 outputs and 1e-5 for lse; dg (split hi + lo products, about fp32,
-// inputs carrying the bf16 rounding of the outputs) also takes the dense dqkv error. g is a
-// softmax of random scores (as the model's assignment).
+// inputs carrying the bf16 rounding of the outputs) also takes the dense dqkv error: the fused
+// kernel's one bf16 product per dg term (bf16 dA, bf16 g) is the precision of the dense kernels'
+// dK = dS^T Q, and the CPU emulation (tests/ops/test_focus_wgmma_fused_layout.cpp) puts it below
+// 2^-8 of the largest |dg|, the bound's floor. g is a softmax of random scores (as the model's
+// assignment).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -91,9 +96,10 @@ bool wgmma_runs(int D, int K) {
     if (!wgmma_runs(D, K)) GTEST_SKIP() << "no wgmma Focus kernel on this build/GPU"; \
   } while (0)
 
-void run_case(const WgmmaCase& c) {
+// kernel under test, and the peer it is compared with on the same inputs.
+void run_case(const WgmmaCase& c, FocusSoftKernel kernel, FocusSoftKernel peer) {
   SCOPED_TRACE(testing::Message() << "D " << c.D << " T " << c.T << " w " << c.local_window << " K "
-                                  << c.K);
+                                  << c.K << " kernel " << int(kernel));
   auto cpu = ExecContext::make_cpu();
   auto gpu = ExecContext::make_cuda(0);
   const int B = 2, T = c.T, D = c.D, K = c.K;
@@ -130,7 +136,7 @@ void run_case(const WgmmaCase& c) {
   DeviceArray<bf16> gq(qkv), gdo(dout);
   DeviceArray<float> gg(g);
   // One kernel through the op: fwd, then bwd from its own outputs.
-  auto run = [&](FocusSoftKernel kernel) {
+  auto run = [&](FocusSoftKernel k) {
     DeviceArray<bf16> go(ref.out.size()), gdq(qkv.size());
     DeviceArray<float> gl(ref.lse.size()), gdg(g.size());
     go.poison();
@@ -138,14 +144,14 @@ void run_case(const WgmmaCase& c) {
     gdq.poison();
     gdg.poison();
     ops::focus_attention_fwd(*gpu, dev_tensor(go, os), dev_tensor(gl, ls), dev_tensor(gq, qs), l,
-                             dev_tensor(gg, gs), Tensor(), gate, kernel);
+                             dev_tensor(gg, gs), Tensor(), gate, k);
     ops::focus_attention_bwd(*gpu, dev_tensor(gdq, qs), dev_tensor(gdg, gs), dev_tensor(gdo, os),
                              dev_tensor(gq, qs), dev_tensor(go, os), dev_tensor(gl, ls), l,
-                             dev_tensor(gg, gs), Tensor(), gate, kernel);
+                             dev_tensor(gg, gs), Tensor(), gate, k);
     return Outputs{go.download(), gl.download(), gdq.download(), gdg.download()};
   };
-  const Outputs wg = run(FocusSoftKernel::wgmma);
-  const Outputs tiled = run(FocusSoftKernel::tiled);
+  const Outputs got = run(kernel);
+  const Outputs other = run(peer);  // the peer kernel on the same inputs
 
   // The same-precision references: the plain per-row bf16 Focus kernel (its own outputs feed its
   // backward) and the dense bf16 kernels on the same qkv.
@@ -177,26 +183,28 @@ void run_case(const WgmmaCase& c) {
         test::max_rel_error(o.out, ref.out), test::max_rel_error(o.lse, ref.lse),
         test::max_rel_error(o.dqkv, ref.dqkv), test::max_rel_error(o.dg, ref.dg)};
   };
-  const std::vector<double> e_wg = err(wg), e_tiled = err(tiled), e_plain = err(plain);
+  const std::vector<double> e_got = err(got), e_other = err(other), e_plain = err(plain);
   constexpr double kBf16Ulp = 1.0 / 256;
   const double b_out = std::max(2 * std::max(e_plain[0], dense_out_err), kBf16Ulp);
   const double b_lse = std::max(2 * std::max(e_plain[1], dense_lse_err), 1e-5);
   const double b_dqkv = std::max(2 * std::max(e_plain[2], dense_dqkv_err), kBf16Ulp);
   const double b_dg = std::max(2 * std::max(e_plain[3], dense_dqkv_err), kBf16Ulp);
   std::printf(
-      "  [focus wgmma] D %d T %d w %d K %d: out %.2e (bound %.2e, tiled %.2e) lse %.2e (%.2e, "
+      "  [focus %s] D %d T %d w %d K %d: out %.2e (bound %.2e, %s %.2e) lse %.2e (%.2e, "
       "%.2e) dqkv %.2e (%.2e, %.2e) dg %.2e (%.2e, %.2e)\n",
-      D, T, c.local_window, K, e_wg[0], b_out, e_tiled[0], e_wg[1], b_lse, e_tiled[1], e_wg[2],
-      b_dqkv, e_tiled[2], e_wg[3], b_dg, e_tiled[3]);
-  EXPECT_LE(e_wg[0], b_out);
-  EXPECT_LE(e_wg[1], b_lse);
-  EXPECT_LE(e_wg[2], b_dqkv);
-  EXPECT_LE(e_wg[3], b_dg);
-  // Against the tiled kernel: both are within the bound of the reference.
-  EXPECT_LE(test::max_rel_error(wg.out, tiled.out), 2 * b_out);
-  EXPECT_LE(test::max_rel_error(wg.lse, tiled.lse), 2 * b_lse);
-  EXPECT_LE(test::max_rel_error(wg.dqkv, tiled.dqkv), 2 * b_dqkv);
-  EXPECT_LE(test::max_rel_error(wg.dg, tiled.dg), 2 * b_dg);
+      kernel == FocusSoftKernel::wgmma_fused ? "wgmma-fused" : "wgmma", D, T, c.local_window, K,
+      e_got[0], b_out, peer == FocusSoftKernel::tiled ? "tiled" : "wgmma", e_other[0], e_got[1],
+      b_lse, e_other[1], e_got[2], b_dqkv, e_other[2], e_got[3], b_dg, e_other[3]);
+  EXPECT_LE(e_got[0], b_out);
+  EXPECT_LE(e_got[1], b_lse);
+  EXPECT_LE(e_got[2], b_dqkv);
+  EXPECT_LE(e_got[3], b_dg);
+  // Against the peer (tiled, or the verified wgmma kernel): both are within the bound of the
+  // reference.
+  EXPECT_LE(test::max_rel_error(got.out, other.out), 2 * b_out);
+  EXPECT_LE(test::max_rel_error(got.lse, other.lse), 2 * b_lse);
+  EXPECT_LE(test::max_rel_error(got.dqkv, other.dqkv), 2 * b_dqkv);
+  EXPECT_LE(test::max_rel_error(got.dg, other.dg), 2 * b_dg);
 }
 
 // T: 1, tile edges +-1, many tiles, 2048; w: 0 (only the diagonal ungated), 37 (not a tile
@@ -207,21 +215,31 @@ const std::vector<WgmmaCase> kShapes = {
     {0, 300, 300, 1}, {0, 1000, 128, 17}, {0, 700, 0, 32},
 };
 
-void run_d(int D) {
+void run_d(int D, FocusSoftKernel kernel, FocusSoftKernel peer) {
   for (WgmmaCase c : kShapes) {
     c.D = D;
-    run_case(c);
+    run_case(c, kernel, peer);
   }
 }
 
 TEST(FocusWgmmaCuda, MatchesTheReferenceD64) {
   WGMMA_TEST_PREAMBLE(64, 8);
-  run_d(64);
+  run_d(64, FocusSoftKernel::wgmma, FocusSoftKernel::tiled);
 }
 
 TEST(FocusWgmmaCuda, MatchesTheReferenceD128) {
   WGMMA_TEST_PREAMBLE(128, 8);
-  run_d(128);
+  run_d(128, FocusSoftKernel::wgmma, FocusSoftKernel::tiled);
+}
+
+TEST(FocusWgmmaCuda, FusedMatchesTheReferenceD64) {
+  WGMMA_TEST_PREAMBLE(64, 8);
+  run_d(64, FocusSoftKernel::wgmma_fused, FocusSoftKernel::wgmma);
+}
+
+TEST(FocusWgmmaCuda, FusedMatchesTheReferenceD128) {
+  WGMMA_TEST_PREAMBLE(128, 8);
+  run_d(128, FocusSoftKernel::wgmma_fused, FocusSoftKernel::wgmma);
 }
 
 // automatic picks the wgmma kernel where it runs: bitwise the same forward as forcing it.
@@ -249,8 +267,7 @@ TEST(FocusWgmmaCuda, AutomaticPicksWgmma) {
 
 // dg is written (=): a second backward gives the same values (up to the order of the atomics);
 // dg == 0 where every pair is local (local_window >= T).
-TEST(FocusWgmmaCuda, BackwardWritesDgAndIsZeroWhenAllLocal) {
-  WGMMA_TEST_PREAMBLE(64, 8);
+void check_writes_dg(FocusSoftKernel kernel) {
   auto gpu = ExecContext::make_cuda(0);
   const int B = 2, T = 333, K = 8, D = 64;
   const QKVLayout l{4, 2, D};
@@ -263,13 +280,13 @@ TEST(FocusWgmmaCuda, BackwardWritesDgAndIsZeroWhenAllLocal) {
     FocusGateParams gate;
     gate.local_window = w;
     ops::focus_attention_fwd(*gpu, dev_tensor(go, os), dev_tensor(gl, ls), dev_tensor(gq, qs), l,
-                             dev_tensor(gg, gs), Tensor(), gate, FocusSoftKernel::wgmma);
+                             dev_tensor(gg, gs), Tensor(), gate, kernel);
     std::vector<float> first;
     for (int rep = 0; rep < 2; ++rep) {
       gdg.poison();
       ops::focus_attention_bwd(*gpu, dev_tensor(gdq, qs), dev_tensor(gdg, gs), dev_tensor(gdo, os),
                                dev_tensor(gq, qs), dev_tensor(go, os), dev_tensor(gl, ls), l,
-                               dev_tensor(gg, gs), Tensor(), gate, FocusSoftKernel::wgmma);
+                               dev_tensor(gg, gs), Tensor(), gate, kernel);
       std::vector<float> d = gdg.download();
       double mx = 0;
       for (float x : d) mx = std::max(mx, double(std::fabs(x)));
@@ -286,6 +303,48 @@ TEST(FocusWgmmaCuda, BackwardWritesDgAndIsZeroWhenAllLocal) {
       }
     }
   }
+}
+
+TEST(FocusWgmmaCuda, BackwardWritesDgAndIsZeroWhenAllLocal) {
+  WGMMA_TEST_PREAMBLE(64, 8);
+  check_writes_dg(FocusSoftKernel::wgmma);
+}
+
+TEST(FocusWgmmaCuda, FusedBackwardWritesDgAndIsZeroWhenAllLocal) {
+  WGMMA_TEST_PREAMBLE(64, 8);
+  check_writes_dg(FocusSoftKernel::wgmma_fused);
+}
+
+// automatic runs the verified backward, not the fused one: its dg equals the wgmma kernel's up to
+// the order of the atomics (~1e-7), far below the one bf16 product's difference (~1e-3).
+TEST(FocusWgmmaCuda, AutomaticBackwardIsTheVerifiedKernel) {
+  WGMMA_TEST_PREAMBLE(64, 8);
+  auto gpu = ExecContext::make_cuda(0);
+  const int B = 1, T = 700, K = 8, D = 64;
+  const QKVLayout l{4, 2, D};
+  const Shape qs{B, T, l.width()}, os{B, T, l.q_width()}, ls{B, 4, T}, gs{B, T, K};
+  DeviceArray<bf16> gq(test::random_vector(size_t(B) * T * l.width(), 11, -2, 2));
+  DeviceArray<bf16> gdo(test::random_vector(size_t(B) * T * l.q_width(), 12));
+  DeviceArray<bf16> go(size_t(B) * T * l.q_width()), gdq(size_t(B) * T * l.width());
+  DeviceArray<float> gl(size_t(B) * 4 * T), gg(softmax_g(size_t(B) * T, K, 13)), gdg(gg.size());
+  FocusGateParams gate;
+  gate.local_window = 37;
+  ops::focus_attention_fwd(*gpu, dev_tensor(go, os), dev_tensor(gl, ls), dev_tensor(gq, qs), l,
+                           dev_tensor(gg, gs), Tensor(), gate, FocusSoftKernel::wgmma);
+  std::vector<float> dg[3];
+  const FocusSoftKernel kernels[3] = {FocusSoftKernel::automatic, FocusSoftKernel::wgmma,
+                                      FocusSoftKernel::wgmma_fused};
+  for (int i = 0; i < 3; ++i) {
+    ops::focus_attention_bwd(*gpu, dev_tensor(gdq, qs), dev_tensor(gdg, gs), dev_tensor(gdo, os),
+                             dev_tensor(gq, qs), dev_tensor(go, os), dev_tensor(gl, ls), l,
+                             dev_tensor(gg, gs), Tensor(), gate, kernels[i]);
+    dg[i] = gdg.download();
+  }
+  const double auto_err = test::max_rel_error(dg[0], dg[1]);
+  const double fused_err = test::max_rel_error(dg[2], dg[1]);
+  std::printf("  [focus wgmma] dg automatic vs wgmma %.2e, wgmma-fused vs wgmma %.2e\n", auto_err,
+              fused_err);
+  EXPECT_LT(auto_err, 1e-5);
 }
 
 }  // namespace

@@ -1,0 +1,269 @@
+// The fused dg step of the wgmma Focus backward (kFusedDg in kernels/focus/focus_wgmma_bwd.cu) on
+// the CPU: every thread of a warpgroup is emulated with the functions the kernel calls
+// (gate_chunk_da, and dg_chunk_products' fragment offsets, packing and movmatrix transpose over the
+// emulated ldmatrix / mma.sync of tests/ops/focus_wgmma_emulate.h) on one tile of 64 keys x kQ
+// queries. Checks that the gated P^T is the unfused gate's, that dg_key and dg_query equal the
+// direct sums of dA g over the distant pairs (dA = P (dP - delta) from the ungated P) with the
+// operands the kernel rounds to bf16, and how far the one bf16 product (bf16 dA times bf16 g hi)
+// lies from the exact sums: the precision that replaces the dg pass's three split products.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "kernels/focus/focus_wgmma_layout.h"
+#include "ops/focus_wgmma_emulate.h"
+
+namespace attnlab {
+namespace {
+
+using namespace focus_wgmma;
+using namespace focus_wgmma_emulate;
+
+struct FusedTile {
+  int K, q0, k0, w;
+};
+
+// max |a - b| over max |b| (as test::max_rel_error), 0 when b is all zero and a equals it.
+double rel_max(const std::vector<double>& a, const std::vector<double>& b) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    err = std::max(err, std::fabs(a[i] - b[i]));
+    scale = std::max(scale, std::fabs(b[i]));
+  }
+  return scale > 0 ? err / scale : err;
+}
+
+// One warpgroup (keys k0 .. k0 + 63 as rows, queries q0 .. q0 + kQ - 1 as columns) through the
+// fused chunk loop. *one_product_err: the error of its dg (key and query sides, of the largest
+// |dg|) against the exact sums; *dense_err: the same for the dense backward's arithmetic on the
+// same terms (as dK = dS^T Q: a bf16 dS operand times an exact operand, bf16 output), the
+// same-precision reference of the bound.
+template <int kQ>
+void check_fused_tile(const FusedTile& f, uint32_t seed, double* one_product_err,
+                      double* dense_err) {
+  const int K = f.K, KP = padded_groups(K), ld = g_ld(KP), dld = dgq_ld(KP);
+  const int T = std::max(f.q0 + kQ, f.k0 + 64);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  std::uniform_real_distribution<float> ud(0.f, 1.f);
+  std::vector<float> g(size_t(T) * K);
+  for (int t = 0; t < T; ++t) {  // a softmax of random scores, as the model's g
+    double z = 0;
+    std::vector<double> e(static_cast<size_t>(K));
+    for (int c = 0; c < K; ++c) z += (e[size_t(c)] = std::exp(2.0 * nd(rng)));
+    for (int c = 0; c < K; ++c) g[size_t(t) * K + c] = float(e[size_t(c)] / z);
+  }
+  // P (ungated, zero where the key does not see the query), dP, delta per query: [64][kQ].
+  std::vector<float> p(size_t(64) * kQ), dp(p.size()), delta(static_cast<size_t>(kQ));
+  for (int r = 0; r < 64; ++r)
+    for (int j = 0; j < kQ; ++j) {
+      p[size_t(r) * kQ + j] = f.q0 + j >= f.k0 + r ? ud(rng) : 0.f;
+      dp[size_t(r) * kQ + j] = nd(rng);
+    }
+  for (float& x : delta) x = 0.5f * nd(rng);
+  const GTile gq = split_rows(g, f.q0, kQ, K, T), gk = split_rows(g, f.k0, 64, K, T);
+  const float eps = 1e-6f;
+  auto affinity = [&](int key, int q) {
+    double a = 0;
+    for (int c = 0; c < K; ++c) a += double(g[size_t(q) * K + c]) * g[size_t(key) * K + c];
+    return float(a);
+  };
+
+  std::vector<float> gated(p.size(), -1.f);
+  std::vector<double> dgk(size_t(64) * KP, 0.0);
+  std::vector<float> dgq_tile(static_cast<size_t>(kQ * dld), 0.f);
+  for (int warp = 0; warp < kWarps; ++warp) {
+    static float s[kLanes][kQ / 2], dpr[kLanes][kQ / 2];
+    float dgk_w[kLanes][KP / 8][4] = {};
+    for (int l = 0; l < kLanes; ++l)
+      for (int i = 0; i < kQ / 2; ++i) {
+        const Coord c = acc_coord(i, warp, l);
+        s[l][i] = p[size_t(c.row) * kQ + c.col];
+        dpr[l][i] = dp[size_t(c.row) * kQ + c.col];
+      }
+    for (int chunk = 0; chunk < kQ / 16; ++chunk) {
+      float da[kLanes][2][4];
+      for (int l = 0; l < kLanes; ++l) {
+        const int row0 = f.k0 + 16 * warp + l / 4, col0 = f.q0 + 2 * (l % 4);
+        float a[2][4], dl[2][2];
+        for (int n = 0; n < 2; ++n) {
+          for (int v = 0; v < 4; ++v) {
+            const Rc cc = ptx_c(v, l);
+            a[n][v] = affinity(f.k0 + 16 * warp + cc.row, f.q0 + 16 * chunk + 8 * n + cc.col);
+          }
+          for (int e = 0; e < 2; ++e)
+            dl[n][e] = delta[size_t(16 * chunk + 8 * n + 2 * (l % 4) + e)];
+        }
+        gate_chunk_da(s[l], da[l], dpr[l], a, dl, chunk, row0, col0, f.w, eps);
+      }
+      // dg_chunk_products: A = da packed to bf16 (a_pack_tile / a_pack_value).
+      float af[kLanes][4][2];
+      for (int l = 0; l < kLanes; ++l)
+        for (int x = 0; x < 4; ++x)
+          for (int h = 0; h < 2; ++h)
+            af[l][x][h] = bf16_round(da[l][a_pack_tile(x)][a_pack_value(x, h)]);
+      for (int nb = 0; nb < KP / 16; ++nb) {  // dg_key += dA^T G_q (hi)
+        int off[kLanes];
+        for (int l = 0; l < kLanes; ++l) off[l] = ldsm_t_b_offset(16 * chunk, 16 * nb, l, ld);
+        float b[kLanes][4][2];
+        emulate_ldsm_t(b, gq.tile, off);
+        for (int t = 0; t < 2; ++t) {
+          float bt[kLanes][2][2], c[kLanes][4];
+          for (int l = 0; l < kLanes; ++l) {
+            for (int x = 0; x < 2; ++x)
+              for (int h = 0; h < 2; ++h) bt[l][x][h] = b[l][2 * t + x][h];
+            for (int v = 0; v < 4; ++v) c[l][v] = dgk_w[l][2 * nb + t][v];
+          }
+          emulate_mma(c, af, bt);
+          for (int l = 0; l < kLanes; ++l)
+            for (int v = 0; v < 4; ++v) dgk_w[l][2 * nb + t][v] = c[l][v];
+        }
+      }
+      for (int n = 0; n < 2; ++n) {  // dg_query^T = G_k^T (hi) dA^T
+        float b[kLanes][2][2];
+        for (int x = 0; x < 2; ++x) {
+          float in[kLanes][2], out[kLanes][2];
+          for (int l = 0; l < kLanes; ++l)
+            for (int h = 0; h < 2; ++h) in[l][h] = af[l][2 * n + x][h];
+          emulate_movmatrix(out, in);
+          for (int l = 0; l < kLanes; ++l)
+            for (int h = 0; h < 2; ++h) b[l][x][h] = out[l][h];
+        }
+        for (int mt = 0; mt < KP / 16; ++mt) {
+          int off[kLanes];
+          for (int l = 0; l < kLanes; ++l) off[l] = ldsm_t_a_offset(16 * warp, 16 * mt, l, ld);
+          float gt[kLanes][4][2], c[kLanes][4] = {};
+          emulate_ldsm_t(gt, gk.tile, off);
+          emulate_mma(c, gt, b);
+          for (int l = 0; l < kLanes; ++l)
+            for (int v = 0; v < 4; ++v) {
+              const Coord cc = mma_c_coord(v, l);
+              dgq_tile[size_t((16 * chunk + 8 * n + cc.col) * dld + 16 * mt + cc.row)] += c[l][v];
+            }
+        }
+      }
+    }
+    for (int l = 0; l < kLanes; ++l) {
+      for (int i = 0; i < kQ / 2; ++i) {
+        const Coord c = acc_coord(i, warp, l);
+        gated[size_t(c.row) * kQ + c.col] = s[l][i];
+      }
+      for (int nt = 0; nt < KP / 8; ++nt)
+        for (int v = 0; v < 4; ++v) {
+          const Coord cc = mma_c_coord(v, l);
+          dgk[size_t(16 * warp + cc.row) * KP + 8 * nt + cc.col] += dgk_w[l][nt][v];
+        }
+    }
+  }
+
+  // Direct: the gate, and dg over the distant pairs, with the kernel's bf16 operands and exact.
+  std::vector<double> rk(dgk.size(), 0.0), rq(static_cast<size_t>(kQ * KP), 0.0), xk(rk), xq(rq),
+      dk(rk), dq(rq), scale_k(rk), scale_q(rq);
+  int distant = 0;
+  for (int r = 0; r < 64; ++r) {
+    for (int j = 0; j < kQ; ++j) {
+      const int key = f.k0 + r, q = f.q0 + j;
+      const float p0 = p[size_t(r) * kQ + j];
+      const bool far = q - key > f.w;
+      const float want = far ? p0 * (affinity(key, q) + eps) : p0;
+      ASSERT_EQ(gated[size_t(r) * kQ + j], want) << "key " << key << " query " << q;
+      if (!far) continue;
+      ++distant;
+      const float da = p0 * (dp[size_t(r) * kQ + j] - delta[size_t(j)]);
+      for (int c = 0; c < K; ++c) {
+        const double gqc = g[size_t(q) * K + c], gkc = g[size_t(key) * K + c];
+        const double db = bf16_round(da);
+        rk[size_t(r) * KP + c] += db * bf16_round(float(gqc));
+        rq[size_t(j) * KP + c] += db * bf16_round(float(gkc));
+        xk[size_t(r) * KP + c] += double(da) * gqc;
+        xq[size_t(j) * KP + c] += double(da) * gkc;
+        dk[size_t(r) * KP + c] += db * gqc;
+        dq[size_t(j) * KP + c] += db * gkc;
+        scale_k[size_t(r) * KP + c] += std::fabs(db * gqc);
+        scale_q[size_t(j) * KP + c] += std::fabs(db * gkc);
+      }
+    }
+  }
+  if (f.q0 + kQ - 1 - f.k0 > f.w) {
+    EXPECT_GT(distant, 0);
+  }
+  std::vector<double> dgq(rq.size());
+  for (int j = 0; j < kQ; ++j) {
+    for (int c = 0; c < dld; ++c) {
+      const float v = dgq_tile[size_t(j) * dld + c];
+      if (c < KP) {
+        dgq[size_t(j) * KP + c] = v;
+      } else {
+        EXPECT_EQ(v, 0.f) << "padding column " << c;
+      }
+    }
+  }
+  // Same operands: equal up to the fp32 accumulation (a mapping error moves whole terms).
+  for (size_t i = 0; i < rk.size(); ++i) {
+    ASSERT_NEAR(dgk[i], rk[i], 2e-6 * scale_k[i] + 1e-12) << "dg_key " << i << " K " << K;
+  }
+  for (size_t i = 0; i < rq.size(); ++i) {
+    ASSERT_NEAR(dgq[i], rq[i], 2e-6 * scale_q[i] + 1e-12) << "dg_query " << i << " K " << K;
+  }
+  *one_product_err = std::max(rel_max(dgk, xk), rel_max(dgq, xq));
+  for (double& x : dk) x = bf16_round(float(x));
+  for (double& x : dq) x = bf16_round(float(x));
+  *dense_err = std::max(rel_max(dk, xk), rel_max(dq, xq));
+}
+
+const std::vector<FusedTile> kTiles = {
+    {0, 512, 0, 128},   // every pair distant
+    {0, 192, 128, 40},  // a diagonal tile cut by the window and the causal mask
+    {0, 128, 128, 0},   // w = 0 on the diagonal
+    {0, 64, 0, 1000},   // nothing distant: dg = 0, P unchanged
+};
+
+template <int kQ>
+void check_all() {
+  double worst = 0, worst_ratio = 0, dense_worst = 0;
+  for (int K : {1, 4, 8, 16, 17, 32}) {
+    for (size_t t = 0; t < kTiles.size(); ++t) {
+      FusedTile f = kTiles[t];
+      f.K = K;
+      SCOPED_TRACE(testing::Message() << "kQ " << kQ << " K " << K << " q0 " << f.q0 << " k0 "
+                                      << f.k0 << " w " << f.w);
+      double e = 1.0, d = 1.0;
+      check_fused_tile<kQ>(f, uint32_t(31 * K + t), &e, &d);
+      worst = std::max(worst, e);
+      dense_worst = std::max(dense_worst, d);
+      if (d > 0) worst_ratio = std::max(worst_ratio, e / d);
+      // Within 2x the same-precision reference (STYLE.md), as the GPU test's dg bound (2x the
+      // dense bf16 kernels' error, at least 2^-8).
+      EXPECT_LE(e, std::max(2 * d, 1.0 / 256));
+    }
+  }
+  std::printf(
+      "  [fused dg] kQ %d: one bf16 product's error vs exact %.2e of max |dg| (dense-style bf16 "
+      "%.2e, worst ratio %.2f)\n",
+      kQ, worst, dense_worst, worst_ratio);
+}
+
+TEST(FocusWgmmaFusedLayout, TileDgMatchesDirectQ128) { check_all<128>(); }
+TEST(FocusWgmmaFusedLayout, TileDgMatchesDirectQ64) { check_all<64>(); }
+
+// dgq_ld: the 32 lanes' red.shared of one C value land on 32 distinct banks.
+TEST(FocusWgmmaFusedLayout, DgQueryTileIsBankConflictFree) {
+  for (int KP : {16, 32}) {
+    for (int v = 0; v < 4; ++v) {
+      std::vector<int> banks(32, 0);
+      for (int l = 0; l < kLanes; ++l) {
+        const Coord cc = mma_c_coord(v, l);  // row = group, column = query
+        ++banks[size_t((cc.col * dgq_ld(KP) + cc.row) % 32)];
+      }
+      for (int b = 0; b < 32; ++b) EXPECT_EQ(banks[size_t(b)], 1) << "KP " << KP << " v " << v;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attnlab
