@@ -43,7 +43,6 @@ void setup_device(const Recipe& r, Session& s, const LaunchInfo& launch) {
   }
 }
 
-
 // distributed.backend resolved for the device: auto is none for one process, else nccl on CUDA
 // and mpi on the CPU.
 std::unique_ptr<Communicator> setup_comm(const Recipe& r, const Session& s,
