@@ -77,7 +77,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
 fi
 
 if [ "${VARIANTS:-0}" = 1 ]; then
-  timeout 120 "$BUILD/bench_focus_soft" "$LOGS/focus_soft.csv" >"$LOGS/bench_focus_soft.log" 2>&1
+  timeout 240 "$BUILD/bench_focus_soft" "$LOGS/focus_soft.csv" >"$LOGS/bench_focus_soft.log" 2>&1
   timeout 150 "$BUILD/bench_focus_hard" --csv="$LOGS/focus_hard.csv" --D=64 --K=8 --top_k=1,2 \
     --T="${HARD_T:-1024,4096,16384,65536}" >"$LOGS/bench_focus_hard.log" 2>&1
   timeout 90 "$BUILD/bench_focus_hard" --csv="$LOGS/focus_hard_128.csv" --D=128 --H=8 --K=8 \
