@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,6 @@
 #include "eval/validation.h"
 #include "io/logger.h"
 #include "model/gpt.h"
-#include <nlohmann/json.hpp>
 
 namespace attnlab::train_session {
 
