@@ -409,6 +409,13 @@ TEST(RecipeFiles, ShippedRecipesLoadAndValidate) {
   Recipe quick = load_recipe((dir / "quickstart.yaml").string(), {});
   EXPECT_EQ(quick.model.n_embd, 128);
   EXPECT_EQ(quick.data.source, DataSource::synthetic);
+  EXPECT_EQ(quick.data.synthetic.mix, SyntheticMixConfig{});  // the default stream
+  Recipe recall = load_recipe((dir / "quickstart-recall.yaml").string(), {});
+  EXPECT_EQ(recall.data.synthetic.mix, (SyntheticMixConfig{0, 1, 1, 0}));
+  EXPECT_EQ(recall.data.synthetic.keys, 32);
+  EXPECT_EQ(recall.data.synthetic.values, 32);
+  EXPECT_GE(recall.data.synthetic.train_tokens,
+            recall.train.steps * recall.train.tokens_per_step());
 }
 
 // data.synthetic.mix / keys / doc_*_tokens: the defaults are the original stream's, and every bad
