@@ -145,6 +145,40 @@ void DataConfig::validate() const {
   require_min("data.synthetic.vocab_size", synthetic.vocab_size, 2);
   require_min("data.synthetic.train_tokens", synthetic.train_tokens, 2);
   require_min("data.synthetic.val_tokens", synthetic.val_tokens, 0);
+  const SyntheticMixConfig& mix = synthetic.mix;
+  require_range("data.synthetic.mix.markov", mix.markov, 0, false, kInf, false);
+  require_range("data.synthetic.mix.bind", mix.bind, 0, false, kInf, false);
+  require_range("data.synthetic.mix.query", mix.query, 0, false, kInf, false);
+  require_range("data.synthetic.mix.copy", mix.copy, 0, false, kInf, false);
+  if (mix.markov + mix.bind + mix.query + mix.copy <= 0)
+    fail_key("data.synthetic.mix",
+             "data.synthetic.mix: at least one of markov, bind, query, copy "
+             "must be > 0");
+  if (mix.query > 0 && mix.bind <= 0)
+    fail_key("data.synthetic.mix.query",
+             strformat("data.synthetic.mix.query (%g) needs data.synthetic.mix.bind > 0: queries "
+                       "ask for keys bound earlier in the document",
+                       mix.query));
+  const int num_content = synthetic.vocab_size - 8;  // data/synthetic.h: 8 ids at the top
+  if (synthetic.keys < 0 || synthetic.keys > std::max(num_content, 0))
+    fail_key("data.synthetic.keys",
+             strformat("data.synthetic.keys must be in [0, %d] (data.synthetic.vocab_size - 8 "
+                       "content ids; 0 = all of them), got %d",
+                       std::max(num_content, 0), synthetic.keys));
+  // With keys set, the value alphabet follows it (disjoint): keys + values content ids at most.
+  const int value_room =
+      std::max(synthetic.keys > 0 ? num_content - synthetic.keys : num_content, 0);
+  if (synthetic.values < 0 || synthetic.values > value_room)
+    fail_key("data.synthetic.values",
+             strformat("data.synthetic.values must be in [0, %d] (content ids left after "
+                       "data.synthetic.keys = %d; 0 = all content ids), got %d",
+                       value_room, synthetic.keys, synthetic.values));
+  require_min("data.synthetic.doc_min_tokens", synthetic.doc_min_tokens, 1);
+  if (synthetic.doc_max_tokens < synthetic.doc_min_tokens)
+    fail_key("data.synthetic.doc_max_tokens",
+             strformat("data.synthetic.doc_max_tokens (%d) must be >= "
+                       "data.synthetic.doc_min_tokens (%d)",
+                       synthetic.doc_max_tokens, synthetic.doc_min_tokens));
 }
 
 void OptimConfig::validate() const {

@@ -237,11 +237,21 @@ struct AttentionConfig {
   bool operator==(const AttentionConfig&) const = default;
 };
 
+// Relative weights of the synthetic segment kinds (data/synthetic.h SyntheticMix; docs/data.md).
+struct SyntheticMixConfig {
+  double markov = 45, bind = 20, query = 20, copy = 15;
+  bool operator==(const SyntheticMixConfig&) const = default;
+};
+
 struct SyntheticDataConfig {
   int vocab_size = 512;  // ids drawn from [0, vocab_size); must be <= model.vocab_size
   int64_t train_tokens = 4000000;
   int64_t val_tokens = 262144;
   int64_t seed = 1234;
+  SyntheticMixConfig mix;
+  int keys = 0;    // BIND/QUERY keys in [0, keys); 0 = every content id (vocab_size - 8)
+  int values = 0;  // BIND values: 0 = every content id; else [keys, keys + values) (or [0, values))
+  int doc_min_tokens = 128, doc_max_tokens = 1024;
   bool operator==(const SyntheticDataConfig&) const = default;
 };
 

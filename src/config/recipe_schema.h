@@ -68,11 +68,24 @@ void visit(V& v, Is<AttentionConfig> auto& a) {
 }
 
 template <class V>
+void visit(V& v, Is<SyntheticMixConfig> auto& m) {
+  v.field("markov", m.markov, {"walk", "grammar"});
+  v.field("bind", m.bind, {"binds", "bindings"});
+  v.field("query", m.query, {"queries", "recall"});
+  v.field("copy", m.copy, {"copies"});
+}
+
+template <class V>
 void visit(V& v, Is<SyntheticDataConfig> auto& s) {
   v.field("vocab_size", s.vocab_size, {"vocab"});
   v.field("train_tokens", s.train_tokens, {"tokens"});
   v.field("val_tokens", s.val_tokens);
   v.field("seed", s.seed);
+  v.section("mix", s.mix, {"weights", "segments"});
+  v.field("keys", s.keys, {"num_keys", "n_keys", "key_vocab"});
+  v.field("values", s.values, {"num_values", "n_values", "value_vocab"});
+  v.field("doc_min_tokens", s.doc_min_tokens, {"min_doc_tokens", "doc_min"});
+  v.field("doc_max_tokens", s.doc_max_tokens, {"max_doc_tokens", "doc_max"});
 }
 
 template <class V>

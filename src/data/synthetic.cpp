@@ -12,7 +12,6 @@ namespace {
 constexpr int kNumReserved = 8;  // top ids: 5 markers + 3 reserved
 constexpr int kSuccessors = 4;
 constexpr double kSuccessorProb[kSuccessors] = {0.5, 0.25, 0.15, 0.1};
-constexpr int kMinDocTokens = 128, kMaxDocTokens = 1024;
 
 // A small, fully specified generator (std:: distributions differ between standard libraries,
 // and the dataset must be identical everywhere).
@@ -64,37 +63,70 @@ struct Grammar {
 };
 
 // Appends documents to `out` until it holds `count` tokens (the last document is cut).
-void generate_split(const Grammar& grammar, const SyntheticIds& ids, uint64_t seed, int64_t count,
-                    std::vector<int32_t>& out) {
+// The segment kinds in the order of their cumulative thresholds.
+enum class Segment : uint8_t { kBind, kQuery, kCopy, kMarkov };
+
+struct SegmentChooser {
+  double bind_below, query_below, copy_below;  // cumulative shares in [0, 1]
+  Segment no_binding_fallback;                 // what a query becomes before anything is bound
+
+  explicit SegmentChooser(const SyntheticMix& m) {
+    // Sums of the (integer-valued) default weights are exact, so the thresholds are the correctly
+    // rounded 0.20, 0.40, 0.55 of the original generator.
+    const double total = m.bind + m.query + m.copy + m.markov;
+    bind_below = m.bind / total;
+    query_below = (m.bind + m.query) / total;
+    copy_below = (m.bind + m.query + m.copy) / total;
+    no_binding_fallback = m.copy > 0     ? Segment::kCopy
+                          : m.markov > 0 ? Segment::kMarkov
+                                         : Segment::kBind;
+  }
+
+  Segment choose(double u, bool any_bound) const {
+    if (u < bind_below) return Segment::kBind;
+    if (u < query_below) return any_bound ? Segment::kQuery : no_binding_fallback;
+    if (u < copy_below) return Segment::kCopy;
+    return Segment::kMarkov;
+  }
+};
+
+void generate_split(const Grammar& grammar, const SyntheticIds& ids, const SyntheticConfig& config,
+                    uint64_t seed, int64_t count, std::vector<int32_t>& out) {
   Rng rng(seed);
+  const SegmentChooser chooser(config.mix);
   out.clear();
-  out.reserve(size_t(count) + kMaxDocTokens + 64);
+  out.reserve(size_t(count) + size_t(config.doc_max_tokens) + 64);
   std::vector<int32_t> binding(size_t(ids.num_content), -1);
   std::vector<int32_t> bound_keys;
   std::vector<int32_t> copy_buf;
   const int64_t n = ids.num_content;
+  const int64_t num_keys = config.keys > 0 ? config.keys : n;
+  const int64_t num_values = config.values > 0 ? config.values : n;
+  const int32_t value_base = config.values > 0 && config.keys > 0 ? int32_t(config.keys) : 0;
   while (int64_t(out.size()) < count) {
     out.push_back(ids.eot);
     for (int32_t k : bound_keys) binding[size_t(k)] = -1;
     bound_keys.clear();
-    const size_t doc_end = out.size() + size_t(rng.between(kMinDocTokens, kMaxDocTokens));
+    const size_t doc_end =
+        out.size() + size_t(rng.between(config.doc_min_tokens, config.doc_max_tokens));
     while (out.size() < doc_end) {
-      const double kind = rng.uniform();
-      if (kind < 0.20) {  // bind
+      const Segment kind = chooser.choose(rng.uniform(), !bound_keys.empty());
+      if (kind == Segment::kBind) {
         const int64_t pairs = rng.between(1, 8);
         for (int64_t p = 0; p < pairs; ++p) {
-          const int32_t key = int32_t(rng.below(n)), value = int32_t(rng.below(n));
+          const int32_t key = int32_t(rng.below(num_keys)),
+                        value = value_base + int32_t(rng.below(num_values));
           if (binding[size_t(key)] < 0) bound_keys.push_back(key);
           binding[size_t(key)] = value;
           out.insert(out.end(), {ids.bind, key, value});
         }
-      } else if (kind < 0.40 && !bound_keys.empty()) {  // query
+      } else if (kind == Segment::kQuery) {
         const int64_t queries = rng.between(1, 4);
         for (int64_t q = 0; q < queries; ++q) {
           const int32_t key = bound_keys[size_t(rng.below(int64_t(bound_keys.size())))];
           out.insert(out.end(), {ids.query, key, binding[size_t(key)]});
         }
-      } else if (kind < 0.55) {  // copy
+      } else if (kind == Segment::kCopy) {
         const int64_t len = rng.between(4, 24);
         copy_buf.resize(size_t(len));
         for (auto& t : copy_buf) t = int32_t(rng.below(n));
@@ -122,6 +154,31 @@ void SyntheticConfig::validate() const {
                (long long)train_tokens);
   ATTN_REQUIRE(val_tokens > 0, "synthetic data: val_tokens must be positive, got %lld",
                (long long)val_tokens);
+  const double weights[] = {mix.markov, mix.bind, mix.query, mix.copy};
+  double total = 0;
+  for (double w : weights) {
+    ATTN_REQUIRE(std::isfinite(w) && w >= 0,
+                 "synthetic data: mix weights must be finite and >= 0, got markov %g bind %g "
+                 "query %g copy %g",
+                 mix.markov, mix.bind, mix.query, mix.copy);
+    total += w;
+  }
+  ATTN_REQUIRE(total > 0, "synthetic data: at least one mix weight must be > 0");
+  ATTN_REQUIRE(mix.query == 0 || mix.bind > 0,
+               "synthetic data: mix.query (%g) needs mix.bind > 0 (queries ask for bound keys)",
+               mix.query);
+  const int num_content = vocab_size - kNumReserved;
+  ATTN_REQUIRE(keys >= 0 && keys <= num_content,
+               "synthetic data: keys must be in [0, %d] (0 = every content id), got %d",
+               num_content, keys);
+  const int value_room = keys > 0 ? num_content - keys : num_content;
+  ATTN_REQUIRE(values >= 0 && values <= value_room,
+               "synthetic data: values must be in [0, %d] (0 = every content id; with keys %d the "
+               "value alphabet follows the keys), got %d",
+               value_room, keys, values);
+  ATTN_REQUIRE(doc_min_tokens >= 1 && doc_min_tokens <= doc_max_tokens,
+               "synthetic data: need 1 <= doc_min_tokens (%d) <= doc_max_tokens (%d)",
+               doc_min_tokens, doc_max_tokens);
 }
 
 SyntheticIds synthetic_ids(int vocab_size) {
@@ -135,9 +192,9 @@ SyntheticData generate_synthetic(const SyntheticConfig& config) {
   const SyntheticIds ids = synthetic_ids(config.vocab_size);
   const Grammar grammar(ids.num_content, config.seed);
   SyntheticData data;
-  generate_split(grammar, ids, config.seed * 0x9e3779b97f4a7c15ULL + 1, config.train_tokens,
+  generate_split(grammar, ids, config, config.seed * 0x9e3779b97f4a7c15ULL + 1, config.train_tokens,
                  data.train);
-  generate_split(grammar, ids, config.seed * 0x9e3779b97f4a7c15ULL + 2, config.val_tokens,
+  generate_split(grammar, ids, config, config.seed * 0x9e3779b97f4a7c15ULL + 2, config.val_tokens,
                  data.val);
   return data;
 }

@@ -8,20 +8,41 @@
 //   query    1-4 triples  QUERY key value  (key: one bound earlier in the document; value: its most
 //            recent binding, predictable only by looking back, at any distance);
 //   copy     COPY x1..xL SEP x1..xL  (L in [4, 24], x uniform: the second half is an exact copy).
-// Ids: content [0, vocab_size-8); markers at the top (SyntheticIds); vocab_size-8..vocab_size-6 are
-// reserved and never emitted. The chain (the "grammar") depends only on (seed, vocab_size), so
-// train and val share it; their documents come from independent random streams.
+// Segment kinds are drawn with the relative weights of SyntheticMix; BIND keys and values come from
+// the first `keys` / `values` content ids; a document is [doc_min_tokens, doc_max_tokens] tokens
+// long (its last segment may run past). The defaults give the original stream, bit for bit (a
+// golden hash in tests/data/test_synthetic.cpp); recipes/quickstart-recall.yaml is a
+// retrieval-heavy setting. Ids: content [0, vocab_size-8); markers at the top (SyntheticIds);
+// vocab_size-8..vocab_size-6 are reserved and never emitted. The chain (the "grammar") depends only
+// on (seed, vocab_size), so train and val share it; their documents come from independent random
+// streams.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 namespace attnlab {
 
+// Relative weights of the segment kinds (normalised by their sum; >= 0, at least one > 0, query
+// needs bind). The defaults are the original shares in percent: the cumulative thresholds
+// 20/100, 40/100, 55/100 round to exactly the constants the original generator compared with.
+// A query drawn before anything is bound in its document becomes a copy (as it always did), or a
+// markov walk when copy has weight 0, or a bind when both have.
+struct SyntheticMix {
+  double markov = 45, bind = 20, query = 20, copy = 15;
+  bool operator==(const SyntheticMix&) const = default;
+};
+
 struct SyntheticConfig {
   int vocab_size = 512;
   int64_t train_tokens = 2'000'000;
   int64_t val_tokens = 100'000;
   uint64_t seed = 1337;
+  SyntheticMix mix;
+  int keys = 0;  // BIND keys are uniform in [0, keys); 0 = every content id (vocab_size - 8)
+  // BIND values: 0 = uniform over every content id; > 0: uniform over `values` ids, placed right
+  // after the key alphabet when `keys` > 0 too ([keys, keys + values): disjoint, as in MQAR).
+  int values = 0;
+  int doc_min_tokens = 128, doc_max_tokens = 1024;
   void validate() const;
 };
 

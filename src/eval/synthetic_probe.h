@@ -7,8 +7,8 @@
 // that token; it is correct when the first maximum of the logits over [0, vocab_size) is the
 // target (like torch.argmax); its loss is the model's per-token cross-entropy.
 // Recall distance = answer position - binding position (the value of the key's most recent BIND,
-// find_recall_queries); a binding before the window's first token is "outside": not answerable
-// from the window, whatever the model.
+// find_recall_queries); a binding before the window's first token is "outside" (the answer can
+// still be in the window, as an earlier QUERY of the same key: docs/eval.md).
 #pragma once
 #include <array>
 #include <cstdint>

@@ -90,6 +90,21 @@ std::unique_ptr<SyntheticProbe> validation_probe(const Recipe& r, const DataLoad
   return SyntheticProbe::for_loader(loader, r.data.synthetic.vocab_size);
 }
 
+SyntheticConfig synthetic_config(const Recipe& r, int64_t train_tokens) {
+  const SyntheticDataConfig& d = r.data.synthetic;
+  SyntheticConfig sc;
+  sc.vocab_size = d.vocab_size;
+  sc.train_tokens = train_tokens;
+  sc.val_tokens = d.val_tokens;
+  sc.seed = uint64_t(d.seed);
+  sc.mix = SyntheticMix{d.mix.markov, d.mix.bind, d.mix.query, d.mix.copy};
+  sc.keys = d.keys;
+  sc.values = d.values;
+  sc.doc_min_tokens = d.doc_min_tokens;
+  sc.doc_max_tokens = d.doc_max_tokens;
+  return sc;
+}
+
 std::unique_ptr<DataLoader> validation_loader(const Recipe& r, int rank, int world_size) {
   DataLoaderOptions opts;
   opts.batch_size = r.train.micro_batch;
@@ -102,12 +117,7 @@ std::unique_ptr<DataLoader> validation_loader(const Recipe& r, int rank, int wor
     ATTN_REQUIRE(r.data.synthetic.val_tokens > r.train.seq_len,
                  "data.synthetic.val_tokens (%lld) must exceed train.seq_len (%d) to evaluate",
                  (long long)r.data.synthetic.val_tokens, r.train.seq_len);
-    SyntheticConfig sc;
-    sc.vocab_size = r.data.synthetic.vocab_size;
-    sc.train_tokens = r.train.seq_len + 1;  // not read
-    sc.val_tokens = r.data.synthetic.val_tokens;
-    sc.seed = uint64_t(r.data.synthetic.seed);
-    SyntheticData d = generate_synthetic(sc);
+    SyntheticData d = generate_synthetic(synthetic_config(r, r.train.seq_len + 1));  // no train
     std::vector<std::shared_ptr<const TokenSource>> src{
         std::make_shared<MemoryTokens>(std::move(d.val), "synthetic/val")};
     return std::make_unique<DataLoader>(std::move(src), opts);

@@ -50,6 +50,10 @@ ValidationResult score_validation(GPT& model, const ExecContext& ctx, const Para
 // The retrieval probe of a recipe's validation loader: non-null when data.source is synthetic.
 std::unique_ptr<SyntheticProbe> validation_probe(const Recipe& r, const DataLoader& loader);
 
+// The generator settings of a recipe's data.synthetic, with `train_tokens` training tokens (the
+// one place that maps the recipe keys onto SyntheticConfig, so training and `attnlab eval` agree).
+SyntheticConfig synthetic_config(const Recipe& r, int64_t train_tokens);
+
 // The validation data of a recipe (no training data is read or needed): the synthetic
 // validation stream, or the data.val shards. Windows of train.seq_len, batches of
 // train.micro_batch, shuffle off. Throws when the recipe has no validation data.

@@ -109,11 +109,8 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
     ATTN_REQUIRE(r.data.synthetic.vocab_size <= r.model.vocab_size,
                  "data.synthetic.vocab_size (%d) exceeds model.vocab_size (%d)",
                  r.data.synthetic.vocab_size, r.model.vocab_size);
-    SyntheticConfig sc;
-    sc.vocab_size = r.data.synthetic.vocab_size;
-    sc.train_tokens = need_train ? r.data.synthetic.train_tokens : r.train.seq_len + 1;
-    sc.val_tokens = r.data.synthetic.val_tokens;
-    sc.seed = uint64_t(r.data.synthetic.seed);
+    const SyntheticConfig sc =
+        synthetic_config(r, need_train ? r.data.synthetic.train_tokens : r.train.seq_len + 1);
     SyntheticData d = generate_synthetic(sc);
     s.unigram_baseline = unigram_entropy(d.val, sc.vocab_size);
     s.train_loader =

@@ -409,6 +409,53 @@ TEST(RecipeFiles, ShippedRecipesLoadAndValidate) {
   Recipe quick = load_recipe((dir / "quickstart.yaml").string(), {});
   EXPECT_EQ(quick.model.n_embd, 128);
   EXPECT_EQ(quick.data.source, DataSource::synthetic);
+  EXPECT_EQ(quick.data.synthetic.mix, SyntheticMixConfig{});  // the default stream
+  Recipe recall = load_recipe((dir / "quickstart-recall.yaml").string(), {});
+  EXPECT_EQ(recall.data.synthetic.mix, (SyntheticMixConfig{0, 1, 1, 0}));
+  EXPECT_EQ(recall.data.synthetic.keys, 32);
+  EXPECT_EQ(recall.data.synthetic.values, 32);
+  EXPECT_GE(recall.data.synthetic.train_tokens,
+            recall.train.steps * recall.train.tokens_per_step());
+}
+
+// data.synthetic.mix / keys / doc_*_tokens: the defaults are the original stream's, and every bad
+// value names its key and the range.
+TEST(RecipeSynthetic, MixKeysAndDocumentLengths) {
+  const SyntheticDataConfig d;
+  EXPECT_EQ(d.mix, (SyntheticMixConfig{45, 20, 20, 15}));
+  EXPECT_EQ(d.keys, 0);
+  EXPECT_EQ(d.values, 0);
+  EXPECT_EQ(d.doc_min_tokens, 128);
+  EXPECT_EQ(d.doc_max_tokens, 1024);
+  Recipe r = parse_recipe(
+      "data:\n  synthetic:\n    mix: {markov: 0, bind: 1, query: 2, copy: 0.5}\n    keys: 32\n",
+      "x.yaml", {"data.synthetic.doc_min_tokens=64", "data.synthetic.doc_max_tokens=256"});
+  EXPECT_EQ(r.data.synthetic.mix, (SyntheticMixConfig{0, 1, 2, 0.5}));
+  EXPECT_EQ(r.data.synthetic.keys, 32);
+  EXPECT_EQ(r.data.synthetic.doc_min_tokens, 64);
+  EXPECT_EQ(r.data.synthetic.doc_max_tokens, 256);
+  EXPECT_EQ(parse_error("", {"data.synthetic.mix.copy=-1"}),
+            "--set 'data.synthetic.mix.copy=-1': data.synthetic.mix.copy must be >= 0, got -1");
+  EXPECT_HAS(parse_error("data:\n  synthetic:\n    mix: {markov: 0, bind: 0, query: 0, copy: 0}\n"),
+             "data.synthetic.mix: at least one of markov, bind, query, copy must be > 0");
+  EXPECT_HAS(parse_error("", {"data.synthetic.mix.bind=0"}),
+             "data.synthetic.mix.query (20) needs data.synthetic.mix.bind > 0");
+  EXPECT_NO_THROW(
+      parse_recipe("", "x.yaml", {"data.synthetic.mix.bind=0", "data.synthetic.mix.query=0"}));
+  EXPECT_HAS(parse_error("", {"data.synthetic.keys=505"}),
+             "data.synthetic.keys must be in [0, 504] (data.synthetic.vocab_size - 8 content ids; "
+             "0 = all of them), got 505");
+  EXPECT_HAS(parse_error("", {"data.synthetic.keys=-1"}),
+             "data.synthetic.keys must be in [0, 504]");
+  EXPECT_HAS(parse_error("", {"data.synthetic.keys=500", "data.synthetic.values=5"}),
+             "data.synthetic.values must be in [0, 4] (content ids left after "
+             "data.synthetic.keys = 500; 0 = all content ids), got 5");
+  EXPECT_NO_THROW(parse_recipe("", "x.yaml", {"data.synthetic.values=504"}));
+  EXPECT_HAS(parse_error("", {"data.synthetic.doc_min_tokens=0"}),
+             "data.synthetic.doc_min_tokens must be >= 1, got 0");
+  EXPECT_HAS(parse_error("", {"data.synthetic.doc_max_tokens=100"}),
+             "data.synthetic.doc_max_tokens (100) must be >= data.synthetic.doc_min_tokens (128)");
+  EXPECT_HAS(parse_error("", {"data.synthetic.mix.recal=1"}), "did you mean 'data.synthetic.mix.");
 }
 
 TEST(RecipeFiles, DocsNameEveryKey) {

@@ -47,6 +47,21 @@ TEST(Synthetic, DeterministicFromSeed) {
   EXPECT_EQ(h, 6101953781739677558ULL);
 }
 
+// The new knobs at their default values (written out) leave the stream unchanged.
+TEST(Synthetic, ExplicitDefaultsGiveTheDefaultStream) {
+  auto c = small_config(5);
+  const auto a = generate_synthetic(c);
+  c.mix = SyntheticMix{45, 20, 20, 15};
+  c.keys = 504;
+  c.doc_min_tokens = 128;
+  c.doc_max_tokens = 1024;
+  EXPECT_EQ(generate_synthetic(c).train, a.train);
+  c.mix = SyntheticMix{9, 4, 4, 3};  // the same shares, other thresholds' rounding: same stream
+  EXPECT_EQ(generate_synthetic(c).val, a.val);
+  c.keys = 503;  // one key fewer: a different stream
+  EXPECT_NE(generate_synthetic(c).train, a.train);
+}
+
 TEST(Synthetic, IdsAndMarkers) {
   const auto ids = synthetic_ids(512);
   EXPECT_EQ(ids.eot, 511);
@@ -125,6 +140,128 @@ TEST(Synthetic, BaselinesLeaveRoomToLearn) {
   EXPECT_NEAR(unigram_entropy({5, 5, 5}, 8), 0.0, 1e-12);
   EXPECT_NEAR(bigram_entropy({0, 1, 0, 1, 0, 1, 0}, 2), 0.0, 1e-12);
   EXPECT_THROW(unigram_entropy({9}, 4), Error);
+}
+
+// The retrieval-heavy setting of recipes/quickstart-recall.yaml: no Markov walks, no copies, 32
+// keys and 32 disjoint values, short documents. The parsers still label it exactly.
+SyntheticConfig recall_config() {
+  auto c = small_config(7);
+  c.mix = SyntheticMix{0, 1, 1, 0};
+  c.keys = 32;
+  c.values = 32;
+  c.doc_min_tokens = 48;
+  c.doc_max_tokens = 96;
+  return c;
+}
+
+TEST(Synthetic, RetrievalMixIsLabelledExactly) {
+  const auto c = recall_config();
+  const auto data = generate_synthetic(c);
+  const auto ids = synthetic_ids(512);
+  const auto kinds = classify_synthetic(data.val, 512);
+  const auto queries = find_recall_queries(data.val, 512);
+  std::map<SyntheticKind, int64_t> counts;
+  for (auto k : kinds) ++counts[k];
+  EXPECT_EQ(counts[SyntheticKind::kMarkov], 0);
+  EXPECT_EQ(counts[SyntheticKind::kCopySource], 0);
+  EXPECT_EQ(counts[SyntheticKind::kCopied], 0);
+  // Recall targets: 1/3 of the query tokens, ~10% of the stream (1.5% by default).
+  EXPECT_GT(counts[SyntheticKind::kRecall], int64_t(data.val.size()) / 12);
+  // Every recall position is a query's answer and the reverse; the answer is the binding's value.
+  ASSERT_EQ(int64_t(queries.size()), counts[SyntheticKind::kRecall]);
+  int64_t rebound = 0;
+  for (const auto& q : queries) {
+    ASSERT_EQ(kinds[size_t(q.answer_pos)], SyntheticKind::kRecall);
+    ASSERT_EQ(kinds[size_t(q.binding_pos)], SyntheticKind::kBindValue);
+    ASSERT_EQ(data.val[size_t(q.binding_pos)], q.value);
+    ASSERT_LT(q.key, c.keys);
+    // The binding is in the same (short) document: no EOT between it and the answer.
+    ASSERT_LT(q.answer_pos - q.binding_pos, c.doc_max_tokens + 3 * 8);
+    for (int64_t i = q.binding_pos; i < q.answer_pos; ++i) ASSERT_NE(data.val[size_t(i)], ids.eot);
+    // Keys are rebound within a document: the earlier binding of this key, if any, is not it.
+    for (int64_t i = q.binding_pos - 3; i > 0 && data.val[size_t(i)] != ids.eot; --i)
+      if (data.val[size_t(i)] == ids.bind && data.val[size_t(i + 1)] == q.key) {
+        rebound += data.val[size_t(i + 2)] != q.value;
+        break;
+      }
+  }
+  EXPECT_GT(rebound, 0);  // "most recent binding" matters
+  // Bind keys are in [0, keys), values in [keys, keys + values): all of them used.
+  std::set<int32_t> keys, values;
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    if (kinds[i] == SyntheticKind::kBindKey) keys.insert(data.val[i]);
+    if (kinds[i] == SyntheticKind::kBindValue) values.insert(data.val[i]);
+  }
+  EXPECT_EQ(keys.size(), 32u);
+  EXPECT_EQ(*keys.rbegin(), 31);
+  EXPECT_EQ(values.size(), 32u);
+  EXPECT_EQ(*values.begin(), 32);
+  EXPECT_EQ(*values.rbegin(), 63);
+  // Without keys, values are the first `values` ids.
+  auto c0 = c;
+  c0.keys = 0;
+  std::set<int32_t> values0;
+  const auto data0 = generate_synthetic(c0);
+  const auto kinds0 = classify_synthetic(data0.val, 512);
+  for (size_t i = 0; i < kinds0.size(); ++i)
+    if (kinds0[i] == SyntheticKind::kBindValue) values0.insert(data0.val[i]);
+  EXPECT_EQ(*values0.rbegin(), 31);
+  // Documents: EOT to EOT is [doc_min, doc_max + one segment (8 triples)] tokens; every document
+  // opens with BIND (a query cannot come first, and its fallback is a bind here).
+  std::vector<size_t> eots;
+  for (size_t i = 0; i < data.val.size(); ++i)
+    if (data.val[i] == ids.eot) eots.push_back(i);
+  ASSERT_GT(eots.size(), 100u);
+  for (size_t d = 0; d + 1 < eots.size(); ++d) {
+    const size_t len = eots[d + 1] - eots[d] - 1;
+    ASSERT_GE(len, size_t(c.doc_min_tokens));
+    ASSERT_LE(len, size_t(c.doc_max_tokens + 3 * 8 - 1));
+    ASSERT_EQ(data.val[eots[d] + 1], ids.bind);
+  }
+}
+
+TEST(Synthetic, MixSelectsSegmentKinds) {
+  auto c = small_config(3);
+  c.train_tokens = 20'000;
+  c.val_tokens = 20'000;
+  const auto ids = synthetic_ids(512);
+  auto count_markers = [&](const SyntheticMix& mix) {
+    c.mix = mix;
+    std::map<int32_t, int64_t> m;
+    for (int32_t t : generate_synthetic(c).train) m[t] += t >= ids.num_content;
+    return m;
+  };
+  auto only_markov = count_markers({1, 0, 0, 0});
+  EXPECT_EQ(only_markov[ids.bind] + only_markov[ids.query] + only_markov[ids.copy], 0);
+  EXPECT_GT(only_markov[ids.eot], 0);
+  auto only_copy = count_markers({0, 0, 0, 1});
+  EXPECT_EQ(only_copy[ids.bind] + only_copy[ids.query], 0);
+  EXPECT_EQ(only_copy[ids.copy], only_copy[ids.copy_sep]);
+  EXPECT_GT(only_copy[ids.copy], 100);
+  // Query-heavy: queries outnumber binds about 3:1 in segments (2.5 vs 4.5 triples per segment).
+  auto query_heavy = count_markers({0, 1, 6, 0});
+  EXPECT_GT(query_heavy[ids.query], query_heavy[ids.bind]);
+  EXPECT_EQ(query_heavy[ids.copy],
+            0);  // the no-binding fallback is a bind when copy and markov are 0
+  // Bad settings are errors.
+  for (const SyntheticMix& bad : {SyntheticMix{0, 0, 0, 0}, SyntheticMix{1, 0, 1, 0},
+                                  SyntheticMix{-1, 1, 1, 1}, SyntheticMix{NAN, 1, 1, 1}}) {
+    c.mix = bad;
+    EXPECT_THROW(c.validate(), Error);
+  }
+  c.mix = SyntheticMix{};
+  c.keys = 505;
+  EXPECT_THROW(c.validate(), Error);
+  c.keys = 500;
+  c.values = 5;  // 500 + 5 > 504 content ids
+  EXPECT_THROW(c.validate(), Error);
+  c.values = 4;
+  EXPECT_NO_THROW(c.validate());
+  c.keys = 0;
+  c.values = 0;
+  c.doc_min_tokens = 10;
+  c.doc_max_tokens = 9;
+  EXPECT_THROW(c.validate(), Error);
 }
 
 }  // namespace

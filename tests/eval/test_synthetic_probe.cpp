@@ -18,17 +18,13 @@
 namespace attnlab {
 namespace {
 
-TEST(SyntheticProbe, ScoreWindowCountsKindsBucketsAndTheOffByOne) {
-  SyntheticConfig sc;
-  sc.vocab_size = 64;
-  sc.train_tokens = 10;
-  sc.val_tokens = 6000;
-  sc.seed = 3;
+// Scores one window [start, start + T) of the stream of `sc` with a half-right argmax and checks
+// every count against a direct recount; returns the recall counts per distance bucket.
+std::array<int64_t, kRecallBuckets> check_score_window(const SyntheticConfig& sc, int64_t start,
+                                                       int T) {
   const std::vector<int32_t> toks = generate_synthetic(sc).val;
   const SyntheticProbe probe(toks, sc.vocab_size);
   const std::vector<SyntheticKind> kinds = classify_synthetic(toks, sc.vocab_size);
-  const int T = 1000;
-  const int64_t start = 2000;
   // argmax = the target exactly at even positions i (token start + i + 1), a wrong id elsewhere;
   // loss i + 0.5.
   std::vector<int32_t> argmax(T);
@@ -70,9 +66,6 @@ TEST(SyntheticProbe, ScoreWindowCountsKindsBucketsAndTheOffByOne) {
     recall += bucket[size_t(b)];
   }
   EXPECT_EQ(s.kind(SyntheticKind::kRecall).count, recall);
-  EXPECT_GT(bucket[0], 0);
-  EXPECT_GT(bucket[1], 0);
-  EXPECT_GT(bucket[3], 0);
   // The JSON and the flat sums round-trip.
   const nlohmann::json j = s.to_json();
   EXPECT_EQ(j["recall"]["count"].get<int64_t>(), recall);
@@ -84,6 +77,59 @@ TEST(SyntheticProbe, ScoreWindowCountsKindsBucketsAndTheOffByOne) {
   back.from_values(v);
   EXPECT_EQ(back.to_json(), j);
   EXPECT_NE(s.summary().find("recall acc"), std::string::npos);
+  return bucket;
+}
+
+TEST(SyntheticProbe, ScoreWindowCountsKindsBucketsAndTheOffByOne) {
+  SyntheticConfig sc;
+  sc.vocab_size = 64;
+  sc.train_tokens = 10;
+  sc.val_tokens = 6000;
+  sc.seed = 3;
+  const auto bucket = check_score_window(sc, 2000, 1000);
+  EXPECT_GT(bucket[0], 0);
+  EXPECT_GT(bucket[1], 0);
+  EXPECT_GT(bucket[3], 0);
+}
+
+// The retrieval-heavy stream (no Markov walks or copies, 16 keys, 16 values, documents of 32-64
+// tokens):
+// the same exact counts; every binding is near its query, so only "< 128" and "outside" occur.
+TEST(SyntheticProbe, ScoreWindowOnTheRetrievalMix) {
+  SyntheticConfig sc;
+  sc.vocab_size = 64;
+  sc.train_tokens = 10;
+  sc.val_tokens = 6000;
+  sc.seed = 4;
+  sc.mix = SyntheticMix{0, 1, 1, 0};
+  sc.keys = 16;
+  sc.values = 16;
+  sc.doc_min_tokens = 32;
+  sc.doc_max_tokens = 64;
+  const auto bucket = check_score_window(sc, 1500, 512);
+  EXPECT_GT(bucket[0], 20);
+  EXPECT_EQ(bucket[1] + bucket[2], 0);
+  EXPECT_GT(bucket[3], 0);  // a query in the window's first document whose binding is before it
+}
+
+// The recipe keys reach the generator (training and `attnlab eval` both read synthetic_config).
+TEST(SyntheticProbe, RecipeKeysReachTheGenerator) {
+  Recipe r;
+  r.data.synthetic.mix = SyntheticMixConfig{0, 1, 2, 3};
+  r.data.synthetic.keys = 40;
+  r.data.synthetic.values = 30;
+  r.data.synthetic.doc_min_tokens = 50;
+  r.data.synthetic.doc_max_tokens = 60;
+  const SyntheticConfig sc = synthetic_config(r, 777);
+  EXPECT_EQ(sc.mix, (SyntheticMix{0, 1, 2, 3}));
+  EXPECT_EQ(sc.keys, 40);
+  EXPECT_EQ(sc.values, 30);
+  EXPECT_EQ(sc.doc_min_tokens, 50);
+  EXPECT_EQ(sc.doc_max_tokens, 60);
+  EXPECT_EQ(sc.train_tokens, 777);
+  EXPECT_EQ(sc.val_tokens, r.data.synthetic.val_tokens);
+  EXPECT_EQ(sc.seed, uint64_t(r.data.synthetic.seed));
+  EXPECT_EQ(sc.vocab_size, r.data.synthetic.vocab_size);
 }
 
 // score_validation with the probe = a direct recomputation from one forward per window.
