@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "focus_test_params.h"
 #include "kernels/focus/focus_tiled.cuh"
 #include "ops/focus_ops.h"
 #include "ops/ops.h"
@@ -42,36 +43,6 @@ struct TiledCase {
 struct Errors {
   double out, lse, dqkv, dg;
 };
-
-// The plain kernel's params for packed qkv (what src/ops/focus.cpp builds).
-FocusAttentionParams<bf16> plain_params(const DeviceArray<bf16>& qkv, const QKVLayout& l, int B,
-                                        int T, const DeviceArray<float>& g, int K,
-                                        const test::DeviceInts& groups, int top_k,
-                                        const FocusGateParams& gate) {
-  FocusAttentionParams<bf16> p;
-  p.q = qkv.ptr();
-  p.k = qkv.ptr() + l.k_offset();
-  p.v = qkv.ptr() + l.v_offset();
-  p.g = g.ptr();
-  p.groups = groups.ptr();
-  p.q_batch_stride = p.kv_batch_stride = int64_t(T) * l.width();
-  p.q_row_stride = p.kv_row_stride = l.width();
-  p.kv_head_stride = l.head_dim;
-  p.o_batch_stride = int64_t(T) * l.q_width();
-  p.o_row_stride = l.q_width();
-  p.g_batch_stride = int64_t(T) * K;
-  p.groups_batch_stride = int64_t(T) * top_k;
-  p.B = B;
-  p.seq_len = T;
-  p.n_head = l.n_head;
-  p.n_kv_head = l.n_kv_head;
-  p.D = l.head_dim;
-  p.K = K;
-  p.top_k = top_k;
-  p.scale = float(1.0 / std::sqrt(double(l.head_dim)));
-  p.gate = gate;
-  return p;
-}
 
 void run_case(const TiledCase& c) {
   SCOPED_TRACE(testing::Message() << "gate " << int(c.kind) << " D " << c.D << " T " << c.T << " w "
@@ -120,7 +91,8 @@ void run_case(const TiledCase& c) {
   DeviceArray<float> gg(g);
   test::DeviceInts ggr(groups);
   // The tiled kernels through the op (the dispatch under test).
-  const FocusAttentionParams<bf16> pp = plain_params(gq, l, B, T, gg, K, ggr, tk, gate);
+  const FocusAttentionParams<bf16> pp =
+      test::focus_plain_params(gq, l, B, T, gg, K, gate, ggr.ptr(), tk);
   ASSERT_TRUE(focus_tiled_supported(pp));
   DeviceArray<bf16> go(out.size()), gdq(qkv.size());
   DeviceArray<float> gl(lse.size()), gdg(g.size());

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "focus_test_params.h"
 #include "kernels/focus/focus_attention.cuh"
 #include "ops/focus_ops.h"
 #include "ops/ops.h"
@@ -55,32 +56,6 @@ std::vector<float> softmax_g(size_t rows, int K, uint32_t seed) {
     for (int k = 0; k < K; ++k) g[r * K + k] = float(std::exp(double(z[r * K + k]) - mx) / s);
   }
   return g;
-}
-
-// The plain per-row kernel's params for packed qkv (what src/ops/focus.cpp builds).
-FocusAttentionParams<bf16> plain_params(const DeviceArray<bf16>& qkv, const QKVLayout& l, int B,
-                                        int T, const DeviceArray<float>& g, int K,
-                                        const FocusGateParams& gate) {
-  FocusAttentionParams<bf16> p;
-  p.q = qkv.ptr();
-  p.k = qkv.ptr() + l.k_offset();
-  p.v = qkv.ptr() + l.v_offset();
-  p.g = g.ptr();
-  p.q_batch_stride = p.kv_batch_stride = int64_t(T) * l.width();
-  p.q_row_stride = p.kv_row_stride = l.width();
-  p.kv_head_stride = l.head_dim;
-  p.o_batch_stride = int64_t(T) * l.q_width();
-  p.o_row_stride = l.q_width();
-  p.g_batch_stride = int64_t(T) * K;
-  p.B = B;
-  p.seq_len = T;
-  p.n_head = l.n_head;
-  p.n_kv_head = l.n_kv_head;
-  p.D = l.head_dim;
-  p.K = K;
-  p.scale = float(1.0 / std::sqrt(double(l.head_dim)));
-  p.gate = gate;
-  return p;
 }
 
 bool wgmma_runs(int D, int K) {
@@ -157,7 +132,7 @@ void run_case(const WgmmaCase& c, FocusSoftKernel kernel, FocusSoftKernel peer) 
   // backward) and the dense bf16 kernels on the same qkv.
   DeviceArray<bf16> po(ref.out.size()), pdq(qkv.size());
   DeviceArray<float> pl(ref.lse.size()), pdg(g.size());
-  FocusAttentionParams<bf16> pf = plain_params(gq, l, B, T, gg, K, gate);
+  FocusAttentionParams<bf16> pf = test::focus_plain_params(gq, l, B, T, gg, K, gate);
   pf.o = po.ptr();
   pf.lse = pl.ptr();
   launch_focus_attention_fwd(pf, gpu->stream);
