@@ -10,12 +10,9 @@
 
 namespace attnlab::test {
 
-inline FocusAttentionParams<bf16> focus_plain_params(const DeviceArray<bf16>& qkv,
-                                                     const QKVLayout& l, int B, int T,
-                                                     const DeviceArray<float>& g, int K,
-                                                     const FocusGateParams& gate,
-                                                     const int32_t* groups = nullptr,
-                                                     int top_k = 0) {
+inline FocusAttentionParams<bf16> focus_plain_params(
+    const DeviceArray<bf16>& qkv, const QKVLayout& l, int B, int T, const DeviceArray<float>& g,
+    int K, const FocusGateParams& gate, const int32_t* groups = nullptr, int top_k = 0) {
   FocusAttentionParams<bf16> p;
   p.q = qkv.ptr();
   p.k = qkv.ptr() + l.k_offset();
