@@ -12,10 +12,10 @@
 //     dQ accumulator), then the dense wgmma backward's loop (one block per 128 keys of a kv head
 //     over the heads of its group and the query tiles that see its keys; dK, dV in registers, dQ
 //     by fp32 bulk reductions) with P^T gated the same way (dS = P (dP - delta) with the gated P
-//     is the gradient of the logit). dg (focus_wgmma_dg.cu, a second pass over the query tiles
-//     with distant pairs only): S^T, dP^T on wgmma, dA = exp(s - lse) (dP - delta) on distant
-//     pairs, dg_key += dA^T G_q in registers and dg_query += dA G_k (movmatrix-transposed dA^T)
-//     reduced in shared memory, both by fp32 atomics into dg (zeroed first). dq and dg are not
+//     is the gradient of the logit). dg in the same loop, on the distant pairs of each 16-query
+//     chunk: dA = exp(s - lse) (dP - delta) from the ungated P, dg_key += dA^T G_q in registers
+//     and dg_query += dA G_k (movmatrix-transposed dA^T) reduced in shared memory, on mma.sync
+//     (bf16 dA times g hi + lo), both by fp32 atomics into dg (zeroed first). dq and dg are not
 //     bitwise reproducible; dk, dv are.
 #pragma once
 #include "kernels/focus/focus_attention.cuh"
@@ -29,16 +29,8 @@ bool focus_wgmma_supported(const FocusAttentionParams<bf16>& p);
 void launch_focus_wgmma_fwd(const FocusAttentionParams<bf16>& p, Stream s);
 // dq, dk, dv written (=); dg (if not null) written (=).
 void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s);
-// The same contract with dg computed inside the main backward loop (kFusedDg in
-// focus_wgmma_bwd.cu: no dg pass; one bf16 product per dg term). Not the default: chosen only by
-// ops::FocusSoftKernel::wgmma_fused.
-void launch_focus_wgmma_bwd_fused(const FocusAttentionParams<bf16>& p, Stream s);
 // g [B, T, K] fp32 into gs [B, T, 2 KP] bf16 (hi parts, then lo parts, zero past K:
 // focus_wgmma_layout.h), the operand form every wgmma Focus kernel reads. KP = padded_groups(K).
 void focus_wgmma_split_g(const FocusAttentionParams<bf16>& p, bf16* gs, int KP, Stream s);
-// The backward's dg pass alone: dg += the gate gradient (dg zeroed by the caller); delta =
-// rowsum(dO O) [B, n_head, T], gs from focus_wgmma_split_g. Called by launch_focus_wgmma_bwd.
-void launch_focus_wgmma_dg(const FocusAttentionParams<bf16>& p, const float* delta, const bf16* gs,
-                           Stream s);
 
 }  // namespace attnlab

@@ -1,20 +1,21 @@
 // The wgmma Focus attention backward, additive gate (focus_wgmma.cuh): dq, dk, dv written (=),
-// dg (focus_wgmma_dg.cu) written (=). The dense wgmma backward's loop with two block barriers per
-// query tile (kernels/attention/attention_wgmma_bwd.cu, kLagDq = false, whose comments describe the
+// dg (if wanted) written (=). The dense wgmma backward's loop with two block barriers per query
+// tile (kernels/attention/attention_wgmma_bwd.cu, kLagDq = false, whose comments describe the
 // layout and the synchronization) for both head dims, with the gate: P^T = exp(s - lse) times
 // (a + eps) on distant pairs, the affinity on mma.sync per 16-query chunk (focus_wgmma_gate.cuh)
 // on tiles where the warpgroup's keys have a distant query. dS^T = P^T (dP^T - delta) with the
 // gated P is the gradient of the logit, so the rest is the dense arithmetic. Beside K and V the
 // split g rows of the block's keys (once) and, double-buffered with Q and dO, of the tile's
 // queries (cp.async, landed by the barrier at the top of each tile).
-// kFusedDg (launch_focus_wgmma_bwd_fused, not the default): dg in the same loop instead of the
-// second pass (focus_wgmma_dg.cu). dP is waited for before the gate; per 16-query chunk on the
-// distant pairs dA = P (dP - delta) from the ungated P, then the gate (gate_chunk_da), then the
-// dg products on one bf16 mma.sync each (dg_chunk_products, focus_wgmma_gate.cuh): dg_key in
-// registers over the loop, dg_query in a fp32 shared tile added to dg by fp32 atomics after the
-// tile's second barrier (overlapping the dQ wgmma). Where that tile does not fit beside two
-// (D 64, KP 32) the queries' g tile is single-buffered: the next one is loaded after the second
-// barrier, when no warp reads it any more.
+// kFusedDg (wherever dg is wanted; without it the same loop without dg): dg in the same loop. dP
+// is waited for before the gate; per 16-query chunk on the distant pairs dA = P (dP - delta) from
+// the ungated P, then the gate (gate_chunk_da), then the dg products (dg_chunk_products,
+// focus_wgmma_gate.cuh: bf16 dA times g hi + lo on mma.sync): dg_key in registers over the loop,
+// dg_query in a fp32 shared tile added to dg by fp32 atomics after the tile's second barrier
+// (overlapping the dQ wgmma). Where that tile does not fit beside two (D 64, KP 32) the queries'
+// g tile is single-buffered: the next one is loaded after the second barrier, when no warp reads
+// it any more. (A second dg pass over the query tiles, recomputing S and dP, was the first design:
+// 3.6-6.1x dense forward+backward against this loop's 2.1-2.9x, H200, 2026-12-02.)
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -448,8 +449,9 @@ void launch_bwd_for(const FocusAttentionParams<bf16>& p, const float* delta, flo
   }
 }
 
-// fused_dg: dg in the main loop (kFusedDg) instead of the dg pass, where dg is wanted.
-void run_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s, bool fused_dg) {
+}  // namespace
+
+void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s) {
   ATTN_REQUIRE(focus_wgmma_supported(p),
                "focus wgmma attention: needs a build with sm_90a code, a compute capability 9.0 "
                "device, the additive gate, D 64 or 128 (got %d), packed qkv, pos 0 (got %d), 1 .. "
@@ -488,26 +490,12 @@ void run_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s, bool fus
   ap.scale = p.scale;
   launch_attention_bwd_delta(ap, delta, dq_accum, s);
   focus_wgmma_split_g(p, gs, KP, s);
-  if (fused_dg && p.dg) {
+  if (p.dg) {  // dg in the main loop (kFusedDg)
     CUDA_CHECK(cudaMemsetAsync(p.dg, 0, size_t(p.B) * p.seq_len * p.K * sizeof(float), st));
     launch_bwd_for<true>(p, delta, dq_accum, gs, KP, st);
-    return;
+  } else {
+    launch_bwd_for<false>(p, delta, dq_accum, gs, KP, st);
   }
-  launch_bwd_for<false>(p, delta, dq_accum, gs, KP, st);
-  if (p.dg) {
-    CUDA_CHECK(cudaMemsetAsync(p.dg, 0, size_t(p.B) * p.seq_len * p.K * sizeof(float), st));
-    launch_focus_wgmma_dg(p, delta, gs, s);
-  }
-}
-
-}  // namespace
-
-void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s) {
-  run_focus_wgmma_bwd(p, s, false);
-}
-
-void launch_focus_wgmma_bwd_fused(const FocusAttentionParams<bf16>& p, Stream s) {
-  run_focus_wgmma_bwd(p, s, true);
 }
 
 }  // namespace attnlab

@@ -125,13 +125,18 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
   return y;
 }
 
-// The fused backward's dg products of one 16-query chunk (focus_wgmma_bwd.cu, kFusedDg), one bf16
-// product each (bf16 dA times the hi part of g; fp32 accumulation): da the chunk's dA^T C
-// fragments (gate_chunk_da; rows = the warp's 16 keys wrow.., columns = queries 16 chunk ..);
+// The fused backward's dg products of one 16-query chunk (focus_wgmma_bwd.cu, kFusedDg), on
+// mma.sync with fp32 accumulation: da the chunk's dA^T C fragments (gate_chunk_da; rows = the
+// warp's 16 keys wrow.., columns = queries 16 chunk ..);
 //   dgk (the warp's keys x KP groups, C fragments of groups 8 nt ..) += dA^T G_q: A = da packed,
 //     B = G_q by ldmatrix.trans of gq_tile (the tile's queries);
 //   dgq_tile ([queries][dgq_ld(KP)] fp32, shared) += (G_k^T dA^T)^T: A = G_k^T by ldmatrix.trans
 //     of gk_tile (the block's keys), B = da per 8 x 8 block transposed (movmatrix), red.shared.
+// Two products per term: bf16 dA times g's hi part and times its lo part (g to ~16 bits, so dA's
+// bf16 rounding is the only one, as dS's in the dense dK = dS^T Q). Measured on the H200: one
+// product on g hi alone missed the GPU test's dg bound (5.8e-3 against 5.1e-3, D 128, T 129, w 0,
+// K 8); these two reach at most 0.95 of it; splitting dA too (three products, the old dg pass's
+// precision: 0.62 of it) was 5-7% slower in forward+backward.
 template <int KP>
 __device__ __forceinline__ void dg_chunk_products(float (&dgk)[KP / 8][4], float* dgq_tile,
                                                   const float (&da)[2][4], const bf16* gq_tile,
@@ -146,20 +151,26 @@ __device__ __forceinline__ void dg_chunk_products(float (&dgk)[KP / 8][4], float
   }
 #pragma unroll
   for (int nb = 0; nb < KP / 16; ++nb) {
-    uint32_t b[4];
-    mma::ldsm_x4_t(b, gq_tile + ldsm_t_b_offset(16 * chunk, 16 * nb, lane, kLd));
 #pragma unroll
-    for (int t = 0; t < 2; ++t) mma::mma16816(dgk[2 * nb + t], a, b[2 * t], b[2 * t + 1]);
+    for (int pg = 0; pg < 2; ++pg) {  // g hi, then g lo (columns KP ..)
+      uint32_t b[4];
+      mma::ldsm_x4_t(b, gq_tile + ldsm_t_b_offset(16 * chunk, pg * KP + 16 * nb, lane, kLd));
+#pragma unroll
+      for (int t = 0; t < 2; ++t) mma::mma16816(dgk[2 * nb + t], a, b[2 * t], b[2 * t + 1]);
+    }
   }
 #pragma unroll
   for (int n = 0; n < 2; ++n) {
     const uint32_t b0 = movmatrix_trans(a[2 * n]), b1 = movmatrix_trans(a[2 * n + 1]);
 #pragma unroll
     for (int mt = 0; mt < KP / 16; ++mt) {
-      uint32_t gt[4];
-      mma::ldsm_x4_t(gt, gk_tile + ldsm_t_a_offset(wrow, 16 * mt, lane, kLd));
       float c[4] = {0.f, 0.f, 0.f, 0.f};
-      mma::mma16816(c, gt, b0, b1);
+#pragma unroll
+      for (int pg = 0; pg < 2; ++pg) {  // g hi, then g lo
+        uint32_t gt[4];
+        mma::ldsm_x4_t(gt, gk_tile + ldsm_t_a_offset(wrow, pg * KP + 16 * mt, lane, kLd));
+        mma::mma16816(c, gt, b0, b1);
+      }
 #pragma unroll
       for (int v = 0; v < 4; ++v) {
         const Coord cc = mma_c_coord(v, lane);  // row = group, column = query

@@ -74,7 +74,7 @@ ATTN_FWL_FN int g_b_offset(int n0, int kc, int x, int lane, int ld) {
   const Coord c = mma_b_coord(x, 0, lane);
   return (n0 + c.col) * ld + 16 * kc + c.row;
 }
-// Row addresses (element offsets) lane `lane` gives ldmatrix.x4.trans in the dg pass, reading a
+// Row addresses (element offsets) lane `lane` gives ldmatrix.x4.trans in the dg products, reading a
 // g tile [rows][ld] (element (row, group)) as a transposed operand:
 //   B (k = rows k0 .. k0 + 15, n = groups n0 .. n0 + 15): registers 0, 1 = n-tile n0, 2, 3 =
 //   n-tile n0 + 8 (the dg_key product's G_q);

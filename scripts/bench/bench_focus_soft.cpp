@@ -4,12 +4,10 @@
 // heads x 64 and 8 heads x 128, T = 1K, 4K, 16K, 64K. The Focus backward computes dg (the
 // assignment gradient) as in training. Two Focus kernels, chosen by ops::FocusSoftKernel: "tiled"
 // (mma.sync, focus_tiled.cuh, every gate) and, for the additive gate where the build and device
-// have it (sm_90a), "wgmma" (focus_wgmma.cuh; "nan" elsewhere), and its variant "wgmma-fused"
-// (FocusSoftKernel::wgmma_fused: dg inside the backward's main loop; f+b only, the forward is the
-// same kernel). Ratios are Focus / dense (the
-// target: fwd+bwd <= 1.15). Dense runs the Hopper wgmma kernels on sm_90a, so "mma f+b" also times
-// dense fwd+bwd forced to its mma.sync kernels (AttentionParams::use_wgmma = false): tiled / mma
-// is the tiled kernel's gate cost.
+// have it (sm_90a), "wgmma" (focus_wgmma.cuh, automatic's choice there; "nan" elsewhere). Ratios
+// are Focus / dense (the target: fwd+bwd <= 1.15). Dense runs the Hopper wgmma kernels on sm_90a,
+// so "mma f+b" also times dense fwd+bwd forced to its mma.sync kernels (AttentionParams::use_wgmma
+// = false): tiled / mma is the tiled kernel's gate cost.
 // --gate=multiplicative|hard measures another gate; --shape=D:T one shape only.
 // Usage: bench_focus_soft [csv_out] [--gate=additive|multiplicative|hard] [--shape=D:T]
 #include <cuda_runtime.h>
@@ -104,8 +102,7 @@ int main(int argc, char** argv) {
     std::fprintf(csv,
                  "gate,D,T,H,K,window,dense_fwd_ms,focus_fwd_ms,fwd_ratio,dense_fwdbwd_ms,"
                  "focus_fwdbwd_ms,fwdbwd_ratio,dense_mma_fwdbwd_ms,fwdbwd_ratio_vs_mma,"
-                 "wgmma_fwd_ms,wgmma_fwd_ratio,wgmma_fwdbwd_ms,wgmma_fwdbwd_ratio,"
-                 "wgmma_fused_fwdbwd_ms,wgmma_fused_fwdbwd_ratio\n");
+                 "wgmma_fwd_ms,wgmma_fwd_ratio,wgmma_fwdbwd_ms,wgmma_fwdbwd_ratio\n");
   }
   const char* gate_name = gate.kind == FocusGateKind::additive         ? "additive"
                           : gate.kind == FocusGateKind::multiplicative ? "multiplicative"
@@ -113,10 +110,9 @@ int main(int argc, char** argv) {
   const int K = 8;
   std::printf("focus gate %s, local_window %d, K %d, bf16, batch 1 (ratio = focus / dense)\n",
               gate_name, gate.local_window, K);
-  std::printf("%4s %6s %3s %10s %10s %6s %10s %6s %10s %10s %6s %10s %6s %10s %6s %10s %6s\n", "D",
-              "T", "H", "dense fwd", "tiled fwd", "ratio", "wgmma fwd", "ratio", "dense f+b",
-              "tiled f+b", "ratio", "wgmma f+b", "ratio", "fused f+b", "ratio", "mma f+b",
-              "vs mma");
+  std::printf("%4s %6s %3s %10s %10s %6s %10s %6s %10s %10s %6s %10s %6s %10s %6s\n", "D", "T", "H",
+              "dense fwd", "tiled fwd", "ratio", "wgmma fwd", "ratio", "dense f+b", "tiled f+b",
+              "ratio", "wgmma f+b", "ratio", "mma f+b", "vs mma");
   auto ctx = ExecContext::make_cuda(0);
   for (int D : {64, 128}) {
     for (int T : {1024, 4096, 16384, 65536}) {
@@ -159,9 +155,6 @@ int main(int argc, char** argv) {
       const double wf = has_wgmma ? median_ms([&] { focus_fwd(wgmma); }, reps) : NAN;
       const double wfb =
           has_wgmma ? median_ms([&] { focus_fwd(wgmma), focus_bwd(wgmma); }, reps) : NAN;
-      const FocusSoftKernel fused = FocusSoftKernel::wgmma_fused;
-      const double ufb =
-          has_wgmma ? median_ms([&] { focus_fwd(fused), focus_bwd(fused); }, reps) : NAN;
       AttentionParams<bf16> ap;  // dense on its mma.sync kernels
       auto* q = static_cast<bf16*>(qkv.data());
       auto* dq = static_cast<bf16*>(dqkv.data());
@@ -183,15 +176,15 @@ int main(int argc, char** argv) {
       CUDA_CHECK(cudaDeviceSynchronize());
       std::printf(
           "%4d %6d %3d %10.3f %10.3f %6.2f %10.3f %6.2f %10.3f %10.3f %6.2f %10.3f %6.2f "
-          "%10.3f %6.2f %10.3f %6.2f\n",
-          D, T, H, df, ff, ff / df, wf, wf / df, dfb, ffb, ffb / dfb, wfb, wfb / dfb, ufb,
-          ufb / dfb, mfb, ffb / mfb);
+          "%10.3f %6.2f\n",
+          D, T, H, df, ff, ff / df, wf, wf / df, dfb, ffb, ffb / dfb, wfb, wfb / dfb, mfb,
+          ffb / mfb);
       if (csv) {
         std::fprintf(csv,
                      "%s,%d,%d,%d,%d,%d,%.4f,%.4f,%.3f,%.4f,%.4f,%.3f,%.4f,%.3f,%.4f,%.3f,%.4f,"
-                     "%.3f,%.4f,%.3f\n",
+                     "%.3f\n",
                      gate_name, D, T, H, K, gate.local_window, df, ff, ff / df, dfb, ffb, ffb / dfb,
-                     mfb, ffb / mfb, wf, wf / df, wfb, wfb / dfb, ufb, ufb / dfb);
+                     mfb, ffb / mfb, wf, wf / df, wfb, wfb / dfb);
       }
     }
   }

@@ -258,7 +258,7 @@ FocusAttentionParams<E> attention_params(const ExecContext& ctx, const Tensor& q
 // Whether the soft-gate call p runs on the wgmma kernel (FocusSoftKernel); forcing it where it
 // does not apply is an error naming what is missing.
 bool use_soft_wgmma(const FocusAttentionParams<bf16>& p, FocusSoftKernel kernel) {
-  const bool forced = kernel == FocusSoftKernel::wgmma || kernel == FocusSoftKernel::wgmma_fused;
+  const bool forced = kernel == FocusSoftKernel::wgmma;
   if (kernel == FocusSoftKernel::tiled || p.gate.kind == FocusGateKind::hard) {
     ATTN_REQUIRE(!forced, "focus_attention: the wgmma kernel takes the additive gate only");
     return false;
@@ -342,11 +342,7 @@ void focus_attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tenso
   // bf16 CUDA: the kernels of the forward (above).
   if (ctx.device == Device::cuda && qkv.dtype == DType::bf16) {
     const FocusAttentionParams<bf16> p = make.template operator()<bf16>();
-    if (use_soft_wgmma(p, kernel)) {
-      if (kernel == FocusSoftKernel::wgmma_fused)
-        return launch_focus_wgmma_bwd_fused(p, ctx.stream);
-      return launch_focus_wgmma_bwd(p, ctx.stream);
-    }
+    if (use_soft_wgmma(p, kernel)) return launch_focus_wgmma_bwd(p, ctx.stream);
     if (focus_tiled_supported(p)) return launch_focus_tiled_bwd(p, ctx.stream);
   }
   run_op<FocusAttentionParams>(ctx, qkv.dtype, make, focus_attention_bwd_ref,

@@ -34,11 +34,9 @@ void focus_route_topk(const ExecContext& ctx, const Tensor& groups, const Tensor
 // Which kernel focus_attention_fwd / _bwd run for a soft gate on CUDA bf16: automatic = the Hopper
 // wgmma kernel (kernels/focus/focus_wgmma.cuh: additive gate, head dim 64 / 128, K <= 32) where
 // this build and device support the call, else the tiled mma.sync kernel (focus_tiled.cuh, every
-// gate, K <= 64); tiled / wgmma force one (wgmma where unsupported is an error). wgmma_fused: the
-// wgmma forward, and the wgmma backward with dg computed in its main loop (one bf16 product per
-// term) instead of a second pass (launch_focus_wgmma_bwd_fused); never chosen by automatic. For
-// A/B tests and benchmarks; other dtypes and devices ignore it.
-enum class FocusSoftKernel { automatic, tiled, wgmma, wgmma_fused };
+// gate, K <= 64); tiled / wgmma force one (wgmma where unsupported is an error). For A/B tests and
+// benchmarks; other dtypes and devices ignore it.
+enum class FocusSoftKernel { automatic, tiled, wgmma };
 
 // True when this build holds the wgmma kernel's sm_90a code and the current device runs it, for
 // head dim 64 or 128 and K in [1, 32] (the additive gate, bf16).

@@ -4,8 +4,9 @@
 // emulated ldmatrix / mma.sync of tests/ops/focus_wgmma_emulate.h) on one tile of 64 keys x kQ
 // queries. Checks that the gated P^T is the unfused gate's, that dg_key and dg_query equal the
 // direct sums of dA g over the distant pairs (dA = P (dP - delta) from the ungated P) with the
-// operands the kernel rounds to bf16, and how far the one bf16 product (bf16 dA times bf16 g hi)
-// lies from the exact sums: the precision that replaces the dg pass's three split products.
+// operands the kernel rounds (bf16 dA; g as its bf16 hi + lo parts), and how far the two bf16
+// products (bf16 dA times g hi, plus times g lo) lie from the exact sums: the precision that
+// replaces the dg pass's three split products.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,6 +29,12 @@ struct FusedTile {
   int K, q0, k0, w;
 };
 
+// g as the kernel's two products see it: its bf16 hi part plus its bf16 lo part (split_rows).
+double split_value(float x) {
+  const float hi = bf16_round(x);
+  return double(hi) + double(bf16_round(x - hi));
+}
+
 // max |a - b| over max |b| (as test::max_rel_error), 0 when b is all zero and a equals it.
 double rel_max(const std::vector<double>& a, const std::vector<double>& b) {
   double err = 0, scale = 0;
@@ -39,13 +46,12 @@ double rel_max(const std::vector<double>& a, const std::vector<double>& b) {
 }
 
 // One warpgroup (keys k0 .. k0 + 63 as rows, queries q0 .. q0 + kQ - 1 as columns) through the
-// fused chunk loop. *one_product_err: the error of its dg (key and query sides, of the largest
+// fused chunk loop. *fused_err: the error of its dg (key and query sides, of the largest
 // |dg|) against the exact sums; *dense_err: the same for the dense backward's arithmetic on the
 // same terms (as dK = dS^T Q: a bf16 dS operand times an exact operand, bf16 output), the
 // same-precision reference of the bound.
 template <int kQ>
-void check_fused_tile(const FusedTile& f, uint32_t seed, double* one_product_err,
-                      double* dense_err) {
+void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, double* dense_err) {
   const int K = f.K, KP = padded_groups(K), ld = g_ld(KP), dld = dgq_ld(KP);
   const int T = std::max(f.q0 + kQ, f.k0 + 64);
   std::mt19937 rng(seed);
@@ -107,9 +113,11 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* one_product_err
         for (int x = 0; x < 4; ++x)
           for (int h = 0; h < 2; ++h)
             af[l][x][h] = bf16_round(da[l][a_pack_tile(x)][a_pack_value(x, h)]);
-      for (int nb = 0; nb < KP / 16; ++nb) {  // dg_key += dA^T G_q (hi)
+      for (int nb = 0; nb < 2 * (KP / 16); ++nb) {  // dg_key += dA^T G_q (hi, then lo)
+        const int part = nb / (KP / 16), nbp = nb % (KP / 16);
         int off[kLanes];
-        for (int l = 0; l < kLanes; ++l) off[l] = ldsm_t_b_offset(16 * chunk, 16 * nb, l, ld);
+        for (int l = 0; l < kLanes; ++l)
+          off[l] = ldsm_t_b_offset(16 * chunk, part * KP + 16 * nbp, l, ld);
         float b[kLanes][4][2];
         emulate_ldsm_t(b, gq.tile, off);
         for (int t = 0; t < 2; ++t) {
@@ -117,14 +125,14 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* one_product_err
           for (int l = 0; l < kLanes; ++l) {
             for (int x = 0; x < 2; ++x)
               for (int h = 0; h < 2; ++h) bt[l][x][h] = b[l][2 * t + x][h];
-            for (int v = 0; v < 4; ++v) c[l][v] = dgk_w[l][2 * nb + t][v];
+            for (int v = 0; v < 4; ++v) c[l][v] = dgk_w[l][2 * nbp + t][v];
           }
           emulate_mma(c, af, bt);
           for (int l = 0; l < kLanes; ++l)
-            for (int v = 0; v < 4; ++v) dgk_w[l][2 * nb + t][v] = c[l][v];
+            for (int v = 0; v < 4; ++v) dgk_w[l][2 * nbp + t][v] = c[l][v];
         }
       }
-      for (int n = 0; n < 2; ++n) {  // dg_query^T = G_k^T (hi) dA^T
+      for (int n = 0; n < 2; ++n) {  // dg_query^T = G_k^T (hi + lo) dA^T
         float b[kLanes][2][2];
         for (int x = 0; x < 2; ++x) {
           float in[kLanes][2], out[kLanes][2];
@@ -135,11 +143,15 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* one_product_err
             for (int h = 0; h < 2; ++h) b[l][x][h] = out[l][h];
         }
         for (int mt = 0; mt < KP / 16; ++mt) {
-          int off[kLanes];
-          for (int l = 0; l < kLanes; ++l) off[l] = ldsm_t_a_offset(16 * warp, 16 * mt, l, ld);
-          float gt[kLanes][4][2], c[kLanes][4] = {};
-          emulate_ldsm_t(gt, gk.tile, off);
-          emulate_mma(c, gt, b);
+          float c[kLanes][4] = {};
+          for (int part = 0; part < 2; ++part) {
+            int off[kLanes];
+            for (int l = 0; l < kLanes; ++l)
+              off[l] = ldsm_t_a_offset(16 * warp, part * KP + 16 * mt, l, ld);
+            float gt[kLanes][4][2];
+            emulate_ldsm_t(gt, gk.tile, off);
+            emulate_mma(c, gt, b);
+          }
           for (int l = 0; l < kLanes; ++l)
             for (int v = 0; v < 4; ++v) {
               const Coord cc = mma_c_coord(v, l);
@@ -178,8 +190,8 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* one_product_err
       for (int c = 0; c < K; ++c) {
         const double gqc = g[size_t(q) * K + c], gkc = g[size_t(key) * K + c];
         const double db = bf16_round(da);
-        rk[size_t(r) * KP + c] += db * bf16_round(float(gqc));
-        rq[size_t(j) * KP + c] += db * bf16_round(float(gkc));
+        rk[size_t(r) * KP + c] += db * split_value(float(gqc));
+        rq[size_t(j) * KP + c] += db * split_value(float(gkc));
         xk[size_t(r) * KP + c] += double(da) * gqc;
         xq[size_t(j) * KP + c] += double(da) * gkc;
         dk[size_t(r) * KP + c] += db * gqc;
@@ -210,7 +222,7 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* one_product_err
   for (size_t i = 0; i < rq.size(); ++i) {
     ASSERT_NEAR(dgq[i], rq[i], 2e-6 * scale_q[i] + 1e-12) << "dg_query " << i << " K " << K;
   }
-  *one_product_err = std::max(rel_max(dgk, xk), rel_max(dgq, xq));
+  *fused_err = std::max(rel_max(dgk, xk), rel_max(dgq, xq));
   for (double& x : dk) x = bf16_round(float(x));
   for (double& x : dq) x = bf16_round(float(x));
   *dense_err = std::max(rel_max(dk, xk), rel_max(dq, xq));
@@ -243,7 +255,7 @@ void check_all() {
     }
   }
   std::printf(
-      "  [fused dg] kQ %d: one bf16 product's error vs exact %.2e of max |dg| (dense-style bf16 "
+      "  [fused dg] kQ %d: bf16 dA x (g hi + lo) error vs exact %.2e of max |dg| (dense-style bf16 "
       "%.2e, worst ratio %.2f)\n",
       kQ, worst, dense_worst, worst_ratio);
 }
