@@ -15,6 +15,7 @@
 
 #include "kernels/attention/attention.cuh"
 #include "kernels/attention/visibility.h"
+#include "kernels/focus/focus_dense_params.h"
 #include "kernels/focus/focus_tiled.cuh"
 #include "kernels/focus/focus_tiled_gate.cuh"
 
@@ -384,27 +385,7 @@ void launch_focus_tiled_bwd(const FocusAttentionParams<bf16>& p, Stream s) {
   StreamScratch scratch(size_t(rows) * (p.D + 1) * sizeof(float), s);
   float* dq_accum = scratch.as<float>();  // [B, H, T, D], 16-byte aligned
   float* delta = dq_accum + rows * p.D;   // [B, H, T]
-  AttentionParams<bf16> ap;
-  ap.o = p.o;
-  ap.dout = p.dout;
-  ap.q = p.q;
-  ap.k = p.k;
-  ap.v = p.v;
-  ap.dq = p.dq;
-  ap.dk = p.dk;
-  ap.dv = p.dv;
-  ap.lse = p.lse;
-  ap.qkv_batch_stride = p.q_batch_stride;
-  ap.qkv_row_stride = p.q_row_stride;
-  ap.o_batch_stride = p.o_batch_stride;
-  ap.o_row_stride = p.o_row_stride;
-  ap.B = p.B;
-  ap.seq_len = p.seq_len;
-  ap.n_head = p.n_head;
-  ap.n_kv_head = p.n_kv_head;
-  ap.D = p.D;
-  ap.scale = p.scale;
-  launch_attention_bwd_delta(ap, delta, dq_accum, s);
+  launch_attention_bwd_delta(focus_dense_params(p), delta, dq_accum, s);
   if (p.dg) {
     CUDA_CHECK(cudaMemsetAsync(p.dg, 0, size_t(p.B) * p.seq_len * p.K * sizeof(float), st));
   }

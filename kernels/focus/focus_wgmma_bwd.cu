@@ -25,6 +25,7 @@
 #include "kernels/attention/wgmma_common.cuh"
 #include "kernels/common/device.cuh"
 #include "kernels/common/stream_scratch.h"
+#include "kernels/focus/focus_dense_params.h"
 #include "kernels/focus/focus_wgmma.cuh"
 #include "kernels/focus/focus_wgmma_gate.cuh"
 #include "kernels/focus/focus_wgmma_layout.h"
@@ -468,27 +469,7 @@ void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s) {
   float* dq_accum = scratch.as<float>();  // [B, H, T, D] (dq_swizzle rows), 16-byte aligned
   float* delta = dq_accum + rows * p.D;   // [B, H, T]
   bf16* gs = reinterpret_cast<bf16*>(scratch.as<unsigned char>() + dq_bytes);  // [B, T, 2 KP]
-  AttentionParams<bf16> ap;
-  ap.o = p.o;
-  ap.dout = p.dout;
-  ap.q = p.q;
-  ap.k = p.k;
-  ap.v = p.v;
-  ap.dq = p.dq;
-  ap.dk = p.dk;
-  ap.dv = p.dv;
-  ap.lse = p.lse;
-  ap.qkv_batch_stride = p.q_batch_stride;
-  ap.qkv_row_stride = p.q_row_stride;
-  ap.o_batch_stride = p.o_batch_stride;
-  ap.o_row_stride = p.o_row_stride;
-  ap.B = p.B;
-  ap.seq_len = p.seq_len;
-  ap.n_head = p.n_head;
-  ap.n_kv_head = p.n_kv_head;
-  ap.D = p.D;
-  ap.scale = p.scale;
-  launch_attention_bwd_delta(ap, delta, dq_accum, s);
+  launch_attention_bwd_delta(focus_dense_params(p), delta, dq_accum, s);
   focus_wgmma_split_g(p, gs, KP, s);
   if (p.dg) {  // dg in the main loop (kFusedDg)
     CUDA_CHECK(cudaMemsetAsync(p.dg, 0, size_t(p.B) * p.seq_len * p.K * sizeof(float), st));

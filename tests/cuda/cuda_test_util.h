@@ -89,6 +89,15 @@ class DeviceInts {
   Buffer buf_;
 };
 
+// Tensor views of device arrays (f32 / bf16 by the element type; i32 for DeviceInts).
+template <typename T>
+Tensor dev_tensor(const DeviceArray<T>& a, Shape s) {
+  return Tensor(a.ptr(), std::is_same_v<T, bf16> ? DType::bf16 : DType::f32, Device::cuda, s);
+}
+inline Tensor dev_ints(const DeviceInts& a, Shape s) {
+  return Tensor(a.ptr(), DType::i32, Device::cuda, s);
+}
+
 inline double report(const char* what, double err) {
   std::printf("[cuda-err] %-48s %.3e\n", what, err);
   return err;

@@ -16,16 +16,9 @@ namespace attnlab {
 namespace {
 
 using test::cpu_tensor;
+using test::dev_ints;
+using test::dev_tensor;
 using test::DeviceArray;
-
-template <typename T>
-Tensor dev_tensor(const DeviceArray<T>& a, Shape s) {
-  return Tensor(a.ptr(), std::is_same_v<T, bf16> ? DType::bf16 : DType::f32, Device::cuda, s);
-}
-
-Tensor dev_ints(const test::DeviceInts& a, Shape s) {
-  return Tensor(a.ptr(), DType::i32, Device::cuda, s);
-}
 
 template <typename T>
 double tol() {

@@ -24,16 +24,9 @@ namespace attnlab {
 namespace {
 
 using test::cpu_tensor;
+using test::dev_ints;
+using test::dev_tensor;
 using test::DeviceArray;
-
-template <typename T>
-Tensor dev_tensor(const DeviceArray<T>& a, Shape s) {
-  return Tensor(a.ptr(), std::is_same_v<T, bf16> ? DType::bf16 : DType::f32, Device::cuda, s);
-}
-
-Tensor dev_ints(const test::DeviceInts& a, Shape s) {
-  return Tensor(a.ptr(), DType::i32, Device::cuda, s);
-}
 
 struct TiledCase {
   FocusGateKind kind;
@@ -198,51 +191,10 @@ TEST(FocusTiledCuda, HardMatchesTheReference) {
   run_gate(FocusGateKind::hard);
 }
 
-// dg is written (=): a second backward into the same buffers gives the same values, and dg == 0
-// where every pair is local (local_window >= T).
+// dg is written (=), zero where every pair is local (test::check_backward_writes_dg).
 TEST(FocusTiledCuda, BackwardWritesDgAndIsZeroWhenAllLocal) {
   CUDA_TEST_PREAMBLE();
-  auto gpu = ExecContext::make_cuda(0);
-  const int B = 2, T = 200, K = 8, D = 64;
-  const QKVLayout l{4, 2, D};
-  const Shape qs{B, T, l.width()}, os{B, T, l.q_width()}, ls{B, 4, T}, gs{B, T, K};
-  std::vector<float> g = test::random_vector(size_t(B) * T * K, 9, 0.1f, 1);
-  for (size_t r = 0; r < size_t(B) * T; ++r) {
-    float s = 0;
-    for (int k = 0; k < K; ++k) s += g[r * K + k];
-    for (int k = 0; k < K; ++k) g[r * K + k] /= s;
-  }
-  DeviceArray<bf16> gq(test::random_vector(size_t(B) * T * l.width(), 7, -2, 2));
-  DeviceArray<bf16> gdo(test::random_vector(size_t(B) * T * l.q_width(), 8));
-  DeviceArray<bf16> go(size_t(B) * T * l.q_width()), gdq(size_t(B) * T * l.width());
-  DeviceArray<float> gl(size_t(B) * 4 * T), gg(g), gdg(g.size());
-  for (int w : {16, T}) {
-    FocusGateParams gate;
-    gate.local_window = w;
-    ops::focus_attention_fwd(*gpu, dev_tensor(go, os), dev_tensor(gl, ls), dev_tensor(gq, qs), l,
-                             dev_tensor(gg, gs), Tensor(), gate, ops::FocusSoftKernel::tiled);
-    std::vector<float> first;
-    for (int rep = 0; rep < 2; ++rep) {
-      gdg.poison();
-      ops::focus_attention_bwd(*gpu, dev_tensor(gdq, qs), dev_tensor(gdg, gs), dev_tensor(gdo, os),
-                               dev_tensor(gq, qs), dev_tensor(go, os), dev_tensor(gl, ls), l,
-                               dev_tensor(gg, gs), Tensor(), gate, ops::FocusSoftKernel::tiled);
-      std::vector<float> d = gdg.download();
-      double mx = 0;
-      for (float x : d) mx = std::max(mx, double(std::fabs(x)));
-      if (w >= T) {
-        EXPECT_EQ(mx, 0.0);
-      } else {
-        EXPECT_GT(mx, 0.0);
-        EXPECT_TRUE(std::isfinite(mx));
-      }
-      if (rep == 0) {
-        first = d;
-      } else {
-        EXPECT_LT(test::max_rel_error(d, first), 1e-5);  // atomics: order only
-      }
-    }
-  }
+  test::check_backward_writes_dg(ops::FocusSoftKernel::tiled);
 }
 
 }  // namespace

@@ -28,12 +28,8 @@ namespace {
 
 using ops::FocusSoftKernel;
 using test::cpu_tensor;
+using test::dev_tensor;
 using test::DeviceArray;
-
-template <typename T>
-Tensor dev_tensor(const DeviceArray<T>& a, Shape s) {
-  return Tensor(a.ptr(), std::is_same_v<T, bf16> ? DType::bf16 : DType::f32, Device::cuda, s);
-}
 
 struct WgmmaCase {
   int D, T, local_window, K;
@@ -42,18 +38,6 @@ struct WgmmaCase {
 struct Outputs {
   std::vector<float> out, lse, dqkv, dg;
 };
-
-// g [rows, K]: softmax of random scores (scale 3: peaked rows, as a trained assignment).
-std::vector<float> softmax_g(size_t rows, int K, uint32_t seed) {
-  std::vector<float> z = test::random_vector(rows * K, seed, -3, 3), g(z.size());
-  for (size_t r = 0; r < rows; ++r) {
-    double mx = -1e30, s = 0;
-    for (int k = 0; k < K; ++k) mx = std::max(mx, double(z[r * K + k]));
-    for (int k = 0; k < K; ++k) s += std::exp(double(z[r * K + k]) - mx);
-    for (int k = 0; k < K; ++k) g[r * K + k] = float(std::exp(double(z[r * K + k]) - mx) / s);
-  }
-  return g;
-}
 
 bool wgmma_runs(int D, int K) {
   if (!cuda_available()) return false;
@@ -82,7 +66,7 @@ void run_case(const WgmmaCase& c) {
   const uint32_t seed = uint32_t(T * 5 + D + K * 97 + c.local_window);
   std::vector<float> qkv =
       test::to_precision<bf16>(test::random_vector(size_t(B) * T * W, seed, -2, 2));
-  std::vector<float> g = softmax_g(size_t(B) * T, K, seed + 1);
+  std::vector<float> g = test::softmax_g(size_t(B) * T, K, seed + 1);
   const Shape qs{B, T, W}, os{B, T, Q}, ls{B, H, T}, gs{B, T, K};
   FocusGateParams gate;
   gate.kind = FocusGateKind::additive;
@@ -212,7 +196,7 @@ TEST(FocusWgmmaCuda, AutomaticPicksWgmma) {
   const QKVLayout l{4, 2, 64};
   const Shape qs{B, T, l.width()}, os{B, T, l.q_width()}, ls{B, 4, T}, gs{B, T, K};
   DeviceArray<bf16> gq(test::random_vector(size_t(B) * T * l.width(), 3, -2, 2));
-  DeviceArray<float> gg(softmax_g(size_t(B) * T, K, 4));
+  DeviceArray<float> gg(test::softmax_g(size_t(B) * T, K, 4));
   FocusGateParams gate;
   gate.local_window = 37;
   DeviceArray<bf16> gdo(test::random_vector(size_t(B) * T * l.q_width(), 5));
@@ -239,49 +223,9 @@ TEST(FocusWgmmaCuda, AutomaticPicksWgmma) {
   EXPECT_LT(test::max_rel_error(dg[0], dg[1]), 1e-5);
 }
 
-// dg is written (=): a second backward gives the same values (up to the order of the atomics);
-// dg == 0 where every pair is local (local_window >= T).
-void check_writes_dg(FocusSoftKernel kernel) {
-  auto gpu = ExecContext::make_cuda(0);
-  const int B = 2, T = 333, K = 8, D = 64;
-  const QKVLayout l{4, 2, D};
-  const Shape qs{B, T, l.width()}, os{B, T, l.q_width()}, ls{B, 4, T}, gs{B, T, K};
-  DeviceArray<bf16> gq(test::random_vector(size_t(B) * T * l.width(), 7, -2, 2));
-  DeviceArray<bf16> gdo(test::random_vector(size_t(B) * T * l.q_width(), 8));
-  DeviceArray<bf16> go(size_t(B) * T * l.q_width()), gdq(size_t(B) * T * l.width());
-  DeviceArray<float> gl(size_t(B) * 4 * T), gg(softmax_g(size_t(B) * T, K, 9)), gdg(gg.size());
-  for (int w : {16, T}) {
-    FocusGateParams gate;
-    gate.local_window = w;
-    ops::focus_attention_fwd(*gpu, dev_tensor(go, os), dev_tensor(gl, ls), dev_tensor(gq, qs), l,
-                             dev_tensor(gg, gs), Tensor(), gate, kernel);
-    std::vector<float> first;
-    for (int rep = 0; rep < 2; ++rep) {
-      gdg.poison();
-      ops::focus_attention_bwd(*gpu, dev_tensor(gdq, qs), dev_tensor(gdg, gs), dev_tensor(gdo, os),
-                               dev_tensor(gq, qs), dev_tensor(go, os), dev_tensor(gl, ls), l,
-                               dev_tensor(gg, gs), Tensor(), gate, kernel);
-      std::vector<float> d = gdg.download();
-      double mx = 0;
-      for (float x : d) mx = std::max(mx, double(std::fabs(x)));
-      if (w >= T) {
-        EXPECT_EQ(mx, 0.0);
-      } else {
-        EXPECT_GT(mx, 0.0);
-        EXPECT_TRUE(std::isfinite(mx));
-      }
-      if (rep == 0) {
-        first = d;
-      } else {
-        EXPECT_LT(test::max_rel_error(d, first), 1e-5);
-      }
-    }
-  }
-}
-
 TEST(FocusWgmmaCuda, BackwardWritesDgAndIsZeroWhenAllLocal) {
   WGMMA_TEST_PREAMBLE(64, 8);
-  check_writes_dg(FocusSoftKernel::wgmma);
+  test::check_backward_writes_dg(FocusSoftKernel::wgmma);
 }
 
 }  // namespace

@@ -16,12 +16,8 @@ namespace attnlab {
 namespace {
 
 using test::cpu_tensor;
+using test::dev_tensor;
 using test::DeviceArray;
-
-template <typename T>
-Tensor dev_tensor(const DeviceArray<T>& a, Shape s) {
-  return Tensor(a.ptr(), std::is_same_v<T, bf16> ? DType::bf16 : DType::f32, Device::cuda, s);
-}
 
 // Device index storage (i32, or u8: the decode cache's key coordinates) read back as a vector.
 template <typename I = int32_t>
