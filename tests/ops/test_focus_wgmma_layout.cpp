@@ -3,8 +3,8 @@
 // chunk loop covers each accumulator element of a tile exactly once and at the (row, column)
 // the wgmma accumulator holds there, that the g fragment offsets give the mma.sync m16n8k16
 // operands of the PTX ISA (spelled out here independently), and that a whole gated tile (the
-// affinity by emulated mma.sync on the split g, the gate, the dg products with the movmatrix
-// transpose) equals the direct formula.
+// affinity by emulated mma.sync on the split g, the gate) equals the direct formula, and the
+// movmatrix transpose. The backward's dg products: test_focus_wgmma_fused_layout.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -235,123 +235,6 @@ TEST(FocusWgmmaLayout, MovmatrixTransposeFeedsB) {
         const Rc b = ptx_b(x, h, lane);                       // k = key 8 x + .., n = query
         EXPECT_EQ(b.row - 8 * x, 2 * (lane % 4) + h);
         EXPECT_EQ(after, m[b.row - 8 * x][b.col]);
-      }
-    }
-  }
-}
-
-// One warp's dg products on one chunk as the dg pass computes them (focus_wgmma_dg.cu): the
-// chunk's dA^T (16 keys x 16 queries, C fragments) packed as the A operand against G_q read by
-// ldmatrix.trans (dg_key), and G_k^T by ldmatrix.trans against the movmatrix-transposed dA^T
-// (dg_query), split hi + lo; against the direct sums.
-TEST(FocusWgmmaLayout, DgChunkProductsMatchDirect) {
-  for (int K : {3, 16, 29}) {
-    const int KP = padded_groups(K), ld = g_ld(KP);
-    std::mt19937 rng(static_cast<uint32_t>(K));
-    std::uniform_real_distribution<float> ud(-1.f, 1.f), pos(0.01f, 1.f);
-    std::vector<float> M(16 * 16), gq(size_t(16) * K), gk(size_t(16) * K);
-    for (float& x : M) x = ud(rng);
-    for (float& x : gq) x = pos(rng);
-    for (float& x : gk) x = pos(rng);
-    const GTile tq = split_rows(gq, 0, 16, K, 16), tk = split_rows(gk, 0, 16, K, 16);
-    // The thread's dA values: da[n][c] = M[key][query] at the C coordinate of tile n.
-    float da[kLanes][2][4];
-    for (int t = 0; t < kLanes; ++t)
-      for (int n = 0; n < 2; ++n)
-        for (int c = 0; c < 4; ++c) {
-          const Rc cc = ptx_c(c, t);
-          da[t][n][c] = M[size_t(cc.row * 16 + 8 * n + cc.col)];
-        }
-    auto hi = [](float x) { return bf16_round(x); };
-    auto lo = [](float x) { return bf16_round(x - bf16_round(x)); };
-    // dg_key (16 keys x KP groups).
-    std::vector<double> dgk(size_t(16) * KP, 0.0);
-    float ah[kLanes][4][2], al[kLanes][4][2];
-    for (int t = 0; t < kLanes; ++t)
-      for (int x = 0; x < 4; ++x)
-        for (int h = 0; h < 2; ++h) {
-          const float v = da[t][a_pack_tile(x)][a_pack_value(x, h)];
-          ah[t][x][h] = hi(v);
-          al[t][x][h] = lo(v);
-        }
-    for (int nb = 0; nb < KP / 16; ++nb) {
-      int off[kLanes];
-      for (int l = 0; l < kLanes; ++l) off[l] = ldsm_t_b_offset(0, 16 * nb, l, ld);
-      float bh[kLanes][4][2], bl[kLanes][4][2];
-      emulate_ldsm_t(bh, tq.tile, off);
-      int offl[kLanes];
-      for (int l = 0; l < kLanes; ++l) offl[l] = off[l] + KP;
-      emulate_ldsm_t(bl, tq.tile, offl);
-      for (int tt = 0; tt < 2; ++tt) {
-        float c[kLanes][4] = {};
-        float b_hh[kLanes][2][2], b_ll[kLanes][2][2];
-        for (int l = 0; l < kLanes; ++l)
-          for (int x = 0; x < 2; ++x)
-            for (int h = 0; h < 2; ++h) {
-              b_hh[l][x][h] = bh[l][2 * tt + x][h];
-              b_ll[l][x][h] = bl[l][2 * tt + x][h];
-            }
-        emulate_mma(c, ah, b_hh);
-        emulate_mma(c, ah, b_ll);
-        emulate_mma(c, al, b_hh);
-        for (int l = 0; l < kLanes; ++l)
-          for (int v = 0; v < 4; ++v) {
-            const Rc cc = ptx_c(v, l);
-            dgk[size_t(cc.row * KP + 16 * nb + 8 * tt + cc.col)] += c[l][v];
-          }
-      }
-    }
-    // dg_query (16 queries x KP groups).
-    std::vector<double> dgq(size_t(16) * KP, 0.0);
-    for (int mt = 0; mt < KP / 16; ++mt) {
-      int off[kLanes], offl[kLanes];
-      for (int l = 0; l < kLanes; ++l) {
-        off[l] = ldsm_t_a_offset(0, 16 * mt, l, ld);
-        offl[l] = off[l] + KP;
-      }
-      float gth[kLanes][4][2], gtl[kLanes][4][2];
-      emulate_ldsm_t(gth, tk.tile, off);
-      emulate_ldsm_t(gtl, tk.tile, offl);
-      for (int n = 0; n < 2; ++n) {
-        float bh[kLanes][2][2], bl[kLanes][2][2];
-        for (int x = 0; x < 2; ++x) {
-          float in_h[kLanes][2], in_l[kLanes][2], out_h[kLanes][2], out_l[kLanes][2];
-          for (int l = 0; l < kLanes; ++l)
-            for (int h = 0; h < 2; ++h) {
-              in_h[l][h] = hi(da[l][n][2 * x + h]);
-              in_l[l][h] = lo(da[l][n][2 * x + h]);
-            }
-          emulate_movmatrix(out_h, in_h);
-          emulate_movmatrix(out_l, in_l);
-          for (int l = 0; l < kLanes; ++l)
-            for (int h = 0; h < 2; ++h) {
-              bh[l][x][h] = out_h[l][h];
-              bl[l][x][h] = out_l[l][h];
-            }
-        }
-        float c[kLanes][4] = {};
-        emulate_mma(c, gth, bh);
-        emulate_mma(c, gth, bl);
-        emulate_mma(c, gtl, bh);
-        for (int l = 0; l < kLanes; ++l)
-          for (int v = 0; v < 4; ++v) {
-            const Rc cc = ptx_c(v, l);  // row = group, col = query
-            dgq[size_t((8 * n + cc.col) * KP + 16 * mt + cc.row)] += c[l][v];
-          }
-      }
-    }
-    for (int i = 0; i < 16; ++i) {
-      for (int c = 0; c < KP; ++c) {
-        double want_k = 0, want_q = 0, scale = 0;
-        for (int j = 0; j < 16; ++j) {
-          if (c < K) {
-            want_k += double(M[size_t(i * 16 + j)]) * gq[size_t(j) * K + c];
-            want_q += double(M[size_t(j * 16 + i)]) * gk[size_t(j) * K + c];
-          }
-          scale += std::fabs(M[size_t(i * 16 + j)]) + std::fabs(M[size_t(j * 16 + i)]);
-        }
-        EXPECT_NEAR(dgk[size_t(i * KP + c)], want_k, 3e-5 * scale) << "K " << K << " key " << i;
-        EXPECT_NEAR(dgq[size_t(i * KP + c)], want_q, 3e-5 * scale) << "K " << K << " query " << i;
       }
     }
   }
