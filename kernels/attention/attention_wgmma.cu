@@ -61,6 +61,7 @@
 
 #include "kernels/attention/attention_wgmma.cuh"
 #include "kernels/attention/wgmma_common.cuh"
+#include "kernels/attention/wgmma_softmax.cuh"
 #include "kernels/common/device.cuh"
 
 namespace attnlab {
@@ -87,11 +88,7 @@ constexpr int kMinBlocks = D == 64 ? 2 : 1;
 #if ATTN_WGMMA_DEVICE
 
 // ---- the steps of one key tile, for one warpgroup ----------------------------------------------
-// Per-thread state of a warpgroup: accumulator fragments (wgmma D layout, per warp the m16n8 C
-// layout repeated along N): element 4j + c is row row0 + 8 (c >> 1), column 8j + 2 tig + (c & 1).
-struct RowState {
-  float max[2], sum[2];  // per row (row0, row0 + 8): running max (scaled log2), partial sum
-};
+// (RowState, online_softmax, rescale, issue_pv: wgmma_softmax.cuh.)
 
 // Epilogue of a warpgroup: o / l in bf16 and lse = (max + log2 l) ln 2 for this thread's rows
 // row0 and row0 + 8 (rows < T only); the row sums are completed over the 4 threads of a row.
@@ -116,21 +113,6 @@ __device__ __forceinline__ void store_o_lse(const float (&o)[D / 2], const RowSt
     }
     if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (st.max[r] + log2f(l)) * kLn2;
   }
-}
-
-// Issues O += P V as one wgmma group (not waited): kBlockN / 16 k-steps of 16 keys = 2 groups
-// of 8 rows (SBO = 1024) starting 16 x 128 B apart; N = D spans D / 64 column blocks kBlockN x
-// 128 B apart (LBO).
-template <int D>
-__device__ __forceinline__ void issue_pv(float (&o)[D / 2], uint32_t (&pa)[kBlockN / 16][4],
-                                         uint32_t v_tile) {
-  fence_regs(o);
-  fence_regs(pa);
-  wgmma_fence();
-  const uint64_t b0 = smem_desc(v_tile, kBlockN * 128, 1024);
-#pragma unroll
-  for (int kk = 0; kk < kBlockN / 16; ++kk) wgmma_rs<D>(o, pa[kk], desc_add(b0, kk * 16 * 128));
-  wgmma_commit();
 }
 
 // Masks (where needed), then the online-softmax update of scores s of keys k0 .. k0 + kBlockN - 1:
@@ -158,41 +140,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBlockN / 2], RowState& 
       }
     }
   }
-  // Raw scores; the scale is folded into the exponent (exact for the max because scale > 0).
-  // The max is kept in the scaled log2 domain; 4 threads (tig) share a row.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
-      mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(st.max[r], mx * sl2);
-    const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with no visible key yet
-    corr[r] = exp2_ftz(st.max[r] - m_use);
-    st.max[r] = m_new;
-    float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
-      s[4 * j + 2 * r] = exp2_ftz(fmaf(s[4 * j + 2 * r], sl2, -m_use));
-      s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], sl2, -m_use));
-      sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
-    }
-    st.sum[r] = st.sum[r] * corr[r] + sum;
-  }
-}
-
-template <int D>
-__device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&corr)[2]) {
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j) {
-    o[4 * j + 0] *= corr[0];
-    o[4 * j + 1] *= corr[0];
-    o[4 * j + 2] *= corr[1];
-    o[4 * j + 3] *= corr[1];
-  }
+  online_softmax<kBlockN>(s, st, corr, sl2);
 }
 
 #endif  // ATTN_WGMMA_DEVICE
@@ -276,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     softmax_tile(s, st, corr, p, k0, wq0, row0, tig, sl2);
     rescale<D>(o, corr);
     acc_to_a<kBlockN>(pa, s);
-    issue_pv<D>(o, pa, sV + buf * kKVBytes);
+    issue_pv<D, kBlockN>(o, pa, sV + buf * kKVBytes);
     wgmma_wait<0>();
     fence_regs(o);
     fence_regs(pa);
@@ -432,7 +380,7 @@ __global__ void __launch_bounds__(kPingpongThreads, 1)
     wait_full(full_v, i - 1);
     turn_begin();
     issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK + (i & 1) * kKVBytes);
-    issue_pv<D>(o, pa, sV + ((i - 1) & 1) * kKVBytes);  // P and V of tile nb - 1
+    issue_pv<D, kBlockN>(o, pa, sV + ((i - 1) & 1) * kKVBytes);  // P and V of tile nb - 1
     turn_end();
     wgmma_wait<1>();  // S done; P V may still run
     fence_regs(s);
@@ -454,7 +402,7 @@ __global__ void __launch_bounds__(kPingpongThreads, 1)
     const int i = n_end - 1 - n_begin;
     wait_full(full_v, i);
     turn_begin();
-    issue_pv<D>(o, pa, sV + (i & 1) * kKVBytes);
+    issue_pv<D, kBlockN>(o, pa, sV + (i & 1) * kKVBytes);
     turn_end();
     wgmma_wait<0>();
     fence_regs(o);

@@ -57,6 +57,9 @@ struct FocusHardAttnParams {
   const uint64_t* masks = nullptr;
   float* part_o = nullptr;    // top_k > 1 only
   float* part_lse = nullptr;  // top_k > 1 only
+  // The wgmma kernel, top_k = 1: workspace [B, T, q_row_stride] bf16 for the group-sorted copy
+  // of the packed qkv rows; when set, the group pass runs on it (launch_focus_hard_sorted_group).
+  bf16* sorted = nullptr;
   int64_t q_batch_stride = 0, q_row_stride = 0;
   int64_t kv_batch_stride = 0, kv_row_stride = 0;
   int64_t o_batch_stride = 0, o_row_stride = 0;
@@ -89,5 +92,11 @@ constexpr int kFocusHardWgmmaRows = 128;
 // device is compute capability 9.0 and D is 64 or 128.
 bool focus_hard_wgmma_supported(int D);
 void launch_focus_hard_wgmma(const FocusHardAttnParams& p, Stream s);
+// The wgmma kernel's group pass for top_k = 1 when p.sorted is set (focus_hard_sorted.cu, sm_90a):
+// the packed qkv rows (q at the start of each q_row_stride row, k and v in it) copied in list
+// order into p.sorted, then dense causal attention inside each group's segment of that order (the
+// pairs sharing a group) by the dense wgmma forward's schedule on TMA tiles; writes the partials
+// that the band pass merges. Called by launch_focus_hard_wgmma.
+void launch_focus_hard_sorted_group(const FocusHardAttnParams& p, Stream s);
 
 }  // namespace attnlab

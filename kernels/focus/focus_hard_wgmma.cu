@@ -34,6 +34,7 @@
 
 #include "core/cuda_check.h"
 #include "kernels/attention/wgmma_common.cuh"
+#include "kernels/attention/wgmma_softmax.cuh"
 #include "kernels/common/device.cuh"
 #include "kernels/focus/focus_hard.cuh"
 #include "kernels/focus/focus_hard_walk.h"
@@ -90,18 +91,6 @@ __device__ __forceinline__ void gather_rows(uint32_t s, const bf16* g, int64_t s
     cp_async16(s + swizzled_offset<ROWS>(r, c), g + int64_t(j < 0 ? 0 : j) * stride + c * 8,
                j >= 0);
   }
-}
-
-template <int D, int BN>
-__device__ __forceinline__ void issue_pv(float (&o)[D / 2], uint32_t (&pa)[BN / 16][4],
-                                         uint32_t v_tile) {
-  fence_regs(o);
-  fence_regs(pa);
-  wgmma_fence();
-  const uint64_t b0 = smem_desc(v_tile, BN * 128, 1024);
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs<D>(o, pa[kk], desc_add(b0, kk * 16 * 128));
-  wgmma_commit();
 }
 
 #endif  // ATTN_WGMMA_DEVICE
@@ -216,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
   fence_regs(o);
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  RowState st = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
   const float sl2 = p.scale * kLog2e;
   const uint32_t q_rows = sQ + wrow * 128;
   const int rrow = wrow + 16 * warp + g;  // this thread's rows: rrow and rrow + 8
@@ -263,34 +252,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
       }
     }
     float corr[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int jj = 0; jj < BN / 8; ++jj)
-        mx = fmaxf(mx, fmaxf(s[4 * jj + 2 * r], s[4 * jj + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(row_max[r], mx * sl2);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet
-      corr[r] = exp2_ftz(row_max[r] - m_use);
-      row_max[r] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int jj = 0; jj < BN / 8; ++jj) {
-        s[4 * jj + 2 * r] = exp2_ftz(fmaf(s[4 * jj + 2 * r], sl2, -m_use));
-        s[4 * jj + 2 * r + 1] = exp2_ftz(fmaf(s[4 * jj + 2 * r + 1], sl2, -m_use));
-        sum += s[4 * jj + 2 * r] + s[4 * jj + 2 * r + 1];
-      }
-      row_sum[r] = row_sum[r] * corr[r] + sum;
-    }
-#pragma unroll
-    for (int jj = 0; jj < D / 8; ++jj) {
-      o[4 * jj + 0] *= corr[0];
-      o[4 * jj + 1] *= corr[0];
-      o[4 * jj + 2] *= corr[1];
-      o[4 * jj + 3] *= corr[1];
-    }
+    online_softmax<BN>(s, st, corr, sl2);
+    rescale<D>(o, corr);
     acc_to_a<BN>(pa, s);
     issue_pv<D, BN>(o, pa, sV + buf * kKVBytes);
     wgmma_wait<0>();
@@ -301,12 +264,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   // Epilogue, per row of this thread (row sums completed over the 4 threads of a row).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float l = row_sum[r];
+    float l = st.sum[r];
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const int row = rrow + 8 * r, i = m.qpos[row];
     if (i < 0) continue;
-    const float lse = l > 0.f ? (row_max[r] + log2f(l)) * kLn2 : -INFINITY;
+    const float lse = l > 0.f ? (st.max[r] + log2f(l)) * kLn2 : -INFINITY;
     const int64_t bt = int64_t(b) * T + i;
     if constexpr (!kLocal) {
       const float inv = l > 0.f ? 1.f / l : 0.f;
@@ -393,7 +356,11 @@ void run(const FocusHardAttnParams& p, cudaStream_t st) {
   const int64_t max_tiles = focus_hard_max_tiles(p.T, p.K, p.top_k, kBM);
   ATTN_REQUIRE(max_tiles <= INT32_MAX, "focus_hard: %lld query tiles exceed the grid",
                (long long)max_tiles);
-  launch<D, false>(p, st, unsigned(max_tiles));
+  if (p.sorted != nullptr) {
+    launch_focus_hard_sorted_group(p, st);
+  } else {
+    launch<D, false>(p, st, unsigned(max_tiles));
+  }
   launch<D, true>(p, st, unsigned((p.T + kBM - 1) / kBM));
 }
 

@@ -7,14 +7,15 @@
 // nearby tokens share groups.
 // Columns: dense_ms, hard_ms (index lists + attention + merge, as focus_attention_fwd runs it: the
 // wgmma kernel's split schedule where available, else the mma kernel with 64 queries per block),
-// speed-up dense/hard; mma_ms the mma kernel (64 queries per block) forced, and its speed-up;
-// hard128_ms the mma kernel with 128 queries per block (two m-tiles per warp,
-// focus_hard_attention_fwd's tile_rows = 128; D = 64 only, else 0) and its speed-up; index_ms
+// speed-up dense/hard (top_k 1: the group pass on the group-sorted copy of qkv); mma_ms the mma
+// kernel (64 queries per block) forced, and its speed-up (0 with --no-mma); list_ms the wgmma
+// kernel with its group pass on rows gathered per tile (FocusHardKernel::wgmma; 0 where the
+// wgmma kernel is unavailable), and its speed-up; index_ms
 // (the counting sort alone); route_ms (Sinkhorn + top-k); route% = (route + index) / (route +
 // hard), the routing overhead's share of the layer's attention; top = share of the tokens in the
 // largest group (slot 0).
 // Usage: bench_focus_hard [--T=1024,4096,...] [--K=4,8] [--top_k=1,2] [--D=64,128] [--H=n]
-//                         [--groups=balanced,realistic] [--reps=N] [--csv=path]
+//                         [--groups=balanced,realistic] [--reps=N] [--no-mma] [--csv=path]
 // Defaults: T 1K 4K 16K 64K 256K 1M, K 4 8, top_k 1 2, D 64 128, H 12 at D 64 and 8 at D 128
 // (--H sets every D's), both group kinds, reps 5 (2 at T >= 256K).
 #include <cuda_runtime.h>
@@ -73,6 +74,7 @@ int main(int argc, char** argv) {
                    Ds = {64, 128};
   std::vector<bool> kinds = {false, true};  // realistic?
   int reps_opt = 0, heads_opt = 0;
+  bool run_mma = true;
   const char* csv_path = nullptr;
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
@@ -105,12 +107,14 @@ int main(int argc, char** argv) {
                      v.c_str());
         return 2;
       }
+    } else if (std::strcmp(a, "--no-mma") == 0) {
+      run_mma = false;
     } else if (std::strncmp(a, "--csv=", 6) == 0) {
       csv_path = a + 6;
     } else {
       std::fprintf(stderr,
                    "%s: unknown option %s (valid: --T=, --K=, --top_k=, --D=, --H=, --groups=, "
-                   "--reps=, --csv=)\n",
+                   "--reps=, --no-mma, --csv=)\n",
                    prog, a);
       return 2;
     }
@@ -135,11 +139,11 @@ int main(int argc, char** argv) {
   }
   if (csv)
     std::fprintf(csv,
-                 "D,H,T,K,top_k,groups,dense_ms,hard_ms,speedup,mma_ms,speedup_mma,hard128_ms,"
-                 "speedup128,index_ms,route_ms,route_share,top_group_share\n");
+                 "D,H,T,K,top_k,groups,dense_ms,hard_ms,speedup,mma_ms,speedup_mma,list_ms,"
+                 "speedup_list,index_ms,route_ms,route_share,top_group_share\n");
   std::printf("%4s %3s %8s %2s %5s %9s | %10s %10s %7s %10s %7s %10s %7s | %9s %9s %6s %5s\n", "D",
               "H", "T", "K", "top_k", "groups", "dense ms", "hard ms", "x dense", "mma ms",
-              "x dense", "hard128 ms", "x dense", "index ms", "route ms", "route%", "top");
+              "x dense", "list ms", "x dense", "index ms", "route ms", "route%", "top");
   const int w = 128, B = 1, N = 10;
   for (int D : Ds) {
     const int H = heads_opt > 0 ? heads_opt : D == 64 ? 12 : 8;
@@ -186,13 +190,14 @@ int main(int argc, char** argv) {
               ops::focus_hard_attention_fwd(*ctx, to, tl, tq, l, tgr, K, w, 64,
                                             ops::FocusHardKernel::mma);
             };
-            const double mma_ms = time_ms(*ctx, hard_mma, reps, warm);
-            // 128 queries per block: head dim 64 only (0 printed for 128).
-            auto hard128 = [&] {
-              ops::focus_hard_attention_fwd(*ctx, to, tl, tq, l, tgr, K, w, 128,
-                                            ops::FocusHardKernel::mma);
+            const double mma_ms = run_mma ? time_ms(*ctx, hard_mma, reps, warm) : 0.0;
+            // The wgmma kernel with the group pass on rows gathered per tile.
+            auto hard_list = [&] {
+              ops::focus_hard_attention_fwd(*ctx, to, tl, tq, l, tgr, K, w, 0,
+                                            ops::FocusHardKernel::wgmma);
             };
-            const double hard128_ms = D != 64 ? 0.0 : time_ms(*ctx, hard128, reps, warm);
+            const double list_ms =
+                ops::focus_hard_wgmma_available(D) ? time_ms(*ctx, hard_list, reps, warm) : 0.0;
             Buffer list(Device::cuda, size_t(T) * tk * 4), offs(Device::cuda, (K + 1) * 4),
                 toff(Device::cuda, (K + 1) * 4), masks(Device::cuda, size_t(T) * 8);
             const double index_ms = time_ms(
@@ -216,17 +221,16 @@ int main(int argc, char** argv) {
                 "%4d %3d %8d %2d %5d %9s | %10.3f %10.3f %7.2f %10.3f %7.2f %10.3f %7.2f | %9.3f "
                 "%9.3f %5.1f%% %5.2f\n",
                 D, H, T, K, tk, kind, dense_ms, hard_ms, dense_ms / hard_ms, mma_ms,
-                dense_ms / mma_ms, hard128_ms, hard128_ms > 0 ? dense_ms / hard128_ms : 0.0,
-                index_ms, route_ms, 100 * share, top);
+                mma_ms > 0 ? dense_ms / mma_ms : 0.0, list_ms,
+                list_ms > 0 ? dense_ms / list_ms : 0.0, index_ms, route_ms, 100 * share, top);
             std::fflush(stdout);
             if (csv)
               std::fprintf(csv,
                            "%d,%d,%d,%d,%d,%s,%.4f,%.4f,%.3f,%.4f,%.3f,%.4f,%.3f,%.4f,%.4f,%.4f,"
                            "%.4f\n",
                            D, H, T, K, tk, kind, dense_ms, hard_ms, dense_ms / hard_ms, mma_ms,
-                           dense_ms / mma_ms, hard128_ms,
-                           hard128_ms > 0 ? dense_ms / hard128_ms : 0.0, index_ms, route_ms, share,
-                           top);
+                           mma_ms > 0 ? dense_ms / mma_ms : 0.0, list_ms,
+                           list_ms > 0 ? dense_ms / list_ms : 0.0, index_ms, route_ms, share, top);
           }
         }
     }

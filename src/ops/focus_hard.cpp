@@ -108,12 +108,25 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   ATTN_REQUIRE(T * top_k < (int64_t(1) << 31), "%s: T x top_k must be < 2^31, got %lld", kOp,
                (long long)(T * top_k));
 
-  const bool wgmma = kernel == FocusHardKernel::wgmma || (kernel == FocusHardKernel::automatic &&
-                                                          focus_hard_wgmma_supported(l.head_dim));
+  ATTN_REQUIRE(kernel != FocusHardKernel::wgmma_sorted || top_k == 1,
+               "%s: the sorted group pass (wgmma_sorted) takes top_k 1 only, got top_k %lld", kOp,
+               (long long)top_k);
+  const bool forced_wgmma =
+      kernel == FocusHardKernel::wgmma || kernel == FocusHardKernel::wgmma_sorted;
+  const bool wgmma = forced_wgmma || (kernel == FocusHardKernel::automatic &&
+                                      focus_hard_wgmma_supported(l.head_dim));
   ATTN_REQUIRE(!wgmma || focus_hard_wgmma_supported(l.head_dim),
                "%s: the wgmma kernel needs a build with sm_90a code (CMAKE_CUDA_ARCHITECTURES "
                "containing 90) and a compute capability 9.0 device",
                kOp);
+  // The group pass on the group-sorted copy of qkv: top_k 1 (the pairs sharing a group are then
+  // causal runs of the sorted order); automatic from kSortedMinT tokens, below which the copy
+  // costs more than it saves (H200, 12 x 64: 0.099 against 0.094 ms at T 4K, 0.337 against
+  // 0.426 at 16K; docs/performance_variants.md).
+  constexpr int64_t kSortedMinT = 8192;
+  const bool sorted = wgmma && top_k == 1 &&
+                      (kernel == FocusHardKernel::wgmma_sorted ||
+                       (kernel == FocusHardKernel::automatic && T >= kSortedMinT));
   const int rows = wgmma ? kFocusHardWgmmaRows : tile_rows;
 
   // One stream-ordered workspace (one allocation per call): the index lists, then the group
@@ -130,7 +143,7 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   const size_t o_counts = carve(B * K * n_chunks, 4), o_offs = carve(B * (K + 1), 4),
                o_toffs = carve(B * (K + 1), 4), o_list = carve(B * T * top_k, 4),
                o_masks = carve(B * T, 8), o_part_o = carve(n_part * l.head_dim, 4),
-               o_part_lse = carve(n_part, 4);
+               o_part_lse = carve(n_part, 4), o_sorted = carve(sorted ? B * T * l.width() : 0, 2);
   const StreamScratch work(at, ctx.stream);
   char* base_ws = work.as<char>();
 
@@ -159,6 +172,7 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   p.masks = ip.masks;
   p.part_o = partials ? reinterpret_cast<float*>(base_ws + o_part_o) : nullptr;
   p.part_lse = partials ? reinterpret_cast<float*>(base_ws + o_part_lse) : nullptr;
+  p.sorted = sorted ? reinterpret_cast<bf16*>(base_ws + o_sorted) : nullptr;
   p.q_batch_stride = p.kv_batch_stride = T * l.width();
   p.q_row_stride = p.kv_row_stride = l.width();
   p.o_batch_stride = T * l.q_width();

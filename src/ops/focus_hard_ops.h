@@ -11,9 +11,12 @@ namespace attnlab::ops {
 
 // Which kernel focus_hard_attention_fwd runs (kernels/focus/focus_hard.cuh): automatic = the
 // Hopper wgmma kernel (split schedule, focus_hard_wgmma.cu) where this build and device support
-// it, else the mma.sync kernel (focus_hard_fwd.cu, one walk per query tile); mma / wgmma force
-// one (wgmma where unsupported is an error).
-enum class FocusHardKernel { automatic, mma, wgmma };
+// it, with its group pass on the group-sorted copy of qkv for top_k = 1 from T = 8192 on
+// (wgmma_sorted, focus_hard_sorted.cu) and on rows gathered per tile otherwise (wgmma); else the
+// mma.sync kernel
+// (focus_hard_fwd.cu, one walk per query tile). mma / wgmma / wgmma_sorted force one (a wgmma
+// kernel where unsupported, or wgmma_sorted with top_k > 1, is an error).
+enum class FocusHardKernel { automatic, mma, wgmma, wgmma_sorted };
 
 // True when the build holds the wgmma kernel's sm_90a code and the current device runs it (compute
 // capability 9.0), for head dim 64 or 128.
@@ -40,7 +43,7 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 // tile_rows: queries per block of the mma kernel, 64 (one m-tile per warp) or 128 (two; head dim
 // 64 only); 0 = the default (64); checked for every kernel, used by the mma kernel only (the wgmma
 // kernel's blocks are 128 queries). The wgmma kernel also takes B T top_k n_head (D + 1) floats
-// of partials for every top_k.
+// of partials for every top_k, and with the sorted group pass a copy of qkv (B T width bf16).
 void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
                               const Tensor& qkv, const QKVLayout& layout, const Tensor& groups,
                               int K, int local_window, int tile_rows = 0,

@@ -127,7 +127,8 @@ void run_case(const Case& c) {
   EXPECT_LT(test::report("focus hard lse", test::max_rel_error(gl.download(), lse)),
             std::max(1e-4, 2 * e_plain_lse));
   // Each kernel called directly (focus_attention_fwd above runs the automatic choice): the mma
-  // kernel with 64 and (head dim 64) 128 queries per block, and the wgmma kernel where available.
+  // kernel with 64 and (head dim 64) 128 queries per block, and the wgmma kernel where available
+  // with its group pass on rows gathered per tile and (top_k 1) on the group-sorted copy.
   struct Variant {
     const char* name;
     int rows;
@@ -135,10 +136,12 @@ void run_case(const Case& c) {
   };
   const Variant variants[] = {{"mma 64 rows", 64, ops::FocusHardKernel::mma},
                               {"mma 128 rows", 128, ops::FocusHardKernel::mma},
-                              {"wgmma", 0, ops::FocusHardKernel::wgmma}};
+                              {"wgmma", 0, ops::FocusHardKernel::wgmma},
+                              {"wgmma sorted", 0, ops::FocusHardKernel::wgmma_sorted}};
   for (const Variant& v : variants) {
     if (v.rows == 128 && c.D != 64) continue;
-    if (v.kernel == ops::FocusHardKernel::wgmma && !ops::focus_hard_wgmma_available(c.D)) continue;
+    if (v.kernel != ops::FocusHardKernel::mma && !ops::focus_hard_wgmma_available(c.D)) continue;
+    if (v.kernel == ops::FocusHardKernel::wgmma_sorted && c.top_k != 1) continue;
     SCOPED_TRACE(v.name);
     go.poison();
     gl.poison();
@@ -232,11 +235,14 @@ TEST(FocusHardCuda, AllPairsEqualDenseAttention) {
         EXPECT_LT(
             test::report("focus hard (all pairs) lse", test::max_rel_error(gl.download(), lse)),
             1e-4);
-        for (ops::FocusHardKernel kernel :
-             {ops::FocusHardKernel::mma, ops::FocusHardKernel::wgmma}) {
+        for (ops::FocusHardKernel kernel : {ops::FocusHardKernel::mma, ops::FocusHardKernel::wgmma,
+                                            ops::FocusHardKernel::wgmma_sorted}) {
           const bool mma = kernel == ops::FocusHardKernel::mma;
           if (mma ? D != 64 : !ops::focus_hard_wgmma_available(D)) continue;
-          SCOPED_TRACE(mma ? "mma 128 rows" : "wgmma");
+          if (kernel == ops::FocusHardKernel::wgmma_sorted && top_k != 1) continue;
+          SCOPED_TRACE(mma                                     ? "mma 128 rows"
+                       : kernel == ops::FocusHardKernel::wgmma ? "wgmma"
+                                                               : "wgmma sorted");
           go.poison();
           ops::focus_hard_attention_fwd(*gpu, dev(go, os), dev(gl, ls), dev(gq, qs), l,
                                         dev(ggr, grs), K, gate.local_window, mma ? 128 : 0, kernel);
@@ -357,6 +363,13 @@ TEST(FocusHard, RejectsBadArguments) {
                                       dev(dgr, {2, 3, 2}), 8, 128, 128);
       },
       {"tile_rows 128 needs head dim 64", "128"});
+  test::expect_error(
+      [&] {
+        ops::focus_hard_attention_fwd(*gpu, dev(dout, {2, 3, 64}), dev(dl, {2, 1, 3}),
+                                      dev(dq, {2, 3, 192}), l, dev(dgr, {2, 3, 2}), 8, 128, 0,
+                                      ops::FocusHardKernel::wgmma_sorted);
+      },
+      {"sorted group pass (wgmma_sorted) takes top_k 1 only", "2"});
   if (!ops::focus_hard_wgmma_available(64)) {
     test::expect_error(
         [&] {
