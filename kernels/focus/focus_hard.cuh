@@ -88,6 +88,8 @@ void launch_focus_hard_fwd(const FocusHardAttnParams& p, Stream s);
 // merges the token's partials by log-sum-exp and writes o and lse. Same rows and limits as
 // launch_focus_hard_fwd.
 constexpr int kFocusHardWgmmaRows = 128;
+// Keys per tile of the passes on TMA tiles (focus_hard_sorted.cu, focus_hard_band.cu).
+constexpr int kFocusHardTmaKeys = 128;
 // True when this build holds the sm_90a code (CMake: architectures containing 90), the current
 // device is compute capability 9.0 and D is 64 or 128.
 bool focus_hard_wgmma_supported(int D);
@@ -98,5 +100,9 @@ void launch_focus_hard_wgmma(const FocusHardAttnParams& p, Stream s);
 // pairs sharing a group) by the dense wgmma forward's schedule on TMA tiles; writes the partials
 // that the band pass merges. Called by launch_focus_hard_wgmma.
 void launch_focus_hard_sorted_group(const FocusHardAttnParams& p, Stream s);
+// The wgmma kernel's band pass (focus_hard_band.cu, sm_90a), after either group pass: the local
+// band in token order on TMA tiles (pairs sharing no group), merged with the group partials by
+// log-sum-exp into o and lse. Called by launch_focus_hard_wgmma.
+void launch_focus_hard_band(const FocusHardAttnParams& p, Stream s);
 
 }  // namespace attnlab

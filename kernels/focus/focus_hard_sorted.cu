@@ -25,34 +25,23 @@
 
 #include "core/cuda_check.h"
 #include "kernels/attention/wgmma_common.cuh"
-#include "kernels/attention/wgmma_softmax.cuh"
 #include "kernels/common/device.cuh"
 #include "kernels/focus/focus_hard.cuh"
+#include "kernels/focus/focus_hard_tma.cuh"
+#include "kernels/focus/focus_hard_walk.h"
 
 namespace attnlab {
 namespace {
 
 using namespace wgmma;
+using namespace focus_hard;
 
-constexpr int kWarpgroups = 2;
-constexpr int kThreads = 128 * kWarpgroups;
-constexpr int kBM = 64 * kWarpgroups;  // queries (sorted entries) per block
-constexpr int kBN = 128;               // keys per tile, as the dense kernel's
-// Two blocks per SM at D = 64 (81 KiB of shared memory each, <= 128 registers), one at D = 128.
-template <int D>
-constexpr int kMinBlocks = D == 64 ? 2 : 1;
 constexpr int kGatherRows = 16;  // rows per block of the gather
-
-template <int D>
-constexpr size_t smem_bytes() {
-  return size_t(tile_bytes(kBM, D)) + 4 * size_t(tile_bytes(kBN, D)) + 1024 + 2 * 8;
-}
 
 // Row e of `sorted` = the qkv row of token list[b][e] (e < the row's entries), else zeros.
 __global__ void gather_kernel(const bf16* __restrict__ src, int64_t batch_stride, int width,
-                              const int32_t* __restrict__ list,
-                              const int32_t* __restrict__ offsets, int T, int K,
-                              bf16* __restrict__ sorted) {
+                              const int32_t* __restrict__ list, const int32_t* __restrict__ offsets,
+                              int T, int K, bf16* __restrict__ sorted) {
 #if ATTN_WGMMA_DEVICE
   const int b = blockIdx.y, chunks = width / 8;
   const int n = offsets[int64_t(b) * (K + 1) + K];
@@ -74,28 +63,27 @@ __global__ void gather_kernel(const bf16* __restrict__ src, int64_t batch_stride
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
-    sorted_group_kernel(const FocusHardAttnParams p, const bf16* sq,
-                        const __grid_constant__ CUtensorMap tm_k,
+__global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
+    sorted_group_kernel(const FocusHardAttnParams p, const __grid_constant__ CUtensorMap tm_k,
                         const __grid_constant__ CUtensorMap tm_v) {
 #if ATTN_WGMMA_DEVICE
-  constexpr uint32_t kQBytes = tile_bytes(kBM, D), kKVBytes = tile_bytes(kBN, D);
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const uint32_t sQ = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
-  const uint32_t sK = sQ + kQBytes, sV = sK + 2 * kKVBytes, full = sV + 2 * kKVBytes;
+  const HardTmaSmem sm(static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)), D);
   __shared__ int offs[kFocusHardMaxGroups + 1];
 
   const int b = blockIdx.z, h = blockIdx.y, T = p.T, K = p.K;
   const int hk = h / (p.n_head / p.n_kv_head);
-  for (int i = threadIdx.x; i <= K; i += kThreads) offs[i] = p.offsets[int64_t(b) * (K + 1) + i];
+  for (int i = threadIdx.x; i <= K; i += kHardTmaThreads) {
+    offs[i] = p.offsets[int64_t(b) * (K + 1) + i];
+  }
   if (threadIdx.x == 0) {
-    mbar_init(full, 1);
-    mbar_init(full + 8, 1);
+    mbar_init(sm.full, 1);
+    mbar_init(sm.full + 8, 1);
     fence_mbar_init();
   }
   __syncthreads();
-  const int n = offs[K];  // entries of row b
-  const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * kBM;  // the latest (longest) first
+  const int n = offs[K];                                                 // entries of row b
+  const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * kHardTmaRows;  // the longest first
   if (q0 >= n) return;
   // The first entry of entry e's group (e < n, so the scan stops: offs[K] = n > e).
   auto seg_lo = [&](int e) {
@@ -103,77 +91,44 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     while (offs[g + 1] <= e) ++g;
     return offs[g];
   };
-
   const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tig = lane & 3;
-  const int wq0 = q0 + 64 * wg;                   // first row of this warpgroup
-  const int wq_hi = min(wq0 + 63, n - 1);         // its last valid row (< wq0: none)
-  const int wg_lo = wq0 < n ? seg_lo(wq0) : 0;    // the lowest key any of its rows sees
+  const int wq0 = q0 + 64 * wg;                    // first row of this warpgroup
+  const int wq_hi = min(wq0 + 63, n - 1);          // its last valid row (< wq0: none)
+  const int wg_lo = wq0 < n ? seg_lo(wq0) : 0;     // the lowest key its rows see
   const int wg_cut = wq0 < n ? seg_lo(wq_hi) : 0;  // the highest lower bound of its rows
-  const int row0 = wq0 + 16 * warp + g;           // this thread's rows: row0 and row0 + 8
+  const int row0 = wq0 + 16 * warp + g;            // this thread's rows: row0 and row0 + 8
   int lo_row[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) lo_row[r] = row0 + 8 * r < n ? seg_lo(row0 + 8 * r) : INT_MAX;
+  int n_begin, n_end;
+  sorted_tiles(q0, kHardTmaRows, n, seg_lo(q0), kHardTmaKeys, &n_begin, &n_end);
 
-  const int n_begin = seg_lo(q0) / kBN, n_end = (min(q0 + kBM, n) - 1) / kBN + 1;
   const int64_t ld = p.q_row_stride, batch = int64_t(T) * ld;
-
-  float o[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-  fence_regs(o);
-  RowState st = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
-  const float sl2 = p.scale * kLog2e;
-  const uint32_t q_rows = sQ + wg * 64 * 128;
-  float s[kBN / 2], corr[2];
-  uint32_t pa[kBN / 16][4];
-
-  auto load_kv = [&](int nb, int stage) {
-    const uint32_t bar = full + 8 * stage;
-    mbar_arrive_expect_tx(bar, 2 * kKVBytes);
-#pragma unroll
-    for (int c = 0; c < D / 64; ++c) {
-      tma_load_3d(sK + stage * kKVBytes + c * kBN * 128, &tm_k, bar, hk * D + 64 * c, nb * kBN, b);
-      tma_load_3d(sV + stage * kKVBytes + c * kBN * 128, &tm_v, bar, hk * D + 64 * c, nb * kBN, b);
-    }
-  };
-  load_tile<kBM, D, kThreads>(sQ, sq + b * batch + h * D, ld, q0, n);
+  load_tile<kHardTmaRows, D, kHardTmaThreads>(sm.q, p.sorted + b * batch + h * D, ld, q0, n);
   cp_async_commit();
-  if (threadIdx.x == 0) load_kv(n_begin, 0);
-  for (int nb = n_begin; nb < n_end; ++nb) {
-    const int buf = (nb - n_begin) & 1;
-    tiles_ready();  // Q (first tile); the other stage free
-    if (threadIdx.x == 0 && nb + 1 < n_end) load_kv(nb + 1, buf ^ 1);
-    mbar_wait(full + 8 * buf, uint32_t((nb - n_begin) >> 1) & 1u);
-    const int k0 = nb * kBN;
-    // Uniform per warpgroup: no row, keys all past its last row, or all before its rows' groups.
-    if (wq0 >= n || k0 > wq_hi || k0 + kBN - 1 < wg_lo) continue;
-    issue_abt<D, kBM, kBN>(s, q_rows, sK + buf * kKVBytes);
-    wgmma_wait<0>();
-    fence_regs(s);
-    if (k0 + kBN - 1 > wq0 || k0 < wg_cut) {  // the tile cuts some row's bounds
+  float o[D / 2];
+  RowState st;
+  hard_tma_mainloop<D>(
+      o, st, sm, &tm_k, &tm_v, b, hk, n_begin, n_end, p.scale * kLog2e, [](int, int) {},
+      [&](int k0) { return sorted_tile_visible(k0, kHardTmaKeys, wg_lo, wq0, wq_hi); },
+      [&](int k0) { return !sorted_tile_unmasked(k0, kHardTmaKeys, wq0, wg_cut); },
+      [&](float(&s)[kHardTmaKeys / 2], int k0, int) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        // Row e sees lo_row .. e; in this thread's columns key = k0 + 2 tig + (8 j + x).
-        const int base = k0 + 2 * tig, hi = row0 + 8 * r - base;
-        const int lo = lo_row[r] == INT_MAX ? INT_MAX : lo_row[r] - base;
+        for (int r = 0; r < 2; ++r) {
+          // Row e takes lo_row .. e (sorted_take); in this thread's columns key = k0 + 2 tig +
+          // (8 j + x): one comparison of the compile-time offset 8 j + x against each bound.
+          const int base = k0 + 2 * tig, hi = row0 + 8 * r - base;
+          const int lo = lo_row[r] == INT_MAX ? INT_MAX : lo_row[r] - base;
 #pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
+          for (int j = 0; j < kHardTmaKeys / 8; ++j) {
 #pragma unroll
-          for (int x = 0; x < 2; ++x) {
-            if (8 * j + x > hi || 8 * j + x < lo) s[4 * j + 2 * r + x] = -INFINITY;
+            for (int x = 0; x < 2; ++x) {
+              if (8 * j + x > hi || 8 * j + x < lo) s[4 * j + 2 * r + x] = -INFINITY;
+            }
           }
         }
-      }
-    }
-    online_softmax<kBN>(s, st, corr, sl2);
-    rescale<D>(o, corr);
-    acc_to_a<kBN>(pa, s);
-    issue_pv<D, kBN>(o, pa, sV + buf * kKVBytes);
-    wgmma_wait<0>();
-    fence_regs(o);
-    fence_regs(pa);
-  }
+      });
 
   // Epilogue: the partial (o normalised, lse) of each valid row, at its token (top_k 1: slot 0).
 #pragma unroll
@@ -194,13 +149,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     if (tig == 0) p.part_lse[part] = l > 0.f ? (st.max[r] + log2f(l)) * kLn2 : -INFINITY;
   }
 #else
-  (void)p, (void)sq, (void)tm_k, (void)tm_v;
+  (void)p, (void)tm_k, (void)tm_v;
 #endif
 }
 
 template <int D>
 void launch_group(const FocusHardAttnParams& p, cudaStream_t st) {
-  constexpr size_t smem = smem_bytes<D>();
+  constexpr size_t smem = hard_tma_smem_bytes<D>();
   auto* kernel = sorted_group_kernel<D>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -209,18 +164,17 @@ void launch_group(const FocusHardAttnParams& p, cudaStream_t st) {
   const bf16* sk = p.sorted + (p.k - p.q);
   const bf16* sv = p.sorted + (p.v - p.q);
   const int kv_width = p.n_kv_head * D;
-  const CUtensorMap tm_k = tile_map(sk, kv_width, p.T, p.B, ld, batch, kBN),
-                    tm_v = tile_map(sv, kv_width, p.T, p.B, ld, batch, kBN);
-  const dim3 grid((p.T + kBM - 1) / kBM, p.n_head, p.B);
-  kernel<<<grid, kThreads, smem, st>>>(p, p.sorted, tm_k, tm_v);
+  const CUtensorMap tm_k = tile_map(sk, kv_width, p.T, p.B, ld, batch, kHardTmaKeys),
+                    tm_v = tile_map(sv, kv_width, p.T, p.B, ld, batch, kHardTmaKeys);
+  const dim3 grid((p.T + kHardTmaRows - 1) / kHardTmaRows, p.n_head, p.B);
+  kernel<<<grid, kHardTmaThreads, smem, st>>>(p, tm_k, tm_v);
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 void launch_focus_hard_sorted_group(const FocusHardAttnParams& p, Stream s) {
-  ATTN_ASSERT(p.top_k == 1 && p.sorted != nullptr && p.part_o != nullptr &&
-              p.part_lse != nullptr);
+  ATTN_ASSERT(p.top_k == 1 && p.sorted != nullptr && p.part_o != nullptr && p.part_lse != nullptr);
   ATTN_ASSERT(p.K >= 1 && p.K <= kFocusHardMaxGroups && (p.D == 64 || p.D == 128));
   // Packed rows: q, k and v columns of one row of stride q_row_stride, q at its start.
   const int64_t ld = p.q_row_stride;

@@ -89,4 +89,24 @@ ATTN_FOCUS_HD bool band_tile_visible(int k0, int bn, int lo, int hi, int w) {
   return lo <= hi && k0 <= hi && lo - (k0 + bn - 1) <= w;
 }
 
+// The sorted group pass of top_k 1 (focus_hard_sorted.cu), in the entries of the stable
+// group-sorted list (n of them): entry e takes entry j iff lo <= j <= e, lo the first entry of e's
+// group (the pairs sharing a group). A block of `rows` entries from q0 walks the key tiles (bn
+// entries each) [*begin, *end): from the tile of seg_lo(q0) to that of its last row.
+ATTN_FOCUS_HD bool sorted_take(int e, int j, int lo) { return j >= lo && j <= e; }
+ATTN_FOCUS_HD void sorted_tiles(int q0, int rows, int n, int seg_lo_q0, int bn, int* begin,
+                                int* end) {
+  *begin = seg_lo_q0 / bn;
+  *end = ((q0 + rows < n ? q0 + rows : n) - 1) / bn + 1;
+}
+// For a warpgroup with rows wq0 .. hi (hi < wq0: none), lo = the first entry of wq0's group and
+// cut = that of hi's: a tile (entries k0 .. k0 + bn - 1) with a key some row takes; a tile every
+// row takes whole.
+ATTN_FOCUS_HD bool sorted_tile_visible(int k0, int bn, int lo, int wq0, int hi) {
+  return wq0 <= hi && k0 <= hi && k0 + bn - 1 >= lo;
+}
+ATTN_FOCUS_HD bool sorted_tile_unmasked(int k0, int bn, int wq0, int cut) {
+  return k0 + bn - 1 <= wq0 && k0 >= cut;
+}
+
 }  // namespace attnlab::focus_hard

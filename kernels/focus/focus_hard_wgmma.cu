@@ -2,24 +2,21 @@
 // split schedule (contract: focus_hard.cuh, launch_focus_hard_wgmma; design and cost budget:
 // docs/focus.md, "Hard-routed kernel").
 //
-// Two kernels of one template, both FlashAttention-3-style "simple" blocks of the dense wgmma
-// forward (attention_wgmma.cu, D = 64): 2 warpgroups x 64 query rows, key tiles of kBN keys
-// double-buffered in shared memory in the 128-byte-swizzled wgmma layout (wgmma_common.cuh), per
-// tile S = Q K^T (wgmma m64nBNk16, both operands from shared memory), online softmax in registers
-// (log2 domain), O += P V (wgmma m64nDk16, P from registers, V MN-major); kBN = 64. Rows of Q, K
-// and V are copied by cp.async, 16 bytes per thread, into the swizzled layout: the positions of a
-// tile's rows are not contiguous in the group pass, so TMA boxes do not apply.
-//   group pass (kLocal = false): a block owns 128 consecutive entries of one group's sorted list
-//     (queries gathered by index) and walks the group's list in tiles of kBN entries up to its
-//     last query (the causal keys are a prefix). Element test take_group_key on the original
-//     positions (j <= i, and j holds none of i's groups of lower slots: a pair sharing several
-//     groups is counted in i's first shared slot). A warpgroup skips a tile whose first key is
-//     past its last query and drops the element test where every pair is taken. Output: the
-//     partial (o normalised, lse) of the membership, f32, [B, T, top_k, H, D] / [B, T, top_k, H].
-//   band pass (kLocal = true): a block owns 128 consecutive tokens and walks the key tiles of
-//     their band [i - w, i] in token order (contiguous rows), taking the pairs that share no group
-//     (take_local_key). Its epilogue merges the band's state with the token's group partials by
-//     log-sum-exp and writes o (bf16) and lse once. No separate merge pass, for any top_k.
+// The group pass (the split schedule's first launch; the band pass is focus_hard_band.cu, and
+// for top_k 1 from 8K tokens the group pass is focus_hard_sorted.cu instead), a
+// FlashAttention-3-style "simple" block of the dense wgmma forward (attention_wgmma.cu, D = 64): 2
+// warpgroups x 64 query rows, key tiles of kBN keys double-buffered in shared memory in the
+// 128-byte-swizzled wgmma layout (wgmma_common.cuh), per tile S = Q K^T (wgmma m64nBNk16, both
+// operands from shared memory), online softmax in registers (log2 domain), O += P V (wgmma
+// m64nDk16, P from registers, V MN-major); kBN = 64. Rows of Q, K and V are copied by cp.async, 16
+// bytes per thread, into the swizzled layout: the positions of a tile's rows are not contiguous,
+// so TMA boxes do not apply. A block owns 128 consecutive entries of one group's sorted list
+// (queries gathered by index) and walks the group's list in tiles of kBN entries up to its last
+// query (the causal keys are a prefix). Element test take_group_key on the original positions
+// (j <= i, and j holds none of i's groups of lower slots: a pair sharing several groups is
+// counted in i's first shared slot). A warpgroup skips a tile whose first key is past its last
+// query and drops the element test where every pair is taken. Output: the partial (o normalised,
+// lse) of the membership, f32, [B, T, top_k, H, D] / [B, T, top_k, H].
 // Why two passes instead of the band inside the group walk (one softmax state): the 128 queries
 // of a group tile are spread over ~128 K positions, so the union of their bands is ~(128 K + w)
 // keys of which each query needs w + 1; in token order the band is (128 + w) keys for 128
@@ -95,7 +92,7 @@ __device__ __forceinline__ void gather_rows(uint32_t s, const bf16* g, int64_t s
 
 #endif  // ATTN_WGMMA_DEVICE
 
-template <int D, bool kLocal>
+template <int D>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     focus_hard_wgmma_kernel(const FocusHardAttnParams p, int max_tiles) {
 #if ATTN_WGMMA_DEVICE
@@ -106,17 +103,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   const uint32_t sK = sQ + kQBytes, sV = sK + 2 * kKVBytes;
   __shared__ Meta<BN> m;
 
-  const int b = blockIdx.z, h = blockIdx.y, T = p.T, K = p.K, w = p.local_window;
+  const int b = blockIdx.z, h = blockIdx.y, T = p.T, K = p.K;
   const int hk = h / (p.n_head / p.n_kv_head);
 
   // The block's queries (list entries q_first .. or positions q0 ..) and its key tiles.
   int q0 = 0, nq = 0, grp = 0, count = 0, t_begin = 0, t_end = 0;
   const int32_t* glist = nullptr;
-  if constexpr (kLocal) {
-    q0 = blockIdx.x * kBM;
-    nq = min(kBM, T - q0);
-    focus_hard::band_tiles(q0, kBM, T, w, BN, &t_begin, &t_end);
-  } else {
+  {
     const int tile = max_tiles - 1 - int(blockIdx.x);  // the longest (latest) tiles first
     const int32_t* toff = p.tile_offsets + int64_t(b) * (K + 1);
     if (tile >= toff[K]) return;
@@ -132,27 +125,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     int pos = -1, slot = 0;
     uint64_t qm = 0;
     if (r < nq) {
-      if constexpr (kLocal) {
-        pos = q0 + r;
-        qm = p.masks[int64_t(b) * T + pos];
-        if (qm == 0) pos = -1;  // no valid group: no output row (focus_hard.cuh)
-      } else {
-        pos = glist[q0 + r];
-        slot =
-            focus_hard::slot_of(p.groups + (int64_t(b) * T + pos) * p.top_k, p.top_k, grp, K, &qm);
-      }
+      pos = glist[q0 + r];
+      slot = focus_hard::slot_of(p.groups + (int64_t(b) * T + pos) * p.top_k, p.top_k, grp, K, &qm);
     }
     m.qpos[r] = pos;
     m.qslot[r] = slot;
     m.qmask[r] = qm;
   }
   const bf16* gq = p.q + b * p.q_batch_stride + h * D;
-  if (t_begin < t_end) {  // (the band pass with w = 0 only merges)
-    gather_rows<kBM, D>(sQ, gq, p.q_row_stride, [&](int r) {
-      if (r >= nq) return -1;
-      return kLocal ? q0 + r : glist[q0 + r];
-    });
-  }
+  gather_rows<kBM, D>(sQ, gq, p.q_row_stride, [&](int r) { return r < nq ? glist[q0 + r] : -1; });
   if (threadIdx.x == 0) {
     m.count = count;
     m.glist = glist;
@@ -162,7 +143,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   auto load_kv = [&](int t, int buf, int n_list, const int32_t* list) {
     auto pos = [&](int r) {
       const int e = t * BN + r;
-      if constexpr (kLocal) return e < T ? e : -1;
       return e < n_list ? list[e] : -1;
     };
     const int64_t kv = b * p.kv_batch_stride + hk * D;
@@ -181,23 +161,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tig = lane & 3;
   const int wrow = 64 * wg;  // this warpgroup's first row in the block
-  // Its rows' positions lo .. hi (sorted in both passes; hi < lo: no valid row) and, in the group
-  // pass, whether every valid row is in its first pass (no lower-slot group to exclude).
+  // Its rows' positions lo .. hi (sorted; hi < lo: no valid row) and whether every valid row is
+  // in its first pass (no lower-slot group to exclude).
   if (threadIdx.x % 128 < 32) {  // the warpgroup's first warp
-    if constexpr (kLocal) {
-      if (lane == 0) {
-        m.wg_lo[wg] = q0 + wrow;
-        m.wg_hi[wg] = min(q0 + wrow + 63, T - 1);
-      }
-    } else {
-      bool first = true;
-      for (int r = lane; r < 64; r += 32) first = first && m.qmask[wrow + r] == 0;
-      first = __all_sync(0xffffffffu, first);
-      if (lane == 0) {
-        m.wg_lo[wg] = wrow < nq ? m.qpos[wrow] : 0;
-        m.wg_hi[wg] = wrow < nq ? m.qpos[min(wrow + 63, nq - 1)] : -1;
-        m.wg_first[wg] = first;
-      }
+    bool first = true;
+    for (int r = lane; r < 64; r += 32) first = first && m.qmask[wrow + r] == 0;
+    first = __all_sync(0xffffffffu, first);
+    if (lane == 0) {
+      m.wg_lo[wg] = wrow < nq ? m.qpos[wrow] : 0;
+      m.wg_hi[wg] = wrow < nq ? m.qpos[min(wrow + 63, nq - 1)] : -1;
+      m.wg_first[wg] = first;
     }
   }
 
@@ -217,14 +190,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     tiles_ready();  // tile t (and Q) landed; everybody done with the other buffer
     if (t + 1 < t_end) load_kv(t + 1, buf ^ 1, m.count, m.glist);
     cp_async_commit();
-    bool need_mask = true;
-    if constexpr (kLocal) {
-      if (!focus_hard::band_tile_visible(t * BN, BN, m.wg_lo[wg], m.wg_hi[wg], w)) continue;
-    } else {
-      if (!focus_hard::group_tile_visible(m.kpos[buf][0], m.wg_hi[wg])) continue;
-      need_mask =
-          !focus_hard::group_tile_unmasked(m.kpos[buf][BN - 1], m.wg_lo[wg], m.wg_first[wg] != 0);
-    }
+    if (!focus_hard::group_tile_visible(m.kpos[buf][0], m.wg_hi[wg])) continue;
+    const bool need_mask =
+        !focus_hard::group_tile_unmasked(m.kpos[buf][BN - 1], m.wg_lo[wg], m.wg_first[wg] != 0);
     issue_abt<D, kBM, BN>(s, q_rows, sK + buf * kKVBytes);
     wgmma_wait<0>();
     fence_regs(s);
@@ -235,19 +203,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int col = 8 * jj + 2 * tig + e;
-          // (band pass: the tile's positions; past T the key set is empty, so nothing is taken)
-          const int j = kLocal ? t * BN + col : m.kpos[buf][col];
+          const int j = m.kpos[buf][col];
           const uint64_t km = m.kmask[buf][col];
-          bool take0, take1;
-          if constexpr (kLocal) {
-            take0 = focus_hard::take_local_key(i0, j, w, true, km, m.qmask[rrow]);
-            take1 = focus_hard::take_local_key(i1, j, w, true, km, m.qmask[rrow + 8]);
-          } else {
-            take0 = focus_hard::take_group_key(i0, j, km, m.qmask[rrow]);
-            take1 = focus_hard::take_group_key(i1, j, km, m.qmask[rrow + 8]);
-          }
-          if (!take0) s[4 * jj + e] = -INFINITY;
-          if (!take1) s[4 * jj + 2 + e] = -INFINITY;
+          if (!focus_hard::take_group_key(i0, j, km, m.qmask[rrow])) s[4 * jj + e] = -INFINITY;
+          if (!focus_hard::take_group_key(i1, j, km, m.qmask[rrow + 8]))
+            s[4 * jj + 2 + e] = -INFINITY;
         }
       }
     }
@@ -271,79 +231,25 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     if (i < 0) continue;
     const float lse = l > 0.f ? (st.max[r] + log2f(l)) * kLn2 : -INFINITY;
     const int64_t bt = int64_t(b) * T + i;
-    if constexpr (!kLocal) {
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      const int64_t part = (bt * p.top_k + m.qslot[row]) * p.n_head + h;
-      float* out = p.part_o + part * D;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int64_t part = (bt * p.top_k + m.qslot[row]) * p.n_head + h;
+    float* out = p.part_o + part * D;
 #pragma unroll
-      for (int jj = 0; jj < D / 8; ++jj) {
-        *reinterpret_cast<float2*>(out + 8 * jj + 2 * tig) =
-            make_float2(o[4 * jj + 2 * r] * inv, o[4 * jj + 2 * r + 1] * inv);
-      }
-      if (tig == 0) p.part_lse[part] = lse;
-    } else {
-      // The token's group partials: one per distinct valid slot (what the group pass wrote).
-      const int32_t* gr = p.groups + bt * p.top_k;
-      auto part_lse = [&](int sl) { return p.part_lse[(bt * p.top_k + sl) * p.n_head + h]; };
-      float mx = lse;
-      uint64_t seen = 0;
-      for (int sl = 0; sl < p.top_k; ++sl) {
-        const int x = gr[sl];
-        if (x < 0 || x >= K || ((seen >> x) & 1)) continue;
-        seen |= uint64_t(1) << x;
-        mx = fmaxf(mx, part_lse(sl));
-      }
-      // mx > -inf: slot 0's pass takes (i, i). Weights exp(lse_s - mx), sum >= 1.
-      float sum = lse == -INFINITY ? 0.f : __expf(lse - mx);
-      seen = 0;
-      for (int sl = 0; sl < p.top_k; ++sl) {
-        const int x = gr[sl];
-        if (x < 0 || x >= K || ((seen >> x) & 1)) continue;
-        seen |= uint64_t(1) << x;
-        const float ls = part_lse(sl);
-        sum += ls == -INFINITY ? 0.f : __expf(ls - mx);
-      }
-      const float inv_sum = 1.f / sum;
-      const float self = lse == -INFINITY ? 0.f : __expf(lse - mx) * inv_sum / l;
-#pragma unroll
-      for (int jj = 0; jj < D / 8; ++jj) {
-        o[4 * jj + 2 * r] *= self;
-        o[4 * jj + 2 * r + 1] *= self;
-      }
-      seen = 0;
-      for (int sl = 0; sl < p.top_k; ++sl) {
-        const int x = gr[sl];
-        if (x < 0 || x >= K || ((seen >> x) & 1)) continue;
-        seen |= uint64_t(1) << x;
-        const float ls = part_lse(sl);
-        if (ls == -INFINITY) continue;
-        const float wgt = __expf(ls - mx) * inv_sum;
-        const float* src = p.part_o + ((bt * p.top_k + sl) * p.n_head + h) * D;
-#pragma unroll
-        for (int jj = 0; jj < D / 8; ++jj) {
-          const float2 v = *reinterpret_cast<const float2*>(src + 8 * jj + 2 * tig);
-          o[4 * jj + 2 * r] = fmaf(wgt, v.x, o[4 * jj + 2 * r]);
-          o[4 * jj + 2 * r + 1] = fmaf(wgt, v.y, o[4 * jj + 2 * r + 1]);
-        }
-      }
-      bf16* out = p.o + b * p.o_batch_stride + int64_t(i) * p.o_row_stride + h * D;
-#pragma unroll
-      for (int jj = 0; jj < D / 8; ++jj) {
-        *reinterpret_cast<__nv_bfloat162*>(out + 8 * jj + 2 * tig) =
-            __floats2bfloat162_rn(o[4 * jj + 2 * r], o[4 * jj + 2 * r + 1]);
-      }
-      if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + i] = mx + __logf(sum);
+    for (int jj = 0; jj < D / 8; ++jj) {
+      *reinterpret_cast<float2*>(out + 8 * jj + 2 * tig) =
+          make_float2(o[4 * jj + 2 * r] * inv, o[4 * jj + 2 * r + 1] * inv);
     }
+    if (tig == 0) p.part_lse[part] = lse;
   }
 #else
   (void)p, (void)max_tiles;
 #endif
 }
 
-template <int D, bool kLocal>
+template <int D>
 void launch(const FocusHardAttnParams& p, cudaStream_t st, unsigned blocks) {
   constexpr size_t smem = smem_bytes<D>();
-  auto* kernel = focus_hard_wgmma_kernel<D, kLocal>;
+  auto* kernel = focus_hard_wgmma_kernel<D>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   int(cudaSharedmemCarveoutMaxShared)));
@@ -352,16 +258,11 @@ void launch(const FocusHardAttnParams& p, cudaStream_t st, unsigned blocks) {
 }
 
 template <int D>
-void run(const FocusHardAttnParams& p, cudaStream_t st) {
+void run_group(const FocusHardAttnParams& p, cudaStream_t st) {
   const int64_t max_tiles = focus_hard_max_tiles(p.T, p.K, p.top_k, kBM);
   ATTN_REQUIRE(max_tiles <= INT32_MAX, "focus_hard: %lld query tiles exceed the grid",
                (long long)max_tiles);
-  if (p.sorted != nullptr) {
-    launch_focus_hard_sorted_group(p, st);
-  } else {
-    launch<D, false>(p, st, unsigned(max_tiles));
-  }
-  launch<D, true>(p, st, unsigned((p.T + kBM - 1) / kBM));
+  launch<D>(p, st, unsigned(max_tiles));
 }
 
 }  // namespace
@@ -393,10 +294,14 @@ void launch_focus_hard_wgmma(const FocusHardAttnParams& p, Stream s) {
   ATTN_ASSERT(p.part_o != nullptr && p.part_lse != nullptr);
   ATTN_ASSERT(p.q_row_stride % 8 == 0 && p.kv_row_stride % 8 == 0 && p.o_row_stride % 2 == 0);
   auto st = reinterpret_cast<cudaStream_t>(s);
-  if (p.D == 64)
-    run<64>(p, st);
-  else
-    run<128>(p, st);
+  if (p.sorted != nullptr) {
+    launch_focus_hard_sorted_group(p, st);
+  } else if (p.D == 64) {
+    run_group<64>(p, st);
+  } else {
+    run_group<128>(p, st);
+  }
+  launch_focus_hard_band(p, st);
 }
 
 }  // namespace attnlab

@@ -161,9 +161,56 @@ void replay(const WalkCase& c) {
 // shortcuts, taking only take_group_key pairs; then the band in token order, blocks of
 // kFocusHardWgmmaRows tokens, tiles band_tiles / band_tile_visible, take_local_key with
 // first = true. Every attended pair exactly once, nothing else.
-void replay_split(const WalkCase& c, int bn) {
+// The sorted group pass of top_k 1 (focus_hard_sorted.cu), replayed: blocks of
+// kFocusHardWgmmaRows entries of the group-sorted order (all groups in one sequence, n entries),
+// warpgroups of 64 rows, tiles of bn entries from sorted_tiles, the shortcuts sorted_tile_visible
+// / sorted_tile_unmasked, sorted_take on the other tiles. Taken pairs go to take(i, j) as
+// positions.
+template <typename Take>
+void replay_sorted_group(const std::vector<uint64_t>& mask, int T, int K, int bn, Take take) {
+  const int rows = kFocusHardWgmmaRows;
+  std::vector<int> list, offs(K + 1, 0);
+  for (int g = 0; g < K; ++g) {
+    offs[g] = int(list.size());
+    for (int t = 0; t < T; ++t)
+      if ((mask[t] >> g) & 1) list.push_back(t);
+  }
+  const int n = int(list.size());
+  offs[K] = n;
+  auto seg_lo = [&](int e) {
+    int g = 0;
+    while (offs[g + 1] <= e) ++g;
+    return offs[g];
+  };
+  for (int q0 = 0; q0 < n; q0 += rows) {
+    int begin, end;
+    focus_hard::sorted_tiles(q0, rows, n, seg_lo(q0), bn, &begin, &end);
+    for (int wq0 = q0; wq0 < q0 + rows; wq0 += 64) {  // warpgroups
+      const int hi = std::min(wq0 + 63, n - 1);
+      const int lo = wq0 < n ? seg_lo(wq0) : 0, cut = wq0 < n ? seg_lo(hi) : 0;
+      for (int kt = 0; kt * bn < n; ++kt) {
+        const int k0 = kt * bn;
+        const bool walked = kt >= begin && kt < end;
+        const bool visible = walked && focus_hard::sorted_tile_visible(k0, bn, lo, wq0, hi);
+        const bool unmasked = focus_hard::sorted_tile_unmasked(k0, bn, wq0, cut);
+        for (int e = wq0; e <= hi; ++e)
+          for (int j = k0; j < k0 + bn && j < n; ++j) {
+            const bool t = focus_hard::sorted_take(e, j, seg_lo(e));
+            ASSERT_TRUE(visible || !t) << "sorted tile " << kt << " skipped, but a pair is taken";
+            ASSERT_TRUE(!visible || !unmasked || t)
+                << "sorted tile " << kt << " unmasked, but a pair is not taken";
+            if (visible && (unmasked || t)) take(list[e], list[j]);
+          }
+      }
+    }
+  }
+}
+
+// The split schedule with the sorted group pass (top_k 1) when `sorted`, else the list group pass.
+void replay_split(const WalkCase& c, int bn, int band_bn, bool sorted = false) {
   SCOPED_TRACE(testing::Message() << "split: T " << c.T << " K " << c.K << " top_k " << c.top_k
-                                  << " w " << c.w << " kind " << c.kind << " bn " << bn);
+                                  << " w " << c.w << " kind " << c.kind << " bn " << bn
+                                  << " band bn " << band_bn << " sorted " << sorted);
   const int T = c.T, K = c.K, tk = c.top_k, w = c.w, rows = kFocusHardWgmmaRows;
   const std::vector<int32_t> groups = make_groups(c);
   const std::vector<uint64_t> mask = make_masks(groups, T, K, tk);
@@ -172,7 +219,8 @@ void replay_split(const WalkCase& c, int bn) {
     ASSERT_TRUE(i >= 0 && i < T && j >= 0 && j < T);
     ++taken[size_t(i) * T + j];
   };
-  for (int g = 0; g < K; ++g) {
+  if (sorted) replay_sorted_group(mask, T, K, bn, take);
+  for (int g = 0; g < K && !sorted; ++g) {
     std::vector<int> list;
     for (int t = 0; t < T; ++t)
       if ((mask[t] >> g) & 1) list.push_back(t);
@@ -210,15 +258,16 @@ void replay_split(const WalkCase& c, int bn) {
   }
   for (int q0 = 0; q0 < T; q0 += rows) {
     int begin, end;
-    focus_hard::band_tiles(q0, rows, T, w, bn, &begin, &end);
+    focus_hard::band_tiles(q0, rows, T, w, band_bn, &begin, &end);
     for (int wr = 0; wr < rows; wr += 64) {
       const int lo = q0 + wr, hi = std::min(q0 + wr + 63, T - 1);
-      for (int kt = 0; kt < T / bn + 1; ++kt) {
+      for (int kt = 0; kt < T / band_bn + 1; ++kt) {
         const bool walked = kt >= begin && kt < end;
-        const bool visible = walked && focus_hard::band_tile_visible(kt * bn, bn, lo, hi, w);
+        const bool visible =
+            walked && focus_hard::band_tile_visible(kt * band_bn, band_bn, lo, hi, w);
         for (int i = lo; i <= hi; ++i) {
-          if (mask[i] == 0) continue;  // no valid group: no output row (the kernel sets pos -1)
-          for (int j = kt * bn; j < kt * bn + bn && j < T; ++j) {
+          if (mask[i] == 0) continue;  // no valid group: no output row
+          for (int j = kt * band_bn; j < kt * band_bn + band_bn && j < T; ++j) {
             const bool t = focus_hard::take_local_key(i, j, w, true, mask[j], mask[i]);
             ASSERT_TRUE(visible || !t) << "band tile " << kt << " not walked, but a pair is taken";
             if (t) take(i, j);
@@ -244,10 +293,31 @@ TEST(FocusHardWalk, WgmmaSplitTakesEveryAttendedPairOnce) {
         for (int w : {0, 37, 128, 5000})
           for (int kind : {0, 1, 2}) {
             if (tk > K || (K == 64 && T < 1000) || (kind == 1 && K == 1)) continue;
-            replay_split({T, K, tk, w, kFocusHardWgmmaRows, kind}, 64);
-            if (T == 1000 && w == 128) replay_split({T, K, tk, w, kFocusHardWgmmaRows, kind}, 128);
+            // The kernels' tiles: list group pass 64, band kFocusHardTmaKeys (and other sizes).
+            replay_split({T, K, tk, w, kFocusHardWgmmaRows, kind}, 64, kFocusHardTmaKeys);
+            if (T == 1000 && w == 128) {
+              replay_split({T, K, tk, w, kFocusHardWgmmaRows, kind}, 128, 64);
+            }
           }
-  replay_split({1000, 8, 2, 1 << 30, kFocusHardWgmmaRows, 0}, 64);  // no overflow of the band test
+  // No overflow of the band test.
+  replay_split({1000, 8, 2, 1 << 30, kFocusHardWgmmaRows, 0}, 64, kFocusHardTmaKeys);
+}
+
+// top_k 1 with the sorted group pass (focus_hard_sorted.cu) and the band pass: every attended
+// pair exactly once, nothing else (segments that start and end inside tiles, empty groups, tokens
+// without a valid group, one group of all tokens).
+TEST(FocusHardWalk, SortedSplitTakesEveryAttendedPairOnce) {
+  for (int T : {1, 63, 127, 129, 1000, 3001})
+    for (int K : {1, 4, 8, 64})
+      for (int w : {0, 37, 128, 5000})
+        for (int kind : {0, 1, 2}) {
+          if ((K == 64 && T < 1000) || (kind == 1 && K == 1)) continue;
+          replay_split({T, K, 1, w, kFocusHardWgmmaRows, kind}, kFocusHardTmaKeys,
+                       kFocusHardTmaKeys, true);
+          if (T == 1000 && w == 128) {
+            replay_split({T, K, 1, w, kFocusHardWgmmaRows, kind}, 64, kFocusHardTmaKeys, true);
+          }
+        }
 }
 
 TEST(FocusHardWalk, EveryAttendedPairIsTakenExactlyOnce) {

@@ -1,0 +1,197 @@
+// The local band of the hard-routed Focus forward for Hopper (contract: focus_hard.cuh,
+// launch_focus_hard_wgmma; design: docs/focus.md, "Hard-routed kernel"), the second launch of the
+// split schedule after either group pass (focus_hard_wgmma.cu: rows gathered per tile;
+// focus_hard_sorted.cu: top_k 1 on the group-sorted rows). bf16, head dim 64 or 128, sm_90a.
+//
+// A block owns 128 consecutive tokens and walks, in token order, the 128-key tiles of their bands
+// [i - w, i] (band_tiles; a warpgroup skips tiles outside its rows' bands, band_tile_visible),
+// taking the pairs that share no group (take_local_key; those sharing one were the group pass's),
+// on the TMA block of focus_hard_tma.cuh: the rows are contiguous, so K and V are TMA boxes of the
+// original qkv. The keys' group sets come beside each tile into shared memory. The epilogue merges
+// the band's state with the token's group partials (one per distinct valid slot) by log-sum-exp
+// and writes o (bf16) and lse once.
+#include <cuda_bf16.h>
+
+#include "core/cuda_check.h"
+#include "kernels/attention/wgmma_common.cuh"
+#include "kernels/common/device.cuh"
+#include "kernels/focus/focus_hard.cuh"
+#include "kernels/focus/focus_hard_tma.cuh"
+#include "kernels/focus/focus_hard_walk.h"
+
+namespace attnlab {
+namespace {
+
+using namespace wgmma;
+using namespace focus_hard;
+
+constexpr int kRows = kHardTmaRows, kKeys = kHardTmaKeys;
+
+template <int D>
+__global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
+    band_kernel(const FocusHardAttnParams p, const __grid_constant__ CUtensorMap tm_k,
+                const __grid_constant__ CUtensorMap tm_v) {
+#if ATTN_WGMMA_DEVICE
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const HardTmaSmem sm(static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)), D);
+  __shared__ uint64_t qmask[kRows];
+  __shared__ uint64_t kmask[2][kKeys];
+
+  const int b = blockIdx.z, h = blockIdx.y, T = p.T, K = p.K;
+  const int w = min(p.local_window, T);  // (no overflow of i - w below)
+  const int hk = h / (p.n_head / p.n_kv_head);
+  const int q0 = blockIdx.x * kRows;
+  const uint64_t* masks = p.masks + int64_t(b) * T;
+  for (int r = threadIdx.x; r < kRows; r += kHardTmaThreads) {
+    qmask[r] = q0 + r < T ? masks[q0 + r] : 0;
+  }
+  if (threadIdx.x == 0) {
+    mbar_init(sm.full, 1);
+    mbar_init(sm.full + 8, 1);
+    fence_mbar_init();
+  }
+  int n_begin, n_end;
+  band_tiles(q0, kRows, T, w, kKeys, &n_begin, &n_end);
+  if (n_begin < n_end) {  // (w = 0: only the merge)
+    load_tile<kRows, D, kHardTmaThreads>(sm.q, p.q + b * p.q_batch_stride + h * D, p.q_row_stride,
+                                         q0, T);
+  }
+  cp_async_commit();
+  __syncthreads();  // qmask, the mbarriers
+
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, tig = lane & 3;
+  const int wq0 = q0 + 64 * wg, wq_hi = min(wq0 + 63, T - 1);  // this warpgroup's rows
+  const int rrow = 64 * wg + 16 * warp + g;  // this thread's rows in the block: rrow, rrow + 8
+  const int i0 = q0 + rrow, i1 = i0 + 8;
+  const uint64_t qm0 = qmask[rrow], qm1 = qmask[rrow + 8];
+  float o[D / 2];
+  RowState st;
+  hard_tma_mainloop<D>(
+      o, st, sm, &tm_k, &tm_v, b, hk, n_begin, n_end, p.scale * kLog2e,
+      [&](int nb, int stage) {
+        for (int c = threadIdx.x; c < kKeys; c += kHardTmaThreads) {
+          const int j = nb * kKeys + c;
+          kmask[stage][c] = j < T ? masks[j] : 0;
+        }
+      },
+      [&](int k0) { return band_tile_visible(k0, kKeys, wq0, wq_hi, w); },
+      [](int) { return true; },
+      [&](float(&s)[kKeys / 2], int k0, int stage) {
+        // take_local_key, with the bounds relative to this thread's first column (key = k0 + 2
+        // tig + (8 jj + e)): row i takes offsets i - w - base .. i - base whose key shares no
+        // group with it.
+        const int base = k0 + 2 * tig;
+        const int hi0 = i0 - base, hi1 = i1 - base, lo0 = hi0 - w, lo1 = hi1 - w;
+#pragma unroll
+        for (int jj = 0; jj < kKeys / 8; ++jj) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int c = 8 * jj + e;
+            const uint64_t km = kmask[stage][c + 2 * tig];
+            if (c > hi0 || c < lo0 || (km & qm0) != 0) s[4 * jj + e] = -INFINITY;
+            if (c > hi1 || c < lo1 || (km & qm1) != 0) s[4 * jj + 2 + e] = -INFINITY;
+          }
+        }
+      });
+
+  // Epilogue, per row of this thread (row sums completed over the 4 threads of a row): the band's
+  // state merged with the token's group partials, one per distinct valid slot (what the group
+  // pass wrote); a token with no valid group has no output row (focus_hard.cuh).
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = st.sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int i = r == 0 ? i0 : i1;
+    if (i >= T || (r == 0 ? qm0 : qm1) == 0) continue;
+    const float lse = l > 0.f ? (st.max[r] + log2f(l)) * kLn2 : -INFINITY;
+    const int64_t bt = int64_t(b) * T + i;
+    const int32_t* gr = p.groups + bt * p.top_k;
+    auto part_lse = [&](int sl) { return p.part_lse[(bt * p.top_k + sl) * p.n_head + h]; };
+    float mx = lse;
+    uint64_t seen = 0;
+    for (int sl = 0; sl < p.top_k; ++sl) {
+      const int x = gr[sl];
+      if (x < 0 || x >= K || ((seen >> x) & 1)) continue;
+      seen |= uint64_t(1) << x;
+      mx = fmaxf(mx, part_lse(sl));
+    }
+    // mx > -inf: slot 0's pass takes (i, i). Weights exp(lse_s - mx), sum >= 1.
+    float sum = lse == -INFINITY ? 0.f : __expf(lse - mx);
+    seen = 0;
+    for (int sl = 0; sl < p.top_k; ++sl) {
+      const int x = gr[sl];
+      if (x < 0 || x >= K || ((seen >> x) & 1)) continue;
+      seen |= uint64_t(1) << x;
+      const float ls = part_lse(sl);
+      sum += ls == -INFINITY ? 0.f : __expf(ls - mx);
+    }
+    const float inv_sum = 1.f / sum;
+    const float self = lse == -INFINITY ? 0.f : __expf(lse - mx) * inv_sum / l;
+#pragma unroll
+    for (int jj = 0; jj < D / 8; ++jj) {
+      o[4 * jj + 2 * r] *= self;
+      o[4 * jj + 2 * r + 1] *= self;
+    }
+    seen = 0;
+    for (int sl = 0; sl < p.top_k; ++sl) {
+      const int x = gr[sl];
+      if (x < 0 || x >= K || ((seen >> x) & 1)) continue;
+      seen |= uint64_t(1) << x;
+      const float ls = part_lse(sl);
+      if (ls == -INFINITY) continue;
+      const float wgt = __expf(ls - mx) * inv_sum;
+      const float* src = p.part_o + ((bt * p.top_k + sl) * p.n_head + h) * D;
+#pragma unroll
+      for (int jj = 0; jj < D / 8; ++jj) {
+        const float2 v = *reinterpret_cast<const float2*>(src + 8 * jj + 2 * tig);
+        o[4 * jj + 2 * r] = fmaf(wgt, v.x, o[4 * jj + 2 * r]);
+        o[4 * jj + 2 * r + 1] = fmaf(wgt, v.y, o[4 * jj + 2 * r + 1]);
+      }
+    }
+    bf16* out = p.o + b * p.o_batch_stride + int64_t(i) * p.o_row_stride + h * D;
+#pragma unroll
+    for (int jj = 0; jj < D / 8; ++jj) {
+      *reinterpret_cast<__nv_bfloat162*>(out + 8 * jj + 2 * tig) =
+          __floats2bfloat162_rn(o[4 * jj + 2 * r], o[4 * jj + 2 * r + 1]);
+    }
+    if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + i] = mx + __logf(sum);
+  }
+#else
+  (void)p, (void)tm_k, (void)tm_v;
+#endif
+}
+
+template <int D>
+void launch_band(const FocusHardAttnParams& p, cudaStream_t st) {
+  constexpr size_t smem = hard_tma_smem_bytes<D>();
+  auto* kernel = band_kernel<D>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  int(cudaSharedmemCarveoutMaxShared)));
+  const int kv_width = p.n_kv_head * D;
+  const CUtensorMap tm_k = tile_map(p.k, kv_width, p.T, p.B, p.kv_row_stride, p.kv_batch_stride,
+                                    kKeys),
+                    tm_v = tile_map(p.v, kv_width, p.T, p.B, p.kv_row_stride, p.kv_batch_stride,
+                                    kKeys);
+  const dim3 grid((p.T + kRows - 1) / kRows, p.n_head, p.B);
+  kernel<<<grid, kHardTmaThreads, smem, st>>>(p, tm_k, tm_v);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_focus_hard_band(const FocusHardAttnParams& p, Stream s) {
+  ATTN_ASSERT(p.part_o != nullptr && p.part_lse != nullptr && (p.D == 64 || p.D == 128));
+  ATTN_ASSERT(p.K >= 1 && p.K <= kFocusHardMaxGroups);
+  ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && p.q_row_stride % 8 == 0 &&
+              p.kv_row_stride % 8 == 0 && p.kv_batch_stride % 8 == 0);
+  auto st = reinterpret_cast<cudaStream_t>(s);
+  if (p.D == 64)
+    launch_band<64>(p, st);
+  else
+    launch_band<128>(p, st);
+}
+
+}  // namespace attnlab
