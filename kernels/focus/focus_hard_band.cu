@@ -75,8 +75,7 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
           kmask[stage][c] = j < T ? masks[j] : 0;
         }
       },
-      [&](int k0) { return band_tile_visible(k0, kKeys, wq0, wq_hi, w); },
-      [](int) { return true; },
+      [&](int k0) { return band_tile_visible(k0, kKeys, wq0, wq_hi, w); }, [](int) { return true; },
       [&](float(&s)[kKeys / 2], int k0, int stage) {
         // take_local_key, with the bounds relative to this thread's first column (key = k0 + 2
         // tig + (8 jj + e)): row i takes offsets i - w - base .. i - base whose key shares no
@@ -108,25 +107,25 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
     const float lse = l > 0.f ? (st.max[r] + log2f(l)) * kLn2 : -INFINITY;
     const int64_t bt = int64_t(b) * T + i;
     const int32_t* gr = p.groups + bt * p.top_k;
+    // f(slot) for each distinct valid slot of the token (the partials the group pass wrote).
+    auto each_slot = [&](auto f) {
+      uint64_t seen = 0;
+      for (int sl = 0; sl < p.top_k; ++sl) {
+        const int x = gr[sl];
+        if (x < 0 || x >= K || ((seen >> x) & 1)) continue;
+        seen |= uint64_t(1) << x;
+        f(sl);
+      }
+    };
     auto part_lse = [&](int sl) { return p.part_lse[(bt * p.top_k + sl) * p.n_head + h]; };
     float mx = lse;
-    uint64_t seen = 0;
-    for (int sl = 0; sl < p.top_k; ++sl) {
-      const int x = gr[sl];
-      if (x < 0 || x >= K || ((seen >> x) & 1)) continue;
-      seen |= uint64_t(1) << x;
-      mx = fmaxf(mx, part_lse(sl));
-    }
+    each_slot([&](int sl) { mx = fmaxf(mx, part_lse(sl)); });
     // mx > -inf: slot 0's pass takes (i, i). Weights exp(lse_s - mx), sum >= 1.
     float sum = lse == -INFINITY ? 0.f : __expf(lse - mx);
-    seen = 0;
-    for (int sl = 0; sl < p.top_k; ++sl) {
-      const int x = gr[sl];
-      if (x < 0 || x >= K || ((seen >> x) & 1)) continue;
-      seen |= uint64_t(1) << x;
+    each_slot([&](int sl) {
       const float ls = part_lse(sl);
       sum += ls == -INFINITY ? 0.f : __expf(ls - mx);
-    }
+    });
     const float inv_sum = 1.f / sum;
     const float self = lse == -INFINITY ? 0.f : __expf(lse - mx) * inv_sum / l;
 #pragma unroll
@@ -134,13 +133,9 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
       o[4 * jj + 2 * r] *= self;
       o[4 * jj + 2 * r + 1] *= self;
     }
-    seen = 0;
-    for (int sl = 0; sl < p.top_k; ++sl) {
-      const int x = gr[sl];
-      if (x < 0 || x >= K || ((seen >> x) & 1)) continue;
-      seen |= uint64_t(1) << x;
+    each_slot([&](int sl) {
       const float ls = part_lse(sl);
-      if (ls == -INFINITY) continue;
+      if (ls == -INFINITY) return;
       const float wgt = __expf(ls - mx) * inv_sum;
       const float* src = p.part_o + ((bt * p.top_k + sl) * p.n_head + h) * D;
 #pragma unroll
@@ -149,7 +144,7 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
         o[4 * jj + 2 * r] = fmaf(wgt, v.x, o[4 * jj + 2 * r]);
         o[4 * jj + 2 * r + 1] = fmaf(wgt, v.y, o[4 * jj + 2 * r + 1]);
       }
-    }
+    });
     bf16* out = p.o + b * p.o_batch_stride + int64_t(i) * p.o_row_stride + h * D;
 #pragma unroll
     for (int jj = 0; jj < D / 8; ++jj) {
@@ -165,19 +160,13 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
 
 template <int D>
 void launch_band(const FocusHardAttnParams& p, cudaStream_t st) {
-  constexpr size_t smem = hard_tma_smem_bytes<D>();
-  auto* kernel = band_kernel<D>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                  int(cudaSharedmemCarveoutMaxShared)));
   const int kv_width = p.n_kv_head * D;
   const CUtensorMap tm_k = tile_map(p.k, kv_width, p.T, p.B, p.kv_row_stride, p.kv_batch_stride,
                                     kKeys),
                     tm_v = tile_map(p.v, kv_width, p.T, p.B, p.kv_row_stride, p.kv_batch_stride,
                                     kKeys);
-  const dim3 grid((p.T + kRows - 1) / kRows, p.n_head, p.B);
-  kernel<<<grid, kHardTmaThreads, smem, st>>>(p, tm_k, tm_v);
-  CUDA_CHECK_LAUNCH();
+  launch_hard_tma<D>(band_kernel<D>, dim3((p.T + kRows - 1) / kRows, p.n_head, p.B), p, tm_k, tm_v,
+                     st);
 }
 
 }  // namespace

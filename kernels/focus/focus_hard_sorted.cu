@@ -155,20 +155,15 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
 
 template <int D>
 void launch_group(const FocusHardAttnParams& p, cudaStream_t st) {
-  constexpr size_t smem = hard_tma_smem_bytes<D>();
-  auto* kernel = sorted_group_kernel<D>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                  int(cudaSharedmemCarveoutMaxShared)));
   const int64_t ld = p.q_row_stride, batch = int64_t(p.T) * ld;
-  const bf16* sk = p.sorted + (p.k - p.q);
-  const bf16* sv = p.sorted + (p.v - p.q);
   const int kv_width = p.n_kv_head * D;
-  const CUtensorMap tm_k = tile_map(sk, kv_width, p.T, p.B, ld, batch, kHardTmaKeys),
-                    tm_v = tile_map(sv, kv_width, p.T, p.B, ld, batch, kHardTmaKeys);
-  const dim3 grid((p.T + kHardTmaRows - 1) / kHardTmaRows, p.n_head, p.B);
-  kernel<<<grid, kHardTmaThreads, smem, st>>>(p, tm_k, tm_v);
-  CUDA_CHECK_LAUNCH();
+  const CUtensorMap tm_k = tile_map(p.sorted + (p.k - p.q), kv_width, p.T, p.B, ld, batch,
+                                    kHardTmaKeys),
+                    tm_v = tile_map(p.sorted + (p.v - p.q), kv_width, p.T, p.B, ld, batch,
+                                    kHardTmaKeys);
+  launch_hard_tma<D>(sorted_group_kernel<D>,
+                     dim3((p.T + kHardTmaRows - 1) / kHardTmaRows, p.n_head, p.B), p, tm_k, tm_v,
+                     st);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 // and which elements it keeps: the callbacks of hard_tma_mainloop.
 // Device code for the sm_90a compilation only (CMake's attnlab_wgmma object library).
 #pragma once
+#include "core/cuda_check.h"
 #include "kernels/attention/wgmma_common.cuh"
 #include "kernels/attention/wgmma_softmax.cuh"
 #include "kernels/focus/focus_hard.cuh"
@@ -103,5 +104,19 @@ __device__ __forceinline__ void hard_tma_mainloop(float (&o)[D / 2], wgmma::RowS
 }
 
 #endif  // ATTN_WGMMA_DEVICE
+
+// Host: launches one of the passes' kernels (kernel(p, tm_k, tm_v), kHardTmaThreads threads, the
+// dynamic shared memory of hard_tma_smem_bytes) with the largest shared-memory carveout (two 81
+// KiB blocks per SM at D = 64).
+template <int D, typename Kernel>
+void launch_hard_tma(Kernel kernel, dim3 grid, const FocusHardAttnParams& p,
+                     const CUtensorMap& tm_k, const CUtensorMap& tm_v, cudaStream_t st) {
+  constexpr size_t smem = hard_tma_smem_bytes<D>();
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  int(cudaSharedmemCarveoutMaxShared)));
+  kernel<<<grid, kHardTmaThreads, smem, st>>>(p, tm_k, tm_v);
+  CUDA_CHECK_LAUNCH();
+}
 
 }  // namespace attnlab::focus_hard

@@ -13,6 +13,7 @@
 
 #include "kernels/attention/visibility.h"
 #include "kernels/attention/wgmma_common.cuh"
+#include "kernels/attention/wgmma_softmax.cuh"
 #include "kernels/common/device.cuh"
 #include "kernels/common/stream_scratch.h"
 #include "kernels/focus/focus_wgmma.cuh"
@@ -41,9 +42,7 @@ constexpr size_t fwd_smem_bytes(int D, int KP) {
 constexpr int kMinBlocks = 1;
 
 #if ATTN_WGMMA_DEVICE
-struct RowState {
-  float max[2], sum[2];  // per row (row0, row0 + 8): running max (scaled log2), partial sum
-};
+// (RowState, rescale, issue_pv: wgmma_softmax.cuh.)
 
 // Masks (where needed), the online-softmax update and the gate of scores s of keys k0 ..: s
 // becomes exp2(s scale log2 e - new max), times (a + eps) on distant pairs when `gated`; the
@@ -113,29 +112,6 @@ __device__ __forceinline__ void softmax_gate_tile(float (&s)[kBlockN / 2], RowSt
     for (int j = 0; j < kBlockN / 8; ++j) sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
     st.sum[r] = st.sum[r] * corr[r] + sum;
   }
-}
-
-template <int D>
-__device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&corr)[2]) {
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j) {
-    o[4 * j + 0] *= corr[0];
-    o[4 * j + 1] *= corr[0];
-    o[4 * j + 2] *= corr[1];
-    o[4 * j + 3] *= corr[1];
-  }
-}
-
-template <int D>
-__device__ __forceinline__ void issue_pv(float (&o)[D / 2], uint32_t (&pa)[kBlockN / 16][4],
-                                         uint32_t v_tile) {
-  fence_regs(o);
-  fence_regs(pa);
-  wgmma_fence();
-  const uint64_t b0 = smem_desc(v_tile, kBlockN * 128, 1024);
-#pragma unroll
-  for (int kk = 0; kk < kBlockN / 16; ++kk) wgmma_rs<D>(o, pa[kk], desc_add(b0, kk * 16 * 128));
-  wgmma_commit();
 }
 
 template <int D>
@@ -253,7 +229,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
                           64 * wg + 16 * warp, generic(sGk + buf * kGBytes));
     rescale<D>(o, corr);
     acc_to_a<kBlockN>(pa, s);
-    issue_pv<D>(o, pa, sV + buf * kKVBytes);
+    issue_pv<D, kBlockN>(o, pa, sV + buf * kKVBytes);
     wgmma_wait<0>();
     fence_regs(o);
     fence_regs(pa);

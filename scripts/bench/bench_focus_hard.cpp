@@ -10,7 +10,9 @@
 // speed-up dense/hard (top_k 1: the group pass on the group-sorted copy of qkv); mma_ms the mma
 // kernel (64 queries per block) forced, and its speed-up (0 with --no-mma); list_ms the wgmma
 // kernel with its group pass on rows gathered per tile (FocusHardKernel::wgmma; 0 where the
-// wgmma kernel is unavailable), and its speed-up; index_ms
+// wgmma kernel is unavailable), and its speed-up; sorted_ms the group pass on the group-sorted
+// copy of qkv forced (FocusHardKernel::wgmma_sorted; top_k 1 only, else 0), and its speed-up;
+// index_ms
 // (the counting sort alone); route_ms (Sinkhorn + top-k); route% = (route + index) / (route +
 // hard), the routing overhead's share of the layer's attention; top = share of the tokens in the
 // largest group (slot 0).
@@ -138,12 +140,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (csv)
-    std::fprintf(csv,
-                 "D,H,T,K,top_k,groups,dense_ms,hard_ms,speedup,mma_ms,speedup_mma,list_ms,"
-                 "speedup_list,index_ms,route_ms,route_share,top_group_share\n");
-  std::printf("%4s %3s %8s %2s %5s %9s | %10s %10s %7s %10s %7s %10s %7s | %9s %9s %6s %5s\n", "D",
-              "H", "T", "K", "top_k", "groups", "dense ms", "hard ms", "x dense", "mma ms",
-              "x dense", "list ms", "x dense", "index ms", "route ms", "route%", "top");
+    std::fprintf(
+        csv,
+        "D,H,T,K,top_k,groups,dense_ms,hard_ms,speedup,mma_ms,speedup_mma,list_ms,"
+        "speedup_list,sorted_ms,speedup_sorted,index_ms,route_ms,route_share,top_group_share\n");
+  std::printf(
+      "%4s %3s %8s %2s %5s %9s | %10s %10s %7s %10s %7s %10s %7s %10s %7s | %9s %9s %6s %5s\n", "D",
+      "H", "T", "K", "top_k", "groups", "dense ms", "hard ms", "x dense", "mma ms", "x dense",
+      "list ms", "x dense", "sorted ms", "x dense", "index ms", "route ms", "route%", "top");
   const int w = 128, B = 1, N = 10;
   for (int D : Ds) {
     const int H = heads_opt > 0 ? heads_opt : D == 64 ? 12 : 8;
@@ -198,6 +202,13 @@ int main(int argc, char** argv) {
             };
             const double list_ms =
                 ops::focus_hard_wgmma_available(D) ? time_ms(*ctx, hard_list, reps, warm) : 0.0;
+            auto hard_sorted = [&] {
+              ops::focus_hard_attention_fwd(*ctx, to, tl, tq, l, tgr, K, w, 0,
+                                            ops::FocusHardKernel::wgmma_sorted);
+            };
+            const double sorted_ms = ops::focus_hard_wgmma_available(D) && tk == 1
+                                         ? time_ms(*ctx, hard_sorted, reps, warm)
+                                         : 0.0;
             Buffer list(Device::cuda, size_t(T) * tk * 4), offs(Device::cuda, (K + 1) * 4),
                 toff(Device::cuda, (K + 1) * 4), masks(Device::cuda, size_t(T) * 8);
             const double index_ms = time_ms(
@@ -218,19 +229,24 @@ int main(int argc, char** argv) {
             const double share = (route_ms + index_ms) / (route_ms + hard_ms);
             const char* kind = realistic ? "realistic" : "balanced";
             std::printf(
-                "%4d %3d %8d %2d %5d %9s | %10.3f %10.3f %7.2f %10.3f %7.2f %10.3f %7.2f | %9.3f "
+                "%4d %3d %8d %2d %5d %9s | %10.3f %10.3f %7.2f %10.3f %7.2f %10.3f %7.2f %10.3f "
+                "%7.2f | "
+                "%9.3f "
                 "%9.3f %5.1f%% %5.2f\n",
                 D, H, T, K, tk, kind, dense_ms, hard_ms, dense_ms / hard_ms, mma_ms,
                 mma_ms > 0 ? dense_ms / mma_ms : 0.0, list_ms,
-                list_ms > 0 ? dense_ms / list_ms : 0.0, index_ms, route_ms, 100 * share, top);
+                list_ms > 0 ? dense_ms / list_ms : 0.0, sorted_ms,
+                sorted_ms > 0 ? dense_ms / sorted_ms : 0.0, index_ms, route_ms, 100 * share, top);
             std::fflush(stdout);
             if (csv)
-              std::fprintf(csv,
-                           "%d,%d,%d,%d,%d,%s,%.4f,%.4f,%.3f,%.4f,%.3f,%.4f,%.3f,%.4f,%.4f,%.4f,"
-                           "%.4f\n",
-                           D, H, T, K, tk, kind, dense_ms, hard_ms, dense_ms / hard_ms, mma_ms,
-                           mma_ms > 0 ? dense_ms / mma_ms : 0.0, list_ms,
-                           list_ms > 0 ? dense_ms / list_ms : 0.0, index_ms, route_ms, share, top);
+              std::fprintf(
+                  csv,
+                  "%d,%d,%d,%d,%d,%s,%.4f,%.4f,%.3f,%.4f,%.3f,%.4f,%.3f,%.4f,%.3f,%.4f,%.4f,%.4f,"
+                  "%.4f\n",
+                  D, H, T, K, tk, kind, dense_ms, hard_ms, dense_ms / hard_ms, mma_ms,
+                  mma_ms > 0 ? dense_ms / mma_ms : 0.0, list_ms,
+                  list_ms > 0 ? dense_ms / list_ms : 0.0, sorted_ms,
+                  sorted_ms > 0 ? dense_ms / sorted_ms : 0.0, index_ms, route_ms, share, top);
           }
         }
     }
