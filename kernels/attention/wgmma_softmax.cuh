@@ -1,5 +1,6 @@
 // The online-softmax steps of one key tile shared by the wgmma forward kernels (attention_wgmma.cu,
-// focus_hard_wgmma.cu, focus_hard_sorted.cu): the row state, the update of a tile's scores into
+// focus_hard_wgmma.cu, focus_hard_tma.cuh for the sorted and band passes, focus_wgmma_fwd.cu for
+// the row state, rescale and P V): the row state, the update of a tile's scores into
 // exponentials, the rescale of O and O += P V. Masks are the caller's (scores set to -inf before
 // the update). Layout: a thread's accumulator element 4 j + c is row row0 + 8 (c >> 1), column
 // 8 j + 2 tig + (c & 1) of the warpgroup's 64 x N tile (attention_wgmma.cu).

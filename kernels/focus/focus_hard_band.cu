@@ -77,9 +77,10 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
       },
       [&](int k0) { return band_tile_visible(k0, kKeys, wq0, wq_hi, w); }, [](int) { return true; },
       [&](float(&s)[kKeys / 2], int k0, int stage) {
-        // take_local_key, with the bounds relative to this thread's first column (key = k0 + 2
-        // tig + (8 jj + e)): row i takes offsets i - w - base .. i - base whose key shares no
-        // group with it.
+        // take_local_key (focus_hard_walk.h, replayed on the CPU) with first = true, written with
+        // the bounds relative to this thread's first column (key = k0 + 2 tig + (8 jj + e)): row
+        // i takes offsets i - w - base .. i - base whose key shares no group with it (keys are
+        // >= 0 here, and w <= T keeps i - w from overflowing).
         const int base = k0 + 2 * tig;
         const int hi0 = i0 - base, hi1 = i1 - base, lo0 = hi0 - w, lo1 = hi1 - w;
 #pragma unroll

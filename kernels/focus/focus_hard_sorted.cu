@@ -14,8 +14,8 @@
 //      softmax of wgmma_softmax.cuh) over the sorted rows, with key tiles from seg_lo of the
 //      block's first query to its last one; a warpgroup skips tiles outside its rows' bounds and
 //      masks elements only on tiles that cut a row's bounds. The epilogue writes each row's
-//      partial (o normalised, lse) at its token, where the band pass of focus_hard_wgmma.cu reads
-//      it (the band pass takes the pairs sharing no group and merges).
+//      partial (o normalised, lse) at its token, where the band pass (focus_hard_band.cu) reads it
+//      (the band pass takes the pairs sharing no group and merges).
 // Beside the list kernel of focus_hard_wgmma.cu (rows gathered by cp.async per tile, 64-key
 // tiles): the copy costs 4 width bytes per token (a read and a write), the tiles are TMA boxes of
 // 128 keys.

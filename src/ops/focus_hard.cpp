@@ -121,8 +121,8 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
                kOp);
   // The group pass on the group-sorted copy of qkv: top_k 1 (the pairs sharing a group are then
   // causal runs of the sorted order); automatic from kSortedMinT tokens, below which the copy
-  // costs more than it saves (H200, 12 x 64: 0.099 against 0.094 ms at T 4K, 0.337 against
-  // 0.426 at 16K; docs/performance_variants.md).
+  // costs more than it saves (H200, 12 x 64, K 8: 0.104 against 0.096 ms at T 4K, 0.182 against
+  // 0.202 at 8K, 0.332 against 0.426 at 16K; docs/performance_variants.md).
   constexpr int64_t kSortedMinT = 8192;
   const bool sorted = wgmma && top_k == 1 &&
                       (kernel == FocusHardKernel::wgmma_sorted ||

@@ -13,9 +13,8 @@ namespace attnlab::ops {
 // Hopper wgmma kernel (split schedule, focus_hard_wgmma.cu) where this build and device support
 // it, with its group pass on the group-sorted copy of qkv for top_k = 1 from T = 8192 on
 // (wgmma_sorted, focus_hard_sorted.cu) and on rows gathered per tile otherwise (wgmma); else the
-// mma.sync kernel
-// (focus_hard_fwd.cu, one walk per query tile). mma / wgmma / wgmma_sorted force one (a wgmma
-// kernel where unsupported, or wgmma_sorted with top_k > 1, is an error).
+// mma.sync kernel (focus_hard_fwd.cu, one walk per query tile). mma / wgmma / wgmma_sorted force
+// one (a wgmma kernel where unsupported, or wgmma_sorted with top_k > 1, is an error).
 enum class FocusHardKernel { automatic, mma, wgmma, wgmma_sorted };
 
 // True when the build holds the wgmma kernel's sm_90a code and the current device runs it (compute
