@@ -2,8 +2,9 @@
 // dg (if wanted) written (=). The dense wgmma backward's loop with two block barriers per query
 // tile (kernels/attention/attention_wgmma_bwd.cu, kLagDq = false, whose comments describe the
 // layout and the synchronization) for both head dims, with the gate: P^T = exp(s - lse) times
-// (a + eps) on distant pairs, the affinity on mma.sync per 16-query chunk (focus_wgmma_gate.cuh)
-// on tiles where the warpgroup's keys have a distant query. dS^T = P^T (dP^T - delta) with the
+// (a + eps) on distant pairs, the affinity per 16-query chunk on fp16 mma.sync (the forward's fp16
+// operands, converted from the hi and lo tiles in registers: focus_wgmma_gate.cuh) on tiles where
+// the warpgroup's keys have a distant query. dS^T = P^T (dP^T - delta) with the
 // gated P is the gradient of the logit, so the rest is the dense arithmetic. Beside K and V the
 // split g rows of the block's keys (once) and, double-buffered with Q and dO, of the tile's
 // queries (cp.async, landed by the barrier at the top of each tile).
@@ -41,6 +42,9 @@ template <int D>
 constexpr int kQTile = D == 64 ? 128 : 64;
 
 constexpr uint32_t g_tile_bytes(int rows, int KP) { return uint32_t(rows) * (2 * KP + 8) * 2; }
+constexpr uint32_t gq_tile_bytes(int rows, int KP) {
+  return uint32_t(rows) * focus_wgmma::gq_ld(KP) * 2;
+}
 constexpr size_t kMaxSmem = 232448;  // 227 KiB of dynamic shared memory per block (sm_90)
 // K, V, 2 x Q, 2 x dO, dS^T, 2 x lse and delta, the fp32 dQ tile, 2 mbarriers, the keys' g tile,
 // gq_bufs x the queries' g tiles (kFusedDg: and the fp32 dg_query tile), alignment: 192-217 KiB.
@@ -50,7 +54,7 @@ constexpr size_t bwd_smem_bytes_with() {
   constexpr size_t dgq = kFusedDg ? size_t(kQ) * focus_wgmma::dgq_ld(KP) * sizeof(float) : 0;
   return 2 * size_t(tile_bytes(kBlockN, D)) + 4 * size_t(tile_bytes(kQ, D)) +
          size_t(tile_bytes(kBlockN, kQ)) + 4 * kQ * sizeof(float) + size_t(kQ) * D * sizeof(float) +
-         16 + g_tile_bytes(kBlockN, KP) + gq_bufs * size_t(g_tile_bytes(kQ, KP)) + dgq + 1008;
+         16 + g_tile_bytes(kBlockN, KP) + gq_bufs * size_t(gq_tile_bytes(kQ, KP)) + dgq + 1008;
 }
 // Buffers of the queries' g tile: 2, or 1 where kFusedDg's dg_query tile leaves no room for 2.
 template <int D, int KP, bool kFusedDg>
@@ -178,7 +182,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kQ = kQTile<D>;
   constexpr uint32_t kKVBytes = tile_bytes(kBlockN, D), kQBytes = tile_bytes(kQ, D);
   constexpr uint32_t kSBytes = tile_bytes(kBlockN, kQ), kDqBytes = kQ * D * 4;
-  constexpr uint32_t kGqBytes = g_tile_bytes(kQ, KP);
+  constexpr uint32_t kGqBytes = gq_tile_bytes(kQ, KP);
+  constexpr int kGqLd = focus_wgmma::gq_ld(KP);
+  constexpr bool kGqF16 = focus_wgmma::gq_has_f16(KP);
   constexpr int kGqBufs = gq_buffers<D, KP, kFusedDg>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -208,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int key0 = k0 + 64 * wg + 16 * warp + g;
   const bf16* gk = p.k + b * p.kv_batch_stride + hk * D;
   const bf16* gv = p.v + b * p.kv_batch_stride + hk * D;
-  const bf16* gsb = gs + int64_t(b) * T * 2 * KP;
+  const bf16* gsb = gs + int64_t(b) * T * focus_wgmma::gs_width(KP);
   const int w = p.gate.local_window;
 
   const TileRange tiles = mask.query_tiles(k0, kBlockN, kQ, T);
@@ -239,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_async4(sStats + (2 * kQ + buf * kQ + i) * 4, delta + (ok ? row + i : 0), ok);
     }
     if constexpr (kGqBufs == 2) {
-      focus_wgmma::load_g_tile<kQ, KP, kThreads>(sGq + buf * kGqBytes, gsb, q0, T);
+      focus_wgmma::load_g_tile<kQ, KP, kThreads, kGqLd, kGqF16>(sGq + buf * kGqBytes, gsb, q0, T);
     }
   };
   auto dq_rows = [&](Tile t, uint32_t* bytes) {
@@ -263,17 +269,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   Tile cur{hk * group, m_begin}, prev = cur;
   if (iters > 0) issue_loads(cur, 0);
   if constexpr (kGqBufs == 1) {
-    if (iters > 0) focus_wgmma::load_g_tile<kQ, KP, kThreads>(sGq, gsb, cur.m * kQ, T);
+    if (iters > 0)
+      focus_wgmma::load_g_tile<kQ, KP, kThreads, kGqLd, kGqF16>(sGq, gsb, cur.m * kQ, T);
   }
   cp_async_commit();
 
   float dk[D / 2], dv[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
-  float dgk[kFusedDg ? KP / 8 : 1][4];  // kFusedDg: dg of the warp's 16 keys (C fragments)
+  // kFusedDg: dg of the warp's 16 keys (C fragments; KP = 8: hi and lo products, summed at the end)
+  constexpr int kDgkTiles = kFusedDg ? focus_wgmma::dgk_tiles(KP) : 1;
+  float dgk[kDgkTiles][4];
 #pragma unroll
-  for (int nt = 0; nt < (kFusedDg ? KP / 8 : 1); ++nt)
-    dgk[nt][0] = dgk[nt][1] = dgk[nt][2] = dgk[nt][3] = 0.f;
+  for (int nt = 0; nt < kDgkTiles; ++nt) dgk[nt][0] = dgk[nt][1] = dgk[nt][2] = dgk[nt][3] = 0.f;
   const int wrow = 64 * wg + 16 * warp;  // the warp's first key in the block
   const float sl2 = p.scale * kLog2e;
   const uint32_t k_rows = sK + wg * 64 * 128, v_rows = sV + wg * 64 * 128;
@@ -309,13 +317,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The gate: P^T times (a + eps) on the distant pairs of this warpgroup's keys (kFusedDg: and
     // dA, the dg products).
     if (focus_wgmma::tile_has_distant_k_rows(k0 + 64 * wg, q0 + kQ - 1, w)) {
-      uint32_t ah[KP / 16][4], al[KP / 16][4];
-      focus_wgmma::load_g_a<KP>(ah, al, generic(sGk), 64 * wg + 16 * warp, lane);
+      uint32_t af[focus_wgmma::affinity_ksteps(KP)][4];
+      focus_wgmma::load_g_a<KP>(af, generic(sGk), 64 * wg + 16 * warp, lane);
       const bf16* cGq = generic(sGq + (kGqBufs == 2 ? buf * kGqBytes : 0));
 #pragma unroll
       for (int chunk = 0; chunk < kQ / 16; ++chunk) {
         float a[2][4];
-        focus_wgmma::affinity_chunk<KP>(a, ah, al, cGq, 16 * chunk, lane);
+        focus_wgmma::affinity_chunk<KP, kGqLd, kGqF16>(a, af, cGq, 16 * chunk, lane);
         if constexpr (kFusedDg) {
           float dl[2][2], da[2][4];
 #pragma unroll
@@ -325,8 +333,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             dl[n][1] = d.y;
           }
           focus_wgmma::gate_chunk_da(s, da, dp, a, dl, chunk, key0, q0 + 2 * tig, w, p.gate.eps);
-          focus_wgmma::dg_chunk_products<KP>(dgk, dgq_tile, da, cGq, generic(sGk), chunk, wrow,
-                                             lane);
+          focus_wgmma::dg_chunk_products<KP, kGqLd>(dgk, dgq_tile, da, cGq, generic(sGk), chunk,
+                                                    wrow, lane);
         } else {
           focus_wgmma::gate_chunk<false>(s, a, chunk, key0, q0 + 2 * tig, w, p.gate.eps);
         }
@@ -349,7 +357,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     if constexpr (kGqBufs == 1) {  // no warp reads the queries' g tile any more
       if (it + 1 < iters) {
-        focus_wgmma::load_g_tile<kQ, KP, kThreads>(sGq, gsb, next_tile(cur).m * kQ, T);
+        focus_wgmma::load_g_tile<kQ, KP, kThreads, kGqLd, kGqF16>(sGq, gsb, next_tile(cur).m * kQ,
+                                                                  T);
         cp_async_commit();
       }
     }
@@ -388,6 +397,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   store_dk_dv<D>(dk, dv, p, b, hk, key0, tig);
   if constexpr (kFusedDg) {
     float* dgb = p.dg + int64_t(b) * T * p.K;
+    if constexpr (KP == 8) {
+#pragma unroll
+      for (int v = 0; v < 4; ++v) dgk[0][v] += dgk[1][v];
+    }
 #pragma unroll
     for (int nt = 0; nt < KP / 8; ++nt) {
 #pragma unroll
@@ -442,11 +455,13 @@ template <bool kFusedDg>
 void launch_bwd_for(const FocusAttentionParams<bf16>& p, const float* delta, float* dq_accum,
                     const bf16* gs, int KP, cudaStream_t st) {
   if (p.D == 64) {
-    KP == 16 ? launch_bwd<64, 16, kFusedDg>(p, delta, dq_accum, gs, st)
-             : launch_bwd<64, 32, kFusedDg>(p, delta, dq_accum, gs, st);
+    KP == 8    ? launch_bwd<64, 8, kFusedDg>(p, delta, dq_accum, gs, st)
+    : KP == 16 ? launch_bwd<64, 16, kFusedDg>(p, delta, dq_accum, gs, st)
+               : launch_bwd<64, 32, kFusedDg>(p, delta, dq_accum, gs, st);
   } else {
-    KP == 16 ? launch_bwd<128, 16, kFusedDg>(p, delta, dq_accum, gs, st)
-             : launch_bwd<128, 32, kFusedDg>(p, delta, dq_accum, gs, st);
+    KP == 8    ? launch_bwd<128, 8, kFusedDg>(p, delta, dq_accum, gs, st)
+    : KP == 16 ? launch_bwd<128, 16, kFusedDg>(p, delta, dq_accum, gs, st)
+               : launch_bwd<128, 32, kFusedDg>(p, delta, dq_accum, gs, st);
   }
 }
 
@@ -463,12 +478,12 @@ void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s) {
   if (rows == 0) return;
   const auto st = reinterpret_cast<cudaStream_t>(s);
   const int KP = focus_wgmma::padded_groups(p.K);
-  const size_t gs_bytes = size_t(p.B) * p.seq_len * 2 * KP * sizeof(bf16);
+  const size_t gs_bytes = size_t(p.B) * p.seq_len * focus_wgmma::gs_width(KP) * sizeof(bf16);
   const size_t dq_bytes = (size_t(rows) * (p.D + 1) * sizeof(float) + 15) / 16 * 16;
   StreamScratch scratch(dq_bytes + gs_bytes, s);
   float* dq_accum = scratch.as<float>();  // [B, H, T, D] (dq_swizzle rows), 16-byte aligned
   float* delta = dq_accum + rows * p.D;   // [B, H, T]
-  bf16* gs = reinterpret_cast<bf16*>(scratch.as<unsigned char>() + dq_bytes);  // [B, T, 2 KP]
+  bf16* gs = reinterpret_cast<bf16*>(scratch.as<unsigned char>() + dq_bytes);  // [B, T, 3 KP]
   launch_attention_bwd_delta(focus_dense_params(p), delta, dq_accum, s);
   focus_wgmma_split_g(p, gs, KP, s);
   if (p.dg) {  // dg in the main loop (kFusedDg)

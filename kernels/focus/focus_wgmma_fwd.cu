@@ -1,15 +1,17 @@
 // The wgmma Focus attention forward, additive gate (focus_wgmma.cuh): o and lse (natural log)
 // written (=). The dense wgmma forward's simple schedule (kernels/attention/attention_wgmma.cu,
 // whose comments describe the shared-memory layout and the synchronization) with the gate: per
-// 128-key tile, S = Q K^T, wait, mask, row max, exponentials; on tiles where some pair of the
-// warpgroup's rows is distant (i - j > local_window) the affinity of each 16-key chunk on mma.sync
-// (focus_wgmma_gate.cuh) and exp(s - m) (a + eps) on its distant pairs (a + eps <= 1 + eps, so
-// the running max of the raw scores stays a safe bound, as in the tiled kernel); row sums;
-// rescale O; O += P V. Beside Q, K, V: the split g rows (focus_wgmma_split_g) of the block's
-// queries and, double-buffered with K and V, of the tile's keys (cp.async, landed with Q by the
-// barrier at the top of each tile). One schedule for both head dims (the dense kernel's pingpong
-// schedule at D = 128 is not ported).
+// 128-key tile, S = Q K^T and, on tiles where some pair of the warpgroup's rows is distant (i - j
+// > local_window), the affinity A = G_q G_k^T as one more fp16 wgmma in the same group (the split
+// g's fp16 columns, focus_wgmma_layout.h, in 128-byte-swizzled tiles as Q and K: its accumulator
+// is S's layout); wait, mask, row max, exponentials, exp(s - m) (a + eps) on the distant pairs
+// (a + eps <= 1 + eps, so the running max of the raw scores stays a safe bound, as in the tiled
+// kernel); row sums; rescale O; O += P V. Beside Q, K, V: the g tiles of the block's queries and,
+// double-buffered with K and V, of the tile's keys (cp.async, landed with Q by the barrier at the
+// top of each tile). One schedule for both head dims (the dense kernel's pingpong schedule at D =
+// 128 is not ported).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "kernels/attention/visibility.h"
 #include "kernels/attention/wgmma_common.cuh"
@@ -29,31 +31,57 @@ constexpr int kThreads = 256;  // 2 warpgroups
 constexpr int kBlockM = 128;   // queries per block
 constexpr int kBlockN = 128;   // keys per tile
 
-// Dynamic shared memory: Q, 2 K and 2 V tiles (1024-aligned), 2 mbarriers, the g tiles of the
-// queries and 2 of the keys ([128][g_ld(KP)] bf16), plus 1 KiB to align the base.
-constexpr uint32_t g_tile_bytes(int KP) { return uint32_t(128) * (2 * KP + 8) * 2; }
-constexpr size_t fwd_smem_bytes(int D, int KP) {
-  return size_t(tile_bytes(kBlockM, D)) + 4 * size_t(tile_bytes(kBlockN, D)) + 16 +
-         3 * size_t(g_tile_bytes(KP)) + 1024;
+// Dynamic shared memory: Q, 2 K and 2 V tiles, the g tiles of the queries and 2 of the keys
+// ([128] x 128 bytes, 128-byte swizzle; all 1024-aligned), 2 mbarriers, plus 1 KiB to align the
+// base.
+constexpr uint32_t kGBytes = 128 * 128;
+constexpr size_t fwd_smem_bytes(int D) {
+  return size_t(tile_bytes(kBlockM, D)) + 4 * size_t(tile_bytes(kBlockN, D)) + 3 * kGBytes + 16 +
+         1024;
 }
-// One block per SM in the launch bounds: asking for two at D = 64, KP = 16 (111 KiB of shared
-// memory each, two would fit) caps ptxas at 128 registers, and the kernel then spilled (116
-// bytes); at one it takes 210-240 registers and spills nothing (docs/focus.md).
+// One block per SM in the launch bounds (docs/focus.md, registers).
 constexpr int kMinBlocks = 1;
 
 #if ATTN_WGMMA_DEVICE
 // (RowState, rescale, issue_pv: wgmma_softmax.cuh.)
 
+// Issues S = Q K^T and the affinity a = G_q G_k^T (affinity_ksteps(KP) fp16 k-steps, scaled by
+// kAffinityScale^2) as one wgmma group (not waited). q_rows / gq_rows: the warpgroup's 64 rows of
+// the Q and query g tiles; k_tile / gk_tile: the key tiles. The affinity is issued on every tile,
+// also where no pair is distant (it is unused there): a wgmma under a condition made ptxas inject
+// warpgroup arrivals (C7519), and it costs one or two k-steps against S's D / 16.
+template <int D, int KP>
+__device__ __forceinline__ void issue_s_affinity(float (&s)[kBlockN / 2], float (&a)[kBlockN / 2],
+                                                 uint32_t q_rows, uint32_t k_tile, uint32_t gq_rows,
+                                                 uint32_t gk_tile) {
+  fence_regs(s);
+  fence_regs(a);
+  wgmma_fence();
+  const uint64_t q0 = smem_desc(q_rows, 16, 1024), k0 = smem_desc(k_tile, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint32_t koff = (kk % 4) * 32u;
+    wgmma_ss<kBlockN>(s, desc_add(q0, (kk / 4) * kBlockM * 128 + koff),
+                      desc_add(k0, (kk / 4) * kBlockN * 128 + koff), kk > 0 ? 1 : 0);
+  }
+  const uint64_t ga = smem_desc(gq_rows, 16, 1024), gb = smem_desc(gk_tile, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < focus_wgmma::affinity_ksteps(KP); ++kk) {
+    focus_wgmma::wgmma_ss_f16_n128(a, desc_add(ga, kk * 32u), desc_add(gb, kk * 32u), kk > 0);
+  }
+  wgmma_commit();
+}
+
 // Masks (where needed), the online-softmax update and the gate of scores s of keys k0 ..: s
-// becomes exp2(s scale log2 e - new max), times (a + eps) on distant pairs when `gated`; the
-// row state is updated and corr (the factor for O so far) returned.
-template <int KP>
-__device__ __forceinline__ void softmax_gate_tile(float (&s)[kBlockN / 2], RowState& st,
+// becomes exp2(s scale log2 e - new max), times (a + eps) on distant pairs when `gated` (a: the
+// affinity accumulator of issue_s_affinity); the row state is updated and corr (the factor for O
+// so far) returned.
+__device__ __forceinline__ void softmax_gate_tile(float (&s)[kBlockN / 2],
+                                                  const float (&a)[kBlockN / 2], RowState& st,
                                                   float (&corr)[2],
                                                   const FocusAttentionParams<bf16>& p, int k0,
                                                   int wq0, int row0, int lane, float sl2,
-                                                  bool gated, const bf16* gq_tile, int arow0,
-                                                  const bf16* gk_tile) {
+                                                  bool gated) {
   const int T = p.seq_len, tig = lane & 3;
   const AttentionMask mask{};  // causal
   if (ATTN_MASK_NEEDS_KEY_MASK(mask, wq0, 64, k0, kBlockN, T)) {
@@ -91,20 +119,7 @@ __device__ __forceinline__ void softmax_gate_tile(float (&s)[kBlockN / 2], RowSt
       s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], sl2, -m_use[r]));
     }
   }
-  if (gated) {
-    // The query rows' A fragments: loaded once per tile at KP = 16; per chunk at KP = 32, where
-    // holding them (16 registers) made ptxas serialize the wgmmas at D = 128 (C7512).
-    uint32_t ah[KP / 16][4], al[KP / 16][4];
-    if constexpr (KP == 16) focus_wgmma::load_g_a<KP>(ah, al, gq_tile, arow0, lane);
-#pragma unroll
-    for (int chunk = 0; chunk < kBlockN / 16; ++chunk) {
-      if constexpr (KP != 16) focus_wgmma::load_g_a<KP>(ah, al, gq_tile, arow0, lane);
-      float a[2][4];
-      focus_wgmma::affinity_chunk<KP>(a, ah, al, gk_tile, 16 * chunk, lane);
-      focus_wgmma::gate_chunk<true>(s, a, chunk, row0, k0 + 2 * tig, p.gate.local_window,
-                                    p.gate.eps);
-    }
-  }
+  if (gated) focus_wgmma::gate_acc<true>(s, a, row0, k0 + 2 * tig, p.gate.local_window, p.gate.eps);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float sum = 0.f;
@@ -147,19 +162,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
                            const __grid_constant__ CUtensorMap tm_v) {
 #if ATTN_WGMMA_DEVICE
   constexpr uint32_t kQBytes = tile_bytes(kBlockM, D), kKVBytes = tile_bytes(kBlockN, D);
-  constexpr uint32_t kGBytes = g_tile_bytes(KP);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t smem_base = (raw + 1023u) & ~1023u;
-  const uint32_t sQ = smem_base;            // [kBlockM] rows
-  const uint32_t sK = sQ + kQBytes;         // [2][kBlockN] rows
-  const uint32_t sV = sK + 2 * kKVBytes;    // [2][kBlockN] rows
-  const uint32_t full = sV + 2 * kKVBytes;  // mbarriers [2]
-  const uint32_t sGq = full + 16;           // g tiles: queries, then [2] keys
+  const uint32_t sQ = smem_base;           // [kBlockM] rows
+  const uint32_t sK = sQ + kQBytes;        // [2][kBlockN] rows
+  const uint32_t sV = sK + 2 * kKVBytes;   // [2][kBlockN] rows
+  const uint32_t sGq = sV + 2 * kKVBytes;  // g tiles: queries, then [2] keys
   const uint32_t sGk = sGq + kGBytes;
-  auto generic = [&](uint32_t addr) {
-    return reinterpret_cast<const bf16*>(smem_raw + (addr - raw));
-  };
+  const uint32_t full = sGk + 2 * kGBytes;  // mbarriers [2]
 
   const int T = p.seq_len;
   const AttentionMask mask{};
@@ -171,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int wq0 = q0 + 64 * wg;
   const int row0 = wq0 + 16 * warp + g;
   const bf16* gq = p.q + b * p.q_batch_stride + h * D;
-  const bf16* gsb = gs + int64_t(b) * T * 2 * KP;
+  const bf16* gsb = gs + int64_t(b) * T * focus_wgmma::gs_width(KP);
   const int w = p.gate.local_window;
 
   const TileRange tiles = mask.key_tiles(q0, kBlockM, kBlockN, T);
@@ -184,7 +195,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   RowState st = {{-INFINITY, -INFINITY}, {0.f, 0.f}};
   const float sl2 = p.scale * kLog2e;
   const uint32_t q_rows = sQ + wg * 64 * 128;
-  float s[kBlockN / 2], corr[2];
+  const uint32_t gq_rows = sGq + wg * 64 * 128;
+  float s[kBlockN / 2], a[kBlockN / 2], corr[2];
   uint32_t pa[kBlockN / 16][4];
 
   auto load_kv = [&](int nb, int stage) {
@@ -205,8 +217,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   __syncthreads();
   load_tile<kBlockM, D, kThreads>(sQ, gq, p.q_row_stride, q0, T);
-  focus_wgmma::load_g_tile<kBlockM, KP, kThreads>(sGq, gsb, q0, T);
-  focus_wgmma::load_g_tile<kBlockN, KP, kThreads>(sGk, gsb, n_begin * kBlockN, T);
+  focus_wgmma::load_g_affinity_tile<kBlockM, KP, kThreads>(sGq, gsb, q0, T);
+  focus_wgmma::load_g_affinity_tile<kBlockN, KP, kThreads>(sGk, gsb, n_begin * kBlockN, T);
   cp_async_commit();
   if (threadIdx.x == 0) load_kv(n_begin, 0);
   for (int nb = n_begin; nb < n_end; ++nb) {
@@ -214,19 +226,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     tiles_ready();  // Q, the g tiles of this tile; the other stage free
     if (nb + 1 < n_end) {
       if (threadIdx.x == 0) load_kv(nb + 1, buf ^ 1);
-      focus_wgmma::load_g_tile<kBlockN, KP, kThreads>(sGk + (buf ^ 1) * kGBytes, gsb,
-                                                      (nb + 1) * kBlockN, T);
+      focus_wgmma::load_g_affinity_tile<kBlockN, KP, kThreads>(sGk + (buf ^ 1) * kGBytes, gsb,
+                                                               (nb + 1) * kBlockN, T);
       cp_async_commit();
     }
     mbar_wait(full + 8 * buf, uint32_t((nb - n_begin) >> 1) & 1u);
     const int k0 = nb * kBlockN;
     if (ATTN_MASK_TILE_INVISIBLE(mask, wq0, wq0 + 63, k0, k0 + kBlockN - 1)) continue;
-    issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK + buf * kKVBytes);
+    const bool gated = focus_wgmma::tile_has_distant_q_rows(wq0 + 63, k0, w);
+    issue_s_affinity<D, KP>(s, a, q_rows, sK + buf * kKVBytes, gq_rows, sGk + buf * kGBytes);
     wgmma_wait<0>();
     fence_regs(s);
-    const bool gated = focus_wgmma::tile_has_distant_q_rows(wq0 + 63, k0, w);
-    softmax_gate_tile<KP>(s, st, corr, p, k0, wq0, row0, lane, sl2, gated, generic(sGq),
-                          64 * wg + 16 * warp, generic(sGk + buf * kGBytes));
+    fence_regs(a);
+    softmax_gate_tile(s, a, st, corr, p, k0, wq0, row0, lane, sl2, gated);
     rescale<D>(o, corr);
     acc_to_a<kBlockN>(pa, s);
     issue_pv<D, kBlockN>(o, pa, sV + buf * kKVBytes);
@@ -241,7 +253,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 #endif
 }
 
-// gs[b, t, :] = hi parts of g[b, t, 0 .. KP), then lo parts (focus_wgmma_layout.h).
+// gs[b, t, :] = the fp16 affinity operand of g[b, t, 0 .. KP), its bf16 hi parts, its bf16 lo
+// parts (focus_wgmma_layout.h).
 __global__ void split_g_kernel(const float* __restrict__ g, bf16* __restrict__ gs, int64_t rows,
                                int K, int KP) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -250,13 +263,20 @@ __global__ void split_g_kernel(const float* __restrict__ g, bf16* __restrict__ g
   const int c = int(i - row * KP);
   const float x = c < K ? g[row * K + c] : 0.f;
   const bf16 hi = __float2bfloat16_rn(x);
-  gs[row * 2 * KP + c] = hi;
-  gs[row * 2 * KP + KP + c] = __float2bfloat16_rn(x - __bfloat162float(hi));
+  const bf16 lo = __float2bfloat16_rn(x - __bfloat162float(hi));
+  // The same fp32 expression as affinity_f16x2 (focus_wgmma_gate.cuh), so the backward's
+  // affinity is bitwise the forward's.
+  const __half a =
+      __float2half_rn((__bfloat162float(hi) + __bfloat162float(lo)) * focus_wgmma::kAffinityScale);
+  bf16* out = gs + row * focus_wgmma::gs_width(KP);
+  out[c] = *reinterpret_cast<const bf16*>(&a);  // 16-bit storage; the kernels read fp16 bits
+  out[KP + c] = hi;
+  out[2 * KP + c] = lo;
 }
 
 template <int D, int KP>
 void launch_fwd(const FocusAttentionParams<bf16>& p, const bf16* gs, cudaStream_t st) {
-  constexpr size_t smem = fwd_smem_bytes(D, KP);
+  constexpr size_t smem = fwd_smem_bytes(D);
   auto* kernel = focus_wgmma_fwd_kernel<D, KP>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -317,14 +337,18 @@ void launch_focus_wgmma_fwd(const FocusAttentionParams<bf16>& p, Stream s) {
                p.D, p.pos, focus_wgmma::kMaxGroups, p.K);
   if (int64_t(p.B) * p.n_head * p.seq_len == 0) return;
   const int KP = focus_wgmma::padded_groups(p.K);
-  StreamScratch scratch(size_t(p.B) * p.seq_len * 2 * KP * sizeof(bf16), s);
+  StreamScratch scratch(size_t(p.B) * p.seq_len * focus_wgmma::gs_width(KP) * sizeof(bf16), s);
   bf16* gs = scratch.as<bf16>();
   focus_wgmma_split_g(p, gs, KP, s);
   const auto st = reinterpret_cast<cudaStream_t>(s);
   if (p.D == 64) {
-    KP == 16 ? launch_fwd<64, 16>(p, gs, st) : launch_fwd<64, 32>(p, gs, st);
+    KP == 8    ? launch_fwd<64, 8>(p, gs, st)
+    : KP == 16 ? launch_fwd<64, 16>(p, gs, st)
+               : launch_fwd<64, 32>(p, gs, st);
   } else {
-    KP == 16 ? launch_fwd<128, 16>(p, gs, st) : launch_fwd<128, 32>(p, gs, st);
+    KP == 8    ? launch_fwd<128, 8>(p, gs, st)
+    : KP == 16 ? launch_fwd<128, 16>(p, gs, st)
+               : launch_fwd<128, 32>(p, gs, st);
   }
 }
 

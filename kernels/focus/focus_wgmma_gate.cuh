@@ -4,6 +4,7 @@
 // accumulator elements). Device code only; compiled in the sm_90a object library.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -15,63 +16,121 @@
 namespace attnlab::focus_wgmma {
 
 #if ATTN_WGMMA_DEVICE
-// Rows row0 .. row0 + ROWS - 1 of the split g (gs: [T][2 KP] bf16 of one sequence) into the tile
-// at shared address s ([ROWS][g_ld(KP)]) by cp.async, zero past T; part of the caller's group.
-template <int ROWS, int KP, int kThreads>
+// Rows row0 .. row0 + ROWS - 1 of the hi and lo columns of the split g (gs: [T][gs_width(KP)] of
+// one sequence) into the tile at shared address s ([ROWS][kLd]) by cp.async, zero past T; with
+// kF16 also the fp16 columns, after them (column 2 KP: gq_ld). Part of the caller's group. The
+// backward's tiles: the keys' (kLd = g_ld(KP)) and the queries' (gq_ld(KP), gq_has_f16(KP)).
+template <int ROWS, int KP, int kThreads, int kLd = 2 * KP + 8, bool kF16 = false>
 __device__ __forceinline__ void load_g_tile(uint32_t s, const bf16* gs, int row0, int T) {
-  constexpr int kChunks = 2 * KP / 8;  // 16-byte chunks per row
-  constexpr int kLd = 2 * KP + 8;
+  constexpr int kChunks = (kF16 ? 3 : 2) * KP / 8;  // 16-byte chunks per row
+  constexpr int kW = 3 * KP, kGsChunks = kW / 8;
   for (int i = threadIdx.x; i < ROWS * kChunks; i += kThreads) {
     const int r = i / kChunks, c = i - r * kChunks;
+    const int src = (c + KP / 8) % kGsChunks;  // tile hi | lo | f16 from gs f16 | hi | lo
     const bool valid = row0 + r < T;
     wgmma::cp_async16(s + uint32_t(r * kLd + 8 * c) * 2,
-                      valid ? gs + int64_t(row0 + r) * 2 * KP + 8 * c : gs, valid);
+                      valid ? gs + int64_t(row0 + r) * kW + 8 * src : gs, valid);
   }
+}
+
+// The fp16 affinity columns (0 .. KP) of rows row0 .. row0 + ROWS - 1 of the split g into a
+// [ROWS] x 128-byte tile in the 128-byte swizzle of the wgmma tiles (wgmma::swizzled_offset; the
+// rest of each row is not read), zero past T and, at KP = 8, in columns 8 .. 16 (the k16 step's
+// upper half): the forward's operands of A = G_q G_k^T, K-major as Q and K are for S. Part of
+// the caller's cp.async group.
+template <int ROWS, int KP, int kThreads>
+__device__ __forceinline__ void load_g_affinity_tile(uint32_t s, const bf16* gs, int row0, int T) {
+  constexpr int kChunks = 2 * affinity_ksteps(KP), kW = 3 * KP;
+  for (int i = threadIdx.x; i < ROWS * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i - r * kChunks;
+    const bool valid = row0 + r < T && 8 * c < KP;
+    wgmma::cp_async16(s + wgmma::swizzled_offset<ROWS>(r, c),
+                      valid ? gs + int64_t(row0 + r) * kW + 8 * c : gs, valid);
+  }
+}
+
+// d (64 x 128 fp32) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x 128) fp16 from shared
+// memory, both K-major (wgmma_common.cuh's wgmma_ss for fp16 operands).
+__device__ __forceinline__ void wgmma_ss_f16_n128(float (&d)[64], uint64_t a, uint64_t b,
+                                                  int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {" ATTN_WG_REGS64
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : ATTN_WG_ACC64("+f", d)
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+__device__ __forceinline__ void mma16816_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ uint32_t lds32(const bf16* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
-// The A fragments (hi, lo) of rows arow0 .. arow0 + 15 of a g tile (generic pointer to shared
-// memory, [rows][g_ld(KP)]), k = the KP groups.
+// Two groups' fp16 affinity operand from their bf16 hi and lo words (low half first): fp16 of
+// kAffinityScale (hi + lo), the same bits split_g writes into the forward's columns (hi + lo and
+// the power-of-two scale are exact in fp32).
+__device__ __forceinline__ uint32_t affinity_f16x2(uint32_t hi, uint32_t lo) {
+  const float x0 = (__uint_as_float(hi << 16) + __uint_as_float(lo << 16)) * kAffinityScale;
+  const float x1 =
+      (__uint_as_float(hi & 0xffff0000u) + __uint_as_float(lo & 0xffff0000u)) * kAffinityScale;
+  const __half2 h = __floats2half2_rn(x0, x1);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// The fp16 A fragments of rows arow0 .. arow0 + 15 of a backward g tile (generic pointer to
+// shared memory, [rows][g_ld(KP)]), k = the KP groups.
 template <int KP>
-__device__ __forceinline__ void load_g_a(uint32_t (&ah)[KP / 16][4], uint32_t (&al)[KP / 16][4],
-                                         const bf16* tile, int arow0, int lane) {
+__device__ __forceinline__ void load_g_a(uint32_t (&a)[affinity_ksteps(KP)][4], const bf16* tile,
+                                         int arow0, int lane) {
   constexpr int kLd = 2 * KP + 8;
 #pragma unroll
-  for (int kc = 0; kc < KP / 16; ++kc) {
+  for (int kc = 0; kc < affinity_ksteps(KP); ++kc) {
 #pragma unroll
     for (int x = 0; x < 4; ++x) {
       const int off = g_a_offset(arow0, kc, x, lane, kLd);
-      ah[kc][x] = lds32(tile + off);
-      al[kc][x] = lds32(tile + off + KP);
+      // KP = 8: registers 2, 3 hold groups 8 .. 15 (none)
+      a[kc][x] = KP < 16 && x >= 2 ? 0u : affinity_f16x2(lds32(tile + off), lds32(tile + off + KP));
     }
   }
 }
 
 // a (the C fragments of two m16n8 tiles: 16 rows x 16 columns) = A B^T over the KP groups: A the
-// fragments of load_g_a, B = rows n0 .. n0 + 15 of the g tile `tile` (the chunk's columns);
-// hi.hi + hi.lo + lo.hi (the lo.lo term is below the fp32 rounding of a).
-template <int KP>
-__device__ __forceinline__ void affinity_chunk(float (&a)[2][4], const uint32_t (&ah)[KP / 16][4],
-                                               const uint32_t (&al)[KP / 16][4], const bf16* tile,
-                                               int n0, int lane) {
-  constexpr int kLd = 2 * KP + 8;
+// fragments of load_g_a, B = rows n0 .. n0 + 15 of the backward's query tile `tile` ([rows][kLd];
+// kF16: its fp16 columns at 2 KP, else converted from hi + lo), one fp16 mma.sync per k16 and
+// n-tile, unscaled to the affinity.
+template <int KP, int kLd, bool kF16>
+__device__ __forceinline__ void affinity_chunk(float (&a)[2][4],
+                                               const uint32_t (&af)[affinity_ksteps(KP)][4],
+                                               const bf16* tile, int n0, int lane) {
+  auto b_word = [&](int off) {
+    return kF16 ? lds32(tile + off + 2 * KP)
+                : affinity_f16x2(lds32(tile + off), lds32(tile + off + KP));
+  };
 #pragma unroll
   for (int n = 0; n < 2; ++n) a[n][0] = a[n][1] = a[n][2] = a[n][3] = 0.f;
 #pragma unroll
-  for (int kc = 0; kc < KP / 16; ++kc) {
+  for (int kc = 0; kc < affinity_ksteps(KP); ++kc) {
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
       const int off0 = g_b_offset(n0 + 8 * n, kc, 0, lane, kLd);
       const int off1 = g_b_offset(n0 + 8 * n, kc, 1, lane, kLd);
-      const uint32_t bh0 = lds32(tile + off0), bh1 = lds32(tile + off1);
-      const uint32_t bl0 = lds32(tile + off0 + KP), bl1 = lds32(tile + off1 + KP);
-      mma::mma16816(a[n], ah[kc], bh0, bh1);
-      mma::mma16816(a[n], ah[kc], bl0, bl1);
-      mma::mma16816(a[n], al[kc], bh0, bh1);
+      // KP = 8: register 1 holds groups 8 .. 15 (none; the tile's padding is not zeroed)
+      const uint32_t b1 = KP < 16 ? 0u : b_word(off1);
+      mma16816_f16(a[n], af[kc], b_word(off0), b1);
     }
+  }
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) a[n][v] *= kAffinityUnscale;
   }
 }
 
@@ -137,8 +196,8 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
 // product on g hi alone missed the GPU test's dg bound (5.8e-3 against 5.1e-3, D 128, T 129, w 0,
 // K 8); these two reach at most 0.95 of it; splitting dA too (three products, the old dg pass's
 // precision: 0.62 of it) was 5-7% slower in forward+backward.
-template <int KP>
-__device__ __forceinline__ void dg_chunk_products(float (&dgk)[KP / 8][4], float* dgq_tile,
+template <int KP, int kGqLd>
+__device__ __forceinline__ void dg_chunk_products(float (&dgk)[dgk_tiles(KP)][4], float* dgq_tile,
                                                   const float (&da)[2][4], const bf16* gq_tile,
                                                   const bf16* gk_tile, int chunk, int wrow,
                                                   int lane) {
@@ -149,32 +208,51 @@ __device__ __forceinline__ void dg_chunk_products(float (&dgk)[KP / 8][4], float
     const int n = a_pack_tile(x);
     a[x] = wgmma::pack_bf16(da[n][a_pack_value(x, 0)], da[n][a_pack_value(x, 1)]);
   }
+  if constexpr (KP == 8) {  // hi | lo as one 16-column operand
+    uint32_t b[4];
+    mma::ldsm_x4_t(b, gq_tile + ldsm_t_b_offset(16 * chunk, 0, lane, kGqLd));
 #pragma unroll
-  for (int nb = 0; nb < KP / 16; ++nb) {
+    for (int t = 0; t < 2; ++t) mma::mma16816(dgk[t], a, b[2 * t], b[2 * t + 1]);
+  } else {
 #pragma unroll
-    for (int pg = 0; pg < 2; ++pg) {  // g hi, then g lo (columns KP ..)
-      uint32_t b[4];
-      mma::ldsm_x4_t(b, gq_tile + ldsm_t_b_offset(16 * chunk, pg * KP + 16 * nb, lane, kLd));
+    for (int nb = 0; nb < KP / 16; ++nb) {
 #pragma unroll
-      for (int t = 0; t < 2; ++t) mma::mma16816(dgk[2 * nb + t], a, b[2 * t], b[2 * t + 1]);
+      for (int pg = 0; pg < 2; ++pg) {  // g hi, then g lo (columns KP ..)
+        uint32_t b[4];
+        mma::ldsm_x4_t(b, gq_tile + ldsm_t_b_offset(16 * chunk, pg * KP + 16 * nb, lane, kGqLd));
+#pragma unroll
+        for (int t = 0; t < 2; ++t) mma::mma16816(dgk[2 * nb + t], a, b[2 * t], b[2 * t + 1]);
+      }
     }
   }
 #pragma unroll
   for (int n = 0; n < 2; ++n) {
     const uint32_t b0 = movmatrix_trans(a[2 * n]), b1 = movmatrix_trans(a[2 * n + 1]);
-#pragma unroll
-    for (int mt = 0; mt < KP / 16; ++mt) {
+    if constexpr (KP == 8) {  // rows 0 .. 7 of G_k^T: hi, rows 8 .. 15: lo, of the same groups
+      uint32_t gt[4];
+      mma::ldsm_x4_t(gt, gk_tile + ldsm_t_a_offset(wrow, 0, lane, kLd));
       float c[4] = {0.f, 0.f, 0.f, 0.f};
+      mma::mma16816(c, gt, b0, b1);
 #pragma unroll
-      for (int pg = 0; pg < 2; ++pg) {  // g hi, then g lo
-        uint32_t gt[4];
-        mma::ldsm_x4_t(gt, gk_tile + ldsm_t_a_offset(wrow, pg * KP + 16 * mt, lane, kLd));
-        mma::mma16816(c, gt, b0, b1);
-      }
-#pragma unroll
-      for (int v = 0; v < 4; ++v) {
+      for (int v = 0; v < 2; ++v) {
         const Coord cc = mma_c_coord(v, lane);  // row = group, column = query
-        atomicAdd(dgq_tile + (16 * chunk + 8 * n + cc.col) * kDgqLd + 16 * mt + cc.row, c[v]);
+        atomicAdd(dgq_tile + (16 * chunk + 8 * n + cc.col) * kDgqLd + cc.row, c[v] + c[v + 2]);
+      }
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < KP / 16; ++mt) {
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int pg = 0; pg < 2; ++pg) {  // g hi, then g lo
+          uint32_t gt[4];
+          mma::ldsm_x4_t(gt, gk_tile + ldsm_t_a_offset(wrow, pg * KP + 16 * mt, lane, kLd));
+          mma::mma16816(c, gt, b0, b1);
+        }
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+          const Coord cc = mma_c_coord(v, lane);  // row = group, column = query
+          atomicAdd(dgq_tile + (16 * chunk + 8 * n + cc.col) * kDgqLd + 16 * mt + cc.row, c[v]);
+        }
       }
     }
   }

@@ -25,15 +25,39 @@
 
 namespace attnlab::focus_wgmma {
 
-constexpr int kMaxGroups = 32;  // K the wgmma kernels take (padded to KP = 16 or 32)
+constexpr int kMaxGroups = 32;  // K the wgmma kernels take (padded to KP = 8, 16 or 32)
 
-ATTN_FWL_FN int padded_groups(int K) { return K <= 16 ? 16 : 32; }
+ATTN_FWL_FN int padded_groups(int K) { return K <= 8 ? 8 : K <= 16 ? 16 : 32; }
+// k16 steps of the affinity products over the KP groups (KP = 8: one, its upper half zero).
+constexpr ATTN_FWL_FN int affinity_ksteps(int KP) { return KP < 16 ? 1 : KP / 16; }
+// Accumulator n8 tiles of the backward's dg_key (the warp's keys x groups): KP / 8, except at KP
+// = 8, where the hi and lo products land in two tiles (the 16 columns hi | lo of the g tile are
+// one B operand) that are summed at the end.
+constexpr ATTN_FWL_FN int dgk_tiles(int KP) { return KP == 8 ? 2 : KP / 8; }
 
-// g as the kernels read it (focus_wgmma_fwd.cu, split_g): per token 2 KP bf16, the hi parts
-// bf16(g) of the KP (zero-padded) groups, then the lo parts bf16(g - hi). A tile of it in shared
+// g as the kernels read it (focus_wgmma_fwd.cu, split_g): per token gs_width(KP) = 3 KP 16-bit
+// values over the KP (zero-padded) groups: columns 0 .. KP the affinity operand, fp16 of
+// kAffinityScale (hi + lo); columns KP .. 2 KP the hi parts bf16(g); columns 2 KP .. 3 KP the lo
+// parts bf16(g - hi). The forward's affinity is one fp16 wgmma on the first part (fp16 keeps 11
+// bits, 4x bf16's; the scale 2^12 keeps g down to 1.5e-8 out of fp16's subnormals and g up to 15
+// below its largest value); the backward reads hi and lo (its dg products and, converted to the
+// same fp16 in registers, its affinity). A backward tile of the hi and lo columns in shared
 // memory is [rows][g_ld(KP)]: hi at column 0, lo at column KP, 8 elements of padding so that the
-// 8 rows a warp's fragment loads touch (row stride 80 or 144 bytes) fall on distinct banks.
-ATTN_FWL_FN int g_ld(int KP) { return 2 * KP + 8; }
+// 8 rows a warp's fragment loads touch (row stride 48, 80 or 144 bytes) fall on distinct banks.
+// At KP = 8 the 16 columns hi | lo form one 16-wide operand of the dg products.
+ATTN_FWL_FN int gs_width(int KP) { return 3 * KP; }
+constexpr ATTN_FWL_FN int g_ld(int KP) { return 2 * KP + 8; }
+// The backward's query tiles (the B operand of its affinity) also hold the fp16 columns, after hi
+// and lo (column 2 KP), where shared memory allows it (KP <= 16; at KP = 32 the affinity converts
+// hi + lo in registers, as it always does for the keys' A operand, loaded once per block):
+// [rows][gq_ld(KP)], padded so that 32-bit fragment loads and ldmatrix stay conflict-free (row
+// stride 80 or 112 bytes).
+constexpr ATTN_FWL_FN bool gq_has_f16(int KP) { return KP <= 16; }
+constexpr ATTN_FWL_FN int gq_ld(int KP) {
+  return !gq_has_f16(KP) ? g_ld(KP) : KP == 8 ? 5 * KP : 3 * KP + 8;
+}
+constexpr float kAffinityScale = 4096.f;                     // per operand: 2^12
+constexpr float kAffinityUnscale = 1.f / (4096.f * 4096.f);  // of a product: 2^-24
 
 struct Coord {
   int row, col;
@@ -116,6 +140,20 @@ ATTN_FWL_FN void gate_chunk(float (&s)[kVals], const float (&a)[2][4], int chunk
         s[chunk_acc_index(chunk, n, c)] *= a[n][c] + eps;
       }
     }
+  }
+}
+
+// The forward's gate on a whole accumulator (focus_wgmma_fwd.cu): a is the affinity as the fp16
+// wgmma left it (scaled by kAffinityScale^2, in the accumulator layout of s), element i = 4 j + 2
+// r + e is row row0 + 8 r, column col0 + 8 j + e (col0 = the tile's first column + 2 (lane % 4));
+// s times (a kAffinityUnscale + eps) where the pair is distant. kRowsAreQueries as chunk_distant.
+template <bool kRowsAreQueries, int kVals>
+ATTN_FWL_FN void gate_acc(float (&s)[kVals], const float (&a)[kVals], int row0, int col0, int w,
+                          float eps) {
+  ATTN_FWL_UNROLL
+  for (int i = 0; i < kVals; ++i) {
+    const int row = row0 + 8 * ((i >> 1) & 1), col = col0 + 8 * (i >> 2) + (i & 1);
+    if (kRowsAreQueries ? row - col > w : col - row > w) s[i] *= a[i] * kAffinityUnscale + eps;
   }
 }
 

@@ -21,6 +21,7 @@
 #include "focus_test_params.h"
 #include "kernels/focus/focus_attention.cuh"
 #include "ops/focus_ops.h"
+#include "ops/focus_wgmma_emulate.h"
 #include "ops/ops.h"
 
 namespace attnlab {
@@ -83,6 +84,13 @@ void run_case(const WgmmaCase& c) {
   ops::focus_attention_bwd(*cpu, cpu_tensor(ref.dqkv, qs), cpu_tensor(ref.dg, gs),
                            cpu_tensor(dout, os), cpu_tensor(qkv, qs), cpu_tensor(out_r, os),
                            cpu_tensor(ref.lse, ls), l, cpu_tensor(g, gs), Tensor(), gate);
+  // The forward on the kernel's fp16 affinity operands (g as focus_wgmma_layout.h rounds it).
+  std::vector<float> g16(g.size()), out16(ref.out.size()), lse16(ref.lse.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    g16[i] = focus_wgmma_emulate::affinity_operand_of(g[i]) / focus_wgmma::kAffinityScale;
+  }
+  ops::focus_attention_fwd(*cpu, cpu_tensor(out16, os), cpu_tensor(lse16, ls), cpu_tensor(qkv, qs),
+                           l, cpu_tensor(g16, gs), Tensor(), gate);
   std::vector<float> dense_out(ref.out.size()), dense_lse(ref.lse.size()), dense_dqkv(qkv.size());
   ops::attention_fwd(*cpu, cpu_tensor(dense_out, os), cpu_tensor(dense_lse, ls),
                      cpu_tensor(qkv, qs), l);
@@ -142,15 +150,23 @@ void run_case(const WgmmaCase& c) {
   };
   const std::vector<double> e_got = err(got), e_other = err(other), e_plain = err(plain);
   constexpr double kBf16Ulp = 1.0 / 256;
-  const double b_out = std::max(2 * std::max(e_plain[0], dense_out_err), kBf16Ulp);
-  const double b_lse = std::max(2 * std::max(e_plain[1], dense_lse_err), 1e-5);
+  const double b16_out = std::max(2 * std::max(e_plain[0], dense_out_err), kBf16Ulp);
+  const double b16_lse = std::max(2 * std::max(e_plain[1], dense_lse_err), 1e-5);
+  const double e16_out = test::max_rel_error(out16, ref.out);
+  const double e16_lse = test::max_rel_error(lse16, ref.lse);
+  EXPECT_LE(test::max_rel_error(got.out, out16), b16_out);
+  EXPECT_LE(test::max_rel_error(got.lse, lse16), b16_lse);
+  const double b_out = std::max(b16_out, 2 * e16_out);
+  const double b_lse = std::max(b16_lse, 2 * e16_lse);
   const double b_dqkv = std::max(2 * std::max(e_plain[2], dense_dqkv_err), kBf16Ulp);
   const double b_dg = std::max(2 * std::max(e_plain[3], dense_dqkv_err), kBf16Ulp);
   std::printf(
       "  [focus wgmma] D %d T %d w %d K %d: out %.2e (bound %.2e, tiled %.2e) lse %.2e (%.2e, "
-      "%.2e) dqkv %.2e (%.2e, %.2e) dg %.2e (%.2e, %.2e)\n",
+      "%.2e) dqkv %.2e (%.2e, %.2e) dg %.2e (%.2e, %.2e); fp16-operand reference: out %.2e lse "
+      "%.2e from exact, kernel from it out %.2e lse %.2e\n",
       D, T, c.local_window, K, e_got[0], b_out, e_other[0], e_got[1], b_lse, e_other[1], e_got[2],
-      b_dqkv, e_other[2], e_got[3], b_dg, e_other[3]);
+      b_dqkv, e_other[2], e_got[3], b_dg, e_other[3], e16_out, e16_lse,
+      test::max_rel_error(got.out, out16), test::max_rel_error(got.lse, lse16));
   EXPECT_LE(e_got[0], b_out);
   EXPECT_LE(e_got[1], b_lse);
   EXPECT_LE(e_got[2], b_dqkv);
@@ -163,11 +179,12 @@ void run_case(const WgmmaCase& c) {
 }
 
 // T: 1, tile edges +-1, many tiles, 2048; w: 0 (only the diagonal ungated), 37 (not a tile
-// multiple), 128, >= T (all local: dense math, dg = 0); K: 1 (a = 1), 4, 8, 17 and 32 (KP = 32).
+// multiple), 128, >= T (all local: dense math, dg = 0); K: 1 (a = 1), 4, 8 (KP = 8), 9, 16 (KP =
+// 16), 17 and 32 (KP = 32).
 const std::vector<WgmmaCase> kShapes = {
-    {0, 1, 0, 4},     {0, 127, 0, 1},     {0, 129, 128, 4},  {0, 129, 0, 8},
-    {0, 1000, 37, 8}, {0, 1000, 0, 4},    {0, 2048, 128, 8}, {0, 2048, 4096, 4},
-    {0, 300, 300, 1}, {0, 1000, 128, 17}, {0, 700, 0, 32},
+    {0, 1, 0, 4},    {0, 127, 0, 1},    {0, 129, 128, 4},   {0, 129, 0, 8},   {0, 1000, 37, 8},
+    {0, 1000, 0, 4}, {0, 2048, 128, 8}, {0, 2048, 4096, 4}, {0, 300, 300, 1}, {0, 1000, 128, 17},
+    {0, 700, 0, 32}, {0, 1000, 0, 9},   {0, 700, 37, 16},
 };
 
 void run_d(int D) {

@@ -4,6 +4,8 @@
 // the split g tile in shared memory. Shared by tests/ops/test_focus_wgmma_layout.cpp and
 // test_focus_wgmma_fused_layout.cpp.
 #pragma once
+#include <cuda_fp16.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -35,6 +37,16 @@ inline Rc ptx_c(int c, int lane) { return {lane / 4 + (c >= 2 ? 8 : 0), (lane % 
 
 inline float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
+// The fp16 affinity operand of g = hi + lo (split_g / affinity_f16x2): fp16 of kAffinityScale
+// (hi + lo), as a float.
+inline float affinity_operand(float hi, float lo) {
+  return __half2float(__float2half_rn((hi + lo) * focus_wgmma::kAffinityScale));
+}
+inline float affinity_operand_of(float x) {
+  const float hi = bf16_round(x);
+  return affinity_operand(hi, bf16_round(x - hi));
+}
+
 // The warp-level mma.sync: C (16 x 8) += A B from the 32 lanes' fragments (PTX layout).
 inline void emulate_mma(float (*c)[4], const float (*a)[4][2], const float (*b)[2][2]) {
   float A[16][16], B[16][8];
@@ -55,19 +67,25 @@ inline void emulate_mma(float (*c)[4], const float (*a)[4][2], const float (*b)[
 }
 
 struct GTile {
-  int KP;
-  std::vector<float> tile;  // [rows][g_ld(KP)] as the kernels' shared tile: hi, then lo
+  int KP, ld;
+  std::vector<float> tile;  // [rows][ld] as the kernels' shared tile: hi, lo (, fp16 operands)
 };
-inline GTile split_rows(const std::vector<float>& g, int row0, int rows, int K, int T) {
-  GTile t{padded_groups(K), {}};
-  const int ld = g_ld(t.KP);
-  t.tile.assign(size_t(rows) * ld, 0.f);
+// The backward's g tile of rows row0 ..: the keys' ([rows][g_ld]: hi, lo) or, with `queries`, the
+// queries' ([rows][gq_ld]: hi, lo and, where gq_has_f16, the fp16 operands as floats at 2 KP).
+// Padding columns are zero (the kernels never read them: check_backward_chunk makes them NaN).
+inline GTile split_rows(const std::vector<float>& g, int row0, int rows, int K, int T,
+                        bool queries = false) {
+  const int KP = padded_groups(K);
+  GTile t{KP, queries ? focus_wgmma::gq_ld(KP) : g_ld(KP), {}};
+  const bool f16 = queries && focus_wgmma::gq_has_f16(KP);
+  t.tile.assign(size_t(rows) * t.ld, 0.f);
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < K; ++c) {
       const float x = row0 + r < T ? g[size_t(row0 + r) * K + c] : 0.f;
-      const float hi = bf16_round(x);
-      t.tile[size_t(r) * ld + c] = hi;
-      t.tile[size_t(r) * ld + t.KP + c] = bf16_round(x - hi);
+      const float hi = bf16_round(x), lo = bf16_round(x - hi);
+      t.tile[size_t(r) * t.ld + c] = hi;
+      t.tile[size_t(r) * t.ld + KP + c] = lo;
+      if (f16) t.tile[size_t(r) * t.ld + 2 * KP + c] = affinity_operand(hi, lo);
     }
   }
   return t;

@@ -72,7 +72,7 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
       dp[size_t(r) * kQ + j] = nd(rng);
     }
   for (float& x : delta) x = 0.5f * nd(rng);
-  const GTile gq = split_rows(g, f.q0, kQ, K, T), gk = split_rows(g, f.k0, 64, K, T);
+  const GTile gq = split_rows(g, f.q0, kQ, K, T, true), gk = split_rows(g, f.k0, 64, K, T);
   const float eps = 1e-6f;
   auto affinity = [&](int key, int q) {
     double a = 0;
@@ -85,7 +85,7 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
   std::vector<float> dgq_tile(static_cast<size_t>(kQ * dld), 0.f);
   for (int warp = 0; warp < kWarps; ++warp) {
     static float s[kLanes][kQ / 2], dpr[kLanes][kQ / 2];
-    float dgk_w[kLanes][KP / 8][4] = {};
+    float dgk_w[kLanes][4][4] = {};  // dgk_tiles(KP) <= 4 used
     for (int l = 0; l < kLanes; ++l)
       for (int i = 0; i < kQ / 2; ++i) {
         const Coord c = acc_coord(i, warp, l);
@@ -113,11 +113,14 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
         for (int x = 0; x < 4; ++x)
           for (int h = 0; h < 2; ++h)
             af[l][x][h] = bf16_round(da[l][a_pack_tile(x)][a_pack_value(x, h)]);
-      for (int nb = 0; nb < 2 * (KP / 16); ++nb) {  // dg_key += dA^T G_q (hi, then lo)
-        const int part = nb / (KP / 16), nbp = nb % (KP / 16);
+      // dg_key += dA^T G_q: 16 columns of the g tile per ldmatrix (KP = 8: hi | lo, into two
+      // accumulator tiles; else hi, then lo, of 16 groups, into the same two).
+      const int n_loads = KP == 8 ? 1 : 2 * (KP / 16);
+      for (int nb = 0; nb < n_loads; ++nb) {
+        const int part = KP == 8 ? 0 : nb / (KP / 16), nbp = KP == 8 ? 0 : nb % (KP / 16);
         int off[kLanes];
         for (int l = 0; l < kLanes; ++l)
-          off[l] = ldsm_t_b_offset(16 * chunk, part * KP + 16 * nbp, l, ld);
+          off[l] = ldsm_t_b_offset(16 * chunk, part * KP + 16 * nbp, l, gq.ld);
         float b[kLanes][4][2];
         emulate_ldsm_t(b, gq.tile, off);
         for (int t = 0; t < 2; ++t) {
@@ -142,7 +145,21 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
           for (int l = 0; l < kLanes; ++l)
             for (int h = 0; h < 2; ++h) b[l][x][h] = out[l][h];
         }
-        for (int mt = 0; mt < KP / 16; ++mt) {
+        if (KP == 8) {  // G_k^T rows 0 .. 7: hi, 8 .. 15: lo of the same groups, summed
+          float c[kLanes][4] = {};
+          int off[kLanes];
+          for (int l = 0; l < kLanes; ++l) off[l] = ldsm_t_a_offset(16 * warp, 0, l, ld);
+          float gt[kLanes][4][2];
+          emulate_ldsm_t(gt, gk.tile, off);
+          emulate_mma(c, gt, b);
+          for (int l = 0; l < kLanes; ++l)
+            for (int v = 0; v < 2; ++v) {
+              const Coord cc = mma_c_coord(v, l);
+              dgq_tile[size_t((16 * chunk + 8 * n + cc.col) * dld + cc.row)] +=
+                  c[l][v] + c[l][v + 2];
+            }
+        }
+        for (int mt = 0; mt < (KP == 8 ? 0 : KP / 16); ++mt) {
           float c[kLanes][4] = {};
           for (int part = 0; part < 2; ++part) {
             int off[kLanes];
@@ -164,6 +181,9 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
       for (int i = 0; i < kQ / 2; ++i) {
         const Coord c = acc_coord(i, warp, l);
         gated[size_t(c.row) * kQ + c.col] = s[l][i];
+      }
+      if (KP == 8) {  // the hi and lo tiles summed, as the kernel does before its atomics
+        for (int v = 0; v < 4; ++v) dgk_w[l][0][v] += dgk_w[l][1][v];
       }
       for (int nt = 0; nt < KP / 8; ++nt)
         for (int v = 0; v < 4; ++v) {
@@ -265,7 +285,7 @@ TEST(FocusWgmmaFusedLayout, TileDgMatchesDirectQ64) { check_all<64>(); }
 
 // dgq_ld: the 32 lanes' red.shared of one C value land on 32 distinct banks.
 TEST(FocusWgmmaFusedLayout, DgQueryTileIsBankConflictFree) {
-  for (int KP : {16, 32}) {
+  for (int KP : {8, 16, 32}) {
     for (int v = 0; v < 4; ++v) {
       std::vector<int> banks(32, 0);
       for (int l = 0; l < kLanes; ++l) {

@@ -96,80 +96,75 @@ TEST(FocusWgmmaLayout, ChunkAsAOperand) {
 }
 
 TEST(FocusWgmmaLayout, GTileLeadingDimensionIsBankConflictFree) {
-  for (int KP : {16, 32}) {
-    EXPECT_EQ(padded_groups(KP == 16 ? 5 : 17), KP);
-    const int ld = g_ld(KP);
-    // 32-bit loads of g_b_offset by the 32 lanes (register 0): 32 distinct banks.
-    std::vector<int> banks(32, 0);
-    for (int lane = 0; lane < kLanes; ++lane) {
-      ++banks[size_t((g_b_offset(0, 0, 0, lane, ld) * 2 / 4) % 32)];
+  EXPECT_EQ(padded_groups(1), 8);
+  EXPECT_EQ(padded_groups(8), 8);
+  EXPECT_EQ(padded_groups(9), 16);
+  EXPECT_EQ(padded_groups(16), 16);
+  EXPECT_EQ(padded_groups(17), 32);
+  EXPECT_EQ(padded_groups(32), 32);
+  for (int KP : {8, 16, 32}) {
+    for (const int ld : {g_ld(KP), focus_wgmma::gq_ld(KP)}) {
+      // 32-bit loads of g_b_offset by the 32 lanes (register 0): 32 distinct banks.
+      std::vector<int> banks(32, 0);
+      for (int lane = 0; lane < kLanes; ++lane) {
+        ++banks[size_t((g_b_offset(0, 0, 0, lane, ld) * 2 / 4) % 32)];
+      }
+      for (int b = 0; b < 32; ++b) EXPECT_EQ(banks[size_t(b)], 1) << "KP " << KP << " bank " << b;
+      EXPECT_EQ(ld * 2 % 16, 0);  // 16-byte rows for cp.async and ldmatrix
+      // ldmatrix: the 8 row addresses of one 8 x 8 matrix on distinct 16-byte bank groups
+      std::vector<int> groups(8, 0);
+      for (int r = 0; r < 8; ++r) ++groups[size_t((r * ld * 2 / 16) % 8)];
+      for (int q = 0; q < 8; ++q) EXPECT_EQ(groups[size_t(q)], 1) << "KP " << KP << " ld " << ld;
     }
-    for (int b = 0; b < 32; ++b) EXPECT_EQ(banks[size_t(b)], 1) << "KP " << KP << " bank " << b;
-    EXPECT_EQ(ld * 2 % 16, 0);  // 16-byte rows for cp.async and ldmatrix
   }
 }
 
 // ---- a whole tile, emulated ----------------------------------------------------------------
 
-// The forward's gate on one 64-row x 128-key tile (rows = queries q0.., keys k0..): every thread's
-// s starts at 1 (an exponential), the affinity of each chunk comes from the emulated split
-// mma.sync with the fragment offsets of the header, gate_chunk applies it; the result must be
-// (a + eps) on distant pairs and 1 elsewhere, a = g_i . g_j in double.
-void check_forward_tile(int K, int q0, int k0, int w, uint32_t seed) {
-  constexpr int N = 128;
-  const int T = std::max(q0 + 64, k0 + N);
+std::vector<float> softmax_rows(int T, int K, uint32_t seed) {  // a softmax of random scores
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd;
   std::vector<float> g(size_t(T) * K);
-  for (int t = 0; t < T; ++t) {  // a softmax of random scores, as the model's g
+  for (int t = 0; t < T; ++t) {
     double z = 0;
     std::vector<double> e(static_cast<size_t>(K));
     for (int c = 0; c < K; ++c) z += (e[size_t(c)] = std::exp(2.0 * nd(rng)));
     for (int c = 0; c < K; ++c) g[size_t(t) * K + c] = float(e[size_t(c)] / z);
   }
-  const GTile gq = split_rows(g, q0, 64, K, T), gk = split_rows(g, k0, N, K, T);
-  const int KP = gq.KP, ld = g_ld(KP);
+  return g;
+}
+
+// The forward's gate on one 64-row x 128-key tile (rows = queries q0.., keys k0..): the fp16
+// wgmma's accumulator is the sum over the k16 steps of the split g's fp16 columns (zero past K
+// and, at KP = 8, in the step's upper half, as load_g_affinity_tile writes them), at the
+// (row, column) acc_coord gives each thread's element; every thread's s starts at 1 (an
+// exponential) and gate_acc applies the affinity. The result must be (a + eps) on distant pairs,
+// a = g_i . g_j in double, to fp16's rounding of both operands (2^-10 relative), and 1 elsewhere.
+void check_forward_tile(int K, int q0, int k0, int w, uint32_t seed) {
+  constexpr int N = 128;
+  const int T = std::max(q0 + 64, k0 + N);
+  const std::vector<float> g = softmax_rows(T, K, seed);
+  const int KP = padded_groups(K), width = 16 * affinity_ksteps(KP);
+  auto operand = [&](int t, int c) {  // the forward tile's column c of token t
+    return c < K ? affinity_operand_of(g[size_t(t) * K + c]) : 0.f;
+  };
   const float eps = 1e-6f;
   std::vector<float> out(size_t(64) * N, -1.f);
   for (int warp = 0; warp < kWarps; ++warp) {
-    float s[kLanes][N / 2];
-    for (auto& row : s)
-      for (float& x : row) x = 1.f;
-    for (int chunk = 0; chunk < N / 16; ++chunk) {
-      float a[kLanes][2][4] = {};
-      for (int n = 0; n < 2; ++n) {
-        for (int kc = 0; kc < KP / 16; ++kc) {
-          for (int part = 0; part < 3; ++part) {  // hi.hi, hi.lo, lo.hi
-            const int ao = part == 2 ? KP : 0, bo = part == 1 ? KP : 0;
-            float af[kLanes][4][2], bf[kLanes][2][2], c[kLanes][4];
-            for (int lane = 0; lane < kLanes; ++lane) {
-              for (int x = 0; x < 4; ++x) {
-                const int off = g_a_offset(16 * warp, kc, x, lane, ld) + ao;
-                af[lane][x][0] = gq.tile[size_t(off)];
-                af[lane][x][1] = gq.tile[size_t(off + 1)];
-              }
-              for (int x = 0; x < 2; ++x) {
-                const int off = g_b_offset(16 * chunk + 8 * n, kc, x, lane, ld) + bo;
-                bf[lane][x][0] = gk.tile[size_t(off)];
-                bf[lane][x][1] = gk.tile[size_t(off + 1)];
-              }
-              for (int v = 0; v < 4; ++v) c[lane][v] = 0.f;
-            }
-            emulate_mma(c, af, bf);
-            for (int lane = 0; lane < kLanes; ++lane)
-              for (int v = 0; v < 4; ++v) a[lane][n][v] += c[lane][v];
-          }
-        }
-      }
-      for (int lane = 0; lane < kLanes; ++lane) {
-        const int row0 = q0 + 16 * warp + lane / 4, col0 = k0 + 2 * (lane % 4);
-        gate_chunk<true>(s[lane], a[lane], chunk, row0, col0, w, eps);
-      }
-    }
     for (int lane = 0; lane < kLanes; ++lane) {
+      float s[N / 2], a[N / 2];
       for (int i = 0; i < N / 2; ++i) {
         const Coord c = acc_coord(i, warp, lane);
-        out[size_t(c.row) * N + c.col] = s[lane][i];
+        double acc = 0;
+        for (int k = 0; k < width; ++k)
+          acc += double(operand(q0 + c.row, k)) * operand(k0 + c.col, k);
+        a[i] = float(acc);
+        s[i] = 1.f;
+      }
+      gate_acc<true>(s, a, q0 + 16 * warp + lane / 4, k0 + 2 * (lane % 4), w, eps);
+      for (int i = 0; i < N / 2; ++i) {
+        const Coord c = acc_coord(i, warp, lane);
+        out[size_t(c.row) * N + c.col] = s[i];
       }
     }
   }
@@ -177,14 +172,15 @@ void check_forward_tile(int K, int q0, int k0, int w, uint32_t seed) {
   for (int r = 0; r < 64; ++r) {
     for (int j = 0; j < N; ++j) {
       const int qi = q0 + r, key = k0 + j;
-      double want = 1.0;
+      double want = 1.0, tol = 0.0;
       if (qi - key > w) {
         double a = 0;
         for (int c = 0; c < K; ++c) a += double(g[size_t(qi) * K + c]) * g[size_t(key) * K + c];
         want = a + eps;
+        tol = 1.1e-3 * a + 1e-9;  // 2 x 2^-11 per product (fp16 operands), the fp32 rounding
         ++gated;
       }
-      ASSERT_NEAR(out[size_t(r) * N + j], want, 3e-5 * want + 1e-7)
+      ASSERT_NEAR(out[size_t(r) * N + j], want, tol + 1e-7 * want)
           << "query " << qi << " key " << key << " K " << K;
     }
   }
@@ -194,12 +190,109 @@ void check_forward_tile(int K, int q0, int k0, int w, uint32_t seed) {
 }
 
 TEST(FocusWgmmaLayout, ForwardTileGateMatchesDirect) {
-  for (int K : {1, 4, 8, 16, 17, 32}) {
+  for (int K : {1, 4, 8, 9, 16, 17, 32}) {
     check_forward_tile(K, 512, 0, 128, 1u + K);   // every pair distant
     check_forward_tile(K, 192, 128, 40, 7u + K);  // a diagonal tile cut by the window
     check_forward_tile(K, 128, 128, 0, 11u + K);  // w = 0 on the diagonal
     check_forward_tile(K, 64, 0, 1000, 13u + K);  // nothing distant
   }
+}
+
+// gate_acc exactly, with a = 0 (distant pairs become eps): strict distance (i - j > w), each
+// element's row and column as the accumulator layout holds them.
+TEST(FocusWgmmaLayout, ForwardGateDistanceIsStrict) {
+  float s[64], a[64];
+  for (int i = 0; i < 64; ++i) s[i] = 1.f, a[i] = 0.f;  // a = 0: distant pairs become eps
+  const int w = 3, row0 = 10, col0 = 0;  // lane 0 of warp 0: row 10 (+ 8), columns 0, 1, 8, ..
+  gate_acc<true>(s, a, row0, col0, w, 0.5f);
+  for (int i = 0; i < 64; ++i) {
+    const int row = row0 + 8 * ((i >> 1) & 1), col = col0 + 8 * (i >> 2) + (i & 1);
+    EXPECT_EQ(s[i], row - col > w ? 0.5f : 1.f) << "row " << row << " col " << col;
+  }
+}
+
+// The backward's affinity of one 16 x 16 chunk (load_g_a, affinity_chunk): the fp16 operands
+// converted from the hi and lo tile words in registers (at KP = 8 the registers of groups 8 ..
+// 15 zero: the tile's padding is not), emulated mma.sync per k16 step and n-tile, unscaled; the
+// tile's padding columns hold NaN here, as uninitialised shared memory may.
+void check_backward_chunk(int K, uint32_t seed) {
+  const int rows = 64, T = 128;
+  const std::vector<float> g = softmax_rows(T, K, seed);
+  const GTile gk = split_rows(g, 0, rows, K, T), gq = split_rows(g, 64, rows, K, T, true);
+  const int KP = gk.KP, ld = gk.ld, qld = gq.ld;
+  const bool q_f16 = focus_wgmma::gq_has_f16(KP);
+  std::vector<float> tk = gk.tile, tq = gq.tile;
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 2 * KP; c < ld; ++c) tk[size_t(r * ld + c)] = NAN;
+    for (int c = q_f16 ? 2 * KP + KP : 2 * KP; c < qld; ++c) tq[size_t(r * qld + c)] = NAN;
+  }
+  for (int warp = 0; warp < kWarps; ++warp) {
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      float a[kLanes][2][4] = {};
+      for (int kc = 0; kc < affinity_ksteps(KP); ++kc) {
+        for (int n = 0; n < 2; ++n) {
+          float af[kLanes][4][2], bf[kLanes][2][2], c[kLanes][4];
+          for (int lane = 0; lane < kLanes; ++lane) {
+            for (int x = 0; x < 4; ++x) {
+              const int off = g_a_offset(16 * warp, kc, x, lane, ld);
+              for (int h = 0; h < 2; ++h) {
+                af[lane][x][h] = KP < 16 && x >= 2 ? 0.f
+                                                   : affinity_operand(tk[size_t(off + h)],
+                                                                      tk[size_t(off + h + KP)]);
+              }
+            }
+            for (int x = 0; x < 2; ++x) {  // affinity_chunk's b_word
+              const int off = g_b_offset(16 * chunk + 8 * n, kc, x, lane, qld);
+              for (int h = 0; h < 2; ++h) {
+                const size_t o = size_t(off + h);
+                bf[lane][x][h] = KP < 16 && x >= 1 ? 0.f
+                                 : q_f16           ? tq[o + 2 * size_t(KP)]
+                                                   : affinity_operand(tq[o], tq[o + size_t(KP)]);
+              }
+            }
+            for (int v = 0; v < 4; ++v) c[lane][v] = a[lane][n][v];
+          }
+          emulate_mma(c, af, bf);
+          for (int lane = 0; lane < kLanes; ++lane)
+            for (int v = 0; v < 4; ++v) a[lane][n][v] = c[lane][v];
+        }
+      }
+      for (int lane = 0; lane < kLanes; ++lane) {
+        for (int n = 0; n < 2; ++n) {
+          for (int v = 0; v < 4; ++v) {
+            const Rc cc = ptx_c(v, lane);
+            const int key = 16 * warp + cc.row, q = 64 + 16 * chunk + 8 * n + cc.col;
+            double want = 0;
+            for (int c = 0; c < K; ++c)
+              want += double(g[size_t(key) * K + c]) * g[size_t(q) * K + c];
+            const float got = a[lane][n][v] * kAffinityUnscale;
+            ASSERT_NEAR(got, want, 1.1e-3 * want + 1e-9)
+                << "K " << K << " key " << key << " q " << q;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(FocusWgmmaLayout, BackwardAffinityChunkMatchesDirect) {
+  for (int K : {1, 4, 8, 9, 16, 17, 32}) check_backward_chunk(K, 5u + K);
+}
+
+// split_g's fp16 operand equals the backward's conversion of hi + lo (the forward's and the
+// backward's gate see the same operands), and keeps g to fp16's relative precision down to the
+// scale's subnormal bound.
+TEST(FocusWgmmaLayout, AffinityOperandPrecision) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> ex(-26.f, 0.f);
+  for (int i = 0; i < 10000; ++i) {
+    const float x = std::exp2(ex(rng));
+    const float op = affinity_operand_of(x) / kAffinityScale;
+    // fp16's half ulp (2^-11 relative) after the hi + lo split's own (below 2^-16)
+    EXPECT_NEAR(op, x, x * (1.0 / 2048 + 1.0 / 65536) + 1.0 / (4096.0 * 16777216.0)) << x;
+  }
+  EXPECT_EQ(affinity_operand_of(1.f), kAffinityScale);
+  EXPECT_EQ(affinity_operand_of(0.f), 0.f);
 }
 
 // The backward orientation (rows keys, columns queries): distant iff query - key > w, and the
