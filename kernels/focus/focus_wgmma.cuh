@@ -1,22 +1,24 @@
 // Hopper (sm_90a) wgmma Focus attention for the additive gate (the contract of
 // focus_attention.cuh): bf16, head dim 64 or 128, causal, GQA, packed qkv (kv_head_stride = D),
-// pos = 0, 1 .. 32 groups (K padded to 16 or 32). The op (src/ops/focus.cpp) sends those calls
-// here when focus_wgmma_supported() and the rest to the tiled kernel (focus_tiled.cuh).
+// pos = 0, 1 .. 32 groups (K padded to KP = 8, 16 or 32). The op (src/ops/focus.cpp) sends those
+// calls here when focus_wgmma_supported() and the rest to the tiled kernel (focus_tiled.cuh).
+// g is split once per call (focus_wgmma_split_g) into an fp16 affinity operand and bf16 hi / lo
+// parts (focus_wgmma_layout.h).
 //   fwd (focus_wgmma_fwd.cu): the dense wgmma forward's simple schedule (attention_wgmma.cu): 128
-//     queries per block in 2 warpgroups, 128-key K/V tiles by TMA; S = Q K^T on wgmma, the
-//     exponentials, then on tiles with distant pairs the affinity A = G_q G_k^T on mma.sync
-//     m16n8k16 16 keys at a time (bf16 hi + lo split of g: hi.hi + hi.lo + lo.hi, about fp32
-//     accuracy; its C fragments are the accumulator layout of S, focus_wgmma_layout.h), and
-//     exp(s - m) times (a + eps) on the distant pairs; O += P V on wgmma.
+//     queries per block in 2 warpgroups, 128-key K/V tiles by TMA; S = Q K^T and the affinity A =
+//     G_q G_k^T (one fp16 wgmma on the fp16 operands: g to 11 bits; its accumulator is S's
+//     layout) in one group, the exponentials, exp(s - m) times (a + eps) on the distant pairs;
+//     O += P V on wgmma.
 //   bwd (focus_wgmma_bwd.cu): delta = rowsum(dO O) (launch_attention_bwd_delta, which zeroes the
 //     dQ accumulator), then the dense wgmma backward's loop (one block per 128 keys of a kv head
 //     over the heads of its group and the query tiles that see its keys; dK, dV in registers, dQ
-//     by fp32 bulk reductions) with P^T gated the same way (dS = P (dP - delta) with the gated P
-//     is the gradient of the logit). dg in the same loop, on the distant pairs of each 16-query
-//     chunk: dA = exp(s - lse) (dP - delta) from the ungated P, dg_key += dA^T G_q in registers
-//     and dg_query += dA G_k (movmatrix-transposed dA^T) reduced in shared memory, on mma.sync
-//     (bf16 dA times g hi + lo), both by fp32 atomics into dg (zeroed first). dq and dg are not
-//     bitwise reproducible; dk, dv are.
+//     by fp32 bulk reductions) with P^T gated the same way (the affinity per 16-query chunk on
+//     fp16 mma.sync; dS = P (dP - delta) with the gated P is the gradient of the logit). dg in
+//     the same loop, on the distant pairs of each 16-query chunk: dA = exp(s - lse) (dP - delta)
+//     from the ungated P, dg_key += dA^T G_q in registers and dg_query += dA G_k
+//     (movmatrix-transposed dA^T) reduced in shared memory, on mma.sync (bf16 dA times g hi + lo),
+//     both by fp32 atomics into dg (zeroed first). dq and dg are not bitwise reproducible; dk, dv
+//     are.
 #pragma once
 #include "kernels/focus/focus_attention.cuh"
 
@@ -29,8 +31,9 @@ bool focus_wgmma_supported(const FocusAttentionParams<bf16>& p);
 void launch_focus_wgmma_fwd(const FocusAttentionParams<bf16>& p, Stream s);
 // dq, dk, dv written (=); dg (if not null) written (=).
 void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s);
-// g [B, T, K] fp32 into gs [B, T, 2 KP] bf16 (hi parts, then lo parts, zero past K:
-// focus_wgmma_layout.h), the operand form every wgmma Focus kernel reads. KP = padded_groups(K).
+// g [B, T, K] fp32 into gs [B, T, 3 KP] 16-bit (the fp16 affinity operands, the bf16 hi parts,
+// the bf16 lo parts, zero past K: focus_wgmma_layout.h), the operand form every wgmma Focus
+// kernel reads. KP = padded_groups(K).
 void focus_wgmma_split_g(const FocusAttentionParams<bf16>& p, bf16* gs, int KP, Stream s);
 
 }  // namespace attnlab

@@ -1,7 +1,8 @@
-// Device helpers of the wgmma Focus kernels (focus_wgmma.cuh): the g tiles (split_g's bf16 hi/lo
-// rows, focus_wgmma_layout.h) copied into shared memory, and the affinity A = G_a G_b^T of one
-// 16-column chunk of an accumulator on mma.sync m16n8k16 (its C fragments are the chunk's
-// accumulator elements). Device code only; compiled in the sm_90a object library.
+// Device helpers of the wgmma Focus kernels (focus_wgmma.cuh): the g tiles (split_g's rows,
+// focus_wgmma_layout.h) copied into shared memory, the forward's fp16 affinity wgmma, the
+// backward's affinity A = G_a G_b^T of one 16-column chunk of an accumulator on fp16 mma.sync
+// m16n8k16 (its C fragments are the chunk's accumulator elements) and its dg products. Device code
+// only; compiled in the sm_90a object library.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
