@@ -33,6 +33,12 @@ constexpr int kFocusHardTile = 64;       // keys per key tile; queries per block
 constexpr int kFocusHardChunk = 1024;    // tokens per block of the counting sort
 constexpr int kFocusHardMaxGroups = 64;  // group bit sets are 64-bit
 
+// Which kernels build the index (launch_focus_hard_index): automatic = the fused kernel for rows
+// of at most 4 chunks (T <= 4096), three kernels beyond; fused / split force one (fused up to
+// kFocusHardFusedMaxChunks chunks). For A/B tests and benchmarks; the lists are the same.
+enum class FocusHardIndexPath { automatic, fused, split };
+constexpr int kFocusHardFusedMaxChunks = 8;  // the fused kernel's limit (its shared counts)
+
 struct FocusHardIndexParams {
   const int32_t* groups = nullptr;  // [B, T, top_k]
   int32_t* chunk_counts = nullptr;  // [B, n_chunks, K] workspace (n_chunks = ceil(T / chunk))
@@ -42,6 +48,7 @@ struct FocusHardIndexParams {
   uint64_t* masks = nullptr;        // [B, T]
   int B = 0, T = 0, K = 0, top_k = 0;
   int tile_rows = kFocusHardTile;  // queries per attention block: 64 or 128
+  FocusHardIndexPath path = FocusHardIndexPath::automatic;
 };
 
 struct FocusHardAttnParams {

@@ -6,8 +6,8 @@
 //            chunk) its first list slot; offsets and tile_offsets from the per-group totals;
 //   scatter: per chunk, each token's rank among the chunk's earlier tokens of the same group (one
 //            warp ballot per group, then a prefix over the block's warps): positions stay sorted.
-// Rows of at most kFusedMaxChunks chunks (T <= 8192) run the three in one kernel
-// (hard_index_fused).
+// Rows of at most kAutoFusedMaxChunks chunks (T <= 4096) run the three in one kernel
+// (hard_index_fused, which takes up to kFusedMaxChunks = 8 when forced: FocusHardIndexPath).
 #include <cuda_runtime.h>
 
 #include "core/cuda_check.h"
@@ -126,12 +126,17 @@ __global__ void __launch_bounds__(kChunk) hard_index_scatter(const FocusHardInde
   }
 }
 
-// Short rows (T <= kFusedMaxChunks chunks): the three steps in one launch, one block per batch
+// Short rows (at most kFusedMaxChunks chunks): the three steps in one launch, one block per batch
 // row (the same counting sort, the same result): counts per (chunk, group) by shared-memory
 // atomics, the group-major scan in the block, then the chunks' scatters one after another (the
 // tokens' sets kept in registers). Saves two launches and their gaps at short T, where the index
 // is latency only (about 100 KB at 4K).
-constexpr int kFusedMaxChunks = 8;
+constexpr int kFusedMaxChunks = kFocusHardFusedMaxChunks;
+// The automatic choice: the fused kernel for rows of at most this many chunks (H200, 2026-12-02,
+// bench_focus_hard's idx columns at K 8, top_k 1: fused 0.013 / 0.016 / 0.022 / 0.032 ms at 1K /
+// 2K / 4K / 8K, the three kernels 0.021 / 0.021 / 0.022 / 0.022: even at 4 chunks, the three
+// kernels ahead from 8).
+constexpr int kAutoFusedMaxChunks = 4;
 __global__ void __launch_bounds__(kChunk) hard_index_fused(const FocusHardIndexParams p) {
   __shared__ int count[kFusedMaxChunks * kFocusHardMaxGroups];  // group-major: [K][n_chunks]
   __shared__ int warp_base[kFocusHardMaxGroups][kWarps];
@@ -234,7 +239,12 @@ void launch_focus_hard_index(const FocusHardIndexParams& p, Stream s) {
   ATTN_ASSERT(p.tile_rows == 64 || p.tile_rows == 128);
   auto st = reinterpret_cast<cudaStream_t>(s);
   const int n_chunks = focus_hard_chunks(p.T);
-  if (n_chunks <= kFusedMaxChunks) {
+  ATTN_REQUIRE(p.path != FocusHardIndexPath::fused || n_chunks <= kFusedMaxChunks,
+               "focus hard index: the fused kernel takes rows of at most %d tokens (got %d)",
+               kFusedMaxChunks * kChunk, p.T);
+  const bool fused = p.path == FocusHardIndexPath::fused ||
+                     (p.path == FocusHardIndexPath::automatic && n_chunks <= kAutoFusedMaxChunks);
+  if (fused) {
     hard_index_fused<<<p.B, kChunk, 0, st>>>(p);
     CUDA_CHECK_LAUNCH();
     return;

@@ -13,7 +13,8 @@
 // wgmma kernel is unavailable), and its speed-up; sorted_ms the group pass on the group-sorted
 // copy of qkv forced (FocusHardKernel::wgmma_sorted; top_k 1 only, else 0), and its speed-up;
 // index_ms
-// (the counting sort alone); route_ms (Sinkhorn + top-k); route% = (route + index) / (route +
+// (the counting sort alone; idx fused / idx split: its fused kernel and its three kernels forced,
+// FocusHardIndexPath); route_ms (Sinkhorn + top-k); route% = (route + index) / (route +
 // hard), the routing overhead's share of the layer's attention; top = share of the tokens in the
 // largest group (slot 0).
 // Usage: bench_focus_hard [--T=1024,4096,...] [--K=4,8] [--top_k=1,2] [--D=64,128] [--H=n]
@@ -143,11 +144,14 @@ int main(int argc, char** argv) {
     std::fprintf(
         csv,
         "D,H,T,K,top_k,groups,dense_ms,hard_ms,speedup,mma_ms,speedup_mma,list_ms,"
-        "speedup_list,sorted_ms,speedup_sorted,index_ms,route_ms,route_share,top_group_share\n");
+        "speedup_list,sorted_ms,speedup_sorted,index_ms,route_ms,route_share,top_group_share,"
+        "index_fused_ms,index_split_ms\n");
   std::printf(
-      "%4s %3s %8s %2s %5s %9s | %10s %10s %7s %10s %7s %10s %7s %10s %7s | %9s %9s %6s %5s\n", "D",
-      "H", "T", "K", "top_k", "groups", "dense ms", "hard ms", "x dense", "mma ms", "x dense",
-      "list ms", "x dense", "sorted ms", "x dense", "index ms", "route ms", "route%", "top");
+      "%4s %3s %8s %2s %5s %9s | %10s %10s %7s %10s %7s %10s %7s %10s %7s | %9s %9s %6s %5s | %9s "
+      "%9s\n",
+      "D", "H", "T", "K", "top_k", "groups", "dense ms", "hard ms", "x dense", "mma ms", "x dense",
+      "list ms", "x dense", "sorted ms", "x dense", "index ms", "route ms", "route%", "top",
+      "idx fused", "idx split");
   const int w = 128, B = 1, N = 10;
   for (int D : Ds) {
     const int H = heads_opt > 0 ? heads_opt : D == 64 ? 12 : 8;
@@ -211,16 +215,24 @@ int main(int argc, char** argv) {
                                          : 0.0;
             Buffer list(Device::cuda, size_t(T) * tk * 4), offs(Device::cuda, (K + 1) * 4),
                 toff(Device::cuda, (K + 1) * 4), masks(Device::cuda, size_t(T) * 8);
-            const double index_ms = time_ms(
-                *ctx,
-                [&] {
-                  ops::focus_hard_index(
-                      *ctx, Tensor(list.data(), DType::i32, Device::cuda, Shape{B, T * tk}),
-                      Tensor(offs.data(), DType::i32, Device::cuda, Shape{B, K + 1}),
-                      Tensor(toff.data(), DType::i32, Device::cuda, Shape{B, K + 1}),
-                      Tensor(masks.data(), DType::u32, Device::cuda, Shape{B, T, 2}), tgr, K);
-                },
-                reps, 1);
+            auto index_time = [&](FocusHardIndexPath path) {
+              return time_ms(
+                  *ctx,
+                  [&] {
+                    ops::focus_hard_index(
+                        *ctx, Tensor(list.data(), DType::i32, Device::cuda, Shape{B, T * tk}),
+                        Tensor(offs.data(), DType::i32, Device::cuda, Shape{B, K + 1}),
+                        Tensor(toff.data(), DType::i32, Device::cuda, Shape{B, K + 1}),
+                        Tensor(masks.data(), DType::u32, Device::cuda, Shape{B, T, 2}), tgr, K, 64,
+                        path);
+                  },
+                  reps, 1);
+            };
+            const double index_ms = index_time(FocusHardIndexPath::automatic);
+            const double index_fused_ms = T <= kFocusHardFusedMaxChunks * kFocusHardChunk
+                                              ? index_time(FocusHardIndexPath::fused)
+                                              : 0.0;
+            const double index_split_ms = index_time(FocusHardIndexPath::split);
             std::vector<int32_t> hg(size_t(T) * tk);
             CUDA_CHECK(cudaMemcpy(hg.data(), groups.data(), hg.size() * 4, cudaMemcpyDeviceToHost));
             std::vector<int64_t> cnt(K, 0);
@@ -232,21 +244,23 @@ int main(int argc, char** argv) {
                 "%4d %3d %8d %2d %5d %9s | %10.3f %10.3f %7.2f %10.3f %7.2f %10.3f %7.2f %10.3f "
                 "%7.2f | "
                 "%9.3f "
-                "%9.3f %5.1f%% %5.2f\n",
+                "%9.3f %5.1f%% %5.2f | %9.4f %9.4f\n",
                 D, H, T, K, tk, kind, dense_ms, hard_ms, dense_ms / hard_ms, mma_ms,
                 mma_ms > 0 ? dense_ms / mma_ms : 0.0, list_ms,
                 list_ms > 0 ? dense_ms / list_ms : 0.0, sorted_ms,
-                sorted_ms > 0 ? dense_ms / sorted_ms : 0.0, index_ms, route_ms, 100 * share, top);
+                sorted_ms > 0 ? dense_ms / sorted_ms : 0.0, index_ms, route_ms, 100 * share, top,
+                index_fused_ms, index_split_ms);
             std::fflush(stdout);
             if (csv)
               std::fprintf(
                   csv,
                   "%d,%d,%d,%d,%d,%s,%.4f,%.4f,%.3f,%.4f,%.3f,%.4f,%.3f,%.4f,%.3f,%.4f,%.4f,%.4f,"
-                  "%.4f\n",
+                  "%.4f,%.4f,%.4f\n",
                   D, H, T, K, tk, kind, dense_ms, hard_ms, dense_ms / hard_ms, mma_ms,
                   mma_ms > 0 ? dense_ms / mma_ms : 0.0, list_ms,
                   list_ms > 0 ? dense_ms / list_ms : 0.0, sorted_ms,
-                  sorted_ms > 0 ? dense_ms / sorted_ms : 0.0, index_ms, route_ms, share, top);
+                  sorted_ms > 0 ? dense_ms / sorted_ms : 0.0, index_ms, route_ms, share, top,
+                  index_fused_ms, index_split_ms);
           }
         }
     }

@@ -55,7 +55,7 @@ bool focus_hard_supported(const ExecContext& ctx, const Tensor& qkv, const QKVLa
 
 void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& offsets,
                       const Tensor& tile_offsets, const Tensor& masks, const Tensor& groups, int K,
-                      int tile_rows) {
+                      int tile_rows, FocusHardIndexPath path) {
   NvtxRange range("focus_hard_index");
   constexpr const char* op = "focus_hard_index";
   check_groups(ctx, op, groups, K);
@@ -69,6 +69,7 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
   p.groups = groups.ptr<int32_t>();
   p.B = int(B), p.T = int(T), p.K = K, p.top_k = int(top_k);
   p.tile_rows = tile_rows;
+  p.path = path;
   const StreamScratch chunk_counts(sizeof(int32_t) * size_t(B * K * focus_hard_chunks(p.T)),
                                    ctx.stream);
   p.chunk_counts = chunk_counts.as<int32_t>();

@@ -5,6 +5,7 @@
 #pragma once
 #include "core/context.h"
 #include "core/tensor.h"
+#include "kernels/focus/focus_hard.cuh"
 #include "ops/qkv_layout.h"
 
 namespace attnlab::ops {
@@ -30,10 +31,12 @@ bool focus_hard_supported(const ExecContext& ctx, const Tensor& qkv, const QKVLa
 // [B, T * top_k] i32 (the first offsets[b][K] entries written), offsets and tile_offsets
 // [B, K + 1] i32, masks [B, T, 2] u32 (each token's 64-bit group set, low word first).
 // Written (=).
-// tile_rows: the queries per attention block the tile offsets count (64 or 128).
+// tile_rows: the queries per attention block the tile offsets count (64 or 128). path: which
+// kernels build it (FocusHardIndexPath, kernels/focus/focus_hard.cuh; forcing fused past its
+// limit is an error).
 void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& offsets,
                       const Tensor& tile_offsets, const Tensor& masks, const Tensor& groups, int K,
-                      int tile_rows = 64);
+                      int tile_rows = 64, FocusHardIndexPath path = FocusHardIndexPath::automatic);
 
 // out [B, T, n_head*D] bf16 and lse [B, n_head, T] f32 written (=): the hard-routed rows of
 // focus_attention_fwd (pos 0) over the packed qkv [B, T, layout.width()] bf16, groups

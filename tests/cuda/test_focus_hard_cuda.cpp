@@ -11,8 +11,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "cuda_test_util.h"
 #include "ops/focus_hard_ops.h"
 #include "ops/focus_ops.h"
@@ -264,7 +266,8 @@ TEST(FocusHardCuda, IndexListsAreStableCountingSorts) {
   for (const IndexCase c :
        {IndexCase{2, 1, 1, 1, 64}, IndexCase{2, 1000, 8, 2, 64}, IndexCase{3, 5000, 8, 1, 128},
         IndexCase{1, 3000, 64, 3, 64}, IndexCase{2, 2049, 5, 5, 128},
-        // Up to 8 chunks of 1024 one fused kernel builds the lists, past that three kernels.
+        // Up to 4 chunks of 1024 the automatic path is one fused kernel (it takes 8 when
+        // forced), past that three kernels; every path is run below where it applies.
         IndexCase{2, 8192, 64, 2, 128}, IndexCase{1, 8193, 8, 1, 64},
         IndexCase{2, 20000, 8, 2, 128}}) {
     SCOPED_TRACE(testing::Message()
@@ -301,25 +304,51 @@ TEST(FocusHardCuda, IndexListsAreStableCountingSorts) {
         mask_want.push_back(uint32_t(m[t] >> 32));
       }
     }
-    DeviceInts dgr(groups), dlist(std::vector<int32_t>(list_want.size(), -7)),
-        doffs(std::vector<int32_t>(offs_want.size(), -1)),
-        dtoff(std::vector<int32_t>(toff_want.size(), -1)),
-        dmask(std::vector<int32_t>(mask_want.size(), -1));
-    ops::focus_hard_index(*gpu, dev(dlist, {B, int64_t(T) * tk}), dev(doffs, {B, K + 1}),
-                          dev(dtoff, {B, K + 1}),
+    // Each path that applies (automatic, the three kernels, the fused kernel up to 8 chunks)
+    // gives the same lists.
+    for (const FocusHardIndexPath path :
+         {FocusHardIndexPath::automatic, FocusHardIndexPath::split, FocusHardIndexPath::fused}) {
+      if (path == FocusHardIndexPath::fused && T > kFocusHardFusedMaxChunks * kFocusHardChunk)
+        continue;
+      SCOPED_TRACE(testing::Message() << "path " << int(path));
+      DeviceInts dgr(groups), dlist(std::vector<int32_t>(list_want.size(), -7)),
+          doffs(std::vector<int32_t>(offs_want.size(), -1)),
+          dtoff(std::vector<int32_t>(toff_want.size(), -1)),
+          dmask(std::vector<int32_t>(mask_want.size(), -1));
+      ops::focus_hard_index(*gpu, dev(dlist, {B, int64_t(T) * tk}), dev(doffs, {B, K + 1}),
+                            dev(dtoff, {B, K + 1}),
+                            Tensor(dmask.ptr(), DType::u32, Device::cuda, Shape{B, T, 2}),
+                            dev(dgr, {B, T, tk}), K, c.rows, path);
+      auto back = [](const DeviceInts& d, size_t n) {
+        std::vector<int32_t> h(n);
+        CUDA_CHECK(cudaMemcpy(h.data(), d.ptr(), n * 4, cudaMemcpyDeviceToHost));
+        return h;
+      };
+      EXPECT_EQ(back(doffs, offs_want.size()), offs_want);
+      EXPECT_EQ(back(dtoff, toff_want.size()), toff_want);
+      EXPECT_EQ(back(dlist, list_want.size()), list_want);
+      const std::vector<int32_t> masks = back(dmask, mask_want.size());
+      EXPECT_TRUE(std::equal(masks.begin(), masks.end(), mask_want.begin(),
+                             [](int32_t a, uint32_t b) { return uint32_t(a) == b; }));
+    }
+  }
+}
+
+// Forcing the fused index kernel past its 8 chunks is an error naming the limit, not a wrong list.
+TEST(FocusHardCuda, FusedIndexPastItsLimitIsAnError) {
+  CUDA_TEST_PREAMBLE();
+  auto gpu = ExecContext::make_cuda(0);
+  const int B = 1, T = kFocusHardFusedMaxChunks * kFocusHardChunk + 1, K = 8;
+  DeviceInts dgr(std::vector<int32_t>(size_t(T), 1)), dlist(std::vector<int32_t>(size_t(T), 0)),
+      doffs(std::vector<int32_t>(K + 1, 0)), dtoff(std::vector<int32_t>(K + 1, 0)),
+      dmask(std::vector<int32_t>(size_t(2) * T, 0));
+  try {
+    ops::focus_hard_index(*gpu, dev(dlist, {B, T}), dev(doffs, {B, K + 1}), dev(dtoff, {B, K + 1}),
                           Tensor(dmask.ptr(), DType::u32, Device::cuda, Shape{B, T, 2}),
-                          dev(dgr, {B, T, tk}), K, c.rows);
-    auto back = [](const DeviceInts& d, size_t n) {
-      std::vector<int32_t> h(n);
-      CUDA_CHECK(cudaMemcpy(h.data(), d.ptr(), n * 4, cudaMemcpyDeviceToHost));
-      return h;
-    };
-    EXPECT_EQ(back(doffs, offs_want.size()), offs_want);
-    EXPECT_EQ(back(dtoff, toff_want.size()), toff_want);
-    EXPECT_EQ(back(dlist, list_want.size()), list_want);
-    const std::vector<int32_t> masks = back(dmask, mask_want.size());
-    EXPECT_TRUE(std::equal(masks.begin(), masks.end(), mask_want.begin(),
-                           [](int32_t a, uint32_t b) { return uint32_t(a) == b; }));
+                          dev(dgr, {B, T, 1}), K, 64, FocusHardIndexPath::fused);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("8192"), std::string::npos) << e.what();
   }
 }
 
