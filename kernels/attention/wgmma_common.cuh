@@ -162,10 +162,10 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t
 // of the tile at b_tile (column block c N x 128 bytes on). kK / 16 k-steps; step kk reads column
 // block kk / 4 at byte 32 (kk % 4) of each row (SBO = 1024: 8 rows). The forward's S = Q K^T and
 // the backward's S^T = K Q^T and dP^T = V dO^T.
+// The k-steps alone (no fence, no commit): for callers that put more wgmmas into the same group.
 template <int kK, int kARows, int N>
-__device__ __forceinline__ void issue_abt(float (&acc)[N / 2], uint32_t a_rows, uint32_t b_tile) {
-  fence_regs(acc);
-  wgmma_fence();
+__device__ __forceinline__ void issue_abt_steps(float (&acc)[N / 2], uint32_t a_rows,
+                                                uint32_t b_tile) {
   const uint64_t a0 = smem_desc(a_rows, 16, 1024), b0 = smem_desc(b_tile, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < kK / 16; ++kk) {
@@ -174,6 +174,12 @@ __device__ __forceinline__ void issue_abt(float (&acc)[N / 2], uint32_t a_rows, 
     const uint64_t b = desc_add(b0, (kk / 4) * N * 128 + koff);
     wgmma_ss<N>(acc, a, b, kk > 0 ? 1 : 0);
   }
+}
+template <int kK, int kARows, int N>
+__device__ __forceinline__ void issue_abt(float (&acc)[N / 2], uint32_t a_rows, uint32_t b_tile) {
+  fence_regs(acc);
+  wgmma_fence();
+  issue_abt_steps<kK, kARows, N>(acc, a_rows, b_tile);
   wgmma_commit();
 }
 

@@ -57,13 +57,7 @@ __device__ __forceinline__ void issue_s_affinity(float (&s)[kBlockN / 2], float 
   fence_regs(s);
   fence_regs(a);
   wgmma_fence();
-  const uint64_t q0 = smem_desc(q_rows, 16, 1024), k0 = smem_desc(k_tile, 16, 1024);
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const uint32_t koff = (kk % 4) * 32u;
-    wgmma_ss<kBlockN>(s, desc_add(q0, (kk / 4) * kBlockM * 128 + koff),
-                      desc_add(k0, (kk / 4) * kBlockN * 128 + koff), kk > 0 ? 1 : 0);
-  }
+  issue_abt_steps<D, kBlockM, kBlockN>(s, q_rows, k_tile);
   const uint64_t ga = smem_desc(gq_rows, 16, 1024), gb = smem_desc(gk_tile, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < focus_wgmma::affinity_ksteps(KP); ++kk) {
