@@ -60,6 +60,20 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
   ATTN_SM80_OR_TRAP();
 #endif
 }
+// The same with fp16 operands (the Focus backward's affinity, focus_wgmma_gate.cuh).
+__device__ __forceinline__ void mma16816_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+#if ATTN_HAVE_SM80
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  (void)c, (void)a, (void)b0, (void)b1;
+  ATTN_SM80_OR_TRAP();
+#endif
+}
 // 2^x without the denormal fix-up that exp2f adds around MUFU.EX2 (results below 2^-126 flush to
 // 0, which changes nothing in a softmax).
 __device__ __forceinline__ float exp2_ftz(float x) {

@@ -337,7 +337,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           focus_wgmma::dg_chunk_products<KP, kGqLd>(dgk, dgq_tile, da, cGq, generic(sGk), chunk,
                                                     wrow, lane);
         } else {
-          focus_wgmma::gate_chunk<false>(s, a, chunk, key0, q0 + 2 * tig, w, p.gate.eps);
+          focus_wgmma::gate_chunk(s, a, chunk, key0, q0 + 2 * tig, w, p.gate.eps);
         }
       }
     }

@@ -113,7 +113,7 @@ __device__ __forceinline__ void softmax_gate_tile(float (&s)[kBlockN / 2],
       s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], sl2, -m_use[r]));
     }
   }
-  if (gated) focus_wgmma::gate_acc<true>(s, a, row0, k0 + 2 * tig, p.gate.local_window, p.gate.eps);
+  if (gated) focus_wgmma::gate_acc(s, a, row0, k0 + 2 * tig, p.gate.local_window, p.gate.eps);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float sum = 0.f;

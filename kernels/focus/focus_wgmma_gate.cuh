@@ -62,15 +62,6 @@ __device__ __forceinline__ void wgmma_ss_f16_n128(float (&d)[64], uint64_t a, ui
       : "l"(a), "l"(b), "r"(accumulate));
 }
 
-__device__ __forceinline__ void mma16816_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                             uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ uint32_t lds32(const bf16* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
@@ -125,7 +116,7 @@ __device__ __forceinline__ void affinity_chunk(float (&a)[2][4],
       const int off1 = g_b_offset(n0 + 8 * n, kc, 1, lane, kLd);
       // KP = 8: register 1 holds groups 8 .. 15 (none; the tile's padding is not zeroed)
       const uint32_t b1 = KP < 16 ? 0u : b_word(off1);
-      mma16816_f16(a[n], af[kc], b_word(off0), b1);
+      mma::mma16816_f16(a[n], af[kc], b_word(off0), b1);
     }
   }
 #pragma unroll

@@ -116,51 +116,50 @@ ATTN_FWL_FN int ldsm_t_a_offset(int k0, int m0, int lane, int ld) {
 ATTN_FWL_FN int a_pack_tile(int x) { return x >> 1; }
 ATTN_FWL_FN int a_pack_value(int x, int h) { return 2 * (x & 1) + h; }
 
-// Gate of one chunk: value c of tile n is distant iff its pair is farther apart than the local
-// window w. Rows are this thread's rows row0 + 8 r, columns col0 + 16 chunk + 8 n + e (col0 =
-// the tile's first column + 2 (lane % 4)). kRowsAreQueries: the forward's S (rows queries,
-// columns keys: distant iff row - col > w); else the backward's S^T (rows keys, columns queries:
-// col - row > w).
-template <bool kRowsAreQueries>
+// Gate of one chunk of the backward's S^T (rows keys, columns queries): value c of tile n is
+// distant iff its pair is farther apart than the local window w, col - row > w. Rows are this
+// thread's rows row0 + 8 r, columns col0 + 16 chunk + 8 n + e (col0 = the tile's first column + 2
+// (lane % 4)).
 ATTN_FWL_FN bool chunk_distant(int chunk, int n, int c, int row0, int col0, int w) {
   const int row = row0 + 8 * (c >> 1), col = col0 + 16 * chunk + 8 * n + (c & 1);
-  return kRowsAreQueries ? row - col > w : col - row > w;
+  return col - row > w;
 }
 
-// s (a thread's accumulator, N / 2 values, already exp(score - max)) times (a + eps) on the
-// distant pairs of chunk `chunk`, a = its affinity C fragments.
-template <bool kRowsAreQueries, int kVals>
+// s (a thread's accumulator, N / 2 values, already exp(score - lse)) times (a + eps) on the
+// distant pairs of chunk `chunk`, a = its affinity C fragments (the backward without dg).
+template <int kVals>
 ATTN_FWL_FN void gate_chunk(float (&s)[kVals], const float (&a)[2][4], int chunk, int row0,
                             int col0, int w, float eps) {
   ATTN_FWL_UNROLL
   for (int n = 0; n < 2; ++n) {
     ATTN_FWL_UNROLL
     for (int c = 0; c < 4; ++c) {
-      if (chunk_distant<kRowsAreQueries>(chunk, n, c, row0, col0, w)) {
+      if (chunk_distant(chunk, n, c, row0, col0, w)) {
         s[chunk_acc_index(chunk, n, c)] *= a[n][c] + eps;
       }
     }
   }
 }
 
-// The forward's gate on a whole accumulator (focus_wgmma_fwd.cu): a is the affinity as the fp16
-// wgmma left it (scaled by kAffinityScale^2, in the accumulator layout of s), element i = 4 j + 2
-// r + e is row row0 + 8 r, column col0 + 8 j + e (col0 = the tile's first column + 2 (lane % 4));
-// s times (a kAffinityUnscale + eps) where the pair is distant. kRowsAreQueries as chunk_distant.
-template <bool kRowsAreQueries, int kVals>
+// The forward's gate on a whole accumulator of S (rows queries, columns keys; focus_wgmma_fwd.cu):
+// a is the affinity as the fp16 wgmma left it (scaled by kAffinityScale^2, in the accumulator
+// layout of s), element i = 4 j + 2 r + e is row row0 + 8 r, column col0 + 8 j + e (col0 = the
+// tile's first column + 2 (lane % 4)); s times (a kAffinityUnscale + eps) where the pair is
+// distant, row - col > w.
+template <int kVals>
 ATTN_FWL_FN void gate_acc(float (&s)[kVals], const float (&a)[kVals], int row0, int col0, int w,
                           float eps) {
   ATTN_FWL_UNROLL
   for (int i = 0; i < kVals; ++i) {
     const int row = row0 + 8 * ((i >> 1) & 1), col = col0 + 8 * (i >> 2) + (i & 1);
-    if (kRowsAreQueries ? row - col > w : col - row > w) s[i] *= a[i] * kAffinityUnscale + eps;
+    if (row - col > w) s[i] *= a[i] * kAffinityUnscale + eps;
   }
 }
 
 // The fused backward's step on chunk `chunk` (focus_wgmma_bwd.cu, kFusedDg): on the distant pairs
 // da = s (dp - delta), the gate gradient dA from the ungated P (s = exp(score - lse)), then s *=
 // a + eps (as gate_chunk); elsewhere da = 0 and s stays. dl[n][e]: delta of the query of column e
-// (even, odd) of tile n; rows and columns as gate_chunk<false> (rows keys, columns queries).
+// (even, odd) of tile n; rows and columns as gate_chunk (rows keys, columns queries).
 template <int kVals>
 ATTN_FWL_FN void gate_chunk_da(float (&s)[kVals], float (&da)[2][4], const float (&dp)[kVals],
                                const float (&a)[2][4], const float (&dl)[2][2], int chunk, int row0,
@@ -170,7 +169,7 @@ ATTN_FWL_FN void gate_chunk_da(float (&s)[kVals], float (&da)[2][4], const float
     ATTN_FWL_UNROLL
     for (int c = 0; c < 4; ++c) {
       const int i = chunk_acc_index(chunk, n, c);
-      if (chunk_distant<false>(chunk, n, c, row0, col0, w)) {
+      if (chunk_distant(chunk, n, c, row0, col0, w)) {
         da[n][c] = s[i] * (dp[i] - dl[n][c & 1]);
         s[i] *= a[n][c] + eps;
       } else {

@@ -335,17 +335,13 @@ TEST(FocusHardCuda, IndexListsAreStableCountingSorts) {
 }
 
 // Forcing the fused index kernel past its 8 chunks is an error naming the limit, not a wrong list.
-TEST(FocusHardCuda, FusedIndexPastItsLimitIsAnError) {
-  CUDA_TEST_PREAMBLE();
-  auto gpu = ExecContext::make_cuda(0);
-  const int B = 1, T = kFocusHardFusedMaxChunks * kFocusHardChunk + 1, K = 8;
-  DeviceInts dgr(std::vector<int32_t>(size_t(T), 1)), dlist(std::vector<int32_t>(size_t(T), 0)),
-      doffs(std::vector<int32_t>(K + 1, 0)), dtoff(std::vector<int32_t>(K + 1, 0)),
-      dmask(std::vector<int32_t>(size_t(2) * T, 0));
+// The check comes before any launch, so it runs without a GPU.
+TEST(FocusHard, FusedIndexPastItsLimitIsAnError) {
+  FocusHardIndexParams p;
+  p.B = 1, p.T = kFocusHardFusedMaxChunks * kFocusHardChunk + 1, p.K = 8, p.top_k = 1;
+  p.path = FocusHardIndexPath::fused;
   try {
-    ops::focus_hard_index(*gpu, dev(dlist, {B, T}), dev(doffs, {B, K + 1}), dev(dtoff, {B, K + 1}),
-                          Tensor(dmask.ptr(), DType::u32, Device::cuda, Shape{B, T, 2}),
-                          dev(dgr, {B, T, 1}), K, 64, FocusHardIndexPath::fused);
+    launch_focus_hard_index(p, nullptr);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("8192"), std::string::npos) << e.what();

@@ -161,7 +161,7 @@ void check_forward_tile(int K, int q0, int k0, int w, uint32_t seed) {
         a[i] = float(acc);
         s[i] = 1.f;
       }
-      gate_acc<true>(s, a, q0 + 16 * warp + lane / 4, k0 + 2 * (lane % 4), w, eps);
+      gate_acc(s, a, q0 + 16 * warp + lane / 4, k0 + 2 * (lane % 4), w, eps);
       for (int i = 0; i < N / 2; ++i) {
         const Coord c = acc_coord(i, warp, lane);
         out[size_t(c.row) * N + c.col] = s[i];
@@ -204,7 +204,7 @@ TEST(FocusWgmmaLayout, ForwardGateDistanceIsStrict) {
   float s[64], a[64];
   for (int i = 0; i < 64; ++i) s[i] = 1.f, a[i] = 0.f;  // a = 0: distant pairs become eps
   const int w = 3, row0 = 10, col0 = 0;  // lane 0 of warp 0: row 10 (+ 8), columns 0, 1, 8, ..
-  gate_acc<true>(s, a, row0, col0, w, 0.5f);
+  gate_acc(s, a, row0, col0, w, 0.5f);
   for (int i = 0; i < 64; ++i) {
     const int row = row0 + 8 * ((i >> 1) & 1), col = col0 + 8 * (i >> 2) + (i & 1);
     EXPECT_EQ(s[i], row - col > w ? 0.5f : 1.f) << "row " << row << " col " << col;
@@ -305,7 +305,7 @@ TEST(FocusWgmmaLayout, BackwardDistantIsTheTransposedForward) {
           for (int c = 0; c < 4; ++c) {
             const int key0 = 100 + lane / 4, q0 = 90 + 2 * (lane % 4);
             const int key = key0 + 8 * (c >> 1), q = q0 + 16 * chunk + 8 * n + (c & 1);
-            EXPECT_EQ(chunk_distant<false>(chunk, n, c, key0, q0, w), q - key > w);
+            EXPECT_EQ(chunk_distant(chunk, n, c, key0, q0, w), q - key > w);
           }
         }
       }
