@@ -122,4 +122,17 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 
 
 inline int div_up(int64_t a, int64_t b) { return int((a + b - 1) / b); }
 
+// f() once per device (the caller's static `done`, a bit per device; devices >= 64 run it every
+// time): for per-kernel attributes (cudaFuncSetAttribute), whose host calls per launch cost
+// microseconds that short calls feel.
+template <typename F>
+void once_per_device(std::atomic<uint64_t>& done, F&& f) {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0) return;
+  f();
+  done.fetch_or(bit, std::memory_order_release);
+}
+
 }  // namespace attnlab

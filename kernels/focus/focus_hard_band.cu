@@ -9,7 +9,8 @@
 // on the TMA block of focus_hard_tma.cuh: the rows are contiguous, so K and V are TMA boxes of the
 // original qkv. The keys' group sets come beside each tile into shared memory. The epilogue merges
 // the band's state with the token's group partials (one per distinct valid slot) by log-sum-exp
-// and writes o (bf16) and lse once.
+// and writes o (bf16) and lse once; for top_k 1 it runs before the group pass, beside the index
+// build (on a second stream), and writes the band's partial, which the group pass merges.
 #include <cuda_bf16.h>
 
 #include "core/cuda_check.h"
@@ -41,9 +42,12 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
   const int w = min(p.local_window, T);  // (no overflow of i - w below)
   const int hk = h / (p.n_head / p.n_kv_head);
   const int q0 = blockIdx.x * kRows;
-  const uint64_t* masks = p.masks + int64_t(b) * T;
+  // The group sets from the groups rows, not the index's masks: for top_k 1 this pass runs beside
+  // the index build.
+  const int32_t* groups = p.groups + int64_t(b) * T * p.top_k;
+  auto set_of = [&](int j) { return group_set(groups + int64_t(j) * p.top_k, p.top_k, K); };
   for (int r = threadIdx.x; r < kRows; r += kHardTmaThreads) {
-    qmask[r] = q0 + r < T ? masks[q0 + r] : 0;
+    qmask[r] = q0 + r < T ? set_of(q0 + r) : 0;
   }
   if (threadIdx.x == 0) {
     mbar_init(sm.full, 1);
@@ -72,7 +76,7 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
       [&](int nb, int stage) {
         for (int c = threadIdx.x; c < kKeys; c += kHardTmaThreads) {
           const int j = nb * kKeys + c;
-          kmask[stage][c] = j < T ? masks[j] : 0;
+          kmask[stage][c] = j < T ? set_of(j) : 0;
         }
       },
       [&](int k0) { return band_tile_visible(k0, kKeys, wq0, wq_hi, w); }, [](int) { return true; },
@@ -95,9 +99,31 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
         }
       });
 
-  // Epilogue, per row of this thread (row sums completed over the 4 threads of a row): the band's
-  // state merged with the token's group partials, one per distinct valid slot (what the group
-  // pass wrote); a token with no valid group has no output row (focus_hard.cuh).
+  // Epilogue, per row of this thread (row sums completed over the 4 threads of a row); a token
+  // with no valid group has no output row (focus_hard.cuh). top_k 1: the band's partial (o
+  // normalised, lse; slot 0) for the group pass to merge. Otherwise the band's state
+  // merged with the token's group partials, one per distinct valid slot (what the group pass
+  // wrote), into o and lse.
+  if (p.top_k == 1) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = st.sum[r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int i = r == 0 ? i0 : i1;
+      if (i >= T || (r == 0 ? qm0 : qm1) == 0) continue;
+      const int64_t part = (int64_t(b) * T + i) * p.n_head + h;
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      float* out = p.part_o + part * D;
+#pragma unroll
+      for (int jj = 0; jj < D / 8; ++jj) {
+        *reinterpret_cast<float2*>(out + 8 * jj + 2 * tig) =
+            make_float2(o[4 * jj + 2 * r] * inv, o[4 * jj + 2 * r + 1] * inv);
+      }
+      if (tig == 0) p.part_lse[part] = l > 0.f ? (st.max[r] + log2f(l)) * kLn2 : -INFINITY;
+    }
+    return;
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = st.sum[r];
@@ -166,8 +192,8 @@ void launch_band(const FocusHardAttnParams& p, cudaStream_t st) {
                                     kKeys),
                     tm_v = tile_map(p.v, kv_width, p.T, p.B, p.kv_row_stride, p.kv_batch_stride,
                                     kKeys);
-  launch_hard_tma<D>(band_kernel<D>, dim3((p.T + kRows - 1) / kRows, p.n_head, p.B), p, tm_k, tm_v,
-                     st);
+  launch_hard_tma<D, band_kernel<D>>(dim3((p.T + kRows - 1) / kRows, p.n_head, p.B), p, tm_k, tm_v,
+                                     st);
 }
 
 }  // namespace

@@ -6,13 +6,15 @@
 //            chunk) its first list slot; offsets and tile_offsets from the per-group totals;
 //   scatter: per chunk, each token's rank among the chunk's earlier tokens of the same group (one
 //            warp ballot per group, then a prefix over the block's warps): positions stay sorted.
-// Rows of at most kAutoFusedMaxChunks chunks (T <= 4096) run the three in one kernel
-// (hard_index_fused, which takes up to kFusedMaxChunks = 8 when forced: FocusHardIndexPath).
+// Rows of at most kAutoFusedMaxChunks chunks (T <= 4096) run one kernel (hard_index_fused, the
+// same sort in one block per row; it takes up to kFusedMaxChunks = 8 when forced:
+// FocusHardIndexPath).
 #include <cuda_runtime.h>
 
 #include "core/cuda_check.h"
 #include "kernels/common/device.cuh"
 #include "kernels/focus/focus_hard.cuh"
+#include "kernels/focus/focus_hard_walk.h"
 
 namespace attnlab {
 namespace {
@@ -27,12 +29,8 @@ __global__ void __launch_bounds__(kChunk) hard_index_count(const FocusHardIndexP
   if (threadIdx.x < p.K) count[threadIdx.x] = 0;
   __syncthreads();
   if (t < p.T) {
-    const int32_t* gr = p.groups + (int64_t(b) * p.T + t) * p.top_k;
-    uint64_t m = 0;
-    for (int s = 0; s < p.top_k; ++s) {
-      const int g = gr[s];
-      if (g >= 0 && g < p.K) m |= uint64_t(1) << g;
-    }
+    const uint64_t m =
+        focus_hard::group_set(p.groups + (int64_t(b) * p.T + t) * p.top_k, p.top_k, p.K);
     p.masks[int64_t(b) * p.T + t] = m;
     for (uint64_t r = m; r != 0; r &= r - 1) atomicAdd(&count[__ffsll(int64_t(r)) - 1], 1);
   }
@@ -126,44 +124,57 @@ __global__ void __launch_bounds__(kChunk) hard_index_scatter(const FocusHardInde
   }
 }
 
-// Short rows (at most kFusedMaxChunks chunks): the three steps in one launch, one block per batch
-// row (the same counting sort, the same result): counts per (chunk, group) by shared-memory
-// atomics, the group-major scan in the block, then the chunks' scatters one after another (the
-// tokens' sets kept in registers). Saves two launches and their gaps at short T, where the index
-// is latency only (about 100 KB at 4K).
+// Short rows (at most kFusedMaxChunks chunks): the whole sort in one launch, one block per batch
+// row, in three phases with a barrier between each (no atomics, no serial loop over the chunks):
+//   1. per (group g, chunk c, warp w) the count of the warp's tokens in g (a ballot),
+//      cnt[(g * n_chunks + c) * 32 + w] in shared memory (group-major, then position order);
+//   2. one exclusive scan of those K * n_chunks * 32 counts: each (g, c, w) its first list slot;
+//   3. each token, per group of its set: that slot + its rank among the warp's earlier tokens of
+//      the group (the same ballot). Positions stay sorted inside a group (chunk, warp, lane order).
+// Saves two launches and their gaps at short T, where the index is latency only.
 constexpr int kFusedMaxChunks = kFocusHardFusedMaxChunks;
-// The automatic choice: the fused kernel for rows of at most this many chunks (H200, 2026-12-02,
-// bench_focus_hard's idx columns at K 8, top_k 1: fused 0.013 / 0.016 / 0.022 / 0.032 ms at 1K /
-// 2K / 4K / 8K, the three kernels 0.021 / 0.021 / 0.022 / 0.022: even at 4 chunks, the three
-// kernels ahead from 8).
+// The automatic choice: the fused kernel for rows of at most this many chunks, the three kernels
+// beyond (docs/performance_variants.md, "The index build").
 constexpr int kAutoFusedMaxChunks = 4;
+inline size_t fused_smem_bytes(int K, int n_chunks) {
+  return sizeof(int) * (size_t(K) * n_chunks * kWarps + kWarps);
+}
 __global__ void __launch_bounds__(kChunk) hard_index_fused(const FocusHardIndexParams p) {
-  __shared__ int count[kFusedMaxChunks * kFocusHardMaxGroups];  // group-major: [K][n_chunks]
-  __shared__ int warp_base[kFocusHardMaxGroups][kWarps];
-  __shared__ int warp_sums[kWarps];
-  const int b = blockIdx.x, n_chunks = (p.T + kChunk - 1) / kChunk, K = p.K, n = K * n_chunks;
+  extern __shared__ int fused_smem[];
+  const int b = blockIdx.x, n_chunks = (p.T + kChunk - 1) / kChunk, K = p.K;
+  const int n = K * n_chunks * kWarps;  // <= 16 per thread
+  int* cnt = fused_smem;                // [K][n_chunks][kWarps], scanned in place
+  int* warp_sums = fused_smem + n;      // [kWarps]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int i = threadIdx.x; i < n; i += kChunk) count[i] = 0;
-  __syncthreads();
+  const unsigned lt = (1u << lane) - 1u;
+
   uint64_t mk[kFusedMaxChunks];
 #pragma unroll
   for (int c = 0; c < kFusedMaxChunks; ++c) {
     const int t = c * kChunk + threadIdx.x;
     mk[c] = 0;
-    if (c >= n_chunks || t >= p.T) continue;
-    const int32_t* gr = p.groups + (int64_t(b) * p.T + t) * p.top_k;
-    for (int s = 0; s < p.top_k; ++s) {
-      const int g = gr[s];
-      if (g >= 0 && g < K) mk[c] |= uint64_t(1) << g;
+    if (c < n_chunks && t < p.T) {
+      mk[c] = focus_hard::group_set(p.groups + (int64_t(b) * p.T + t) * p.top_k, p.top_k, K);
+      p.masks[int64_t(b) * p.T + t] = mk[c];
     }
-    p.masks[int64_t(b) * p.T + t] = mk[c];
-    for (uint64_t r = mk[c]; r != 0; r &= r - 1)
-      atomicAdd(&count[(__ffsll(int64_t(r)) - 1) * n_chunks + c], 1);
+  }
+#pragma unroll
+  for (int c = 0; c < kFusedMaxChunks; ++c) {
+    if (c >= n_chunks) break;
+    for (int g = 0; g < K; ++g) {
+      const unsigned bal = __ballot_sync(0xffffffffu, (mk[c] >> g) & 1);
+      if (lane == 0) cnt[(g * n_chunks + c) * kWarps + warp] = __popc(bal);
+    }
   }
   __syncthreads();
-  // Exclusive scan of the n <= 512 group-major counts (one element per thread).
-  const int x = threadIdx.x < n ? count[threadIdx.x] : 0;
-  int incl = x;
+
+  // Exclusive scan of cnt: thread x owns items [x * per, (x + 1) * per).
+  const int per = (n + kChunk - 1) / kChunk;
+  const int lo = threadIdx.x * per;
+  int own = 0;
+  for (int k = 0; k < per; ++k)
+    if (lo + k < n) own += cnt[lo + k];
+  int incl = own;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
     const int y = __shfl_up_sync(0xffffffffu, incl, o);
@@ -178,57 +189,42 @@ __global__ void __launch_bounds__(kChunk) hard_index_fused(const FocusHardIndexP
       const int y = __shfl_up_sync(0xffffffffu, v, o);
       if (lane >= o) v += y;
     }
-    warp_sums[lane] = v;
+    warp_sums[lane] = v;  // inclusive over warps
   }
   __syncthreads();
-  int32_t* offs = p.offsets + int64_t(b) * (K + 1);
-  if (threadIdx.x < n) {
-    const int excl = (warp > 0 ? warp_sums[warp - 1] : 0) + incl - x;
-    count[threadIdx.x] = excl;
-    if (threadIdx.x % n_chunks == 0) offs[threadIdx.x / n_chunks] = excl;
+  int run = (warp > 0 ? warp_sums[warp - 1] : 0) + incl - own;
+  for (int k = 0; k < per; ++k) {
+    if (lo + k >= n) break;
+    const int x = cnt[lo + k];
+    cnt[lo + k] = run;
+    run += x;
   }
   __syncthreads();  // the scanned counts
+
+  int32_t* offs = p.offsets + int64_t(b) * (K + 1);
+  const int total = warp_sums[kWarps - 1];
+  const int per_group = n_chunks * kWarps;
+  for (int g = threadIdx.x; g <= K; g += kChunk) offs[g] = g < K ? cnt[g * per_group] : total;
   if (threadIdx.x == 0) {
-    const int total = warp_sums[kWarps - 1];
-    offs[K] = total;
-    // The group totals from the scanned counts (offs is global: not re-read here).
     int32_t* toff = p.tile_offsets + int64_t(b) * (K + 1);
     int tiles = 0;
     for (int g = 0; g < K; ++g) {
-      const int end = g + 1 < K ? count[(g + 1) * n_chunks] : total;
+      const int end = g + 1 < K ? cnt[(g + 1) * per_group] : total;
       toff[g] = tiles;
-      tiles += (end - count[g * n_chunks] + p.tile_rows - 1) / p.tile_rows;
+      tiles += (end - cnt[g * per_group] + p.tile_rows - 1) / p.tile_rows;
     }
     toff[K] = tiles;
   }
-  __syncthreads();
   int32_t* list = p.list + int64_t(b) * p.T * p.top_k;
-  const unsigned lt = (1u << lane) - 1u;
 #pragma unroll
   for (int c = 0; c < kFusedMaxChunks; ++c) {
     if (c >= n_chunks) break;
-    for (int g = 0; g < K; ++g) {
-      const unsigned bal = __ballot_sync(0xffffffffu, (mk[c] >> g) & 1);
-      if (lane == 0) warp_base[g][warp] = __popc(bal);
-    }
-    __syncthreads();
-    if (threadIdx.x < K) {
-      const int g = threadIdx.x;
-      int run = count[g * n_chunks + c];
-      for (int w = 0; w < kWarps; ++w) {
-        const int k = warp_base[g][w];
-        warp_base[g][w] = run;
-        run += k;
-      }
-    }
-    __syncthreads();
     const int t = c * kChunk + threadIdx.x;
     for (int g = 0; g < K; ++g) {
       const bool has = (mk[c] >> g) & 1;
       const unsigned bal = __ballot_sync(0xffffffffu, has);
-      if (has) list[warp_base[g][warp] + __popc(bal & lt)] = t;
+      if (has) list[cnt[(g * n_chunks + c) * kWarps + warp] + __popc(bal & lt)] = t;
     }
-    __syncthreads();  // warp_base is rewritten by the next chunk
   }
 }
 
@@ -245,7 +241,13 @@ void launch_focus_hard_index(const FocusHardIndexParams& p, Stream s) {
   const bool fused = p.path == FocusHardIndexPath::fused ||
                      (p.path == FocusHardIndexPath::automatic && n_chunks <= kAutoFusedMaxChunks);
   if (fused) {
-    hard_index_fused<<<p.B, kChunk, 0, st>>>(p);
+    const size_t smem = fused_smem_bytes(p.K, n_chunks);
+    static std::atomic<uint64_t> attributes_set{0};
+    once_per_device(attributes_set, [] {
+      CUDA_CHECK(cudaFuncSetAttribute(hard_index_fused, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      int(fused_smem_bytes(kFocusHardMaxGroups, kFusedMaxChunks))));
+    });
+    hard_index_fused<<<p.B, kChunk, smem, st>>>(p);
     CUDA_CHECK_LAUNCH();
     return;
   }

@@ -13,9 +13,9 @@
 //      128-key K / V tiles double-buffered by TMA, S = Q K^T and O += P V on wgmma, the online
 //      softmax of wgmma_softmax.cuh) over the sorted rows, with key tiles from seg_lo of the
 //      block's first query to its last one; a warpgroup skips tiles outside its rows' bounds and
-//      masks elements only on tiles that cut a row's bounds. The epilogue writes each row's
-//      partial (o normalised, lse) at its token, where the band pass (focus_hard_band.cu) reads it
-//      (the band pass takes the pairs sharing no group and merges).
+//      masks elements only on tiles that cut a row's bounds. The band pass (focus_hard_band.cu:
+//      the pairs sharing no group) ran before, beside the index build and the gather, and wrote
+//      its partial at each token; the epilogue merges it and writes o and lse at the row's token.
 // Beside the list kernel of focus_hard_wgmma.cu (rows gathered by cp.async per tile, 64-key
 // tiles): the copy costs 4 width bytes per token (a read and a write), the tiles are TMA boxes of
 // 128 keys.
@@ -27,6 +27,7 @@
 #include "kernels/attention/wgmma_common.cuh"
 #include "kernels/common/device.cuh"
 #include "kernels/focus/focus_hard.cuh"
+#include "kernels/focus/focus_hard_merge.cuh"
 #include "kernels/focus/focus_hard_tma.cuh"
 #include "kernels/focus/focus_hard_walk.h"
 
@@ -36,25 +37,41 @@ namespace {
 using namespace wgmma;
 using namespace focus_hard;
 
-constexpr int kGatherRows = 16;  // rows per block of the gather
+constexpr int kGatherRows = 4;  // rows per block of the gather
+constexpr int kGatherThreads = 256;
+constexpr int kGatherInFlight = 4;  // 16-byte loads per thread issued before their stores
 
-// Row e of `sorted` = the qkv row of token list[b][e] (e < the row's entries), else zeros.
-__global__ void gather_kernel(const bf16* __restrict__ src, int64_t batch_stride, int width,
-                              const int32_t* __restrict__ list, const int32_t* __restrict__ offsets,
-                              int T, int K, bf16* __restrict__ sorted) {
+// Row e of `sorted` = the qkv row of token list[b][e] (e < the row's entries), else zeros. A
+// copy of ~4 width bytes per token: each thread issues its loads before any store, so that
+// enough bytes are in flight to approach the copy bandwidth.
+__global__ void __launch_bounds__(kGatherThreads)
+    gather_kernel(const bf16* __restrict__ src, int64_t batch_stride, int width,
+                  const int32_t* __restrict__ list, const int32_t* __restrict__ offsets, int T,
+                  int K, bf16* __restrict__ sorted) {
 #if ATTN_WGMMA_DEVICE
   const int b = blockIdx.y, chunks = width / 8;
   const int n = offsets[int64_t(b) * (K + 1) + K];
   const int e0 = blockIdx.x * kGatherRows;
-  for (int i = threadIdx.x; i < kGatherRows * chunks; i += blockDim.x) {
-    const int e = e0 + i / chunks, c = i % chunks;
-    if (e >= T) break;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (e < n) {
-      const int t = list[int64_t(b) * T + e];
-      v = *reinterpret_cast<const uint4*>(src + b * batch_stride + int64_t(t) * width + 8 * c);
+  for (int base = 0; base < kGatherRows * chunks; base += kGatherThreads * kGatherInFlight) {
+    uint4 v[kGatherInFlight];
+#pragma unroll
+    for (int u = 0; u < kGatherInFlight; ++u) {
+      const int i = base + u * kGatherThreads + int(threadIdx.x);
+      const int e = e0 + i / chunks, c = i % chunks;
+      v[u] = make_uint4(0, 0, 0, 0);
+      if (i < kGatherRows * chunks && e < n) {
+        const int t = list[int64_t(b) * T + e];
+        v[u] = *reinterpret_cast<const uint4*>(src + b * batch_stride + int64_t(t) * width + 8 * c);
+      }
     }
-    *reinterpret_cast<uint4*>(sorted + (int64_t(b) * T + e) * width + 8 * c) = v;
+#pragma unroll
+    for (int u = 0; u < kGatherInFlight; ++u) {
+      const int i = base + u * kGatherThreads + int(threadIdx.x);
+      const int e = e0 + i / chunks, c = i % chunks;
+      if (i < kGatherRows * chunks && e < T) {
+        *reinterpret_cast<uint4*>(sorted + (int64_t(b) * T + e) * width + 8 * c) = v[u];
+      }
+    }
   }
 #else
   (void)src, (void)batch_stride, (void)width, (void)list, (void)offsets, (void)T, (void)K,
@@ -130,7 +147,8 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
         }
       });
 
-  // Epilogue: the partial (o normalised, lse) of each valid row, at its token (top_k 1: slot 0).
+  // Epilogue, at each valid row's token: the band's partial (the band pass ran first) merged in,
+  // o and lse written. Row e takes (e, e), so l > 0.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = st.sum[r];
@@ -138,15 +156,9 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const int e = row0 + 8 * r;
     if (e >= n) continue;
-    const int64_t part = (int64_t(b) * T + p.list[int64_t(b) * T + e]) * p.n_head + h;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    float* out = p.part_o + part * D;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      *reinterpret_cast<float2*>(out + 8 * j + 2 * tig) =
-          make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-    }
-    if (tig == 0) p.part_lse[part] = l > 0.f ? (st.max[r] + log2f(l)) * kLn2 : -INFINITY;
+    const int i = p.list[int64_t(b) * T + e];
+    const int64_t part = (int64_t(b) * T + i) * p.n_head + h;
+    write_merged<D>(p, o, r, tig, 1.f / l, (st.max[r] + log2f(l)) * kLn2, part, b, h, i);
   }
 #else
   (void)p, (void)tm_k, (void)tm_v;
@@ -161,17 +173,15 @@ void launch_group(const FocusHardAttnParams& p, cudaStream_t st) {
                                     kHardTmaKeys),
                     tm_v = tile_map(p.sorted + (p.v - p.q), kv_width, p.T, p.B, ld, batch,
                                     kHardTmaKeys);
-  launch_hard_tma<D>(sorted_group_kernel<D>,
-                     dim3((p.T + kHardTmaRows - 1) / kHardTmaRows, p.n_head, p.B), p, tm_k, tm_v,
-                     st);
+  launch_hard_tma<D, sorted_group_kernel<D>>(
+      dim3((p.T + kHardTmaRows - 1) / kHardTmaRows, p.n_head, p.B), p, tm_k, tm_v, st);
 }
 
-}  // namespace
-
-void launch_focus_hard_sorted_group(const FocusHardAttnParams& p, Stream s) {
+// The packed-row layout both launches assume: q, k and v columns of one row of stride
+// q_row_stride, q at its start.
+void check_sorted_params(const FocusHardAttnParams& p) {
   ATTN_ASSERT(p.top_k == 1 && p.sorted != nullptr && p.part_o != nullptr && p.part_lse != nullptr);
   ATTN_ASSERT(p.K >= 1 && p.K <= kFocusHardMaxGroups && (p.D == 64 || p.D == 128));
-  // Packed rows: q, k and v columns of one row of stride q_row_stride, q at its start.
   const int64_t ld = p.q_row_stride;
   ATTN_ASSERT(p.kv_row_stride == ld && p.kv_batch_stride == p.q_batch_stride && ld % 8 == 0);
   ATTN_ASSERT(p.k - p.q >= 0 && p.k - p.q + int64_t(p.n_kv_head) * p.D <= ld);
@@ -179,11 +189,21 @@ void launch_focus_hard_sorted_group(const FocusHardAttnParams& p, Stream s) {
   ATTN_ASSERT(aligned16(p.q) && aligned16(p.sorted) && (p.k - p.q) % 8 == 0 &&
               (p.v - p.q) % 8 == 0);
   ATTN_ASSERT(ld <= INT32_MAX);
-  auto st = reinterpret_cast<cudaStream_t>(s);
-  const dim3 ggrid((p.T + kGatherRows - 1) / kGatherRows, p.B);
-  gather_kernel<<<ggrid, 256, 0, st>>>(p.q, p.q_batch_stride, int(ld), p.list, p.offsets, p.T, p.K,
-                                       p.sorted);
+}
+
+}  // namespace
+
+void launch_focus_hard_gather(const FocusHardAttnParams& p, Stream s) {
+  check_sorted_params(p);
+  const dim3 grid((p.T + kGatherRows - 1) / kGatherRows, p.B);
+  gather_kernel<<<grid, kGatherThreads, 0, reinterpret_cast<cudaStream_t>(s)>>>(
+      p.q, p.q_batch_stride, int(p.q_row_stride), p.list, p.offsets, p.T, p.K, p.sorted);
   CUDA_CHECK_LAUNCH();
+}
+
+void launch_focus_hard_sorted_group(const FocusHardAttnParams& p, Stream s) {
+  check_sorted_params(p);
+  auto st = reinterpret_cast<cudaStream_t>(s);
   if (p.D == 64)
     launch_group<64>(p, st);
   else

@@ -10,6 +10,7 @@
 #include "core/cuda_check.h"
 #include "kernels/attention/wgmma_common.cuh"
 #include "kernels/attention/wgmma_softmax.cuh"
+#include "kernels/common/device.cuh"
 #include "kernels/focus/focus_hard.cuh"
 
 namespace attnlab::focus_hard {
@@ -108,13 +109,18 @@ __device__ __forceinline__ void hard_tma_mainloop(float (&o)[D / 2], wgmma::RowS
 // Host: launches one of the passes' kernels (kernel(p, tm_k, tm_v), kHardTmaThreads threads, the
 // dynamic shared memory of hard_tma_smem_bytes) with the largest shared-memory carveout (two 81
 // KiB blocks per SM at D = 64).
-template <int D, typename Kernel>
-void launch_hard_tma(Kernel kernel, dim3 grid, const FocusHardAttnParams& p,
-                     const CUtensorMap& tm_k, const CUtensorMap& tm_v, cudaStream_t st) {
+// One instantiation per kernel (the attributes are set once per kernel and device).
+template <int D, auto* kernel>
+void launch_hard_tma(dim3 grid, const FocusHardAttnParams& p, const CUtensorMap& tm_k,
+                     const CUtensorMap& tm_v, cudaStream_t st) {
   constexpr size_t smem = hard_tma_smem_bytes<D>();
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                  int(cudaSharedmemCarveoutMaxShared)));
+  static std::atomic<uint64_t> attributes_set{0};
+  once_per_device(attributes_set, [&] {
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    int(cudaSharedmemCarveoutMaxShared)));
+  });
   kernel<<<grid, kHardTmaThreads, smem, st>>>(p, tm_k, tm_v);
   CUDA_CHECK_LAUNCH();
 }

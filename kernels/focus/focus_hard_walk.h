@@ -4,6 +4,7 @@
 // attended pair is taken exactly once and no other pair is.
 #pragma once
 #include <climits>
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/focus/focus_hard.cuh"
@@ -28,6 +29,30 @@ ATTN_FOCUS_HD int slot_of(const int32_t* row, int top_k, int grp, int K, uint64_
   }
   *low = m;
   return s;
+}
+
+// The bit set of a token's valid groups (ids in [0, K); duplicates once): what the index's masks
+// hold, computed from the groups row by passes that run without the index (the band pass).
+ATTN_FOCUS_HD uint64_t group_set(const int32_t* row, int top_k, int K) {
+  uint64_t m = 0;
+  for (int s = 0; s < top_k; ++s) {
+    const int x = row[s];
+    if (x >= 0 && x < K) m |= uint64_t(1) << x;
+  }
+  return m;
+}
+
+// Two softmax partials of one row over disjoint key sets, (o_a normalised, lse_a) and (o_b
+// normalised, lse_b), either may be empty (lse -inf, o 0), not both: o = w_a o_a + w_b o_b and
+// the row's lse.
+ATTN_FOCUS_HD void merge_weights(float lse_a, float lse_b, float* w_a, float* w_b, float* lse) {
+  const float mx = lse_a > lse_b ? lse_a : lse_b;
+  const float ea = lse_a == -INFINITY ? 0.f : expf(lse_a - mx);
+  const float eb = lse_b == -INFINITY ? 0.f : expf(lse_b - mx);
+  const float inv = 1.f / (ea + eb);
+  *w_a = ea * inv;
+  *w_b = eb * inv;
+  *lse = mx + logf(ea + eb);
 }
 
 // In the pass of group g, query i (whose groups of lower slots are `low`) takes key j of g's list

@@ -34,6 +34,7 @@
 #include "kernels/attention/wgmma_softmax.cuh"
 #include "kernels/common/device.cuh"
 #include "kernels/focus/focus_hard.cuh"
+#include "kernels/focus/focus_hard_merge.cuh"
 #include "kernels/focus/focus_hard_walk.h"
 
 namespace attnlab {
@@ -233,6 +234,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     const int64_t bt = int64_t(b) * T + i;
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int64_t part = (bt * p.top_k + m.qslot[row]) * p.n_head + h;
+    if (p.top_k == 1) {  // the token's only group pass (it takes (i, i): l > 0)
+      focus_hard::write_merged<D>(p, o, r, tig, inv, lse, part, b, h, i);
+      continue;
+    }
     float* out = p.part_o + part * D;
 #pragma unroll
     for (int jj = 0; jj < D / 8; ++jj) {
@@ -250,9 +255,13 @@ template <int D>
 void launch(const FocusHardAttnParams& p, cudaStream_t st, unsigned blocks) {
   constexpr size_t smem = smem_bytes<D>();
   auto* kernel = focus_hard_wgmma_kernel<D>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                  int(cudaSharedmemCarveoutMaxShared)));
+  static std::atomic<uint64_t> attributes_set{0};
+  once_per_device(attributes_set, [&] {
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    int(cudaSharedmemCarveoutMaxShared)));
+  });
   kernel<<<dim3(blocks, p.n_head, p.B), kThreads, smem, st>>>(p, int(blocks));
   CUDA_CHECK_LAUNCH();
 }
@@ -301,7 +310,7 @@ void launch_focus_hard_wgmma(const FocusHardAttnParams& p, Stream s) {
   } else {
     run_group<128>(p, st);
   }
-  launch_focus_hard_band(p, st);
+  if (p.top_k > 1) launch_focus_hard_band(p, st);  // top_k 1: the band ran first
 }
 
 }  // namespace attnlab

@@ -18,9 +18,13 @@
 // hard), the routing overhead's share of the layer's attention; top = share of the tokens in the
 // largest group (slot 0).
 // Usage: bench_focus_hard [--T=1024,4096,...] [--K=4,8] [--top_k=1,2] [--D=64,128] [--H=n]
-//                         [--groups=balanced,realistic] [--reps=N] [--no-mma] [--csv=path]
+//                         [--groups=balanced,realistic] [--reps=N] [--queued=N] [--no-mma]
+//                         [--csv=path]
 // Defaults: T 1K 4K 16K 64K 256K 1M, K 4 8, top_k 1 2, D 64 128, H 12 at D 64 and 8 at D 128
-// (--H sets every D's), both group kinds, reps 5 (2 at T >= 256K).
+// (--H sets every D's), both group kinds, reps 5 (2 at T >= 256K), queued 1: each timed sample
+// is one call between two events, its host work before the first launch included; --queued=N
+// times N calls back to back per sample (the host runs ahead of the device, as in a model's
+// forward over its layers), the same for every column.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -47,10 +51,13 @@ using bench::parse_list;
 
 namespace {
 
-// Median of reps timed calls on the context's stream after `warm` untimed ones, in ms.
+// --queued=N: calls per timed sample (bench::median_ms); 1 by default.
+int g_queued = 1;
+
+// Median of reps timed samples on the context's stream after `warm` untimed calls, ms per call.
 template <typename F>
 double time_ms(const ExecContext& ctx, F&& f, int reps, int warm) {
-  return bench::median_ms(f, reps, reinterpret_cast<cudaStream_t>(ctx.stream), warm);
+  return bench::median_ms(f, reps, reinterpret_cast<cudaStream_t>(ctx.stream), warm, g_queued);
 }
 
 // Scores [T, K]: uniform in [-10, 10] (balanced) or 10 x a mean-reverting random walk per group
@@ -110,6 +117,8 @@ int main(int argc, char** argv) {
                      v.c_str());
         return 2;
       }
+    } else if (std::strncmp(a, "--queued=", 9) == 0) {
+      g_queued = parse_list(prog, "--queued", a + 9)[0];
     } else if (std::strcmp(a, "--no-mma") == 0) {
       run_mma = false;
     } else if (std::strncmp(a, "--csv=", 6) == 0) {
@@ -117,7 +126,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "%s: unknown option %s (valid: --T=, --K=, --top_k=, --D=, --H=, --groups=, "
-                   "--reps=, --no-mma, --csv=)\n",
+                   "--reps=, --queued=, --no-mma, --csv=)\n",
                    prog, a);
       return 2;
     }

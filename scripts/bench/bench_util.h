@@ -13,10 +13,12 @@
 
 namespace attnlab::bench {
 
-// Median over `reps` timed calls of f (CUDA events on `stream` around each call), after `warm`
-// untimed warm-up calls, in milliseconds.
+// Median over `reps` timed samples of f (CUDA events on `stream` around each sample), after `warm`
+// untimed warm-up calls, in milliseconds per call. A sample is `queued` calls back to back (1: one
+// call, whose host-side work before its first launch is inside the events; more: the host runs
+// ahead of the device, as in a model's forward, and the time per call is the device's).
 template <typename F>
-double median_ms(F&& f, int reps, cudaStream_t stream = nullptr, int warm = 3) {
+double median_ms(F&& f, int reps, cudaStream_t stream = nullptr, int warm = 3, int queued = 1) {
   cudaEvent_t a, b;
   CUDA_CHECK(cudaEventCreate(&a));
   CUDA_CHECK(cudaEventCreate(&b));
@@ -24,10 +26,11 @@ double median_ms(F&& f, int reps, cudaStream_t stream = nullptr, int warm = 3) {
   std::vector<float> ms(reps);
   for (int i = 0; i < reps; ++i) {
     CUDA_CHECK(cudaEventRecord(a, stream));
-    f();
+    for (int c = 0; c < queued; ++c) f();
     CUDA_CHECK(cudaEventRecord(b, stream));
     CUDA_CHECK(cudaEventSynchronize(b));
     CUDA_CHECK(cudaEventElapsedTime(&ms[i], a, b));
+    ms[i] /= float(queued);
   }
   CUDA_CHECK(cudaEventDestroy(a));
   CUDA_CHECK(cudaEventDestroy(b));

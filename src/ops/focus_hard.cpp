@@ -1,6 +1,7 @@
 // Host side of the hard-routed Focus forward (ops/focus_hard_ops.h): checks, the stream-ordered
 // workspace (one stream-ordered allocation), the launches (index, attention: the wgmma kernel's two
-// passes or the mma kernel and, for top_k > 1, its merge). No host synchronisation, no copies.
+// passes, for top_k 1 the band pass on a second stream beside the index build; or the mma kernel
+// and, for top_k > 1, its merge). No host synchronisation, no copies.
 #include "kernels/focus/focus_hard.cuh"
 
 #include <cuda_runtime.h>
@@ -9,6 +10,7 @@
 
 #include "core/cuda_check.h"
 #include "core/nvtx.h"
+#include "kernels/common/side_stream.h"
 #include "kernels/common/stream_scratch.h"
 #include "ops/focus_hard_ops.h"
 #include "ops/op_checks.h"
@@ -157,7 +159,6 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   ip.tile_offsets = reinterpret_cast<int32_t*>(base_ws + o_toffs);
   ip.list = reinterpret_cast<int32_t*>(base_ws + o_list);
   ip.masks = reinterpret_cast<uint64_t*>(base_ws + o_masks);
-  launch_focus_hard_index(ip, ctx.stream);
 
   FocusHardAttnParams p;
   const bf16* base = qkv.ptr<bf16>();
@@ -183,6 +184,19 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   p.local_window = local_window;
   p.scale = float(1.0 / std::sqrt(double(l.head_dim)));
   p.tile_rows = rows;
+  if (wgmma && top_k == 1) {
+    // Band first: the band pass reads nothing of the index, so it runs on a second stream beside
+    // the index build (launched first, so that its one block per row starts before the band's
+    // blocks fill the GPU) and the gather; the group pass merges its partial.
+    const SideStream side(ctx.stream);
+    launch_focus_hard_index(ip, ctx.stream);
+    launch_focus_hard_band(p, side.get());
+    if (sorted) launch_focus_hard_gather(p, ctx.stream);
+    side.join();
+    launch_focus_hard_wgmma(p, ctx.stream);
+    return;
+  }
+  launch_focus_hard_index(ip, ctx.stream);
   if (wgmma) {
     launch_focus_hard_wgmma(p, ctx.stream);
     return;
