@@ -9,8 +9,9 @@
 // on the TMA block of focus_hard_tma.cuh: the rows are contiguous, so K and V are TMA boxes of the
 // original qkv. The keys' group sets come beside each tile into shared memory. The epilogue merges
 // the band's state with the token's group partials (one per distinct valid slot) by log-sum-exp
-// and writes o (bf16) and lse once; for top_k 1 it runs before the group pass, beside the index
-// build (on a second stream), and writes the band's partial, which the group pass merges.
+// and writes o (bf16) and lse once; with band_first (top_k 1, the list group pass) it runs before
+// the group pass, beside the index build (on a second stream), and writes the band's partial,
+// which the group pass merges.
 #include <cuda_bf16.h>
 
 #include "core/cuda_check.h"
@@ -42,8 +43,8 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
   const int w = min(p.local_window, T);  // (no overflow of i - w below)
   const int hk = h / (p.n_head / p.n_kv_head);
   const int q0 = blockIdx.x * kRows;
-  // The group sets from the groups rows, not the index's masks: for top_k 1 this pass runs beside
-  // the index build.
+  // The group sets from the groups rows, not the index's masks: with band_first this pass runs
+  // beside the index build.
   const int32_t* groups = p.groups + int64_t(b) * T * p.top_k;
   auto set_of = [&](int j) { return group_set(groups + int64_t(j) * p.top_k, p.top_k, K); };
   for (int r = threadIdx.x; r < kRows; r += kHardTmaThreads) {
@@ -100,11 +101,11 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
       });
 
   // Epilogue, per row of this thread (row sums completed over the 4 threads of a row); a token
-  // with no valid group has no output row (focus_hard.cuh). top_k 1: the band's partial (o
-  // normalised, lse; slot 0) for the group pass to merge. Otherwise the band's state
+  // with no valid group has no output row (focus_hard.cuh). band_first: the band's partial (o
+  // normalised, lse; slot 0 of top_k 1) for the group pass to merge. Otherwise the band's state
   // merged with the token's group partials, one per distinct valid slot (what the group pass
   // wrote), into o and lse.
-  if (p.top_k == 1) {
+  if (p.band_first) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float l = st.sum[r];
@@ -200,6 +201,7 @@ void launch_band(const FocusHardAttnParams& p, cudaStream_t st) {
 
 void launch_focus_hard_band(const FocusHardAttnParams& p, Stream s) {
   ATTN_ASSERT(p.part_o != nullptr && p.part_lse != nullptr && (p.D == 64 || p.D == 128));
+  ATTN_ASSERT(!p.band_first || (p.top_k == 1 && p.sorted == nullptr));
   ATTN_ASSERT(p.K >= 1 && p.K <= kFocusHardMaxGroups);
   ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && p.q_row_stride % 8 == 0 &&
               p.kv_row_stride % 8 == 0 && p.kv_batch_stride % 8 == 0);

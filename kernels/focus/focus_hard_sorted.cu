@@ -13,9 +13,9 @@
 //      128-key K / V tiles double-buffered by TMA, S = Q K^T and O += P V on wgmma, the online
 //      softmax of wgmma_softmax.cuh) over the sorted rows, with key tiles from seg_lo of the
 //      block's first query to its last one; a warpgroup skips tiles outside its rows' bounds and
-//      masks elements only on tiles that cut a row's bounds. The band pass (focus_hard_band.cu:
-//      the pairs sharing no group) ran before, beside the index build and the gather, and wrote
-//      its partial at each token; the epilogue merges it and writes o and lse at the row's token.
+//      masks elements only on tiles that cut a row's bounds. The epilogue writes each row's
+//      partial (o normalised, lse) at its token, where the band pass (focus_hard_band.cu) reads it
+//      (the band pass takes the pairs sharing no group and merges).
 // Beside the list kernel of focus_hard_wgmma.cu (rows gathered by cp.async per tile, 64-key
 // tiles): the copy costs 4 width bytes per token (a read and a write), the tiles are TMA boxes of
 // 128 keys.
@@ -27,7 +27,6 @@
 #include "kernels/attention/wgmma_common.cuh"
 #include "kernels/common/device.cuh"
 #include "kernels/focus/focus_hard.cuh"
-#include "kernels/focus/focus_hard_merge.cuh"
 #include "kernels/focus/focus_hard_tma.cuh"
 #include "kernels/focus/focus_hard_walk.h"
 
@@ -147,8 +146,9 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
         }
       });
 
-  // Epilogue, at each valid row's token: the band's partial (the band pass ran first) merged in,
-  // o and lse written. Row e takes (e, e), so l > 0.
+  // Epilogue: the partial (o normalised, lse) of each valid row, at its token (top_k 1: slot 0),
+  // for the band pass to merge. (Merging a band partial here instead, with the band pass first,
+  // measured slower: docs/performance_variants.md, "The band pass first".)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = st.sum[r];
@@ -156,9 +156,15 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const int e = row0 + 8 * r;
     if (e >= n) continue;
-    const int i = p.list[int64_t(b) * T + e];
-    const int64_t part = (int64_t(b) * T + i) * p.n_head + h;
-    write_merged<D>(p, o, r, tig, 1.f / l, (st.max[r] + log2f(l)) * kLn2, part, b, h, i);
+    const int64_t part = (int64_t(b) * T + p.list[int64_t(b) * T + e]) * p.n_head + h;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    float* out = p.part_o + part * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      *reinterpret_cast<float2*>(out + 8 * j + 2 * tig) =
+          make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    }
+    if (tig == 0) p.part_lse[part] = l > 0.f ? (st.max[r] + log2f(l)) * kLn2 : -INFINITY;
   }
 #else
   (void)p, (void)tm_k, (void)tm_v;
@@ -177,8 +183,8 @@ void launch_group(const FocusHardAttnParams& p, cudaStream_t st) {
       dim3((p.T + kHardTmaRows - 1) / kHardTmaRows, p.n_head, p.B), p, tm_k, tm_v, st);
 }
 
-// The packed-row layout both launches assume: q, k and v columns of one row of stride
-// q_row_stride, q at its start.
+// The packed-row layout the gather and the group kernel assume: q, k and v columns of one row of
+// stride q_row_stride, q at its start.
 void check_sorted_params(const FocusHardAttnParams& p) {
   ATTN_ASSERT(p.top_k == 1 && p.sorted != nullptr && p.part_o != nullptr && p.part_lse != nullptr);
   ATTN_ASSERT(p.K >= 1 && p.K <= kFocusHardMaxGroups && (p.D == 64 || p.D == 128));
@@ -193,17 +199,13 @@ void check_sorted_params(const FocusHardAttnParams& p) {
 
 }  // namespace
 
-void launch_focus_hard_gather(const FocusHardAttnParams& p, Stream s) {
-  check_sorted_params(p);
-  const dim3 grid((p.T + kGatherRows - 1) / kGatherRows, p.B);
-  gather_kernel<<<grid, kGatherThreads, 0, reinterpret_cast<cudaStream_t>(s)>>>(
-      p.q, p.q_batch_stride, int(p.q_row_stride), p.list, p.offsets, p.T, p.K, p.sorted);
-  CUDA_CHECK_LAUNCH();
-}
-
 void launch_focus_hard_sorted_group(const FocusHardAttnParams& p, Stream s) {
   check_sorted_params(p);
   auto st = reinterpret_cast<cudaStream_t>(s);
+  const dim3 grid((p.T + kGatherRows - 1) / kGatherRows, p.B);
+  gather_kernel<<<grid, kGatherThreads, 0, st>>>(p.q, p.q_batch_stride, int(p.q_row_stride), p.list,
+                                                 p.offsets, p.T, p.K, p.sorted);
+  CUDA_CHECK_LAUNCH();
   if (p.D == 64)
     launch_group<64>(p, st);
   else

@@ -34,7 +34,6 @@
 #include "kernels/attention/wgmma_softmax.cuh"
 #include "kernels/common/device.cuh"
 #include "kernels/focus/focus_hard.cuh"
-#include "kernels/focus/focus_hard_merge.cuh"
 #include "kernels/focus/focus_hard_walk.h"
 
 namespace attnlab {
@@ -89,6 +88,31 @@ __device__ __forceinline__ void gather_rows(uint32_t s, const bf16* g, int64_t s
     cp_async16(s + swizzled_offset<ROWS>(r, c), g + int64_t(j < 0 ? 0 : j) * stride + c * 8,
                j >= 0);
   }
+}
+
+// The epilogue with band_first (top_k 1): the band pass wrote the token's band partial (o
+// normalised, lse) at slot 0, and this pass, whose state holds the token's other pairs, merges
+// the two into o and lse.
+// Row r (0: the thread's first accumulator row, 1: the row 8 below) of a thread's m64 wgmma
+// accumulator o (columns 8 jj + 2 tig and + 1 of each 8), unnormalised (inv = 1 / its row sum),
+// with log-sum-exp lse_g, merged with the band partial at `part` ([B, T, H] index of token i,
+// head h) into o (bf16) and lse.
+template <int D>
+__device__ __forceinline__ void write_merged(const FocusHardAttnParams& p, const float (&o)[D / 2],
+                                             int r, int tig, float inv, float lse_g, int64_t part,
+                                             int b, int h, int i) {
+  float w_g, w_b, lse;
+  focus_hard::merge_weights(lse_g, p.part_lse[part], &w_g, &w_b, &lse);
+  w_g *= inv;
+  const float* band = p.part_o + part * D;
+  bf16* out = p.o + b * p.o_batch_stride + int64_t(i) * p.o_row_stride + h * D;
+#pragma unroll
+  for (int jj = 0; jj < D / 8; ++jj) {
+    const float2 v = *reinterpret_cast<const float2*>(band + 8 * jj + 2 * tig);
+    *reinterpret_cast<__nv_bfloat162*>(out + 8 * jj + 2 * tig) = __floats2bfloat162_rn(
+        fmaf(w_g, o[4 * jj + 2 * r], w_b * v.x), fmaf(w_g, o[4 * jj + 2 * r + 1], w_b * v.y));
+  }
+  if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * p.T + i] = lse;
 }
 
 #endif  // ATTN_WGMMA_DEVICE
@@ -234,8 +258,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     const int64_t bt = int64_t(b) * T + i;
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int64_t part = (bt * p.top_k + m.qslot[row]) * p.n_head + h;
-    if (p.top_k == 1) {  // the token's only group pass (it takes (i, i): l > 0)
-      focus_hard::write_merged<D>(p, o, r, tig, inv, lse, part, b, h, i);
+    if (p.band_first) {  // top_k 1: the token's only group pass (it takes (i, i): l > 0)
+      write_merged<D>(p, o, r, tig, inv, lse, part, b, h, i);
       continue;
     }
     float* out = p.part_o + part * D;
@@ -302,6 +326,7 @@ void launch_focus_hard_wgmma(const FocusHardAttnParams& p, Stream s) {
   ATTN_ASSERT(p.K >= 1 && p.K <= kFocusHardMaxGroups && p.top_k >= 1 && p.top_k <= 64);
   ATTN_ASSERT(p.part_o != nullptr && p.part_lse != nullptr);
   ATTN_ASSERT(p.q_row_stride % 8 == 0 && p.kv_row_stride % 8 == 0 && p.o_row_stride % 2 == 0);
+  ATTN_ASSERT(!p.band_first || (p.top_k == 1 && p.sorted == nullptr));
   auto st = reinterpret_cast<cudaStream_t>(s);
   if (p.sorted != nullptr) {
     launch_focus_hard_sorted_group(p, st);
@@ -310,7 +335,7 @@ void launch_focus_hard_wgmma(const FocusHardAttnParams& p, Stream s) {
   } else {
     run_group<128>(p, st);
   }
-  if (p.top_k > 1) launch_focus_hard_band(p, st);  // top_k 1: the band ran first
+  if (!p.band_first) launch_focus_hard_band(p, st);
 }
 
 }  // namespace attnlab

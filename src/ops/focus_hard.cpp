@@ -1,7 +1,8 @@
 // Host side of the hard-routed Focus forward (ops/focus_hard_ops.h): checks, the stream-ordered
 // workspace (one stream-ordered allocation), the launches (index, attention: the wgmma kernel's two
-// passes, for top_k 1 the band pass on a second stream beside the index build; or the mma kernel
-// and, for top_k > 1, its merge). No host synchronisation, no copies.
+// passes, for top_k 1 at head dim 64 below the sorted pass's length the band pass first, on a
+// second stream beside the index build; or the mma kernel and, for top_k > 1, its merge). No host
+// synchronisation, no copies.
 #include "kernels/focus/focus_hard.cuh"
 
 #include <cuda_runtime.h>
@@ -184,14 +185,17 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   p.local_window = local_window;
   p.scale = float(1.0 / std::sqrt(double(l.head_dim)));
   p.tile_rows = rows;
-  if (wgmma && top_k == 1) {
-    // Band first: the band pass reads nothing of the index, so it runs on a second stream beside
-    // the index build (launched first, so that its one block per row starts before the band's
-    // blocks fill the GPU) and the gather; the group pass merges its partial.
+  // The band pass first (top_k 1, the list group pass, head dim 64): it reads nothing of the
+  // index, so it runs on a second stream beside the index build (launched first, so that its one
+  // block per row starts before the band's blocks fill the GPU), and the group pass merges its
+  // partial. On the H200 that took 4K from 1.10-1.19x dense to 1.23-1.27x; at head dim 128 and
+  // with the sorted group pass, merging in the group pass's scattered epilogue was slower than
+  // the band pass merging last (docs/performance_variants.md, "The band pass first").
+  p.band_first = wgmma && top_k == 1 && !sorted && l.head_dim == 64;
+  if (p.band_first) {
     const SideStream side(ctx.stream);
     launch_focus_hard_index(ip, ctx.stream);
     launch_focus_hard_band(p, side.get());
-    if (sorted) launch_focus_hard_gather(p, ctx.stream);
     side.join();
     launch_focus_hard_wgmma(p, ctx.stream);
     return;
