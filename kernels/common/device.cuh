@@ -135,4 +135,15 @@ void once_per_device(std::atomic<uint64_t>& done, F&& f) {
   done.fetch_or(bit, std::memory_order_release);
 }
 
+// A kernel's dynamic shared-memory limit raised to `smem` bytes, with the largest shared-memory
+// carveout, once per device (`done`: the caller's static per kernel, as for once_per_device).
+inline void set_max_shared_once(std::atomic<uint64_t>& done, const void* kernel, size_t smem) {
+  once_per_device(done, [&] {
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    int(cudaSharedmemCarveoutMaxShared)));
+  });
+}
+
 }  // namespace attnlab

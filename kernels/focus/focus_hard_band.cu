@@ -18,6 +18,7 @@
 #include "kernels/attention/wgmma_common.cuh"
 #include "kernels/common/device.cuh"
 #include "kernels/focus/focus_hard.cuh"
+#include "kernels/focus/focus_hard_partial.cuh"
 #include "kernels/focus/focus_hard_tma.cuh"
 #include "kernels/focus/focus_hard_walk.h"
 
@@ -105,34 +106,16 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
   // normalised, lse; slot 0 of top_k 1) for the group pass to merge. Otherwise the band's state
   // merged with the token's group partials, one per distinct valid slot (what the group pass
   // wrote), into o and lse.
-  if (p.band_first) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float l = st.sum[r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const int i = r == 0 ? i0 : i1;
-      if (i >= T || (r == 0 ? qm0 : qm1) == 0) continue;
-      const int64_t part = (int64_t(b) * T + i) * p.n_head + h;
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      float* out = p.part_o + part * D;
-#pragma unroll
-      for (int jj = 0; jj < D / 8; ++jj) {
-        *reinterpret_cast<float2*>(out + 8 * jj + 2 * tig) =
-            make_float2(o[4 * jj + 2 * r] * inv, o[4 * jj + 2 * r + 1] * inv);
-      }
-      if (tig == 0) p.part_lse[part] = l > 0.f ? (st.max[r] + log2f(l)) * kLn2 : -INFINITY;
-    }
-    return;
-  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float l = st.sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float l = row_sum(st.sum[r]);
     const int i = r == 0 ? i0 : i1;
     if (i >= T || (r == 0 ? qm0 : qm1) == 0) continue;
-    const float lse = l > 0.f ? (st.max[r] + log2f(l)) * kLn2 : -INFINITY;
+    if (p.band_first) {
+      write_partial<D>(p, o, r, tig, l, st.max[r], (int64_t(b) * T + i) * p.n_head + h);
+      continue;
+    }
+    const float lse = row_lse(l, st.max[r]);
     const int64_t bt = int64_t(b) * T + i;
     const int32_t* gr = p.groups + bt * p.top_k;
     // f(slot) for each distinct valid slot of the token (the partials the group pass wrote).

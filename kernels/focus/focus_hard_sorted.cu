@@ -27,6 +27,7 @@
 #include "kernels/attention/wgmma_common.cuh"
 #include "kernels/common/device.cuh"
 #include "kernels/focus/focus_hard.cuh"
+#include "kernels/focus/focus_hard_partial.cuh"
 #include "kernels/focus/focus_hard_tma.cuh"
 #include "kernels/focus/focus_hard_walk.h"
 
@@ -151,20 +152,11 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
   // measured slower: docs/performance_variants.md, "The band pass first".)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float l = st.sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float l = row_sum(st.sum[r]);
     const int e = row0 + 8 * r;
     if (e >= n) continue;
     const int64_t part = (int64_t(b) * T + p.list[int64_t(b) * T + e]) * p.n_head + h;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    float* out = p.part_o + part * D;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      *reinterpret_cast<float2*>(out + 8 * j + 2 * tig) =
-          make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-    }
-    if (tig == 0) p.part_lse[part] = l > 0.f ? (st.max[r] + log2f(l)) * kLn2 : -INFINITY;
+    write_partial<D>(p, o, r, tig, l, st.max[r], part);
   }
 #else
   (void)p, (void)tm_k, (void)tm_v;

@@ -115,12 +115,7 @@ void launch_hard_tma(dim3 grid, const FocusHardAttnParams& p, const CUtensorMap&
                      const CUtensorMap& tm_v, cudaStream_t st) {
   constexpr size_t smem = hard_tma_smem_bytes<D>();
   static std::atomic<uint64_t> attributes_set{0};
-  once_per_device(attributes_set, [&] {
-    CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                    int(cudaSharedmemCarveoutMaxShared)));
-  });
+  set_max_shared_once(attributes_set, reinterpret_cast<const void*>(kernel), smem);
   kernel<<<grid, kHardTmaThreads, smem, st>>>(p, tm_k, tm_v);
   CUDA_CHECK_LAUNCH();
 }

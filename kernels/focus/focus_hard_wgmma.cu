@@ -34,6 +34,7 @@
 #include "kernels/attention/wgmma_softmax.cuh"
 #include "kernels/common/device.cuh"
 #include "kernels/focus/focus_hard.cuh"
+#include "kernels/focus/focus_hard_partial.cuh"
 #include "kernels/focus/focus_hard_walk.h"
 
 namespace attnlab {
@@ -88,31 +89,6 @@ __device__ __forceinline__ void gather_rows(uint32_t s, const bf16* g, int64_t s
     cp_async16(s + swizzled_offset<ROWS>(r, c), g + int64_t(j < 0 ? 0 : j) * stride + c * 8,
                j >= 0);
   }
-}
-
-// The epilogue with band_first (top_k 1): the band pass wrote the token's band partial (o
-// normalised, lse) at slot 0, and this pass, whose state holds the token's other pairs, merges
-// the two into o and lse.
-// Row r (0: the thread's first accumulator row, 1: the row 8 below) of a thread's m64 wgmma
-// accumulator o (columns 8 jj + 2 tig and + 1 of each 8), unnormalised (inv = 1 / its row sum),
-// with log-sum-exp lse_g, merged with the band partial at `part` ([B, T, H] index of token i,
-// head h) into o (bf16) and lse.
-template <int D>
-__device__ __forceinline__ void write_merged(const FocusHardAttnParams& p, const float (&o)[D / 2],
-                                             int r, int tig, float inv, float lse_g, int64_t part,
-                                             int b, int h, int i) {
-  float w_g, w_b, lse;
-  focus_hard::merge_weights(lse_g, p.part_lse[part], &w_g, &w_b, &lse);
-  w_g *= inv;
-  const float* band = p.part_o + part * D;
-  bf16* out = p.o + b * p.o_batch_stride + int64_t(i) * p.o_row_stride + h * D;
-#pragma unroll
-  for (int jj = 0; jj < D / 8; ++jj) {
-    const float2 v = *reinterpret_cast<const float2*>(band + 8 * jj + 2 * tig);
-    *reinterpret_cast<__nv_bfloat162*>(out + 8 * jj + 2 * tig) = __floats2bfloat162_rn(
-        fmaf(w_g, o[4 * jj + 2 * r], w_b * v.x), fmaf(w_g, o[4 * jj + 2 * r + 1], w_b * v.y));
-  }
-  if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * p.T + i] = lse;
 }
 
 #endif  // ATTN_WGMMA_DEVICE
@@ -246,29 +222,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     fence_regs(pa);
   }
 
-  // Epilogue, per row of this thread (row sums completed over the 4 threads of a row).
+  // Epilogue, per row of this thread: the membership's partial for the band pass to merge, or
+  // with band_first (top_k 1: the token's only group pass, which takes (i, i), so l > 0) the
+  // band's partial merged in, o and lse written.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float l = st.sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float l = focus_hard::row_sum(st.sum[r]);
     const int row = rrow + 8 * r, i = m.qpos[row];
     if (i < 0) continue;
-    const float lse = l > 0.f ? (st.max[r] + log2f(l)) * kLn2 : -INFINITY;
-    const int64_t bt = int64_t(b) * T + i;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int64_t part = (bt * p.top_k + m.qslot[row]) * p.n_head + h;
-    if (p.band_first) {  // top_k 1: the token's only group pass (it takes (i, i): l > 0)
-      write_merged<D>(p, o, r, tig, inv, lse, part, b, h, i);
-      continue;
-    }
-    float* out = p.part_o + part * D;
-#pragma unroll
-    for (int jj = 0; jj < D / 8; ++jj) {
-      *reinterpret_cast<float2*>(out + 8 * jj + 2 * tig) =
-          make_float2(o[4 * jj + 2 * r] * inv, o[4 * jj + 2 * r + 1] * inv);
-    }
-    if (tig == 0) p.part_lse[part] = lse;
+    const int64_t part = ((int64_t(b) * T + i) * p.top_k + m.qslot[row]) * p.n_head + h;
+    if (p.band_first)
+      focus_hard::write_merged<D>(p, o, r, tig, l, st.max[r], part, b, h, i);
+    else
+      focus_hard::write_partial<D>(p, o, r, tig, l, st.max[r], part);
   }
 #else
   (void)p, (void)max_tiles;
@@ -280,12 +246,7 @@ void launch(const FocusHardAttnParams& p, cudaStream_t st, unsigned blocks) {
   constexpr size_t smem = smem_bytes<D>();
   auto* kernel = focus_hard_wgmma_kernel<D>;
   static std::atomic<uint64_t> attributes_set{0};
-  once_per_device(attributes_set, [&] {
-    CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                    int(cudaSharedmemCarveoutMaxShared)));
-  });
+  set_max_shared_once(attributes_set, reinterpret_cast<const void*>(kernel), smem);
   kernel<<<dim3(blocks, p.n_head, p.B), kThreads, smem, st>>>(p, int(blocks));
   CUDA_CHECK_LAUNCH();
 }
