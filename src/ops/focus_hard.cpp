@@ -188,9 +188,9 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   // The band pass first (top_k 1, the list group pass, head dim 64): it reads nothing of the
   // index, so it runs on a second stream beside the index build (launched first, so that its one
   // block per row starts before the band's blocks fill the GPU), and the group pass merges its
-  // partial. On the H200 that took 4K from 1.10-1.19x dense to 1.23-1.27x; at head dim 128 and
-  // with the sorted group pass, merging in the group pass's scattered epilogue was slower than
-  // the band pass merging last (docs/performance_variants.md, "The band pass first").
+  // partial. Measured faster there; at head dim 128 and with the sorted group pass, merging in the
+  // group pass's scattered epilogue was slower than the band pass merging last
+  // (docs/performance_variants.md, "The band pass first").
   p.band_first = wgmma && top_k == 1 && !sorted && l.head_dim == 64;
   if (p.band_first) {
     const SideStream side(ctx.stream);
