@@ -65,16 +65,16 @@ constexpr size_t smem_bytes() {
 template <int BN>
 struct Meta {
   int qpos[kBM];
-  int qslot[kBM];       // group pass: the slot of the block's group in the query's top_k
-  uint64_t qmask[kBM];  // band pass: the query's group set; group pass: its groups of lower slots
+  int qslot[kBM];       // the slot of the block's group in the query's top_k
+  uint64_t qmask[kBM];  // the query's groups of lower slots
   int kpos[2][BN];
-  uint64_t kmask[2][BN];
+  uint64_t kmask[2][BN];  // the keys' group sets
   // Block scalars the tile loop reads back (fewer live registers across the loop: two blocks per
   // SM allow 128).
-  int count;               // group pass: entries of the group's list
-  const int32_t* glist;    // group pass: the group's list
+  int count;               // entries of the group's list
+  const int32_t* glist;    // the group's list
   int wg_lo[2], wg_hi[2];  // per warpgroup: its rows' positions lo .. hi (hi < lo: none)
-  int wg_first[2];         // group pass: every valid row of the warpgroup in its first pass
+  int wg_first[2];         // per warpgroup: every valid row in its first pass
 };
 
 #if ATTN_WGMMA_DEVICE
