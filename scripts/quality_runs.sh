@@ -147,3 +147,11 @@ for v in dict.fromkeys(r["variant"] for r in rows):
     print(f"{'':16} tok/s {st.mean(r['tok_per_s'] for r in rs if r['tok_per_s']):,.0f}  "
           f"tokens {rs[0]['tokens']:,}  max dominance {ms([r['max_dominance'] for r in rs])}")
 PY
+
+# Curves (mean and min-max band over the seeds) as SVG beside the logs: docs/results.md.
+plot_args=()
+for variant in ${VARIANTS:-dense focus sfa}; do
+  ls -d "$WORK/runs/$variant-s"[0-9]* >/dev/null 2>&1 && plot_args+=("$variant=$WORK/runs/$variant-s[0-9]*")
+done
+[ ${#plot_args[@]} -gt 0 ] && python3 "$ROOT/scripts/plot_runs.py" "$LOGS/plots" "${plot_args[@]}" \
+  --title "MODEL=${MODEL:-small}"
