@@ -94,7 +94,11 @@ def nice_ticks(lo, hi, n=5):
 
 def svg_plot(path, title, ylabel, series, ref=None):
     """series: [(label, color, steps, mean, lo, hi)]; ref: a dashed horizontal line (y, text)."""
-    W, H, L, R, T, B = 720, 440, 70, 190, 40, 50
+    # The legend's column fits the longest label (~6.6 px a character at 12 px sans-serif).
+    longest = max((len(label) for label, *_ in series), default=0)
+    L, T, B, H = 70, 40, 50, 440
+    R = max(150, 50 + int(6.6 * longest))
+    W = L + 460 + R
     xs = [s for _, _, st, *_ in series for s in st]
     ys = [y for *_, m, lo, hi in series for y in lo + hi]
     if ref:
