@@ -157,7 +157,7 @@ def parse_groups(args):
         for pattern in runs.split(","):
             found = [d for d in sorted(glob.glob(pattern)) if os.path.isdir(d)] or [pattern]
             dirs += found
-        groups.append((label, [read_run(d) for d in dirs], dirs))
+        groups.append((label, [read_run(d) for d in dirs]))
     return groups
 
 
@@ -170,7 +170,7 @@ def plot(out_dir, groups, title="", window=10, first_step=0):
                                        ("train", "train_loss", "training loss (nats)", None),
                                        ("dominance", "dominance", "largest group's share", "K")):
         series, ks = [], set()
-        for i, (label, runs, _) in enumerate(groups):
+        for i, (label, runs) in enumerate(groups):
             curves = [windowed(r[key], window) if key == "train" else r[key] for r in runs]
             if not all(curves):
                 continue
@@ -183,7 +183,7 @@ def plot(out_dir, groups, title="", window=10, first_step=0):
         if series and svg_plot(path, f"{title}{': ' if title else ''}{ylabel}", ylabel, series, ref):
             written.append(path)
     rows = ["| variant | final val loss (mean ± std) | per run | step |", "|---|---|---|---|"]
-    for label, runs, _ in groups:
+    for label, runs in groups:
         finals = [(max(r["val"]), r["val"][max(r["val"])]) for r in runs if r["val"]]
         if not finals:
             continue
@@ -232,6 +232,15 @@ def self_test():
         svg = open(os.path.join(tmp, "late", "val_loss.svg")).read()
         means = re.findall(r'class="mean" points="([^"]*)"', svg)
         assert all(len(m.split()) == 2 for m in means), means  # steps 15 and 20
+        # Bad input: a clear message and a non-zero exit.
+        for argv, words in (([tmp + "/out", f"A={tmp}/none"], "no such file"),
+                            ([tmp + "/out", "A"], "expected LABEL=RUN"),
+                            ([tmp + "/out", f"A={tmp}/a1", "--window", "0"], "--window expects")):
+            try:
+                main(["plot_runs.py"] + argv)
+                raise AssertionError(f"{argv}: no error")
+            except SystemExit as e:
+                assert e.code not in (0, None) and words in str(e.code), (argv, e.code)
     print("plot_runs self-test: ok")
 
 
