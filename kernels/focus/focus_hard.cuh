@@ -1,4 +1,4 @@
-// Hard-routed Focus attention forward on tensor cores (docs/focus.md, "Hard-routed kernel"): bf16,
+// Hard-routed Focus attention forward on tensor cores (docs/focus_hard.md): bf16,
 // head dim 64 or 128, pos = 0, GQA. The same rows as launch_focus_attention_fwd with gate hard:
 // pair (i, j), j <= i, is attended iff i - j <= local_window or i and j share one of their top_k
 // groups (counted once); o = softmax over the row of q_i . k_j * scale, times v.

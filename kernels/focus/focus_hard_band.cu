@@ -1,5 +1,5 @@
 // The local band of the hard-routed Focus forward for Hopper (contract: focus_hard.cuh,
-// launch_focus_hard_wgmma; design: docs/focus.md, "Hard-routed kernel"), the second launch of the
+// launch_focus_hard_wgmma; design: docs/focus_hard.md), the second launch of the
 // split schedule after either group pass (focus_hard_wgmma.cu: rows gathered per tile;
 // focus_hard_sorted.cu: top_k 1 on the group-sorted rows). bf16, head dim 64 or 128, sm_90a.
 //

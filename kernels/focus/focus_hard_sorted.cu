@@ -1,5 +1,5 @@
 // The group pass of the hard-routed Focus forward for top_k = 1 on a group-sorted copy of qkv
-// (contract: focus_hard.cuh, FocusHardAttnParams::sorted; design: docs/focus.md, "The sorted
+// (contract: focus_hard.cuh, FocusHardAttnParams::sorted; design: docs/focus_hard.md, "The sorted
 // group pass"). bf16, head dim 64 or 128, sm_90a.
 //
 // With one group per token the pairs that share a group are, in the order of the group-sorted

@@ -1,6 +1,6 @@
 // Hard-routed Focus forward for Hopper on warpgroup MMA (wgmma), bf16, head dim 64 or 128: the
 // split schedule (contract: focus_hard.cuh, launch_focus_hard_wgmma; design and cost budget:
-// docs/focus.md, "Hard-routed kernel").
+// docs/focus_hard.md).
 //
 // The group pass (the split schedule's first launch; the band pass is focus_hard_band.cu, and
 // for top_k 1 from 8K tokens the group pass is focus_hard_sorted.cu instead), a

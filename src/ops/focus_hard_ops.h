@@ -1,5 +1,5 @@
-// Host ops of the hard-routed Focus forward on CUDA (kernels/focus/focus_hard.cuh, docs/focus.md
-// "Hard-routed kernel"). focus_attention_fwd dispatches to focus_hard_attention_fwd for bf16,
+// Host ops of the hard-routed Focus forward on CUDA (kernels/focus/focus_hard.cuh,
+// docs/focus_hard.md). focus_attention_fwd dispatches to focus_hard_attention_fwd for bf16,
 // head dim 64/128, gate hard, K <= 64; the rows equal those of the plain kernel and of the CPU
 // reference.
 #pragma once
