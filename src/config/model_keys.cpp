@@ -55,7 +55,63 @@ const std::vector<ArchKey>& arch_keys() {
 }
 #undef ARCH_KEY
 
+// One attention key: its path and its value as text.
+struct AttentionKey {
+  const char* path;
+  std::function<std::string(const AttentionConfig&)> text;
+};
+
+#define ATTN_KEY(path, expr)                                       \
+  AttentionKey {                                                   \
+    path, [](const AttentionConfig& a) { return text_of(a.expr); } \
+  }
+
+const std::vector<AttentionKey>& attention_keys() {
+  static const std::vector<AttentionKey> keys = {
+      AttentionKey{"attention.type", [](const AttentionConfig& a) { return a.type; }},
+      ATTN_KEY("attention.window", window),
+      ATTN_KEY("attention.focus.groups", focus.groups),
+      ATTN_KEY("attention.focus.d_g", focus.d_g),
+      ATTN_KEY("attention.focus.local_window", focus.local_window),
+      ATTN_KEY("attention.focus.tau", focus.tau),
+      ATTN_KEY("attention.focus.iterations", focus.iterations),
+      ATTN_KEY("attention.focus.assign", focus.assign),
+      ATTN_KEY("attention.focus.sinkhorn_scope", focus.sinkhorn_scope),
+      ATTN_KEY("attention.focus.gate", focus.gate),
+      ATTN_KEY("attention.focus.gate_eps", focus.gate_eps),
+      ATTN_KEY("attention.focus.gate_scale", focus.gate_scale),
+      ATTN_KEY("attention.focus.gate_bias", focus.gate_bias),
+      ATTN_KEY("attention.sfa.k", sfa.k)};
+  return keys;
+}
+#undef ATTN_KEY
+
 }  // namespace
+
+std::string given_attention_key_conflicts(const AttentionConfig& recipe_attention,
+                                          const GivenKeys& given, const AttentionConfig& model,
+                                          const char* other) {
+  std::string conflicts;
+  for (const AttentionKey& k : attention_keys()) {
+    if (!given.contains(k.path) || k.text(recipe_attention) == k.text(model)) continue;
+    conflicts += strformat("\n  %s: %s in the recipe (%s), %s in %s", k.path,
+                           k.text(recipe_attention).c_str(), given.where.at(k.path).c_str(),
+                           k.text(model).c_str(), other);
+  }
+  return conflicts;
+}
+
+std::string model_function_conflicts(const Recipe& recipe, const Recipe& model, const char* other) {
+  GivenKeys all;  // every key compared, named by where the recipe gave it (or its default)
+  auto add = [&](const char* path) {
+    const auto w = recipe.given.where.find(path);
+    all.where[path] = w != recipe.given.where.end() ? w->second : "default";
+  };
+  for (const ArchKey& k : arch_keys()) add(k.path);
+  for (const AttentionKey& k : attention_keys()) add(k.path);
+  return given_model_key_conflicts(recipe.model, all, model.model, other) +
+         given_attention_key_conflicts(recipe.attention, all, model.attention, other);
+}
 
 std::string given_model_key_conflicts(const ModelConfig& recipe_model, const GivenKeys& given,
                                       const ModelConfig& model, const char* other) {

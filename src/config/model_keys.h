@@ -14,6 +14,18 @@ namespace attnlab {
 std::string given_model_key_conflicts(const ModelConfig& recipe_model, const GivenKeys& given,
                                       const ModelConfig& model, const char* other);
 
+// The same for the attention keys that fix the trained function: attention.type and window, the
+// attention.focus keys but the evaluation-time top_k and eval_routing and the training-only
+// route_training, and attention.sfa.k.
+std::string given_attention_key_conflicts(const AttentionConfig& recipe_attention,
+                                          const GivenKeys& given, const AttentionConfig& model,
+                                          const char* other);
+
+// Every architecture and attention key above whose resolved value differs between `recipe` and
+// `model` (`other` names it; a key the recipe does not give is reported as its default): what a
+// resume must not change, since the checkpoint's weights were trained as `model`.
+std::string model_function_conflicts(const Recipe& recipe, const Recipe& model, const char* other);
+
 // Copies from `model` into `recipe_model` every architecture key that `given` does not hold.
 void take_model_keys(ModelConfig& recipe_model, const GivenKeys& given, const ModelConfig& model);
 

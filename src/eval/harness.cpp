@@ -107,38 +107,12 @@ json perplexity_json(const PerplexityResult& r, int context, int stride, const s
 void check_recipe_model(const Recipe& recipe, const GivenKeys& given, const ModelSource& source,
                         const std::string& model_path) {
   // The architecture keys (the same comparison as train.init_from), then the attention keys,
-  // which decide the function of the model as well.
-  std::string diffs = given_model_key_conflicts(recipe.model, given,
-                                                recipe_of_model_source(source).model, "the model");
-  const GPTConfig rc = gpt_config_of(recipe);
-  auto attention_key = [&](const char* key, const std::string& ours, const std::string& theirs) {
-    if (given.contains(key) && ours != theirs)
-      diffs += strformat("\n  %s: %s in the recipe (%s), %s in the model", key, ours.c_str(),
-                         given.where.at(key).c_str(), theirs.c_str());
-  };
-  attention_key("attention.type", rc.attention.type, source.config.attention.type);
-  attention_key("attention.window", std::to_string(rc.attention.window),
-                std::to_string(source.config.attention.window));
-  // The variants' keys that define the trained function (the evaluation-time ones, top_k and
+  // which decide the function of the model as well (the evaluation-time ones, top_k and
   // eval_routing, are applied instead: apply_eval_attention_keys).
-  const FocusOptions &f = rc.attention.focus, &mf = source.config.attention.focus;
-  auto num = [](double v) { return strformat("%g", v); };
-  attention_key("attention.focus.groups", num(f.groups), num(mf.groups));
-  attention_key("attention.focus.d_g", num(f.d_g), num(mf.d_g));
-  attention_key("attention.focus.local_window", num(f.local_window), num(mf.local_window));
-  attention_key("attention.focus.tau", num(f.tau), num(mf.tau));
-  attention_key("attention.focus.iterations", num(f.iterations), num(mf.iterations));
-  auto pick = [](auto e, const char* a, const char* b) { return std::string(int(e) ? b : a); };
-  attention_key("attention.focus.assign", pick(f.assign, "sinkhorn", "softmax"),
-                pick(mf.assign, "sinkhorn", "softmax"));
-  attention_key("attention.focus.sinkhorn_scope", pick(f.scope, "causal", "sequence"),
-                pick(mf.scope, "causal", "sequence"));
-  attention_key("attention.focus.gate", pick(f.gate, "additive", "multiplicative"),
-                pick(mf.gate, "additive", "multiplicative"));
-  attention_key("attention.focus.gate_eps", num(f.gate_eps), num(mf.gate_eps));
-  attention_key("attention.focus.gate_scale", num(f.gate_scale), num(mf.gate_scale));
-  attention_key("attention.focus.gate_bias", num(f.gate_bias), num(mf.gate_bias));
-  attention_key("attention.sfa.k", num(rc.attention.sfa.k), num(source.config.attention.sfa.k));
+  const Recipe model_recipe = recipe_of_model_source(source);
+  const std::string diffs =
+      given_model_key_conflicts(recipe.model, given, model_recipe.model, "the model") +
+      given_attention_key_conflicts(recipe.attention, given, model_recipe.attention, "the model");
   ATTN_REQUIRE(diffs.empty(),
                "the recipe's model disagrees with the model being evaluated (%s):%s\n"
                "eval uses the model of the checkpoint; drop these keys from the recipe, which "

@@ -218,11 +218,18 @@ void FocusAttention::use_alternate_eval(bool on) {
   opts_.eval_routing = on ? other : default_eval_routing_;
 }
 
+double FocusAttention::collapse_threshold(int groups) {
+  // 50% (the collapse) where balance is far below it; with K <= 3 groups the largest
+  // holds >= 1/K >= 33% at perfect balance, so there: halfway from balance to all in one group
+  // (K = 1: never, one group is all there is).
+  return groups >= 4 ? 0.5 : 0.5 * (1.0 + 1.0 / groups);
+}
+
 std::string FocusAttention::health_warning() const {
   std::map<std::string, double> m;
   metrics(m);
   const auto d = m.find("focus.h" + std::to_string(layer_) + ".dominance");
-  if (d == m.end() || d->second <= 0.5) return "";
+  if (d == m.end() || !(d->second > collapse_threshold(opts_.groups))) return "";
   return strformat("focus layer %d: %.0f%% of the tokens in one group (collapse; 1/K is balance)",
                    layer_, 100.0 * d->second);
 }

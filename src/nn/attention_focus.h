@@ -35,8 +35,10 @@ class FocusAttention final : public AttentionModule {
   // The routing eval and generate do not use ("soft" when they route hard), and the switch to it.
   std::string alternate_eval() const override;
   void use_alternate_eval(bool on) override;
-  // Dominance above 50% (collapse; 1/K is balance).
+  // Dominance above collapse_threshold(K) (collapse; 1/K is balance).
   std::string health_warning() const override;
+  // 0.5 for K >= 4; (1 + 1/K) / 2 below (K 2: 75%, K 3: 67%, K 1: 100%, never passed).
+  static double collapse_threshold(int groups);
   std::string summarize(const std::map<std::string, double>& m) const override;
 
   std::string w_g_name() const;

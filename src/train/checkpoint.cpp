@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "config/model_keys.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
@@ -113,6 +114,18 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
   for (size_t i = 0; i + size_t(std::max(keep_last, 1)) < steps.size(); ++i)
     if (steps[i] != name) fs::remove_all(root / steps[i], ec);
   return final_dir.string();
+}
+
+void check_resume_recipe(const Recipe& recipe, const std::string& dir) {
+  const fs::path file = fs::path(dir) / "recipe.yaml";
+  if (!fs::exists(file)) return;
+  const Recipe trained = parse_recipe(io::read_file(file.string()), file.string(), {});
+  const std::string diffs = model_function_conflicts(recipe, trained, "the checkpoint");
+  ATTN_REQUIRE(diffs.empty(),
+               "--resume %s: the recipe's model differs from the checkpoint's:%s\n"
+               "a resume continues the checkpoint's model (its recipe.yaml); give the same "
+               "model and attention keys, or start a new run from it with train.init_from",
+               dir.c_str(), diffs.c_str());
 }
 
 std::string resolve_checkpoint_dir(const std::string& path) {

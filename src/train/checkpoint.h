@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "config/recipe.h"
 #include "core/parameters.h"
 #include "train/optimizer.h"
 
@@ -52,6 +53,12 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
 // Resolves a --resume / --checkpoint argument: a checkpoint directory itself, or a run directory
 // (its `latest`). Throws naming what was looked for.
 std::string resolve_checkpoint_dir(const std::string& path);
+
+// A resume continues the model of checkpoint `dir`: every architecture and attention key that
+// fixes its function (config/model_keys.h, model_function_conflicts) must resolve in `recipe` as
+// in the checkpoint's recipe.yaml, else an error lists them. Training keys (optimizer, schedule,
+// steps, data, eval, route_training) may change. A checkpoint without recipe.yaml is not checked.
+void check_resume_recipe(const Recipe& recipe, const std::string& dir);
 // True when run_dir already holds at least one checkpoint.
 bool run_has_checkpoints(const std::string& run_dir);
 

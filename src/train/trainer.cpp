@@ -76,6 +76,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   if (rank0) io::ensure_dir(run_dir);
   if (!options.resume.empty()) {
     std::string dir = resolve_checkpoint_dir(options.resume);
+    check_resume_recipe(recipe, dir);
     load_model_weights(dir, s.store);
     load_optimizer_state(dir, opt);
     st = load_trainer_state(dir);

@@ -112,6 +112,45 @@ TEST(TrainIntegration, ResumeIsBitExact) {
   }
 }
 
+// A resume continues the checkpoint's model: a key that changes its function (an architecture or
+// attention key, also one left at a default the checkpoint did not use) is refused, naming the
+// key, both values and where the recipe's came from; training keys (steps, lr) may change.
+TEST(TrainIntegration, ResumeRefusesAnotherModel) {
+  const test::TempDir tmp("it");
+  const std::string a = tmp.file("resume_model");
+  const std::vector<std::string> focus = {"train.steps=4", "attention.type=focus",
+                                          "attention.focus.groups=4", "attention.focus.tau=0.5",
+                                          "attention.focus.local_window=4"};
+  train(tiny(a, focus), quiet());
+  TrainOptions o = quiet();
+  o.resume = a;
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> keys = focus;
+    keys.insert(keys.end(), extra.begin(), extra.end());
+    return keys;
+  };
+  test::expect_error([&] { train(tiny(tmp.file("r1"), with({"attention.focus.tau=0.2"})), o); },
+                     {"the recipe's model differs from the checkpoint's",
+                      "attention.focus.tau: 0.2 in the recipe (--set 'attention.focus.tau=0.2'), "
+                      "0.5 in the checkpoint"});
+  test::expect_error(
+      [&] { train(tiny(tmp.file("r2"), with({"attention.focus.gate=multiplicative"})), o); },
+      {"attention.focus.gate: multiplicative in the recipe"});
+  test::expect_error([&] { train(tiny(tmp.file("r3"), with({"model.norm_eps=0.5"})), o); },
+                     {"model.norm_eps: 0.5 in the recipe"});
+  // tau left at its default (0.1) where the checkpoint was trained with 0.5
+  std::vector<std::string> no_tau = focus;
+  std::erase(no_tau, std::string("attention.focus.tau=0.5"));
+  test::expect_error([&] { train(tiny(tmp.file("r4"), no_tau), o); },
+                     {"attention.focus.tau: 0.1 in the recipe (default), 0.5 in the checkpoint"});
+  // training keys may change: more steps, another learning rate, hard routing in training
+  const TrainResult r =
+      train(tiny(tmp.file("r5"),
+                 with({"train.steps=6", "optim.lr=1e-3", "attention.focus.route_training=hard"})),
+            o);
+  EXPECT_EQ(r.steps, 6);
+}
+
 TEST(TrainIntegration, RefusesToOverwriteARun) {
   const test::TempDir tmp("it");
   const std::string dir = tmp.file("overwrite");

@@ -396,7 +396,7 @@ std::vector<float> slice(const std::vector<float>& v, int64_t begin, int64_t n) 
 TEST(Llmc, HeaderMapsToConfigAndArraysToNames) {
   const test::TempDir tmp("llmc");
   for (int version : {3, 5}) {
-    const std::string path = (tmp.path() / ("m" + std::to_string(version) + ".bin")).string();
+    const std::string path = (tmp.path() / strformat("m%d.bin", version)).string();
     auto arrays = write_llmc_file(path, version);
     const ModelSource s = inspect_model_source(path);
     ASSERT_EQ(s.format, ModelFormat::llmc);

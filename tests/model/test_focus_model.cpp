@@ -49,6 +49,17 @@ struct FocusModel : test::ModelFixture {
   }
 };
 
+// The collapse warning's threshold: 50% from K 4 on; with fewer groups, where balance alone is
+// 1/K >= 33%, halfway from balance to one group (K 1 never warns).
+TEST(FocusModel, CollapseThresholdScalesBelowFourGroups) {
+  EXPECT_EQ(FocusAttention::collapse_threshold(8), 0.5);
+  EXPECT_EQ(FocusAttention::collapse_threshold(4), 0.5);
+  EXPECT_NEAR(FocusAttention::collapse_threshold(3), 2.0 / 3, 1e-12);
+  EXPECT_EQ(FocusAttention::collapse_threshold(2), 0.75);
+  EXPECT_EQ(FocusAttention::collapse_threshold(1), 1.0);
+  for (int K = 2; K <= 64; ++K) EXPECT_GT(FocusAttention::collapse_threshold(K), 1.0 / K + 1e-9);
+}
+
 }  // namespace
 
 // Soft routing in training: every parameter's gradient, the Focus ones (role attention) included.
