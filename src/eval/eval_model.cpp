@@ -169,6 +169,14 @@ std::unique_ptr<Tokenizer> eval_tokenizer(const ModelSource& source, const std::
   return tok;
 }
 
+std::string EvalModel::attention_eval_mode() const {
+  return model_->config().n_layer > 0 ? model_->attention(0).eval_mode() : "";
+}
+
+std::string EvalModel::attention_caveat() const {
+  return model_->config().n_layer > 0 ? model_->attention(0).eval_caveat() : "";
+}
+
 std::string EvalModel::attention_metrics(std::map<std::string, double>& out) const {
   model_->attention_metrics(out);
   return model_->config().n_layer > 0 ? model_->attention(0).summarize(out) : "";

@@ -58,6 +58,10 @@ class EvalModel {
   // The attention variant's metrics of the last forward (every layer) and their one-line summary
   // (AttentionModule::summarize; "" for dense).
   std::string attention_metrics(std::map<std::string, double>& out) const;
+  // How the attention variant evaluates (AttentionModule::eval_mode) and its caveat (eval_caveat),
+  // "" for dense.
+  std::string attention_eval_mode() const;
+  std::string attention_caveat() const;
 
   const GPTConfig& config() const { return model_->config(); }
   const ModelSource& source() const { return source_; }

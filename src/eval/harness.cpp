@@ -194,6 +194,14 @@ EvalReport run_evaluation(const EvalOptions& o) {
                 {"n_embd", c.n_embd},
                 {"block_size", c.block_size},
                 {"attention", c.attention.type}};
+  // How the variant evaluates (Focus: the routing and top_k), and a caveat where that is not a
+  // causal language model's evaluation (Focus's sequence-scope Sinkhorn reads later tokens).
+  const std::string eval_mode = model.attention_eval_mode(), caveat = model.attention_caveat();
+  if (!eval_mode.empty()) j["model"]["attention_eval"] = eval_mode;
+  if (!caveat.empty()) {
+    j["caveats"] = json::array({caveat});
+    rep.table += "note: " + caveat + "\n";
+  }
   j["device"] = device_name(model.device());
   j["precision"] = dtype_name(model.dtype());
   j["batch"] = model.batch();
@@ -217,6 +225,7 @@ EvalReport run_evaluation(const EvalOptions& o) {
     std::string summary = model.attention_metrics(metrics);
     if (!metrics.empty()) j["validation"]["attention"] = metrics;
     if (!summary.empty()) summary = " | " + summary;
+    if (!eval_mode.empty()) summary = " | " + eval_mode + summary;
     if (v.synthetic) {
       j["validation"]["synthetic"] = v.synthetic->to_json();
       summary += " | " + v.synthetic->summary();

@@ -45,6 +45,8 @@ ScoreSummary score_tokens(const ScoreOptions& o, std::FILE* out) {
   ATTN_REQUIRE(o.text.empty() != o.tokens.empty(), "score: pass exactly one of --text or --tokens");
   const ModelSource source = inspect_model_source(o.model, o.adapter);
   EvalModel model(source, o.device);
+  if (const std::string c = model.attention_caveat(); !c.empty())
+    std::fprintf(stderr, "note: %s\n", c.c_str());
   const int vocab = model.config().vocab_size;
   std::unique_ptr<Tokenizer> tok;
   if (!o.text.empty() || !o.tokenizer.empty() || !source.tokenizer.empty())

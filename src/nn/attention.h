@@ -136,6 +136,13 @@ class AttentionModule {
   // A warning about the state of the last train/eval forward, "" when healthy (Focus: a layer
   // whose groups collapsed).
   virtual std::string health_warning() const { return ""; }
+  // How eval and score run this module, for their output ("focus hard routing, top_k 2"), "" when
+  // there is no choice (dense).
+  virtual std::string eval_mode() const { return ""; }
+  // A caveat when this module's evaluation is not a causal language model's (Focus with
+  // sinkhorn_scope sequence: a token's groups depend on later tokens), "" otherwise. Train,
+  // eval and score print it; generate refuses such a module.
+  virtual std::string eval_caveat() const { return ""; }
   // Bytes of saved state for s (for the memory estimate of `attnlab info`).
   virtual size_t saved_bytes(const AttentionShape& s, DType dtype) const = 0;
 };

@@ -218,6 +218,21 @@ void FocusAttention::use_alternate_eval(bool on) {
   opts_.eval_routing = on ? other : default_eval_routing_;
 }
 
+std::string FocusAttention::eval_mode() const {
+  return opts_.eval_routing == FocusOptions::Routing::hard
+             ? strformat("focus hard routing, top_k %d", opts_.top_k)
+             : std::string("focus soft gate");
+}
+
+std::string FocusAttention::eval_caveat() const {
+  if (opts_.assign != FocusOptions::Assign::sinkhorn ||
+      opts_.scope != FocusOptions::Scope::sequence)
+    return "";
+  return "attention.focus.sinkhorn_scope is sequence (the paper's form): a token's groups depend "
+         "on later tokens of its sequence, so losses and scores here are not a causal language "
+         "model's (they can use the future; generate refuses this scope)";
+}
+
 double FocusAttention::collapse_threshold(int groups) {
   // 50% (the collapse) where balance is far below it; with K <= 3 groups the largest
   // holds >= 1/K >= 33% at perfect balance, so there: halfway from balance to all in one group

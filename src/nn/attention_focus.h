@@ -35,6 +35,8 @@ class FocusAttention final : public AttentionModule {
   // The routing eval and generate do not use ("soft" when they route hard), and the switch to it.
   std::string alternate_eval() const override;
   void use_alternate_eval(bool on) override;
+  std::string eval_mode() const override;
+  std::string eval_caveat() const override;
   // Dominance above collapse_threshold(K) (collapse; 1/K is balance).
   std::string health_warning() const override;
   // 0.5 for K >= 4; (1 + 1/K) / 2 below (K 2: 75%, K 3: 67%, K 1: 100%, never passed).

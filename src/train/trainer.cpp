@@ -110,6 +110,10 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   const double flops_tok = s.model->flops_per_token(recipe.train.seq_len);
   if (!resumed_from.empty())
     log.info("resumed from %s at step %lld", resumed_from.c_str(), (long long)st.step);
+  if (s.model->config().n_layer > 0) {
+    if (const std::string c = s.model->attention(0).eval_caveat(); !c.empty())
+      log.warn("%s", c.c_str());
+  }
   if (resumed_from.empty() && !init_source(recipe).empty())
     log.info("initialised from %s (%zu tensors)%s%s", init_source(recipe).c_str(),
              init_report.loaded.size(), init_report.summary().empty() ? "" : "; ",

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "data/shard.h"
@@ -167,9 +168,10 @@ TEST_F(Cli, OutputAndCheckpointErrors) {
       run("train " + recipe_ + " --set train.out_dir=" + (dir_ / "a_file" / "run").string()),
       "a_file");
   ASSERT_EQ(run(train_args()).code, 0);
-  // Resuming with a different model shape names the tensor and both shapes.
+  // Resuming with another model (here another shape) names the key and both values, before any
+  // tensor is read.
   expect_error(run(train_args("--set model.n_embd=32 --resume " + (dir_ / "run").string())),
-               "shape");
+               "model.n_embd: 32 in the recipe (--set 'model.n_embd=32'), 16 in the checkpoint");
   expect_error(run(train_args("--resume " + (dir_ / "nowhere").string())), "nowhere");
 }
 
@@ -272,6 +274,44 @@ TEST_F(Cli, EvalAppliesFocusRoutingKeysAndRefusesTheOthers) {
   expect_error(run("eval " + run_dir + " --set attention.focus.gate=multiplicative"),
                "attention.focus.gate: multiplicative in the recipe");
   expect_error(run("eval " + run_dir + " --set attention.focus.top_k=5"), "attention.focus.top_k");
+  // The eval line and --out say how the model was evaluated.
+  const CliResult soft = run("eval " + run_dir + " --no-progress --set attention.focus.top_k=1 " +
+                             "--out " + (dir_ / "ev.json").string());
+  ASSERT_EQ(soft.code, 0) << soft.out;
+  EXPECT_NE(soft.out.find("windows | focus hard routing, top_k 1 | max dominance "),
+            std::string::npos)
+      << soft.out;
+  std::ifstream ev(dir_ / "ev.json");
+  const nlohmann::json ej = nlohmann::json::parse(ev);
+  EXPECT_EQ(ej["model"]["attention_eval"], "focus hard routing, top_k 1");
+  EXPECT_FALSE(ej.contains("caveats"));
+}
+
+// A Focus model with the sequence-scope Sinkhorn evaluates with a caveat (its groups read later
+// tokens: not a causal language model's loss) in train, eval (text and --out) and score.
+TEST_F(Cli, SequenceScopeFocusEvaluatesWithACaveat) {
+  const std::string run_dir = (dir_ / "focus_seq").string();
+  const CliResult t =
+      run(train_args("--set attention.type=focus --set attention.focus.groups=4 "
+                     "--set attention.focus.local_window=2 "
+                     "--set attention.focus.sinkhorn_scope=sequence --set train.out_dir=" +
+                     run_dir));
+  ASSERT_EQ(t.code, 0) << t.out;
+  const std::string caveat = "sinkhorn_scope is sequence (the paper's form)";
+  EXPECT_NE(t.out.find(caveat), std::string::npos) << t.out;
+  const CliResult e =
+      run("eval " + run_dir + " --no-progress --out " + (dir_ / "seq.json").string());
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("note: attention.focus." + caveat), std::string::npos) << e.out;
+  std::ifstream ev(dir_ / "seq.json");
+  const nlohmann::json ej = nlohmann::json::parse(ev);
+  ASSERT_TRUE(ej.contains("caveats"));
+  EXPECT_NE(ej["caveats"][0].get<std::string>().find(caveat), std::string::npos);
+  std::ofstream(dir_ / "ids.txt") << "1 2 3 4 5 6 7 8";
+  const CliResult sc = run("score " + run_dir + " --tokens " + (dir_ / "ids.txt").string() +
+                           " --out " + (dir_ / "seq_scores.jsonl").string());
+  ASSERT_EQ(sc.code, 0) << sc.out;
+  EXPECT_NE(sc.out.find("note: attention.focus." + caveat), std::string::npos) << sc.out;
 }
 
 // A LoRA retrofit through the command line: info shows the adapter role, trainable vs frozen and
