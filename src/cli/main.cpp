@@ -61,6 +61,8 @@ int main(int argc, char** argv) {
                        "tokenizer spec (default: the checkpoint's tokenizer.json)");
   generate->add_option("--device", gen.device, "auto | cpu | cuda")->capture_default_str();
   generate->add_flag("!--no-stop", gen.stop_at_eot, "keep going past <|endoftext|>");
+  generate->add_option("--set", gen.overrides,
+                       "attention.focus.top_k=N or attention.focus.eval_routing=hard|soft");
 
   PrepareOptions prep;
   CLI::App* prepare =

@@ -134,6 +134,22 @@ void apply_eval_attention_keys(const Recipe& recipe, const GivenKeys& given, GPT
   if (given.contains("attention.focus.eval_routing")) mf.eval_routing = f.eval_routing;
 }
 
+void apply_eval_overrides(const std::vector<std::string>& overrides, const ModelSource& source,
+                          GPTConfig& model, const char* command) {
+  if (overrides.empty()) return;
+  // On the model's own recipe, so that the checks see its groups.
+  Recipe r = parse_recipe(recipe_to_yaml(recipe_of_model_source(source)), "the model's recipe",
+                          overrides, RecipeUse::eval);
+  std::erase_if(r.given.where, [](const auto& kv) { return kv.second.rfind("--set", 0) != 0; });
+  for (const auto& [key, where] : r.given.where) {
+    ATTN_REQUIRE(key == "attention.focus.top_k" || key == "attention.focus.eval_routing",
+                 "%s runs the model as trained: --set takes only attention.focus.top_k and "
+                 "attention.focus.eval_routing, got %s (%s)",
+                 command, key.c_str(), where.c_str());
+  }
+  apply_eval_attention_keys(r, r.given, model);
+}
+
 EvalReport run_evaluation(const EvalOptions& o) {
   const auto t_start = Clock::now();
   ModelSource source = inspect_model_source(o.model, o.adapter);

@@ -48,4 +48,15 @@ EvalReport run_evaluation(const EvalOptions& options);
 void check_recipe_model(const Recipe& recipe, const GivenKeys& given, const ModelSource& source,
                         const std::string& model_path);
 
+// The evaluation-time attention keys (attention.focus.top_k, eval_routing) that `given` holds
+// replace `model`'s (top_k checked against the model's groups).
+void apply_eval_attention_keys(const Recipe& recipe, const GivenKeys& given, GPTConfig& model);
+
+// --set for commands that run a model as it is (score, generate): only the evaluation-time
+// attention keys may be given (others are refused, naming the command and the key); they are
+// checked against the source's recipe (top_k within its groups) and applied to `model`. No
+// overrides: nothing happens.
+void apply_eval_overrides(const std::vector<std::string>& overrides, const ModelSource& source,
+                          GPTConfig& model, const char* command);
+
 }  // namespace attnlab

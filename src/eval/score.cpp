@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "data/shard.h"
 #include "data/text_reader.h"
+#include "eval/harness.h"
 #include "eval/perplexity.h"
 #include "train/retrofit.h"
 
@@ -43,7 +44,8 @@ std::vector<int32_t> read_token_file(const std::string& path) {
 
 ScoreSummary score_tokens(const ScoreOptions& o, std::FILE* out) {
   ATTN_REQUIRE(o.text.empty() != o.tokens.empty(), "score: pass exactly one of --text or --tokens");
-  const ModelSource source = inspect_model_source(o.model, o.adapter);
+  ModelSource source = inspect_model_source(o.model, o.adapter);
+  apply_eval_overrides(o.overrides, source, source.config, "score");
   EvalModel model(source, o.device);
   if (const std::string c = model.attention_caveat(); !c.empty())
     std::fprintf(stderr, "note: %s\n", c.c_str());

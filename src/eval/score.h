@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "eval/eval_model.h"
 
@@ -24,6 +25,7 @@ struct ScoreOptions {
   std::string tokenizer;
   int context = 0, stride = 0;  // 0 = block_size, context
   EvalDeviceOptions device;
+  std::vector<std::string> overrides;  // --set: attention.focus.top_k / eval_routing only
 };
 
 struct ScoreSummary {

@@ -9,6 +9,7 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "core/nvtx.h"
+#include "eval/harness.h"
 #include "interop/model_source.h"
 #include "model/gpt.h"
 #include "model/kv_cache.h"
@@ -25,6 +26,8 @@ GenerateResult generate(const GenerateOptions& o,
   // Any model source: an attnlab run or checkpoint, a Hugging Face GPT-2 directory, an llm.c file.
   const ModelSource source = inspect_model_source(o.checkpoint, o.adapter);
   const Recipe r = recipe_of_model_source(source);
+  GPTConfig c = gpt_config_of(r);
+  apply_eval_overrides(o.overrides, source, c, "generate");
   std::string tok_spec = o.tokenizer.empty() ? source.tokenizer : o.tokenizer;
   ATTN_REQUIRE(!tok_spec.empty(),
                "model '%s' carries no tokenizer; pass a tokenizer spec "
@@ -48,7 +51,6 @@ GenerateResult generate(const GenerateOptions& o,
     ctx = ExecContext::make_cpu();
   }
 
-  const GPTConfig c = gpt_config_of(r);
   GPT model(c);
   ParameterStore store;
   model.declare_params(store);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "model/sampler.h"
 
@@ -24,6 +25,7 @@ struct GenerateOptions {
   uint64_t seed = 1337;
   std::string device = "auto";  // auto | cpu | cuda
   bool stop_at_eot = true;
+  std::vector<std::string> overrides;  // --set: attention.focus.top_k / eval_routing only
 };
 
 struct GenerateResult {

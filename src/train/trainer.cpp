@@ -132,14 +132,23 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   {
     log.info(
         "attnlab train %s | %s | %s params (%s trainable) | device %s (%s) | %s tok/step "
-        "(%d x %d x %d accum%s) | %lld steps",
+        "(%d x %d x %d accum%s) | %lld steps | attention %s",
         recipe.train.name.c_str(), run_dir.c_str(), io::format_count(double(n_params)).c_str(),
         io::format_count(double(s.store.num_trainable())).c_str(), device_name(s.ctx->device),
         dtype_name(s.dtype), io::format_count(double(step_tokens)).c_str(),
         recipe.train.micro_batch, recipe.train.seq_len, accum,
         world > 1 ? strformat(" x %d ranks, %s, ZeRO %d", world, s.comm->backend(), zero).c_str()
                   : "",
-        (long long)recipe.train.steps);
+        (long long)recipe.train.steps, recipe.attention.type.c_str());
+    // A variant's keys given for another attention type are carried, not used: say so (a
+    // forgotten attention.type would otherwise train dense without a word).
+    for (const auto& [key, where] : recipe.given.where) {
+      const bool variant_key =
+          key.rfind("attention.focus.", 0) == 0 || key.rfind("attention.sfa.", 0) == 0;
+      if (variant_key && key.rfind("attention." + recipe.attention.type + ".", 0) != 0)
+        log.warn("%s (%s) is not used: attention.type is %s", key.c_str(), where.c_str(),
+                 recipe.attention.type.c_str());
+    }
     if (!std::isnan(s.unigram_baseline))
       log.info("unigram baseline (validation): %.4f nats", s.unigram_baseline);
   }

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -274,6 +275,27 @@ TEST_F(Cli, EvalAppliesFocusRoutingKeysAndRefusesTheOthers) {
   expect_error(run("eval " + run_dir + " --set attention.focus.gate=multiplicative"),
                "attention.focus.gate: multiplicative in the recipe");
   expect_error(run("eval " + run_dir + " --set attention.focus.top_k=5"), "attention.focus.top_k");
+  // score and generate take the evaluation keys by --set, and only those.
+  std::ofstream(dir_ / "ids.txt") << "1 2 3 4 5 6 7 8 9 10 11 12";
+  auto scores = [&](const std::string& sets) {
+    const CliResult r = run("score " + run_dir + " --tokens " + (dir_ / "ids.txt").string() +
+                            " --out " + (dir_ / "s.jsonl").string() + sets);
+    EXPECT_EQ(r.code, 0) << r.out;
+    std::ifstream f(dir_ / "s.jsonl");
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string hard_scores = scores("");
+  EXPECT_EQ(scores(" --set attention.focus.eval_routing=hard"), hard_scores);
+  EXPECT_NE(scores(" --set attention.focus.eval_routing=soft"), hard_scores);
+  expect_error(run("score " + run_dir + " --tokens " + (dir_ / "ids.txt").string() +
+                   " --set attention.focus.tau=0.2"),
+               "score runs the model as trained: --set takes only attention.focus.top_k and "
+               "attention.focus.eval_routing, got attention.focus.tau");
+  expect_error(run("generate " + run_dir + " --set attention.focus.gate=multiplicative"),
+               "generate runs the model as trained");
+  expect_error(run("generate " + run_dir + " --set attention.focus.top_k=9"),
+               "--set 'attention.focus.top_k=9': attention.focus.top_k (9) must be <= "
+               "attention.focus.groups (4)");
   // The eval line and --out say how the model was evaluated.
   const CliResult soft = run("eval " + run_dir + " --no-progress --set attention.focus.top_k=1 " +
                              "--out " + (dir_ / "ev.json").string());
@@ -285,6 +307,19 @@ TEST_F(Cli, EvalAppliesFocusRoutingKeysAndRefusesTheOthers) {
   const nlohmann::json ej = nlohmann::json::parse(ev);
   EXPECT_EQ(ej["model"]["attention_eval"], "focus hard routing, top_k 1");
   EXPECT_FALSE(ej.contains("caveats"));
+}
+
+// Focus keys with attention.type dense (a forgotten type) train dense, and the run says so; the
+// banner names the attention type.
+TEST_F(Cli, VariantKeysOfAnotherTypeAreNamedAsUnused) {
+  const CliResult t = run(train_args("--set attention.focus.groups=4 --set train.out_dir=" +
+                                     (dir_ / "dense_focus_keys").string()));
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("| attention dense"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("warning: attention.focus.groups (--set 'attention.focus.groups=4') is not "
+                       "used: attention.type is dense"),
+            std::string::npos)
+      << t.out;
 }
 
 // A Focus model with the sequence-scope Sinkhorn evaluates with a caveat (its groups read later
