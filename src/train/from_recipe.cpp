@@ -1,9 +1,13 @@
 #include "train/from_recipe.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
+#include "config/suggest.h"
 #include "core/error.h"
+#include "nn/attention.h"
 
 namespace attnlab {
 
@@ -57,6 +61,17 @@ GPTConfig gpt_config_of(const Recipe& r) {
   }
   c.bias = r.model.bias;
   c.tied_embeddings = r.model.tied_embeddings;
+  // The registry knows the types (tests register more), so the recipe checks them here, where
+  // it can still name where the value came from.
+  const std::vector<std::string> types = attention_types();
+  if (std::find(types.begin(), types.end(), r.attention.type) == types.end()) {
+    const auto w = r.given.where.find("attention.type");
+    const std::string hint = closest_match(r.attention.type, types);
+    ATTN_FAIL("%s: attention.type: unknown attention '%s'%s (valid: %s)",
+              w != r.given.where.end() ? w->second.c_str() : "the recipe", r.attention.type.c_str(),
+              hint.empty() ? "" : ("; did you mean '" + hint + "'?").c_str(),
+              join_names(types).c_str());
+  }
   c.attention.type = r.attention.type;
   c.attention.window = r.attention.window;
   c.attention.focus = focus_options_of(r.attention.focus);

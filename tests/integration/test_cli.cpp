@@ -316,6 +316,10 @@ TEST_F(Cli, VariantKeysOfAnotherTypeAreNamedAsUnused) {
                                      (dir_ / "dense_focus_keys").string()));
   ASSERT_EQ(t.code, 0) << t.out;
   EXPECT_NE(t.out.find("| attention dense"), std::string::npos) << t.out;
+  // An unknown type names where it came from and the closest registered one.
+  expect_error(run("info " + recipe_ + " --set attention.type=focsu"),
+               "--set 'attention.type=focsu': attention.type: unknown attention 'focsu'; did you "
+               "mean 'focus'? (valid: dense, focus, sfa)");
   EXPECT_NE(t.out.find("warning: attention.focus.groups (--set 'attention.focus.groups=4') is not "
                        "used: attention.type is dense"),
             std::string::npos)
