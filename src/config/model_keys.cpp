@@ -86,6 +86,20 @@ const std::vector<AttentionKey>& attention_keys() {
 }
 #undef ATTN_KEY
 
+// Whether attention key `path` shapes the function of a model of attention type `type`: the type
+// and window, and that variant's own keys.
+bool applies(const char* path, const std::string& type) {
+  const std::string p(path);
+  return p == "attention.type" || p == "attention.window" ||
+         p.rfind("attention." + type + ".", 0) == 0;
+}
+
+// Where `recipe` gave `path`, or "default".
+std::string where_given(const Recipe& recipe, const char* path) {
+  const auto w = recipe.given.where.find(path);
+  return w != recipe.given.where.end() ? w->second : "default";
+}
+
 }  // namespace
 
 std::string given_attention_key_conflicts(const AttentionConfig& recipe_attention,
@@ -103,14 +117,25 @@ std::string given_attention_key_conflicts(const AttentionConfig& recipe_attentio
 
 std::string model_function_conflicts(const Recipe& recipe, const Recipe& model, const char* other) {
   GivenKeys all;  // every key compared, named by where the recipe gave it (or its default)
-  auto add = [&](const char* path) {
-    const auto w = recipe.given.where.find(path);
-    all.where[path] = w != recipe.given.where.end() ? w->second : "default";
-  };
-  for (const ArchKey& k : arch_keys()) add(k.path);
-  for (const AttentionKey& k : attention_keys()) add(k.path);
+  for (const ArchKey& k : arch_keys()) all.where[k.path] = where_given(recipe, k.path);
+  for (const AttentionKey& k : attention_keys()) {
+    if (applies(k.path, model.attention.type) || applies(k.path, recipe.attention.type))
+      all.where[k.path] = where_given(recipe, k.path);
+  }
   return given_model_key_conflicts(recipe.model, all, model.model, other) +
          given_attention_key_conflicts(recipe.attention, all, model.attention, other);
+}
+
+std::string attention_changes_from(const Recipe& recipe, const AttentionConfig& source,
+                                   const char* other) {
+  const bool conversion = source.type == "dense" && recipe.attention.type != "dense";
+  GivenKeys all;
+  for (const AttentionKey& k : attention_keys()) {
+    if (!applies(k.path, source.type)) continue;
+    if (conversion && std::string(k.path) == "attention.type") continue;
+    all.where[k.path] = where_given(recipe, k.path);
+  }
+  return given_attention_key_conflicts(recipe.attention, all, source, other);
 }
 
 std::string given_model_key_conflicts(const ModelConfig& recipe_model, const GivenKeys& given,

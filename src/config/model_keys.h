@@ -26,6 +26,13 @@ std::string given_attention_key_conflicts(const AttentionConfig& recipe_attentio
 // resume must not change, since the checkpoint's weights were trained as `model`.
 std::string model_function_conflicts(const Recipe& recipe, const Recipe& model, const char* other);
 
+// The attention keys of a new model on the weights of `source` (train.init_from, a retrofit's
+// base) that change the function those weights were trained with: attention.type, window and the
+// source type's own keys, resolved, defaults included; a dense source may take any variant (the
+// type is then not compared; the variant's keys are new), but not lose or change its window.
+std::string attention_changes_from(const Recipe& recipe, const AttentionConfig& source,
+                                   const char* other);
+
 // Copies from `model` into `recipe_model` every architecture key that `given` does not hold.
 void take_model_keys(ModelConfig& recipe_model, const GivenKeys& given, const ModelConfig& model);
 

@@ -40,9 +40,32 @@ Recipe resolve_init_from(const Recipe& r) {
                "to the checkpoint's",
                init_source_key(r), init_source(r).c_str(), model_format_name(src.format),
                conflicts.c_str());
+  // A retrofit freezes the base: its attention must stay what the base was trained with (a dense
+  // base may take the variant the retrofit trains). train.init_from may change it and says so
+  // (init_attention_note).
+  if (r.retrofit.enabled) {
+    const std::string changes =
+        attention_changes_from(out, recipe_of_model_source(src).attention, "the base");
+    ATTN_REQUIRE(changes.empty(),
+                 "retrofit.checkpoint '%s': the retrofit keeps the base's weights frozen, so its "
+                 "attention must stay the one they were trained with:%s\n"
+                 "set these keys to the base's (a dense base without a window can take focus)",
+                 init_source(r).c_str(), changes.c_str());
+  }
   out.model.preset = "";  // every value is explicit now
   out.validate();
   return out;
+}
+
+std::string init_attention_note(const Recipe& r) {
+  if (init_source(r).empty() || r.retrofit.enabled) return "";
+  const std::string changes = attention_changes_from(
+      r, recipe_of_model_source(inspect_init_source(r)).attention, "the checkpoint");
+  if (changes.empty()) return "";
+  return strformat(
+      "train.init_from '%s': this run's attention differs from the one its weights "
+      "were trained with:%s",
+      init_source(r).c_str(), changes.c_str());
 }
 
 WeightLoadReport load_init_from(const Recipe& r, const ParameterStore& store) {

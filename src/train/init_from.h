@@ -6,7 +6,8 @@
 // norm_eps) replace the recipe's defaults. A key the recipe gives (in the file, by --set or
 // through model.preset) must equal the checkpoint's: otherwise the run is refused, naming every
 // such key with both values. model.init_std and the attention.* keys stay the recipe's, so a
-// dense checkpoint can seed a Focus model.
+// dense checkpoint can seed a Focus model; where they change the function the checkpoint was
+// trained with, the run warns (init_attention_note) and a retrofit is refused.
 //
 // The weights: every base tensor of the model from the checkpoint; tensors of other roles that it
 // lacks (a variant's, e.g. Focus centroids) keep their initialisation and are listed in the log;
@@ -29,6 +30,11 @@ const char* init_source_key(const Recipe& r);
 
 // `r` with its model.* keys resolved from init_source(r) (unchanged when it is empty).
 Recipe resolve_init_from(const Recipe& r);
+
+// For train.init_from: the attention keys this run changes from the checkpoint's model (a
+// warning: the new run may mean to), "" when none or for a retrofit, which refuses them in
+// resolve_init_from instead (attention_changes_from in config/model_keys.h).
+std::string init_attention_note(const Recipe& r);
 
 // Loads init_source(r) into `store` (declared from gpt_config_of(resolve_init_from(r)) and
 // initialised), with the rules above.

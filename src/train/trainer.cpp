@@ -114,10 +114,13 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     if (const std::string c = s.model->attention(0).eval_caveat(); !c.empty())
       log.warn("%s", c.c_str());
   }
-  if (resumed_from.empty() && !init_source(recipe).empty())
+  if (resumed_from.empty() && !init_source(recipe).empty()) {
     log.info("initialised from %s (%zu tensors)%s%s", init_source(recipe).c_str(),
              init_report.loaded.size(), init_report.summary().empty() ? "" : "; ",
              init_report.summary().c_str());
+    if (const std::string note = init_attention_note(recipe); !note.empty())
+      log.warn("%s", note.c_str());
+  }
   // A retrofit writes its adapter with every checkpoint; the base is frozen, so its hash is
   // computed once.
   const bool write_adapter = recipe.retrofit.enabled && !s.store.entry("wte.weight").trainable;

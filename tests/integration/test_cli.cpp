@@ -309,6 +309,48 @@ TEST_F(Cli, EvalAppliesFocusRoutingKeysAndRefusesTheOthers) {
   EXPECT_FALSE(ej.contains("caveats"));
 }
 
+// A retrofit keeps its base frozen, so the base's attention must carry over: a dense base with a
+// sliding window cannot take Focus (which has none), and a windowless dense base can; init_from
+// may change the attention but warns, naming the keys.
+TEST_F(Cli, RetrofitKeepsTheBasesAttentionAndInitFromSaysWhatChanged) {
+  const std::string base = (dir_ / "windowed").string();
+  ASSERT_EQ(run(train_args("--set attention.window=8 --set checkpoint.at_end=true "
+                           "--set train.out_dir=" +
+                           base))
+                .code,
+            0);
+  const std::string focus =
+      " --set attention.type=focus --set attention.focus.groups=2 --set "
+      "attention.focus.local_window=4 --set attention.window=0";
+  expect_error(
+      run(train_args(focus + " --set retrofit.enabled=true --set retrofit.checkpoint=" + base +
+                     " --set retrofit.train_roles=[attention] "
+                     "--set train.out_dir=" +
+                     (dir_ / "rf").string())),
+      "the retrofit keeps the base's weights frozen, so its attention must stay the one "
+      "they were trained with:\n  attention.window: 0 in the recipe (--set "
+      "'attention.window=0'), 8 in the base");
+  const CliResult init = run(train_args(focus + " --set train.init_from=" + base +
+                                        " --set train.out_dir=" + (dir_ / "init").string()));
+  ASSERT_EQ(init.code, 0) << init.out;
+  EXPECT_NE(init.out.find("this run's attention differs from the one its weights were trained "
+                          "with:\n  attention.window: 0 in the recipe (--set "
+                          "'attention.window=0'), 8 in the checkpoint"),
+            std::string::npos)
+      << init.out;
+  // A windowless dense base takes Focus without a word.
+  ASSERT_EQ(run(train_args("--set checkpoint.at_end=true --set train.out_dir=" +
+                           (dir_ / "plain").string()))
+                .code,
+            0);
+  const CliResult rf = run(train_args(focus + " --set retrofit.enabled=true " +
+                                      "--set retrofit.checkpoint=" + (dir_ / "plain").string() +
+                                      " --set retrofit.train_roles=[attention] " +
+                                      "--set train.out_dir=" + (dir_ / "rf2").string()));
+  ASSERT_EQ(rf.code, 0) << rf.out;
+  EXPECT_EQ(rf.out.find("differs from the one"), std::string::npos) << rf.out;
+}
+
 // Focus keys with attention.type dense (a forgotten type) train dense, and the run says so; the
 // banner names the attention type.
 TEST_F(Cli, VariantKeysOfAnotherTypeAreNamedAsUnused) {
