@@ -196,7 +196,7 @@ bool run_one(const Recipe& r, int B, int T, int steps, int warmup, double ceilin
   out.B = B;
   out.ms = double(ms) / steps;
   out.tok_s = double(B) * T / (out.ms * 1e-3);
-  const double flops = model.flops_per_token(T) * out.tok_s;
+  const double flops = model.flops_per_token(T, store, trainable) * out.tok_s;
   out.mfu = flops / kPeakBf16;
   out.mfu_ceiling = ceiling > 0 ? flops / ceiling : 0;
   out.peak_gib = double(total_b - free_after) / double(1 << 30);

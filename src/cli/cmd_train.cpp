@@ -91,7 +91,7 @@ int cmd_info(const RecipeArgs& args) {
   const TrainingMemoryEstimate full =
       estimate_training_memory(model, total, total, r.train.micro_batch, r.train.seq_len, dt);
   const int accum = r.train.grad_accum_steps(1);
-  const double fpt = model.flops_per_token(r.train.seq_len);
+  const double fpt = model.flops_per_token(r.train.seq_len, store, trainable);
 
   std::printf("# model\n");
   std::printf("parameters        %lld (%.2fM; %lld with vocabulary padding)\n",
@@ -116,7 +116,8 @@ int cmd_info(const RecipeArgs& args) {
   std::printf("device            %s (%s)\n", cuda ? "cuda" : "cpu", dtype_name(dt));
   std::printf("tokens per step   %lld = %d x %d x %d accumulation\n",
               (long long)r.train.tokens_per_step(), r.train.micro_batch, r.train.seq_len, accum);
-  std::printf("FLOPs per token   %.3g (6N + attention)\n", fpt);
+  std::printf(
+      "FLOPs per token   %.3g (6 per trained matrix weight, 4 per frozen one, + attention)\n", fpt);
   std::printf("FLOPs per step    %.3g\n", fpt * double(r.train.tokens_per_step()));
   std::printf("\n# memory estimate (one rank)\n");
   std::printf("weights           %s\n", human_bytes(double(mem.weights)).c_str());

@@ -270,14 +270,26 @@ int64_t GPT::num_params_unpadded(const ParameterStore& store) const {
   return store.num_params() - vocab_padding();
 }
 
-double GPT::flops_per_token(int T) const {
+double GPT::flops_per_token(int T, const ParameterStore& store,
+                            const std::set<ParamRole>& trainable_roles) const {
   // PaLM appendix B: 6 N for the weight matmuls (fwd + bwd) plus 12 L C T for attention scores,
   // halved for the causal mask (the work a causal kernel actually does).
   const QKVLayout q = cfg_.qkv_layout();
-  const double C = cfg_.n_embd, L = cfg_.n_layer, F = cfg_.mlp_hidden();
-  const double per_layer = C * double(q.width()) + double(q.q_width()) * C + 2.0 * C * F;
-  const double n = L * per_layer + double(cfg_.vocab_size) * C;  // weights in matmuls
-  return 6.0 * n + 6.0 * L * double(q.q_width()) * T;
+  const double C = cfg_.n_embd, L = cfg_.n_layer;
+  double flops = 6.0 * L * double(q.q_width()) * T;
+  for (const ParameterStore::Entry& e : store.entries()) {
+    const ParamSpec& p = e.spec;
+    if (p.shape.ndim != 2 || p.name == "wpe.weight") continue;
+    double n = double(p.shape.numel());
+    if (p.name == "wte.weight") {  // a lookup; a matmul only as the tied output layer
+      if (!cfg_.tied_embeddings) continue;
+      n = double(cfg_.vocab_size) * C;
+    } else if (p.name == "lm_head.weight") {
+      n = double(cfg_.vocab_size) * C;
+    }
+    flops += (trainable_roles.count(p.role) ? 6.0 : 4.0) * n;
+  }
+  return flops;
 }
 
 }  // namespace attnlab

@@ -74,7 +74,13 @@ class GPT {
   // Parameter count (excluding vocabulary padding) and FLOPs per token of a training step.
   int64_t num_params_unpadded(const ParameterStore& store) const;
   int64_t vocab_padding() const;  // elements of the padded vocabulary rows (wte, lm_head)
-  double flops_per_token(int T) const;
+  // FLOPs: PaLM's 6 per matmul weight (forward, input gradient, weight gradient) plus the causal
+  // attention scores, counted over the store's matrices (every 2-D tensor but the position
+  // embedding; the token embedding only as the tied output layer, unpadded), so a variant's and an
+  // adapter's matrices count, and a frozen matrix (role outside trainable_roles: no weight
+  // gradient) counts 4.
+  double flops_per_token(int T, const ParameterStore& store,
+                         const std::set<ParamRole>& trainable_roles) const;
   // Bytes of activations (forward saved state + backward scratch) for a [B, T] micro-batch under
   // the config's recompute mode, attention variants' saved state included.
   size_t activation_bytes(int B, int T, DType dtype) const;

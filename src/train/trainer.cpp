@@ -107,7 +107,8 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
         options.resume.empty() ? std::optional<int64_t>() : std::optional<int64_t>(st.step));
 
   const int64_t n_params = s.model->num_params_unpadded(s.store);
-  const double flops_tok = s.model->flops_per_token(recipe.train.seq_len);
+  const double flops_tok =
+      s.model->flops_per_token(recipe.train.seq_len, s.store, recipe.retrofit.trainable_roles());
   if (!resumed_from.empty())
     log.info("resumed from %s at step %lld", resumed_from.c_str(), (long long)st.step);
   if (s.model->config().n_layer > 0) {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "core/context.h"
@@ -183,6 +184,34 @@ TEST(GPTModel, FrozenBaseHasNoGradients) {
   EXPECT_EQ(counts.data_grad, 0);    // and every data-gradient product: nothing needs one
   for (int64_t i = 0; i < f.store.param_buffer_numel(); ++i)
     ASSERT_EQ(f.store.all_params().ptr<float>()[i], before[size_t(i)]) << i;
+}
+
+// FLOPs per token: PaLM's 6 N (N the matmul weights: c_attn, c_proj, the MLP, the tied output
+// layer at the unpadded vocabulary) plus 6 L C T for causal attention; a frozen base counts 4 per
+// weight (no weight gradient); a variant's matrices (Focus: W_g, centroids) count too.
+TEST(GPTModel, FlopsPerTokenCountsTheMatricesThatRun) {
+  GPTConfig c = tiny_config();
+  const double C = c.n_embd, L = c.n_layer, F = c.mlp_hidden(), V = c.vocab_size, T = 8;
+  const double n = L * (C * 3 * C + C * C + 2 * C * F) + V * C;
+  const std::set<ParamRole> all = {ParamRole::base, ParamRole::attention, ParamRole::adapter};
+  {
+    GPT m(c);
+    ParameterStore st;
+    m.declare_params(st);
+    EXPECT_DOUBLE_EQ(m.flops_per_token(int(T), st, all), 6 * n + 6 * L * C * T);
+    EXPECT_DOUBLE_EQ(m.flops_per_token(int(T), st, {ParamRole::attention}), 4 * n + 6 * L * C * T);
+  }
+  c.attention.type = "focus";
+  c.attention.focus.groups = 3;
+  c.attention.focus.d_g = 4;
+  GPT m(c);
+  ParameterStore st;
+  m.declare_params(st);
+  const double focus = L * (C * 4 + 3 * 4);  // W_g [C, d_g] and the centroids [K, d_g] per layer
+  EXPECT_DOUBLE_EQ(m.flops_per_token(int(T), st, all), 6 * (n + focus) + 6 * L * C * T);
+  // the retrofit: the base frozen, the Focus matrices trained
+  EXPECT_DOUBLE_EQ(m.flops_per_token(int(T), st, {ParamRole::attention}),
+                   4 * n + 6 * focus + 6 * L * C * T);
 }
 
 // model.bias: false and model.tied_embeddings: false change the parameters (and train: finite
