@@ -94,12 +94,17 @@ int cmd_info(const RecipeArgs& args) {
   const double fpt = model.flops_per_token(r.train.seq_len, store, trainable);
 
   std::printf("# model\n");
-  std::printf("parameters        %lld (%.2fM; %lld with vocabulary padding)\n",
-              (long long)(total - padding), double(total - padding) / 1e6, (long long)total);
-  for (auto& [role, n] : by_role) std::printf("  role %-10s  %lld\n", role.c_str(), (long long)n);
-  std::printf("trainable         %lld (%.2f%%)\n", (long long)n_train,
-              100.0 * double(n_train) / double(total));
-  std::printf("frozen            %lld%s\n", (long long)(total - n_train),
+  // Counts without the vocabulary padding (which is in the base role's embeddings).
+  const int64_t unpadded = total - padding;
+  const int64_t train_unpadded = n_train - (trainable.count(ParamRole::base) ? padding : 0);
+  std::printf("parameters        %lld (%.2fM; %lld with vocabulary padding)\n", (long long)unpadded,
+              double(unpadded) / 1e6, (long long)total);
+  for (auto& [role, n] : by_role)
+    std::printf("  role %-10s  %lld\n", role.c_str(),
+                (long long)(role == role_name(ParamRole::base) ? n - padding : n));
+  std::printf("trainable         %lld (%.2f%%)\n", (long long)train_unpadded,
+              100.0 * double(train_unpadded) / double(unpadded));
+  std::printf("frozen            %lld%s\n", (long long)(unpadded - train_unpadded),
               r.retrofit.enabled ? " (retrofit: no gradient, no optimizer state)" : "");
   std::printf("padded vocab      %d (vocab %d)\n", c.padded_vocab, c.vocab_size);
   std::printf("block             %s, %s MLP, %s positions, %s, %s embeddings\n", norm_name(c.norm),

@@ -210,6 +210,7 @@ EvalReport run_evaluation(const EvalOptions& o) {
                 {"n_embd", c.n_embd},
                 {"block_size", c.block_size},
                 {"attention", c.attention.type}};
+  if (!o.adapter.empty()) j["model"]["adapter"] = o.adapter;  // the weights are base + adapter
   // How the variant evaluates (Focus: the routing and top_k), and a caveat where that is not a
   // causal language model's evaluation (Focus's sequence-scope Sinkhorn reads later tokens).
   const std::string eval_mode = model.attention_eval_mode(), caveat = model.attention_caveat();

@@ -92,8 +92,9 @@ WeightLoadReport load_foreign_checkpoint(const ForeignCheckpoint& ckpt, const Pa
   if (!extra.empty()) {
     ATTN_REQUIRE(options.allow_extra,
                  "checkpoint '%s' has %zu tensor(s) that the model does not have (a checkpoint of "
-                 "another model shape?): %s",
-                 ckpt.path.c_str(), extra.size(), join(extra).c_str());
+                 "another model shape?): %s%s",
+                 ckpt.path.c_str(), extra.size(), join(extra).c_str(),
+                 allow_extra_hint(options).c_str());
     report.ignored = extra;
   }
   for (const ForeignTensor* ft : to_load) {

@@ -116,6 +116,12 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
   return final_dir.string();
 }
 
+std::string allow_extra_hint(const WeightLoadOptions& options) {
+  return options.allow_extra_key ? strformat("; set %s: true to load the others and skip these",
+                                             options.allow_extra_key)
+                                 : "";
+}
+
 void check_resume_recipe(const Recipe& recipe, const std::string& dir) {
   const fs::path file = fs::path(dir) / "recipe.yaml";
   if (!fs::exists(file)) return;
@@ -215,8 +221,8 @@ WeightLoadReport load_model_weights_by_role(const std::string& ckpt_dir,
     for (const auto& n : extra) names += (names.empty() ? "" : ", ") + n;
     ATTN_REQUIRE(options.allow_extra,
                  "checkpoint '%s' has %zu tensor(s) that the model does not have (a checkpoint of "
-                 "another model shape?): %s",
-                 path, extra.size(), names.c_str());
+                 "another model shape?): %s%s",
+                 path, extra.size(), names.c_str(), allow_extra_hint(options).c_str());
     report.ignored = extra;
   }
   for (const auto& n : report.loaded) f.load_into(n, store.param(n));

@@ -76,7 +76,12 @@ struct WeightLoadOptions {
   std::set<ParamRole> required_roles = {ParamRole::base};
   // Tensors in the file that the model lacks are skipped (listed in `ignored`); else an error.
   bool allow_extra = false;
+  // The recipe key that sets allow_extra, named by that error (null: none).
+  const char* allow_extra_key = nullptr;
 };
+
+// " ; set K: true to load the others and skip these" when options name the key, else "".
+std::string allow_extra_hint(const WeightLoadOptions& options);
 struct WeightLoadReport {
   std::vector<std::string> loaded;       // from the file, in store order
   std::vector<std::string> initialised;  // not in the file: kept their initialisation

@@ -73,6 +73,7 @@ WeightLoadReport load_init_from(const Recipe& r, const ParameterStore& store) {
   WeightLoadOptions o;
   o.required_roles = {ParamRole::base};
   o.allow_extra = r.train.init_allow_extra;
+  o.allow_extra_key = "train.init_allow_extra";
   return load_model_source(src, store, o);
 }
 

@@ -127,11 +127,13 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   const bool write_adapter = recipe.retrofit.enabled && !s.store.entry("wte.weight").trainable;
   const uint64_t base_hash = write_adapter ? base_weights_hash(s.store) : 0;
   if (recipe.retrofit.enabled)
-    log.info("retrofit of %s: %s of %s parameters train (roles %s), the rest is frozen%s",
+    log.info("retrofit of %s: %s of %s parameters train (roles %s)%s%s",
              recipe.retrofit.checkpoint.c_str(),
              io::format_count(double(s.store.num_trainable())).c_str(),
              io::format_count(double(s.store.num_params())).c_str(),
              roles_text(recipe.retrofit.train_roles).c_str(),
+             s.store.num_trainable() < s.store.num_params() ? ", the rest is frozen"
+                                                            : ": nothing is frozen",
              write_adapter ? strformat("; base hash %s", hash_hex(base_hash).c_str()).c_str() : "");
   {
     log.info(

@@ -416,8 +416,13 @@ TEST_F(Cli, LoraRetrofitInfoEvalConvert) {
   const std::string adapter =
       (dir_ / "lora" / "checkpoints" / "step_00000003" / "adapter.safetensors").string();
   ASSERT_TRUE(fs::exists(adapter)) << t.out;
-  CliResult e1 = run("eval " + base + " --adapter " + adapter + " --no-progress");
+  CliResult e1 = run("eval " + base + " --adapter " + adapter + " --no-progress --out " +
+                     (dir_ / "lora_eval.json").string());
   ASSERT_EQ(e1.code, 0) << e1.out;
+  {  // the results name the adapter the weights came with
+    std::ifstream ej(dir_ / "lora_eval.json");
+    EXPECT_EQ(nlohmann::json::parse(ej)["model"]["adapter"], adapter);
+  }
   const std::string merged = (dir_ / "merged").string();
   CliResult c = run("convert " + base + " " + merged + " --to attnlab --adapter " + adapter);
   ASSERT_EQ(c.code, 0) << c.out;

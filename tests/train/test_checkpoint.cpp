@@ -341,6 +341,11 @@ TEST(LoadWeightsByRole, ExtraTensorIsAnErrorUnlessAllowed) {
                {focus + "/model.safetensors", "has 2 tensor(s) that the model does not have",
                 "centroids, h.0.attn.focus.w_g"});
   EXPECT_EQ(values(dense, "w1"), w1);
+  WeightLoadOptions named;  // train.init_from's load names the key that allows them
+  named.allow_extra_key = "train.init_allow_extra";
+  expect_error([&] { load_model_weights_by_role(focus, dense, named); },
+               {"centroids, h.0.attn.focus.w_g; set train.init_allow_extra: true to load the "
+                "others and skip these"});
   WeightLoadOptions allow;
   allow.allow_extra = true;
   const WeightLoadReport r = load_model_weights_by_role(focus, dense, allow);
