@@ -3,6 +3,7 @@
 #include "config/model_keys.h"
 #include "core/error.h"
 #include "interop/model_source.h"
+#include "io/atomic_file.h"
 
 namespace attnlab {
 
@@ -24,8 +25,17 @@ ModelSource inspect_init_source(const Recipe& r) {
 }
 }  // namespace
 
-Recipe resolve_init_from(const Recipe& r) {
+Recipe resolve_init_from(const Recipe& r, const std::string& resume) {
   if (init_source(r).empty()) return r;
+  if (!resume.empty()) {  // the checkpoint's resolved model; check_resume_recipe compares the rest
+    const std::string dir = resolve_checkpoint_dir(resume);
+    const std::string file = dir + "/recipe.yaml";
+    Recipe out = r;
+    take_model_keys(out.model, r.given, parse_recipe(io::read_file(file), file, {}).model);
+    out.model.preset = "";
+    out.validate();
+    return out;
+  }
   const ModelSource src = inspect_init_source(r);
   const ModelConfig from = recipe_of_model_source(src).model;
   Recipe out = r;

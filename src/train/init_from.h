@@ -28,8 +28,10 @@ namespace attnlab {
 const std::string& init_source(const Recipe& r);
 const char* init_source_key(const Recipe& r);
 
-// `r` with its model.* keys resolved from init_source(r) (unchanged when it is empty).
-Recipe resolve_init_from(const Recipe& r);
+// `r` with its model.* keys resolved from init_source(r) (unchanged when it is empty). With
+// `resume` (a --resume argument) they come from that checkpoint's recipe instead: it holds every
+// tensor, so the init source is not read (and need not exist any more).
+Recipe resolve_init_from(const Recipe& r, const std::string& resume = "");
 
 // For train.init_from: the attention keys this run changes from the checkpoint's model (a
 // warning: the new run may mean to), "" when none or for a retrofit, which refuses them in

@@ -352,8 +352,8 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
 }  // namespace
 
 TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
-  // model.* from train.init_from or retrofit.checkpoint
-  const Recipe recipe = resolve_init_from(given_recipe);
+  // model.* from train.init_from or retrofit.checkpoint (or, resuming, from the checkpoint)
+  const Recipe recipe = resolve_init_from(given_recipe, options.resume);
   recipe.validate();
   const LaunchInfo launch = options.single_process ? LaunchInfo{} : detect_launch();
   Session s;

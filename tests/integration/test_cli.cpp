@@ -343,12 +343,20 @@ TEST_F(Cli, RetrofitKeepsTheBasesAttentionAndInitFromSaysWhatChanged) {
                            (dir_ / "plain").string()))
                 .code,
             0);
-  const CliResult rf = run(train_args(focus + " --set retrofit.enabled=true " +
-                                      "--set retrofit.checkpoint=" + (dir_ / "plain").string() +
-                                      " --set retrofit.train_roles=[attention] " +
-                                      "--set train.out_dir=" + (dir_ / "rf2").string()));
+  const std::string retrofit =
+      focus +
+      " --set retrofit.enabled=true --set retrofit.checkpoint=" + (dir_ / "plain").string() +
+      " --set retrofit.train_roles=[attention] --set train.out_dir=" + (dir_ / "rf2").string() +
+      " --set checkpoint.at_end=true";
+  const CliResult rf = run(train_args(retrofit));
   ASSERT_EQ(rf.code, 0) << rf.out;
   EXPECT_EQ(rf.out.find("differs from the one"), std::string::npos) << rf.out;
+  // Its checkpoint holds every tensor: a resume does not need the base any more.
+  fs::rename(dir_ / "plain", dir_ / "plain_moved");
+  const CliResult resumed =
+      run(train_args(retrofit + " --set train.steps=5 --resume " + (dir_ / "rf2").string()));
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("done: 5 steps"), std::string::npos) << resumed.out;
 }
 
 // Focus keys with attention.type dense (a forgotten type) train dense, and the run says so; the
