@@ -160,9 +160,14 @@ EvalReport run_evaluation(const EvalOptions& o) {
   if (!o.recipe.empty()) {
     recipe = load_recipe(o.recipe, o.overrides, RecipeUse::eval);
     given = recipe->given;
-  } else if (!source.recipe_yaml.empty()) {
-    recipe = parse_recipe(source.recipe_yaml, source.weights_path + "/recipe.yaml", o.overrides,
-                          RecipeUse::eval);
+  } else if (!source.adapter_recipe_yaml.empty() || !source.recipe_yaml.empty()) {
+    // With an adapter, the run that trained it (its data and eval keys; its model is the one
+    // evaluated), else the checkpoint's own.
+    const bool adapter = !source.adapter_recipe_yaml.empty();
+    recipe =
+        parse_recipe(adapter ? source.adapter_recipe_yaml : source.recipe_yaml,
+                     adapter ? source.adapter + ":recipe" : source.weights_path + "/recipe.yaml",
+                     o.overrides, RecipeUse::eval);
     // Only the --set keys can disagree with the checkpoint's own recipe.
     given = recipe->given;
     std::erase_if(given.where, [](const auto& kv) { return kv.second.rfind("--set", 0) != 0; });

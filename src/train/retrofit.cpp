@@ -164,7 +164,9 @@ ModelSource with_adapter(const ModelSource& base, const std::string& adapter_pat
   cmp("model.n_kv_head", a.kv_heads(), b.kv_heads());
   cmp("model.n_embd", a.n_embd, b.n_embd);
   cmp("model.vocab_size", a.vocab_size, b.vocab_size);
-  cmp("padded vocabulary", a.padded_vocab, b.padded_vocab);
+  // An attnlab base stores its padded rows; a Hugging Face or llm.c base holds the vocabulary
+  // rows only, which the loader pads to the adapter's model (padding rows are zero).
+  if (base.format == ModelFormat::attnlab) cmp("padded vocabulary", a.padded_vocab, b.padded_vocab);
   cmp("model.block_size", a.block_size, b.block_size);
   cmp("model.bias", a.bias, b.bias);
   cmp("model.tied_embeddings", a.tied_embeddings, b.tied_embeddings);

@@ -442,6 +442,12 @@ TEST_F(Cli, LoraRetrofitInfoEvalConvert) {
     return at == std::string::npos ? std::string("(none)") : out.substr(at, 14);  // 3 decimals
   };
   EXPECT_EQ(val_loss(e1.out), val_loss(e2.out)) << e1.out << "\n" << e2.out;
+  // The base in another format (no recipe of its own): the adapter's run supplies the data.
+  const std::string hf = (dir_ / "base_hf").string();
+  ASSERT_EQ(run("convert " + base + " " + hf + " --to hf").code, 0);
+  const CliResult e3 = run("eval " + hf + " --adapter " + adapter + " --no-progress");
+  ASSERT_EQ(e3.code, 0) << e3.out;
+  EXPECT_EQ(val_loss(e3.out), val_loss(e1.out)) << e3.out << "\n" << e1.out;
   EXPECT_EQ(
       run("generate " + base + " --adapter " + adapter + " -n 4 --seed 1 --tokenizer byte").code,
       0);
