@@ -65,8 +65,10 @@ struct Source {
   std::string name;  // "recipes/x.yaml" or "--set 'a.b=1'"
   bool has_lines = false;
   std::map<std::string, std::string>* locations = nullptr;  // key path -> where it was set
+  int line = -1;  // >= 0: the line to name whatever the node (an empty value: its key's line)
 
   std::string where(const YAML::Node& node) const {
+    if (has_lines && line >= 0) return name + ":" + std::to_string(line + 1);
     if (!has_lines || node.Mark().is_null()) return name;
     return name + ":" + std::to_string(node.Mark().line + 1);
   }
@@ -234,8 +236,14 @@ struct FieldReader {
     const YAML::Node n = map[key];
     if (!n.IsDefined()) return;
     const std::string path = join_path(prefix, key);
-    read_value(n, path, src, value);
-    if (src.locations) (*src.locations)[path] = src.where(n);
+    Source at = src;  // an empty value has no place of its own (yaml-cpp marks the next token)
+    if (n.IsNull()) {
+      for (auto it = map.begin(); it != map.end(); ++it)
+        if (it->first.IsScalar() && it->first.Scalar() == key && !it->first.Mark().is_null())
+          at.line = it->first.Mark().line;
+    }
+    read_value(n, path, at, value);
+    if (src.locations) (*src.locations)[path] = at.where(n);
   }
   template <class S>
   void section(const char* key, S& s, Aliases = {}) {

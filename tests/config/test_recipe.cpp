@@ -148,6 +148,12 @@ TEST(RecipeOverrides, PrecedenceAndValueForms) {
   EXPECT_NO_THROW(parse_recipe("train:\n  micro_batch: 0\n", "o.yaml", {"train.micro_batch=1"}));
 }
 
+// An empty value is named at its key's line (yaml-cpp marks it at the next token).
+TEST(RecipeErrors, EmptyValueIsNamedAtItsKeysLine) {
+  EXPECT_EQ(parse_error("attention:\n  focus:\n    groups:\n    d_g: 4\n"),
+            "x.yaml:3: attention.focus.groups: expected an integer, got an empty value");
+}
+
 TEST(RecipeErrors, UnknownKeysSuggestTheRightOne) {
   EXPECT_EQ(parse_error("model:\n  n_layer: 2\noptim:\n  lr: 1e-3\n  learnig_rate: 3e-4\n"),
             "x.yaml:5: unknown key 'optim.learnig_rate'; did you mean 'optim.lr'?");
