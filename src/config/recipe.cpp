@@ -79,7 +79,7 @@ int ModelConfig::padded_vocab() const {
   return (vocab_size + vocab_multiple - 1) / vocab_multiple * vocab_multiple;
 }
 
-void ModelConfig::validate() const {
+void ModelConfig::validate(bool cross_checks) const {
   if (!preset.empty()) {
     ModelConfig scratch;
     apply_model_preset(scratch, preset);  // throws for an unknown name
@@ -93,10 +93,10 @@ void ModelConfig::validate() const {
   require_min("model.vocab_multiple", vocab_multiple, 1);
   if (int64_t(vocab_size) + vocab_multiple > INT32_MAX)
     fail_key("model.vocab_size", strformat("model.vocab_size %d is too large", vocab_size));
-  if (n_embd % n_head != 0)
+  if (cross_checks && n_embd % n_head != 0)
     fail_key("model.n_embd",
              strformat("model.n_embd (%d) must be divisible by model.n_head (%d)", n_embd, n_head));
-  if (n_kv_head > 0 && (n_kv_head > n_head || n_head % n_kv_head != 0))
+  if (cross_checks && n_kv_head > 0 && (n_kv_head > n_head || n_head % n_kv_head != 0))
     fail_key("model.n_kv_head",
              strformat("model.n_kv_head (%d) must divide model.n_head (%d); 0 means n_head",
                        n_kv_head, n_head));
@@ -297,8 +297,11 @@ void RetrofitConfig::validate() const {
              "model): set retrofit.train_roles: [adapter]");
 }
 
-void Recipe::validate(RecipeUse use) const {
-  model.validate();
+void Recipe::validate(RecipeUse use, bool model_resolved) const {
+  const bool model_pending =
+      !model_resolved &&
+      (!train.init_from.empty() || (retrofit.enabled && !retrofit.checkpoint.empty()));
+  model.validate(!model_pending);
   attention.validate();
   data.validate();
   optim.validate();
@@ -319,12 +322,12 @@ void Recipe::validate(RecipeUse use) const {
   if (use == RecipeUse::train && data.source == DataSource::shards && data.train.empty())
     fail_key("data.train",
              "data.train must name the training shards (a glob) when data.source is 'shards'");
-  if (attention.type == "sfa" && attention.sfa.k > model.head_dim())
+  if (!model_pending && attention.type == "sfa" && attention.sfa.k > model.head_dim())
     fail_key("attention.sfa.k",
              strformat("attention.sfa.k (%d) must be <= the head dim (model.n_embd / model.n_head "
                        "= %d); 0 picks the default (%d)",
                        attention.sfa.k, model.head_dim(), sfa_default_k(model.head_dim())));
-  if (train.seq_len > model.block_size)
+  if (!model_pending && train.seq_len > model.block_size)
     fail_key("train.seq_len", strformat("train.seq_len (%d) must be <= model.block_size (%d)",
                                         train.seq_len, model.block_size));
   if (schedule.warmup_steps > train.steps)

@@ -183,7 +183,9 @@ struct ModelConfig {
   int padded_vocab() const;  // vocab_size rounded up to a multiple of vocab_multiple
   int head_dim() const { return n_embd / n_head; }
   int kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
-  void validate() const;
+  // cross_checks false: each key's range only (a model whose other keys come from a checkpoint,
+  // resolve_init_from, is checked across keys once they are there).
+  void validate(bool cross_checks = true) const;
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -408,7 +410,10 @@ struct Recipe {
   GivenKeys given;  // filled by parse_recipe
 
   // Every section's validate(), then the checks across sections (seq_len <= block_size, ...).
-  void validate(RecipeUse use = RecipeUse::train) const;
+  // With train.init_from or a retrofit's checkpoint the checks that involve the model keys it
+  // does not give wait until model_resolved (resolve_init_from takes those keys from the
+  // checkpoint, then validates with it true).
+  void validate(RecipeUse use = RecipeUse::train, bool model_resolved = false) const;
   bool operator==(const Recipe&) const = default;
 };
 

@@ -33,7 +33,7 @@ Recipe resolve_init_from(const Recipe& r, const std::string& resume) {
     Recipe out = r;
     take_model_keys(out.model, r.given, parse_recipe(io::read_file(file), file, {}).model);
     out.model.preset = "";
-    out.validate();
+    out.validate(RecipeUse::train, /*model_resolved=*/true);
     return out;
   }
   const ModelSource src = inspect_init_source(r);
@@ -63,7 +63,7 @@ Recipe resolve_init_from(const Recipe& r, const std::string& resume) {
                  init_source(r).c_str(), changes.c_str());
   }
   out.model.preset = "";  // every value is explicit now
-  out.validate();
+  out.validate(RecipeUse::train, /*model_resolved=*/true);
   return out;
 }
 

@@ -567,6 +567,11 @@ TEST(InitFrom, ModelKeysComeFromTheCheckpointAndGivenKeysMustAgree) {
   test::expect_error(
       [&] { resolve_init_from(parse_recipe(base, "r.yaml", {"model.preset=gpt2"})); },
       {"model.n_layer: 12 in the recipe (--set 'model.preset=gpt2')"});
+  // n_embd alone, not a multiple of the default n_head (12): the keys across the model wait for
+  // the checkpoint's, so the error is the disagreement, not GPT-2's head count.
+  test::expect_error(
+      [&] { resolve_init_from(parse_recipe(base, "r.yaml", {"model.n_embd=10"})); },
+      {"model.n_embd: 10 in the recipe (--set 'model.n_embd=10'), 8 in the checkpoint"});
 
   // The weights: base tensors loaded, extras refused unless allowed.
   Model m(gpt_config_of(r), 9);
