@@ -23,11 +23,19 @@ int cmd_train(const RecipeArgs& args, const std::string& resume_dir, int profile
 }
 
 int cmd_generate(const GenerateOptions& options) {
-  std::fputs(options.prompt.c_str(), stdout);
-  GenerateResult r = generate(options, [](const std::string& piece) {
+  // The prompt goes out with the first generated piece, so that a refused call (no tokenizer, a
+  // prompt past the context) prints nothing to stdout.
+  bool prompt_out = false;
+  auto put_prompt = [&] {
+    if (!prompt_out) std::fputs(options.prompt.c_str(), stdout);
+    prompt_out = true;
+  };
+  GenerateResult r = generate(options, [&](const std::string& piece) {
+    put_prompt();
     std::fputs(piece.c_str(), stdout);
     std::fflush(stdout);
   });
+  put_prompt();
   std::printf("\n");
   std::fprintf(stderr, "[%d prompt tokens, %d generated, %.1f tok/s]\n", r.prompt_tokens,
                r.new_tokens, r.tokens_per_second);
