@@ -34,6 +34,27 @@ void write_attnlab(const ParameterStore& store, const ModelSource& src, const Re
   if (tok) io::write_file_atomic(out("tokenizer.json"), tok->to_json());
 }
 
+// The model in the requested format (options.to) at dst.
+void write_converted(const ParameterStore& out, const ModelSource& s, const Recipe& recipe,
+                     const GPTConfig& config, const Tokenizer* tok, const std::string& dst,
+                     const ConvertOptions& options, ConvertResult& res) {
+  switch (options.to) {
+    case ModelFormat::attnlab:
+      write_attnlab(out, s, recipe, tok, dst, res);
+      break;
+    case ModelFormat::hf:
+      write_hf_gpt2(out, config, tok, dst, &res.notes);
+      for (const char* f : {"config.json", "model.safetensors", "vocab.json", "merges.txt"})
+        if (fs::exists(fs::path(dst) / f)) res.written.push_back((fs::path(dst) / f).string());
+      break;
+    case ModelFormat::llmc:
+      write_llmc(out, config, dst, options.llmc_bf16);
+      res.written.push_back(dst);
+      if (tok) res.notes.push_back("llm.c checkpoints hold no tokenizer: not written");
+      break;
+  }
+}
+
 }  // namespace
 
 ConvertResult convert_model(const std::string& src, const std::string& dst,
@@ -72,20 +93,17 @@ ConvertResult convert_model(const std::string& src, const std::string& dst,
 
   std::unique_ptr<Tokenizer> tok;
   if (!s.tokenizer.empty()) tok = make_tokenizer(s.tokenizer);
-  switch (options.to) {
-    case ModelFormat::attnlab:
-      write_attnlab(out, s, recipe, tok.get(), dst, res);
-      break;
-    case ModelFormat::hf:
-      write_hf_gpt2(out, config, tok.get(), dst, &res.notes);
-      for (const char* f : {"config.json", "model.safetensors", "vocab.json", "merges.txt"})
-        if (fs::exists(fs::path(dst) / f)) res.written.push_back((fs::path(dst) / f).string());
-      break;
-    case ModelFormat::llmc:
-      write_llmc(out, config, dst, options.llmc_bf16);
-      res.written.push_back(dst);
-      if (tok) res.notes.push_back("llm.c checkpoints hold no tokenizer: not written");
-      break;
+  // A retrofit's attention variant has no form in the foreign formats; its base may.
+  const bool retrofit_variant = recipe.retrofit.enabled && !recipe.retrofit.checkpoint.empty() &&
+                                config.attention.type != "dense";
+  try {
+    write_converted(out, s, recipe, config, tok.get(), dst, options, res);
+  } catch (const Error& e) {
+    if (!retrofit_variant || options.to == ModelFormat::attnlab) throw;
+    throw Error(
+        strformat("%s (this is a retrofit of '%s': convert that base instead, or keep the "
+                  "retrofit as an attnlab checkpoint or adapter)",
+                  e.what(), recipe.retrofit.checkpoint.c_str()));
   }
   return res;
 }

@@ -357,6 +357,10 @@ TEST_F(Cli, RetrofitKeepsTheBasesAttentionAndInitFromSaysWhatChanged) {
       run(train_args(retrofit + " --set train.steps=5 --resume " + (dir_ / "rf2").string()));
   ASSERT_EQ(resumed.code, 0) << resumed.out;
   EXPECT_NE(resumed.out.find("done: 5 steps"), std::string::npos) << resumed.out;
+  // Focus has no Hugging Face form: the refusal points at the retrofit's base.
+  expect_error(
+      run("convert " + (dir_ / "rf2").string() + " " + (dir_ / "rf2_hf").string() + " --to hf"),
+      "this is a retrofit of '" + (dir_ / "plain").string() + "': convert that base instead");
 }
 
 // Focus keys with attention.type dense (a forgotten type) train dense, and the run says so; the
