@@ -32,11 +32,12 @@ int cmd_generate(const GenerateOptions& options) {
   };
   GenerateResult r = generate(options, [&](const std::string& piece) {
     put_prompt();
-    std::fputs(piece.c_str(), stdout);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);  // raw bytes, NUL included
     std::fflush(stdout);
   });
   put_prompt();
   std::printf("\n");
+  for (const std::string& n : r.notes) std::fprintf(stderr, "note: %s\n", n.c_str());
   std::fprintf(stderr, "[%d prompt tokens, %d generated, %.1f tok/s]\n", r.prompt_tokens,
                r.new_tokens, r.tokens_per_second);
   return 0;

@@ -125,6 +125,11 @@ void check_recipe_model(const Recipe& recipe, const GivenKeys& given, const Mode
 void apply_eval_attention_keys(const Recipe& recipe, const GivenKeys& given, GPTConfig& model) {
   const FocusOptions& f = gpt_config_of(recipe).attention.focus;
   FocusOptions& mf = model.attention.focus;
+  for (const char* key : {"attention.focus.top_k", "attention.focus.eval_routing"}) {
+    ATTN_REQUIRE(!given.contains(key) || model.attention.type == "focus",
+                 "%s (%s) chooses how a Focus model evaluates; this model's attention is %s", key,
+                 given.where.at(key).c_str(), model.attention.type.c_str());
+  }
   if (given.contains("attention.focus.top_k")) {
     ATTN_REQUIRE(f.top_k >= 1 && f.top_k <= mf.groups,
                  "attention.focus.top_k (%s): %d must be in [1, %d], the model's groups",

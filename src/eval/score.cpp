@@ -69,7 +69,10 @@ ScoreSummary score_tokens(const ScoreOptions& o, std::FILE* out) {
   const std::vector<DocumentScores> s = score_documents(model, {ids}, context, stride, true);
   ScoreSummary sum;
   using nlohmann::json;
-  auto piece = [&](int32_t id) { return tok ? json(tok->piece(id)) : json(nullptr); };
+  // An id past the tokenizer's (a model with more ids than it: the synthetic data's) has no piece.
+  auto piece = [&](int32_t id) {
+    return tok && id < tok->vocab_size() ? json(tok->piece(id)) : json(nullptr);
+  };
   // Text: entry p - 1 scores ids[p]; the leading <|endoftext|> is not printed.
   const size_t first = text ? 1 : 0;
   for (size_t p = first; p < ids.size(); ++p) {

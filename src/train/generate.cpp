@@ -38,6 +38,13 @@ GenerateResult generate(const GenerateOptions& o,
                "tokenizer '%s' has %d ids but the model's "
                "vocabulary has %d",
                tok_spec.c_str(), tok->vocab_size(), r.model.vocab_size);
+  GenerateResult res;
+  if (tok->vocab_size() < r.model.vocab_size)
+    res.notes.push_back(strformat(
+        "tokenizer '%s' has %d ids and the model %d: sampling is restricted to the first %d (the "
+        "model's other ids have no text), so greedy output can differ from `attnlab score`'s "
+        "argmax",
+        tok_spec.c_str(), tok->vocab_size(), r.model.vocab_size, tok->vocab_size()));
 
   std::unique_ptr<ExecContext> ctx;
   DType dtype = DType::f32;
@@ -67,7 +74,6 @@ GenerateResult generate(const GenerateOptions& o,
                "(model.block_size = %d)",
                ids.size(), T_max);
 
-  GenerateResult res;
   res.prompt_tokens = int(ids.size());
   std::mt19937_64 rng(o.seed);
   Buffer tok_dev(ctx->device, size_t(T_max) * sizeof(int32_t));

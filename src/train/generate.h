@@ -29,7 +29,8 @@ struct GenerateOptions {
 };
 
 struct GenerateResult {
-  std::string text;  // the generated continuation (without the prompt)
+  std::vector<std::string> notes;  // what the caller should show the user
+  std::string text;                // the generated continuation (without the prompt)
   int prompt_tokens = 0;
   int new_tokens = 0;
   double tokens_per_second = 0.0;  // new tokens over the time of prefill + decode steps

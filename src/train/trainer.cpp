@@ -140,9 +140,13 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
         "attnlab train %s | %s | %s params (%s trainable) | device %s (%s) | %s tok/step "
         "(%d x %d x %d accum%s) | %lld steps | attention %s",
         recipe.train.name.c_str(), run_dir.c_str(), io::format_count(double(n_params)).c_str(),
-        io::format_count(double(s.store.num_trainable())).c_str(), device_name(s.ctx->device),
-        dtype_name(s.dtype), io::format_count(double(step_tokens)).c_str(),
-        recipe.train.micro_batch, recipe.train.seq_len, accum,
+        io::format_count(
+            double(s.store.num_trainable() -
+                   (s.store.entry("wte.weight").trainable ? s.model->vocab_padding() : 0)))
+            .c_str(),
+        device_name(s.ctx->device), dtype_name(s.dtype),
+        io::format_count(double(step_tokens)).c_str(), recipe.train.micro_batch,
+        recipe.train.seq_len, accum,
         world > 1 ? strformat(" x %d ranks, %s, ZeRO %d", world, s.comm->backend(), zero).c_str()
                   : "",
         (long long)recipe.train.steps, recipe.attention.type.c_str());
