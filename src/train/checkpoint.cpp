@@ -122,11 +122,16 @@ std::string allow_extra_hint(const WeightLoadOptions& options) {
                                  : "";
 }
 
-void check_resume_recipe(const Recipe& recipe, const std::string& dir) {
+std::optional<Recipe> read_checkpoint_recipe(const std::string& dir) {
   const fs::path file = fs::path(dir) / "recipe.yaml";
-  if (!fs::exists(file)) return;
-  const Recipe trained = parse_recipe(io::read_file(file.string()), file.string(), {});
-  const std::string diffs = model_function_conflicts(recipe, trained, "the checkpoint");
+  if (!fs::exists(file)) return std::nullopt;
+  return parse_recipe(io::read_file(file.string()), file.string(), {});
+}
+
+void check_resume_recipe(const Recipe& recipe, const std::string& dir) {
+  const std::optional<Recipe> trained = read_checkpoint_recipe(dir);
+  if (!trained) return;
+  const std::string diffs = model_function_conflicts(recipe, *trained, "the checkpoint");
   ATTN_REQUIRE(diffs.empty(),
                "--resume %s: the recipe's model differs from the checkpoint's:%s\n"
                "a resume continues the checkpoint's model (its recipe.yaml); give the same "

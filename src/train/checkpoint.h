@@ -59,6 +59,8 @@ std::string resolve_checkpoint_dir(const std::string& path);
 // in the checkpoint's recipe.yaml, else an error lists them. Training keys (optimizer, schedule,
 // steps, data, eval, route_training) may change. A checkpoint without recipe.yaml is not checked.
 void check_resume_recipe(const Recipe& recipe, const std::string& dir);
+// The recipe.yaml of checkpoint directory `dir` (the run's resolved recipe), if it has one.
+std::optional<Recipe> read_checkpoint_recipe(const std::string& dir);
 // True when run_dir already holds at least one checkpoint.
 bool run_has_checkpoints(const std::string& run_dir);
 

@@ -3,7 +3,6 @@
 #include "config/model_keys.h"
 #include "core/error.h"
 #include "interop/model_source.h"
-#include "io/atomic_file.h"
 
 namespace attnlab {
 
@@ -27,11 +26,12 @@ ModelSource inspect_init_source(const Recipe& r) {
 
 Recipe resolve_init_from(const Recipe& r, const std::string& resume) {
   if (init_source(r).empty()) return r;
-  if (!resume.empty()) {  // the checkpoint's resolved model; check_resume_recipe compares the rest
-    const std::string dir = resolve_checkpoint_dir(resume);
-    const std::string file = dir + "/recipe.yaml";
+  // Resuming: the checkpoint's resolved model (check_resume_recipe compares the rest); one
+  // without a recipe.yaml takes the keys from the init source as a new run does.
+  if (const auto trained =
+          resume.empty() ? std::nullopt : read_checkpoint_recipe(resolve_checkpoint_dir(resume))) {
     Recipe out = r;
-    take_model_keys(out.model, r.given, parse_recipe(io::read_file(file), file, {}).model);
+    take_model_keys(out.model, r.given, trained->model);
     out.model.preset = "";
     out.validate(RecipeUse::train, /*model_resolved=*/true);
     return out;
