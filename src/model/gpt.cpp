@@ -270,6 +270,14 @@ int64_t GPT::num_params_unpadded(const ParameterStore& store) const {
   return store.num_params() - vocab_padding();
 }
 
+int64_t GPT::num_trainable_unpadded(const ParameterStore& store) const {
+  const int64_t rows = int64_t(cfg_.padded_vocab - cfg_.vocab_size) * cfg_.n_embd;
+  int64_t n = store.num_trainable();
+  for (const char* name : {"wte.weight", "lm_head.weight"})
+    if (store.contains(name) && store.entry(name).trainable) n -= rows;
+  return n;
+}
+
 double GPT::flops_per_token(int T, const ParameterStore& store,
                             const std::set<ParamRole>& trainable_roles) const {
   // PaLM appendix B: 6 N for the weight matmuls (fwd + bwd) plus 12 L C T for attention scores,

@@ -71,8 +71,10 @@ class GPT {
   // target is kIgnoreIndex hold no meaningful value). Evaluation reads them (src/eval/).
   Tensor token_losses() const { return losses_.view(Shape{B_, T_}); }
 
-  // Parameter count (excluding vocabulary padding) and FLOPs per token of a training step.
+  // Parameter counts (excluding vocabulary padding: the trainable count leaves out the padding
+  // rows of a trainable wte / lm_head) and FLOPs per token of a training step.
   int64_t num_params_unpadded(const ParameterStore& store) const;
+  int64_t num_trainable_unpadded(const ParameterStore& store) const;
   int64_t vocab_padding() const;  // elements of the padded vocabulary rows (wte, lm_head)
   // FLOPs: PaLM's 6 per matmul weight (forward, input gradient, weight gradient) plus the causal
   // attention scores, counted over the store's matrices (every 2-D tensor but the position

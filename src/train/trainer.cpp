@@ -140,10 +140,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
         "attnlab train %s | %s | %s params (%s trainable) | device %s (%s) | %s tok/step "
         "(%d x %d x %d accum%s) | %lld steps | attention %s",
         recipe.train.name.c_str(), run_dir.c_str(), io::format_count(double(n_params)).c_str(),
-        io::format_count(
-            double(s.store.num_trainable() -
-                   (s.store.entry("wte.weight").trainable ? s.model->vocab_padding() : 0)))
-            .c_str(),
+        io::format_count(double(s.model->num_trainable_unpadded(s.store))).c_str(),
         device_name(s.ctx->device), dtype_name(s.dtype),
         io::format_count(double(step_tokens)).c_str(), recipe.train.micro_batch,
         recipe.train.seq_len, accum,

@@ -214,6 +214,24 @@ TEST(GPTModel, FlopsPerTokenCountsTheMatricesThatRun) {
                    4 * n + 6 * focus + 6 * L * C * T);
 }
 
+// The trainable count shown to users leaves out the padded vocabulary rows of a trainable wte /
+// lm_head (tied and untied), and nothing of a retrofit whose embeddings are frozen.
+TEST(GPTModel, TrainableCountLeavesOutTheVocabularyPadding) {
+  for (const bool tied : {true, false}) {
+    GPTConfig c = tiny_config();
+    c.tied_embeddings = tied;
+    ASSERT_GT(c.padded_vocab, c.vocab_size);
+    GPT m(c);
+    ParameterStore all, none;
+    m.declare_params(all);
+    m.declare_params(none);
+    all.finalize(Device::cpu, DType::f32, {ParamRole::base});
+    EXPECT_EQ(m.num_trainable_unpadded(all), m.num_params_unpadded(all)) << "tied " << tied;
+    none.finalize(Device::cpu, DType::f32, {ParamRole::attention});  // a dense model: none
+    EXPECT_EQ(m.num_trainable_unpadded(none), none.num_trainable()) << "tied " << tied;
+  }
+}
+
 // model.bias: false and model.tied_embeddings: false change the parameters (and train: finite
 // differences below), nothing else.
 TEST(GPTModel, BiasAndTiedEmbeddingsChangeTheParameters) {
