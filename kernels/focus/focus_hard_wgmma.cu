@@ -65,10 +65,10 @@ constexpr size_t smem_bytes() {
 template <int BN>
 struct Meta {
   int qpos[kBM];
-  int qslot[kBM];       // the slot of the block's group in the query's top_k
-  uint64_t qmask[kBM];  // the query's groups of lower slots
-  int kpos[2][BN];
-  uint64_t kmask[2][BN];  // the keys' group sets
+  int qslot[kBM];         // the slot of the block's group in the query's top_k
+  uint64_t qmask[kBM];    // the query's groups of lower slots
+  int kpos[3][BN];        // key tile t's positions in slot t % 3, loaded two tiles ahead
+  uint64_t kmask[2][BN];  // the keys' group sets, top_k > 1 only (top_k 1 excludes no slot)
   // Block scalars the tile loop reads back (fewer live registers across the loop: two blocks per
   // SM allow 128).
   int count;               // entries of the group's list
@@ -139,25 +139,38 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     m.count = count;
     m.glist = glist;
   }
-  // Key tile t into buffer buf; reads the block scalars from shared memory (after a barrier) or
-  // the registers (the first tile).
-  auto load_kv = [&](int t, int buf, int n_list, const int32_t* list) {
-    auto pos = [&](int r) {
-      const int e = t * BN + r;
-      return e < n_list ? list[e] : -1;
-    };
+  // The positions of key tile t (list entries t * BN ..; -1 past the list) into kpos[t % 3], by
+  // cp.async, a tile before load_kv needs them: the gathers' addresses are then in shared memory
+  // when they are issued, and no thread waits on a list load inside the tile loop. Reads the block
+  // scalars from shared memory (after a barrier) or the registers (the first tiles).
+  auto load_pos = [&](int t, int n_list, const int32_t* list) {
+    if (threadIdx.x < BN) {
+      const int e = t * BN + threadIdx.x;
+      if (e < n_list)
+        dev::cp_async4(&m.kpos[t % 3][threadIdx.x], list + e, true);
+      else
+        m.kpos[t % 3][threadIdx.x] = -1;
+    }
+  };
+  // Key tile t's rows into buffer buf (its positions landed and visible: loaded before a barrier).
+  auto load_kv = [&](int t, int buf) {
+    const int* kp = m.kpos[t % 3];
+    auto pos = [&](int r) { return kp[r]; };
     const int64_t kv = b * p.kv_batch_stride + hk * D;
     gather_rows<BN, D>(sK + buf * kKVBytes, p.k + kv, p.kv_row_stride, pos);
     gather_rows<BN, D>(sV + buf * kKVBytes, p.v + kv, p.kv_row_stride, pos);
-    if (threadIdx.x < BN) {
-      const int j = pos(threadIdx.x);
-      m.kpos[buf][threadIdx.x] = j;
+    if (p.top_k > 1 && threadIdx.x < BN) {
+      const int j = kp[threadIdx.x];
       m.kmask[buf][threadIdx.x] = j >= 0 ? p.masks[int64_t(b) * T + j] : 0;
     }
   };
-  if (t_begin < t_end) load_kv(t_begin, 0, count, glist);
+  if (t_begin < t_end) load_pos(t_begin, count, glist);
+  if (t_begin + 1 < t_end) load_pos(t_begin + 1, count, glist);
   cp_async_commit();
-  __syncthreads();  // the query rows of Meta
+  cp_async_wait_all();
+  __syncthreads();  // the query rows of Meta, the first tiles' positions
+  if (t_begin < t_end) load_kv(t_begin, 0);
+  cp_async_commit();
 
   const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tig = lane & 3;
@@ -188,12 +201,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
 
   for (int t = t_begin; t < t_end; ++t) {
     const int buf = (t - t_begin) & 1;
-    tiles_ready();  // tile t (and Q) landed; everybody done with the other buffer
-    if (t + 1 < t_end) load_kv(t + 1, buf ^ 1, m.count, m.glist);
+    tiles_ready();  // tile t (and Q) landed; everybody done with the other buffer and with
+                    // kpos[(t + 2) % 3] (tile t - 1's positions)
+    if (t + 1 < t_end) load_kv(t + 1, buf ^ 1);
+    if (t + 2 < t_end) load_pos(t + 2, m.count, m.glist);
     cp_async_commit();
-    if (!focus_hard::group_tile_visible(m.kpos[buf][0], m.wg_hi[wg])) continue;
+    const int* kp = m.kpos[t % 3];
+    if (!focus_hard::group_tile_visible(kp[0], m.wg_hi[wg])) continue;
     const bool need_mask =
-        !focus_hard::group_tile_unmasked(m.kpos[buf][BN - 1], m.wg_lo[wg], m.wg_first[wg] != 0);
+        !focus_hard::group_tile_unmasked(kp[BN - 1], m.wg_lo[wg], m.wg_first[wg] != 0);
     issue_abt<D, kBM, BN>(s, q_rows, sK + buf * kKVBytes);
     wgmma_wait<0>();
     fence_regs(s);
@@ -204,8 +220,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int col = 8 * jj + 2 * tig + e;
-          const int j = m.kpos[buf][col];
-          const uint64_t km = m.kmask[buf][col];
+          const int j = kp[col];
+          const uint64_t km = p.top_k > 1 ? m.kmask[buf][col] : 0;
           if (!focus_hard::take_group_key(i0, j, km, m.qmask[rrow])) s[4 * jj + e] = -INFINITY;
           if (!focus_hard::take_group_key(i1, j, km, m.qmask[rrow + 8]))
             s[4 * jj + 2 + e] = -INFINITY;
