@@ -75,9 +75,9 @@ struct FocusHardAttnParams {
   float scale = 0.f;
   int tile_rows = kFocusHardTile;  // queries per block (64: one m-tile per warp; 128: two), as
                                    // the index was built with
-  // The wgmma kernel's order of passes (launch_focus_hard_wgmma), top_k 1 with the list group pass
-  // only: the band pass first, into the partial of slot 0 (it reads nothing of the index, so it
-  // can run beside the index build), and the group pass merges it into o and lse.
+  // The wgmma kernel's order of passes (launch_focus_hard_wgmma), top_k 1 only: the band pass
+  // first, into the partial of slot 0 (it reads nothing of the index, so it can run beside the
+  // index build and the gather), and the group pass merges it into o and lse.
   bool band_first = false;
 };
 
@@ -96,10 +96,10 @@ void launch_focus_hard_fwd(const FocusHardAttnParams& p, Stream s);
 // the second). Two launches: group passes (one block per kFocusHardWgmmaRows group-sorted
 // queries; only pairs sharing a group, take_group_key), then the local band in token order (one
 // block per kFocusHardWgmmaRows consecutive queries; pairs sharing no group) whose epilogue
-// merges the token's partials by log-sum-exp and writes o and lse. With p.band_first (top_k 1,
-// the list group pass) the order is reversed: the caller runs launch_focus_hard_band before and
-// makes s wait for it (it reads nothing of the index: src/ops/focus_hard.cpp runs it on a second
-// stream beside the index build), and this launches the group pass alone, which merges the band's
+// merges the token's partials by log-sum-exp and writes o and lse. With p.band_first (top_k 1)
+// the order is reversed: the caller runs launch_focus_hard_band before and makes s wait for it
+// (it reads nothing of the index: src/ops/focus_hard.cpp runs it on a second stream beside the
+// index build and the gather), and this launches the group pass alone, which merges the band's
 // partial (slot 0) into o and lse. Same rows and limits as launch_focus_hard_fwd.
 constexpr int kFocusHardWgmmaRows = 128;
 // Keys per tile of the passes on TMA tiles (focus_hard_sorted.cu, focus_hard_band.cu).
@@ -108,16 +108,19 @@ constexpr int kFocusHardTmaKeys = 128;
 // device is compute capability 9.0 and D is 64 or 128.
 bool focus_hard_wgmma_supported(int D);
 void launch_focus_hard_wgmma(const FocusHardAttnParams& p, Stream s);
-// The wgmma kernel's group pass for top_k = 1 when p.sorted is set (focus_hard_sorted.cu, sm_90a;
-// band_first false): the packed qkv rows (q at the start of each q_row_stride row, k and v in it)
-// copied in list order into p.sorted, then dense causal attention inside each group's segment of
-// that order (the pairs sharing a group) by the dense wgmma forward's schedule on TMA tiles;
-// writes the partials that the band pass merges. Called by launch_focus_hard_wgmma.
+// The wgmma kernel's group pass for top_k = 1 when p.sorted is set (focus_hard_sorted.cu, sm_90a),
+// in two launches: launch_focus_hard_gather copies the packed qkv rows (q at the start of each
+// q_row_stride row, k and v in it) in list order into p.sorted (after the index); then
+// launch_focus_hard_sorted_group (called by launch_focus_hard_wgmma) runs dense causal attention
+// inside each group's segment of that order (the pairs sharing a group) by the dense wgmma
+// forward's schedule on TMA tiles, writing the partials that the band pass merges, or with
+// band_first merging the band's partial into o and lse.
+void launch_focus_hard_gather(const FocusHardAttnParams& p, Stream s);
 void launch_focus_hard_sorted_group(const FocusHardAttnParams& p, Stream s);
 // The wgmma kernel's band pass (focus_hard_band.cu, sm_90a): the local band in token order on TMA
-// tiles (pairs sharing no group). With band_first, before the group pass: its partial (slot 0)
-// for the group pass to merge; otherwise after the group pass, merged with its partials by
-// log-sum-exp into o and lse. Reads q, k, v and groups only (not the index).
+// tiles (pairs sharing no group). With band_first (top_k 1), before the group pass: its partial
+// (slot 0) for the group pass to merge; otherwise after the group pass, merged with its partials
+// by log-sum-exp into o and lse. Reads q, k, v and groups only (not the index).
 void launch_focus_hard_band(const FocusHardAttnParams& p, Stream s);
 
 }  // namespace attnlab

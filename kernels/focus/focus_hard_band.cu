@@ -184,7 +184,7 @@ void launch_band(const FocusHardAttnParams& p, cudaStream_t st) {
 
 void launch_focus_hard_band(const FocusHardAttnParams& p, Stream s) {
   ATTN_ASSERT(p.part_o != nullptr && p.part_lse != nullptr && (p.D == 64 || p.D == 128));
-  ATTN_ASSERT(!p.band_first || (p.top_k == 1 && p.sorted == nullptr));
+  ATTN_ASSERT(!p.band_first || p.top_k == 1);
   ATTN_ASSERT(p.K >= 1 && p.K <= kFocusHardMaxGroups);
   ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && p.q_row_stride % 8 == 0 &&
               p.kv_row_stride % 8 == 0 && p.kv_batch_stride % 8 == 0);

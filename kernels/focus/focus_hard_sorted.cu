@@ -87,6 +87,7 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const HardTmaSmem sm(static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)), D);
   __shared__ int offs[kFocusHardMaxGroups + 1];
+  __shared__ int qpos[kHardTmaRows];  // the block's rows' tokens (list entries q0 ..), epilogue
 
   const int b = blockIdx.z, h = blockIdx.y, T = p.T, K = p.K;
   const int hk = h / (p.n_head / p.n_kv_head);
@@ -122,6 +123,11 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
   sorted_tiles(q0, kHardTmaRows, n, seg_lo(q0), kHardTmaKeys, &n_begin, &n_end);
 
   const int64_t ld = p.q_row_stride, batch = int64_t(T) * ld;
+  // The rows' tokens land with Q: the epilogue then reads them from shared memory, not behind a
+  // list load of its own.
+  for (int r = threadIdx.x; r < kHardTmaRows; r += kHardTmaThreads) {
+    if (q0 + r < n) dev::cp_async4(&qpos[r], p.list + int64_t(b) * T + q0 + r, true);
+  }
   load_tile<kHardTmaRows, D, kHardTmaThreads>(sm.q, p.sorted + b * batch + h * D, ld, q0, n);
   cp_async_commit();
   float o[D / 2];
@@ -147,16 +153,22 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
         }
       });
 
-  // Epilogue: the partial (o normalised, lse) of each valid row, at its token (top_k 1: slot 0),
-  // for the band pass to merge. (Merging a band partial here instead, with the band pass first,
-  // measured slower: docs/performance_variants.md, "The band pass first".)
+  // Epilogue, at each valid row's token (top_k 1: slot 0): the partial (o normalised, lse) for
+  // the band pass to merge, or with band_first the band's partial merged in, o and lse written
+  // (row e takes (e, e), so l > 0).
+  cp_async_wait_all();  // qpos (landed with Q at the first tile; a block walks at least one)
+  __syncthreads();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l = row_sum(st.sum[r]);
     const int e = row0 + 8 * r;
     if (e >= n) continue;
-    const int64_t part = (int64_t(b) * T + p.list[int64_t(b) * T + e]) * p.n_head + h;
-    write_partial<D>(p, o, r, tig, l, st.max[r], part);
+    const int i = qpos[e - q0];
+    const int64_t part = (int64_t(b) * T + i) * p.n_head + h;
+    if (p.band_first)
+      write_merged<D>(p, o, r, tig, l, st.max[r], part, b, h, i);
+    else
+      write_partial<D>(p, o, r, tig, l, st.max[r], part);
   }
 #else
   (void)p, (void)tm_k, (void)tm_v;
@@ -179,6 +191,7 @@ void launch_group(const FocusHardAttnParams& p, cudaStream_t st) {
 // stride q_row_stride, q at its start.
 void check_sorted_params(const FocusHardAttnParams& p) {
   ATTN_ASSERT(p.top_k == 1 && p.sorted != nullptr && p.part_o != nullptr && p.part_lse != nullptr);
+  ATTN_ASSERT(p.D == 64 || p.D == 128);
   ATTN_ASSERT(p.K >= 1 && p.K <= kFocusHardMaxGroups && (p.D == 64 || p.D == 128));
   const int64_t ld = p.q_row_stride;
   ATTN_ASSERT(p.kv_row_stride == ld && p.kv_batch_stride == p.q_batch_stride && ld % 8 == 0);
@@ -191,13 +204,17 @@ void check_sorted_params(const FocusHardAttnParams& p) {
 
 }  // namespace
 
+void launch_focus_hard_gather(const FocusHardAttnParams& p, Stream s) {
+  check_sorted_params(p);
+  const dim3 grid((p.T + kGatherRows - 1) / kGatherRows, p.B);
+  gather_kernel<<<grid, kGatherThreads, 0, reinterpret_cast<cudaStream_t>(s)>>>(
+      p.q, p.q_batch_stride, int(p.q_row_stride), p.list, p.offsets, p.T, p.K, p.sorted);
+  CUDA_CHECK_LAUNCH();
+}
+
 void launch_focus_hard_sorted_group(const FocusHardAttnParams& p, Stream s) {
   check_sorted_params(p);
   auto st = reinterpret_cast<cudaStream_t>(s);
-  const dim3 grid((p.T + kGatherRows - 1) / kGatherRows, p.B);
-  gather_kernel<<<grid, kGatherThreads, 0, st>>>(p.q, p.q_batch_stride, int(p.q_row_stride), p.list,
-                                                 p.offsets, p.T, p.K, p.sorted);
-  CUDA_CHECK_LAUNCH();
   if (p.D == 64)
     launch_group<64>(p, st);
   else

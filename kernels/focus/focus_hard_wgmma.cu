@@ -303,7 +303,7 @@ void launch_focus_hard_wgmma(const FocusHardAttnParams& p, Stream s) {
   ATTN_ASSERT(p.K >= 1 && p.K <= kFocusHardMaxGroups && p.top_k >= 1 && p.top_k <= 64);
   ATTN_ASSERT(p.part_o != nullptr && p.part_lse != nullptr);
   ATTN_ASSERT(p.q_row_stride % 8 == 0 && p.kv_row_stride % 8 == 0 && p.o_row_stride % 2 == 0);
-  ATTN_ASSERT(!p.band_first || (p.top_k == 1 && p.sorted == nullptr));
+  ATTN_ASSERT(!p.band_first || p.top_k == 1);
   auto st = reinterpret_cast<cudaStream_t>(s);
   if (p.sorted != nullptr) {
     launch_focus_hard_sorted_group(p, st);

@@ -18,10 +18,12 @@
 // hard), the routing overhead's share of the layer's attention; top = share of the tokens in the
 // largest group (slot 0).
 // Usage: bench_focus_hard [--T=1024,4096,...] [--K=4,8] [--top_k=1,2] [--D=64,128] [--H=n]
-//                         [--groups=balanced,realistic] [--reps=N] [--queued=N] [--no-mma]
-//                         [--csv=path]
+//                         [--groups=balanced,realistic] [--reps=N] [--queued=N] [--order=...]
+//                         [--no-mma] [--csv=path]
 // Defaults: T 1K 4K 16K 64K 256K 1M, K 4 8, top_k 1 2, D 64 128, H 12 at D 64 and 8 at D 128
-// (--H sets every D's), both group kinds, reps 5 (2 at T >= 256K), queued 1: each timed sample
+// (--H sets every D's), both group kinds, reps 5 (2 at T >= 256K), --order=automatic |
+// group_first | band_first (FocusHardOrder) for the list and sorted columns (band_first: top_k 1
+// rows only; the hard column is always the automatic choice), queued 1: each timed sample
 // is one call between two events, its host work before the first launch included; --queued=N
 // times N calls back to back per sample (the host runs ahead of the device, as in a model's
 // forward over its layers), the same for every column.
@@ -53,6 +55,8 @@ namespace {
 
 // --queued=N: calls per timed sample (bench::median_ms); 1 by default.
 int g_queued = 1;
+// --order=: the order of the wgmma kernel's passes in the hard, list and sorted columns.
+ops::FocusHardOrder g_order = ops::FocusHardOrder::automatic;
 
 // Median of reps timed samples on the context's stream after `warm` untimed calls, ms per call.
 template <typename F>
@@ -117,6 +121,19 @@ int main(int argc, char** argv) {
                      v.c_str());
         return 2;
       }
+    } else if (std::strncmp(a, "--order=", 8) == 0) {
+      const std::string v(a + 8);
+      if (v == "automatic") {
+        g_order = ops::FocusHardOrder::automatic;
+      } else if (v == "group_first") {
+        g_order = ops::FocusHardOrder::group_first;
+      } else if (v == "band_first") {
+        g_order = ops::FocusHardOrder::band_first;
+      } else {
+        std::fprintf(stderr, "%s: --order expects automatic, group_first or band_first, got '%s'\n",
+                     prog, v.c_str());
+        return 2;
+      }
     } else if (std::strncmp(a, "--queued=", 9) == 0) {
       g_queued = parse_list(prog, "--queued", a + 9)[0];
     } else if (std::strcmp(a, "--no-mma") == 0) {
@@ -126,7 +143,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "%s: unknown option %s (valid: --T=, --K=, --top_k=, --D=, --H=, --groups=, "
-                   "--reps=, --queued=, --no-mma, --csv=)\n",
+                   "--reps=, --queued=, --order=, --no-mma, --csv=)\n",
                    prog, a);
       return 2;
     }
@@ -208,16 +225,20 @@ int main(int argc, char** argv) {
                                             ops::FocusHardKernel::mma);
             };
             const double mma_ms = run_mma ? time_ms(*ctx, hard_mma, reps, warm) : 0.0;
-            // The wgmma kernel with the group pass on rows gathered per tile.
+            // The wgmma kernel with the group pass on rows gathered per tile; --order applies to it
+            // and to the sorted pass (band_first: top_k 1 only).
+            const ops::FocusHardOrder order = tk == 1 || g_order != ops::FocusHardOrder::band_first
+                                                  ? g_order
+                                                  : ops::FocusHardOrder::automatic;
             auto hard_list = [&] {
               ops::focus_hard_attention_fwd(*ctx, to, tl, tq, l, tgr, K, w, 0,
-                                            ops::FocusHardKernel::wgmma);
+                                            ops::FocusHardKernel::wgmma, order);
             };
             const double list_ms =
                 ops::focus_hard_wgmma_available(D) ? time_ms(*ctx, hard_list, reps, warm) : 0.0;
             auto hard_sorted = [&] {
               ops::focus_hard_attention_fwd(*ctx, to, tl, tq, l, tgr, K, w, 0,
-                                            ops::FocusHardKernel::wgmma_sorted);
+                                            ops::FocusHardKernel::wgmma_sorted, order);
             };
             const double sorted_ms = ops::focus_hard_wgmma_available(D) && tk == 1
                                          ? time_ms(*ctx, hard_sorted, reps, warm)

@@ -85,7 +85,8 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 
 void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
                               const Tensor& qkv, const QKVLayout& l, const Tensor& groups, int K,
-                              int local_window, int tile_rows, FocusHardKernel kernel) {
+                              int local_window, int tile_rows, FocusHardKernel kernel,
+                              FocusHardOrder order) {
   NvtxRange range("focus_hard_attention_fwd");
   check_groups(ctx, kOp, groups, K);
   require_present(kOp, "qkv", qkv);
@@ -185,23 +186,32 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   p.local_window = local_window;
   p.scale = float(1.0 / std::sqrt(double(l.head_dim)));
   p.tile_rows = rows;
-  // The band pass first (top_k 1, the list group pass, head dim 64): it reads nothing of the
-  // index, so it runs on a second stream beside the index build (launched first, so that its one
-  // block per row starts before the band's blocks fill the GPU), and the group pass merges its
-  // partial. Measured faster there; at head dim 128 and with the sorted group pass, merging in the
-  // group pass's scattered epilogue was slower than the band pass merging last
-  // (docs/performance_variants.md, "The band pass first").
-  p.band_first = wgmma && top_k == 1 && !sorted && l.head_dim == 64;
+  // The band pass first (FocusHardOrder): it reads nothing of the index, so it runs on a second
+  // stream beside the index build (launched first, so that its one block per row starts before the
+  // band's blocks fill the GPU) and the gather, and the group pass merges its partial.
+  // Automatic for the list group pass at head dim 64, where it measured faster; at head dim 128
+  // and with the sorted group pass, merging in the group pass's epilogue was slower than the band
+  // pass merging last (docs/performance_variants.md, "The band pass first"; the sorted pass's
+  // epilogue has read its rows' tokens from shared memory since, not measured yet).
+  ATTN_REQUIRE(order != FocusHardOrder::band_first || (wgmma && top_k == 1),
+               "%s: the band pass first (FocusHardOrder::band_first) needs the wgmma kernel and "
+               "top_k 1, got %s kernel and top_k %lld",
+               kOp, wgmma ? "the wgmma" : "the mma", (long long)top_k);
+  p.band_first =
+      order == FocusHardOrder::band_first ||
+      (order == FocusHardOrder::automatic && wgmma && top_k == 1 && !sorted && l.head_dim == 64);
   if (p.band_first) {
     const SideStream side(ctx.stream);
     launch_focus_hard_index(ip, ctx.stream);
     launch_focus_hard_band(p, side.get());
+    if (sorted) launch_focus_hard_gather(p, ctx.stream);
     side.join();
     launch_focus_hard_wgmma(p, ctx.stream);
     return;
   }
   launch_focus_hard_index(ip, ctx.stream);
   if (wgmma) {
+    if (sorted) launch_focus_hard_gather(p, ctx.stream);
     launch_focus_hard_wgmma(p, ctx.stream);
     return;
   }

@@ -18,6 +18,15 @@ namespace attnlab::ops {
 // one (a wgmma kernel where unsupported, or wgmma_sorted with top_k > 1, is an error).
 enum class FocusHardKernel { automatic, mma, wgmma, wgmma_sorted };
 
+// The order of the wgmma kernel's two passes (kernels/focus/focus_hard.cuh, band_first):
+// group_first = the group pass writes partials and the band pass merges them (every top_k);
+// band_first = top_k 1 only: the band pass runs on a second stream beside the index build (and
+// the gather), the group pass merges its partial. automatic = band_first for top_k 1 with the
+// list group pass at head dim 64 (where it measured faster), group_first otherwise. Forcing
+// band_first without the wgmma kernel or with top_k > 1 is an error; group_first is what the
+// mma kernel does anyway.
+enum class FocusHardOrder { automatic, group_first, band_first };
+
 // True when the build holds the wgmma kernel's sm_90a code and the current device runs it (compute
 // capability 9.0), for head dim 64 or 128.
 bool focus_hard_wgmma_available(int head_dim);
@@ -49,6 +58,7 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
                               const Tensor& qkv, const QKVLayout& layout, const Tensor& groups,
                               int K, int local_window, int tile_rows = 0,
-                              FocusHardKernel kernel = FocusHardKernel::automatic);
+                              FocusHardKernel kernel = FocusHardKernel::automatic,
+                              FocusHardOrder order = FocusHardOrder::automatic);
 
 }  // namespace attnlab::ops

@@ -130,25 +130,35 @@ void run_case(const Case& c) {
             std::max(1e-4, 2 * e_plain_lse));
   // Each kernel called directly (focus_attention_fwd above runs the automatic choice): the mma
   // kernel with 64 and (head dim 64) 128 queries per block, and the wgmma kernel where available
-  // with its group pass on rows gathered per tile and (top_k 1) on the group-sorted copy.
+  // with its group pass on rows gathered per tile and (top_k 1) on the group-sorted copy, each
+  // (top_k 1) with either order of its passes.
   struct Variant {
     const char* name;
     int rows;
     ops::FocusHardKernel kernel;
+    ops::FocusHardOrder order;
   };
-  const Variant variants[] = {{"mma 64 rows", 64, ops::FocusHardKernel::mma},
-                              {"mma 128 rows", 128, ops::FocusHardKernel::mma},
-                              {"wgmma", 0, ops::FocusHardKernel::wgmma},
-                              {"wgmma sorted", 0, ops::FocusHardKernel::wgmma_sorted}};
+  using Kernel = ops::FocusHardKernel;
+  using Order = ops::FocusHardOrder;
+  const Variant variants[] = {
+      {"mma 64 rows", 64, Kernel::mma, Order::automatic},
+      {"mma 128 rows", 128, Kernel::mma, Order::automatic},
+      {"wgmma", 0, Kernel::wgmma, Order::automatic},
+      {"wgmma, group first", 0, Kernel::wgmma, Order::group_first},
+      {"wgmma, band first", 0, Kernel::wgmma, Order::band_first},
+      {"wgmma sorted", 0, Kernel::wgmma_sorted, Order::automatic},
+      {"wgmma sorted, group first", 0, Kernel::wgmma_sorted, Order::group_first},
+      {"wgmma sorted, band first", 0, Kernel::wgmma_sorted, Order::band_first}};
   for (const Variant& v : variants) {
     if (v.rows == 128 && c.D != 64) continue;
-    if (v.kernel != ops::FocusHardKernel::mma && !ops::focus_hard_wgmma_available(c.D)) continue;
-    if (v.kernel == ops::FocusHardKernel::wgmma_sorted && c.top_k != 1) continue;
+    if (v.kernel != Kernel::mma && !ops::focus_hard_wgmma_available(c.D)) continue;
+    if ((v.kernel == Kernel::wgmma_sorted || v.order == Order::band_first) && c.top_k != 1)
+      continue;
     SCOPED_TRACE(v.name);
     go.poison();
     gl.poison();
     ops::focus_hard_attention_fwd(*gpu, dev(go, os), dev(gl, ls), dev(gq, qs), l, dev(ggr, grs),
-                                  c.K, c.w, v.rows, v.kernel);
+                                  c.K, c.w, v.rows, v.kernel, v.order);
     EXPECT_LT(test::report("focus hard (direct) out vs fp32 reference",
                            test::max_rel_error(go.download(), out)),
               bound);
@@ -395,6 +405,14 @@ TEST(FocusHard, RejectsBadArguments) {
                                       ops::FocusHardKernel::wgmma_sorted);
       },
       {"sorted group pass (wgmma_sorted) takes top_k 1 only", "2"});
+  test::expect_error(
+      [&] {
+        ops::focus_hard_attention_fwd(*gpu, dev(dout, {2, 3, 64}), dev(dl, {2, 1, 3}),
+                                      dev(dq, {2, 3, 192}), l, dev(dgr, {2, 3, 2}), 8, 128, 0,
+                                      ops::FocusHardKernel::automatic,
+                                      ops::FocusHardOrder::band_first);
+      },
+      {"band pass first", "top_k 2"});
   if (!ops::focus_hard_wgmma_available(64)) {
     test::expect_error(
         [&] {

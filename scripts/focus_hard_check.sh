@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The hard-routed Focus forward on the GPU machine, in one call: build, its GPU tests, the
+# benchmark with each order of the wgmma kernel's passes (FocusHardOrder) and queued timing, and
+# per-kernel times and stall reasons at 4K under ncu. Short table last; logs and CSVs in $OUT (the
+# device tool's folder) or /tmp/attnlab_hard.
+# Usage (repo root, on the GPU machine): bash scripts/focus_hard_check.sh [build_dir]
+# Environment: HARD_T (lengths, default 1024,2048,4096,8192,16384), NCU=0 skips ncu.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0
+B=${1:-build-device}
+O=${OUT:-/tmp/attnlab_hard}
+mkdir -p "$O"
+T=${HARD_T:-1024,2048,4096,8192,16384}
+t0=$(date +%s)
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$O/cmake.log" 2>&1 ||
+  { tail -20 "$O/cmake.log"; exit 1; }
+make -C "$B" -j16 attnlab_tests bench_focus_hard >"$O/build.log" 2>&1 ||
+  { grep -E "error" -A3 "$O/build.log" | head -40; exit 1; }
+echo "build: $(($(date +%s) - t0)) s"
+"$B/attnlab_tests" --gtest_filter='FocusHard*:FocusCuda.*:FocusDecodeCuda.*:FocusModel*' \
+  >"$O/tests.log" 2>&1
+echo "tests: rc=$?"
+grep -E "^\[  FAILED|^\[  PASSED" "$O/tests.log" | head -20
+for order in automatic group_first band_first; do
+  "$B/bench_focus_hard" --D=64 --K=8 --top_k=1 --groups=balanced --no-mma --T="$T" \
+    --order=$order --queued=20 --csv="$O/hard64_$order.csv" >"$O/hard64_$order.log" 2>&1
+  "$B/bench_focus_hard" --D=128 --H=8 --K=8 --top_k=1 --groups=balanced --no-mma \
+    --T=4096,16384 --order=$order --queued=20 --csv="$O/hard128_$order.csv" \
+    >"$O/hard128_$order.log" 2>&1
+done
+if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
+  M="gpu__time_duration.sum,smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
+  M="$M,smsp__issue_active.avg.pct_of_peak_sustained_active"
+  M="$M,regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio"
+  timeout 300 ncu --clock-control none --cache-control none --metrics "$M" \
+    -k regex:"band_kernel|sorted_group|focus_hard_wgmma_kernel|hard_index|attn_fwd_wgmma|gather" \
+    "$B/bench_focus_hard" --D=64 --K=8 --top_k=1 --groups=balanced --no-mma --T=4096 --reps=1 \
+    >"$O/ncu.log" 2>&1
+  python3 - "$O/ncu.log" <<'PY'
+import collections, re, sys
+rows, name = collections.OrderedDict(), None
+for line in open(sys.argv[1]):
+    if ')x(' in line and 'Context' in line:
+        m = re.search(r'(\w+)(?:<[^()]*>)?\(', line)
+        name = m.group(1) if m else '?'
+        rows.setdefault(name, collections.defaultdict(list))
+        continue
+    m = re.match(r'\s+(\S+)\s+(\S+)?\s+([\d.,]+)\s*$', line)
+    if m and name:
+        rows[name][m.group(1)].append(float(m.group(3).replace(',', '')))
+print("ncu at 4K, 12 x 64 (median over launches; stall cycles per issued instruction):")
+for k, d in rows.items():
+    med = lambda v: sorted(v)[len(v) // 2]
+    t = med(d.get('gpu__time_duration.sum', [0]))
+    st = sorted(((med(v), n.replace('smsp__average_warps_issue_stalled_', '').replace(
+        '_per_issue_active.ratio', '')) for n, v in d.items() if 'stalled' in n), reverse=True)
+    print(f"  {k[:28]:28s} {t:10.1f} (duration unit as ncu printed) | " +
+          ", ".join(f"{n} {v:.1f}" for v, n in st[:5]))
+PY
+fi
+echo "hard-routed forward, 12 x 64 and 8 x 128, K 8, top_k 1, queued 20 (ms; x dense):"
+for order in automatic group_first band_first; do
+  for f in "$O/hard64_$order.csv" "$O/hard128_$order.csv"; do
+    [ -f "$f" ] && awk -F, -v o=$order 'NR > 1 { printf "  %-11s D %3s T %6s | dense %.3f hard %.3f (%.2fx) list %.3f (%.2fx) sorted %.3f (%.2fx)\n", o, $1, $3, $7, $8, $9, $12, $13, $14, $15 }' "$f"
+  done
+done
