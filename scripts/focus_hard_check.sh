@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The hard-routed Focus forward on the GPU machine, in one call: build, its GPU tests, the
-# benchmark with each order of the wgmma kernel's passes (FocusHardOrder) and queued timing, and
+# benchmark with each order of the wgmma kernel's passes (FocusHardOrder) and queued timing, the
+# list group pass's block orders (FocusHardBlockOrder), and
 # per-kernel times and stall reasons at 4K under ncu. Short table last; logs and CSVs in $OUT (the
 # device tool's folder) or /tmp/attnlab_hard.
 # Usage (repo root, on the GPU machine): bash scripts/focus_hard_check.sh [build_dir]
@@ -27,6 +28,13 @@ for order in automatic group_first band_first; do
   "$B/bench_focus_hard" --D=128 --H=8 --K=8 --top_k=1 --groups=balanced --no-mma \
     --T=4096,16384 --order=$order --queued=20 --csv="$O/hard128_$order.csv" \
     >"$O/hard128_$order.log" 2>&1
+done
+# The list group pass's block order (FocusHardBlockOrder), A/B in the list column: balanced and
+# realistic groups, top_k 1 and 2.
+for blocks in longest_first group_major; do
+  "$B/bench_focus_hard" --D=64 --K=8 --top_k=1,2 --groups=balanced,realistic --no-mma \
+    --T=2048,4096,8192 --blocks=$blocks --queued=20 --csv="$O/blocks64_$blocks.csv" \
+    >"$O/blocks64_$blocks.log" 2>&1
 done
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   M="gpu__time_duration.sum,smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
@@ -63,4 +71,9 @@ for order in automatic group_first band_first; do
   for f in "$O/hard64_$order.csv" "$O/hard128_$order.csv"; do
     [ -f "$f" ] && awk -F, -v o=$order 'NR > 1 { printf "  %-11s D %3s T %6s | dense %.3f hard %.3f (%.2fx) list %.3f (%.2fx) sorted %.3f (%.2fx)\n", o, $1, $3, $7, $8, $9, $12, $13, $14, $15 }' "$f"
   done
+done
+echo "list group pass block order, 12 x 64, K 8, queued 20 (list column ms; x dense):"
+for blocks in longest_first group_major; do
+  f="$O/blocks64_$blocks.csv"
+  [ -f "$f" ] && awk -F, -v o=$blocks 'NR > 1 { printf "  %-13s T %6s top_k %s %-9s | dense %.3f list %.3f (%.2fx)\n", o, $3, $5, $6, $7, $12, $13 }' "$f"
 done

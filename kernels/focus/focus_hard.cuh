@@ -79,6 +79,11 @@ struct FocusHardAttnParams {
   // first, into the partial of slot 0 (it reads nothing of the index, so it can run beside the
   // index build and the gather), and the group pass merges it into o and lse.
   bool band_first = false;
+  // The order of the wgmma list group pass's blocks: true = longest first over all groups (query
+  // tile j descending, then group, then head; focus_hard::longest_first_tile), false = group
+  // after group per head, each group's latest tiles first. The blocks compute the same; only the
+  // tail of the launch differs.
+  bool longest_first = true;
 };
 
 inline int focus_hard_chunks(int T) { return (T + kFocusHardChunk - 1) / kFocusHardChunk; }

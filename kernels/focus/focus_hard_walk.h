@@ -114,6 +114,32 @@ ATTN_FOCUS_HD bool band_tile_visible(int k0, int bn, int lo, int hi, int w) {
   return lo <= hi && k0 <= hi && lo - (k0 + bn - 1) <= w;
 }
 
+// The longest-first order of the list group pass's blocks (focus_hard_wgmma.cu). The block of
+// query tile j of a group's list walks that list's key tiles up to its last query, j + 1 query
+// tiles' worth, so ordering the blocks by j descending over all groups (then by group, then head,
+// the fastest) hands out the longest first and leaves short ones for the tail; ordered group by
+// group, a long block of the last group would start late and set the tail. Tile rank u (the
+// block's rank / heads) -> the group and j, or false past the row's tiles. F(L): the number of
+// tiles with j >= L over the groups (sum of max(0, n_g - L), n_g a group's tiles); maxn: the
+// largest n_g; nth(j, o): the o-th group (ascending, from 0) with n_g > j. The kernel evaluates F
+// and nth across a warp's lanes, the test on the host.
+template <class TilesFrom, class NthGroup>
+ATTN_FOCUS_HD bool longest_first_tile(int64_t u, int maxn, TilesFrom F, NthGroup nth, int* grp,
+                                      int* j) {
+  if (maxn <= 0 || u >= F(0)) return false;
+  int lo = 0, hi = maxn;  // F(lo) > u >= F(hi)
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (F(mid) > u)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  *j = lo;
+  *grp = nth(lo, int(u - F(lo + 1)));
+  return true;
+}
+
 // The sorted group pass of top_k 1 (focus_hard_sorted.cu), in the entries of the stable
 // group-sorted list (n of them): entry e takes entry j iff lo <= j <= e, lo the first entry of e's
 // group (the pairs sharing a group). A block of `rows` entries from q0 walks the key tiles (bn

@@ -104,24 +104,51 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   const uint32_t sK = sQ + kQBytes, sV = sK + 2 * kKVBytes;
   __shared__ Meta<BN> m;
 
-  const int b = blockIdx.z, h = blockIdx.y, T = p.T, K = p.K;
-  const int hk = h / (p.n_head / p.n_kv_head);
+  const int b = blockIdx.z, T = p.T, K = p.K, H = p.n_head;
 
-  // The block's queries (list entries q_first .. or positions q0 ..) and its key tiles.
-  int q0 = 0, nq = 0, grp = 0, count = 0, t_begin = 0, t_end = 0;
+  // The block's head, group and query tile j of the group's list (its list entries q0 ..), and
+  // its key tiles. blockIdx.x covers max_tiles tiles x H heads (an upper bound of the row's tiles).
+  int h = 0, q0 = 0, nq = 0, grp = 0, count = 0, t_begin = 0, t_end = 0;
   const int32_t* glist = nullptr;
   {
-    const int tile = max_tiles - 1 - int(blockIdx.x);  // the longest (latest) tiles first
     const int32_t* toff = p.tile_offsets + int64_t(b) * (K + 1);
-    if (tile >= toff[K]) return;
-    while (toff[grp + 1] <= tile) ++grp;
+    int j = 0;
+    if (p.longest_first) {  // j descending over all groups, heads fastest (focus_hard_walk.h)
+      const int u = int(blockIdx.x / unsigned(H));
+      h = int(blockIdx.x) - u * H;
+      // Every warp decodes the same rank: lane l holds the tile counts of groups l and l + 32.
+      const int lane = threadIdx.x % 32;
+      const int n_lo = lane < K ? toff[lane + 1] - toff[lane] : 0;
+      const int n_hi = lane + 32 < K ? toff[lane + 33] - toff[lane + 32] : 0;
+      const int maxn = int(__reduce_max_sync(0xffffffffu, unsigned(max(n_lo, n_hi))));
+      auto tiles_from = [&](int L) {
+        return int64_t(
+            __reduce_add_sync(0xffffffffu, unsigned(max(0, n_lo - L) + max(0, n_hi - L))));
+      };
+      auto nth_group = [&](int level, int o) {
+        unsigned lo_set = __ballot_sync(0xffffffffu, n_lo > level);
+        unsigned hi_set = __ballot_sync(0xffffffffu, n_hi > level);
+        const int c = __popc(lo_set);
+        unsigned set = o < c ? lo_set : hi_set;
+        for (int i = o < c ? o : o - c; i > 0; --i) set &= set - 1;  // drop the lowest o bits
+        return (o < c ? 0 : 32) + __ffs(int(set)) - 1;
+      };
+      if (!focus_hard::longest_first_tile(u, maxn, tiles_from, nth_group, &grp, &j)) return;
+    } else {  // group after group per head, each group's latest tiles first
+      h = int(blockIdx.x / unsigned(max_tiles));
+      const int tile = max_tiles - 1 - (int(blockIdx.x) - h * max_tiles);
+      if (tile >= toff[K]) return;
+      while (toff[grp + 1] <= tile) ++grp;
+      j = tile - toff[grp];
+    }
     const int32_t* offs = p.offsets + int64_t(b) * (K + 1);
     count = offs[grp + 1] - offs[grp];
     glist = p.list + int64_t(b) * T * p.top_k + offs[grp];
-    q0 = (tile - toff[grp]) * kBM;  // list index of the first query
+    q0 = j * kBM;  // list index of the first query
     nq = min(kBM, count - q0);
     t_end = (q0 + nq + BN - 1) / BN;
   }
+  const int hk = h / (p.n_head / p.n_kv_head);
   for (int r = threadIdx.x; r < kBM; r += kThreads) {
     int pos = -1, slot = 0;
     uint64_t qm = 0;
@@ -263,15 +290,16 @@ void launch(const FocusHardAttnParams& p, cudaStream_t st, unsigned blocks) {
   auto* kernel = focus_hard_wgmma_kernel<D>;
   static std::atomic<uint64_t> attributes_set{0};
   set_max_shared_once(attributes_set, reinterpret_cast<const void*>(kernel), smem);
-  kernel<<<dim3(blocks, p.n_head, p.B), kThreads, smem, st>>>(p, int(blocks));
+  kernel<<<dim3(blocks * unsigned(p.n_head), 1, p.B), kThreads, smem, st>>>(p, int(blocks));
   CUDA_CHECK_LAUNCH();
 }
 
 template <int D>
 void run_group(const FocusHardAttnParams& p, cudaStream_t st) {
   const int64_t max_tiles = focus_hard_max_tiles(p.T, p.K, p.top_k, kBM);
-  ATTN_REQUIRE(max_tiles <= INT32_MAX, "focus_hard: %lld query tiles exceed the grid",
-               (long long)max_tiles);
+  ATTN_REQUIRE(max_tiles * p.n_head <= INT32_MAX,
+               "focus_hard: %lld query tiles x %d heads exceed the grid", (long long)max_tiles,
+               p.n_head);
   launch<D>(p, st, unsigned(max_tiles));
 }
 

@@ -19,14 +19,15 @@
 // largest group (slot 0).
 // Usage: bench_focus_hard [--T=1024,4096,...] [--K=4,8] [--top_k=1,2] [--D=64,128] [--H=n]
 //                         [--groups=balanced,realistic] [--reps=N] [--queued=N] [--order=...]
-//                         [--no-mma] [--csv=path]
+//                         [--blocks=...] [--no-mma] [--csv=path]
 // Defaults: T 1K 4K 16K 64K 256K 1M, K 4 8, top_k 1 2, D 64 128, H 12 at D 64 and 8 at D 128
 // (--H sets every D's), both group kinds, reps 5 (2 at T >= 256K), --order=automatic |
 // group_first | band_first (FocusHardOrder) for the list and sorted columns (band_first: top_k 1
-// rows only; the hard column is always the automatic choice), queued 1: each timed sample
-// is one call between two events, its host work before the first launch included; --queued=N
-// times N calls back to back per sample (the host runs ahead of the device, as in a model's
-// forward over its layers), the same for every column.
+// rows only; the hard column is always the automatic choice), --blocks=longest_first |
+// group_major (FocusHardBlockOrder) for the list column (the others take the default), queued 1:
+// each timed sample is one call between two events, its host work before the first launch included;
+// --queued=N times N calls back to back per sample (the host runs ahead of the device, as in a
+// model's forward over its layers), the same for every column.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -57,6 +58,8 @@ namespace {
 int g_queued = 1;
 // --order=: the order of the wgmma kernel's passes in the hard, list and sorted columns.
 ops::FocusHardOrder g_order = ops::FocusHardOrder::automatic;
+// --blocks=: the order of the list group pass's blocks in the list column.
+ops::FocusHardBlockOrder g_blocks = ops::FocusHardBlockOrder::longest_first;
 
 // Median of reps timed samples on the context's stream after `warm` untimed calls, ms per call.
 template <typename F>
@@ -134,6 +137,17 @@ int main(int argc, char** argv) {
                      prog, v.c_str());
         return 2;
       }
+    } else if (std::strncmp(a, "--blocks=", 9) == 0) {
+      const std::string v(a + 9);
+      if (v == "longest_first") {
+        g_blocks = ops::FocusHardBlockOrder::longest_first;
+      } else if (v == "group_major") {
+        g_blocks = ops::FocusHardBlockOrder::group_major;
+      } else {
+        std::fprintf(stderr, "%s: --blocks expects longest_first or group_major, got '%s'\n", prog,
+                     v.c_str());
+        return 2;
+      }
     } else if (std::strncmp(a, "--queued=", 9) == 0) {
       g_queued = parse_list(prog, "--queued", a + 9)[0];
     } else if (std::strcmp(a, "--no-mma") == 0) {
@@ -143,7 +157,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "%s: unknown option %s (valid: --T=, --K=, --top_k=, --D=, --H=, --groups=, "
-                   "--reps=, --queued=, --order=, --no-mma, --csv=)\n",
+                   "--reps=, --queued=, --order=, --blocks=, --no-mma, --csv=)\n",
                    prog, a);
       return 2;
     }
@@ -232,7 +246,7 @@ int main(int argc, char** argv) {
                                                   : ops::FocusHardOrder::automatic;
             auto hard_list = [&] {
               ops::focus_hard_attention_fwd(*ctx, to, tl, tq, l, tgr, K, w, 0,
-                                            ops::FocusHardKernel::wgmma, order);
+                                            ops::FocusHardKernel::wgmma, order, g_blocks);
             };
             const double list_ms =
                 ops::focus_hard_wgmma_available(D) ? time_ms(*ctx, hard_list, reps, warm) : 0.0;

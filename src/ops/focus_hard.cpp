@@ -86,7 +86,7 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
                               const Tensor& qkv, const QKVLayout& l, const Tensor& groups, int K,
                               int local_window, int tile_rows, FocusHardKernel kernel,
-                              FocusHardOrder order) {
+                              FocusHardOrder order, FocusHardBlockOrder block_order) {
   NvtxRange range("focus_hard_attention_fwd");
   check_groups(ctx, kOp, groups, K);
   require_present(kOp, "qkv", qkv);
@@ -186,6 +186,7 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   p.local_window = local_window;
   p.scale = float(1.0 / std::sqrt(double(l.head_dim)));
   p.tile_rows = rows;
+  p.longest_first = block_order == FocusHardBlockOrder::longest_first;
   // The band pass first (FocusHardOrder): it reads nothing of the index, so it runs on a second
   // stream beside the index build (launched first, so that its one block per row starts before the
   // band's blocks fill the GPU) and the gather, and the group pass merges its partial.

@@ -27,6 +27,11 @@ enum class FocusHardKernel { automatic, mma, wgmma, wgmma_sorted };
 // mma kernel does anyway.
 enum class FocusHardOrder { automatic, group_first, band_first };
 
+// The order of the wgmma list group pass's blocks (kernels/focus/focus_hard.cuh, longest_first):
+// longest_first over all groups (the default), or group_major (group after group per head, the
+// earlier order), for A/B benchmarks; the outputs are bitwise the same.
+enum class FocusHardBlockOrder { longest_first, group_major };
+
 // True when the build holds the wgmma kernel's sm_90a code and the current device runs it (compute
 // capability 9.0), for head dim 64 or 128.
 bool focus_hard_wgmma_available(int head_dim);
@@ -59,6 +64,7 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
                               const Tensor& qkv, const QKVLayout& layout, const Tensor& groups,
                               int K, int local_window, int tile_rows = 0,
                               FocusHardKernel kernel = FocusHardKernel::automatic,
-                              FocusHardOrder order = FocusHardOrder::automatic);
+                              FocusHardOrder order = FocusHardOrder::automatic,
+                              FocusHardBlockOrder block_order = FocusHardBlockOrder::longest_first);
 
 }  // namespace attnlab::ops

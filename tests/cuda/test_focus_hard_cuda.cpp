@@ -131,12 +131,14 @@ void run_case(const Case& c) {
   // Each kernel called directly (focus_attention_fwd above runs the automatic choice): the mma
   // kernel with 64 and (head dim 64) 128 queries per block, and the wgmma kernel where available
   // with its group pass on rows gathered per tile and (top_k 1) on the group-sorted copy, each
-  // (top_k 1) with either order of its passes.
+  // (top_k 1) with either order of its passes, and the list group pass with its blocks group
+  // after group (the same blocks in another order: bitwise the same output).
   struct Variant {
     const char* name;
     int rows;
     ops::FocusHardKernel kernel;
     ops::FocusHardOrder order;
+    ops::FocusHardBlockOrder blocks = ops::FocusHardBlockOrder::longest_first;
   };
   using Kernel = ops::FocusHardKernel;
   using Order = ops::FocusHardOrder;
@@ -144,11 +146,14 @@ void run_case(const Case& c) {
       {"mma 64 rows", 64, Kernel::mma, Order::automatic},
       {"mma 128 rows", 128, Kernel::mma, Order::automatic},
       {"wgmma", 0, Kernel::wgmma, Order::automatic},
+      {"wgmma, group-major blocks", 0, Kernel::wgmma, Order::automatic,
+       ops::FocusHardBlockOrder::group_major},
       {"wgmma, group first", 0, Kernel::wgmma, Order::group_first},
       {"wgmma, band first", 0, Kernel::wgmma, Order::band_first},
       {"wgmma sorted", 0, Kernel::wgmma_sorted, Order::automatic},
       {"wgmma sorted, group first", 0, Kernel::wgmma_sorted, Order::group_first},
       {"wgmma sorted, band first", 0, Kernel::wgmma_sorted, Order::band_first}};
+  std::vector<float> o_wgmma, lse_wgmma;  // the "wgmma" variant's (longest-first blocks)
   for (const Variant& v : variants) {
     if (v.rows == 128 && c.D != 64) continue;
     if (v.kernel != Kernel::mma && !ops::focus_hard_wgmma_available(c.D)) continue;
@@ -158,12 +163,21 @@ void run_case(const Case& c) {
     go.poison();
     gl.poison();
     ops::focus_hard_attention_fwd(*gpu, dev(go, os), dev(gl, ls), dev(gq, qs), l, dev(ggr, grs),
-                                  c.K, c.w, v.rows, v.kernel, v.order);
-    EXPECT_LT(test::report("focus hard (direct) out vs fp32 reference",
-                           test::max_rel_error(go.download(), out)),
-              bound);
-    EXPECT_LT(test::report("focus hard (direct) lse", test::max_rel_error(gl.download(), lse)),
+                                  c.K, c.w, v.rows, v.kernel, v.order, v.blocks);
+    const std::vector<float> o_v = go.download(), lse_v = gl.download();
+    EXPECT_LT(
+        test::report("focus hard (direct) out vs fp32 reference", test::max_rel_error(o_v, out)),
+        bound);
+    EXPECT_LT(test::report("focus hard (direct) lse", test::max_rel_error(lse_v, lse)),
               std::max(1e-4, 2 * e_plain_lse));
+    if (v.kernel == Kernel::wgmma && v.order == Order::automatic) {
+      if (v.blocks == ops::FocusHardBlockOrder::longest_first) {
+        o_wgmma = o_v, lse_wgmma = lse_v;
+      } else {
+        EXPECT_EQ(o_v, o_wgmma) << "the block order changed the output";
+        EXPECT_EQ(lse_v, lse_wgmma) << "the block order changed lse";
+      }
+    }
   }
 }
 

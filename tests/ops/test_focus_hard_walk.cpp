@@ -331,5 +331,64 @@ TEST(FocusHardWalk, EveryAttendedPairIsTakenExactlyOnce) {
           }
 }
 
+// The longest-first order of the list group pass's blocks (focus_hard_wgmma.cu, longest_first):
+// the kernel's ranks (tile rank u = block / H, head = block % H, past the row's tiles: none)
+// decoded with host versions of its lane sums map onto every (group, tile j < n_g, head) exactly
+// once, with j non-increasing over the ranks and, within one j, groups ascending, heads fastest.
+TEST(FocusHardWalk, LongestFirstOrderCoversEveryBlockOnceLongestFirst) {
+  const std::vector<int32_t> r = test::random_ints(4096, 77, 1 << 20);
+  size_t next = 0;
+  for (int K : {1, 2, 3, 8, 33, 64})
+    for (int shape : {0, 1, 2, 3})
+      for (int H : {1, 3, 12}) {
+        // Tile counts: random 0 .. 20, some empty; one group holding everything; all empty;
+        // all equal (the balanced case).
+        std::vector<int> n(K);
+        for (int g = 0; g < K; ++g) {
+          const int x = r[next++ % r.size()];
+          n[g] = shape == 0   ? (x % 4 == 0 ? 0 : x % 21)
+                 : shape == 1 ? (g == K / 2 ? 37 : 0)
+                 : shape == 2 ? 0
+                              : 4;
+        }
+        int maxn = 0, total = 0;
+        for (int x : n) maxn = std::max(maxn, x), total += x;
+        auto tiles_from = [&](int L) {
+          int64_t t = 0;
+          for (int x : n) t += std::max(0, x - L);
+          return t;
+        };
+        auto nth_group = [&](int level, int o) {
+          for (int g = 0; g < K; ++g)
+            if (n[g] > level && o-- == 0) return g;
+          return -1;
+        };
+        std::vector<int> seen(size_t(K) * (maxn + 1) * H, 0);
+        int prev_j = INT32_MAX, prev_g = -1;
+        for (int64_t block = 0; block < int64_t(total + 3) * H; ++block) {
+          const int64_t u = block / H;
+          const int head = int(block - u * H);
+          int grp = -1, j = -1;
+          const bool ok = focus_hard::longest_first_tile(u, maxn, tiles_from, nth_group, &grp, &j);
+          ASSERT_EQ(ok, u < total) << "K " << K << " shape " << shape << " block " << block;
+          if (!ok) continue;
+          ASSERT_TRUE(grp >= 0 && grp < K && j >= 0 && j < n[grp])
+              << "K " << K << " shape " << shape << " u " << u << " -> group " << grp << " j " << j;
+          ++seen[(size_t(grp) * (maxn + 1) + j) * H + head];
+          if (head == 0) {
+            ASSERT_TRUE(j < prev_j || (j == prev_j && grp > prev_g))
+                << "K " << K << " shape " << shape << " u " << u << ": (" << grp << ", " << j
+                << ") after (" << prev_g << ", " << prev_j << ")";
+            prev_j = j, prev_g = grp;
+          }
+        }
+        for (int g = 0; g < K; ++g)
+          for (int j = 0; j <= maxn; ++j)
+            for (int head = 0; head < H; ++head)
+              ASSERT_EQ(seen[(size_t(g) * (maxn + 1) + j) * H + head], j < n[g] ? 1 : 0)
+                  << "K " << K << " shape " << shape << " group " << g << " j " << j;
+      }
+}
+
 }  // namespace
 }  // namespace attnlab
