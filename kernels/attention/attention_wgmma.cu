@@ -162,8 +162,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   const uint32_t sV = sK + 2 * kKVBytes;  // [2][kBlockN] rows
 
   const int T = p.seq_len;
-  const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) blocks first
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
+  // Grid (heads, query tiles, batch): the heads vary fastest, so every head's longest (last,
+  // causal) query tile is handed out before any head's second longest (longest first, docs/
+  // performance.md, "Block order").
+  const int m_block = gridDim.y - 1 - blockIdx.y;
+  const int h = blockIdx.x, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
   const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tig = lane & 3;
   const int q0 = m_block * kBlockM;
@@ -284,8 +287,11 @@ __global__ void __launch_bounds__(kPingpongThreads, 1)
   const uint32_t empty_k = full_v + 16, empty_v = empty_k + 16;  // + 8 stage
 
   const int T = p.seq_len;
-  const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) blocks first
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
+  // Grid (heads, query tiles, batch): the heads vary fastest, so every head's longest (last,
+  // causal) query tile is handed out before any head's second longest (longest first, docs/
+  // performance.md, "Block order").
+  const int m_block = gridDim.y - 1 - blockIdx.y;
+  const int h = blockIdx.x, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
   const int q0 = m_block * kBlockM;
   const TileRange tiles = p.mask.key_tiles(q0, kBlockM, kBlockN, T);
   const int n_begin = tiles.begin, n_end = tiles.end;
@@ -421,7 +427,7 @@ void launch_pingpong(const AttentionParams<bf16>& p, cudaStream_t st) {
   constexpr size_t smem = pingpong_smem_bytes(D);
   auto* kernel = attn_fwd_wgmma_pingpong_kernel<D>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const dim3 grid(div_up(p.seq_len, kBlockM), p.n_head, p.B);
+  const dim3 grid = causal_grid(p.n_head, p.seq_len, kBlockM, p.B);
   static_assert(kBlockM == kBlockN, "one box height for the Q, K and V maps");
   const int kv_width = p.n_kv_head * D;
   const CUtensorMap tm_q = tile_map(p.q, p.n_head * D, p.seq_len, p.B, p.qkv_row_stride,
@@ -442,7 +448,7 @@ void launch_simple(const AttentionParams<bf16>& p, cudaStream_t st) {
   // Largest shared-memory carveout: two 81 KiB blocks (D = 64) must share an SM.
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   int(cudaSharedmemCarveoutMaxShared)));
-  const dim3 grid(div_up(p.seq_len, kBlockM), p.n_head, p.B);
+  const dim3 grid = causal_grid(p.n_head, p.seq_len, kBlockM, p.B);
   const int kv_width = p.n_kv_head * D;
   const CUtensorMap tm_k = tile_map(p.k, kv_width, p.seq_len, p.B, p.qkv_row_stride,
                                     p.qkv_batch_stride, kBlockN),

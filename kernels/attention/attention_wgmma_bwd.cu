@@ -277,10 +277,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t sFull = sdQ + kCopies * kDqBytes;  // mbarriers [2]: Q, dO of a stage loaded
 
   const int T = p.seq_len;
-  const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
+  // Grid (kv heads, key tiles, batch): the heads vary fastest, so every head's first key tile
+  // (the most query tiles, causal) is handed out before any head's second (longest first).
+  const int hk = blockIdx.x, b = blockIdx.z, group = p.n_head / p.n_kv_head;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tig = lane & 3;
-  const int k0 = blockIdx.x * kBlockN;  // causal: the first blocks have the most query tiles
+  const int k0 = blockIdx.y * kBlockN;
   const int key0 = k0 + 64 * wg + 16 * warp + g;  // this thread's keys: key0 and key0 + 8
   const bf16* gk = p.k + b * p.qkv_batch_stride + hk * D;
   const bf16* gv = p.v + b * p.qkv_batch_stride + hk * D;
@@ -531,7 +533,7 @@ void launch(const AttentionParams<bf16>& p, const float* delta, float* dq_accum,
   constexpr size_t smem = bwd_smem_bytes<D, kLagDq>();
   auto* kernel = attn_bwd_wgmma_kernel<D, kLagDq>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const dim3 grid(div_up(p.seq_len, kBlockN), p.n_kv_head, p.B);
+  const dim3 grid = causal_grid(p.n_kv_head, p.seq_len, kBlockN, p.B);
   const CUtensorMap tm_q = tile_map(p.q, p.n_head * D, p.seq_len, p.B, p.qkv_row_stride,
                                     p.qkv_batch_stride, kQTile<D>),
                     tm_do = tile_map(p.dout, p.n_head * D, p.seq_len, p.B, p.o_row_stride,

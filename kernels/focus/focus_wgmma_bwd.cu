@@ -208,10 +208,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int T = p.seq_len;
   const AttentionMask mask{};
-  const int hk = blockIdx.y, b = blockIdx.z, group = p.n_head / p.n_kv_head;
+  // Grid (kv heads, key tiles, batch): longest first, as the dense backward's.
+  const int hk = blockIdx.x, b = blockIdx.z, group = p.n_head / p.n_kv_head;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tig = lane & 3;
-  const int k0 = blockIdx.x * kBlockN;
+  const int k0 = blockIdx.y * kBlockN;
   const int key0 = k0 + 64 * wg + 16 * warp + g;
   const bf16* gk = p.k + b * p.kv_batch_stride + hk * D;
   const bf16* gv = p.v + b * p.kv_batch_stride + hk * D;
@@ -440,7 +441,7 @@ void launch_bwd(const FocusAttentionParams<bf16>& p, const float* delta, float* 
   constexpr size_t smem = bwd_smem_bytes<D, KP, kFusedDg>();
   auto* kernel = focus_wgmma_bwd_kernel<D, KP, kFusedDg>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const dim3 grid(div_up(p.seq_len, kBlockN), p.n_kv_head, p.B);
+  const dim3 grid = causal_grid(p.n_kv_head, p.seq_len, kBlockN, p.B);
   const CUtensorMap tm_q = tile_map(p.q, p.n_head * D, p.seq_len, p.B, p.q_row_stride,
                                     p.q_batch_stride, kQTile<D>),
                     tm_do = tile_map(p.dout, p.n_head * D, p.seq_len, p.B, p.o_row_stride,

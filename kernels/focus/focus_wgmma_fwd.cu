@@ -168,8 +168,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
   const int T = p.seq_len;
   const AttentionMask mask{};
-  const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) blocks first
-  const int h = blockIdx.y, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
+  // Grid (heads, query tiles, batch): the heads vary fastest, so every head's longest (last,
+  // causal) query tile is handed out before any head's second longest (longest first, docs/
+  // performance.md, "Block order").
+  const int m_block = gridDim.y - 1 - blockIdx.y;
+  const int h = blockIdx.x, b = blockIdx.z, hk = h / (p.n_head / p.n_kv_head);
   const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tig = lane & 3;
   const int q0 = m_block * kBlockM;
@@ -275,7 +278,7 @@ void launch_fwd(const FocusAttentionParams<bf16>& p, const bf16* gs, cudaStream_
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   int(cudaSharedmemCarveoutMaxShared)));
-  const dim3 grid(div_up(p.seq_len, kBlockM), p.n_head, p.B);
+  const dim3 grid = causal_grid(p.n_head, p.seq_len, kBlockM, p.B);
   const int kv_width = p.n_kv_head * D;
   const CUtensorMap tm_k = tile_map(p.k, kv_width, p.seq_len, p.B, p.kv_row_stride,
                                     p.kv_batch_stride, kBlockN),
