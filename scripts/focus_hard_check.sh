@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The hard-routed Focus forward on the GPU machine, in one call: build, its GPU tests, the
 # benchmark with each order of the wgmma kernel's passes (FocusHardOrder) and queued timing, the
-# list group pass's block orders (FocusHardBlockOrder), and
+# list group pass's block orders (FocusHardBlockOrder), bench_focus_soft at 3 shapes, and
 # per-kernel times and stall reasons at 4K under ncu. Short table last; logs and CSVs in $OUT (the
 # device tool's folder) or /tmp/attnlab_hard.
 # Usage (repo root, on the GPU machine): bash scripts/focus_hard_check.sh [build_dir]
@@ -15,10 +15,10 @@ T=${HARD_T:-1024,2048,4096,8192,16384}
 t0=$(date +%s)
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$O/cmake.log" 2>&1 ||
   { tail -20 "$O/cmake.log"; exit 1; }
-make -C "$B" -j16 attnlab_tests bench_focus_hard >"$O/build.log" 2>&1 ||
+make -C "$B" -j16 attnlab_tests bench_focus_hard bench_focus_soft >"$O/build.log" 2>&1 ||
   { grep -E "error" -A3 "$O/build.log" | head -40; exit 1; }
 echo "build: $(($(date +%s) - t0)) s"
-"$B/attnlab_tests" --gtest_filter='FocusHard*:FocusCuda.*:FocusDecodeCuda.*:FocusModel*' \
+"$B/attnlab_tests" --gtest_filter='FocusHard*:FocusCuda.*:FocusDecodeCuda.*:FocusModel*:FocusWgmma*:AttentionCuda.*' \
   >"$O/tests.log" 2>&1
 echo "tests: rc=$?"
 grep -E "^\[  FAILED|^\[  PASSED" "$O/tests.log" | head -20
@@ -35,6 +35,12 @@ for blocks in longest_first group_major; do
   "$B/bench_focus_hard" --D=64 --K=8 --top_k=1,2 --groups=balanced,realistic --no-mma \
     --T=2048,4096,8192 --blocks=$blocks --queued=20 --csv="$O/blocks64_$blocks.csv" \
     >"$O/blocks64_$blocks.log" 2>&1
+done
+# The soft-gated kernels and dense beside them, batch 1 (the block order of docs/performance.md
+# changed both; compare with docs/performance_variants.md's figures).
+for shape in 64:4096 64:16384 128:4096; do
+  timeout 120 "$B/bench_focus_soft" "$O/soft_${shape/:/_}.csv" --shape=$shape \
+    >"$O/soft_${shape/:/_}.log" 2>&1
 done
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   M="gpu__time_duration.sum,smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
@@ -76,4 +82,8 @@ echo "list group pass block order, 12 x 64, K 8, queued 20 (list column ms; x de
 for blocks in longest_first group_major; do
   f="$O/blocks64_$blocks.csv"
   [ -f "$f" ] && awk -F, -v o=$blocks 'NR > 1 { printf "  %-13s T %6s top_k %s %-9s | dense %.3f list %.3f (%.2fx)\n", o, $3, $5, $6, $7, $12, $13 }' "$f"
+done
+echo "soft-gated (wgmma) and dense, batch 1 (bench_focus_soft; ms):"
+for shape in 64:4096 64:16384 128:4096; do
+  tail -n +2 "$O/soft_${shape/:/_}.log" 2>/dev/null | head -6 | sed 's/^/  /'
 done
