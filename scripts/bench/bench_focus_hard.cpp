@@ -36,6 +36,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -53,6 +54,22 @@ using bench::fill_random_bf16;
 using bench::parse_list;
 
 namespace {
+
+// The index of `value` among `names` (an enum's values in declaration order), or -1 after an
+// error naming the flag and the valid names.
+int choice(const char* prog, const char* flag, const std::string& value,
+           std::initializer_list<const char*> names) {
+  int i = 0;
+  for (const char* n : names) {
+    if (value == n) return i;
+    ++i;
+  }
+  std::string valid;
+  for (const char* n : names) valid += (valid.empty() ? "" : ", ") + std::string(n);
+  std::fprintf(stderr, "%s: %s expects one of %s, got '%s'\n", prog, flag, valid.c_str(),
+               value.c_str());
+  return -1;
+}
 
 // --queued=N: calls per timed sample (bench::median_ms); 1 by default.
 int g_queued = 1;
@@ -125,29 +142,13 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (std::strncmp(a, "--order=", 8) == 0) {
-      const std::string v(a + 8);
-      if (v == "automatic") {
-        g_order = ops::FocusHardOrder::automatic;
-      } else if (v == "group_first") {
-        g_order = ops::FocusHardOrder::group_first;
-      } else if (v == "band_first") {
-        g_order = ops::FocusHardOrder::band_first;
-      } else {
-        std::fprintf(stderr, "%s: --order expects automatic, group_first or band_first, got '%s'\n",
-                     prog, v.c_str());
-        return 2;
-      }
+      const int i = choice(prog, "--order", a + 8, {"automatic", "group_first", "band_first"});
+      if (i < 0) return 2;
+      g_order = static_cast<ops::FocusHardOrder>(i);
     } else if (std::strncmp(a, "--blocks=", 9) == 0) {
-      const std::string v(a + 9);
-      if (v == "longest_first") {
-        g_blocks = ops::FocusHardBlockOrder::longest_first;
-      } else if (v == "group_major") {
-        g_blocks = ops::FocusHardBlockOrder::group_major;
-      } else {
-        std::fprintf(stderr, "%s: --blocks expects longest_first or group_major, got '%s'\n", prog,
-                     v.c_str());
-        return 2;
-      }
+      const int i = choice(prog, "--blocks", a + 9, {"longest_first", "group_major"});
+      if (i < 0) return 2;
+      g_blocks = static_cast<ops::FocusHardBlockOrder>(i);
     } else if (std::strncmp(a, "--queued=", 9) == 0) {
       g_queued = parse_list(prog, "--queued", a + 9)[0];
     } else if (std::strcmp(a, "--no-mma") == 0) {
