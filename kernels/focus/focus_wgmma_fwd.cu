@@ -68,14 +68,14 @@ __device__ __forceinline__ void issue_s_affinity(float (&s)[kBlockN / 2], float 
 
 // Masks (where needed), the online-softmax update and the gate of scores s of keys k0 ..: s
 // becomes exp2(s scale log2 e - new max), times (a + eps) on distant pairs when `gated` (a: the
-// affinity accumulator of issue_s_affinity); the row state is updated and corr (the factor for O
-// so far) returned.
+// affinity accumulator of issue_s_affinity; all_distant: every pair of the tile is, so without the
+// per-element test); the row state is updated and corr (the factor for O so far) returned.
 __device__ __forceinline__ void softmax_gate_tile(float (&s)[kBlockN / 2],
                                                   const float (&a)[kBlockN / 2], RowState& st,
                                                   float (&corr)[2],
                                                   const FocusAttentionParams<bf16>& p, int k0,
                                                   int wq0, int row0, int lane, float sl2,
-                                                  bool gated) {
+                                                  bool gated, bool all_distant) {
   const int T = p.seq_len, tig = lane & 3;
   const AttentionMask mask{};  // causal
   if (ATTN_MASK_NEEDS_KEY_MASK(mask, wq0, 64, k0, kBlockN, T)) {
@@ -113,7 +113,10 @@ __device__ __forceinline__ void softmax_gate_tile(float (&s)[kBlockN / 2],
       s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], sl2, -m_use[r]));
     }
   }
-  if (gated) focus_wgmma::gate_acc(s, a, row0, k0 + 2 * tig, p.gate.local_window, p.gate.eps);
+  if (all_distant)
+    focus_wgmma::gate_acc_all(s, a, p.gate.eps);
+  else if (gated)
+    focus_wgmma::gate_acc(s, a, row0, k0 + 2 * tig, p.gate.local_window, p.gate.eps);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float sum = 0.f;
@@ -235,7 +238,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     wgmma_wait<0>();
     fence_regs(s);
     fence_regs(a);
-    softmax_gate_tile(s, a, st, corr, p, k0, wq0, row0, lane, sl2, gated);
+    // Where every pair of the warpgroup's tile is distant (all tiles but the diagonal's few) the
+    // gate needs no per-element distance test.
+    const bool all_distant = focus_wgmma::tile_all_distant(wq0, k0 + kBlockN - 1, w);
+    softmax_gate_tile(s, a, st, corr, p, k0, wq0, row0, lane, sl2, gated, all_distant);
     rescale<D>(o, corr);
     acc_to_a<kBlockN>(pa, s);
     issue_pv<D, kBlockN>(o, pa, sV + buf * kKVBytes);

@@ -156,6 +156,17 @@ ATTN_FWL_FN void gate_acc(float (&s)[kVals], const float (&a)[kVals], int row0, 
   }
 }
 
+// Every pair of a tile of rows r_first .. (queries) and columns .. c_last (keys) is distant: the
+// forward then gates the whole accumulator without the per-element test (gate_acc_all).
+ATTN_FWL_FN bool tile_all_distant(int r_first, int c_last, int w) { return r_first - c_last > w; }
+
+// gate_acc on a tile where every pair is distant (tile_all_distant).
+template <int kVals>
+ATTN_FWL_FN void gate_acc_all(float (&s)[kVals], const float (&a)[kVals], float eps) {
+  ATTN_FWL_UNROLL
+  for (int i = 0; i < kVals; ++i) s[i] *= a[i] * kAffinityUnscale + eps;
+}
+
 // The fused backward's step on chunk `chunk` (focus_wgmma_bwd.cu, kFusedDg): on the distant pairs
 // da = s (dp - delta), the gate gradient dA from the ungated P (s = exp(score - lse)), then s *=
 // a + eps (as gate_chunk); elsewhere da = 0 and s stays. dl[n][e]: delta of the query of column e

@@ -211,6 +211,39 @@ TEST(FocusWgmmaLayout, ForwardGateDistanceIsStrict) {
   }
 }
 
+// tile_all_distant on a warpgroup's 64 x 128 forward tile holds exactly when every element is
+// distant, and there gate_acc_all gives gate_acc's values for every lane of every warp.
+TEST(FocusWgmmaLayout, AllDistantTileGatesAsThePerElementTest) {
+  int all = 0, some = 0;
+  for (int wq0 : {0, 64, 128, 192, 256, 320, 448, 1024})
+    for (int k0 : {0, 128, 256, 384})
+      for (int w : {0, 1, 37, 63, 64, 127, 128, 129, 200}) {
+        bool every = true;
+        for (int row = wq0; row < wq0 + 64; ++row)
+          for (int col = k0; col < k0 + 128; ++col) every = every && row - col > w;
+        const bool fast = focus_wgmma::tile_all_distant(wq0, k0 + 127, w);
+        ASSERT_EQ(fast, every) << "wq0 " << wq0 << " k0 " << k0 << " w " << w;
+        if (!fast) {
+          ++some;
+          continue;
+        }
+        ++all;
+        for (int warp = 0; warp < 4; ++warp)
+          for (int lane = 0; lane < 32; ++lane) {
+            float s1[64], s2[64], a[64];
+            for (int i = 0; i < 64; ++i) {  // scattered nonzero values
+              s1[i] = s2[i] = 0.1f + float((i * 37 + lane) % 64) / 16.f;
+              a[i] = float((i * 53 + warp) % 61 + 1) * 2.5e5f;
+            }
+            gate_acc(s1, a, wq0 + 16 * warp + lane / 4, k0 + 2 * (lane % 4), w, 1e-3f);
+            focus_wgmma::gate_acc_all(s2, a, 1e-3f);
+            for (int i = 0; i < 64; ++i) ASSERT_EQ(s1[i], s2[i]) << "element " << i;
+          }
+      }
+  EXPECT_GT(all, 10);  // both kinds of tile met
+  EXPECT_GT(some, 10);
+}
+
 // The backward's affinity of one 16 x 16 chunk (load_g_a, affinity_chunk): the fp16 operands
 // converted from the hi and lo tile words in registers (at KP = 8 the registers of groups 8 ..
 // 15 zero: the tile's padding is not), emulated mma.sync per k16 step and n-tile, unscaled; the
