@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The hard-routed Focus forward on the GPU machine, in one call: build, its GPU tests, the
 # benchmark with each order of the wgmma kernel's passes (FocusHardOrder) and queued timing, the
-# list group pass's block orders (FocusHardBlockOrder), bench_focus_soft at 3 shapes, and
+# list group pass's block orders (FocusHardBlockOrder), the concurrent order and the in-block index
+# (FocusHardIndexPath), bench_focus_soft at 3 shapes, and
 # per-kernel times and stall reasons at 4K under ncu. Short table last; logs and CSVs in $OUT (the
 # device tool's folder) or /tmp/attnlab_hard.
 # Usage (repo root, on the GPU machine): bash scripts/focus_hard_check.sh [build_dir]
 # Environment: HARD_T (lengths, default 1024,2048,4096,8192,16384), NCU=0 skips ncu.
+# Then set the automatic order and index path (src/ops/focus_hard.cpp) from its tables.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 B=${1:-build-device}
@@ -35,6 +37,13 @@ for blocks in longest_first group_major; do
   "$B/bench_focus_hard" --D=64 --K=8 --top_k=1,2 --groups=balanced,realistic --no-mma \
     --T=2048,4096,8192 --blocks=$blocks --queued=20 --csv="$O/blocks64_$blocks.csv" \
     >"$O/blocks64_$blocks.log" 2>&1
+done
+# The concurrent order (FocusHardOrder) and the in-block index (FocusHardIndexPath), list column:
+# each against the automatic order with the index kernels (the band pass first at head dim 64).
+for mode in concurrent:automatic concurrent:in_block band_first:in_block automatic:automatic; do
+  "$B/bench_focus_hard" --D=64 --K=8 --top_k=1,2 --groups=balanced --no-mma --T=1024,2048,4096,8192 \
+    --order=${mode%%:*} --index=${mode##*:} --queued=20 --csv="$O/conc64_${mode/:/_}.csv" \
+    >"$O/conc64_${mode/:/_}.log" 2>&1
 done
 # The soft-gated kernels and dense beside them, batch 1 (the block order of docs/performance.md
 # changed both; compare with docs/performance_variants.md's figures).
@@ -82,6 +91,11 @@ echo "list group pass block order, 12 x 64, K 8, queued 20 (list column ms; x de
 for blocks in longest_first group_major; do
   f="$O/blocks64_$blocks.csv"
   [ -f "$f" ] && awk -F, -v o=$blocks 'NR > 1 { printf "  %-13s T %6s top_k %s %-9s | dense %.3f list %.3f (%.2fx)\n", o, $3, $5, $6, $7, $12, $13 }' "$f"
+done
+echo "list group pass by order:index, 12 x 64, K 8, balanced, queued 20 (list column ms; x dense):"
+for mode in automatic:automatic concurrent:automatic concurrent:in_block band_first:in_block; do
+  f="$O/conc64_${mode/:/_}.csv"
+  [ -f "$f" ] && awk -F, -v o=$mode 'NR > 1 { printf "  %-20s T %6s top_k %s | dense %.3f list %.3f (%.2fx)\n", o, $3, $5, $7, $12, $13 }' "$f"
 done
 echo "soft-gated (wgmma) and dense, batch 1 (bench_focus_soft; ms):"
 for shape in 64:4096 64:16384 128:4096; do

@@ -11,7 +11,8 @@
 // the band's state with the token's group partials (one per distinct valid slot) by log-sum-exp
 // and writes o (bf16) and lse once; with band_first (top_k 1, the list group pass) it runs before
 // the group pass, beside the index build (on a second stream), and writes the band's partial,
-// which the group pass merges.
+// which the group pass merges; concurrent (every top_k, the list group pass), beside the group
+// pass, each writing partials and the last of a row's passes merging them.
 #include <cuda_bf16.h>
 
 #include "core/cuda_check.h"
@@ -30,7 +31,9 @@ using namespace focus_hard;
 
 constexpr int kRows = kHardTmaRows, kKeys = kHardTmaKeys;
 
-template <int D>
+// kConcurrent = p.concurrent (its epilogue apart: in the one kernel it cost the D = 64 main loop
+// registers).
+template <int D, bool kConcurrent>
 __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
     band_kernel(const FocusHardAttnParams p, const __grid_constant__ CUtensorMap tm_k,
                 const __grid_constant__ CUtensorMap tm_v) {
@@ -103,9 +106,27 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
 
   // Epilogue, per row of this thread (row sums completed over the 4 threads of a row); a token
   // with no valid group has no output row (focus_hard.cuh). band_first: the band's partial (o
-  // normalised, lse; slot 0 of top_k 1) for the group pass to merge. Otherwise the band's state
-  // merged with the token's group partials, one per distinct valid slot (what the group pass
-  // wrote), into o and lse.
+  // normalised, lse; slot 0 of top_k 1) for the group pass to merge. concurrent: the band's
+  // partial (band_part), and the last of the row's passes merges them all. Otherwise the band's
+  // state merged with the token's group partials, one per distinct valid slot (what the group
+  // pass wrote), into o and lse.
+  if (kConcurrent) {
+    int rows[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float l = row_sum(st.sum[r]);
+      const int i = r == 0 ? i0 : i1;
+      rows[r] = i < T && (r == 0 ? qm0 : qm1) != 0 ? i : -1;
+      if (rows[r] >= 0) write_partial<D>(p, o, r, tig, l, st.max[r], band_part(p, b, i, h));
+    }
+    bool last[2];
+    arrive(p, b, h, rows, tig, last);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (last[r]) write_from_partials<D>(p, tig, band_part(p, b, rows[r], h), b, h, rows[r]);
+    }
+    return;
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l = row_sum(st.sum[r]);
@@ -176,8 +197,11 @@ void launch_band(const FocusHardAttnParams& p, cudaStream_t st) {
                                     kKeys),
                     tm_v = tile_map(p.v, kv_width, p.T, p.B, p.kv_row_stride, p.kv_batch_stride,
                                     kKeys);
-  launch_hard_tma<D, band_kernel<D>>(dim3((p.T + kRows - 1) / kRows, p.n_head, p.B), p, tm_k, tm_v,
-                                     st);
+  const dim3 grid((p.T + kRows - 1) / kRows, p.n_head, p.B);
+  if (p.concurrent)
+    launch_hard_tma<D, band_kernel<D, true>>(grid, p, tm_k, tm_v, st);
+  else
+    launch_hard_tma<D, band_kernel<D, false>>(grid, p, tm_k, tm_v, st);
 }
 
 }  // namespace
@@ -185,6 +209,7 @@ void launch_band(const FocusHardAttnParams& p, cudaStream_t st) {
 void launch_focus_hard_band(const FocusHardAttnParams& p, Stream s) {
   ATTN_ASSERT(p.part_o != nullptr && p.part_lse != nullptr && (p.D == 64 || p.D == 128));
   ATTN_ASSERT(!p.band_first || p.top_k == 1);
+  ATTN_ASSERT(!p.concurrent || (p.arrivals != nullptr && !p.band_first));
   ATTN_ASSERT(p.K >= 1 && p.K <= kFocusHardMaxGroups);
   ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && p.q_row_stride % 8 == 0 &&
               p.kv_row_stride % 8 == 0 && p.kv_batch_stride % 8 == 0);

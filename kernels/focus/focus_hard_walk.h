@@ -42,6 +42,18 @@ ATTN_FOCUS_HD uint64_t group_set(const int32_t* row, int top_k, int K) {
   return m;
 }
 
+// The concurrent order's arrivals per (token, head) (focus_hard_partial.cuh, arrive): the band
+// pass and one group pass per distinct valid group of the token (row: its groups); a token with
+// none has no output row and no arrival.
+ATTN_FOCUS_HD int expected_arrivals(const int32_t* row, int top_k, int K) {
+  const uint64_t m = group_set(row, top_k, K);
+#if defined(__CUDA_ARCH__)
+  return 1 + __popcll(m);
+#else
+  return 1 + __builtin_popcountll(m);
+#endif
+}
+
 // Two softmax partials of one row over disjoint key sets, (o_a normalised, lse_a) and (o_b
 // normalised, lse_b), either may be empty (lse -inf, o 0), not both: o = w_a o_a + w_b o_b and
 // the row's lse.
@@ -138,6 +150,16 @@ ATTN_FOCUS_HD bool longest_first_tile(int64_t u, int maxn, TilesFrom F, NthGroup
   *j = lo;
   *grp = nth(lo, int(u - F(lo + 1)));
   return true;
+}
+
+// The in-block index (FocusHardIndexPath::in_block, focus_hard_wgmma.cu): warp w of n_warps
+// takes the 32-token chunks [*lo, *hi) of a row of T tokens, warp after warp in position order,
+// so that a group's list is warp 0's members, then warp 1's, ... (each warp's exclusive prefix
+// of the group's count is where its members start).
+ATTN_FOCUS_HD void inblock_share(int T, int n_warps, int w, int* lo, int* hi) {
+  const int chunks = (T + 31) / 32, per = (chunks + n_warps - 1) / n_warps;
+  *lo = w * per < chunks ? w * per : chunks;
+  *hi = *lo + per < chunks ? *lo + per : chunks;
 }
 
 // The sorted group pass of top_k 1 (focus_hard_sorted.cu), in the entries of the stable

@@ -19,12 +19,14 @@
 // largest group (slot 0).
 // Usage: bench_focus_hard [--T=1024,4096,...] [--K=4,8] [--top_k=1,2] [--D=64,128] [--H=n]
 //                         [--groups=balanced,realistic] [--reps=N] [--queued=N] [--order=...]
-//                         [--blocks=...] [--no-mma] [--csv=path]
+//                         [--blocks=...] [--index=...] [--no-mma] [--csv=path]
 // Defaults: T 1K 4K 16K 64K 256K 1M, K 4 8, top_k 1 2, D 64 128, H 12 at D 64 and 8 at D 128
 // (--H sets every D's), both group kinds, reps 5 (2 at T >= 256K), --order=automatic |
-// group_first | band_first (FocusHardOrder) for the list and sorted columns (band_first: top_k 1
-// rows only; the hard column is always the automatic choice), --blocks=longest_first |
-// group_major (FocusHardBlockOrder) for the list column (the others take the default), queued 1:
+// group_first | band_first | concurrent (FocusHardOrder) for the list and sorted columns
+// (band_first: top_k 1 rows only; concurrent: the list column only; the hard column is always
+// the automatic choice), --blocks=longest_first | group_major (FocusHardBlockOrder) and
+// --index=automatic | fused | split | in_block (FocusHardIndexPath; in_block up to T 8192, the
+// automatic index beyond) for the list column (the others take the defaults), queued 1:
 // each timed sample is one call between two events, its host work before the first launch included;
 // --queued=N times N calls back to back per sample (the host runs ahead of the device, as in a
 // model's forward over its layers), the same for every column.
@@ -77,6 +79,8 @@ int g_queued = 1;
 ops::FocusHardOrder g_order = ops::FocusHardOrder::automatic;
 // --blocks=: the order of the list group pass's blocks in the list column.
 ops::FocusHardBlockOrder g_blocks = ops::FocusHardBlockOrder::longest_first;
+// --index=: which kernels build the index in the list column (in_block: none).
+FocusHardIndexPath g_index = FocusHardIndexPath::automatic;
 
 // Median of reps timed samples on the context's stream after `warm` untimed calls, ms per call.
 template <typename F>
@@ -142,13 +146,18 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (std::strncmp(a, "--order=", 8) == 0) {
-      const int i = choice(prog, "--order", a + 8, {"automatic", "group_first", "band_first"});
+      const int i =
+          choice(prog, "--order", a + 8, {"automatic", "group_first", "band_first", "concurrent"});
       if (i < 0) return 2;
       g_order = static_cast<ops::FocusHardOrder>(i);
     } else if (std::strncmp(a, "--blocks=", 9) == 0) {
       const int i = choice(prog, "--blocks", a + 9, {"longest_first", "group_major"});
       if (i < 0) return 2;
       g_blocks = static_cast<ops::FocusHardBlockOrder>(i);
+    } else if (std::strncmp(a, "--index=", 8) == 0) {
+      const int i = choice(prog, "--index", a + 8, {"automatic", "fused", "split", "in_block"});
+      if (i < 0) return 2;
+      g_index = static_cast<FocusHardIndexPath>(i);
     } else if (std::strncmp(a, "--queued=", 9) == 0) {
       g_queued = parse_list(prog, "--queued", a + 9)[0];
     } else if (std::strcmp(a, "--no-mma") == 0) {
@@ -158,7 +167,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "%s: unknown option %s (valid: --T=, --K=, --top_k=, --D=, --H=, --groups=, "
-                   "--reps=, --queued=, --order=, --blocks=, --no-mma, --csv=)\n",
+                   "--reps=, --queued=, --order=, --blocks=, --index=, --no-mma, --csv=)\n",
                    prog, a);
       return 2;
     }
@@ -245,15 +254,22 @@ int main(int argc, char** argv) {
             const ops::FocusHardOrder order = tk == 1 || g_order != ops::FocusHardOrder::band_first
                                                   ? g_order
                                                   : ops::FocusHardOrder::automatic;
+            const FocusHardIndexPath index =
+                g_index != FocusHardIndexPath::in_block || T <= kFocusHardInBlockMaxT
+                    ? g_index
+                    : FocusHardIndexPath::automatic;
             auto hard_list = [&] {
               ops::focus_hard_attention_fwd(*ctx, to, tl, tq, l, tgr, K, w, 0,
-                                            ops::FocusHardKernel::wgmma, order, g_blocks);
+                                            ops::FocusHardKernel::wgmma, order, g_blocks, index);
             };
+            // The sorted pass takes the index kernels and no concurrent order.
+            const ops::FocusHardOrder sorted_order =
+                order == ops::FocusHardOrder::concurrent ? ops::FocusHardOrder::automatic : order;
             const double list_ms =
                 ops::focus_hard_wgmma_available(D) ? time_ms(*ctx, hard_list, reps, warm) : 0.0;
             auto hard_sorted = [&] {
               ops::focus_hard_attention_fwd(*ctx, to, tl, tq, l, tgr, K, w, 0,
-                                            ops::FocusHardKernel::wgmma_sorted, order);
+                                            ops::FocusHardKernel::wgmma_sorted, sorted_order);
             };
             const double sorted_ms = ops::focus_hard_wgmma_available(D) && tk == 1
                                          ? time_ms(*ctx, hard_sorted, reps, warm)

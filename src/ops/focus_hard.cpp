@@ -68,6 +68,10 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
   require_tensor(op, "tile_offsets", tile_offsets, DType::i32, Shape{B, K + 1}, ctx);
   require_tensor(op, "masks", masks, DType::u32, Shape{B, T, 2}, ctx);
   check_tile_rows(op, tile_rows);
+  ATTN_REQUIRE(path != FocusHardIndexPath::in_block,
+               "%s: the in_block path builds no index here (each block of the attention's list "
+               "group pass builds its own list); use automatic, fused or split",
+               op);
   FocusHardIndexParams p;
   p.groups = groups.ptr<int32_t>();
   p.B = int(B), p.T = int(T), p.K = K, p.top_k = int(top_k);
@@ -86,7 +90,8 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
                               const Tensor& qkv, const QKVLayout& l, const Tensor& groups, int K,
                               int local_window, int tile_rows, FocusHardKernel kernel,
-                              FocusHardOrder order, FocusHardBlockOrder block_order) {
+                              FocusHardOrder order, FocusHardBlockOrder block_order,
+                              FocusHardIndexPath index) {
   NvtxRange range("focus_hard_attention_fwd");
   check_groups(ctx, kOp, groups, K);
   require_present(kOp, "qkv", qkv);
@@ -116,6 +121,16 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   ATTN_REQUIRE(kernel != FocusHardKernel::wgmma_sorted || top_k == 1,
                "%s: the sorted group pass (wgmma_sorted) takes top_k 1 only, got top_k %lld", kOp,
                (long long)top_k);
+  // The in-block index and the concurrent order run with the list group pass only.
+  const bool in_block = index == FocusHardIndexPath::in_block;
+  const bool concurrent = order == FocusHardOrder::concurrent;
+  ATTN_REQUIRE(kernel != FocusHardKernel::wgmma_sorted || (!in_block && !concurrent),
+               "%s: the sorted group pass (wgmma_sorted) needs the index kernels and a pass order "
+               "other than concurrent, got %s",
+               kOp, in_block ? "the in_block index" : "the concurrent order");
+  ATTN_REQUIRE(!in_block || T <= kFocusHardInBlockMaxT,
+               "%s: the in_block index takes T up to %d (its list in shared memory), got T %lld",
+               kOp, kFocusHardInBlockMaxT, (long long)T);
   const bool forced_wgmma =
       kernel == FocusHardKernel::wgmma || kernel == FocusHardKernel::wgmma_sorted;
   const bool wgmma = forced_wgmma || (kernel == FocusHardKernel::automatic &&
@@ -129,26 +144,35 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   // costs more than it saves (H200, 12 x 64, K 8: 0.104 against 0.096 ms at T 4K, 0.182 against
   // 0.202 at 8K, 0.332 against 0.426 at 16K; docs/performance_variants.md).
   constexpr int64_t kSortedMinT = 8192;
-  const bool sorted = wgmma && top_k == 1 &&
-                      (kernel == FocusHardKernel::wgmma_sorted ||
-                       (kernel == FocusHardKernel::automatic && T >= kSortedMinT));
+  const bool sorted =
+      wgmma && top_k == 1 &&
+      (kernel == FocusHardKernel::wgmma_sorted ||
+       (kernel == FocusHardKernel::automatic && T >= kSortedMinT && !in_block && !concurrent));
+  ATTN_REQUIRE(wgmma || (!in_block && !concurrent),
+               "%s: %s needs the wgmma kernel (the mma kernel reads the index and merges after "
+               "its pass)",
+               kOp, in_block ? "the in_block index" : "the concurrent order");
   const int rows = wgmma ? kFocusHardWgmmaRows : tile_rows;
 
   // One stream-ordered workspace (one allocation per call): the index lists, then the group
   // partials (the wgmma kernel always; the mma kernel for top_k > 1).
   const int64_t n_chunks = focus_hard_chunks(int(T));
   const bool partials = wgmma || top_k > 1;
-  const int64_t n_part = partials ? B * T * top_k * l.n_head : 0;
+  // The concurrent order: the band's partials after the group passes', and the arrivals.
+  const int64_t n_part = partials ? B * T * (top_k + (concurrent ? 1 : 0)) * l.n_head : 0;
+  const int64_t n_index = in_block ? 0 : 1;  // the index arrays (none with in_block)
   size_t at = 0;
   auto carve = [&at](int64_t n, size_t size) {
     const size_t off = at;
     at += (size_t(n) * size + 255) / 256 * 256;
     return off;
   };
-  const size_t o_counts = carve(B * K * n_chunks, 4), o_offs = carve(B * (K + 1), 4),
-               o_toffs = carve(B * (K + 1), 4), o_list = carve(B * T * top_k, 4),
-               o_masks = carve(B * T, 8), o_part_o = carve(n_part * l.head_dim, 4),
-               o_part_lse = carve(n_part, 4), o_sorted = carve(sorted ? B * T * l.width() : 0, 2);
+  const size_t o_counts = carve(n_index * B * K * n_chunks, 4),
+               o_offs = carve(n_index * B * (K + 1), 4), o_toffs = carve(n_index * B * (K + 1), 4),
+               o_list = carve(n_index * B * T * top_k, 4), o_masks = carve(n_index * B * T, 8),
+               o_part_o = carve(n_part * l.head_dim, 4), o_part_lse = carve(n_part, 4),
+               o_sorted = carve(sorted ? B * T * l.width() : 0, 2),
+               o_arrivals = carve(concurrent ? B * T * l.n_head : 0, 4);
   const StreamScratch work(at, ctx.stream);
   char* base_ws = work.as<char>();
 
@@ -156,6 +180,7 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   ip.groups = groups.ptr<int32_t>();
   ip.B = int(B), ip.T = int(T), ip.K = K, ip.top_k = int(top_k);
   ip.tile_rows = rows;
+  ip.path = in_block ? FocusHardIndexPath::automatic : index;
   ip.chunk_counts = reinterpret_cast<int32_t*>(base_ws + o_counts);
   ip.offsets = reinterpret_cast<int32_t*>(base_ws + o_offs);
   ip.tile_offsets = reinterpret_cast<int32_t*>(base_ws + o_toffs);
@@ -187,6 +212,9 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   p.scale = float(1.0 / std::sqrt(double(l.head_dim)));
   p.tile_rows = rows;
   p.longest_first = block_order == FocusHardBlockOrder::longest_first;
+  p.in_block_index = in_block;
+  p.concurrent = concurrent;
+  p.arrivals = concurrent ? reinterpret_cast<int32_t*>(base_ws + o_arrivals) : nullptr;
   // The band pass first (FocusHardOrder): it reads nothing of the index, so it runs on a second
   // stream beside the index build (launched first, so that its one block per row starts before the
   // band's blocks fill the GPU) and the gather, and the group pass merges its partial.
@@ -201,16 +229,30 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   p.band_first =
       order == FocusHardOrder::band_first ||
       (order == FocusHardOrder::automatic && wgmma && top_k == 1 && !sorted && l.head_dim == 64);
+  // The concurrent order: the group pass (after the index, or building its own lists) and the
+  // band pass at once, on two streams, each block of either free to start while the other's run.
+  // The group pass goes out first: its longest blocks set the launch's length, and the band's
+  // blocks fill the SMs it leaves.
+  if (concurrent) {
+    CUDA_CHECK(cudaMemsetAsync(p.arrivals, 0, sizeof(int32_t) * size_t(B * T * l.n_head),
+                               reinterpret_cast<cudaStream_t>(ctx.stream)));
+    const SideStream side(ctx.stream);
+    if (!in_block) launch_focus_hard_index(ip, ctx.stream);
+    launch_focus_hard_wgmma(p, ctx.stream);
+    launch_focus_hard_band(p, side.get());
+    side.join();
+    return;
+  }
   if (p.band_first) {
     const SideStream side(ctx.stream);
-    launch_focus_hard_index(ip, ctx.stream);
+    if (!in_block) launch_focus_hard_index(ip, ctx.stream);
     launch_focus_hard_band(p, side.get());
     if (sorted) launch_focus_hard_gather(p, ctx.stream);
     side.join();
     launch_focus_hard_wgmma(p, ctx.stream);
     return;
   }
-  launch_focus_hard_index(ip, ctx.stream);
+  if (!in_block) launch_focus_hard_index(ip, ctx.stream);
   if (wgmma) {
     if (sorted) launch_focus_hard_gather(p, ctx.stream);
     launch_focus_hard_wgmma(p, ctx.stream);

@@ -24,8 +24,11 @@ enum class FocusHardKernel { automatic, mma, wgmma, wgmma_sorted };
 // the gather), the group pass merges its partial. automatic = band_first for top_k 1 with the
 // list group pass at head dim 64 (where it measured faster), group_first otherwise. Forcing
 // band_first without the wgmma kernel or with top_k > 1 is an error; group_first is what the
-// mma kernel does anyway.
-enum class FocusHardOrder { automatic, group_first, band_first };
+// mma kernel does anyway. concurrent = every top_k, the list group pass only (with the automatic
+// kernel it is then taken at every T): the two passes at once on two streams, each writing its
+// partials and the last of a token's passes merging them (in a fixed order: the output does not
+// depend on which came last); for A/B benchmarks until measured (docs/focus.md).
+enum class FocusHardOrder { automatic, group_first, band_first, concurrent };
 
 // The order of the wgmma list group pass's blocks (kernels/focus/focus_hard.cuh, longest_first):
 // longest_first over all groups (the default), or group_major (group after group per head, the
@@ -47,7 +50,7 @@ bool focus_hard_supported(const ExecContext& ctx, const Tensor& qkv, const QKVLa
 // Written (=).
 // tile_rows: the queries per attention block the tile offsets count (64 or 128). path: which
 // kernels build it (FocusHardIndexPath, kernels/focus/focus_hard.cuh; forcing fused past its
-// limit is an error).
+// limit, or in_block, is an error).
 void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& offsets,
                       const Tensor& tile_offsets, const Tensor& masks, const Tensor& groups, int K,
                       int tile_rows = 64, FocusHardIndexPath path = FocusHardIndexPath::automatic);
@@ -60,11 +63,16 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 // 64 only); 0 = the default (64); checked for every kernel, used by the mma kernel only (the wgmma
 // kernel's blocks are 128 queries). The wgmma kernel also takes B T top_k n_head (D + 1) floats
 // of partials for every top_k, and with the sorted group pass a copy of qkv (B T width bf16).
+// index: which kernels build the index (FocusHardIndexPath); in_block = none, the list group
+// pass's blocks build their lists (T <= kFocusHardInBlockMaxT; with the automatic kernel the list
+// pass is then taken at every T; with the mma or sorted kernel an error). The concurrent order
+// adds B T n_head (D + 1) floats (the band's partials) and B T n_head ints (the arrivals).
 void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
                               const Tensor& qkv, const QKVLayout& layout, const Tensor& groups,
                               int K, int local_window, int tile_rows = 0,
                               FocusHardKernel kernel = FocusHardKernel::automatic,
                               FocusHardOrder order = FocusHardOrder::automatic,
-                              FocusHardBlockOrder block_order = FocusHardBlockOrder::longest_first);
+                              FocusHardBlockOrder block_order = FocusHardBlockOrder::longest_first,
+                              FocusHardIndexPath index = FocusHardIndexPath::automatic);
 
 }  // namespace attnlab::ops

@@ -132,16 +132,22 @@ void run_case(const Case& c) {
   // kernel with 64 and (head dim 64) 128 queries per block, and the wgmma kernel where available
   // with its group pass on rows gathered per tile and (top_k 1) on the group-sorted copy, each
   // (top_k 1) with either order of its passes, and the list group pass with its blocks group
-  // after group (the same blocks in another order: bitwise the same output).
+  // after group (the same blocks in another order: bitwise the same output), and the list group
+  // pass with the concurrent order and with the in-block index (each block its own list: the
+  // same lists, so bitwise the same output as with the index kernels; the concurrent order's
+  // merge takes the partials in a fixed order, so it is bitwise reproducible too).
   struct Variant {
     const char* name;
     int rows;
     ops::FocusHardKernel kernel;
     ops::FocusHardOrder order;
     ops::FocusHardBlockOrder blocks = ops::FocusHardBlockOrder::longest_first;
+    FocusHardIndexPath index = FocusHardIndexPath::automatic;
   };
   using Kernel = ops::FocusHardKernel;
   using Order = ops::FocusHardOrder;
+  constexpr auto kLongest = ops::FocusHardBlockOrder::longest_first;
+  constexpr auto kInBlock = FocusHardIndexPath::in_block;
   const Variant variants[] = {
       {"mma 64 rows", 64, Kernel::mma, Order::automatic},
       {"mma 128 rows", 128, Kernel::mma, Order::automatic},
@@ -152,8 +158,16 @@ void run_case(const Case& c) {
       {"wgmma, band first", 0, Kernel::wgmma, Order::band_first},
       {"wgmma sorted", 0, Kernel::wgmma_sorted, Order::automatic},
       {"wgmma sorted, group first", 0, Kernel::wgmma_sorted, Order::group_first},
-      {"wgmma sorted, band first", 0, Kernel::wgmma_sorted, Order::band_first}};
-  std::vector<float> o_wgmma, lse_wgmma;  // the "wgmma" variant's (longest-first blocks)
+      {"wgmma sorted, band first", 0, Kernel::wgmma_sorted, Order::band_first},
+      {"wgmma, in-block index", 0, Kernel::wgmma, Order::automatic, kLongest, kInBlock},
+      {"wgmma, in-block index, group-major blocks", 0, Kernel::wgmma, Order::automatic,
+       ops::FocusHardBlockOrder::group_major, kInBlock},
+      {"wgmma, concurrent", 0, Kernel::wgmma, Order::concurrent},
+      {"wgmma, concurrent, in-block index", 0, Kernel::wgmma, Order::concurrent, kLongest,
+       kInBlock}};
+  // The "wgmma" variant's output (automatic order, longest-first blocks, the index kernels), and
+  // the "wgmma, concurrent" one's.
+  std::vector<float> o_wgmma, lse_wgmma, o_concurrent, lse_concurrent;
   for (const Variant& v : variants) {
     if (v.rows == 128 && c.D != 64) continue;
     if (v.kernel != Kernel::mma && !ops::focus_hard_wgmma_available(c.D)) continue;
@@ -163,19 +177,23 @@ void run_case(const Case& c) {
     go.poison();
     gl.poison();
     ops::focus_hard_attention_fwd(*gpu, dev(go, os), dev(gl, ls), dev(gq, qs), l, dev(ggr, grs),
-                                  c.K, c.w, v.rows, v.kernel, v.order, v.blocks);
+                                  c.K, c.w, v.rows, v.kernel, v.order, v.blocks, v.index);
     const std::vector<float> o_v = go.download(), lse_v = gl.download();
     EXPECT_LT(
         test::report("focus hard (direct) out vs fp32 reference", test::max_rel_error(o_v, out)),
         bound);
     EXPECT_LT(test::report("focus hard (direct) lse", test::max_rel_error(lse_v, lse)),
               std::max(1e-4, 2 * e_plain_lse));
-    if (v.kernel == Kernel::wgmma && v.order == Order::automatic) {
-      if (v.blocks == ops::FocusHardBlockOrder::longest_first) {
-        o_wgmma = o_v, lse_wgmma = lse_v;
+    if (v.kernel == Kernel::wgmma &&
+        (v.order == Order::automatic || v.order == Order::concurrent)) {
+      const bool reference = v.blocks == kLongest && v.index == FocusHardIndexPath::automatic;
+      std::vector<float>& o_ref = v.order == Order::concurrent ? o_concurrent : o_wgmma;
+      std::vector<float>& lse_ref = v.order == Order::concurrent ? lse_concurrent : lse_wgmma;
+      if (reference) {
+        o_ref = o_v, lse_ref = lse_v;
       } else {
-        EXPECT_EQ(o_v, o_wgmma) << "the block order changed the output";
-        EXPECT_EQ(lse_v, lse_wgmma) << "the block order changed lse";
+        EXPECT_EQ(o_v, o_ref) << "the block order or the in-block index changed the output";
+        EXPECT_EQ(lse_v, lse_ref) << "the block order or the in-block index changed lse";
       }
     }
   }
@@ -427,6 +445,56 @@ TEST(FocusHard, RejectsBadArguments) {
                                       ops::FocusHardOrder::band_first);
       },
       {"band pass first", "top_k 2"});
+  // The in-block index and the concurrent order: the list group pass only, T <= 8192.
+  auto call_with = [&](ops::FocusHardKernel kernel, ops::FocusHardOrder order,
+                       FocusHardIndexPath index) {
+    ops::focus_hard_attention_fwd(*gpu, dev(dout, {2, 3, 64}), dev(dl, {2, 1, 3}),
+                                  dev(dq, {2, 3, 192}), l, dev(dgr, {2, 3, 2}), 8, 128, 0, kernel,
+                                  order, ops::FocusHardBlockOrder::longest_first, index);
+  };
+  using ops::FocusHardKernel, ops::FocusHardOrder;
+  test::expect_error(
+      [&] {
+        call_with(FocusHardKernel::mma, FocusHardOrder::automatic, FocusHardIndexPath::in_block);
+      },
+      {"the in_block index needs the wgmma kernel"});
+  test::expect_error(
+      [&] {
+        call_with(FocusHardKernel::mma, FocusHardOrder::concurrent, FocusHardIndexPath::automatic);
+      },
+      {"the concurrent order needs the wgmma kernel"});
+  test::expect_error(
+      [&] {
+        call_with(FocusHardKernel::wgmma_sorted, FocusHardOrder::concurrent,
+                  FocusHardIndexPath::automatic);
+      },
+      {"sorted group pass", "concurrent"});
+  {
+    const int T = kFocusHardInBlockMaxT + 1;
+    DeviceArray<bf16> q_long(size_t(T) * 192), o_long(size_t(T) * 64);
+    DeviceArray<float> l_long(T);
+    DeviceInts g_long(std::vector<int32_t>(T, 0));
+    test::expect_error(
+        [&] {
+          ops::focus_hard_attention_fwd(*gpu, dev(o_long, {1, T, 64}), dev(l_long, {1, 1, T}),
+                                        dev(q_long, {1, T, 192}), l, dev(g_long, {1, T, 1}), 8, 128,
+                                        0, FocusHardKernel::automatic, FocusHardOrder::automatic,
+                                        ops::FocusHardBlockOrder::longest_first,
+                                        FocusHardIndexPath::in_block);
+        },
+        {"in_block index takes T up to 8192", "8193"});
+  }
+  {
+    DeviceInts list(std::vector<int32_t>(2 * 3 * 2)), offs(std::vector<int32_t>(2 * 9)),
+        toffs(std::vector<int32_t>(2 * 9)), masks(std::vector<int32_t>(2 * 3 * 2));
+    test::expect_error(
+        [&] {
+          ops::focus_hard_index(*gpu, dev(list, {2, 6}), dev(offs, {2, 9}), dev(toffs, {2, 9}),
+                                Tensor(masks.ptr(), DType::u32, Device::cuda, Shape{2, 3, 2}),
+                                dev(dgr, {2, 3, 2}), 8, 64, FocusHardIndexPath::in_block);
+        },
+        {"focus_hard_index", "in_block path builds no index here"});
+  }
   if (!ops::focus_hard_wgmma_available(64)) {
     test::expect_error(
         [&] {
