@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The hard-routed Focus forward on the GPU machine, in one call: build, its GPU tests, the
-# benchmark with each order of the wgmma kernel's passes (FocusHardOrder) and queued timing, the
-# list group pass's block orders (FocusHardBlockOrder), the concurrent order and the in-block index
-# (FocusHardIndexPath), bench_focus_soft at 3 shapes, and
-# per-kernel times and stall reasons at 4K under ncu. Short table last; logs and CSVs in $OUT (the
-# device tool's folder) or /tmp/attnlab_hard.
+# The hard-routed Focus forward on the GPU machine, in one call: build, its GPU tests (with the
+# soft-gated and dense ones), then benchmarks, each section's table printed as soon as it is
+# measured (a call cut short by the device's time limit still reports what it ran), most
+# important first: the list group pass by pass order and index path (FocusHardOrder:
+# concurrent, FocusHardIndexPath: in_block) at 1K-8K; each pass order (12 x 64 and 8 x 128); the
+# list group pass's block orders (FocusHardBlockOrder); bench_focus_soft at 3 shapes; per-kernel
+# times and stall reasons at 4K under ncu. Logs and CSVs in $OUT (the device tool's folder) or
+# /tmp/attnlab_hard.
 # Usage (repo root, on the GPU machine): bash scripts/focus_hard_check.sh [build_dir]
-# Environment: HARD_T (lengths, default 1024,2048,4096,8192,16384), NCU=0 skips ncu.
-# Then set the automatic order and index path (src/ops/focus_hard.cpp) from its tables.
+# Environment: HARD_T (lengths of the order section, default 1024,2048,4096,8192,16384), NCU=0
+# skips ncu, TESTS=0 skips the tests (a second call on a tree whose tests passed).
+# Then set the automatic order and index path (src/ops/focus_hard.cpp) from the tables.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 B=${1:-build-device}
@@ -15,42 +18,72 @@ O=${OUT:-/tmp/attnlab_hard}
 mkdir -p "$O"
 T=${HARD_T:-1024,2048,4096,8192,16384}
 t0=$(date +%s)
+elapsed() { echo "[$(($(date +%s) - t0)) s]"; }
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$O/cmake.log" 2>&1 ||
   { tail -20 "$O/cmake.log"; exit 1; }
 make -C "$B" -j16 attnlab_tests bench_focus_hard bench_focus_soft >"$O/build.log" 2>&1 ||
   { grep -E "error" -A3 "$O/build.log" | head -40; exit 1; }
-echo "build: $(($(date +%s) - t0)) s"
-"$B/attnlab_tests" --gtest_filter='FocusHard*:FocusCuda.*:FocusDecodeCuda.*:FocusModel*:FocusWgmma*:AttentionCuda.*' \
-  >"$O/tests.log" 2>&1
-echo "tests: rc=$?"
-grep -E "^\[  FAILED|^\[  PASSED" "$O/tests.log" | head -20
+echo "build $(elapsed)"
+if [ "${TESTS:-1}" = 1 ]; then
+  "$B/attnlab_tests" \
+    --gtest_filter='FocusHard*:FocusCuda.*:FocusDecodeCuda.*:FocusModel*:FocusWgmma*:AttentionCuda.*' \
+    >"$O/tests.log" 2>&1
+  echo "tests: rc=$? $(elapsed)"
+  grep -E "^\[  FAILED|^\[  PASSED" "$O/tests.log" | head -20
+fi
+
+# bench_focus_hard's CSV columns: 3 T, 5 top_k, 6 groups, 7 dense, 8 hard (automatic), 9 its x
+# dense, 12 list (--order/--blocks/--index apply), 13 its x dense, 14 sorted, 15 its x dense.
+list_rows() {  # label csv
+  [ -f "$2" ] && awk -F, -v o="$1" 'NR > 1 { printf "  %-20s T %6s top_k %s %-9s | dense %.3f list %.3f (%.2fx)\n", o, $3, $5, $6, $7, $12, $13 }' "$2"
+}
+
+# The concurrent order and the in-block index, list column, against the automatic order with the
+# index kernels (the band pass first at head dim 64).
+echo "list group pass by order:index, 12 x 64, K 8, balanced, queued 20 (ms; x dense):"
+for mode in automatic:automatic concurrent:in_block concurrent:automatic band_first:in_block; do
+  f="$O/conc64_${mode/:/_}.csv"
+  "$B/bench_focus_hard" --D=64 --K=8 --top_k=1,2 --groups=balanced --no-mma \
+    --T=1024,2048,4096,8192 --order=${mode%%:*} --index=${mode##*:} --queued=20 --csv="$f" \
+    >"$O/conc64_${mode/:/_}.log" 2>&1
+  list_rows "$mode" "$f"
+done
+echo "$(elapsed)"
+
+echo "hard-routed forward by pass order, K 8, top_k 1, queued 20 (ms; x dense):"
 for order in automatic group_first band_first; do
   "$B/bench_focus_hard" --D=64 --K=8 --top_k=1 --groups=balanced --no-mma --T="$T" \
     --order=$order --queued=20 --csv="$O/hard64_$order.csv" >"$O/hard64_$order.log" 2>&1
   "$B/bench_focus_hard" --D=128 --H=8 --K=8 --top_k=1 --groups=balanced --no-mma \
     --T=4096,16384 --order=$order --queued=20 --csv="$O/hard128_$order.csv" \
     >"$O/hard128_$order.log" 2>&1
+  for f in "$O/hard64_$order.csv" "$O/hard128_$order.csv"; do
+    [ -f "$f" ] && awk -F, -v o=$order 'NR > 1 { printf "  %-11s D %3s T %6s | dense %.3f hard %.3f (%.2fx) list %.3f (%.2fx) sorted %.3f (%.2fx)\n", o, $1, $3, $7, $8, $9, $12, $13, $14, $15 }' "$f"
+  done
 done
-# The list group pass's block order (FocusHardBlockOrder), A/B in the list column: balanced and
-# realistic groups, top_k 1 and 2.
+echo "$(elapsed)"
+
+# The list group pass's block order (FocusHardBlockOrder): balanced and realistic groups, top_k 1
+# and 2.
+echo "list group pass by block order, 12 x 64, K 8, queued 20 (ms; x dense):"
 for blocks in longest_first group_major; do
+  f="$O/blocks64_$blocks.csv"
   "$B/bench_focus_hard" --D=64 --K=8 --top_k=1,2 --groups=balanced,realistic --no-mma \
-    --T=2048,4096,8192 --blocks=$blocks --queued=20 --csv="$O/blocks64_$blocks.csv" \
-    >"$O/blocks64_$blocks.log" 2>&1
+    --T=2048,4096,8192 --blocks=$blocks --queued=20 --csv="$f" >"$O/blocks64_$blocks.log" 2>&1
+  list_rows "$blocks" "$f"
 done
-# The concurrent order (FocusHardOrder) and the in-block index (FocusHardIndexPath), list column:
-# each against the automatic order with the index kernels (the band pass first at head dim 64).
-for mode in concurrent:automatic concurrent:in_block band_first:in_block automatic:automatic; do
-  "$B/bench_focus_hard" --D=64 --K=8 --top_k=1,2 --groups=balanced --no-mma --T=1024,2048,4096,8192 \
-    --order=${mode%%:*} --index=${mode##*:} --queued=20 --csv="$O/conc64_${mode/:/_}.csv" \
-    >"$O/conc64_${mode/:/_}.log" 2>&1
-done
+echo "$(elapsed)"
+
 # The soft-gated kernels and dense beside them, batch 1 (the block order of docs/performance.md
 # changed both; compare with docs/performance_variants.md's figures).
+echo "soft-gated (wgmma) and dense, batch 1 (bench_focus_soft; ms):"
 for shape in 64:4096 64:16384 128:4096; do
   timeout 120 "$B/bench_focus_soft" "$O/soft_${shape/:/_}.csv" --shape=$shape \
     >"$O/soft_${shape/:/_}.log" 2>&1
+  tail -n +2 "$O/soft_${shape/:/_}.log" 2>/dev/null | head -6 | sed 's/^/  /'
 done
+echo "$(elapsed)"
+
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   M="gpu__time_duration.sum,smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
   M="$M,smsp__issue_active.avg.pct_of_peak_sustained_active"
@@ -80,24 +113,5 @@ for k, d in rows.items():
     print(f"  {k[:28]:28s} {t:10.1f} (duration unit as ncu printed) | " +
           ", ".join(f"{n} {v:.1f}" for v, n in st[:5]))
 PY
+  echo "$(elapsed)"
 fi
-echo "hard-routed forward, 12 x 64 and 8 x 128, K 8, top_k 1, queued 20 (ms; x dense):"
-for order in automatic group_first band_first; do
-  for f in "$O/hard64_$order.csv" "$O/hard128_$order.csv"; do
-    [ -f "$f" ] && awk -F, -v o=$order 'NR > 1 { printf "  %-11s D %3s T %6s | dense %.3f hard %.3f (%.2fx) list %.3f (%.2fx) sorted %.3f (%.2fx)\n", o, $1, $3, $7, $8, $9, $12, $13, $14, $15 }' "$f"
-  done
-done
-echo "list group pass block order, 12 x 64, K 8, queued 20 (list column ms; x dense):"
-for blocks in longest_first group_major; do
-  f="$O/blocks64_$blocks.csv"
-  [ -f "$f" ] && awk -F, -v o=$blocks 'NR > 1 { printf "  %-13s T %6s top_k %s %-9s | dense %.3f list %.3f (%.2fx)\n", o, $3, $5, $6, $7, $12, $13 }' "$f"
-done
-echo "list group pass by order:index, 12 x 64, K 8, balanced, queued 20 (list column ms; x dense):"
-for mode in automatic:automatic concurrent:automatic concurrent:in_block band_first:in_block; do
-  f="$O/conc64_${mode/:/_}.csv"
-  [ -f "$f" ] && awk -F, -v o=$mode 'NR > 1 { printf "  %-20s T %6s top_k %s | dense %.3f list %.3f (%.2fx)\n", o, $3, $5, $7, $12, $13 }' "$f"
-done
-echo "soft-gated (wgmma) and dense, batch 1 (bench_focus_soft; ms):"
-for shape in 64:4096 64:16384 128:4096; do
-  tail -n +2 "$O/soft_${shape/:/_}.log" 2>/dev/null | head -6 | sed 's/^/  /'
-done
