@@ -126,6 +126,24 @@ ATTN_FOCUS_HD bool band_tile_visible(int k0, int bn, int lo, int hi, int w) {
   return lo <= hi && k0 <= hi && lo - (k0 + bn - 1) <= w;
 }
 
+// The o-th (from 0, ascending) member of a set of up to 64 groups given as its words lo (groups
+// 0 .. 31) and hi (32 .. 63), o below the set's size: the list group pass's decode of a block's
+// group (the sets are warp ballots of the groups with more than j tiles).
+ATTN_FOCUS_HD int nth_member(uint32_t lo, uint32_t hi, int o) {
+#if defined(__CUDA_ARCH__)
+  const int c = __popc(lo);
+#else
+  const int c = __builtin_popcount(lo);
+#endif
+  uint32_t set = o < c ? lo : hi;
+  for (int i = o < c ? o : o - c; i > 0; --i) set &= set - 1;  // drop the lowest set bit
+#if defined(__CUDA_ARCH__)
+  return (o < c ? 0 : 32) + __ffs(int(set)) - 1;
+#else
+  return (o < c ? 0 : 32) + __builtin_ffs(int(set)) - 1;
+#endif
+}
+
 // The longest-first order of the list group pass's blocks (focus_hard_wgmma.cu). The block of
 // query tile j of a group's list walks that list's key tiles up to its last query, j + 1 query
 // tiles' worth, so ordering the blocks by j descending over all groups (then by group, then head,

@@ -229,12 +229,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
             __reduce_add_sync(0xffffffffu, unsigned(max(0, n_lo - L) + max(0, n_hi - L))));
       };
       auto nth_group = [&](int level, int o) {
-        unsigned lo_set = __ballot_sync(0xffffffffu, n_lo > level);
-        unsigned hi_set = __ballot_sync(0xffffffffu, n_hi > level);
-        const int c = __popc(lo_set);
-        unsigned set = o < c ? lo_set : hi_set;
-        for (int i = o < c ? o : o - c; i > 0; --i) set &= set - 1;  // drop the lowest o bits
-        return (o < c ? 0 : 32) + __ffs(int(set)) - 1;
+        return focus_hard::nth_member(__ballot_sync(0xffffffffu, n_lo > level),
+                                      __ballot_sync(0xffffffffu, n_hi > level), o);
       };
       if (!focus_hard::longest_first_tile(u, maxn, tiles_from, nth_group, &grp, &j)) return;
     } else {  // group after group per head, each group's latest tiles first

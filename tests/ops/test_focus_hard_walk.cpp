@@ -387,6 +387,32 @@ TEST(FocusHardWalk, EveryAttendedPairIsTakenExactlyOnce) {
 // the kernel's ranks (tile rank u = block / H, head = block % H, past the row's tiles: none)
 // decoded with host versions of its lane sums map onto every (group, tile j < n_g, head) exactly
 // once, with j non-increasing over the ranks and, within one j, groups ascending, heads fastest.
+// nth_member against counting the set's bits one by one: sets with members in one word, in both,
+// a full word, single bits at the edges.
+TEST(FocusHardWalk, NthMemberIsTheOthSetBitAscending) {
+  std::vector<uint64_t> sets = {1,
+                                uint64_t(1) << 31,
+                                uint64_t(1) << 32,
+                                uint64_t(1) << 63,
+                                0xffffffffull,
+                                0xffffffff00000000ull,
+                                ~uint64_t(0),
+                                0x8000000180000001ull};
+  const std::vector<int32_t> r = test::random_ints(64, 7u, 1 << 30);
+  for (size_t i = 0; i + 1 < r.size(); i += 2)
+    sets.push_back((uint64_t(uint32_t(r[i])) << 32) ^ uint64_t(uint32_t(r[i + 1])) ^
+                   (uint64_t(uint32_t(r[i])) << 1));
+  for (const uint64_t set : sets) {
+    int o = 0;
+    for (int g = 0; g < 64; ++g) {
+      if (((set >> g) & 1) == 0) continue;
+      EXPECT_EQ(focus_hard::nth_member(uint32_t(set), uint32_t(set >> 32), o), g)
+          << std::hex << set << std::dec << " o " << o;
+      ++o;
+    }
+  }
+}
+
 // The in-block index's warp shares: whole 32-token chunks, warp after warp, covering the row once
 // (the lengths where chunks divide unevenly or leave warps without a share, up to its limit).
 TEST(FocusHardWalk, InBlockSharesCoverTheRowInOrder) {
