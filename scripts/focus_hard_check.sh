@@ -35,7 +35,7 @@ fi
 # bench_focus_hard's CSV columns: 3 T, 5 top_k, 6 groups, 7 dense, 8 hard (automatic), 9 its x
 # dense, 12 list (--order/--blocks/--index apply), 13 its x dense, 14 sorted, 15 its x dense.
 list_rows() {  # label csv
-  [ -f "$2" ] && awk -F, -v o="$1" 'NR > 1 { printf "  %-20s T %6s top_k %s %-9s | dense %.3f list %.3f (%.2fx)\n", o, $3, $5, $6, $7, $12, $13 }' "$2"
+  [ -f "$2" ] && awk -F, -v o="$1" 'NR > 1 { printf "  %-20s T %6s top_k %s %-9s | dense %.3f list %.3f (%.2fx) sorted %.3f (%.2fx)\n", o, $3, $5, $6, $7, $12, $13, $14, $15 }' "$2"
 }
 
 # The concurrent order and the in-block index, list column, against the automatic order with the
@@ -63,9 +63,9 @@ for order in automatic group_first band_first; do
 done
 echo "$(elapsed)"
 
-# The list group pass's block order (FocusHardBlockOrder): balanced and realistic groups, top_k 1
-# and 2.
-echo "list group pass by block order, 12 x 64, K 8, queued 20 (ms; x dense):"
+# The group passes' block order (FocusHardBlockOrder; list and sorted columns): balanced and
+# realistic groups, top_k 1 and 2.
+echo "group passes by block order, 12 x 64, K 8, queued 20 (ms; x dense):"
 for blocks in longest_first group_major; do
   f="$O/blocks64_$blocks.csv"
   "$B/bench_focus_hard" --D=64 --K=8 --top_k=1,2 --groups=balanced,realistic --no-mma \

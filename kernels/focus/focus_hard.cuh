@@ -95,10 +95,11 @@ struct FocusHardAttnParams {
   // The list group pass builds its group's list itself (FocusHardIndexPath::in_block): offsets,
   // tile_offsets, list and masks are not read (T <= kFocusHardInBlockMaxT).
   bool in_block_index = false;
-  // The order of the wgmma list group pass's blocks: true = longest first over all groups (query
-  // tile j descending, then group, then head; focus_hard::longest_first_tile), false = group
-  // after group per head, each group's latest tiles first. The blocks compute the same; only the
-  // tail of the launch differs.
+  // The order of the wgmma group passes' blocks: true = longest first over all groups (query
+  // tile j descending, then group, then head; focus_hard::longest_first_tile; the sorted pass
+  // with sorted_block_levels), false = head after head, each group's latest tiles first (the
+  // sorted pass: each head's last rows first). The blocks compute the same; only the tail of the
+  // launch differs.
   bool longest_first = true;
 };
 

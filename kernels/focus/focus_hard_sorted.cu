@@ -79,6 +79,42 @@ __global__ void __launch_bounds__(kGatherThreads)
 #endif
 }
 
+#if ATTN_WGMMA_DEVICE
+// The first entry of this block of the sorted group pass (-1 past the row's blocks). The grid is
+// (H, max_blocks, B) with longest_first (FocusHardBlockOrder): block rank blockIdx.y over all
+// groups longest first (sorted_block_levels), the heads fastest; else (max_blocks, H, B), head
+// after head, each head's last rows first. offs: the row's group offsets (K + 1, shared memory),
+// n = offs[K].
+__device__ __forceinline__ int block_first_entry(const int* offs, int K, int n,
+                                                 bool longest_first) {
+  if (!longest_first) {
+    const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * kHardTmaRows;
+    return q0 < n ? q0 : -1;
+  }
+  const int lane = threadIdx.x % 32;
+  // Every warp decodes the same rank: lane l holds the levels of groups l and l + 32.
+  int jmin[2] = {1, 1}, jmax[2] = {0, 0};
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int grp = lane + 32 * c;
+    if (grp < K) sorted_block_levels(offs[grp], offs[grp + 1], kHardTmaRows, &jmin[c], &jmax[c]);
+  }
+  const int maxn = int(__reduce_max_sync(0xffffffffu, unsigned(max(0, max(jmax[0], jmax[1]) + 1))));
+  auto blocks_from = [&](int L) {
+    return int64_t(
+        __reduce_add_sync(0xffffffffu, unsigned(sorted_blocks_from(jmin[0], jmax[0], L) +
+                                                sorted_blocks_from(jmin[1], jmax[1], L))));
+  };
+  auto nth_group = [&](int level, int o) {
+    return nth_member(__ballot_sync(0xffffffffu, jmin[0] <= level && level <= jmax[0]),
+                      __ballot_sync(0xffffffffu, jmin[1] <= level && level <= jmax[1]), o);
+  };
+  int grp, j;
+  if (!longest_first_tile(int(blockIdx.y), maxn, blocks_from, nth_group, &grp, &j)) return -1;
+  return (offs[grp] / kHardTmaRows + j) * kHardTmaRows;
+}
+#endif  // ATTN_WGMMA_DEVICE
+
 template <int D>
 __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
     sorted_group_kernel(const FocusHardAttnParams p, const __grid_constant__ CUtensorMap tm_k,
@@ -89,8 +125,8 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
   __shared__ int offs[kFocusHardMaxGroups + 1];
   __shared__ int qpos[kHardTmaRows];  // the block's rows' tokens (list entries q0 ..), epilogue
 
-  const int b = blockIdx.z, h = blockIdx.y, T = p.T, K = p.K;
-  const int hk = h / (p.n_head / p.n_kv_head);
+  const int b = blockIdx.z, T = p.T, K = p.K;
+  const int h = p.longest_first ? blockIdx.x : blockIdx.y;  // (block_first_entry: the grid)
   for (int i = threadIdx.x; i <= K; i += kHardTmaThreads) {
     offs[i] = p.offsets[int64_t(b) * (K + 1) + i];
   }
@@ -100,9 +136,10 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
     fence_mbar_init();
   }
   __syncthreads();
-  const int n = offs[K];                                                 // entries of row b
-  const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * kHardTmaRows;  // the longest first
-  if (q0 >= n) return;
+  const int n = offs[K];                                          // entries of row b
+  const int q0 = block_first_entry(offs, K, n, p.longest_first);  // the block's entries q0 ..
+  if (q0 < 0) return;
+  const int hk = h / (p.n_head / p.n_kv_head);
   // The first entry of entry e's group (e < n, so the scan stops: offs[K] = n > e).
   auto seg_lo = [&](int e) {
     int g = 0;
@@ -183,8 +220,16 @@ void launch_group(const FocusHardAttnParams& p, cudaStream_t st) {
                                     kHardTmaKeys),
                     tm_v = tile_map(p.sorted + (p.v - p.q), kv_width, p.T, p.B, ld, batch,
                                     kHardTmaKeys);
-  launch_hard_tma<D, sorted_group_kernel<D>>(
-      dim3((p.T + kHardTmaRows - 1) / kHardTmaRows, p.n_head, p.B), p, tm_k, tm_v, st);
+  // One block per kHardTmaRows entries (at most T of top_k 1) and head, in the order of
+  // p.longest_first (FocusHardBlockOrder; block_first_entry).
+  const int blocks = (p.T + kHardTmaRows - 1) / kHardTmaRows;
+  if (p.longest_first) {
+    ATTN_REQUIRE(blocks <= 65535, "focus_hard: %d sorted blocks (T = %d) exceed the grid's 65535",
+                 blocks, p.T);
+    launch_hard_tma<D, sorted_group_kernel<D>>(dim3(p.n_head, blocks, p.B), p, tm_k, tm_v, st);
+  } else {
+    launch_hard_tma<D, sorted_group_kernel<D>>(dim3(blocks, p.n_head, p.B), p, tm_k, tm_v, st);
+  }
 }
 
 // The packed-row layout the gather and the group kernel assume: q, k and v columns of one row of

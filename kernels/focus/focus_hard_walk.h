@@ -180,6 +180,24 @@ ATTN_FOCUS_HD void inblock_share(int T, int n_warps, int w, int* lo, int* hi) {
   *hi = *lo + per < chunks ? *lo + per : chunks;
 }
 
+// The longest-first order of the sorted group pass's blocks (focus_hard_sorted.cu; the list
+// pass's is longest_first_tile's use above). Block b holds the entries rows b .. of the sorted
+// list and walks the key tiles (rows entries each) from its first entry's segment start to its
+// last entry, j + 1 of them, j = b - floor(lo / rows) for the segment [lo, hi) its first entry
+// lies in. Per segment (group) those blocks have j in [*jmin, *jmax] (*jmin > *jmax: none; *jmin
+// is 0 or 1), block b = floor(lo / rows) + j. longest_first_tile over these levels hands out every
+// block once, longest first.
+ATTN_FOCUS_HD void sorted_block_levels(int lo, int hi, int rows, int* jmin, int* jmax) {
+  const int base = lo / rows;
+  *jmin = (lo + rows - 1) / rows - base;
+  *jmax = (hi + rows - 1) / rows - 1 - base;
+}
+// The blocks of a segment with levels jmin .. jmax at level >= L (F's term for one group).
+ATTN_FOCUS_HD int sorted_blocks_from(int jmin, int jmax, int L) {
+  const int from = L > jmin ? L : jmin;
+  return jmax >= from ? jmax - from + 1 : 0;
+}
+
 // The sorted group pass of top_k 1 (focus_hard_sorted.cu), in the entries of the stable
 // group-sorted list (n of them): entry e takes entry j iff lo <= j <= e, lo the first entry of e's
 // group (the pairs sharing a group). A block of `rows` entries from q0 walks the key tiles (bn

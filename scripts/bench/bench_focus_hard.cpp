@@ -24,9 +24,10 @@
 // (--H sets every D's), both group kinds, reps 5 (2 at T >= 256K), --order=automatic |
 // group_first | band_first | concurrent (FocusHardOrder) for the list and sorted columns
 // (band_first: top_k 1 rows only; concurrent: the list column only; the hard column is always
-// the automatic choice), --blocks=longest_first | group_major (FocusHardBlockOrder) and
-// --index=automatic | fused | split | in_block (FocusHardIndexPath; in_block up to T 8192, the
-// automatic index beyond) for the list column (the others take the defaults), queued 1:
+// the automatic choice), --blocks=longest_first | group_major (FocusHardBlockOrder) for the list
+// and sorted columns and --index=automatic | fused | split | in_block (FocusHardIndexPath;
+// in_block up to T 8192, the automatic index beyond) for the list column (the others take the
+// defaults), queued 1:
 // each timed sample is one call between two events, its host work before the first launch included;
 // --queued=N times N calls back to back per sample (the host runs ahead of the device, as in a
 // model's forward over its layers), the same for every column.
@@ -77,7 +78,7 @@ int choice(const char* prog, const char* flag, const std::string& value,
 int g_queued = 1;
 // --order=: the order of the wgmma kernel's passes in the hard, list and sorted columns.
 ops::FocusHardOrder g_order = ops::FocusHardOrder::automatic;
-// --blocks=: the order of the list group pass's blocks in the list column.
+// --blocks=: the order of the group passes' blocks in the list and sorted columns.
 ops::FocusHardBlockOrder g_blocks = ops::FocusHardBlockOrder::longest_first;
 // --index=: which kernels build the index in the list column (in_block: none).
 FocusHardIndexPath g_index = FocusHardIndexPath::automatic;
@@ -269,7 +270,8 @@ int main(int argc, char** argv) {
                 ops::focus_hard_wgmma_available(D) ? time_ms(*ctx, hard_list, reps, warm) : 0.0;
             auto hard_sorted = [&] {
               ops::focus_hard_attention_fwd(*ctx, to, tl, tq, l, tgr, K, w, 0,
-                                            ops::FocusHardKernel::wgmma_sorted, sorted_order);
+                                            ops::FocusHardKernel::wgmma_sorted, sorted_order,
+                                            g_blocks);
             };
             const double sorted_ms = ops::focus_hard_wgmma_available(D) && tk == 1
                                          ? time_ms(*ctx, hard_sorted, reps, warm)

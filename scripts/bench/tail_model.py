@@ -34,6 +34,72 @@ def makespan(lengths, sms, per_sm, overhead, lone_rate):
     return t
 
 
+def makespan_released(blocks, sms, per_sm, lone_rate):
+    """makespan with blocks [(release, cost)] in hand-out priority order: a free slot takes the
+    first block already released (kernels launched later, or after a dependency, release later)."""
+    slots, queue, t = [[] for _ in range(sms)], list(blocks), 0.0
+    def fill():
+        while True:
+            s = min(slots, key=len)
+            i = next((k for k, (r, _) in enumerate(queue) if r <= t + 1e-9), None)
+            if len(s) >= per_sm or i is None:
+                return
+            s.append(queue.pop(i)[1])
+    fill()
+    while any(slots) or queue:
+        rate = lambda s: lone_rate if len(s) == 1 and per_sm > 1 else 1.0 / len(s)
+        busy = [min(s) / rate(s) for s in slots if s]
+        pending = [r - t for r, _ in queue if r > t + 1e-9]
+        dt = min(busy + pending)
+        for s in slots:
+            if s:
+                r = rate(s)
+                s[:] = [x - r * dt for x in s if x - r * dt > 1e-9]
+        t += dt
+        fill()
+    return t
+
+
+def hard_4k_orders(sms=132, heads=12, K=8, T=4096, lone_rate=0.7):
+    """The hard-routed forward at 4K (12 x 64, K 8, top_k 1, balanced) under each order of its
+    passes, in microseconds, calibrated on the H200's ncu times (2026-12-04): index 14, band pass
+    23, list group pass 49 (group-major order), gather 10, sorted pass 30 (head after head). Each block costs overhead + its tiles; the unit of
+    each pass is fitted so that the pass alone takes its measured time."""
+    tiles = T // K // 128
+    group = lambda order: [(0.0, 1.0 + 2 * (j + 1)) for j in order for _ in range(heads)
+                           for _ in range(K)]
+    gm = [(0.0, 1.0 + 2 * (j + 1)) for _ in range(heads) for _ in range(K)
+          for j in reversed(range(tiles))]
+    lf = group(reversed(range(tiles)))
+    band = [(0.0, 1.0 + 5.0) for _ in range(heads) for _ in range(T // 128)]
+    u_g = 49.0 / makespan_released(gm, sms, 2, lone_rate)
+    u_b = 23.0 / makespan_released(band, sms, 2, lone_rate)
+    scale = lambda blocks, u, at=0.0, extra=0.0: [(at, c * u + extra) for _, c in blocks]
+    run = lambda blocks: makespan_released(blocks, sms, 2, lone_rate)
+    index, memset, gather = 14.0, 2.0, 10.0
+    g_lf = run(scale(lf, u_g))
+    # The sorted pass (ncu 30 us at 4K, writing its partial): block b of a group's segment walks
+    # j + 1 key tiles of 128 (segments of T / K entries here), head after head before, longest
+    # first over groups and heads now.
+    seg, nblk = T // K, T // 128
+    length = lambda b: b - (b * 128 // seg) * seg // 128 + 1
+    s_old = [(0.0, 1.0 + 2 * length(b)) for _ in range(heads) for b in reversed(range(nblk))]
+    s_lf = sorted(s_old, key=lambda x: -x[1])
+    u_s = 30.0 / run(s_old)
+    sorted_lf = run(scale(s_lf, u_s))
+    print(f"hard forward at 4K, model calibrated on ncu (us; dense measured 106):")
+    print(f"  group pass alone: group-major {run(scale(gm, u_g)):5.1f}, longest first {g_lf:5.1f}")
+    print(f"  band first (main now):        max(index, band) + group = {max(index, 23.0) + g_lf:5.1f}")
+    print(f"  sorted pass alone: head after head 30.0, longest first {sorted_lf:5.1f}")
+    print(f"  band first, sorted pass:      max(index + gather, band) + sorted = "
+          f"{max(index + gather, 23.0) + sorted_lf:5.1f}")
+    both = run(scale(band, u_b) + scale(lf, u_g, at=index))
+    print(f"  concurrent, index kernels:    {memset + both:5.1f}")
+    for p in (1.0, 2.0, 4.0):  # the in-block prologue per group block, us of a whole SM
+        conc = run(scale(lf, u_g, extra=p) + scale(band, u_b))
+        print(f"  concurrent, in-block index (prologue {p:.0f} us): {memset + conc:5.1f}")
+
+
 def report(name, before, sms, per_sm, overhead=1.0, lone_rate=0.7):
     a = makespan(before, sms, per_sm, overhead, lone_rate)
     b = makespan(sorted(before, reverse=True), sms, per_sm, overhead, lone_rate)
@@ -61,6 +127,7 @@ def main():
             blocks = [2 * (j + 1) for _ in range(heads) for g in reversed(range(K))
                       for j in reversed(range(tiles[g]))]
             report(f"hard list group pass, K 8, {kind}, T {T}", blocks, sms, 2)
+    hard_4k_orders()
 
 
 if __name__ == "__main__":

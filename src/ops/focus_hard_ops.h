@@ -30,9 +30,10 @@ enum class FocusHardKernel { automatic, mma, wgmma, wgmma_sorted };
 // depend on which came last); for A/B benchmarks until measured (docs/focus.md).
 enum class FocusHardOrder { automatic, group_first, band_first, concurrent };
 
-// The order of the wgmma list group pass's blocks (kernels/focus/focus_hard.cuh, longest_first):
-// longest_first over all groups (the default), or group_major (group after group per head, the
-// earlier order), for A/B benchmarks; the outputs are bitwise the same.
+// The order of the wgmma group passes' blocks, the list pass's and the sorted pass's
+// (kernels/focus/focus_hard.cuh, longest_first): longest_first over all groups and heads (the
+// default), or group_major (the earlier order: head after head, each head's group after group or
+// last rows first), for A/B benchmarks; the outputs are bitwise the same.
 enum class FocusHardBlockOrder { longest_first, group_major };
 
 // True when the build holds the wgmma kernel's sm_90a code and the current device runs it (compute

@@ -387,6 +387,59 @@ TEST(FocusHardWalk, EveryAttendedPairIsTakenExactlyOnce) {
 // the kernel's ranks (tile rank u = block / H, head = block % H, past the row's tiles: none)
 // decoded with host versions of its lane sums map onto every (group, tile j < n_g, head) exactly
 // once, with j non-increasing over the ranks and, within one j, groups ascending, heads fastest.
+// The sorted group pass's longest-first order (focus_hard_sorted.cu, block_first_entry): over
+// segment layouts with empty groups, segments shorter than a block and unaligned boundaries, the
+// decode of every rank (sorted_block_levels, sorted_blocks_from, longest_first_tile) hands out
+// each block of the row exactly once, longest first, and names the segment its first entry lies in.
+TEST(FocusHardWalk, SortedLongestFirstCoversEveryBlockOnce) {
+  constexpr int kRows = kFocusHardWgmmaRows;
+  const std::vector<int32_t> r = test::random_ints(4096, 11u, 1 << 20);
+  size_t at = 0;
+  for (int K : {1, 3, 8, 33, 64})
+    for (int layout = 0; layout < 6; ++layout) {
+      std::vector<int> offs(K + 1, 0);
+      for (int g = 0; g < K; ++g) {
+        const int x = r[at++ % r.size()];
+        const int size = layout == 0 ? 512 : layout == 1 ? x % 3 : x % (layout * 300);
+        offs[g + 1] = offs[g] + (g % 5 == 4 && layout > 1 ? 0 : size);  // some empty groups
+      }
+      const int n = offs[K];
+      SCOPED_TRACE(testing::Message() << "K " << K << " layout " << layout << " n " << n);
+      std::vector<int> jmin(K), jmax(K);
+      int maxn = 0;
+      for (int g = 0; g < K; ++g) {
+        focus_hard::sorted_block_levels(offs[g], offs[g + 1], kRows, &jmin[g], &jmax[g]);
+        maxn = std::max(maxn, jmax[g] + 1);
+      }
+      auto from = [&](int L) {
+        int64_t c = 0;
+        for (int g = 0; g < K; ++g) c += focus_hard::sorted_blocks_from(jmin[g], jmax[g], L);
+        return c;
+      };
+      auto nth = [&](int level, int o) {
+        for (int g = 0; g < K; ++g)
+          if (jmin[g] <= level && level <= jmax[g] && o-- == 0) return g;
+        return -1;
+      };
+      const int n_blocks = (n + kRows - 1) / kRows;
+      std::vector<int> seen(n_blocks, 0);
+      int last_j = INT32_MAX;
+      int64_t u = 0;
+      for (int grp, j; focus_hard::longest_first_tile(u, maxn, from, nth, &grp, &j); ++u) {
+        ASSERT_TRUE(grp >= 0 && grp < K) << "rank " << u;
+        const int b = offs[grp] / kRows + j;
+        ASSERT_TRUE(b >= 0 && b < n_blocks) << "rank " << u << " block " << b;
+        EXPECT_TRUE(offs[grp] <= b * kRows && b * kRows < offs[grp + 1])
+            << "block " << b << " named group " << grp;
+        EXPECT_LE(j, last_j) << "rank " << u << ": not longest first";
+        last_j = j;
+        ++seen[b];
+      }
+      EXPECT_EQ(u, n_blocks);
+      for (int b = 0; b < n_blocks; ++b) EXPECT_EQ(seen[b], 1) << "block " << b;
+    }
+}
+
 // nth_member against counting the set's bits one by one: sets with members in one word, in both,
 // a full word, single bits at the edges.
 TEST(FocusHardWalk, NthMemberIsTheOthSetBitAscending) {
