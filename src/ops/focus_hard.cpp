@@ -247,8 +247,13 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
     return;
   }
   if (p.band_first) {
+    if (in_block) {  // nothing to run beside the band: two kernels on one stream, no events
+      launch_focus_hard_band(p, ctx.stream);
+      launch_focus_hard_wgmma(p, ctx.stream);
+      return;
+    }
     const SideStream side(ctx.stream);
-    if (!in_block) launch_focus_hard_index(ip, side.get());
+    launch_focus_hard_index(ip, side.get());
     if (sorted) launch_focus_hard_gather(p, side.get());
     launch_focus_hard_band(p, ctx.stream);
     side.join();
