@@ -98,6 +98,9 @@ def hard_4k_orders(sms=132, heads=12, K=8, T=4096, lone_rate=0.7):
     for p in (1.0, 2.0, 4.0):  # the in-block prologue per group block, us of a whole SM
         conc = run(scale(lf, u_g, extra=p) + scale(band, u_b))
         print(f"  concurrent, in-block index (prologue {p:.0f} us): {memset + conc:5.1f}")
+        serial = 23.0 + run(scale(lf, u_g, extra=p))
+        print(f"  band first, in-block index (prologue {p:.0f} us), one stream: {serial:5.1f}")
+    print("  (kernel time only: the launch gaps, the fork and the join are not modelled)")
 
 
 def report(name, before, sms, per_sm, overhead=1.0, lone_rate=0.7):
