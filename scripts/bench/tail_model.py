@@ -7,31 +7,15 @@ overhead + its length in key tiles; an SM running one block instead of `per_sm` 
 `lone_rate` of its full throughput (processor sharing). Prints the makespan of the order a
 kernel used before (head after head, each head's longest tile first) against longest first
 over all heads, for the dense / soft Focus kernels (causal tiles) and the hard-routed list
-group pass (group after group vs longest first over groups).
+group pass (group after group vs longest first over groups); then the hard-routed forward at
+4K under each order of its passes, calibrated on measured kernel times (hard_4k_orders).
 Usage: python3 scripts/bench/tail_model.py
 """
 import random
 
 
 def makespan(lengths, sms, per_sm, overhead, lone_rate):
-    slots, queue, t = [[] for _ in range(sms)], list(lengths), 0.0
-    def fill():  # breadth-first, as the block scheduler: the SM with the fewest blocks first
-        while queue:
-            s = min(slots, key=len)
-            if len(s) >= per_sm:
-                break
-            s.append(overhead + queue.pop(0))
-    fill()
-    while any(slots):
-        rate = lambda s: lone_rate if len(s) == 1 and per_sm > 1 else 1.0 / len(s)
-        dt = min(min(s) / rate(s) for s in slots if s)
-        for s in slots:
-            if s:
-                r = rate(s)
-                s[:] = [x - r * dt for x in s if x - r * dt > 1e-9]
-        t += dt
-        fill()
-    return t
+    return makespan_released([(0.0, overhead + x) for x in lengths], sms, per_sm, lone_rate)
 
 
 def makespan_released(blocks, sms, per_sm, lone_rate):
