@@ -10,7 +10,8 @@
 # Usage (repo root, on the GPU machine): bash scripts/focus_hard_check.sh [build_dir]
 # Environment: HARD_T (lengths of the order section, default 1024,2048,4096,8192,16384), NCU=0
 # skips ncu, TESTS=0 skips the tests (a second call on a tree whose tests passed).
-# Then set the automatic order and index path (src/ops/focus_hard.cpp) from the tables.
+# Then set the automatic order and index path (src/ops/focus_hard.cpp) from the tables. Every
+# step has a time limit (tests 240 s, each benchmark 90 s), so a hang costs one step, not the call.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 B=${1:-build-device}
@@ -25,7 +26,7 @@ make -C "$B" -j16 attnlab_tests bench_focus_hard bench_focus_soft >"$O/build.log
   { grep -E "error" -A3 "$O/build.log" | head -40; exit 1; }
 echo "build $(elapsed)"
 if [ "${TESTS:-1}" = 1 ]; then
-  "$B/attnlab_tests" \
+  timeout 240 "$B/attnlab_tests" \
     --gtest_filter='FocusHard*:FocusCuda.*:FocusDecodeCuda.*:FocusModel*:FocusWgmma*:AttentionCuda.*' \
     >"$O/tests.log" 2>&1
   echo "tests: rc=$? $(elapsed)"
@@ -43,7 +44,7 @@ list_rows() {  # label csv
 echo "list group pass by order:index, 12 x 64, K 8, balanced, queued 20 (ms; x dense):"
 for mode in automatic:automatic concurrent:in_block concurrent:automatic band_first:in_block; do
   f="$O/conc64_${mode/:/_}.csv"
-  "$B/bench_focus_hard" --D=64 --K=8 --top_k=1,2 --groups=balanced --no-mma \
+  timeout 90 "$B/bench_focus_hard" --D=64 --K=8 --top_k=1,2 --groups=balanced --no-mma \
     --T=1024,2048,4096,8192 --order=${mode%%:*} --index=${mode##*:} --queued=20 --csv="$f" \
     >"$O/conc64_${mode/:/_}.log" 2>&1
   list_rows "$mode" "$f"
@@ -52,9 +53,9 @@ echo "$(elapsed)"
 
 echo "hard-routed forward by pass order, K 8, top_k 1, queued 20 (ms; x dense):"
 for order in automatic group_first band_first; do
-  "$B/bench_focus_hard" --D=64 --K=8 --top_k=1 --groups=balanced --no-mma --T="$T" \
+  timeout 90 "$B/bench_focus_hard" --D=64 --K=8 --top_k=1 --groups=balanced --no-mma --T="$T" \
     --order=$order --queued=20 --csv="$O/hard64_$order.csv" >"$O/hard64_$order.log" 2>&1
-  "$B/bench_focus_hard" --D=128 --H=8 --K=8 --top_k=1 --groups=balanced --no-mma \
+  timeout 90 "$B/bench_focus_hard" --D=128 --H=8 --K=8 --top_k=1 --groups=balanced --no-mma \
     --T=4096,16384 --order=$order --queued=20 --csv="$O/hard128_$order.csv" \
     >"$O/hard128_$order.log" 2>&1
   for f in "$O/hard64_$order.csv" "$O/hard128_$order.csv"; do
@@ -68,7 +69,7 @@ echo "$(elapsed)"
 echo "group passes by block order, 12 x 64, K 8, queued 20 (ms; x dense):"
 for blocks in longest_first group_major; do
   f="$O/blocks64_$blocks.csv"
-  "$B/bench_focus_hard" --D=64 --K=8 --top_k=1,2 --groups=balanced,realistic --no-mma \
+  timeout 90 "$B/bench_focus_hard" --D=64 --K=8 --top_k=1,2 --groups=balanced,realistic --no-mma \
     --T=2048,4096,8192 --blocks=$blocks --queued=20 --csv="$f" >"$O/blocks64_$blocks.log" 2>&1
   list_rows "$blocks" "$f"
 done
