@@ -73,7 +73,7 @@ def hard_4k_orders(sms=132, heads=12, K=8, T=4096, lone_rate=0.7):
     sorted_lf = run(scale(s_lf, u_s))
     print(f"hard forward at 4K, model calibrated on ncu (us; dense measured 106):")
     print(f"  group pass alone: group-major {run(scale(gm, u_g)):5.1f}, longest first {g_lf:5.1f}")
-    print(f"  band first (main now):        max(index, band) + group = {max(index, 23.0) + g_lf:5.1f}")
+    print(f"  band first, list pass:        max(index, band) + group = {max(index, 23.0) + g_lf:5.1f}")
     print(f"  sorted pass alone: head after head 30.0, longest first {sorted_lf:5.1f}")
     print(f"  band first, sorted pass:      max(index + gather, band) + sorted = "
           f"{max(index + gather, 23.0) + sorted_lf:5.1f}")
