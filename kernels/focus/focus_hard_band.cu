@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
   // partial (band_part), and the last of the row's passes merges them all. Otherwise the band's
   // state merged with the token's group partials, one per distinct valid slot (what the group
   // pass wrote), into o and lse.
-  if (kConcurrent) {
+  if constexpr (kConcurrent) {
     int rows[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -125,65 +125,65 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
     for (int r = 0; r < 2; ++r) {
       if (last[r]) write_from_partials<D>(p, tig, band_part(p, b, rows[r], h), b, h, rows[r]);
     }
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float l = row_sum(st.sum[r]);
-    const int i = r == 0 ? i0 : i1;
-    if (i >= T || (r == 0 ? qm0 : qm1) == 0) continue;
-    if (p.band_first) {
-      write_partial<D>(p, o, r, tig, l, st.max[r], (int64_t(b) * T + i) * p.n_head + h);
-      continue;
-    }
-    const float lse = row_lse(l, st.max[r]);
-    const int64_t bt = int64_t(b) * T + i;
-    const int32_t* gr = p.groups + bt * p.top_k;
-    // f(slot) for each distinct valid slot of the token (the partials the group pass wrote).
-    auto each_slot = [&](auto f) {
-      uint64_t seen = 0;
-      for (int sl = 0; sl < p.top_k; ++sl) {
-        const int x = gr[sl];
-        if (x < 0 || x >= K || ((seen >> x) & 1)) continue;
-        seen |= uint64_t(1) << x;
-        f(sl);
+    for (int r = 0; r < 2; ++r) {
+      const float l = row_sum(st.sum[r]);
+      const int i = r == 0 ? i0 : i1;
+      if (i >= T || (r == 0 ? qm0 : qm1) == 0) continue;
+      if (p.band_first) {
+        write_partial<D>(p, o, r, tig, l, st.max[r], (int64_t(b) * T + i) * p.n_head + h);
+        continue;
       }
-    };
-    auto part_lse = [&](int sl) { return p.part_lse[(bt * p.top_k + sl) * p.n_head + h]; };
-    float mx = lse;
-    each_slot([&](int sl) { mx = fmaxf(mx, part_lse(sl)); });
-    // mx > -inf: slot 0's pass takes (i, i). Weights exp(lse_s - mx), sum >= 1.
-    float sum = lse == -INFINITY ? 0.f : __expf(lse - mx);
-    each_slot([&](int sl) {
-      const float ls = part_lse(sl);
-      sum += ls == -INFINITY ? 0.f : __expf(ls - mx);
-    });
-    const float inv_sum = 1.f / sum;
-    const float self = lse == -INFINITY ? 0.f : __expf(lse - mx) * inv_sum / l;
-#pragma unroll
-    for (int jj = 0; jj < D / 8; ++jj) {
-      o[4 * jj + 2 * r] *= self;
-      o[4 * jj + 2 * r + 1] *= self;
-    }
-    each_slot([&](int sl) {
-      const float ls = part_lse(sl);
-      if (ls == -INFINITY) return;
-      const float wgt = __expf(ls - mx) * inv_sum;
-      const float* src = p.part_o + ((bt * p.top_k + sl) * p.n_head + h) * D;
+      const float lse = row_lse(l, st.max[r]);
+      const int64_t bt = int64_t(b) * T + i;
+      const int32_t* gr = p.groups + bt * p.top_k;
+      // f(slot) for each distinct valid slot of the token (the partials the group pass wrote).
+      auto each_slot = [&](auto f) {
+        uint64_t seen = 0;
+        for (int sl = 0; sl < p.top_k; ++sl) {
+          const int x = gr[sl];
+          if (x < 0 || x >= K || ((seen >> x) & 1)) continue;
+          seen |= uint64_t(1) << x;
+          f(sl);
+        }
+      };
+      auto part_lse = [&](int sl) { return p.part_lse[(bt * p.top_k + sl) * p.n_head + h]; };
+      float mx = lse;
+      each_slot([&](int sl) { mx = fmaxf(mx, part_lse(sl)); });
+      // mx > -inf: slot 0's pass takes (i, i). Weights exp(lse_s - mx), sum >= 1.
+      float sum = lse == -INFINITY ? 0.f : __expf(lse - mx);
+      each_slot([&](int sl) {
+        const float ls = part_lse(sl);
+        sum += ls == -INFINITY ? 0.f : __expf(ls - mx);
+      });
+      const float inv_sum = 1.f / sum;
+      const float self = lse == -INFINITY ? 0.f : __expf(lse - mx) * inv_sum / l;
 #pragma unroll
       for (int jj = 0; jj < D / 8; ++jj) {
-        const float2 v = *reinterpret_cast<const float2*>(src + 8 * jj + 2 * tig);
-        o[4 * jj + 2 * r] = fmaf(wgt, v.x, o[4 * jj + 2 * r]);
-        o[4 * jj + 2 * r + 1] = fmaf(wgt, v.y, o[4 * jj + 2 * r + 1]);
+        o[4 * jj + 2 * r] *= self;
+        o[4 * jj + 2 * r + 1] *= self;
       }
-    });
-    bf16* out = p.o + b * p.o_batch_stride + int64_t(i) * p.o_row_stride + h * D;
+      each_slot([&](int sl) {
+        const float ls = part_lse(sl);
+        if (ls == -INFINITY) return;
+        const float wgt = __expf(ls - mx) * inv_sum;
+        const float* src = p.part_o + ((bt * p.top_k + sl) * p.n_head + h) * D;
 #pragma unroll
-    for (int jj = 0; jj < D / 8; ++jj) {
-      *reinterpret_cast<__nv_bfloat162*>(out + 8 * jj + 2 * tig) =
-          __floats2bfloat162_rn(o[4 * jj + 2 * r], o[4 * jj + 2 * r + 1]);
+        for (int jj = 0; jj < D / 8; ++jj) {
+          const float2 v = *reinterpret_cast<const float2*>(src + 8 * jj + 2 * tig);
+          o[4 * jj + 2 * r] = fmaf(wgt, v.x, o[4 * jj + 2 * r]);
+          o[4 * jj + 2 * r + 1] = fmaf(wgt, v.y, o[4 * jj + 2 * r + 1]);
+        }
+      });
+      bf16* out = p.o + b * p.o_batch_stride + int64_t(i) * p.o_row_stride + h * D;
+#pragma unroll
+      for (int jj = 0; jj < D / 8; ++jj) {
+        *reinterpret_cast<__nv_bfloat162*>(out + 8 * jj + 2 * tig) =
+            __floats2bfloat162_rn(o[4 * jj + 2 * r], o[4 * jj + 2 * r + 1]);
+      }
+      if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + i] = mx + __logf(sum);
     }
-    if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + i] = mx + __logf(sum);
   }
 #else
   (void)p, (void)tm_k, (void)tm_v;

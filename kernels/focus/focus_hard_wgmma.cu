@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   // with band_first (top_k 1: the token's only group pass, which takes (i, i), so l > 0) the
   // band's partial merged in, o and lse written; concurrent: the partial, and the last of the
   // row's passes merges them all.
-  if (kConcurrent) {
+  if constexpr (kConcurrent) {
     int rows[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -408,18 +408,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
         focus_hard::write_from_partials<D>(p, tig, focus_hard::band_part(p, b, rows[r], h), b, h,
                                            rows[r]);
     }
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float l = focus_hard::row_sum(st.sum[r]);
-    const int row = rrow + 8 * r, i = m.qpos[row];
-    if (i < 0) continue;
-    const int64_t part = ((int64_t(b) * T + i) * p.top_k + m.qslot[row]) * p.n_head + h;
-    if (p.band_first)
-      focus_hard::write_merged<D>(p, o, r, tig, l, st.max[r], part, b, h, i);
-    else
-      focus_hard::write_partial<D>(p, o, r, tig, l, st.max[r], part);
+    for (int r = 0; r < 2; ++r) {
+      const float l = focus_hard::row_sum(st.sum[r]);
+      const int row = rrow + 8 * r, i = m.qpos[row];
+      if (i < 0) continue;
+      const int64_t part = ((int64_t(b) * T + i) * p.top_k + m.qslot[row]) * p.n_head + h;
+      if (p.band_first)
+        focus_hard::write_merged<D>(p, o, r, tig, l, st.max[r], part, b, h, i);
+      else
+        focus_hard::write_partial<D>(p, o, r, tig, l, st.max[r], part);
+    }
   }
 #else
   (void)p, (void)max_tiles;
