@@ -7,7 +7,9 @@
 // have it (sm_90a), "wgmma" (focus_wgmma.cuh, automatic's choice there; "nan" elsewhere). Ratios
 // are Focus / dense (the target: fwd+bwd <= 1.15). Dense runs the Hopper wgmma kernels on sm_90a,
 // so "mma f+b" also times dense fwd+bwd forced to its mma.sync kernels (AttentionParams::use_wgmma
-// = false): tiled / mma is the tiled kernel's gate cost.
+// = false): tiled / mma is the tiled kernel's gate cost. "no dg" times the wgmma forward+backward
+// without dg (the backward's loop without the dg products): against "wgmma f+b" it is what the
+// assignment gradient costs, against dense what the gate alone costs.
 // --gate=multiplicative|hard measures another gate; --shape=D:T one shape only.
 // Usage: bench_focus_soft [csv_out] [--gate=additive|multiplicative|hard] [--shape=D:T]
 #include <cuda_runtime.h>
@@ -102,7 +104,8 @@ int main(int argc, char** argv) {
     std::fprintf(csv,
                  "gate,D,T,H,K,window,dense_fwd_ms,focus_fwd_ms,fwd_ratio,dense_fwdbwd_ms,"
                  "focus_fwdbwd_ms,fwdbwd_ratio,dense_mma_fwdbwd_ms,fwdbwd_ratio_vs_mma,"
-                 "wgmma_fwd_ms,wgmma_fwd_ratio,wgmma_fwdbwd_ms,wgmma_fwdbwd_ratio\n");
+                 "wgmma_fwd_ms,wgmma_fwd_ratio,wgmma_fwdbwd_ms,wgmma_fwdbwd_ratio,"
+                 "wgmma_fwdbwd_nodg_ms,wgmma_fwdbwd_nodg_ratio\n");
   }
   const char* gate_name = gate.kind == FocusGateKind::additive         ? "additive"
                           : gate.kind == FocusGateKind::multiplicative ? "multiplicative"
@@ -110,9 +113,9 @@ int main(int argc, char** argv) {
   const int K = 8;
   std::printf("focus gate %s, local_window %d, K %d, bf16, batch 1 (ratio = focus / dense)\n",
               gate_name, gate.local_window, K);
-  std::printf("%4s %6s %3s %10s %10s %6s %10s %6s %10s %10s %6s %10s %6s %10s %6s\n", "D", "T", "H",
-              "dense fwd", "tiled fwd", "ratio", "wgmma fwd", "ratio", "dense f+b", "tiled f+b",
-              "ratio", "wgmma f+b", "ratio", "mma f+b", "vs mma");
+  std::printf("%4s %6s %3s %10s %10s %6s %10s %6s %10s %10s %6s %10s %6s %10s %6s %10s %6s\n", "D",
+              "T", "H", "dense fwd", "tiled fwd", "ratio", "wgmma fwd", "ratio", "dense f+b",
+              "tiled f+b", "ratio", "wgmma f+b", "ratio", "mma f+b", "vs mma", "no dg", "ratio");
   auto ctx = ExecContext::make_cuda(0);
   for (int D : {64, 128}) {
     for (int T : {1024, 4096, 16384, 65536}) {
@@ -142,8 +145,9 @@ int main(int argc, char** argv) {
       auto focus_fwd = [&](FocusSoftKernel k) {
         ops::focus_attention_fwd(*ctx, to, tl, tq, l, tg, tgr, gate, k);
       };
-      auto focus_bwd = [&](FocusSoftKernel k) {
-        ops::focus_attention_bwd(*ctx, tdq, tdg, tdo, tq, to, tl, l, tg, tgr, gate, k);
+      auto focus_bwd = [&](FocusSoftKernel k, bool with_dg = true) {
+        ops::focus_attention_bwd(*ctx, tdq, with_dg ? tdg : Tensor(), tdo, tq, to, tl, l, tg, tgr,
+                                 gate, k);
       };
       const double df = median_ms(dense_fwd, reps);
       const double dfb = median_ms([&] { dense_fwd(), dense_bwd(); }, reps);
@@ -155,6 +159,8 @@ int main(int argc, char** argv) {
       const double wf = has_wgmma ? median_ms([&] { focus_fwd(wgmma); }, reps) : NAN;
       const double wfb =
           has_wgmma ? median_ms([&] { focus_fwd(wgmma), focus_bwd(wgmma); }, reps) : NAN;
+      const double wfb_nodg =
+          has_wgmma ? median_ms([&] { focus_fwd(wgmma), focus_bwd(wgmma, false); }, reps) : NAN;
       AttentionParams<bf16> ap;  // dense on its mma.sync kernels
       auto* q = static_cast<bf16*>(qkv.data());
       auto* dq = static_cast<bf16*>(dqkv.data());
@@ -176,15 +182,15 @@ int main(int argc, char** argv) {
       CUDA_CHECK(cudaDeviceSynchronize());
       std::printf(
           "%4d %6d %3d %10.3f %10.3f %6.2f %10.3f %6.2f %10.3f %10.3f %6.2f %10.3f %6.2f "
-          "%10.3f %6.2f\n",
+          "%10.3f %6.2f %10.3f %6.2f\n",
           D, T, H, df, ff, ff / df, wf, wf / df, dfb, ffb, ffb / dfb, wfb, wfb / dfb, mfb,
-          ffb / mfb);
+          ffb / mfb, wfb_nodg, wfb_nodg / dfb);
       if (csv) {
         std::fprintf(csv,
                      "%s,%d,%d,%d,%d,%d,%.4f,%.4f,%.3f,%.4f,%.4f,%.3f,%.4f,%.3f,%.4f,%.3f,%.4f,"
-                     "%.3f\n",
+                     "%.3f,%.4f,%.3f\n",
                      gate_name, D, T, H, K, gate.local_window, df, ff, ff / df, dfb, ffb, ffb / dfb,
-                     mfb, ffb / mfb, wf, wf / df, wfb, wfb / dfb);
+                     mfb, ffb / mfb, wf, wf / df, wfb, wfb / dfb, wfb_nodg, wfb_nodg / dfb);
       }
     }
   }
