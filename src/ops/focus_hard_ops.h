@@ -27,7 +27,7 @@ enum class FocusHardKernel { automatic, mma, wgmma, wgmma_sorted };
 // mma kernel does anyway. concurrent = every top_k, the list group pass only (with the automatic
 // kernel it is then taken at every T): the two passes at once on two streams, each writing its
 // partials and the last of a token's passes merging them (in a fixed order: the output does not
-// depend on which came last); for A/B benchmarks until measured (docs/focus.md).
+// depend on which came last); for A/B benchmarks until measured (docs/focus_hard.md).
 enum class FocusHardOrder { automatic, group_first, band_first, concurrent };
 
 // The order of the wgmma group passes' blocks, the list pass's and the sorted pass's
