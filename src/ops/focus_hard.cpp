@@ -87,6 +87,58 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
   launch_focus_hard_index(p, ctx.stream);
 }
 
+FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
+                              FocusHardIndexPath index, int64_t T, int64_t top_k, int head_dim,
+                              bool wgmma_supported) {
+  FocusHardPlan plan;
+  ATTN_REQUIRE(kernel != FocusHardKernel::wgmma_sorted || top_k == 1,
+               "%s: the sorted group pass (wgmma_sorted) takes top_k 1 only, got top_k %lld", kOp,
+               (long long)top_k);
+  // The in-block index and the concurrent order run with the list group pass only.
+  plan.in_block = index == FocusHardIndexPath::in_block;
+  plan.concurrent = order == FocusHardOrder::concurrent;
+  ATTN_REQUIRE(kernel != FocusHardKernel::wgmma_sorted || (!plan.in_block && !plan.concurrent),
+               "%s: the sorted group pass (wgmma_sorted) needs the index kernels and a pass order "
+               "other than concurrent, got %s",
+               kOp, plan.in_block ? "the in_block index" : "the concurrent order");
+  ATTN_REQUIRE(!plan.in_block || T <= kFocusHardInBlockMaxT,
+               "%s: the in_block index takes T up to %d (its list in shared memory), got T %lld",
+               kOp, kFocusHardInBlockMaxT, (long long)T);
+  const bool forced_wgmma =
+      kernel == FocusHardKernel::wgmma || kernel == FocusHardKernel::wgmma_sorted;
+  plan.wgmma = forced_wgmma || (kernel == FocusHardKernel::automatic && wgmma_supported);
+  ATTN_REQUIRE(!plan.wgmma || wgmma_supported,
+               "%s: the wgmma kernel needs a build with sm_90a code (CMAKE_CUDA_ARCHITECTURES "
+               "containing 90) and a compute capability 9.0 device",
+               kOp);
+  ATTN_REQUIRE(plan.wgmma || (!plan.in_block && !plan.concurrent),
+               "%s: %s needs the wgmma kernel (the mma kernel reads the index and merges after "
+               "its pass)",
+               kOp, plan.in_block ? "the in_block index" : "the concurrent order");
+  // The group pass on the group-sorted copy of qkv: top_k 1 (the pairs sharing a group are then
+  // causal runs of the sorted order); automatic from kSortedMinT tokens, below which the copy
+  // costs more than it saves (H200, 12 x 64, K 8: 0.104 against 0.096 ms at T 4K, 0.182 against
+  // 0.202 at 8K, 0.332 against 0.426 at 16K; docs/performance_variants.md).
+  constexpr int64_t kSortedMinT = 8192;
+  plan.sorted = plan.wgmma && top_k == 1 &&
+                (kernel == FocusHardKernel::wgmma_sorted ||
+                 (kernel == FocusHardKernel::automatic && T >= kSortedMinT && !plan.in_block &&
+                  !plan.concurrent));
+  // The band pass first: automatic for the list group pass at head dim 64, where it measured
+  // faster; at head dim 128 and with the sorted group pass, merging in the group pass's epilogue
+  // was slower than the band pass merging last (docs/performance_variants.md, "The band pass
+  // first"; the sorted pass's epilogue has read its rows' tokens from shared memory since, not
+  // measured yet).
+  ATTN_REQUIRE(order != FocusHardOrder::band_first || (plan.wgmma && top_k == 1),
+               "%s: the band pass first (FocusHardOrder::band_first) needs the wgmma kernel and "
+               "top_k 1, got %s kernel and top_k %lld",
+               kOp, plan.wgmma ? "the wgmma" : "the mma", (long long)top_k);
+  plan.band_first =
+      order == FocusHardOrder::band_first || (order == FocusHardOrder::automatic && plan.wgmma &&
+                                              top_k == 1 && !plan.sorted && head_dim == 64);
+  return plan;
+}
+
 void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
                               const Tensor& qkv, const QKVLayout& l, const Tensor& groups, int K,
                               int local_window, int tile_rows, FocusHardKernel kernel,
@@ -118,40 +170,10 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   ATTN_REQUIRE(T * top_k < (int64_t(1) << 31), "%s: T x top_k must be < 2^31, got %lld", kOp,
                (long long)(T * top_k));
 
-  ATTN_REQUIRE(kernel != FocusHardKernel::wgmma_sorted || top_k == 1,
-               "%s: the sorted group pass (wgmma_sorted) takes top_k 1 only, got top_k %lld", kOp,
-               (long long)top_k);
-  // The in-block index and the concurrent order run with the list group pass only.
-  const bool in_block = index == FocusHardIndexPath::in_block;
-  const bool concurrent = order == FocusHardOrder::concurrent;
-  ATTN_REQUIRE(kernel != FocusHardKernel::wgmma_sorted || (!in_block && !concurrent),
-               "%s: the sorted group pass (wgmma_sorted) needs the index kernels and a pass order "
-               "other than concurrent, got %s",
-               kOp, in_block ? "the in_block index" : "the concurrent order");
-  ATTN_REQUIRE(!in_block || T <= kFocusHardInBlockMaxT,
-               "%s: the in_block index takes T up to %d (its list in shared memory), got T %lld",
-               kOp, kFocusHardInBlockMaxT, (long long)T);
-  const bool forced_wgmma =
-      kernel == FocusHardKernel::wgmma || kernel == FocusHardKernel::wgmma_sorted;
-  const bool wgmma = forced_wgmma || (kernel == FocusHardKernel::automatic &&
-                                      focus_hard_wgmma_supported(l.head_dim));
-  ATTN_REQUIRE(!wgmma || focus_hard_wgmma_supported(l.head_dim),
-               "%s: the wgmma kernel needs a build with sm_90a code (CMAKE_CUDA_ARCHITECTURES "
-               "containing 90) and a compute capability 9.0 device",
-               kOp);
-  // The group pass on the group-sorted copy of qkv: top_k 1 (the pairs sharing a group are then
-  // causal runs of the sorted order); automatic from kSortedMinT tokens, below which the copy
-  // costs more than it saves (H200, 12 x 64, K 8: 0.104 against 0.096 ms at T 4K, 0.182 against
-  // 0.202 at 8K, 0.332 against 0.426 at 16K; docs/performance_variants.md).
-  constexpr int64_t kSortedMinT = 8192;
-  const bool sorted =
-      wgmma && top_k == 1 &&
-      (kernel == FocusHardKernel::wgmma_sorted ||
-       (kernel == FocusHardKernel::automatic && T >= kSortedMinT && !in_block && !concurrent));
-  ATTN_REQUIRE(wgmma || (!in_block && !concurrent),
-               "%s: %s needs the wgmma kernel (the mma kernel reads the index and merges after "
-               "its pass)",
-               kOp, in_block ? "the in_block index" : "the concurrent order");
+  const FocusHardPlan plan = plan_focus_hard(kernel, order, index, T, top_k, l.head_dim,
+                                             focus_hard_wgmma_supported(l.head_dim));
+  const bool wgmma = plan.wgmma, sorted = plan.sorted, in_block = plan.in_block,
+             concurrent = plan.concurrent;
   const int rows = wgmma ? kFocusHardWgmmaRows : tile_rows;
 
   // One stream-ordered workspace (one allocation per call): the index lists, then the group
@@ -221,17 +243,7 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   // The band, the longer of the two at head dim 64 (23 against 14 us at 4K), stays on the
   // caller's stream, so the group pass follows it directly and the join waits on an event that
   // has usually completed (the cross-stream signal off the critical path).
-  // Automatic for the list group pass at head dim 64, where it measured faster; at head dim 128
-  // and with the sorted group pass, merging in the group pass's epilogue was slower than the band
-  // pass merging last (docs/performance_variants.md, "The band pass first"; the sorted pass's
-  // epilogue has read its rows' tokens from shared memory since, not measured yet).
-  ATTN_REQUIRE(order != FocusHardOrder::band_first || (wgmma && top_k == 1),
-               "%s: the band pass first (FocusHardOrder::band_first) needs the wgmma kernel and "
-               "top_k 1, got %s kernel and top_k %lld",
-               kOp, wgmma ? "the wgmma" : "the mma", (long long)top_k);
-  p.band_first =
-      order == FocusHardOrder::band_first ||
-      (order == FocusHardOrder::automatic && wgmma && top_k == 1 && !sorted && l.head_dim == 64);
+  p.band_first = plan.band_first;
   // The concurrent order: the group pass (after the index, or building its own lists) and the
   // band pass at once, on two streams, each block of either free to start while the other's run.
   // The group pass goes out first: its longest blocks set the launch's length, and the band's

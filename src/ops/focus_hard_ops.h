@@ -56,6 +56,18 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
                       const Tensor& tile_offsets, const Tensor& masks, const Tensor& groups, int K,
                       int tile_rows = 64, FocusHardIndexPath path = FocusHardIndexPath::automatic);
 
+// What focus_hard_attention_fwd runs for its options (host only, no device work; every
+// combination is checked on the CPU, tests/ops/test_focus_hard_plan.cpp): the wgmma kernel or the
+// mma kernel, the sorted or the list group pass, the order of the passes and whether the group
+// pass builds its own lists. An option that does not apply (FocusHardKernel, FocusHardOrder,
+// FocusHardIndexPath) is an error naming it. wgmma_supported: focus_hard_wgmma_available(D).
+struct FocusHardPlan {
+  bool wgmma = false, sorted = false, band_first = false, concurrent = false, in_block = false;
+};
+FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
+                              FocusHardIndexPath index, int64_t T, int64_t top_k, int head_dim,
+                              bool wgmma_supported);
+
 // out [B, T, n_head*D] bf16 and lse [B, n_head, T] f32 written (=): the hard-routed rows of
 // focus_attention_fwd (pos 0) over the packed qkv [B, T, layout.width()] bf16, groups
 // [B, T, top_k] i32 with ids in [0, K). Workspace: stream-ordered allocations of O(B T top_k)

@@ -1,0 +1,133 @@
+// The choices of the hard-routed Focus forward (ops::plan_focus_hard, src/ops/focus_hard.cpp):
+// for every kernel, pass order and index path, with and without the wgmma kernel available,
+// either a plan that keeps the kernels' contracts (focus_hard.cuh) and the documented automatic
+// choices, or an error naming the option. Host only: runs without a GPU.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "ops/focus_hard_ops.h"
+#include "test_util.h"
+
+namespace attnlab {
+namespace {
+
+using ops::FocusHardKernel;
+using ops::FocusHardOrder;
+
+constexpr FocusHardKernel kKernels[] = {FocusHardKernel::automatic, FocusHardKernel::mma,
+                                        FocusHardKernel::wgmma, FocusHardKernel::wgmma_sorted};
+constexpr FocusHardOrder kOrders[] = {FocusHardOrder::automatic, FocusHardOrder::group_first,
+                                      FocusHardOrder::band_first, FocusHardOrder::concurrent};
+constexpr FocusHardIndexPath kIndex[] = {FocusHardIndexPath::automatic, FocusHardIndexPath::fused,
+                                         FocusHardIndexPath::split, FocusHardIndexPath::in_block};
+
+TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
+  int plans = 0, errors = 0;
+  for (const FocusHardKernel kernel : kKernels)
+    for (const FocusHardOrder order : kOrders)
+      for (const FocusHardIndexPath index : kIndex)
+        for (const int64_t T : {int64_t(1), int64_t(4096), int64_t(8192), int64_t(8193)})
+          for (const int64_t top_k : {1, 2})
+            for (const int D : {64, 128})
+              for (const bool supported : {false, true}) {
+                SCOPED_TRACE(testing::Message()
+                             << "kernel " << int(kernel) << " order " << int(order) << " index "
+                             << int(index) << " T " << T << " top_k " << top_k << " D " << D
+                             << " wgmma available " << supported);
+                ops::FocusHardPlan plan;
+                try {
+                  plan = ops::plan_focus_hard(kernel, order, index, T, top_k, D, supported);
+                } catch (const Error& e) {
+                  ++errors;
+                  EXPECT_NE(std::string(e.what()).find("focus_hard_attention"), std::string::npos)
+                      << e.what();
+                  continue;
+                }
+                ++plans;
+                // The kernels' contracts.
+                EXPECT_TRUE(!plan.wgmma || supported);
+                EXPECT_TRUE(!plan.sorted || (plan.wgmma && top_k == 1));
+                EXPECT_TRUE(!plan.band_first || (plan.wgmma && top_k == 1 && !plan.concurrent));
+                EXPECT_TRUE(!plan.concurrent || (plan.wgmma && !plan.sorted));
+                EXPECT_TRUE(!plan.in_block || (plan.wgmma && !plan.sorted && T <= 8192));
+                // What was asked for is what runs.
+                EXPECT_EQ(plan.in_block, index == FocusHardIndexPath::in_block);
+                EXPECT_EQ(plan.concurrent, order == FocusHardOrder::concurrent);
+                if (order == FocusHardOrder::band_first) EXPECT_TRUE(plan.band_first);
+                if (order == FocusHardOrder::group_first) EXPECT_FALSE(plan.band_first);
+                if (kernel == FocusHardKernel::mma) EXPECT_FALSE(plan.wgmma);
+                if (kernel == FocusHardKernel::wgmma) EXPECT_TRUE(plan.wgmma && !plan.sorted);
+                if (kernel == FocusHardKernel::wgmma_sorted) EXPECT_TRUE(plan.sorted);
+                // The automatic choices (docs/focus_hard.md): the wgmma kernel where available,
+                // its sorted group pass for top_k 1 from 8192 tokens, the band pass first for the
+                // list group pass at head dim 64 with top_k 1.
+                if (kernel == FocusHardKernel::automatic) {
+                  EXPECT_EQ(plan.wgmma, supported);
+                  EXPECT_EQ(plan.sorted, supported && top_k == 1 && T >= 8192 && !plan.in_block &&
+                                             !plan.concurrent);
+                }
+                if (order == FocusHardOrder::automatic) {
+                  EXPECT_EQ(plan.band_first, plan.wgmma && top_k == 1 && !plan.sorted && D == 64);
+                }
+              }
+  EXPECT_GT(plans, 100);
+  EXPECT_GT(errors, 100);
+}
+
+// The errors a user meets, by the option that does not apply.
+TEST(FocusHardPlan, OptionsThatDoNotApplyNameThemselves) {
+  using ops::plan_focus_hard;
+  const auto in_block = FocusHardIndexPath::in_block, automatic = FocusHardIndexPath::automatic;
+  test::expect_error(
+      [&] {
+        plan_focus_hard(FocusHardKernel::wgmma_sorted, FocusHardOrder::automatic, automatic, 64, 2,
+                        64, true);
+      },
+      {"sorted group pass (wgmma_sorted) takes top_k 1 only", "2"});
+  test::expect_error(
+      [&] {
+        plan_focus_hard(FocusHardKernel::wgmma_sorted, FocusHardOrder::concurrent, automatic, 64, 1,
+                        64, true);
+      },
+      {"sorted group pass", "concurrent"});
+  test::expect_error(
+      [&] {
+        plan_focus_hard(FocusHardKernel::wgmma_sorted, FocusHardOrder::automatic, in_block, 64, 1,
+                        64, true);
+      },
+      {"sorted group pass", "in_block"});
+  test::expect_error(
+      [&] {
+        plan_focus_hard(FocusHardKernel::automatic, FocusHardOrder::automatic, in_block, 8193, 1,
+                        64, true);
+      },
+      {"in_block index takes T up to 8192", "8193"});
+  test::expect_error(
+      [&] {
+        plan_focus_hard(FocusHardKernel::wgmma, FocusHardOrder::automatic, automatic, 64, 1, 64,
+                        false);
+      },
+      {"wgmma kernel needs a build with sm_90a code"});
+  test::expect_error(
+      [&] {
+        plan_focus_hard(FocusHardKernel::mma, FocusHardOrder::automatic, in_block, 64, 1, 64, true);
+      },
+      {"the in_block index needs the wgmma kernel"});
+  test::expect_error(
+      [&] {
+        plan_focus_hard(FocusHardKernel::automatic, FocusHardOrder::concurrent, automatic, 64, 1,
+                        64, false);
+      },
+      {"the concurrent order needs the wgmma kernel"});
+  test::expect_error(
+      [&] {
+        plan_focus_hard(FocusHardKernel::wgmma, FocusHardOrder::band_first, automatic, 64, 2, 64,
+                        true);
+      },
+      {"band pass first", "top_k 2"});
+}
+
+}  // namespace
+}  // namespace attnlab
