@@ -55,11 +55,21 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                 // What was asked for is what runs.
                 EXPECT_EQ(plan.in_block, index == FocusHardIndexPath::in_block);
                 EXPECT_EQ(plan.concurrent, order == FocusHardOrder::concurrent);
-                if (order == FocusHardOrder::band_first) EXPECT_TRUE(plan.band_first);
-                if (order == FocusHardOrder::group_first) EXPECT_FALSE(plan.band_first);
-                if (kernel == FocusHardKernel::mma) EXPECT_FALSE(plan.wgmma);
-                if (kernel == FocusHardKernel::wgmma) EXPECT_TRUE(plan.wgmma && !plan.sorted);
-                if (kernel == FocusHardKernel::wgmma_sorted) EXPECT_TRUE(plan.sorted);
+                if (order == FocusHardOrder::band_first) {
+                  EXPECT_TRUE(plan.band_first);
+                }
+                if (order == FocusHardOrder::group_first) {
+                  EXPECT_FALSE(plan.band_first);
+                }
+                if (kernel == FocusHardKernel::mma) {
+                  EXPECT_FALSE(plan.wgmma);
+                }
+                if (kernel == FocusHardKernel::wgmma) {
+                  EXPECT_TRUE(plan.wgmma && !plan.sorted);
+                }
+                if (kernel == FocusHardKernel::wgmma_sorted) {
+                  EXPECT_TRUE(plan.sorted);
+                }
                 // The automatic choices (docs/focus_hard.md): the wgmma kernel where available,
                 // its sorted group pass for top_k 1 from 8192 tokens, the band pass first for the
                 // list group pass at head dim 64 with top_k 1.
