@@ -4,7 +4,8 @@
 # measured (a call cut short by the device's time limit still reports what it ran), most
 # important first: the list group pass by pass order and index path (FocusHardOrder:
 # concurrent, FocusHardIndexPath: in_block) at 1K-8K; each pass order (12 x 64 and 8 x 128); the
-# list group pass's block orders (FocusHardBlockOrder); bench_focus_soft at 3 shapes; per-kernel
+# list group pass's block orders (FocusHardBlockOrder); bench_focus_soft at 3 shapes, and with the
+# hard gate (route_training: hard's forward+backward) at 2; per-kernel
 # times and stall reasons at 4K under ncu. Logs and CSVs in $OUT (the device tool's folder) or
 # /tmp/attnlab_hard.
 # Usage (repo root, on the GPU machine): bash scripts/focus_hard_check.sh [build_dir]
@@ -82,6 +83,16 @@ for shape in 64:4096 64:16384 128:4096; do
   timeout 120 "$B/bench_focus_soft" "$O/soft_${shape/:/_}.csv" --shape=$shape \
     >"$O/soft_${shape/:/_}.log" 2>&1
   tail -n +2 "$O/soft_${shape/:/_}.log" 2>/dev/null | head -6 | sed 's/^/  /'
+done
+echo "$(elapsed)"
+
+# route_training: hard: the hard-routed forward plus the tiled backward ("tiled f+b") or the
+# wgmma kernel's hard-gate backward ("wgmma f+b", automatic's choice on sm_90a).
+echo "hard-gate training (bench_focus_soft --gate=hard; ms):"
+for shape in 64:4096 64:16384; do
+  timeout 120 "$B/bench_focus_soft" "$O/hardtrain_${shape/:/_}.csv" --gate=hard --shape=$shape \
+    >"$O/hardtrain_${shape/:/_}.log" 2>&1
+  tail -n +2 "$O/hardtrain_${shape/:/_}.log" 2>/dev/null | head -6 | sed 's/^/  /'
 done
 echo "$(elapsed)"
 

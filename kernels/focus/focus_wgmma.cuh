@@ -18,7 +18,10 @@
 //     from the ungated P, dg_key += dA^T G_q in registers and dg_query += dA G_k
 //     (movmatrix-transposed dA^T) reduced in shared memory, on mma.sync (bf16 dA times g hi + lo),
 //     both by fp32 atomics into dg (zeroed first). dq and dg are not bitwise reproducible; dk, dv
-//     are.
+//     are. The hard gate's backward (route_training: hard, whose forward is the hard-routed
+//     kernel, focus_hard.cuh) is the same loop with the affinity replaced by the tokens' group
+//     sets (bit x: group x among the top_k, from split_g): a distant pair keeps P iff the sets
+//     meet, and dA (the straight-through gradient) and the dg products are the additive gate's.
 #pragma once
 #include "kernels/focus/focus_attention.cuh"
 
@@ -26,14 +29,18 @@ namespace attnlab {
 
 // True when the build holds the sm_90a code and the current device is compute capability 9.0.
 bool focus_wgmma_device_supported();
-// focus_wgmma_device_supported() and p is a call the kernels take (see above).
+// focus_wgmma_device_supported() and p is a call the kernels take (see above): the forward
+// takes the additive gate, the backward also the hard gate (with groups).
 bool focus_wgmma_supported(const FocusAttentionParams<bf16>& p);
+bool focus_wgmma_bwd_supported(const FocusAttentionParams<bf16>& p);
 void launch_focus_wgmma_fwd(const FocusAttentionParams<bf16>& p, Stream s);
 // dq, dk, dv written (=); dg (if not null) written (=).
 void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s);
 // g [B, T, K] fp32 into gs [B, T, 3 KP] 16-bit (the fp16 affinity operands, the bf16 hi parts,
 // the bf16 lo parts, zero past K: focus_wgmma_layout.h), the operand form every wgmma Focus
-// kernel reads. KP = padded_groups(K).
-void focus_wgmma_split_g(const FocusAttentionParams<bf16>& p, bf16* gs, int KP, Stream s);
+// kernel reads. KP = padded_groups(K). sets (if not null): [B, T] the tokens' group sets of the
+// hard gate (bit x: group x among its top_k groups; K <= 32).
+void focus_wgmma_split_g(const FocusAttentionParams<bf16>& p, bf16* gs, int KP, Stream s,
+                         unsigned* sets = nullptr);
 
 }  // namespace attnlab

@@ -15,9 +15,12 @@
 // dg_query in a fp32 shared tile added to dg by fp32 atomics after the tile's second barrier
 // (overlapping the dQ wgmma). Where that tile does not fit beside two (D 64, KP 32) the queries'
 // g tile is single-buffered: the next one is loaded after the second barrier, when no warp reads
-// it any more. (A second dg pass over the query tiles, recomputing S and dP, was the earlier
-// design: 3.6-6.1x dense forward+backward against this loop's 2.0-2.9x, H200, 2026-12-02; 1.7-2.2x
-// with the fp16 affinity.)
+// it any more. kHard (the hard gate's straight-through backward): no affinity; the group sets of
+// the warp's two key rows in registers and of the tile's queries beside lse and delta (cp.async,
+// double-buffered), a distant pair's P kept iff the sets meet (gate_chunk_hard[_da]); dA and the
+// dg products as above. (A second dg pass over the query tiles, recomputing S and dP, was the
+// earlier design: 3.6-6.1x dense forward+backward against this loop's 2.0-2.9x, H200,
+// 2026-12-02; 1.7-2.2x with the fp16 affinity.)
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -47,28 +50,32 @@ constexpr uint32_t gq_tile_bytes(int rows, int KP) {
   return uint32_t(rows) * focus_wgmma::gq_ld(KP) * 2;
 }
 constexpr size_t kMaxSmem = 232448;  // 227 KiB of dynamic shared memory per block (sm_90)
-// K, V, 2 x Q, 2 x dO, dS^T, 2 x lse and delta, the fp32 dQ tile, 2 mbarriers, the keys' g tile,
-// gq_bufs x the queries' g tiles (kFusedDg: and the fp32 dg_query tile), alignment: 192-217 KiB.
-template <int D, int KP, bool kFusedDg, int gq_bufs>
+// Per-query statistics of a buffer: lse and delta, and kHard's group sets.
+template <bool kHard>
+constexpr int kStats = kHard ? 3 : 2;
+// K, V, 2 x Q, 2 x dO, dS^T, 2 x the statistics, the fp32 dQ tile, 2 mbarriers, the keys' g tile,
+// gq_bufs x the queries' g tiles (kFusedDg: and the fp32 dg_query tile), alignment: 192-218 KiB.
+template <int D, int KP, bool kFusedDg, bool kHard, int gq_bufs>
 constexpr size_t bwd_smem_bytes_with() {
   constexpr int kQ = kQTile<D>;
   constexpr size_t dgq = kFusedDg ? size_t(kQ) * focus_wgmma::dgq_ld(KP) * sizeof(float) : 0;
   return 2 * size_t(tile_bytes(kBlockN, D)) + 4 * size_t(tile_bytes(kQ, D)) +
-         size_t(tile_bytes(kBlockN, kQ)) + 4 * kQ * sizeof(float) + size_t(kQ) * D * sizeof(float) +
-         16 + g_tile_bytes(kBlockN, KP) + gq_bufs * size_t(gq_tile_bytes(kQ, KP)) + dgq + 1008;
+         size_t(tile_bytes(kBlockN, kQ)) + 2 * kStats<kHard> * kQ * sizeof(float) +
+         size_t(kQ) * D * sizeof(float) + 16 + g_tile_bytes(kBlockN, KP) +
+         gq_bufs * size_t(gq_tile_bytes(kQ, KP)) + dgq + 1008;
 }
 // Buffers of the queries' g tile: 2, or 1 where kFusedDg's dg_query tile leaves no room for 2.
-template <int D, int KP, bool kFusedDg>
+template <int D, int KP, bool kFusedDg, bool kHard>
 constexpr int gq_buffers() {
-  return bwd_smem_bytes_with<D, KP, kFusedDg, 2>() <= kMaxSmem ? 2 : 1;
+  return bwd_smem_bytes_with<D, KP, kFusedDg, kHard, 2>() <= kMaxSmem ? 2 : 1;
 }
-template <int D, int KP, bool kFusedDg>
+template <int D, int KP, bool kFusedDg, bool kHard>
 constexpr size_t bwd_smem_bytes() {
-  return bwd_smem_bytes_with<D, KP, kFusedDg, gq_buffers<D, KP, kFusedDg>()>();
+  return bwd_smem_bytes_with<D, KP, kFusedDg, kHard, gq_buffers<D, KP, kFusedDg, kHard>()>();
 }
-static_assert(gq_buffers<64, 32, false>() == 2 && gq_buffers<128, 32, false>() == 2);
-static_assert(bwd_smem_bytes<64, 32, true>() <= kMaxSmem &&
-              bwd_smem_bytes<128, 32, true>() <= kMaxSmem);
+static_assert(gq_buffers<64, 32, false, true>() == 2 && gq_buffers<128, 32, false, true>() == 2);
+static_assert(bwd_smem_bytes<64, 32, true, true>() <= kMaxSmem &&
+              bwd_smem_bytes<128, 32, true, true>() <= kMaxSmem);
 
 #if ATTN_WGMMA_DEVICE
 template <int D, int kQ>
@@ -173,10 +180,11 @@ __device__ __forceinline__ void store_dk_dv(const float (&dk)[D / 2], const floa
 }
 #endif  // ATTN_WGMMA_DEVICE
 
-template <int D, int KP, bool kFusedDg>
+template <int D, int KP, bool kFusedDg, bool kHard>
 __global__ void __launch_bounds__(kThreads, 1)
     focus_wgmma_bwd_kernel(const FocusAttentionParams<bf16> p, const float* __restrict__ delta,
                            float* __restrict__ dq_accum, const bf16* __restrict__ gs,
+                           const unsigned* __restrict__ sets,
                            const __grid_constant__ CUtensorMap tm_q,
                            const __grid_constant__ CUtensorMap tm_do) {
 #if ATTN_WGMMA_DEVICE
@@ -186,20 +194,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr uint32_t kGqBytes = gq_tile_bytes(kQ, KP);
   constexpr int kGqLd = focus_wgmma::gq_ld(KP);
   constexpr bool kGqF16 = focus_wgmma::gq_has_f16(KP);
-  constexpr int kGqBufs = gq_buffers<D, KP, kFusedDg>();
+  constexpr int kGqBufs = gq_buffers<D, KP, kFusedDg, kHard>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t sK = (raw + 1023u) & ~1023u;
   const uint32_t sV = sK + kKVBytes;
-  const uint32_t sQ = sV + kKVBytes;                     // [2][kQ] rows
-  const uint32_t sdO = sQ + 2 * kQBytes;                 // [2][kQ] rows
-  const uint32_t sdS = sdO + 2 * kQBytes;                // [kBlockN] rows of kQ
-  const uint32_t sStats = sdS + kSBytes;                 // lse [2][kQ], delta [2][kQ]
-  const uint32_t sdQ = sStats + 4 * kQ * 4;              // fp32 [kQ][D]
-  const uint32_t sFull = sdQ + kDqBytes;                 // mbarriers [2]
-  const uint32_t sGk = sFull + 16;                       // g of the block's keys
-  const uint32_t sGq = sGk + g_tile_bytes(kBlockN, KP);  // [kGqBufs] g of the tile's queries
-  const uint32_t sDgq = sGq + kGqBufs * kGqBytes;        // kFusedDg: fp32 [kQ][dgq_ld(KP)]
+  const uint32_t sQ = sV + kKVBytes;       // [2][kQ] rows
+  const uint32_t sdO = sQ + 2 * kQBytes;   // [2][kQ] rows
+  const uint32_t sdS = sdO + 2 * kQBytes;  // [kBlockN] rows of kQ
+  const uint32_t sStats = sdS + kSBytes;   // lse [2][kQ], delta [2][kQ] (kHard: sets [2][kQ])
+  const uint32_t sdQ = sStats + 2 * kStats<kHard> * kQ * 4;  // fp32 [kQ][D]
+  const uint32_t sFull = sdQ + kDqBytes;                     // mbarriers [2]
+  const uint32_t sGk = sFull + 16;                           // g of the block's keys
+  const uint32_t sGq = sGk + g_tile_bytes(kBlockN, KP);      // [kGqBufs] g of the tile's queries
+  const uint32_t sDgq = sGq + kGqBufs * kGqBytes;            // kFusedDg: fp32 [kQ][dgq_ld(KP)]
   auto generic = [&](uint32_t addr) {
     return reinterpret_cast<const bf16*>(smem_raw + (addr - raw));
   };
@@ -245,6 +253,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       const bool ok = q0 + i < T;
       cp_async4(sStats + (buf * kQ + i) * 4, p.lse + (ok ? row + i : 0), ok);
       cp_async4(sStats + (2 * kQ + buf * kQ + i) * 4, delta + (ok ? row + i : 0), ok);
+      if constexpr (kHard) {  // 0 past T: no group (those queries see no key anyway)
+        const int64_t t = int64_t(b) * T + q0 + i;
+        cp_async4(sStats + (4 * kQ + buf * kQ + i) * 4, sets + (ok ? t : 0), ok);
+      }
     }
     if constexpr (kGqBufs == 2) {
       focus_wgmma::load_g_tile<kQ, KP, kThreads, kGqLd, kGqF16>(sGq + buf * kGqBytes, gsb, q0, T);
@@ -285,6 +297,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int nt = 0; nt < kDgkTiles; ++nt) dgk[nt][0] = dgk[nt][1] = dgk[nt][2] = dgk[nt][3] = 0.f;
   const int wrow = 64 * wg + 16 * warp;  // the warp's first key in the block
+  unsigned mk[2] = {0u, 0u};             // kHard: the group sets of keys key0, key0 + 8
+  if constexpr (kHard) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (key0 + 8 * r < T) mk[r] = sets[int64_t(b) * T + key0 + 8 * r];
+    }
+  }
   const float sl2 = p.scale * kLog2e;
   const uint32_t k_rows = sK + wg * 64 * 128, v_rows = sV + wg * 64 * 128;
 
@@ -320,12 +339,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     // dA, the dg products).
     if (focus_wgmma::tile_has_distant_k_rows(k0 + 64 * wg, q0 + kQ - 1, w)) {
       uint32_t af[focus_wgmma::affinity_ksteps(KP)][4];
-      focus_wgmma::load_g_a<KP>(af, generic(sGk), 64 * wg + 16 * warp, lane);
+      if constexpr (!kHard) focus_wgmma::load_g_a<KP>(af, generic(sGk), 64 * wg + 16 * warp, lane);
       const bf16* cGq = generic(sGq + (kGqBufs == 2 ? buf * kGqBytes : 0));
+      const uint32_t c_sets = sStats + (4 + buf) * kQ * 4;
 #pragma unroll
       for (int chunk = 0; chunk < kQ / 16; ++chunk) {
         float a[2][4];
-        focus_wgmma::affinity_chunk<KP, kGqLd, kGqF16>(a, af, cGq, 16 * chunk, lane);
+        unsigned mq[2][2];  // kHard: the group sets of the chunk's 4 query columns
+        if constexpr (kHard) {
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {
+            const float2 m = lds_f2(c_sets + 4 * (16 * chunk + 8 * n + 2 * tig));
+            mq[n][0] = __float_as_uint(m.x);
+            mq[n][1] = __float_as_uint(m.y);
+          }
+        } else {
+          focus_wgmma::affinity_chunk<KP, kGqLd, kGqF16>(a, af, cGq, 16 * chunk, lane);
+        }
         if constexpr (kFusedDg) {
           float dl[2][2], da[2][4];
 #pragma unroll
@@ -334,9 +364,15 @@ __global__ void __launch_bounds__(kThreads, 1)
             dl[n][0] = d.x;
             dl[n][1] = d.y;
           }
-          focus_wgmma::gate_chunk_da(s, da, dp, a, dl, chunk, key0, q0 + 2 * tig, w, p.gate.eps);
+          if constexpr (kHard) {
+            focus_wgmma::gate_chunk_hard_da(s, da, dp, mk, mq, dl, chunk, key0, q0 + 2 * tig, w);
+          } else {
+            focus_wgmma::gate_chunk_da(s, da, dp, a, dl, chunk, key0, q0 + 2 * tig, w, p.gate.eps);
+          }
           focus_wgmma::dg_chunk_products<KP, kGqLd>(dgk, dgq_tile, da, cGq, generic(sGk), chunk,
                                                     wrow, lane);
+        } else if constexpr (kHard) {
+          focus_wgmma::gate_chunk_hard(s, mk, mq, chunk, key0, q0 + 2 * tig, w);
         } else {
           focus_wgmma::gate_chunk(s, a, chunk, key0, q0 + 2 * tig, w, p.gate.eps);
         }
@@ -415,7 +451,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 #else
-  (void)p, (void)delta, (void)dq_accum, (void)gs, (void)tm_q, (void)tm_do;
+  (void)p, (void)delta, (void)dq_accum, (void)gs, (void)sets, (void)tm_q, (void)tm_do;
 #endif
 }
 
@@ -435,64 +471,70 @@ __global__ void dq_convert_kernel(const FocusAttentionParams<bf16> p,
   reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(v.z * p.scale, v.w * p.scale);
 }
 
-template <int D, int KP, bool kFusedDg>
+template <int D, int KP, bool kFusedDg, bool kHard>
 void launch_bwd(const FocusAttentionParams<bf16>& p, const float* delta, float* dq_accum,
-                const bf16* gs, cudaStream_t st) {
-  constexpr size_t smem = bwd_smem_bytes<D, KP, kFusedDg>();
-  auto* kernel = focus_wgmma_bwd_kernel<D, KP, kFusedDg>;
+                const bf16* gs, const unsigned* sets, cudaStream_t st) {
+  constexpr size_t smem = bwd_smem_bytes<D, KP, kFusedDg, kHard>();
+  auto* kernel = focus_wgmma_bwd_kernel<D, KP, kFusedDg, kHard>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid = causal_grid(p.n_kv_head, p.seq_len, kBlockN, p.B);
   const CUtensorMap tm_q = tile_map(p.q, p.n_head * D, p.seq_len, p.B, p.q_row_stride,
                                     p.q_batch_stride, kQTile<D>),
                     tm_do = tile_map(p.dout, p.n_head * D, p.seq_len, p.B, p.o_row_stride,
                                      p.o_batch_stride, kQTile<D>);
-  kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum, gs, tm_q, tm_do);
+  kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum, gs, sets, tm_q, tm_do);
   CUDA_CHECK_LAUNCH();
   const dim3 convert_grid(div_up(int64_t(p.seq_len) * (D / 4), 256), p.n_head, p.B);
   dq_convert_kernel<D><<<convert_grid, 256, 0, st>>>(p, dq_accum);
   CUDA_CHECK_LAUNCH();
 }
 
-template <bool kFusedDg>
+template <bool kFusedDg, bool kHard>
 void launch_bwd_for(const FocusAttentionParams<bf16>& p, const float* delta, float* dq_accum,
-                    const bf16* gs, int KP, cudaStream_t st) {
+                    const bf16* gs, const unsigned* sets, int KP, cudaStream_t st) {
   if (p.D == 64) {
-    KP == 8    ? launch_bwd<64, 8, kFusedDg>(p, delta, dq_accum, gs, st)
-    : KP == 16 ? launch_bwd<64, 16, kFusedDg>(p, delta, dq_accum, gs, st)
-               : launch_bwd<64, 32, kFusedDg>(p, delta, dq_accum, gs, st);
+    KP == 8    ? launch_bwd<64, 8, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, st)
+    : KP == 16 ? launch_bwd<64, 16, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, st)
+               : launch_bwd<64, 32, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, st);
   } else {
-    KP == 8    ? launch_bwd<128, 8, kFusedDg>(p, delta, dq_accum, gs, st)
-    : KP == 16 ? launch_bwd<128, 16, kFusedDg>(p, delta, dq_accum, gs, st)
-               : launch_bwd<128, 32, kFusedDg>(p, delta, dq_accum, gs, st);
+    KP == 8    ? launch_bwd<128, 8, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, st)
+    : KP == 16 ? launch_bwd<128, 16, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, st)
+               : launch_bwd<128, 32, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, st);
   }
 }
 
 }  // namespace
 
 void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s) {
-  ATTN_REQUIRE(focus_wgmma_supported(p),
-               "focus wgmma attention: needs a build with sm_90a code, a compute capability 9.0 "
-               "device, the additive gate, D 64 or 128 (got %d), packed qkv, pos 0 (got %d), 1 .. "
-               "%d groups (got %d)",
+  ATTN_REQUIRE(focus_wgmma_bwd_supported(p),
+               "focus wgmma attention backward: needs a build with sm_90a code, a compute "
+               "capability 9.0 device, the additive gate or the hard gate with groups, D 64 or 128 "
+               "(got %d), packed qkv, pos 0 (got %d), 1 .. %d groups (got %d)",
                p.D, p.pos, focus_wgmma::kMaxGroups, p.K);
   ATTN_ASSERT(aligned16(p.dout) && p.o_row_stride % 8 == 0 && p.o_batch_stride % 8 == 0);
   const int64_t rows = int64_t(p.B) * p.n_head * p.seq_len;
   if (rows == 0) return;
   const auto st = reinterpret_cast<cudaStream_t>(s);
+  const bool hard = p.gate.kind == FocusGateKind::hard;
   const int KP = focus_wgmma::padded_groups(p.K);
   const size_t gs_bytes = size_t(p.B) * p.seq_len * focus_wgmma::gs_width(KP) * sizeof(bf16);
   const size_t dq_bytes = (size_t(rows) * (p.D + 1) * sizeof(float) + 15) / 16 * 16;
-  StreamScratch scratch(dq_bytes + gs_bytes, s);
+  const size_t sets_bytes = hard ? size_t(p.B) * p.seq_len * sizeof(unsigned) : 0;
+  StreamScratch scratch(dq_bytes + gs_bytes + sets_bytes, s);
   float* dq_accum = scratch.as<float>();  // [B, H, T, D] (dq_swizzle rows), 16-byte aligned
   float* delta = dq_accum + rows * p.D;   // [B, H, T]
-  bf16* gs = reinterpret_cast<bf16*>(scratch.as<unsigned char>() + dq_bytes);  // [B, T, 3 KP]
+  unsigned char* raw = scratch.as<unsigned char>();
+  bf16* gs = reinterpret_cast<bf16*>(raw + dq_bytes);  // [B, T, 3 KP]
+  unsigned* sets = hard ? reinterpret_cast<unsigned*>(raw + dq_bytes + gs_bytes) : nullptr;
   launch_attention_bwd_delta(focus_dense_params(p), delta, dq_accum, s);
-  focus_wgmma_split_g(p, gs, KP, s);
+  focus_wgmma_split_g(p, gs, KP, s, sets);
   if (p.dg) {  // dg in the main loop (kFusedDg)
     CUDA_CHECK(cudaMemsetAsync(p.dg, 0, size_t(p.B) * p.seq_len * p.K * sizeof(float), st));
-    launch_bwd_for<true>(p, delta, dq_accum, gs, KP, st);
+    hard ? launch_bwd_for<true, true>(p, delta, dq_accum, gs, sets, KP, st)
+         : launch_bwd_for<true, false>(p, delta, dq_accum, gs, sets, KP, st);
   } else {
-    launch_bwd_for<false>(p, delta, dq_accum, gs, KP, st);
+    hard ? launch_bwd_for<false, true>(p, delta, dq_accum, gs, sets, KP, st)
+         : launch_bwd_for<false, false>(p, delta, dq_accum, gs, sets, KP, st);
   }
 }
 

@@ -18,6 +18,7 @@
 #include "kernels/attention/wgmma_softmax.cuh"
 #include "kernels/common/device.cuh"
 #include "kernels/common/stream_scratch.h"
+#include "kernels/focus/focus_hard_walk.h"
 #include "kernels/focus/focus_wgmma.cuh"
 #include "kernels/focus/focus_wgmma_gate.cuh"
 #include "kernels/focus/focus_wgmma_layout.h"
@@ -259,11 +260,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // gs[b, t, :] = the fp16 affinity operand of g[b, t, 0 .. KP), its bf16 hi parts, its bf16 lo
 // parts (focus_wgmma_layout.h).
 __global__ void split_g_kernel(const float* __restrict__ g, bf16* __restrict__ gs, int64_t rows,
-                               int K, int KP) {
+                               int K, int KP, const int32_t* __restrict__ groups, int top_k,
+                               unsigned* __restrict__ sets) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * KP) return;
   const int64_t row = i / KP;
   const int c = int(i - row * KP);
+  if (sets != nullptr && c == 0) {  // K <= 32: the set fits 32 bits
+    sets[row] = unsigned(focus_hard::group_set(groups + row * top_k, top_k, K));
+  }
   const float x = c < K ? g[row * K + c] : 0.f;
   const bf16 hi = __float2bfloat16_rn(x);
   const bf16 lo = __float2bfloat16_rn(x - __bfloat162float(hi));
@@ -311,24 +316,37 @@ bool focus_wgmma_device_supported() {
 #endif
 }
 
-bool focus_wgmma_supported(const FocusAttentionParams<bf16>& p) {
-  if (!(p.D == 64 || p.D == 128) || p.gate.kind != FocusGateKind::additive || p.pos != 0 ||
-      p.kv_head_stride != p.D || p.q_row_stride != p.kv_row_stride ||
-      p.q_batch_stride != p.kv_batch_stride || p.q_row_stride % 8 != 0 ||
-      p.q_batch_stride % 8 != 0 || p.o_row_stride % 8 != 0 || p.o_batch_stride % 8 != 0 ||
-      !aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || p.g == nullptr || p.K < 1 ||
-      p.K > focus_wgmma::kMaxGroups || p.n_kv_head <= 0 || p.n_head % p.n_kv_head != 0 ||
-      p.scale <= 0.f || p.gate.local_window < 0) {
+namespace {
+// Everything focus_wgmma_supported asks but the gate.
+bool shape_supported(const FocusAttentionParams<bf16>& p) {
+  if (!(p.D == 64 || p.D == 128) || p.pos != 0 || p.kv_head_stride != p.D ||
+      p.q_row_stride != p.kv_row_stride || p.q_batch_stride != p.kv_batch_stride ||
+      p.q_row_stride % 8 != 0 || p.q_batch_stride % 8 != 0 || p.o_row_stride % 8 != 0 ||
+      p.o_batch_stride % 8 != 0 || !aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) ||
+      p.g == nullptr || p.K < 1 || p.K > focus_wgmma::kMaxGroups || p.n_kv_head <= 0 ||
+      p.n_head % p.n_kv_head != 0 || p.scale <= 0.f || p.gate.local_window < 0) {
     return false;
   }
   return focus_wgmma_device_supported();
 }
+}  // namespace
 
-void focus_wgmma_split_g(const FocusAttentionParams<bf16>& p, bf16* gs, int KP, Stream s) {
+bool focus_wgmma_supported(const FocusAttentionParams<bf16>& p) {
+  return p.gate.kind == FocusGateKind::additive && shape_supported(p);
+}
+
+bool focus_wgmma_bwd_supported(const FocusAttentionParams<bf16>& p) {
+  const bool hard = p.gate.kind == FocusGateKind::hard && p.groups != nullptr && p.top_k >= 1;
+  return (p.gate.kind == FocusGateKind::additive || hard) && shape_supported(p);
+}
+
+void focus_wgmma_split_g(const FocusAttentionParams<bf16>& p, bf16* gs, int KP, Stream s,
+                         unsigned* sets) {
   const int64_t rows = int64_t(p.B) * p.seq_len;
   ATTN_ASSERT(p.g_batch_stride == int64_t(p.seq_len) * p.K);  // contiguous [B, T, K]
+  ATTN_ASSERT(sets == nullptr || p.groups_batch_stride == int64_t(p.seq_len) * p.top_k);
   split_g_kernel<<<div_up(rows * KP, 256), 256, 0, reinterpret_cast<cudaStream_t>(s)>>>(
-      p.g, gs, rows, p.K, KP);
+      p.g, gs, rows, p.K, KP, p.groups, p.top_k, sets);
   CUDA_CHECK_LAUNCH();
 }
 

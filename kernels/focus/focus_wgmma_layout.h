@@ -190,6 +190,51 @@ ATTN_FWL_FN void gate_chunk_da(float (&s)[kVals], float (&da)[2][4], const float
   }
 }
 
+// The hard gate (the straight-through backward of route_training: hard, focus_attention.cuh):
+// value c of tile n of a chunk pairs the thread's key row r = c >> 1 (group set mk[r]) with query
+// column e = c & 1 of n-tile n (group set mq[n][e]); bit x of a set: group x among the token's
+// top_k. The pair shares a group iff the sets meet (several shared groups count once).
+ATTN_FWL_FN bool chunk_shares(const unsigned (&mk)[2], const unsigned (&mq)[2][2], int n, int c) {
+  return (mk[c >> 1] & mq[n][c & 1]) != 0u;
+}
+
+// gate_chunk for the hard gate: distant pairs that share no group are not attended (s = 0).
+template <int kVals>
+ATTN_FWL_FN void gate_chunk_hard(float (&s)[kVals], const unsigned (&mk)[2],
+                                 const unsigned (&mq)[2][2], int chunk, int row0, int col0, int w) {
+  ATTN_FWL_UNROLL
+  for (int n = 0; n < 2; ++n) {
+    ATTN_FWL_UNROLL
+    for (int c = 0; c < 4; ++c) {
+      if (chunk_distant(chunk, n, c, row0, col0, w) && !chunk_shares(mk, mq, n, c)) {
+        s[chunk_acc_index(chunk, n, c)] = 0.f;
+      }
+    }
+  }
+}
+
+// gate_chunk_da for the hard gate: on the distant pairs da = s (dp - delta) (s = exp(score - lse),
+// the mask's straight-through gradient), then s = 0 where the pair shares no group; elsewhere
+// da = 0 and s stays.
+template <int kVals>
+ATTN_FWL_FN void gate_chunk_hard_da(float (&s)[kVals], float (&da)[2][4], const float (&dp)[kVals],
+                                    const unsigned (&mk)[2], const unsigned (&mq)[2][2],
+                                    const float (&dl)[2][2], int chunk, int row0, int col0, int w) {
+  ATTN_FWL_UNROLL
+  for (int n = 0; n < 2; ++n) {
+    ATTN_FWL_UNROLL
+    for (int c = 0; c < 4; ++c) {
+      const int i = chunk_acc_index(chunk, n, c);
+      if (chunk_distant(chunk, n, c, row0, col0, w)) {
+        da[n][c] = s[i] * (dp[i] - dl[n][c & 1]);
+        if (!chunk_shares(mk, mq, n, c)) s[i] = 0.f;
+      } else {
+        da[n][c] = 0.f;
+      }
+    }
+  }
+}
+
 // Leading dimension (floats) of the fused backward's fp32 dg_query tile [queries][dgq_ld(KP)]:
 // the red.shared of one C value v of a warp's mma (query 2 (l % 4) + v % 2, group l / 4 + ..)
 // fall on 32 distinct banks (8 (l % 4) + l / 4 mod 32 for both KP).

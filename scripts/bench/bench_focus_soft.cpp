@@ -10,7 +10,10 @@
 // = false): tiled / mma is the tiled kernel's gate cost. "no dg" times the wgmma forward+backward
 // without dg (the backward's loop without the dg products): against "wgmma f+b" it is what the
 // assignment gradient costs, against dense what the gate alone costs.
-// --gate=multiplicative|hard measures another gate; --shape=D:T one shape only.
+// --gate=multiplicative|hard measures another gate; --shape=D:T one shape only. With --gate=hard
+// (route_training: hard) every forward is the hard-routed kernel (focus_hard_ops.h), so "tiled
+// f+b" is it plus the tiled backward and "wgmma f+b" it plus the wgmma kernel's hard-gate
+// backward (the straight-through dg in its loop), what training with hard routing runs on sm_90a.
 // Usage: bench_focus_soft [csv_out] [--gate=additive|multiplicative|hard] [--shape=D:T]
 #include <cuda_runtime.h>
 
@@ -155,7 +158,7 @@ int main(int argc, char** argv) {
       const double ff = median_ms([&] { focus_fwd(tiled); }, reps);
       const double ffb = median_ms([&] { focus_fwd(tiled), focus_bwd(tiled); }, reps);
       const bool has_wgmma =
-          gate.kind == FocusGateKind::additive && ops::focus_soft_wgmma_available(D, K);
+          gate.kind != FocusGateKind::multiplicative && ops::focus_soft_wgmma_available(D, K);
       const double wf = has_wgmma ? median_ms([&] { focus_fwd(wgmma); }, reps) : NAN;
       const double wfb =
           has_wgmma ? median_ms([&] { focus_fwd(wgmma), focus_bwd(wgmma); }, reps) : NAN;

@@ -255,19 +255,24 @@ FocusAttentionParams<E> attention_params(const ExecContext& ctx, const Tensor& q
   return p;
 }
 
-// Whether the soft-gate call p runs on the wgmma kernel (FocusSoftKernel); forcing it where it
-// does not apply is an error naming what is missing.
-bool use_soft_wgmma(const FocusAttentionParams<bf16>& p, FocusSoftKernel kernel) {
+// Whether the call p runs on the wgmma kernel (FocusSoftKernel): the forward takes the additive
+// gate, the backward also the hard gate (route_training: hard's straight-through backward);
+// forcing it where it does not apply is an error naming what is missing.
+bool use_wgmma(const FocusAttentionParams<bf16>& p, FocusSoftKernel kernel, bool backward) {
   const bool forced = kernel == FocusSoftKernel::wgmma;
-  if (kernel == FocusSoftKernel::tiled || p.gate.kind == FocusGateKind::hard) {
-    ATTN_REQUIRE(!forced, "focus_attention: the wgmma kernel takes the additive gate only");
+  const bool gate_ok =
+      p.gate.kind == FocusGateKind::additive || (backward && p.gate.kind == FocusGateKind::hard);
+  if (kernel == FocusSoftKernel::tiled || !gate_ok) {
+    ATTN_REQUIRE(!forced,
+                 "focus_attention: the wgmma kernel takes the additive gate (and the hard gate in "
+                 "the backward) only");
     return false;
   }
-  const bool ok = focus_wgmma_supported(p);
+  const bool ok = backward ? focus_wgmma_bwd_supported(p) : focus_wgmma_supported(p);
   ATTN_REQUIRE(ok || !forced,
                "focus_attention: the wgmma kernel needs a build with sm_90a code "
-               "(CMAKE_CUDA_ARCHITECTURES containing 90), a compute capability 9.0 device, the "
-               "additive gate, head dim 64 or 128 (got %d) and 1 .. %d groups (got %d)",
+               "(CMAKE_CUDA_ARCHITECTURES containing 90), a compute capability 9.0 device, "
+               "head dim 64 or 128 (got %d) and 1 .. %d groups (got %d)",
                p.D, focus_wgmma::kMaxGroups, p.K);
   return ok;
 }
@@ -304,7 +309,7 @@ void focus_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor
   // D 64 / 128, <= 64 groups on the tiled tensor-core kernel (every gate).
   if (ctx.device == Device::cuda && qkv.dtype == DType::bf16) {
     const FocusAttentionParams<bf16> p = make.template operator()<bf16>();
-    if (use_soft_wgmma(p, kernel)) return launch_focus_wgmma_fwd(p, ctx.stream);
+    if (use_wgmma(p, kernel, false)) return launch_focus_wgmma_fwd(p, ctx.stream);
     if (focus_tiled_supported(p)) return launch_focus_tiled_fwd(p, ctx.stream);
   }
   run_op<FocusAttentionParams>(ctx, qkv.dtype, make, focus_attention_fwd_ref,
@@ -342,7 +347,7 @@ void focus_attention_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tenso
   // bf16 CUDA: the kernels of the forward (above).
   if (ctx.device == Device::cuda && qkv.dtype == DType::bf16) {
     const FocusAttentionParams<bf16> p = make.template operator()<bf16>();
-    if (use_soft_wgmma(p, kernel)) return launch_focus_wgmma_bwd(p, ctx.stream);
+    if (use_wgmma(p, kernel, true)) return launch_focus_wgmma_bwd(p, ctx.stream);
     if (focus_tiled_supported(p)) return launch_focus_tiled_bwd(p, ctx.stream);
   }
   run_op<FocusAttentionParams>(ctx, qkv.dtype, make, focus_attention_bwd_ref,

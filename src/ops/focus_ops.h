@@ -31,11 +31,14 @@ void focus_softmax_assign_bwd(const ExecContext& ctx, const Tensor& dscores, con
 // groups [.., top_k] i32: each token's top_k groups by g [.., K] (ties: lower index first).
 void focus_route_topk(const ExecContext& ctx, const Tensor& groups, const Tensor& g);
 
-// Which kernel focus_attention_fwd / _bwd run for a soft gate on CUDA bf16: automatic = the Hopper
-// wgmma kernel (kernels/focus/focus_wgmma.cuh: additive gate, head dim 64 / 128, K <= 32) where
-// this build and device support the call, else the tiled mma.sync kernel (focus_tiled.cuh, every
-// gate, K <= 64); tiled / wgmma force one (wgmma where unsupported is an error). For A/B tests and
-// benchmarks; other dtypes and devices ignore it.
+// Which kernel focus_attention_fwd / _bwd run for a soft gate (and focus_attention_bwd for the
+// hard gate, route_training: hard's straight-through backward) on CUDA bf16: automatic = the
+// Hopper wgmma kernel (kernels/focus/focus_wgmma.cuh: the additive gate, and the hard gate's
+// backward; head dim 64 / 128, K <= 32) where this build and device support the call, else the
+// tiled mma.sync kernel (focus_tiled.cuh, every gate, K <= 64); tiled / wgmma force one (wgmma
+// where unsupported is an error). The hard gate's forward is the hard-routed kernel
+// (focus_hard_ops.h) wherever it runs. For A/B tests and benchmarks; other dtypes and devices
+// ignore it.
 enum class FocusSoftKernel { automatic, tiled, wgmma };
 
 // True when this build holds the wgmma kernel's sm_90a code and the current device runs it, for

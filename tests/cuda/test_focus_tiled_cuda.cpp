@@ -8,6 +8,8 @@
 // one bf16 ulp (2^-8, relative to the largest value) for bf16 outputs and 1e-5 for lse. dg has
 // no dense counterpart (the tiled kernel splits dA and g into bf16 hi + lo, about fp32; its
 // inputs carry the bf16 rounding of the outputs), so its bound also takes the dense dqkv error.
+// The hard gate's backward also runs on the wgmma kernel (FocusWgmmaCuda.HardBackward*, below),
+// held to the same bounds: its dA and dg products are the additive gate's (fused layout test).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,9 +39,11 @@ struct Errors {
   double out, lse, dqkv, dg;
 };
 
-void run_case(const TiledCase& c) {
+// kernel: the backward's kernel (tiled, or wgmma for the hard gate); the hard gate's forward is
+// the hard-routed kernel either way.
+void run_case(const TiledCase& c, ops::FocusSoftKernel kernel = ops::FocusSoftKernel::tiled) {
   SCOPED_TRACE(testing::Message() << "gate " << int(c.kind) << " D " << c.D << " T " << c.T << " w "
-                                  << c.local_window << " K " << c.K);
+                                  << c.local_window << " K " << c.K << " kernel " << int(kernel));
   auto cpu = ExecContext::make_cpu();
   auto gpu = ExecContext::make_cuda(0);
   const int B = 2, T = c.T, D = c.D, K = c.K, tk = std::min(2, K);
@@ -83,7 +87,7 @@ void run_case(const TiledCase& c) {
   DeviceArray<bf16> gq(qkv), gdo(dout);
   DeviceArray<float> gg(g);
   test::DeviceInts ggr(groups);
-  // The tiled kernels through the op (the dispatch under test).
+  // The kernels through the op (the dispatch under test).
   const FocusAttentionParams<bf16> pp =
       test::focus_plain_params(gq, l, B, T, gg, K, gate, ggr.ptr(), tk);
   ASSERT_TRUE(focus_tiled_supported(pp));
@@ -98,11 +102,10 @@ void run_case(const TiledCase& c) {
   gdg.poison();
   ops::focus_attention_bwd(*gpu, dev_tensor(gdq, qs), dev_tensor(gdg, gs), dev_tensor(gdo, os),
                            dev_tensor(gq, qs), dev_tensor(go, os), dev_tensor(gl, ls), l,
-                           dev_tensor(gg, gs), dev_ints(ggr, grs), gate,
-                           ops::FocusSoftKernel::tiled);
-  const Errors tiled{
-      test::max_rel_error(go.download(), out), test::max_rel_error(gl.download(), lse),
-      test::max_rel_error(gdq.download(), dqkv), test::max_rel_error(gdg.download(), dg)};
+                           dev_tensor(gg, gs), dev_ints(ggr, grs), gate, kernel);
+  const Errors got{test::max_rel_error(go.download(), out), test::max_rel_error(gl.download(), lse),
+                   test::max_rel_error(gdq.download(), dqkv),
+                   test::max_rel_error(gdg.download(), dg)};
 
   // The plain per-row kernel on the same inputs (its own outputs feed its backward).
   DeviceArray<bf16> po(out.size()), pdq(qkv.size());
@@ -138,14 +141,14 @@ void run_case(const TiledCase& c) {
   const double b_dqkv = std::max(2 * std::max(plain.dqkv, dense_dqkv_err), kBf16Ulp);
   const double b_dg = std::max(2 * std::max(plain.dg, dense_dqkv_err), kBf16Ulp);
   std::printf(
-      "  [focus tiled] gate %d D %d T %d w %d K %d: out %.2e (bound %.2e) lse %.2e (%.2e) "
+      "  [focus %s] gate %d D %d T %d w %d K %d: out %.2e (bound %.2e) lse %.2e (%.2e) "
       "dqkv %.2e (%.2e) dg %.2e (%.2e)\n",
-      int(c.kind), D, T, c.local_window, K, tiled.out, b_out, tiled.lse, b_lse, tiled.dqkv, b_dqkv,
-      tiled.dg, b_dg);
-  EXPECT_LE(tiled.out, b_out);
-  EXPECT_LE(tiled.lse, b_lse);
-  EXPECT_LE(tiled.dqkv, b_dqkv);
-  EXPECT_LE(tiled.dg, b_dg);
+      kernel == ops::FocusSoftKernel::wgmma ? "wgmma" : "tiled", int(c.kind), D, T, c.local_window,
+      K, got.out, b_out, got.lse, b_lse, got.dqkv, b_dqkv, got.dg, b_dg);
+  EXPECT_LE(got.out, b_out);
+  EXPECT_LE(got.lse, b_lse);
+  EXPECT_LE(got.dqkv, b_dqkv);
+  EXPECT_LE(got.dg, b_dg);
 
   // K = 1: a = 1, so the additive gate only scales distant weights by 1 + eps: dense attention.
   if (K == 1 && c.kind == FocusGateKind::additive) {
@@ -189,6 +192,22 @@ TEST(FocusTiledCuda, MultiplicativeMatchesTheReference) {
 TEST(FocusTiledCuda, HardMatchesTheReference) {
   CUDA_TEST_PREAMBLE();
   run_gate(FocusGateKind::hard);
+}
+
+// route_training: hard's backward on the wgmma kernel (the gate from the tokens' group sets), the
+// tiled kernel's shapes plus K 17 (KP 32) and 9 (KP 16), against the same bounds.
+TEST(FocusWgmmaCuda, HardBackwardMatchesTheReference) {
+  CUDA_TEST_PREAMBLE();
+  if (!ops::focus_soft_wgmma_available(64, 8)) GTEST_SKIP() << "no wgmma Focus kernel here";
+  std::vector<TiledCase> shapes = kShapes;
+  shapes.push_back({FocusGateKind::hard, 0, 700, 37, 17});
+  shapes.push_back({FocusGateKind::hard, 0, 1000, 0, 9});
+  for (int D : {64, 128})
+    for (TiledCase c : shapes) {
+      c.kind = FocusGateKind::hard;
+      c.D = D;
+      run_case(c, ops::FocusSoftKernel::wgmma);
+    }
 }
 
 // dg is written (=), zero where every pair is local (test::check_backward_writes_dg).

@@ -27,6 +27,7 @@ using namespace focus_wgmma_emulate;
 
 struct FusedTile {
   int K, q0, k0, w;
+  int top_k = 0;  // 0: the additive gate; >= 1: the hard gate's groups per token
 };
 
 // g as the kernel's two products see it: its bf16 hi part plus its bf16 lo part (split_rows).
@@ -74,6 +75,14 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
   for (float& x : delta) x = 0.5f * nd(rng);
   const GTile gq = split_rows(g, f.q0, kQ, K, T, true), gk = split_rows(g, f.k0, 64, K, T);
   const float eps = 1e-6f;
+  // The hard gate: each token's top_k groups drawn at random (repeats allowed, as a set), the
+  // group sets the kernel reads (bit x: group x); a pair is attended iff the sets meet.
+  const bool hard = f.top_k > 0;
+  std::vector<unsigned> set(static_cast<size_t>(T), 0u);
+  std::uniform_int_distribution<int> pick(0, K - 1);
+  for (unsigned& m : set)
+    for (int x = 0; x < f.top_k; ++x) m |= 1u << pick(rng);
+  auto shares = [&](int key, int q) { return (set[size_t(key)] & set[size_t(q)]) != 0u; };
   auto affinity = [&](int key, int q) {
     double a = 0;
     for (int c = 0; c < K; ++c) a += double(g[size_t(q) * K + c]) * g[size_t(key) * K + c];
@@ -97,15 +106,28 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
       for (int l = 0; l < kLanes; ++l) {
         const int row0 = f.k0 + 16 * warp + l / 4, col0 = f.q0 + 2 * (l % 4);
         float a[2][4], dl[2][2];
+        unsigned mq[2][2];
+        const unsigned mk[2] = {set[size_t(row0)], set[size_t(row0 + 8)]};  // the kernel's key0
         for (int n = 0; n < 2; ++n) {
           for (int v = 0; v < 4; ++v) {
             const Rc cc = ptx_c(v, l);
             a[n][v] = affinity(f.k0 + 16 * warp + cc.row, f.q0 + 16 * chunk + 8 * n + cc.col);
           }
-          for (int e = 0; e < 2; ++e)
-            dl[n][e] = delta[size_t(16 * chunk + 8 * n + 2 * (l % 4) + e)];
+          for (int e = 0; e < 2; ++e) {
+            const int q = 16 * chunk + 8 * n + 2 * (l % 4) + e;  // the kernel's mask tile index
+            dl[n][e] = delta[size_t(q)];
+            mq[n][e] = set[size_t(f.q0 + q)];
+          }
         }
-        gate_chunk_da(s[l], da[l], dpr[l], a, dl, chunk, row0, col0, f.w, eps);
+        if (hard) {
+          float plain[kQ / 2];  // the kernel without dg: gate_chunk_hard alone
+          std::copy(s[l], s[l] + kQ / 2, plain);
+          gate_chunk_hard(plain, mk, mq, chunk, row0, col0, f.w);
+          gate_chunk_hard_da(s[l], da[l], dpr[l], mk, mq, dl, chunk, row0, col0, f.w);
+          for (int i = 0; i < kQ / 2; ++i) ASSERT_EQ(plain[i], s[l][i]) << "lane " << l;
+        } else {
+          gate_chunk_da(s[l], da[l], dpr[l], a, dl, chunk, row0, col0, f.w, eps);
+        }
       }
       // dg_chunk_products: A = da packed to bf16 (a_pack_tile / a_pack_value).
       float af[kLanes][4][2];
@@ -202,7 +224,9 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
       const int key = f.k0 + r, q = f.q0 + j;
       const float p0 = p[size_t(r) * kQ + j];
       const bool far = q - key > f.w;
-      const float want = far ? p0 * (affinity(key, q) + eps) : p0;
+      const float want = !far   ? p0
+                         : hard ? (shares(key, q) ? p0 : 0.f)
+                                : p0 * (affinity(key, q) + eps);
       ASSERT_EQ(gated[size_t(r) * kQ + j], want) << "key " << key << " query " << q;
       if (!far) continue;
       ++distant;
@@ -255,15 +279,17 @@ const std::vector<FusedTile> kTiles = {
     {0, 64, 0, 1000},   // nothing distant: dg = 0, P unchanged
 };
 
+// top_k 0: the additive gate; >= 1: the hard gate with that many groups per token.
 template <int kQ>
-void check_all() {
+void check_all(int top_k = 0) {
   double worst = 0, worst_ratio = 0, dense_worst = 0;
   for (int K : {1, 4, 8, 16, 17, 32}) {
     for (size_t t = 0; t < kTiles.size(); ++t) {
       FusedTile f = kTiles[t];
       f.K = K;
+      f.top_k = top_k;
       SCOPED_TRACE(testing::Message() << "kQ " << kQ << " K " << K << " q0 " << f.q0 << " k0 "
-                                      << f.k0 << " w " << f.w);
+                                      << f.k0 << " w " << f.w << " top_k " << top_k);
       double e = 1.0, d = 1.0;
       check_fused_tile<kQ>(f, uint32_t(31 * K + t), &e, &d);
       worst = std::max(worst, e);
@@ -275,13 +301,24 @@ void check_all() {
     }
   }
   std::printf(
-      "  [fused dg] kQ %d: bf16 dA x (g hi + lo) error vs exact %.2e of max |dg| (dense-style bf16 "
-      "%.2e, worst ratio %.2f)\n",
-      kQ, worst, dense_worst, worst_ratio);
+      "  [fused dg] kQ %d top_k %d: bf16 dA x (g hi + lo) error vs exact %.2e of max |dg| "
+      "(dense-style bf16 %.2e, worst ratio %.2f)\n",
+      kQ, top_k, worst, dense_worst, worst_ratio);
 }
 
 TEST(FocusWgmmaFusedLayout, TileDgMatchesDirectQ128) { check_all<128>(); }
 TEST(FocusWgmmaFusedLayout, TileDgMatchesDirectQ64) { check_all<64>(); }
+// The hard gate (route_training: hard's backward): P^T kept where the pair is local or shares a
+// group, 0 elsewhere; dA (the straight-through gradient) on every distant pair, as the additive
+// gate's; the same dg products. gate_chunk_hard (no dg) gates as gate_chunk_hard_da.
+TEST(FocusWgmmaFusedLayout, HardGateTileMatchesDirectQ128) {
+  check_all<128>(1);
+  check_all<128>(2);
+}
+TEST(FocusWgmmaFusedLayout, HardGateTileMatchesDirectQ64) {
+  check_all<64>(1);
+  check_all<64>(2);
+}
 
 // dgq_ld: the 32 lanes' red.shared of one C value land on 32 distinct banks.
 TEST(FocusWgmmaFusedLayout, DgQueryTileIsBankConflictFree) {
