@@ -5,7 +5,7 @@
 # important first: the list group pass by pass order and index path (FocusHardOrder:
 # concurrent, FocusHardIndexPath: in_block) at 1K-8K; each pass order (12 x 64 and 8 x 128); the
 # list group pass's block orders (FocusHardBlockOrder); bench_focus_soft at 3 shapes, and with the
-# hard gate (route_training: hard's forward+backward) at 2; per-kernel
+# hard gate (route_training: hard's forward+backward) at 2; Sinkhorn chunked vs cooperative; per-kernel
 # times and stall reasons at 4K under ncu. Logs and CSVs in $OUT (the device tool's folder) or
 # /tmp/attnlab_hard.
 # Usage (repo root, on the GPU machine): bash scripts/focus_hard_check.sh [build_dir]
@@ -23,12 +23,12 @@ t0=$(date +%s)
 elapsed() { echo "[$(($(date +%s) - t0)) s]"; }
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$O/cmake.log" 2>&1 ||
   { tail -20 "$O/cmake.log"; exit 1; }
-make -C "$B" -j16 attnlab_tests bench_focus_hard bench_focus_soft >"$O/build.log" 2>&1 ||
+make -C "$B" -j16 attnlab_tests bench_focus_hard bench_focus_soft bench_focus_assign >"$O/build.log" 2>&1 ||
   { grep -E "error" -A3 "$O/build.log" | head -40; exit 1; }
 echo "build $(elapsed)"
 if [ "${TESTS:-1}" = 1 ]; then
   timeout 240 "$B/attnlab_tests" \
-    --gtest_filter='FocusHard*:FocusCuda.*:FocusDecodeCuda.*:FocusModel*:FocusWgmma*:AttentionCuda.*' \
+    --gtest_filter='FocusHard*:FocusCuda.*:FocusDecodeCuda.*:FocusModel*:FocusWgmma*:FocusSinkhorn*:AttentionCuda.*' \
     >"$O/tests.log" 2>&1
   echo "tests: rc=$? $(elapsed)"
   grep -E "^\[  FAILED|^\[  PASSED" "$O/tests.log" | head -20
@@ -93,6 +93,16 @@ for shape in 64:4096 64:16384; do
   timeout 120 "$B/bench_focus_soft" "$O/hardtrain_${shape/:/_}.csv" --gate=hard --shape=$shape \
     >"$O/hardtrain_${shape/:/_}.log" 2>&1
   tail -n +2 "$O/hardtrain_${shape/:/_}.log" 2>/dev/null | head -6 | sed 's/^/  /'
+done
+echo "$(elapsed)"
+
+# The routing: Sinkhorn chunked (one launch per step) against cooperative (one per direction), B 1
+# (inference at batch 1) and B 64 (a training micro-batch), K 8, T 1K .. 64K.
+echo "Sinkhorn, chunked vs cooperative (bench_focus_assign; ms):"
+for b in 1 64; do
+  timeout 90 "$B/bench_focus_assign" --B=$b --max-t=65536 --csv="$O/assign_b$b.csv" \
+    >"$O/assign_b$b.log" 2>&1
+  [ -f "$O/assign_b$b.csv" ] && awk -F, -v b=$b '$1 ~ /sinkhorn/ && $3 == 8 { printf "  B %2s %-18s %-8s T %6s %9.4f\n", b, $1, $2, $4, $5 }' "$O/assign_b$b.csv"
 done
 echo "$(elapsed)"
 

@@ -22,6 +22,14 @@
 
 namespace attnlab {
 
+// Which CUDA Sinkhorn runs: chunked = one launch per step (2N + 1 forward, 4N / 5N backward);
+// cooperative = one launch per direction (focus_sinkhorn_coop.cu) where the sequence has at most
+// kSinkhornCoopMaxChunks chunks and every block is resident at once (an error where forced and
+// not); automatic = cooperative where it fits, else chunked. A one-chunk forward is one kernel
+// either way.
+enum class SinkhornPath { automatic, chunked, cooperative };
+constexpr int kSinkhornCoopMaxChunks = 256;
+
 struct SinkhornParams {
   const float* scores = nullptr;
   float* iterates = nullptr;  // [iterations + 1, B, T, K]
@@ -33,6 +41,7 @@ struct SinkhornParams {
   int iterations = 0;
   bool causal = true;
   int pos = 0;
+  SinkhornPath path = SinkhornPath::automatic;
 };
 
 struct SoftmaxAssignParams {
@@ -53,6 +62,11 @@ struct TopkRouteParams {
 
 void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s);
 void launch_sinkhorn_bwd(const SinkhornParams& p, Stream s);
+// The cooperative kernels (focus_sinkhorn_coop.cu; launch_sinkhorn_* pick them by p.path): whether
+// they take p on the current device, and the launches (p must fit).
+bool sinkhorn_cooperative_fits(const SinkhornParams& p, bool backward);
+void launch_sinkhorn_fwd_cooperative(const SinkhornParams& p, Stream s);
+void launch_sinkhorn_bwd_cooperative(const SinkhornParams& p, Stream s);
 void launch_softmax_assign_fwd(const SoftmaxAssignParams& p, Stream s);
 void launch_softmax_assign_bwd(const SoftmaxAssignParams& p, Stream s);
 void launch_topk_route(const TopkRouteParams& p, Stream s);

@@ -10,8 +10,11 @@
 // and the cosine scores (bf16 z [T, d_g = 16], fp32 scores): fwd z + scores, fwd+bwd adds
 // dscores, z twice (dz, dcentroids) and dz, in bytes.
 // and is printed beside the card's measured ceiling (a device-to-device copy, read + write).
-// Usage: bench_focus_assign [--csv=PATH] [--max-t=N]   (prints a table; CSV rows:
-//   op,scope,K,T,ms,gbps)
+// The Sinkhorn rows time the chunked kernels (one launch per step) and, where they fit
+// (sinkhorn_cooperative_fits), the cooperative ones (one launch per direction: "coop" rows).
+// --B=N: sequences per call (default 1; training runs B = micro-batch, the same B for every row).
+// Usage: bench_focus_assign [--csv=PATH] [--max-t=N] [--B=N]   (prints a table; CSV rows:
+//   op,scope,K,T,ms,gbps; T counts the tokens of one sequence, GB/s all B of them)
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -66,9 +69,19 @@ double copy_ceiling_gbps() {
 int main(int argc, char** argv) {
   const char* csv_path = nullptr;
   int64_t max_T = int64_t(1) << 20;
+  int B = 1;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--csv=", 6) == 0) {
       csv_path = argv[i] + 6;
+    } else if (std::strncmp(argv[i], "--B=", 4) == 0) {
+      char* end = nullptr;
+      const long v = std::strtol(argv[i] + 4, &end, 10);
+      if (end == argv[i] + 4 || *end != '\0' || v < 1 || v > 4096) {
+        std::fprintf(stderr, "%s: --B expects an integer in [1, 4096], got '%s'\n", argv[0],
+                     argv[i] + 4);
+        return 2;
+      }
+      B = int(v);
     } else if (std::strncmp(argv[i], "--max-t=", 8) == 0) {
       char* end = nullptr;
       max_T = std::strtoll(argv[i] + 8, &end, 10);
@@ -78,7 +91,8 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--csv=PATH] [--max-t=N], got '%s'\n", argv[0], argv[i]);
+      std::fprintf(stderr, "usage: %s [--csv=PATH] [--max-t=N] [--B=N], got '%s'\n", argv[0],
+                   argv[i]);
       return 2;
     }
   }
@@ -87,7 +101,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   const double ceiling = copy_ceiling_gbps();
-  std::printf("device-to-device copy ceiling: %.0f GB/s\n", ceiling);
+  std::printf("device-to-device copy ceiling: %.0f GB/s; B = %d\n", ceiling, B);
   std::printf("%-18s %-9s %3s %8s %10s %8s %7s\n", "op", "scope", "K", "T", "ms", "GB/s",
               "of peak");
   std::vector<Row> rows;
@@ -101,10 +115,11 @@ int main(int argc, char** argv) {
   const int N = kIterations;
   for (int K : {4, 8}) {
     for (int64_t T = 1024; T <= max_T; T *= 4) {
-      const size_t n = size_t(T) * K;
+      const int64_t rows = int64_t(B) * T;  // tokens of all sequences
+      const size_t n = size_t(rows) * K;
       Buffer scores(Device::cuda, n * 4), g(Device::cuda, n * 4), dg(Device::cuda, n * 4),
           ds(Device::cuda, n * 4), it(Device::cuda, n * 4 * (N + 1));
-      Buffer groups(Device::cuda, size_t(T) * 2 * 4);
+      Buffer groups(Device::cuda, size_t(rows) * 2 * 4);
       fill_random(scores, n, uint64_t(T) + K, -10.f, 10.f);
       fill_random(dg, n, 7, -1.f, 1.f);
       for (bool causal : {true, false}) {
@@ -114,29 +129,36 @@ int main(int argc, char** argv) {
         p.g = static_cast<float*>(g.data());
         p.dg = static_cast<float*>(dg.data());
         p.dscores = static_cast<float*>(ds.data());
-        p.B = 1;
+        p.B = B;
         p.T = int(T);
         p.K = K;
         p.iterations = N;
         p.causal = causal;
         const char* scope = causal ? "causal" : "sequence";
-        const double fwd = median_ms([&] { launch_sinkhorn_fwd(p, nullptr); }, 20);
-        record("sinkhorn fwd", scope, K, T, fwd, double(n) * (2 * N + 3));
-        const double both = median_ms(
-            [&] {
-              launch_sinkhorn_fwd(p, nullptr);
-              launch_sinkhorn_bwd(p, nullptr);
-            },
-            20);
-        record("sinkhorn fwd+bwd", scope, K, T, both,
-               double(n) * (2 * N + 3 + (causal ? 8 : 7) * N + 1));
+        for (SinkhornPath path : {SinkhornPath::chunked, SinkhornPath::cooperative}) {
+          const bool coop = path == SinkhornPath::cooperative;
+          if (coop && !(sinkhorn_cooperative_fits(p, false) && sinkhorn_cooperative_fits(p, true)))
+            continue;
+          p.path = path;
+          const double fwd = median_ms([&] { launch_sinkhorn_fwd(p, nullptr); }, 20);
+          record(coop ? "sinkhorn fwd coop" : "sinkhorn fwd", scope, K, T, fwd,
+                 double(n) * (2 * N + 3));
+          const double both = median_ms(
+              [&] {
+                launch_sinkhorn_fwd(p, nullptr);
+                launch_sinkhorn_bwd(p, nullptr);
+              },
+              20);
+          record(coop ? "sinkhorn f+b coop" : "sinkhorn fwd+bwd", scope, K, T, both,
+                 double(n) * (2 * N + 3 + (causal ? 8 : 7) * N + 1));
+        }
       }
       SoftmaxAssignParams sp;
       sp.scores = static_cast<float*>(scores.data());
       sp.g = static_cast<float*>(g.data());
       sp.dg = static_cast<float*>(dg.data());
       sp.dscores = static_cast<float*>(ds.data());
-      sp.rows = T;
+      sp.rows = rows;
       sp.K = K;
       record("softmax fwd", "-", K, T,
              median_ms([&] { launch_softmax_assign_fwd(sp, nullptr); }, 20), double(n) * 2);
@@ -150,9 +172,9 @@ int main(int argc, char** argv) {
              double(n) * 5);
       {
         constexpr int d_g = 16;
-        Buffer z(Device::cuda, size_t(T) * d_g * 2), dz(Device::cuda, size_t(T) * d_g * 2),
+        Buffer z(Device::cuda, size_t(rows) * d_g * 2), dz(Device::cuda, size_t(rows) * d_g * 2),
             cent(Device::cuda, size_t(K) * d_g * 2), dcent(Device::cuda, size_t(K) * d_g * 2);
-        CUDA_CHECK(cudaMemset(z.data(), 0x3c, size_t(T) * d_g * 2));  // bf16 ~0.0115 everywhere
+        CUDA_CHECK(cudaMemset(z.data(), 0x3c, size_t(rows) * d_g * 2));  // bf16 ~0.0115 everywhere
         CUDA_CHECK(cudaMemset(cent.data(), 0x3c, size_t(K) * d_g * 2));
         FocusScoresParams<bf16> fp;
         fp.z = static_cast<bf16*>(z.data());
@@ -161,10 +183,10 @@ int main(int argc, char** argv) {
         fp.dscores = static_cast<float*>(dg.data());
         fp.dz = static_cast<bf16*>(dz.data());
         fp.dcentroids = static_cast<bf16*>(dcent.data());
-        fp.N = T;
+        fp.N = rows;
         fp.K = K;
         fp.d_g = d_g;
-        const double zb = double(T) * d_g * 2 / 4, sb = double(n);  // in fp32 elements
+        const double zb = double(rows) * d_g * 2 / 4, sb = double(n);  // in fp32 elements
         record("scores fwd", "bf16", K, T,
                median_ms([&] { launch_focus_scores_fwd(fp, nullptr); }, 20), zb + sb);
         record("scores fwd+bwd", "bf16", K, T,
@@ -180,11 +202,11 @@ int main(int argc, char** argv) {
         TopkRouteParams tp;
         tp.g = static_cast<float*>(g.data());
         tp.groups = static_cast<int32_t*>(groups.data());
-        tp.rows = T;
+        tp.rows = rows;
         tp.K = K;
         tp.top_k = top_k;
         record(top_k == 1 ? "topk1" : "topk2", "-", K, T,
-               median_ms([&] { launch_topk_route(tp, nullptr); }, 20), double(T) * (K + top_k));
+               median_ms([&] { launch_topk_route(tp, nullptr); }, 20), double(rows) * (K + top_k));
       }
     }
   }

@@ -121,7 +121,8 @@ SinkhornParams sinkhorn_params(const ExecContext& ctx, const Tensor& scores, con
 }  // namespace
 
 void focus_sinkhorn_fwd(const ExecContext& ctx, const Tensor& g, const Tensor& iterates,
-                        const Tensor& scores, bool causal, const Tensor& state, int pos) {
+                        const Tensor& scores, bool causal, const Tensor& state, int pos,
+                        SinkhornPath path) {
   NvtxRange range("focus_sinkhorn_fwd");
   SinkhornParams p = sinkhorn_params(ctx, scores, iterates, causal);
   require_tensor("focus_sinkhorn", "g", g, DType::f32, scores.shape, ctx);
@@ -135,11 +136,12 @@ void focus_sinkhorn_fwd(const ExecContext& ctx, const Tensor& g, const Tensor& i
   p.g = ptr<float>(g);
   p.state = ptr<float>(state);
   p.pos = pos;
+  p.path = path;
   run_f32(ctx, p, sinkhorn_fwd_ref, launch_sinkhorn_fwd);
 }
 
 void focus_sinkhorn_bwd(const ExecContext& ctx, const Tensor& dscores, const Tensor& dg,
-                        const Tensor& g, const Tensor& iterates, bool causal) {
+                        const Tensor& g, const Tensor& iterates, bool causal, SinkhornPath path) {
   NvtxRange range("focus_sinkhorn_bwd");
   SinkhornParams p = sinkhorn_params(ctx, g, iterates, causal);
   require_tensor("focus_sinkhorn", "dg", dg, DType::f32, g.shape, ctx);
@@ -148,6 +150,7 @@ void focus_sinkhorn_bwd(const ExecContext& ctx, const Tensor& dscores, const Ten
   p.g = ptr<float>(g);
   p.dg = ptr<float>(dg);
   p.dscores = ptr<float>(dscores);
+  p.path = path;
   run_f32(ctx, p, sinkhorn_bwd_ref, launch_sinkhorn_bwd);
 }
 

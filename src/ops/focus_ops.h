@@ -4,6 +4,7 @@
 #pragma once
 #include "core/context.h"
 #include "core/tensor.h"
+#include "kernels/focus/focus_assign.cuh"
 #include "kernels/focus/focus_attention.cuh"
 #include "ops/qkv_layout.h"
 
@@ -18,12 +19,15 @@ void focus_scores_bwd(const ExecContext& ctx, const Tensor& dz, const Tensor& dc
 
 // Sinkhorn in the log domain: scores, g [B, T, K]; iterates [iterations + 1, B, T, K] (saved for
 // the backward); state [B, iterations, K] (causal decoding, else empty); pos: position of token 0.
+// path: which CUDA kernels (SinkhornPath, kernels/focus/focus_assign.cuh: automatic, or chunked /
+// cooperative forced for A/B tests and benchmarks); the CPU ignores it.
 void focus_sinkhorn_fwd(const ExecContext& ctx, const Tensor& g, const Tensor& iterates,
                         const Tensor& scores, bool causal, const Tensor& state = Tensor(),
-                        int pos = 0);
+                        int pos = 0, SinkhornPath path = SinkhornPath::automatic);
 // dscores written (=) from dg, the forward's g and iterates.
 void focus_sinkhorn_bwd(const ExecContext& ctx, const Tensor& dscores, const Tensor& dg,
-                        const Tensor& g, const Tensor& iterates, bool causal);
+                        const Tensor& g, const Tensor& iterates, bool causal,
+                        SinkhornPath path = SinkhornPath::automatic);
 // g = softmax over the groups of scores [.., K]; the backward writes dscores.
 void focus_softmax_assign_fwd(const ExecContext& ctx, const Tensor& g, const Tensor& scores);
 void focus_softmax_assign_bwd(const ExecContext& ctx, const Tensor& dscores, const Tensor& dg,

@@ -62,9 +62,13 @@ std::vector<double> column_masses(const std::vector<float>& g, int B, int T, int
   return m;
 }
 
-void check_case(int B, int T, int K, bool causal, float amp) {
+// path: the CUDA kernels (SinkhornPath); forcing cooperative where it does not fit is an error, so
+// callers force it only where sinkhorn_cooperative_fits says it runs.
+void check_case(int B, int T, int K, bool causal, float amp,
+                SinkhornPath path = SinkhornPath::automatic) {
   SCOPED_TRACE(testing::Message() << "B " << B << " T " << T << " K " << K
-                                  << (causal ? " causal" : " sequence") << " scores +-" << amp);
+                                  << (causal ? " causal" : " sequence") << " scores +-" << amp
+                                  << " path " << int(path));
   auto cpu = ExecContext::make_cpu();
   auto gpu = ExecContext::make_cuda(0);
   const int N = kIterations;
@@ -86,7 +90,7 @@ void check_case(int B, int T, int K, bool causal, float amp) {
   d_g.poison();
   d_it.poison();
   ops::focus_sinkhorn_fwd(*gpu, dev(d_g, s), dev(d_it, is), dev(d_sc, s), causal,
-                          causal ? dev(d_state, ss) : Tensor());
+                          causal ? dev(d_state, ss) : Tensor(), 0, path);
   const std::vector<float> gg = d_g.download(), git = d_it.download();
   EXPECT_LT(test::report("sinkhorn g", test::max_rel_error(gg, g)), tol_g);
   EXPECT_EQ(std::vector<float>(git.begin(), git.begin() + std::ptrdiff_t(n)), sc) << "X_0 = scores";
@@ -112,7 +116,8 @@ void check_case(int B, int T, int K, bool causal, float amp) {
   // The backward alone: from the reference's g and iterates.
   DeviceArray<float> r_g(g), r_it(it), d_dg(dg), d_ds(n);
   d_ds.poison();
-  ops::focus_sinkhorn_bwd(*gpu, dev(d_ds, s), dev(d_dg, s), dev(r_g, s), dev(r_it, is), causal);
+  ops::focus_sinkhorn_bwd(*gpu, dev(d_ds, s), dev(d_dg, s), dev(r_g, s), dev(r_it, is), causal,
+                          path);
   EXPECT_LT(test::report("sinkhorn dscores", test::max_rel_error(d_ds.download(), ds)), tol_ds);
   EXPECT_EQ(r_it.download(), it) << "the backward only reads the iterates";
 }
@@ -123,6 +128,36 @@ TEST(FocusSinkhornCuda, MatchesTheReferenceOddShapes) {
     for (int K : {1, 4, 8, 64})
       for (bool causal : {true, false})
         for (float amp : {10.f, 200.f}) check_case(2, T, K, causal, amp);
+}
+
+// Each path forced (automatic takes the cooperative kernels wherever they fit, so the chunked
+// ones are otherwise tested only past kSinkhornCoopMaxChunks chunks): odd shapes, both scopes,
+// B 1 and 2, a carried state (causal), and a batch too large to be resident at once (chunked only).
+TEST(FocusSinkhornCuda, ChunkedAndCooperativeMatchTheReference) {
+  CUDA_TEST_PREAMBLE();
+  int cooperative = 0;
+  for (int B : {1, 2})
+    for (int T : {2, 129, 1000, 4097, 65536 + 3})
+      for (int K : {1, 8, 64})
+        for (bool causal : {true, false}) {
+          check_case(B, T, K, causal, 10.f, SinkhornPath::chunked);
+          SinkhornParams p;
+          p.B = B, p.T = T, p.K = K, p.iterations = kIterations, p.causal = causal;
+          if (sinkhorn_cooperative_fits(p, false) && sinkhorn_cooperative_fits(p, true)) {
+            ++cooperative;
+            check_case(B, T, K, causal, 10.f, SinkhornPath::cooperative);
+            check_case(B, T, K, causal, 200.f, SinkhornPath::cooperative);
+          }
+        }
+  EXPECT_GT(cooperative, 0) << "no shape ran the cooperative kernels";
+  // Too many chunks for the cooperative kernels: forcing them is an error naming the limit.
+  auto gpu = ExecContext::make_cuda(0);
+  const int B = 1, T = 1 << 20, K = 8, N = kIterations;
+  DeviceArray<float> sc(size_t(B) * T * K), g(sc.size()), it(sc.size() * (N + 1));
+  EXPECT_THROW(
+      ops::focus_sinkhorn_fwd(*gpu, dev(g, {B, T, K}), dev(it, {N + 1, B, T, K}),
+                              dev(sc, {B, T, K}), true, Tensor(), 0, SinkhornPath::cooperative),
+      Error);
 }
 
 TEST(FocusSinkhornCuda, MatchesTheReference64K) {
@@ -139,9 +174,10 @@ TEST(FocusSinkhornCuda, MatchesTheReference1M) {
 }
 
 // Decoding: chunks (single tokens, odd sizes, a multi-chunk piece) with the carried state give
-// the rows and the final state of one forward over the whole sequence.
-TEST(FocusSinkhornCuda, CarriedStateMatchesTheFullForward) {
-  CUDA_TEST_PREAMBLE();
+// the rows and the final state of one forward over the whole sequence; with the chunked kernels
+// and with automatic's choice (the cooperative kernels for the multi-chunk pieces).
+void check_carried_state(SinkhornPath path) {
+  SCOPED_TRACE(testing::Message() << "path " << int(path));
   auto gpu = ExecContext::make_cuda(0);
   auto cpu = ExecContext::make_cpu();
   const int B = 2, T = 5000, K = 8, N = kIterations;
@@ -160,7 +196,7 @@ TEST(FocusSinkhornCuda, CarriedStateMatchesTheFullForward) {
                   part.data() + size_t(b) * len * K);
     DeviceArray<float> d_sc(part), d_g(part.size()), d_it(part.size() * (N + 1));
     ops::focus_sinkhorn_fwd(*gpu, dev(d_g, {B, len, K}), dev(d_it, {N + 1, B, len, K}),
-                            dev(d_sc, {B, len, K}), true, dev(d_state, {B, N, K}), t0);
+                            dev(d_sc, {B, len, K}), true, dev(d_state, {B, N, K}), t0, path);
     const std::vector<float> pg = d_g.download();
     for (int b = 0; b < B; ++b)
       std::copy_n(pg.data() + size_t(b) * len * K, size_t(len) * K,
@@ -169,6 +205,12 @@ TEST(FocusSinkhornCuda, CarriedStateMatchesTheFullForward) {
   EXPECT_LT(test::report("sinkhorn decode g", test::max_rel_error(out, g)), kTolG);
   EXPECT_LT(test::report("sinkhorn decode state", test::max_rel_error(d_state.download(), state)),
             kTolState);
+}
+
+TEST(FocusSinkhornCuda, CarriedStateMatchesTheFullForward) {
+  CUDA_TEST_PREAMBLE();
+  check_carried_state(SinkhornPath::chunked);
+  check_carried_state(SinkhornPath::automatic);
 }
 
 }  // namespace
