@@ -463,6 +463,7 @@ void launch_simple(const AttentionParams<bf16>& p, cudaStream_t st) {
 bool attention_fwd_wgmma_supported(const AttentionParams<bf16>& p) {
 #if defined(ATTNLAB_WGMMA_SM90A)
   if (p.D != 64 && p.D != 128) return false;
+  if (!causal_grid_fits(p.seq_len, 128, p.B)) return false;  // fwd and bwd: 128-row tiles
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||

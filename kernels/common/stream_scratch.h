@@ -29,6 +29,15 @@ inline void retain_default_pool_memory() {
   CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
 }
 
+// For tests: while set, every StreamScratch is filled with 0xFF bytes when allocated (NaN as fp32
+// and bf16, -1 as int32), so a kernel that reads scratch no kernel of its call wrote gets NaN
+// instead of what an earlier call left in the reused pool memory. Off by default (a memset per
+// scratch); tests/cuda/cuda_test_util.h's PoisonScratch sets it for a scope.
+inline std::atomic<bool>& stream_scratch_poison() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+
 // Scratch device memory ordered on a stream (no host synchronisation): freed on the stream after
 // the kernels that use it, so a launcher can use temporaries and stay asynchronous. The pool keeps
 // the memory between uses (retain_default_pool_memory).
@@ -37,7 +46,10 @@ class StreamScratch {
   StreamScratch(size_t bytes, Stream s) : stream_(s) {
     if (!bytes) return;
     retain_default_pool_memory();
-    CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, reinterpret_cast<cudaStream_t>(s)));
+    const auto st = reinterpret_cast<cudaStream_t>(s);
+    CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, st));
+    if (stream_scratch_poison().load(std::memory_order_relaxed))
+      CUDA_CHECK(cudaMemsetAsync(ptr_, 0xFF, bytes, st));
   }
   ~StreamScratch() {
     if (ptr_) cudaFreeAsync(ptr_, reinterpret_cast<cudaStream_t>(stream_));

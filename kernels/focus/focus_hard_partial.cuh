@@ -108,12 +108,9 @@ __device__ __forceinline__ void write_from_partials(const FocusHardAttnParams& p
   auto each_part = [&](auto f) {
     f(band_part);
     uint64_t seen = 0;
-    for (int sl = 0; sl < p.top_k; ++sl) {
-      const int x = gr[sl];
-      if (x < 0 || x >= p.K || ((seen >> x) & 1)) continue;
-      seen |= uint64_t(1) << x;
+    for (int sl = next_partial_slot(gr, p.top_k, p.K, 0, &seen); sl < p.top_k;
+         sl = next_partial_slot(gr, p.top_k, p.K, sl + 1, &seen))
       f((bt * p.top_k + sl) * p.n_head + h);
-    }
   };
   float mx = -INFINITY;
   each_part([&](int64_t part) { mx = fmaxf(mx, __ldcg(p.part_lse + part)); });

@@ -223,12 +223,14 @@ void launch_group(const FocusHardAttnParams& p, cudaStream_t st) {
   // One block per kHardTmaRows entries (at most T of top_k 1) and head, in the order of
   // p.longest_first (FocusHardBlockOrder; block_first_entry).
   const int blocks = (p.T + kHardTmaRows - 1) / kHardTmaRows;
-  if (p.longest_first) {
-    ATTN_REQUIRE(blocks <= 65535, "focus_hard: %d sorted blocks (T = %d) exceed the grid's 65535",
-                 blocks, p.T);
-    launch_hard_tma<D, sorted_group_kernel<D>>(dim3(p.n_head, blocks, p.B), p, tm_k, tm_v, st);
+  // Longest first puts the blocks on grid y (at most 65535: T up to 8.4M); past that the
+  // group-major order (blocks on x) takes the call.
+  FocusHardAttnParams q = p;
+  q.longest_first = p.longest_first && blocks <= 65535;
+  if (q.longest_first) {
+    launch_hard_tma<D, sorted_group_kernel<D>>(dim3(q.n_head, blocks, q.B), q, tm_k, tm_v, st);
   } else {
-    launch_hard_tma<D, sorted_group_kernel<D>>(dim3(blocks, p.n_head, p.B), p, tm_k, tm_v, st);
+    launch_hard_tma<D, sorted_group_kernel<D>>(dim3(blocks, q.n_head, q.B), q, tm_k, tm_v, st);
   }
 }
 
@@ -236,7 +238,6 @@ void launch_group(const FocusHardAttnParams& p, cudaStream_t st) {
 // stride q_row_stride, q at its start.
 void check_sorted_params(const FocusHardAttnParams& p) {
   ATTN_ASSERT(p.top_k == 1 && p.sorted != nullptr && p.part_o != nullptr && p.part_lse != nullptr);
-  ATTN_ASSERT(p.D == 64 || p.D == 128);
   ATTN_ASSERT(p.K >= 1 && p.K <= kFocusHardMaxGroups && (p.D == 64 || p.D == 128));
   const int64_t ld = p.q_row_stride;
   ATTN_ASSERT(p.kv_row_stride == ld && p.kv_batch_stride == p.q_batch_stride && ld % 8 == 0);

@@ -324,7 +324,8 @@ bool shape_supported(const FocusAttentionParams<bf16>& p) {
       p.q_row_stride % 8 != 0 || p.q_batch_stride % 8 != 0 || p.o_row_stride % 8 != 0 ||
       p.o_batch_stride % 8 != 0 || !aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) ||
       p.g == nullptr || p.K < 1 || p.K > focus_wgmma::kMaxGroups || p.n_kv_head <= 0 ||
-      p.n_head % p.n_kv_head != 0 || p.scale <= 0.f || p.gate.local_window < 0) {
+      p.n_head % p.n_kv_head != 0 || p.scale <= 0.f || p.gate.local_window < 0 ||
+      !causal_grid_fits(p.seq_len, 128, p.B)) {  // fwd and bwd: 128-row tiles
     return false;
   }
   return focus_wgmma_device_supported();
@@ -336,7 +337,8 @@ bool focus_wgmma_supported(const FocusAttentionParams<bf16>& p) {
 }
 
 bool focus_wgmma_bwd_supported(const FocusAttentionParams<bf16>& p) {
-  const bool hard = p.gate.kind == FocusGateKind::hard && p.groups != nullptr && p.top_k >= 1;
+  const bool hard = p.gate.kind == FocusGateKind::hard && p.groups != nullptr && p.top_k >= 1 &&
+                    p.groups_batch_stride == int64_t(p.seq_len) * p.top_k;  // split_g's rows
   return (p.gate.kind == FocusGateKind::additive || hard) && shape_supported(p);
 }
 

@@ -73,6 +73,17 @@ void check(const P& p) {
                p.gate.kind == FocusGateKind::hard ? "group ids" : "the assignment g");
   ATTN_REQUIRE(p.gate.local_window >= 0, "focus attention: local_window must be >= 0, got %d",
                p.gate.local_window);
+  if (p.gate.kind != FocusGateKind::hard) return;
+  // Group ids name groups 0 .. K - 1 (focus_route_topk's output); the CUDA kernels read other ids
+  // as no group at all or not at all, so they are refused here rather than compared as values.
+  const int rows = p.pos + p.seq_len;
+  for (int b = 0; b < p.B; ++b)
+    for (int64_t i = 0; i < int64_t(rows) * p.top_k; ++i) {
+      const int32_t id = p.groups[b * p.groups_batch_stride + i];
+      ATTN_REQUIRE(id >= 0 && id < p.K,
+                   "focus attention: group ids must be in [0, %d), got %d (batch %d, token %lld)",
+                   p.K, id, b, (long long)(i / p.top_k));
+    }
 }
 
 }  // namespace

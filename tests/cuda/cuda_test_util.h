@@ -3,6 +3,7 @@
 //   DeviceArray<T>        device memory holding T, filled from / read back as float vectors
 //   to_precision<T>(v)    v rounded to T (identity for float; bf16 round-to-nearest-even)
 //   report()              prints a measured error so device logs carry the numbers
+//   PoisonScratch         for a scope, NaN in every launcher scratch (unwritten reads show)
 // Tolerances used by these tests (max |cuda - ref| / max |ref|, ref = CPU reference run on the
 // inputs rounded to T): fp32 ~1e-5 (rounding order only); bf16 1e-2 for values rounded once into
 // bf16 (half-ulp of bf16 is 2^-9 = 2e-3 relative; measured errors are 1e-3 to 5.5e-3, so the
@@ -18,6 +19,7 @@
 #include "core/context.h"
 #include "core/cuda_check.h"
 #include "core/tensor.h"
+#include "kernels/common/stream_scratch.h"
 #include "test_util.h"
 
 #define CUDA_TEST_PREAMBLE()                                            \
@@ -97,6 +99,17 @@ Tensor dev_tensor(const DeviceArray<T>& a, Shape s) {
 inline Tensor dev_ints(const DeviceInts& a, Shape s) {
   return Tensor(a.ptr(), DType::i32, Device::cuda, s);
 }
+
+// For a scope: every StreamScratch a kernel launcher allocates is filled with NaN first
+// (stream_scratch_poison), so a read of scratch that no kernel of the call wrote fails the test
+// instead of seeing an earlier call's values.
+class PoisonScratch {
+ public:
+  PoisonScratch() { stream_scratch_poison().store(true); }
+  ~PoisonScratch() { stream_scratch_poison().store(false); }
+  PoisonScratch(const PoisonScratch&) = delete;
+  PoisonScratch& operator=(const PoisonScratch&) = delete;
+};
 
 inline double report(const char* what, double err) {
   std::printf("[cuda-err] %-48s %.3e\n", what, err);

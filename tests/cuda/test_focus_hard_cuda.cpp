@@ -29,7 +29,7 @@ using test::cpu_tensor;
 using test::DeviceArray;
 using test::DeviceInts;
 
-enum class Groups { balanced, unbalanced, empty };
+enum class Groups { balanced, unbalanced, empty, duplicates };
 
 Tensor dev(const DeviceArray<bf16>& a, Shape s) {
   return Tensor(a.ptr(), DType::bf16, Device::cuda, s);
@@ -39,8 +39,9 @@ Tensor dev(const DeviceArray<float>& a, Shape s) {
 }
 Tensor dev(const DeviceInts& a, Shape s) { return Tensor(a.ptr(), DType::i32, Device::cuda, s); }
 
-// An assignment g [B, T, K] (rows sum to 1) of the given kind: balanced (random), unbalanced (90%
-// of the tokens prefer group 0), empty (the upper half of the groups, K >= 2, never chosen).
+// An assignment g [B, T, K] (rows sum to 1) of the given kind: balanced (random, also for
+// duplicates), unbalanced (90% of the tokens prefer group 0), empty (the upper half of the groups,
+// K >= 2, never chosen).
 std::vector<float> make_g(int B, int T, int K, Groups kind, uint32_t seed) {
   std::vector<float> g = test::random_vector(size_t(B) * T * K, seed, 0.01f, 1.f);
   const std::vector<int32_t> pick = test::random_ints(size_t(B) * T, seed + 1, 10);
@@ -104,6 +105,10 @@ void run_case(const Case& c) {
   std::vector<int32_t> groups(size_t(B) * T * c.top_k);
   const Shape qs{B, T, W}, os{B, T, Q}, ls{B, H, T}, gs{B, T, c.K}, grs{B, T, c.top_k};
   ops::focus_route_topk(*cpu, cpu_tensor(groups, grs), cpu_tensor(g, gs));
+  if (c.kind == Groups::duplicates) {  // every third token names its first group twice or more
+    for (size_t r = 0; r < size_t(B) * T; r += 3)
+      for (int x = 1; x < c.top_k; ++x) groups[r * c.top_k + x] = groups[r * c.top_k];
+  }
   FocusGateParams gate;
   gate.kind = FocusGateKind::hard;
   gate.local_window = c.w;
@@ -114,6 +119,9 @@ void run_case(const Case& c) {
   DeviceArray<bf16> gq(qkv), go(out.size()), gplain(out.size());
   DeviceArray<float> gl(lse.size()), gpl(lse.size()), gg(g);
   DeviceInts ggr(groups);
+  // The kernels' workspace (index lists, partials, arrivals) NaN when allocated: a partial no pass
+  // of the call wrote shows, rather than an earlier variant's equal values in the reused pool.
+  const test::PoisonScratch poison;
   go.poison();
   gl.poison();
   ops::focus_attention_fwd(*gpu, dev(go, os), dev(gl, ls), dev(gq, qs), l, dev(gg, gs),
@@ -159,6 +167,8 @@ void run_case(const Case& c) {
       {"wgmma, group first", 0, Kernel::wgmma, Order::group_first},
       {"wgmma, band first", 0, Kernel::wgmma, Order::band_first},
       {"wgmma sorted", 0, Kernel::wgmma_sorted, Order::automatic},
+      {"wgmma sorted, group-major blocks", 0, Kernel::wgmma_sorted, Order::automatic,
+       ops::FocusHardBlockOrder::group_major},
       {"wgmma sorted, group first", 0, Kernel::wgmma_sorted, Order::group_first},
       {"wgmma sorted, band first", 0, Kernel::wgmma_sorted, Order::band_first},
       {"wgmma, in-block index", 0, Kernel::wgmma, Order::automatic, kLongest, kInBlock},
@@ -242,6 +252,12 @@ TEST(FocusHardCuda, WgmmaSplitMatchesTheMaskedReference) {
       }
   run_case({128, 1000, 8, 1, 0, 4, Groups::balanced});      // w = 0: the band pass only merges
   run_case({64, 1000, 4, 4, 1000, 2, Groups::unbalanced});  // w >= T, top_k = K
+  // A token naming a group twice (the pair counts once; one arrival per distinct group).
+  run_case({64, 1000, 8, 2, 37, 2, Groups::duplicates});
+  run_case({128, 700, 4, 3, 0, 4, Groups::duplicates});
+  // The in-block index at its limit (a list of 8192 positions in shared memory), both head dims.
+  run_case({64, 8192, 8, 2, 128, 4, Groups::balanced});
+  run_case({128, 8192, 8, 1, 37, 2, Groups::unbalanced});
 }
 
 // K = 1 or w >= T: every causal pair is attended, so the result is dense causal attention.

@@ -33,6 +33,8 @@ using test::DeviceArray;
 struct TiledCase {
   FocusGateKind kind;
   int D, T, local_window, K;
+  int top_k = 0;        // the hard gate's groups per token; 0: min(2, K)
+  bool with_dg = true;  // false: the backward without dg (its own kernel instantiation)
 };
 
 struct Errors {
@@ -46,7 +48,7 @@ void run_case(const TiledCase& c, ops::FocusSoftKernel kernel = ops::FocusSoftKe
                                   << c.local_window << " K " << c.K << " kernel " << int(kernel));
   auto cpu = ExecContext::make_cpu();
   auto gpu = ExecContext::make_cuda(0);
-  const int B = 2, T = c.T, D = c.D, K = c.K, tk = std::min(2, K);
+  const int B = 2, T = c.T, D = c.D, K = c.K, tk = c.top_k > 0 ? c.top_k : std::min(2, K);
   const int H = D == 64 ? 4 : 2, Hkv = H / 2;  // GQA: 2 query heads per kv head
   const QKVLayout l{H, Hkv, D};
   const int64_t W = l.width(), Q = l.q_width();
@@ -100,9 +102,10 @@ void run_case(const TiledCase& c, ops::FocusSoftKernel kernel = ops::FocusSoftKe
                            ops::FocusSoftKernel::tiled);
   gdq.poison();
   gdg.poison();
-  ops::focus_attention_bwd(*gpu, dev_tensor(gdq, qs), dev_tensor(gdg, gs), dev_tensor(gdo, os),
-                           dev_tensor(gq, qs), dev_tensor(go, os), dev_tensor(gl, ls), l,
-                           dev_tensor(gg, gs), dev_ints(ggr, grs), gate, kernel);
+  ops::focus_attention_bwd(*gpu, dev_tensor(gdq, qs), c.with_dg ? dev_tensor(gdg, gs) : Tensor(),
+                           dev_tensor(gdo, os), dev_tensor(gq, qs), dev_tensor(go, os),
+                           dev_tensor(gl, ls), l, dev_tensor(gg, gs), dev_ints(ggr, grs), gate,
+                           kernel);
   const Errors got{test::max_rel_error(go.download(), out), test::max_rel_error(gl.download(), lse),
                    test::max_rel_error(gdq.download(), dqkv),
                    test::max_rel_error(gdg.download(), dg)};
@@ -148,7 +151,9 @@ void run_case(const TiledCase& c, ops::FocusSoftKernel kernel = ops::FocusSoftKe
   EXPECT_LE(got.out, b_out);
   EXPECT_LE(got.lse, b_lse);
   EXPECT_LE(got.dqkv, b_dqkv);
-  EXPECT_LE(got.dg, b_dg);
+  if (c.with_dg) {
+    EXPECT_LE(got.dg, b_dg);
+  }
 
   // K = 1: a = 1, so the additive gate only scales distant weights by 1 + eps: dense attention.
   if (K == 1 && c.kind == FocusGateKind::additive) {
@@ -202,6 +207,9 @@ TEST(FocusWgmmaCuda, HardBackwardMatchesTheReference) {
   std::vector<TiledCase> shapes = kShapes;
   shapes.push_back({FocusGateKind::hard, 0, 700, 37, 17});
   shapes.push_back({FocusGateKind::hard, 0, 1000, 0, 9});
+  shapes.push_back({FocusGateKind::hard, 0, 1000, 37, 8, 1});         // top_k 1 of 8
+  shapes.push_back({FocusGateKind::hard, 0, 1000, 37, 8, 2, false});  // no dg
+  shapes.push_back({FocusGateKind::hard, 0, 129, 0, 17, 1, false});   // no dg, KP 32
   for (int D : {64, 128})
     for (TiledCase c : shapes) {
       c.kind = FocusGateKind::hard;

@@ -242,6 +242,18 @@ TEST(FocusAttention, ArgumentChecks) {
                                  Tensor(), gate_of(FocusGateKind::hard, 1));
       },
       {"groups (the hard gate's group ids) is required"});
+  // Ids outside [0, K) name no group: refused, not compared as values (the CUDA kernels would
+  // read them as no group or not at all).
+  ops::focus_route_topk(*c.ctx, c.groups_t(), c.g_t());
+  for (int32_t bad : {-1, 3}) {
+    c.groups[2] = bad;
+    test::expect_error(
+        [&] {
+          ops::focus_attention_fwd(*c.ctx, c.out_t(), c.lse_t(), c.qkv_t(), c.layout, c.g_t(),
+                                   c.groups_t(), gate_of(FocusGateKind::hard, 1));
+        },
+        {"group ids must be in [0, 3), got " + std::to_string(bad), "token 2"});
+  }
 }
 
 }  // namespace

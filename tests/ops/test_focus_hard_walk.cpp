@@ -257,8 +257,10 @@ void replay_split(const WalkCase& c, int bn, int band_bn, bool sorted = false) {
     ASSERT_TRUE(i >= 0 && i < T && j >= 0 && j < T);
     ++taken[size_t(i) * T + j];
   };
-  // The concurrent order's arrivals per token: one per group-pass row, one per band row.
+  // The concurrent order's arrivals per token: one per group-pass row, one per band row; and the
+  // slots its group passes write their partials at (the merge must read exactly those).
   std::vector<int> arrivals(T, 0);
+  std::vector<std::vector<int>> written(static_cast<size_t>(T));
   if (sorted) replay_sorted_group(mask, T, K, bn, take);
   for (int g = 0; g < K && !sorted; ++g) {
     std::vector<int> list;
@@ -273,8 +275,10 @@ void replay_split(const WalkCase& c, int bn, int band_bn, bool sorted = false) {
       std::vector<uint64_t> qlow(rows, 0);
       for (int r = 0; r < nq; ++r) {
         qpos[r] = list[q0 + r];
-        ASSERT_LT(focus_hard::slot_of(groups.data() + size_t(qpos[r]) * tk, tk, g, K, &qlow[r]),
-                  tk);
+        const int slot =
+            focus_hard::slot_of(groups.data() + size_t(qpos[r]) * tk, tk, g, K, &qlow[r]);
+        ASSERT_LT(slot, tk);
+        written[size_t(qpos[r])].push_back(slot);
       }
       for (int wr = 0; wr < rows; wr += 64) {  // warpgroups
         const int lo = wr < nq ? qpos[wr] : 0, hi = wr < nq ? qpos[std::min(wr + 63, nq - 1)] : -1;
@@ -330,9 +334,18 @@ void replay_split(const WalkCase& c, int bn, int band_bn, bool sorted = false) {
   // Each row's passes arrive as often as the last one expects (fewer: the row is never merged;
   // more: it is merged before a partial is written).
   for (int i = 0; i < T && !sorted; ++i) {
-    const int want =
-        mask[i] == 0 ? 0 : focus_hard::expected_arrivals(groups.data() + size_t(i) * tk, tk, K);
+    const int32_t* row = groups.data() + size_t(i) * tk;
+    const int want = mask[i] == 0 ? 0 : focus_hard::expected_arrivals(row, tk, K);
     ASSERT_EQ(arrivals[i], want) << "token " << i;
+    // The merge reads the group partials at next_partial_slot's slots: those written, each once.
+    std::vector<int> read;
+    uint64_t seen = 0;
+    for (int sl = focus_hard::next_partial_slot(row, tk, K, 0, &seen); sl < tk;
+         sl = focus_hard::next_partial_slot(row, tk, K, sl + 1, &seen))
+      read.push_back(sl);
+    std::vector<int> wrote = written[size_t(i)];
+    std::sort(wrote.begin(), wrote.end());
+    ASSERT_EQ(read, wrote) << "token " << i << ": the merge reads other slots than were written";
   }
 }
 
