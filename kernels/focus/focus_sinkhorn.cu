@@ -216,11 +216,7 @@ __global__ void bwd_local_kernel(SinkhornParams p, Geometry g, int n, Lse* sums,
   __syncthreads();
   store_tile(p.dscores + ch.base, d, g, ch.count);
   segment_sums(seg, x, g, cl, ch.count);
-  if (!p.causal && cl.active) {
-    float s = 0.f;
-    for (int i = 0; i < kSeg && cl.t(i) < ch.count; ++i) s += d[cl.t(i) * g.KP + cl.k];
-    seg_maps[cl.seg * g.K + cl.k] = {1.f, s};
-  }
+  if (!p.causal) cell_dy_sums(seg_maps, d, g, cl, ch.count);
   __syncthreads();
   if (!p.causal) {
     if (threadIdx.x < g.K) {
@@ -230,17 +226,7 @@ __global__ void bwd_local_kernel(SinkhornParams p, Geometry g, int n, Lse* sums,
     }
     return;
   }
-  if (cl.active) {
-    const int valid = max(0, min(kSeg, ch.count - cl.seg * kSeg));
-    float xv[kSeg], dy[kSeg], m[kSeg], ls[kSeg];
-#pragma unroll
-    for (int i = 0; i < kSeg; ++i) {
-      xv[i] = i < valid ? x[cl.t(i) * g.KP + cl.k] : 0.f;
-      dy[i] = i < valid ? d[cl.t(i) * g.KP + cl.k] : 0.f;
-    }
-    const Lse E = combine_segments<LseOp>(sums[ch.slot + cl.k], seg, g, cl.k, cl.seg);
-    seg_maps[cl.seg * g.K + cl.k] = segment_map(E, xv, dy, m, ls, valid);
-  }
+  cell_maps(seg_maps, x, d, seg, sums[ch.slot + cl.k], g, cl, ch.count);
   __syncthreads();
   if (threadIdx.x < g.K) {  // the chunk's map: its segments composed from the last one back
     Affine acc = AffineOp::identity();

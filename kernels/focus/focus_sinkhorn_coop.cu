@@ -159,11 +159,7 @@ __global__ void __launch_bounds__(kThreads)
     row_backward(d, xp, g, ch.count);  // d = dY
     __syncthreads();
     segment_sums(seg, x, g, cl, ch.count);
-    if (!p.causal && cl.active) {
-      float s = 0.f;
-      for (int i = 0; i < kSeg && cl.t(i) < ch.count; ++i) s += d[cl.t(i) * g.KP + cl.k];
-      seg_maps[cl.seg * g.K + cl.k] = {1.f, s};
-    }
+    if (!p.causal) cell_dy_sums(seg_maps, d, g, cl, ch.count);
     __syncthreads();
     if (threadIdx.x < g.K) {
       const int k = threadIdx.x;
@@ -179,17 +175,7 @@ __global__ void __launch_bounds__(kThreads)
         if (lane == 0) col_lse[k] = E;
       }
       __syncthreads();
-      if (cl.active) {  // the chunk's map, as bwd_local_kernel
-        const int valid = max(0, min(kSeg, ch.count - cl.seg * kSeg));
-        float xv[kSeg], dy[kSeg], m[kSeg], ls[kSeg];
-#pragma unroll
-        for (int i = 0; i < kSeg; ++i) {
-          xv[i] = i < valid ? x[cl.t(i) * g.KP + cl.k] : 0.f;
-          dy[i] = i < valid ? d[cl.t(i) * g.KP + cl.k] : 0.f;
-        }
-        const Lse E = combine_segments<LseOp>(col_lse[cl.k], seg, g, cl.k, cl.seg);
-        seg_maps[cl.seg * g.K + cl.k] = segment_map(E, xv, dy, m, ls, valid);
-      }
+      cell_maps(seg_maps, x, d, seg, col_lse[cl.k], g, cl, ch.count);  // as bwd_local_kernel
       __syncthreads();
       if (threadIdx.x < g.K) {  // its segments composed from the last one back
         Affine acc = AffineOp::identity();

@@ -189,6 +189,32 @@ __device__ void row_backward(float* d, const float* xp, const Geometry& g, int c
   }
 }
 
+// The sequence backward's per-cell sums of dY over the cell's tokens, as maps (1, sum) in
+// seg_maps[seg][k] (AffineOp then adds them); inactive cells write nothing.
+__device__ void cell_dy_sums(Affine* seg_maps, const float* d, const Geometry& g, const Cell& cl,
+                             int count) {
+  if (!cl.active) return;
+  float s = 0.f;
+  for (int i = 0; i < kSeg && cl.t(i) < count; ++i) s += d[cl.t(i) * g.KP + cl.k];
+  seg_maps[cl.seg * g.K + cl.k] = {1.f, s};
+}
+
+// The causal backward's affine map of each active cell (segment_map) in seg_maps[seg][k], from
+// x = X_n's tile, d = dY and seg (x's segment sums); E0 the chunk's exclusive column prefix.
+__device__ void cell_maps(Affine* seg_maps, const float* x, const float* d, const Lse* seg, Lse E0,
+                          const Geometry& g, const Cell& cl, int count) {
+  if (!cl.active) return;
+  const int valid = max(0, min(kSeg, count - cl.seg * kSeg));
+  float xv[kSeg], dy[kSeg], m[kSeg], ls[kSeg];
+#pragma unroll
+  for (int i = 0; i < kSeg; ++i) {
+    xv[i] = i < valid ? x[cl.t(i) * g.KP + cl.k] : 0.f;
+    dy[i] = i < valid ? d[cl.t(i) * g.KP + cl.k] : 0.f;
+  }
+  const Lse E = combine_segments<LseOp>(E0, seg, g, cl.k, cl.seg);
+  seg_maps[cl.seg * g.K + cl.k] = segment_map(E, xv, dy, m, ls, valid);
+}
+
 // The causal backward of iteration n on one chunk's tiles (bwd_apply_causal_kernel and the
 // cooperative backward): x = X_n, seg its segment sums, d = dY in and dX out; E0 the chunk's
 // exclusive column prefix of X_n (column cl.k) and Q0 the carry of the reverse recurrence from the
