@@ -125,20 +125,25 @@ ATTN_FWL_FN bool chunk_distant(int chunk, int n, int c, int row0, int col0, int 
   return col - row > w;
 }
 
+// f(n, c, i) for each value c of m16n8 tile n of chunk `chunk` (accumulator element i) whose
+// pair is distant (chunk_distant): the backward's gates below visit their chunk through it.
+template <class F>
+ATTN_FWL_FN void for_each_distant(int chunk, int row0, int col0, int w, F f) {
+  ATTN_FWL_UNROLL
+  for (int n = 0; n < 2; ++n) {
+    ATTN_FWL_UNROLL
+    for (int c = 0; c < 4; ++c) {
+      if (chunk_distant(chunk, n, c, row0, col0, w)) f(n, c, chunk_acc_index(chunk, n, c));
+    }
+  }
+}
+
 // s (a thread's accumulator, N / 2 values, already exp(score - lse)) times (a + eps) on the
 // distant pairs of chunk `chunk`, a = its affinity C fragments (the backward without dg).
 template <int kVals>
 ATTN_FWL_FN void gate_chunk(float (&s)[kVals], const float (&a)[2][4], int chunk, int row0,
                             int col0, int w, float eps) {
-  ATTN_FWL_UNROLL
-  for (int n = 0; n < 2; ++n) {
-    ATTN_FWL_UNROLL
-    for (int c = 0; c < 4; ++c) {
-      if (chunk_distant(chunk, n, c, row0, col0, w)) {
-        s[chunk_acc_index(chunk, n, c)] *= a[n][c] + eps;
-      }
-    }
-  }
+  for_each_distant(chunk, row0, col0, w, [&](int n, int c, int i) { s[i] *= a[n][c] + eps; });
 }
 
 // The forward's gate on a whole accumulator of S (rows queries, columns keys; focus_wgmma_fwd.cu):
@@ -175,19 +180,11 @@ template <int kVals>
 ATTN_FWL_FN void gate_chunk_da(float (&s)[kVals], float (&da)[2][4], const float (&dp)[kVals],
                                const float (&a)[2][4], const float (&dl)[2][2], int chunk, int row0,
                                int col0, int w, float eps) {
-  ATTN_FWL_UNROLL
-  for (int n = 0; n < 2; ++n) {
-    ATTN_FWL_UNROLL
-    for (int c = 0; c < 4; ++c) {
-      const int i = chunk_acc_index(chunk, n, c);
-      if (chunk_distant(chunk, n, c, row0, col0, w)) {
-        da[n][c] = s[i] * (dp[i] - dl[n][c & 1]);
-        s[i] *= a[n][c] + eps;
-      } else {
-        da[n][c] = 0.f;
-      }
-    }
-  }
+  for (auto& t : da) t[0] = t[1] = t[2] = t[3] = 0.f;
+  for_each_distant(chunk, row0, col0, w, [&](int n, int c, int i) {
+    da[n][c] = s[i] * (dp[i] - dl[n][c & 1]);
+    s[i] *= a[n][c] + eps;
+  });
 }
 
 // The hard gate (the straight-through backward of route_training: hard, focus_attention.cuh):
@@ -202,15 +199,9 @@ ATTN_FWL_FN bool chunk_shares(const unsigned (&mk)[2], const unsigned (&mq)[2][2
 template <int kVals>
 ATTN_FWL_FN void gate_chunk_hard(float (&s)[kVals], const unsigned (&mk)[2],
                                  const unsigned (&mq)[2][2], int chunk, int row0, int col0, int w) {
-  ATTN_FWL_UNROLL
-  for (int n = 0; n < 2; ++n) {
-    ATTN_FWL_UNROLL
-    for (int c = 0; c < 4; ++c) {
-      if (chunk_distant(chunk, n, c, row0, col0, w) && !chunk_shares(mk, mq, n, c)) {
-        s[chunk_acc_index(chunk, n, c)] = 0.f;
-      }
-    }
-  }
+  for_each_distant(chunk, row0, col0, w, [&](int n, int c, int i) {
+    if (!chunk_shares(mk, mq, n, c)) s[i] = 0.f;
+  });
 }
 
 // gate_chunk_da for the hard gate: on the distant pairs da = s (dp - delta) (s = exp(score - lse),
@@ -220,19 +211,11 @@ template <int kVals>
 ATTN_FWL_FN void gate_chunk_hard_da(float (&s)[kVals], float (&da)[2][4], const float (&dp)[kVals],
                                     const unsigned (&mk)[2], const unsigned (&mq)[2][2],
                                     const float (&dl)[2][2], int chunk, int row0, int col0, int w) {
-  ATTN_FWL_UNROLL
-  for (int n = 0; n < 2; ++n) {
-    ATTN_FWL_UNROLL
-    for (int c = 0; c < 4; ++c) {
-      const int i = chunk_acc_index(chunk, n, c);
-      if (chunk_distant(chunk, n, c, row0, col0, w)) {
-        da[n][c] = s[i] * (dp[i] - dl[n][c & 1]);
-        if (!chunk_shares(mk, mq, n, c)) s[i] = 0.f;
-      } else {
-        da[n][c] = 0.f;
-      }
-    }
-  }
+  for (auto& t : da) t[0] = t[1] = t[2] = t[3] = 0.f;
+  for_each_distant(chunk, row0, col0, w, [&](int n, int c, int i) {
+    da[n][c] = s[i] * (dp[i] - dl[n][c & 1]);
+    if (!chunk_shares(mk, mq, n, c)) s[i] = 0.f;
+  });
 }
 
 // Leading dimension (floats) of the fused backward's fp32 dg_query tile [queries][dgq_ld(KP)]:
