@@ -10,7 +10,9 @@
 # /tmp/attnlab_hard.
 # Usage (repo root, on the GPU machine): bash scripts/focus_hard_check.sh [build_dir]
 # Environment: HARD_T (lengths of the order section, default 1024,2048,4096,8192,16384), NCU=0
-# skips ncu, TESTS=0 skips the tests (a second call on a tree whose tests passed).
+# skips ncu, TESTS=0 skips the tests (a second call on a tree whose tests passed), SECTIONS picks
+# the benchmark sections (a comma list of conc, order, blocks, soft, hardtrain, assign; all by
+# default): a call is at most 600 s, so the first call (build, tests) may not reach the last.
 # Then set the automatic order and index path (src/ops/focus_hard.cpp) from the tables. Every
 # step has a time limit (tests 240 s, each benchmark 90 s), so a hang costs one step, not the call.
 set -uo pipefail
@@ -21,6 +23,8 @@ mkdir -p "$O"
 T=${HARD_T:-1024,2048,4096,8192,16384}
 t0=$(date +%s)
 elapsed() { echo "[$(($(date +%s) - t0)) s]"; }
+# SECTIONS: a comma list of conc, order, blocks, soft, hardtrain, assign (default all).
+want() { [[ ",${SECTIONS:-all}," == *",all,"* || ",${SECTIONS:-all}," == *",$1,"* ]]; }
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$O/cmake.log" 2>&1 ||
   { tail -20 "$O/cmake.log"; exit 1; }
 make -C "$B" -j16 attnlab_tests bench_focus_hard bench_focus_soft bench_focus_assign >"$O/build.log" 2>&1 ||
@@ -42,6 +46,7 @@ list_rows() {  # label csv
 
 # The concurrent order and the in-block index, list column, against the automatic order with the
 # index kernels (the band pass first at head dim 64).
+if want conc; then
 echo "list group pass by order:index, 12 x 64, K 8, balanced, queued 20 (ms; x dense):"
 for mode in automatic:automatic concurrent:in_block concurrent:automatic band_first:in_block; do
   f="$O/conc64_${mode/:/_}.csv"
@@ -51,7 +56,9 @@ for mode in automatic:automatic concurrent:in_block concurrent:automatic band_fi
   list_rows "$mode" "$f"
 done
 echo "$(elapsed)"
+fi
 
+if want order; then
 echo "hard-routed forward by pass order, K 8, top_k 1, queued 20 (ms; x dense):"
 for order in automatic group_first band_first; do
   timeout 90 "$B/bench_focus_hard" --D=64 --K=8 --top_k=1 --groups=balanced --no-mma --T="$T" \
@@ -64,9 +71,11 @@ for order in automatic group_first band_first; do
   done
 done
 echo "$(elapsed)"
+fi
 
 # The group passes' block order (FocusHardBlockOrder; list and sorted columns): balanced and
 # realistic groups, top_k 1 and 2.
+if want blocks; then
 echo "group passes by block order, 12 x 64, K 8, queued 20 (ms; x dense):"
 for blocks in longest_first group_major; do
   f="$O/blocks64_$blocks.csv"
@@ -75,9 +84,11 @@ for blocks in longest_first group_major; do
   list_rows "$blocks" "$f"
 done
 echo "$(elapsed)"
+fi
 
 # The soft-gated kernels and dense beside them, batch 1 (the block order of docs/performance.md
 # changed both; compare with docs/performance_variants.md's figures).
+if want soft; then
 echo "soft-gated (wgmma) and dense, batch 1 (bench_focus_soft; ms):"
 for shape in 64:4096 64:16384 128:4096; do
   timeout 120 "$B/bench_focus_soft" "$O/soft_${shape/:/_}.csv" --shape=$shape \
@@ -85,9 +96,11 @@ for shape in 64:4096 64:16384 128:4096; do
   tail -n +2 "$O/soft_${shape/:/_}.log" 2>/dev/null | head -6 | sed 's/^/  /'
 done
 echo "$(elapsed)"
+fi
 
 # route_training: hard: the hard-routed forward plus the tiled backward ("tiled f+b") or the
 # wgmma kernel's hard-gate backward ("wgmma f+b", automatic's choice on sm_90a).
+if want hardtrain; then
 echo "hard-gate training (bench_focus_soft --gate=hard; ms):"
 for shape in 64:4096 64:16384; do
   timeout 120 "$B/bench_focus_soft" "$O/hardtrain_${shape/:/_}.csv" --gate=hard --shape=$shape \
@@ -95,9 +108,11 @@ for shape in 64:4096 64:16384; do
   tail -n +2 "$O/hardtrain_${shape/:/_}.log" 2>/dev/null | head -6 | sed 's/^/  /'
 done
 echo "$(elapsed)"
+fi
 
 # The routing: Sinkhorn chunked (one launch per step) against cooperative (one per direction), B 1
 # (inference at batch 1) and B 64 (a training micro-batch), K 8, T 1K .. 64K.
+if want assign; then
 echo "Sinkhorn, chunked vs cooperative (bench_focus_assign; ms):"
 for b in 1 64; do
   timeout 90 "$B/bench_focus_assign" --B=$b --max-t=65536 --csv="$O/assign_b$b.csv" \
@@ -105,6 +120,7 @@ for b in 1 64; do
   [ -f "$O/assign_b$b.csv" ] && awk -F, -v b=$b '$1 ~ /sinkhorn/ && $3 == 8 { printf "  B %2s %-18s %-8s T %6s %9.4f\n", b, $1, $2, $4, $5 }' "$O/assign_b$b.csv"
 done
 echo "$(elapsed)"
+fi
 
 if [ "${NCU:-1}" = 1 ] && command -v ncu >/dev/null; then
   M="gpu__time_duration.sum,smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
