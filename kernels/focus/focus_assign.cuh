@@ -63,10 +63,11 @@ struct TopkRouteParams {
 void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s);
 void launch_sinkhorn_bwd(const SinkhornParams& p, Stream s);
 // The cooperative kernels (focus_sinkhorn_coop.cu; launch_sinkhorn_* pick them by p.path): whether
-// they take p on the current device, and the launches (p must fit).
+// they take p on the current device, and the launches, which return false (nothing launched, no
+// error left) where p does not fit or the device refuses the grid as too large.
 bool sinkhorn_cooperative_fits(const SinkhornParams& p, bool backward);
-void launch_sinkhorn_fwd_cooperative(const SinkhornParams& p, Stream s);
-void launch_sinkhorn_bwd_cooperative(const SinkhornParams& p, Stream s);
+bool launch_sinkhorn_fwd_cooperative(const SinkhornParams& p, Stream s);
+bool launch_sinkhorn_bwd_cooperative(const SinkhornParams& p, Stream s);
 void launch_softmax_assign_fwd(const SoftmaxAssignParams& p, Stream s);
 void launch_softmax_assign_bwd(const SoftmaxAssignParams& p, Stream s);
 void launch_topk_route(const TopkRouteParams& p, Stream s);

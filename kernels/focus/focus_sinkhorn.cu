@@ -282,16 +282,17 @@ int tile_blocks(const Geometry& g) {
   return int(blocks);
 }
 
-// Whether p.path takes the cooperative kernels for this call (an error where forced and they do
-// not fit).
-bool cooperative(const SinkhornParams& p, const Geometry& g, bool backward) {
+// The cooperative kernels for this call where p.path allows them and they fit (launched: true);
+// forced and not launched is an error.
+bool cooperative(const SinkhornParams& p, const Geometry& g, bool backward, Stream s) {
   if (p.path == SinkhornPath::chunked) return false;
-  const bool fits = sinkhorn_cooperative_fits(p, backward);
-  ATTN_REQUIRE(fits || p.path != SinkhornPath::cooperative,
+  const bool launched =
+      backward ? launch_sinkhorn_bwd_cooperative(p, s) : launch_sinkhorn_fwd_cooperative(p, s);
+  ATTN_REQUIRE(launched || p.path != SinkhornPath::cooperative,
                "sinkhorn: the cooperative kernels need at most %d chunks of %d tokens (got %d) and "
                "all B x chunks = %lld blocks resident at once on this device",
                kSinkhornCoopMaxChunks, g.C, g.chunks, (long long)(int64_t(g.B) * g.chunks));
-  return fits;
+  return launched;
 }
 
 }  // namespace
@@ -307,7 +308,7 @@ void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s) {
     CUDA_CHECK_LAUNCH();
     return;
   }
-  if (cooperative(p, g, false)) return launch_sinkhorn_fwd_cooperative(p, s);
+  if (cooperative(p, g, false, s)) return;
   StreamScratch sums(sizeof(Lse) * size_t(blocks) * g.K, s), totals(sizeof(Lse) * g.B * g.K, s);
   chunk_sums_kernel<<<blocks, kThreads, tile_bytes(g, 1, 1), st(s)>>>(p.scores, p.iterates,
                                                                       sums.as<Lse>(), g);
@@ -326,7 +327,7 @@ void launch_sinkhorn_bwd(const SinkhornParams& p, Stream s) {
   if (p.B == 0 || p.T == 0) return;
   const Geometry g = geometry(p);
   const int blocks = tile_blocks(g);
-  if (cooperative(p, g, true)) return launch_sinkhorn_bwd_cooperative(p, s);
+  if (cooperative(p, g, true, s)) return;
   const size_t slots = size_t(blocks) * g.K;
   StreamScratch sums(sizeof(Lse) * slots, s), maps(sizeof(Affine) * slots, s);
   StreamScratch L(sizeof(Lse) * g.B * g.K, s), D(sizeof(Affine) * g.B * g.K, s);

@@ -14,8 +14,8 @@
 //   forward, iteration n: grid barrier (every chunk's sums of X_n written), the block's column
 //     prefix (causal, from the carried state) or totals (sequence), column step, row step, X_{n+1}
 //     stored and its chunk sums written (double-buffered by n's parity: one barrier per
-//     iteration). The last chunk of a sequence keeps the state's new totals and writes them after
-//     a final barrier (every block has read the state by then).
+//     iteration). The last chunk of a sequence writes iteration n's new state total after the
+//     next barrier (every block has read that entry by then), the last one after a final barrier.
 //   backward, iteration n (last first): the row step's backward of d, the chunk sums of X_n (and,
 //     sequence, of dY) written; barrier; causal: the exclusive prefix E_c, the chunk's affine map
 //     written; barrier; Q_c (the maps of the chunks after it, composed from the last back) and
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads)
   float* target = smem + 2 * kThreads;
   float* tile = target + g.C;
   Lse* from = reinterpret_cast<Lse*>(tile + g.C * g.KP);  // [K] per column: prefix or total
-  float* totals = reinterpret_cast<float*>(from + g.K);   // [N][K]: the state's new values
+  float* totals = reinterpret_cast<float*>(from + g.K);   // [K]: the state's new values
   const Chunk ch = chunk_of(g);
   const Cell cl = cell_of(g);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -93,13 +93,15 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = warp; k < g.K; k += warps) {
       Lse r;
       if (p.causal) {
-        const float* st =
-            keep_state ? p.state + (int64_t(ch.b) * p.iterations + n) * g.K + k : nullptr;
+        float* st = keep_state ? p.state + (int64_t(ch.b) * p.iterations + n) * g.K + k : nullptr;
         r = LseOp::combine(st ? Lse{*st, 1.f} : LseOp::identity(),
                            warp_fold<LseOp>(seq + k, g.K, 0, ch.c, false));
         if (keep_state && last_chunk && lane == 0) {
+          // Iteration n - 1's total: every block read that state entry before this barrier. The
+          // same thread wrote totals[k] then, so no block barrier is needed here.
+          if (n > 0) st[-g.K] = totals[k];
           const Lse total = LseOp::combine(r, cur[ch.slot + k]);
-          totals[n * g.K + k] = total.m + logf(total.s);
+          totals[k] = total.m + logf(total.s);
         }
       } else {
         r = warp_fold<LseOp>(seq + k, g.K, 0, g.chunks, false);
@@ -124,10 +126,10 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   if (keep_state) {  // uniform over the grid
-    grid.sync();     // every block has read the state
-    if (last_chunk) {
-      float* st = p.state + int64_t(ch.b) * p.iterations * g.K;
-      for (int i = threadIdx.x; i < p.iterations * g.K; i += blockDim.x) st[i] = totals[i];
+    grid.sync();     // every block has read the last iteration's state
+    if (last_chunk && lane == 0) {
+      float* st = p.state + (int64_t(ch.b) * p.iterations + p.iterations - 1) * g.K;
+      for (int k = warp; k < g.K; k += warps) st[k] = totals[k];  // the threads that wrote them
     }
   }
 }
@@ -211,80 +213,103 @@ __global__ void __launch_bounds__(kThreads)
   store_tile(p.dscores + ch.base, d, g, ch.count);
 }
 
-size_t fwd_smem(const Geometry& g, int iterations) {
-  return sizeof(float) *
-         (size_t(2 * kThreads) + g.C + size_t(g.C) * g.KP + 2 * g.K + size_t(iterations) * g.K);
+size_t fwd_smem(const Geometry& g) {
+  return sizeof(float) * (size_t(2 * kThreads) + g.C + size_t(g.C) * g.KP + 3 * g.K);
 }
 size_t bwd_smem(const Geometry& g) {
   return sizeof(float) * (size_t(4 * kThreads) + 3 * size_t(g.C) * g.KP + 3 * g.K);
 }
 
 // Blocks of `kernel` (kThreads each, smem bytes) the current device holds at once; 0 where it
-// has no cooperative launch.
+// has no cooperative launch or less shared memory per block. Cached per host thread for the last
+// (device, kernel, smem): every launch asks. (Under MPS with a thread percentage, or in a green
+// context, fewer SMs may be there: the launch then fails as too large and the chunked kernels
+// take the call, see launch().)
 int resident_blocks(const void* kernel, size_t smem) {
-  int dev = 0, sms = 0, coop = 0, per_sm = 0;
+  struct Last {
+    int dev = -1;
+    const void* kernel = nullptr;
+    size_t smem = 0;
+    int blocks = 0;
+  };
+  thread_local Last last;
+  int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev == last.dev && kernel == last.kernel && smem == last.smem) return last.blocks;
+  int sms = 0, coop = 0, optin = 0, per_sm = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
-  if (!coop) return 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  if (smem > 48 * 1024)
-    CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-  return per_sm * sms;
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (coop && smem <= size_t(optin)) {
+    if (smem > 48 * 1024)
+      CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+  }
+  last = {dev, kernel, smem, per_sm * sms};
+  return last.blocks;
 }
 
-int coop_blocks(const SinkhornParams& p, bool backward, Geometry* g_out, size_t* smem_out) {
-  const Geometry g = geometry(p);
-  const size_t smem = backward ? bwd_smem(g) : fwd_smem(g, p.iterations);
-  *g_out = g;
-  *smem_out = smem;
-  return resident_blocks(backward ? reinterpret_cast<const void*>(bwd_coop_kernel)
-                                  : reinterpret_cast<const void*>(fwd_coop_kernel),
-                         smem);
+const void* kernel_of(bool backward) {
+  return backward ? reinterpret_cast<const void*>(bwd_coop_kernel)
+                  : reinterpret_cast<const void*>(fwd_coop_kernel);
 }
 
-void launch(const void* kernel, int blocks, size_t smem, void** args, Stream s) {
-  CUDA_CHECK(cudaLaunchCooperativeKernel(kernel, dim3(unsigned(blocks)), dim3(kThreads), args, smem,
-                                         reinterpret_cast<cudaStream_t>(s)));
+// The geometry and shared memory of p's cooperative launch, and whether it fits (at most
+// kSinkhornCoopMaxChunks chunks, every block resident).
+bool plan(const SinkhornParams& p, bool backward, Geometry* g, size_t* smem) {
+  if (p.B <= 0 || p.T <= 0 || p.K <= 0) return false;
+  *g = geometry(p);
+  *smem = backward ? bwd_smem(*g) : fwd_smem(*g);
+  return g->chunks <= kSinkhornCoopMaxChunks &&
+         int64_t(g->B) * g->chunks <= resident_blocks(kernel_of(backward), *smem);
+}
+
+// The cooperative launch; false (and no error left behind) where the device refuses it as too
+// large (fewer SMs than the occupancy query counted), so that the caller takes the chunked path.
+bool launch(bool backward, const Geometry& g, size_t smem, void** args, Stream s) {
+  const cudaError_t e =
+      cudaLaunchCooperativeKernel(kernel_of(backward), dim3(unsigned(g.B * g.chunks)),
+                                  dim3(kThreads), args, smem, reinterpret_cast<cudaStream_t>(s));
+  if (e == cudaErrorCooperativeLaunchTooLarge) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  CUDA_CHECK(e);
+  return true;
 }
 
 }  // namespace
 
 bool sinkhorn_cooperative_fits(const SinkhornParams& p, bool backward) {
-  if (p.B <= 0 || p.T <= 0 || p.K <= 0) return false;
   Geometry g;
   size_t smem = 0;
-  const int resident = coop_blocks(p, backward, &g, &smem);
-  return g.chunks <= kSinkhornCoopMaxChunks && smem <= 227 * 1024 &&
-         int64_t(g.B) * g.chunks <= resident;
+  return plan(p, backward, &g, &smem);
 }
 
-void launch_sinkhorn_fwd_cooperative(const SinkhornParams& p, Stream s) {
-  ATTN_ASSERT(sinkhorn_cooperative_fits(p, false));
+bool launch_sinkhorn_fwd_cooperative(const SinkhornParams& p, Stream s) {
   Geometry g;
   size_t smem = 0;
-  coop_blocks(p, false, &g, &smem);
+  if (!plan(p, false, &g, &smem)) return false;
   StreamScratch sums(sizeof(Lse) * 2 * size_t(g.B) * g.chunks * g.K, s);
   SinkhornParams pp = p;
   Lse* sp = sums.as<Lse>();
   float log_mass = float(std::log(double(p.T) / p.K));
   void* args[] = {&pp, &g, &sp, &log_mass};
-  launch(reinterpret_cast<const void*>(fwd_coop_kernel), g.B * g.chunks, smem, args, s);
+  return launch(false, g, smem, args, s);
 }
 
-void launch_sinkhorn_bwd_cooperative(const SinkhornParams& p, Stream s) {
-  ATTN_ASSERT(sinkhorn_cooperative_fits(p, true));
+bool launch_sinkhorn_bwd_cooperative(const SinkhornParams& p, Stream s) {
   Geometry g;
   size_t smem = 0;
-  coop_blocks(p, true, &g, &smem);
+  if (!plan(p, true, &g, &smem)) return false;
   const size_t slots = 2 * size_t(g.B) * g.chunks * g.K;
   StreamScratch sums(sizeof(Lse) * slots, s), maps(sizeof(Affine) * slots, s);
   SinkhornParams pp = p;
   Lse* sp = sums.as<Lse>();
   Affine* mp = maps.as<Affine>();
   void* args[] = {&pp, &g, &sp, &mp};
-  launch(reinterpret_cast<const void*>(bwd_coop_kernel), g.B * g.chunks, smem, args, s);
+  return launch(true, g, smem, args, s);
 }
 
 }  // namespace attnlab

@@ -63,15 +63,18 @@ std::vector<double> column_masses(const std::vector<float>& g, int B, int T, int
 }
 
 // path: the CUDA kernels (SinkhornPath); forcing cooperative where it does not fit is an error, so
-// callers force it only where sinkhorn_cooperative_fits says it runs.
+// callers force it only where sinkhorn_cooperative_fits says it runs. with_state: causal with the
+// carried state (decoding's form; training has none). N: iterations.
 void check_case(int B, int T, int K, bool causal, float amp,
-                SinkhornPath path = SinkhornPath::automatic) {
+                SinkhornPath path = SinkhornPath::automatic, bool with_state = true,
+                int N = kIterations) {
   SCOPED_TRACE(testing::Message() << "B " << B << " T " << T << " K " << K
                                   << (causal ? " causal" : " sequence") << " scores +-" << amp
-                                  << " path " << int(path));
+                                  << " path " << int(path) << " state " << with_state << " N "
+                                  << N);
   auto cpu = ExecContext::make_cpu();
   auto gpu = ExecContext::make_cuda(0);
-  const int N = kIterations;
+  const bool state_on = causal && with_state;  // the state exists for causal only
   const Shape s{B, T, K}, is{N + 1, B, T, K}, ss{B, N, K};
   const size_t n = size_t(B) * T * K;
   const double tol_g = std::max(kTolG, iterate_rounding(amp));
@@ -79,7 +82,7 @@ void check_case(int B, int T, int K, bool causal, float amp,
   std::vector<float> sc = test::random_vector(n, uint32_t(T * 31 + K), -amp, amp);
   std::vector<float> dg = test::random_vector(n, uint32_t(T + 7));
   std::vector<float> g(n), it(n * (N + 1)), ds(n), state(size_t(B) * N * K, -INFINITY);
-  const Tensor cpu_state = causal ? cpu_tensor(state, ss) : Tensor();
+  const Tensor cpu_state = state_on ? cpu_tensor(state, ss) : Tensor();
   ops::focus_sinkhorn_fwd(*cpu, cpu_tensor(g, s), cpu_tensor(it, is), cpu_tensor(sc, s), causal,
                           cpu_state);
   ops::focus_sinkhorn_bwd(*cpu, cpu_tensor(ds, s), cpu_tensor(dg, s), cpu_tensor(g, s),
@@ -90,14 +93,14 @@ void check_case(int B, int T, int K, bool causal, float amp,
   d_g.poison();
   d_it.poison();
   ops::focus_sinkhorn_fwd(*gpu, dev(d_g, s), dev(d_it, is), dev(d_sc, s), causal,
-                          causal ? dev(d_state, ss) : Tensor(), 0, path);
+                          state_on ? dev(d_state, ss) : Tensor(), 0, path);
   const std::vector<float> gg = d_g.download(), git = d_it.download();
   EXPECT_LT(test::report("sinkhorn g", test::max_rel_error(gg, g)), tol_g);
   EXPECT_EQ(std::vector<float>(git.begin(), git.begin() + std::ptrdiff_t(n)), sc) << "X_0 = scores";
   EXPECT_LT(
       test::report("sinkhorn exp(iterates)", test::max_rel_error(exp_of(git, n), exp_of(it, n))),
       tol_g);
-  if (causal) {
+  if (state_on) {
     EXPECT_LT(test::report("sinkhorn state", test::max_rel_error(d_state.download(), state)),
               kTolState);
   }
@@ -147,6 +150,10 @@ TEST(FocusSinkhornCuda, ChunkedAndCooperativeMatchTheReference) {
             ++cooperative;
             check_case(B, T, K, causal, 10.f, SinkhornPath::cooperative);
             check_case(B, T, K, causal, 200.f, SinkhornPath::cooperative);
+            // causal without the state (training's form), and an odd iteration count (the
+            // forward's double-buffered sums end on the other parity)
+            if (causal) check_case(B, T, K, true, 10.f, SinkhornPath::cooperative, false);
+            check_case(B, T, K, causal, 10.f, SinkhornPath::cooperative, true, 7);
           }
         }
   EXPECT_GT(cooperative, 0) << "no shape ran the cooperative kernels";
@@ -157,6 +164,10 @@ TEST(FocusSinkhornCuda, ChunkedAndCooperativeMatchTheReference) {
   EXPECT_THROW(
       ops::focus_sinkhorn_fwd(*gpu, dev(g, {B, T, K}), dev(it, {N + 1, B, T, K}),
                               dev(sc, {B, T, K}), true, Tensor(), 0, SinkhornPath::cooperative),
+      Error);
+  EXPECT_THROW(
+      ops::focus_sinkhorn_bwd(*gpu, dev(sc, {B, T, K}), dev(sc, {B, T, K}), dev(g, {B, T, K}),
+                              dev(it, {N + 1, B, T, K}), true, SinkhornPath::cooperative),
       Error);
 }
 
@@ -211,6 +222,9 @@ TEST(FocusSinkhornCuda, CarriedStateMatchesTheFullForward) {
   CUDA_TEST_PREAMBLE();
   check_carried_state(SinkhornPath::chunked);
   check_carried_state(SinkhornPath::automatic);
+  SinkhornParams p;  // the largest piece of check_carried_state
+  p.B = 2, p.T = 4699, p.K = 8, p.iterations = kIterations, p.causal = true;
+  if (sinkhorn_cooperative_fits(p, false)) check_carried_state(SinkhornPath::cooperative);
 }
 
 }  // namespace
