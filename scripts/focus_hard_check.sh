@@ -88,26 +88,26 @@ fi
 
 # The soft-gated kernels and dense beside them, batch 1 (the block order of docs/performance.md
 # changed both; compare with docs/performance_variants.md's figures).
+soft_rows() {  # label gate shape...: bench_focus_soft per shape, its table rows
+  local label=$1 gate=$2
+  shift 2
+  for shape in "$@"; do
+    timeout 120 "$B/bench_focus_soft" "$O/${label}_${shape/:/_}.csv" --gate=$gate --shape=$shape \
+      >"$O/${label}_${shape/:/_}.log" 2>&1
+    tail -n +2 "$O/${label}_${shape/:/_}.log" 2>/dev/null | head -6 | sed 's/^/  /'
+  done
+  echo "$(elapsed)"
+}
 if want soft; then
-echo "soft-gated (wgmma) and dense, batch 1 (bench_focus_soft; ms):"
-for shape in 64:4096 64:16384 128:4096; do
-  timeout 120 "$B/bench_focus_soft" "$O/soft_${shape/:/_}.csv" --shape=$shape \
-    >"$O/soft_${shape/:/_}.log" 2>&1
-  tail -n +2 "$O/soft_${shape/:/_}.log" 2>/dev/null | head -6 | sed 's/^/  /'
-done
-echo "$(elapsed)"
+  echo "soft-gated (wgmma) and dense, batch 1 (bench_focus_soft; ms):"
+  soft_rows soft additive 64:4096 64:16384 128:4096
 fi
 
 # route_training: hard: the hard-routed forward plus the tiled backward ("tiled f+b") or the
 # wgmma kernel's hard-gate backward ("wgmma f+b", automatic's choice on sm_90a).
 if want hardtrain; then
-echo "hard-gate training (bench_focus_soft --gate=hard; ms):"
-for shape in 64:4096 64:16384; do
-  timeout 120 "$B/bench_focus_soft" "$O/hardtrain_${shape/:/_}.csv" --gate=hard --shape=$shape \
-    >"$O/hardtrain_${shape/:/_}.log" 2>&1
-  tail -n +2 "$O/hardtrain_${shape/:/_}.log" 2>/dev/null | head -6 | sed 's/^/  /'
-done
-echo "$(elapsed)"
+  echo "hard-gate training (bench_focus_soft --gate=hard; ms):"
+  soft_rows hardtrain hard 64:4096 64:16384
 fi
 
 # The routing: Sinkhorn chunked (one launch per step) against cooperative (one per direction), B 1
