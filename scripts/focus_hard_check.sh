@@ -10,9 +10,10 @@
 # /tmp/attnlab_hard.
 # Usage (repo root, on the GPU machine): bash scripts/focus_hard_check.sh [build_dir]
 # Environment: HARD_T (lengths of the order section, default 1024,2048,4096,8192,16384), NCU=0
-# skips ncu, TESTS=0 skips the tests (a second call on a tree whose tests passed), SECTIONS picks
-# the benchmark sections (a comma list of conc, order, blocks, soft, hardtrain, assign; all by
-# default): a call is at most 600 s, so the first call (build, tests) may not reach the last.
+# skips ncu, BUILD=0 uses the binaries already in build_dir (built elsewhere for sm_90), TESTS=0
+# skips the tests (a second call on a tree whose tests passed), SECTIONS picks the benchmark
+# sections (a comma list of conc, order, blocks, soft, hardtrain, assign; all by default): a call
+# is at most 600 s, so the first call (build, tests) may not reach the last.
 # Then set the automatic order and index path (src/ops/focus_hard.cpp) from the tables. Every
 # step has a time limit (tests 240 s, each benchmark 90 s), so a hang costs one step, not the call.
 set -uo pipefail
@@ -25,11 +26,13 @@ t0=$(date +%s)
 elapsed() { echo "[$(($(date +%s) - t0)) s]"; }
 # SECTIONS: a comma list of conc, order, blocks, soft, hardtrain, assign (default all).
 want() { [[ ",${SECTIONS:-all}," == *",all,"* || ",${SECTIONS:-all}," == *",$1,"* ]]; }
-cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$O/cmake.log" 2>&1 ||
-  { tail -20 "$O/cmake.log"; exit 1; }
-make -C "$B" -j16 attnlab_tests bench_focus_hard bench_focus_soft bench_focus_assign >"$O/build.log" 2>&1 ||
-  { grep -E "error" -A3 "$O/build.log" | head -40; exit 1; }
-echo "build $(elapsed)"
+if [ "${BUILD:-1}" = 1 ]; then
+  cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$O/cmake.log" 2>&1 ||
+    { tail -20 "$O/cmake.log"; exit 1; }
+  make -C "$B" -j16 attnlab_tests bench_focus_hard bench_focus_soft bench_focus_assign >"$O/build.log" 2>&1 ||
+    { grep -E "error" -A3 "$O/build.log" | head -40; exit 1; }
+  echo "build $(elapsed)"
+fi
 if [ "${TESTS:-1}" = 1 ]; then
   timeout 240 "$B/attnlab_tests" \
     --gtest_filter='FocusHard*:FocusCuda.*:FocusDecodeCuda.*:FocusModel*:FocusWgmma*:FocusSinkhorn*:AttentionCuda.*' \
