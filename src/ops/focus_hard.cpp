@@ -104,6 +104,11 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
   ATTN_REQUIRE(!plan.in_block || T <= kFocusHardInBlockMaxT,
                "%s: the in_block index takes T up to %d (its list in shared memory), got T %lld",
                kOp, kFocusHardInBlockMaxT, (long long)T);
+  const int64_t fused_max_t = int64_t(kFocusHardFusedMaxChunks) * kFocusHardChunk;
+  ATTN_REQUIRE(index != FocusHardIndexPath::fused || T <= fused_max_t,
+               "%s: the fused index kernel takes T up to %lld (its counts in shared memory), got "
+               "T %lld",
+               kOp, (long long)fused_max_t, (long long)T);
   const bool forced_wgmma =
       kernel == FocusHardKernel::wgmma || kernel == FocusHardKernel::wgmma_sorted;
   plan.wgmma = forced_wgmma || (kernel == FocusHardKernel::automatic && wgmma_supported);
@@ -169,6 +174,8 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
                kOp, l.head_dim);
   ATTN_REQUIRE(T * top_k < (int64_t(1) << 31), "%s: T x top_k must be < 2^31, got %lld", kOp,
                (long long)(T * top_k));
+  ATTN_REQUIRE(B <= 65535, "%s: batch must be at most 65535 (a grid dimension), got %lld", kOp,
+               (long long)B);
 
   const FocusHardPlan plan = plan_focus_hard(kernel, order, index, T, top_k, l.head_dim,
                                              focus_hard_wgmma_supported(l.head_dim));

@@ -258,6 +258,10 @@ TEST(FocusHardCuda, WgmmaSplitMatchesTheMaskedReference) {
   // The in-block index at its limit (a list of 8192 positions in shared memory), both head dims.
   run_case({64, 8192, 8, 2, 128, 4, Groups::balanced});
   run_case({128, 8192, 8, 1, 37, 2, Groups::unbalanced});
+  // More than 32 groups: the group sets' high word (the longest-first decode's high ballot, the
+  // in-block counts past lane 31).
+  run_case({64, 1000, 40, 3, 37, 2, Groups::unbalanced});
+  run_case({128, 700, 64, 2, 128, 4, Groups::duplicates});
 }
 
 // K = 1 or w >= T: every causal pair is attended, so the result is dense causal attention.

@@ -52,6 +52,7 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                 EXPECT_TRUE(!plan.band_first || (plan.wgmma && top_k == 1 && !plan.concurrent));
                 EXPECT_TRUE(!plan.concurrent || (plan.wgmma && !plan.sorted));
                 EXPECT_TRUE(!plan.in_block || (plan.wgmma && !plan.sorted && T <= 8192));
+                EXPECT_TRUE(index != FocusHardIndexPath::fused || T <= 8192);
                 // What was asked for is what runs.
                 EXPECT_EQ(plan.in_block, index == FocusHardIndexPath::in_block);
                 EXPECT_EQ(plan.concurrent, order == FocusHardOrder::concurrent);
@@ -114,6 +115,12 @@ TEST(FocusHardPlan, OptionsThatDoNotApplyNameThemselves) {
                         64, true);
       },
       {"in_block index takes T up to 8192", "8193"});
+  test::expect_error(
+      [&] {
+        plan_focus_hard(FocusHardKernel::automatic, FocusHardOrder::automatic,
+                        FocusHardIndexPath::fused, 8193, 1, 64, true);
+      },
+      {"fused index kernel takes T up to 8192", "8193"});
   test::expect_error(
       [&] {
         plan_focus_hard(FocusHardKernel::wgmma, FocusHardOrder::automatic, automatic, 64, 1, 64,
