@@ -2,10 +2,10 @@
 # The hard-routed Focus forward on the GPU machine, in one call: build, its GPU tests (with the
 # soft-gated and dense ones), then benchmarks, each section's table printed as soon as it is
 # measured (a call cut short by the device's time limit still reports what it ran), most
-# important first: the list group pass by pass order and index path (FocusHardOrder:
-# concurrent, FocusHardIndexPath: in_block) at 1K-8K; each pass order (12 x 64 and 8 x 128); the
-# list group pass's block orders (FocusHardBlockOrder); bench_focus_soft at 3 shapes, and with the
-# hard gate (route_training: hard's forward+backward) at 2; Sinkhorn chunked vs cooperative; per-kernel
+# important first: the list group pass by pass order and index path (FocusHardIndexPath:
+# in_block) at 1K-8K; each pass order (12 x 64 and 8 x 128); the list group pass's block orders
+# (FocusHardBlockOrder); bench_focus_soft at 3 shapes, and with the hard gate (route_training:
+# hard's forward+backward) at 2; Sinkhorn chunked vs cooperative; per-kernel
 # times and stall reasons at 4K under ncu. Logs and CSVs in $OUT (the device tool's folder) or
 # /tmp/attnlab_hard.
 # Usage (repo root, on the GPU machine): bash scripts/focus_hard_check.sh [build_dir]
@@ -47,11 +47,11 @@ list_rows() {  # label csv
   [ -f "$2" ] && awk -F, -v o="$1" 'NR > 1 { printf "  %-20s T %6s top_k %s %-9s | dense %.3f list %.3f (%.2fx) sorted %.3f (%.2fx)\n", o, $3, $5, $6, $7, $12, $13, $14, $15 }' "$2"
 }
 
-# The concurrent order and the in-block index, list column, against the automatic order with the
-# index kernels (the band pass first at head dim 64).
+# The in-block index, list column, against the automatic order with the index kernels (the band
+# pass first at head dim 64).
 if want conc; then
 echo "list group pass by order:index, 12 x 64, K 8, balanced, queued 20 (ms; x dense):"
-for mode in automatic:automatic concurrent:in_block concurrent:automatic band_first:in_block; do
+for mode in automatic:automatic band_first:in_block; do
   f="$O/conc64_${mode/:/_}.csv"
   timeout 90 "$B/bench_focus_hard" --D=64 --K=8 --top_k=1,2 --groups=balanced --no-mma \
     --T=1024,2048,4096,8192 --order=${mode%%:*} --index=${mode##*:} --queued=20 --csv="$f" \

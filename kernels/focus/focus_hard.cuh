@@ -83,15 +83,6 @@ struct FocusHardAttnParams {
   // first, into the partial of slot 0 (it reads nothing of the index, so it can run beside the
   // index build and the gather), and the group pass merges it into o and lse.
   bool band_first = false;
-  // The concurrent order (list group pass only, every top_k): the band pass and the group pass
-  // run at once (the caller puts them on two streams), each writes its partials (the band's at
-  // row B T top_k H + (b T + i) H + h of part_o / part_lse, after the group partials), counts
-  // its arrival per (token, head) in `arrivals` (int32 [B, T, H], zeroed by the caller), and the
-  // pass that arrives last (of 1 + the token's distinct valid groups) merges all of the row's
-  // partials in a fixed order (the band's, then the slots ascending), so the output does not
-  // depend on which pass came last.
-  bool concurrent = false;
-  int32_t* arrivals = nullptr;
   // The list group pass builds its group's list itself (FocusHardIndexPath::in_block): offsets,
   // tile_offsets, list and masks are not read (T <= kFocusHardInBlockMaxT).
   bool in_block_index = false;
@@ -122,11 +113,8 @@ void launch_focus_hard_fwd(const FocusHardAttnParams& p, Stream s);
 // the order is reversed: the caller runs launch_focus_hard_band before and makes s wait for it
 // (it reads nothing of the index: src/ops/focus_hard.cpp runs it on a second stream beside the
 // index build and the gather), and this launches the group pass alone, which merges the band's
-// partial (slot 0) into o and lse. With p.concurrent (the list group pass, every top_k) this
-// launches the group pass alone and the caller runs launch_focus_hard_band beside it on a second
-// stream, after zeroing p.arrivals; the last pass of each (token, head) merges. With
-// p.in_block_index the group pass reads no index (the caller launches none). Same rows and
-// limits as launch_focus_hard_fwd.
+// partial (slot 0) into o and lse. With p.in_block_index the group pass reads no index (the
+// caller launches none). Same rows and limits as launch_focus_hard_fwd.
 constexpr int kFocusHardWgmmaRows = 128;
 // Keys per tile of the passes on TMA tiles (focus_hard_sorted.cu, focus_hard_band.cu).
 constexpr int kFocusHardTmaKeys = 128;
@@ -145,9 +133,8 @@ void launch_focus_hard_gather(const FocusHardAttnParams& p, Stream s);
 void launch_focus_hard_sorted_group(const FocusHardAttnParams& p, Stream s);
 // The wgmma kernel's band pass (focus_hard_band.cu, sm_90a): the local band in token order on TMA
 // tiles (pairs sharing no group). With band_first (top_k 1), before the group pass: its partial
-// (slot 0) for the group pass to merge; concurrent, beside the group pass (its partial, and the
-// last pass of a row merges); otherwise after the group pass, merged with its partials by
-// log-sum-exp into o and lse. Reads q, k, v and groups only (not the index).
+// (slot 0) for the group pass to merge; otherwise after the group pass, merged with its partials
+// by log-sum-exp into o and lse. Reads q, k, v and groups only (not the index).
 void launch_focus_hard_band(const FocusHardAttnParams& p, Stream s);
 
 }  // namespace attnlab

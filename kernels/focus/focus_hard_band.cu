@@ -11,8 +11,7 @@
 // the band's state with the token's group partials (one per distinct valid slot) by log-sum-exp
 // and writes o (bf16) and lse once; with band_first (top_k 1, the list group pass) it runs before
 // the group pass, beside the index build (on a second stream), and writes the band's partial,
-// which the group pass merges; concurrent (every top_k, the list group pass), beside the group
-// pass, each writing partials and the last of a row's passes merging them.
+// which the group pass merges.
 #include <cuda_bf16.h>
 
 #include "core/cuda_check.h"
@@ -31,9 +30,7 @@ using namespace focus_hard;
 
 constexpr int kRows = kHardTmaRows, kKeys = kHardTmaKeys;
 
-// kConcurrent = p.concurrent (its epilogue apart: in the one kernel it cost the D = 64 main loop
-// registers).
-template <int D, bool kConcurrent>
+template <int D>
 __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
     band_kernel(const FocusHardAttnParams p, const __grid_constant__ CUtensorMap tm_k,
                 const __grid_constant__ CUtensorMap tm_v) {
@@ -106,84 +103,64 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
 
   // Epilogue, per row of this thread (row sums completed over the 4 threads of a row); a token
   // with no valid group has no output row (focus_hard.cuh). band_first: the band's partial (o
-  // normalised, lse; slot 0 of top_k 1) for the group pass to merge. concurrent: the band's
-  // partial (band_part), and the last of the row's passes merges them all. Otherwise the band's
-  // state merged with the token's group partials, one per distinct valid slot (what the group
-  // pass wrote), into o and lse.
-  if constexpr (kConcurrent) {
-    int rows[2];
+  // normalised, lse; slot 0 of top_k 1) for the group pass to merge. Otherwise the band's state
+  // merged with the token's group partials, one per distinct valid slot (what the group pass
+  // wrote), into o and lse.
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float l = row_sum(st.sum[r]);
-      const int i = r == 0 ? i0 : i1;
-      rows[r] = i < T && (r == 0 ? qm0 : qm1) != 0 ? i : -1;
-      if (rows[r] >= 0) write_partial<D>(p, o, r, tig, l, st.max[r], band_part(p, b, i, h));
+  for (int r = 0; r < 2; ++r) {
+    const float l = row_sum(st.sum[r]);
+    const int i = r == 0 ? i0 : i1;
+    if (i >= T || (r == 0 ? qm0 : qm1) == 0) continue;
+    if (p.band_first) {
+      write_partial<D>(p, o, r, tig, l, st.max[r], (int64_t(b) * T + i) * p.n_head + h);
+      continue;
     }
-    bool last[2];
-    arrive(p, b, h, rows, tig, last);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (last[r]) write_from_partials<D>(p, tig, band_part(p, b, rows[r], h), b, h, rows[r]);
-    }
-  } else {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float l = row_sum(st.sum[r]);
-      const int i = r == 0 ? i0 : i1;
-      if (i >= T || (r == 0 ? qm0 : qm1) == 0) continue;
-      if (p.band_first) {
-        write_partial<D>(p, o, r, tig, l, st.max[r], (int64_t(b) * T + i) * p.n_head + h);
-        continue;
+    const float lse = row_lse(l, st.max[r]);
+    const int64_t bt = int64_t(b) * T + i;
+    const int32_t* gr = p.groups + bt * p.top_k;
+    // f(slot) for each distinct valid slot of the token (the partials the group pass wrote:
+    // reads_partial_slot, which FocusHardWalk's replay checks against the group passes' slots).
+    auto each_slot = [&](auto f) {
+      uint64_t seen = 0;
+      for (int sl = 0; sl < p.top_k; ++sl) {
+        if (reads_partial_slot(gr, K, sl, &seen)) f(sl);
       }
-      const float lse = row_lse(l, st.max[r]);
-      const int64_t bt = int64_t(b) * T + i;
-      const int32_t* gr = p.groups + bt * p.top_k;
-      // f(slot) for each distinct valid slot of the token (the partials the group pass wrote).
-      auto each_slot = [&](auto f) {
-        uint64_t seen = 0;
-        for (int sl = 0; sl < p.top_k; ++sl) {
-          const int x = gr[sl];
-          if (x < 0 || x >= K || ((seen >> x) & 1)) continue;
-          seen |= uint64_t(1) << x;
-          f(sl);
-        }
-      };
-      auto part_lse = [&](int sl) { return p.part_lse[(bt * p.top_k + sl) * p.n_head + h]; };
-      float mx = lse;
-      each_slot([&](int sl) { mx = fmaxf(mx, part_lse(sl)); });
-      // mx > -inf: slot 0's pass takes (i, i). Weights exp(lse_s - mx), sum >= 1.
-      float sum = lse == -INFINITY ? 0.f : __expf(lse - mx);
-      each_slot([&](int sl) {
-        const float ls = part_lse(sl);
-        sum += ls == -INFINITY ? 0.f : __expf(ls - mx);
-      });
-      const float inv_sum = 1.f / sum;
-      const float self = lse == -INFINITY ? 0.f : __expf(lse - mx) * inv_sum / l;
+    };
+    auto part_lse = [&](int sl) { return p.part_lse[(bt * p.top_k + sl) * p.n_head + h]; };
+    float mx = lse;
+    each_slot([&](int sl) { mx = fmaxf(mx, part_lse(sl)); });
+    // mx > -inf: slot 0's pass takes (i, i). Weights exp(lse_s - mx), sum >= 1.
+    float sum = lse == -INFINITY ? 0.f : __expf(lse - mx);
+    each_slot([&](int sl) {
+      const float ls = part_lse(sl);
+      sum += ls == -INFINITY ? 0.f : __expf(ls - mx);
+    });
+    const float inv_sum = 1.f / sum;
+    const float self = lse == -INFINITY ? 0.f : __expf(lse - mx) * inv_sum / l;
+#pragma unroll
+    for (int jj = 0; jj < D / 8; ++jj) {
+      o[4 * jj + 2 * r] *= self;
+      o[4 * jj + 2 * r + 1] *= self;
+    }
+    each_slot([&](int sl) {
+      const float ls = part_lse(sl);
+      if (ls == -INFINITY) return;
+      const float wgt = __expf(ls - mx) * inv_sum;
+      const float* src = p.part_o + ((bt * p.top_k + sl) * p.n_head + h) * D;
 #pragma unroll
       for (int jj = 0; jj < D / 8; ++jj) {
-        o[4 * jj + 2 * r] *= self;
-        o[4 * jj + 2 * r + 1] *= self;
+        const float2 v = *reinterpret_cast<const float2*>(src + 8 * jj + 2 * tig);
+        o[4 * jj + 2 * r] = fmaf(wgt, v.x, o[4 * jj + 2 * r]);
+        o[4 * jj + 2 * r + 1] = fmaf(wgt, v.y, o[4 * jj + 2 * r + 1]);
       }
-      each_slot([&](int sl) {
-        const float ls = part_lse(sl);
-        if (ls == -INFINITY) return;
-        const float wgt = __expf(ls - mx) * inv_sum;
-        const float* src = p.part_o + ((bt * p.top_k + sl) * p.n_head + h) * D;
+    });
+    bf16* out = p.o + b * p.o_batch_stride + int64_t(i) * p.o_row_stride + h * D;
 #pragma unroll
-        for (int jj = 0; jj < D / 8; ++jj) {
-          const float2 v = *reinterpret_cast<const float2*>(src + 8 * jj + 2 * tig);
-          o[4 * jj + 2 * r] = fmaf(wgt, v.x, o[4 * jj + 2 * r]);
-          o[4 * jj + 2 * r + 1] = fmaf(wgt, v.y, o[4 * jj + 2 * r + 1]);
-        }
-      });
-      bf16* out = p.o + b * p.o_batch_stride + int64_t(i) * p.o_row_stride + h * D;
-#pragma unroll
-      for (int jj = 0; jj < D / 8; ++jj) {
-        *reinterpret_cast<__nv_bfloat162*>(out + 8 * jj + 2 * tig) =
-            __floats2bfloat162_rn(o[4 * jj + 2 * r], o[4 * jj + 2 * r + 1]);
-      }
-      if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + i] = mx + __logf(sum);
+    for (int jj = 0; jj < D / 8; ++jj) {
+      *reinterpret_cast<__nv_bfloat162*>(out + 8 * jj + 2 * tig) =
+          __floats2bfloat162_rn(o[4 * jj + 2 * r], o[4 * jj + 2 * r + 1]);
     }
+    if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + i] = mx + __logf(sum);
   }
 #else
   (void)p, (void)tm_k, (void)tm_v;
@@ -197,11 +174,8 @@ void launch_band(const FocusHardAttnParams& p, cudaStream_t st) {
                                     kKeys),
                     tm_v = tile_map(p.v, kv_width, p.T, p.B, p.kv_row_stride, p.kv_batch_stride,
                                     kKeys);
-  const dim3 grid((p.T + kRows - 1) / kRows, p.n_head, p.B);
-  if (p.concurrent)
-    launch_hard_tma<D, band_kernel<D, true>>(grid, p, tm_k, tm_v, st);
-  else
-    launch_hard_tma<D, band_kernel<D, false>>(grid, p, tm_k, tm_v, st);
+  launch_hard_tma<D, band_kernel<D>>(dim3((p.T + kRows - 1) / kRows, p.n_head, p.B), p, tm_k, tm_v,
+                                     st);
 }
 
 }  // namespace
@@ -209,7 +183,6 @@ void launch_band(const FocusHardAttnParams& p, cudaStream_t st) {
 void launch_focus_hard_band(const FocusHardAttnParams& p, Stream s) {
   ATTN_ASSERT(p.part_o != nullptr && p.part_lse != nullptr && (p.D == 64 || p.D == 128));
   ATTN_ASSERT(!p.band_first || p.top_k == 1);
-  ATTN_ASSERT(!p.concurrent || (p.arrivals != nullptr && !p.band_first));
   ATTN_ASSERT(p.K >= 1 && p.K <= kFocusHardMaxGroups);
   ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && p.q_row_stride % 8 == 0 &&
               p.kv_row_stride % 8 == 0 && p.kv_batch_stride % 8 == 0);

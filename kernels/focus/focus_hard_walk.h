@@ -42,32 +42,16 @@ ATTN_FOCUS_HD uint64_t group_set(const int32_t* row, int top_k, int K) {
   return m;
 }
 
-// The next slot, from slot `from` on, of a token's groups row whose group partial is read when the
-// row is merged from its partials (focus_hard_partial.cuh, write_from_partials): the first
-// occurrence of each distinct valid group (*seen: the groups met so far, 0 at the start); top_k
-// when none is left. The group pass of group x writes its partial at slot_of(row, .., x, ..), the
-// same first occurrence (FocusHardWalk's replay checks the two agree).
-ATTN_FOCUS_HD int next_partial_slot(const int32_t* row, int top_k, int K, int from,
-                                    uint64_t* seen) {
-  for (int sl = from; sl < top_k; ++sl) {
-    const int x = row[sl];
-    if (x < 0 || x >= K || ((*seen >> x) & 1)) continue;
-    *seen |= uint64_t(1) << x;
-    return sl;
-  }
-  return top_k;
-}
-
-// The concurrent order's arrivals per (token, head) (focus_hard_partial.cuh, arrive): the band
-// pass and one group pass per distinct valid group of the token (row: its groups). A token with
-// no valid group has no output row and no pass arrives for it (the value is then not used).
-ATTN_FOCUS_HD int expected_arrivals(const int32_t* row, int top_k, int K) {
-  const uint64_t m = group_set(row, top_k, K);
-#if defined(__CUDA_ARCH__)
-  return 1 + __popcll(m);
-#else
-  return 1 + __builtin_popcountll(m);
-#endif
+// Whether the band pass's merge (focus_hard_band.cu) reads the group partial of slot sl of a
+// token's groups row, called for sl = 0, 1, .. in turn: the first occurrence of each distinct
+// valid group (*seen: the groups met at the slots before, 0 at the start; updated). The group pass
+// of group x writes its partial at slot_of(row, .., x, ..), the same first occurrence
+// (FocusHardWalk's replay checks the two agree).
+ATTN_FOCUS_HD bool reads_partial_slot(const int32_t* row, int K, int sl, uint64_t* seen) {
+  const int x = row[sl];
+  if (x < 0 || x >= K || ((*seen >> x) & 1)) return false;
+  *seen |= uint64_t(1) << x;
+  return true;
 }
 
 // Two softmax partials of one row over disjoint key sets, (o_a normalised, lse_a) and (o_b

@@ -185,9 +185,7 @@ __device__ __noinline__ void inblock_list(const int32_t* grow, int T, int top_k,
 
 #endif  // ATTN_WGMMA_DEVICE
 
-// kConcurrent = p.concurrent (its epilogue apart: in the one kernel it cost the D = 64 main loop
-// registers).
-template <int D, bool kConcurrent>
+template <int D>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     focus_hard_wgmma_kernel(const FocusHardAttnParams p, int max_tiles) {
 #if ATTN_WGMMA_DEVICE
@@ -387,39 +385,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
 
   // Epilogue, per row of this thread: the membership's partial for the band pass to merge, or
   // with band_first (top_k 1: the token's only group pass, which takes (i, i), so l > 0) the
-  // band's partial merged in, o and lse written; concurrent: the partial, and the last of the
-  // row's passes merges them all.
-  if constexpr (kConcurrent) {
-    int rows[2];
+  // band's partial merged in, o and lse written.
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float l = focus_hard::row_sum(st.sum[r]);
-      const int row = rrow + 8 * r, i = m.qpos[row];
-      rows[r] = i;
-      if (i < 0) continue;
-      const int64_t part = ((int64_t(b) * T + i) * p.top_k + m.qslot[row]) * p.n_head + h;
+  for (int r = 0; r < 2; ++r) {
+    const float l = focus_hard::row_sum(st.sum[r]);
+    const int row = rrow + 8 * r, i = m.qpos[row];
+    if (i < 0) continue;
+    const int64_t part = ((int64_t(b) * T + i) * p.top_k + m.qslot[row]) * p.n_head + h;
+    if (p.band_first)
+      focus_hard::write_merged<D>(p, o, r, tig, l, st.max[r], part, b, h, i);
+    else
       focus_hard::write_partial<D>(p, o, r, tig, l, st.max[r], part);
-    }
-    bool last[2];
-    focus_hard::arrive(p, b, h, rows, tig, last);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (last[r])
-        focus_hard::write_from_partials<D>(p, tig, focus_hard::band_part(p, b, rows[r], h), b, h,
-                                           rows[r]);
-    }
-  } else {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float l = focus_hard::row_sum(st.sum[r]);
-      const int row = rrow + 8 * r, i = m.qpos[row];
-      if (i < 0) continue;
-      const int64_t part = ((int64_t(b) * T + i) * p.top_k + m.qslot[row]) * p.n_head + h;
-      if (p.band_first)
-        focus_hard::write_merged<D>(p, o, r, tig, l, st.max[r], part, b, h, i);
-      else
-        focus_hard::write_partial<D>(p, o, r, tig, l, st.max[r], part);
-    }
   }
 #else
   (void)p, (void)max_tiles;
@@ -430,10 +406,9 @@ template <int D>
 void launch(const FocusHardAttnParams& p, cudaStream_t st, unsigned blocks) {
   // The attribute allows the largest in-block list; a launch takes what its T needs.
   const size_t smem = smem_bytes<D>(p.in_block_index ? p.T : 0);
-  auto* kernel =
-      p.concurrent ? focus_hard_wgmma_kernel<D, true> : focus_hard_wgmma_kernel<D, false>;
-  static std::atomic<uint64_t> attributes_set[2] = {0, 0};
-  set_max_shared_once(attributes_set[p.concurrent], reinterpret_cast<const void*>(kernel),
+  auto* kernel = focus_hard_wgmma_kernel<D>;
+  static std::atomic<uint64_t> attributes_set{0};
+  set_max_shared_once(attributes_set, reinterpret_cast<const void*>(kernel),
                       smem_bytes<D>(kFocusHardInBlockMaxT));
   kernel<<<dim3(blocks * unsigned(p.n_head), 1, p.B), kThreads, smem, st>>>(p, int(blocks));
   CUDA_CHECK_LAUNCH();
@@ -477,8 +452,6 @@ void launch_focus_hard_wgmma(const FocusHardAttnParams& p, Stream s) {
   ATTN_ASSERT(p.part_o != nullptr && p.part_lse != nullptr);
   ATTN_ASSERT(p.q_row_stride % 8 == 0 && p.kv_row_stride % 8 == 0 && p.o_row_stride % 2 == 0);
   ATTN_ASSERT(!p.band_first || p.top_k == 1);
-  ATTN_ASSERT(!(p.band_first && p.concurrent));
-  ATTN_ASSERT(!p.concurrent || (p.sorted == nullptr && p.arrivals != nullptr));
   ATTN_ASSERT(!p.in_block_index || (p.sorted == nullptr && p.T <= kFocusHardInBlockMaxT));
   auto st = reinterpret_cast<cudaStream_t>(s);
   if (p.sorted != nullptr) {
@@ -488,9 +461,8 @@ void launch_focus_hard_wgmma(const FocusHardAttnParams& p, Stream s) {
   } else {
     run_group<128>(p, st);
   }
-  // band_first and concurrent: the caller runs the band pass (before, or beside on a second
-  // stream).
-  if (!p.band_first && !p.concurrent) launch_focus_hard_band(p, st);
+  // band_first: the caller ran the band pass before.
+  if (!p.band_first) launch_focus_hard_band(p, st);
 }
 
 }  // namespace attnlab

@@ -22,12 +22,11 @@
 //                         [--blocks=...] [--index=...] [--no-mma] [--csv=path]
 // Defaults: T 1K 4K 16K 64K 256K 1M, K 4 8, top_k 1 2, D 64 128, H 12 at D 64 and 8 at D 128
 // (--H sets every D's), both group kinds, reps 5 (2 at T >= 256K), --order=automatic |
-// group_first | band_first | concurrent (FocusHardOrder) for the list and sorted columns
-// (band_first: top_k 1 rows only; concurrent: the list column only; the hard column is always
-// the automatic choice), --blocks=longest_first | group_major (FocusHardBlockOrder) for the list
-// and sorted columns and --index=automatic | fused | split | in_block (FocusHardIndexPath;
-// in_block up to T 8192, the automatic index beyond) for the list column (the others take the
-// defaults), queued 1:
+// group_first | band_first (FocusHardOrder) for the list and sorted columns (band_first: top_k 1
+// rows only; the hard column is always the automatic choice), --blocks=longest_first |
+// group_major (FocusHardBlockOrder) for the list and sorted columns and --index=automatic | fused
+// | split | in_block (FocusHardIndexPath; in_block up to T 8192, the automatic index beyond) for
+// the list column (the others take the defaults), queued 1:
 // each timed sample is one call between two events, its host work before the first launch included;
 // --queued=N times N calls back to back per sample (the host runs ahead of the device, as in a
 // model's forward over its layers), the same for every column.
@@ -147,8 +146,7 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (std::strncmp(a, "--order=", 8) == 0) {
-      const int i =
-          choice(prog, "--order", a + 8, {"automatic", "group_first", "band_first", "concurrent"});
+      const int i = choice(prog, "--order", a + 8, {"automatic", "group_first", "band_first"});
       if (i < 0) return 2;
       g_order = static_cast<ops::FocusHardOrder>(i);
     } else if (std::strncmp(a, "--blocks=", 9) == 0) {
@@ -263,15 +261,11 @@ int main(int argc, char** argv) {
               ops::focus_hard_attention_fwd(*ctx, to, tl, tq, l, tgr, K, w, 0,
                                             ops::FocusHardKernel::wgmma, order, g_blocks, index);
             };
-            // The sorted pass takes the index kernels and no concurrent order.
-            const ops::FocusHardOrder sorted_order =
-                order == ops::FocusHardOrder::concurrent ? ops::FocusHardOrder::automatic : order;
             const double list_ms =
                 ops::focus_hard_wgmma_available(D) ? time_ms(*ctx, hard_list, reps, warm) : 0.0;
             auto hard_sorted = [&] {
               ops::focus_hard_attention_fwd(*ctx, to, tl, tq, l, tgr, K, w, 0,
-                                            ops::FocusHardKernel::wgmma_sorted, sorted_order,
-                                            g_blocks);
+                                            ops::FocusHardKernel::wgmma_sorted, order, g_blocks);
             };
             const double sorted_ms = ops::focus_hard_wgmma_available(D) && tk == 1
                                          ? time_ms(*ctx, hard_sorted, reps, warm)

@@ -55,12 +55,10 @@ def hard_4k_orders(sms=132, heads=12, K=8, T=4096, lone_rate=0.7):
     gm = [(0.0, 1.0 + 2 * (j + 1)) for _ in range(heads) for _ in range(K)
           for j in reversed(range(tiles))]
     lf = group(reversed(range(tiles)))
-    band = [(0.0, 1.0 + 5.0) for _ in range(heads) for _ in range(T // 128)]
     u_g = 49.0 / makespan_released(gm, sms, 2, lone_rate)
-    u_b = 23.0 / makespan_released(band, sms, 2, lone_rate)
-    scale = lambda blocks, u, at=0.0, extra=0.0: [(at, c * u + extra) for _, c in blocks]
+    scale = lambda blocks, u, extra=0.0: [(0.0, c * u + extra) for _, c in blocks]
     run = lambda blocks: makespan_released(blocks, sms, 2, lone_rate)
-    index, memset, gather = 14.0, 2.0, 10.0
+    index, gather = 14.0, 10.0
     g_lf = run(scale(lf, u_g))
     # The sorted pass (ncu 30 us at 4K, writing its partial): block b of a group's segment walks
     # j + 1 key tiles of 128 (segments of T / K entries here), head after head before, longest
@@ -77,11 +75,7 @@ def hard_4k_orders(sms=132, heads=12, K=8, T=4096, lone_rate=0.7):
     print(f"  sorted pass alone: head after head 30.0, longest first {sorted_lf:5.1f}")
     print(f"  band first, sorted pass:      max(index + gather, band) + sorted = "
           f"{max(index + gather, 23.0) + sorted_lf:5.1f}")
-    both = run(scale(band, u_b) + scale(lf, u_g, at=index))
-    print(f"  concurrent, index kernels:    {memset + both:5.1f}")
     for p in (1.0, 2.0, 4.0):  # the in-block prologue per group block, us of a whole SM
-        conc = run(scale(lf, u_g, extra=p) + scale(band, u_b))
-        print(f"  concurrent, in-block index (prologue {p:.0f} us): {memset + conc:5.1f}")
         serial = 23.0 + run(scale(lf, u_g, extra=p))
         print(f"  band first, in-block index (prologue {p:.0f} us), one stream: {serial:5.1f}")
     print("  (kernel time only: the launch gaps, the fork and the join are not modelled)")

@@ -94,13 +94,12 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
   ATTN_REQUIRE(kernel != FocusHardKernel::wgmma_sorted || top_k == 1,
                "%s: the sorted group pass (wgmma_sorted) takes top_k 1 only, got top_k %lld", kOp,
                (long long)top_k);
-  // The in-block index and the concurrent order run with the list group pass only.
+  // The in-block index runs with the list group pass only.
   plan.in_block = index == FocusHardIndexPath::in_block;
-  plan.concurrent = order == FocusHardOrder::concurrent;
-  ATTN_REQUIRE(kernel != FocusHardKernel::wgmma_sorted || (!plan.in_block && !plan.concurrent),
-               "%s: the sorted group pass (wgmma_sorted) needs the index kernels and a pass order "
-               "other than concurrent, got %s",
-               kOp, plan.in_block ? "the in_block index" : "the concurrent order");
+  ATTN_REQUIRE(kernel != FocusHardKernel::wgmma_sorted || !plan.in_block,
+               "%s: the sorted group pass (wgmma_sorted) needs the index kernels, got the in_block "
+               "index",
+               kOp);
   ATTN_REQUIRE(!plan.in_block || T <= kFocusHardInBlockMaxT,
                "%s: the in_block index takes T up to %d (its list in shared memory), got T %lld",
                kOp, kFocusHardInBlockMaxT, (long long)T);
@@ -116,10 +115,9 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
                "%s: the wgmma kernel needs a build with sm_90a code (CMAKE_CUDA_ARCHITECTURES "
                "containing 90) and a compute capability 9.0 device",
                kOp);
-  ATTN_REQUIRE(plan.wgmma || (!plan.in_block && !plan.concurrent),
-               "%s: %s needs the wgmma kernel (the mma kernel reads the index and merges after "
-               "its pass)",
-               kOp, plan.in_block ? "the in_block index" : "the concurrent order");
+  ATTN_REQUIRE(plan.wgmma || !plan.in_block,
+               "%s: the in_block index needs the wgmma kernel (the mma kernel reads the index)",
+               kOp);
   // The group pass on the group-sorted copy of qkv: top_k 1 (the pairs sharing a group are then
   // causal runs of the sorted order); automatic from kSortedMinT tokens, below which the copy
   // costs more than it saves (H200, 12 x 64, K 8: 0.104 against 0.096 ms at T 4K, 0.182 against
@@ -127,8 +125,7 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
   constexpr int64_t kSortedMinT = 8192;
   plan.sorted = plan.wgmma && top_k == 1 &&
                 (kernel == FocusHardKernel::wgmma_sorted ||
-                 (kernel == FocusHardKernel::automatic && T >= kSortedMinT && !plan.in_block &&
-                  !plan.concurrent));
+                 (kernel == FocusHardKernel::automatic && T >= kSortedMinT && !plan.in_block));
   // The band pass first: automatic for the list group pass at head dim 64, where it measured
   // faster; at head dim 128 and with the sorted group pass, merging in the group pass's epilogue
   // was slower than the band pass merging last (docs/performance_variants.md, "The band pass
@@ -179,16 +176,14 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
 
   const FocusHardPlan plan = plan_focus_hard(kernel, order, index, T, top_k, l.head_dim,
                                              focus_hard_wgmma_supported(l.head_dim));
-  const bool wgmma = plan.wgmma, sorted = plan.sorted, in_block = plan.in_block,
-             concurrent = plan.concurrent;
+  const bool wgmma = plan.wgmma, sorted = plan.sorted, in_block = plan.in_block;
   const int rows = wgmma ? kFocusHardWgmmaRows : tile_rows;
 
   // One stream-ordered workspace (one allocation per call): the index lists, then the group
   // partials (the wgmma kernel always; the mma kernel for top_k > 1).
   const int64_t n_chunks = focus_hard_chunks(int(T));
   const bool partials = wgmma || top_k > 1;
-  // The concurrent order: the band's partials after the group passes', and the arrivals.
-  const int64_t n_part = partials ? B * T * (top_k + (concurrent ? 1 : 0)) * l.n_head : 0;
+  const int64_t n_part = partials ? B * T * top_k * l.n_head : 0;
   const int64_t n_index = in_block ? 0 : 1;  // the index arrays (none with in_block)
   size_t at = 0;
   auto carve = [&at](int64_t n, size_t size) {
@@ -200,8 +195,7 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
                o_offs = carve(n_index * B * (K + 1), 4), o_toffs = carve(n_index * B * (K + 1), 4),
                o_list = carve(n_index * B * T * top_k, 4), o_masks = carve(n_index * B * T, 8),
                o_part_o = carve(n_part * l.head_dim, 4), o_part_lse = carve(n_part, 4),
-               o_sorted = carve(sorted ? B * T * l.width() : 0, 2),
-               o_arrivals = carve(concurrent ? B * T * l.n_head : 0, 4);
+               o_sorted = carve(sorted ? B * T * l.width() : 0, 2);
   const StreamScratch work(at, ctx.stream);
   char* base_ws = work.as<char>();
 
@@ -242,8 +236,6 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   p.tile_rows = rows;
   p.longest_first = block_order == FocusHardBlockOrder::longest_first;
   p.in_block_index = in_block;
-  p.concurrent = concurrent;
-  p.arrivals = concurrent ? reinterpret_cast<int32_t*>(base_ws + o_arrivals) : nullptr;
   // The band pass first (FocusHardOrder): it reads nothing of the index, so the index build and
   // the gather run on a second stream beside it (launched first, so that the index's one block
   // per row starts before the band's blocks fill the GPU), and the group pass merges its partial.
@@ -251,20 +243,6 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   // caller's stream, so the group pass follows it directly and the join waits on an event that
   // has usually completed (the cross-stream signal off the critical path).
   p.band_first = plan.band_first;
-  // The concurrent order: the group pass (after the index, or building its own lists) and the
-  // band pass at once, on two streams, each block of either free to start while the other's run.
-  // The group pass goes out first: its longest blocks set the launch's length, and the band's
-  // blocks fill the SMs it leaves.
-  if (concurrent) {
-    CUDA_CHECK(cudaMemsetAsync(p.arrivals, 0, sizeof(int32_t) * size_t(B * T * l.n_head),
-                               reinterpret_cast<cudaStream_t>(ctx.stream)));
-    const SideStream side(ctx.stream);
-    if (!in_block) launch_focus_hard_index(ip, ctx.stream);
-    launch_focus_hard_wgmma(p, ctx.stream);
-    launch_focus_hard_band(p, side.get());
-    side.join();
-    return;
-  }
   if (p.band_first) {
     if (in_block) {  // nothing to run beside the band: two kernels on one stream, no events
       launch_focus_hard_band(p, ctx.stream);

@@ -24,11 +24,8 @@ enum class FocusHardKernel { automatic, mma, wgmma, wgmma_sorted };
 // the gather), the group pass merges its partial. automatic = band_first for top_k 1 with the
 // list group pass at head dim 64 (where it measured faster), group_first otherwise. Forcing
 // band_first without the wgmma kernel or with top_k > 1 is an error; group_first is what the
-// mma kernel does anyway. concurrent = every top_k, the list group pass only (with the automatic
-// kernel it is then taken at every T): the two passes at once on two streams, each writing its
-// partials and the last of a token's passes merging them (in a fixed order: the output does not
-// depend on which came last); for A/B benchmarks until measured (docs/focus_hard.md).
-enum class FocusHardOrder { automatic, group_first, band_first, concurrent };
+// mma kernel does anyway.
+enum class FocusHardOrder { automatic, group_first, band_first };
 
 // The order of the wgmma group passes' blocks, the list pass's and the sorted pass's
 // (kernels/focus/focus_hard.cuh, longest_first): longest_first over all groups and heads (the
@@ -62,7 +59,7 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 // pass builds its own lists. An option that does not apply (FocusHardKernel, FocusHardOrder,
 // FocusHardIndexPath) is an error naming it. wgmma_supported: focus_hard_wgmma_available(D).
 struct FocusHardPlan {
-  bool wgmma = false, sorted = false, band_first = false, concurrent = false, in_block = false;
+  bool wgmma = false, sorted = false, band_first = false, in_block = false;
 };
 FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
                               FocusHardIndexPath index, int64_t T, int64_t top_k, int head_dim,
@@ -78,8 +75,7 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
 // of partials for every top_k, and with the sorted group pass a copy of qkv (B T width bf16).
 // index: which kernels build the index (FocusHardIndexPath); in_block = none, the list group
 // pass's blocks build their lists (T <= kFocusHardInBlockMaxT; with the automatic kernel the list
-// pass is then taken at every T; with the mma or sorted kernel an error). The concurrent order
-// adds B T n_head (D + 1) floats (the band's partials) and B T n_head ints (the arrivals).
+// pass is then taken at every T; with the mma or sorted kernel an error).
 void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
                               const Tensor& qkv, const QKVLayout& layout, const Tensor& groups,
                               int K, int local_window, int tile_rows = 0,

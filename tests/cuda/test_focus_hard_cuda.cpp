@@ -119,7 +119,7 @@ void run_case(const Case& c) {
   DeviceArray<bf16> gq(qkv), go(out.size()), gplain(out.size());
   DeviceArray<float> gl(lse.size()), gpl(lse.size()), gg(g);
   DeviceInts ggr(groups);
-  // The kernels' workspace (index lists, partials, arrivals) NaN when allocated: a partial no pass
+  // The kernels' workspace (index lists, partials) NaN when allocated: a partial no pass
   // of the call wrote shows, rather than an earlier variant's equal values in the reused pool.
   const test::PoisonScratch poison;
   go.poison();
@@ -143,9 +143,8 @@ void run_case(const Case& c) {
   // with its group pass on rows gathered per tile and (top_k 1) on the group-sorted copy, each
   // (top_k 1) with either order of its passes, and the list group pass with its blocks group
   // after group (the same blocks in another order: bitwise the same output), and the list group
-  // pass with the concurrent order and with the in-block index (each block its own list: the
-  // same lists, so bitwise the same output as with the index kernels; the concurrent order's
-  // merge takes the partials in a fixed order, so it is bitwise reproducible too).
+  // pass with the in-block index (each block its own list: the same lists, so bitwise the same
+  // output as with the index kernels).
   struct Variant {
     const char* name;
     int rows;
@@ -173,13 +172,10 @@ void run_case(const Case& c) {
       {"wgmma sorted, band first", 0, Kernel::wgmma_sorted, Order::band_first},
       {"wgmma, in-block index", 0, Kernel::wgmma, Order::automatic, kLongest, kInBlock},
       {"wgmma, in-block index, group-major blocks", 0, Kernel::wgmma, Order::automatic,
-       ops::FocusHardBlockOrder::group_major, kInBlock},
-      {"wgmma, concurrent", 0, Kernel::wgmma, Order::concurrent},
-      {"wgmma, concurrent, in-block index", 0, Kernel::wgmma, Order::concurrent, kLongest,
-       kInBlock}};
+       ops::FocusHardBlockOrder::group_major, kInBlock}};
   // Per kernel and order, the output of its variant with longest-first blocks and the index
-  // kernels ("wgmma", "wgmma sorted", "wgmma, concurrent"), which the other block order and the
-  // in-block index must equal bitwise.
+  // kernels ("wgmma", "wgmma sorted"), which the other block order and the in-block index must
+  // equal bitwise.
   std::map<std::pair<int, int>, std::pair<std::vector<float>, std::vector<float>>> reference;
   for (const Variant& v : variants) {
     if (v.rows == 128 && c.D != 64) continue;
@@ -252,7 +248,7 @@ TEST(FocusHardCuda, WgmmaSplitMatchesTheMaskedReference) {
       }
   run_case({128, 1000, 8, 1, 0, 4, Groups::balanced});      // w = 0: the band pass only merges
   run_case({64, 1000, 4, 4, 1000, 2, Groups::unbalanced});  // w >= T, top_k = K
-  // A token naming a group twice (the pair counts once; one arrival per distinct group).
+  // A token naming a group twice (the pair counts once; one partial per distinct group).
   run_case({64, 1000, 8, 2, 37, 2, Groups::duplicates});
   run_case({128, 700, 4, 3, 0, 4, Groups::duplicates});
   // The in-block index at its limit (a list of 8192 positions in shared memory), both head dims.

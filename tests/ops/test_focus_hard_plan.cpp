@@ -19,7 +19,7 @@ using ops::FocusHardOrder;
 constexpr FocusHardKernel kKernels[] = {FocusHardKernel::automatic, FocusHardKernel::mma,
                                         FocusHardKernel::wgmma, FocusHardKernel::wgmma_sorted};
 constexpr FocusHardOrder kOrders[] = {FocusHardOrder::automatic, FocusHardOrder::group_first,
-                                      FocusHardOrder::band_first, FocusHardOrder::concurrent};
+                                      FocusHardOrder::band_first};
 constexpr FocusHardIndexPath kIndex[] = {FocusHardIndexPath::automatic, FocusHardIndexPath::fused,
                                          FocusHardIndexPath::split, FocusHardIndexPath::in_block};
 
@@ -49,13 +49,11 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                 // The kernels' contracts.
                 EXPECT_TRUE(!plan.wgmma || supported);
                 EXPECT_TRUE(!plan.sorted || (plan.wgmma && top_k == 1));
-                EXPECT_TRUE(!plan.band_first || (plan.wgmma && top_k == 1 && !plan.concurrent));
-                EXPECT_TRUE(!plan.concurrent || (plan.wgmma && !plan.sorted));
+                EXPECT_TRUE(!plan.band_first || (plan.wgmma && top_k == 1));
                 EXPECT_TRUE(!plan.in_block || (plan.wgmma && !plan.sorted && T <= 8192));
                 EXPECT_TRUE(index != FocusHardIndexPath::fused || T <= 8192);
                 // What was asked for is what runs.
                 EXPECT_EQ(plan.in_block, index == FocusHardIndexPath::in_block);
-                EXPECT_EQ(plan.concurrent, order == FocusHardOrder::concurrent);
                 if (order == FocusHardOrder::band_first) {
                   EXPECT_TRUE(plan.band_first);
                 }
@@ -76,8 +74,7 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                 // list group pass at head dim 64 with top_k 1.
                 if (kernel == FocusHardKernel::automatic) {
                   EXPECT_EQ(plan.wgmma, supported);
-                  EXPECT_EQ(plan.sorted, supported && top_k == 1 && T >= 8192 && !plan.in_block &&
-                                             !plan.concurrent);
+                  EXPECT_EQ(plan.sorted, supported && top_k == 1 && T >= 8192 && !plan.in_block);
                 }
                 if (order == FocusHardOrder::automatic) {
                   EXPECT_EQ(plan.band_first, plan.wgmma && top_k == 1 && !plan.sorted && D == 64);
@@ -97,12 +94,6 @@ TEST(FocusHardPlan, OptionsThatDoNotApplyNameThemselves) {
                         64, true);
       },
       {"sorted group pass (wgmma_sorted) takes top_k 1 only", "2"});
-  test::expect_error(
-      [&] {
-        plan_focus_hard(FocusHardKernel::wgmma_sorted, FocusHardOrder::concurrent, automatic, 64, 1,
-                        64, true);
-      },
-      {"sorted group pass", "concurrent"});
   test::expect_error(
       [&] {
         plan_focus_hard(FocusHardKernel::wgmma_sorted, FocusHardOrder::automatic, in_block, 64, 1,
@@ -134,10 +125,10 @@ TEST(FocusHardPlan, OptionsThatDoNotApplyNameThemselves) {
       {"the in_block index needs the wgmma kernel"});
   test::expect_error(
       [&] {
-        plan_focus_hard(FocusHardKernel::automatic, FocusHardOrder::concurrent, automatic, 64, 1,
-                        64, false);
+        plan_focus_hard(FocusHardKernel::mma, FocusHardOrder::band_first, automatic, 64, 1, 64,
+                        true);
       },
-      {"the concurrent order needs the wgmma kernel"});
+      {"band pass first", "the mma kernel"});
   test::expect_error(
       [&] {
         plan_focus_hard(FocusHardKernel::wgmma, FocusHardOrder::band_first, automatic, 64, 2, 64,
