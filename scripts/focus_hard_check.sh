@@ -2,20 +2,19 @@
 # The hard-routed Focus forward on the GPU machine, in one call: build, its GPU tests (with the
 # soft-gated and dense ones), then benchmarks, each section's table printed as soon as it is
 # measured (a call cut short by the device's time limit still reports what it ran), most
-# important first: the list group pass by pass order and index path (FocusHardIndexPath:
-# in_block) at 1K-8K; each pass order (12 x 64 and 8 x 128); the list group pass's block orders
-# (FocusHardBlockOrder); bench_focus_soft at 3 shapes, and with the hard gate (route_training:
-# hard's forward+backward) at 2; Sinkhorn chunked vs cooperative; per-kernel
+# important first: each pass order (FocusHardOrder; 12 x 64 and 8 x 128); the group passes' block
+# orders (FocusHardBlockOrder); bench_focus_soft at 3 shapes, and with the hard gate
+# (route_training: hard's forward+backward) at 2; Sinkhorn chunked vs cooperative; per-kernel
 # times and stall reasons at 4K under ncu. Logs and CSVs in $OUT (the device tool's folder) or
 # /tmp/attnlab_hard.
 # Usage (repo root, on the GPU machine): bash scripts/focus_hard_check.sh [build_dir]
 # Environment: HARD_T (lengths of the order section, default 1024,2048,4096,8192,16384), NCU=0
 # skips ncu, BUILD=0 uses the binaries already in build_dir (built elsewhere for sm_90), TESTS=0
 # skips the tests (a second call on a tree whose tests passed), SECTIONS picks the benchmark
-# sections (a comma list of conc, order, blocks, soft, hardtrain, assign; all by default): a call
-# is at most 600 s, so the first call (build, tests) may not reach the last.
-# Then set the automatic order and index path (src/ops/focus_hard.cpp) from the tables. Every
-# step has a time limit (tests 240 s, each benchmark 90 s), so a hang costs one step, not the call.
+# sections (a comma list of order, blocks, soft, hardtrain, assign; all by default): a call is at
+# most 600 s, so the first call (build, tests) may not reach the last.
+# Then set the automatic order (src/ops/focus_hard.cpp) from the tables. Every step has a time
+# limit (tests 240 s, each benchmark 90 s), so a hang costs one step, not the call.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 B=${1:-build-device}
@@ -24,7 +23,7 @@ mkdir -p "$O"
 T=${HARD_T:-1024,2048,4096,8192,16384}
 t0=$(date +%s)
 elapsed() { echo "[$(($(date +%s) - t0)) s]"; }
-# SECTIONS: a comma list of conc, order, blocks, soft, hardtrain, assign (default all).
+# SECTIONS: a comma list of order, blocks, soft, hardtrain, assign (default all).
 want() { [[ ",${SECTIONS:-all}," == *",all,"* || ",${SECTIONS:-all}," == *",$1,"* ]]; }
 if [ "${BUILD:-1}" = 1 ]; then
   cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$O/cmake.log" 2>&1 ||
@@ -46,20 +45,6 @@ fi
 list_rows() {  # label csv
   [ -f "$2" ] && awk -F, -v o="$1" 'NR > 1 { printf "  %-20s T %6s top_k %s %-9s | dense %.3f list %.3f (%.2fx) sorted %.3f (%.2fx)\n", o, $3, $5, $6, $7, $12, $13, $14, $15 }' "$2"
 }
-
-# The in-block index, list column, against the automatic order with the index kernels (the band
-# pass first at head dim 64).
-if want conc; then
-echo "list group pass by order:index, 12 x 64, K 8, balanced, queued 20 (ms; x dense):"
-for mode in automatic:automatic band_first:in_block; do
-  f="$O/conc64_${mode/:/_}.csv"
-  timeout 90 "$B/bench_focus_hard" --D=64 --K=8 --top_k=1,2 --groups=balanced --no-mma \
-    --T=1024,2048,4096,8192 --order=${mode%%:*} --index=${mode##*:} --queued=20 --csv="$f" \
-    >"$O/conc64_${mode/:/_}.log" 2>&1
-  list_rows "$mode" "$f"
-done
-echo "$(elapsed)"
-fi
 
 if want order; then
 echo "hard-routed forward by pass order, K 8, top_k 1, queued 20 (ms; x dense):"

@@ -36,12 +36,8 @@ constexpr int kFocusHardMaxGroups = 64;  // group bit sets are 64-bit
 // Which kernels build the index (launch_focus_hard_index): automatic = the fused kernel for rows
 // of at most 4 chunks (T <= 4096), three kernels beyond; fused / split force one (fused up to
 // kFocusHardFusedMaxChunks chunks). For A/B tests and benchmarks; the lists are the same.
-// in_block: no index kernel; each block of the wgmma list group pass builds its own group's list
-// in shared memory from the groups rows (FocusHardAttnParams::in_block_index; T up to
-// kFocusHardInBlockMaxT): for the attention op only, not launch_focus_hard_index.
-enum class FocusHardIndexPath { automatic, fused, split, in_block };
+enum class FocusHardIndexPath { automatic, fused, split };
 constexpr int kFocusHardFusedMaxChunks = 8;  // the fused kernel's limit (its shared counts)
-constexpr int kFocusHardInBlockMaxT = 8192;  // in_block's limit (the list in shared memory)
 
 struct FocusHardIndexParams {
   const int32_t* groups = nullptr;  // [B, T, top_k]
@@ -83,9 +79,6 @@ struct FocusHardAttnParams {
   // first, into the partial of slot 0 (it reads nothing of the index, so it can run beside the
   // index build and the gather), and the group pass merges it into o and lse.
   bool band_first = false;
-  // The list group pass builds its group's list itself (FocusHardIndexPath::in_block): offsets,
-  // tile_offsets, list and masks are not read (T <= kFocusHardInBlockMaxT).
-  bool in_block_index = false;
   // The order of the wgmma group passes' blocks: true = longest first over all groups (query
   // tile j descending, then group, then head; focus_hard::longest_first_tile; the sorted pass
   // with sorted_block_levels), false = head after head, each group's latest tiles first (the
@@ -113,8 +106,7 @@ void launch_focus_hard_fwd(const FocusHardAttnParams& p, Stream s);
 // the order is reversed: the caller runs launch_focus_hard_band before and makes s wait for it
 // (it reads nothing of the index: src/ops/focus_hard.cpp runs it on a second stream beside the
 // index build and the gather), and this launches the group pass alone, which merges the band's
-// partial (slot 0) into o and lse. With p.in_block_index the group pass reads no index (the
-// caller launches none). Same rows and limits as launch_focus_hard_fwd.
+// partial (slot 0) into o and lse. Same rows and limits as launch_focus_hard_fwd.
 constexpr int kFocusHardWgmmaRows = 128;
 // Keys per tile of the passes on TMA tiles (focus_hard_sorted.cu, focus_hard_band.cu).
 constexpr int kFocusHardTmaKeys = 128;

@@ -233,7 +233,6 @@ __global__ void __launch_bounds__(kChunk) hard_index_fused(const FocusHardIndexP
 void launch_focus_hard_index(const FocusHardIndexParams& p, Stream s) {
   ATTN_ASSERT(p.B > 0 && p.T > 0 && p.K >= 1 && p.K <= kFocusHardMaxGroups && p.top_k >= 1);
   ATTN_ASSERT(p.tile_rows == 64 || p.tile_rows == 128);
-  ATTN_ASSERT(p.path != FocusHardIndexPath::in_block);  // no index kernel (the op checks it)
   auto st = reinterpret_cast<cudaStream_t>(s);
   const int n_chunks = focus_hard_chunks(p.T);
   ATTN_REQUIRE(p.path != FocusHardIndexPath::fused || n_chunks <= kFusedMaxChunks,

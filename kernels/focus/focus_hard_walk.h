@@ -170,16 +170,6 @@ ATTN_FOCUS_HD bool longest_first_tile(int64_t u, int maxn, TilesFrom F, NthGroup
   return true;
 }
 
-// The in-block index (FocusHardIndexPath::in_block, focus_hard_wgmma.cu): warp w of n_warps
-// takes the 32-token chunks [*lo, *hi) of a row of T tokens, warp after warp in position order,
-// so that a group's list is warp 0's members, then warp 1's, ... (each warp's exclusive prefix
-// of the group's count is where its members start).
-ATTN_FOCUS_HD void inblock_share(int T, int n_warps, int w, int* lo, int* hi) {
-  const int chunks = (T + 31) / 32, per = (chunks + n_warps - 1) / n_warps;
-  *lo = w * per < chunks ? w * per : chunks;
-  *hi = *lo + per < chunks ? *lo + per : chunks;
-}
-
 // The longest-first order of the sorted group pass's blocks (focus_hard_sorted.cu; the list
 // pass's is longest_first_tile's use above). Block b holds the entries rows b .. of the sorted
 // list and walks the key tiles (rows entries each) from its first entry's segment start to its

@@ -56,12 +56,10 @@ constexpr int kBN = 64;
 template <int D>
 constexpr int kMinBlocks = D == 64 ? 2 : 1;
 
-// Dynamic shared memory: Q, 2 K and 2 V tiles, 1 KiB of alignment, and with the in-block index
-// the group's list (list_entries ints).
+// Dynamic shared memory: Q, 2 K and 2 V tiles, 1 KiB of alignment.
 template <int D>
-constexpr size_t smem_bytes(int list_entries = 0) {
-  return size_t(tile_bytes(kBM, D)) + 4 * size_t(tile_bytes(kBN<D>, D)) + 1024 +
-         size_t(list_entries) * 4;
+constexpr size_t smem_bytes() {
+  return size_t(tile_bytes(kBM, D)) + 4 * size_t(tile_bytes(kBN<D>, D)) + 1024;
 }
 
 // Query rows of the block and key rows of the two buffers (position -1 = none).
@@ -78,10 +76,6 @@ struct Meta {
   const int32_t* glist;    // the group's list
   int wg_lo[2], wg_hi[2];  // per warpgroup: its rows' positions lo .. hi (hi < lo: none)
   int wg_first[2];         // per warpgroup: every valid row in its first pass
-  // The in-block index (FocusHardIndexPath::in_block): per warp and group the members in the
-  // warp's share of the row (then each warp's exclusive prefix), per group the total.
-  int wcount[kThreads / 32][kFocusHardMaxGroups];
-  int gcount[kFocusHardMaxGroups];
 };
 
 #if ATTN_WGMMA_DEVICE
@@ -95,91 +89,6 @@ __device__ __forceinline__ void gather_rows(uint32_t s, const bf16* g, int64_t s
     const int j = pos(r);
     cp_async16(s + swizzled_offset<ROWS>(r, c), g + int64_t(j < 0 ? 0 : j) * stride + c * 8,
                j >= 0);
-  }
-}
-
-// The in-block index (FocusHardIndexPath::in_block), from the batch row's groups rows grow
-// ([T, top_k]); every thread of the block calls both. Loads go out 8 chunks at a time (one warp
-// walks its share's chunks in order: a chain of dependent loads would cost a round trip each).
-constexpr int kInBlockBatch = 8;
-
-// Phase 1: per warp and group the members in the warp's share (inblock_share; a token counted
-// once per distinct valid group), then per group the total into gcount and each warp's exclusive
-// prefix in place of its count. Ends on a barrier.
-template <int BN>
-__device__ __noinline__ void inblock_counts(const int32_t* grow, int T, int top_k, int K,
-                                            Meta<BN>& m) {
-  constexpr int kW = kThreads / 32;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int g = lane; g < K; g += 32) m.wcount[warp][g] = 0;
-  __syncwarp();
-  int c_lo, c_hi;
-  focus_hard::inblock_share(T, kW, warp, &c_lo, &c_hi);
-  auto load = [&](int c, int s) {
-    const int t = c * 32 + lane;
-    return c < c_hi && t < T ? __ldg(grow + int64_t(t) * top_k + s) : -1;
-  };
-  for (int c0 = c_lo; c0 < c_hi; c0 += kInBlockBatch) {
-    for (int s = 0; s < top_k; ++s) {
-      int x[kInBlockBatch];
-#pragma unroll
-      for (int u = 0; u < kInBlockBatch; ++u) {
-        x[u] = load(c0 + u, s);
-        if (x[u] >= K) x[u] = -1;
-      }
-      for (int s2 = 0; s2 < s; ++s2) {  // a group listed again in a later slot counts once
-#pragma unroll
-        for (int u = 0; u < kInBlockBatch; ++u)
-          if (load(c0 + u, s2) == x[u]) x[u] = -1;
-      }
-#pragma unroll
-      for (int u = 0; u < kInBlockBatch; ++u) {
-        const unsigned peers = __match_any_sync(0xffffffffu, x[u]);
-        if (x[u] >= 0 && __ffs(int(peers)) - 1 == lane) m.wcount[warp][x[u]] += __popc(peers);
-        __syncwarp();
-      }
-    }
-  }
-  __syncthreads();
-  for (int g = threadIdx.x; g < K; g += kThreads) {
-    int run = 0;
-    for (int w = 0; w < kW; ++w) {
-      const int n = m.wcount[w][g];
-      m.wcount[w][g] = run;
-      run += n;
-    }
-    m.gcount[g] = run;
-  }
-  __syncthreads();
-}
-
-// Phase 2: entries [0, need) of group grp's list (its members' positions, ascending) into list.
-// The caller's barrier makes them visible.
-template <int BN>
-__device__ __noinline__ void inblock_list(const int32_t* grow, int T, int top_k, int grp, int need,
-                                          const Meta<BN>& m, int* list) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  int c_lo, c_hi;
-  focus_hard::inblock_share(T, kThreads / 32, warp, &c_lo, &c_hi);
-  int base = m.wcount[warp][grp];  // where this warp's members start (uniform over the warp)
-  for (int c0 = c_lo; c0 < c_hi && base < need; c0 += kInBlockBatch) {
-    bool member[kInBlockBatch];
-#pragma unroll
-    for (int u = 0; u < kInBlockBatch; ++u) member[u] = false;
-    for (int s = 0; s < top_k; ++s) {
-#pragma unroll
-      for (int u = 0; u < kInBlockBatch; ++u) {
-        const int t = (c0 + u) * 32 + lane;
-        member[u] |= c0 + u < c_hi && t < T && __ldg(grow + int64_t(t) * top_k + s) == grp;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kInBlockBatch; ++u) {
-      const unsigned bal = __ballot_sync(0xffffffffu, member[u]);
-      const int e = base + __popc(bal & ((1u << lane) - 1u));
-      if (member[u] && e < need) list[e] = (c0 + u) * 32 + lane;
-      base += __popc(bal);
-    }
   }
 }
 
@@ -200,19 +109,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
 
   // The block's head, group and query tile j of the group's list (its list entries q0 ..), and
   // its key tiles. blockIdx.x covers max_tiles tiles x H heads (an upper bound of the row's tiles).
-  int h = 0, q0 = 0, nq = 0, grp = 0, count = 0, n_list = 0, t_begin = 0, t_end = 0;
+  int h = 0, q0 = 0, nq = 0, grp = 0, count = 0, t_begin = 0, t_end = 0;
   const int32_t* glist = nullptr;
-  const int32_t* grow = p.groups + int64_t(b) * T * p.top_k;
-  // The in-block index's list, after the tiles (smem_bytes).
-  int* slist = reinterpret_cast<int*>(
-      smem_raw + (sV + 2 * kKVBytes - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw))));
-  if (p.in_block_index) inblock_counts<BN>(grow, T, p.top_k, K, m);
   {
-    const int32_t* toff = p.in_block_index ? nullptr : p.tile_offsets + int64_t(b) * (K + 1);
-    // Group g's query tiles, from the index or the in-block counts.
-    auto ntiles = [&](int g) {
-      return p.in_block_index ? (m.gcount[g] + kBM - 1) / kBM : toff[g + 1] - toff[g];
-    };
+    const int32_t* toff = p.tile_offsets + int64_t(b) * (K + 1);
+    // Group g's query tiles.
+    auto ntiles = [&](int g) { return toff[g + 1] - toff[g]; };
     int j = 0;
     if (p.longest_first) {  // j descending over all groups, heads fastest (focus_hard_walk.h)
       const int u = int(blockIdx.x / unsigned(H));
@@ -240,24 +142,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
       j = tile - before;
     }
     q0 = j * kBM;  // list index of the first query
-    if (p.in_block_index) {
-      count = m.gcount[grp];
-      nq = min(kBM, count - q0);
-      // Only the entries up to the block's last query: later keys of the list are past every
-      // query, so -1 in their place (load_pos) leaves every score as it was.
-      n_list = q0 + nq;
-      inblock_list<BN>(grow, T, p.top_k, grp, n_list, m, slist);
-      glist = slist;  // read after the barrier below
-    } else {
-      const int32_t* offs = p.offsets + int64_t(b) * (K + 1);
-      count = offs[grp + 1] - offs[grp];
-      glist = p.list + int64_t(b) * T * p.top_k + offs[grp];
-      nq = min(kBM, count - q0);
-      n_list = count;
-    }
+    const int32_t* offs = p.offsets + int64_t(b) * (K + 1);
+    count = offs[grp + 1] - offs[grp];
+    glist = p.list + int64_t(b) * T * p.top_k + offs[grp];
+    nq = min(kBM, count - q0);
     t_end = (q0 + nq + BN - 1) / BN;
   }
-  if (p.in_block_index) __syncthreads();  // the list
   const int hk = h / (p.n_head / p.n_kv_head);
   for (int r = threadIdx.x; r < kBM; r += kThreads) {
     int pos = -1, slot = 0;
@@ -273,24 +163,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   const bf16* gq = p.q + b * p.q_batch_stride + h * D;
   gather_rows<kBM, D>(sQ, gq, p.q_row_stride, [&](int r) { return r < nq ? glist[q0 + r] : -1; });
   if (threadIdx.x == 0) {
-    m.count = n_list;
+    m.count = count;
     m.glist = glist;
   }
   // The positions of key tile t (list entries t * BN ..; -1 past the list) into kpos[t % 3], by
   // cp.async, a tile before load_kv needs them: the gathers' addresses are then in shared memory
   // when they are issued, and no thread waits on a list load inside the tile loop. Reads the block
   // scalars from shared memory (after a barrier) or the registers (the first tiles).
-  // With the in-block index the list is in shared memory: a plain copy (visible after the same
-  // barrier).
-  auto load_pos = [&](int t, int n, const int32_t* list) {
+  auto load_pos = [&](int t, int n_list, const int32_t* list) {
     if (threadIdx.x < BN) {
       const int e = t * BN + threadIdx.x;
-      if (e >= n)
-        m.kpos[t % 3][threadIdx.x] = -1;
-      else if (p.in_block_index)
-        m.kpos[t % 3][threadIdx.x] = list[e];
-      else
+      if (e < n_list)
         dev::cp_async4(&m.kpos[t % 3][threadIdx.x], list + e, true);
+      else
+        m.kpos[t % 3][threadIdx.x] = -1;
     }
   };
   // Key tile t's rows into buffer buf (its positions landed and visible: loaded before a barrier).
@@ -302,15 +188,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     gather_rows<BN, D>(sV + buf * kKVBytes, p.v + kv, p.kv_row_stride, pos);
     if (p.top_k > 1 && threadIdx.x < BN) {
       const int j = kp[threadIdx.x];
-      m.kmask[buf][threadIdx.x] =
-          j < 0 ? 0
-          : p.in_block_index
-              ? focus_hard::group_set(p.groups + (int64_t(b) * T + j) * p.top_k, p.top_k, K)
-              : p.masks[int64_t(b) * T + j];
+      m.kmask[buf][threadIdx.x] = j >= 0 ? p.masks[int64_t(b) * T + j] : 0;
     }
   };
-  if (t_begin < t_end) load_pos(t_begin, n_list, glist);
-  if (t_begin + 1 < t_end) load_pos(t_begin + 1, n_list, glist);
+  if (t_begin < t_end) load_pos(t_begin, count, glist);
+  if (t_begin + 1 < t_end) load_pos(t_begin + 1, count, glist);
   cp_async_commit();
   cp_async_wait_all();
   __syncthreads();  // the query rows of Meta, the first tiles' positions
@@ -404,12 +286,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
 
 template <int D>
 void launch(const FocusHardAttnParams& p, cudaStream_t st, unsigned blocks) {
-  // The attribute allows the largest in-block list; a launch takes what its T needs.
-  const size_t smem = smem_bytes<D>(p.in_block_index ? p.T : 0);
+  constexpr size_t smem = smem_bytes<D>();
   auto* kernel = focus_hard_wgmma_kernel<D>;
   static std::atomic<uint64_t> attributes_set{0};
-  set_max_shared_once(attributes_set, reinterpret_cast<const void*>(kernel),
-                      smem_bytes<D>(kFocusHardInBlockMaxT));
+  set_max_shared_once(attributes_set, reinterpret_cast<const void*>(kernel), smem);
   kernel<<<dim3(blocks * unsigned(p.n_head), 1, p.B), kThreads, smem, st>>>(p, int(blocks));
   CUDA_CHECK_LAUNCH();
 }
@@ -452,7 +332,6 @@ void launch_focus_hard_wgmma(const FocusHardAttnParams& p, Stream s) {
   ATTN_ASSERT(p.part_o != nullptr && p.part_lse != nullptr);
   ATTN_ASSERT(p.q_row_stride % 8 == 0 && p.kv_row_stride % 8 == 0 && p.o_row_stride % 2 == 0);
   ATTN_ASSERT(!p.band_first || p.top_k == 1);
-  ATTN_ASSERT(!p.in_block_index || (p.sorted == nullptr && p.T <= kFocusHardInBlockMaxT));
   auto st = reinterpret_cast<cudaStream_t>(s);
   if (p.sorted != nullptr) {
     launch_focus_hard_sorted_group(p, st);

@@ -25,8 +25,7 @@
 // group_first | band_first (FocusHardOrder) for the list and sorted columns (band_first: top_k 1
 // rows only; the hard column is always the automatic choice), --blocks=longest_first |
 // group_major (FocusHardBlockOrder) for the list and sorted columns and --index=automatic | fused
-// | split | in_block (FocusHardIndexPath; in_block up to T 8192, the automatic index beyond) for
-// the list column (the others take the defaults), queued 1:
+// | split (FocusHardIndexPath) for the list column (the others take the defaults), queued 1:
 // each timed sample is one call between two events, its host work before the first launch included;
 // --queued=N times N calls back to back per sample (the host runs ahead of the device, as in a
 // model's forward over its layers), the same for every column.
@@ -79,7 +78,7 @@ int g_queued = 1;
 ops::FocusHardOrder g_order = ops::FocusHardOrder::automatic;
 // --blocks=: the order of the group passes' blocks in the list and sorted columns.
 ops::FocusHardBlockOrder g_blocks = ops::FocusHardBlockOrder::longest_first;
-// --index=: which kernels build the index in the list column (in_block: none).
+// --index=: which kernels build the index in the list column.
 FocusHardIndexPath g_index = FocusHardIndexPath::automatic;
 
 // Median of reps timed samples on the context's stream after `warm` untimed calls, ms per call.
@@ -154,7 +153,7 @@ int main(int argc, char** argv) {
       if (i < 0) return 2;
       g_blocks = static_cast<ops::FocusHardBlockOrder>(i);
     } else if (std::strncmp(a, "--index=", 8) == 0) {
-      const int i = choice(prog, "--index", a + 8, {"automatic", "fused", "split", "in_block"});
+      const int i = choice(prog, "--index", a + 8, {"automatic", "fused", "split"});
       if (i < 0) return 2;
       g_index = static_cast<FocusHardIndexPath>(i);
     } else if (std::strncmp(a, "--queued=", 9) == 0) {
@@ -253,13 +252,9 @@ int main(int argc, char** argv) {
             const ops::FocusHardOrder order = tk == 1 || g_order != ops::FocusHardOrder::band_first
                                                   ? g_order
                                                   : ops::FocusHardOrder::automatic;
-            const FocusHardIndexPath index =
-                g_index != FocusHardIndexPath::in_block || T <= kFocusHardInBlockMaxT
-                    ? g_index
-                    : FocusHardIndexPath::automatic;
             auto hard_list = [&] {
               ops::focus_hard_attention_fwd(*ctx, to, tl, tq, l, tgr, K, w, 0,
-                                            ops::FocusHardKernel::wgmma, order, g_blocks, index);
+                                            ops::FocusHardKernel::wgmma, order, g_blocks, g_index);
             };
             const double list_ms =
                 ops::focus_hard_wgmma_available(D) ? time_ms(*ctx, hard_list, reps, warm) : 0.0;

@@ -56,7 +56,7 @@ def hard_4k_orders(sms=132, heads=12, K=8, T=4096, lone_rate=0.7):
           for j in reversed(range(tiles))]
     lf = group(reversed(range(tiles)))
     u_g = 49.0 / makespan_released(gm, sms, 2, lone_rate)
-    scale = lambda blocks, u, extra=0.0: [(0.0, c * u + extra) for _, c in blocks]
+    scale = lambda blocks, u: [(0.0, c * u) for _, c in blocks]
     run = lambda blocks: makespan_released(blocks, sms, 2, lone_rate)
     index, gather = 14.0, 10.0
     g_lf = run(scale(lf, u_g))
@@ -75,9 +75,6 @@ def hard_4k_orders(sms=132, heads=12, K=8, T=4096, lone_rate=0.7):
     print(f"  sorted pass alone: head after head 30.0, longest first {sorted_lf:5.1f}")
     print(f"  band first, sorted pass:      max(index + gather, band) + sorted = "
           f"{max(index + gather, 23.0) + sorted_lf:5.1f}")
-    for p in (1.0, 2.0, 4.0):  # the in-block prologue per group block, us of a whole SM
-        serial = 23.0 + run(scale(lf, u_g, extra=p))
-        print(f"  band first, in-block index (prologue {p:.0f} us), one stream: {serial:5.1f}")
     print("  (kernel time only: the launch gaps, the fork and the join are not modelled)")
 
 

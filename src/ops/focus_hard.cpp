@@ -68,10 +68,6 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
   require_tensor(op, "tile_offsets", tile_offsets, DType::i32, Shape{B, K + 1}, ctx);
   require_tensor(op, "masks", masks, DType::u32, Shape{B, T, 2}, ctx);
   check_tile_rows(op, tile_rows);
-  ATTN_REQUIRE(path != FocusHardIndexPath::in_block,
-               "%s: the in_block path builds no index here (each block of the attention's list "
-               "group pass builds its own list); use automatic, fused or split",
-               op);
   FocusHardIndexParams p;
   p.groups = groups.ptr<int32_t>();
   p.B = int(B), p.T = int(T), p.K = K, p.top_k = int(top_k);
@@ -94,15 +90,6 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
   ATTN_REQUIRE(kernel != FocusHardKernel::wgmma_sorted || top_k == 1,
                "%s: the sorted group pass (wgmma_sorted) takes top_k 1 only, got top_k %lld", kOp,
                (long long)top_k);
-  // The in-block index runs with the list group pass only.
-  plan.in_block = index == FocusHardIndexPath::in_block;
-  ATTN_REQUIRE(kernel != FocusHardKernel::wgmma_sorted || !plan.in_block,
-               "%s: the sorted group pass (wgmma_sorted) needs the index kernels, got the in_block "
-               "index",
-               kOp);
-  ATTN_REQUIRE(!plan.in_block || T <= kFocusHardInBlockMaxT,
-               "%s: the in_block index takes T up to %d (its list in shared memory), got T %lld",
-               kOp, kFocusHardInBlockMaxT, (long long)T);
   const int64_t fused_max_t = int64_t(kFocusHardFusedMaxChunks) * kFocusHardChunk;
   ATTN_REQUIRE(index != FocusHardIndexPath::fused || T <= fused_max_t,
                "%s: the fused index kernel takes T up to %lld (its counts in shared memory), got "
@@ -115,9 +102,6 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
                "%s: the wgmma kernel needs a build with sm_90a code (CMAKE_CUDA_ARCHITECTURES "
                "containing 90) and a compute capability 9.0 device",
                kOp);
-  ATTN_REQUIRE(plan.wgmma || !plan.in_block,
-               "%s: the in_block index needs the wgmma kernel (the mma kernel reads the index)",
-               kOp);
   // The group pass on the group-sorted copy of qkv: top_k 1 (the pairs sharing a group are then
   // causal runs of the sorted order); automatic from kSortedMinT tokens, below which the copy
   // costs more than it saves (H200, 12 x 64, K 8: 0.104 against 0.096 ms at T 4K, 0.182 against
@@ -125,7 +109,7 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
   constexpr int64_t kSortedMinT = 8192;
   plan.sorted = plan.wgmma && top_k == 1 &&
                 (kernel == FocusHardKernel::wgmma_sorted ||
-                 (kernel == FocusHardKernel::automatic && T >= kSortedMinT && !plan.in_block));
+                 (kernel == FocusHardKernel::automatic && T >= kSortedMinT));
   // The band pass first: automatic for the list group pass at head dim 64, where it measured
   // faster; at head dim 128 and with the sorted group pass, merging in the group pass's epilogue
   // was slower than the band pass merging last (docs/performance_variants.md, "The band pass
@@ -176,7 +160,7 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
 
   const FocusHardPlan plan = plan_focus_hard(kernel, order, index, T, top_k, l.head_dim,
                                              focus_hard_wgmma_supported(l.head_dim));
-  const bool wgmma = plan.wgmma, sorted = plan.sorted, in_block = plan.in_block;
+  const bool wgmma = plan.wgmma, sorted = plan.sorted;
   const int rows = wgmma ? kFocusHardWgmmaRows : tile_rows;
 
   // One stream-ordered workspace (one allocation per call): the index lists, then the group
@@ -184,18 +168,16 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   const int64_t n_chunks = focus_hard_chunks(int(T));
   const bool partials = wgmma || top_k > 1;
   const int64_t n_part = partials ? B * T * top_k * l.n_head : 0;
-  const int64_t n_index = in_block ? 0 : 1;  // the index arrays (none with in_block)
   size_t at = 0;
   auto carve = [&at](int64_t n, size_t size) {
     const size_t off = at;
     at += (size_t(n) * size + 255) / 256 * 256;
     return off;
   };
-  const size_t o_counts = carve(n_index * B * K * n_chunks, 4),
-               o_offs = carve(n_index * B * (K + 1), 4), o_toffs = carve(n_index * B * (K + 1), 4),
-               o_list = carve(n_index * B * T * top_k, 4), o_masks = carve(n_index * B * T, 8),
-               o_part_o = carve(n_part * l.head_dim, 4), o_part_lse = carve(n_part, 4),
-               o_sorted = carve(sorted ? B * T * l.width() : 0, 2);
+  const size_t o_counts = carve(B * K * n_chunks, 4), o_offs = carve(B * (K + 1), 4),
+               o_toffs = carve(B * (K + 1), 4), o_list = carve(B * T * top_k, 4),
+               o_masks = carve(B * T, 8), o_part_o = carve(n_part * l.head_dim, 4),
+               o_part_lse = carve(n_part, 4), o_sorted = carve(sorted ? B * T * l.width() : 0, 2);
   const StreamScratch work(at, ctx.stream);
   char* base_ws = work.as<char>();
 
@@ -203,7 +185,7 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   ip.groups = groups.ptr<int32_t>();
   ip.B = int(B), ip.T = int(T), ip.K = K, ip.top_k = int(top_k);
   ip.tile_rows = rows;
-  ip.path = in_block ? FocusHardIndexPath::automatic : index;
+  ip.path = index;
   ip.chunk_counts = reinterpret_cast<int32_t*>(base_ws + o_counts);
   ip.offsets = reinterpret_cast<int32_t*>(base_ws + o_offs);
   ip.tile_offsets = reinterpret_cast<int32_t*>(base_ws + o_toffs);
@@ -235,7 +217,6 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   p.scale = float(1.0 / std::sqrt(double(l.head_dim)));
   p.tile_rows = rows;
   p.longest_first = block_order == FocusHardBlockOrder::longest_first;
-  p.in_block_index = in_block;
   // The band pass first (FocusHardOrder): it reads nothing of the index, so the index build and
   // the gather run on a second stream beside it (launched first, so that the index's one block
   // per row starts before the band's blocks fill the GPU), and the group pass merges its partial.
@@ -244,11 +225,6 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   // has usually completed (the cross-stream signal off the critical path).
   p.band_first = plan.band_first;
   if (p.band_first) {
-    if (in_block) {  // nothing to run beside the band: two kernels on one stream, no events
-      launch_focus_hard_band(p, ctx.stream);
-      launch_focus_hard_wgmma(p, ctx.stream);
-      return;
-    }
     const SideStream side(ctx.stream);
     launch_focus_hard_index(ip, side.get());
     if (sorted) launch_focus_hard_gather(p, side.get());
@@ -257,7 +233,7 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
     launch_focus_hard_wgmma(p, ctx.stream);
     return;
   }
-  if (!in_block) launch_focus_hard_index(ip, ctx.stream);
+  launch_focus_hard_index(ip, ctx.stream);
   if (wgmma) {
     if (sorted) launch_focus_hard_gather(p, ctx.stream);
     launch_focus_hard_wgmma(p, ctx.stream);

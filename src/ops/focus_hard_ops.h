@@ -48,18 +48,18 @@ bool focus_hard_supported(const ExecContext& ctx, const Tensor& qkv, const QKVLa
 // Written (=).
 // tile_rows: the queries per attention block the tile offsets count (64 or 128). path: which
 // kernels build it (FocusHardIndexPath, kernels/focus/focus_hard.cuh; forcing fused past its
-// limit, or in_block, is an error).
+// limit is an error).
 void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& offsets,
                       const Tensor& tile_offsets, const Tensor& masks, const Tensor& groups, int K,
                       int tile_rows = 64, FocusHardIndexPath path = FocusHardIndexPath::automatic);
 
 // What focus_hard_attention_fwd runs for its options (host only, no device work; every
 // combination is checked on the CPU, tests/ops/test_focus_hard_plan.cpp): the wgmma kernel or the
-// mma kernel, the sorted or the list group pass, the order of the passes and whether the group
-// pass builds its own lists. An option that does not apply (FocusHardKernel, FocusHardOrder,
-// FocusHardIndexPath) is an error naming it. wgmma_supported: focus_hard_wgmma_available(D).
+// mma kernel, the sorted or the list group pass and the order of the passes. An option that does
+// not apply (FocusHardKernel, FocusHardOrder, FocusHardIndexPath) is an error naming it.
+// wgmma_supported: focus_hard_wgmma_available(D).
 struct FocusHardPlan {
-  bool wgmma = false, sorted = false, band_first = false, in_block = false;
+  bool wgmma = false, sorted = false, band_first = false;
 };
 FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
                               FocusHardIndexPath index, int64_t T, int64_t top_k, int head_dim,
@@ -73,9 +73,7 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
 // 64 only); 0 = the default (64); checked for every kernel, used by the mma kernel only (the wgmma
 // kernel's blocks are 128 queries). The wgmma kernel also takes B T top_k n_head (D + 1) floats
 // of partials for every top_k, and with the sorted group pass a copy of qkv (B T width bf16).
-// index: which kernels build the index (FocusHardIndexPath); in_block = none, the list group
-// pass's blocks build their lists (T <= kFocusHardInBlockMaxT; with the automatic kernel the list
-// pass is then taken at every T; with the mma or sorted kernel an error).
+// index: which kernels build the index (FocusHardIndexPath).
 void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
                               const Tensor& qkv, const QKVLayout& layout, const Tensor& groups,
                               int K, int local_window, int tile_rows = 0,

@@ -142,21 +142,17 @@ void run_case(const Case& c) {
   // kernel with 64 and (head dim 64) 128 queries per block, and the wgmma kernel where available
   // with its group pass on rows gathered per tile and (top_k 1) on the group-sorted copy, each
   // (top_k 1) with either order of its passes, and the list group pass with its blocks group
-  // after group (the same blocks in another order: bitwise the same output), and the list group
-  // pass with the in-block index (each block its own list: the same lists, so bitwise the same
-  // output as with the index kernels).
+  // after group (the same blocks in another order: bitwise the same output).
   struct Variant {
     const char* name;
     int rows;
     ops::FocusHardKernel kernel;
     ops::FocusHardOrder order;
     ops::FocusHardBlockOrder blocks = ops::FocusHardBlockOrder::longest_first;
-    FocusHardIndexPath index = FocusHardIndexPath::automatic;
   };
   using Kernel = ops::FocusHardKernel;
   using Order = ops::FocusHardOrder;
   constexpr auto kLongest = ops::FocusHardBlockOrder::longest_first;
-  constexpr auto kInBlock = FocusHardIndexPath::in_block;
   const Variant variants[] = {
       {"mma 64 rows", 64, Kernel::mma, Order::automatic},
       {"mma 128 rows", 128, Kernel::mma, Order::automatic},
@@ -169,13 +165,9 @@ void run_case(const Case& c) {
       {"wgmma sorted, group-major blocks", 0, Kernel::wgmma_sorted, Order::automatic,
        ops::FocusHardBlockOrder::group_major},
       {"wgmma sorted, group first", 0, Kernel::wgmma_sorted, Order::group_first},
-      {"wgmma sorted, band first", 0, Kernel::wgmma_sorted, Order::band_first},
-      {"wgmma, in-block index", 0, Kernel::wgmma, Order::automatic, kLongest, kInBlock},
-      {"wgmma, in-block index, group-major blocks", 0, Kernel::wgmma, Order::automatic,
-       ops::FocusHardBlockOrder::group_major, kInBlock}};
-  // Per kernel and order, the output of its variant with longest-first blocks and the index
-  // kernels ("wgmma", "wgmma sorted"), which the other block order and the in-block index must
-  // equal bitwise.
+      {"wgmma sorted, band first", 0, Kernel::wgmma_sorted, Order::band_first}};
+  // Per kernel and order, the output of its variant with longest-first blocks ("wgmma", "wgmma
+  // sorted"), which the other block order must equal bitwise.
   std::map<std::pair<int, int>, std::pair<std::vector<float>, std::vector<float>>> reference;
   for (const Variant& v : variants) {
     if (v.rows == 128 && c.D != 64) continue;
@@ -186,7 +178,7 @@ void run_case(const Case& c) {
     go.poison();
     gl.poison();
     ops::focus_hard_attention_fwd(*gpu, dev(go, os), dev(gl, ls), dev(gq, qs), l, dev(ggr, grs),
-                                  c.K, c.w, v.rows, v.kernel, v.order, v.blocks, v.index);
+                                  c.K, c.w, v.rows, v.kernel, v.order, v.blocks);
     const std::vector<float> o_v = go.download(), lse_v = gl.download();
     EXPECT_LT(
         test::report("focus hard (direct) out vs fp32 reference", test::max_rel_error(o_v, out)),
@@ -195,13 +187,11 @@ void run_case(const Case& c) {
               std::max(1e-4, 2 * e_plain_lse));
     if (v.kernel != Kernel::mma) {
       const auto key = std::make_pair(int(v.kernel), int(v.order));
-      if (v.blocks == kLongest && v.index == FocusHardIndexPath::automatic) {
+      if (v.blocks == kLongest) {
         reference[key] = {o_v, lse_v};
       } else if (reference.count(key) != 0) {
-        EXPECT_EQ(o_v, reference[key].first)
-            << "the block order or the in-block index changed the output";
-        EXPECT_EQ(lse_v, reference[key].second)
-            << "the block order or the in-block index changed lse";
+        EXPECT_EQ(o_v, reference[key].first) << "the block order changed the output";
+        EXPECT_EQ(lse_v, reference[key].second) << "the block order changed lse";
       } else {
         ADD_FAILURE() << "no reference variant before " << v.name;
       }
@@ -251,11 +241,10 @@ TEST(FocusHardCuda, WgmmaSplitMatchesTheMaskedReference) {
   // A token naming a group twice (the pair counts once; one partial per distinct group).
   run_case({64, 1000, 8, 2, 37, 2, Groups::duplicates});
   run_case({128, 700, 4, 3, 0, 4, Groups::duplicates});
-  // The in-block index at its limit (a list of 8192 positions in shared memory), both head dims.
+  // 8192 tokens, both head dims (for top_k 1 the automatic group pass is the sorted one here).
   run_case({64, 8192, 8, 2, 128, 4, Groups::balanced});
   run_case({128, 8192, 8, 1, 37, 2, Groups::unbalanced});
-  // More than 32 groups: the group sets' high word (the longest-first decode's high ballot, the
-  // in-block counts past lane 31).
+  // More than 32 groups: the group sets' high word (the longest-first decode's high ballot).
   run_case({64, 1000, 40, 3, 37, 2, Groups::unbalanced});
   run_case({128, 700, 64, 2, 128, 4, Groups::duplicates});
 }
@@ -471,22 +460,9 @@ TEST(FocusHard, RejectsBadArguments) {
       [&] {
         ops::focus_hard_attention_fwd(*gpu, dev(dout, {2, 3, 64}), dev(dl, {2, 1, 3}),
                                       dev(dq, {2, 3, 192}), l, dev(dgr, {2, 3, 2}), 8, 128, 0,
-                                      ops::FocusHardKernel::mma, ops::FocusHardOrder::automatic,
-                                      ops::FocusHardBlockOrder::longest_first,
-                                      FocusHardIndexPath::in_block);
+                                      ops::FocusHardKernel::mma, ops::FocusHardOrder::band_first);
       },
-      {"the in_block index needs the wgmma kernel"});
-  {
-    DeviceInts list(std::vector<int32_t>(2 * 3 * 2)), offs(std::vector<int32_t>(2 * 9)),
-        toffs(std::vector<int32_t>(2 * 9)), masks(std::vector<int32_t>(2 * 3 * 2));
-    test::expect_error(
-        [&] {
-          ops::focus_hard_index(*gpu, dev(list, {2, 6}), dev(offs, {2, 9}), dev(toffs, {2, 9}),
-                                Tensor(masks.ptr(), DType::u32, Device::cuda, Shape{2, 3, 2}),
-                                dev(dgr, {2, 3, 2}), 8, 64, FocusHardIndexPath::in_block);
-        },
-        {"focus_hard_index", "in_block path builds no index here"});
-  }
+      {"band pass first", "the mma kernel"});
   if (!ops::focus_hard_wgmma_available(64)) {
     test::expect_error(
         [&] {

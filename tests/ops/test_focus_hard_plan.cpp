@@ -21,7 +21,7 @@ constexpr FocusHardKernel kKernels[] = {FocusHardKernel::automatic, FocusHardKer
 constexpr FocusHardOrder kOrders[] = {FocusHardOrder::automatic, FocusHardOrder::group_first,
                                       FocusHardOrder::band_first};
 constexpr FocusHardIndexPath kIndex[] = {FocusHardIndexPath::automatic, FocusHardIndexPath::fused,
-                                         FocusHardIndexPath::split, FocusHardIndexPath::in_block};
+                                         FocusHardIndexPath::split};
 
 TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
   int plans = 0, errors = 0;
@@ -50,10 +50,8 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                 EXPECT_TRUE(!plan.wgmma || supported);
                 EXPECT_TRUE(!plan.sorted || (plan.wgmma && top_k == 1));
                 EXPECT_TRUE(!plan.band_first || (plan.wgmma && top_k == 1));
-                EXPECT_TRUE(!plan.in_block || (plan.wgmma && !plan.sorted && T <= 8192));
                 EXPECT_TRUE(index != FocusHardIndexPath::fused || T <= 8192);
                 // What was asked for is what runs.
-                EXPECT_EQ(plan.in_block, index == FocusHardIndexPath::in_block);
                 if (order == FocusHardOrder::band_first) {
                   EXPECT_TRUE(plan.band_first);
                 }
@@ -74,7 +72,7 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                 // list group pass at head dim 64 with top_k 1.
                 if (kernel == FocusHardKernel::automatic) {
                   EXPECT_EQ(plan.wgmma, supported);
-                  EXPECT_EQ(plan.sorted, supported && top_k == 1 && T >= 8192 && !plan.in_block);
+                  EXPECT_EQ(plan.sorted, supported && top_k == 1 && T >= 8192);
                 }
                 if (order == FocusHardOrder::automatic) {
                   EXPECT_EQ(plan.band_first, plan.wgmma && top_k == 1 && !plan.sorted && D == 64);
@@ -87,25 +85,13 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
 // The errors a user meets, by the option that does not apply.
 TEST(FocusHardPlan, OptionsThatDoNotApplyNameThemselves) {
   using ops::plan_focus_hard;
-  const auto in_block = FocusHardIndexPath::in_block, automatic = FocusHardIndexPath::automatic;
+  const auto automatic = FocusHardIndexPath::automatic;
   test::expect_error(
       [&] {
         plan_focus_hard(FocusHardKernel::wgmma_sorted, FocusHardOrder::automatic, automatic, 64, 2,
                         64, true);
       },
       {"sorted group pass (wgmma_sorted) takes top_k 1 only", "2"});
-  test::expect_error(
-      [&] {
-        plan_focus_hard(FocusHardKernel::wgmma_sorted, FocusHardOrder::automatic, in_block, 64, 1,
-                        64, true);
-      },
-      {"sorted group pass", "in_block"});
-  test::expect_error(
-      [&] {
-        plan_focus_hard(FocusHardKernel::automatic, FocusHardOrder::automatic, in_block, 8193, 1,
-                        64, true);
-      },
-      {"in_block index takes T up to 8192", "8193"});
   test::expect_error(
       [&] {
         plan_focus_hard(FocusHardKernel::automatic, FocusHardOrder::automatic,
@@ -118,11 +104,6 @@ TEST(FocusHardPlan, OptionsThatDoNotApplyNameThemselves) {
                         false);
       },
       {"wgmma kernel needs a build with sm_90a code"});
-  test::expect_error(
-      [&] {
-        plan_focus_hard(FocusHardKernel::mma, FocusHardOrder::automatic, in_block, 64, 1, 64, true);
-      },
-      {"the in_block index needs the wgmma kernel"});
   test::expect_error(
       [&] {
         plan_focus_hard(FocusHardKernel::mma, FocusHardOrder::band_first, automatic, 64, 1, 64,

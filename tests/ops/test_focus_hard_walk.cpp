@@ -207,44 +207,6 @@ void replay_sorted_group(const std::vector<uint64_t>& mask, int T, int K, int bn
 }
 
 // The split schedule with the sorted group pass (top_k 1) when `sorted`, else the list group pass.
-// Group g's list as the in-block index builds it (focus_hard_wgmma.cu, inblock_counts and
-// inblock_list with 8 warps): each warp's share of the row (inblock_share), its count of g's
-// members (per slot, a group repeated from an earlier slot or out of range not counted), the
-// warps' exclusive prefix, then each warp's members in order from its prefix.
-std::vector<int> inblock_list_model(const std::vector<int32_t>& groups, int T, int K, int tk,
-                                    int g) {
-  constexpr int kWarps = 8;
-  auto row = [&](int t) { return groups.data() + size_t(t) * tk; };
-  int prefix[kWarps + 1] = {0};
-  for (int w = 0; w < kWarps; ++w) {
-    int lo, hi, n = 0;
-    focus_hard::inblock_share(T, kWarps, w, &lo, &hi);
-    for (int t = lo * 32; t < hi * 32 && t < T; ++t)
-      for (int s = 0; s < tk; ++s) {
-        int x = row(t)[s] >= K ? -1 : row(t)[s];
-        for (int s2 = 0; s2 < s; ++s2)
-          if (row(t)[s2] == x) x = -1;
-        n += x == g;
-      }
-    prefix[w + 1] = prefix[w] + n;
-  }
-  std::vector<int> list(prefix[kWarps], -1);
-  for (int w = 0; w < kWarps; ++w) {
-    int lo, hi, e = prefix[w];
-    focus_hard::inblock_share(T, kWarps, w, &lo, &hi);
-    for (int t = lo * 32; t < hi * 32 && t < T; ++t) {
-      bool member = false;
-      for (int s = 0; s < tk; ++s) member = member || row(t)[s] == g;
-      if (member) {
-        EXPECT_LT(e, prefix[w + 1]) << "warp " << w << " overruns its share of group " << g;
-        if (e < prefix[w + 1]) list[e] = t;
-        ++e;
-      }
-    }
-  }
-  return list;
-}
-
 void replay_split(const WalkCase& c, int bn, int band_bn, bool sorted = false) {
   SCOPED_TRACE(testing::Message() << "split: T " << c.T << " K " << c.K << " top_k " << c.top_k
                                   << " w " << c.w << " kind " << c.kind << " bn " << bn
@@ -265,7 +227,6 @@ void replay_split(const WalkCase& c, int bn, int band_bn, bool sorted = false) {
     std::vector<int> list;
     for (int t = 0; t < T; ++t)
       if ((mask[t] >> g) & 1) list.push_back(t);
-    ASSERT_EQ(inblock_list_model(groups, T, K, tk, g), list) << "the in-block list of group " << g;
     const int count = int(list.size());
     for (int q0 = 0; q0 < count; q0 += rows) {
       const int nq = std::min(rows, count - q0), n_tiles = (q0 + nq + bn - 1) / bn;
@@ -343,8 +304,7 @@ void replay_split(const WalkCase& c, int bn, int band_bn, bool sorted = false) {
   }
 }
 
-// Also: the in-block index's lists equal the index's, and the band pass's merge reads the group
-// partials that were written.
+// Also: the band pass's merge reads the group partials that were written.
 TEST(FocusHardWalk, WgmmaSplitTakesEveryAttendedPairOnce) {
   for (int T : {1, 127, 129, 1000})
     for (int K : {1, 4, 8, 64})
@@ -471,23 +431,6 @@ TEST(FocusHardWalk, NthMemberIsTheOthSetBitAscending) {
       ++o;
     }
   }
-}
-
-// The in-block index's warp shares: whole 32-token chunks, warp after warp, covering the row once
-// (the lengths where chunks divide unevenly or leave warps without a share, up to its limit).
-TEST(FocusHardWalk, InBlockSharesCoverTheRowInOrder) {
-  for (int T : {1, 31, 32, 33, 129, 1000, 4096, 8191, kFocusHardInBlockMaxT})
-    for (int warps : {1, 8}) {
-      int next = 0;
-      for (int w = 0; w < warps; ++w) {
-        int lo, hi;
-        focus_hard::inblock_share(T, warps, w, &lo, &hi);
-        EXPECT_EQ(lo, next) << "T " << T << " warp " << w;
-        EXPECT_LE(lo, hi) << "T " << T << " warp " << w;
-        next = hi;
-      }
-      EXPECT_EQ(next, (T + 31) / 32) << "T " << T;
-    }
 }
 
 TEST(FocusHardWalk, LongestFirstOrderCoversEveryBlockOnceLongestFirst) {
