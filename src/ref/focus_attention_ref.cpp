@@ -128,7 +128,9 @@ void focus_attention_fwd_ref(const P& p) {
 // pair the rest (additive: exp(s - lse)(dP - delta), i.e. dlogit / (a + eps); multiplicative:
 // dlogit s gate_scale sig (1 - sig); hard: the straight-through exp(s - lse)(dP - delta)).
 // dg gathers a task's contributions in its own buffer; the buffers are added in task order.
-void focus_attention_bwd_ref(const P& p) {
+// bf16_da: each dA rounded to bf16 before the dg products (focus_attention_bwd_bf16_da_ref).
+namespace {
+void focus_attention_bwd(const P& p, bool bf16_da) {
   check(p);
   ATTN_REQUIRE(p.pos == 0, "focus attention: the backward runs from position 0, got %d", p.pos);
   const int T = p.seq_len, H = p.n_head, D = p.D, K = p.K, group = p.n_head / p.n_kv_head;
@@ -179,6 +181,7 @@ void focus_attention_bwd_ref(const P& p) {
                 }
               }
             }
+            if (bf16_da) da = double(__bfloat162float(__float2bfloat16_rn(float(da))));
             if (dg && da != 0.0) {
               const float* gi = p.g + b * p.g_batch_stride + int64_t(t) * K;
               const float* gj = p.g + b * p.g_batch_stride + int64_t(j) * K;
@@ -220,5 +223,10 @@ void focus_attention_bwd_ref(const P& p) {
       p.dg[b * int64_t(T) * K + e] = float(s);
     }
 }
+}  // namespace
+
+void focus_attention_bwd_ref(const P& p) { focus_attention_bwd(p, false); }
+
+void focus_attention_bwd_bf16_da_ref(const P& p) { focus_attention_bwd(p, true); }
 
 }  // namespace attnlab

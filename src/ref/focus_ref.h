@@ -19,5 +19,8 @@ void focus_scores_bwd_ref(const FocusScoresParams<float>& p);
 
 void focus_attention_fwd_ref(const FocusAttentionParams<float>& p);
 void focus_attention_bwd_ref(const FocusAttentionParams<float>& p);
+// The backward with each pair's dA rounded to bf16 before the dg products: the precision of the
+// wgmma backward's dg (bf16 dA times g hi + lo), the same-precision reference of its dg bound.
+void focus_attention_bwd_bf16_da_ref(const FocusAttentionParams<float>& p);
 
 }  // namespace attnlab

@@ -9,7 +9,9 @@
 // no dense counterpart (the tiled kernel splits dA and g into bf16 hi + lo, about fp32; its
 // inputs carry the bf16 rounding of the outputs), so its bound also takes the dense dqkv error.
 // The hard gate's backward also runs on the wgmma kernel (FocusWgmmaCuda.HardBackward*, below),
-// held to the same bounds: its dA and dg products are the additive gate's (fused layout test).
+// held to the same bounds, its dg also to 2x the error of its own same-precision reference (the
+// CPU backward with each dA rounded to bf16, as its dg products take it: the products are the
+// additive gate's, fused layout test).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -144,12 +146,20 @@ void run_case(const TiledCase& c, ops::FocusSoftKernel kernel = ops::FocusSoftKe
   const double b_out = std::max(2 * std::max(plain.out, dense_out_err), kBf16Ulp);
   const double b_lse = std::max(2 * std::max(plain.lse, dense_lse_err), 1e-5);
   const double b_dqkv = std::max(2 * std::max(plain.dqkv, dense_dqkv_err), kBf16Ulp);
-  const double b_dg = std::max(2 * std::max(plain.dg, dense_dqkv_err), kBf16Ulp);
+  // The wgmma backward's dg also takes its own same-precision reference: the CPU backward with
+  // each dA rounded to bf16.
+  double e_bf16_da = 0;
+  if (kernel == ops::FocusSoftKernel::wgmma && c.with_dg) {
+    e_bf16_da = test::max_rel_error(
+        test::focus_dg_bf16_da(qkv, dout, out_r, lse, l, B, T, g, K, gate, groups.data(), tk), dg);
+  }
+  const double b_dg = std::max(2 * std::max({plain.dg, dense_dqkv_err, e_bf16_da}), kBf16Ulp);
   std::printf(
       "  [focus %s] gate %d D %d T %d w %d K %d: out %.2e (bound %.2e) lse %.2e (%.2e) "
-      "dqkv %.2e (%.2e) dg %.2e (%.2e)\n",
+      "dqkv %.2e (%.2e) dg %.2e (%.2e; plain %.2e dense %.2e bf16 dA %.2e)\n",
       kernel == ops::FocusSoftKernel::wgmma ? "wgmma" : "tiled", int(c.kind), D, T, c.local_window,
-      K, got.out, b_out, got.lse, b_lse, got.dqkv, b_dqkv, got.dg, b_dg);
+      K, got.out, b_out, got.lse, b_lse, got.dqkv, b_dqkv, got.dg, b_dg, plain.dg, dense_dqkv_err,
+      e_bf16_da);
   EXPECT_LE(got.out, b_out);
   EXPECT_LE(got.lse, b_lse);
   EXPECT_LE(got.dqkv, b_dqkv);

@@ -5,11 +5,11 @@
 // Tolerance as tests/cuda/test_focus_tiled_cuda.cpp (STYLE.md: 2x a same-precision reference):
 // the plain per-row bf16 Focus kernel and the dense bf16 attention kernels are compared with their
 // CPU references on the same inputs, the bound of each output is 2x the larger error, at least
-// one bf16 ulp (2^-8) for bf16 outputs and 1e-5 for lse; dg also takes the dense dqkv error: the
+// one bf16 ulp (2^-8) for bf16 outputs and 1e-5 for lse; dg also takes the dense dqkv error (the
 // backward's bf16 dA times a ~16-bit g (g hi + lo) is the precision of the dense kernels'
-// dK = dS^T Q (bf16 dS times an exact operand), and the CPU emulation
-// (tests/ops/test_focus_wgmma_fused_layout.cpp) puts it within that reference's error. g is a
-// softmax of random scores (as the model's assignment).
+// dK = dS^T Q, bf16 dS times an exact operand) and its own same-precision reference's: the CPU
+// backward with each dA rounded to bf16 (test::focus_dg_bf16_da). g is a softmax of random scores
+// (as the model's assignment).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -159,13 +159,16 @@ void run_case(const WgmmaCase& c) {
   const double b_out = std::max(b16_out, 2 * e16_out);
   const double b_lse = std::max(b16_lse, 2 * e16_lse);
   const double b_dqkv = std::max(2 * std::max(e_plain[2], dense_dqkv_err), kBf16Ulp);
-  const double b_dg = std::max(2 * std::max(e_plain[3], dense_dqkv_err), kBf16Ulp);
+  // dg's own same-precision reference: the CPU backward with each dA rounded to bf16.
+  const double e_bf16_da = test::max_rel_error(
+      test::focus_dg_bf16_da(qkv, dout, out_r, ref.lse, l, B, T, g, K, gate), ref.dg);
+  const double b_dg = std::max(2 * std::max({e_plain[3], dense_dqkv_err, e_bf16_da}), kBf16Ulp);
   std::printf(
       "  [focus wgmma] D %d T %d w %d K %d: out %.2e (bound %.2e, tiled %.2e) lse %.2e (%.2e, "
-      "%.2e) dqkv %.2e (%.2e, %.2e) dg %.2e (%.2e, %.2e); fp16-operand reference: out %.2e lse "
-      "%.2e from exact, kernel from it out %.2e lse %.2e\n",
+      "%.2e) dqkv %.2e (%.2e, %.2e) dg %.2e (%.2e, %.2e; bf16 dA %.2e); fp16-operand reference: "
+      "out %.2e lse %.2e from exact, kernel from it out %.2e lse %.2e\n",
       D, T, c.local_window, K, e_got[0], b_out, e_other[0], e_got[1], b_lse, e_other[1], e_got[2],
-      b_dqkv, e_other[2], e_got[3], b_dg, e_other[3], e16_out, e16_lse,
+      b_dqkv, e_other[2], e_got[3], b_dg, e_other[3], e_bf16_da, e16_out, e16_lse,
       test::max_rel_error(got.out, out16), test::max_rel_error(got.lse, lse16));
   EXPECT_LE(e_got[0], b_out);
   EXPECT_LE(e_got[1], b_lse);

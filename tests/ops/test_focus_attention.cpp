@@ -1,8 +1,8 @@
 // Focus two-level attention (kernels/focus/focus_attention.cuh) on the CPU: finite differences of
 // both soft gates through q, k, v and g; equality with dense attention where the gate cannot act
 // (w >= T, K = 1); hard routing against a dense reference with the explicit mask (GQA, top_k 2,
-// unbalanced and empty groups, odd lengths); the straight-through backward; decoding against
-// the full forward.
+// unbalanced and empty groups, odd lengths); the straight-through backward and its bf16-dA
+// reference; decoding against the full forward.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "cuda/focus_test_params.h"
 #include "ops/focus_ops.h"
 #include "ops/ops.h"
 #include "test_util.h"
@@ -188,6 +189,23 @@ TEST(FocusAttention, HardGateBackwardIsExactForQKVAndStraightThroughForG) {
     norm += std::fabs(x);
   }
   EXPECT_GT(norm, 1e-3);
+}
+
+// The wgmma dg's same-precision reference (focus_attention_bwd_bf16_da_ref): dg from bf16-rounded
+// dA differs from the exact reference's, by about the bf16 rounding; additive and hard gates.
+TEST(FocusAttention, Bf16DaReferenceRoundsDg) {
+  for (FocusGateKind kind : {FocusGateKind::additive, FocusGateKind::hard}) {
+    SCOPED_TRACE(int(kind));
+    Case c(2, 40, 2, 1, 8, 4, 2);
+    const FocusGateParams gate = gate_of(kind, 3);
+    const std::vector<float> w = test::random_vector(c.out.size(), 5);
+    const std::vector<float> dg = c.backward(gate, w).second;
+    const std::vector<float> dg16 = test::focus_dg_bf16_da(
+        c.qkv, w, c.out, c.lse, c.layout, c.B, c.T, c.g, c.K, gate, c.groups.data(), c.top_k);
+    const double err = test::max_rel_error(dg16, dg);
+    EXPECT_GT(err, 1e-5);  // rounded
+    EXPECT_LT(err, 1e-2);  // about 2^-9 per product
+  }
 }
 
 // Decoding a chunk at a time against a cache equals the rows of the full forward, every gate.
