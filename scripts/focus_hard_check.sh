@@ -11,8 +11,10 @@
 # Environment: HARD_T (lengths of the order section, default 1024,2048,4096,8192,16384), NCU=0
 # skips ncu, BUILD=0 uses the binaries already in build_dir (built elsewhere for sm_90), TESTS=0
 # skips the tests (a second call on a tree whose tests passed), SECTIONS picks the benchmark
-# sections (a comma list of order, blocks, soft, hardtrain, assign; all by default): a call is at
-# most 600 s, so the first call (build, tests) may not reach the last.
+# sections (a comma list of ab, order, blocks, soft, hardtrain, assign; all by default; ab runs
+# only with BASE_BIN, a directory of another revision's binaries): a call is at most 600 s, so the
+# first call (build, tests) may not reach the last. scripts/pack_device_binaries.sh builds the
+# binaries here for BUILD=0 (and BASE_BIN's with BASE=<rev>).
 # Then set the automatic order (src/ops/focus_hard.cpp) from the tables. Every step has a time
 # limit (tests 240 s, each benchmark 90 s), so a hang costs one step, not the call.
 set -uo pipefail
@@ -23,7 +25,7 @@ mkdir -p "$O"
 T=${HARD_T:-1024,2048,4096,8192,16384}
 t0=$(date +%s)
 elapsed() { echo "[$(($(date +%s) - t0)) s]"; }
-# SECTIONS: a comma list of order, blocks, soft, hardtrain, assign (default all).
+# SECTIONS: a comma list of ab, order, blocks, soft, hardtrain, assign (default all).
 want() { [[ ",${SECTIONS:-all}," == *",all,"* || ",${SECTIONS:-all}," == *",$1,"* ]]; }
 if [ "${BUILD:-1}" = 1 ]; then
   cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$O/cmake.log" 2>&1 ||
@@ -45,6 +47,26 @@ fi
 list_rows() {  # label csv
   [ -f "$2" ] && awk -F, -v o="$1" 'NR > 1 { printf "  %-20s T %6s top_k %s %-9s | dense %.3f list %.3f (%.2fx) sorted %.3f (%.2fx)\n", o, $3, $5, $6, $7, $12, $13, $14, $15 }' "$2"
 }
+
+# A/B: this tree's bench_focus_hard against BASE_BIN's (another revision's binaries, e.g. from
+# scripts/pack_device_binaries.sh with BASE=<rev>), alternating, twice each, in this process
+# order; the list and sorted columns are the group passes under test.
+if [ -n "${BASE_BIN:-}" ] && want ab; then
+  echo "A/B hard-routed forward (base: $BASE_BIN; queued 20, ms):"
+  for rep in 1 2; do
+    for side in base new; do
+      bin="$B/bench_focus_hard"
+      [ $side = base ] && bin="$BASE_BIN/bench_focus_hard"
+      for args in "--D=64 --top_k=1,2 --T=1024,2048,4096,8192" "--D=128 --H=8 --top_k=1 --T=4096,16384"; do
+        # shellcheck disable=SC2086
+        timeout 90 "$bin" $args --K=8 --groups=balanced --no-mma --queued=20 --csv="$O/ab.csv" \
+          >"$O/ab.log" 2>&1
+        list_rows "$side D${args:4:3}" "$O/ab.csv"
+      done
+    done
+  done
+  echo "$(elapsed)"
+fi
 
 if want order; then
 echo "hard-routed forward by pass order, K 8, top_k 1, queued 20 (ms; x dense):"

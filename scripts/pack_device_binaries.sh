@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the GPU test and benchmark binaries on this (CPU) machine and packs them for a device
+# call, so the call spends no device time building (the device tool's 30 minutes are the scarce
+# resource; a device build of these takes minutes of it). Same flags as a device build
+# (Release, CMAKE_CUDA_ARCHITECTURES 90: sm_90 plus the sm_90a wgmma objects). The binaries link
+# this machine's libyaml-cpp, which the device lacks (it has another soname), so the library
+# goes in the pack too.
+# Usage (repo root): scripts/pack_device_binaries.sh [out_dir] [build_dir]
+#   out_dir (default .prebuilt, git-ignored there): bin.tar.xz, the yaml-cpp library, and with
+#   BASE=<git rev> base.tar.xz, the same binaries built from that revision (a worktree in
+#   /tmp) for an A/B in the same call.
+# Environment: TARGETS (default: attnlab_tests and the Focus benchmarks and bench_train).
+# On the device (carry out_dir):
+#   mkdir -p build-device && tar -C build-device -xJf .prebuilt/bin.tar.xz
+#   export LD_LIBRARY_PATH=$PWD/.prebuilt
+#   BUILD=0 bash scripts/focus_hard_check.sh build-device   (BASE_BIN=build-base: A/B section)
+# Tests that read the source tree (ATTNLAB_SOURCE_DIR) fail there: run the GPU filters.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-.prebuilt}
+build=${2:-build-pack}
+targets=${TARGETS:-attnlab_tests bench_focus_hard bench_focus_soft bench_focus_assign bench_train}
+mkdir -p "$out"
+
+pack() {  # src_dir build_dir tarball
+  cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+  # shellcheck disable=SC2086
+  cmake --build "$2" -j"$(nproc)" --target $targets >/dev/null
+  # shellcheck disable=SC2086
+  (cd "$2" && tar -cJf - $targets) >"$3"
+  echo "packed $3 ($(du -h "$3" | cut -f1)): $targets"
+}
+pack . "$build" "$out/bin.tar.xz"
+if [ -n "${BASE:-}" ]; then
+  wt=/tmp/attnlab-pack-base
+  rm -rf "$wt"
+  git worktree prune
+  git worktree add -q --detach "$wt" "$BASE"
+  pack "$wt" "$wt/build-pack" "$out/base.tar.xz"
+  git worktree remove --force "$wt"
+fi
+lib=$(ldd "$build/attnlab_tests" | awk '/libyaml-cpp/ { print $3 }')
+cp -L "$lib" "$out/"
+echo "with $(basename "$lib"); carry $out (limit 64 MiB: $(du -sh "$out" | cut -f1))"
