@@ -7,7 +7,7 @@
 //   additive        P = e (a + eps)        dS = P dd       dA = e dd
 //   multiplicative  P = exp(s sg - lse)    dS = P dd sg    dA = P dd s scale_g sg (1 - sg)
 //                   (sg = sigmoid(scale_g a + bias_g))
-//   hard            P = e m                dS = P dd       dA = e dd (straight through)
+//   hard            P = e m                dS = P dd       dA = min(e, 1) dd (straight through)
 // local pairs: P = e, dS = P dd, dA = 0. dV += P^T dO, dK += dS^T Q, dQ += dS K (atomics),
 // dg_i += sum_j dA_ij g_j, dg_j += sum_i dA_ij g_i (dA^T in shared memory as bf16 hi + lo parts,
 // products hi.hi + hi.lo + lo.hi: about fp32 accuracy; fp32 atomics).
@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(kThreads)
           } else {
             P = (sMk[kr] & sMq[buf * kQ + qc]) != 0 ? e : 0.f;
             ds = P * dd;
-            da = e * dd;
+            da = fminf(e, 1.f) * dd;
           }
           pt[nt][c] = P;
           dpt[nt][c] = ds;

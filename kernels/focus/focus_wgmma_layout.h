@@ -204,16 +204,17 @@ ATTN_FWL_FN void gate_chunk_hard(float (&s)[kVals], const unsigned (&mk)[2],
   });
 }
 
-// gate_chunk_da for the hard gate: on the distant pairs da = s (dp - delta) (s = exp(score - lse),
-// the mask's straight-through gradient), then s = 0 where the pair shares no group; elsewhere
-// da = 0 and s stays.
+// gate_chunk_da for the hard gate: on the distant pairs da = min(s, 1) (dp - delta) (s =
+// exp(score - lse): the mask's straight-through gradient, its weight bounded by 1 since a masked
+// pair's s is not a probability), then s = 0 where the pair shares no group; elsewhere da = 0 and
+// s stays.
 template <int kVals>
 ATTN_FWL_FN void gate_chunk_hard_da(float (&s)[kVals], float (&da)[2][4], const float (&dp)[kVals],
                                     const unsigned (&mk)[2], const unsigned (&mq)[2][2],
                                     const float (&dl)[2][2], int chunk, int row0, int col0, int w) {
   for (auto& t : da) t[0] = t[1] = t[2] = t[3] = 0.f;
   for_each_distant(chunk, row0, col0, w, [&](int n, int c, int i) {
-    da[n][c] = s[i] * (dp[i] - dl[n][c & 1]);
+    da[n][c] = (s[i] < 1.f ? s[i] : 1.f) * (dp[i] - dl[n][c & 1]);
     if (!chunk_shares(mk, mq, n, c)) s[i] = 0.f;
   });
 }

@@ -126,7 +126,8 @@ void focus_attention_fwd_ref(const P& p) {
 // Per (batch, kv head) task, as the dense reference: P = exp(logit - lse), dP = dout . v,
 // dlogit = P (dP - delta); the score gets dlogit times d logit / d s, the affinity of a distant
 // pair the rest (additive: exp(s - lse)(dP - delta), i.e. dlogit / (a + eps); multiplicative:
-// dlogit s gate_scale sig (1 - sig); hard: the straight-through exp(s - lse)(dP - delta)).
+// dlogit s gate_scale sig (1 - sig); hard: the straight-through min(exp(s - lse), 1)(dP - delta),
+// docs/focus.md: a masked pair's exp(s - lse) is not a probability and is unbounded).
 // dg gathers a task's contributions in its own buffer; the buffers are added in task order.
 // bf16_da: each dA rounded to bf16 before the dg products (focus_attention_bwd_bf16_da_ref).
 namespace {
@@ -170,8 +171,10 @@ void focus_attention_bwd(const P& p, bool bf16_da) {
             if (t - j > p.gate.local_window) {
               switch (p.gate.kind) {
                 case FocusGateKind::additive:
-                case FocusGateKind::hard:
                   da = std::exp(s - lse) * (dprob[size_t(j)] - delta);
+                  break;
+                case FocusGateKind::hard:
+                  da = std::min(std::exp(s - lse), 1.0) * (dprob[size_t(j)] - delta);
                   break;
                 case FocusGateKind::multiplicative: {
                   const double sg = sigmoid(p.gate.scale * affinity(p, b, t, j) + p.gate.bias);

@@ -191,6 +191,52 @@ TEST(FocusAttention, HardGateBackwardIsExactForQKVAndStraightThroughForG) {
   EXPECT_GT(norm, 1e-3);
 }
 
+// The straight-through gradient of the hard gate, recomputed here pair by pair: each distant pair
+// (i - j > w) gives da = min(exp(s - lse_i), 1) (dP - delta_i) to g_i . g_j, lse and delta over
+// the attended pairs. Large scores, so that some masked pair's exp(s - lse) passes 1 (without the
+// bound, the gradient of such a pair grows with it: unstable training, docs/focus.md).
+TEST(FocusAttention, HardGateStraightThroughWeightIsBoundedByOne) {
+  Case c(1, 24, 1, 1, 4, 4, 1, 7);
+  for (float& x : c.qkv) x *= 3.f;
+  const FocusGateParams gate = gate_of(FocusGateKind::hard, 2);
+  const std::vector<float> w = test::random_vector(c.out.size(), 5);
+  const std::vector<float> dg = c.backward(gate, w).second;
+  const int T = c.T, D = c.D, K = c.K, W = int(c.layout.width());
+  const float* q = c.qkv.data();
+  const float* k = q + c.layout.k_offset();
+  const float* v = q + c.layout.v_offset();
+  auto dot = [&](const float* a, const float* b) {
+    double r = 0;
+    for (int d = 0; d < D; ++d) r += double(a[d]) * b[d];
+    return r;
+  };
+  std::vector<double> want(dg.size(), 0.0);
+  int above_one = 0;
+  for (int i = 0; i < T; ++i) {
+    auto score = [&](int j) { return dot(q + i * W, k + j * W) / std::sqrt(double(D)); };
+    auto kept = [&](int j) { return i - j <= 2 || c.share(0, i, j); };
+    double mx = -INFINITY, sum = 0, delta = 0;
+    for (int j = 0; j <= i; ++j)
+      if (kept(j)) mx = std::max(mx, score(j));
+    for (int j = 0; j <= i; ++j)
+      if (kept(j)) sum += std::exp(score(j) - mx);
+    const double lse = mx + std::log(sum);
+    for (int j = 0; j <= i; ++j)
+      if (kept(j)) delta += std::exp(score(j) - lse) * dot(w.data() + i * D, v + j * W);
+    for (int j = 0; j + 2 < i; ++j) {
+      const double e = std::exp(score(j) - lse);
+      above_one += e > 1 ? 1 : 0;
+      const double da = std::min(e, 1.0) * (dot(w.data() + i * D, v + j * W) - delta);
+      for (int x = 0; x < K; ++x) {
+        want[size_t(i) * K + x] += da * c.g[size_t(j) * K + x];
+        want[size_t(j) * K + x] += da * c.g[size_t(i) * K + x];
+      }
+    }
+  }
+  EXPECT_GT(above_one, 0);  // the bound acts in this case
+  EXPECT_LT(test::max_rel_error(dg, std::vector<float>(want.begin(), want.end())), 1e-5);
+}
+
 // The wgmma dg's same-precision reference (focus_attention_bwd_bf16_da_ref): dg from bf16-rounded
 // dA differs from the exact reference's, by about the bf16 rounding; additive and hard gates.
 TEST(FocusAttention, Bf16DaReferenceRoundsDg) {

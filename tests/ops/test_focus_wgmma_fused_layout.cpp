@@ -65,11 +65,14 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
     for (int c = 0; c < K; ++c) z += (e[size_t(c)] = std::exp(2.0 * nd(rng)));
     for (int c = 0; c < K; ++c) g[size_t(t) * K + c] = float(e[size_t(c)] / z);
   }
-  // P (ungated, zero where the key does not see the query), dP, delta per query: [64][kQ].
+  // P (ungated, zero where the key does not see the query), dP, delta per query: [64][kQ]. For
+  // the hard gate up to 3: a masked pair's exp(s - lse) is no probability and may pass 1 (its
+  // straight-through weight is bounded by 1).
+  const float p_max = f.top_k > 0 ? 3.f : 1.f;
   std::vector<float> p(size_t(64) * kQ), dp(p.size()), delta(static_cast<size_t>(kQ));
   for (int r = 0; r < 64; ++r)
     for (int j = 0; j < kQ; ++j) {
-      p[size_t(r) * kQ + j] = f.q0 + j >= f.k0 + r ? ud(rng) : 0.f;
+      p[size_t(r) * kQ + j] = f.q0 + j >= f.k0 + r ? p_max * ud(rng) : 0.f;
       dp[size_t(r) * kQ + j] = nd(rng);
     }
   for (float& x : delta) x = 0.5f * nd(rng);
@@ -230,7 +233,8 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
       ASSERT_EQ(gated[size_t(r) * kQ + j], want) << "key " << key << " query " << q;
       if (!far) continue;
       ++distant;
-      const float da = p0 * (dp[size_t(r) * kQ + j] - delta[size_t(j)]);
+      const float da =
+          (hard ? std::min(p0, 1.f) : p0) * (dp[size_t(r) * kQ + j] - delta[size_t(j)]);
       for (int c = 0; c < K; ++c) {
         const double gqc = g[size_t(q) * K + c], gkc = g[size_t(key) * K + c];
         const double db = bf16_round(da);
@@ -309,8 +313,9 @@ void check_all(int top_k = 0) {
 TEST(FocusWgmmaFusedLayout, TileDgMatchesDirectQ128) { check_all<128>(); }
 TEST(FocusWgmmaFusedLayout, TileDgMatchesDirectQ64) { check_all<64>(); }
 // The hard gate (route_training: hard's backward): P^T kept where the pair is local or shares a
-// group, 0 elsewhere; dA (the straight-through gradient) on every distant pair, as the additive
-// gate's; the same dg products. gate_chunk_hard (no dg) gates as gate_chunk_hard_da.
+// group, 0 elsewhere; dA (the straight-through gradient, its weight min(P, 1)) on every distant
+// pair, as the additive gate's; the same dg products. gate_chunk_hard (no dg) gates as
+// gate_chunk_hard_da.
 TEST(FocusWgmmaFusedLayout, HardGateTileMatchesDirectQ128) {
   check_all<128>(1);
   check_all<128>(2);
