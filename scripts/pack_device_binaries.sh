@@ -9,17 +9,17 @@
 #   out_dir (default .prebuilt, git-ignored there): bin.tar.xz, the yaml-cpp library, and with
 #   BASE=<git rev> base.tar.xz, the same binaries built from that revision (a worktree in
 #   /tmp) for an A/B in the same call.
-# Environment: TARGETS (default: attnlab_tests and the Focus benchmarks and bench_train).
+# Environment: TARGETS (default: attnlab, attnlab_tests, the Focus benchmarks and bench_train).
 # On the device (carry out_dir):
 #   mkdir -p build-device && tar -C build-device -xJf .prebuilt/bin.tar.xz
-#   export LD_LIBRARY_PATH=$PWD/.prebuilt
+#   export LD_LIBRARY_PATH=$PWD/.prebuilt ATTNLAB_SOURCE_DIR=$PWD \
+#     ATTNLAB_BINARY=$PWD/build-device/attnlab   (the tests' source tree and CLI, tests/test_util.h)
 #   BUILD=0 bash scripts/focus_hard_check.sh build-device   (BASE_BIN=build-base: A/B section)
-# Tests that read the source tree (ATTNLAB_SOURCE_DIR) fail there: run the GPU filters.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-.prebuilt}
 build=${2:-build-pack}
-targets=${TARGETS:-attnlab_tests bench_focus_hard bench_focus_soft bench_focus_assign bench_train}
+targets=${TARGETS:-attnlab attnlab_tests bench_focus_hard bench_focus_soft bench_focus_assign bench_train}
 mkdir -p "$out"
 
 pack() {  # src_dir build_dir tarball

@@ -7,6 +7,7 @@
 //   expect_error                 a call must throw attnlab::Error whose message contains a needle
 //   TempDir                      a fresh directory per process and test, removed at scope exit
 //   ScopedOmpThreads             limits OpenMP to n threads until the end of the scope
+//   source_dir / attnlab_binary  the source tree and the CLI the tests read
 #pragma once
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -16,6 +17,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <initializer_list>
@@ -29,6 +31,20 @@
 #include "core/tensor.h"
 
 namespace attnlab::test {
+
+// The source tree (recipes, docs, test data) and the attnlab binary the tests read: the
+// environment's ATTNLAB_SOURCE_DIR / ATTNLAB_BINARY where set (binaries built on one machine and
+// run on another: scripts/pack_device_binaries.sh), else the paths of the build.
+inline std::string source_dir() {
+  const char* e = std::getenv("ATTNLAB_SOURCE_DIR");
+  return e && *e ? e : ATTNLAB_SOURCE_DIR;
+}
+#ifdef ATTNLAB_BINARY
+inline std::string attnlab_binary() {
+  const char* e = std::getenv("ATTNLAB_BINARY");
+  return e && *e ? e : ATTNLAB_BINARY;
+}
+#endif
 
 // Uniform in [lo, hi) from std::mt19937(seed): the same values on every platform and run.
 inline void fill_random(float* p, size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {

@@ -394,7 +394,7 @@ std::string read_text(const std::filesystem::path& p) {
 }
 
 TEST(RecipeFiles, ShippedRecipesLoadAndValidate) {
-  const std::filesystem::path dir = std::filesystem::path(ATTNLAB_SOURCE_DIR) / "recipes";
+  const std::filesystem::path dir = std::filesystem::path(test::source_dir()) / "recipes";
   int count = 0;
   for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
     if (entry.path().extension() != ".yaml") continue;
@@ -466,7 +466,7 @@ TEST(RecipeSynthetic, MixKeysAndDocumentLengths) {
 
 TEST(RecipeFiles, DocsNameEveryKey) {
   const std::string docs =
-      read_text(std::filesystem::path(ATTNLAB_SOURCE_DIR) / "docs" / "recipes.md");
+      read_text(std::filesystem::path(test::source_dir()) / "docs" / "recipes.md");
   ASSERT_FALSE(docs.empty());
   for (const std::string& path : recipe_key_paths()) EXPECT_HAS(docs, "`" + path + "`");
 }

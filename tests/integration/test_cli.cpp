@@ -25,7 +25,7 @@ struct CliResult {
 };
 
 CliResult run(const std::string& args) {
-  std::string cmd = std::string(ATTNLAB_BINARY) + " " + args + " 2>&1";
+  std::string cmd = attnlab::test::attnlab_binary() + " " + args + " 2>&1";
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;

@@ -29,7 +29,7 @@ using namespace attnlab;
 namespace {
 
 std::string recipe_path(const char* name) {
-  return (fs::path(ATTNLAB_SOURCE_DIR) / "recipes" / name).string();
+  return (fs::path(test::source_dir()) / "recipes" / name).string();
 }
 
 // The shipped recipe on the CPU with a short run and no periodic work.

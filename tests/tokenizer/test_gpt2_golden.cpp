@@ -52,7 +52,7 @@ struct Golden {
 };
 
 std::vector<Golden> load_golden() {
-  std::ifstream f(std::string(ATTNLAB_SOURCE_DIR) + "/tests/data/tokenizer/gpt2_golden.jsonl");
+  std::ifstream f(test::source_dir() + "/tests/data/tokenizer/gpt2_golden.jsonl");
   std::vector<Golden> cases;
   std::string line;
   while (std::getline(f, line)) {
