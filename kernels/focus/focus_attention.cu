@@ -133,8 +133,8 @@ __global__ void focus_attention_bwd_kernel(FocusAttentionParams<T> p, float* dk_
         const float sg = 1.f / (1.f + expf(-(p.gate.scale * r.affinity(j) + p.gate.bias)));
         ds = dl * sg;
         da = dl * s * p.gate.scale * sg * (1.f - sg);
-      } else if (p.gate.kind == FocusGateKind::hard) {  // straight-through weight, at most 1
-        da = fminf(expf(s - lse), 1.f) * (dP - delta);
+      } else if (p.gate.kind == FocusGateKind::hard) {
+        da = hard_straight_through_weight(expf(s - lse)) * (dP - delta);
       } else {
         da = expf(s - lse) * (dP - delta);
       }

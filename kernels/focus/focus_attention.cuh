@@ -21,7 +21,8 @@
 // bwd (pos = 0, packed): dq, dk, dv written (=); dg [B, T, K] fp32 written (=), summed over heads
 //   (null: no assignment gradient). gate hard in the backward is the straight-through estimate:
 //   the mask m in {0, 1} of the forward (weight exp(s) m) gets the gradient a would get in its
-//   place, d m_ij = exp(s - lse) (dP_ij - delta_i), passed to dg_i += dm g_j, dg_j += dm g_i.
+//   place, its weight bounded by 1 (hard_straight_through_weight),
+//   d m_ij = min(exp(s - lse), 1) (dP_ij - delta_i), passed to dg_i += dm g_j, dg_j += dm g_i.
 #pragma once
 #include "kernels/common/launch.h"
 
@@ -35,6 +36,21 @@ struct FocusGateParams {
   float eps = 1e-6f;
   float scale = 10.f, bias = -5.f;  // multiplicative
 };
+
+// The hard gate's straight-through weight of a distant pair from e = exp(s - lse): e, at most 1.
+// On an attended pair e is its probability; on a masked one it is not (lse sums the attended
+// pairs only) and unbounded, which made hard-routed training unstable (docs/focus.md). The CPU
+// reference (double) and every backward kernel take it from here.
+#if defined(__CUDACC__)
+#define ATTN_FOCUS_ST_FN __host__ __device__ __forceinline__
+#else
+#define ATTN_FOCUS_ST_FN inline
+#endif
+template <typename F>
+ATTN_FOCUS_ST_FN F hard_straight_through_weight(F e) {
+  return e < F(1) ? e : F(1);
+}
+#undef ATTN_FOCUS_ST_FN
 
 template <typename T>
 struct FocusAttentionParams {

@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(kThreads)
           } else {
             P = (sMk[kr] & sMq[buf * kQ + qc]) != 0 ? e : 0.f;
             ds = P * dd;
-            da = fminf(e, 1.f) * dd;
+            da = hard_straight_through_weight(e) * dd;
           }
           pt[nt][c] = P;
           dpt[nt][c] = ds;

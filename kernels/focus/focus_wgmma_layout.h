@@ -11,6 +11,7 @@
 // chunks x 2 tiles x 4 values: the loops run over all of them (the lost earlier attempt covered
 // N / 8 half-chunks of an N-array, half of the fragment).
 #pragma once
+#include "kernels/focus/focus_attention.cuh"  // hard_straight_through_weight
 
 #if defined(__CUDACC__)
 #define ATTN_FWL_FN __host__ __device__ __forceinline__
@@ -214,7 +215,7 @@ ATTN_FWL_FN void gate_chunk_hard_da(float (&s)[kVals], float (&da)[2][4], const 
                                     const float (&dl)[2][2], int chunk, int row0, int col0, int w) {
   for (auto& t : da) t[0] = t[1] = t[2] = t[3] = 0.f;
   for_each_distant(chunk, row0, col0, w, [&](int n, int c, int i) {
-    da[n][c] = (s[i] < 1.f ? s[i] : 1.f) * (dp[i] - dl[n][c & 1]);
+    da[n][c] = hard_straight_through_weight(s[i]) * (dp[i] - dl[n][c & 1]);
     if (!chunk_shares(mk, mq, n, c)) s[i] = 0.f;
   });
 }

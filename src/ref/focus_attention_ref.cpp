@@ -174,7 +174,7 @@ void focus_attention_bwd(const P& p, bool bf16_da) {
                   da = std::exp(s - lse) * (dprob[size_t(j)] - delta);
                   break;
                 case FocusGateKind::hard:
-                  da = std::min(std::exp(s - lse), 1.0) * (dprob[size_t(j)] - delta);
+                  da = hard_straight_through_weight(std::exp(s - lse)) * (dprob[size_t(j)] - delta);
                   break;
                 case FocusGateKind::multiplicative: {
                   const double sg = sigmoid(p.gate.scale * affinity(p, b, t, j) + p.gate.bias);
