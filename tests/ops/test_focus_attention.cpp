@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/context.h"
-#include "cuda/focus_test_params.h"
+#include "focus_ref_params.h"
 #include "ops/focus_ops.h"
 #include "ops/ops.h"
 #include "test_util.h"
