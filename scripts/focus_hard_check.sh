@@ -48,19 +48,20 @@ list_rows() {  # label csv
   [ -f "$2" ] && awk -F, -v o="$1" 'NR > 1 { printf "  %-20s T %6s top_k %s %-9s | dense %.3f list %.3f (%.2fx) sorted %.3f (%.2fx)\n", o, $3, $5, $6, $7, $12, $13, $14, $15 }' "$2"
 }
 
-# A/B: this tree's bench_focus_hard against BASE_BIN's (another revision's binaries, e.g. from
-# scripts/pack_device_binaries.sh with BASE=<rev>), alternating, twice each, in this process
-# order; the list and sorted columns are the group passes under test.
+# A/B: this tree's bench_focus_hard against BASE_BIN's (other revisions' binaries, e.g. from
+# scripts/pack_device_binaries.sh with BASE=<rev>; a space-separated list of directories for
+# several), alternating, twice each, in this process order; the list and sorted columns are the
+# group passes under test. Rows are labelled by the directory's name ("new": this tree).
 if [ -n "${BASE_BIN:-}" ] && want ab; then
-  echo "A/B hard-routed forward (base: $BASE_BIN; queued 20, ms):"
+  echo "A/B hard-routed forward (bases: $BASE_BIN; queued 20, ms):"
   for rep in 1 2; do
-    for side in base new; do
-      bin="$B/bench_focus_hard"
-      [ $side = base ] && bin="$BASE_BIN/bench_focus_hard"
+    for dir in $BASE_BIN "$B"; do
+      side=$(basename "$dir")
+      [ "$dir" = "$B" ] && side=new
       for args in "--D=64 --top_k=1,2 --T=1024,2048,4096,8192" "--D=128 --H=8 --top_k=1 --T=4096,16384"; do
         # shellcheck disable=SC2086
-        timeout 90 "$bin" $args --K=8 --groups=balanced --no-mma --queued=20 --csv="$O/ab.csv" \
-          >"$O/ab.log" 2>&1
+        timeout 90 "$dir/bench_focus_hard" $args --K=8 --groups=balanced --no-mma --queued=20 \
+          --csv="$O/ab.csv" >"$O/ab.log" 2>&1
         list_rows "$side D${args:4:3}" "$O/ab.csv"
       done
     done

@@ -8,13 +8,17 @@
 # Usage (repo root): scripts/pack_device_binaries.sh [out_dir] [build_dir]
 #   out_dir (default .prebuilt, git-ignored there): bin.tar.xz, the yaml-cpp library, and with
 #   BASE=<git rev> base.tar.xz, the same binaries built from that revision (a worktree in
-#   /tmp) for an A/B in the same call.
-# Environment: TARGETS (default: attnlab, attnlab_tests, the Focus benchmarks and bench_train).
+#   /tmp) for an A/B in the same call; BASE="<rev> <rev2> ..." packs base.tar.xz, base2.tar.xz,
+#   ... (one per revision, in that order).
+# Environment: TARGETS (default: attnlab, attnlab_tests, the Focus benchmarks and bench_train);
+#   BASE_TARGETS, the bases' targets (default TARGETS; e.g. bench_focus_hard alone keeps the
+#   carry small).
 # On the device (carry out_dir):
 #   mkdir -p build-device && tar -C build-device -xJf .prebuilt/bin.tar.xz
 #   export LD_LIBRARY_PATH=$PWD/.prebuilt ATTNLAB_SOURCE_DIR=$PWD \
 #     ATTNLAB_BINARY=$PWD/build-device/attnlab   (the tests' source tree and CLI, tests/test_util.h)
-#   BUILD=0 bash scripts/focus_hard_check.sh build-device   (BASE_BIN=build-base: A/B section)
+#   BUILD=0 bash scripts/focus_hard_check.sh build-device   (BASE_BIN=build-base: A/B section;
+#   with several bases, unpack base2.tar.xz into build-base2 ... and BASE_BIN="build-base build-base2")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-.prebuilt}
@@ -22,23 +26,29 @@ build=${2:-build-pack}
 targets=${TARGETS:-attnlab attnlab_tests bench_focus_hard bench_focus_soft bench_focus_assign bench_train}
 mkdir -p "$out"
 
-pack() {  # src_dir build_dir tarball
-  cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  # shellcheck disable=SC2086
-  cmake --build "$2" -j"$(nproc)" --target $targets >/dev/null
-  # shellcheck disable=SC2086
-  (cd "$2" && tar -cJf - $targets) >"$3"
-  echo "packed $3 ($(du -h "$3" | cut -f1)): $targets"
+pack() {  # src_dir build_dir tarball targets...
+  local src=$1 dir=$2 tarball=$3
+  shift 3
+  cmake -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+  cmake --build "$dir" -j"$(nproc)" --target "$@" >/dev/null
+  (cd "$dir" && tar -cJf - "$@") >"$tarball"
+  echo "packed $tarball ($(du -h "$tarball" | cut -f1)): $*"
 }
-pack . "$build" "$out/bin.tar.xz"
-if [ -n "${BASE:-}" ]; then
+# shellcheck disable=SC2086
+pack . "$build" "$out/bin.tar.xz" $targets
+n=1
+for rev in ${BASE:-}; do
   wt=/tmp/attnlab-pack-base
   rm -rf "$wt"
   git worktree prune
-  git worktree add -q --detach "$wt" "$BASE"
-  pack "$wt" "$wt/build-pack" "$out/base.tar.xz"
+  git worktree add -q --detach "$wt" "$rev"
+  name=base; [ $n -gt 1 ] && name=base$n
+  # shellcheck disable=SC2086
+  pack "$wt" "$wt/build-pack" "$out/$name.tar.xz" ${BASE_TARGETS:-$targets}
+  echo "  ($name = $(git rev-parse --short "$rev"))"
   git worktree remove --force "$wt"
-fi
+  n=$((n + 1))
+done
 lib=$(ldd "$build/attnlab_tests" | awk '/libyaml-cpp/ { print $3 }')
 cp -L "$lib" "$out/"
 echo "with $(basename "$lib"); carry $out (limit 64 MiB: $(du -sh "$out" | cut -f1))"
