@@ -425,12 +425,16 @@ TEST(FocusHard, RejectsBadArguments) {
   test::expect_error([&] { call(65, l); }, {"groups K must be in [1, 64]", "65"});
   test::expect_error([&] { call(1, l); }, {"top_k", "[1, 1]", "2"});
   test::expect_error([&] { call(8, QKVLayout{2, 2, 32}); }, {"head dim must be 64 or 128", "32"});
-  test::expect_error(
-      [&] {
-        ops::focus_hard_attention_fwd(*gpu, dev(dout, {2, 3, 64}), dev(dl, {2, 1, 3}),
-                                      dev(dq, {2, 3, 192}), l, dev(dgr, {2, 3, 2}), 8, 128, 96);
-      },
-      {"tile_rows must be 64 or 128", "96"});
+  // K 8, head dim 64, with the op's options.
+  auto call_with = [&](int tile_rows, ops::FocusHardKernel kernel, ops::FocusHardOrder order) {
+    ops::focus_hard_attention_fwd(*gpu, dev(dout, {2, 3, 64}), dev(dl, {2, 1, 3}),
+                                  dev(dq, {2, 3, 192}), l, dev(dgr, {2, 3, 2}), 8, 128, tile_rows,
+                                  kernel, order);
+  };
+  using Kernel = ops::FocusHardKernel;
+  using Order = ops::FocusHardOrder;
+  test::expect_error([&] { call_with(96, Kernel::automatic, Order::automatic); },
+                     {"tile_rows must be 64 or 128", "96"});
   DeviceArray<bf16> dq128(2 * 3 * 384), dout128(2 * 3 * 128);
   test::expect_error(
       [&] {
@@ -439,38 +443,17 @@ TEST(FocusHard, RejectsBadArguments) {
                                       dev(dgr, {2, 3, 2}), 8, 128, 128);
       },
       {"tile_rows 128 needs head dim 64", "128"});
-  test::expect_error(
-      [&] {
-        ops::focus_hard_attention_fwd(*gpu, dev(dout, {2, 3, 64}), dev(dl, {2, 1, 3}),
-                                      dev(dq, {2, 3, 192}), l, dev(dgr, {2, 3, 2}), 8, 128, 0,
-                                      ops::FocusHardKernel::wgmma_sorted);
-      },
-      {"sorted group pass (wgmma_sorted) takes top_k 1 only", "2"});
-  test::expect_error(
-      [&] {
-        ops::focus_hard_attention_fwd(*gpu, dev(dout, {2, 3, 64}), dev(dl, {2, 1, 3}),
-                                      dev(dq, {2, 3, 192}), l, dev(dgr, {2, 3, 2}), 8, 128, 0,
-                                      ops::FocusHardKernel::automatic,
-                                      ops::FocusHardOrder::band_first);
-      },
-      {"band pass first", "top_k 2"});
+  test::expect_error([&] { call_with(0, Kernel::wgmma_sorted, Order::automatic); },
+                     {"sorted group pass (wgmma_sorted) takes top_k 1 only", "2"});
+  test::expect_error([&] { call_with(0, Kernel::automatic, Order::band_first); },
+                     {"band pass first", "top_k 2"});
   // The option rules are ops::plan_focus_hard's, checked combination by combination on the CPU
   // (FocusHardPlan.*); here only that the op goes through them before any launch.
-  test::expect_error(
-      [&] {
-        ops::focus_hard_attention_fwd(*gpu, dev(dout, {2, 3, 64}), dev(dl, {2, 1, 3}),
-                                      dev(dq, {2, 3, 192}), l, dev(dgr, {2, 3, 2}), 8, 128, 0,
-                                      ops::FocusHardKernel::mma, ops::FocusHardOrder::band_first);
-      },
-      {"band pass first", "the mma kernel"});
+  test::expect_error([&] { call_with(0, Kernel::mma, Order::band_first); },
+                     {"band pass first", "the mma kernel"});
   if (!ops::focus_hard_wgmma_available(64)) {
-    test::expect_error(
-        [&] {
-          ops::focus_hard_attention_fwd(*gpu, dev(dout, {2, 3, 64}), dev(dl, {2, 1, 3}),
-                                        dev(dq, {2, 3, 192}), l, dev(dgr, {2, 3, 2}), 8, 128, 0,
-                                        ops::FocusHardKernel::wgmma);
-        },
-        {"focus_hard_attention", "wgmma kernel needs"});
+    test::expect_error([&] { call_with(0, Kernel::wgmma, Order::automatic); },
+                       {"focus_hard_attention", "wgmma kernel needs"});
   }
 }
 
