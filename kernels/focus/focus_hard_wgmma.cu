@@ -5,7 +5,7 @@
 // The group pass (the split schedule's first launch; the band pass is focus_hard_band.cu, and
 // for top_k 1 from 8K tokens the group pass is focus_hard_sorted.cu instead), a
 // FlashAttention-3-style "simple" block of the dense wgmma forward (attention_wgmma.cu, D = 64): 2
-// warpgroups x 64 query rows, key tiles of kBN keys double-buffered in shared memory in the
+// warpgroups x 64 query rows, key tiles of kBN keys in a ring of 3 shared-memory buffers in the
 // 128-byte-swizzled wgmma layout (wgmma_common.cuh), per tile S = Q K^T (wgmma m64nBNk16, both
 // operands from shared memory), online softmax in registers (log2 domain), O += P V (wgmma
 // m64nDk16, P from registers, V MN-major); kBN = 64. Rows of Q, K and V are copied by cp.async, 16
@@ -21,9 +21,9 @@
 // of a group tile are spread over ~128 K positions, so the union of their bands is ~(128 K + w)
 // keys of which each query needs w + 1; in token order the band is (128 + w) keys for 128
 // queries. The price is the partial's round trip (8 (D + 1) bytes per membership and head).
-// Synchronisation per tile as in attention_wgmma.cu's simple kernel (tiles_ready: cp.async wait,
-// proxy fence, block barrier), with the tile's key positions and group sets in static shared
-// memory beside the operands.
+// Synchronisation per tile: a cp.async wait for all but the newest group (the next tile's rows
+// stay in flight), the proxy fence, a block barrier; the tiles' key positions and group sets in
+// static shared memory beside the operands.
 //
 // The bodies exist only in the sm_90a compilation (CMake's attnlab_wgmma object library); other
 // builds compile empty kernels and focus_hard_wgmma_supported() is false.
@@ -48,28 +48,33 @@ constexpr int kBM = kFocusHardWgmmaRows;  // queries per block
 static_assert(kBM == 64 * kWarpgroups, "one m64 wgmma per warpgroup");
 // Keys per tile and blocks per SM (the launch bounds' register budget: 2 blocks = 128 registers).
 // 64 keys: with 128 (the dense kernel's tile at D = 64) the gathered walk's extra per-tile state
-// spilled at 128 registers. D = 64: two blocks per SM (114 / 120 registers, ptxas, no spills);
-// D = 128: one (O alone is 64 registers; at 128 it spilled; 146 / 152 registers), so 8 warps per
-// SM, the next tile's copies overlapping this tile's MMAs.
+// spilled at 128 registers. D = 64: two blocks per SM (128 registers, ptxas, no spills);
+// D = 128: one (O alone is 64 registers; at 128 it spilled; 159 registers), so 8 warps per SM,
+// the next tiles' copies overlapping this tile's MMAs.
 template <int D>
 constexpr int kBN = 64;
 template <int D>
 constexpr int kMinBlocks = D == 64 ? 2 : 1;
 
-// Dynamic shared memory: Q, 2 K and 2 V tiles, 1 KiB of alignment.
+// Key tiles in flight: a ring of 3 K and V buffers, so a tile's gathered rows have two tiles'
+// compute to land in (a group tile walks 1-8 key tiles at 4K: latency, not throughput, bounds
+// it), and of 4 position slots (a tile's positions land before its rows are gathered).
+constexpr int kStages = 3, kPosSlots = kStages + 1;
+
+// Dynamic shared memory: Q, the K and V rings, 1 KiB of alignment.
 template <int D>
 constexpr size_t smem_bytes() {
-  return size_t(tile_bytes(kBM, D)) + 4 * size_t(tile_bytes(kBN<D>, D)) + 1024;
+  return size_t(tile_bytes(kBM, D)) + 2 * kStages * size_t(tile_bytes(kBN<D>, D)) + 1024;
 }
 
-// Query rows of the block and key rows of the two buffers (position -1 = none).
+// Query rows of the block and key rows of the tiles in flight (position -1 = none).
 template <int BN>
 struct Meta {
   int qpos[kBM];
-  int qslot[kBM];         // the slot of the block's group in the query's top_k
-  uint64_t qmask[kBM];    // the query's groups of lower slots
-  int kpos[3][BN];        // key tile t's positions in slot t % 3, loaded two tiles ahead
-  uint64_t kmask[2][BN];  // the keys' group sets, top_k > 1 only (top_k 1 excludes no slot)
+  int qslot[kBM];               // the slot of the block's group in the query's top_k
+  uint64_t qmask[kBM];          // the query's groups of lower slots
+  int kpos[kPosSlots][BN];      // key tile t's positions in slot t % 4, loaded 3 tiles ahead
+  uint64_t kmask[kStages][BN];  // the keys' group sets, top_k > 1 only (top_k 1: no slot)
   // Block scalars the tile loop reads back (fewer live registers across the loop: two blocks per
   // SM allow 128).
   int count;               // entries of the group's list
@@ -102,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   constexpr uint32_t kQBytes = tile_bytes(kBM, D), kKVBytes = tile_bytes(BN, D);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t sQ = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
-  const uint32_t sK = sQ + kQBytes, sV = sK + 2 * kKVBytes;
+  const uint32_t sK = sQ + kQBytes, sV = sK + kStages * kKVBytes;
   __shared__ Meta<BN> m;
 
   const int b = blockIdx.z, T = p.T, K = p.K, H = p.n_head;
@@ -154,7 +159,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     uint64_t qm = 0;
     if (r < nq) {
       pos = glist[q0 + r];
-      slot = focus_hard::slot_of(p.groups + (int64_t(b) * T + pos) * p.top_k, p.top_k, grp, K, &qm);
+      // top_k 1: a member's one group is the block's (slot 0, no lower slot): no groups load.
+      if (p.top_k > 1)
+        slot =
+            focus_hard::slot_of(p.groups + (int64_t(b) * T + pos) * p.top_k, p.top_k, grp, K, &qm);
     }
     m.qpos[r] = pos;
     m.qslot[r] = slot;
@@ -166,38 +174,47 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     m.count = count;
     m.glist = glist;
   }
-  // The positions of key tile t (list entries t * BN ..; -1 past the list) into kpos[t % 3], by
-  // cp.async, a tile before load_kv needs them: the gathers' addresses are then in shared memory
-  // when they are issued, and no thread waits on a list load inside the tile loop. Reads the block
-  // scalars from shared memory (after a barrier) or the registers (the first tiles).
+  // The positions of key tile t (list entries t * BN ..; -1 past the list) into
+  // kpos[t % kPosSlots], by cp.async, a tile before load_kv needs them: the gathers' addresses are
+  // then in shared memory when they are issued, and no thread waits on a list load inside the
+  // tile loop. Reads the block scalars from shared memory (after a barrier) or the registers (the
+  // first tiles).
   auto load_pos = [&](int t, int n_list, const int32_t* list) {
     if (threadIdx.x < BN) {
       const int e = t * BN + threadIdx.x;
       if (e < n_list)
-        dev::cp_async4(&m.kpos[t % 3][threadIdx.x], list + e, true);
+        dev::cp_async4(&m.kpos[t % kPosSlots][threadIdx.x], list + e, true);
       else
-        m.kpos[t % 3][threadIdx.x] = -1;
+        m.kpos[t % kPosSlots][threadIdx.x] = -1;
     }
   };
-  // Key tile t's rows into buffer buf (its positions landed and visible: loaded before a barrier).
-  auto load_kv = [&](int t, int buf) {
-    const int* kp = m.kpos[t % 3];
-    auto pos = [&](int r) { return kp[r]; };
-    const int64_t kv = b * p.kv_batch_stride + hk * D;
-    gather_rows<BN, D>(sK + buf * kKVBytes, p.k + kv, p.kv_row_stride, pos);
-    gather_rows<BN, D>(sV + buf * kKVBytes, p.v + kv, p.kv_row_stride, pos);
+  // Key tile t's rows into buffer t % kStages, from the positions pos(r) of its rows.
+  const int64_t kv_off = b * p.kv_batch_stride + hk * D;
+  auto gather_kv = [&](int t, auto pos) {
+    const int buf = t % kStages;
+    gather_rows<BN, D>(sK + buf * kKVBytes, p.k + kv_off, p.kv_row_stride, pos);
+    gather_rows<BN, D>(sV + buf * kKVBytes, p.v + kv_off, p.kv_row_stride, pos);
     if (p.top_k > 1 && threadIdx.x < BN) {
-      const int j = kp[threadIdx.x];
+      const int j = pos(threadIdx.x);
       m.kmask[buf][threadIdx.x] = j >= 0 ? p.masks[int64_t(b) * T + j] : 0;
     }
   };
-  if (t_begin < t_end) load_pos(t_begin, count, glist);
-  if (t_begin + 1 < t_end) load_pos(t_begin + 1, count, glist);
+  // ... with its positions in shared memory (landed and visible: loaded before a barrier).
+  auto load_kv = [&](int t) {
+    const int* kp = m.kpos[t % kPosSlots];
+    gather_kv(t, [&](int r) { return kp[r]; });
+  };
+  // Prologue, one round trip after the list: Q, the positions of the first kStages tiles, and the
+  // rows of the first kStages - 1 tiles with their addresses from the list itself (in global
+  // memory: the positions are not in shared memory yet).
+  for (int t = t_begin; t < min(t_end, t_begin + kStages); ++t) load_pos(t, count, glist);
+  for (int t = t_begin; t < min(t_end, t_begin + kStages - 1); ++t) {
+    const int e0 = t * BN;
+    gather_kv(t, [&](int r) { return e0 + r < count ? glist[e0 + r] : -1; });
+  }
   cp_async_commit();
   cp_async_wait_all();
-  __syncthreads();  // the query rows of Meta, the first tiles' positions
-  if (t_begin < t_end) load_kv(t_begin, 0);
-  cp_async_commit();
+  __syncthreads();  // the query rows of Meta, the first tiles' positions and rows
 
   const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tig = lane & 3;
@@ -227,13 +244,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   uint32_t pa[BN / 16][4];
 
   for (int t = t_begin; t < t_end; ++t) {
-    const int buf = (t - t_begin) & 1;
-    tiles_ready();  // tile t (and Q) landed; everybody done with the other buffer and with
-                    // kpos[(t + 2) % 3] (tile t - 1's positions)
-    if (t + 1 < t_end) load_kv(t + 1, buf ^ 1);
-    if (t + 2 < t_end) load_pos(t + 2, m.count, m.glist);
+    const int buf = t % kStages;
+    // Tile t's rows and tile t + 2's positions landed (each iteration commits two groups, the
+    // positions first: all but the newest group, tile t + 1's rows, are complete), visible to
+    // the block; everybody done with tile t - 1's buffer and position slot.
+    cp_async_wait_group<1>();
+    fence_proxy_async();
+    __syncthreads();
+    if (t + kStages < t_end) load_pos(t + kStages, m.count, m.glist);
     cp_async_commit();
-    const int* kp = m.kpos[t % 3];
+    if (t + kStages - 1 < t_end) load_kv(t + kStages - 1);
+    cp_async_commit();
+    const int* kp = m.kpos[t % kPosSlots];
     if (!focus_hard::group_tile_visible(kp[0], m.wg_hi[wg])) continue;
     const bool need_mask =
         !focus_hard::group_tile_unmasked(kp[BN - 1], m.wg_lo[wg], m.wg_first[wg] != 0);
