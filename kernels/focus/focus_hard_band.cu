@@ -7,7 +7,8 @@
 // [i - w, i] (band_tiles; a warpgroup skips tiles outside its rows' bands, band_tile_visible),
 // taking the pairs that share no group (take_local_key; those sharing one were the group pass's),
 // on the TMA block of focus_hard_tma.cuh: the rows are contiguous, so K and V are TMA boxes of the
-// original qkv. The keys' group sets come beside each tile into shared memory. The epilogue merges
+// original qkv. The keys' group sets come beside each tile into shared memory (their ids copied a
+// tile ahead by cp.async, the sets formed after the current tile's compute). The epilogue merges
 // the band's state with the token's group partials (one per distinct valid slot) by log-sum-exp
 // and writes o (bf16) and lse once; with band_first (top_k 1, the list group pass) it runs before
 // the group pass, beside the index build (on a second stream), and writes the band's partial,
@@ -29,6 +30,7 @@ using namespace wgmma;
 using namespace focus_hard;
 
 constexpr int kRows = kHardTmaRows, kKeys = kHardTmaKeys;
+constexpr int kStagedTopK = 4;  // group ids per token the band pass stages by cp.async
 
 template <int D>
 __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
@@ -39,6 +41,9 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
   const HardTmaSmem sm(static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)), D);
   __shared__ uint64_t qmask[kRows];
   __shared__ uint64_t kmask[2][kKeys];
+  // The keys' group ids of the next tile, copied beside its K / V (top_k <= kStagedTopK; more
+  // groups per token load them synchronously).
+  __shared__ int32_t kids[2][kKeys * kStagedTopK];
 
   const int b = blockIdx.z, h = blockIdx.y, T = p.T, K = p.K;
   const int w = min(p.local_window, T);  // (no overflow of i - w below)
@@ -48,6 +53,13 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
   // beside the index build.
   const int32_t* groups = p.groups + int64_t(b) * T * p.top_k;
   auto set_of = [&](int j) { return group_set(groups + int64_t(j) * p.top_k, p.top_k, K); };
+  int n_begin, n_end;
+  band_tiles(q0, kRows, T, w, kKeys, &n_begin, &n_end);
+  if (n_begin < n_end) {  // (w = 0: only the merge); Q's copy in flight during the sets' loads
+    load_tile<kRows, D, kHardTmaThreads>(sm.q, p.q + b * p.q_batch_stride + h * D, p.q_row_stride,
+                                         q0, T);
+  }
+  cp_async_commit();
   for (int r = threadIdx.x; r < kRows; r += kHardTmaThreads) {
     qmask[r] = q0 + r < T ? set_of(q0 + r) : 0;
   }
@@ -56,13 +68,6 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
     mbar_init(sm.full + 8, 1);
     fence_mbar_init();
   }
-  int n_begin, n_end;
-  band_tiles(q0, kRows, T, w, kKeys, &n_begin, &n_end);
-  if (n_begin < n_end) {  // (w = 0: only the merge)
-    load_tile<kRows, D, kHardTmaThreads>(sm.q, p.q + b * p.q_batch_stride + h * D, p.q_row_stride,
-                                         q0, T);
-  }
-  cp_async_commit();
   __syncthreads();  // qmask, the mbarriers
 
   const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
@@ -75,10 +80,25 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
   RowState st;
   hard_tma_mainloop<D>(
       o, st, sm, &tm_k, &tm_v, b, hk, n_begin, n_end, p.scale * kLog2e,
-      [&](int nb, int stage) {
+      [&](int nb, int stage) {  // the keys' group ids by cp.async (or their sets, top_k > 4)
         for (int c = threadIdx.x; c < kKeys; c += kHardTmaThreads) {
           const int j = nb * kKeys + c;
-          kmask[stage][c] = j < T ? set_of(j) : 0;
+          if (p.top_k > kStagedTopK) {
+            kmask[stage][c] = j < T ? set_of(j) : 0;
+          } else if (j < T) {
+            for (int x = 0; x < p.top_k; ++x)
+              dev::cp_async4(&kids[stage][c * kStagedTopK + x], groups + int64_t(j) * p.top_k + x,
+                             true);
+          }
+        }
+        cp_async_commit();
+      },
+      [&](int nb, int stage) {  // this thread's copies landed: the sets from the ids
+        if (p.top_k > kStagedTopK) return;
+        cp_async_wait_all();
+        for (int c = threadIdx.x; c < kKeys; c += kHardTmaThreads) {
+          const int j = nb * kKeys + c;
+          kmask[stage][c] = j < T ? group_set(&kids[stage][c * kStagedTopK], p.top_k, K) : 0;
         }
       },
       [&](int k0) { return band_tile_visible(k0, kKeys, wq0, wq_hi, w); }, [](int) { return true; },

@@ -171,6 +171,7 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
   RowState st;
   hard_tma_mainloop<D>(
       o, st, sm, &tm_k, &tm_v, b, hk, n_begin, n_end, p.scale * kLog2e, [](int, int) {},
+      [](int, int) {},
       [&](int k0) { return sorted_tile_visible(k0, kHardTmaKeys, wg_lo, wq0, wq_hi); },
       [&](int k0) { return !sorted_tile_unmasked(k0, kHardTmaKeys, wq0, wg_cut); },
       [&](float(&s)[kHardTmaKeys / 2], int k0, int) {

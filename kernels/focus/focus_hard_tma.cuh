@@ -46,15 +46,21 @@ struct HardTmaSmem {
 
 // The tile loop of one block over key tiles [n_begin, n_end) of batch row b, kv head hk (the
 // caller initialised the mbarriers, fenced them, issued and committed the Q copies and passed a
-// barrier). Per tile: all threads' `meta(nb, stage)` (the caller's per-key data of tile nb into
-// shared stage `stage`, visible after the next barrier), then for this warpgroup, unless
-// `visible(k0)` is false: S, `mask(s, k0, stage)` where `need_mask(k0)`, the online softmax, O +=
-// P V. o and st hold the warpgroup's rows (row0 and row0 + 8 of this thread) at the end.
-template <int D, typename Meta, typename Visible, typename NeedMask, typename Mask>
+// barrier). The caller's per-key data of a tile comes in two steps by every thread:
+// `meta_issue(nb, stage)` starts its loads (cp.async into the caller's staging) and
+// `meta_finish(nb, stage)` completes them (the thread's own copies waited for) into shared
+// stage `stage`, visible after the next barrier; tile nb + 1's are issued before tile nb is
+// computed and finished after it, so their latency hides behind tile nb's MMAs. Per tile, for
+// this warpgroup, unless `visible(k0)` is false: S, `mask(s, k0, stage)` where `need_mask(k0)`,
+// the online softmax, O += P V. o and st hold the warpgroup's rows (row0 and row0 + 8 of this
+// thread) at the end.
+template <int D, typename MetaIssue, typename MetaFinish, typename Visible, typename NeedMask,
+          typename Mask>
 __device__ __forceinline__ void hard_tma_mainloop(float (&o)[D / 2], wgmma::RowState& st,
                                                   const HardTmaSmem& sm, const CUtensorMap* tm_k,
                                                   const CUtensorMap* tm_v, int b, int hk,
-                                                  int n_begin, int n_end, float sl2, Meta meta,
+                                                  int n_begin, int n_end, float sl2,
+                                                  MetaIssue meta_issue, MetaFinish meta_finish,
                                                   Visible visible, NeedMask need_mask, Mask mask) {
   using namespace wgmma;
   constexpr int BN = kHardTmaKeys;
@@ -78,29 +84,32 @@ __device__ __forceinline__ void hard_tma_mainloop(float (&o)[D / 2], wgmma::RowS
   uint32_t pa[BN / 16][4];
   if (n_begin < n_end) {
     if (threadIdx.x == 0) load_kv(n_begin, 0);
-    meta(n_begin, 0);
+    meta_issue(n_begin, 0);
+    meta_finish(n_begin, 0);
   }
   for (int nb = n_begin; nb < n_end; ++nb) {
     const int buf = (nb - n_begin) & 1;
     tiles_ready();  // Q (first tile), this tile's meta; the other stage free
     if (nb + 1 < n_end) {
       if (threadIdx.x == 0) load_kv(nb + 1, buf ^ 1);
-      meta(nb + 1, buf ^ 1);
+      meta_issue(nb + 1, buf ^ 1);
     }
     mbar_wait(sm.full + 8 * buf, uint32_t((nb - n_begin) >> 1) & 1u);
     const int k0 = nb * BN;
-    if (!visible(k0)) continue;  // uniform per warpgroup
-    issue_abt<D, kHardTmaRows, BN>(s, q_rows, sm.k + buf * kKVBytes);
-    wgmma_wait<0>();
-    fence_regs(s);
-    if (need_mask(k0)) mask(s, k0, buf);
-    online_softmax<BN>(s, st, corr, sl2);
-    rescale<D>(o, corr);
-    acc_to_a<BN>(pa, s);
-    issue_pv<D, BN>(o, pa, sm.v + buf * kKVBytes);
-    wgmma_wait<0>();
-    fence_regs(o);
-    fence_regs(pa);
+    if (visible(k0)) {  // uniform per warpgroup
+      issue_abt<D, kHardTmaRows, BN>(s, q_rows, sm.k + buf * kKVBytes);
+      wgmma_wait<0>();
+      fence_regs(s);
+      if (need_mask(k0)) mask(s, k0, buf);
+      online_softmax<BN>(s, st, corr, sl2);
+      rescale<D>(o, corr);
+      acc_to_a<BN>(pa, s);
+      issue_pv<D, BN>(o, pa, sm.v + buf * kKVBytes);
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(pa);
+    }
+    if (nb + 1 < n_end) meta_finish(nb + 1, buf ^ 1);
   }
 }
 
