@@ -100,13 +100,16 @@ void launch_focus_hard_fwd(const FocusHardAttnParams& p, Stream s);
 // tile_rows = kFocusHardWgmmaRows; part_o / part_lse required for every top_k (the group passes'
 // partials, [B, T, top_k, H, D] / [B, T, top_k, H] f32, written by the first kernel and read by
 // the second). Two launches: group passes (one block per kFocusHardWgmmaRows group-sorted
-// queries; only pairs sharing a group, take_group_key), then the local band in token order (one
-// block per kFocusHardWgmmaRows consecutive queries; pairs sharing no group) whose epilogue
-// merges the token's partials by log-sum-exp and writes o and lse. With p.band_first (top_k 1)
-// the order is reversed: the caller runs launch_focus_hard_band before and makes s wait for it
-// (it reads nothing of the index: src/ops/focus_hard.cpp runs it on a second stream beside the
-// index build and the gather), and this launches the group pass alone, which merges the band's
-// partial (slot 0) into o and lse. Same rows and limits as launch_focus_hard_fwd.
+// queries), then the local band in token order (one block per kFocusHardWgmmaRows consecutive
+// queries) whose epilogue merges the token's partials by log-sum-exp and writes o and lse. With
+// the list group pass the window partition of focus_hard_walk.h (the group pass takes the
+// distant pairs sharing a group, i - j > w: take_group_key on group_bound; the band every pair
+// of the window, take_window_key); with the sorted one (p.sorted) the group pass takes every
+// pair sharing a group and the band the window's others (focus_hard_window_band, below). With
+// p.band_first (top_k 1) the order is reversed: the caller runs launch_focus_hard_band before and
+// makes s wait for it (it reads nothing of the index: src/ops/focus_hard.cpp runs it on a second
+// stream beside the index build and the gather), and this launches the group pass alone, which
+// merges the band's partial (slot 0) into o and lse. Same rows and limits as launch_focus_hard_fwd.
 constexpr int kFocusHardWgmmaRows = 128;
 // Keys per tile of the passes on TMA tiles (focus_hard_sorted.cu, focus_hard_band.cu).
 constexpr int kFocusHardTmaKeys = 128;
@@ -124,9 +127,16 @@ void launch_focus_hard_wgmma(const FocusHardAttnParams& p, Stream s);
 void launch_focus_hard_gather(const FocusHardAttnParams& p, Stream s);
 void launch_focus_hard_sorted_group(const FocusHardAttnParams& p, Stream s);
 // The wgmma kernel's band pass (focus_hard_band.cu, sm_90a): the local band in token order on TMA
-// tiles (pairs sharing no group). With band_first (top_k 1), before the group pass: its partial
-// (slot 0) for the group pass to merge; otherwise after the group pass, merged with its partials
-// by log-sum-exp into o and lse. Reads q, k, v and groups only (not the index).
+// tiles: every pair of the window beside the list group pass (focus_hard_window_band), the pairs
+// sharing no group beside the sorted one (which takes every shared pair). With band_first (top_k
+// 1), before the group pass: its partial (slot 0) for the group pass to merge; otherwise after the
+// group pass, merged with its partials by log-sum-exp into o and lse. Reads q, k, v and groups only
+// (not the index).
 void launch_focus_hard_band(const FocusHardAttnParams& p, Stream s);
+// The partition of the pairs between the wgmma group and band passes (focus_hard_walk.h): the
+// window partition with the list group pass (its tiles carry the keys' positions, so it can
+// leave the window's pairs to the band, which then needs no group sets), the shared-group one
+// with the sorted group pass (p.sorted set; its tiles are entries of the sorted order).
+inline bool focus_hard_window_band(const FocusHardAttnParams& p) { return p.sorted == nullptr; }
 
 }  // namespace attnlab

@@ -4,11 +4,14 @@
 // focus_hard_sorted.cu: top_k 1 on the group-sorted rows). bf16, head dim 64 or 128, sm_90a.
 //
 // A block owns 128 consecutive tokens and walks, in token order, the 128-key tiles of their bands
-// [i - w, i] (band_tiles; a warpgroup skips tiles outside its rows' bands, band_tile_visible),
-// taking the pairs that share no group (take_local_key; those sharing one were the group pass's),
-// on the TMA block of focus_hard_tma.cuh: the rows are contiguous, so K and V are TMA boxes of the
-// original qkv. The keys' group sets come beside each tile into shared memory (their ids copied a
-// tile ahead by cp.async, the sets formed after the current tile's compute). The epilogue merges
+// [i - w, i] (band_tiles; a warpgroup skips tiles outside its rows' bands, band_tile_visible), on
+// the TMA block of focus_hard_tma.cuh: the rows are contiguous, so K and V are TMA boxes of the
+// original qkv. Beside the list group pass (which takes the distant pairs only: the window
+// partition of focus_hard_walk.h) it takes every pair of the window (take_window_key) and reads
+// no group set; beside the sorted group pass (which takes every pair sharing a group) the pairs
+// that share no group (take_local_key), the keys' group sets beside each tile in shared memory
+// (their ids copied a tile ahead by cp.async, the sets formed after the current tile's compute).
+// The epilogue merges
 // the band's state with the token's group partials (one per distinct valid slot) by log-sum-exp
 // and writes o (bf16) and lse once; with band_first (top_k 1, the list group pass) it runs before
 // the group pass, beside the index build (on a second stream), and writes the band's partial,
@@ -32,7 +35,8 @@ using namespace focus_hard;
 constexpr int kRows = kHardTmaRows, kKeys = kHardTmaKeys;
 constexpr int kStagedTopK = 4;  // group ids per token the band pass stages by cp.async
 
-template <int D>
+// kWindow: the window partition (the list group pass): every pair of the window, no group sets.
+template <int D, bool kWindow>
 __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
     band_kernel(const FocusHardAttnParams p, const __grid_constant__ CUtensorMap tm_k,
                 const __grid_constant__ CUtensorMap tm_v) {
@@ -54,14 +58,17 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
   const int32_t* groups = p.groups + int64_t(b) * T * p.top_k;
   auto set_of = [&](int j) { return group_set(groups + int64_t(j) * p.top_k, p.top_k, K); };
   int n_begin, n_end;
-  band_tiles(q0, kRows, T, w, kKeys, &n_begin, &n_end);
-  if (n_begin < n_end) {  // (w = 0: only the merge); Q's copy in flight during the sets' loads
+  band_tiles(q0, kRows, T, w, kKeys, kWindow, &n_begin, &n_end);
+  // (w = 0 outside kWindow: only the merge); Q's copy in flight during the sets' loads
+  if (n_begin < n_end) {
     load_tile<kRows, D, kHardTmaThreads>(sm.q, p.q + b * p.q_batch_stride + h * D, p.q_row_stride,
                                          q0, T);
   }
   cp_async_commit();
-  for (int r = threadIdx.x; r < kRows; r += kHardTmaThreads) {
-    qmask[r] = q0 + r < T ? set_of(q0 + r) : 0;
+  if constexpr (!kWindow) {
+    for (int r = threadIdx.x; r < kRows; r += kHardTmaThreads) {
+      qmask[r] = q0 + r < T ? set_of(q0 + r) : 0;
+    }
   }
   if (threadIdx.x == 0) {
     mbar_init(sm.full, 1);
@@ -75,38 +82,43 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
   const int wq0 = q0 + 64 * wg, wq_hi = min(wq0 + 63, T - 1);  // this warpgroup's rows
   const int rrow = 64 * wg + 16 * warp + g;  // this thread's rows in the block: rrow, rrow + 8
   const int i0 = q0 + rrow, i1 = i0 + 8;
-  const uint64_t qm0 = qmask[rrow], qm1 = qmask[rrow + 8];
+  const uint64_t qm0 = kWindow ? 0 : qmask[rrow], qm1 = kWindow ? 0 : qmask[rrow + 8];
   float o[D / 2];
   RowState st;
   hard_tma_mainloop<D>(
       o, st, sm, &tm_k, &tm_v, b, hk, n_begin, n_end, p.scale * kLog2e,
       [&](int nb, int stage) {  // the keys' group ids by cp.async (or their sets, top_k > 4)
-        for (int c = threadIdx.x; c < kKeys; c += kHardTmaThreads) {
-          const int j = nb * kKeys + c;
-          if (p.top_k > kStagedTopK) {
-            kmask[stage][c] = j < T ? set_of(j) : 0;
-          } else if (j < T) {
-            for (int x = 0; x < p.top_k; ++x)
-              dev::cp_async4(&kids[stage][c * kStagedTopK + x], groups + int64_t(j) * p.top_k + x,
-                             true);
+        if constexpr (!kWindow) {
+          for (int c = threadIdx.x; c < kKeys; c += kHardTmaThreads) {
+            const int j = nb * kKeys + c;
+            if (p.top_k > kStagedTopK) {
+              kmask[stage][c] = j < T ? set_of(j) : 0;
+            } else if (j < T) {
+              for (int x = 0; x < p.top_k; ++x)
+                dev::cp_async4(&kids[stage][c * kStagedTopK + x], groups + int64_t(j) * p.top_k + x,
+                               true);
+            }
           }
+          cp_async_commit();
         }
-        cp_async_commit();
       },
       [&](int nb, int stage) {  // this thread's copies landed: the sets from the ids
-        if (p.top_k > kStagedTopK) return;
-        cp_async_wait_all();
-        for (int c = threadIdx.x; c < kKeys; c += kHardTmaThreads) {
-          const int j = nb * kKeys + c;
-          kmask[stage][c] = j < T ? group_set(&kids[stage][c * kStagedTopK], p.top_k, K) : 0;
+        if constexpr (!kWindow) {
+          if (p.top_k > kStagedTopK) return;
+          cp_async_wait_all();
+          for (int c = threadIdx.x; c < kKeys; c += kHardTmaThreads) {
+            const int j = nb * kKeys + c;
+            kmask[stage][c] = j < T ? group_set(&kids[stage][c * kStagedTopK], p.top_k, K) : 0;
+          }
         }
       },
       [&](int k0) { return band_tile_visible(k0, kKeys, wq0, wq_hi, w); }, [](int) { return true; },
       [&](float(&s)[kKeys / 2], int k0, int stage) {
-        // take_local_key (focus_hard_walk.h, replayed on the CPU) with first = true, written with
-        // the bounds relative to this thread's first column (key = k0 + 2 tig + (8 jj + e)): row
-        // i takes offsets i - w - base .. i - base whose key shares no group with it (keys are
-        // >= 0 here, and w <= T keeps i - w from overflowing).
+        // take_local_key (focus_hard_walk.h, replayed on the CPU) with first = true, or
+        // take_window_key, written with the bounds relative to this thread's first column (key =
+        // k0 + 2 tig + (8 jj + e)): row i takes offsets i - w - base .. i - base whose key shares
+        // no group with it (any key with kWindow; keys are >= 0 here, and w <= T keeps i - w from
+        // overflowing).
         const int base = k0 + 2 * tig;
         const int hi0 = i0 - base, hi1 = i1 - base, lo0 = hi0 - w, lo1 = hi1 - w;
 #pragma unroll
@@ -114,7 +126,8 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int c = 8 * jj + e;
-            const uint64_t km = kmask[stage][c + 2 * tig];
+            uint64_t km = 0;
+            if constexpr (!kWindow) km = kmask[stage][c + 2 * tig];
             if (c > hi0 || c < lo0 || (km & qm0) != 0) s[4 * jj + e] = -INFINITY;
             if (c > hi1 || c < lo1 || (km & qm1) != 0) s[4 * jj + 2 + e] = -INFINITY;
           }
@@ -123,14 +136,17 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
 
   // Epilogue, per row of this thread (row sums completed over the 4 threads of a row); a token
   // with no valid group has no output row (focus_hard.cuh). band_first: the band's partial (o
-  // normalised, lse; slot 0 of top_k 1) for the group pass to merge. Otherwise the band's state
-  // merged with the token's group partials, one per distinct valid slot (what the group pass
-  // wrote), into o and lse.
+  // normalised, lse; slot 0 of top_k 1) for the group pass to merge (kWindow: for every token;
+  // the group pass merges those of its list). Otherwise the band's state merged with the token's
+  // group partials, one per distinct valid slot (what the group pass wrote), into o and lse.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l = row_sum(st.sum[r]);
     const int i = r == 0 ? i0 : i1;
-    if (i >= T || (r == 0 ? qm0 : qm1) == 0) continue;
+    if (i >= T) continue;
+    if constexpr (!kWindow) {
+      if ((r == 0 ? qm0 : qm1) == 0) continue;
+    }
     if (p.band_first) {
       write_partial<D>(p, o, r, tig, l, st.max[r], (int64_t(b) * T + i) * p.n_head + h);
       continue;
@@ -138,6 +154,9 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
     const float lse = row_lse(l, st.max[r]);
     const int64_t bt = int64_t(b) * T + i;
     const int32_t* gr = p.groups + bt * p.top_k;
+    if constexpr (kWindow) {
+      if (group_set(gr, p.top_k, K) == 0) continue;
+    }
     // f(slot) for each distinct valid slot of the token (the partials the group pass wrote:
     // reads_partial_slot, which FocusHardWalk's replay checks against the group passes' slots).
     auto each_slot = [&](auto f) {
@@ -149,7 +168,8 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
     auto part_lse = [&](int sl) { return p.part_lse[(bt * p.top_k + sl) * p.n_head + h]; };
     float mx = lse;
     each_slot([&](int sl) { mx = fmaxf(mx, part_lse(sl)); });
-    // mx > -inf: slot 0's pass takes (i, i). Weights exp(lse_s - mx), sum >= 1.
+    // mx > -inf: the band (kWindow) or slot 0's pass takes (i, i). Weights exp(lse_s - mx), sum
+    // >= 1.
     float sum = lse == -INFINITY ? 0.f : __expf(lse - mx);
     each_slot([&](int sl) {
       const float ls = part_lse(sl);
@@ -194,8 +214,11 @@ void launch_band(const FocusHardAttnParams& p, cudaStream_t st) {
                                     kKeys),
                     tm_v = tile_map(p.v, kv_width, p.T, p.B, p.kv_row_stride, p.kv_batch_stride,
                                     kKeys);
-  launch_hard_tma<D, band_kernel<D>>(dim3((p.T + kRows - 1) / kRows, p.n_head, p.B), p, tm_k, tm_v,
-                                     st);
+  const dim3 grid((p.T + kRows - 1) / kRows, p.n_head, p.B);
+  if (focus_hard_window_band(p))
+    launch_hard_tma<D, band_kernel<D, true>>(grid, p, tm_k, tm_v, st);
+  else
+    launch_hard_tma<D, band_kernel<D, false>>(grid, p, tm_k, tm_v, st);
 }
 
 }  // namespace

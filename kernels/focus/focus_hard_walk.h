@@ -81,6 +81,18 @@ ATTN_FOCUS_HD bool take_local_key(int i, int j, int w, bool first, uint64_t key_
   return first && j >= 0 && j <= i && i - j <= w && (key_mask & query_mask) == 0;
 }
 
+// The window partition of the split schedule (focus_hard_wgmma.cu's list group pass and the band
+// pass beside it; the sorted group pass keeps the partition above, its tiles carry no key
+// positions): the band takes every pair of the window, 0 <= i - j <= w, with no group test
+// (take_window_key), and the group passes only the distant pairs, i - j > w: take_group_key and
+// the group tiles' shortcuts on the query's position lowered by w + 1 (group_bound; -1, no row,
+// stays -1). The band then needs no group sets, and always takes (i, i).
+ATTN_FOCUS_HD bool take_window_key(int i, int j, int w) { return j >= 0 && j <= i && i - j <= w; }
+ATTN_FOCUS_HD int group_bound(int i, int w, bool window) {
+  if (!window || i < 0) return i;
+  return i - (w < INT_MAX ? w + 1 : w);  // >= -INT_MAX for i >= 0
+}
+
 // The first position tile (kFocusHardTile keys) >= from that meets the band [i - w, i] of some
 // query of the block in its first pass (qpos: n entries, -1 = none; qfirst: nonzero for a first
 // pass), or -1.
@@ -98,10 +110,11 @@ ATTN_FOCUS_HD int next_local_tile(const int* qpos, const int* qfirst, int n, int
   return best == INT_MAX ? -1 : best;
 }
 
-// A warp's shortcuts over its rows (positions lo = its first query, hi = its last valid one;
-// all_first: every row in its first pass; any_first: some valid row is). A group tile (key
-// positions kmin .. kmax, -1 = no key) no row can see; a group tile every row takes whole; a
-// local tile (positions k0 ..) no row's band meets.
+// A warp's shortcuts over its rows (lo = its first query's position, hi = its last valid one's;
+// with the window partition their group_bound; all_first: every row in its first pass;
+// any_first: some valid row is). A group tile (key positions kmin .. kmax, -1 = no key) no row
+// can see; a group tile every row takes whole; a local tile (positions k0 ..) no row's band
+// meets.
 ATTN_FOCUS_HD bool group_tile_visible(int kmin, int hi) { return kmin >= 0 && kmin <= hi; }
 ATTN_FOCUS_HD bool group_tile_unmasked(int kmax, int lo, bool all_first) {
   return all_first && kmax >= 0 && kmax <= lo;
@@ -112,13 +125,15 @@ ATTN_FOCUS_HD bool local_tile_visible(int k0, int lo, int hi, int w, bool any_fi
 
 // The split schedule of the Hopper kernel (focus_hard_wgmma.cu): the group pass takes only group
 // pairs (take_group_key, tiles of bn list entries, the shortcuts above per 64-row warpgroup), and
-// the local band runs once per query in token order: take_local_key with first = true. Its key
-// tiles (bn positions each) for the rows q0 .. q0 + rows - 1 (< T): [*begin, *end); none when
-// w = 0 (the band's one pair, (i, i), shares i's group).
-ATTN_FOCUS_HD void band_tiles(int q0, int rows, int T, int w, int bn, int* begin, int* end) {
+// the local band runs once per query in token order: take_local_key with first = true, or with
+// the window partition take_window_key. Its key tiles (bn positions each) for the rows q0 .. q0 +
+// rows - 1 (< T): [*begin, *end); none when w = 0 outside the window partition (the band's one
+// pair, (i, i), shares i's group).
+ATTN_FOCUS_HD void band_tiles(int q0, int rows, int T, int w, int bn, bool window, int* begin,
+                              int* end) {
   const int last = (q0 + rows < T ? q0 + rows : T) - 1;
   *begin = (q0 - w > 0 ? q0 - w : 0) / bn;
-  *end = w <= 0 || last < q0 ? *begin : last / bn + 1;
+  *end = (w <= 0 && !window) || last < q0 ? *begin : last / bn + 1;
 }
 // A band tile (positions k0 .. k0 + bn - 1) some row in lo .. hi (token order) can see (written
 // so that no sum overflows for any w >= 0).

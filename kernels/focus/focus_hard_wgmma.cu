@@ -12,11 +12,13 @@
 // bytes per thread, into the swizzled layout: the positions of a tile's rows are not contiguous,
 // so TMA boxes do not apply. A block owns 128 consecutive entries of one group's sorted list
 // (queries gathered by index) and walks the group's list in tiles of kBN entries up to its last
-// query (the causal keys are a prefix). Element test take_group_key on the original positions
-// (j <= i, and j holds none of i's groups of lower slots: a pair sharing several groups is
-// counted in i's first shared slot). A warpgroup skips a tile whose first key is past its last
-// query and drops the element test where every pair is taken. Output: the partial (o normalised,
-// lse) of the membership, f32, [B, T, top_k, H, D] / [B, T, top_k, H].
+// query (the causal keys are a prefix). It takes the distant pairs only, i - j > w (the window
+// partition, focus_hard_walk.h: the band pass takes every pair of the window): element test
+// take_group_key on the queries' group_bound, i - w - 1 (j <= i - w - 1, and j holds none of
+// i's groups of lower slots: a pair sharing several groups is counted in i's first shared slot).
+// A warpgroup skips a tile whose first key is past its last query's bound and drops the element
+// test where every pair is taken. Output: the partial (o normalised, lse; empty rows: o 0, lse
+// -inf) of the membership, f32, [B, T, top_k, H, D] / [B, T, top_k, H].
 // Why two passes instead of the band inside the group walk (one softmax state): the 128 queries
 // of a group tile are spread over ~128 K positions, so the union of their bands is ~(128 K + w)
 // keys of which each query needs w + 1; in token order the band is (128 + w) keys for 128
@@ -79,7 +81,7 @@ struct Meta {
   // SM allow 128).
   int count;               // entries of the group's list
   const int32_t* glist;    // the group's list
-  int wg_lo[2], wg_hi[2];  // per warpgroup: its rows' positions lo .. hi (hi < lo: none)
+  int wg_lo[2], wg_hi[2];  // per warpgroup: its rows' group_bound lo .. hi (hi < 0: none)
   int wg_first[2];         // per warpgroup: every valid row in its first pass
 };
 
@@ -111,6 +113,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   __shared__ Meta<BN> m;
 
   const int b = blockIdx.z, T = p.T, K = p.K, H = p.n_head;
+  const int w = min(p.local_window, T);
 
   // The block's head, group and query tile j of the group's list (its list entries q0 ..), and
   // its key tiles. blockIdx.x covers max_tiles tiles x H heads (an upper bound of the row's tiles).
@@ -219,15 +222,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tig = lane & 3;
   const int wrow = 64 * wg;  // this warpgroup's first row in the block
-  // Its rows' positions lo .. hi (sorted; hi < lo: no valid row) and whether every valid row is
-  // in its first pass (no lower-slot group to exclude).
+  // Its rows' bounds lo .. hi (group_bound of the sorted positions; hi < 0: no valid row) and
+  // whether every valid row is in its first pass (no lower-slot group to exclude).
   if (threadIdx.x % 128 < 32) {  // the warpgroup's first warp
     bool first = true;
     for (int r = lane; r < 64; r += 32) first = first && m.qmask[wrow + r] == 0;
     first = __all_sync(0xffffffffu, first);
     if (lane == 0) {
-      m.wg_lo[wg] = wrow < nq ? m.qpos[wrow] : 0;
-      m.wg_hi[wg] = wrow < nq ? m.qpos[min(wrow + 63, nq - 1)] : -1;
+      m.wg_lo[wg] = wrow < nq ? focus_hard::group_bound(m.qpos[wrow], w, true) : 0;
+      m.wg_hi[wg] =
+          wrow < nq ? focus_hard::group_bound(m.qpos[min(wrow + 63, nq - 1)], w, true) : -1;
       m.wg_first[wg] = first;
     }
   }
@@ -263,7 +267,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     wgmma_wait<0>();
     fence_regs(s);
     if (need_mask) {
-      const int i0 = m.qpos[rrow], i1 = m.qpos[rrow + 8];
+      const int i0 = focus_hard::group_bound(m.qpos[rrow], w, true),
+                i1 = focus_hard::group_bound(m.qpos[rrow + 8], w, true);
 #pragma unroll
       for (int jj = 0; jj < BN / 8; ++jj) {
 #pragma unroll
@@ -288,8 +293,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   }
 
   // Epilogue, per row of this thread: the membership's partial for the band pass to merge, or
-  // with band_first (top_k 1: the token's only group pass, which takes (i, i), so l > 0) the
-  // band's partial merged in, o and lse written.
+  // with band_first (top_k 1) the band's partial merged in, o and lse written (the band took
+  // (i, i); this row may have taken nothing, l = 0).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l = focus_hard::row_sum(st.sum[r]);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -158,9 +159,11 @@ void replay(const WalkCase& c) {
 
 // The wgmma kernel's split schedule (focus_hard_wgmma.cu): group passes over blocks of
 // kFocusHardWgmmaRows list entries in tiles of bn entries, with the per-warpgroup (64 rows)
-// shortcuts, taking only take_group_key pairs; then the band in token order, blocks of
-// kFocusHardWgmmaRows tokens, tiles band_tiles / band_tile_visible, take_local_key with
-// first = true. Every attended pair exactly once, nothing else.
+// shortcuts, taking only take_group_key pairs on the rows' group_bound (the window partition:
+// distant pairs); then the band in token order, blocks of kFocusHardWgmmaRows tokens, tiles
+// band_tiles / band_tile_visible, take_window_key. With the sorted group pass, the other
+// partition: the group pass takes every shared pair, the band take_local_key with first = true.
+// Every attended pair exactly once, nothing else.
 // The sorted group pass of top_k 1 (focus_hard_sorted.cu), replayed: blocks of
 // kFocusHardWgmmaRows entries of the group-sorted order (all groups in one sequence, n entries),
 // warpgroups of 64 rows, tiles of bn entries from sorted_tiles, the shortcuts sorted_tile_visible
@@ -212,6 +215,7 @@ void replay_split(const WalkCase& c, int bn, int band_bn, bool sorted = false) {
                                   << " w " << c.w << " kind " << c.kind << " bn " << bn
                                   << " band bn " << band_bn << " sorted " << sorted);
   const int T = c.T, K = c.K, tk = c.top_k, w = c.w, rows = kFocusHardWgmmaRows;
+  const bool window = !sorted;  // the list group pass's partition
   const std::vector<int32_t> groups = make_groups(c);
   const std::vector<uint64_t> mask = make_masks(groups, T, K, tk);
   std::vector<uint8_t> taken(size_t(T) * T, 0);
@@ -230,17 +234,19 @@ void replay_split(const WalkCase& c, int bn, int band_bn, bool sorted = false) {
     const int count = int(list.size());
     for (int q0 = 0; q0 < count; q0 += rows) {
       const int nq = std::min(rows, count - q0), n_tiles = (q0 + nq + bn - 1) / bn;
-      std::vector<int> qpos(rows, -1);
+      std::vector<int> qpos(rows, -1), qbound(rows, -1);
       std::vector<uint64_t> qlow(rows, 0);
       for (int r = 0; r < nq; ++r) {
         qpos[r] = list[q0 + r];
+        qbound[r] = focus_hard::group_bound(qpos[r], w, window);
         const int slot =
             focus_hard::slot_of(groups.data() + size_t(qpos[r]) * tk, tk, g, K, &qlow[r]);
         ASSERT_LT(slot, tk);
         written[size_t(qpos[r])].push_back(slot);
       }
       for (int wr = 0; wr < rows; wr += 64) {  // warpgroups
-        const int lo = wr < nq ? qpos[wr] : 0, hi = wr < nq ? qpos[std::min(wr + 63, nq - 1)] : -1;
+        const int lo = wr < nq ? qbound[wr] : 0,
+                  hi = wr < nq ? qbound[std::min(wr + 63, nq - 1)] : -1;
         bool all_first = true;
         for (int r = wr; r < wr + 64; ++r) all_first = all_first && qlow[r] == 0;
         for (int kt = 0; kt < n_tiles; ++kt) {
@@ -251,7 +257,7 @@ void replay_split(const WalkCase& c, int bn, int band_bn, bool sorted = false) {
           const bool unmasked = focus_hard::group_tile_unmasked(kp[bn - 1], lo, all_first);
           for (int r = wr; r < wr + 64 && r < nq; ++r)
             for (int col = 0; col < bn; ++col) {
-              const bool t = focus_hard::take_group_key(qpos[r], kp[col],
+              const bool t = focus_hard::take_group_key(qbound[r], kp[col],
                                                         kp[col] >= 0 ? mask[kp[col]] : 0, qlow[r]);
               ASSERT_TRUE(visible || !t) << "group tile " << kt << " skipped, but a pair is taken";
               ASSERT_TRUE(!unmasked || t) << "group tile " << kt << " unmasked, but a pair is not";
@@ -263,7 +269,7 @@ void replay_split(const WalkCase& c, int bn, int band_bn, bool sorted = false) {
   }
   for (int q0 = 0; q0 < T; q0 += rows) {
     int begin, end;
-    focus_hard::band_tiles(q0, rows, T, w, band_bn, &begin, &end);
+    focus_hard::band_tiles(q0, rows, T, w, band_bn, window, &begin, &end);
     for (int wr = 0; wr < rows; wr += 64) {
       const int lo = q0 + wr, hi = std::min(q0 + wr + 63, T - 1);
       for (int kt = 0; kt < T / band_bn + 1; ++kt) {
@@ -273,7 +279,8 @@ void replay_split(const WalkCase& c, int bn, int band_bn, bool sorted = false) {
         for (int i = lo; i <= hi; ++i) {
           if (mask[i] == 0) continue;  // no valid group: no output row
           for (int j = kt * band_bn; j < kt * band_bn + band_bn && j < T; ++j) {
-            const bool t = focus_hard::take_local_key(i, j, w, true, mask[j], mask[i]);
+            const bool t = window ? focus_hard::take_window_key(i, j, w)
+                                  : focus_hard::take_local_key(i, j, w, true, mask[j], mask[i]);
             ASSERT_TRUE(visible || !t) << "band tile " << kt << " not walked, but a pair is taken";
             if (t) take(i, j);
           }
@@ -318,8 +325,14 @@ TEST(FocusHardWalk, WgmmaSplitTakesEveryAttendedPairOnce) {
               replay_split({T, K, tk, w, kFocusHardWgmmaRows, kind}, 128, 64);
             }
           }
-  // No overflow of the band test.
+  // Tile edges: windows and lengths at the 64- and 128-key tiles' boundaries.
+  for (int T : {64, 128, 256, 257})
+    for (int w : {1, 63, 64, 127, 129, T - 1, T})
+      for (int tk : {1, 2})
+        replay_split({T, 8, tk, w, kFocusHardWgmmaRows, 0}, 64, kFocusHardTmaKeys);
+  // No overflow of the band test or of group_bound.
   replay_split({1000, 8, 2, 1 << 30, kFocusHardWgmmaRows, 0}, 64, kFocusHardTmaKeys);
+  replay_split({300, 8, 2, INT_MAX, kFocusHardWgmmaRows, 0}, 64, kFocusHardTmaKeys);
 }
 
 // top_k 1 with the sorted group pass (focus_hard_sorted.cu) and the band pass: every attended
