@@ -141,6 +141,26 @@ ATTN_FOCUS_HD bool band_tile_visible(int k0, int bn, int lo, int hi, int w) {
   return lo <= hi && k0 <= hi && lo - (k0 + bn - 1) <= w;
 }
 
+// The list group pass's ring of key tiles (focus_hard_wgmma.cu): kRingStages K and V buffers (a
+// tile's gathered rows have kRingStages - 1 tiles' compute to land in: a block walks 1-8 key
+// tiles at 4K, so latency, not throughput, bounds it) and kRingPosSlots slots of key positions
+// (tile t's in slot t % kRingPosSlots), each loaded kRingPosLead iterations before its rows are
+// gathered. The prologue (one cp.async group, waited for whole) loads the positions of tiles
+// [t_begin, ring_prologue_pos_end) and the rows of [t_begin, ring_prologue_rows_end); iteration t
+// waits (cp.async.wait_group kRingWaitGroups, then a barrier), computes tile t, and commits two
+// groups: the positions of tile ring_pos_tile(t), then the rows of tile ring_rows_tile(t)
+// (either empty past the walk). The rows of tile t were committed 2 (kRingStages - 2) groups
+// before that wait, the positions of ring_rows_tile(t) 2 kRingPosLead - 1 groups before:
+// kRingWaitGroups is the smaller. FocusHardWalk.RingGroupsSlotsAndBuffers replays it.
+constexpr int kRingStages = 4, kRingPosLead = kRingStages - 2, kRingPosSlots = 8;
+constexpr int kRingWaitGroups = 2 * kRingStages - 5;
+static_assert(kRingStages >= 3 && kRingPosLead >= 1 && kRingPosSlots >= kRingStages + kRingPosLead,
+              "a slot is rewritten only after its tile's last read");
+ATTN_FOCUS_HD int ring_pos_tile(int t) { return t + kRingStages - 1 + kRingPosLead; }
+ATTN_FOCUS_HD int ring_rows_tile(int t) { return t + kRingStages - 1; }
+ATTN_FOCUS_HD int ring_prologue_pos_end(int t_begin) { return ring_pos_tile(t_begin); }
+ATTN_FOCUS_HD int ring_prologue_rows_end(int t_begin) { return ring_rows_tile(t_begin); }
+
 // The o-th (from 0, ascending) member of a set of up to 64 groups given as its words lo (groups
 // 0 .. 31) and hi (32 .. 63), o below the set's size: the list group pass's decode of a block's
 // group (the sets are warp ballots of the groups with more than j tiles).

@@ -5,14 +5,14 @@
 // The group pass (the split schedule's first launch; the band pass is focus_hard_band.cu, and
 // for top_k 1 from 8K tokens the group pass is focus_hard_sorted.cu instead), a
 // FlashAttention-3-style "simple" block of the dense wgmma forward (attention_wgmma.cu, D = 64): 2
-// warpgroups x 64 query rows, key tiles of kBN keys in a ring of 3 shared-memory buffers in the
-// 128-byte-swizzled wgmma layout (wgmma_common.cuh), per tile S = Q K^T (wgmma m64nBNk16, both
-// operands from shared memory), online softmax in registers (log2 domain), O += P V (wgmma
-// m64nDk16, P from registers, V MN-major); kBN = 64. Rows of Q, K and V are copied by cp.async, 16
-// bytes per thread, into the swizzled layout: the positions of a tile's rows are not contiguous,
-// so TMA boxes do not apply. A block owns 128 consecutive entries of one group's sorted list
-// (queries gathered by index) and walks the group's list in tiles of kBN entries up to its last
-// query (the causal keys are a prefix). It takes the distant pairs only, i - j > w (the window
+// warpgroups x 64 query rows, key tiles of kBN keys in a ring of shared-memory buffers
+// (kRingStages) in the 128-byte-swizzled wgmma layout (wgmma_common.cuh), per tile S = Q K^T (wgmma
+// m64nBNk16, both operands from shared memory), online softmax in registers (log2 domain), O += P V
+// (wgmma m64nDk16, P from registers, V MN-major); kBN = 64. Rows of Q, K and V are copied by
+// cp.async, 16 bytes per thread, into the swizzled layout: the positions of a tile's rows are not
+// contiguous, so TMA boxes do not apply. A block owns 128 consecutive entries of one group's sorted
+// list (queries gathered by index) and walks the group's list in tiles of kBN entries up to its
+// last query (the causal keys are a prefix). It takes the distant pairs only, i - j > w (the window
 // partition, focus_hard_walk.h: the band pass takes every pair of the window): element test
 // take_group_key on the queries' group_bound, i - w - 1 (j <= i - w - 1, and j holds none of
 // i's groups of lower slots: a pair sharing several groups is counted in i's first shared slot).
@@ -58,10 +58,10 @@ constexpr int kBN = 64;
 template <int D>
 constexpr int kMinBlocks = D == 64 ? 2 : 1;
 
-// Key tiles in flight: a ring of 3 K and V buffers, so a tile's gathered rows have two tiles'
-// compute to land in (a group tile walks 1-8 key tiles at 4K: latency, not throughput, bounds
-// it), and of 4 position slots (a tile's positions land before its rows are gathered).
-constexpr int kStages = 3, kPosSlots = kStages + 1;
+// Key tiles in flight: the ring of focus_hard_walk.h (kRingStages K and V buffers, each tile's
+// positions kRingPosLead tiles ahead of its rows in kRingPosSlots slots; FocusHardWalk.Ring*
+// replays its cp.async groups, slots and buffers on the CPU).
+constexpr int kStages = focus_hard::kRingStages, kPosSlots = focus_hard::kRingPosSlots;
 
 // Dynamic shared memory: Q, the K and V rings, 1 KiB of alignment.
 template <int D>
@@ -75,7 +75,7 @@ struct Meta {
   int qpos[kBM];
   int qslot[kBM];               // the slot of the block's group in the query's top_k
   uint64_t qmask[kBM];          // the query's groups of lower slots
-  int kpos[kPosSlots][BN];      // key tile t's positions in slot t % 4, loaded 3 tiles ahead
+  int kpos[kPosSlots][BN];      // key tile t's positions in slot t % kPosSlots
   uint64_t kmask[kStages][BN];  // the keys' group sets, top_k > 1 only (top_k 1: no slot)
   // Block scalars the tile loop reads back (fewer live registers across the loop: two blocks per
   // SM allow 128).
@@ -178,10 +178,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     m.glist = glist;
   }
   // The positions of key tile t (list entries t * BN ..; -1 past the list) into
-  // kpos[t % kPosSlots], by cp.async, a tile before load_kv needs them: the gathers' addresses are
-  // then in shared memory when they are issued, and no thread waits on a list load inside the
-  // tile loop. Reads the block scalars from shared memory (after a barrier) or the registers (the
-  // first tiles).
+  // kpos[t % kPosSlots], by cp.async, kRingPosLead tiles before load_kv needs them: the gathers'
+  // addresses are then in shared memory when they are issued, and no thread waits on a list load
+  // inside the tile loop. Reads the block scalars from shared memory (after a barrier) or the
+  // registers (the first tiles).
   auto load_pos = [&](int t, int n_list, const int32_t* list) {
     if (threadIdx.x < BN) {
       const int e = t * BN + threadIdx.x;
@@ -207,11 +207,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     const int* kp = m.kpos[t % kPosSlots];
     gather_kv(t, [&](int r) { return kp[r]; });
   };
-  // Prologue, one round trip after the list: Q, the positions of the first kStages tiles, and the
-  // rows of the first kStages - 1 tiles with their addresses from the list itself (in global
-  // memory: the positions are not in shared memory yet).
-  for (int t = t_begin; t < min(t_end, t_begin + kStages); ++t) load_pos(t, count, glist);
-  for (int t = t_begin; t < min(t_end, t_begin + kStages - 1); ++t) {
+  // Prologue, one round trip after the list: Q, the positions of the first tiles and the rows of
+  // the first kStages - 1 tiles (ring_prologue_*) with their addresses from the list itself (in
+  // global memory: the positions are not in shared memory yet).
+  for (int t = t_begin; t < min(t_end, focus_hard::ring_prologue_pos_end(t_begin)); ++t)
+    load_pos(t, count, glist);
+  for (int t = t_begin; t < min(t_end, focus_hard::ring_prologue_rows_end(t_begin)); ++t) {
     const int e0 = t * BN;
     gather_kv(t, [&](int r) { return e0 + r < count ? glist[e0 + r] : -1; });
   }
@@ -249,15 +250,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
 
   for (int t = t_begin; t < t_end; ++t) {
     const int buf = t % kStages;
-    // Tile t's rows and tile t + 2's positions landed (each iteration commits two groups, the
-    // positions first: all but the newest group, tile t + 1's rows, are complete), visible to
-    // the block; everybody done with tile t - 1's buffer and position slot.
-    cp_async_wait_group<1>();
+    // Tile t's rows and the positions of the tile gathered now landed (kRingWaitGroups), visible
+    // to the block; everybody done with tile t - 1's buffer and position slot.
+    cp_async_wait_group<focus_hard::kRingWaitGroups>();
     fence_proxy_async();
     __syncthreads();
-    if (t + kStages < t_end) load_pos(t + kStages, m.count, m.glist);
+    const int tp = focus_hard::ring_pos_tile(t), tr = focus_hard::ring_rows_tile(t);
+    if (tp < t_end) load_pos(tp, m.count, m.glist);
     cp_async_commit();
-    if (t + kStages - 1 < t_end) load_kv(t + kStages - 1);
+    if (tr < t_end) load_kv(tr);
     cp_async_commit();
     const int* kp = m.kpos[t % kPosSlots];
     if (!focus_hard::group_tile_visible(kp[0], m.wg_hi[wg])) continue;

@@ -501,5 +501,71 @@ TEST(FocusHardWalk, LongestFirstOrderCoversEveryBlockOnceLongestFirst) {
       }
 }
 
+// The list group pass's ring of key tiles (focus_hard_walk.h; focus_hard_wgmma.cu runs it),
+// replayed for walks of 1 .. 24 tiles: one thread's cp.async groups in commit order, where
+// cp.async.wait_group N leaves at most the newest N pending. After the wait at the top of
+// iteration t, tile t's rows have landed, and so have the positions of the tile whose rows the
+// iteration gathers (ring_rows_tile) and of tile t (its element test); a position slot or a K / V
+// buffer is rewritten only after the last read of the tile it held (that tile's own iteration, so
+// before this iteration's barrier), and still holds its tile when read.
+TEST(FocusHardWalk, RingGroupsSlotsAndBuffers) {
+  using namespace focus_hard;
+  for (int n = 1; n <= 24; ++n) {
+    SCOPED_TRACE(testing::Message() << "walk of " << n << " tiles");
+    std::vector<std::vector<int>> group_pos, group_rows;  // per committed group, its tiles
+    std::vector<bool> pos_landed(n, false), rows_landed(n, false);
+    size_t landed = 0;
+    auto land_until = [&](size_t end) {  // groups [landed, end) complete
+      for (; landed < end; ++landed) {
+        for (int u : group_pos[landed]) pos_landed[u] = true;
+        for (int u : group_rows[landed]) rows_landed[u] = true;
+      }
+    };
+    std::vector<int> slot(kRingPosSlots, -1), buf(kRingStages, -1);  // the tile each holds
+    // Prologue: one group, the rows gathered with addresses from the list (not the slots).
+    group_pos.emplace_back();
+    group_rows.emplace_back();
+    for (int u = 0; u < std::min(n, ring_prologue_pos_end(0)); ++u) {
+      ASSERT_EQ(slot[u % kRingPosSlots], -1);
+      slot[u % kRingPosSlots] = u;
+      group_pos.back().push_back(u);
+    }
+    for (int u = 0; u < std::min(n, ring_prologue_rows_end(0)); ++u) {
+      ASSERT_EQ(buf[u % kRingStages], -1);
+      buf[u % kRingStages] = u;
+      group_rows.back().push_back(u);
+    }
+    land_until(group_pos.size());  // wait_group 0, then the barrier
+    for (int t = 0; t < n; ++t) {
+      if (group_pos.size() > size_t(kRingWaitGroups))
+        land_until(group_pos.size() - kRingWaitGroups);
+      ASSERT_TRUE(rows_landed[t]) << "iteration " << t << ": its tile's rows are in flight";
+      ASSERT_TRUE(pos_landed[t]) << "iteration " << t << ": its tile's positions are in flight";
+      const int tp = ring_pos_tile(t), tr = ring_rows_tile(t);
+      group_pos.emplace_back();
+      group_rows.emplace_back();
+      if (tp < n) {
+        const int prev = slot[tp % kRingPosSlots];
+        ASSERT_LT(prev, t) << "iteration " << t << ": slot of tile " << tp << " still read";
+        slot[tp % kRingPosSlots] = tp;
+        group_pos.back().push_back(tp);
+      }
+      group_pos.emplace_back();
+      group_rows.emplace_back();
+      if (tr < n) {
+        ASSERT_TRUE(pos_landed[tr])
+            << "iteration " << t << ": gathers tile " << tr << " before its positions landed";
+        ASSERT_EQ(slot[tr % kRingPosSlots], tr);
+        const int prev = buf[tr % kRingStages];
+        ASSERT_LT(prev, t) << "iteration " << t << ": buffer of tile " << tr << " still read";
+        buf[tr % kRingStages] = tr;
+        group_rows.back().push_back(tr);
+      }
+      ASSERT_EQ(slot[t % kRingPosSlots], t);  // the element test reads tile t's positions
+      ASSERT_EQ(buf[t % kRingStages], t);     // the MMAs read tile t's rows
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attnlab
