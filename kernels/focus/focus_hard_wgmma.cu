@@ -121,16 +121,22 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   const int32_t* glist = nullptr;
   {
     const int32_t* toff = p.tile_offsets + int64_t(b) * (K + 1);
+    const int32_t* offs = p.offsets + int64_t(b) * (K + 1);
     // Group g's query tiles.
     auto ntiles = [&](int g) { return toff[g + 1] - toff[g]; };
-    int j = 0;
+    int j = 0, list_off = 0;
     if (p.longest_first) {  // j descending over all groups, heads fastest (focus_hard_walk.h)
       const int u = int(blockIdx.x / unsigned(H));
       h = int(blockIdx.x) - u * H;
-      // Every warp decodes the same rank: lane l holds the tile counts of groups l and l + 32.
+      // Every warp decodes the same rank: lane l holds the tile counts of groups l and l + 32,
+      // and their list offsets and sizes, loaded in the same round trip (the block's come from
+      // its group's lane by a shuffle, not by a second dependent load).
       const int lane = threadIdx.x % 32;
       const int n_lo = lane < K ? ntiles(lane) : 0;
       const int n_hi = lane + 32 < K ? ntiles(lane + 32) : 0;
+      const int o_lo = lane < K ? offs[lane] : 0, o_hi = lane + 32 < K ? offs[lane + 32] : 0;
+      const int c_lo = lane < K ? offs[lane + 1] - o_lo : 0;
+      const int c_hi = lane + 32 < K ? offs[lane + 33] - o_hi : 0;
       const int maxn = int(__reduce_max_sync(0xffffffffu, unsigned(max(n_lo, n_hi))));
       auto tiles_from = [&](int L) {
         return int64_t(
@@ -141,6 +147,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
                                       __ballot_sync(0xffffffffu, n_hi > level), o);
       };
       if (!focus_hard::longest_first_tile(u, maxn, tiles_from, nth_group, &grp, &j)) return;
+      const bool lo_half = grp < 32;  // (grp is the same in every lane)
+      list_off = __shfl_sync(0xffffffffu, lo_half ? o_lo : o_hi, grp & 31);
+      count = __shfl_sync(0xffffffffu, lo_half ? c_lo : c_hi, grp & 31);
     } else {  // group after group per head, each group's latest tiles first
       h = int(blockIdx.x / unsigned(max_tiles));
       const int tile = max_tiles - 1 - (int(blockIdx.x) - h * max_tiles);
@@ -148,11 +157,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
       while (grp < K && before + ntiles(grp) <= tile) before += ntiles(grp++);
       if (grp == K) return;
       j = tile - before;
+      list_off = offs[grp];
+      count = offs[grp + 1] - list_off;
     }
     q0 = j * kBM;  // list index of the first query
-    const int32_t* offs = p.offsets + int64_t(b) * (K + 1);
-    count = offs[grp + 1] - offs[grp];
-    glist = p.list + int64_t(b) * T * p.top_k + offs[grp];
+    glist = p.list + int64_t(b) * T * p.top_k + list_off;
     nq = min(kBM, count - q0);
     t_end = (q0 + nq + BN - 1) / BN;
   }
