@@ -87,15 +87,28 @@ struct Meta {
 
 #if ATTN_WGMMA_DEVICE
 
-// Rows pos[0 .. ROWS) (-1: zero) of a strided bf16 matrix into a swizzled [ROWS][D] tile at s.
-template <int ROWS, int D, typename Pos>
-__device__ __forceinline__ void gather_rows(uint32_t s, const bf16* g, int64_t stride, Pos pos) {
-  constexpr int kChunks = D / 8;
-  for (int i = threadIdx.x; i < ROWS * kChunks; i += kThreads) {
-    const int r = i / kChunks, c = i % kChunks;
-    const int j = pos(r);
-    cp_async16(s + swizzled_offset<ROWS>(r, c), g + int64_t(j < 0 ? 0 : j) * stride + c * 8,
-               j >= 0);
+// Rows pos[0 .. ROWS) (-1: zero) of NM strided bf16 matrices g[m] (the same rows of each) into
+// swizzled [ROWS][D] tiles at s[m]. The copies of load_tile's rounds (wgmma_common.cuh): this
+// thread's 16-byte chunk c and first row r are fixed, each round moves kThreads / (D / 8) rows
+// down (a multiple of 8: the same swizzle phase), so the shared offset is one constant per round
+// and a row's global offset is computed once for all matrices (a loop over i = threadIdx.x,
+// threadIdx.x + kThreads, .. copies the same (row, chunk) pairs, but its trip count is not known
+// to the compiler: ~30 instructions a copy, against ~6 here).
+template <int ROWS, int D, int NM, typename Pos>
+__device__ __forceinline__ void gather_rows(const uint32_t (&s)[NM], const bf16* const (&g)[NM],
+                                            int64_t stride, Pos pos) {
+  constexpr int kChunks = D / 8, kRowsPerRound = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && ROWS % kRowsPerRound == 0 && kRowsPerRound % 8 == 0,
+                "whole rounds, each keeping the swizzle phase");
+  const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+  const uint32_t dst = swizzled_offset<ROWS>(r, c);
+#pragma unroll
+  for (int it = 0; it < ROWS / kRowsPerRound; ++it) {
+    const int j = pos(r + it * kRowsPerRound);
+    const int64_t src = int64_t(j < 0 ? 0 : j) * stride + c * 8;
+#pragma unroll
+    for (int m = 0; m < NM; ++m)
+      cp_async16(s[m] + dst + it * kRowsPerRound * 128, g[m] + src, j >= 0);
   }
 }
 
@@ -181,7 +194,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     m.qmask[r] = qm;
   }
   const bf16* gq = p.q + b * p.q_batch_stride + h * D;
-  gather_rows<kBM, D>(sQ, gq, p.q_row_stride, [&](int r) { return r < nq ? glist[q0 + r] : -1; });
+  gather_rows<kBM, D, 1>({sQ}, {gq}, p.q_row_stride,
+                         [&](int r) { return r < nq ? glist[q0 + r] : -1; });
   if (threadIdx.x == 0) {
     m.count = count;
     m.glist = glist;
@@ -204,8 +218,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
   const int64_t kv_off = b * p.kv_batch_stride + hk * D;
   auto gather_kv = [&](int t, auto pos) {
     const int buf = t % kStages;
-    gather_rows<BN, D>(sK + buf * kKVBytes, p.k + kv_off, p.kv_row_stride, pos);
-    gather_rows<BN, D>(sV + buf * kKVBytes, p.v + kv_off, p.kv_row_stride, pos);
+    gather_rows<BN, D, 2>({sK + buf * kKVBytes, sV + buf * kKVBytes}, {p.k + kv_off, p.v + kv_off},
+                          p.kv_row_stride, pos);
     if (p.top_k > 1 && threadIdx.x < BN) {
       const int j = pos(threadIdx.x);
       m.kmask[buf][threadIdx.x] = j >= 0 ? p.masks[int64_t(b) * T + j] : 0;
