@@ -12,15 +12,16 @@
 // is waited for before the gate; per 16-query chunk on the distant pairs dA = P (dP - delta) from
 // the ungated P, then the gate (gate_chunk_da), then the dg products (dg_chunk_products,
 // focus_wgmma_gate.cuh: bf16 dA times g hi + lo on mma.sync): dg_key in registers over the loop,
-// dg_query in a fp32 shared tile added to dg by fp32 atomics after the tile's second barrier
-// (overlapping the dQ wgmma). Where that tile does not fit beside two (D 64, KP 32) the queries'
-// g tile is single-buffered: the next one is loaded after the second barrier, when no warp reads
-// it any more. kHard (the hard gate's straight-through backward): no affinity; the group sets of
-// the warp's two key rows in registers and of the tile's queries beside lse and delta (cp.async,
-// double-buffered), a distant pair's P kept iff the sets meet (gate_chunk_hard[_da]); dA and the
-// dg products as above. (A second dg pass over the query tiles, recomputing S and dP, was the
-// earlier design: 3.6-6.1x dense forward+backward against this loop's 2.0-2.9x, H200,
-// 2026-12-02; 1.7-2.2x with the fp16 affinity.)
+// dg_query in a fp32 shared tile (at KP 8 one region per warp, stored, not added: warp_dgq)
+// added to dg by fp32 atomics after the tile's second barrier (overlapping the dQ wgmma). Where
+// that tile does not fit beside two (D 64, KP 32) the queries' g tile is single-buffered: the next
+// one is loaded after the second barrier, when no warp reads it any more. kHard (the hard gate's
+// straight-through backward): no affinity; the group sets of the warp's two key rows in registers
+// and of the tile's queries beside lse and delta (cp.async, double-buffered), a distant pair's P
+// kept iff the sets meet (gate_chunk_hard[_da]); dA and the dg products as above. (A second dg pass
+// over the query tiles, recomputing S and dP, was the earlier design: 3.6-6.1x dense
+// forward+backward against this loop's 2.0-2.9x, H200, 2026-12-02; 1.7-2.2x with the fp16
+// affinity.)
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -54,11 +55,16 @@ constexpr size_t kMaxSmem = 232448;  // 227 KiB of dynamic shared memory per blo
 template <bool kHard>
 constexpr int kStats = kHard ? 3 : 2;
 // K, V, 2 x Q, 2 x dO, dS^T, 2 x the statistics, the fp32 dQ tile, 2 mbarriers, the keys' g tile,
-// gq_bufs x the queries' g tiles (kFusedDg: and the fp32 dg_query tile), alignment: 192-218 KiB.
+// gq_bufs x the queries' g tiles (kFusedDg: and the fp32 dg_query tile, at KP 8 per warp),
+// alignment: 192-222 KiB.
 template <int D, int KP, bool kFusedDg, bool kHard, int gq_bufs>
 constexpr size_t bwd_smem_bytes_with() {
   constexpr int kQ = kQTile<D>;
-  constexpr size_t dgq = kFusedDg ? size_t(kQ) * focus_wgmma::dgq_ld(KP) * sizeof(float) : 0;
+  // kFusedDg: the dg_query tile, at KP 8 one region per warp (focus_wgmma::warp_dgq).
+  constexpr size_t dgq = !kFusedDg ? 0
+                         : focus_wgmma::warp_dgq(KP)
+                             ? size_t(kThreads / 32) * kQ * KP * sizeof(float)
+                             : size_t(kQ) * focus_wgmma::dgq_ld(KP) * sizeof(float);
   return 2 * size_t(tile_bytes(kBlockN, D)) + 4 * size_t(tile_bytes(kQ, D)) +
          size_t(tile_bytes(kBlockN, kQ)) + 2 * kStats<kHard> * kQ * sizeof(float) +
          size_t(kQ) * D * sizeof(float) + 16 + g_tile_bytes(kBlockN, KP) +
@@ -76,6 +82,9 @@ constexpr size_t bwd_smem_bytes() {
 static_assert(gq_buffers<64, 32, false, true>() == 2 && gq_buffers<128, 32, false, true>() == 2);
 static_assert(bwd_smem_bytes<64, 32, true, true>() <= kMaxSmem &&
               bwd_smem_bytes<128, 32, true, true>() <= kMaxSmem);
+// KP 8's per-warp dg_query regions keep the queries' g tile double-buffered.
+static_assert(gq_buffers<64, 8, true, true>() == 2 && gq_buffers<128, 8, true, true>() == 2 &&
+              bwd_smem_bytes<64, 8, true, true>() <= kMaxSmem);
 
 #if ATTN_WGMMA_DEVICE
 template <int D, int kQ>
@@ -207,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t sFull = sdQ + kDqBytes;                     // mbarriers [2]
   const uint32_t sGk = sFull + 16;                           // g of the block's keys
   const uint32_t sGq = sGk + g_tile_bytes(kBlockN, KP);      // [kGqBufs] g of the tile's queries
-  const uint32_t sDgq = sGq + kGqBufs * kGqBytes;            // kFusedDg: fp32 [kQ][dgq_ld(KP)]
+  const uint32_t sDgq = sGq + kGqBufs * kGqBytes;  // kFusedDg: fp32 [kQ][dgq_ld(KP)], KP 8 per warp
   auto generic = [&](uint32_t addr) {
     return reinterpret_cast<const bf16*>(smem_raw + (addr - raw));
   };
@@ -273,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_init(sFull + 8, 1);
     fence_mbar_init();
   }
-  if constexpr (kFusedDg) {
+  if constexpr (kFusedDg && !focus_wgmma::warp_dgq(KP)) {  // (KP 8: each tile writes its regions)
     for (int i = threadIdx.x; i < kQ * kDgqLd; i += kThreads) dgq_tile[i] = 0.f;
   }
   __syncthreads();
@@ -369,7 +378,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           } else {
             focus_wgmma::gate_chunk_da(s, da, dp, a, dl, chunk, key0, q0 + 2 * tig, w, p.gate.eps);
           }
-          focus_wgmma::dg_chunk_products<KP, kGqLd>(dgk, dgq_tile, da, cGq, generic(sGk), chunk,
+          // Into the block's shared tile, or at KP 8 the warp's region.
+          float* dgq_mine = dgq_tile + (focus_wgmma::warp_dgq(KP) ? (wrow / 16) * kQ * KP : 0);
+          focus_wgmma::dg_chunk_products<KP, kGqLd>(dgk, dgq_mine, da, cGq, generic(sGk), chunk,
                                                     wrow, lane);
         } else if constexpr (kHard) {
           focus_wgmma::gate_chunk_hard(s, mk, mq, chunk, key0, q0 + 2 * tig, w);
@@ -403,7 +414,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     {
       float dq[32];
       issue_dq<kQ>(dq, sdS, sK, wg);
-      if constexpr (kFusedDg) {  // every warp's dg_query of the tile is in the shared tile
+      if constexpr (kFusedDg && focus_wgmma::warp_dgq(KP)) {
+        // The regions of the warpgroups that ran the gate this tile (warpgroup 1's keys are the
+        // later ones: if it ran, so did warpgroup 0), summed.
+        static_assert(kQ * KP % kThreads == 0, "whole rounds of the regions' elements");
+        if (focus_wgmma::tile_has_distant_k_rows(k0, q0 + kQ - 1, w)) {
+          const int n_warps = focus_wgmma::tile_has_distant_k_rows(k0 + 64, q0 + kQ - 1, w) ? 8 : 4;
+          float* dgb = p.dg + int64_t(b) * T * p.K;
+#pragma unroll 1
+          for (int r = 0; r < kQ * KP / kThreads; ++r) {
+            const int i = threadIdx.x + r * kThreads, q = i / KP, c = i - q * KP;
+            const int at = focus_wgmma::warp_dgq_index(q, c, KP);
+            float v = 0.f;
+            for (int wp = 0; wp < n_warps; ++wp) v += dgq_tile[wp * kQ * KP + at];
+            if (c < p.K && q0 + q < T && v != 0.f) atomicAdd(dgb + int64_t(q0 + q) * p.K + c, v);
+          }
+        }
+      } else if constexpr (kFusedDg) {  // every warp's dg_query of the tile is in the shared tile
         if (focus_wgmma::tile_has_distant_k_rows(k0, q0 + kQ - 1, w)) {
           float* dgb = p.dg + int64_t(b) * T * p.K;
           for (int i = threadIdx.x; i < kQ * KP; i += kThreads) {

@@ -182,7 +182,9 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
 //   dgk (the warp's keys x KP groups, C fragments of groups 8 nt ..) += dA^T G_q: A = da packed,
 //     B = G_q by ldmatrix.trans of gq_tile (the tile's queries);
 //   dgq_tile ([queries][dgq_ld(KP)] fp32, shared) += (G_k^T dA^T)^T: A = G_k^T by ldmatrix.trans
-//     of gk_tile (the block's keys), B = da per 8 x 8 block transposed (movmatrix), red.shared.
+//     of gk_tile (the block's keys), B = da per 8 x 8 block transposed (movmatrix), red.shared;
+//     at KP 8 (warp_dgq) dgq_tile is the warp's own region ([queries][KP], warp_dgq_index) and
+//     the values are stored, not added.
 // Two products per term: bf16 dA times g's hi part and times its lo part (g to ~16 bits, so dA's
 // bf16 rounding is the only one, as dS's in the dense dK = dS^T Q). Measured on the H200: one
 // product on g hi alone missed the GPU test's dg bound (5.8e-3 against 5.1e-3, D 128, T 129, w 0,
@@ -228,7 +230,8 @@ __device__ __forceinline__ void dg_chunk_products(float (&dgk)[dgk_tiles(KP)][4]
 #pragma unroll
       for (int v = 0; v < 2; ++v) {
         const Coord cc = mma_c_coord(v, lane);  // row = group, column = query
-        atomicAdd(dgq_tile + (16 * chunk + 8 * n + cc.col) * kDgqLd + cc.row, c[v] + c[v + 2]);
+        static_assert(warp_dgq(KP), "KP 8 stores into the warp's region");
+        dgq_tile[warp_dgq_index(16 * chunk + 8 * n + cc.col, cc.row, KP)] = c[v] + c[v + 2];
       }
     } else {
 #pragma unroll
@@ -243,6 +246,7 @@ __device__ __forceinline__ void dg_chunk_products(float (&dgk)[dgk_tiles(KP)][4]
 #pragma unroll
         for (int v = 0; v < 4; ++v) {
           const Coord cc = mma_c_coord(v, lane);  // row = group, column = query
+          static_assert(!warp_dgq(KP), "wider KP add into the block's shared tile");
           atomicAdd(dgq_tile + (16 * chunk + 8 * n + cc.col) * kDgqLd + 16 * mt + cc.row, c[v]);
         }
       }

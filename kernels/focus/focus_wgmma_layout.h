@@ -225,6 +225,21 @@ ATTN_FWL_FN void gate_chunk_hard_da(float (&s)[kVals], float (&da)[2][4], const 
 // fall on 32 distinct banks (8 (l % 4) + l / 4 mod 32 for both KP).
 constexpr ATTN_FWL_FN int dgq_ld(int KP) { return KP + 4; }
 
+// At KP 8 (K <= 8, the default) the fused backward keeps one fp32 dg_query region per warp,
+// [queries][KP] (warp_dgq): each chunk's products are stored, not added (a warp writes every
+// (query, group) of its region exactly once per tile: the 8 chunks x 16 queries, and per chunk
+// each lane's C values (group l / 4, queries 2 (l % 4) + v, + 8) once), and the tile's drain sums
+// the regions of the warpgroups that ran the gate. The shared tile of dgq_ld took fp32
+// red.shared, which sm_90 runs as compare-and-swap loops (ATOMS.CAST.SPIN: a load, the add, the
+// CAS and a branch, 4 per chunk and thread, contended by the block's 8 warps), a chain inside
+// the gate loop. Wider KP keep the shared tile (their regions would not fit beside the tiles).
+// The stores have 2-way bank conflicts (the tile of dgq_ld was conflict-free; a padded row does
+// not fit): one extra cycle per store, against the CAS loops they replace.
+constexpr ATTN_FWL_FN bool warp_dgq(int KP) { return KP == 8; }
+constexpr ATTN_FWL_FN int warp_dgq_index(int query, int group, int KP) {
+  return query * KP + group;
+}
+
 }  // namespace attnlab::focus_wgmma
 
 #undef ATTN_FWL_FN

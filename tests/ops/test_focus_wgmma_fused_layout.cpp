@@ -95,6 +95,10 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
   std::vector<float> gated(p.size(), -1.f);
   std::vector<double> dgk(size_t(64) * KP, 0.0);
   std::vector<float> dgq_tile(static_cast<size_t>(kQ * dld), 0.f);
+  // KP 8 (warp_dgq): each warp stores into its own region, every element exactly once per tile
+  // (counted), and the drain sums the regions.
+  std::vector<float> regions(static_cast<size_t>(kWarps) * kQ * KP, 0.f);
+  std::vector<int> writes(regions.size(), 0);
   for (int warp = 0; warp < kWarps; ++warp) {
     static float s[kLanes][kQ / 2], dpr[kLanes][kQ / 2];
     float dgk_w[kLanes][4][4] = {};  // dgk_tiles(KP) <= 4 used
@@ -177,11 +181,14 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
           float gt[kLanes][4][2];
           emulate_ldsm_t(gt, gk.tile, off);
           emulate_mma(c, gt, b);
+          ASSERT_TRUE(warp_dgq(KP));
           for (int l = 0; l < kLanes; ++l)
             for (int v = 0; v < 2; ++v) {
               const Coord cc = mma_c_coord(v, l);
-              dgq_tile[size_t((16 * chunk + 8 * n + cc.col) * dld + cc.row)] +=
-                  c[l][v] + c[l][v + 2];
+              const size_t at = size_t(warp) * kQ * KP +
+                                size_t(warp_dgq_index(16 * chunk + 8 * n + cc.col, cc.row, KP));
+              regions[at] = c[l][v] + c[l][v + 2];  // stored, not added
+              ++writes[at];
             }
         }
         for (int mt = 0; mt < (KP == 8 ? 0 : KP / 16); ++mt) {
@@ -251,6 +258,17 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
   }
   if (f.q0 + kQ - 1 - f.k0 > f.w) {
     EXPECT_GT(distant, 0);
+  }
+  if (warp_dgq(KP)) {  // the drain: the sum of the warps' regions
+    for (size_t at = 0; at < writes.size(); ++at)
+      ASSERT_EQ(writes[at], 1) << "region element " << at;
+    for (int j = 0; j < kQ; ++j)
+      for (int c = 0; c < KP; ++c) {
+        float v = 0.f;
+        for (int warp = 0; warp < kWarps; ++warp)
+          v += regions[size_t(warp) * kQ * KP + size_t(warp_dgq_index(j, c, KP))];
+        dgq_tile[size_t(j) * dld + c] = v;
+      }
   }
   std::vector<double> dgq(rq.size());
   for (int j = 0; j < kQ; ++j) {
