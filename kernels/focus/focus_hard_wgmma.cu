@@ -3,7 +3,7 @@
 // docs/focus_hard.md).
 //
 // The group pass (the split schedule's first launch; the band pass is focus_hard_band.cu, and
-// for top_k 1 from 8K tokens the group pass is focus_hard_sorted.cu instead), a
+// for top_k 1 from 32K tokens the group pass is focus_hard_sorted.cu instead), a
 // FlashAttention-3-style "simple" block of the dense wgmma forward (attention_wgmma.cu, D = 64): 2
 // warpgroups x 64 query rows, key tiles of kBN keys in a ring of shared-memory buffers
 // (kRingStages) in the 128-byte-swizzled wgmma layout (wgmma_common.cuh), per tile S = Q K^T (wgmma

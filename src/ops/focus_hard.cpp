@@ -103,10 +103,11 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
                "containing 90) and a compute capability 9.0 device",
                kOp);
   // The group pass on the group-sorted copy of qkv: top_k 1 (the pairs sharing a group are then
-  // causal runs of the sorted order); automatic from kSortedMinT tokens, below which the copy
-  // costs more than it saves (H200, 12 x 64, K 8: 0.104 against 0.096 ms at T 4K, 0.182 against
-  // 0.202 at 8K, 0.332 against 0.426 at 16K; docs/performance_variants.md).
-  constexpr int64_t kSortedMinT = 8192;
+  // causal runs of the sorted order); automatic from kSortedMinT tokens, below which the list
+  // group pass is faster (H200, 2026-12-05, K 8, sorted against list: 12 x 64 0.146 / 0.134 ms
+  // at T 8K, 0.318 / 0.302 at 16K, 0.864 / 0.869 at 32K; 8 x 128 0.176 / 0.158, 0.393 / 0.383,
+  // 1.021 / 1.104; docs/performance_variants.md, "The ring and dg_query patches, measured").
+  constexpr int64_t kSortedMinT = 32768;
   plan.sorted = plan.wgmma && top_k == 1 &&
                 (kernel == FocusHardKernel::wgmma_sorted ||
                  (kernel == FocusHardKernel::automatic && T >= kSortedMinT));

@@ -241,7 +241,8 @@ TEST(FocusHardCuda, WgmmaSplitMatchesTheMaskedReference) {
   // A token naming a group twice (the pair counts once; one partial per distinct group).
   run_case({64, 1000, 8, 2, 37, 2, Groups::duplicates});
   run_case({128, 700, 4, 3, 0, 4, Groups::duplicates});
-  // 8192 tokens, both head dims (for top_k 1 the automatic group pass is the sorted one here).
+  // 8192 tokens, both head dims (top_k 1: the automatic list group pass and, forced, the sorted
+  // one).
   run_case({64, 8192, 8, 2, 128, 4, Groups::balanced});
   run_case({128, 8192, 8, 1, 37, 2, Groups::unbalanced});
   // More than 32 groups: the group sets' high word (the longest-first decode's high ballot).
