@@ -245,6 +245,9 @@ TEST(FocusHardCuda, WgmmaSplitMatchesTheMaskedReference) {
   // one).
   run_case({64, 8192, 8, 2, 128, 4, Groups::balanced});
   run_case({128, 8192, 8, 1, 37, 2, Groups::unbalanced});
+  // 16384 tokens, top_k 1: the automatic group pass is the list one up to kSortedMinT (32768),
+  // here with the split index build (past the fused kernel's 8192) and the band pass first.
+  run_case({64, 16384, 8, 1, 128, 4, Groups::unbalanced});
   // More than 32 groups: the group sets' high word (the longest-first decode's high ballot).
   run_case({64, 1000, 40, 3, 37, 2, Groups::unbalanced});
   run_case({128, 700, 64, 2, 128, 4, Groups::duplicates});
