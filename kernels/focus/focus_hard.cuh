@@ -133,6 +133,14 @@ void launch_focus_hard_sorted_group(const FocusHardAttnParams& p, Stream s);
 // group pass, merged with its partials by log-sum-exp into o and lse. Reads q, k, v and groups only
 // (not the index).
 void launch_focus_hard_band(const FocusHardAttnParams& p, Stream s);
+// The band pass and the list group pass in one launch (focus_hard_fused.cu, sm_90a; top_k 1,
+// band_first, p.sorted null): a grid of at most SMs x blocks per SM taking items from counters[0]
+// (the band's blocks first, then the group pass's), the group items waiting for the index grid
+// (this kernel is launched as the programmatic dependent of the launch before it on s, which
+// must be the index build's last kernel) and, before their merge, for every band item
+// (counters[1]). counters: 2 ints, zero at launch (the caller clears them before the index
+// build). Same rows and limits as the two launches.
+void launch_focus_hard_fused(const FocusHardAttnParams& p, int* counters, Stream s);
 // The partition of the pairs between the wgmma group and band passes (focus_hard_walk.h): the
 // window partition with the list group pass (its tiles carry the keys' positions, so it can
 // leave the window's pairs to the band, which then needs no group sets), the shared-group one

@@ -193,5 +193,4 @@ __device__ __forceinline__ void band_block(const FocusHardAttnParams& p, const C
 }
 #endif  // ATTN_WGMMA_DEVICE
 
-
 }  // namespace attnlab::focus_hard_band

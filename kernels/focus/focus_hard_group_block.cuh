@@ -311,5 +311,4 @@ __device__ __forceinline__ void group_block(const FocusHardAttnParams& p, int ma
 }
 #endif  // ATTN_WGMMA_DEVICE
 
-
 }  // namespace attnlab::focus_hard_group

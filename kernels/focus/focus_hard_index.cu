@@ -93,7 +93,17 @@ __global__ void __launch_bounds__(kScanThreads)
   }
 }
 
+// The index build's last kernel lets its stream's next launch start now if that launch allows
+// it (the fused forward, focus_hard_fused.cu: it waits for this grid before reading the lists);
+// no effect on a plain launch.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 __global__ void __launch_bounds__(kChunk) hard_index_scatter(const FocusHardIndexParams p) {
+  allow_dependent_launch();
   __shared__ int warp_base[kFocusHardMaxGroups][kWarps];
   const int b = blockIdx.y, n_chunks = gridDim.x;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -140,6 +150,7 @@ inline size_t fused_smem_bytes(int K, int n_chunks) {
   return sizeof(int) * (size_t(K) * n_chunks * kWarps + kWarps);
 }
 __global__ void __launch_bounds__(kChunk) hard_index_fused(const FocusHardIndexParams p) {
+  allow_dependent_launch();
   extern __shared__ int fused_smem[];
   const int b = blockIdx.x, n_chunks = (p.T + kChunk - 1) / kChunk, K = p.K;
   const int n = K * n_chunks * kWarps;  // <= 16 per thread

@@ -120,9 +120,15 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
                "%s: the band pass first (FocusHardOrder::band_first) needs the wgmma kernel and "
                "top_k 1, got %s kernel and top_k %lld",
                kOp, plan.wgmma ? "the wgmma" : "the mma", (long long)top_k);
-  plan.band_first =
-      order == FocusHardOrder::band_first || (order == FocusHardOrder::automatic && plan.wgmma &&
-                                              top_k == 1 && !plan.sorted && head_dim == 64);
+  ATTN_REQUIRE(order != FocusHardOrder::fused || (plan.wgmma && top_k == 1 && !plan.sorted),
+               "%s: the fused launch (FocusHardOrder::fused) needs the wgmma kernel's list group "
+               "pass and top_k 1, got %s kernel%s and top_k %lld",
+               kOp, plan.wgmma ? "the wgmma" : "the mma", plan.sorted ? " (sorted pass)" : "",
+               (long long)top_k);
+  plan.fused = order == FocusHardOrder::fused;
+  plan.band_first = plan.fused || order == FocusHardOrder::band_first ||
+                    (order == FocusHardOrder::automatic && plan.wgmma && top_k == 1 &&
+                     !plan.sorted && head_dim == 64);
   return plan;
 }
 
@@ -178,7 +184,8 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   const size_t o_counts = carve(B * K * n_chunks, 4), o_offs = carve(B * (K + 1), 4),
                o_toffs = carve(B * (K + 1), 4), o_list = carve(B * T * top_k, 4),
                o_masks = carve(B * T, 8), o_part_o = carve(n_part * l.head_dim, 4),
-               o_part_lse = carve(n_part, 4), o_sorted = carve(sorted ? B * T * l.width() : 0, 2);
+               o_part_lse = carve(n_part, 4), o_sorted = carve(sorted ? B * T * l.width() : 0, 2),
+               o_counters = carve(plan.fused ? 2 : 0, 4);
   const StreamScratch work(at, ctx.stream);
   char* base_ws = work.as<char>();
 
@@ -225,6 +232,16 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   // caller's stream, so the group pass follows it directly and the join waits on an event that
   // has usually completed (the cross-stream signal off the critical path).
   p.band_first = plan.band_first;
+  // Fused: the index build, then the band and list group passes in one launch that may start
+  // beside it (its programmatic dependent), its two item counters cleared first.
+  if (plan.fused) {
+    int* counters = reinterpret_cast<int*>(base_ws + o_counters);
+    CUDA_CHECK(
+        cudaMemsetAsync(counters, 0, 2 * sizeof(int), reinterpret_cast<cudaStream_t>(ctx.stream)));
+    launch_focus_hard_index(ip, ctx.stream);
+    launch_focus_hard_fused(p, counters, ctx.stream);
+    return;
+  }
   if (p.band_first) {
     const SideStream side(ctx.stream);
     launch_focus_hard_index(ip, side.get());

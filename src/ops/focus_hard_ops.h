@@ -24,8 +24,10 @@ enum class FocusHardKernel { automatic, mma, wgmma, wgmma_sorted };
 // the gather), the group pass merges its partial. automatic = band_first for top_k 1 with the
 // list group pass at head dim 64 (where it measured faster), group_first otherwise. Forcing
 // band_first without the wgmma kernel or with top_k > 1 is an error; group_first is what the
-// mma kernel does anyway.
-enum class FocusHardOrder { automatic, group_first, band_first };
+// mma kernel does anyway. fused = band_first in one launch beside the index build
+// (launch_focus_hard_fused: the band's blocks and the list group pass's as items of one grid);
+// top_k 1 with the wgmma kernel's list group pass only (not the sorted one).
+enum class FocusHardOrder { automatic, group_first, band_first, fused };
 
 // The order of the wgmma group passes' blocks, the list pass's and the sorted pass's
 // (kernels/focus/focus_hard.cuh, longest_first): longest_first over all groups and heads (the
@@ -59,7 +61,7 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 // not apply (FocusHardKernel, FocusHardOrder, FocusHardIndexPath) is an error naming it.
 // wgmma_supported: focus_hard_wgmma_available(D).
 struct FocusHardPlan {
-  bool wgmma = false, sorted = false, band_first = false;
+  bool wgmma = false, sorted = false, band_first = false, fused = false;
 };
 FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
                               FocusHardIndexPath index, int64_t T, int64_t top_k, int head_dim,

@@ -161,6 +161,7 @@ void run_case(const Case& c) {
        ops::FocusHardBlockOrder::group_major},
       {"wgmma, group first", 0, Kernel::wgmma, Order::group_first},
       {"wgmma, band first", 0, Kernel::wgmma, Order::band_first},
+      {"wgmma, fused launch", 0, Kernel::wgmma, Order::fused},
       {"wgmma sorted", 0, Kernel::wgmma_sorted, Order::automatic},
       {"wgmma sorted, group-major blocks", 0, Kernel::wgmma_sorted, Order::automatic,
        ops::FocusHardBlockOrder::group_major},
@@ -172,7 +173,9 @@ void run_case(const Case& c) {
   for (const Variant& v : variants) {
     if (v.rows == 128 && c.D != 64) continue;
     if (v.kernel != Kernel::mma && !ops::focus_hard_wgmma_available(c.D)) continue;
-    if ((v.kernel == Kernel::wgmma_sorted || v.order == Order::band_first) && c.top_k != 1)
+    if ((v.kernel == Kernel::wgmma_sorted || v.order == Order::band_first ||
+         v.order == Order::fused) &&
+        c.top_k != 1)
       continue;
     SCOPED_TRACE(v.name);
     go.poison();

@@ -19,7 +19,7 @@ using ops::FocusHardOrder;
 constexpr FocusHardKernel kKernels[] = {FocusHardKernel::automatic, FocusHardKernel::mma,
                                         FocusHardKernel::wgmma, FocusHardKernel::wgmma_sorted};
 constexpr FocusHardOrder kOrders[] = {FocusHardOrder::automatic, FocusHardOrder::group_first,
-                                      FocusHardOrder::band_first};
+                                      FocusHardOrder::band_first, FocusHardOrder::fused};
 constexpr FocusHardIndexPath kIndex[] = {FocusHardIndexPath::automatic, FocusHardIndexPath::fused,
                                          FocusHardIndexPath::split};
 
@@ -51,6 +51,7 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                 EXPECT_TRUE(!plan.wgmma || supported);
                 EXPECT_TRUE(!plan.sorted || (plan.wgmma && top_k == 1));
                 EXPECT_TRUE(!plan.band_first || (plan.wgmma && top_k == 1));
+                EXPECT_TRUE(!plan.fused || (plan.band_first && !plan.sorted));
                 EXPECT_TRUE(index != FocusHardIndexPath::fused || T <= 8192);
                 // What was asked for is what runs.
                 if (order == FocusHardOrder::band_first) {
@@ -59,6 +60,7 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                 if (order == FocusHardOrder::group_first) {
                   EXPECT_FALSE(plan.band_first);
                 }
+                EXPECT_EQ(plan.fused, order == FocusHardOrder::fused);
                 if (kernel == FocusHardKernel::mma) {
                   EXPECT_FALSE(plan.wgmma);
                 }
@@ -117,6 +119,22 @@ TEST(FocusHardPlan, OptionsThatDoNotApplyNameThemselves) {
                         true);
       },
       {"band pass first", "top_k 2"});
+  test::expect_error(
+      [&] {
+        plan_focus_hard(FocusHardKernel::wgmma, FocusHardOrder::fused, automatic, 64, 2, 64, true);
+      },
+      {"fused launch (FocusHardOrder::fused)", "top_k 2"});
+  test::expect_error(
+      [&] {
+        plan_focus_hard(FocusHardKernel::wgmma_sorted, FocusHardOrder::fused, automatic, 64, 1, 64,
+                        true);
+      },
+      {"fused launch (FocusHardOrder::fused)", "sorted pass"});
+  test::expect_error(
+      [&] {
+        plan_focus_hard(FocusHardKernel::mma, FocusHardOrder::fused, automatic, 64, 1, 64, true);
+      },
+      {"fused launch (FocusHardOrder::fused)", "the mma kernel"});
 }
 
 }  // namespace
