@@ -110,7 +110,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
         __syncthreads();
       });
     }
-    // The next item's copies (cp.async, TMA) reuse the shared memory this one read and wrote.
+    // The next item's copies (cp.async, TMA) reuse the shared memory this one read and wrote
+    // (every copy an item issues lands before it ends; waited again here all the same).
+    cp_async_wait_all();
     fence_proxy_async();
     __syncthreads();
   }
