@@ -137,7 +137,8 @@ void launch_focus_hard_band(const FocusHardAttnParams& p, Stream s);
 // band_first, p.sorted null): a grid of at most SMs x blocks per SM taking items from counters[0]
 // (the band's blocks first, then the group pass's), the group items waiting for the index grid
 // (this kernel is launched as the programmatic dependent of the launch before it on s, which
-// must be the index build's last kernel) and, before their merge, for every band item
+// must be the index build's last kernel: hard_index_fused or hard_index_scatter, which let it
+// start at once) and, before their merge, for every band item
 // (counters[1]). counters: 2 ints, zero at launch (the caller clears them before the index
 // build). Same rows and limits as the two launches.
 void launch_focus_hard_fused(const FocusHardAttnParams& p, int* counters, Stream s);

@@ -11,12 +11,13 @@
 // up (no kernel boundary: the band's last wave and the group pass's first share the SMs), and
 // the index build, the launch before this one on the same stream, runs beside the band's items:
 // this kernel is launched as its programmatic dependent (cudaLaunchAttributeProgrammaticStream
-// Serialization; the index kernels call griddepcontrol.launch_dependents first), and a block
+// Serialization; the index build's last kernel, the fused index kernel or the split path's
+// scatter, calls griddepcontrol.launch_dependents first), and a block
 // waits for the index (griddepcontrol.wait: its grid completed, its writes visible) only before
 // its first group item. A group item's epilogue merges the band's partials of its rows, so it
 // waits first until every band item has finished (counters[1], each band item's count after its
-// partials and a fence). No deadlock: an item number is taken only by a running block, band
-// items wait for nothing, and a group item waits only for band items (all taken before it, by
+// partials, a barrier and a fence). No deadlock: an item number is taken only by a running block,
+// band items wait for nothing, and a group item waits only for band items (all taken before it, by
 // running blocks) and for the index grid (running before this grid could start).
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -43,12 +44,20 @@ constexpr int kMinBlocks = focus_hard::kHardTmaMinBlocks<D>;
 static_assert(kMinBlocks<64> == focus_hard_group::kMinBlocks<64> &&
                   kMinBlocks<128> == focus_hard_group::kMinBlocks<128>,
               "the passes' blocks per SM");
-// Dynamic shared memory: the larger of the two passes' (their operands from the aligned base;
-// the band's stage mbarriers after its tiles, past the group pass's).
+// Dynamic shared memory: the larger of the two passes' (their operands from the same aligned
+// base; the band's stage mbarriers after its tiles, where the group pass's end).
 template <int D>
 constexpr size_t fused_smem_bytes() {
   return std::max(focus_hard_group::smem_bytes<D>(), focus_hard::hard_tma_smem_bytes<D>());
 }
+template <int D>
+constexpr bool group_ends_before_band_mbarriers() {
+  return tile_bytes(focus_hard_group::kBM, D) +
+             2 * focus_hard_group::kStages * tile_bytes(focus_hard_group::kBN<D>, D) <=
+         tile_bytes(focus_hard::kHardTmaRows, D) + 4 * tile_bytes(focus_hard::kHardTmaKeys, D);
+}
+static_assert(group_ends_before_band_mbarriers<64>() && group_ends_before_band_mbarriers<128>(),
+              "a group item's buffers would overwrite the band's stage mbarriers");
 
 #if ATTN_WGMMA_DEVICE
 __device__ __forceinline__ void mbar_inval(uint32_t bar) {
@@ -87,9 +96,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
       const int per_row = q_tiles * p.n_head, b = item / per_row, r = item - b * per_row;
       const int h = r / q_tiles;
       focus_hard_band::band_block<D, true>(p, &tm_k, &tm_v, r - h * q_tiles, h, b, smem);
-      __threadfence();  // this thread's partial rows before the count
-      __syncthreads();  // (also: every wait on the stage mbarriers done)
+      __syncthreads();  // every thread's partial rows written, every stage mbarrier waited on
       if (threadIdx.x == 0) {
+        __threadfence();  // (cumulative: the block's rows, ordered before it by the barrier)
         atomicAdd(counters + 1, 1);
         const focus_hard::HardTmaSmem sm(smem, D);
         mbar_inval(sm.full);
@@ -97,7 +106,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
       }
     } else {
       const int per_row = max_tiles * p.n_head, u = item - n_band(), b = u / per_row;
-      if (b >= p.B) break;  // no item left
+      if (b >= p.B) break;     // no item left
       if (index_ready == 0) {  // (uniform: written by thread 0 before a barrier)
         asm volatile("griddepcontrol.wait;\n" ::: "memory");
         __syncthreads();

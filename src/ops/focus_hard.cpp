@@ -108,9 +108,11 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
   // at T 8K, 0.318 / 0.302 at 16K, 0.864 / 0.869 at 32K; 8 x 128 0.176 / 0.158, 0.393 / 0.383,
   // 1.021 / 1.104; docs/performance_variants.md, "The ring and dg_query patches, measured").
   constexpr int64_t kSortedMinT = 32768;
+  // (The fused launch runs the list group pass: automatic takes it then at every length.)
   plan.sorted = plan.wgmma && top_k == 1 &&
                 (kernel == FocusHardKernel::wgmma_sorted ||
-                 (kernel == FocusHardKernel::automatic && T >= kSortedMinT));
+                 (kernel == FocusHardKernel::automatic && order != FocusHardOrder::fused &&
+                  T >= kSortedMinT));
   // The band pass first: automatic for the list group pass at head dim 64, where it measured
   // faster; at head dim 128 and with the sorted group pass, merging in the group pass's epilogue
   // was slower than the band pass merging last (docs/performance_variants.md, "The band pass
