@@ -1,8 +1,9 @@
 // Host side of the hard-routed Focus forward (ops/focus_hard_ops.h): checks, the stream-ordered
 // workspace (one stream-ordered allocation), the launches (index, attention: the wgmma kernel's two
 // passes, for top_k 1 at head dim 64 below the sorted pass's length the band pass first, on a
-// second stream beside the index build; or the mma kernel and, for top_k > 1, its merge). No host
-// synchronisation, no copies.
+// second stream beside the index build; with FocusHardOrder::fused both passes in one launch
+// after the index, its two item counters cleared by a memset; or the mma kernel and, for top_k >
+// 1, its merge). No host synchronisation, no copies.
 #include "kernels/focus/focus_hard.cuh"
 
 #include <cuda_runtime.h>
