@@ -5,7 +5,8 @@
 // g is split once per call (focus_wgmma_split_g) into an fp16 affinity operand and bf16 hi / lo
 // parts (focus_wgmma_layout.h).
 //   fwd (focus_wgmma_fwd.cu): the dense wgmma forward's simple schedule (attention_wgmma.cu): 128
-//     queries per block in 2 warpgroups, 128-key K/V tiles by TMA; S = Q K^T and the affinity A =
+//     queries per block in 2 warpgroups, K/V tiles by TMA (64 keys and two blocks per SM at D 64,
+//     128 keys at D 128); S = Q K^T and the affinity A =
 //     G_q G_k^T (one fp16 wgmma on the fp16 operands: g to 11 bits; its accumulator is S's
 //     layout) in one group, the exponentials, exp(s - m) times (a + eps) on the distant pairs;
 //     O += P V on wgmma.

@@ -1,8 +1,9 @@
 // The wgmma Focus attention forward, additive gate (focus_wgmma.cuh): o and lse (natural log)
 // written (=). The dense wgmma forward's simple schedule (kernels/attention/attention_wgmma.cu,
 // whose comments describe the shared-memory layout and the synchronization) with the gate: per
-// 128-key tile, S = Q K^T and, on tiles where some pair of the warpgroup's rows is distant (i - j
-// > local_window), the affinity A = G_q G_k^T as one more fp16 wgmma in the same group (the split
+// key tile (64 keys at D 64, two blocks per SM; 128 at D 128), S = Q K^T and, on tiles where some
+// pair of the warpgroup's rows is distant (i - j > local_window), the affinity A = G_q G_k^T as
+// one more fp16 wgmma in the same group (the split
 // g's fp16 columns, focus_wgmma_layout.h, in 128-byte-swizzled tiles as Q and K: its accumulator
 // is S's layout); wait, mask, row max, exponentials, exp(s - m) (a + eps) on the distant pairs
 // (a + eps <= 1 + eps, so the running max of the raw scores stays a safe bound, as in the tiled
@@ -30,18 +31,27 @@ using namespace wgmma;
 
 constexpr int kThreads = 256;  // 2 warpgroups
 constexpr int kBlockM = 128;   // queries per block
-constexpr int kBlockN = 128;   // keys per tile
+// Keys per tile and blocks per SM. D 64: 64-key tiles, two blocks per SM (S, the affinity and O
+// are 32 registers each, within the 128 of two blocks); with 128-key tiles the affinity's
+// 64-register accumulator beside S's 64 and O's 32 took 196 registers, one block of 8 warps per
+// SM against dense's two (docs/focus.md, "The forward"). D 128: 128-key tiles, one block per SM
+// (O alone is 64 registers).
+template <int D>
+constexpr int kBlockN = D == 64 ? 64 : 128;
+template <int D>
+constexpr int kMinBlocks = D == 64 ? 2 : 1;
 
-// Dynamic shared memory: Q, 2 K and 2 V tiles, the g tiles of the queries and 2 of the keys
-// ([128] x 128 bytes, 128-byte swizzle; all 1024-aligned), 2 mbarriers, plus 1 KiB to align the
-// base.
-constexpr uint32_t kGBytes = 128 * 128;
-constexpr size_t fwd_smem_bytes(int D) {
-  return size_t(tile_bytes(kBlockM, D)) + 4 * size_t(tile_bytes(kBlockN, D)) + 3 * kGBytes + 16 +
-         1024;
+// Dynamic shared memory: Q, 2 K and 2 V tiles, the g tile of the queries ([128] x 128 bytes) and
+// 2 of the keys ([kBlockN] x 128 bytes; 128-byte swizzle, all 1024-aligned), 2 mbarriers, plus 1
+// KiB to align the base. D 64: 81 KiB (two blocks per SM), D 128: 177 KiB.
+constexpr uint32_t kGqBytes = kBlockM * 128;
+template <int D>
+constexpr uint32_t kGkBytes = kBlockN<D> * 128;
+template <int D>
+constexpr size_t fwd_smem_bytes() {
+  return size_t(tile_bytes(kBlockM, D)) + 4 * size_t(tile_bytes(kBlockN<D>, D)) + kGqBytes +
+         2 * kGkBytes<D> + 16 + 1024;
 }
-// One block per SM in the launch bounds (docs/focus.md, registers).
-constexpr int kMinBlocks = 1;
 
 #if ATTN_WGMMA_DEVICE
 // (RowState, rescale, issue_pv: wgmma_softmax.cuh.)
@@ -51,18 +61,18 @@ constexpr int kMinBlocks = 1;
 // the Q and query g tiles; k_tile / gk_tile: the key tiles. The affinity is issued on every tile,
 // also where no pair is distant (it is unused there): a wgmma under a condition made ptxas inject
 // warpgroup arrivals (C7519), and it costs one or two k-steps against S's D / 16.
-template <int D, int KP>
-__device__ __forceinline__ void issue_s_affinity(float (&s)[kBlockN / 2], float (&a)[kBlockN / 2],
+template <int D, int KP, int BN = kBlockN<D>>
+__device__ __forceinline__ void issue_s_affinity(float (&s)[BN / 2], float (&a)[BN / 2],
                                                  uint32_t q_rows, uint32_t k_tile, uint32_t gq_rows,
                                                  uint32_t gk_tile) {
   fence_regs(s);
   fence_regs(a);
   wgmma_fence();
-  issue_abt_steps<D, kBlockM, kBlockN>(s, q_rows, k_tile);
+  issue_abt_steps<D, kBlockM, BN>(s, q_rows, k_tile);
   const uint64_t ga = smem_desc(gq_rows, 16, 1024), gb = smem_desc(gk_tile, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < focus_wgmma::affinity_ksteps(KP); ++kk) {
-    focus_wgmma::wgmma_ss_f16_n128(a, desc_add(ga, kk * 32u), desc_add(gb, kk * 32u), kk > 0);
+    focus_wgmma::wgmma_ss_f16<BN>(a, desc_add(ga, kk * 32u), desc_add(gb, kk * 32u), kk > 0);
   }
   wgmma_commit();
 }
@@ -71,22 +81,22 @@ __device__ __forceinline__ void issue_s_affinity(float (&s)[kBlockN / 2], float 
 // becomes exp2(s scale log2 e - new max), times (a + eps) on distant pairs when `gated` (a: the
 // affinity accumulator of issue_s_affinity; all_distant: every pair of the tile is, so without the
 // per-element test); the row state is updated and corr (the factor for O so far) returned.
-__device__ __forceinline__ void softmax_gate_tile(float (&s)[kBlockN / 2],
-                                                  const float (&a)[kBlockN / 2], RowState& st,
-                                                  float (&corr)[2],
+template <int BN>
+__device__ __forceinline__ void softmax_gate_tile(float (&s)[BN / 2], const float (&a)[BN / 2],
+                                                  RowState& st, float (&corr)[2],
                                                   const FocusAttentionParams<bf16>& p, int k0,
                                                   int wq0, int row0, int lane, float sl2,
                                                   bool gated, bool all_distant) {
   const int T = p.seq_len, tig = lane & 3;
   const AttentionMask mask{};  // causal
-  if (ATTN_MASK_NEEDS_KEY_MASK(mask, wq0, 64, k0, kBlockN, T)) {
+  if (ATTN_MASK_NEEDS_KEY_MASK(mask, wq0, 64, k0, BN, T)) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int qi = row0 + 8 * r, base = k0 + 2 * tig;
       int lo, hi;
       mask.key_bounds(qi, T, base, &lo, &hi);
 #pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
+      for (int j = 0; j < BN / 8; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           if (8 * j + e > hi || 8 * j + e < lo) s[4 * j + 2 * r + e] = -INFINITY;
@@ -99,7 +109,7 @@ __device__ __forceinline__ void softmax_gate_tile(float (&s)[kBlockN / 2],
   for (int r = 0; r < 2; ++r) {
     float mx = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
+    for (int j = 0; j < BN / 8; ++j) {
       mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -109,7 +119,7 @@ __device__ __forceinline__ void softmax_gate_tile(float (&s)[kBlockN / 2],
     corr[r] = exp2_ftz(st.max[r] - m_use[r]);
     st.max[r] = m_new;
 #pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
+    for (int j = 0; j < BN / 8; ++j) {
       s[4 * j + 2 * r] = exp2_ftz(fmaf(s[4 * j + 2 * r], sl2, -m_use[r]));
       s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], sl2, -m_use[r]));
     }
@@ -122,7 +132,7 @@ __device__ __forceinline__ void softmax_gate_tile(float (&s)[kBlockN / 2],
   for (int r = 0; r < 2; ++r) {
     float sum = 0.f;
 #pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+    for (int j = 0; j < BN / 8; ++j) sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
     st.sum[r] = st.sum[r] * corr[r] + sum;
   }
 }
@@ -154,20 +164,22 @@ __device__ __forceinline__ void store_o_lse(const float (&o)[D / 2], const RowSt
 #endif  // ATTN_WGMMA_DEVICE
 
 template <int D, int KP>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+__global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     focus_wgmma_fwd_kernel(const FocusAttentionParams<bf16> p, const bf16* __restrict__ gs,
                            const __grid_constant__ CUtensorMap tm_k,
                            const __grid_constant__ CUtensorMap tm_v) {
 #if ATTN_WGMMA_DEVICE
-  constexpr uint32_t kQBytes = tile_bytes(kBlockM, D), kKVBytes = tile_bytes(kBlockN, D);
+  constexpr int BN = kBlockN<D>;
+  constexpr uint32_t kQBytes = tile_bytes(kBlockM, D), kKVBytes = tile_bytes(BN, D);
+  constexpr uint32_t kGBytes = kGkBytes<D>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t smem_base = (raw + 1023u) & ~1023u;
   const uint32_t sQ = smem_base;           // [kBlockM] rows
-  const uint32_t sK = sQ + kQBytes;        // [2][kBlockN] rows
-  const uint32_t sV = sK + 2 * kKVBytes;   // [2][kBlockN] rows
+  const uint32_t sK = sQ + kQBytes;        // [2][BN] rows
+  const uint32_t sV = sK + 2 * kKVBytes;   // [2][BN] rows
   const uint32_t sGq = sV + 2 * kKVBytes;  // g tiles: queries, then [2] keys
-  const uint32_t sGk = sGq + kGBytes;
+  const uint32_t sGk = sGq + kGqBytes;
   const uint32_t full = sGk + 2 * kGBytes;  // mbarriers [2]
 
   const int T = p.seq_len;
@@ -186,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const bf16* gsb = gs + int64_t(b) * T * focus_wgmma::gs_width(KP);
   const int w = p.gate.local_window;
 
-  const TileRange tiles = mask.key_tiles(q0, kBlockM, kBlockN, T);
+  const TileRange tiles = mask.key_tiles(q0, kBlockM, BN, T);
   const int n_begin = tiles.begin, n_end = tiles.end;
 
   float o[D / 2];
@@ -197,18 +209,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const float sl2 = p.scale * kLog2e;
   const uint32_t q_rows = sQ + wg * 64 * 128;
   const uint32_t gq_rows = sGq + wg * 64 * 128;
-  float s[kBlockN / 2], a[kBlockN / 2], corr[2];
-  uint32_t pa[kBlockN / 16][4];
+  float s[BN / 2], a[BN / 2], corr[2];
+  uint32_t pa[BN / 16][4];
 
   auto load_kv = [&](int nb, int stage) {
     const uint32_t bar = full + 8 * stage;
     mbar_arrive_expect_tx(bar, 2 * kKVBytes);
 #pragma unroll
     for (int c = 0; c < D / 64; ++c) {
-      tma_load_3d(sK + stage * kKVBytes + c * kBlockN * 128, &tm_k, bar, hk * D + 64 * c,
-                  nb * kBlockN, b);
-      tma_load_3d(sV + stage * kKVBytes + c * kBlockN * 128, &tm_v, bar, hk * D + 64 * c,
-                  nb * kBlockN, b);
+      tma_load_3d(sK + stage * kKVBytes + c * BN * 128, &tm_k, bar, hk * D + 64 * c, nb * BN, b);
+      tma_load_3d(sV + stage * kKVBytes + c * BN * 128, &tm_v, bar, hk * D + 64 * c, nb * BN, b);
     }
   };
   if (threadIdx.x == 0) {
@@ -219,7 +229,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   __syncthreads();
   load_tile<kBlockM, D, kThreads>(sQ, gq, p.q_row_stride, q0, T);
   focus_wgmma::load_g_affinity_tile<kBlockM, KP, kThreads>(sGq, gsb, q0, T);
-  focus_wgmma::load_g_affinity_tile<kBlockN, KP, kThreads>(sGk, gsb, n_begin * kBlockN, T);
+  focus_wgmma::load_g_affinity_tile<BN, KP, kThreads>(sGk, gsb, n_begin * BN, T);
   cp_async_commit();
   if (threadIdx.x == 0) load_kv(n_begin, 0);
   for (int nb = n_begin; nb < n_end; ++nb) {
@@ -227,13 +237,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     tiles_ready();  // Q, the g tiles of this tile; the other stage free
     if (nb + 1 < n_end) {
       if (threadIdx.x == 0) load_kv(nb + 1, buf ^ 1);
-      focus_wgmma::load_g_affinity_tile<kBlockN, KP, kThreads>(sGk + (buf ^ 1) * kGBytes, gsb,
-                                                               (nb + 1) * kBlockN, T);
+      focus_wgmma::load_g_affinity_tile<BN, KP, kThreads>(sGk + (buf ^ 1) * kGBytes, gsb,
+                                                          (nb + 1) * BN, T);
       cp_async_commit();
     }
     mbar_wait(full + 8 * buf, uint32_t((nb - n_begin) >> 1) & 1u);
-    const int k0 = nb * kBlockN;
-    if (ATTN_MASK_TILE_INVISIBLE(mask, wq0, wq0 + 63, k0, k0 + kBlockN - 1)) continue;
+    const int k0 = nb * BN;
+    if (ATTN_MASK_TILE_INVISIBLE(mask, wq0, wq0 + 63, k0, k0 + BN - 1)) continue;
     const bool gated = focus_wgmma::tile_has_distant_q_rows(wq0 + 63, k0, w);
     issue_s_affinity<D, KP>(s, a, q_rows, sK + buf * kKVBytes, gq_rows, sGk + buf * kGBytes);
     wgmma_wait<0>();
@@ -241,11 +251,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     fence_regs(a);
     // Where every pair of the warpgroup's tile is distant (all tiles but the diagonal's few) the
     // gate needs no per-element distance test.
-    const bool all_distant = focus_wgmma::tile_all_distant(wq0, k0 + kBlockN - 1, w);
-    softmax_gate_tile(s, a, st, corr, p, k0, wq0, row0, lane, sl2, gated, all_distant);
+    const bool all_distant = focus_wgmma::tile_all_distant(wq0, k0 + BN - 1, w);
+    softmax_gate_tile<BN>(s, a, st, corr, p, k0, wq0, row0, lane, sl2, gated, all_distant);
     rescale<D>(o, corr);
-    acc_to_a<kBlockN>(pa, s);
-    issue_pv<D, kBlockN>(o, pa, sV + buf * kKVBytes);
+    acc_to_a<BN>(pa, s);
+    issue_pv<D, BN>(o, pa, sV + buf * kKVBytes);
     wgmma_wait<0>();
     fence_regs(o);
     fence_regs(pa);
@@ -284,7 +294,7 @@ __global__ void split_g_kernel(const float* __restrict__ g, bf16* __restrict__ g
 
 template <int D, int KP>
 void launch_fwd(const FocusAttentionParams<bf16>& p, const bf16* gs, cudaStream_t st) {
-  constexpr size_t smem = fwd_smem_bytes(D);
+  constexpr size_t smem = fwd_smem_bytes<D>();
   auto* kernel = focus_wgmma_fwd_kernel<D, KP>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -292,9 +302,9 @@ void launch_fwd(const FocusAttentionParams<bf16>& p, const bf16* gs, cudaStream_
   const dim3 grid = causal_grid(p.n_head, p.seq_len, kBlockM, p.B);
   const int kv_width = p.n_kv_head * D;
   const CUtensorMap tm_k = tile_map(p.k, kv_width, p.seq_len, p.B, p.kv_row_stride,
-                                    p.kv_batch_stride, kBlockN),
+                                    p.kv_batch_stride, kBlockN<D>),
                     tm_v = tile_map(p.v, kv_width, p.seq_len, p.B, p.kv_row_stride,
-                                    p.kv_batch_stride, kBlockN);
+                                    p.kv_batch_stride, kBlockN<D>);
   kernel<<<grid, kThreads, smem, st>>>(p, gs, tm_k, tm_v);
   CUDA_CHECK_LAUNCH();
 }
