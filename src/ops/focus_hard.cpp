@@ -1,9 +1,9 @@
 // Host side of the hard-routed Focus forward (ops/focus_hard_ops.h): checks, the stream-ordered
 // workspace (one stream-ordered allocation), the launches (index, attention: the wgmma kernel's two
 // passes, for top_k 1 at head dim 64 below the sorted pass's length the band pass first, on a
-// second stream beside the index build; with FocusHardOrder::fused both passes in one launch
-// after the index, its two item counters cleared by a memset; or the mma kernel and, for top_k >
-// 1, its merge). No host synchronisation, no copies.
+// second stream beside the index build, or up to T = 4096 (and with FocusHardOrder::fused) both
+// passes in one launch after the index, its two item counters cleared by a memset; or the mma
+// kernel and, for top_k > 1, its merge). No host synchronisation, no copies.
 #include "kernels/focus/focus_hard.cuh"
 
 #include <cuda_runtime.h>
@@ -128,10 +128,16 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
                "pass and top_k 1, got %s kernel%s and top_k %lld",
                kOp, plan.wgmma ? "the wgmma" : "the mma", plan.sorted ? " (sorted pass)" : "",
                (long long)top_k);
-  plan.fused = order == FocusHardOrder::fused;
-  plan.band_first = plan.fused || order == FocusHardOrder::band_first ||
+  plan.band_first = order == FocusHardOrder::fused || order == FocusHardOrder::band_first ||
                     (order == FocusHardOrder::automatic && plan.wgmma && top_k == 1 &&
                      !plan.sorted && head_dim == 64);
+  // The fused launch: automatic where the band pass goes first up to kFusedAutoMaxT tokens, where
+  // it measured faster (H200, 2026-12-05, 12 x 64, K 8, top_k 1, balanced groups, fused against
+  // band_first: 0.032 / 0.035 ms at 2K, 0.061 / 0.068 at 4K, 0.136 / 0.133 at 8K;
+  // docs/performance_variants.md, "The fused launch, measured").
+  constexpr int64_t kFusedAutoMaxT = 4096;
+  plan.fused = order == FocusHardOrder::fused ||
+               (order == FocusHardOrder::automatic && plan.band_first && T <= kFusedAutoMaxT);
   return plan;
 }
 

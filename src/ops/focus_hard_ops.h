@@ -12,7 +12,7 @@ namespace attnlab::ops {
 
 // Which kernel focus_hard_attention_fwd runs (kernels/focus/focus_hard.cuh): automatic = the
 // Hopper wgmma kernel (split schedule, focus_hard_wgmma.cu) where this build and device support
-// it, with its group pass on the group-sorted copy of qkv for top_k = 1 from T = 8192 on
+// it, with its group pass on the group-sorted copy of qkv for top_k = 1 from T = 32768 on
 // (wgmma_sorted, focus_hard_sorted.cu) and on rows gathered per tile otherwise (wgmma); else the
 // mma.sync kernel (focus_hard_fwd.cu, one walk per query tile). mma / wgmma / wgmma_sorted force
 // one (a wgmma kernel where unsupported, or wgmma_sorted with top_k > 1, is an error).
@@ -22,7 +22,8 @@ enum class FocusHardKernel { automatic, mma, wgmma, wgmma_sorted };
 // group_first = the group pass writes partials and the band pass merges them (every top_k);
 // band_first = top_k 1 only: the band pass runs on a second stream beside the index build (and
 // the gather), the group pass merges its partial. automatic = band_first for top_k 1 with the
-// list group pass at head dim 64 (where it measured faster), group_first otherwise. Forcing
+// list group pass at head dim 64 (where it measured faster; in the fused launch up to T = 4096,
+// where that measured faster still), group_first otherwise. Forcing
 // band_first without the wgmma kernel or with top_k > 1 is an error; group_first is what the
 // mma kernel does anyway. fused = band_first in one launch beside the index build
 // (launch_focus_hard_fused: the band's blocks and the list group pass's as items of one grid);

@@ -60,7 +60,9 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                 if (order == FocusHardOrder::group_first) {
                   EXPECT_FALSE(plan.band_first);
                 }
-                EXPECT_EQ(plan.fused, order == FocusHardOrder::fused);
+                if (order != FocusHardOrder::automatic) {
+                  EXPECT_EQ(plan.fused, order == FocusHardOrder::fused);
+                }
                 if (kernel == FocusHardKernel::mma) {
                   EXPECT_FALSE(plan.wgmma);
                 }
@@ -72,7 +74,7 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                 }
                 // The automatic choices (docs/focus_hard.md): the wgmma kernel where available,
                 // its sorted group pass for top_k 1 from 32768 tokens, the band pass first for the
-                // list group pass at head dim 64 with top_k 1.
+                // list group pass at head dim 64 with top_k 1, in the fused launch up to 4096.
                 if (kernel == FocusHardKernel::automatic) {
                   EXPECT_EQ(plan.wgmma, supported);
                   EXPECT_EQ(plan.sorted, supported && top_k == 1 && T >= 32768 &&
@@ -80,6 +82,7 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                 }
                 if (order == FocusHardOrder::automatic) {
                   EXPECT_EQ(plan.band_first, plan.wgmma && top_k == 1 && !plan.sorted && D == 64);
+                  EXPECT_EQ(plan.fused, plan.band_first && T <= 4096);
                 }
               }
   EXPECT_GT(plans, 100);
