@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kChunk) hard_index_scatter(const FocusHardInde
 // Saves two launches and their gaps at short T, where the index is latency only.
 constexpr int kFusedMaxChunks = kFocusHardFusedMaxChunks;
 // The automatic choice: the fused kernel for rows of at most this many chunks, the three kernels
-// beyond (docs/performance_variants.md, "The index build's threshold, measured").
+// beyond (docs/performance_focus_history.md, "The index build's threshold, measured").
 constexpr int kAutoFusedMaxChunks = 4;
 inline size_t fused_smem_bytes(int K, int n_chunks) {
   return sizeof(int) * (size_t(K) * n_chunks * kWarps + kWarps);
