@@ -296,17 +296,31 @@ __device__ __forceinline__ void group_block(const FocusHardAttnParams& p, int ma
   // Epilogue, per row of this thread: the membership's partial for the band pass to merge, or
   // with band_first (top_k 1) the band's partial merged in, o and lse written (the band took
   // (i, i); this row may have taken nothing, l = 0).
-  if (p.band_first) before_merge();
+  // Both rows' band partials are loaded before the first store (focus_hard::load_partial).
+  int pos[2];
+  int64_t part[2];
+  float l[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float l = focus_hard::row_sum(st.sum[r]);
-    const int row = rrow + 8 * r, i = m.qpos[row];
-    if (i < 0) continue;
-    const int64_t part = ((int64_t(b) * T + i) * p.top_k + m.qslot[row]) * p.n_head + h;
-    if (p.band_first)
-      focus_hard::write_merged<D>(p, o, r, tig, l, st.max[r], part, b, h, i);
-    else
-      focus_hard::write_partial<D>(p, o, r, tig, l, st.max[r], part);
+    const int row = rrow + 8 * r;
+    l[r] = focus_hard::row_sum(st.sum[r]);  // (every lane: a shuffle)
+    pos[r] = m.qpos[row];
+    part[r] = ((int64_t(b) * T + pos[r]) * p.top_k + m.qslot[row]) * p.n_head + h;
+  }
+  if (p.band_first) {
+    before_merge();
+    focus_hard::RowPartial<D> pr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (pos[r] >= 0) focus_hard::load_partial<D>(p, part[r], tig, pr[r]);
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (pos[r] >= 0)
+        focus_hard::write_merged<D>(p, o, r, tig, l[r], st.max[r], pr[r], b, h, pos[r]);
+  } else {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (pos[r] >= 0) focus_hard::write_partial<D>(p, o, r, tig, l[r], st.max[r], part[r]);
   }
 }
 #endif  // ATTN_WGMMA_DEVICE

@@ -44,23 +44,42 @@ __device__ __forceinline__ void write_partial(const FocusHardAttnParams& p, cons
   if (tig == 0) p.part_lse[part] = row_lse(l, max2);
 }
 
-// The row merged by log-sum-exp with the partial at `part` (over a disjoint key set; either may
-// be empty, not both) into o (bf16) and lse of token i, head h, batch row b.
+// The values of the partial at `part` that this thread's row merges (its columns of part_o, and
+// part_lse), loaded by load_partial before any of the block's output stores: loads placed after
+// a store to o cannot be hoisted above it (the compiler cannot prove the two do not alias), so
+// loading inside the store loop made every float2 one more serial round trip (the SASS had 8 per
+// row at D 64).
+template <int D>
+struct RowPartial {
+  float2 v[D / 8];
+  float lse;
+};
+
+template <int D>
+__device__ __forceinline__ void load_partial(const FocusHardAttnParams& p, int64_t part, int tig,
+                                             RowPartial<D>& pr) {
+  const float* src = p.part_o + part * D;
+#pragma unroll
+  for (int jj = 0; jj < D / 8; ++jj)
+    pr.v[jj] = *reinterpret_cast<const float2*>(src + 8 * jj + 2 * tig);
+  pr.lse = p.part_lse[part];
+}
+
+// The row merged by log-sum-exp with the partial pr (load_partial; over a disjoint key set;
+// either may be empty, not both) into o (bf16) and lse of token i, head h, batch row b.
 template <int D>
 __device__ __forceinline__ void write_merged(const FocusHardAttnParams& p, const float (&o)[D / 2],
-                                             int r, int tig, float l, float max2, int64_t part,
-                                             int b, int h, int i) {
+                                             int r, int tig, float l, float max2,
+                                             const RowPartial<D>& pr, int b, int h, int i) {
   float w_row, w_part, lse;
-  merge_weights(row_lse(l, max2), p.part_lse[part], &w_row, &w_part, &lse);
+  merge_weights(row_lse(l, max2), pr.lse, &w_row, &w_part, &lse);
   w_row *= l > 0.f ? 1.f / l : 0.f;
-  const float* other = p.part_o + part * D;
   bf16* out = p.o + b * p.o_batch_stride + int64_t(i) * p.o_row_stride + h * D;
 #pragma unroll
   for (int jj = 0; jj < D / 8; ++jj) {
-    const float2 v = *reinterpret_cast<const float2*>(other + 8 * jj + 2 * tig);
     *reinterpret_cast<__nv_bfloat162*>(out + 8 * jj + 2 * tig) =
-        __floats2bfloat162_rn(fmaf(w_row, o[4 * jj + 2 * r], w_part * v.x),
-                              fmaf(w_row, o[4 * jj + 2 * r + 1], w_part * v.y));
+        __floats2bfloat162_rn(fmaf(w_row, o[4 * jj + 2 * r], w_part * pr.v[jj].x),
+                              fmaf(w_row, o[4 * jj + 2 * r + 1], w_part * pr.v[jj].y));
   }
   if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * p.T + i] = lse;
 }

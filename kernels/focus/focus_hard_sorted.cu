@@ -196,17 +196,26 @@ __global__ void __launch_bounds__(kHardTmaThreads, kHardTmaMinBlocks<D>)
   // (row e takes (e, e), so l > 0).
   cp_async_wait_all();  // qpos (landed with Q at the first tile; a block walks at least one)
   __syncthreads();
+  // Both rows' band partials loaded before the first store (load_partial).
+  float l[2];
+  int pos[2];
+  RowPartial<D> pr[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float l = row_sum(st.sum[r]);
+    l[r] = row_sum(st.sum[r]);  // (every lane: a shuffle)
     const int e = row0 + 8 * r;
-    if (e >= n) continue;
-    const int i = qpos[e - q0];
-    const int64_t part = (int64_t(b) * T + i) * p.n_head + h;
+    pos[r] = e < n ? qpos[e - q0] : -1;
+    if (p.band_first && pos[r] >= 0)
+      load_partial<D>(p, (int64_t(b) * T + pos[r]) * p.n_head + h, tig, pr[r]);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (pos[r] < 0) continue;
+    const int64_t part = (int64_t(b) * T + pos[r]) * p.n_head + h;
     if (p.band_first)
-      write_merged<D>(p, o, r, tig, l, st.max[r], part, b, h, i);
+      write_merged<D>(p, o, r, tig, l[r], st.max[r], pr[r], b, h, pos[r]);
     else
-      write_partial<D>(p, o, r, tig, l, st.max[r], part);
+      write_partial<D>(p, o, r, tig, l[r], st.max[r], part);
   }
 #else
   (void)p, (void)tm_k, (void)tm_v;
