@@ -112,12 +112,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
         __syncthreads();
         if (threadIdx.x == 0) index_ready = 1;
       }
-      focus_hard_group::group_block<D>(p, max_tiles, unsigned(u - b * per_row), b, smem, [&] {
-        if (threadIdx.x == 0) {
-          while (ld_acquire(counters + 1) < n_band()) __nanosleep(256);
-        }
-        __syncthreads();
-      });
+      focus_hard_group::group_block<D, false>(p, max_tiles, unsigned(u - b * per_row), b, smem,
+                                              [&] {
+                                                if (threadIdx.x == 0) {
+                                                  while (ld_acquire(counters + 1) < n_band())
+                                                    __nanosleep(256);
+                                                }
+                                                __syncthreads();
+                                              });
     }
     // The next item's copies (cp.async, TMA) reuse the shared memory this one read and wrote
     // (every copy an item issues lands before it ends; waited again here all the same).

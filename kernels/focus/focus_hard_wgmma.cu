@@ -46,8 +46,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     focus_hard_wgmma_kernel(const FocusHardAttnParams p, int max_tiles) {
 #if ATTN_WGMMA_DEVICE
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  group_block<D>(p, max_tiles, blockIdx.x, blockIdx.z,
-                 static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)), [] {});
+  group_block<D, true>(p, max_tiles, blockIdx.x, blockIdx.z,
+                       static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)), [] {});
 #else
   (void)p, (void)max_tiles;
 #endif
