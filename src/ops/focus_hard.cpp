@@ -1,8 +1,8 @@
 // Host side of the hard-routed Focus forward (ops/focus_hard_ops.h): checks, the stream-ordered
 // workspace (one stream-ordered allocation), the launches (index, attention: the wgmma kernel's two
 // passes, for top_k 1 at head dim 64 below the sorted pass's length the band pass first, on a
-// second stream beside the index build, or up to T = 4096 (and with FocusHardOrder::fused) both
-// passes in one launch after the index, its two item counters cleared by a memset; or the mma
+// second stream beside the index build, or for 1024 < T <= 4096 (and with FocusHardOrder::fused)
+// both passes in one launch after the index, its two item counters cleared by a memset; or the mma
 // kernel and, for top_k > 1, its merge). No host synchronisation, no copies.
 #include "kernels/focus/focus_hard.cuh"
 
@@ -131,13 +131,15 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
   plan.band_first = order == FocusHardOrder::fused || order == FocusHardOrder::band_first ||
                     (order == FocusHardOrder::automatic && plan.wgmma && top_k == 1 &&
                      !plan.sorted && head_dim == 64);
-  // The fused launch: automatic where the band pass goes first up to kFusedAutoMaxT tokens, where
-  // it measured faster (H200, 2026-12-05, 12 x 64, K 8, top_k 1, balanced groups, fused against
-  // band_first: 0.032 / 0.035 ms at 2K, 0.061 / 0.068 at 4K, 0.136 / 0.133 at 8K;
-  // docs/performance_variants.md, "The fused launch, measured").
-  constexpr int64_t kFusedAutoMaxT = 4096;
-  plan.fused = order == FocusHardOrder::fused ||
-               (order == FocusHardOrder::automatic && plan.band_first && T <= kFusedAutoMaxT);
+  // The fused launch: automatic where the band pass goes first, from kFusedAutoMinT to
+  // kFusedAutoMaxT tokens, where it measured faster (H100, 2026-12-05, 12 x 64, K 8, top_k 1,
+  // balanced groups, fused against band_first: 0.023 / 0.022 ms at 1K, 0.030 / 0.032 at 2K,
+  // 0.055-0.056 / 0.064 at 4K, 0.122 / 0.122 at 8K; docs/performance_variants.md, "The merge's
+  // loads hoisted, measured").
+  constexpr int64_t kFusedAutoMinT = 1025, kFusedAutoMaxT = 4096;
+  plan.fused =
+      order == FocusHardOrder::fused || (order == FocusHardOrder::automatic && plan.band_first &&
+                                         T >= kFusedAutoMinT && T <= kFusedAutoMaxT);
   return plan;
 }
 

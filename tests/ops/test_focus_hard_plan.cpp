@@ -28,8 +28,8 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
   for (const FocusHardKernel kernel : kKernels)
     for (const FocusHardOrder order : kOrders)
       for (const FocusHardIndexPath index : kIndex)
-        for (const int64_t T : {int64_t(1), int64_t(4096), int64_t(8192), int64_t(8193),
-                                int64_t(32767), int64_t(32768)})
+        for (const int64_t T : {int64_t(1), int64_t(1024), int64_t(1025), int64_t(4096),
+                                int64_t(8192), int64_t(8193), int64_t(32767), int64_t(32768)})
           for (const int64_t top_k : {1, 2})
             for (const int D : {64, 128})
               for (const bool supported : {false, true}) {
@@ -74,7 +74,8 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                 }
                 // The automatic choices (docs/focus_hard.md): the wgmma kernel where available,
                 // its sorted group pass for top_k 1 from 32768 tokens, the band pass first for the
-                // list group pass at head dim 64 with top_k 1, in the fused launch up to 4096.
+                // list group pass at head dim 64 with top_k 1, in the fused launch for 1024 < T <=
+                // 4096.
                 if (kernel == FocusHardKernel::automatic) {
                   EXPECT_EQ(plan.wgmma, supported);
                   EXPECT_EQ(plan.sorted, supported && top_k == 1 && T >= 32768 &&
@@ -82,7 +83,7 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                 }
                 if (order == FocusHardOrder::automatic) {
                   EXPECT_EQ(plan.band_first, plan.wgmma && top_k == 1 && !plan.sorted && D == 64);
-                  EXPECT_EQ(plan.fused, plan.band_first && T <= 4096);
+                  EXPECT_EQ(plan.fused, plan.band_first && T > 1024 && T <= 4096);
                 }
               }
   EXPECT_GT(plans, 100);
