@@ -211,16 +211,19 @@ __device__ __forceinline__ void group_block(const FocusHardAttnParams& p, int ma
   };
   // Prologue, one round trip after the list: Q, the positions of the first tiles and the rows of
   // the first kStages - 1 tiles (ring_prologue_*) with their addresses from the list itself (in
-  // global memory: the positions are not in shared memory yet).
+  // global memory: the positions are not in shared memory yet), in kStages - 1 cp.async groups:
+  // group k holds tile t_begin + k's rows (empty past the walk), group 0 also Q and the
+  // positions. Only group 0 is waited for here; the loop's wait finds the others
+  // (focus_hard_walk.h, the ring).
   for (int t = t_begin; t < min(t_end, focus_hard::ring_prologue_pos_end(t_begin)); ++t)
     load_pos(t, count, glist);
-  for (int t = t_begin; t < min(t_end, focus_hard::ring_prologue_rows_end(t_begin)); ++t) {
-    const int e0 = t * BN;
-    gather_kv(t, [&](int r) { return e0 + r < count ? glist[e0 + r] : -1; });
+  for (int k = 0; k < kStages - 1; ++k) {
+    const int t = t_begin + k, e0 = t * BN;
+    if (t < t_end) gather_kv(t, [&](int r) { return e0 + r < count ? glist[e0 + r] : -1; });
+    cp_async_commit();
   }
-  cp_async_commit();
-  cp_async_wait_all();
-  __syncthreads();  // the query rows of Meta, the first tiles' positions and rows
+  cp_async_wait_group<focus_hard::kRingPrologueWaitGroups>();
+  __syncthreads();  // the query rows of Meta, the first tiles' positions, tile t_begin's rows
 
   const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tig = lane & 3;

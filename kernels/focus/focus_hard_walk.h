@@ -145,15 +145,18 @@ ATTN_FOCUS_HD bool band_tile_visible(int k0, int bn, int lo, int hi, int w) {
 // tile's gathered rows have kRingStages - 1 tiles' compute to land in: a block walks 1-8 key
 // tiles at 4K, so latency, not throughput, bounds it) and kRingPosSlots slots of key positions
 // (tile t's in slot t % kRingPosSlots), each loaded kRingPosLead iterations before its rows are
-// gathered. The prologue (one cp.async group, waited for whole) loads the positions of tiles
-// [t_begin, ring_prologue_pos_end) and the rows of [t_begin, ring_prologue_rows_end); iteration t
-// waits (cp.async.wait_group kRingWaitGroups, then a barrier), computes tile t, and commits two
-// groups: the positions of tile ring_pos_tile(t), then the rows of tile ring_rows_tile(t)
-// (either empty past the walk). The rows of tile t were committed 2 (kRingStages - 2) groups
-// before that wait, the positions of ring_rows_tile(t) 2 kRingPosLead - 1 groups before:
-// kRingWaitGroups is the smaller. FocusHardWalk.RingGroupsSlotsAndBuffers replays it.
+// gathered. The prologue loads the positions of tiles [t_begin, ring_prologue_pos_end) and the
+// rows of [t_begin, ring_prologue_rows_end) = kRingStages - 1 tiles, in kRingStages - 1 cp.async
+// groups (group k: tile t_begin + k's rows, or empty past the walk; group 0 also Q and every
+// position), and waits for group 0 only (cp.async.wait_group kRingPrologueWaitGroups, then a
+// barrier); iteration t waits (cp.async.wait_group kRingWaitGroups, then a barrier), computes
+// tile t, and commits two groups: the positions of tile ring_pos_tile(t), then the rows of tile
+// ring_rows_tile(t) (either empty past the walk). The rows of tile t were committed 2
+// (kRingStages - 2) groups before that wait (a prologue tile kRingStages - 2 + t - t_begin), the
+// positions of ring_rows_tile(t) 2 kRingPosLead - 1 groups before: kRingWaitGroups is the
+// smaller. FocusHardWalk.RingGroupsSlotsAndBuffers replays it.
 constexpr int kRingStages = 4, kRingPosLead = kRingStages - 2, kRingPosSlots = 8;
-constexpr int kRingWaitGroups = 2 * kRingStages - 5;
+constexpr int kRingWaitGroups = 2 * kRingStages - 5, kRingPrologueWaitGroups = kRingStages - 2;
 static_assert(kRingStages >= 3 && kRingPosLead >= 1 && kRingPosSlots >= kRingStages + kRingPosLead,
               "a slot is rewritten only after its tile's last read");
 ATTN_FOCUS_HD int ring_pos_tile(int t) { return t + kRingStages - 1 + kRingPosLead; }

@@ -522,20 +522,24 @@ TEST(FocusHardWalk, RingGroupsSlotsAndBuffers) {
       }
     };
     std::vector<int> slot(kRingPosSlots, -1), buf(kRingStages, -1);  // the tile each holds
-    // Prologue: one group, the rows gathered with addresses from the list (not the slots).
-    group_pos.emplace_back();
-    group_rows.emplace_back();
+    // Prologue: kRingStages - 1 groups, group k the rows of tile k (gathered with addresses from
+    // the list, not the slots), group 0 also every prologue position; only group 0 waited for.
+    for (int k = 0; k < kRingStages - 1; ++k) {
+      group_pos.emplace_back();
+      group_rows.emplace_back();
+    }
     for (int u = 0; u < std::min(n, ring_prologue_pos_end(0)); ++u) {
       ASSERT_EQ(slot[u % kRingPosSlots], -1);
       slot[u % kRingPosSlots] = u;
-      group_pos.back().push_back(u);
+      group_pos[0].push_back(u);
     }
     for (int u = 0; u < std::min(n, ring_prologue_rows_end(0)); ++u) {
       ASSERT_EQ(buf[u % kRingStages], -1);
+      ASSERT_LT(u, kRingStages - 1);
       buf[u % kRingStages] = u;
-      group_rows.back().push_back(u);
+      group_rows[u].push_back(u);
     }
-    land_until(group_pos.size());  // wait_group 0, then the barrier
+    land_until(group_pos.size() - kRingPrologueWaitGroups);  // wait_group, then the barrier
     for (int t = 0; t < n; ++t) {
       if (group_pos.size() > size_t(kRingWaitGroups))
         land_until(group_pos.size() - kRingWaitGroups);
