@@ -425,8 +425,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int r = 0; r < kQ * KP / kThreads; ++r) {
             const int i = threadIdx.x + r * kThreads, q = i / KP, c = i - q * KP;
             const int at = focus_wgmma::warp_dgq_index(q, c, KP);
-            float v = 0.f;
-            for (int wp = 0; wp < n_warps; ++wp) v += dgq_tile[wp * kQ * KP + at];
+            // The regions' values loaded first, then summed as a tree (a serial sum waited on
+            // each load in turn: ncu's source view, 2026-12-05).
+            const float* src = dgq_tile + at;
+            auto sum4 = [&](int wp0) {  // warps wp0 .. wp0 + 3
+              const float* x = src + wp0 * kQ * KP;
+              const float a = x[0], b = x[kQ * KP], c = x[2 * kQ * KP], d = x[3 * kQ * KP];
+              return (a + b) + (c + d);
+            };
+            float v = sum4(0);
+            if (n_warps == 8) v += sum4(4);
             if (c < p.K && q0 + q < T && v != 0.f) atomicAdd(dgb + int64_t(q0 + q) * p.K + c, v);
           }
         }
