@@ -139,27 +139,38 @@ __device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) {
 // d (64 x N fp32, accumulator fragments) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x N)
 // from shared memory, scale-a = scale-b = 1. kTransA / kTransB = 0: K-major (the operand is stored
 // [M or N][K], K contiguous); 1: MN-major ([K][M or N], M or N contiguous). With accumulate = 0 the
-// previous contents of d are ignored (the first k-step of a product).
-template <int N, int kTransA = 0, int kTransB = 0>
+// previous contents of d are ignored (the first k-step of a product). Operands bf16, or fp16 with
+// kF16 (the Focus affinity's g operands, focus_wgmma_gate.cuh).
+#define ATTN_WG_SS_N64(TYPE)                                                          \
+  asm volatile(                                                                       \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                    \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {" ATTN_WG_REGS32 \
+      "}, %32, %33, p, 1, 1, %35, %36;\n}\n"                                          \
+      : ATTN_WG_ACC32("+f", d)                                                        \
+      : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB))
+#define ATTN_WG_SS_N128(TYPE)                                                          \
+  asm volatile(                                                                        \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                     \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {" ATTN_WG_REGS64 \
+      "}, %64, %65, p, 1, 1, %67, %68;\n}\n"                                           \
+      : ATTN_WG_ACC64("+f", d)                                                         \
+      : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB))
+template <int N, int kTransA = 0, int kTransB = 0, bool kF16 = false>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b,
                                          int accumulate) {
   static_assert(N == 64 || N == 128, "N is 64 or 128");
-  if constexpr (N == 64) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" ATTN_WG_REGS32
-        "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
-        : ATTN_WG_ACC32("+f", d)
-        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+  if constexpr (N == 64 && kF16) {
+    ATTN_WG_SS_N64("f16");
+  } else if constexpr (N == 64) {
+    ATTN_WG_SS_N64("bf16");
+  } else if constexpr (kF16) {
+    ATTN_WG_SS_N128("f16");
   } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" ATTN_WG_REGS64
-        "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
-        : ATTN_WG_ACC64("+f", d)
-        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+    ATTN_WG_SS_N128("bf16");
   }
 }
+#undef ATTN_WG_SS_N64
+#undef ATTN_WG_SS_N128
 
 // Issues acc = A B^T for one warpgroup as one committed wgmma group (not waited), both operands
 // K-major in shared memory in column blocks of 64 elements (128-byte rows, 128-byte swizzle): A =

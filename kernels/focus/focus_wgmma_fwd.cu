@@ -72,7 +72,7 @@ __device__ __forceinline__ void issue_s_affinity(float (&s)[BN / 2], float (&a)[
   const uint64_t ga = smem_desc(gq_rows, 16, 1024), gb = smem_desc(gk_tile, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < focus_wgmma::affinity_ksteps(KP); ++kk) {
-    focus_wgmma::wgmma_ss_f16<BN>(a, desc_add(ga, kk * 32u), desc_add(gb, kk * 32u), kk > 0);
+    wgmma_ss<BN, 0, 0, true>(a, desc_add(ga, kk * 32u), desc_add(gb, kk * 32u), kk > 0);
   }
   wgmma_commit();
 }

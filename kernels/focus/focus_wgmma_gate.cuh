@@ -50,29 +50,6 @@ __device__ __forceinline__ void load_g_affinity_tile(uint32_t s, const bf16* gs,
   }
 }
 
-// d (64 x N fp32, N 64 or 128) = (accumulate ? d : 0) + A B, A (64 x 16) and B (16 x N) fp16 from
-// shared memory, both K-major (wgmma_common.cuh's wgmma_ss for fp16 operands).
-template <int N>
-__device__ __forceinline__ void wgmma_ss_f16(float (&d)[N / 2], uint64_t a, uint64_t b,
-                                             int accumulate) {
-  static_assert(N == 64 || N == 128, "N is 64 or 128");
-  if constexpr (N == 64) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" ATTN_WG_REGS32
-        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : ATTN_WG_ACC32("+f", d)
-        : "l"(a), "l"(b), "r"(accumulate));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {" ATTN_WG_REGS64
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : ATTN_WG_ACC64("+f", d)
-        : "l"(a), "l"(b), "r"(accumulate));
-  }
-}
-
 __device__ __forceinline__ uint32_t lds32(const bf16* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
