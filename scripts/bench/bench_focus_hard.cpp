@@ -24,7 +24,7 @@
 // (--H sets every D's), both group kinds, reps 5 (2 at T >= 256K), --order=automatic |
 // group_first | band_first | fused (FocusHardOrder) for the list and sorted columns (band_first,
 // fused: top_k 1 rows only; fused: the list column, the sorted one then band_first; the hard
-// column is always the automatic choice), --blocks=longest_first |
+// column is always the automatic choice), --blocks=automatic | longest_first |
 // group_major (FocusHardBlockOrder) for the list and sorted columns and --index=automatic | fused
 // | split (FocusHardIndexPath) for the list column (the others take the defaults), queued 1:
 // each timed sample is one call between two events, its host work before the first launch included;
@@ -78,7 +78,7 @@ int g_queued = 1;
 // --order=: the order of the wgmma kernel's passes in the hard, list and sorted columns.
 ops::FocusHardOrder g_order = ops::FocusHardOrder::automatic;
 // --blocks=: the order of the group passes' blocks in the list and sorted columns.
-ops::FocusHardBlockOrder g_blocks = ops::FocusHardBlockOrder::longest_first;
+ops::FocusHardBlockOrder g_blocks = ops::FocusHardBlockOrder::automatic;
 // --index=: which kernels build the index in the list column.
 FocusHardIndexPath g_index = FocusHardIndexPath::automatic;
 
@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
       if (i < 0) return 2;
       g_order = static_cast<ops::FocusHardOrder>(i);
     } else if (std::strncmp(a, "--blocks=", 9) == 0) {
-      const int i = choice(prog, "--blocks", a + 9, {"longest_first", "group_major"});
+      const int i = choice(prog, "--blocks", a + 9, {"automatic", "longest_first", "group_major"});
       if (i < 0) return 2;
       g_blocks = static_cast<ops::FocusHardBlockOrder>(i);
     } else if (std::strncmp(a, "--index=", 8) == 0) {

@@ -86,7 +86,7 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 
 FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
                               FocusHardIndexPath index, int64_t T, int64_t top_k, int head_dim,
-                              bool wgmma_supported) {
+                              bool wgmma_supported, FocusHardBlockOrder block_order) {
   FocusHardPlan plan;
   ATTN_REQUIRE(kernel != FocusHardKernel::wgmma_sorted || top_k == 1,
                "%s: the sorted group pass (wgmma_sorted) takes top_k 1 only, got top_k %lld", kOp,
@@ -140,6 +140,10 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
   plan.fused =
       order == FocusHardOrder::fused || (order == FocusHardOrder::automatic && plan.band_first &&
                                          T >= kFusedAutoMinT && T <= kFusedAutoMaxT);
+  // Automatic block order: group major for the sorted pass (its blocks at once then walk one
+  // group's keys, which stay in L2), longest first for the list pass (focus_hard_ops.h).
+  plan.longest_first = block_order == FocusHardBlockOrder::longest_first ||
+                       (block_order == FocusHardBlockOrder::automatic && !plan.sorted);
   return plan;
 }
 
@@ -177,7 +181,7 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
                (long long)B);
 
   const FocusHardPlan plan = plan_focus_hard(kernel, order, index, T, top_k, l.head_dim,
-                                             focus_hard_wgmma_supported(l.head_dim));
+                                             focus_hard_wgmma_supported(l.head_dim), block_order);
   const bool wgmma = plan.wgmma, sorted = plan.sorted;
   const int rows = wgmma ? kFocusHardWgmmaRows : tile_rows;
 
@@ -235,7 +239,7 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   p.local_window = local_window;
   p.scale = float(1.0 / std::sqrt(double(l.head_dim)));
   p.tile_rows = rows;
-  p.longest_first = block_order == FocusHardBlockOrder::longest_first;
+  p.longest_first = plan.longest_first;
   // The band pass first (FocusHardOrder): it reads nothing of the index, so the index build and
   // the gather run on a second stream beside it (launched first, so that the index's one block
   // per row starts before the band's blocks fill the GPU), and the group pass merges its partial.

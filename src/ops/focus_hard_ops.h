@@ -31,10 +31,15 @@ enum class FocusHardKernel { automatic, mma, wgmma, wgmma_sorted };
 enum class FocusHardOrder { automatic, group_first, band_first, fused };
 
 // The order of the wgmma group passes' blocks, the list pass's and the sorted pass's
-// (kernels/focus/focus_hard.cuh, longest_first): longest_first over all groups and heads (the
-// default), or group_major (the earlier order: head after head, each head's group after group or
-// last rows first), for A/B benchmarks; the outputs are bitwise the same.
-enum class FocusHardBlockOrder { longest_first, group_major };
+// (kernels/focus/focus_hard.cuh, longest_first): longest_first over all groups and heads, or
+// group_major (head after head, each head's group after group or last rows first: the blocks
+// running at once share their group's keys in L2); the outputs are bitwise the same. automatic
+// (the default): group_major for the sorted pass, longest_first for the list pass (H100,
+// 2026-12-05, 12 x 64, K 8, top_k 1, the sorted pass group major against longest first: 2.36-2.64
+// / 2.84-2.98 ms at 64K, 29.6-30.6 / 38.7-39.3 at 256K, 465-470 / 586-589 at 1M, 0.81-0.86 /
+// 0.84-0.87 at 32K; the list pass at 16K, longest first faster: 0.29 against 0.32;
+// docs/performance_variants.md, "The sorted pass group major").
+enum class FocusHardBlockOrder { automatic, longest_first, group_major };
 
 // True when the build holds the wgmma kernel's sm_90a code and the current device runs it (compute
 // capability 9.0), for head dim 64 or 128.
@@ -61,12 +66,14 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 // mma kernel, the sorted or the list group pass and the order of the passes. An option that does
 // not apply (FocusHardKernel, FocusHardOrder, FocusHardIndexPath) is an error naming it.
 // wgmma_supported: focus_hard_wgmma_available(D).
+// longest_first: the group pass's blocks longest first (FocusHardBlockOrder), else group major.
 struct FocusHardPlan {
-  bool wgmma = false, sorted = false, band_first = false, fused = false;
+  bool wgmma = false, sorted = false, band_first = false, fused = false, longest_first = true;
 };
 FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
                               FocusHardIndexPath index, int64_t T, int64_t top_k, int head_dim,
-                              bool wgmma_supported);
+                              bool wgmma_supported,
+                              FocusHardBlockOrder block_order = FocusHardBlockOrder::automatic);
 
 // out [B, T, n_head*D] bf16 and lse [B, n_head, T] f32 written (=): the hard-routed rows of
 // focus_attention_fwd (pos 0) over the packed qkv [B, T, layout.width()] bf16, groups
@@ -82,7 +89,7 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
                               int K, int local_window, int tile_rows = 0,
                               FocusHardKernel kernel = FocusHardKernel::automatic,
                               FocusHardOrder order = FocusHardOrder::automatic,
-                              FocusHardBlockOrder block_order = FocusHardBlockOrder::longest_first,
+                              FocusHardBlockOrder block_order = FocusHardBlockOrder::automatic,
                               FocusHardIndexPath index = FocusHardIndexPath::automatic);
 
 }  // namespace attnlab::ops

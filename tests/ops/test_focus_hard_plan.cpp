@@ -1,7 +1,7 @@
 // The choices of the hard-routed Focus forward (ops::plan_focus_hard, src/ops/focus_hard.cpp):
-// for every kernel, pass order and index path, with and without the wgmma kernel available,
-// either a plan that keeps the kernels' contracts (focus_hard.cuh) and the documented automatic
-// choices, or an error naming the option. Host only: runs without a GPU.
+// for every kernel, pass order, index path and block order, with and without the wgmma kernel
+// available, either a plan that keeps the kernels' contracts (focus_hard.cuh) and the documented
+// automatic choices, or an error naming the option. Host only: runs without a GPU.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -22,6 +22,9 @@ constexpr FocusHardOrder kOrders[] = {FocusHardOrder::automatic, FocusHardOrder:
                                       FocusHardOrder::band_first, FocusHardOrder::fused};
 constexpr FocusHardIndexPath kIndex[] = {FocusHardIndexPath::automatic, FocusHardIndexPath::fused,
                                          FocusHardIndexPath::split};
+constexpr ops::FocusHardBlockOrder kBlocks[] = {ops::FocusHardBlockOrder::automatic,
+                                                ops::FocusHardBlockOrder::longest_first,
+                                                ops::FocusHardBlockOrder::group_major};
 
 TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
   int plans = 0, errors = 0;
@@ -32,60 +35,69 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                                 int64_t(8192), int64_t(8193), int64_t(32767), int64_t(32768)})
           for (const int64_t top_k : {1, 2})
             for (const int D : {64, 128})
-              for (const bool supported : {false, true}) {
-                SCOPED_TRACE(testing::Message()
-                             << "kernel " << int(kernel) << " order " << int(order) << " index "
-                             << int(index) << " T " << T << " top_k " << top_k << " D " << D
-                             << " wgmma available " << supported);
-                ops::FocusHardPlan plan;
-                try {
-                  plan = ops::plan_focus_hard(kernel, order, index, T, top_k, D, supported);
-                } catch (const Error& e) {
-                  ++errors;
-                  EXPECT_NE(std::string(e.what()).find("focus_hard_attention"), std::string::npos)
-                      << e.what();
-                  continue;
+              for (const bool supported : {false, true})
+                for (const ops::FocusHardBlockOrder blocks : kBlocks) {
+                  SCOPED_TRACE(testing::Message()
+                               << "kernel " << int(kernel) << " order " << int(order) << " index "
+                               << int(index) << " T " << T << " top_k " << top_k << " D " << D
+                               << " wgmma available " << supported << " blocks " << int(blocks));
+                  ops::FocusHardPlan plan;
+                  try {
+                    plan =
+                        ops::plan_focus_hard(kernel, order, index, T, top_k, D, supported, blocks);
+                  } catch (const Error& e) {
+                    ++errors;
+                    EXPECT_NE(std::string(e.what()).find("focus_hard_attention"), std::string::npos)
+                        << e.what();
+                    continue;
+                  }
+                  ++plans;
+                  // The kernels' contracts.
+                  EXPECT_TRUE(!plan.wgmma || supported);
+                  EXPECT_TRUE(!plan.sorted || (plan.wgmma && top_k == 1));
+                  EXPECT_TRUE(!plan.band_first || (plan.wgmma && top_k == 1));
+                  EXPECT_TRUE(!plan.fused || (plan.band_first && !plan.sorted));
+                  EXPECT_TRUE(index != FocusHardIndexPath::fused || T <= 8192);
+                  // What was asked for is what runs.
+                  if (order == FocusHardOrder::band_first) {
+                    EXPECT_TRUE(plan.band_first);
+                  }
+                  if (order == FocusHardOrder::group_first) {
+                    EXPECT_FALSE(plan.band_first);
+                  }
+                  if (order != FocusHardOrder::automatic) {
+                    EXPECT_EQ(plan.fused, order == FocusHardOrder::fused);
+                  }
+                  if (kernel == FocusHardKernel::mma) {
+                    EXPECT_FALSE(plan.wgmma);
+                  }
+                  if (kernel == FocusHardKernel::wgmma) {
+                    EXPECT_TRUE(plan.wgmma && !plan.sorted);
+                  }
+                  if (kernel == FocusHardKernel::wgmma_sorted) {
+                    EXPECT_TRUE(plan.sorted);
+                  }
+                  // The automatic choices (docs/focus_hard.md): the wgmma kernel where available,
+                  // its sorted group pass for top_k 1 from 32768 tokens, the band pass first for
+                  // the list group pass at head dim 64 with top_k 1, in the fused launch for 1024 <
+                  // T <= 4096.
+                  if (kernel == FocusHardKernel::automatic) {
+                    EXPECT_EQ(plan.wgmma, supported);
+                    EXPECT_EQ(plan.sorted, supported && top_k == 1 && T >= 32768 &&
+                                               order != FocusHardOrder::fused);
+                  }
+                  if (order == FocusHardOrder::automatic) {
+                    EXPECT_EQ(plan.band_first, plan.wgmma && top_k == 1 && !plan.sorted && D == 64);
+                    EXPECT_EQ(plan.fused, plan.band_first && T > 1024 && T <= 4096);
+                  }
+                  // The block order as asked; automatic: group major for the sorted pass only.
+                  if (blocks == ops::FocusHardBlockOrder::automatic) {
+                    EXPECT_EQ(plan.longest_first, !plan.sorted);
+                  } else {
+                    EXPECT_EQ(plan.longest_first,
+                              blocks == ops::FocusHardBlockOrder::longest_first);
+                  }
                 }
-                ++plans;
-                // The kernels' contracts.
-                EXPECT_TRUE(!plan.wgmma || supported);
-                EXPECT_TRUE(!plan.sorted || (plan.wgmma && top_k == 1));
-                EXPECT_TRUE(!plan.band_first || (plan.wgmma && top_k == 1));
-                EXPECT_TRUE(!plan.fused || (plan.band_first && !plan.sorted));
-                EXPECT_TRUE(index != FocusHardIndexPath::fused || T <= 8192);
-                // What was asked for is what runs.
-                if (order == FocusHardOrder::band_first) {
-                  EXPECT_TRUE(plan.band_first);
-                }
-                if (order == FocusHardOrder::group_first) {
-                  EXPECT_FALSE(plan.band_first);
-                }
-                if (order != FocusHardOrder::automatic) {
-                  EXPECT_EQ(plan.fused, order == FocusHardOrder::fused);
-                }
-                if (kernel == FocusHardKernel::mma) {
-                  EXPECT_FALSE(plan.wgmma);
-                }
-                if (kernel == FocusHardKernel::wgmma) {
-                  EXPECT_TRUE(plan.wgmma && !plan.sorted);
-                }
-                if (kernel == FocusHardKernel::wgmma_sorted) {
-                  EXPECT_TRUE(plan.sorted);
-                }
-                // The automatic choices (docs/focus_hard.md): the wgmma kernel where available,
-                // its sorted group pass for top_k 1 from 32768 tokens, the band pass first for the
-                // list group pass at head dim 64 with top_k 1, in the fused launch for 1024 < T <=
-                // 4096.
-                if (kernel == FocusHardKernel::automatic) {
-                  EXPECT_EQ(plan.wgmma, supported);
-                  EXPECT_EQ(plan.sorted, supported && top_k == 1 && T >= 32768 &&
-                                             order != FocusHardOrder::fused);
-                }
-                if (order == FocusHardOrder::automatic) {
-                  EXPECT_EQ(plan.band_first, plan.wgmma && top_k == 1 && !plan.sorted && D == 64);
-                  EXPECT_EQ(plan.fused, plan.band_first && T > 1024 && T <= 4096);
-                }
-              }
   EXPECT_GT(plans, 100);
   EXPECT_GT(errors, 100);
 }
