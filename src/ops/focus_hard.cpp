@@ -134,7 +134,7 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
   // The fused launch: automatic where the band pass goes first, from kFusedAutoMinT to
   // kFusedAutoMaxT tokens, where it measured faster (H100, 2026-12-05, 12 x 64, K 8, top_k 1,
   // balanced groups, fused against band_first: 0.023 / 0.022 ms at 1K, 0.030 / 0.032 at 2K,
-  // 0.055-0.056 / 0.064 at 4K, 0.122 / 0.122 at 8K; docs/performance_variants.md, "The merge's
+  // 0.055-0.056 / 0.064 at 4K, 0.122 / 0.122 at 8K; docs/performance_focus_history.md, "The merge's
   // loads hoisted, measured").
   constexpr int64_t kFusedAutoMinT = 1025, kFusedAutoMaxT = 4096;
   plan.fused =
