@@ -28,6 +28,7 @@
 #include "kernels/attention/attention.cuh"
 #include "kernels/attention/dq_layout.h"
 #include "kernels/attention/visibility.h"
+#include "kernels/attention/wgmma_bwd_steps.cuh"
 #include "kernels/attention/wgmma_common.cuh"
 #include "kernels/common/device.cuh"
 #include "kernels/common/stream_scratch.h"
@@ -41,8 +42,8 @@ namespace {
 
 using namespace wgmma;
 
-constexpr int kThreads = 256;  // 2 warpgroups
-constexpr int kBlockN = 128;   // keys per block (64 per warpgroup)
+constexpr int kThreads = 256;      // 2 warpgroups
+constexpr int kBlockN = kBwdKeys;  // keys per block (64 per warpgroup; wgmma_bwd_steps.cuh)
 template <int D>
 constexpr int kQTile = D == 64 ? 128 : 64;
 
@@ -87,88 +88,6 @@ static_assert(gq_buffers<64, 8, true, true>() == 2 && gq_buffers<128, 8, true, t
               bwd_smem_bytes<64, 8, true, true>() <= kMaxSmem);
 
 #if ATTN_WGMMA_DEVICE
-template <int D, int kQ>
-__device__ __forceinline__ void issue_rs(float (&acc)[D / 2], const uint32_t (&a)[kQ / 16][4],
-                                         uint32_t b_tile) {
-  const uint64_t b0 = smem_desc(b_tile, kQ * 128, 1024);
-#pragma unroll
-  for (int kk = 0; kk < kQ / 16; ++kk) wgmma_rs<D>(acc, a[kk], desc_add(b0, kk * 16 * 128));
-}
-
-template <int D, int kQ>
-__device__ __forceinline__ void issue_dv_dk(float (&dv)[D / 2], float (&dk)[D / 2],
-                                            uint32_t (&pa)[kQ / 16][4], uint32_t (&dsa)[kQ / 16][4],
-                                            uint32_t dO_tile, uint32_t q_tile) {
-  fence_regs(dk);
-  fence_regs(dv);
-  fence_regs(dsa);
-  fence_regs(pa);
-  wgmma_fence();
-  issue_rs<D, kQ>(dv, pa, dO_tile);
-  issue_rs<D, kQ>(dk, dsa, q_tile);
-  wgmma_commit();
-}
-
-template <int kQ>
-__device__ __forceinline__ void dp_to_ds(float (&dp)[kQ / 2], const float (&pt)[kQ / 2],
-                                         uint32_t c_delta, int tig) {
-#pragma unroll
-  for (int j = 0; j < kQ / 8; ++j) {
-    const float2 dl = lds_f2(c_delta + 4 * (8 * j + 2 * tig));
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      dp[4 * j + 2 * r] = pt[4 * j + 2 * r] * (dp[4 * j + 2 * r] - dl.x);
-      dp[4 * j + 2 * r + 1] = pt[4 * j + 2 * r + 1] * (dp[4 * j + 2 * r + 1] - dl.y);
-    }
-  }
-}
-
-template <int kQ>
-__device__ __forceinline__ void store_ds(uint32_t sdS, const uint32_t (&dsa)[kQ / 16][4], int kr0,
-                                         int tig) {
-#pragma unroll
-  for (int j = 0; j < kQ / 8; ++j) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t addr = sdS + swizzled_offset<kBlockN>(kr0 + 8 * r, j) + 4 * tig;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[j / 2][2 * (j & 1) + r])
-                   : "memory");
-    }
-  }
-}
-
-template <int kQ>
-__device__ __forceinline__ void issue_dq(float (&dq)[32], uint32_t sdS, uint32_t sK, int wg) {
-  const int qw = kQ == 128 ? wg : 0, dw = kQ == 128 ? 0 : wg;
-  fence_regs(dq);
-  wgmma_fence();
-  const uint64_t a0 = smem_desc(sdS + qw * kBlockN * 128, kBlockN * 128, 1024);
-  const uint64_t b0 = smem_desc(sK + dw * kBlockN * 128, kBlockN * 128, 1024);
-#pragma unroll
-  for (int kk = 0; kk < kBlockN / 16; ++kk) {
-    wgmma_ss<64, 1, 1>(dq, desc_add(a0, kk * 16 * 128), desc_add(b0, kk * 16 * 128), kk > 0);
-  }
-  wgmma_commit();
-}
-
-template <int D, int kQ>
-__device__ __forceinline__ void store_dq_tile(uint32_t sdQ, const float (&dq)[32], int wg, int warp,
-                                              int g, int tig) {
-  const int qw = kQ == 128 ? wg : 0, dw = kQ == 128 ? 0 : wg;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = 64 * qw + 16 * warp + g + 8 * r;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int col = 64 * dw + 8 * j + 2 * tig;
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(
-                       sdQ + 4 * uint32_t(row * D + dq_swizzle(row, col))),
-                   "f"(dq[4 * j + 2 * r]), "f"(dq[4 * j + 2 * r + 1])
-                   : "memory");
-    }
-  }
-}
-
 template <int D>
 __device__ __forceinline__ void store_dk_dv(const float (&dk)[D / 2], const float (&dv)[D / 2],
                                             const FocusAttentionParams<bf16>& p, int b, int hk,
