@@ -10,14 +10,15 @@
 #include <cuda_bf16.h>
 
 #include "kernels/attention/attention_decode.cuh"
+#include "kernels/attention/decode_steps.cuh"
 #include "kernels/common/device.cuh"
 
 namespace attnlab {
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kWarps = 4;
-constexpr int kMaxDimsPerLane = 4;  // D <= 128
+using decode::kLog2e;
+using decode::kMaxDimsPerLane;  // D <= 128
+constexpr int kWarps = decode::kDecodeWarps;
 
 template <typename T>
 __global__ void kv_cache_write_kernel(KVCacheWriteParams<T> p) {
@@ -55,74 +56,16 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float qs = p.scale * kLog2e;
 
   float qr[kMaxDimsPerLane], acc[kMaxDimsPerLane];
-#pragma unroll
-  for (int j = 0; j < kMaxDimsPerLane; ++j) {
-    const int c = lane + 32 * j;
-    qr[j] = c < p.D ? dev::to_f(q[c]) * qs : 0.f;
-    acc[j] = 0.f;
-  }
+  decode::load_query(qr, acc, q, p.D, qs, lane);
   float m = -INFINITY, l = 0.f;
   for (int s = s_first + warp; s < s1; s += kWarps) {
-    const T* k = kc + int64_t(s) * p.D;
-    float d = 0.f;
-#pragma unroll
-    for (int j = 0; j < kMaxDimsPerLane; ++j) {
-      const int c = lane + 32 * j;
-      if (c < p.D) d += qr[j] * dev::to_f(k[c]);
-    }
-    d = dev::warp_sum(d);
-    const float m_new = fmaxf(m, d);
-    const float corr = exp2f(m - m_new);  // 0 on the first key (m = -inf)
-    const float w = exp2f(d - m_new);
-    l = l * corr + w;
-    const T* v = vc + int64_t(s) * p.D;
-#pragma unroll
-    for (int j = 0; j < kMaxDimsPerLane; ++j) {
-      const int c = lane + 32 * j;
-      acc[j] = acc[j] * corr + (c < p.D ? w * dev::to_f(v[c]) : 0.f);
-    }
-    m = m_new;
-  }
-
-  __shared__ float sm_m[kWarps], sm_l[kWarps], sm_o[kWarps][32 * kMaxDimsPerLane];
-  if (lane == 0) {
-    sm_m[warp] = m;
-    sm_l[warp] = l;
-  }
-#pragma unroll
-  for (int j = 0; j < kMaxDimsPerLane; ++j) sm_o[warp][lane + 32 * j] = acc[j];
-  __syncthreads();
-  float M = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w]);
-  float wt[kWarps], L = 0.f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    wt[w] = sm_m[w] == -INFINITY ? 0.f : exp2f(sm_m[w] - M);
-    L += sm_l[w] * wt[w];
+    decode::attend_key(qr, acc, m, l, kc + int64_t(s) * p.D, vc + int64_t(s) * p.D, p.D, lane);
   }
   const int64_t row = (int64_t(b) * p.Tq + i) * p.n_head + h;
-  if (partial == nullptr) {
-    T* o = p.o + b * p.o_batch_stride + i * p.o_row_stride + int64_t(h) * p.D;
-    for (int c = threadIdx.x; c < p.D; c += blockDim.x) {
-      float x = 0.f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) x += sm_o[w][c] * wt[w];
-      o[c] = dev::from_f<T>(x / L);
-    }
-  } else {
-    float* out = partial + (row * p.n_splits + split) * (p.D + 2);
-    for (int c = threadIdx.x; c < p.D; c += blockDim.x) {
-      float x = 0.f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) x += sm_o[w][c] * wt[w];
-      out[c] = x;
-    }
-    if (threadIdx.x == 0) {
-      out[p.D] = M;
-      out[p.D + 1] = L;
-    }
-  }
+  decode::finish_row(
+      acc, m, l, p.D, warp, lane, partial != nullptr,
+      [&] { return p.o + b * p.o_batch_stride + i * p.o_row_stride + int64_t(h) * p.D; },
+      [&] { return partial + (row * p.n_splits + split) * (p.D + 2); });
 }
 
 template <typename T>
@@ -131,23 +74,9 @@ __global__ void decode_combine_kernel(AttentionDecodeParams<T> p, const float* p
   const int h = int(row % p.n_head);
   const int i = int((row / p.n_head) % p.Tq);
   const int b = int(row / (int64_t(p.n_head) * p.Tq));
-  const float* part = partial + row * p.n_splits * (p.D + 2);
-  float M = -INFINITY;
-  for (int s = 0; s < p.n_splits; ++s) M = fmaxf(M, part[s * (p.D + 2) + p.D]);
-  float L = 0.f;
-  for (int s = 0; s < p.n_splits; ++s) {
-    const float ms = part[s * (p.D + 2) + p.D];
-    if (ms != -INFINITY) L += part[s * (p.D + 2) + p.D + 1] * exp2f(ms - M);
-  }
-  T* o = p.o + b * p.o_batch_stride + i * p.o_row_stride + int64_t(h) * p.D;
-  for (int c = threadIdx.x; c < p.D; c += blockDim.x) {
-    float x = 0.f;
-    for (int s = 0; s < p.n_splits; ++s) {
-      const float ms = part[s * (p.D + 2) + p.D];
-      if (ms != -INFINITY) x += part[s * (p.D + 2) + c] * exp2f(ms - M);
-    }
-    o[c] = dev::from_f<T>(x / L);
-  }
+  decode::combine_row(partial + row * p.n_splits * (p.D + 2), p.n_splits, p.D, [&] {
+    return p.o + b * p.o_batch_stride + i * p.o_row_stride + int64_t(h) * p.D;
+  });
 }
 
 }  // namespace

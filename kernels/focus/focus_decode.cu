@@ -16,15 +16,16 @@
 // order (deterministic). Memory-bound: each gathered key/value row is read once per query head.
 #include <cuda_bf16.h>
 
+#include "kernels/attention/decode_steps.cuh"
 #include "kernels/common/device.cuh"
 #include "kernels/focus/focus_decode.cuh"
 
 namespace attnlab {
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kWarps = 4;
-constexpr int kMaxDimsPerLane = 4;  // D <= 128
+using decode::kLog2e;
+using decode::kMaxDimsPerLane;  // D <= 128
+constexpr int kWarps = decode::kDecodeWarps;
 constexpr int kMaxTopK = kFocusDecodeMaxTopK;
 constexpr int kAppendUnroll = 8;  // index_append: 32-token rows per iteration
 
@@ -103,12 +104,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float qs = p.scale * kLog2e;
 
   float qr[kMaxDimsPerLane], acc[kMaxDimsPerLane];
-#pragma unroll
-  for (int d = 0; d < kMaxDimsPerLane; ++d) {
-    const int c = lane + 32 * d;
-    qr[d] = c < p.D ? dev::to_f(q[c]) * qs : 0.f;
-    acc[d] = 0.f;
-  }
+  decode::load_query(qr, acc, q, p.D, qs, lane);
   float m = -INFINITY, l = 0.f;
   // Warp w takes batches of 32 consecutive virtual indices (w, w + 4, ... in batch units): each
   // lane resolves one (window position or list entry, coalesced, and the dedupe test), so only
@@ -129,67 +125,16 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     for (unsigned todo = __ballot_sync(0xffffffffu, mine >= 0); todo != 0; todo &= todo - 1) {
       const int j = __shfl_sync(0xffffffffu, mine, __ffs(todo) - 1);
-      const T* k = kc + int64_t(j) * p.D;
-      float dot = 0.f;
-#pragma unroll
-      for (int d = 0; d < kMaxDimsPerLane; ++d) {
-        const int c = lane + 32 * d;
-        if (c < p.D) dot += qr[d] * dev::to_f(k[c]);
-      }
-      dot = dev::warp_sum(dot);
-      const float m_new = fmaxf(m, dot);
-      const float corr = exp2f(m - m_new);  // 0 on the first key (m = -inf)
-      const float w = exp2f(dot - m_new);
-      l = l * corr + w;
-      const T* vr = vc + int64_t(j) * p.D;
-#pragma unroll
-      for (int d = 0; d < kMaxDimsPerLane; ++d) {
-        const int c = lane + 32 * d;
-        acc[d] = acc[d] * corr + (c < p.D ? w * dev::to_f(vr[c]) : 0.f);
-      }
-      m = m_new;
+      decode::attend_key(qr, acc, m, l, kc + int64_t(j) * p.D, vc + int64_t(j) * p.D, p.D, lane);
     }
   }
 
-  __shared__ float sm_m[kWarps], sm_l[kWarps], sm_o[kWarps][32 * kMaxDimsPerLane];
-  if (lane == 0) {
-    sm_m[warp] = m;
-    sm_l[warp] = l;
-  }
-#pragma unroll
-  for (int d = 0; d < kMaxDimsPerLane; ++d) sm_o[warp][lane + 32 * d] = acc[d];
-  __syncthreads();
-  float M = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w]);
-  float wt[kWarps], L = 0.f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    wt[w] = sm_m[w] == -INFINITY ? 0.f : exp2f(sm_m[w] - M);
-    L += sm_l[w] * wt[w];
-  }
+  // One split: the row's own key i makes L > 0.
   const int64_t row = (int64_t(b) * p.Tq + t) * p.n_head + h;
-  if (partial == nullptr) {  // one split: the row's own key i makes L > 0
-    T* o = p.o + b * p.o_batch_stride + t * p.o_row_stride + int64_t(h) * p.D;
-    for (int c = threadIdx.x; c < p.D; c += blockDim.x) {
-      float x = 0.f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) x += sm_o[w][c] * wt[w];
-      o[c] = dev::from_f<T>(x / L);
-    }
-  } else {
-    float* out = partial + (row * p.n_splits + split) * (p.D + 2);
-    for (int c = threadIdx.x; c < p.D; c += blockDim.x) {
-      float x = 0.f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) x += sm_o[w][c] * wt[w];
-      out[c] = x;
-    }
-    if (threadIdx.x == 0) {
-      out[p.D] = M;  // -inf for an empty chunk
-      out[p.D + 1] = L;
-    }
-  }
+  decode::finish_row(
+      acc, m, l, p.D, warp, lane, partial != nullptr,
+      [&] { return p.o + b * p.o_batch_stride + t * p.o_row_stride + int64_t(h) * p.D; },
+      [&] { return partial + (row * p.n_splits + split) * (p.D + 2); });
 }
 
 template <typename T>
@@ -198,23 +143,9 @@ __global__ void combine_kernel(FocusGroupDecodeParams<T> p, const float* partial
   const int h = int(row % p.n_head);
   const int t = int((row / p.n_head) % p.Tq);
   const int b = int(row / (int64_t(p.n_head) * p.Tq));
-  const float* part = partial + row * p.n_splits * (p.D + 2);
-  float M = -INFINITY;
-  for (int s = 0; s < p.n_splits; ++s) M = fmaxf(M, part[s * (p.D + 2) + p.D]);
-  float L = 0.f;
-  for (int s = 0; s < p.n_splits; ++s) {
-    const float ms = part[s * (p.D + 2) + p.D];
-    if (ms != -INFINITY) L += part[s * (p.D + 2) + p.D + 1] * exp2f(ms - M);
-  }
-  T* o = p.o + b * p.o_batch_stride + t * p.o_row_stride + int64_t(h) * p.D;
-  for (int c = threadIdx.x; c < p.D; c += blockDim.x) {
-    float x = 0.f;
-    for (int s = 0; s < p.n_splits; ++s) {
-      const float ms = part[s * (p.D + 2) + p.D];
-      if (ms != -INFINITY) x += part[s * (p.D + 2) + c] * exp2f(ms - M);
-    }
-    o[c] = dev::from_f<T>(x / L);
-  }
+  decode::combine_row(partial + row * p.n_splits * (p.D + 2), p.n_splits, p.D, [&] {
+    return p.o + b * p.o_batch_stride + t * p.o_row_stride + int64_t(h) * p.D;
+  });
 }
 
 }  // namespace
