@@ -302,15 +302,16 @@ __global__ void split_g_kernel(const float* __restrict__ g, bf16* __restrict__ g
 
 // gs[b, t, :] for the hard mask (kHard): the fp16 affinity columns of the token's group
 // indicator (kAffinityScale in each group of its top_k ids, 0 elsewhere; a token naming a group
-// twice counts it once), the hi and lo columns zero (the forward reads the affinity columns only).
-__global__ void split_groups_kernel(const int32_t* __restrict__ groups, int top_k,
+// twice counts it once; an id outside [0, K) names none, as in every hard kernel), the hi and lo
+// columns zero (the forward reads the affinity columns only).
+__global__ void split_groups_kernel(const int32_t* __restrict__ groups, int top_k, int K,
                                     bf16* __restrict__ gs, int64_t rows, int KP) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * KP) return;
   const int64_t row = i / KP;
   const int c = int(i - row * KP);
   bool in = false;
-  for (int z = 0; z < top_k; ++z) in = in || groups[row * top_k + z] == c;
+  for (int z = 0; z < top_k; ++z) in = in || (c < K && groups[row * top_k + z] == c);
   const __half a = __float2half_rn(in ? focus_wgmma::kAffinityScale : 0.f);
   bf16* out = gs + row * focus_wgmma::gs_width(KP);
   out[c] = *reinterpret_cast<const bf16*>(&a);
@@ -428,7 +429,7 @@ void launch_focus_wgmma_hard_fwd(const FocusAttentionParams<bf16>& p, Stream s) 
   StreamScratch scratch(size_t(rows) * focus_wgmma::gs_width(KP) * sizeof(bf16), s);
   bf16* gs = scratch.as<bf16>();
   const auto st = reinterpret_cast<cudaStream_t>(s);
-  split_groups_kernel<<<div_up(rows * KP, 256), 256, 0, st>>>(p.groups, p.top_k, gs, rows, KP);
+  split_groups_kernel<<<div_up(rows * KP, 256), 256, 0, st>>>(p.groups, p.top_k, p.K, gs, rows, KP);
   CUDA_CHECK_LAUNCH();
   if (p.D == 64)
     launch_fwd<64, KP, true>(p, gs, st);

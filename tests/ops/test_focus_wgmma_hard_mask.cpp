@@ -72,10 +72,10 @@ TEST(FocusWgmmaHardMask, KeepsLocalAndSharedPairsOnly) {
     for (int top_k : {1, 2, 3}) {
       if (top_k > K) continue;
       const uint32_t seed = 100u * K + top_k;
-      check_tile<64>(512, 0, 128, K, top_k, seed);    // every pair distant
-      check_tile<64>(192, 128, 40, K, top_k, seed);   // the window cuts the tile
-      check_tile<128>(128, 0, 0, K, top_k, seed);     // w = 0 at the diagonal
-      check_tile<64>(64, 0, 1000, K, top_k, seed);    // nothing distant: nothing masked
+      check_tile<64>(512, 0, 128, K, top_k, seed);   // every pair distant
+      check_tile<64>(192, 128, 40, K, top_k, seed);  // the window cuts the tile
+      check_tile<128>(128, 0, 0, K, top_k, seed);    // w = 0 at the diagonal
+      check_tile<64>(64, 0, 1000, K, top_k, seed);   // nothing distant: nothing masked
     }
 }
 
