@@ -37,6 +37,13 @@ bool focus_wgmma_bwd_supported(const FocusAttentionParams<bf16>& p);
 void launch_focus_wgmma_fwd(const FocusAttentionParams<bf16>& p, Stream s);
 // dq, dk, dv written (=); dg (if not null) written (=).
 void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s);
+// The hard-routed forward (gate hard, groups [B, T, top_k], g unused) on the same kernel: the
+// affinity of the tokens' group indicators counts the groups a pair shares, and a distant pair
+// that shares none is masked before the softmax (focus_wgmma_layout.h, mask_acc_hard): o and lse
+// (natural log) written (=), the hard routing's rows exactly (up to float order), at the cost of
+// the soft forward, whatever top_k. K <= focus_wgmma::kHardFwdMaxGroups (one KP instantiation).
+bool focus_wgmma_hard_fwd_supported(const FocusAttentionParams<bf16>& p);
+void launch_focus_wgmma_hard_fwd(const FocusAttentionParams<bf16>& p, Stream s);
 // g [B, T, K] fp32 into gs [B, T, 3 KP] 16-bit (the fp16 affinity operands, the bf16 hi parts,
 // the bf16 lo parts, zero past K: focus_wgmma_layout.h), the operand form every wgmma Focus
 // kernel reads. KP = padded_groups(K). sets (if not null): [B, T] the tokens' group sets of the

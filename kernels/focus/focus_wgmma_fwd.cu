@@ -81,7 +81,7 @@ __device__ __forceinline__ void issue_s_affinity(float (&s)[BN / 2], float (&a)[
 // becomes exp2(s scale log2 e - new max), times (a + eps) on distant pairs when `gated` (a: the
 // affinity accumulator of issue_s_affinity; all_distant: every pair of the tile is, so without the
 // per-element test); the row state is updated and corr (the factor for O so far) returned.
-template <int BN>
+template <int BN, bool kHard>
 __device__ __forceinline__ void softmax_gate_tile(float (&s)[BN / 2], const float (&a)[BN / 2],
                                                   RowState& st, float (&corr)[2],
                                                   const FocusAttentionParams<bf16>& p, int k0,
@@ -104,6 +104,12 @@ __device__ __forceinline__ void softmax_gate_tile(float (&s)[BN / 2], const floa
       }
     }
   }
+  if constexpr (kHard) {  // the hard mask, before the row max (as the causal mask)
+    if (all_distant)
+      focus_wgmma::mask_acc_hard_all(s, a);
+    else if (gated)
+      focus_wgmma::mask_acc_hard(s, a, row0, k0 + 2 * tig, p.gate.local_window);
+  }
   float m_use[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -124,10 +130,12 @@ __device__ __forceinline__ void softmax_gate_tile(float (&s)[BN / 2], const floa
       s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], sl2, -m_use[r]));
     }
   }
-  if (all_distant)
-    focus_wgmma::gate_acc_all(s, a, p.gate.eps);
-  else if (gated)
-    focus_wgmma::gate_acc(s, a, row0, k0 + 2 * tig, p.gate.local_window, p.gate.eps);
+  if constexpr (!kHard) {
+    if (all_distant)
+      focus_wgmma::gate_acc_all(s, a, p.gate.eps);
+    else if (gated)
+      focus_wgmma::gate_acc(s, a, row0, k0 + 2 * tig, p.gate.local_window, p.gate.eps);
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float sum = 0.f;
@@ -163,7 +171,7 @@ __device__ __forceinline__ void store_o_lse(const float (&o)[D / 2], const RowSt
 }
 #endif  // ATTN_WGMMA_DEVICE
 
-template <int D, int KP>
+template <int D, int KP, bool kHard>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     focus_wgmma_fwd_kernel(const FocusAttentionParams<bf16> p, const bf16* __restrict__ gs,
                            const __grid_constant__ CUtensorMap tm_k,
@@ -252,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     // Where every pair of the warpgroup's tile is distant (all tiles but the diagonal's few) the
     // gate needs no per-element distance test.
     const bool all_distant = focus_wgmma::tile_all_distant(wq0, k0 + BN - 1, w);
-    softmax_gate_tile<BN>(s, a, st, corr, p, k0, wq0, row0, lane, sl2, gated, all_distant);
+    softmax_gate_tile<BN, kHard>(s, a, st, corr, p, k0, wq0, row0, lane, sl2, gated, all_distant);
     rescale<D>(o, corr);
     acc_to_a<BN>(pa, s);
     issue_pv<D, BN>(o, pa, sV + buf * kKVBytes);
@@ -292,10 +300,28 @@ __global__ void split_g_kernel(const float* __restrict__ g, bf16* __restrict__ g
   out[2 * KP + c] = lo;
 }
 
-template <int D, int KP>
+// gs[b, t, :] for the hard mask (kHard): the fp16 affinity columns of the token's group
+// indicator (kAffinityScale in each group of its top_k ids, 0 elsewhere; a token naming a group
+// twice counts it once; an id outside [0, K) names none, as in every hard kernel), the hi and lo
+// columns zero (the forward reads the affinity columns only).
+__global__ void split_groups_kernel(const int32_t* __restrict__ groups, int top_k, int K,
+                                    bf16* __restrict__ gs, int64_t rows, int KP) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * KP) return;
+  const int64_t row = i / KP;
+  const int c = int(i - row * KP);
+  bool in = false;
+  for (int z = 0; z < top_k; ++z) in = in || (c < K && groups[row * top_k + z] == c);
+  const __half a = __float2half_rn(in ? focus_wgmma::kAffinityScale : 0.f);
+  bf16* out = gs + row * focus_wgmma::gs_width(KP);
+  out[c] = *reinterpret_cast<const bf16*>(&a);
+  out[KP + c] = out[2 * KP + c] = __float2bfloat16_rn(0.f);
+}
+
+template <int D, int KP, bool kHard = false>
 void launch_fwd(const FocusAttentionParams<bf16>& p, const bf16* gs, cudaStream_t st) {
   constexpr size_t smem = fwd_smem_bytes<D>();
-  auto* kernel = focus_wgmma_fwd_kernel<D, KP>;
+  auto* kernel = focus_wgmma_fwd_kernel<D, KP, kHard>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   int(cudaSharedmemCarveoutMaxShared)));
@@ -327,14 +353,14 @@ bool focus_wgmma_device_supported() {
 }
 
 namespace {
-// Everything focus_wgmma_supported asks but the gate.
+// Everything focus_wgmma_supported asks but the gate and its operand.
 bool shape_supported(const FocusAttentionParams<bf16>& p) {
   if (!(p.D == 64 || p.D == 128) || p.pos != 0 || p.kv_head_stride != p.D ||
       p.q_row_stride != p.kv_row_stride || p.q_batch_stride != p.kv_batch_stride ||
       p.q_row_stride % 8 != 0 || p.q_batch_stride % 8 != 0 || p.o_row_stride % 8 != 0 ||
       p.o_batch_stride % 8 != 0 || !aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) ||
-      p.g == nullptr || p.K < 1 || p.K > focus_wgmma::kMaxGroups || p.n_kv_head <= 0 ||
-      p.n_head % p.n_kv_head != 0 || p.scale <= 0.f || p.gate.local_window < 0 ||
+      p.K < 1 || p.K > focus_wgmma::kMaxGroups || p.n_kv_head <= 0 || p.n_head % p.n_kv_head != 0 ||
+      p.scale <= 0.f || p.gate.local_window < 0 ||
       !causal_grid_fits(p.seq_len, 128, p.B)) {  // fwd and bwd: 128-row tiles
     return false;
   }
@@ -343,13 +369,19 @@ bool shape_supported(const FocusAttentionParams<bf16>& p) {
 }  // namespace
 
 bool focus_wgmma_supported(const FocusAttentionParams<bf16>& p) {
-  return p.gate.kind == FocusGateKind::additive && shape_supported(p);
+  return p.gate.kind == FocusGateKind::additive && p.g != nullptr && shape_supported(p);
 }
 
 bool focus_wgmma_bwd_supported(const FocusAttentionParams<bf16>& p) {
   const bool hard = p.gate.kind == FocusGateKind::hard && p.groups != nullptr && p.top_k >= 1 &&
                     p.groups_batch_stride == int64_t(p.seq_len) * p.top_k;  // split_g's rows
-  return (p.gate.kind == FocusGateKind::additive || hard) && shape_supported(p);
+  return (p.gate.kind == FocusGateKind::additive || hard) && p.g != nullptr && shape_supported(p);
+}
+
+bool focus_wgmma_hard_fwd_supported(const FocusAttentionParams<bf16>& p) {
+  return p.gate.kind == FocusGateKind::hard && p.groups != nullptr && p.top_k >= 1 &&
+         p.groups_batch_stride == int64_t(p.seq_len) * p.top_k &&
+         p.K <= focus_wgmma::kHardFwdMaxGroups && shape_supported(p);
 }
 
 void focus_wgmma_split_g(const FocusAttentionParams<bf16>& p, bf16* gs, int KP, Stream s,
@@ -383,6 +415,26 @@ void launch_focus_wgmma_fwd(const FocusAttentionParams<bf16>& p, Stream s) {
     : KP == 16 ? launch_fwd<128, 16>(p, gs, st)
                : launch_fwd<128, 32>(p, gs, st);
   }
+}
+
+void launch_focus_wgmma_hard_fwd(const FocusAttentionParams<bf16>& p, Stream s) {
+  ATTN_REQUIRE(focus_wgmma_hard_fwd_supported(p),
+               "focus wgmma hard-masked attention: needs a build with sm_90a code, a compute "
+               "capability 9.0 device, the hard gate with group ids, D 64 or 128 (got %d), packed "
+               "qkv, pos 0 (got %d), 1 .. %d groups (got %d)",
+               p.D, p.pos, focus_wgmma::kHardFwdMaxGroups, p.K);
+  if (int64_t(p.B) * p.n_head * p.seq_len == 0) return;
+  constexpr int KP = focus_wgmma::kHardFwdMaxGroups;
+  const int64_t rows = int64_t(p.B) * p.seq_len;
+  StreamScratch scratch(size_t(rows) * focus_wgmma::gs_width(KP) * sizeof(bf16), s);
+  bf16* gs = scratch.as<bf16>();
+  const auto st = reinterpret_cast<cudaStream_t>(s);
+  split_groups_kernel<<<div_up(rows * KP, 256), 256, 0, st>>>(p.groups, p.top_k, p.K, gs, rows, KP);
+  CUDA_CHECK_LAUNCH();
+  if (p.D == 64)
+    launch_fwd<64, KP, true>(p, gs, st);
+  else
+    launch_fwd<128, KP, true>(p, gs, st);
 }
 
 }  // namespace attnlab

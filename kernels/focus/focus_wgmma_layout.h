@@ -11,6 +11,8 @@
 // chunks x 2 tiles x 4 values: the loops run over all of them (the lost earlier attempt covered
 // N / 8 half-chunks of an N-array, half of the fragment).
 #pragma once
+#include <cmath>
+
 #include "kernels/focus/focus_attention.cuh"  // hard_straight_through_weight
 
 #if defined(__CUDACC__)
@@ -26,7 +28,8 @@
 
 namespace attnlab::focus_wgmma {
 
-constexpr int kMaxGroups = 32;  // K the wgmma kernels take (padded to KP = 8, 16 or 32)
+constexpr int kMaxGroups = 32;        // K the wgmma kernels take (padded to KP = 8, 16 or 32)
+constexpr int kHardFwdMaxGroups = 8;  // K of the hard-masked forward (KP 8 only)
 
 ATTN_FWL_FN int padded_groups(int K) { return K <= 8 ? 8 : K <= 16 ? 16 : 32; }
 // k16 steps of the affinity products over the KP groups (KP = 8: one, its upper half zero).
@@ -171,6 +174,30 @@ template <int kVals>
 ATTN_FWL_FN void gate_acc_all(float (&s)[kVals], const float (&a)[kVals], float eps) {
   ATTN_FWL_UNROLL
   for (int i = 0; i < kVals; ++i) s[i] *= a[i] * kAffinityUnscale + eps;
+}
+
+// The hard-routed forward on the soft kernel (focus_wgmma_fwd.cu, kHard): a is the affinity of the
+// tokens' group indicators (split_groups: 1 in each group of the token's set), so a
+// kAffinityUnscale counts the groups the pair shares, exactly; a distant pair that shares none is
+// masked (-inf, before the row max, as the causal mask), every other pair kept ungated. Elements
+// as gate_acc's.
+template <int kVals>
+ATTN_FWL_FN void mask_acc_hard(float (&s)[kVals], const float (&a)[kVals], int row0, int col0,
+                               int w) {
+  ATTN_FWL_UNROLL
+  for (int i = 0; i < kVals; ++i) {
+    const int row = row0 + 8 * ((i >> 1) & 1), col = col0 + 8 * (i >> 2) + (i & 1);
+    if (row - col > w && a[i] * kAffinityUnscale < 0.5f) s[i] = -INFINITY;
+  }
+}
+
+// mask_acc_hard on a tile where every pair is distant (tile_all_distant).
+template <int kVals>
+ATTN_FWL_FN void mask_acc_hard_all(float (&s)[kVals], const float (&a)[kVals]) {
+  ATTN_FWL_UNROLL
+  for (int i = 0; i < kVals; ++i) {
+    if (a[i] * kAffinityUnscale < 0.5f) s[i] = -INFINITY;
+  }
 }
 
 // The fused backward's step on chunk `chunk` (focus_wgmma_bwd.cu, kFusedDg): on the distant pairs

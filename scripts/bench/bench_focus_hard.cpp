@@ -16,7 +16,8 @@
 // (the counting sort alone; idx fused / idx split: its fused kernel and its three kernels forced,
 // FocusHardIndexPath); route_ms (Sinkhorn + top-k); route% = (route + index) / (route +
 // hard), the routing overhead's share of the layer's attention; top = share of the tokens in the
-// largest group (slot 0).
+// largest group (slot 0); masked_ms the masked wgmma kernel forced (FocusHardKernel::wgmma_masked:
+// every causal tile as dense, the group test per distant pair; K <= 8, T <= 128K, else 0).
 // Usage: bench_focus_hard [--T=1024,4096,...] [--K=4,8] [--top_k=1,2] [--D=64,128] [--H=n]
 //                         [--groups=balanced,realistic] [--reps=N] [--queued=N] [--order=...]
 //                         [--blocks=...] [--index=...] [--no-mma] [--csv=path]
@@ -195,13 +196,13 @@ int main(int argc, char** argv) {
         csv,
         "D,H,T,K,top_k,groups,dense_ms,hard_ms,speedup,mma_ms,speedup_mma,list_ms,"
         "speedup_list,sorted_ms,speedup_sorted,index_ms,route_ms,route_share,top_group_share,"
-        "index_fused_ms,index_split_ms\n");
+        "index_fused_ms,index_split_ms,masked_ms,speedup_masked\n");
   std::printf(
       "%4s %3s %8s %2s %5s %9s | %10s %10s %7s %10s %7s %10s %7s %10s %7s | %9s %9s %6s %5s | %9s "
-      "%9s\n",
+      "%9s | %10s %7s\n",
       "D", "H", "T", "K", "top_k", "groups", "dense ms", "hard ms", "x dense", "mma ms", "x dense",
       "list ms", "x dense", "sorted ms", "x dense", "index ms", "route ms", "route%", "top",
-      "idx fused", "idx split");
+      "idx fused", "idx split", "masked ms", "x dense");
   const int w = 128, B = 1, N = 10;
   for (int D : Ds) {
     const int H = heads_opt > 0 ? heads_opt : D == 64 ? 12 : 8;
@@ -272,6 +273,16 @@ int main(int argc, char** argv) {
             const double sorted_ms = ops::focus_hard_wgmma_available(D) && tk == 1
                                          ? time_ms(*ctx, hard_sorted, reps, warm)
                                          : 0.0;
+            // The masked wgmma kernel (dense tile work with the group test; up to 128K tokens,
+            // beyond which its dense cost is never a contender).
+            auto hard_masked = [&] {
+              ops::focus_hard_attention_fwd(*ctx, to, tl, tq, l, tgr, K, w, 0,
+                                            ops::FocusHardKernel::wgmma_masked);
+            };
+            const double masked_ms = ops::focus_hard_wgmma_available(D) &&
+                                             K <= ops::kFocusHardMaskedMaxGroups && T <= 131072
+                                         ? time_ms(*ctx, hard_masked, reps, warm)
+                                         : 0.0;
             Buffer list(Device::cuda, size_t(T) * tk * 4), offs(Device::cuda, (K + 1) * 4),
                 toff(Device::cuda, (K + 1) * 4), masks(Device::cuda, size_t(T) * 8);
             auto index_time = [&](FocusHardIndexPath path) {
@@ -303,23 +314,25 @@ int main(int argc, char** argv) {
                 "%4d %3d %8d %2d %5d %9s | %10.3f %10.3f %7.2f %10.3f %7.2f %10.3f %7.2f %10.3f "
                 "%7.2f | "
                 "%9.3f "
-                "%9.3f %5.1f%% %5.2f | %9.4f %9.4f\n",
+                "%9.3f %5.1f%% %5.2f | %9.4f %9.4f | %10.3f %7.2f\n",
                 D, H, T, K, tk, kind, dense_ms, hard_ms, dense_ms / hard_ms, mma_ms,
                 mma_ms > 0 ? dense_ms / mma_ms : 0.0, list_ms,
                 list_ms > 0 ? dense_ms / list_ms : 0.0, sorted_ms,
                 sorted_ms > 0 ? dense_ms / sorted_ms : 0.0, index_ms, route_ms, 100 * share, top,
-                index_fused_ms, index_split_ms);
+                index_fused_ms, index_split_ms, masked_ms,
+                masked_ms > 0 ? dense_ms / masked_ms : 0.0);
             std::fflush(stdout);
             if (csv)
               std::fprintf(
                   csv,
                   "%d,%d,%d,%d,%d,%s,%.4f,%.4f,%.3f,%.4f,%.3f,%.4f,%.3f,%.4f,%.3f,%.4f,%.4f,%.4f,"
-                  "%.4f,%.4f,%.4f\n",
+                  "%.4f,%.4f,%.4f,%.4f,%.3f\n",
                   D, H, T, K, tk, kind, dense_ms, hard_ms, dense_ms / hard_ms, mma_ms,
                   mma_ms > 0 ? dense_ms / mma_ms : 0.0, list_ms,
                   list_ms > 0 ? dense_ms / list_ms : 0.0, sorted_ms,
                   sorted_ms > 0 ? dense_ms / sorted_ms : 0.0, index_ms, route_ms, share, top,
-                  index_fused_ms, index_split_ms);
+                  index_fused_ms, index_split_ms, masked_ms,
+                  masked_ms > 0 ? dense_ms / masked_ms : 0.0);
           }
         }
     }

@@ -96,6 +96,18 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
                "%s: the fused index kernel takes T up to %lld (its counts in shared memory), got "
                "T %lld",
                kOp, (long long)fused_max_t, (long long)T);
+  if (kernel == FocusHardKernel::wgmma_masked) {
+    ATTN_REQUIRE(wgmma_supported,
+                 "%s: the masked wgmma kernel (wgmma_masked) needs a build with sm_90a code and a "
+                 "compute capability 9.0 device",
+                 kOp);
+    ATTN_REQUIRE(order == FocusHardOrder::automatic && index == FocusHardIndexPath::automatic,
+                 "%s: the masked wgmma kernel (wgmma_masked) has no passes to order and builds no "
+                 "index: FocusHardOrder and FocusHardIndexPath must be automatic",
+                 kOp);
+    plan.wgmma = plan.masked = true;
+    return plan;
+  }
   const bool forced_wgmma =
       kernel == FocusHardKernel::wgmma || kernel == FocusHardKernel::wgmma_sorted;
   plan.wgmma = forced_wgmma || (kernel == FocusHardKernel::automatic && wgmma_supported);
@@ -182,6 +194,12 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
 
   const FocusHardPlan plan = plan_focus_hard(kernel, order, index, T, top_k, l.head_dim,
                                              focus_hard_wgmma_supported(l.head_dim), block_order);
+  if (plan.masked) {
+    ATTN_REQUIRE(K <= kFocusHardMaskedMaxGroups,
+                 "%s: the masked wgmma kernel (wgmma_masked) takes at most %d groups, got K %d",
+                 kOp, kFocusHardMaskedMaxGroups, K);
+    return focus_hard_masked_fwd(ctx, out, lse, qkv, l, groups, K, local_window);
+  }
   const bool wgmma = plan.wgmma, sorted = plan.sorted;
   const int rows = wgmma ? kFocusHardWgmmaRows : tile_rows;
 

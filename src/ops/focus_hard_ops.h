@@ -16,7 +16,10 @@ namespace attnlab::ops {
 // (wgmma_sorted, focus_hard_sorted.cu) and on rows gathered per tile otherwise (wgmma); else the
 // mma.sync kernel (focus_hard_fwd.cu, one walk per query tile). mma / wgmma / wgmma_sorted force
 // one (a wgmma kernel where unsupported, or wgmma_sorted with top_k > 1, is an error).
-enum class FocusHardKernel { automatic, mma, wgmma, wgmma_sorted };
+// wgmma_masked: the soft-gated wgmma forward with the hard mask (launch_focus_wgmma_hard_fwd,
+// kernels/focus/focus_wgmma.cuh): dense tile work with a group test per pair, no index, no
+// passes to order, K <= 8; forced only (not measured yet against the others).
+enum class FocusHardKernel { automatic, mma, wgmma, wgmma_sorted, wgmma_masked };
 
 // The order of the wgmma kernel's two passes (kernels/focus/focus_hard.cuh, band_first):
 // group_first = the group pass writes partials and the band pass merges them (every top_k);
@@ -69,6 +72,7 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 // longest_first: the group pass's blocks longest first (FocusHardBlockOrder), else group major.
 struct FocusHardPlan {
   bool wgmma = false, sorted = false, band_first = false, fused = false, longest_first = true;
+  bool masked = false;  // wgmma_masked: the other fields but wgmma do not apply
 };
 FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
                               FocusHardIndexPath index, int64_t T, int64_t top_k, int head_dim,
@@ -91,5 +95,12 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
                               FocusHardOrder order = FocusHardOrder::automatic,
                               FocusHardBlockOrder block_order = FocusHardBlockOrder::automatic,
                               FocusHardIndexPath index = FocusHardIndexPath::automatic);
+
+// The masked wgmma kernel's share of focus_hard_attention_fwd (FocusHardKernel::wgmma_masked;
+// focus_hard_masked.cpp), after the op's checks: one launch of launch_focus_wgmma_hard_fwd.
+constexpr int kFocusHardMaskedMaxGroups = 8;
+void focus_hard_masked_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,
+                           const Tensor& qkv, const QKVLayout& layout, const Tensor& groups, int K,
+                           int local_window);
 
 }  // namespace attnlab::ops

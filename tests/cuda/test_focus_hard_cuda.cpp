@@ -142,7 +142,8 @@ void run_case(const Case& c) {
   // kernel with 64 and (head dim 64) 128 queries per block, and the wgmma kernel where available
   // with its group pass on rows gathered per tile and (top_k 1) on the group-sorted copy, each
   // (top_k 1) with either order of its passes, and the list group pass with its blocks group
-  // after group (the same blocks in another order: bitwise the same output).
+  // after group (the same blocks in another order: bitwise the same output); the masked wgmma
+  // kernel (K <= 8).
   struct Variant {
     const char* name;
     int rows;
@@ -166,7 +167,8 @@ void run_case(const Case& c) {
       {"wgmma sorted, group-major blocks", 0, Kernel::wgmma_sorted, Order::automatic,
        ops::FocusHardBlockOrder::group_major},
       {"wgmma sorted, group first", 0, Kernel::wgmma_sorted, Order::group_first},
-      {"wgmma sorted, band first", 0, Kernel::wgmma_sorted, Order::band_first}};
+      {"wgmma sorted, band first", 0, Kernel::wgmma_sorted, Order::band_first},
+      {"wgmma masked", 0, Kernel::wgmma_masked, Order::automatic}};
   // Per kernel and order, the output of its variant with longest-first blocks ("wgmma", "wgmma
   // sorted"), which the other block order must equal bitwise.
   std::map<std::pair<int, int>, std::pair<std::vector<float>, std::vector<float>>> reference;
@@ -177,6 +179,7 @@ void run_case(const Case& c) {
          v.order == Order::fused) &&
         c.top_k != 1)
       continue;
+    if (v.kernel == Kernel::wgmma_masked && c.K > ops::kFocusHardMaskedMaxGroups) continue;
     SCOPED_TRACE(v.name);
     go.poison();
     gl.poison();

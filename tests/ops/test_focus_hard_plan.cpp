@@ -17,7 +17,8 @@ using ops::FocusHardKernel;
 using ops::FocusHardOrder;
 
 constexpr FocusHardKernel kKernels[] = {FocusHardKernel::automatic, FocusHardKernel::mma,
-                                        FocusHardKernel::wgmma, FocusHardKernel::wgmma_sorted};
+                                        FocusHardKernel::wgmma, FocusHardKernel::wgmma_sorted,
+                                        FocusHardKernel::wgmma_masked};
 constexpr FocusHardOrder kOrders[] = {FocusHardOrder::automatic, FocusHardOrder::group_first,
                                       FocusHardOrder::band_first, FocusHardOrder::fused};
 constexpr FocusHardIndexPath kIndex[] = {FocusHardIndexPath::automatic, FocusHardIndexPath::fused,
@@ -76,6 +77,14 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                   }
                   if (kernel == FocusHardKernel::wgmma_sorted) {
                     EXPECT_TRUE(plan.sorted);
+                  }
+                  // The masked kernel: forced only, no passes, no index.
+                  EXPECT_EQ(plan.masked, kernel == FocusHardKernel::wgmma_masked);
+                  if (plan.masked) {
+                    EXPECT_TRUE(plan.wgmma && supported && order == FocusHardOrder::automatic &&
+                                index == FocusHardIndexPath::automatic);
+                    EXPECT_FALSE(plan.sorted || plan.band_first || plan.fused);
+                    continue;
                   }
                   // The automatic choices (docs/focus_hard.md): the wgmma kernel where available,
                   // its sorted group pass for top_k 1 from 32768 tokens, the band pass first for
@@ -152,6 +161,24 @@ TEST(FocusHardPlan, OptionsThatDoNotApplyNameThemselves) {
         plan_focus_hard(FocusHardKernel::mma, FocusHardOrder::fused, automatic, 64, 1, 64, true);
       },
       {"fused launch (FocusHardOrder::fused)", "the mma kernel"});
+  test::expect_error(
+      [&] {
+        plan_focus_hard(FocusHardKernel::wgmma_masked, FocusHardOrder::automatic, automatic, 64, 2,
+                        64, false);
+      },
+      {"masked wgmma kernel (wgmma_masked) needs a build with sm_90a code"});
+  test::expect_error(
+      [&] {
+        plan_focus_hard(FocusHardKernel::wgmma_masked, FocusHardOrder::band_first, automatic, 64, 2,
+                        64, true);
+      },
+      {"masked wgmma kernel (wgmma_masked) has no passes", "FocusHardOrder"});
+  test::expect_error(
+      [&] {
+        plan_focus_hard(FocusHardKernel::wgmma_masked, FocusHardOrder::automatic,
+                        FocusHardIndexPath::split, 64, 2, 64, true);
+      },
+      {"masked wgmma kernel (wgmma_masked)", "FocusHardIndexPath"});
 }
 
 }  // namespace
