@@ -58,8 +58,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   float qr[kMaxDimsPerLane], acc[kMaxDimsPerLane];
   decode::load_query(qr, acc, q, p.D, qs, lane);
   float m = -INFINITY, l = 0.f;
-  for (int s = s_first + warp; s < s1; s += kWarps) {
-    decode::attend_key(qr, acc, m, l, kc + int64_t(s) * p.D, vc + int64_t(s) * p.D, p.D, lane);
+  // Warp w takes keys s_first + w, + kWarps, ..., kKeyBatch of them per step.
+  for (int s = s_first + warp; s < s1; s += kWarps * decode::kKeyBatch) {
+    int j[decode::kKeyBatch];
+#pragma unroll
+    for (int n = 0; n < decode::kKeyBatch; ++n) j[n] = s + kWarps * n < s1 ? s + kWarps * n : -1;
+    decode::attend_keys(qr, acc, m, l, kc, vc, j, p.D, lane);
   }
   const int64_t row = (int64_t(b) * p.Tq + i) * p.n_head + h;
   decode::finish_row(

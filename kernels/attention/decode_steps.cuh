@@ -29,26 +29,53 @@ __device__ __forceinline__ void load_query(float (&qr)[kMaxDimsPerLane],
   }
 }
 
-// The warp's online-softmax step for one key (rows k and v of the cache).
+// Keys per online-softmax step: a warp issues the loads of kKeyBatch key and value rows before
+// the first dot product's reduction, so 2 kKeyBatch row loads are in flight per warp instead of
+// one dependent pair (decoding is latency-bound at batch 1: few blocks, one row per key).
+constexpr int kKeyBatch = 4;
+
+// The warp's online-softmax step for keys j[0 .. kKeyBatch) (rows of the k and v caches kc, vc;
+// j < 0: no key; at least one >= 0).
 template <typename T>
-__device__ __forceinline__ void attend_key(const float (&qr)[kMaxDimsPerLane],
-                                           float (&acc)[kMaxDimsPerLane], float& m, float& l,
-                                           const T* k, const T* v, int D, int lane) {
-  float dot = 0.f;
+__device__ __forceinline__ void attend_keys(const float (&qr)[kMaxDimsPerLane],
+                                            float (&acc)[kMaxDimsPerLane], float& m, float& l,
+                                            const T* kc, const T* vc, const int (&j)[kKeyBatch],
+                                            int D, int lane) {
+  float kr[kKeyBatch][kMaxDimsPerLane], vr[kKeyBatch][kMaxDimsPerLane];
 #pragma unroll
-  for (int d = 0; d < kMaxDimsPerLane; ++d) {
-    const int c = lane + 32 * d;
-    if (c < D) dot += qr[d] * dev::to_f(k[c]);
+  for (int n = 0; n < kKeyBatch; ++n) {
+#pragma unroll
+    for (int d = 0; d < kMaxDimsPerLane; ++d) {
+      const int c = lane + 32 * d;
+      const bool ok = j[n] >= 0 && c < D;
+      kr[n][d] = ok ? dev::to_f(kc[int64_t(j[n]) * D + c]) : 0.f;
+      vr[n][d] = ok ? dev::to_f(vc[int64_t(j[n]) * D + c]) : 0.f;
+    }
   }
-  dot = dev::warp_sum(dot);
-  const float m_new = fmaxf(m, dot);
-  const float corr = exp2f(m - m_new);  // 0 on the first key (m = -inf)
-  const float w = exp2f(dot - m_new);
-  l = l * corr + w;
+  float dot[kKeyBatch];
 #pragma unroll
-  for (int d = 0; d < kMaxDimsPerLane; ++d) {
-    const int c = lane + 32 * d;
-    acc[d] = acc[d] * corr + (c < D ? w * dev::to_f(v[c]) : 0.f);
+  for (int n = 0; n < kKeyBatch; ++n) {
+    dot[n] = 0.f;
+#pragma unroll
+    for (int d = 0; d < kMaxDimsPerLane; ++d) dot[n] += qr[d] * kr[n][d];
+  }
+#pragma unroll
+  for (int n = 0; n < kKeyBatch; ++n) dot[n] = dev::warp_sum(dot[n]);
+  float m_new = m;
+#pragma unroll
+  for (int n = 0; n < kKeyBatch; ++n) {
+    if (j[n] >= 0) m_new = fmaxf(m_new, dot[n]);
+  }
+  const float corr = exp2f(m - m_new);  // 0 on the first keys (m = -inf)
+  l *= corr;
+#pragma unroll
+  for (int d = 0; d < kMaxDimsPerLane; ++d) acc[d] *= corr;
+#pragma unroll
+  for (int n = 0; n < kKeyBatch; ++n) {
+    const float w = j[n] >= 0 ? exp2f(dot[n] - m_new) : 0.f;
+    l += w;
+#pragma unroll
+    for (int d = 0; d < kMaxDimsPerLane; ++d) acc[d] = fmaf(w, vr[n][d], acc[d]);
   }
   m = m_new;
 }

@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   float m = -INFINITY, l = 0.f;
   // Warp w takes batches of 32 consecutive virtual indices (w, w + 4, ... in batch units): each
   // lane resolves one (window position or list entry, coalesced, and the dedupe test), so only
-  // the key and value loads remain on the per-key chain.
+  // the key and value loads remain, kKeyBatch keys in flight per step.
   for (int base = v0 + warp * 32; base < v1; base += kWarps * 32) {
     const int v = base + lane;
     int mine = -1;  // this lane's key, -1: none (past the chunk, or counted in an earlier group)
@@ -123,9 +123,15 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int z = 0; z < p.top_k; ++z)
           if (kg[z] == sm_qg[y]) mine = -1;  // j holds an earlier query group
     }
-    for (unsigned todo = __ballot_sync(0xffffffffu, mine >= 0); todo != 0; todo &= todo - 1) {
-      const int j = __shfl_sync(0xffffffffu, mine, __ffs(todo) - 1);
-      decode::attend_key(qr, acc, m, l, kc + int64_t(j) * p.D, vc + int64_t(j) * p.D, p.D, lane);
+    // The batch's keys, kKeyBatch per online-softmax step (todo is uniform in the warp).
+    for (unsigned todo = __ballot_sync(0xffffffffu, mine >= 0); todo != 0;) {
+      int j[decode::kKeyBatch];
+#pragma unroll
+      for (int n = 0; n < decode::kKeyBatch; ++n) {
+        j[n] = todo != 0 ? __shfl_sync(0xffffffffu, mine, __ffs(todo) - 1) : -1;
+        todo &= todo - 1;
+      }
+      decode::attend_keys(qr, acc, m, l, kc, vc, j, p.D, lane);
     }
   }
 

@@ -85,8 +85,8 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 }
 
 FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
-                              FocusHardIndexPath index, int64_t T, int64_t top_k, int head_dim,
-                              bool wgmma_supported, FocusHardBlockOrder block_order) {
+                              FocusHardIndexPath index, int64_t T, int64_t top_k, int K,
+                              int head_dim, bool wgmma_supported, FocusHardBlockOrder block_order) {
   FocusHardPlan plan;
   ATTN_REQUIRE(kernel != FocusHardKernel::wgmma_sorted || top_k == 1,
                "%s: the sorted group pass (wgmma_sorted) takes top_k 1 only, got top_k %lld", kOp,
@@ -105,6 +105,18 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
                  "%s: the masked wgmma kernel (wgmma_masked) has no passes to order and builds no "
                  "index: FocusHardOrder and FocusHardIndexPath must be automatic",
                  kOp);
+    plan.wgmma = plan.masked = true;
+    return plan;
+  }
+  // The masked kernel, automatic for top_k >= 2 (each token then has top_k passes, each of the
+  // list pass's cost at top_k 1, and the merge) up to kMaskedAutoMaxT tokens, where it measured
+  // faster than the list pass (H100, 2026-12-05, 12 x 64, K 8, balanced groups, top_k 2, masked
+  // against list: 0.028 / 0.039 ms at 1K, 0.111 / 0.156 at 4K, 1.341 / 1.288 at 16K;
+  // docs/focus_hard.md, "The masked kernel").
+  constexpr int64_t kMaskedAutoMaxT = 8192;
+  if (kernel == FocusHardKernel::automatic && order == FocusHardOrder::automatic &&
+      index == FocusHardIndexPath::automatic && wgmma_supported && top_k >= 2 &&
+      K <= kFocusHardMaskedMaxGroups && T <= kMaskedAutoMaxT) {
     plan.wgmma = plan.masked = true;
     return plan;
   }
@@ -192,7 +204,7 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   ATTN_REQUIRE(B <= 65535, "%s: batch must be at most 65535 (a grid dimension), got %lld", kOp,
                (long long)B);
 
-  const FocusHardPlan plan = plan_focus_hard(kernel, order, index, T, top_k, l.head_dim,
+  const FocusHardPlan plan = plan_focus_hard(kernel, order, index, T, top_k, K, l.head_dim,
                                              focus_hard_wgmma_supported(l.head_dim), block_order);
   if (plan.masked) {
     ATTN_REQUIRE(K <= kFocusHardMaskedMaxGroups,

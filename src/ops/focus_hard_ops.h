@@ -72,11 +72,13 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 // longest_first: the group pass's blocks longest first (FocusHardBlockOrder), else group major.
 struct FocusHardPlan {
   bool wgmma = false, sorted = false, band_first = false, fused = false, longest_first = true;
-  bool masked = false;  // wgmma_masked: the other fields but wgmma do not apply
+  // The masked kernel (forced, or automatic for top_k >= 2 up to 8192 tokens and K <= 8): the
+  // other fields but wgmma do not apply.
+  bool masked = false;
 };
 FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
-                              FocusHardIndexPath index, int64_t T, int64_t top_k, int head_dim,
-                              bool wgmma_supported,
+                              FocusHardIndexPath index, int64_t T, int64_t top_k, int K,
+                              int head_dim, bool wgmma_supported,
                               FocusHardBlockOrder block_order = FocusHardBlockOrder::automatic);
 
 // out [B, T, n_head*D] bf16 and lse [B, n_head, T] f32 written (=): the hard-routed rows of
