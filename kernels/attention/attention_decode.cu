@@ -19,6 +19,8 @@ namespace {
 using decode::kLog2e;
 using decode::kMaxDimsPerLane;  // D <= 128
 constexpr int kWarps = decode::kDecodeWarps;
+// Keys per online-softmax step (decode::attend_keys; measured on an H100, docs/generate.md).
+constexpr int kKeyBatch = 4;
 
 template <typename T>
 __global__ void kv_cache_write_kernel(KVCacheWriteParams<T> p) {
@@ -59,10 +61,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   decode::load_query(qr, acc, q, p.D, qs, lane);
   float m = -INFINITY, l = 0.f;
   // Warp w takes keys s_first + w, + kWarps, ..., kKeyBatch of them per step.
-  for (int s = s_first + warp; s < s1; s += kWarps * decode::kKeyBatch) {
-    int j[decode::kKeyBatch];
+  for (int s = s_first + warp; s < s1; s += kWarps * kKeyBatch) {
+    int j[kKeyBatch];
 #pragma unroll
-    for (int n = 0; n < decode::kKeyBatch; ++n) j[n] = s + kWarps * n < s1 ? s + kWarps * n : -1;
+    for (int n = 0; n < kKeyBatch; ++n) j[n] = s + kWarps * n < s1 ? s + kWarps * n : -1;
     decode::attend_keys(qr, acc, m, l, kc, vc, j, p.D, lane);
   }
   const int64_t row = (int64_t(b) * p.Tq + i) * p.n_head + h;

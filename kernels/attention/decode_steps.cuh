@@ -29,21 +29,18 @@ __device__ __forceinline__ void load_query(float (&qr)[kMaxDimsPerLane],
   }
 }
 
-// Keys per online-softmax step: a warp issues the loads of kKeyBatch key and value rows before
-// the first dot product's reduction, so 2 kKeyBatch row loads are in flight per warp instead of
-// one dependent pair (decoding is latency-bound at batch 1: few blocks, one row per key).
-constexpr int kKeyBatch = 4;
-
-// The warp's online-softmax step for keys j[0 .. kKeyBatch) (rows of the k and v caches kc, vc;
-// j < 0: no key; at least one >= 0).
-template <typename T>
+// The warp's online-softmax step for keys j[0 .. N) (rows of the k and v caches kc, vc; j < 0:
+// no key; at least one >= 0). The loads of all N key and value rows are issued before the first
+// dot product's reduction, so 2 N row loads are in flight per warp instead of one dependent pair
+// (decoding at batch 1 is latency-bound where the keys' rows are not bandwidth-bound).
+template <int N, typename T>
 __device__ __forceinline__ void attend_keys(const float (&qr)[kMaxDimsPerLane],
                                             float (&acc)[kMaxDimsPerLane], float& m, float& l,
-                                            const T* kc, const T* vc, const int (&j)[kKeyBatch],
-                                            int D, int lane) {
-  float kr[kKeyBatch][kMaxDimsPerLane], vr[kKeyBatch][kMaxDimsPerLane];
+                                            const T* kc, const T* vc, const int (&j)[N], int D,
+                                            int lane) {
+  float kr[N][kMaxDimsPerLane], vr[N][kMaxDimsPerLane];
 #pragma unroll
-  for (int n = 0; n < kKeyBatch; ++n) {
+  for (int n = 0; n < N; ++n) {
 #pragma unroll
     for (int d = 0; d < kMaxDimsPerLane; ++d) {
       const int c = lane + 32 * d;
@@ -52,18 +49,18 @@ __device__ __forceinline__ void attend_keys(const float (&qr)[kMaxDimsPerLane],
       vr[n][d] = ok ? dev::to_f(vc[int64_t(j[n]) * D + c]) : 0.f;
     }
   }
-  float dot[kKeyBatch];
+  float dot[N];
 #pragma unroll
-  for (int n = 0; n < kKeyBatch; ++n) {
+  for (int n = 0; n < N; ++n) {
     dot[n] = 0.f;
 #pragma unroll
     for (int d = 0; d < kMaxDimsPerLane; ++d) dot[n] += qr[d] * kr[n][d];
   }
 #pragma unroll
-  for (int n = 0; n < kKeyBatch; ++n) dot[n] = dev::warp_sum(dot[n]);
+  for (int n = 0; n < N; ++n) dot[n] = dev::warp_sum(dot[n]);
   float m_new = m;
 #pragma unroll
-  for (int n = 0; n < kKeyBatch; ++n) {
+  for (int n = 0; n < N; ++n) {
     if (j[n] >= 0) m_new = fmaxf(m_new, dot[n]);
   }
   const float corr = exp2f(m - m_new);  // 0 on the first keys (m = -inf)
@@ -71,7 +68,7 @@ __device__ __forceinline__ void attend_keys(const float (&qr)[kMaxDimsPerLane],
 #pragma unroll
   for (int d = 0; d < kMaxDimsPerLane; ++d) acc[d] *= corr;
 #pragma unroll
-  for (int n = 0; n < kKeyBatch; ++n) {
+  for (int n = 0; n < N; ++n) {
     const float w = j[n] >= 0 ? exp2f(dot[n] - m_new) : 0.f;
     l += w;
 #pragma unroll

@@ -28,6 +28,8 @@ using decode::kMaxDimsPerLane;  // D <= 128
 constexpr int kWarps = decode::kDecodeWarps;
 constexpr int kMaxTopK = kFocusDecodeMaxTopK;
 constexpr int kAppendUnroll = 8;  // index_append: 32-token rows per iteration
+// Keys per online-softmax step (decode::attend_keys; measured on an H100, docs/generate.md).
+constexpr int kKeyBatch = 4;
 
 // First e in [0, n) with list[e] >= x (n if none).
 __device__ __forceinline__ int lower_bound(const int32_t* list, int n, int x) {
@@ -108,7 +110,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   float m = -INFINITY, l = 0.f;
   // Warp w takes batches of 32 consecutive virtual indices (w, w + 4, ... in batch units): each
   // lane resolves one (window position or list entry, coalesced, and the dedupe test), so only
-  // the key and value loads remain, kKeyBatch keys in flight per step.
+  // the key and value loads remain, the loads of kKeyBatch keys in flight per step.
   for (int base = v0 + warp * 32; base < v1; base += kWarps * 32) {
     const int v = base + lane;
     int mine = -1;  // this lane's key, -1: none (past the chunk, or counted in an earlier group)
@@ -125,9 +127,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     // The batch's keys, kKeyBatch per online-softmax step (todo is uniform in the warp).
     for (unsigned todo = __ballot_sync(0xffffffffu, mine >= 0); todo != 0;) {
-      int j[decode::kKeyBatch];
+      int j[kKeyBatch];
 #pragma unroll
-      for (int n = 0; n < decode::kKeyBatch; ++n) {
+      for (int n = 0; n < kKeyBatch; ++n) {
         j[n] = todo != 0 ? __shfl_sync(0xffffffffu, mine, __ffs(todo) - 1) : -1;
         todo &= todo - 1;
       }

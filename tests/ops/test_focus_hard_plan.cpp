@@ -32,10 +32,11 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
   for (const FocusHardKernel kernel : kKernels)
     for (const FocusHardOrder order : kOrders)
       for (const FocusHardIndexPath index : kIndex)
-        for (const int64_t T : {int64_t(1), int64_t(1024), int64_t(1025), int64_t(4096),
-                                int64_t(8192), int64_t(8193), int64_t(32767), int64_t(32768)})
+        for (const int64_t T :
+             {int64_t(1), int64_t(1024), int64_t(1025), int64_t(4096), int64_t(8192), int64_t(8193),
+              int64_t(16384), int64_t(16385), int64_t(32767), int64_t(32768)})
           for (const int64_t top_k : {1, 2})
-            for (const int K : {8, 9})
+            for (const int K : {4, 8, 9})
               for (const int D : {64, 128})
                 for (const bool supported : {false, true})
                   for (const ops::FocusHardBlockOrder blocks : kBlocks) {
@@ -81,13 +82,16 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                     if (kernel == FocusHardKernel::wgmma_sorted) {
                       EXPECT_TRUE(plan.sorted);
                     }
-                    // The masked kernel: forced, or automatic for top_k >= 2 up to 8192 tokens and
-                    // K <= 8 (with every option automatic); no passes, no index.
-                    EXPECT_EQ(plan.masked, kernel == FocusHardKernel::wgmma_masked ||
-                                               (kernel == FocusHardKernel::automatic &&
-                                                order == FocusHardOrder::automatic &&
-                                                index == FocusHardIndexPath::automatic &&
-                                                supported && top_k >= 2 && K <= 8 && T <= 8192));
+                    // The masked kernel: forced, or automatic for top_k >= 2 and K <= 8 (with
+                    // every option automatic) up to 8192 tokens, 16384 where 8 top_k >= 3 K or at
+                    // head dim 128; no passes, no index.
+                    const int64_t masked_max_t = (8 * top_k >= 3 * K || D == 128) ? 16384 : 8192;
+                    EXPECT_EQ(plan.masked,
+                              kernel == FocusHardKernel::wgmma_masked ||
+                                  (kernel == FocusHardKernel::automatic &&
+                                   order == FocusHardOrder::automatic &&
+                                   index == FocusHardIndexPath::automatic && supported &&
+                                   top_k >= 2 && K <= 8 && T <= masked_max_t));
                     if (plan.masked) {
                       EXPECT_TRUE(plan.wgmma && supported && order == FocusHardOrder::automatic &&
                                   index == FocusHardIndexPath::automatic);
