@@ -24,14 +24,11 @@ namespace attnlab {
 
 // Which CUDA Sinkhorn runs: chunked = one launch per step (2N + 1 forward, 4N / 5N backward);
 // cooperative = one launch per direction (focus_sinkhorn_coop.cu) where the sequence has at most
-// kSinkhornCoopMaxChunks chunks and every block is resident at once; cluster = the same kernels
-// with one thread block cluster per sequence and the cluster's barriers (compute capability 9.0,
-// at most kSinkhornClusterMaxChunks chunks, any B); forced and not fitting is an error.
-// automatic = cluster, else cooperative, else chunked, the first that fits. A one-chunk forward
-// is one kernel either way.
-enum class SinkhornPath { automatic, chunked, cooperative, cluster };
+// kSinkhornCoopMaxChunks chunks and every block is resident at once (an error where forced and
+// not); automatic = cooperative where it fits, else chunked. A one-chunk forward is one kernel
+// either way.
+enum class SinkhornPath { automatic, chunked, cooperative };
 constexpr int kSinkhornCoopMaxChunks = 256;
-constexpr int kSinkhornClusterMaxChunks = 16;
 
 struct SinkhornParams {
   const float* scores = nullptr;
@@ -65,13 +62,12 @@ struct TopkRouteParams {
 
 void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s);
 void launch_sinkhorn_bwd(const SinkhornParams& p, Stream s);
-// The cooperative kernels (focus_sinkhorn_coop.cu; launch_sinkhorn_* pick them by p.path), as a
-// cooperative grid or (cluster) one cluster per sequence: whether they take p on the current
-// device, and the launches, which return false (nothing launched, no error left) where p does
-// not fit or the device refuses the grid as too large.
-bool sinkhorn_cooperative_fits(const SinkhornParams& p, bool backward, bool cluster);
-bool launch_sinkhorn_fwd_cooperative(const SinkhornParams& p, bool cluster, Stream s);
-bool launch_sinkhorn_bwd_cooperative(const SinkhornParams& p, bool cluster, Stream s);
+// The cooperative kernels (focus_sinkhorn_coop.cu; launch_sinkhorn_* pick them by p.path): whether
+// they take p on the current device, and the launches, which return false (nothing launched, no
+// error left) where p does not fit or the device refuses the grid as too large.
+bool sinkhorn_cooperative_fits(const SinkhornParams& p, bool backward);
+bool launch_sinkhorn_fwd_cooperative(const SinkhornParams& p, Stream s);
+bool launch_sinkhorn_bwd_cooperative(const SinkhornParams& p, Stream s);
 void launch_softmax_assign_fwd(const SoftmaxAssignParams& p, Stream s);
 void launch_softmax_assign_bwd(const SoftmaxAssignParams& p, Stream s);
 void launch_topk_route(const TopkRouteParams& p, Stream s);

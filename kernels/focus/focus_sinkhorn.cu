@@ -282,20 +282,12 @@ int tile_blocks(const Geometry& g) {
   return int(blocks);
 }
 
-// The cluster or the cooperative kernels for this call where p.path allows them and they fit
-// (launched: true); forced and not launched is an error.
+// The cooperative kernels for this call where p.path allows them and they fit (launched: true);
+// forced and not launched is an error.
 bool cooperative(const SinkhornParams& p, const Geometry& g, bool backward, Stream s) {
   if (p.path == SinkhornPath::chunked) return false;
-  auto try_launch = [&](bool cluster) {
-    return backward ? launch_sinkhorn_bwd_cooperative(p, cluster, s)
-                    : launch_sinkhorn_fwd_cooperative(p, cluster, s);
-  };
-  if (p.path != SinkhornPath::cooperative && try_launch(true)) return true;
-  ATTN_REQUIRE(p.path != SinkhornPath::cluster,
-               "sinkhorn: the cluster kernels need a device of compute capability 9.0 or above "
-               "and at most %d chunks of %d tokens per sequence, got %d",
-               kSinkhornClusterMaxChunks, g.C, g.chunks);
-  const bool launched = try_launch(false);
+  const bool launched =
+      backward ? launch_sinkhorn_bwd_cooperative(p, s) : launch_sinkhorn_fwd_cooperative(p, s);
   ATTN_REQUIRE(launched || p.path != SinkhornPath::cooperative,
                "sinkhorn: the cooperative kernels need at most %d chunks of %d tokens (got %d) and "
                "all B x chunks = %lld blocks resident at once on this device",

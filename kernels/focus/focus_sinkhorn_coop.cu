@@ -1,10 +1,7 @@
 // The cooperative Sinkhorn (docs/focus.md "Sinkhorn on CUDA"): the chunked kernels' arithmetic
 // (focus_sinkhorn_tile.cuh) in one launch per direction, for sequences of at most
 // kSinkhornCoopMaxChunks chunks whose blocks are all resident at once (cudaLaunchCooperativeKernel;
-// a one-chunk forward keeps its own kernel, focus_sinkhorn.cu). The same kernels run as thread
-// block clusters, one cluster per sequence (SinkhornPath::cluster, compute capability 9.0, at most
-// kSinkhornClusterMaxChunks chunks): the steps' barriers are then the cluster's (a sequence's
-// blocks share nothing with another's), no grid barrier and no residency limit on B.
+// a one-chunk forward keeps its own kernel, focus_sinkhorn.cu).
 // The chunked path launches 2N + 1 kernels forward and 4N / 5N backward, and below 64K tokens its
 // time is their serial scan steps and launches (~0.2 ms forward whatever T). Here each block keeps
 // its chunk's tiles in shared memory across the iterations and a grid barrier replaces each
@@ -51,32 +48,6 @@ __device__ __forceinline__ Affine shfl_first(Affine v) {
   return {__shfl_sync(~0u, v.a, 0), __shfl_sync(~0u, v.b, 0)};
 }
 
-// The barrier between the steps of a sequence's blocks: the grid's (cooperative launch) or the
-// cluster's (one cluster per sequence). Both order the blocks' global writes before it before
-// the reads after it (release / acquire at the grid's or the cluster's scope); the reads of the
-// other blocks' sums also bypass L1 (ld_cg).
-template <bool kCluster>
-__device__ __forceinline__ void sequence_sync() {
-  if constexpr (kCluster) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cg::this_cluster().sync();
-#else
-    __trap();  // launched only on compute capability 9.0 and above (cluster_fits)
-#endif
-  } else {
-    cg::this_grid().sync();
-  }
-}
-
-__device__ __forceinline__ Lse ld_cg(const Lse* p) {
-  const float2 v = __ldcg(reinterpret_cast<const float2*>(p));
-  return {v.x, v.y};
-}
-__device__ __forceinline__ Affine ld_cg(const Affine* p) {
-  const float2 v = __ldcg(reinterpret_cast<const float2*>(p));
-  return {v.x, v.y};
-}
-
 // The fold, in scan order, of col[c * K] for the chunks c in [first, last) (reverse: from last - 1
 // down to first), by one whole warp; every lane gets it.
 template <class Op, class V>
@@ -86,14 +57,14 @@ __device__ V warp_fold(const V* col, int K, int first, int last, bool reverse) {
   lane_share(max(0, last - first), lane, &b, &e);
   V acc = Op::identity();
   for (int i = b; i < e; ++i)
-    acc = Op::combine(acc, ld_cg(col + int64_t(reverse ? last - 1 - i : first + i) * K));
+    acc = Op::combine(acc, col[int64_t(reverse ? last - 1 - i : first + i) * K]);
   for (int d = 1; d < 32; d <<= 1) acc = tree_step<Op>(acc, shfl_down(acc, d), lane, d);
   return shfl_first(acc);
 }
 
-template <bool kCluster>
 __global__ void __launch_bounds__(kThreads)
     fwd_coop_kernel(SinkhornParams p, Geometry g, Lse* sums, float log_mass) {
+  cg::grid_group grid = cg::this_grid();
   extern __shared__ float smem[];
   Lse* seg = reinterpret_cast<Lse*>(smem);
   float* target = smem + 2 * kThreads;
@@ -116,7 +87,7 @@ __global__ void __launch_bounds__(kThreads)
     sums[ch.slot + threadIdx.x] =
         combine_segments<LseOp>(LseOp::identity(), seg, g, threadIdx.x, g.S);
   for (int n = 0; n < p.iterations; ++n) {
-    sequence_sync<kCluster>();  // every chunk's sums of X_n are written
+    grid.sync();  // every chunk's sums of X_n are written
     const Lse* cur = sums + (n & 1) * slots;
     const Lse* seq = cur + int64_t(ch.b) * g.chunks * g.K;  // this sequence's [chunks][K]
     for (int k = warp; k < g.K; k += warps) {
@@ -129,7 +100,7 @@ __global__ void __launch_bounds__(kThreads)
           // Iteration n - 1's total: every block read that state entry before this barrier. The
           // same thread wrote totals[k] then, so no block barrier is needed here.
           if (n > 0) st[-g.K] = totals[k];
-          const Lse total = LseOp::combine(r, ld_cg(cur + ch.slot + k));
+          const Lse total = LseOp::combine(r, cur[ch.slot + k]);
           totals[k] = total.m + logf(total.s);
         }
       } else {
@@ -154,8 +125,8 @@ __global__ void __launch_bounds__(kThreads)
             combine_segments<LseOp>(LseOp::identity(), seg, g, threadIdx.x, g.S);
     }
   }
-  if (keep_state) {             // uniform over the grid
-    sequence_sync<kCluster>();  // every block has read the last iteration's state
+  if (keep_state) {  // uniform over the grid
+    grid.sync();     // every block has read the last iteration's state
     if (last_chunk && lane == 0) {
       float* st = p.state + (int64_t(ch.b) * p.iterations + p.iterations - 1) * g.K;
       for (int k = warp; k < g.K; k += warps) st[k] = totals[k];  // the threads that wrote them
@@ -163,9 +134,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <bool kCluster>
 __global__ void __launch_bounds__(kThreads)
     bwd_coop_kernel(SinkhornParams p, Geometry g, Lse* sums, Affine* maps) {
+  cg::grid_group grid = cg::this_grid();
   extern __shared__ float smem[];
   Lse* seg = reinterpret_cast<Lse*>(smem);
   Affine* seg_maps = reinterpret_cast<Affine*>(smem + 2 * kThreads);
@@ -199,7 +170,7 @@ __global__ void __launch_bounds__(kThreads)
         cur_maps[ch.slot + k] =
             combine_segments<AffineOp>(AffineOp::identity(), seg_maps, g, k, g.S);
     }
-    sequence_sync<kCluster>();  // every chunk's sums of X_n (sequence: and of dY) are written
+    grid.sync();  // every chunk's sums of X_n (sequence: and of dY) are written
     if (p.causal) {
       for (int k = warp; k < g.K; k += warps) {
         const Lse E = warp_fold<LseOp>(cur_sums + seq0 + k, g.K, 0, ch.c, false);
@@ -214,7 +185,7 @@ __global__ void __launch_bounds__(kThreads)
           acc = AffineOp::combine(acc, seg_maps[s * g.K + threadIdx.x]);
         cur_maps[ch.slot + threadIdx.x] = acc;
       }
-      sequence_sync<kCluster>();  // every chunk's map is written
+      grid.sync();  // every chunk's map is written
       for (int k = warp; k < g.K; k += warps) {
         const Affine Q = warp_fold<AffineOp>(cur_maps + seq0 + k, g.K, ch.c + 1, g.chunks, true);
         if (lane == 0) col_b[k] = Q.b;
@@ -279,90 +250,27 @@ int resident_blocks(const void* kernel, size_t smem) {
   return last.blocks;
 }
 
-const void* kernel_of(bool backward, bool cluster) {
-  if (cluster)
-    return backward ? reinterpret_cast<const void*>(bwd_coop_kernel<true>)
-                    : reinterpret_cast<const void*>(fwd_coop_kernel<true>);
-  return backward ? reinterpret_cast<const void*>(bwd_coop_kernel<false>)
-                  : reinterpret_cast<const void*>(fwd_coop_kernel<false>);
+const void* kernel_of(bool backward) {
+  return backward ? reinterpret_cast<const void*>(bwd_coop_kernel)
+                  : reinterpret_cast<const void*>(fwd_coop_kernel);
 }
 
-// The cluster launch's configuration: B clusters of g.chunks blocks.
-struct ClusterLaunch {
-  cudaLaunchAttribute attr[1];
-  cudaLaunchConfig_t cfg = {};
-  ClusterLaunch(const Geometry& g, size_t smem, cudaStream_t st) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = unsigned(g.chunks);
-    attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(unsigned(g.B * g.chunks));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
-};
-
-// Whether the current device runs clusters of g.chunks blocks of `kernel` (smem bytes each):
-// compute capability 9.0 or above, at most kSinkhornClusterMaxChunks (sizes above 8 are
-// non-portable, allowed per kernel), and at least one such cluster resident (the occupancy
-// query). Cached per host thread for the last (device, kernel, smem, chunks).
-bool cluster_fits(const void* kernel, const Geometry& g, size_t smem) {
-  struct Last {
-    int dev = -1;
-    const void* kernel = nullptr;
-    size_t smem = 0;
-    int chunks = 0;
-    bool fits = false;
-  };
-  thread_local Last last;
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev == last.dev && kernel == last.kernel && smem == last.smem && g.chunks == last.chunks)
-    return last.fits;
-  int major = 0, optin = 0, clusters = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (major >= 9 && g.chunks <= kSinkhornClusterMaxChunks && smem <= size_t(optin)) {
-    if (smem > 48 * 1024)
-      CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    if (g.chunks > 8)
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    const ClusterLaunch l(g, smem, nullptr);
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &l.cfg) != cudaSuccess) {
-      (void)cudaGetLastError();  // (a size this device refuses: not taken)
-      clusters = 0;
-    }
-  }
-  last = {dev, kernel, smem, g.chunks, clusters > 0};
-  return last.fits;
-}
-
-// The geometry and shared memory of p's launch, and whether it fits: cooperative, at most
-// kSinkhornCoopMaxChunks chunks, every block resident; cluster, cluster_fits.
-bool plan(const SinkhornParams& p, bool backward, bool cluster, Geometry* g, size_t* smem) {
+// The geometry and shared memory of p's cooperative launch, and whether it fits (at most
+// kSinkhornCoopMaxChunks chunks, every block resident).
+bool plan(const SinkhornParams& p, bool backward, Geometry* g, size_t* smem) {
   if (p.B <= 0 || p.T <= 0 || p.K <= 0) return false;
   *g = geometry(p);
   *smem = backward ? bwd_smem(*g) : fwd_smem(*g);
-  if (cluster) return cluster_fits(kernel_of(backward, true), *g, *smem);
   return g->chunks <= kSinkhornCoopMaxChunks &&
-         int64_t(g->B) * g->chunks <= resident_blocks(kernel_of(backward, false), *smem);
+         int64_t(g->B) * g->chunks <= resident_blocks(kernel_of(backward), *smem);
 }
 
-// The launch; false (and no error left behind) where the device refuses a cooperative grid as
-// too large (fewer SMs than the occupancy query counted), so that the caller takes the chunked
-// path.
-bool launch(bool backward, bool cluster, const Geometry& g, size_t smem, void** args, Stream s) {
-  const cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
-  if (cluster) {
-    const ClusterLaunch l(g, smem, st);
-    CUDA_CHECK(cudaLaunchKernelExC(&l.cfg, kernel_of(backward, true), args));
-    return true;
-  }
-  const cudaError_t e = cudaLaunchCooperativeKernel(
-      kernel_of(backward, false), dim3(unsigned(g.B * g.chunks)), dim3(kThreads), args, smem, st);
+// The cooperative launch; false (and no error left behind) where the device refuses it as too
+// large (fewer SMs than the occupancy query counted), so that the caller takes the chunked path.
+bool launch(bool backward, const Geometry& g, size_t smem, void** args, Stream s) {
+  const cudaError_t e =
+      cudaLaunchCooperativeKernel(kernel_of(backward), dim3(unsigned(g.B * g.chunks)),
+                                  dim3(kThreads), args, smem, reinterpret_cast<cudaStream_t>(s));
   if (e == cudaErrorCooperativeLaunchTooLarge) {
     (void)cudaGetLastError();
     return false;
@@ -373,35 +281,35 @@ bool launch(bool backward, bool cluster, const Geometry& g, size_t smem, void** 
 
 }  // namespace
 
-bool sinkhorn_cooperative_fits(const SinkhornParams& p, bool backward, bool cluster) {
+bool sinkhorn_cooperative_fits(const SinkhornParams& p, bool backward) {
   Geometry g;
   size_t smem = 0;
-  return plan(p, backward, cluster, &g, &smem);
+  return plan(p, backward, &g, &smem);
 }
 
-bool launch_sinkhorn_fwd_cooperative(const SinkhornParams& p, bool cluster, Stream s) {
+bool launch_sinkhorn_fwd_cooperative(const SinkhornParams& p, Stream s) {
   Geometry g;
   size_t smem = 0;
-  if (!plan(p, false, cluster, &g, &smem)) return false;
+  if (!plan(p, false, &g, &smem)) return false;
   StreamScratch sums(sizeof(Lse) * 2 * size_t(g.B) * g.chunks * g.K, s);
   SinkhornParams pp = p;
   Lse* sp = sums.as<Lse>();
   float log_mass = float(std::log(double(p.T) / p.K));
   void* args[] = {&pp, &g, &sp, &log_mass};
-  return launch(false, cluster, g, smem, args, s);
+  return launch(false, g, smem, args, s);
 }
 
-bool launch_sinkhorn_bwd_cooperative(const SinkhornParams& p, bool cluster, Stream s) {
+bool launch_sinkhorn_bwd_cooperative(const SinkhornParams& p, Stream s) {
   Geometry g;
   size_t smem = 0;
-  if (!plan(p, true, cluster, &g, &smem)) return false;
+  if (!plan(p, true, &g, &smem)) return false;
   const size_t slots = 2 * size_t(g.B) * g.chunks * g.K;
   StreamScratch sums(sizeof(Lse) * slots, s), maps(sizeof(Affine) * slots, s);
   SinkhornParams pp = p;
   Lse* sp = sums.as<Lse>();
   Affine* mp = maps.as<Affine>();
   void* args[] = {&pp, &g, &sp, &mp};
-  return launch(true, cluster, g, smem, args, s);
+  return launch(true, g, smem, args, s);
 }
 
 }  // namespace attnlab

@@ -11,8 +11,7 @@
 // dscores, z twice (dz, dcentroids) and dz, in bytes.
 // and is printed beside the card's measured ceiling (a device-to-device copy, read + write).
 // The Sinkhorn rows time the chunked kernels (one launch per step) and, where they fit
-// (sinkhorn_cooperative_fits), the cooperative ones (one launch per direction: "coop" rows) and
-// the same as one thread block cluster per sequence ("clus" rows).
+// (sinkhorn_cooperative_fits), the cooperative ones (one launch per direction: "coop" rows).
 // --B=N: sequences per call (default 1; training runs B = micro-batch, the same B for every row).
 // Usage: bench_focus_assign [--csv=PATH] [--max-t=N] [--B=N]   (prints a table; CSV rows:
 //   op,scope,K,T,ms,gbps; T counts the tokens of one sequence, GB/s all B of them)
@@ -136,29 +135,22 @@ int main(int argc, char** argv) {
         p.iterations = N;
         p.causal = causal;
         const char* scope = causal ? "causal" : "sequence";
-        for (SinkhornPath path :
-             {SinkhornPath::chunked, SinkhornPath::cooperative, SinkhornPath::cluster}) {
-          const bool coop = path == SinkhornPath::cooperative,
-                     cluster = path == SinkhornPath::cluster;
-          if ((coop || cluster) && !(sinkhorn_cooperative_fits(p, false, cluster) &&
-                                     sinkhorn_cooperative_fits(p, true, cluster)))
+        for (SinkhornPath path : {SinkhornPath::chunked, SinkhornPath::cooperative}) {
+          const bool coop = path == SinkhornPath::cooperative;
+          if (coop && !(sinkhorn_cooperative_fits(p, false) && sinkhorn_cooperative_fits(p, true)))
             continue;
           p.path = path;
           const double fwd = median_ms([&] { launch_sinkhorn_fwd(p, nullptr); }, 20);
-          record(cluster ? "sinkhorn fwd clus"
-                 : coop  ? "sinkhorn fwd coop"
-                         : "sinkhorn fwd",
-                 scope, K, T, fwd, double(n) * (2 * N + 3));
+          record(coop ? "sinkhorn fwd coop" : "sinkhorn fwd", scope, K, T, fwd,
+                 double(n) * (2 * N + 3));
           const double both = median_ms(
               [&] {
                 launch_sinkhorn_fwd(p, nullptr);
                 launch_sinkhorn_bwd(p, nullptr);
               },
               20);
-          record(cluster ? "sinkhorn f+b clus"
-                 : coop  ? "sinkhorn f+b coop"
-                         : "sinkhorn fwd+bwd",
-                 scope, K, T, both, double(n) * (2 * N + 3 + (causal ? 8 : 7) * N + 1));
+          record(coop ? "sinkhorn f+b coop" : "sinkhorn fwd+bwd", scope, K, T, both,
+                 double(n) * (2 * N + 3 + (causal ? 8 : 7) * N + 1));
         }
       }
       SoftmaxAssignParams sp;

@@ -62,9 +62,9 @@ std::vector<double> column_masses(const std::vector<float>& g, int B, int T, int
   return m;
 }
 
-// path: the CUDA kernels (SinkhornPath); forcing cooperative or cluster where it does not fit is an
-// error, so callers force them only where sinkhorn_cooperative_fits says they run. with_state:
-// causal with the carried state (decoding's form; training has none). N: iterations.
+// path: the CUDA kernels (SinkhornPath); forcing cooperative where it does not fit is an error, so
+// callers force it only where sinkhorn_cooperative_fits says it runs. with_state: causal with the
+// carried state (decoding's form; training has none). N: iterations.
 void check_case(int B, int T, int K, bool causal, float amp,
                 SinkhornPath path = SinkhornPath::automatic, bool with_state = true,
                 int N = kIterations) {
@@ -133,36 +133,30 @@ TEST(FocusSinkhornCuda, MatchesTheReferenceOddShapes) {
         for (float amp : {10.f, 200.f}) check_case(2, T, K, causal, amp);
 }
 
-// Each path forced (automatic takes the cluster kernels, else the cooperative ones, wherever they
-// fit, so the chunked ones are otherwise tested only past kSinkhornCoopMaxChunks chunks): odd
-// shapes, both scopes, B 1 and 2, a carried state (causal), exactly kSinkhornClusterMaxChunks
-// chunks (T 4096, K 8), and a batch too large to be resident at once (chunked only).
+// Each path forced (automatic takes the cooperative kernels wherever they fit, so the chunked
+// ones are otherwise tested only past kSinkhornCoopMaxChunks chunks): odd shapes, both scopes,
+// B 1 and 2, a carried state (causal), and a batch too large to be resident at once (chunked only).
 TEST(FocusSinkhornCuda, ChunkedAndCooperativeMatchTheReference) {
   CUDA_TEST_PREAMBLE();
-  int cooperative = 0, clusters = 0;
+  int cooperative = 0;
   for (int B : {1, 2})
-    for (int T : {2, 129, 1000, 4096, 4097, 65536 + 3})
+    for (int T : {2, 129, 1000, 4097, 65536 + 3})
       for (int K : {1, 8, 64})
         for (bool causal : {true, false}) {
           check_case(B, T, K, causal, 10.f, SinkhornPath::chunked);
           SinkhornParams p;
           p.B = B, p.T = T, p.K = K, p.iterations = kIterations, p.causal = causal;
-          for (const bool cluster : {false, true}) {
-            if (!sinkhorn_cooperative_fits(p, false, cluster) ||
-                !sinkhorn_cooperative_fits(p, true, cluster))
-              continue;
-            ++(cluster ? clusters : cooperative);
-            const SinkhornPath path = cluster ? SinkhornPath::cluster : SinkhornPath::cooperative;
-            check_case(B, T, K, causal, 10.f, path);
-            check_case(B, T, K, causal, 200.f, path);
+          if (sinkhorn_cooperative_fits(p, false) && sinkhorn_cooperative_fits(p, true)) {
+            ++cooperative;
+            check_case(B, T, K, causal, 10.f, SinkhornPath::cooperative);
+            check_case(B, T, K, causal, 200.f, SinkhornPath::cooperative);
             // causal without the state (training's form), and an odd iteration count (the
             // forward's double-buffered sums end on the other parity)
-            if (causal) check_case(B, T, K, true, 10.f, path, false);
-            check_case(B, T, K, causal, 10.f, path, true, 7);
+            if (causal) check_case(B, T, K, true, 10.f, SinkhornPath::cooperative, false);
+            check_case(B, T, K, causal, 10.f, SinkhornPath::cooperative, true, 7);
           }
         }
   EXPECT_GT(cooperative, 0) << "no shape ran the cooperative kernels";
-  EXPECT_GT(clusters, 0) << "no shape ran the cluster kernels";
   // Too many chunks for the cooperative kernels: forcing them is an error naming the limit.
   auto gpu = ExecContext::make_cuda(0);
   const int B = 1, T = 1 << 20, K = 8, N = kIterations;
@@ -174,11 +168,6 @@ TEST(FocusSinkhornCuda, ChunkedAndCooperativeMatchTheReference) {
   EXPECT_THROW(
       ops::focus_sinkhorn_bwd(*gpu, dev(sc, {B, T, K}), dev(sc, {B, T, K}), dev(g, {B, T, K}),
                               dev(it, {N + 1, B, T, K}), true, SinkhornPath::cooperative),
-      Error);
-  // ... and for the cluster kernels (more than kSinkhornClusterMaxChunks chunks).
-  EXPECT_THROW(
-      ops::focus_sinkhorn_fwd(*gpu, dev(g, {B, T, K}), dev(it, {N + 1, B, T, K}),
-                              dev(sc, {B, T, K}), true, Tensor(), 0, SinkhornPath::cluster),
       Error);
 }
 
@@ -235,8 +224,7 @@ TEST(FocusSinkhornCuda, CarriedStateMatchesTheFullForward) {
   check_carried_state(SinkhornPath::automatic);
   SinkhornParams p;  // the largest piece of check_carried_state
   p.B = 2, p.T = 4699, p.K = 8, p.iterations = kIterations, p.causal = true;
-  if (sinkhorn_cooperative_fits(p, false, false)) check_carried_state(SinkhornPath::cooperative);
-  if (sinkhorn_cooperative_fits(p, false, true)) check_carried_state(SinkhornPath::cluster);
+  if (sinkhorn_cooperative_fits(p, false)) check_carried_state(SinkhornPath::cooperative);
 }
 
 }  // namespace
