@@ -29,7 +29,7 @@ constexpr int kWarps = decode::kDecodeWarps;
 constexpr int kMaxTopK = kFocusDecodeMaxTopK;
 constexpr int kAppendUnroll = 8;  // index_append: 32-token rows per iteration
 // Keys per online-softmax step (decode::attend_keys; measured on an H100, docs/generate.md).
-constexpr int kKeyBatch = 4;
+constexpr int kKeyBatch = 2;
 
 // First e in [0, n) with list[e] >= x (n if none).
 __device__ __forceinline__ int lower_bound(const int32_t* list, int n, int x) {
