@@ -27,6 +27,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/attention/attention_decode.cuh"
 #include "kernels/common/launch.h"
 
 namespace attnlab {
@@ -59,9 +60,9 @@ struct FocusGroupDecodeParams {
 // The most groups per token the decode kernel takes (the host op checks).
 constexpr int kFocusDecodeMaxTopK = 8;
 
-// Keys per split-K chunk for the host's estimate of a row's keys, and the most chunks.
+// Keys per split-K chunk for the host's estimate of a row's keys (the most chunks: dense decoding's
+// decode_max_splits, attention_decode.cuh).
 constexpr int kFocusDecodeKeysPerSplit = 128;
-constexpr int kFocusDecodeMaxSplits = 32;
 
 // The host does not know the lists' lengths (they live on the device): it estimates a row's keys
 // as the window plus top_k / K of the cache (balanced groups). Few rows (decoding): enough chunks
@@ -71,7 +72,8 @@ inline int focus_group_decode_splits(int64_t rows, int cache_len, int local_wind
   if (rows >= 256) return 1;
   const int64_t keys = int64_t(local_window) + 1 + int64_t(cache_len) * top_k / (K > 0 ? K : 1);
   int64_t s = (keys + kFocusDecodeKeysPerSplit - 1) / kFocusDecodeKeysPerSplit;
-  return int(s < 1 ? 1 : (s > kFocusDecodeMaxSplits ? kFocusDecodeMaxSplits : s));
+  const int most = decode_max_splits(rows);
+  return int(s < 1 ? 1 : (s > most ? most : s));
 }
 
 void launch_focus_group_index_append(const FocusGroupIndexParams& p, Stream s);

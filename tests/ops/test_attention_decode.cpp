@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "core/context.h"
+#include "kernels/attention/attention_decode.cuh"
+#include "kernels/focus/focus_decode.cuh"
 #include "ops/ops.h"
 #include "ref/attention_decode_ref.h"
 #include "test_util.h"
@@ -120,6 +122,22 @@ TEST(AttentionDecode, GroupedQueryHeadsAgainstNaive) {
         }
       }
   EXPECT_LT(err, 1e-6);
+}
+
+// The CUDA launchers' split-K chunk counts (host rules, measured on an H100: docs/generate.md): one
+// chunk per 128 keys, at most 64 and about 1024 blocks (rows x chunks) in all, 1 from 256 rows.
+TEST(AttentionDecode, SplitCountsFollowTheMeasuredRule) {
+  EXPECT_EQ(attention_decode_splits(12, 65536), 64);  // 12 heads, B 1
+  EXPECT_EQ(attention_decode_splits(32, 65536), 32);  // 32 heads
+  EXPECT_EQ(attention_decode_splits(12, 1000), 8);    // fewer keys than the cap
+  EXPECT_EQ(attention_decode_splits(1, 1 << 20), 64);
+  EXPECT_EQ(attention_decode_splits(200, 1 << 20), 5);
+  EXPECT_EQ(attention_decode_splits(256, 1 << 20), 1);  // prefill
+  EXPECT_EQ(attention_decode_splits(12, 1), 1);
+  // Focus: the window plus top_k / K of the cache (129 + 16384 keys here), the same cap.
+  EXPECT_EQ(focus_group_decode_splits(12, 65536, 128, 8, 2), 64);
+  EXPECT_EQ(focus_group_decode_splits(32, 65536, 128, 8, 2), 32);
+  EXPECT_EQ(focus_group_decode_splits(12, 1024, 128, 8, 2), 4);  // 129 + 256 keys
 }
 
 TEST(AttentionDecode, RejectsBadArguments) {
