@@ -109,13 +109,13 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
     return plan;
   }
   // The masked kernel, automatic for top_k >= 2 (each token then has top_k passes of the list
-  // pass, whose cost grows with the share of pairs sharing a group; the masked kernel costs ~0.64x
-  // dense whatever the groups) up to 8192 tokens, and up to 16384 where the groups are dense
-  // (8 top_k >= 3 K) or at head dim 128, where it measured faster than the list pass (H100,
-  // 2026-12-05 19:14 UTC, masked / list ms, K 8 top_k 2 balanced: 12 x 64 0.027 / 0.039 at 1K,
-  // 0.110 / 0.153 at 4K, 0.361 / 0.392 at 8K, 1.324 / 1.267 at 16K; 8 x 128 0.329 / 0.456 at 8K,
-  // 1.209 / 1.409 at 16K; 12 x 64 K 4 top_k 2 1.340 / 2.300 at 16K; docs/focus_hard.md, "The
-  // masked kernel").
+  // pass, whose cost grows with the share of pairs sharing a group; the masked kernel runs at
+  // ~0.64x dense's speed whatever the groups) up to 8192 tokens, and up to 16384 where the groups
+  // are dense (8 top_k >= 3 K) or at head dim 128, where it measured faster than the list pass
+  // (H100, 2026-12-05 19:14 UTC, masked / list ms, K 8 top_k 2 balanced: 12 x 64 0.027 / 0.039 at
+  // 1K, 0.110 / 0.153 at 4K, 0.361 / 0.392 at 8K, 1.324 / 1.267 at 16K; 8 x 128 0.329 / 0.456 at
+  // 8K, 1.209 / 1.409 at 16K; 12 x 64 K 4 top_k 2 1.340 / 2.300 at 16K; docs/focus_hard.md,
+  // item 6).
   const int64_t masked_max_t = (8 * top_k >= 3 * int64_t(K) || head_dim == 128) ? 16384 : 8192;
   if (kernel == FocusHardKernel::automatic && order == FocusHardOrder::automatic &&
       index == FocusHardIndexPath::automatic && wgmma_supported && top_k >= 2 &&
