@@ -66,7 +66,7 @@ void check_decode(int B, int H, int D, int pos, int Tq, int n_splits, int Hkv = 
 
 template <typename T>
 void check_all_shapes() {
-  for (int splits : {0, 1, 3}) {
+  for (int splits : {0, 1, 3, 64}) {
     check_decode<T>(1, 12, 64, 0, 1, splits);
     check_decode<T>(1, 12, 64, 999, 1, splits);
     check_decode<T>(2, 4, 128, 300, 1, splits);

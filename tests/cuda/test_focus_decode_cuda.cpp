@@ -92,7 +92,7 @@ void decode_case(int D, int K, int top_k, int H, int Hkv, int window) {
                             cpu_tensor(vc, kvs), cpu_tensor(c.groups, gs), cpu_tensor(index, is),
                             cpu_tensor(counts, cs), pos, c.layout, window);
     DeviceArray<T> gq(q), go(want.size());
-    for (int n_splits : {0, 1, 3, 32}) {
+    for (int n_splits : {0, 1, 3, 32, 64}) {
       SCOPED_TRACE(std::string(test::type_name<T>()) + " D " + std::to_string(D) + " K " +
                    std::to_string(K) + " top_k " + std::to_string(top_k) + " Hkv " +
                    std::to_string(Hkv) + " window " + std::to_string(window) + " Tq " +
