@@ -34,8 +34,8 @@ constexpr int kBlockM = 128;   // queries per block
 // Keys per tile and blocks per SM. D 64: 64-key tiles, two blocks per SM (S, the affinity and O
 // are 32 registers each, within the 128 of two blocks); with 128-key tiles the affinity's
 // 64-register accumulator beside S's 64 and O's 32 took 196 registers, one block of 8 warps per
-// SM against dense's two (docs/focus_soft.md, "The forward"). D 128: 128-key tiles, one block per SM
-// (O alone is 64 registers).
+// SM against dense's two (docs/focus_soft.md, "The forward"). D 128: 128-key tiles, one block per
+// SM (O alone is 64 registers).
 template <int D>
 constexpr int kBlockN = D == 64 ? 64 : 128;
 template <int D>
