@@ -19,7 +19,8 @@ namespace {
 using decode::kLog2e;
 using decode::kMaxDimsPerLane;  // D <= 128
 constexpr int kWarps = decode::kDecodeWarps;
-// Keys per online-softmax step (decode::attend_keys; measured on an H100, docs/generate.md).
+// Keys per online-softmax step (decode::attend_keys; 1 / 2 / 4 / 8 measured on an H100:
+// docs/performance_variants.md, "Decoding, the masked kernel and a cluster Sinkhorn").
 constexpr int kKeyBatch = 4;
 
 template <typename T>

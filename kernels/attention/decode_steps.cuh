@@ -3,7 +3,7 @@
 // (attention_decode.cu) and Focus's group-indexed decoding (kernels/focus/focus_decode.cu), which
 // differ only in which keys a warp walks. Online softmax in the log2 domain per warp, the warps
 // merged in shared memory, then either o (one split) or the split's partial (o[0..D), m, l; m in
-// log2 units) that decode_combine_row merges in split order (deterministic).
+// log2 units) that combine_row merges in split order (deterministic).
 #pragma once
 #include <cstdint>
 #include <type_traits>

@@ -28,7 +28,8 @@ using decode::kMaxDimsPerLane;  // D <= 128
 constexpr int kWarps = decode::kDecodeWarps;
 constexpr int kMaxTopK = kFocusDecodeMaxTopK;
 constexpr int kAppendUnroll = 8;  // index_append: 32-token rows per iteration
-// Keys per online-softmax step (decode::attend_keys; measured on an H100, docs/generate.md).
+// Keys per online-softmax step (decode::attend_keys; 1 / 2 / 4 / 8 measured on an H100:
+// docs/performance_variants.md, "Decoding, the masked kernel and a cluster Sinkhorn").
 constexpr int kKeyBatch = 2;
 
 // First e in [0, n) with list[e] >= x (n if none).
