@@ -18,7 +18,7 @@ namespace attnlab::ops {
 // one (a wgmma kernel where unsupported, or wgmma_sorted with top_k > 1, is an error).
 // wgmma_masked: the soft-gated wgmma forward with the hard mask (launch_focus_wgmma_hard_fwd,
 // kernels/focus/focus_wgmma.cuh): dense tile work with a group test per pair, no index, no
-// passes to order, K <= 8; forced only (not measured yet against the others).
+// passes to order, K <= 8; automatic for top_k >= 2 at short lengths (plan_focus_hard, measured).
 enum class FocusHardKernel { automatic, mma, wgmma, wgmma_sorted, wgmma_masked };
 
 // The order of the wgmma kernel's two passes (kernels/focus/focus_hard.cuh, band_first):
@@ -72,8 +72,8 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 // longest_first: the group pass's blocks longest first (FocusHardBlockOrder), else group major.
 struct FocusHardPlan {
   bool wgmma = false, sorted = false, band_first = false, fused = false, longest_first = true;
-  // The masked kernel (forced, or automatic for top_k >= 2 up to 8192 tokens and K <= 8): the
-  // other fields but wgmma do not apply.
+  // The masked kernel (forced, or automatic for top_k >= 2 and K <= 8 up to 8192 tokens, 16384
+  // where 8 top_k >= 3 K or at head dim 128): the other fields but wgmma do not apply.
   bool masked = false;
 };
 FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
