@@ -55,20 +55,21 @@ const std::vector<ArchKey>& arch_keys() {
 }
 #undef ARCH_KEY
 
-// One attention key: its path and its value as text.
+// One attention key: its path and its resolved value as text, for the model's head dim (0:
+// unknown, the raw value).
 struct AttentionKey {
   const char* path;
-  std::function<std::string(const AttentionConfig&)> text;
+  std::function<std::string(const AttentionConfig&, int head_dim)> text;
 };
 
-#define ATTN_KEY(path, expr)                                       \
-  AttentionKey {                                                   \
-    path, [](const AttentionConfig& a) { return text_of(a.expr); } \
+#define ATTN_KEY(path, expr)                                            \
+  AttentionKey {                                                        \
+    path, [](const AttentionConfig& a, int) { return text_of(a.expr); } \
   }
 
 const std::vector<AttentionKey>& attention_keys() {
   static const std::vector<AttentionKey> keys = {
-      AttentionKey{"attention.type", [](const AttentionConfig& a) { return a.type; }},
+      AttentionKey{"attention.type", [](const AttentionConfig& a, int) { return a.type; }},
       ATTN_KEY("attention.window", window),
       ATTN_KEY("attention.focus.groups", focus.groups),
       ATTN_KEY("attention.focus.d_g", focus.d_g),
@@ -81,7 +82,11 @@ const std::vector<AttentionKey>& attention_keys() {
       ATTN_KEY("attention.focus.gate_eps", focus.gate_eps),
       ATTN_KEY("attention.focus.gate_scale", focus.gate_scale),
       ATTN_KEY("attention.focus.gate_bias", focus.gate_bias),
-      ATTN_KEY("attention.sfa.k", sfa.k)};
+      AttentionKey{"attention.sfa.k",  // 0 picks the head dim's default: the same model
+                   [](const AttentionConfig& a, int head_dim) {
+                     return std::to_string(a.sfa.k == 0 && head_dim > 0 ? sfa_default_k(head_dim)
+                                                                        : a.sfa.k);
+                   }}};
   return keys;
 }
 #undef ATTN_KEY
@@ -104,13 +109,13 @@ std::string where_given(const Recipe& recipe, const char* path) {
 
 std::string given_attention_key_conflicts(const AttentionConfig& recipe_attention,
                                           const GivenKeys& given, const AttentionConfig& model,
-                                          const char* other) {
+                                          const char* other, int head_dim) {
   std::string conflicts;
   for (const AttentionKey& k : attention_keys()) {
-    if (!given.contains(k.path) || k.text(recipe_attention) == k.text(model)) continue;
-    conflicts += strformat("\n  %s: %s in the recipe (%s), %s in %s", k.path,
-                           k.text(recipe_attention).c_str(), given.where.at(k.path).c_str(),
-                           k.text(model).c_str(), other);
+    const std::string mine = k.text(recipe_attention, head_dim), theirs = k.text(model, head_dim);
+    if (!given.contains(k.path) || mine == theirs) continue;
+    conflicts += strformat("\n  %s: %s in the recipe (%s), %s in %s", k.path, mine.c_str(),
+                           given.where.at(k.path).c_str(), theirs.c_str(), other);
   }
   return conflicts;
 }
@@ -123,11 +128,13 @@ std::string model_function_conflicts(const Recipe& recipe, const Recipe& model, 
       all.where[k.path] = where_given(recipe, k.path);
   }
   return given_model_key_conflicts(recipe.model, all, model.model, other) +
-         given_attention_key_conflicts(recipe.attention, all, model.attention, other);
+         given_attention_key_conflicts(recipe.attention, all, model.attention, other,
+                                       head_dim_of(model.model));
 }
 
-std::string attention_changes_from(const Recipe& recipe, const AttentionConfig& source,
+std::string attention_changes_from(const Recipe& recipe, const Recipe& source_recipe,
                                    const char* other) {
+  const AttentionConfig& source = source_recipe.attention;
   const bool conversion = source.type == "dense" && recipe.attention.type != "dense";
   GivenKeys all;
   for (const AttentionKey& k : attention_keys()) {
@@ -135,8 +142,11 @@ std::string attention_changes_from(const Recipe& recipe, const AttentionConfig& 
     if (conversion && std::string(k.path) == "attention.type") continue;
     all.where[k.path] = where_given(recipe, k.path);
   }
-  return given_attention_key_conflicts(recipe.attention, all, source, other);
+  return given_attention_key_conflicts(recipe.attention, all, source, other,
+                                       head_dim_of(source_recipe.model));
 }
+
+int head_dim_of(const ModelConfig& m) { return m.n_head > 0 ? m.head_dim() : 0; }
 
 std::string given_model_key_conflicts(const ModelConfig& recipe_model, const GivenKeys& given,
                                       const ModelConfig& model, const char* other) {

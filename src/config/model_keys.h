@@ -16,22 +16,27 @@ std::string given_model_key_conflicts(const ModelConfig& recipe_model, const Giv
 
 // The same for the attention keys that fix the trained function: attention.type and window, the
 // attention.focus keys but the evaluation-time top_k and eval_routing and the training-only
-// route_training, and attention.sfa.k.
+// route_training, and attention.sfa.k, resolved for the model's head dim `head_dim` (sfa.k 0 is
+// sfa_default_k(head_dim); head_dim 0: compared as given).
 std::string given_attention_key_conflicts(const AttentionConfig& recipe_attention,
                                           const GivenKeys& given, const AttentionConfig& model,
-                                          const char* other);
+                                          const char* other, int head_dim);
+
+// m's head dim (n_embd / n_head), 0 where n_head is not set.
+int head_dim_of(const ModelConfig& m);
 
 // Every architecture and attention key above whose resolved value differs between `recipe` and
-// `model` (`other` names it; a key the recipe does not give is reported as its default): what a
-// resume must not change, since the checkpoint's weights were trained as `model`.
+// `model` (`other` names it; a key the recipe does not give is reported as its default; the
+// attention keys resolved for `model`'s head dim): what a resume must not change, since the
+// checkpoint's weights were trained as `model`.
 std::string model_function_conflicts(const Recipe& recipe, const Recipe& model, const char* other);
 
 // The attention keys of a new model on the weights of `source` (train.init_from, a retrofit's
 // base) that change the function those weights were trained with: attention.type, window and the
 // source type's own keys, resolved, defaults included; a dense source may take any variant (the
 // type is then not compared; the variant's keys are new), but not lose or change its window.
-std::string attention_changes_from(const Recipe& recipe, const AttentionConfig& source,
-                                   const char* other);
+// `source`: the recipe of the weights' model (its attention, and its head dim to resolve with).
+std::string attention_changes_from(const Recipe& recipe, const Recipe& source, const char* other);
 
 // Copies from `model` into `recipe_model` every architecture key that `given` does not hold.
 void take_model_keys(ModelConfig& recipe_model, const GivenKeys& given, const ModelConfig& model);

@@ -112,7 +112,8 @@ void check_recipe_model(const Recipe& recipe, const GivenKeys& given, const Mode
   const Recipe model_recipe = recipe_of_model_source(source);
   const std::string diffs =
       given_model_key_conflicts(recipe.model, given, model_recipe.model, "the model") +
-      given_attention_key_conflicts(recipe.attention, given, model_recipe.attention, "the model");
+      given_attention_key_conflicts(recipe.attention, given, model_recipe.attention, "the model",
+                                    head_dim_of(model_recipe.model));
   ATTN_REQUIRE(diffs.empty(),
                "the recipe's model disagrees with the model being evaluated (%s):%s\n"
                "eval uses the model of the checkpoint; drop these keys from the recipe, which "

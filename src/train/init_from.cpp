@@ -55,7 +55,7 @@ Recipe resolve_init_from(const Recipe& r, const std::string& resume) {
   // (init_attention_note).
   if (r.retrofit.enabled) {
     const std::string changes =
-        attention_changes_from(out, recipe_of_model_source(src).attention, "the base");
+        attention_changes_from(out, recipe_of_model_source(src), "the base");
     ATTN_REQUIRE(changes.empty(),
                  "retrofit.checkpoint '%s': the retrofit keeps the base's weights frozen, so its "
                  "attention must stay the one they were trained with:%s\n"
@@ -69,8 +69,8 @@ Recipe resolve_init_from(const Recipe& r, const std::string& resume) {
 
 std::string init_attention_note(const Recipe& r) {
   if (init_source(r).empty() || r.retrofit.enabled) return "";
-  const std::string changes = attention_changes_from(
-      r, recipe_of_model_source(inspect_init_source(r)).attention, "the checkpoint");
+  const std::string changes =
+      attention_changes_from(r, recipe_of_model_source(inspect_init_source(r)), "the checkpoint");
   if (changes.empty()) return "";
   return strformat(
       "train.init_from '%s': this run's attention differs from the one its weights "

@@ -1,0 +1,46 @@
+// The comparison of a recipe's model with an existing one (config/model_keys.h): keys compared
+// resolved, so that a default and the value it stands for are the same model.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "config/model_keys.h"
+#include "config/recipe.h"
+
+namespace attnlab {
+namespace {
+
+// An SFA model of head dim 32 (n_embd 64, 2 heads): attention.sfa.k's default is 4.
+Recipe sfa_recipe(const std::string& k_line) {
+  return parse_recipe(
+      "model:\n  n_layer: 1\n  n_head: 2\n  n_embd: 64\n  vocab_size: 1024\n  block_size: 16\n"
+      "train:\n  seq_len: 16\nattention:\n  type: sfa\n  sfa:\n" +
+          k_line,
+      "x.yaml");
+}
+
+// k 0 (the default) and k 4 are the same model at head dim 32; k 3 is not. A resume
+// (model_function_conflicts) and a new run on the weights (attention_changes_from) agree.
+TEST(ModelKeys, SfaDefaultKEqualsItsResolvedValue) {
+  ASSERT_EQ(sfa_default_k(32), 4);
+  const Recipe zero = sfa_recipe("    k: 0\n"), four = sfa_recipe("    k: 4\n"),
+               three = sfa_recipe("    k: 3\n"), none = sfa_recipe("");
+  EXPECT_EQ(model_function_conflicts(zero, four, "the checkpoint"), "");
+  EXPECT_EQ(model_function_conflicts(four, zero, "the checkpoint"), "");
+  EXPECT_EQ(model_function_conflicts(none, four, "the checkpoint"), "");
+  EXPECT_EQ(attention_changes_from(none, four, "the base"), "");
+  EXPECT_EQ(attention_changes_from(four, zero, "the base"), "");
+  const std::string diff = model_function_conflicts(three, four, "the checkpoint");
+  EXPECT_NE(diff.find("attention.sfa.k: 3 in the recipe"), std::string::npos) << diff;
+  EXPECT_NE(diff.find("4 in the checkpoint"), std::string::npos) << diff;
+  EXPECT_NE(attention_changes_from(three, zero, "the base").find("attention.sfa.k"),
+            std::string::npos);
+  // The default resolves per head dim: k 0 is 8 at head dim 64, so not k 4.
+  Recipe wide = zero;
+  wide.model.n_head = 1;  // head dim 64
+  EXPECT_NE(attention_changes_from(four, wide, "the base").find("attention.sfa.k: 4"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace attnlab
