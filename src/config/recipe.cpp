@@ -32,16 +32,23 @@ void require_min(const std::string& key, int64_t value, int64_t min) {
                             (long long)value));
 }
 
-// Finite and inside [lo, hi] (lo_open / hi_open exclude the bound).
+// Finite and inside [lo, hi] (lo_open / hi_open exclude the bound), also once rounded to float,
+// the type the model and the optimizer use (so 1e-50 for a positive key is not a silent 0).
 void require_range(const std::string& key, double value, double lo, bool lo_open, double hi,
                    bool hi_open) {
-  bool ok = std::isfinite(value) && (lo_open ? value > lo : value >= lo) &&
-            (hi_open ? value < hi : value <= hi);
-  if (ok) return;
+  auto inside = [&](double v) {
+    return std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  };
+  const double as_float = double(float(value));
+  if (inside(value) && inside(as_float)) return;
   std::string range =
       std::isinf(hi) ? strformat("%s %g", lo_open ? ">" : ">=", lo)
                      : strformat("in %s%g, %g%s", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
-  fail_key(key, strformat("%s must be %s, got %g", key.c_str(), range.c_str(), value));
+  if (std::isinf(lo) && std::isinf(hi)) range = "finite";
+  const std::string rounded =
+      inside(value) ? strformat(" (%g as a float, the type it is used as)", as_float) : "";
+  fail_key(key, strformat("%s must be %s, got %g%s", key.c_str(), range.c_str(), value,
+                          rounded.c_str()));
 }
 
 constexpr double kInf = INFINITY;
@@ -116,6 +123,8 @@ void FocusConfig::validate() const {
              strformat("attention.focus.top_k (%d) must be <= attention.focus.groups (%d)", top_k,
                        groups));
   require_range("attention.focus.gate_eps", gate_eps, 0, true, kInf, false);
+  require_range("attention.focus.gate_scale", gate_scale, -kInf, false, kInf, false);
+  require_range("attention.focus.gate_bias", gate_bias, -kInf, false, kInf, false);
 }
 
 void SfaConfig::validate() const {

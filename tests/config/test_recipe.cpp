@@ -511,6 +511,15 @@ TEST(RecipeFocus, DefaultsEnumsAndErrors) {
   EXPECT_EQ(err("top_k: 9"),
             "x.yaml:3: attention.focus.top_k (9) must be <= attention.focus.groups (8)");
   EXPECT_EQ(err("gate_eps: 0"), "x.yaml:3: attention.focus.gate_eps must be > 0, got 0");
+  // Values the model's float would turn into 0 or infinity (the module runs in float).
+  EXPECT_EQ(err("gate_eps: 1.0e-50"),
+            "x.yaml:3: attention.focus.gate_eps must be > 0, got 1e-50 (0 as a float, the type "
+            "it is used as)");
+  EXPECT_HAS(err("tau: 1.0e-46"), "attention.focus.tau must be > 0, got 1e-46 (0 as a float");
+  EXPECT_EQ(err("gate_scale: 1.0e39"),
+            "x.yaml:3: attention.focus.gate_scale must be finite, got 1e+39 (inf as a float, the "
+            "type it is used as)");
+  EXPECT_HAS(err("gate_bias: -1.0e39"), "attention.focus.gate_bias must be finite");
   EXPECT_EQ(err("assign: kmeans"),
             "x.yaml:3: attention.focus.assign 'kmeans' is not a valid value (valid: sinkhorn, "
             "softmax)");
