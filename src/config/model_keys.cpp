@@ -1,6 +1,8 @@
 #include "config/model_keys.h"
 
 #include <functional>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -105,6 +107,30 @@ std::string where_given(const Recipe& recipe, const char* path) {
   return w != recipe.given.where.end() ? w->second : "default";
 }
 
+// The LoRA keys that shape the trained function (the adapters' scale alpha / rank and where they
+// sit), where either recipe has adapters: a resume with another alpha would train half the run
+// at one scale and half at another (a rank change also fails on the tensors' shapes).
+std::string lora_key_conflicts(const Recipe& recipe, const Recipe& model, const char* other) {
+  const LoraConfig &mine = recipe.retrofit.lora, &theirs = model.retrofit.lora;
+  if (mine.rank == 0 && theirs.rank == 0) return "";
+  auto join = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (const std::string& x : v) out += (out.empty() ? "" : ",") + x;
+    return out;
+  };
+  const std::pair<const char*, std::pair<std::string, std::string>> keys[] = {
+      {"retrofit.lora.rank", {text_of(mine.rank), text_of(theirs.rank)}},
+      {"retrofit.lora.alpha", {text_of(mine.alpha), text_of(theirs.alpha)}},
+      {"retrofit.lora.targets", {join(mine.targets), join(theirs.targets)}}};
+  std::string conflicts;
+  for (const auto& [path, values] : keys) {
+    if (values.first == values.second) continue;
+    conflicts += strformat("\n  %s: %s in the recipe (%s), %s in %s", path, values.first.c_str(),
+                           where_given(recipe, path).c_str(), values.second.c_str(), other);
+  }
+  return conflicts;
+}
+
 }  // namespace
 
 std::string given_attention_key_conflicts(const AttentionConfig& recipe_attention,
@@ -129,7 +155,8 @@ std::string model_function_conflicts(const Recipe& recipe, const Recipe& model, 
   }
   return given_model_key_conflicts(recipe.model, all, model.model, other) +
          given_attention_key_conflicts(recipe.attention, all, model.attention, other,
-                                       head_dim_of(model.model));
+                                       head_dim_of(model.model)) +
+         lora_key_conflicts(recipe, model, other);
 }
 
 std::string attention_changes_from(const Recipe& recipe, const Recipe& source_recipe,

@@ -27,8 +27,9 @@ int head_dim_of(const ModelConfig& m);
 
 // Every architecture and attention key above whose resolved value differs between `recipe` and
 // `model` (`other` names it; a key the recipe does not give is reported as its default; the
-// attention keys resolved for `model`'s head dim): what a resume must not change, since the
-// checkpoint's weights were trained as `model`.
+// attention keys resolved for `model`'s head dim), and the LoRA keys (rank, alpha, targets)
+// where either has adapters: what a resume must not change, since the checkpoint's weights were
+// trained as `model`.
 std::string model_function_conflicts(const Recipe& recipe, const Recipe& model, const char* other);
 
 // The attention keys of a new model on the weights of `source` (train.init_from, a retrofit's

@@ -42,5 +42,30 @@ TEST(ModelKeys, SfaDefaultKEqualsItsResolvedValue) {
             std::string::npos);
 }
 
+// A resume with another LoRA scale (alpha) or placement is another model: refused, naming the
+// key; recipes without adapters compare none of them.
+TEST(ModelKeys, LoraKeysAreComparedWhereAdaptersExist) {
+  const Recipe plain = sfa_recipe("");
+  EXPECT_EQ(model_function_conflicts(plain, plain, "the checkpoint"), "");
+  Recipe a = plain;
+  a.retrofit.lora.rank = 4;
+  a.retrofit.lora.alpha = 16;
+  Recipe b = a;
+  EXPECT_EQ(model_function_conflicts(a, b, "the checkpoint"), "");
+  b.retrofit.lora.alpha = 1000;
+  EXPECT_EQ(model_function_conflicts(b, a, "the checkpoint"),
+            "\n  retrofit.lora.alpha: 1000 in the recipe (default), 16 in the checkpoint");
+  b = a;
+  b.retrofit.lora.rank = 8;
+  b.retrofit.lora.targets = {"c_attn", "c_proj"};
+  const std::string diff = model_function_conflicts(b, a, "the checkpoint");
+  EXPECT_NE(diff.find("retrofit.lora.rank: 8 in the recipe"), std::string::npos) << diff;
+  EXPECT_NE(diff.find("retrofit.lora.targets: c_attn,c_proj in the recipe (default), c_attn in"),
+            std::string::npos)
+      << diff;
+  EXPECT_NE(model_function_conflicts(plain, a, "the checkpoint").find("retrofit.lora.rank: 0"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace attnlab
