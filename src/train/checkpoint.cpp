@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc 2.28)
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +37,9 @@ bool loads_into(io::StDType file, DType model) {
   if (file == io::st_dtype_of(model)) return true;
   return is_float(file) && (model == DType::f32 || model == DType::bf16);
 }
+
+// Where save_checkpoint moves a step's older checkpoint while replacing it (no RENAME_EXCHANGE).
+fs::path old_name(const fs::path& dir) { return dir.string() + ".old"; }
 
 void fsync_dir(const std::string& dir) {
   // Makes the rename itself durable (best effort: some filesystems refuse fsync on directories).
@@ -94,20 +98,40 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
   if (!c.tokenizer_json.empty())
     io::write_file_atomic((tmp_dir / "tokenizer.json").string(), c.tokenizer_json);
 
-  // Replace an older checkpoint of the same step (a re-run after resume) only once the new one
-  // is complete.
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);
-  fs::rename(tmp_dir, final_dir, ec);
-  ATTN_REQUIRE(!ec, "cannot rename '%s' to '%s': %s", tmp_dir.c_str(), final_dir.c_str(),
-               ec.message().c_str());
-  fsync_dir(root.string());
+  // An older checkpoint of the same step (a re-run after resume) is replaced so that the step's
+  // directory holds a complete checkpoint at every moment: swapped with the new one in one
+  // rename (RENAME_EXCHANGE), or where the filesystem cannot, moved aside to <name>.old first
+  // (resolve_checkpoint_dir reads that one if a crash comes before the second rename), and
+  // removed only after.
+  if (fs::exists(final_dir)) {
+    if (::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+      fsync_dir(root.string());
+      fs::remove_all(tmp_dir, ec);  // the old checkpoint, now under the temporary name
+    } else {
+      const fs::path old_dir = old_name(final_dir);
+      fs::remove_all(old_dir, ec);
+      fs::rename(final_dir, old_dir, ec);
+      ATTN_REQUIRE(!ec, "cannot rename '%s' to '%s': %s", final_dir.c_str(), old_dir.c_str(),
+                   ec.message().c_str());
+      fs::rename(tmp_dir, final_dir, ec);
+      ATTN_REQUIRE(!ec, "cannot rename '%s' to '%s': %s", tmp_dir.c_str(), final_dir.c_str(),
+                   ec.message().c_str());
+      fsync_dir(root.string());
+      fs::remove_all(old_dir, ec);
+    }
+  } else {
+    fs::rename(tmp_dir, final_dir, ec);
+    ATTN_REQUIRE(!ec, "cannot rename '%s' to '%s': %s", tmp_dir.c_str(), final_dir.c_str(),
+                 ec.message().c_str());
+    fsync_dir(root.string());
+  }
   io::write_file_atomic((root / "latest").string(), name + "\n");
 
   // Keep the newest keep_last checkpoints.
   std::vector<std::string> steps;
   for (const auto& d : fs::directory_iterator(root)) {
     std::string n = d.path().filename().string();
-    if (d.is_directory() && n.rfind("step_", 0) == 0 && n.find(".tmp") == std::string::npos)
+    if (d.is_directory() && n.rfind("step_", 0) == 0 && n.find('.') == std::string::npos)
       steps.push_back(n);
   }
   std::sort(steps.begin(), steps.end());
@@ -151,6 +175,10 @@ std::string resolve_checkpoint_dir(const std::string& path) {
   std::string name = io::read_file(latest.string());
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
   fs::path dir = p / "checkpoints" / name;
+  // A crash while a re-run replaced this step's checkpoint (save_checkpoint without
+  // RENAME_EXCHANGE) can leave the complete older one aside.
+  if (!fs::exists(dir / "model.safetensors") && fs::exists(old_name(dir) / "model.safetensors"))
+    return old_name(dir).string();
   ATTN_REQUIRE(fs::exists(dir / "model.safetensors"),
                "'%s' names checkpoint '%s', which is missing "
                "or incomplete",

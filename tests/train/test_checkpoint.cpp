@@ -4,6 +4,7 @@
 // model with extra tensors; missing, extra, mismatched and allowed tensors).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
@@ -97,6 +99,40 @@ TEST(OptimizerCheckpoint, StateIsSavedWithItsLayoutAndLoadsBack) {
   load_optimizer_state(dir, ob);
   for (size_t i = 0; i < oa.state_tensors().size(); ++i)
     EXPECT_EQ(to_vec(oa.state_tensors()[i].second), to_vec(ob.state_tensors()[i].second));
+}
+
+// Re-saving a step that exists (a re-run after resume) replaces it whole: the new contents, no
+// temporary or aside directory left, `latest` resolving to it. A crash between the fallback's
+// two renames leaves the older checkpoint at <step>.old, which the run directory then resolves
+// to (a dangling `latest` was the result before).
+TEST(Checkpoint, ResavingAStepReplacesItWhole) {
+  const test::TempDir tmp("ckpt");
+  auto ctx = ExecContext::make_cpu();
+  ParameterStore a;
+  declare_model(a);
+  a.finalize(Device::cpu, DType::f32, {ParamRole::base});
+  a.initialize(1);
+  AdamW oa(*ctx, a, AdamWConfig{});
+  const std::string run = tmp.file("run");
+  const std::string first = save_after_two_steps(run, a, oa);
+  const fs::path ckpts = fs::path(run) / "checkpoints";
+  CheckpointContents c;
+  c.store = &a;
+  c.optimizer_state = oa.state_tensors();
+  c.state.step = 2;
+  c.recipe_yaml = "test: 2\n";
+  EXPECT_EQ(save_checkpoint(run, c, 2), first);
+  EXPECT_EQ(io::read_file((fs::path(first) / "recipe.yaml").string()), "test: 2\n");
+  std::vector<std::string> names;
+  for (const auto& d : fs::directory_iterator(ckpts)) names.push_back(d.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_00000002"}));
+  EXPECT_EQ(resolve_checkpoint_dir(run), first);
+  // The fallback's crash window: the step's directory moved aside, the new one not yet in place.
+  fs::rename(first, first + ".old");
+  EXPECT_EQ(resolve_checkpoint_dir(run), first + ".old");
+  fs::remove_all(first + ".old");
+  expect_error([&] { resolve_checkpoint_dir(run); }, "which is missing or incomplete");
 }
 
 TEST(OptimizerCheckpoint, RefusesStateOfAnotherLayoutOfTheSameSize) {
