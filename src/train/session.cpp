@@ -127,11 +127,17 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
   ATTN_REQUIRE(!r.data.train.empty() || !need_train,
                "data.source is 'shards' but data.train is empty "
                "(expected a glob of token shard files, e.g. data/tiny/train_*.bin)");
-  if (need_train)
-    s.train_loader =
-        std::make_unique<DataLoader>(DataLoader::from_files({r.data.train}, train_opts));
+  // Shard errors (no match, a bad file) name the recipe key they came from.
+  auto load = [&](const char* key, const std::string& glob, const DataLoaderOptions& o) {
+    try {
+      return std::make_unique<DataLoader>(DataLoader::from_files({glob}, o));
+    } catch (const Error& e) {
+      throw_error(strformat("%s: %s", key, e.what()));
+    }
+  };
+  if (need_train) s.train_loader = load("data.train", r.data.train, train_opts);
   if (!r.data.val.empty()) {
-    s.val_loader = std::make_unique<DataLoader>(DataLoader::from_files({r.data.val}, val_opts));
+    s.val_loader = load("data.val", r.data.val, val_opts);
     // Unigram baseline over (at most) the first 8M validation tokens.
     std::vector<int32_t> toks;
     for (const auto& src : s.val_loader->sources()) {
@@ -143,10 +149,18 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
     }
     s.unigram_baseline = unigram_entropy(toks, r.model.vocab_size);
   }
+  // The tokenizer is optional for training on prepared shards (checkpoints then carry none), but
+  // one the recipe names must load: a typo would otherwise surface only at `generate`.
   try {
     s.tokenizer_json = make_tokenizer(r.data.tokenizer)->to_json();
-  } catch (const Error&) {
-    s.tokenizer_json.clear();  // the tokenizer is optional for training on prepared shards
+  } catch (const Error& e) {
+    const auto where = r.given.where.find("data.tokenizer");
+    ATTN_REQUIRE(where == r.given.where.end(),
+                 "%s: data.tokenizer '%s' cannot be loaded: %s\n(the checkpoints carry it for "
+                 "generate and eval's text tasks: name the tokenizer the shards were prepared "
+                 "with)",
+                 where->second.c_str(), r.data.tokenizer.c_str(), e.what());
+    s.tokenizer_json.clear();
   }
 }
 

@@ -127,6 +127,13 @@ TEST_F(Cli, PrepareThenTrainOnShards) {
                      "/val_*.bin --set eval.at_end=true --set eval.batches=1"));
   ASSERT_EQ(t.code, 0) << t.out;
   EXPECT_NE(t.out.find("val loss"), std::string::npos) << t.out;
+  // A tokenizer the recipe names must load (a typo used to train on and leave checkpoints
+  // without one).
+  expect_error(
+      run(train_args("--set data.source=shards --set data.train=" + (dir_ / "shards").string() +
+                     "/train_*.bin --set eval.at_end=false --set data.tokenizer=gtp2:" +
+                     (dir_ / "none").string())),
+      "data.tokenizer 'gtp2:");
 }
 
 TEST_F(Cli, RecipeErrors) {
@@ -143,7 +150,7 @@ TEST_F(Cli, RecipeErrors) {
 TEST_F(Cli, DataErrors) {
   expect_error(run(train_args("--set data.source=shards --set data.train=" +
                               (dir_ / "none").string() + "/*.bin --set eval.at_end=false")),
-               "none/*.bin");
+               "data.train: no files match");
   // Wrong magic, then a truncated file.
   std::vector<int32_t> toks(100, 5);
   std::string shard = (dir_ / "bad_000000.bin").string();
