@@ -76,10 +76,24 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   if (rank0) io::ensure_dir(run_dir);
   if (!options.resume.empty()) {
     std::string dir = resolve_checkpoint_dir(options.resume);
+    // The run directory receives recipe.yaml, the metrics (cut back to the resumed step) and new
+    // checkpoints (pruned by keep_last): it must be the checkpoint's own run or a new one, never
+    // another run (a forgotten --set train.out_dir wrote into the recipe's default run).
+    const fs::path own = fs::weakly_canonical(fs::path(dir).parent_path());
+    ATTN_REQUIRE(!run_has_checkpoints(run_dir) ||
+                     own == fs::weakly_canonical(fs::path(run_dir) / "checkpoints"),
+                 "--resume %s: train.out_dir '%s' holds another run (its own checkpoints), which "
+                 "the resume would overwrite; resume into the checkpoint's run (--set "
+                 "train.out_dir=%s) or into a new directory",
+                 options.resume.c_str(), run_dir.c_str(), own.parent_path().c_str());
     check_resume_recipe(recipe, dir);
     load_model_weights(dir, s.store);
     load_optimizer_state(dir, opt);
     st = load_trainer_state(dir);
+    ATTN_REQUIRE(st.step < recipe.train.steps,
+                 "--resume %s: the checkpoint is at step %lld and train.steps is %lld: nothing to "
+                 "train (raise train.steps)",
+                 options.resume.c_str(), (long long)st.step, (long long)recipe.train.steps);
     s.train_loader->set_state(DataLoader::State{st.data_epoch, st.data_position});
     resumed_from = dir;
   } else {
@@ -208,12 +222,14 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   const bool profiling = options.profile_steps > 0 && s.ctx->device == Device::cuda;
   if (profiling) CUDA_CHECK(cudaProfilerStart());
   // Validation on the recipe's windows, logged with the variants' extra reports.
+  int64_t val_step = -1;  // the step of the last evaluation
   auto evaluate = [&] {
     if (!s.val_loader) return;
     const ValidationResult ev = global_validation(
         *s.comm, score_validation(*s.model, *s.ctx, s.store, *s.val_loader, val_batches,
                                   s.tokens_dev, s.targets_dev, s.val_probe.get()));
     result.final_val_loss = ev.loss;
+    val_step = st.step;
     nlohmann::json record = {{"step", st.step}, {"val_loss", ev.loss}, {"val_ppl", ev.perplexity}};
     std::string retrieval;
     if (ev.synthetic) {
@@ -344,8 +360,13 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
       vs = strformat(" vs unigram baseline %.4f (%.1f%% %s)", s.unigram_baseline, std::fabs(pct),
                      pct >= 0 ? "lower" : "higher: not yet better than unigram frequencies");
     }
-    log.info("done: %lld steps in %.1f s | final val loss %.4f%s", (long long)st.step,
-             seconds_since(t_start), result.final_val_loss, vs.c_str());
+    // "final" only when the last evaluation scored the final weights (eval.at_end, or an
+    // interval ending there); else the step it scored.
+    const std::string which = val_step == st.step
+                                  ? "final val loss"
+                                  : strformat("val loss at step %lld", (long long)val_step);
+    log.info("done: %lld steps in %.1f s | %s %.4f%s", (long long)st.step, seconds_since(t_start),
+             which.c_str(), result.final_val_loss, vs.c_str());
   }
   return result;
 }

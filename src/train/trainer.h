@@ -24,7 +24,7 @@ struct TrainResult {
   int64_t steps = 0;  // optimizer steps completed in total
   double final_train_loss = 0.0;
   std::vector<double> losses;     // training loss of every step run by this call
-  double final_val_loss = 0.0;    // NaN when evaluation is off
+  double final_val_loss = 0.0;    // the last evaluation's (NaN when evaluation is off)
   double unigram_baseline = 0.0;  // loss of the best token-frequency model on validation data
   std::string run_dir;
 };

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "config/recipe.h"
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
@@ -149,6 +150,29 @@ TEST(TrainIntegration, ResumeRefusesAnotherModel) {
                  with({"train.steps=6", "optim.lr=1e-3", "attention.focus.route_training=hard"})),
             o);
   EXPECT_EQ(r.steps, 6);
+}
+
+// --resume writes into train.out_dir (recipe.yaml, the metrics cut back, new checkpoints pruned
+// by keep_last): another run there is refused, untouched; the checkpoint's own run and a new
+// directory are fine. A resume with nothing left to train (train.steps <= the checkpoint's step)
+// is refused too.
+TEST(TrainIntegration, ResumeRefusesAnotherRunsDirectory) {
+  const test::TempDir tmp("it");
+  const std::string a = tmp.file("run_a"), b = tmp.file("run_b");
+  train(tiny(a), quiet());
+  train(tiny(b), quiet());
+  const std::string b_latest = resolve_checkpoint_dir(b);
+  const std::string b_metrics = io::read_file((fs::path(b) / "metrics.jsonl").string());
+  TrainOptions o = quiet();
+  o.resume = (fs::path(a) / "checkpoints" / "step_00000004").string();
+  test::expect_error([&] { train(tiny(b), o); },
+                     {"holds another run (its own checkpoints)", "--set train.out_dir="});
+  EXPECT_EQ(resolve_checkpoint_dir(b), b_latest);
+  EXPECT_EQ(io::read_file((fs::path(b) / "metrics.jsonl").string()), b_metrics);
+  EXPECT_EQ(train(tiny(a), o).steps, 8);  // its own run
+  o.resume = a;
+  test::expect_error([&] { train(tiny(tmp.file("r"), {"train.steps=8"}), o); },
+                     {"the checkpoint is at step 8 and train.steps is 8: nothing to train"});
 }
 
 TEST(TrainIntegration, RefusesToOverwriteARun) {
