@@ -59,8 +59,8 @@ void sinkhorn_fwd_ref(const SinkhornParams& p) {
           for (int t = 0; t < T; ++t) {
             // Kept in double: a running sum rounded to float every token drifts (its increments,
             // about 1/t, fall below float's spacing: 1e-4 at T = 64K, 1e-2 at 1M). Only the carried
-            // state is rounded to float, once per call (decoding agrees with the full forward to
-            // about 1e-7).
+            // state is rounded to float, once per call (so one-token calls still drift: 2e-5 in g
+            // after 16K of them, 1e-4 after 64K; docs/focus.md, "Sinkhorn on CUDA").
             m = log_add_exp(m, x[int64_t(t) * K + k]);
             const double target = std::log(double(p.pos + t + 1) / K);
             y[int64_t(t) * K + k] = float(x[int64_t(t) * K + k] - m + target);
