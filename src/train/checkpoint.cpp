@@ -252,6 +252,21 @@ WeightLoadReport load_model_weights_by_role(const std::string& ckpt_dir,
   if (!extra.empty()) {
     std::string names;
     for (const auto& n : extra) names += (names.empty() ? "" : ", ") + n;
+    // Unmerged LoRA adapters are part of the trained function: skipping them (allow_extra) would
+    // give the base without its fine-tune. Refused whatever allow_extra says.
+    const auto is_lora = [](const std::string& n) {
+      auto ends = [&](const char* x) {
+        const std::string sx(x);
+        return n.size() >= sx.size() && n.compare(n.size() - sx.size(), sx.size(), sx) == 0;
+      };
+      return ends(".lora_a") || ends(".lora_b");
+    };
+    const bool lora = std::any_of(extra.begin(), extra.end(), is_lora);
+    ATTN_REQUIRE(!lora,
+                 "checkpoint '%s' holds unmerged LoRA adapters (%s): a model without them would "
+                 "load only the base and lose the fine-tune; merge them first (attnlab convert "
+                 "<that checkpoint> <out_dir> --to attnlab) and start from the merged checkpoint",
+                 path, names.c_str());
     ATTN_REQUIRE(options.allow_extra,
                  "checkpoint '%s' has %zu tensor(s) that the model does not have (a checkpoint of "
                  "another model shape?): %s%s",

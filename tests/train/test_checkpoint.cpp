@@ -390,6 +390,31 @@ TEST(LoadWeightsByRole, ExtraTensorIsAnErrorUnlessAllowed) {
   EXPECT_EQ(values(dense, "w1"), std::vector<float>(6, 1.f));
 }
 
+// Unmerged LoRA adapters in the checkpoint: refused even where extra tensors are allowed (the
+// model would be the base without its fine-tune), pointing at the merge.
+TEST(LoadWeightsByRole, UnmergedLoraIsRefusedEvenWhereExtraIsAllowed) {
+  const test::TempDir tmp("ckpt");
+  const std::string lora = write_model(tmp, "lora",
+                                       {{"w1", Shape{2, 3}, 1.f},
+                                        {"b1", Shape{3}, 2.f},
+                                        {"w2", {3, 2}, 3.f},
+                                        {"h.0.attn.c_attn.lora_a", {2, 3}, 0.5f},
+                                        {"h.0.attn.c_attn.lora_b", {3, 2}, 0.25f}});
+  ParameterStore dense;
+  dense.declare({"w1", Shape{2, 3}});
+  dense.declare({"b1", Shape{3}});
+  dense.declare({"w2", Shape{3, 2}});
+  dense.finalize(Device::cpu, DType::f32, {ParamRole::base});
+  dense.initialize(1);
+  const std::vector<float> w1 = values(dense, "w1");
+  WeightLoadOptions allow;
+  allow.allow_extra = true;
+  expect_error([&] { load_model_weights_by_role(lora, dense, allow); },
+               {lora + "/model.safetensors", "holds unmerged LoRA adapters",
+                "h.0.attn.c_attn.lora_a, h.0.attn.c_attn.lora_b", "--to attnlab"});
+  EXPECT_EQ(values(dense, "w1"), w1);  // refused before anything was copied
+}
+
 TEST(LoadWeightsByRole, ShapeOrDtypeMismatchIsAnErrorNamingBoth) {
   const test::TempDir tmp("ckpt");
   const std::string dir = write_model(
