@@ -237,7 +237,7 @@ void AdamW::load_each(const std::vector<std::pair<std::string, Tensor>>& state,
   for (const auto& [name, src] : state) {
     bool known = false;
     for (const auto& [n, t] : mine) known |= n == name;
-    if (name == "adamw.master" && store_.dtype() == DType::f32) continue;  // from a bf16 run
+    if (name == "adamw.master" && store_.dtype() == DType::f32) continue;  // a bf16 run's: below
     ATTN_REQUIRE(known, "%s: unexpected tensor '%s' (expected %s)", where.c_str(), name.c_str(),
                  valid.c_str());
   }
@@ -265,6 +265,18 @@ void AdamW::load_each(const std::vector<std::pair<std::string, Tensor>>& state,
     have_master |= name == "adamw.master";
   }
   if (store_.dtype() == DType::bf16 && !have_master) sync_master_from_params();
+  // A bf16 run resumed in f32 (e.g. on the CPU): the fp32 master is the trainable weights' value
+  // (the model file holds them rounded to bf16), so the f32 parameters take it.
+  if (store_.dtype() == DType::f32) {
+    for (const auto& [n, src] : state) {
+      if (n != "adamw.master") continue;
+      ATTN_REQUIRE(src.dtype == DType::f32 && src.numel() == expected_numel,
+                   "%s: 'adamw.master' must be f32 with %lld elements (the trainable parameters), "
+                   "got %s",
+                   where.c_str(), (long long)expected_numel, src.str().c_str());
+      if (store_.trainable_buffer_numel() > 0) copy(store_.trainable_params(), src);
+    }
+  }
 }
 
 void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& state) {

@@ -204,6 +204,30 @@ TEST(AdamW, FrozenEntriesHaveNoStateAndNoUpdate) {
   EXPECT_NE(to_vec(store.param("w1")), w1);
 }
 
+// A bf16 run's state (m, v and the fp32 master) loaded into an f32 store (its resume on the
+// CPU): the trainable weights take the master's values, which the model file holds only rounded
+// to bf16; the frozen ones stay.
+TEST(AdamW, Bf16StateIntoAnF32StoreTakesTheMaster) {
+  auto ctx = ExecContext::make_cpu();
+  ParameterStore store;
+  declare_model(store);
+  store.finalize(Device::cpu, DType::f32, {ParamRole::base});
+  store.initialize(3);
+  AdamW opt(*ctx, store, AdamWConfig{});
+  const int64_t n = store.trainable_buffer_numel();
+  std::vector<float> m(size_t(n), 0.01f), v(size_t(n), 0.02f), master(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) master[size_t(i)] = 0.001f * float(i) + 1.0f / 3.0f;
+  const auto frozen = to_vec(store.param("frozen"));
+  const std::vector<std::pair<std::string, Tensor>> state = {
+      {"adamw.m", Tensor(m.data(), DType::f32, Device::cpu, Shape{n})},
+      {"adamw.v", Tensor(v.data(), DType::f32, Device::cpu, Shape{n})},
+      {"adamw.master", Tensor(master.data(), DType::f32, Device::cpu, Shape{n})}};
+  opt.load_state(state);
+  EXPECT_EQ(to_vec(store.trainable_params()), master);
+  EXPECT_EQ(to_vec(store.param("frozen")), frozen);
+  EXPECT_EQ(to_vec(opt.state_tensors()[0].second), m);
+}
+
 TEST(AdamW, NonFiniteGradientSkipsTheUpdate) {
   auto ctx = ExecContext::make_cpu();
   ParameterStore store;
