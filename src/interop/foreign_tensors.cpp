@@ -77,12 +77,16 @@ WeightLoadReport load_foreign_checkpoint(const ForeignCheckpoint& ckpt, const Pa
                               e.spec.shape.dims.begin() + e.spec.shape.ndim);
     bool fits = ft.shape == want;
     if (!fits && ft.pad_rows && ft.shape.size() == want.size() && !want.empty())
-      fits = ft.shape[0] <= want[0] &&
+      fits = ft.shape[0] <= want[0] && ft.shape[0] >= ft.min_rows &&
              std::equal(ft.shape.begin() + 1, ft.shape.end(), want.begin() + 1);
     ATTN_REQUIRE(fits, "checkpoint '%s': tensor '%s' (%s) has shape %s, the model expects %s%s",
                  ckpt.path.c_str(), name.c_str(), ft.origin.c_str(), shape_str(ft.shape).c_str(),
                  e.spec.shape.str().c_str(),
-                 ft.pad_rows ? " (or fewer rows: the vocabulary padding)" : "");
+                 ft.pad_rows ? strformat(" (or fewer rows: the vocabulary padding; at least %lld, "
+                                         "the vocabulary)",
+                                         (long long)ft.min_rows)
+                                   .c_str()
+                             : "");
     report.loaded.push_back(name);
     to_load.push_back(&ft);
   }

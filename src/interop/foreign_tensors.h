@@ -19,8 +19,10 @@ struct ForeignTensor {
   std::string origin;          // what it is in the source, for messages ("transformer.h.0...")
   std::vector<int64_t> shape;  // in attnlab's layout (already transposed)
   // The model's tensor may have more rows than the file (the vocabulary padding of wte and
-  // lm_head): the file fills the first rows, the rest are zero.
+  // lm_head): the file fills the first rows, the rest are zero. The file must still hold
+  // min_rows of them (the vocabulary: fewer would leave real token ids without weights).
   bool pad_rows = false;
+  int64_t min_rows = 0;
   // Writes the numel(shape) elements in attnlab's layout as f32.
   std::function<void(float* out)> read;
 };

@@ -231,6 +231,7 @@ ForeignCheckpoint read_hf_gpt2(const std::string& dir, const GPTConfig& cfg) {
     t.name = name;
     t.origin = file_name;
     t.pad_rows = name == "wte.weight" || name == "lm_head.weight";
+    if (t.pad_rows) t.min_rows = cfg.vocab_size;  // config.json's vocabulary, every id
     const bool transpose = is_conv1d_weight(name) && ti.shape.size() == 2;
     t.shape = ti.shape;
     if (transpose) std::swap(t.shape[0], t.shape[1]);

@@ -192,6 +192,9 @@ void write_llmc(const ParameterStore& store, const GPTConfig& cfg, const std::st
   if (!cfg.tied_embeddings)
     refuse("the model has an untied head (lm_head.weight); llm.c ties the head to wte");
   if (!cfg.bias) refuse("the model has no biases (model.bias: false); llm.c's GPT-2 has them");
+  if (cfg.norm_eps != 1e-5f)  // the format has no field for it: its readers take 1e-5
+    refuse(strformat("the model's layer norms use model.norm_eps %g; llm.c's use 1e-5",
+                     double(cfg.norm_eps)));
   if (cfg.n_kv_head != 0 && cfg.n_kv_head != cfg.n_head)
     refuse(strformat("the model uses grouped-query attention (n_kv_head %d, n_head %d)",
                      cfg.n_kv_head, cfg.n_head));

@@ -307,6 +307,18 @@ TEST(HfGpt2, TensorsTheModelLacksAreRefusedByName) {
                      {"13 tensor(s)", "transformer.h.1.attn.c_attn.weight"});
 }
 
+// A wte (or untied head) with fewer rows than config.json's vocabulary: refused (the missing ids
+// had zero weights and a logit of 0, and could be sampled).
+TEST(HfGpt2, EmbeddingsWithFewerRowsThanTheVocabularyAreRefused) {
+  const test::TempDir tmp("hf");
+  const std::string dir = write_hf(tmp.path() / "m", Layout::prefixed, {{"vocab_size", V + 5}});
+  const ModelSource s = inspect_model_source(dir);
+  ASSERT_EQ(s.config.vocab_size, V + 5);
+  Model m(s.config, 1);
+  test::expect_error([&] { load_model_source(s, m.store); },
+                     {"tensor 'wte.weight'", "at least " + std::to_string(V + 5)});
+}
+
 TEST(HfGpt2, ShardedIndexLoads) {
   const test::TempDir tmp("hf");
   const fs::path dir = tmp.path() / "sharded";
@@ -457,6 +469,10 @@ TEST(Llmc, ExportRoundTripsBitExactAndRefusesWhatLlmcCannotHold) {
   nobias.bias = false;
   Model mb(nobias, 1);
   test::expect_error([&] { write_llmc(mb.store, nobias, back + "3"); }, {"no biases"});
+  GPTConfig eps = tiny_config();  // llm.c has no field for it: its readers take 1e-5
+  eps.norm_eps = 1e-3f;
+  Model me(eps, 1);
+  test::expect_error([&] { write_llmc(me.store, eps, back + "4"); }, {"model.norm_eps 0.001"});
 }
 
 TEST(Convert, HfToAttnlabToHfRoundTrips) {
