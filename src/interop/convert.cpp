@@ -67,6 +67,9 @@ ConvertResult convert_model(const std::string& src, const std::string& dst,
   std::error_code ec;
   ATTN_REQUIRE(!fs::exists(dst, ec) || (fs::is_directory(dst, ec) && fs::is_empty(dst, ec)),
                "convert: '%s' already exists; choose a new destination", dst.c_str());
+  ATTN_REQUIRE(options.to != ModelFormat::llmc || !fs::is_directory(dst, ec),
+               "convert: '%s' is a directory; --to llmc writes one file (e.g. '%s/model.bin')",
+               dst.c_str(), dst.c_str());
 
   // The whole model on the host in f32: every tensor from the source (so none needs an
   // initialisation), nothing left over.

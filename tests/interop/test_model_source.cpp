@@ -492,6 +492,13 @@ TEST(Convert, HfToAttnlabToHfRoundTrips) {
   expect_hf_weights(m);
   EXPECT_FLOAT_EQ(float(r.model.norm_eps), 1e-6f);
 
+  // llm.c writes one file: an empty directory as its destination is refused before any work.
+  const fs::path empty = tmp.path() / "empty";
+  fs::create_directories(empty);
+  o.to = ModelFormat::llmc;
+  test::expect_error([&] { convert_model(ours, empty.string(), o); },
+                     {"is a directory; --to llmc writes one file"});
+
   const std::string hf2 = (tmp.path() / "hf2").string();
   o.to = ModelFormat::hf;
   convert_model(ours, hf2, o);
