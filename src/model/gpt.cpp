@@ -165,7 +165,8 @@ void GPT::forward(const ExecContext& ctx, const ParameterStore& store, const Ten
   // Without a cache, generate mode is an eval forward of the whole chunk (prefill/decode_step
   // decode incrementally).
   run.mode = mode == AttentionMode::generate ? AttentionMode::eval : mode;
-  run.aux = {aux_total(), aux_scale};
+  // The auxiliary losses join the loss totals of forwards with targets only (gpt.h).
+  run.aux = {targets.empty() ? nullptr : aux_total(), aux_scale};
   aux_scale_ = aux_scale;
   for (int l = 0; l < cfg_.n_layer; ++l) {
     NvtxRange lr("layer");
