@@ -152,6 +152,11 @@ TEST(AttentionContract, AuxLossIsAccumulatedWithItsScale) {
   m.model.forward(*m.ctx, m.store, m.t(m.tokens), m.t(m.targets), AttentionMode::eval, 0.f, 0.25f);
   m.model.forward(*m.ctx, m.store, m.t(m.tokens), m.t(m.targets), AttentionMode::eval, 0.f, 0.25f);
   EXPECT_NEAR(m.model.take_loss(*m.ctx).aux, 0.5 * one, 1e-12);
+  // A forward without targets adds nothing to the totals, the auxiliary term included.
+  m.model.forward(*m.ctx, m.store, m.t(m.tokens), Tensor(), AttentionMode::eval, 0.f, 1.f);
+  const LossTotals none = m.model.take_loss(*m.ctx);
+  EXPECT_EQ(none.aux, 0.0);
+  EXPECT_EQ(none.valid, 0);
 }
 
 // Every parameter's gradient, through dqkv, dh (ln_1 and below) and the aux term.
