@@ -88,6 +88,15 @@ std::vector<std::pair<std::string, std::string>> task_list(const EvalOptions& o)
     ATTN_REQUIRE(!files.empty(), "--task-dir '%s' holds no *.jsonl files", o.task_dir.c_str());
     for (const fs::path& f : files) out.emplace_back(f.stem().string(), f.string());
   }
+  // Names key the report (its table rows and the --out JSON's "tasks"): one file each.
+  std::map<std::string, std::string> seen;
+  for (const auto& [name, path] : out) {
+    const auto [it, fresh] = seen.emplace(name, path);
+    ATTN_REQUIRE(fresh,
+                 "task name '%s' is given twice ('%s' and '%s'); name them apart with "
+                 "--tasks NAME=FILE",
+                 name.c_str(), it->second.c_str(), path.c_str());
+  }
   return out;
 }
 
@@ -298,7 +307,13 @@ EvalReport run_evaluation(const EvalOptions& o) {
     table.row("shards", "perplexity", r.perplexity(), NAN, count, "%.3f");
   }
   std::unique_ptr<Tokenizer> tok;
-  if (!o.text.empty() || !tasks.empty()) tok = eval_tokenizer(source, o.tokenizer, c.vocab_size);
+  // --tokenizer, else a data.tokenizer given by --set (or by a --recipe file over a checkpoint
+  // without one), else the checkpoint's.
+  std::string tok_spec = o.tokenizer;
+  if (tok_spec.empty() && recipe && given.contains("data.tokenizer") &&
+      (given.where.at("data.tokenizer").rfind("--set", 0) == 0 || source.tokenizer.empty()))
+    tok_spec = recipe->data.tokenizer;
+  if (!o.text.empty() || !tasks.empty()) tok = eval_tokenizer(source, tok_spec, c.vocab_size);
   if (!o.text.empty()) {
     const auto t0 = Clock::now();
     const std::vector<std::string> files = expand_globs({o.text});

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 
 #include "core/cuda_check.h"
@@ -18,6 +19,8 @@
 #include "tokenizer/tokenizer.h"
 #include "train/from_recipe.h"
 #include "train/retrofit.h"
+
+namespace fs = std::filesystem;
 
 namespace attnlab::train_session {
 namespace {
@@ -149,10 +152,18 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
     }
     s.unigram_baseline = unigram_entropy(toks, r.model.vocab_size);
   }
-  // The tokenizer is optional for training on prepared shards (checkpoints then carry none), but
-  // one the recipe names must load: a typo would otherwise surface only at `generate`.
+  // The checkpoints carry the tokenizer for generate and eval's text tasks: the one the recipe
+  // names (it must load: a typo would otherwise surface only there), else the one `prepare` wrote
+  // beside the train shards (tokenizer.json); without either, none (the default `byte` would be
+  // a guess: a byte tokenizer with a GPT-2 model made eval's text scores garbage, silently).
+  std::string spec = r.data.tokenizer;
+  if (!r.given.contains("data.tokenizer")) {
+    const fs::path prepared = fs::path(r.data.train).parent_path() / "tokenizer.json";
+    spec = !r.data.train.empty() && fs::exists(prepared) ? prepared.string() : "";
+  }
+  if (spec.empty()) return;
   try {
-    s.tokenizer_json = make_tokenizer(r.data.tokenizer)->to_json();
+    s.tokenizer_json = make_tokenizer(spec)->to_json();
   } catch (const Error& e) {
     const auto where = r.given.where.find("data.tokenizer");
     ATTN_REQUIRE(where == r.given.where.end(),

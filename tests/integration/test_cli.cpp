@@ -13,7 +13,9 @@
 #include <string>
 
 #include "data/shard.h"
+#include "io/atomic_file.h"
 #include "test_util.h"
+#include "train/checkpoint.h"
 
 namespace fs = std::filesystem;
 
@@ -127,6 +129,20 @@ TEST_F(Cli, PrepareThenTrainOnShards) {
                      "/val_*.bin --set eval.at_end=true --set eval.batches=1"));
   ASSERT_EQ(t.code, 0) << t.out;
   EXPECT_NE(t.out.find("val loss"), std::string::npos) << t.out;
+  // Without data.tokenizer the checkpoints carry the tokenizer `prepare` wrote beside the shards.
+  const std::string ckpt = attnlab::resolve_checkpoint_dir((dir_ / "run").string());
+  EXPECT_EQ(
+      nlohmann::json::parse(attnlab::io::read_file(ckpt + "/tokenizer.json")),
+      nlohmann::json::parse(attnlab::io::read_file((dir_ / "shards" / "tokenizer.json").string())));
+  // Without one there, none (the default `byte` was saved: a guess, wrong for GPT-2 shards).
+  fs::rename(dir_ / "shards" / "tokenizer.json", dir_ / "tokenizer.json.aside");
+  CliResult t2 = run("train " + recipe_ + " --set train.out_dir=" + (dir_ / "run2").string() +
+                     " --set data.source=shards --set data.train=" + (dir_ / "shards").string() +
+                     "/train_*.bin --set eval.at_end=false");
+  ASSERT_EQ(t2.code, 0) << t2.out;
+  EXPECT_FALSE(fs::exists(fs::path(attnlab::resolve_checkpoint_dir((dir_ / "run2").string())) /
+                          "tokenizer.json"));
+  fs::rename(dir_ / "tokenizer.json.aside", dir_ / "shards" / "tokenizer.json");
   // A tokenizer the recipe names must load (a typo used to train on and leave checkpoints
   // without one).
   expect_error(
@@ -242,6 +258,14 @@ TEST_F(Cli, EvalHarnessAndScore) {
   expect_error(run("eval " + model + " --recipe " + recipe_ + " --set model.n_embd=32"),
                "model.n_embd: 32 in the recipe (--set 'model.n_embd=32'), 16 in the model");
   expect_error(run("eval " + recipe_), "is a recipe");
+  // A name given twice would key one report entry (the --out JSON kept the last only).
+  expect_error(run("eval " + model + " --tokenizer byte --tasks x=" + (dir_ / "mc.jsonl").string() +
+                   ",x=" + (dir_ / "mc.jsonl").string()),
+               "task name 'x' is given twice");
+  // --set data.tokenizer chooses the tokenizer (it was ignored for the checkpoint's).
+  expect_error(run("eval " + model + " --tasks mc=" + (dir_ / "mc.jsonl").string() +
+                   " --set data.tokenizer=gpt2:" + (dir_ / "no_vocab").string()),
+               "no_vocab");
   std::ofstream(dir_ / "bad.jsonl") << "{\"query\": \"q\"}\n";
   expect_error(run("eval " + model + " --tokenizer byte --tasks " + (dir_ / "bad.jsonl").string()),
                "bad.jsonl:1");
