@@ -212,7 +212,7 @@ EvalReport run_evaluation(const EvalOptions& o) {
   std::unique_ptr<DataLoader> val;
   std::unique_ptr<SyntheticProbe> probe;
   if (validation) {
-    val = validation_loader(*recipe);
+    val = validation_loader(*recipe, 0, 1, source.config.vocab_size);  // the evaluated model's
     probe = validation_probe(*recipe, *val);
     const int default_batch = cuda ? 16 : 4;
     dev.batch = std::max(dev.batch > 0 ? dev.batch : default_batch, recipe->train.micro_batch);
@@ -337,6 +337,8 @@ EvalReport run_evaluation(const EvalOptions& o) {
     ProgressLine pl(o.progress, "text", "documents");
     const PerplexityResult r =
         perplexity(model, next, context, stride, [&](int64_t d, int64_t) { pl(d, d); });
+    ATTN_REQUIRE(r.tokens > 0, "--text '%s': no text to score (%zu file(s), every one empty)",
+                 o.text.c_str(), files.size());
     j["perplexity"]["text"] = perplexity_json(r, context, stride, o.text);
     j["perplexity"]["text"]["seconds"] = seconds_since(t0);
     const std::string count =

@@ -105,14 +105,15 @@ SyntheticConfig synthetic_config(const Recipe& r, int64_t train_tokens) {
   return sc;
 }
 
-std::unique_ptr<DataLoader> validation_loader(const Recipe& r, int rank, int world_size) {
+std::unique_ptr<DataLoader> validation_loader(const Recipe& r, int rank, int world_size,
+                                              int64_t vocab_size) {
   DataLoaderOptions opts;
   opts.batch_size = r.train.micro_batch;
   opts.seq_len = r.train.seq_len;
   opts.shuffle = false;
   opts.rank = rank;
   opts.world_size = world_size;
-  opts.vocab_size = r.model.vocab_size;
+  opts.vocab_size = vocab_size > 0 ? vocab_size : r.model.vocab_size;
   if (r.data.source == DataSource::synthetic) {
     ATTN_REQUIRE(r.data.synthetic.val_tokens > r.train.seq_len,
                  "data.synthetic.val_tokens (%lld) must exceed train.seq_len (%d) to evaluate",

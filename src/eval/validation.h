@@ -57,6 +57,9 @@ SyntheticConfig synthetic_config(const Recipe& r, int64_t train_tokens);
 // The validation data of a recipe (no training data is read or needed): the synthetic
 // validation stream, or the data.val shards. Windows of train.seq_len, batches of
 // train.micro_batch, shuffle off. Throws when the recipe has no validation data.
-std::unique_ptr<DataLoader> validation_loader(const Recipe& r, int rank = 0, int world_size = 1);
+// vocab_size: the ids the evaluated model takes (0: the recipe's model.vocab_size), checked per
+// shard so that an out-of-range id names its file.
+std::unique_ptr<DataLoader> validation_loader(const Recipe& r, int rank = 0, int world_size = 1,
+                                              int64_t vocab_size = 0);
 
 }  // namespace attnlab

@@ -262,6 +262,9 @@ TEST_F(Cli, EvalHarnessAndScore) {
   expect_error(run("eval " + model + " --tokenizer byte --tasks x=" + (dir_ / "mc.jsonl").string() +
                    ",x=" + (dir_ / "mc.jsonl").string()),
                "task name 'x' is given twice");
+  std::ofstream(dir_ / "empty.txt").flush();  // nothing to score: an error, not a NaN row
+  expect_error(run("eval " + model + " --tokenizer byte --text " + (dir_ / "empty.txt").string()),
+               "no text to score");
   // --set data.tokenizer chooses the tokenizer (it was ignored for the checkpoint's).
   expect_error(run("eval " + model + " --tasks mc=" + (dir_ / "mc.jsonl").string() +
                    " --set data.tokenizer=gpt2:" + (dir_ / "no_vocab").string()),
