@@ -63,7 +63,9 @@ class Communicator {
   virtual void all_gather(const Tensor& send, const Tensor& recv) = 0;
   // t = t of rank `root` on every rank.
   virtual void broadcast(const Tensor& t, int root) = 0;
-  virtual void barrier() = 0;
+  // Every rank here; bounded by distributed.timeout_s, or by timeout_s where > 0 (rank 0 writing
+  // a checkpoint may take longer than any collective of a step).
+  virtual void barrier(double timeout_s = 0) = 0;
   // Orders the compute stream after every collective issued so far (nccl); no-op when blocking.
   virtual void wait() {}
   // Host values (counts, loss totals): values[i] = sum over ranks; blocking.
@@ -105,7 +107,7 @@ class LocalCommunicator final : public Communicator {
   void reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override;
   void all_gather(const Tensor& send, const Tensor& recv) override;
   void broadcast(const Tensor& t, int root) override;
-  void barrier() override {}
+  void barrier(double = 0) override {}
   void all_reduce_host(double*, int) override {}
   void broadcast_host(void*, size_t, int root) override;
   [[noreturn]] void abort(const std::string& message) override;

@@ -1,8 +1,13 @@
 #include "dist/consistency.h"
 
+#include <cuda_runtime.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/cuda_check.h"
 
 namespace attnlab {
 namespace {
@@ -40,6 +45,26 @@ std::string fingerprint(const TokenSource& src) {
 }
 
 }  // namespace
+
+std::string params_fingerprint(const Tensor& params) {
+  const int64_t n = params.numel(), samples = std::min<int64_t>(n, 4096);
+  const size_t es = dtype_size(params.dtype);
+  const int64_t stride = samples > 0 ? n / samples : 1;  // elements between samples
+  std::vector<unsigned char> bytes(size_t(samples) * es);
+  if (samples > 0) {
+    if (params.device == Device::cuda) {
+      CUDA_CHECK(cudaMemcpy2D(bytes.data(), es, params.data, size_t(stride) * es, es,
+                              size_t(samples), cudaMemcpyDeviceToHost));
+    } else {
+      const auto* src = static_cast<const unsigned char*>(params.data);
+      for (int64_t i = 0; i < samples; ++i)
+        std::memcpy(bytes.data() + size_t(i) * es, src + size_t(i * stride) * es, es);
+    }
+  }
+  uint64_t h = fnv1a(&n, sizeof(n));
+  h = fnv1a(bytes.data(), bytes.size(), h);
+  return strformat("%lld values, sample hash %016llx", (long long)n, (unsigned long long)h);
+}
 
 RunFacts run_facts(const Recipe& recipe, const std::vector<const DataLoader*>& loaders) {
   RunFacts facts;

@@ -27,4 +27,8 @@ class RunMismatchError : public Error {
 
 void check_same_run(Communicator& comm, const RunFacts& facts);
 
+// A hash of 4096 values spread over `params` (any device and dtype) and their count: ranks that
+// loaded different weights (a --resume from another checkpoint on one node) differ here.
+std::string params_fingerprint(const Tensor& params);
+
 }  // namespace attnlab

@@ -54,8 +54,10 @@ LaunchInfo detect_launch(const EnvLookup& env) {
   if (env("OMPI_COMM_WORLD_SIZE"))
     return read(env, Launcher::mpirun, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                 "OMPI_COMM_WORLD_LOCAL_RANK");
-  if (env("SLURM_PROCID") && env("SLURM_NTASKS"))
-    return read(env, Launcher::srun, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID");
+  // torchrun-style variables before Slurm's: they are set for this process by whoever started
+  // it, while SLURM_* are inherited from the allocation (an sbatch script has SLURM_PROCID 0 and
+  // SLURM_NTASKS; `srun torchrun` one SLURM_PROCID per node), which made every process of a
+  // torchrun-style launch inside Slurm a rank 0 of its own.
   if (env("WORLD_SIZE") || env("RANK")) {
     LaunchInfo info = read(env, Launcher::env, "RANK", "WORLD_SIZE", "LOCAL_RANK");
     ATTN_REQUIRE(info.world_size == 1 || (!info.master_addr.empty() && info.master_port > 0),
@@ -64,6 +66,8 @@ LaunchInfo detect_launch(const EnvLookup& env) {
                  info.world_size);
     return info;
   }
+  if (env("SLURM_PROCID") && env("SLURM_NTASKS"))
+    return read(env, Launcher::srun, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID");
   return LaunchInfo{};
 }
 

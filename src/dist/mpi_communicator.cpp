@@ -131,10 +131,10 @@ class MpiCommunicator final : public Communicator {
     MPI_Ibcast(t.data, int(t.nbytes()), MPI_BYTE, root, comm_, &req);
     finish(req, "broadcast", t.numel());
   }
-  void barrier() override {
+  void barrier(double timeout_s = 0) override {
     MPI_Request req;
     MPI_Ibarrier(comm_, &req);
-    finish(req, "barrier", 0);
+    finish(req, "barrier", 0, timeout_s);
   }
   void all_reduce_host(double* values, int n) override {
     MPI_Request req;
@@ -176,11 +176,12 @@ class MpiCommunicator final : public Communicator {
   }
   // Polls the request until it completes or timeout_s passes (then throws: the request stays
   // pending, so the job must end; the trainer aborts it).
-  void finish(MPI_Request& req, const char* what, int64_t numel) {
+  void finish(MPI_Request& req, const char* what, int64_t numel, double timeout_s = 0) {
     ++seq_;
     timeline_collective_start();
     const auto t0 = Clock::now();
-    const auto deadline = t0 + std::chrono::duration<double>(timeout_s_);
+    const double limit = timeout_s > 0 ? timeout_s : timeout_s_;
+    const auto deadline = t0 + std::chrono::duration<double>(limit);
     int done = 0;
     for (int spins = 0;; ++spins) {
       MPI_Test(&req, &done, MPI_STATUS_IGNORE);
@@ -195,11 +196,11 @@ class MpiCommunicator final : public Communicator {
     }
     abandoned_.push_back(req);
     ATTN_FAIL(
-        "rank %d of %d: MPI %s #%lld (%lld elements) did not complete within "
-        "distributed.timeout_s = %g s: another rank died, hung or called a different "
-        "collective (every waiting rank reports this; the rank that does not is the one to "
-        "look at)",
-        rank_, world_, what, (long long)seq_, (long long)numel, timeout_s_);
+        "rank %d of %d: MPI %s #%lld (%lld elements) did not complete within %s%g s: another "
+        "rank died, hung or called a different collective (every waiting rank reports this; "
+        "the rank that does not is the one to look at)",
+        rank_, world_, what, (long long)seq_, (long long)numel,
+        timeout_s > 0 ? "" : "distributed.timeout_s = ", limit);
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;

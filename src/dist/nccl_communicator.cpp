@@ -145,11 +145,11 @@ class NcclCommunicator final : public Communicator {
          ncclBroadcast(t.data, t.data, t.nbytes(), ncclUint8, root, comm_, stream_));
     end("broadcast", t.numel());
   }
-  void barrier() override {
+  void barrier(double timeout_s = 0) override {
     begin();
     nccl("ncclAllReduce", ncclAllReduce(host_scratch_dev_, host_scratch_dev_, 1, ncclFloat64,
                                         ncclSum, comm_, stream_));
-    end("barrier", 0);
+    end("barrier", 0, timeout_s);
     sync_comm_stream();
   }
   void wait() override {
@@ -223,6 +223,7 @@ class NcclCommunicator final : public Communicator {
     Clock::time_point issued;
     const char* what;
     int64_t seq, numel;
+    double timeout_s;  // its bound (distributed.timeout_s, or a barrier's own)
   };
 
   std::string exchange_id(const CommOptions& o, const std::string& id) {
@@ -286,7 +287,7 @@ class NcclCommunicator final : public Communicator {
     return timing_events_[used_timing_++];
   }
   // Hands the collective to the watchdog: an event after it, and when it was issued.
-  void end(const char* what, int64_t numel) {
+  void end(const char* what, int64_t numel, double timeout_s = 0) {
     if (timeline_on_ && !spans_.empty() && spans_.back().second == nullptr) {
       spans_.back().second = timing_event();
       CUDA_CHECK(cudaEventRecord(spans_.back().second, stream_));
@@ -300,7 +301,8 @@ class NcclCommunicator final : public Communicator {
       free_events_.pop_back();
     }
     CUDA_CHECK(cudaEventRecord(e, stream_));
-    pending_.push_back(Pending{e, Clock::now(), what, ++seq_, numel});
+    pending_.push_back(
+        Pending{e, Clock::now(), what, ++seq_, numel, timeout_s > 0 ? timeout_s : timeout_s_});
   }
   // Blocks the host until the communication stream is idle (host-value collectives).
   void sync_comm_stream() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
@@ -331,12 +333,12 @@ class NcclCommunicator final : public Communicator {
       }
       if (!pending_.empty()) {
         const Pending& p = pending_.front();
-        if (std::chrono::duration<double>(now - p.issued).count() > timeout_s_)
+        if (std::chrono::duration<double>(now - p.issued).count() > p.timeout_s)
           die(
-              strformat("NCCL %s #%lld (%lld elements) did not complete within "
-                        "distributed.timeout_s = %g s: another rank died, hung or called a "
-                        "different collective",
-                        p.what, (long long)p.seq, (long long)p.numel, timeout_s_));
+              strformat("NCCL %s #%lld (%lld elements) did not complete within %s%g s: "
+                        "another rank died, hung or called a different collective",
+                        p.what, (long long)p.seq, (long long)p.numel,
+                        p.timeout_s == timeout_s_ ? "distributed.timeout_s = " : "", p.timeout_s));
       }
     }
   }

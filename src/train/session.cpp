@@ -81,7 +81,9 @@ std::unique_ptr<Communicator> setup_comm(const Recipe& r, const Session& s,
 
 // Validation over every rank's windows: the loss of all the scored targets.
 ValidationResult global_validation(Communicator& comm, ValidationResult v) {
-  double t[3] = {v.loss * double(v.tokens), double(v.tokens), double(v.windows)};
+  // (A rank with no window scored holds loss NaN: it adds nothing, not NaN x 0.)
+  double t[3] = {v.tokens > 0 ? v.loss * double(v.tokens) : 0.0, double(v.tokens),
+                 double(v.windows)};
   comm.all_reduce_host(t, 3);
   v.tokens = int64_t(t[1]);
   v.windows = int64_t(t[2]);

@@ -41,6 +41,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The least bound of the barrier around rank 0's checkpoint write (seconds).
+constexpr double kCheckpointBarrierS = 3600.0;
+
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -90,6 +93,14 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     load_model_weights(dir, s.store);
     load_optimizer_state(dir, opt);
     st = load_trainer_state(dir);
+    // Every rank resumed the same checkpoint (its own copy of it: a node with a stale out_dir
+    // trained on silently with other weights): its step, data position and sampled weights.
+    if (world > 1)
+      check_same_run(*s.comm, {{"resume: checkpoint step", std::to_string(st.step)},
+                               {"resume: data position",
+                                strformat("epoch %lld, position %lld", (long long)st.data_epoch,
+                                          (long long)st.data_position)},
+                               {"resume: weights", params_fingerprint(s.store.all_params())}});
     ATTN_REQUIRE(st.step < recipe.train.steps,
                  "--resume %s: the checkpoint is at step %lld and train.steps is %lld: nothing to "
                  "train (raise train.steps)",
@@ -197,7 +208,11 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     std::vector<Buffer> gathered;
     auto state = opt.gathered_state(gathered);
     if (!rank0) {
-      s.comm->barrier();  // the checkpoint is complete when every rank goes on
+      // The checkpoint is complete when every rank goes on. Rank 0's write (a large model on
+      // slow shared storage) may take longer than any collective: bounded by an hour or
+      // distributed.timeout_s, the longer (it was timeout_s: the job ended, the checkpoint
+      // lost).
+      s.comm->barrier(std::max(recipe.distributed.timeout_s, kCheckpointBarrierS));
       return;
     }
     CheckpointContents c;
@@ -214,7 +229,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
       };
     std::string dir = save_checkpoint(run_dir, c, recipe.checkpoint.keep_last);
     log.info("checkpoint: %s", dir.c_str());
-    if (world > 1) s.comm->barrier();
+    if (world > 1) s.comm->barrier(std::max(recipe.distributed.timeout_s, kCheckpointBarrierS));
   };
 
   // --profile N: the N steps form the capture range of `nsys --capture-range=cudaProfilerApi`

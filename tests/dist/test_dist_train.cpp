@@ -232,6 +232,41 @@ TEST(DistTrainResume, TwoRankRunResumesOnTwoAndOnOneRank) {
   }
 }
 
+// A validation set of fewer windows than ranks: a rank that scores none adds nothing (its NaN
+// mean times 0 tokens made the global loss NaN), and the loss is the one-rank loss.
+TEST(DistTrainValidation, FewerWindowsThanRanksStaysFinite) {
+  MPI_OR_SKIP(comm);
+  test::SharedTempDir tmp(*comm, "dist_val");
+  const std::vector<std::string> k{"data.synthetic.val_tokens=20", "eval.every=0",
+                                   "eval.at_end=true", "checkpoint.every=0"};
+  const TrainResult two = run(tmp.file("a"), k, false);
+  EXPECT_TRUE(std::isfinite(two.final_val_loss)) << two.final_val_loss;
+  if (comm->rank() == 0) {
+    const TrainResult one = run(tmp.file("b"), k, true);
+    EXPECT_NEAR(two.final_val_loss, one.final_val_loss, 1e-5);
+  }
+  comm->barrier();
+}
+
+// Ranks resuming different checkpoints (one node's stale copy of out_dir) are refused on every
+// rank, naming the weights, instead of training on with other weights per rank.
+TEST(DistTrainResume, RanksResumingDifferentCheckpointsAreRefused) {
+  MPI_OR_SKIP(comm);
+  test::SharedTempDir tmp(*comm, "dist_resume_mismatch");
+  run(tmp.file("a"), {}, false);
+  run(tmp.file("b"), {"train.seed=12"}, false);  // other weights, the same recipe otherwise
+  const std::string mine = step_dir(tmp.file(comm->rank() == 0 ? "a" : "b"), 3);
+  const std::string msg = test::thrown_message([&] {
+    TrainOptions o;
+    o.quiet = true;
+    o.resume = mine;
+    std::vector<std::string> keys{"train.out_dir=" + tmp.file("c")};
+    train(parse_recipe(kRecipe, "dist.yaml", keys), o);
+  });
+  EXPECT_NE(msg.find("resolved a different recipe or data than rank 0"), std::string::npos) << msg;
+  if (comm->rank() == 1) EXPECT_NE(msg.find("resume: weights"), std::string::npos) << msg;
+}
+
 // A Focus retrofit of a dense base (only the attention role trains): 2 ranks (ZeRO 1) == 1 rank,
 // and the frozen base tensors in the final checkpoint are the base checkpoint's, bit for bit.
 TEST(DistTrainRetrofit, FrozenBaseNeverMovesAndTwoRanksEqualOne) {

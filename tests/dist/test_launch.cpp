@@ -75,6 +75,20 @@ TEST(Launch, EachLauncher) {
   l = detect_launch(
       env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "9"}}));
   EXPECT_EQ(l.local_rank, 1);
+
+  // torchrun-style variables inside a Slurm allocation (an sbatch script's SLURM_PROCID 0 and
+  // SLURM_NTASKS, or `srun torchrun`'s one per node): they name this process, Slurm's do not.
+  l = detect_launch(env_of({{"SLURM_PROCID", "0"},
+                            {"SLURM_NTASKS", "1"},
+                            {"SLURM_LOCALID", "0"},
+                            {"RANK", "1"},
+                            {"WORLD_SIZE", "2"},
+                            {"LOCAL_RANK", "1"},
+                            {"MASTER_ADDR", "h"},
+                            {"MASTER_PORT", "9"}}));
+  EXPECT_EQ(l.launcher, Launcher::env);
+  EXPECT_EQ(l.rank, 1);
+  EXPECT_EQ(l.world_size, 2);
 }
 
 TEST(Launch, BadValuesNameTheVariable) {
