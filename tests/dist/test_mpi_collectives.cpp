@@ -118,5 +118,18 @@ TEST(DistMpiCollectives, TimeoutNamesTheWaitingRankAndCollective) {
   EXPECT_LT(waited, 1.45);
 }
 
+// A barrier with its own bound (the one around rank 0's checkpoint write) waits past
+// distributed.timeout_s: rank 1 (timeout 0.5 s) waits 1.2 s for rank 0 in barrier(10), which
+// completes; its plain barrier() would have thrown after 0.5 s.
+TEST(DistMpiCollectives, BarrierWithItsOwnBoundWaitsPastTheTimeout) {
+  MPI_OR_SKIP(comm, detect_launch().rank == 1 ? 0.5 : 60.0);
+  if (comm->rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_NO_THROW(comm->barrier(10.0));
+  if (comm->rank() == 1)
+    EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  comm->barrier(10.0);
+}
+
 }  // namespace
 }  // namespace attnlab
