@@ -95,8 +95,13 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options) {
   if (b == "none") {
     ATTN_REQUIRE(options.launch.world_size == 1,
                  "distributed.backend is 'none' but the launcher (%s) started %d ranks; use "
-                 "backend auto, mpi or nccl",
-                 launcher_name(options.launch.launcher), options.launch.world_size);
+                 "backend auto, mpi or nccl%s",
+                 launcher_name(options.launch.launcher), options.launch.world_size,
+                 options.launch.launcher == Launcher::srun
+                     ? " (SLURM_NTASKS is the allocation's: a single process inside an sbatch "
+                       "script is read as rank SLURM_PROCID of SLURM_NTASKS; start the ranks "
+                       "with srun, or run the one process with SLURM_NTASKS unset)"
+                     : "");
     return std::make_unique<LocalCommunicator>();
   }
   if (b == "mpi") return make_mpi_communicator(options);

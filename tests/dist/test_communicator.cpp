@@ -63,6 +63,10 @@ TEST(Communicator, BackendNames) {
   o.launch.launcher = Launcher::env;
   expect_error([&] { make_communicator(o); },
                "distributed.backend is 'none' but the launcher (env) started 2 ranks");
+  o.launch.launcher = Launcher::srun;  // an sbatch script's variables: says so
+  expect_error([&] { make_communicator(o); },
+               "SLURM_NTASKS is the allocation's: a single process inside an sbatch script");
+  o.launch.launcher = Launcher::env;
 #if !ATTNLAB_HAVE_MPI
   o.backend = "mpi";
   expect_error([&] { make_communicator(o); }, "this build has no MPI");
