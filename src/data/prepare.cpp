@@ -372,7 +372,7 @@ PrepareSummary prepare(const PrepareOptions& options) {
   summary.write_seconds = write_seconds;
   summary.main_seconds =
       std::max(0.0, main_loop_seconds - input_wait_seconds - queue.wait_seconds());
-  if (options.val_fraction > 0 && summary.val.documents == 0 && options.progress)
+  if (options.val_fraction > 0 && summary.val.documents == 0)  // whatever --no-progress says
     std::fprintf(stderr,
                  "prepare: warning: no document went to val (val_fraction %g, %lld "
                  "documents); raise val_fraction or add documents\n",
