@@ -140,6 +140,19 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     if (const std::string c = s.model->attention(0).eval_caveat(); !c.empty())
       log.warn("%s", c.c_str());
   }
+  // A decaying schedule that leaves no step to decay (a warm-up reaching the last step, or wsd's
+  // round(decay_frac x steps) = 0) ends at the peak lr, not at final_lr_frac x lr: said, not
+  // refused (a short test run may mean it).
+  if (sched.type != ScheduleSpec::constant && sched.final_lr_frac != 1.f) {
+    const float last = lr_at(sched, sched.total_steps - 1), lr_min = sched.lr * sched.final_lr_frac;
+    if (std::fabs(last - lr_min) > 1e-6f * sched.lr)
+      log.warn(
+          "schedule.%s: the last step runs at lr %g, not final_lr_frac x lr = %g (no step "
+          "is left to decay: %d steps, warmup_steps %d%s)",
+          schedule_type_name(sched.type), double(last), double(lr_min), sched.total_steps,
+          sched.warmup_steps,
+          sched.type == ScheduleSpec::wsd ? ", round(decay_frac x steps) decay steps" : "");
+  }
   if (resumed_from.empty() && !init_source(recipe).empty()) {
     log.info("initialised from %s (%zu tensors)%s%s", init_source(recipe).c_str(),
              init_report.loaded.size(), init_report.summary().empty() ? "" : "; ",

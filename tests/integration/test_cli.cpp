@@ -152,6 +152,18 @@ TEST_F(Cli, PrepareThenTrainOnShards) {
       "data.tokenizer 'gtp2:");
 }
 
+// A decaying schedule with no step left to decay ends at the peak lr: said (not refused).
+TEST_F(Cli, ScheduleWithoutDecayIsSaid) {
+  CliResult t = run(train_args(
+      "--set schedule.type=cosine --set schedule.warmup_steps=3 --set schedule.final_lr_frac=0.1"));
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("schedule.cosine: the last step runs at lr"), std::string::npos) << t.out;
+  CliResult u = run("train " + recipe_ + " --set train.out_dir=" + (dir_ / "run2").string() +
+                    " --set schedule.type=cosine --set schedule.final_lr_frac=0.1");
+  ASSERT_EQ(u.code, 0) << u.out;
+  EXPECT_EQ(u.out.find("no step is left to decay"), std::string::npos) << u.out;
+}
+
 TEST_F(Cli, RecipeErrors) {
   expect_error(run(train_args("--set optim.learnig_rate=1")), "did you mean 'optim.lr'");
   expect_error(run(train_args("--set train.steps=abc")), "train.steps");
