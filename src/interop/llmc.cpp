@@ -161,6 +161,7 @@ ForeignCheckpoint read_llmc(const std::string& path, const GPTConfig& cfg) {
       t.origin = a.layered ? strformat("llm.c %s[%d]", a.name, l) : strformat("llm.c %s", a.name);
       t.shape = shape;
       t.pad_rows = name == "wte.weight";
+      if (t.pad_rows) t.min_rows = h.V;  // (the V rows read are every id's)
       int64_t n = 1;
       for (int64_t d : shape) n *= d;  // wte: the first V rows of Vp
       const uint64_t at = offset;

@@ -31,6 +31,10 @@ class LoraBranch {
   LoraBranch(const LoraOptions& o, std::string linear, int64_t in, int64_t out);
   static std::string a_name(const std::string& linear) { return linear + ".lora_a"; }
   static std::string b_name(const std::string& linear) { return linear + ".lora_b"; }
+  // Whether `name` is one of a branch's tensors (a_name or b_name of some linear layer).
+  static bool is_tensor_name(const std::string& name) {
+    return name.ends_with(".lora_a") || name.ends_with(".lora_b");
+  }
 
   void declare_params(ParameterStore& store) const;
   void bind(const ParameterStore& store);

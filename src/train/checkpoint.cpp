@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "nn/lora.h"
 
 namespace fs = std::filesystem;
 
@@ -103,28 +104,25 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
   // rename (RENAME_EXCHANGE), or where the filesystem cannot, moved aside to <name>.old first
   // (resolve_checkpoint_dir reads that one if a crash comes before the second rename), and
   // removed only after.
-  if (fs::exists(final_dir)) {
-    if (::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
-      fsync_dir(root.string());
-      fs::remove_all(tmp_dir, ec);  // the old checkpoint, now under the temporary name
-    } else {
-      const fs::path old_dir = old_name(final_dir);
-      fs::remove_all(old_dir, ec);
-      fs::rename(final_dir, old_dir, ec);
-      ATTN_REQUIRE(!ec, "cannot rename '%s' to '%s': %s", final_dir.c_str(), old_dir.c_str(),
-                   ec.message().c_str());
-      fs::rename(tmp_dir, final_dir, ec);
-      ATTN_REQUIRE(!ec, "cannot rename '%s' to '%s': %s", tmp_dir.c_str(), final_dir.c_str(),
-                   ec.message().c_str());
-      fsync_dir(root.string());
-      fs::remove_all(old_dir, ec);
-    }
-  } else {
-    fs::rename(tmp_dir, final_dir, ec);
-    ATTN_REQUIRE(!ec, "cannot rename '%s' to '%s': %s", tmp_dir.c_str(), final_dir.c_str(),
+  auto move = [&](const fs::path& from, const fs::path& to) {
+    fs::rename(from, to, ec);
+    ATTN_REQUIRE(!ec, "cannot rename '%s' to '%s': %s", from.c_str(), to.c_str(),
                  ec.message().c_str());
-    fsync_dir(root.string());
+  };
+  fs::path stale;  // the older checkpoint once the new one is in place
+  if (!fs::exists(final_dir)) {
+    move(tmp_dir, final_dir);
+  } else if (::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) ==
+             0) {
+    stale = tmp_dir;  // the old checkpoint, now under the temporary name
+  } else {
+    stale = old_name(final_dir);
+    fs::remove_all(stale, ec);
+    move(final_dir, stale);
+    move(tmp_dir, final_dir);
   }
+  fsync_dir(root.string());
+  if (!stale.empty()) fs::remove_all(stale, ec);
   io::write_file_atomic((root / "latest").string(), name + "\n");
 
   // Keep the newest keep_last checkpoints.
@@ -254,14 +252,7 @@ WeightLoadReport load_model_weights_by_role(const std::string& ckpt_dir,
     for (const auto& n : extra) names += (names.empty() ? "" : ", ") + n;
     // Unmerged LoRA adapters are part of the trained function: skipping them (allow_extra) would
     // give the base without its fine-tune. Refused whatever allow_extra says.
-    const auto is_lora = [](const std::string& n) {
-      auto ends = [&](const char* x) {
-        const std::string sx(x);
-        return n.size() >= sx.size() && n.compare(n.size() - sx.size(), sx.size(), sx) == 0;
-      };
-      return ends(".lora_a") || ends(".lora_b");
-    };
-    const bool lora = std::any_of(extra.begin(), extra.end(), is_lora);
+    const bool lora = std::any_of(extra.begin(), extra.end(), LoraBranch::is_tensor_name);
     ATTN_REQUIRE(!lora,
                  "checkpoint '%s' holds unmerged LoRA adapters (%s): a model without them would "
                  "load only the base and lose the fine-tune; merge them first (attnlab convert "
