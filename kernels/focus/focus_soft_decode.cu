@@ -7,7 +7,9 @@
 // affinity g_i . g_j as warp reductions (the loads of all the batch's k, v and g rows issued
 // first), the gate (additive: + log2(a + eps); multiplicative: x sigmoid(lambda a + b); hard:
 // -inf unless the tokens share a group), then the online softmax of the gated logits in the
-// log2 domain. The splits merge in split order (deterministic). It replaces the one-thread-per-row
+// log2 domain. The splits merge in split order (deterministic). Grid: (B x Tq rows, heads,
+// splits), so no limit on the rows below 2^31 (soft routing prefills through here too). It
+// replaces the one-thread-per-row
 // kernel of focus_attention.cu for decoding, whose B x n_head x Tq threads walked the whole cache
 // each (12 threads for one token of 12 heads).
 #include <cuda_bf16.h>
@@ -47,8 +49,8 @@ __device__ __forceinline__ float gated_logit(const FocusGateParams& gate, float 
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32)
     soft_decode_kernel(FocusAttentionParams<T> p, int chunk, int n_splits, float* partial) {
-  const int split = blockIdx.x, h = blockIdx.y;
-  const int b = blockIdx.z / p.seq_len, t = blockIdx.z % p.seq_len;
+  const int split = blockIdx.z, h = blockIdx.y;
+  const int b = int(blockIdx.x / unsigned(p.seq_len)), t = int(blockIdx.x % unsigned(p.seq_len));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int hk = h / (p.n_head / p.n_kv_head);
   const int i = p.pos + t;  // the query's position: keys 0 .. i
@@ -59,7 +61,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float* gc = p.g ? p.g + b * p.g_batch_stride : nullptr;
   const int32_t* grc = p.groups ? p.groups + b * p.groups_batch_stride : nullptr;
   const bool needs_g = p.gate.kind != FocusGateKind::hard;
-  const int kg = (p.K + 31) / 32;  // groups per lane (loops past 64 groups)
+  const int kg = (p.K + 31) / 32;  // groups per lane (a loop from 33 groups on)
+  // The query's g entries of this lane (groups lane, lane + 32), read once; more groups are read
+  // per key.
+  float gi[2] = {0.f, 0.f};
+  if (needs_g && lane < p.K) gi[0] = gc[int64_t(i) * p.K + lane];
+  if (needs_g && lane + 32 < p.K) gi[1] = gc[int64_t(i) * p.K + lane + 32];
 
   float qr[kMaxDimsPerLane], acc[kMaxDimsPerLane];
   decode::load_query(qr, acc, q, p.D, p.scale * kLog2e, lane);
@@ -82,9 +89,12 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
       aff[n] = 0.f;
       if (needs_g && distant[n]) {  // this lane's share of g_i . g_j
-        for (int x = 0; x < kg; ++x) {
+        const float* gj = gc + int64_t(j[n]) * p.K;
+        if (lane < p.K) aff[n] = gi[0] * gj[lane];
+        if (lane + 32 < p.K) aff[n] += gi[1] * gj[lane + 32];
+        for (int x = 2; x < kg; ++x) {
           const int c = lane + 32 * x;
-          if (c < p.K) aff[n] += gc[int64_t(i) * p.K + c] * gc[int64_t(j[n]) * p.K + c];
+          if (c < p.K) aff[n] += gc[int64_t(i) * p.K + c] * gj[c];
         }
       }
       share[n] = false;
@@ -108,7 +118,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       x[n] = j[n] >= 0 ? gated_logit(p.gate, dot[n], aff[n], distant[n], share[n]) : -INFINITY;
       m_new = fmaxf(m_new, x[n]);
     }
-    if (m_new == -INFINITY) continue;  // nothing attended yet (hard, distant keys of no group)
+    if (m_new == -INFINITY) continue;     // nothing attended yet (hard, distant keys of no group)
     const float corr = exp2f(m - m_new);  // 0 while m = -inf
     l *= corr;
 #pragma unroll
@@ -147,7 +157,9 @@ void launch_focus_attention_decode(const FocusAttentionParams<T>& p, Stream s) {
   ATTN_REQUIRE(p.D >= 1 && p.D <= 32 * kMaxDimsPerLane,
                "focus attention decode: head dim must be 1 .. %d on CUDA, got %d",
                32 * kMaxDimsPerLane, p.D);
-  ATTN_ASSERT(p.n_head % p.n_kv_head == 0 && int64_t(p.B) * p.seq_len <= 65535);
+  ATTN_REQUIRE(p.gate.local_window >= 0,
+               "focus attention decode: local_window must be >= 0, got %d", p.gate.local_window);
+  ATTN_ASSERT(p.n_head % p.n_kv_head == 0 && p.n_head <= 65535);
   ATTN_ASSERT(p.gate.kind == FocusGateKind::hard ? p.groups != nullptr : p.g != nullptr);
   const int64_t rows = int64_t(p.B) * p.seq_len * p.n_head;
   if (rows == 0) return;
@@ -156,7 +168,10 @@ void launch_focus_attention_decode(const FocusAttentionParams<T>& p, Stream s) {
   const int chunk = div_up(keys, n_splits);
   n_splits = div_up(keys, chunk);  // no empty trailing split
   const auto st = reinterpret_cast<cudaStream_t>(s);
-  const dim3 grid(n_splits, p.n_head, p.B * p.seq_len);
+  ATTN_REQUIRE(int64_t(p.B) * p.seq_len < (int64_t(1) << 31),
+               "focus attention decode: B x Tq = %lld query rows exceed 2^31 - 1",
+               (long long)(int64_t(p.B) * p.seq_len));
+  const dim3 grid(unsigned(int64_t(p.B) * p.seq_len), p.n_head, n_splits);
   if (n_splits == 1) {
     soft_decode_kernel<T><<<grid, kWarps * 32, 0, st>>>(p, chunk, 1, nullptr);
     CUDA_CHECK_LAUNCH();

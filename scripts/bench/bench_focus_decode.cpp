@@ -1,7 +1,9 @@
 // One Focus decode step at cache length L: with hard routing the group-indexed path generation uses
 // (ops::focus_group_index_append of the new token + ops::focus_group_decode: the window plus the
 // cached tokens of the query's top_k groups) against the masked full-cache path
-// (ops::focus_attention_decode, gate hard: every cached key read, the distant ones masked); with
+// (ops::focus_attention_decode, gate hard: every cached key read, the distant ones masked; since
+// branch soft-decode the decode-shaped kernel, before it one thread per row: masked_ms of earlier
+// runs is that kernel's); with
 // soft routing (the additive gate over every cached key, ops::focus_attention_decode: soft_ms);
 // and dense decoding over the whole cache (ops::attention_decode, the O(L) reference), in the same
 // run.
