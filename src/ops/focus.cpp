@@ -409,7 +409,8 @@ void focus_attention_decode(const ExecContext& ctx, const Tensor& out, const Ten
     return p;
   };
   run_op<FocusAttentionParams>(ctx, qkv.dtype, make, focus_attention_fwd_ref,
-                               launch_focus_attention_fwd<float>, launch_focus_attention_fwd<bf16>);
+                               launch_focus_attention_decode<float>,
+                               launch_focus_attention_decode<bf16>);
 }
 
 }  // namespace attnlab::ops
