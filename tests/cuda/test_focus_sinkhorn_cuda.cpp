@@ -166,6 +166,11 @@ TEST(FocusSinkhornCuda, ChunkedAndCooperativeMatchTheReference) {
         }
   EXPECT_GT(cooperative, 0) << "no shape ran the cooperative kernels";
   EXPECT_GT(blocks, 0) << "no shape ran the one-block forward";
+  // The one-block forward at odd K (its unrolled loops over kSinkhornBlockMaxK columns masked, the
+  // scalar stores) and single tokens.
+  for (int T : {1, 7, 1000})
+    for (int K : {3, 5})
+      for (bool causal : {true, false}) check_case(2, T, K, causal, 10.f, SinkhornPath::block);
   // Too many chunks for the cooperative kernels: forcing them is an error naming the limit.
   auto gpu = ExecContext::make_cuda(0);
   const int B = 1, T = 1 << 20, K = 8, N = kIterations;
