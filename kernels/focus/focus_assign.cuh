@@ -26,9 +26,12 @@ namespace attnlab {
 // cooperative = one launch per direction (focus_sinkhorn_coop.cu) where the sequence has at most
 // kSinkhornCoopMaxChunks chunks and every block is resident at once (an error where forced and
 // not); automatic = cooperative where it fits, else chunked. A one-chunk forward is one kernel
-// either way.
-enum class SinkhornPath { automatic, chunked, cooperative };
+// either way. block (forward only; the backward runs as automatic) = one block per sequence
+// (focus_sinkhorn_block.cu) for T <= kSinkhornBlockMaxT and K <= kSinkhornBlockMaxK (an error
+// where forced and not); not automatic yet (not yet measured).
+enum class SinkhornPath { automatic, chunked, cooperative, block };
 constexpr int kSinkhornCoopMaxChunks = 256;
+constexpr int kSinkhornBlockMaxT = 4096, kSinkhornBlockMaxK = 8;
 
 struct SinkhornParams {
   const float* scores = nullptr;
@@ -68,6 +71,10 @@ void launch_sinkhorn_bwd(const SinkhornParams& p, Stream s);
 bool sinkhorn_cooperative_fits(const SinkhornParams& p, bool backward);
 bool launch_sinkhorn_fwd_cooperative(const SinkhornParams& p, Stream s);
 bool launch_sinkhorn_bwd_cooperative(const SinkhornParams& p, Stream s);
+// The one-block forward (focus_sinkhorn_block.cu): whether it takes p, and the launch (false:
+// nothing launched).
+bool sinkhorn_block_fits(const SinkhornParams& p);
+bool launch_sinkhorn_fwd_block(const SinkhornParams& p, Stream s);
 void launch_softmax_assign_fwd(const SoftmaxAssignParams& p, Stream s);
 void launch_softmax_assign_bwd(const SoftmaxAssignParams& p, Stream s);
 void launch_topk_route(const TopkRouteParams& p, Stream s);

@@ -285,7 +285,7 @@ int tile_blocks(const Geometry& g) {
 // The cooperative kernels for this call where p.path allows them and they fit (launched: true);
 // forced and not launched is an error.
 bool cooperative(const SinkhornParams& p, const Geometry& g, bool backward, Stream s) {
-  if (p.path == SinkhornPath::chunked) return false;
+  if (p.path == SinkhornPath::chunked) return false;  // (block: the backward as automatic)
   const bool launched =
       backward ? launch_sinkhorn_bwd_cooperative(p, s) : launch_sinkhorn_fwd_cooperative(p, s);
   ATTN_REQUIRE(launched || p.path != SinkhornPath::cooperative,
@@ -299,6 +299,12 @@ bool cooperative(const SinkhornParams& p, const Geometry& g, bool backward, Stre
 
 void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s) {
   if (p.B == 0 || p.T == 0) return;
+  if (p.path == SinkhornPath::block) {
+    ATTN_REQUIRE(launch_sinkhorn_fwd_block(p, s),
+                 "sinkhorn: the one-block forward takes T <= %d and K <= %d, got T %d, K %d",
+                 kSinkhornBlockMaxT, kSinkhornBlockMaxK, p.T, p.K);
+    return;
+  }
   const Geometry g = geometry(p);
   const int blocks = tile_blocks(g);
   const float log_mass = float(std::log(double(p.T) / p.K));

@@ -135,17 +135,25 @@ TEST(FocusSinkhornCuda, MatchesTheReferenceOddShapes) {
 
 // Each path forced (automatic takes the cooperative kernels wherever they fit, so the chunked
 // ones are otherwise tested only past kSinkhornCoopMaxChunks chunks): odd shapes, both scopes,
-// B 1 and 2, a carried state (causal), and a batch too large to be resident at once (chunked only).
+// B 1 and 2, a carried state (causal), and a batch too large to be resident at once (chunked only);
+// the one-block forward where it fits (T <= 4096, K <= 8; its backward runs as automatic).
 TEST(FocusSinkhornCuda, ChunkedAndCooperativeMatchTheReference) {
   CUDA_TEST_PREAMBLE();
-  int cooperative = 0;
+  int cooperative = 0, blocks = 0;
   for (int B : {1, 2})
-    for (int T : {2, 129, 1000, 4097, 65536 + 3})
+    for (int T : {2, 129, 1000, 4096, 4097, 65536 + 3})
       for (int K : {1, 8, 64})
         for (bool causal : {true, false}) {
           check_case(B, T, K, causal, 10.f, SinkhornPath::chunked);
           SinkhornParams p;
           p.B = B, p.T = T, p.K = K, p.iterations = kIterations, p.causal = causal;
+          if (sinkhorn_block_fits(p)) {  // the one-block forward (the backward as automatic)
+            ++blocks;
+            check_case(B, T, K, causal, 10.f, SinkhornPath::block);
+            check_case(B, T, K, causal, 200.f, SinkhornPath::block);
+            if (causal) check_case(B, T, K, true, 10.f, SinkhornPath::block, false);
+            check_case(B, T, K, causal, 10.f, SinkhornPath::block, true, 7);
+          }
           if (sinkhorn_cooperative_fits(p, false) && sinkhorn_cooperative_fits(p, true)) {
             ++cooperative;
             check_case(B, T, K, causal, 10.f, SinkhornPath::cooperative);
@@ -157,6 +165,12 @@ TEST(FocusSinkhornCuda, ChunkedAndCooperativeMatchTheReference) {
           }
         }
   EXPECT_GT(cooperative, 0) << "no shape ran the cooperative kernels";
+  EXPECT_GT(blocks, 0) << "no shape ran the one-block forward";
+  // The one-block forward at odd K (its unrolled loops over kSinkhornBlockMaxK columns masked, the
+  // scalar stores) and single tokens.
+  for (int T : {1, 7, 1000})
+    for (int K : {3, 5})
+      for (bool causal : {true, false}) check_case(2, T, K, causal, 10.f, SinkhornPath::block);
   // Too many chunks for the cooperative kernels: forcing them is an error naming the limit.
   auto gpu = ExecContext::make_cuda(0);
   const int B = 1, T = 1 << 20, K = 8, N = kIterations;
@@ -169,6 +183,10 @@ TEST(FocusSinkhornCuda, ChunkedAndCooperativeMatchTheReference) {
       ops::focus_sinkhorn_bwd(*gpu, dev(sc, {B, T, K}), dev(sc, {B, T, K}), dev(g, {B, T, K}),
                               dev(it, {N + 1, B, T, K}), true, SinkhornPath::cooperative),
       Error);
+  // ... and the one-block forward (T > kSinkhornBlockMaxT).
+  EXPECT_THROW(ops::focus_sinkhorn_fwd(*gpu, dev(g, {B, T, K}), dev(it, {N + 1, B, T, K}),
+                                       dev(sc, {B, T, K}), true, Tensor(), 0, SinkhornPath::block),
+               Error);
 }
 
 TEST(FocusSinkhornCuda, MatchesTheReference64K) {
@@ -187,18 +205,18 @@ TEST(FocusSinkhornCuda, MatchesTheReference1M) {
 // Decoding: chunks (single tokens, odd sizes, a multi-chunk piece) with the carried state give
 // the rows and the final state of one forward over the whole sequence; with the chunked kernels
 // and with automatic's choice (the cooperative kernels for the multi-chunk pieces).
-void check_carried_state(SinkhornPath path) {
-  SCOPED_TRACE(testing::Message() << "path " << int(path));
+void check_carried_state(SinkhornPath path, int T = 5000) {
+  SCOPED_TRACE(testing::Message() << "path " << int(path) << " T " << T);
   auto gpu = ExecContext::make_cuda(0);
   auto cpu = ExecContext::make_cpu();
-  const int B = 2, T = 5000, K = 8, N = kIterations;
+  const int B = 2, K = 8, N = kIterations;
   std::vector<float> sc = test::random_vector(size_t(B) * T * K, 3, -10, 10);
   std::vector<float> g(sc.size()), it(sc.size() * (N + 1)), state(size_t(B) * N * K, -INFINITY);
   ops::focus_sinkhorn_fwd(*cpu, cpu_tensor(g, {B, T, K}), cpu_tensor(it, {N + 1, B, T, K}),
                           cpu_tensor(sc, {B, T, K}), true, cpu_tensor(state, {B, N, K}));
   DeviceArray<float> d_state(std::vector<float>(state.size(), -INFINITY));
   std::vector<float> out(sc.size());
-  const int cuts[] = {0, 1, 2, 7, 300, 4999, 5000};
+  const int cuts[] = {0, 1, 2, 7, 300, T - 1, T};
   for (int c = 0; c + 1 < 7; ++c) {
     const int t0 = cuts[c], len = cuts[c + 1] - cuts[c];
     std::vector<float> part(size_t(B) * len * K);
@@ -225,6 +243,7 @@ TEST(FocusSinkhornCuda, CarriedStateMatchesTheFullForward) {
   SinkhornParams p;  // the largest piece of check_carried_state
   p.B = 2, p.T = 4699, p.K = 8, p.iterations = kIterations, p.causal = true;
   if (sinkhorn_cooperative_fits(p, false)) check_carried_state(SinkhornPath::cooperative);
+  check_carried_state(SinkhornPath::block, 3000);  // pieces of at most 2699 tokens
 }
 
 }  // namespace
