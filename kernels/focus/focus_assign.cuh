@@ -8,10 +8,11 @@
 //                causal:   Y[t,k] = X_n[t,k] - logsumexp_{t'<=t} X_n[t',k] + log((pos+t+1) / K)
 //   row step     X_{n+1}[t,k] = Y[t,k] - logsumexp_k Y[t,k]
 //   g = exp(X_N) (rows sum to 1).
-// fwd: g and iterates (X_0 .. X_N) written (=). state (causal only; may be null): [B, N, K], the
-//   running logsumexp of each iteration's column over the tokens before this chunk, read and
-//   updated (decode: chunk after chunk gives the rows of one forward over the whole prefix; -inf
-//   at the start). pos: absolute position of token 0 (0 in training).
+// fwd: g and iterates (X_0 .. X_N) written (=). state (causal only; may be null): [B, N, K, 2], the
+//   running logsumexp of each iteration's column over the tokens before this chunk as a float
+//   pair hi + lo (focus_sinkhorn_state.h), read and updated (decode: chunk after chunk gives the
+//   rows of one forward over the whole prefix; (-inf, 0) at the start). pos: absolute position of
+//   token 0 (0 in training).
 // bwd: dscores written (=) from dg and the iterates of the forward (pos 0, no state): the exact
 //   gradient of the unrolled iterations. The iterates are only read.
 // Softmax assignment: g = softmax_k(scores); bwd dscores = g (dg - sum_k g dg) (written =).
@@ -37,7 +38,7 @@ struct SinkhornParams {
   const float* scores = nullptr;
   float* iterates = nullptr;  // [iterations + 1, B, T, K]
   float* g = nullptr;
-  float* state = nullptr;  // [B, iterations, K] or null (causal only)
+  float* state = nullptr;  // [B, iterations, K, 2] (hi, lo) or null (causal only)
   const float* dg = nullptr;
   float* dscores = nullptr;
   int B = 0, T = 0, K = 0;

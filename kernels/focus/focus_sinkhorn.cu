@@ -22,10 +22,13 @@
 // A sequence of one chunk (decoding) runs the whole forward in one block (fwd_single_chunk_kernel).
 // Scratch: two [B, chunks, K] arrays of float pairs. The iterates are only read by the backward.
 // Deterministic: fixed order everywhere, no atomics.
+#include "kernels/focus/focus_sinkhorn_state.h"
 #include "kernels/focus/focus_sinkhorn_tile.cuh"
 
 namespace attnlab {
 namespace {
+
+using namespace focus_sinkhorn_state;
 
 // Exclusive scan of one value per thread in thread order; total = all of them.
 template <class Op, class V>
@@ -86,16 +89,19 @@ __device__ V scan_column(V* col, int chunks, int K, bool reverse, V carry, V* wa
 
 // Block (b, k): chunk sums -> exclusive prefixes; totals[b, k]; state[b, n, k] (if any) is the
 // starting sum and receives the total.
+// (The state's pair enters the scan rounded to float: once per call of this many-chunk path,
+// prefill-sized; the one-token calls of decoding take fwd_single_chunk_kernel, which updates the
+// pair in double.)
 __global__ void lse_scan_kernel(Lse* sums, Lse* totals, Geometry g, float* state, int N, int n) {
   __shared__ Lse warp_sums[32];
   const int b = blockIdx.x / g.K, k = blockIdx.x % g.K;
-  float* st = state ? state + (int64_t(b) * N + n) * g.K + k : nullptr;
-  const Lse init = st ? Lse{*st, 1.f} : LseOp::identity();  // -inf: empty
+  float* st = state ? state_entry(state, b, N, n, g.K, k) : nullptr;
+  const Lse init = st ? Lse{float(state_value(st)), 1.f} : LseOp::identity();  // -inf: empty
   const Lse total = scan_column<LseOp>(sums + int64_t(b) * g.chunks * g.K + k, g.chunks, g.K, false,
                                        init, warp_sums);
   if (threadIdx.x != 0) return;
   totals[b * g.K + k] = total;
-  if (st) *st = total.m + logf(total.s);
+  if (st) state_store(st, double(total.m) + log(double(total.s)));
 }
 
 __global__ void affine_scan_kernel(Affine* maps, Affine* totals, Geometry g, bool reverse) {
@@ -174,14 +180,20 @@ __global__ void fwd_single_chunk_kernel(SinkhornParams p, Geometry g, float log_
   for (int n = 0; n < p.iterations; ++n) {
     segment_sums(seg, tile, g, cl, ch.count);
     __syncthreads();
-    float* st = p.state ? p.state + (int64_t(ch.b) * p.iterations + n) * g.K + cl.k : nullptr;
+    float* st = p.state ? state_entry(p.state, ch.b, p.iterations, n, g.K, cl.k) : nullptr;
+    // The carried sum in double (the pair); the column step takes it rounded to float.
+    const double carried = st ? state_value(st) : -INFINITY;
     const Lse from = !p.causal ? combine_segments<LseOp>(LseOp::identity(), seg, g, cl.k, g.S)
-                     : st      ? Lse{*st, 1.f}
+                     : st      ? Lse{float(carried), 1.f}
                                : LseOp::identity();
-    const Lse total = st ? combine_segments<LseOp>(from, seg, g, cl.k, g.S) : from;
+    double updated = carried;  // carried + this call's tokens, in double (threads < K)
+    if (st && threadIdx.x < g.K) {
+      const Lse mine = combine_segments<LseOp>(LseOp::identity(), seg, g, cl.k, g.S);
+      if (mine.m != -INFINITY) updated = log_add_exp(carried, double(mine.m) + log(double(mine.s)));
+    }
     column_step(tile, seg, target, g, cl, ch.count, p.causal, from, log_mass);
     __syncthreads();  // every thread has read the state
-    if (st && threadIdx.x < g.K) *st = total.m + logf(total.s);
+    if (st && threadIdx.x < g.K) state_store(st, updated);
     row_step(tile, g, ch.count);
     __syncthreads();
     store_tile(p.iterates + (n + 1) * all + ch.base, tile, g, ch.count);
