@@ -28,11 +28,12 @@ namespace attnlab {
 // kSinkhornCoopMaxChunks chunks and every block is resident at once (an error where forced and
 // not); automatic = cooperative where it fits, else chunked. A one-chunk forward is one kernel
 // either way. block (forward only; the backward runs as automatic) = one block per sequence
-// (focus_sinkhorn_block.cu) for T <= kSinkhornBlockMaxT and K <= kSinkhornBlockMaxK (an error
-// where forced and not); not automatic yet (not yet measured).
+// (focus_sinkhorn_block.cu) for T <= kSinkhornBlockMaxT, K <= kSinkhornBlockMaxK and at most
+// kSinkhornBlockMaxIterations iterations (an error where forced and not); not automatic yet (not
+// yet measured).
 enum class SinkhornPath { automatic, chunked, cooperative, block };
 constexpr int kSinkhornCoopMaxChunks = 256;
-constexpr int kSinkhornBlockMaxT = 4096, kSinkhornBlockMaxK = 8;
+constexpr int kSinkhornBlockMaxT = 4096, kSinkhornBlockMaxK = 8, kSinkhornBlockMaxIterations = 32;
 
 struct SinkhornParams {
   const float* scores = nullptr;

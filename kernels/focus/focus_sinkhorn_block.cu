@@ -10,10 +10,13 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/focus/focus_sinkhorn_state.h"
 #include "kernels/focus/focus_sinkhorn_tile.cuh"
 
 namespace attnlab {
 namespace {
+
+using namespace focus_sinkhorn_state;
 
 constexpr int kBlockThreads = 512;
 constexpr int kRows = kSinkhornBlockMaxT / kBlockThreads;  // tokens per thread
@@ -91,7 +94,8 @@ __device__ __forceinline__ void store_rows(float* dst, const float (&x)[kRows][k
 __global__ void __launch_bounds__(kBlockThreads)
     fwd_block_kernel(SinkhornParams p, float log_mass, bool vec) {
   __shared__ Lse warp_tot[2][kWarpsPerBlock][kMaxK];
-  __shared__ float target[kSinkhornBlockMaxT];  // causal: log((pos + t + 1) / K)
+  __shared__ float target[kSinkhornBlockMaxT];                   // causal: log((pos + t + 1) / K)
+  __shared__ Lse call_sums[kSinkhornBlockMaxIterations][kMaxK];  // the state's update
   const int b = blockIdx.x, K = p.K, T = p.T;
   const int t0 = threadIdx.x * kRows;
   const int64_t base = int64_t(b) * T * K, all = int64_t(p.B) * T * K;
@@ -119,14 +123,17 @@ __global__ void __launch_bounds__(kBlockThreads)
     }
     block_scan_columns(pre, warp_tot[n & 1], K);
     const Lse* total = warp_tot[n & 1][kWarpsPerBlock - 1];  // the columns' sums (shared)
-    float* st = p.causal && p.state ? p.state + (int64_t(b) * p.iterations + n) * K : nullptr;
+    // Entry (b, n, 0) of the carried state; column k's pair at st + 2 k (focus_sinkhorn_state.h).
+    float* st = p.causal && p.state ? state_entry(p.state, b, p.iterations, n, K, 0) : nullptr;
 #pragma unroll
     for (int k = 0; k < kMaxK; ++k) {
       if (k >= K) break;
       if (p.causal) {
         // from the carried state (an earlier chunk's column sum, -inf: none), then the tokens
         // before this thread's, then its own one by one (column_step's walk)
-        Lse run = LseOp::combine(st ? Lse{st[k], 1.f} : LseOp::identity(), pre[k]);
+        Lse run = LseOp::combine(
+            st ? Lse{float(state_value(st + kSinkhornStateWords * k)), 1.f} : LseOp::identity(),
+            pre[k]);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           if (!valid(r)) continue;
@@ -140,17 +147,11 @@ __global__ void __launch_bounds__(kBlockThreads)
           if (valid(r)) x[r][k] = (x[r][k] - total[k].m) - shift;
       }
     }
-    if (st) {
-      __syncthreads();  // every thread has read the state
-#pragma unroll
-      for (int k = 0; k < kMaxK; ++k) {  // thread k: column k's new sum (registers, no stack)
-        if (k < K && int(threadIdx.x) == k) {
-          const Lse t = LseOp::combine(Lse{st[k], 1.f}, total[k]);
-          st[k] = t.m + logf(t.s);
-        }
-      }
-    }
-    // Row step and X_{n+1}.
+    // The call's column sums, for the state's update after the loop (in double there: here it
+    // spilled the loop at 128 registers). Thread k keeps column k's; entry (n, k) of the state is
+    // read in iteration n only, so writing every entry at the end is the same.
+    if (st && int(threadIdx.x) < K) call_sums[n][threadIdx.x] = total[threadIdx.x];
+      // Row step and X_{n+1}.
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (!valid(r)) continue;
@@ -170,12 +171,25 @@ __global__ void __launch_bounds__(kBlockThreads)
     store_rows(p.iterates + (n + 1) * all + mine, x, K, n_valid, vec, [](float v) { return v; });
   }
   store_rows(p.g + mine, x, K, n_valid, vec, [](float v) { return expf(v); });
+  if (p.causal && p.state != nullptr) {  // (uniform) the carried sums plus this call's, in double
+    __syncthreads();                     // every thread has read every iteration's entries
+    const int k = int(threadIdx.x);
+    if (k < K) {
+      for (int n = 0; n < p.iterations; ++n) {
+        float* e = state_entry(p.state, b, p.iterations, n, K, k);
+        const Lse t = call_sums[n][k];
+        if (t.m != -INFINITY)
+          state_store(e, log_add_exp(state_value(e), double(t.m) + log(double(t.s))));
+      }
+    }
+  }
 }
 
 }  // namespace
 
 bool sinkhorn_block_fits(const SinkhornParams& p) {
-  return p.B >= 1 && p.T >= 1 && p.T <= kSinkhornBlockMaxT && p.K >= 1 && p.K <= kSinkhornBlockMaxK;
+  return p.B >= 1 && p.T >= 1 && p.T <= kSinkhornBlockMaxT && p.K >= 1 &&
+         p.K <= kSinkhornBlockMaxK && p.iterations <= kSinkhornBlockMaxIterations;
 }
 
 bool launch_sinkhorn_fwd_block(const SinkhornParams& p, Stream s) {
