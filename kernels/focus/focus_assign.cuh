@@ -26,11 +26,11 @@ namespace attnlab {
 // Which CUDA Sinkhorn runs: chunked = one launch per step (2N + 1 forward, 4N / 5N backward);
 // cooperative = one launch per direction (focus_sinkhorn_coop.cu) where the sequence has at most
 // kSinkhornCoopMaxChunks chunks and every block is resident at once (an error where forced and
-// not); automatic = cooperative where it fits, else chunked. A one-chunk forward is one kernel
-// either way. block (forward only; the backward runs as automatic) = one block per sequence
+// not); block (forward only; the backward runs as automatic) = one block per sequence
 // (focus_sinkhorn_block.cu) for T <= kSinkhornBlockMaxT, K <= kSinkhornBlockMaxK and at most
-// kSinkhornBlockMaxIterations iterations (an error where forced and not); not automatic yet (not
-// yet measured).
+// kSinkhornBlockMaxIterations iterations (an error where forced and not); automatic = the forward
+// cooperative where it fits, else block where it fits, else chunked (the backward cooperative or
+// chunked). A one-chunk forward is one kernel (fwd_single_chunk_kernel) unless block is forced.
 enum class SinkhornPath { automatic, chunked, cooperative, block };
 constexpr int kSinkhornCoopMaxChunks = 256;
 constexpr int kSinkhornBlockMaxT = 4096, kSinkhornBlockMaxK = 8, kSinkhornBlockMaxIterations = 32;

@@ -102,7 +102,8 @@ void check_case(int B, int T, int K, bool causal, float amp,
   ops::focus_sinkhorn_bwd(*cpu, cpu_tensor(ds, s), cpu_tensor(dg, s), cpu_tensor(g, s),
                           cpu_tensor(it, is), causal);
 
-  DeviceArray<float> d_sc(sc), d_g(n), d_it(it.size()), d_state(state);
+  // (state now holds the reference's update: the device starts from empty entries too)
+  DeviceArray<float> d_sc(sc), d_g(n), d_it(it.size()), d_state(empty_state(size_t(B) * N * K));
   d_g.poison();
   d_it.poison();
   ops::focus_sinkhorn_fwd(*gpu, dev(d_g, s), dev(d_it, is), dev(d_sc, s), causal,
