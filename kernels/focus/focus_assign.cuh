@@ -8,10 +8,11 @@
 //                causal:   Y[t,k] = X_n[t,k] - logsumexp_{t'<=t} X_n[t',k] + log((pos+t+1) / K)
 //   row step     X_{n+1}[t,k] = Y[t,k] - logsumexp_k Y[t,k]
 //   g = exp(X_N) (rows sum to 1).
-// fwd: g and iterates (X_0 .. X_N) written (=). state (causal only; may be null): [B, N, K], the
-//   running logsumexp of each iteration's column over the tokens before this chunk, read and
-//   updated (decode: chunk after chunk gives the rows of one forward over the whole prefix; -inf
-//   at the start). pos: absolute position of token 0 (0 in training).
+// fwd: g and iterates (X_0 .. X_N) written (=). state (causal only; may be null): [B, N, K, 2], the
+//   running logsumexp of each iteration's column over the tokens before this chunk as a float
+//   pair hi + lo (focus_sinkhorn_state.h), read and updated (decode: chunk after chunk gives the
+//   rows of one forward over the whole prefix; (-inf, 0) at the start). pos: absolute position of
+//   token 0 (0 in training).
 // bwd: dscores written (=) from dg and the iterates of the forward (pos 0, no state): the exact
 //   gradient of the unrolled iterations. The iterates are only read.
 // Softmax assignment: g = softmax_k(scores); bwd dscores = g (dg - sum_k g dg) (written =).
@@ -25,16 +26,20 @@ namespace attnlab {
 // Which CUDA Sinkhorn runs: chunked = one launch per step (2N + 1 forward, 4N / 5N backward);
 // cooperative = one launch per direction (focus_sinkhorn_coop.cu) where the sequence has at most
 // kSinkhornCoopMaxChunks chunks and every block is resident at once (an error where forced and
-// not); automatic = cooperative where it fits, else chunked. A one-chunk forward is one kernel
-// either way.
-enum class SinkhornPath { automatic, chunked, cooperative };
+// not); block (forward only; the backward runs as automatic) = one block per sequence
+// (focus_sinkhorn_block.cu) for T <= kSinkhornBlockMaxT, K <= kSinkhornBlockMaxK and at most
+// kSinkhornBlockMaxIterations iterations (an error where forced and not); automatic = the forward
+// cooperative where it fits, else block where it fits, else chunked (the backward cooperative or
+// chunked). A one-chunk forward is one kernel (fwd_single_chunk_kernel) unless block is forced.
+enum class SinkhornPath { automatic, chunked, cooperative, block };
 constexpr int kSinkhornCoopMaxChunks = 256;
+constexpr int kSinkhornBlockMaxT = 4096, kSinkhornBlockMaxK = 8, kSinkhornBlockMaxIterations = 32;
 
 struct SinkhornParams {
   const float* scores = nullptr;
   float* iterates = nullptr;  // [iterations + 1, B, T, K]
   float* g = nullptr;
-  float* state = nullptr;  // [B, iterations, K] or null (causal only)
+  float* state = nullptr;  // [B, iterations, K, 2] (hi, lo) or null (causal only)
   const float* dg = nullptr;
   float* dscores = nullptr;
   int B = 0, T = 0, K = 0;
@@ -68,6 +73,10 @@ void launch_sinkhorn_bwd(const SinkhornParams& p, Stream s);
 bool sinkhorn_cooperative_fits(const SinkhornParams& p, bool backward);
 bool launch_sinkhorn_fwd_cooperative(const SinkhornParams& p, Stream s);
 bool launch_sinkhorn_bwd_cooperative(const SinkhornParams& p, Stream s);
+// The one-block forward (focus_sinkhorn_block.cu): whether it takes p, and the launch (false:
+// nothing launched).
+bool sinkhorn_block_fits(const SinkhornParams& p);
+bool launch_sinkhorn_fwd_block(const SinkhornParams& p, Stream s);
 void launch_softmax_assign_fwd(const SoftmaxAssignParams& p, Stream s);
 void launch_softmax_assign_bwd(const SoftmaxAssignParams& p, Stream s);
 void launch_topk_route(const TopkRouteParams& p, Stream s);

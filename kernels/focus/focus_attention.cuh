@@ -83,5 +83,10 @@ template <typename T>
 void launch_focus_attention_fwd(const FocusAttentionParams<T>& p, Stream s);
 template <typename T>
 void launch_focus_attention_bwd(const FocusAttentionParams<T>& p, Stream s);
+// Decoding (focus_soft_decode.cu): the rows of launch_focus_attention_fwd at positions pos .. pos +
+// seq_len - 1 against a cache (k, v with kv_head_stride; g [B, max_T, K] for the soft gates,
+// groups for the hard one), any gate kind, D <= 128; o only (lse not written).
+template <typename T>
+void launch_focus_attention_decode(const FocusAttentionParams<T>& p, Stream s);
 
 }  // namespace attnlab

@@ -22,10 +22,13 @@
 // A sequence of one chunk (decoding) runs the whole forward in one block (fwd_single_chunk_kernel).
 // Scratch: two [B, chunks, K] arrays of float pairs. The iterates are only read by the backward.
 // Deterministic: fixed order everywhere, no atomics.
+#include "kernels/focus/focus_sinkhorn_state.h"
 #include "kernels/focus/focus_sinkhorn_tile.cuh"
 
 namespace attnlab {
 namespace {
+
+using namespace focus_sinkhorn_state;
 
 // Exclusive scan of one value per thread in thread order; total = all of them.
 template <class Op, class V>
@@ -86,16 +89,19 @@ __device__ V scan_column(V* col, int chunks, int K, bool reverse, V carry, V* wa
 
 // Block (b, k): chunk sums -> exclusive prefixes; totals[b, k]; state[b, n, k] (if any) is the
 // starting sum and receives the total.
+// (The state's pair enters the scan rounded to float: once per call of this many-chunk path,
+// prefill-sized; the one-token calls of decoding take fwd_single_chunk_kernel, which updates the
+// pair in double.)
 __global__ void lse_scan_kernel(Lse* sums, Lse* totals, Geometry g, float* state, int N, int n) {
   __shared__ Lse warp_sums[32];
   const int b = blockIdx.x / g.K, k = blockIdx.x % g.K;
-  float* st = state ? state + (int64_t(b) * N + n) * g.K + k : nullptr;
-  const Lse init = st ? Lse{*st, 1.f} : LseOp::identity();  // -inf: empty
+  float* st = state ? state_entry(state, b, N, n, g.K, k) : nullptr;
+  const Lse init = st ? Lse{float(state_value(st)), 1.f} : LseOp::identity();  // -inf: empty
   const Lse total = scan_column<LseOp>(sums + int64_t(b) * g.chunks * g.K + k, g.chunks, g.K, false,
                                        init, warp_sums);
   if (threadIdx.x != 0) return;
   totals[b * g.K + k] = total;
-  if (st) *st = total.m + logf(total.s);
+  if (st) state_store(st, double(total.m) + log(double(total.s)));
 }
 
 __global__ void affine_scan_kernel(Affine* maps, Affine* totals, Geometry g, bool reverse) {
@@ -174,14 +180,20 @@ __global__ void fwd_single_chunk_kernel(SinkhornParams p, Geometry g, float log_
   for (int n = 0; n < p.iterations; ++n) {
     segment_sums(seg, tile, g, cl, ch.count);
     __syncthreads();
-    float* st = p.state ? p.state + (int64_t(ch.b) * p.iterations + n) * g.K + cl.k : nullptr;
+    float* st = p.state ? state_entry(p.state, ch.b, p.iterations, n, g.K, cl.k) : nullptr;
+    // The carried sum in double (the pair); the column step takes it rounded to float.
+    const double carried = st ? state_value(st) : -INFINITY;
     const Lse from = !p.causal ? combine_segments<LseOp>(LseOp::identity(), seg, g, cl.k, g.S)
-                     : st      ? Lse{*st, 1.f}
+                     : st      ? Lse{float(carried), 1.f}
                                : LseOp::identity();
-    const Lse total = st ? combine_segments<LseOp>(from, seg, g, cl.k, g.S) : from;
+    double updated = carried;  // carried + this call's tokens, in double (threads < K)
+    if (st && threadIdx.x < g.K) {
+      const Lse mine = combine_segments<LseOp>(LseOp::identity(), seg, g, cl.k, g.S);
+      if (mine.m != -INFINITY) updated = log_add_exp(carried, double(mine.m) + log(double(mine.s)));
+    }
     column_step(tile, seg, target, g, cl, ch.count, p.causal, from, log_mass);
     __syncthreads();  // every thread has read the state
-    if (st && threadIdx.x < g.K) *st = total.m + logf(total.s);
+    if (st && threadIdx.x < g.K) state_store(st, updated);
     row_step(tile, g, ch.count);
     __syncthreads();
     store_tile(p.iterates + (n + 1) * all + ch.base, tile, g, ch.count);
@@ -285,7 +297,7 @@ int tile_blocks(const Geometry& g) {
 // The cooperative kernels for this call where p.path allows them and they fit (launched: true);
 // forced and not launched is an error.
 bool cooperative(const SinkhornParams& p, const Geometry& g, bool backward, Stream s) {
-  if (p.path == SinkhornPath::chunked) return false;
+  if (p.path == SinkhornPath::chunked) return false;  // (block: the backward as automatic)
   const bool launched =
       backward ? launch_sinkhorn_bwd_cooperative(p, s) : launch_sinkhorn_fwd_cooperative(p, s);
   ATTN_REQUIRE(launched || p.path != SinkhornPath::cooperative,
@@ -299,6 +311,14 @@ bool cooperative(const SinkhornParams& p, const Geometry& g, bool backward, Stre
 
 void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s) {
   if (p.B == 0 || p.T == 0) return;
+  if (p.path == SinkhornPath::block) {
+    ATTN_REQUIRE(launch_sinkhorn_fwd_block(p, s),
+                 "sinkhorn: the one-block forward takes T <= %d, K <= %d and at most %d "
+                 "iterations, got T %d, K %d, %d iterations",
+                 kSinkhornBlockMaxT, kSinkhornBlockMaxK, kSinkhornBlockMaxIterations, p.T, p.K,
+                 p.iterations);
+    return;
+  }
   const Geometry g = geometry(p);
   const int blocks = tile_blocks(g);
   const float log_mass = float(std::log(double(p.T) / p.K));
@@ -309,6 +329,9 @@ void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s) {
     return;
   }
   if (cooperative(p, g, false, s)) return;
+  // Where the cooperative kernel does not fit (B x chunks past one wave), the one-block forward
+  // beats the chunked one (bench_focus_assign, H200 2026-12-05: B 64, T 4096, 10-30%).
+  if (p.path == SinkhornPath::automatic && launch_sinkhorn_fwd_block(p, s)) return;
   StreamScratch sums(sizeof(Lse) * size_t(blocks) * g.K, s), totals(sizeof(Lse) * g.B * g.K, s);
   chunk_sums_kernel<<<blocks, kThreads, tile_bytes(g, 1, 1), st(s)>>>(p.scores, p.iterates,
                                                                       sums.as<Lse>(), g);

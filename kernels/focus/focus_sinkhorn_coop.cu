@@ -26,12 +26,14 @@
 #include <cmath>
 
 #include "kernels/focus/focus_sinkhorn_order.h"
+#include "kernels/focus/focus_sinkhorn_state.h"
 #include "kernels/focus/focus_sinkhorn_tile.cuh"
 
 namespace attnlab {
 namespace {
 
 namespace cg = cooperative_groups;
+using namespace focus_sinkhorn_state;
 using focus_sinkhorn::lane_share;
 using focus_sinkhorn::tree_step;
 
@@ -70,7 +72,7 @@ __global__ void __launch_bounds__(kThreads)
   float* target = smem + 2 * kThreads;
   float* tile = target + g.C;
   Lse* from = reinterpret_cast<Lse*>(tile + g.C * g.KP);  // [K] per column: prefix or total
-  float* totals = reinterpret_cast<float*>(from + g.K);   // [K]: the state's new values
+  float* totals = reinterpret_cast<float*>(from + g.K);   // [K][2]: the state's new pairs
   const Chunk ch = chunk_of(g);
   const Cell cl = cell_of(g);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -93,15 +95,20 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = warp; k < g.K; k += warps) {
       Lse r;
       if (p.causal) {
-        float* st = keep_state ? p.state + (int64_t(ch.b) * p.iterations + n) * g.K + k : nullptr;
-        r = LseOp::combine(st ? Lse{*st, 1.f} : LseOp::identity(),
+        float* st = keep_state ? state_entry(p.state, ch.b, p.iterations, n, g.K, k) : nullptr;
+        // (The pair enters rounded to float: once per call of this prefill-sized path.)
+        r = LseOp::combine(st ? Lse{float(state_value(st)), 1.f} : LseOp::identity(),
                            warp_fold<LseOp>(seq + k, g.K, 0, ch.c, false));
         if (keep_state && last_chunk && lane == 0) {
           // Iteration n - 1's total: every block read that state entry before this barrier. The
           // same thread wrote totals[k] then, so no block barrier is needed here.
-          if (n > 0) st[-g.K] = totals[k];
+          if (n > 0) {
+            float* prev = state_entry(p.state, ch.b, p.iterations, n - 1, g.K, k);
+            prev[0] = totals[2 * k];
+            prev[1] = totals[2 * k + 1];
+          }
           const Lse total = LseOp::combine(r, cur[ch.slot + k]);
-          totals[k] = total.m + logf(total.s);
+          state_store(totals + 2 * k, double(total.m) + log(double(total.s)));
         }
       } else {
         r = warp_fold<LseOp>(seq + k, g.K, 0, g.chunks, false);
@@ -128,8 +135,11 @@ __global__ void __launch_bounds__(kThreads)
   if (keep_state) {  // uniform over the grid
     grid.sync();     // every block has read the last iteration's state
     if (last_chunk && lane == 0) {
-      float* st = p.state + (int64_t(ch.b) * p.iterations + p.iterations - 1) * g.K;
-      for (int k = warp; k < g.K; k += warps) st[k] = totals[k];  // the threads that wrote them
+      for (int k = warp; k < g.K; k += warps) {  // the threads that wrote them
+        float* st = state_entry(p.state, ch.b, p.iterations, p.iterations - 1, g.K, k);
+        st[0] = totals[2 * k];
+        st[1] = totals[2 * k + 1];
+      }
     }
   }
 }
@@ -213,8 +223,8 @@ __global__ void __launch_bounds__(kThreads)
   store_tile(p.dscores + ch.base, d, g, ch.count);
 }
 
-size_t fwd_smem(const Geometry& g) {
-  return sizeof(float) * (size_t(2 * kThreads) + g.C + size_t(g.C) * g.KP + 3 * g.K);
+size_t fwd_smem(const Geometry& g) {  // seg, target, tile, from [K] Lse, totals [K][2]
+  return sizeof(float) * (size_t(2 * kThreads) + g.C + size_t(g.C) * g.KP + 4 * g.K);
 }
 size_t bwd_smem(const Geometry& g) {
   return sizeof(float) * (size_t(4 * kThreads) + 3 * size_t(g.C) * g.KP + 3 * g.K);

@@ -7,10 +7,12 @@
 // g's fp16 columns, focus_wgmma_layout.h, in 128-byte-swizzled tiles as Q and K: its accumulator
 // is S's layout); wait, mask, row max, exponentials, exp(s - m) (a + eps) on the distant pairs
 // (a + eps <= 1 + eps, so the running max of the raw scores stays a safe bound, as in the tiled
-// kernel); row sums; rescale O; O += P V. Beside Q, K, V: the g tiles of the block's queries and,
-// double-buffered with K and V, of the tile's keys (cp.async, landed with Q by the barrier at the
-// top of each tile). One schedule for both head dims (the dense kernel's pingpong schedule at D =
-// 128 is not ported).
+// kernel); row sums; rescale O; O += P V. At K <= 8 the gate's eps is folded into the affinity
+// (a column of the k16 step's free upper half) and, on tiles where every pair is distant, its
+// unscale into the exponent: one multiply per score (focus_wgmma_layout.h, eps_fold_operand).
+// Beside Q, K, V: the g tiles of the block's queries and, double-buffered with K and V, of the
+// tile's keys (cp.async, landed with Q by the barrier at the top of each tile). One schedule for
+// both head dims (the dense kernel's pingpong schedule at D = 128 is not ported).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -86,7 +88,7 @@ __device__ __forceinline__ void softmax_gate_tile(float (&s)[BN / 2], const floa
                                                   RowState& st, float (&corr)[2],
                                                   const FocusAttentionParams<bf16>& p, int k0,
                                                   int wq0, int row0, int lane, float sl2,
-                                                  bool gated, bool all_distant) {
+                                                  bool gated, bool all_distant, bool fold) {
   const int T = p.seq_len, tig = lane & 3;
   const AttentionMask mask{};  // causal
   if (ATTN_MASK_NEEDS_KEY_MASK(mask, wq0, 64, k0, BN, T)) {
@@ -110,6 +112,9 @@ __device__ __forceinline__ void softmax_gate_tile(float (&s)[BN / 2], const floa
     else if (gated)
       focus_wgmma::mask_acc_hard(s, a, row0, k0 + 2 * tig, p.gate.local_window);
   }
+  // eps folded into a (fold, focus_wgmma_layout.h): on an all-distant tile the exponent also
+  // takes the affinity's unscale, and the gate is one multiply.
+  const bool folded_tile = !kHard && fold && all_distant;
   float m_use[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -124,17 +129,20 @@ __device__ __forceinline__ void softmax_gate_tile(float (&s)[BN / 2], const floa
     m_use[r] = m_new == -INFINITY ? 0.f : m_new;  // a row with no visible key yet
     corr[r] = exp2_ftz(st.max[r] - m_use[r]);
     st.max[r] = m_new;
+    const float m_exp = folded_tile ? m_use[r] + focus_wgmma::kAffinityLog2Scale : m_use[r];
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
-      s[4 * j + 2 * r] = exp2_ftz(fmaf(s[4 * j + 2 * r], sl2, -m_use[r]));
-      s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], sl2, -m_use[r]));
+      s[4 * j + 2 * r] = exp2_ftz(fmaf(s[4 * j + 2 * r], sl2, -m_exp));
+      s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], sl2, -m_exp));
     }
   }
   if constexpr (!kHard) {
-    if (all_distant)
+    if (folded_tile)
+      focus_wgmma::gate_acc_all_folded(s, a);
+    else if (all_distant)
       focus_wgmma::gate_acc_all(s, a, p.gate.eps);
-    else if (gated)
-      focus_wgmma::gate_acc(s, a, row0, k0 + 2 * tig, p.gate.local_window, p.gate.eps);
+    else if (gated)  // (with fold, a holds eps already)
+      focus_wgmma::gate_acc(s, a, row0, k0 + 2 * tig, p.gate.local_window, fold ? 0.f : p.gate.eps);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -175,7 +183,7 @@ template <int D, int KP, bool kHard>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     focus_wgmma_fwd_kernel(const FocusAttentionParams<bf16> p, const bf16* __restrict__ gs,
                            const __grid_constant__ CUtensorMap tm_k,
-                           const __grid_constant__ CUtensorMap tm_v) {
+                           const __grid_constant__ CUtensorMap tm_v, float fold_e) {
 #if ATTN_WGMMA_DEVICE
   constexpr int BN = kBlockN<D>;
   constexpr uint32_t kQBytes = tile_bytes(kBlockM, D), kKVBytes = tile_bytes(BN, D);
@@ -234,6 +242,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     mbar_init(full + 8, 1);
     fence_mbar_init();
   }
+  // KP 8: the affinity tiles' upper half, once (the eps operand where folded, else zero).
+  const bool fold = fold_e != 0.f;
+  if constexpr (KP == 8) {
+    focus_wgmma::fill_g_upper_half<kBlockM, kThreads>(sGq, fold_e);
+    focus_wgmma::fill_g_upper_half<2 * BN, kThreads>(sGk, fold_e);
+  }
   __syncthreads();
   load_tile<kBlockM, D, kThreads>(sQ, gq, p.q_row_stride, q0, T);
   focus_wgmma::load_g_affinity_tile<kBlockM, KP, kThreads>(sGq, gsb, q0, T);
@@ -260,7 +274,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     // Where every pair of the warpgroup's tile is distant (all tiles but the diagonal's few) the
     // gate needs no per-element distance test.
     const bool all_distant = focus_wgmma::tile_all_distant(wq0, k0 + BN - 1, w);
-    softmax_gate_tile<BN, kHard>(s, a, st, corr, p, k0, wq0, row0, lane, sl2, gated, all_distant);
+    softmax_gate_tile<BN, kHard>(s, a, st, corr, p, k0, wq0, row0, lane, sl2, gated, all_distant,
+                                 fold);
     rescale<D>(o, corr);
     acc_to_a<BN>(pa, s);
     issue_pv<D, BN>(o, pa, sV + buf * kKVBytes);
@@ -331,7 +346,12 @@ void launch_fwd(const FocusAttentionParams<bf16>& p, const bf16* gs, cudaStream_
                                     p.kv_batch_stride, kBlockN<D>),
                     tm_v = tile_map(p.v, kv_width, p.seq_len, p.B, p.kv_row_stride,
                                     p.kv_batch_stride, kBlockN<D>);
-  kernel<<<grid, kThreads, smem, st>>>(p, gs, tm_k, tm_v);
+  // The eps operand of the folded gate (K <= 8; 0: unfolded, and always for the hard mask,
+  // whose affinity counts shared groups exactly).
+  const float fold_e = !kHard && KP == 8 && focus_wgmma::eps_foldable(p.gate.eps)
+                           ? focus_wgmma::eps_fold_operand(p.gate.eps)
+                           : 0.f;
+  kernel<<<grid, kThreads, smem, st>>>(p, gs, tm_k, tm_v, fold_e);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -36,17 +36,31 @@ __device__ __forceinline__ void load_g_tile(uint32_t s, const bf16* gs, int row0
 
 // The fp16 affinity columns (0 .. KP) of rows row0 .. row0 + ROWS - 1 of the split g into a
 // [ROWS] x 128-byte tile in the 128-byte swizzle of the wgmma tiles (wgmma::swizzled_offset; the
-// rest of each row is not read), zero past T and, at KP = 8, in columns 8 .. 16 (the k16 step's
-// upper half): the forward's operands of A = G_q G_k^T, K-major as Q and K are for S. Part of
-// the caller's cp.async group.
+// rest of each row is not read), zero past T: the forward's operands of A = G_q G_k^T, K-major
+// as Q and K are for S. At KP = 8 the k16 step's upper half (columns 8 .. 16) is not written
+// here: fill_g_upper_half writes it once per buffer. Part of the caller's cp.async group.
 template <int ROWS, int KP, int kThreads>
 __device__ __forceinline__ void load_g_affinity_tile(uint32_t s, const bf16* gs, int row0, int T) {
-  constexpr int kChunks = 2 * affinity_ksteps(KP), kW = 3 * KP;
+  constexpr int kChunks = KP == 8 ? 1 : 2 * affinity_ksteps(KP), kW = 3 * KP;
   for (int i = threadIdx.x; i < ROWS * kChunks; i += kThreads) {
     const int r = i / kChunks, c = i - r * kChunks;
     const bool valid = row0 + r < T && 8 * c < KP;
     wgmma::cp_async16(s + wgmma::swizzled_offset<ROWS>(r, c),
                       valid ? gs + int64_t(row0 + r) * kW + 8 * c : gs, valid);
+  }
+}
+
+// Columns 8 .. 16 of every row of a KP = 8 affinity tile (load_g_affinity_tile's [ROWS] x 128
+// bytes): column 8 = e (fp16; the folded eps's operand, focus_wgmma_layout.h, or 0), the rest 0.
+// Plain stores: the caller's fence_proxy_async and barrier (tiles_ready) publish them to wgmma.
+template <int ROWS, int kThreads>
+__device__ __forceinline__ void fill_g_upper_half(uint32_t s, float e) {
+  const uint32_t word = uint32_t(__half_as_ushort(__float2half_rn(e)));
+  for (int r = threadIdx.x; r < ROWS; r += kThreads) {
+    asm volatile(
+        "st.shared.v4.b32 [%0], {%1, %2, %2, %2};\n" ::"r"(s + wgmma::swizzled_offset<ROWS>(r, 1)),
+        "r"(word), "r"(0u)
+        : "memory");
   }
 }
 

@@ -165,6 +165,32 @@ ATTN_FWL_FN void gate_acc(float (&s)[kVals], const float (&a)[kVals], int row0, 
   }
 }
 
+// The additive gate's eps folded into the forward's affinity (KP = 8, i.e. K <= 8, the default:
+// the k16 step's upper half, columns 8 .. 16, holds no group). Column 8 of both operands holds
+// e = fp16(sqrt(eps) kAffinityScale) (eps_fold_operand), so the accumulator is kAffinityScale^2
+// (a + eps') with eps' = e^2 / kAffinityScale^2 (eps_folded: within 2^-10 of eps, the fp16
+// operands' own precision), and on a tile where every pair is distant the unscale moves into the
+// exponent: exp2(x - m - kAffinityLog2Scale) a' = exp2(x - m) (a + eps'), one multiply per score
+// (gate_acc_all_folded) where gate_acc_all has a multiply-add and a multiply. eps_foldable:
+// e a normal fp16 (eps in [2.2e-16, 255]); other eps keep the unfolded gate.
+constexpr float kAffinityLog2Scale = 24.f;  // log2(kAffinityScale^2)
+ATTN_FWL_FN float round_to_f16(float x) {   // round to nearest even, normal fp16 range
+  int e = 0;
+  const float m = std::frexp(x, &e);  // x = m 2^e, 0.5 <= |m| < 1
+  return std::ldexp(std::rint(std::ldexp(m, 11)), e - 11);
+}
+ATTN_FWL_FN bool eps_foldable(float eps) {
+  const float e = std::sqrt(eps) * kAffinityScale;
+  return e >= 6.103515625e-05f && e <= 65504.f;  // fp16's smallest normal .. largest
+}
+ATTN_FWL_FN float eps_fold_operand(float eps) {
+  return round_to_f16(std::sqrt(eps) * kAffinityScale);
+}
+ATTN_FWL_FN float eps_folded(float eps) {
+  const float e = eps_fold_operand(eps);
+  return e * e * kAffinityUnscale;
+}
+
 // Every pair of a tile of rows r_first .. (queries) and columns .. c_last (keys) is distant: the
 // forward then gates the whole accumulator without the per-element test (gate_acc_all).
 ATTN_FWL_FN bool tile_all_distant(int r_first, int c_last, int w) { return r_first - c_last > w; }
@@ -176,18 +202,30 @@ ATTN_FWL_FN void gate_acc_all(float (&s)[kVals], const float (&a)[kVals], float 
   for (int i = 0; i < kVals; ++i) s[i] *= a[i] * kAffinityUnscale + eps;
 }
 
+// gate_acc_all with eps folded (above): s = exp2(x - m - kAffinityLog2Scale) on entry, a the
+// accumulator with eps' in it.
+template <int kVals>
+ATTN_FWL_FN void gate_acc_all_folded(float (&s)[kVals], const float (&a)[kVals]) {
+  ATTN_FWL_UNROLL
+  for (int i = 0; i < kVals; ++i) s[i] *= a[i];
+}
+
+// Half a shared group in the accumulator's scale (a kAffinityUnscale < 0.5, compared unscaled:
+// the same test without a multiply per score, exact since the scale is a power of two).
+constexpr float kHardShareThreshold = 0.5f / kAffinityUnscale;  // 2^23
+
 // The hard-routed forward on the soft kernel (focus_wgmma_fwd.cu, kHard): a is the affinity of the
 // tokens' group indicators (split_groups: 1 in each group of the token's set), so a
 // kAffinityUnscale counts the groups the pair shares, exactly; a distant pair that shares none is
-// masked (-inf, before the row max, as the causal mask), every other pair kept ungated. Elements
-// as gate_acc's.
+// masked (-inf, before the row max, as the causal mask; a < kHardShareThreshold), every other
+// pair kept ungated. Elements as gate_acc's.
 template <int kVals>
 ATTN_FWL_FN void mask_acc_hard(float (&s)[kVals], const float (&a)[kVals], int row0, int col0,
                                int w) {
   ATTN_FWL_UNROLL
   for (int i = 0; i < kVals; ++i) {
     const int row = row0 + 8 * ((i >> 1) & 1), col = col0 + 8 * (i >> 2) + (i & 1);
-    if (row - col > w && a[i] * kAffinityUnscale < 0.5f) s[i] = -INFINITY;
+    if (row - col > w && a[i] < kHardShareThreshold) s[i] = -INFINITY;
   }
 }
 
@@ -196,7 +234,7 @@ template <int kVals>
 ATTN_FWL_FN void mask_acc_hard_all(float (&s)[kVals], const float (&a)[kVals]) {
   ATTN_FWL_UNROLL
   for (int i = 0; i < kVals; ++i) {
-    if (a[i] * kAffinityUnscale < 0.5f) s[i] = -INFINITY;
+    if (a[i] < kHardShareThreshold) s[i] = -INFINITY;
   }
 }
 

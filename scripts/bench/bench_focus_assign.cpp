@@ -11,7 +11,8 @@
 // dscores, z twice (dz, dcentroids) and dz, in bytes.
 // and is printed beside the card's measured ceiling (a device-to-device copy, read + write).
 // The Sinkhorn rows time the chunked kernels (one launch per step) and, where they fit
-// (sinkhorn_cooperative_fits), the cooperative ones (one launch per direction: "coop" rows).
+// (sinkhorn_cooperative_fits), the cooperative ones (one launch per direction: "coop" rows), and
+// where it fits the one-block forward ("block" rows; its backward runs as automatic).
 // --B=N: sequences per call (default 1; training runs B = micro-batch, the same B for every row).
 // Usage: bench_focus_assign [--csv=PATH] [--max-t=N] [--B=N]   (prints a table; CSV rows:
 //   op,scope,K,T,ms,gbps; T counts the tokens of one sequence, GB/s all B of them)
@@ -135,22 +136,28 @@ int main(int argc, char** argv) {
         p.iterations = N;
         p.causal = causal;
         const char* scope = causal ? "causal" : "sequence";
-        for (SinkhornPath path : {SinkhornPath::chunked, SinkhornPath::cooperative}) {
-          const bool coop = path == SinkhornPath::cooperative;
+        for (SinkhornPath path :
+             {SinkhornPath::chunked, SinkhornPath::cooperative, SinkhornPath::block}) {
+          const bool coop = path == SinkhornPath::cooperative, block = path == SinkhornPath::block;
           if (coop && !(sinkhorn_cooperative_fits(p, false) && sinkhorn_cooperative_fits(p, true)))
             continue;
+          if (block && !sinkhorn_block_fits(p)) continue;
           p.path = path;
           const double fwd = median_ms([&] { launch_sinkhorn_fwd(p, nullptr); }, 20);
-          record(coop ? "sinkhorn fwd coop" : "sinkhorn fwd", scope, K, T, fwd,
-                 double(n) * (2 * N + 3));
+          record(block  ? "sinkhorn fwd block"
+                 : coop ? "sinkhorn fwd coop"
+                        : "sinkhorn fwd",
+                 scope, K, T, fwd, double(n) * (2 * N + 3));
           const double both = median_ms(
               [&] {
                 launch_sinkhorn_fwd(p, nullptr);
                 launch_sinkhorn_bwd(p, nullptr);
               },
               20);
-          record(coop ? "sinkhorn f+b coop" : "sinkhorn fwd+bwd", scope, K, T, both,
-                 double(n) * (2 * N + 3 + (causal ? 8 : 7) * N + 1));
+          record(block  ? "sinkhorn f+b block"
+                 : coop ? "sinkhorn f+b coop"
+                        : "sinkhorn fwd+bwd",
+                 scope, K, T, both, double(n) * (2 * N + 3 + (causal ? 8 : 7) * N + 1));
         }
       }
       SoftmaxAssignParams sp;

@@ -1,13 +1,17 @@
-// One Focus decode step (hard routing) at cache length L: the group-indexed path generation uses
+// One Focus decode step at cache length L: with hard routing the group-indexed path generation uses
 // (ops::focus_group_index_append of the new token + ops::focus_group_decode: the window plus the
-// cached tokens of the query's top_k groups) against the masked full-cache path it replaces
-// (ops::focus_attention_decode, gate hard: every cached key read, the distant ones masked) and
-// dense decoding over the whole cache (ops::attention_decode, the O(L) reference), in the same run.
+// cached tokens of the query's top_k groups) against the masked full-cache path
+// (ops::focus_attention_decode, gate hard: every cached key read, the distant ones masked; since
+// branch soft-decode the decode-shaped kernel, before it one thread per row: masked_ms of earlier
+// runs is that kernel's); with
+// soft routing (the additive gate over every cached key, ops::focus_attention_decode: soft_ms);
+// and dense decoding over the whole cache (ops::attention_decode, the O(L) reference), in the same
+// run.
 // bf16, batch 1, one new token at position L - 1, local window 128, K 8, top_k 2, groups from
 // uniform random assignments (balanced: a query's groups hold about top_k / K of the cache).
 // Shapes: 12 heads x 64 (no GQA) and 32 heads x 128 with 8 kv heads.
 // Columns: keys = keys the query attends (window + its groups' distant tokens, each once),
-// dense_ms, masked_ms, group_ms, masked/group speed-up.
+// dense_ms, masked_ms, group_ms, masked/group speed-up, soft_ms.
 // Usage: bench_focus_decode [--L=4096,16384,65536] [--reps=N] [--csv=path]
 #include <cuda_runtime.h>
 
@@ -74,9 +78,9 @@ int main(int argc, char** argv) {
   auto ctx = ExecContext::make_cuda(0);
   auto cpu = ExecContext::make_cpu();
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
-  if (csv) std::fprintf(csv, "H,Hkv,D,L,keys,dense_ms,masked_ms,group_ms\n");
-  std::printf("%4s %4s %4s %7s %7s %10s %10s %10s %8s\n", "H", "Hkv", "D", "L", "keys", "dense_ms",
-              "masked_ms", "group_ms", "speedup");
+  if (csv) std::fprintf(csv, "H,Hkv,D,L,keys,dense_ms,masked_ms,group_ms,soft_ms\n");
+  std::printf("%4s %4s %4s %7s %7s %10s %10s %10s %8s %10s\n", "H", "Hkv", "D", "L", "keys",
+              "dense_ms", "masked_ms", "group_ms", "speedup", "soft_ms");
   for (const Shape3 s : {Shape3{12, 12, 64}, Shape3{32, 8, 128}})
     for (const int L : lengths) {
       const QKVLayout layout{s.H, s.Hkv, s.D};
@@ -124,12 +128,19 @@ int main(int argc, char** argv) {
             ops::focus_group_decode(*ctx, ot, qt, kt, vt, grt, it, ct, pos, layout, kWindow);
           },
           reps, st);
+      FocusGateParams soft_gate;  // the additive gate (the recipe default), window 128
+      soft_gate.local_window = kWindow;
+      const double soft = median_ms(
+          [&] {
+            ops::focus_attention_decode(*ctx, ot, qt, kt, vt, gt, grt, pos, layout, soft_gate);
+          },
+          reps, st);
       const int64_t keys = attended_keys(groups, pos);
-      std::printf("%4d %4d %4d %7d %7lld %10.4f %10.4f %10.4f %7.1fx\n", s.H, s.Hkv, s.D, L,
-                  (long long)keys, dense, masked, group, masked / group);
+      std::printf("%4d %4d %4d %7d %7lld %10.4f %10.4f %10.4f %7.1fx %10.4f\n", s.H, s.Hkv, s.D, L,
+                  (long long)keys, dense, masked, group, masked / group, soft);
       if (csv)
-        std::fprintf(csv, "%d,%d,%d,%d,%lld,%.5f,%.5f,%.5f\n", s.H, s.Hkv, s.D, L, (long long)keys,
-                     dense, masked, group);
+        std::fprintf(csv, "%d,%d,%d,%d,%lld,%.5f,%.5f,%.5f,%.5f\n", s.H, s.Hkv, s.D, L,
+                     (long long)keys, dense, masked, group, soft);
     }
   if (csv) std::fclose(csv);
   return 0;

@@ -38,8 +38,9 @@ int cmd_generate(const GenerateOptions& options) {
   put_prompt();
   std::printf("\n");
   for (const std::string& n : r.notes) std::fprintf(stderr, "note: %s\n", n.c_str());
-  std::fprintf(stderr, "[%d prompt tokens, %d generated, %.1f tok/s]\n", r.prompt_tokens,
-               r.new_tokens, r.tokens_per_second);
+  std::fprintf(stderr, "[%d prompt tokens, %d generated%s, %.1f tok/s]\n", r.prompt_tokens,
+               r.new_tokens, r.stopped_at_eot ? ", stopped at <|endoftext|>" : "",
+               r.tokens_per_second);
   return 0;
 }
 

@@ -1,6 +1,7 @@
 #include "core/error.h"
 
 #include <cstdarg>
+#include <cstdlib>
 #include <vector>
 
 namespace attnlab {
@@ -19,5 +20,13 @@ std::string strformat(const char* fmt, ...) {
 }
 
 void throw_error(const std::string& msg) { throw Error(msg); }
+
+double shortest_double(float f) {
+  for (int digits = 6; digits < 9; ++digits) {
+    const double d = std::strtod(strformat("%.*g", digits, double(f)).c_str(), nullptr);
+    if (float(d) == f) return d;
+  }
+  return double(f);
+}
 
 }  // namespace attnlab

@@ -15,6 +15,10 @@ class Error : public std::runtime_error {
 // printf-style formatting into a std::string.
 std::string strformat(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// The shortest decimal that rounds to `f`, as a double (1e-5f -> 1e-05, not 9.99999975e-06): for
+// writing a float setting where readers parse doubles (recipes, config.json).
+double shortest_double(float f);
+
 [[noreturn]] void throw_error(const std::string& msg);
 
 }  // namespace attnlab

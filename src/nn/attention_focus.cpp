@@ -145,8 +145,9 @@ void FocusAttention::forward(const ExecContext& ctx, const AttentionInputs& in, 
     Views v;
     carve(l, v, opts_, B, T, in.layout.n_head, in.qkv.dtype);
     if (in.pos == 0) {  // a new sequence: the running column sums start empty
-      std::vector<float> empty(size_t(cache.state.numel()),
-                               -std::numeric_limits<float>::infinity());
+      std::vector<float> empty(size_t(cache.state.numel()), 0.f);  // (hi, lo) = (-inf, 0)
+      for (size_t i = 0; i < empty.size(); i += focus_sinkhorn_state::kSinkhornStateWords)
+        empty[i] = -std::numeric_limits<float>::infinity();
       copy_tensor(cache.state, Tensor(empty.data(), DType::f32, Device::cpu, cache.state.shape));
     }
     assign(ctx, in.h, v, opts_.assign == FocusOptions::Assign::sinkhorn ? cache.state : Tensor(),
@@ -320,7 +321,8 @@ FocusKVCache::FocusKVCache(const ExecContext& ctx, int B, int max_T, const QKVLa
     v = l.take(dtype, kv);
     g = l.take(DType::f32, Shape{B, max_T, o.groups});
     groups = l.take(DType::i32, Shape{B, max_T, o.top_k});
-    state = l.take(DType::f32, Shape{B, o.iterations, o.groups});
+    state = l.take(DType::f32,
+                   Shape{B, o.iterations, o.groups, focus_sinkhorn_state::kSinkhornStateWords});
     index = l.take(DType::i32, Shape{B, o.groups, max_T});
     counts = l.take(DType::i32, Shape{B, o.groups});
   };

@@ -129,8 +129,8 @@ void focus_sinkhorn_fwd(const ExecContext& ctx, const Tensor& g, const Tensor& i
   ATTN_REQUIRE(state.empty() || causal,
                "focus_sinkhorn: decoding with a carried state needs sinkhorn_scope causal");
   if (!state.empty())
-    require_tensor("focus_sinkhorn", "state", state, DType::f32, Shape{p.B, p.iterations, p.K},
-                   ctx);
+    require_tensor("focus_sinkhorn", "state", state, DType::f32,
+                   Shape{p.B, p.iterations, p.K, focus_sinkhorn_state::kSinkhornStateWords}, ctx);
   ATTN_REQUIRE(pos >= 0 && (pos == 0 || !state.empty()),
                "focus_sinkhorn: pos > 0 needs the carried state, got pos %d", pos);
   p.g = ptr<float>(g);
@@ -409,7 +409,8 @@ void focus_attention_decode(const ExecContext& ctx, const Tensor& out, const Ten
     return p;
   };
   run_op<FocusAttentionParams>(ctx, qkv.dtype, make, focus_attention_fwd_ref,
-                               launch_focus_attention_fwd<float>, launch_focus_attention_fwd<bf16>);
+                               launch_focus_attention_decode<float>,
+                               launch_focus_attention_decode<bf16>);
 }
 
 }  // namespace attnlab::ops

@@ -6,6 +6,7 @@
 #include "core/tensor.h"
 #include "kernels/focus/focus_assign.cuh"
 #include "kernels/focus/focus_attention.cuh"
+#include "kernels/focus/focus_sinkhorn_state.h"
 #include "ops/qkv_layout.h"
 
 namespace attnlab::ops {
@@ -18,7 +19,9 @@ void focus_scores_bwd(const ExecContext& ctx, const Tensor& dz, const Tensor& dc
                       const Tensor& dscores, const Tensor& z, const Tensor& centroids, float tau);
 
 // Sinkhorn in the log domain: scores, g [B, T, K]; iterates [iterations + 1, B, T, K] (saved for
-// the backward); state [B, iterations, K] (causal decoding, else empty); pos: position of token 0.
+// the backward); state [B, iterations, K, 2] (causal decoding, else empty: each entry a float
+// pair hi + lo, kernels/focus/focus_sinkhorn_state.h; empty entries (-inf, 0)); pos: position of
+// token 0.
 // path: which CUDA kernels (SinkhornPath, kernels/focus/focus_assign.cuh: automatic, or chunked /
 // cooperative forced for A/B tests and benchmarks); the CPU ignores it.
 void focus_sinkhorn_fwd(const ExecContext& ctx, const Tensor& g, const Tensor& iterates,

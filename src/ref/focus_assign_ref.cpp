@@ -5,21 +5,16 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/focus/focus_sinkhorn_state.h"
 #include "ref/focus_ref.h"
 #include "ref/parallel.h"
 
 namespace attnlab {
 namespace {
 
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+using namespace focus_sinkhorn_state;
 
-// log(exp(a) + exp(b)) without overflow; -inf is the identity.
-inline double log_add_exp(double a, double b) {
-  if (a == kNegInf) return b;
-  if (b == kNegInf) return a;
-  const double m = std::max(a, b);
-  return m + std::log(std::exp(a - m) + std::exp(b - m));
-}
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 // Row step in place: x[k] -= logsumexp_k x[k].
 void normalize_row(float* x, int K) {
@@ -55,17 +50,17 @@ void sinkhorn_fwd_ref(const SinkhornParams& p) {
       float* y = p.iterates + (n + 1) * all + b * seq;
       for (int k = 0; k < K; ++k) {
         if (p.causal) {
-          double m = p.state ? double(p.state[(int64_t(b) * N + n) * K + k]) : kNegInf;
+          float* st = p.state ? state_entry(p.state, b, N, n, K, k) : nullptr;
+          double m = st ? state_value(st) : kNegInf;
           for (int t = 0; t < T; ++t) {
             // Kept in double: a running sum rounded to float every token drifts (its increments,
-            // about 1/t, fall below float's spacing: 1e-4 at T = 64K, 1e-2 at 1M). Only the carried
-            // state is rounded to float, once per call (so one-token calls still drift: 2e-5 in g
-            // after 16K of them, 1e-4 after 64K; docs/focus.md, "Sinkhorn on CUDA").
+            // about 1/t, fall below float's spacing: 1e-4 at T = 64K, 1e-2 at 1M), and so is the
+            // carried state, as a float pair (focus_sinkhorn_state.h).
             m = log_add_exp(m, x[int64_t(t) * K + k]);
             const double target = std::log(double(p.pos + t + 1) / K);
             y[int64_t(t) * K + k] = float(x[int64_t(t) * K + k] - m + target);
           }
-          if (p.state) p.state[(int64_t(b) * N + n) * K + k] = float(m);
+          if (st) state_store(st, m);
         } else {
           double m = kNegInf;
           for (int t = 0; t < T; ++t) m = std::max(m, double(x[int64_t(t) * K + k]));

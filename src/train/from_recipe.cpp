@@ -96,17 +96,6 @@ GPTConfig gpt_config_of(const Recipe& r) {
   return c;
 }
 
-namespace {
-// The shortest decimal that rounds to `f` (1e-5f -> 1e-05, not 9.99999975e-06).
-double shortest_double(float f) {
-  for (int digits = 6; digits < 9; ++digits) {
-    const double d = std::strtod(strformat("%.*g", digits, double(f)).c_str(), nullptr);
-    if (float(d) == f) return d;
-  }
-  return double(f);
-}
-}  // namespace
-
 void set_model_config(const GPTConfig& c, Recipe& r) {
   ModelConfig& m = r.model;
   m.preset = "";

@@ -97,8 +97,11 @@ GenerateResult generate(const GenerateOptions& o,
       for (size_t i = 0; i < row.size(); ++i) row[i] = __bfloat162float(row_bf[i]);
     }
     const int32_t next = sample_token(row.data(), tok->vocab_size(), o.sampling, rng);
+    if (o.stop_at_eot && next == tok->eot_id()) {
+      res.stopped_at_eot = true;
+      break;
+    }
     ++res.new_tokens;
-    if (o.stop_at_eot && next == tok->eot_id()) break;
     ids.push_back(next);
     std::string piece = tok->piece(next);
     res.text += piece;
@@ -115,7 +118,7 @@ GenerateResult generate(const GenerateOptions& o,
     }
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  res.tokens_per_second = s > 0 ? res.new_tokens / s : 0.0;
+  res.tokens_per_second = s > 0 ? (res.new_tokens + (res.stopped_at_eot ? 1 : 0)) / s : 0.0;
   return res;
 }
 

@@ -32,8 +32,10 @@ struct GenerateResult {
   std::vector<std::string> notes;  // what the caller should show the user
   std::string text;                // the generated continuation (without the prompt)
   int prompt_tokens = 0;
-  int new_tokens = 0;
-  double tokens_per_second = 0.0;  // new tokens over the time of prefill + decode steps
+  int new_tokens = 0;              // tokens of `text` (an end-of-text that stopped it excluded)
+  bool stopped_at_eot = false;     // sampled <|endoftext|> and stopped (stop_at_eot)
+  double tokens_per_second = 0.0;  // sampled tokens (new_tokens, plus that end-of-text) over the
+                                   // time of prefill + decode steps
   int context_slides = 0;          // times the full context was cut to its last half
 };
 

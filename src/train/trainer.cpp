@@ -52,7 +52,11 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   const bool rank0 = s.comm->rank() == 0;
   const int world = s.comm->world_size();
   setup_data(recipe, s, /*need_train=*/true);
-  check_same_run(*s.comm, run_facts(recipe, {s.train_loader.get(), s.val_loader.get()}));
+  RunFacts facts = run_facts(recipe, {s.train_loader.get(), s.val_loader.get()});
+  // --profile changes the number of steps (and skips checkpoints): a rank given another value
+  // would leave its collectives unmatched.
+  facts.emplace_back("--profile (steps)", std::to_string(options.profile_steps));
+  check_same_run(*s.comm, facts);
   setup_model(recipe, s);
 
   const int zero = world > 1 ? recipe.distributed.zero : 0;

@@ -140,22 +140,28 @@ void attention_case(FocusGateKind kind) {
             tol<T>());
   EXPECT_LT(test::report("focus attention dg", test::max_rel_error(gdg.download(), dg)),
             (std::is_same_v<T, bf16> ? 5e-2 : 1e-4));
-  // Decode: the last 9 rows against a cache holding all 129 positions.
-  const int max_T = Tn, P = Tn - 9;
+  // Decode: 9 rows against a cache holding all 129 positions (the rows' entries written; later
+  // positions too, which they must not see): the last 9 (129 keys: two split-K chunks) and rows
+  // 20 .. 28 (one chunk).
+  const int max_T = Tn;
   DeviceArray<T> kc(size_t(B) * Hkv * max_T * D), vc(kc.size());
   const Shape kvs{B, Hkv, max_T, D};
   ops::kv_cache_write(*gpu, dev_tensor(kc, kvs), dev_tensor(vc, kvs), dev_tensor(gq, qs), 0, l);
-  std::vector<float> chunk(size_t(B) * 9 * W);
-  for (int b = 0; b < B; ++b)
-    std::copy_n(qkv.data() + (size_t(b) * Tn + P) * W, 9 * W, chunk.data() + size_t(b) * 9 * W);
-  DeviceArray<T> gch(chunk), gdec(size_t(B) * 9 * Q);
-  ops::focus_attention_decode(*gpu, dev_tensor(gdec, {B, 9, Q}), dev_tensor(gch, {B, 9, W}),
-                              dev_tensor(kc, kvs), dev_tensor(vc, kvs), dev_tensor(gg, gs),
-                              dev_ints(ggr, grs), P, l, gate);
-  std::vector<float> dec = gdec.download(), want(dec.size());
-  for (int b = 0; b < B; ++b)
-    std::copy_n(out.data() + (size_t(b) * Tn + P) * Q, 9 * Q, want.data() + size_t(b) * 9 * Q);
-  EXPECT_LT(test::report("focus decode", test::max_rel_error(dec, want)), tol<T>());
+  for (const int P : {Tn - 9, 20}) {
+    SCOPED_TRACE(testing::Message() << "decode rows " << P << " .. " << P + 8);
+    std::vector<float> chunk(size_t(B) * 9 * W);
+    for (int b = 0; b < B; ++b)
+      std::copy_n(qkv.data() + (size_t(b) * Tn + P) * W, 9 * W, chunk.data() + size_t(b) * 9 * W);
+    DeviceArray<T> gch(chunk), gdec(size_t(B) * 9 * Q);
+    gdec.poison();
+    ops::focus_attention_decode(*gpu, dev_tensor(gdec, {B, 9, Q}), dev_tensor(gch, {B, 9, W}),
+                                dev_tensor(kc, kvs), dev_tensor(vc, kvs), dev_tensor(gg, gs),
+                                dev_ints(ggr, grs), P, l, gate);
+    std::vector<float> dec = gdec.download(), want(dec.size());
+    for (int b = 0; b < B; ++b)
+      std::copy_n(out.data() + (size_t(b) * Tn + P) * Q, 9 * Q, want.data() + size_t(b) * 9 * Q);
+    EXPECT_LT(test::report("focus decode", test::max_rel_error(dec, want)), tol<T>());
+  }
 }
 
 TEST(FocusCuda, AttentionMatchesTheReferenceF32) {

@@ -62,6 +62,20 @@ std::vector<double> column_masses(const std::vector<float>& g, int B, int T, int
   return m;
 }
 
+// A carried state of `entries` entries, each empty: (hi, lo) = (-inf, 0) (focus_sinkhorn_state.h).
+std::vector<float> empty_state(size_t entries) {
+  std::vector<float> st(entries * 2, 0.f);
+  for (size_t i = 0; i < st.size(); i += 2) st[i] = -INFINITY;
+  return st;
+}
+// Its entries' values hi + lo (the pairs' lo words alone are not comparable).
+std::vector<float> state_values(const std::vector<float>& st) {
+  std::vector<float> v(st.size() / 2);
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = float(focus_sinkhorn_state::state_value(st.data() + 2 * i));
+  return v;
+}
+
 // path: the CUDA kernels (SinkhornPath); forcing cooperative where it does not fit is an error, so
 // callers force it only where sinkhorn_cooperative_fits says it runs. with_state: causal with the
 // carried state (decoding's form; training has none). N: iterations.
@@ -75,21 +89,21 @@ void check_case(int B, int T, int K, bool causal, float amp,
   auto cpu = ExecContext::make_cpu();
   auto gpu = ExecContext::make_cuda(0);
   const bool state_on = causal && with_state;  // the state exists for causal only
-  const Shape s{B, T, K}, is{N + 1, B, T, K}, ss{B, N, K};
+  const Shape s{B, T, K}, is{N + 1, B, T, K}, ss{B, N, K, 2};
   const size_t n = size_t(B) * T * K;
   const double tol_g = std::max(kTolG, iterate_rounding(amp));
   const double tol_ds = std::max(kTolDscores, iterate_rounding(amp));
   std::vector<float> sc = test::random_vector(n, uint32_t(T * 31 + K), -amp, amp);
   std::vector<float> dg = test::random_vector(n, uint32_t(T + 7));
-  std::vector<float> g(n), it(n * (N + 1)), ds(n), state(size_t(B) * N * K, -INFINITY);
+  std::vector<float> g(n), it(n * (N + 1)), ds(n), state = empty_state(size_t(B) * N * K);
   const Tensor cpu_state = state_on ? cpu_tensor(state, ss) : Tensor();
   ops::focus_sinkhorn_fwd(*cpu, cpu_tensor(g, s), cpu_tensor(it, is), cpu_tensor(sc, s), causal,
                           cpu_state);
   ops::focus_sinkhorn_bwd(*cpu, cpu_tensor(ds, s), cpu_tensor(dg, s), cpu_tensor(g, s),
                           cpu_tensor(it, is), causal);
 
-  DeviceArray<float> d_sc(sc), d_g(n), d_it(it.size()),
-      d_state(std::vector<float>(state.size(), -INFINITY));
+  // (state now holds the reference's update: the device starts from empty entries too)
+  DeviceArray<float> d_sc(sc), d_g(n), d_it(it.size()), d_state(empty_state(size_t(B) * N * K));
   d_g.poison();
   d_it.poison();
   ops::focus_sinkhorn_fwd(*gpu, dev(d_g, s), dev(d_it, is), dev(d_sc, s), causal,
@@ -101,7 +115,8 @@ void check_case(int B, int T, int K, bool causal, float amp,
       test::report("sinkhorn exp(iterates)", test::max_rel_error(exp_of(git, n), exp_of(it, n))),
       tol_g);
   if (state_on) {
-    EXPECT_LT(test::report("sinkhorn state", test::max_rel_error(d_state.download(), state)),
+    EXPECT_LT(test::report("sinkhorn state", test::max_rel_error(state_values(d_state.download()),
+                                                                 state_values(state))),
               kTolState);
   }
   // Balance: rows sum to 1; the column masses are the reference's (T / K up to the last row step).
@@ -135,17 +150,25 @@ TEST(FocusSinkhornCuda, MatchesTheReferenceOddShapes) {
 
 // Each path forced (automatic takes the cooperative kernels wherever they fit, so the chunked
 // ones are otherwise tested only past kSinkhornCoopMaxChunks chunks): odd shapes, both scopes,
-// B 1 and 2, a carried state (causal), and a batch too large to be resident at once (chunked only).
+// B 1 and 2, a carried state (causal), and a batch too large to be resident at once (chunked only);
+// the one-block forward where it fits (T <= 4096, K <= 8; its backward runs as automatic).
 TEST(FocusSinkhornCuda, ChunkedAndCooperativeMatchTheReference) {
   CUDA_TEST_PREAMBLE();
-  int cooperative = 0;
+  int cooperative = 0, blocks = 0;
   for (int B : {1, 2})
-    for (int T : {2, 129, 1000, 4097, 65536 + 3})
+    for (int T : {2, 129, 1000, 4096, 4097, 65536 + 3})
       for (int K : {1, 8, 64})
         for (bool causal : {true, false}) {
           check_case(B, T, K, causal, 10.f, SinkhornPath::chunked);
           SinkhornParams p;
           p.B = B, p.T = T, p.K = K, p.iterations = kIterations, p.causal = causal;
+          if (sinkhorn_block_fits(p)) {  // the one-block forward (the backward as automatic)
+            ++blocks;
+            check_case(B, T, K, causal, 10.f, SinkhornPath::block);
+            check_case(B, T, K, causal, 200.f, SinkhornPath::block);
+            if (causal) check_case(B, T, K, true, 10.f, SinkhornPath::block, false);
+            check_case(B, T, K, causal, 10.f, SinkhornPath::block, true, 7);
+          }
           if (sinkhorn_cooperative_fits(p, false) && sinkhorn_cooperative_fits(p, true)) {
             ++cooperative;
             check_case(B, T, K, causal, 10.f, SinkhornPath::cooperative);
@@ -157,6 +180,12 @@ TEST(FocusSinkhornCuda, ChunkedAndCooperativeMatchTheReference) {
           }
         }
   EXPECT_GT(cooperative, 0) << "no shape ran the cooperative kernels";
+  EXPECT_GT(blocks, 0) << "no shape ran the one-block forward";
+  // The one-block forward at odd K (its unrolled loops over kSinkhornBlockMaxK columns masked, the
+  // scalar stores) and single tokens.
+  for (int T : {1, 7, 1000})
+    for (int K : {3, 5})
+      for (bool causal : {true, false}) check_case(2, T, K, causal, 10.f, SinkhornPath::block);
   // Too many chunks for the cooperative kernels: forcing them is an error naming the limit.
   auto gpu = ExecContext::make_cuda(0);
   const int B = 1, T = 1 << 20, K = 8, N = kIterations;
@@ -169,6 +198,10 @@ TEST(FocusSinkhornCuda, ChunkedAndCooperativeMatchTheReference) {
       ops::focus_sinkhorn_bwd(*gpu, dev(sc, {B, T, K}), dev(sc, {B, T, K}), dev(g, {B, T, K}),
                               dev(it, {N + 1, B, T, K}), true, SinkhornPath::cooperative),
       Error);
+  // ... and the one-block forward (T > kSinkhornBlockMaxT).
+  EXPECT_THROW(ops::focus_sinkhorn_fwd(*gpu, dev(g, {B, T, K}), dev(it, {N + 1, B, T, K}),
+                                       dev(sc, {B, T, K}), true, Tensor(), 0, SinkhornPath::block),
+               Error);
 }
 
 TEST(FocusSinkhornCuda, MatchesTheReference64K) {
@@ -187,18 +220,18 @@ TEST(FocusSinkhornCuda, MatchesTheReference1M) {
 // Decoding: chunks (single tokens, odd sizes, a multi-chunk piece) with the carried state give
 // the rows and the final state of one forward over the whole sequence; with the chunked kernels
 // and with automatic's choice (the cooperative kernels for the multi-chunk pieces).
-void check_carried_state(SinkhornPath path) {
-  SCOPED_TRACE(testing::Message() << "path " << int(path));
+void check_carried_state(SinkhornPath path, int T = 5000) {
+  SCOPED_TRACE(testing::Message() << "path " << int(path) << " T " << T);
   auto gpu = ExecContext::make_cuda(0);
   auto cpu = ExecContext::make_cpu();
-  const int B = 2, T = 5000, K = 8, N = kIterations;
+  const int B = 2, K = 8, N = kIterations;
   std::vector<float> sc = test::random_vector(size_t(B) * T * K, 3, -10, 10);
-  std::vector<float> g(sc.size()), it(sc.size() * (N + 1)), state(size_t(B) * N * K, -INFINITY);
+  std::vector<float> g(sc.size()), it(sc.size() * (N + 1)), state = empty_state(size_t(B) * N * K);
   ops::focus_sinkhorn_fwd(*cpu, cpu_tensor(g, {B, T, K}), cpu_tensor(it, {N + 1, B, T, K}),
-                          cpu_tensor(sc, {B, T, K}), true, cpu_tensor(state, {B, N, K}));
-  DeviceArray<float> d_state(std::vector<float>(state.size(), -INFINITY));
+                          cpu_tensor(sc, {B, T, K}), true, cpu_tensor(state, {B, N, K, 2}));
+  DeviceArray<float> d_state(empty_state(size_t(B) * N * K));
   std::vector<float> out(sc.size());
-  const int cuts[] = {0, 1, 2, 7, 300, 4999, 5000};
+  const int cuts[] = {0, 1, 2, 7, 300, T - 1, T};
   for (int c = 0; c + 1 < 7; ++c) {
     const int t0 = cuts[c], len = cuts[c + 1] - cuts[c];
     std::vector<float> part(size_t(B) * len * K);
@@ -207,15 +240,43 @@ void check_carried_state(SinkhornPath path) {
                   part.data() + size_t(b) * len * K);
     DeviceArray<float> d_sc(part), d_g(part.size()), d_it(part.size() * (N + 1));
     ops::focus_sinkhorn_fwd(*gpu, dev(d_g, {B, len, K}), dev(d_it, {N + 1, B, len, K}),
-                            dev(d_sc, {B, len, K}), true, dev(d_state, {B, N, K}), t0, path);
+                            dev(d_sc, {B, len, K}), true, dev(d_state, {B, N, K, 2}), t0, path);
     const std::vector<float> pg = d_g.download();
     for (int b = 0; b < B; ++b)
       std::copy_n(pg.data() + size_t(b) * len * K, size_t(len) * K,
                   out.data() + (size_t(b) * T + t0) * K);
   }
   EXPECT_LT(test::report("sinkhorn decode g", test::max_rel_error(out, g)), kTolG);
-  EXPECT_LT(test::report("sinkhorn decode state", test::max_rel_error(d_state.download(), state)),
-            kTolState);
+  EXPECT_LT(
+      test::report("sinkhorn decode state",
+                   test::max_rel_error(state_values(d_state.download()), state_values(state))),
+      kTolState);
+}
+
+// Many one-token calls (decoding; the one-chunk kernel) against the CPU's full forward: the state
+// pair, updated in double, keeps them from drifting (a float state, rounded once per call: ~1e-5
+// in g after 8,000 calls, on the CPU).
+TEST(FocusSinkhornCuda, OneTokenCallsDoNotDrift) {
+  CUDA_TEST_PREAMBLE();
+  auto gpu = ExecContext::make_cuda(0);
+  auto cpu = ExecContext::make_cpu();
+  const int T = 8000, K = 8, N = kIterations;
+  std::vector<float> sc = test::random_vector(size_t(T) * K, 11, -3, 3);
+  std::vector<float> g(sc.size()), it(sc.size() * (N + 1));
+  ops::focus_sinkhorn_fwd(*cpu, cpu_tensor(g, {1, T, K}), cpu_tensor(it, {N + 1, 1, T, K}),
+                          cpu_tensor(sc, {1, T, K}), true);
+  DeviceArray<float> d_state(empty_state(size_t(N) * K)), d_sc(sc), d_g(sc.size()),
+      d_it(size_t(K) * (N + 1));
+  for (int t = 0; t < T; ++t) {
+    const Tensor tok(d_sc.ptr() + size_t(t) * K, DType::f32, Device::cuda, Shape{1, 1, K});
+    const Tensor out(d_g.ptr() + size_t(t) * K, DType::f32, Device::cuda, Shape{1, 1, K});
+    ops::focus_sinkhorn_fwd(*gpu, out, dev(d_it, {N + 1, 1, 1, K}), tok, true,
+                            dev(d_state, {1, N, K, 2}), t);
+  }
+  const std::vector<float> gg = d_g.download();
+  double err = 0.0;
+  for (size_t i = 0; i < gg.size(); ++i) err = std::max(err, double(std::fabs(gg[i] - g[i])));
+  EXPECT_LT(test::report("sinkhorn one-token calls, max |g| error", err), 3e-6);
 }
 
 TEST(FocusSinkhornCuda, CarriedStateMatchesTheFullForward) {
@@ -225,6 +286,7 @@ TEST(FocusSinkhornCuda, CarriedStateMatchesTheFullForward) {
   SinkhornParams p;  // the largest piece of check_carried_state
   p.B = 2, p.T = 4699, p.K = 8, p.iterations = kIterations, p.causal = true;
   if (sinkhorn_cooperative_fits(p, false)) check_carried_state(SinkhornPath::cooperative);
+  check_carried_state(SinkhornPath::block, 3000);  // pieces of at most 2699 tokens
 }
 
 }  // namespace

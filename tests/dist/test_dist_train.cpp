@@ -264,7 +264,26 @@ TEST(DistTrainResume, RanksResumingDifferentCheckpointsAreRefused) {
     train(parse_recipe(kRecipe, "dist.yaml", keys), o);
   });
   EXPECT_NE(msg.find("resolved a different recipe or data than rank 0"), std::string::npos) << msg;
-  if (comm->rank() == 1) EXPECT_NE(msg.find("resume: weights"), std::string::npos) << msg;
+  if (comm->rank() == 1) {
+    EXPECT_NE(msg.find("resume: weights"), std::string::npos) << msg;
+  }
+}
+
+// Ranks given different --profile step counts (each would run its own number of steps) are
+// refused on every rank before training, naming the option (it ended in MPI_ERR_TRUNCATE).
+TEST(DistTrainCheck, DifferentProfileStepsAreRefused) {
+  MPI_OR_SKIP(comm);
+  test::SharedTempDir tmp(*comm, "dist_profile_mismatch");
+  const std::string msg = test::thrown_message([&] {
+    TrainOptions o;
+    o.quiet = true;
+    o.profile_steps = comm->rank() == 0 ? 2 : 3;
+    train(parse_recipe(kRecipe, "dist.yaml", {"train.out_dir=" + tmp.file("p")}), o);
+  });
+  EXPECT_NE(msg.find("resolved a different recipe or data than rank 0"), std::string::npos) << msg;
+  if (comm->rank() == 1) {
+    EXPECT_NE(msg.find("--profile (steps) = 3"), std::string::npos) << msg;
+  }
 }
 
 // A Focus retrofit of a dense base (only the attention role trains): 2 ranks (ZeRO 1) == 1 rank,

@@ -126,8 +126,9 @@ TEST(DistMpiCollectives, BarrierWithItsOwnBoundWaitsPastTheTimeout) {
   if (comm->rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1200));
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_NO_THROW(comm->barrier(10.0));
-  if (comm->rank() == 1)
+  if (comm->rank() == 1) {
     EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  }
   comm->barrier(10.0);
 }
 

@@ -517,6 +517,9 @@ TEST(Convert, HfToAttnlabToHfRoundTrips) {
   EXPECT_EQ(cfg["vocab_size"], V);
   EXPECT_EQ(cfg["n_positions"], P);
   EXPECT_EQ(cfg["activation_function"], "gelu_new");
+  // Float settings as the decimals they were given (not 9.99999997e-07 from the float).
+  EXPECT_EQ(cfg["layer_norm_epsilon"].get<double>(), 1e-6);
+  EXPECT_EQ(cfg["initializer_range"].get<double>(), 0.02);
   // The tokenizer as vocab.json + merges.txt, the same ids.
   const auto t1 = make_tokenizer("gpt2:" + hf), t2 = make_tokenizer("gpt2:" + hf2);
   std::vector<int32_t> i1, i2;

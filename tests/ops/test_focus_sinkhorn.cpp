@@ -16,6 +16,13 @@ namespace {
 
 using test::cpu_tensor;
 
+// A carried state [B, N, K, 2] with every entry empty: (hi, lo) = (-inf, 0).
+std::vector<float> empty_state(int B, int N, int K) {
+  std::vector<float> st(size_t(B) * N * K * 2, 0.f);
+  for (size_t i = 0; i < st.size(); i += 2) st[i] = -INFINITY;
+  return st;
+}
+
 struct Sinkhorn {
   int B, T, K, N;
   bool causal;
@@ -124,7 +131,7 @@ TEST(FocusSinkhorn, CarriedStateMatchesTheFullForward) {
   Sinkhorn full(2, 13, 5, 6, true);
   full.forward();
   const int B = 2, K = 5, N = 6;
-  std::vector<float> state(size_t(B) * N * K, -INFINITY), out(full.g.size());
+  std::vector<float> state = empty_state(B, N, K), out(full.g.size());
   const int cuts[] = {0, 4, 5, 11, 13};
   for (int c = 0; c + 1 < 5; ++c) {
     const int t0 = cuts[c], n = cuts[c + 1] - cuts[c];
@@ -133,12 +140,47 @@ TEST(FocusSinkhorn, CarriedStateMatchesTheFullForward) {
       std::copy_n(full.scores.data() + (size_t(b) * 13 + t0) * K, size_t(n) * K,
                   sc.data() + size_t(b) * n * K);
     ops::focus_sinkhorn_fwd(*full.ctx, cpu_tensor(g, {B, n, K}), cpu_tensor(it, {N + 1, B, n, K}),
-                            cpu_tensor(sc, {B, n, K}), true, cpu_tensor(state, {B, N, K}), t0);
+                            cpu_tensor(sc, {B, n, K}), true, cpu_tensor(state, {B, N, K, 2}), t0);
     for (int b = 0; b < B; ++b)
       std::copy_n(g.data() + size_t(b) * n * K, size_t(n) * K,
                   out.data() + (size_t(b) * 13 + t0) * K);
   }
   EXPECT_LT(test::max_rel_error(out, full.g), 1e-5);
+}
+
+// Decoding one token per call for many tokens: the carried state is a float pair updated in
+// double (focus_sinkhorn_state.h), so the assignment does not drift from the full forward's (a
+// float state, rounded once per call, was 2e-5 off after 16K calls and 1e-4 after 64K).
+TEST(FocusSinkhorn, OneTokenCallsDoNotDrift) {
+  const int T = 12000, K = 8, N = 10;
+  Sinkhorn full(1, T, K, N, true, 3.f, 7);
+  full.forward();
+  std::vector<float> state = empty_state(1, N, K), out(full.g.size());
+  std::vector<float> g(K), it(size_t(K) * (N + 1));
+  for (int t = 0; t < T; ++t) {
+    std::vector<float> sc(full.scores.begin() + t * K, full.scores.begin() + (t + 1) * K);
+    ops::focus_sinkhorn_fwd(*full.ctx, cpu_tensor(g, {1, 1, K}), cpu_tensor(it, {N + 1, 1, 1, K}),
+                            cpu_tensor(sc, {1, 1, K}), true, cpu_tensor(state, {1, N, K, 2}), t);
+    std::copy(g.begin(), g.end(), out.begin() + t * K);
+  }
+  double err = 0.0;
+  for (size_t i = 0; i < out.size(); ++i)
+    err = std::max(err, double(std::fabs(out[i] - full.g[i])));
+  EXPECT_LT(err, 1e-6);  // the float state: ~1.5e-5 here
+}
+
+// The state entry's pair: hi + lo holds a double to ~2^-48 relative, and (-inf, 0) is empty.
+TEST(FocusSinkhorn, StatePairHoldsADouble) {
+  using namespace focus_sinkhorn_state;
+  float e[2];
+  for (double v : {0.0, 1.0 / 3.0, -2.718281828459045, 10.123456789012345, 1e-30, 123456.789}) {
+    state_store(e, v);
+    EXPECT_NEAR(state_value(e), v, std::fabs(v) * 0x1p-46) << v;
+  }
+  state_store(e, -INFINITY);
+  EXPECT_TRUE(std::isinf(state_value(e)) && state_value(e) < 0 && e[1] == 0.f);
+  EXPECT_EQ(log_add_exp(-INFINITY, 2.0), 2.0);
+  EXPECT_NEAR(log_add_exp(std::log(2.0), std::log(3.0)), std::log(5.0), 1e-15);
 }
 
 // The causal iterations unrolled in long double from the float scores, and the gradient of

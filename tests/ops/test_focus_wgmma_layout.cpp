@@ -244,6 +244,89 @@ TEST(FocusWgmmaLayout, AllDistantTileGatesAsThePerElementTest) {
   EXPECT_GT(some, 10);
 }
 
+// The forward with eps folded into the affinity (K <= 8, KP 8: column 8 of both operands holds
+// eps_fold_operand, as fill_g_upper_half writes it): on an all-distant tile s enters as
+// exp2(x - m - kAffinityLog2Scale) and gate_acc_all_folded multiplies it by the accumulator; on
+// other tiles gate_acc runs with eps 0 (a holds it). Either way the gated element must equal
+// exp2(x - m) (a + eps) as check_forward_tile's, to fp16's rounding, eps within 2^-10.
+void check_forward_tile_folded(int K, int q0, int k0, int w, float eps, uint32_t seed) {
+  constexpr int N = 128;
+  ASSERT_LE(K, 8);
+  ASSERT_TRUE(eps_foldable(eps));
+  const int T = std::max(q0 + 64, k0 + N);
+  const std::vector<float> g = softmax_rows(T, K, seed);
+  const float e = eps_fold_operand(eps);
+  auto operand = [&](int t, int c) {  // columns 0 .. 16 of the KP 8 tile
+    return c < K ? affinity_operand_of(g[size_t(t) * K + c]) : c == 8 ? e : 0.f;
+  };
+  const bool all = tile_all_distant(q0, k0 + N - 1, w);
+  const float x = 0.75f;  // the exponent x - m of every element (any value <= 0 .. slack)
+  std::vector<float> out(size_t(64) * N, -1.f);
+  for (int warp = 0; warp < kWarps; ++warp) {
+    for (int lane = 0; lane < kLanes; ++lane) {
+      float s[N / 2], a[N / 2];
+      for (int i = 0; i < N / 2; ++i) {
+        const Coord c = acc_coord(i, warp, lane);
+        double acc = 0;
+        for (int k = 0; k < 16; ++k) acc += double(operand(q0 + c.row, k)) * operand(k0 + c.col, k);
+        a[i] = float(acc);
+        s[i] = std::exp2(all ? x - kAffinityLog2Scale : x);
+      }
+      if (all)
+        gate_acc_all_folded(s, a);
+      else
+        gate_acc(s, a, q0 + 16 * warp + lane / 4, k0 + 2 * (lane % 4), w, 0.f);
+      for (int i = 0; i < N / 2; ++i) {
+        const Coord c = acc_coord(i, warp, lane);
+        out[size_t(c.row) * N + c.col] = s[i];
+      }
+    }
+  }
+  const double base = std::exp2(double(x));
+  for (int r = 0; r < 64; ++r) {
+    for (int j = 0; j < N; ++j) {
+      const int qi = q0 + r, key = k0 + j;
+      double want = base, tol = 1e-6 * base;
+      if (qi - key > w) {
+        double a = 0;
+        for (int c = 0; c < K; ++c) a += double(g[size_t(qi) * K + c]) * g[size_t(key) * K + c];
+        want = base * (a + eps);
+        // fp16 operands (2 x 2^-11 per product), eps' within 2^-10 of eps, fp32 rounding
+        tol = base * (1.1e-3 * a + 1e-3 * eps + 1e-9) + 1e-6 * want;
+      }
+      ASSERT_NEAR(out[size_t(r) * N + j], want, tol)
+          << "query " << qi << " key " << key << " K " << K << " eps " << eps;
+    }
+  }
+}
+
+TEST(FocusWgmmaLayout, ForwardTileFoldedEpsMatchesDirect) {
+  for (int K : {1, 4, 7, 8}) {
+    for (float eps : {1e-6f, 1e-3f, 1e-12f, 0.5f}) {
+      check_forward_tile_folded(K, 512, 0, 128, eps, 1u + K);   // every pair distant
+      check_forward_tile_folded(K, 192, 128, 40, eps, 7u + K);  // a diagonal tile cut by w
+      check_forward_tile_folded(K, 64, 0, 1000, eps, 13u + K);  // nothing distant
+    }
+  }
+}
+
+// The fold's operand: fp16 rounding as the kernel's __float2half_rn (round_to_f16 against the
+// fp16 type over the normal range), eps' = e^2 2^-24 within 2^-10 of eps where foldable, and
+// the range: eps whose operand would leave fp16's normal numbers keeps the unfolded gate.
+TEST(FocusWgmmaLayout, FoldedEpsOperandIsFp16AndClose) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> ex(-14.f, 15.5f);  // (x 1.3 stays below 65504)
+  for (int i = 0; i < 20000; ++i) {
+    const float v = std::exp2(ex(rng)) * (i % 2 ? 1.f : 1.3f);
+    ASSERT_EQ(round_to_f16(v), __half2float(__float2half_rn(v))) << v;
+  }
+  for (float eps : {2.3e-16f, 1e-12f, 1e-9f, 1e-6f, 1e-3f, 0.1f, 1.f, 100.f, 255.f}) {
+    ASSERT_TRUE(eps_foldable(eps)) << eps;
+    EXPECT_NEAR(eps_folded(eps), eps, eps * 0x1p-10f) << eps;
+  }
+  for (float eps : {1e-17f, 1e-20f, 300.f, 1e6f}) EXPECT_FALSE(eps_foldable(eps)) << eps;
+}
+
 // The backward's affinity of one 16 x 16 chunk (load_g_a, affinity_chunk): the fp16 operands
 // converted from the hi and lo tile words in registers (at KP = 8 the registers of groups 8 ..
 // 15 zero: the tile's padding is not), emulated mma.sync per k16 step and n-tile, unscaled; the

@@ -1,0 +1,205 @@
+// The Sinkhorn forward of one sequence in one block (SinkhornPath::block; docs/focus.md "Sinkhorn
+// on CUDA"), for T <= kSinkhornBlockMaxT tokens and K <= kSinkhornBlockMaxK groups: batch-1
+// routing (eval, generate's prefill), where the chunked and cooperative kernels spend ~10 us per
+// iteration on serial steps (a segment walk, then chunk prefixes combined one after another, a
+// grid barrier). Thread th holds tokens th * kRows .. + kRows - 1, all K columns, in registers
+// for the N iterations; per iteration the causal column step is a block scan of the threads'
+// column sums (warp shuffles, then the warps' totals; (m, s) pairs as in the tile kernels, every
+// exponent <= 0), the row step is local. Same formulas as fwd_single_chunk_kernel, summed in
+// another order (within the tests' tolerances of the reference); deterministic.
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/focus/focus_sinkhorn_state.h"
+#include "kernels/focus/focus_sinkhorn_tile.cuh"
+
+namespace attnlab {
+namespace {
+
+using namespace focus_sinkhorn_state;
+
+constexpr int kBlockThreads = 512;
+constexpr int kRows = kSinkhornBlockMaxT / kBlockThreads;  // tokens per thread
+constexpr int kMaxK = kSinkhornBlockMaxK;
+constexpr int kWarpsPerBlock = kBlockThreads / 32;
+static_assert(kRows * kBlockThreads == kSinkhornBlockMaxT && kWarpsPerBlock <= 32, "geometry");
+
+// Exclusive prefix (scan order = thread order) of each column's v[k] over the block; the block's
+// totals end in warp_tot[kWarpsPerBlock - 1] (read from there: registers are at the cap).
+// warp_tot: [kWarpsPerBlock][kMaxK] of this iteration's parity (the other parity is read by the
+// previous iteration's stragglers, so no third barrier).
+__device__ __forceinline__ void block_scan_columns(Lse (&v)[kMaxK], Lse (*warp_tot)[kMaxK], int K) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+#pragma unroll
+  for (int k = 0; k < kMaxK; ++k) {
+    if (k >= K) break;
+    Lse inc = v[k];
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const Lse o = shfl_up(inc, d);
+      if (lane >= d) inc = LseOp::combine(o, inc);
+    }
+    const Lse exc = shfl_up(inc, 1);
+    v[k] = lane == 0 ? LseOp::identity() : exc;
+    if (lane == 31) warp_tot[w][k] = inc;
+  }
+  __syncthreads();
+  if (w == 0) {
+    for (int k = 0; k < K; ++k) {
+      Lse t = lane < kWarpsPerBlock ? warp_tot[lane][k] : LseOp::identity();
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const Lse o = shfl_up(t, d);
+        if (lane >= d) t = LseOp::combine(o, t);
+      }
+      if (lane < kWarpsPerBlock) warp_tot[lane][k] = t;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < kMaxK; ++k) {
+    if (k >= K) break;
+    if (w > 0) v[k] = LseOp::combine(warp_tot[w - 1][k], v[k]);
+  }
+}
+
+// Thread th's rows x[r][0 .. K) to dst (its tokens' rows of a [T, K] slice, f applied): as float4
+// stores where vec (K a multiple of 4, the default 8, and the outputs 16-byte aligned: the
+// launcher checks), else one by one. Each thread's 8 K floats are contiguous, so a warp's store
+// touches 32 rows of 8 K floats.
+template <class F>
+__device__ __forceinline__ void store_rows(float* dst, const float (&x)[kRows][kMaxK], int K,
+                                           int n_valid, bool vec, F f) {
+  if (vec) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= n_valid) break;
+#pragma unroll
+      for (int q = 0; q < kMaxK / 4; ++q)
+        if (4 * q < K)
+          *reinterpret_cast<float4*>(dst + r * K + 4 * q) = make_float4(
+              f(x[r][4 * q]), f(x[r][4 * q + 1]), f(x[r][4 * q + 2]), f(x[r][4 * q + 3]));
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= n_valid) break;
+#pragma unroll
+      for (int k = 0; k < kMaxK; ++k)
+        if (k < K) dst[r * K + k] = f(x[r][k]);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kBlockThreads)
+    fwd_block_kernel(SinkhornParams p, float log_mass, bool vec) {
+  __shared__ Lse warp_tot[2][kWarpsPerBlock][kMaxK];
+  __shared__ float target[kSinkhornBlockMaxT];                   // causal: log((pos + t + 1) / K)
+  __shared__ Lse call_sums[kSinkhornBlockMaxIterations][kMaxK];  // the state's update
+  const int b = blockIdx.x, K = p.K, T = p.T;
+  const int t0 = threadIdx.x * kRows;
+  const int64_t base = int64_t(b) * T * K, all = int64_t(p.B) * T * K;
+  float x[kRows][kMaxK];
+  auto valid = [&](int r) { return t0 + r < T; };
+  const int n_valid = max(0, min(kRows, T - t0));  // this thread's tokens
+  const int64_t mine = base + int64_t(t0) * K;     // its first token's row
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    // (each thread's own tokens: read back by the same thread, no barrier)
+    if (p.causal && valid(r)) target[t0 + r] = float(log(double(int64_t(p.pos) + t0 + r + 1) / K));
+#pragma unroll
+    for (int k = 0; k < kMaxK; ++k) x[r][k] = valid(r) && k < K ? p.scores[mine + r * K + k] : 0.f;
+  }
+  store_rows(p.iterates + mine, x, K, n_valid, vec, [](float v) { return v; });  // X_0
+  for (int n = 0; n < p.iterations; ++n) {
+    // Column step: each column's sums of this thread's tokens, then the block's scan.
+    Lse pre[kMaxK];
+#pragma unroll
+    for (int k = 0; k < kMaxK; ++k) {
+      pre[k] = LseOp::identity();
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        if (valid(r) && k < K) pre[k] = add(pre[k], x[r][k]);
+    }
+    block_scan_columns(pre, warp_tot[n & 1], K);
+    const Lse* total = warp_tot[n & 1][kWarpsPerBlock - 1];  // the columns' sums (shared)
+    // Entry (b, n, 0) of the carried state; column k's pair at st + 2 k (focus_sinkhorn_state.h).
+    float* st = p.causal && p.state ? state_entry(p.state, b, p.iterations, n, K, 0) : nullptr;
+#pragma unroll
+    for (int k = 0; k < kMaxK; ++k) {
+      if (k >= K) break;
+      if (p.causal) {
+        // from the carried state (an earlier chunk's column sum, -inf: none), then the tokens
+        // before this thread's, then its own one by one (column_step's walk)
+        Lse run = LseOp::combine(
+            st ? Lse{float(state_value(st + kSinkhornStateWords * k)), 1.f} : LseOp::identity(),
+            pre[k]);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          if (!valid(r)) continue;
+          run = add(run, x[r][k]);
+          x[r][k] = (x[r][k] - run.m) - logf(run.s) + target[t0 + r];
+        }
+      } else {
+        const float shift = logf(total[k].s) - log_mass;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+          if (valid(r)) x[r][k] = (x[r][k] - total[k].m) - shift;
+      }
+    }
+    // The call's column sums, for the state's update after the loop (in double there: here it
+    // spilled the loop at 128 registers). Thread k keeps column k's; entry (n, k) of the state is
+    // read in iteration n only, so writing every entry at the end is the same.
+    if (st && int(threadIdx.x) < K) call_sums[n][threadIdx.x] = total[threadIdx.x];
+      // Row step and X_{n+1}.
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (!valid(r)) continue;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int k = 0; k < kMaxK; ++k)
+        if (k < K) mx = fmaxf(mx, x[r][k]);
+      float s = 0.f;
+#pragma unroll
+      for (int k = 0; k < kMaxK; ++k)
+        if (k < K) s += expf(x[r][k] - mx);
+      const float ls = logf(s);
+#pragma unroll
+      for (int k = 0; k < kMaxK; ++k)
+        if (k < K) x[r][k] = (x[r][k] - mx) - ls;
+    }
+    store_rows(p.iterates + (n + 1) * all + mine, x, K, n_valid, vec, [](float v) { return v; });
+  }
+  store_rows(p.g + mine, x, K, n_valid, vec, [](float v) { return expf(v); });
+  if (p.causal && p.state != nullptr) {  // (uniform) the carried sums plus this call's, in double
+    __syncthreads();                     // every thread has read every iteration's entries
+    const int k = int(threadIdx.x);
+    if (k < K) {
+      for (int n = 0; n < p.iterations; ++n) {
+        float* e = state_entry(p.state, b, p.iterations, n, K, k);
+        const Lse t = call_sums[n][k];
+        if (t.m != -INFINITY)
+          state_store(e, log_add_exp(state_value(e), double(t.m) + log(double(t.s))));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool sinkhorn_block_fits(const SinkhornParams& p) {
+  return p.B >= 1 && p.T >= 1 && p.T <= kSinkhornBlockMaxT && p.K >= 1 &&
+         p.K <= kSinkhornBlockMaxK && p.iterations <= kSinkhornBlockMaxIterations;
+}
+
+bool launch_sinkhorn_fwd_block(const SinkhornParams& p, Stream s) {
+  if (!sinkhorn_block_fits(p)) return false;
+  const float log_mass = float(std::log(double(p.T) / p.K));
+  const bool vec = p.K % 4 == 0 && reinterpret_cast<uintptr_t>(p.iterates) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.g) % 16 == 0;
+  fwd_block_kernel<<<p.B, kBlockThreads, 0, reinterpret_cast<cudaStream_t>(s)>>>(p, log_mass, vec);
+  CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+}  // namespace attnlab
