@@ -38,9 +38,10 @@ ValidationResult score_validation(GPT& model, const ExecContext& ctx, const Para
   ATTN_REQUIRE(batches > 0, "eval.batches must be >= 1, got %d", batches);
   ATTN_REQUIRE(loader.num_windows() > 0,
                "the validation data holds no whole window of %d + 1 tokens", T);
-  // Stream entries (windows over all ranks) to score; a batch consumes B * W of them.
+  // Stream entries (windows over all ranks) to score: `batches` batches of B in all, the same
+  // windows on any number of ranks; a pass over the ranks consumes B * W of them.
   const int64_t per_batch = int64_t(B) * W;
-  const int64_t entries = std::min<int64_t>(int64_t(batches) * per_batch, loader.num_windows());
+  const int64_t entries = std::min<int64_t>(int64_t(batches) * B, loader.num_windows());
   const int64_t n_batches = (entries + per_batch - 1) / per_batch;
   std::vector<int32_t> in(size_t(B) * T), tg(size_t(B) * T);
   const Shape sh{B, T};

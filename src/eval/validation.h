@@ -2,9 +2,10 @@
 // `attnlab eval` on a recipe's validation data (docs/eval.md).
 //
 // Windows. The loader's windows (seq_len inputs + the next token as the last target, data/loader.h)
-// from the start of its first epoch, in order: the first min(batches * B * world_size,
-// num_windows) of them. When that is the whole set, every whole window is scored: the last batch
-// may be partial, its unused rows padded with ignore targets (a 980-window set with B = 32 is
+// from the start of its first epoch, in order: the first min(batches * B, num_windows) of them,
+// split over the ranks (`batches` counts batches of B windows in all, so any number of ranks
+// scores the same windows). When that is the whole set, every whole window is scored: the last
+// batch may be partial, its unused rows padded with ignore targets (a 980-window set with B = 32 is
 // scored on 980 windows, not 960). Only a remainder of fewer than seq_len + 1 tokens at the end
 // of a source is never scored (it is not a whole window).
 #pragma once

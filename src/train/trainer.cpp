@@ -68,7 +68,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   GradientSync grad_sync(*s.comm, s.store, shards, zero);
   if (world > 1) s.model->set_backward_hook([&](int layer) { grad_sync.layer_done(layer); });
   // Validation windows in all: eval.batches x micro_batch, split over the ranks.
-  const int val_batches = (recipe.eval.batches + world - 1) / world;
+  const int val_batches = recipe.eval.batches;
   const ScheduleSpec sched = schedule_of(recipe, int(recipe.train.steps));
 
   const int accum = recipe.train.grad_accum_steps(s.comm->world_size());

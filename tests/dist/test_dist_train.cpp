@@ -248,6 +248,21 @@ TEST(DistTrainValidation, FewerWindowsThanRanksStaysFinite) {
   comm->barrier();
 }
 
+// An odd eval.batches: two ranks score the same eval.batches x micro_batch windows as one (they
+// scored a batch more: the count was rounded up to a multiple of the ranks).
+TEST(DistTrainValidation, OddBatchCountScoresTheSameWindowsAsOneRank) {
+  MPI_OR_SKIP(comm);
+  test::SharedTempDir tmp(*comm, "dist_val_odd");
+  const std::vector<std::string> k{"eval.batches=3", "eval.every=0", "eval.at_end=true",
+                                   "checkpoint.every=0"};
+  const TrainResult two = run(tmp.file("a"), k, false);
+  if (comm->rank() == 0) {
+    const TrainResult one = run(tmp.file("b"), k, true);
+    EXPECT_NEAR(two.final_val_loss, one.final_val_loss, 1e-6 * one.final_val_loss);
+  }
+  comm->barrier();
+}
+
 // Ranks resuming different checkpoints (one node's stale copy of out_dir) are refused on every
 // rank, naming the weights, instead of training on with other weights per rank.
 TEST(DistTrainResume, RanksResumingDifferentCheckpointsAreRefused) {
