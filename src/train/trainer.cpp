@@ -67,8 +67,6 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   AdamW opt(*s.ctx, s.store, adamw_config_of(recipe), zero == 1 ? s.comm.get() : nullptr, &shards);
   GradientSync grad_sync(*s.comm, s.store, shards, zero);
   if (world > 1) s.model->set_backward_hook([&](int layer) { grad_sync.layer_done(layer); });
-  // Validation windows in all: eval.batches x micro_batch, split over the ranks.
-  const int val_batches = recipe.eval.batches;
   const ScheduleSpec sched = schedule_of(recipe, int(recipe.train.steps));
 
   const int accum = recipe.train.grad_accum_steps(s.comm->world_size());
@@ -258,7 +256,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   auto evaluate = [&] {
     if (!s.val_loader) return;
     const ValidationResult ev = global_validation(
-        *s.comm, score_validation(*s.model, *s.ctx, s.store, *s.val_loader, val_batches,
+        *s.comm, score_validation(*s.model, *s.ctx, s.store, *s.val_loader, recipe.eval.batches,
                                   s.tokens_dev, s.targets_dev, s.val_probe.get()));
     result.final_val_loss = ev.loss;
     val_step = st.step;
@@ -268,7 +266,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
       record["val_synthetic"] = ev.synthetic->to_json();
       retrieval = " | " + ev.synthetic->summary();
     }
-    const std::string variants = attention_eval_report(s, val_batches, log, record);
+    const std::string variants = attention_eval_report(s, recipe.eval.batches, log, record);
     log.metrics(record);
     log.info("step %lld | val loss %.4f | val ppl %.2f | %s tokens in %lld windows%s%s",
              (long long)st.step, ev.loss, ev.perplexity,
