@@ -71,6 +71,35 @@ LaunchInfo detect_launch(const EnvLookup& env) {
   return LaunchInfo{};
 }
 
+const char* local_rank_variable(Launcher l) {
+  switch (l) {
+    case Launcher::mpirun:
+      return "OMPI_COMM_WORLD_LOCAL_RANK";
+    case Launcher::srun:
+      return "SLURM_LOCALID";
+    case Launcher::env:
+      return "LOCAL_RANK";
+    case Launcher::none:
+      break;
+  }
+  return "";
+}
+
+void require_local_device(const LaunchInfo& l, int n_devices, const EnvLookup& env) {
+  if (l.local_rank < n_devices) return;
+  const char* var = local_rank_variable(l.launcher);
+  const char* visible = env("CUDA_VISIBLE_DEVICES");
+  const std::string from =
+      env(var) ? strformat(" (%s)", var) : strformat(" (the rank: %s unset)", var);
+  ATTN_FAIL(
+      "rank %d of %d (%s) has local rank %d%s, but this process sees %d CUDA device%s%s: one "
+      "process per GPU, so start at most %d rank%s per node, or give each rank its own device",
+      l.rank, l.world_size, launcher_name(l.launcher), l.local_rank, from.c_str(), n_devices,
+      n_devices == 1 ? "" : "s",
+      visible ? strformat(" (CUDA_VISIBLE_DEVICES='%s')", visible).c_str() : "", n_devices,
+      n_devices == 1 ? "" : "s");
+}
+
 LaunchInfo detect_launch() {
   return detect_launch([](const char* name) -> const char* { return std::getenv(name); });
 }

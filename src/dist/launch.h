@@ -31,4 +31,11 @@ using EnvLookup = std::function<const char*(const char*)>;  // nullptr when unse
 LaunchInfo detect_launch(const EnvLookup& env);
 LaunchInfo detect_launch();  // from the process environment
 
+// The environment variable the launcher set the local rank from ("" for none).
+const char* local_rank_variable(Launcher l);
+// One process per GPU: throws, naming the rank, its local rank and where it came from, the
+// node's device count and CUDA_VISIBLE_DEVICES (as `env` gives it), when the local rank is not
+// below n_devices (the CUDA devices this process sees).
+void require_local_device(const LaunchInfo& launch, int n_devices, const EnvLookup& env);
+
 }  // namespace attnlab

@@ -37,6 +37,12 @@ void setup_device(const Recipe& r, Session& s, const LaunchInfo& launch) {
   bool want_cuda = r.train.device == DeviceChoice::cuda ||
                    (r.train.device == DeviceChoice::auto_select && cuda_available());
   if (want_cuda) {
+    int n_devices = 0;
+    if (cuda_available()) CUDA_CHECK(cudaGetDeviceCount(&n_devices));
+    if (n_devices > 0) {
+      require_local_device(launch, n_devices,
+                           [](const char* name) -> const char* { return std::getenv(name); });
+    }
     s.ctx = ExecContext::make_cuda(launch.local_rank);
     s.ctx->deterministic = r.train.deterministic;
     s.dtype = r.train.precision == Precision::bf16 ? DType::bf16 : DType::f32;

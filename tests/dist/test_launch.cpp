@@ -91,6 +91,27 @@ TEST(Launch, EachLauncher) {
   EXPECT_EQ(l.world_size, 2);
 }
 
+// One process per GPU: a local rank past the node's devices is refused naming the rank, where
+// its local rank came from, the device count and CUDA_VISIBLE_DEVICES; below it, accepted.
+TEST(Launch, LocalRankPastTheDevicesIsRefused) {
+  const auto mpi = env_of({{"OMPI_COMM_WORLD_RANK", "6"},
+                           {"OMPI_COMM_WORLD_SIZE", "8"},
+                           {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+                           {"CUDA_VISIBLE_DEVICES", "0,1"}});
+  const LaunchInfo l = detect_launch(mpi);
+  require_local_device(l, 4, mpi);  // local rank 2 of 4 devices
+  expect_error([&] { require_local_device(l, 2, mpi); },
+               {"rank 6 of 8 (mpirun) has local rank 2 (OMPI_COMM_WORLD_LOCAL_RANK)",
+                "sees 2 CUDA devices (CUDA_VISIBLE_DEVICES='0,1')", "at most 2 ranks per node"});
+  // torchrun-style without LOCAL_RANK: the local rank is the rank.
+  const auto tr = env_of(
+      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "localhost"}, {"MASTER_PORT", "29500"}});
+  expect_error([&] { require_local_device(detect_launch(tr), 1, tr); },
+               {"rank 1 of 2 (env) has local rank 1 (the rank: LOCAL_RANK unset)",
+                "sees 1 CUDA device:", "at most 1 rank per node"});
+  EXPECT_STREQ(local_rank_variable(Launcher::srun), "SLURM_LOCALID");
+}
+
 TEST(Launch, BadValuesNameTheVariable) {
   expect_error(
       [] {
