@@ -204,6 +204,43 @@ TEST(FocusSinkhornCuda, ChunkedAndCooperativeMatchTheReference) {
                Error);
 }
 
+// The automatic forward where the decision matters: at B 64 and 4K the cooperative kernels do not
+// fit an H100 or H200 (B x chunks blocks not resident at once), so automatic takes the one-block
+// forward (docs/focus.md, "Sinkhorn on CUDA"): its g and iterates bitwise those of the path the
+// rule names on this device (forced), and within the reference's bounds.
+TEST(FocusSinkhornCuda, AutomaticTakesThePathItsRuleNames) {
+  CUDA_TEST_PREAMBLE();
+  auto gpu = ExecContext::make_cuda(0);
+  const int B = 64, T = 4096, K = 8, N = kIterations;
+  const Shape s{B, T, K}, is{N + 1, B, T, K};
+  const size_t n = size_t(B) * T * K;
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "sequence");
+    SinkhornParams p;
+    p.B = B, p.T = T, p.K = K, p.iterations = N, p.causal = causal;
+    const SinkhornPath named = sinkhorn_cooperative_fits(p, false) ? SinkhornPath::cooperative
+                               : sinkhorn_block_fits(p)            ? SinkhornPath::block
+                                                                   : SinkhornPath::chunked;
+    std::printf("B %d T %d K %d %s: automatic is path %d (cooperative 2, block 3)\n", B, T, K,
+                causal ? "causal" : "sequence", int(named));
+    const std::vector<float> sc = test::random_vector(n, uint32_t(T * 17 + K), -10.f, 10.f);
+    DeviceArray<float> d_sc(sc);
+    std::vector<float> out[2][2];  // [automatic, named][g, iterates]
+    for (int v = 0; v < 2; ++v) {
+      DeviceArray<float> d_g(n), d_it(n * (N + 1));
+      d_g.poison();
+      d_it.poison();
+      ops::focus_sinkhorn_fwd(*gpu, dev(d_g, s), dev(d_it, is), dev(d_sc, s), causal, Tensor(), 0,
+                              v == 0 ? SinkhornPath::automatic : named);
+      out[v][0] = d_g.download();
+      out[v][1] = d_it.download();
+    }
+    EXPECT_EQ(out[0][0], out[1][0]) << "automatic g differs from the named path's";
+    EXPECT_EQ(out[0][1], out[1][1]) << "automatic iterates differ from the named path's";
+  }
+  check_case(B, T, K, true, 10.f, SinkhornPath::automatic, false);  // and the reference's values
+}
+
 TEST(FocusSinkhornCuda, MatchesTheReference64K) {
   CUDA_TEST_PREAMBLE();
   for (int K : {4, 8, 64})
