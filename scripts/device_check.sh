@@ -24,8 +24,8 @@ mkdir -p "$LOGS"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader | tee "$LOGS/gpu.txt"
 
 t0=$(date +%s)
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$BUILD.cmake.log" 2>&1 \
-  || { tail -30 "$BUILD.cmake.log"; exit 1; }
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$LOGS/cmake.log" 2>&1 \
+  || { tail -30 "$LOGS/cmake.log"; exit 1; }
 if [ -n "${BASE_SRC:-}" ]; then
   (cmake -S "$BASE_SRC" -B "$BASE_SRC/build-device" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DATTNLAB_BUILD_TESTS=OFF &&
