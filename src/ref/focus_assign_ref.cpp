@@ -36,46 +36,52 @@ void check(const SinkhornParams& p) {
 
 }  // namespace
 
-// One task per sequence b: N iterations of a column step over its T tokens and a row step.
+// N iterations of a column step (one task per sequence and column: a column's scan over its T
+// tokens is serial) and a row step (one task per token). Every output is written by one task in a
+// fixed order, so the result does not depend on the thread count; the tasks are (b, k) and rows,
+// not sequences, so one long sequence (B = 1, T = 1M) runs on every core too.
 void sinkhorn_fwd_ref(const SinkhornParams& p) {
   check(p);
-  const int T = p.T, K = p.K, N = p.iterations;
-  const int64_t seq = int64_t(T) * K, all = int64_t(p.B) * seq;
-#pragma omp parallel for schedule(dynamic, 1) if (p.B > 1 && worth_parallel(all * N * 8))
-  for (int b = 0; b < p.B; ++b) {
-    float* x0 = p.iterates + b * seq;
-    std::copy(p.scores + b * seq, p.scores + (b + 1) * seq, x0);
-    for (int n = 0; n < N; ++n) {
-      const float* x = p.iterates + n * all + b * seq;
-      float* y = p.iterates + (n + 1) * all + b * seq;
-      for (int k = 0; k < K; ++k) {
-        if (p.causal) {
-          float* st = p.state ? state_entry(p.state, b, N, n, K, k) : nullptr;
-          double m = st ? state_value(st) : kNegInf;
-          for (int t = 0; t < T; ++t) {
-            // Kept in double: a running sum rounded to float every token drifts (its increments,
-            // about 1/t, fall below float's spacing: 1e-4 at T = 64K, 1e-2 at 1M), and so is the
-            // carried state, as a float pair (focus_sinkhorn_state.h).
-            m = log_add_exp(m, x[int64_t(t) * K + k]);
-            const double target = std::log(double(p.pos + t + 1) / K);
-            y[int64_t(t) * K + k] = float(x[int64_t(t) * K + k] - m + target);
-          }
-          if (st) state_store(st, m);
-        } else {
-          double m = kNegInf;
-          for (int t = 0; t < T; ++t) m = std::max(m, double(x[int64_t(t) * K + k]));
-          double sum = 0.0;
-          for (int t = 0; t < T; ++t) sum += std::exp(double(x[int64_t(t) * K + k]) - m);
-          const double shift = std::log(double(T) / K) - (m + std::log(sum));
-          for (int t = 0; t < T; ++t)
-            y[int64_t(t) * K + k] = float(double(x[int64_t(t) * K + k]) + shift);
+  const int B = p.B, T = p.T, K = p.K, N = p.iterations;
+  const int64_t seq = int64_t(T) * K, all = int64_t(B) * seq, rows = int64_t(B) * T;
+  const bool par = worth_parallel(all * 8);
+  std::copy(p.scores, p.scores + all, p.iterates);
+  for (int n = 0; n < N; ++n) {
+    const float* xs = p.iterates + n * all;
+    float* ys = p.iterates + (n + 1) * all;
+#pragma omp parallel for schedule(dynamic, 1) if (par && B * K > 1)
+    for (int bk = 0; bk < B * K; ++bk) {
+      const int b = bk / K, k = bk % K;
+      const float* x = xs + b * seq;
+      float* y = ys + b * seq;
+      if (p.causal) {
+        float* st = p.state ? state_entry(p.state, b, N, n, K, k) : nullptr;
+        double m = st ? state_value(st) : kNegInf;
+        for (int t = 0; t < T; ++t) {
+          // Kept in double: a running sum rounded to float every token drifts (its increments,
+          // about 1/t, fall below float's spacing: 1e-4 at T = 64K, 1e-2 at 1M), and so is the
+          // carried state, as a float pair (focus_sinkhorn_state.h).
+          m = log_add_exp(m, x[int64_t(t) * K + k]);
+          const double target = std::log(double(p.pos + t + 1) / K);
+          y[int64_t(t) * K + k] = float(x[int64_t(t) * K + k] - m + target);
         }
+        if (st) state_store(st, m);
+      } else {
+        double m = kNegInf;
+        for (int t = 0; t < T; ++t) m = std::max(m, double(x[int64_t(t) * K + k]));
+        double sum = 0.0;
+        for (int t = 0; t < T; ++t) sum += std::exp(double(x[int64_t(t) * K + k]) - m);
+        const double shift = std::log(double(T) / K) - (m + std::log(sum));
+        for (int t = 0; t < T; ++t)
+          y[int64_t(t) * K + k] = float(double(x[int64_t(t) * K + k]) + shift);
       }
-      for (int t = 0; t < T; ++t) normalize_row(y + int64_t(t) * K, K);
     }
-    const float* xn = p.iterates + N * all + b * seq;
-    for (int64_t i = 0; i < seq; ++i) p.g[b * seq + i] = std::exp(xn[i]);
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t r = 0; r < rows; ++r) normalize_row(ys + r * K, K);
   }
+  const float* xn = p.iterates + N * all;
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t i = 0; i < all; ++i) p.g[i] = std::exp(xn[i]);
 }
 
 // Backward through the unrolled iterations, last to first, from the saved iterates:
@@ -84,31 +90,41 @@ void sinkhorn_fwd_ref(const SinkhornParams& p) {
 //               causal:   dX_t = dY_t - exp(X_t - M_t) R_t with M_t = logcumsumexp_{t'<=t} X and
 //                         R_t = sum_{i>=t} dY_i exp(M_t - M_i) = dY_t + exp(M_t - M_{t+1}) R_{t+1}
 //                         (M is nondecreasing, so every exponent is <= 0: no overflow).
+// The tasks as in the forward: rows for the row step, (b, k) for the column step.
 void sinkhorn_bwd_ref(const SinkhornParams& p) {
   check(p);
   ATTN_REQUIRE(p.state == nullptr && p.pos == 0, "sinkhorn: the backward runs from position 0");
-  const int T = p.T, K = p.K, N = p.iterations;
-  const int64_t seq = int64_t(T) * K, all = int64_t(p.B) * seq;
-#pragma omp parallel for schedule(dynamic, 1) if (p.B > 1 && worth_parallel(all * N * 8))
-  for (int b = 0; b < p.B; ++b) {
-    std::vector<double> d(static_cast<size_t>(seq)), prefix(static_cast<size_t>(T));
-    const float* g = p.g + b * seq;
-    for (int64_t i = 0; i < seq; ++i) d[size_t(i)] = double(p.dg[b * seq + i]) * g[i];
-    for (int n = N - 1; n >= 0; --n) {
-      const float* x = p.iterates + n * all + b * seq;
-      const float* xn = p.iterates + (n + 1) * all + b * seq;
-      for (int t = 0; t < T; ++t) {
-        double sum = 0.0;
-        for (int k = 0; k < K; ++k) sum += d[size_t(t) * K + k];
-        for (int k = 0; k < K; ++k) d[size_t(t) * K + k] -= std::exp(double(xn[t * K + k])) * sum;
-      }
-      for (int k = 0; k < K; ++k) {
+  const int B = p.B, T = p.T, K = p.K, N = p.iterations;
+  const int64_t seq = int64_t(T) * K, all = int64_t(B) * seq, rows = int64_t(B) * T;
+  const bool par = worth_parallel(all * 8);
+  std::vector<double> d(static_cast<size_t>(all));
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t i = 0; i < all; ++i) d[size_t(i)] = double(p.dg[i]) * p.g[i];
+  for (int n = N - 1; n >= 0; --n) {
+    const float* xs = p.iterates + n * all;
+    const float* xns = p.iterates + (n + 1) * all;
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t r = 0; r < rows; ++r) {
+      double* dr = d.data() + r * K;
+      const float* xn = xns + r * K;
+      double sum = 0.0;
+      for (int k = 0; k < K; ++k) sum += dr[k];
+      for (int k = 0; k < K; ++k) dr[k] -= std::exp(double(xn[k])) * sum;
+    }
+#pragma omp parallel if (par && B * K > 1)
+    {
+      std::vector<double> prefix(p.causal ? static_cast<size_t>(T) : 0);
+#pragma omp for schedule(dynamic, 1)
+      for (int bk = 0; bk < B * K; ++bk) {
+        const int b = bk / K, k = bk % K;
+        const float* x = xs + b * seq;
+        double* db = d.data() + b * seq;
         if (p.causal) {
           double m = kNegInf;
           for (int t = 0; t < T; ++t) prefix[size_t(t)] = m = log_add_exp(m, x[int64_t(t) * K + k]);
           double r = 0.0;
           for (int t = T - 1; t >= 0; --t) {
-            double& dt = d[size_t(t) * K + k];
+            double& dt = db[size_t(t) * K + k];
             r = dt + (t + 1 < T ? std::exp(prefix[size_t(t)] - prefix[size_t(t) + 1]) * r : 0.0);
             dt -= std::exp(double(x[int64_t(t) * K + k]) - prefix[size_t(t)]) * r;
           }
@@ -117,16 +133,17 @@ void sinkhorn_bwd_ref(const SinkhornParams& p) {
           for (int t = 0; t < T; ++t) m = std::max(m, double(x[int64_t(t) * K + k]));
           for (int t = 0; t < T; ++t) {
             sum += std::exp(double(x[int64_t(t) * K + k]) - m);
-            dsum += d[size_t(t) * K + k];
+            dsum += db[size_t(t) * K + k];
           }
           const double lse = m + std::log(sum);
           for (int t = 0; t < T; ++t)
-            d[size_t(t) * K + k] -= std::exp(double(x[int64_t(t) * K + k]) - lse) * dsum;
+            db[size_t(t) * K + k] -= std::exp(double(x[int64_t(t) * K + k]) - lse) * dsum;
         }
       }
     }
-    for (int64_t i = 0; i < seq; ++i) p.dscores[b * seq + i] = float(d[size_t(i)]);
   }
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t i = 0; i < all; ++i) p.dscores[i] = float(d[size_t(i)]);
 }
 
 void softmax_assign_fwd_ref(const SoftmaxAssignParams& p) {

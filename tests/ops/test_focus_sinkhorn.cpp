@@ -2,6 +2,7 @@
 // in the log domain (both scopes) against finite differences, balance, causality, the carried
 // decode state, odd shapes; the softmax assignment, the cosine scores and top-k routing.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -127,6 +128,38 @@ TEST(FocusSinkhorn, CausalScopeIgnoresFutureTokens) {
 }
 
 // Decoding: chunks with the carried state give the rows of one forward over the whole sequence.
+// The reference's tasks are (sequence, column) and rows, so its result must not depend on the
+// thread count: one thread and several give the same bits (g, iterates, dscores, the carried
+// state), B 1 (one long sequence, the GPU tests' 1M case) and B 3, both scopes.
+TEST(FocusSinkhorn, ReferenceIsTheSameOnAnyThreadCount) {
+  const int threads = std::max(2, omp_get_max_threads());
+  for (int B : {1, 3})
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(testing::Message() << "B " << B << (causal ? " causal" : " sequence"));
+      const int T = 3001, K = 8, N = 5;
+      std::vector<float> out[2][4];  // [one thread, several][g, iterates, dscores, state]
+      for (int v = 0; v < 2; ++v) {
+        omp_set_num_threads(v == 0 ? 1 : threads);
+        Sinkhorn s(B, T, K, N, causal, 5.f, 7);
+        std::vector<float> state = empty_state(B, N, K);
+        ops::focus_sinkhorn_fwd(*s.ctx, cpu_tensor(s.g, s.shape()),
+                                cpu_tensor(s.iterates, {N + 1, B, T, K}),
+                                cpu_tensor(s.scores, s.shape()), causal,
+                                causal ? cpu_tensor(state, {B, N, K, 2}) : Tensor());
+        out[v][0] = s.g;
+        out[v][1] = s.iterates;
+        s.forward();  // (the backward's iterates: no carried state)
+        out[v][2] = s.backward(test::random_vector(s.g.size(), 11));
+        out[v][3] = state;
+      }
+      omp_set_num_threads(threads);
+      EXPECT_EQ(out[0][0], out[1][0]) << "g";
+      EXPECT_EQ(out[0][1], out[1][1]) << "iterates";
+      EXPECT_EQ(out[0][2], out[1][2]) << "dscores";
+      EXPECT_EQ(out[0][3], out[1][3]) << "state";
+    }
+}
+
 TEST(FocusSinkhorn, CarriedStateMatchesTheFullForward) {
   Sinkhorn full(2, 13, 5, 6, true);
   full.forward();
