@@ -17,13 +17,15 @@ void cublas_fail(cublasStatus_t st, const char* call, const char* file, int line
   ATTN_FAIL("cuBLAS error %d in %s at %s:%d on device %d", int(st), call, file, line, dev);
 }
 
-bool cuda_available() {
+int cuda_device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     cudaGetLastError();
-    return false;
+    return 0;
   }
-  return n > 0;
+  return n;
 }
+
+bool cuda_available() { return cuda_device_count() > 0; }
 
 }  // namespace attnlab

@@ -6,6 +6,8 @@
 namespace attnlab {
 [[noreturn]] void cuda_fail(cudaError_t err, const char* call, const char* file, int line);
 [[noreturn]] void cublas_fail(cublasStatus_t st, const char* call, const char* file, int line);
+// The CUDA devices this process sees (0, no throw, on machines without a driver/GPU).
+int cuda_device_count();
 // True when at least one CUDA device is usable (no throw on machines without a driver/GPU).
 bool cuda_available();
 }  // namespace attnlab

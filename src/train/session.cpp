@@ -37,8 +37,7 @@ void setup_device(const Recipe& r, Session& s, const LaunchInfo& launch) {
   bool want_cuda = r.train.device == DeviceChoice::cuda ||
                    (r.train.device == DeviceChoice::auto_select && cuda_available());
   if (want_cuda) {
-    int n_devices = 0;
-    if (cuda_available()) CUDA_CHECK(cudaGetDeviceCount(&n_devices));
+    const int n_devices = cuda_device_count();  // none: make_cuda's error below
     if (n_devices > 0) {
       require_local_device(launch, n_devices,
                            [](const char* name) -> const char* { return std::getenv(name); });

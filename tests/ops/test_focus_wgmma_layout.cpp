@@ -140,6 +140,20 @@ std::vector<float> softmax_rows(int T, int K, uint32_t seed) {  // a softmax of 
 // (row, column) acc_coord gives each thread's element; every thread's s starts at 1 (an
 // exponential) and gate_acc applies the affinity. The result must be (a + eps) on distant pairs,
 // a = g_i . g_j in double, to fp16's rounding of both operands (2^-10 relative), and 1 elsewhere.
+// One thread's affinity accumulator of a 64 x N forward tile (queries from q0, keys from k0):
+// element i the sum over the first `width` operand columns of operand(query, c) operand(key, c),
+// in double, at acc_coord's (row, column).
+template <int N, typename Operand>
+void affinity_acc(float (&a)[N / 2], int warp, int lane, int q0, int k0, int width,
+                  Operand operand) {
+  for (int i = 0; i < N / 2; ++i) {
+    const Coord c = acc_coord(i, warp, lane);
+    double acc = 0;
+    for (int k = 0; k < width; ++k) acc += double(operand(q0 + c.row, k)) * operand(k0 + c.col, k);
+    a[i] = float(acc);
+  }
+}
+
 void check_forward_tile(int K, int q0, int k0, int w, uint32_t seed) {
   constexpr int N = 128;
   const int T = std::max(q0 + 64, k0 + N);
@@ -153,14 +167,8 @@ void check_forward_tile(int K, int q0, int k0, int w, uint32_t seed) {
   for (int warp = 0; warp < kWarps; ++warp) {
     for (int lane = 0; lane < kLanes; ++lane) {
       float s[N / 2], a[N / 2];
-      for (int i = 0; i < N / 2; ++i) {
-        const Coord c = acc_coord(i, warp, lane);
-        double acc = 0;
-        for (int k = 0; k < width; ++k)
-          acc += double(operand(q0 + c.row, k)) * operand(k0 + c.col, k);
-        a[i] = float(acc);
-        s[i] = 1.f;
-      }
+      affinity_acc<N>(a, warp, lane, q0, k0, width, operand);
+      for (int i = 0; i < N / 2; ++i) s[i] = 1.f;
       gate_acc(s, a, q0 + 16 * warp + lane / 4, k0 + 2 * (lane % 4), w, eps);
       for (int i = 0; i < N / 2; ++i) {
         const Coord c = acc_coord(i, warp, lane);
@@ -265,13 +273,8 @@ void check_forward_tile_folded(int K, int q0, int k0, int w, float eps, uint32_t
   for (int warp = 0; warp < kWarps; ++warp) {
     for (int lane = 0; lane < kLanes; ++lane) {
       float s[N / 2], a[N / 2];
-      for (int i = 0; i < N / 2; ++i) {
-        const Coord c = acc_coord(i, warp, lane);
-        double acc = 0;
-        for (int k = 0; k < 16; ++k) acc += double(operand(q0 + c.row, k)) * operand(k0 + c.col, k);
-        a[i] = float(acc);
-        s[i] = std::exp2(all ? x - kAffinityLog2Scale : x);
-      }
+      affinity_acc<N>(a, warp, lane, q0, k0, 16, operand);
+      for (int i = 0; i < N / 2; ++i) s[i] = std::exp2(all ? x - kAffinityLog2Scale : x);
       if (all)
         gate_acc_all_folded(s, a);
       else
