@@ -12,6 +12,7 @@
 
 #include "kernels/attention/attention_impl.cuh"
 #include "kernels/attention/mma_common.cuh"
+#include "kernels/attention/mma_softmax.cuh"
 
 namespace attnlab {
 namespace {
@@ -59,18 +60,8 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_bf16(const AttentionParams<
   load_rows<kKT, D>(sV, gv, p.qkv_row_stride, n_begin * kKT, T);
   cp_async_commit();
 
-  float o[kFwdMT][D / 8][4];
-#pragma unroll
-  for (int mt = 0; mt < kFwdMT; ++mt) {
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
-  }
-  float row_max[kFwdMT][2], row_sum[kFwdMT][2];
-#pragma unroll
-  for (int mt = 0; mt < kFwdMT; ++mt) {
-    row_max[mt][0] = row_max[mt][1] = -INFINITY;
-    row_sum[mt][0] = row_sum[mt][1] = 0.f;
-  }
+  float o[kFwdMT][D / 8][4], row_max[kFwdMT][2], row_sum[kFwdMT][2];
+  init_rows<kFwdMT, D>(o, row_max, row_sum);
   uint32_t qf[kFwdMT][kQF][4];
   const float sl2 = p.scale * kLog2e;
 
@@ -79,14 +70,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_bf16(const AttentionParams<
     cp_async_wait_all();
     __syncthreads();
     if constexpr (kQInRegs) {
-      if (nb == n_begin) {
-#pragma unroll
-        for (int mt = 0; mt < kFwdMT; ++mt) {
-#pragma unroll
-          for (int kk = 0; kk < kQF; ++kk)
-            load_a<LD>(qf[mt][kk], sQ, wrow + mt * 16, kk * 16, lane);
-        }
-      }
+      if (nb == n_begin) load_q_frags<kFwdMT, kQF, LD>(qf, sQ, wrow, lane);
     }
     if (nb + 1 < n_end) {
       load_rows<kKT, D>(sK + (buf ^ 1) * kKT * LD, gk, p.qkv_row_stride, (nb + 1) * kKT, T);
@@ -106,98 +90,27 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_bf16(const AttentionParams<
         continue;
       }
       float s[kFwdMT][kSub / 8][4];
-#pragma unroll
-      for (int mt = 0; mt < kFwdMT; ++mt) {
-#pragma unroll
-        for (int i = 0; i < kSub / 8; ++i)
-          s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
-      }
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t aq[kFwdMT][4];
-#pragma unroll
-        for (int mt = 0; mt < kFwdMT; ++mt) {
-          if constexpr (kQInRegs) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) aq[mt][i] = qf[mt][kk][i];
-          } else {
-            load_a<LD>(aq[mt], sQ, wrow + mt * 16, kk * 16, lane);
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < kSub / 16; ++j) {
-          uint32_t bk[4];
-          load_b_nk<LD>(bk, cK, sub * kSub + j * 16, kk * 16, lane);
-#pragma unroll
-          for (int mt = 0; mt < kFwdMT; ++mt) {
-            mma16816(s[mt][2 * j], aq[mt], bk[0], bk[1]);
-            mma16816(s[mt][2 * j + 1], aq[mt], bk[2], bk[3]);
-          }
-        }
-      }
+      qk_scores<kFwdMT, kSub, D, LD, kQInRegs>(s, qf, sQ, wrow, cK, sub * kSub, lane);
       const int k0 = nb * kKT + sub * kSub;
       const bool need_mask = ATTN_MASK_NEEDS_KEY_MASK(mask, q0, kFwdRows, k0, kSub, T);
+      if (need_mask) {
 #pragma unroll
-      for (int mt = 0; mt < kFwdMT; ++mt) {
-        if (need_mask) {
+        for (int mt = 0; mt < kFwdMT; ++mt) {
 #pragma unroll
           for (int nt = 0; nt < kSub / 8; ++nt) {
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
               const int key = k0 + nt * 8 + 2 * tig + (c & 1);
               const int qi = q0 + wrow + mt * 16 + g + (c >= 2 ? 8 : 0);
-              if (ATTN_MASK_HIDDEN(mask, qi, key, T)) {
-                s[mt][nt][c] = -INFINITY;
-              }
+              if (ATTN_MASK_HIDDEN(mask, qi, key, T)) s[mt][nt][c] = -INFINITY;
             }
           }
         }
-        // Raw scores here; the scale is folded into the exponent (one FFMA per score), which is
-        // exact for the max because scale > 0. row_max is kept in the scaled log2 domain.
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float mx = -INFINITY;
-#pragma unroll
-          for (int nt = 0; nt < kSub / 8; ++nt) {
-            mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
-          }
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float m_new = fmaxf(row_max[mt][r], mx * sl2);
-          const float m_use = m_new == -INFINITY ? 0.f : m_new;
-          const float corr = exp2_ftz(row_max[mt][r] - m_use);
-          row_max[mt][r] = m_new;
-          float sum = 0.f;
-#pragma unroll
-          for (int nt = 0; nt < kSub / 8; ++nt) {
-            s[mt][nt][2 * r] = exp2_ftz(fmaf(s[mt][nt][2 * r], sl2, -m_use));
-            s[mt][nt][2 * r + 1] = exp2_ftz(fmaf(s[mt][nt][2 * r + 1], sl2, -m_use));
-            sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
-          }
-          row_sum[mt][r] = row_sum[mt][r] * corr + sum;
-#pragma unroll
-          for (int dt = 0; dt < D / 8; ++dt) {
-            o[mt][dt][2 * r] *= corr;
-            o[mt][dt][2 * r + 1] *= corr;
-          }
-        }
       }
-#pragma unroll
-      for (int kk = 0; kk < kSub / 16; ++kk) {
-        uint32_t a[kFwdMT][4];
-#pragma unroll
-        for (int mt = 0; mt < kFwdMT; ++mt) c_to_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
-#pragma unroll
-        for (int dt = 0; dt < D / 16; ++dt) {
-          uint32_t bv[4];
-          load_b_kn<LD>(bv, cV, sub * kSub + kk * 16, dt * 16, lane);
-#pragma unroll
-          for (int mt = 0; mt < kFwdMT; ++mt) {
-            mma16816(o[mt][2 * dt], a[mt], bv[0], bv[1]);
-            mma16816(o[mt][2 * dt + 1], a[mt], bv[2], bv[3]);
-          }
-        }
-      }
+      // Raw scores here; the scale is folded into the exponent (one FFMA per score), which is
+      // exact for the max because scale > 0. row_max is kept in the scaled log2 domain.
+      online_softmax_rows<kFwdMT, kSub, D>(s, sl2, row_max, row_sum, o);
+      pv_accumulate<kFwdMT, kSub, D, LD>(o, s, cV, sub * kSub, lane);
     }  // sub
   }
 

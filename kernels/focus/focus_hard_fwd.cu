@@ -13,6 +13,7 @@
 
 #include "core/cuda_check.h"
 #include "kernels/attention/mma_common.cuh"
+#include "kernels/attention/mma_softmax.cuh"
 #include "kernels/focus/focus_hard.cuh"
 #include "kernels/focus/focus_hard_walk.h"
 
@@ -159,18 +160,8 @@ __global__ void __launch_bounds__(kThreads)
   const bool warp_all_first = __all_sync(0xffffffffu, all_first);
   const bool warp_any_first = __any_sync(0xffffffffu, any_first);
 
-  float o[MT][D / 8][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
-  }
-  float row_max[MT][2], row_sum[MT][2];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    row_max[mt][0] = row_max[mt][1] = -INFINITY;
-    row_sum[mt][0] = row_sum[mt][1] = 0.f;
-  }
+  float o[MT][D / 8][4], row_max[MT][2], row_sum[MT][2];
+  init_rows<MT, D>(o, row_max, row_sum);
   uint32_t qf[MT][kQF][4];
   const float sl2 = p.scale * kLog2e;
 
@@ -179,14 +170,7 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_wait_all();
     __syncthreads();
     if constexpr (kQInRegs) {
-      if (it == 0) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-          for (int kk = 0; kk < kQF; ++kk)
-            load_a<LD>(qf[mt][kk], sQ, wrow + mt * 16, kk * 16, lane);
-        }
-      }
+      if (it == 0) load_q_frags<MT, kQF, LD>(qf, sQ, wrow, lane);
     }
     const KeyTile nxt = next_tile(m, cur, n_group_tiles, w);
     if (nxt.kind >= 0) {
@@ -209,37 +193,10 @@ __global__ void __launch_bounds__(kThreads)
     if (!visible) continue;
 
     float s[MT][kBN / 8][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int i = 0; i < kBN / 8; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
-    }
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t aq[MT][4];
+    qk_scores<MT, kBN, D, LD, kQInRegs>(s, qf, sQ, wrow, cK, 0, lane);
+    if (need_mask) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        if constexpr (kQInRegs) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) aq[mt][i] = qf[mt][kk][i];
-        } else {
-          load_a<LD>(aq[mt], sQ, wrow + mt * 16, kk * 16, lane);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kBN / 16; ++j) {
-        uint32_t bk[4];
-        load_b_nk<LD>(bk, cK, j * 16, kk * 16, lane);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          mma16816(s[mt][2 * j], aq[mt], bk[0], bk[1]);
-          mma16816(s[mt][2 * j + 1], aq[mt], bk[2], bk[3]);
-        }
-      }
-    }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      if (need_mask) {
 #pragma unroll
         for (int nt = 0; nt < kBN / 8; ++nt) {
 #pragma unroll
@@ -254,49 +211,9 @@ __global__ void __launch_bounds__(kThreads)
           }
         }
       }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < kBN / 8; ++nt)
-          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(row_max[mt][r], mx * sl2);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        const float corr = exp2_ftz(row_max[mt][r] - m_use);
-        row_max[mt][r] = m_new;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < kBN / 8; ++nt) {
-          s[mt][nt][2 * r] = exp2_ftz(fmaf(s[mt][nt][2 * r], sl2, -m_use));
-          s[mt][nt][2 * r + 1] = exp2_ftz(fmaf(s[mt][nt][2 * r + 1], sl2, -m_use));
-          sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
-        }
-        row_sum[mt][r] = row_sum[mt][r] * corr + sum;
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) {
-          o[mt][dt][2 * r] *= corr;
-          o[mt][dt][2 * r + 1] *= corr;
-        }
-      }
     }
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      uint32_t a[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) c_to_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
-#pragma unroll
-      for (int dt = 0; dt < D / 16; ++dt) {
-        uint32_t bv[4];
-        load_b_kn<LD>(bv, cV, kk * 16, dt * 16, lane);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          mma16816(o[mt][2 * dt], a[mt], bv[0], bv[1]);
-          mma16816(o[mt][2 * dt + 1], a[mt], bv[2], bv[3]);
-        }
-      }
-    }
+    online_softmax_rows<MT, kBN, D>(s, sl2, row_max, row_sum, o);
+    pv_accumulate<MT, kBN, D, LD>(o, s, cV, 0, lane);
   }
 
 #pragma unroll

@@ -6,6 +6,7 @@
 // are stored with plain loads. Scores are kept in the scaled log2 domain (x = s * scale * log2 e).
 #include <cuda_bf16.h>
 
+#include "kernels/attention/mma_softmax.cuh"
 #include "kernels/attention/visibility.h"
 #include "kernels/focus/focus_tiled.cuh"
 #include "kernels/focus/focus_tiled_gate.cuh"
@@ -82,18 +83,8 @@ __global__ void __launch_bounds__(kThreads)
     load_g_rows<kKT, kThreads>(sGkh, sGkl, ldg, gg, p.K, KP, n_begin * kKT, T);
   }
 
-  float o[kMT][D / 8][4];
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
-  }
-  float row_max[kMT][2], row_sum[kMT][2];
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
-    row_max[mt][0] = row_max[mt][1] = -INFINITY;
-    row_sum[mt][0] = row_sum[mt][1] = 0.f;
-  }
+  float o[kMT][D / 8][4], row_max[kMT][2], row_sum[kMT][2];
+  init_rows<kMT, D>(o, row_max, row_sum);
   uint32_t qf[kMT][kQF][4];
   const float sl2 = p.scale * kLog2e;
 
@@ -102,14 +93,7 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_wait_all();
     __syncthreads();
     if constexpr (kQInRegs) {
-      if (nb == n_begin) {
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-          for (int kk = 0; kk < kQF; ++kk)
-            load_a<LD>(qf[mt][kk], sQ, wrow + mt * 16, kk * 16, lane);
-        }
-      }
+      if (nb == n_begin) load_q_frags<kMT, kQF, LD>(qf, sQ, wrow, lane);
     }
     if (nb + 1 < n_end) {
       const int next = (nb + 1) * kKT;
@@ -135,34 +119,7 @@ __global__ void __launch_bounds__(kThreads)
     if (ATTN_MASK_TILE_INVISIBLE(mask, wq0, wq_last, k0, k0 + kKT - 1)) continue;
 
     float s[kMT][kKT / 8][4];
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-      for (int i = 0; i < kKT / 8; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
-    }
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t aq[kMT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        if constexpr (kQInRegs) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) aq[mt][i] = qf[mt][kk][i];
-        } else {
-          load_a<LD>(aq[mt], sQ, wrow + mt * 16, kk * 16, lane);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kKT / 16; ++j) {
-        uint32_t bk[4];
-        load_b_nk<LD>(bk, cK, j * 16, kk * 16, lane);
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          mma16816(s[mt][2 * j], aq[mt], bk[0], bk[1]);
-          mma16816(s[mt][2 * j + 1], aq[mt], bk[2], bk[3]);
-        }
-      }
-    }
+    qk_scores<kMT, kKT, D, LD, kQInRegs>(s, qf, sQ, wrow, cK, 0, lane);
     const bool need_mask = ATTN_MASK_NEEDS_KEY_MASK(mask, q0, kRows, k0, kKT, T);
     // Some pair of this warp's rows and these keys is distant (gated); else the dense math.
     const bool gated = wq_last - k0 > w;
@@ -200,27 +157,10 @@ __global__ void __launch_bounds__(kThreads)
           }
         }
       }
-      // 2. online softmax: running max, rescale, exponentials.
+      // 2. online softmax: running max, rescale, exponentials (s holds log2-domain logits).
       float corr[2];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < kKT / 8; ++nt) {
-          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(row_max[mt][r], mx);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        corr[r] = exp2_ftz(row_max[mt][r] - m_use);
-        row_max[mt][r] = m_new;
-#pragma unroll
-        for (int nt = 0; nt < kKT / 8; ++nt) {
-          s[mt][nt][2 * r] = exp2_ftz(s[mt][nt][2 * r] - m_use);
-          s[mt][nt][2 * r + 1] = exp2_ftz(s[mt][nt][2 * r + 1] - m_use);
-        }
-      }
+      for (int r = 0; r < 2; ++r) corr[r] = softmax_exp_row<kKT>(s[mt], r, 1.f, row_max[mt][r]);
       // 3. additive: the weight (a + eps) after the exponential (masked elements are 0 already).
       if (gated && kind == FocusGateKind::additive) {
 #pragma unroll
@@ -241,34 +181,10 @@ __global__ void __launch_bounds__(kThreads)
       }
       // 4. row sums and the rescale of o.
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < kKT / 8; ++nt) sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
-        row_sum[mt][r] = row_sum[mt][r] * corr[r] + sum;
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) {
-          o[mt][dt][2 * r] *= corr[r];
-          o[mt][dt][2 * r + 1] *= corr[r];
-        }
-      }
+      for (int r = 0; r < 2; ++r)
+        softmax_rescale_row<kKT, D>(s[mt], r, corr[r], row_sum[mt][r], o[mt]);
     }
-#pragma unroll
-    for (int kk = 0; kk < kKT / 16; ++kk) {
-      uint32_t a[kMT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) c_to_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
-#pragma unroll
-      for (int dt = 0; dt < D / 16; ++dt) {
-        uint32_t bv[4];
-        load_b_kn<LD>(bv, cV, kk * 16, dt * 16, lane);
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          mma16816(o[mt][2 * dt], a[mt], bv[0], bv[1]);
-          mma16816(o[mt][2 * dt + 1], a[mt], bv[2], bv[3]);
-        }
-      }
-    }
+    pv_accumulate<kMT, kKT, D, LD>(o, s, cV, 0, lane);
   }
 
 #pragma unroll
