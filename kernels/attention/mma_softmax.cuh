@@ -156,4 +156,35 @@ __device__ __forceinline__ void pv_accumulate(float (&o)[MT][D / 8][4],
   }
 }
 
+// The epilogue: each of the warp's rows (query q_first + 16 mt + g + 8 r, those below T) as o /
+// row sum in bf16 at out + q out_stride (out: query 0 of this batch row and head), and its lse
+// (natural log) at lse[q] where lse is not null (a row that took no key: o 0, lse -inf).
+template <int MT, int D>
+__device__ __forceinline__ void write_rows(const float (&o)[MT][D / 8][4],
+                                           const float (&row_max)[MT][2],
+                                           const float (&row_sum)[MT][2], bf16* out,
+                                           int64_t out_stride, float* lse, int q_first, int T,
+                                           int lane) {
+  const int g = lane >> 2, tig = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = row_sum[mt][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int qi = q_first + mt * 16 + g + 8 * r;
+      if (qi >= T) continue;
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      bf16* row = out + int64_t(qi) * out_stride;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        *reinterpret_cast<__nv_bfloat162*>(row + dt * 8 + 2 * tig) =
+            __floats2bfloat162_rn(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
+      }
+      if (tig == 0 && lse != nullptr) lse[qi] = (row_max[mt][r] + log2f(l)) * kLn2;
+    }
+  }
+}
+
 }  // namespace attnlab::mma

@@ -187,27 +187,8 @@ __global__ void __launch_bounds__(kThreads)
     pv_accumulate<kMT, kKT, D, LD>(o, s, cV, 0, lane);
   }
 
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float l = row_sum[mt][r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const int qi = q0 + wrow + mt * 16 + g + 8 * r;
-      if (qi >= T) continue;
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      bf16* out = p.o + b * p.o_batch_stride + int64_t(qi) * p.o_row_stride + h * D;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        *reinterpret_cast<__nv_bfloat162*>(out + dt * 8 + 2 * tig) =
-            __floats2bfloat162_rn(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
-      }
-      if (tig == 0 && p.lse != nullptr) {
-        p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (row_max[mt][r] + log2f(l)) * kLn2;
-      }
-    }
-  }
+  write_rows<kMT, D>(o, row_max, row_sum, p.o + b * p.o_batch_stride + h * D, p.o_row_stride,
+                     p.lse ? p.lse + (int64_t(b) * p.n_head + h) * T : nullptr, q0 + wrow, T, lane);
 }
 
 template <int D>
