@@ -88,32 +88,7 @@ constexpr int kMinBlocks = D == 64 ? 2 : 1;
 #if ATTN_WGMMA_DEVICE
 
 // ---- the steps of one key tile, for one warpgroup ----------------------------------------------
-// (RowState, online_softmax, rescale, issue_pv: wgmma_softmax.cuh.)
-
-// Epilogue of a warpgroup: o / l in bf16 and lse = (max + log2 l) ln 2 for this thread's rows
-// row0 and row0 + 8 (rows < T only); the row sums are completed over the 4 threads of a row.
-template <int D>
-__device__ __forceinline__ void store_o_lse(const float (&o)[D / 2], const RowState& st,
-                                            const AttentionParams<bf16>& p, int b, int h, int row0,
-                                            int tig) {
-  const int T = p.seq_len;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = st.sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int qi = row0 + 8 * r;
-    if (qi >= T) continue;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    bf16* out = p.o + b * p.o_batch_stride + int64_t(qi) * p.o_row_stride + h * D;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      *reinterpret_cast<__nv_bfloat162*>(out + 8 * j + 2 * tig) =
-          __floats2bfloat162_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-    }
-    if (tig == 0) p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (st.max[r] + log2f(l)) * kLn2;
-  }
-}
+// (RowState, online_softmax, rescale, issue_pv, store_o_lse: wgmma_softmax.cuh.)
 
 // Masks (where needed), then the online-softmax update of scores s of keys k0 .. k0 + kBlockN - 1:
 // s becomes exp2(s * scale * log2 e - new max), the row state is updated and corr (the factor

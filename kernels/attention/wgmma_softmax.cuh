@@ -1,7 +1,8 @@
 // The online-softmax steps of one key tile shared by the wgmma forward kernels (attention_wgmma.cu,
 // focus_hard_wgmma.cu, focus_hard_tma.cuh for the sorted and band passes, focus_wgmma_fwd.cu for
-// the row state, rescale and P V): the row state, the update of a tile's scores into
-// exponentials, the rescale of O and O += P V. Masks are the caller's (scores set to -inf before
+// the row state, rescale, P V and the epilogue): the row state, the update of a tile's scores
+// into exponentials, the rescale of O, O += P V, and o / l and lse written (store_o_lse: the
+// dense and the Focus soft-gate forwards). Masks are the caller's (scores set to -inf before
 // the update). Layout: a thread's accumulator element 4 j + c is row row0 + 8 (c >> 1), column
 // 8 j + 2 tig + (c & 1) of the warpgroup's 64 x N tile (attention_wgmma.cu).
 #pragma once
@@ -72,6 +73,34 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], uint32_t (&pa)[BN / 
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs<D>(o, pa[kk], desc_add(b0, kk * 16 * 128));
   wgmma_commit();
+}
+
+// Epilogue of a warpgroup (the dense and the Focus soft-gate forwards): o / l in bf16 and lse =
+// (max + log2 l) ln 2 (where p.lse is not null) for this thread's rows row0 and row0 + 8 (rows < T
+// only); the row sums are completed over the 4 threads of a row. Params: the kernel's parameters
+// (o, its strides, lse, n_head, seq_len).
+template <int D, typename Params>
+__device__ __forceinline__ void store_o_lse(const float (&o)[D / 2], const RowState& st,
+                                            const Params& p, int b, int h, int row0, int tig) {
+  const int T = p.seq_len;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = st.sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int qi = row0 + 8 * r;
+    if (qi >= T) continue;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    bf16* out = p.o + b * p.o_batch_stride + int64_t(qi) * p.o_row_stride + h * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      *reinterpret_cast<__nv_bfloat162*>(out + 8 * j + 2 * tig) =
+          __floats2bfloat162_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    }
+    if (tig == 0 && p.lse != nullptr) {
+      p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (st.max[r] + log2f(l)) * kLn2;
+    }
+  }
 }
 
 #endif  // ATTN_WGMMA_DEVICE

@@ -56,7 +56,7 @@ constexpr size_t fwd_smem_bytes() {
 }
 
 #if ATTN_WGMMA_DEVICE
-// (RowState, rescale, issue_pv: wgmma_softmax.cuh.)
+// (RowState, rescale, issue_pv, store_o_lse: wgmma_softmax.cuh.)
 
 // Issues S = Q K^T and the affinity a = G_q G_k^T (affinity_ksteps(KP) fp16 k-steps, scaled by
 // kAffinityScale^2) as one wgmma group (not waited). q_rows / gq_rows: the warpgroup's 64 rows of
@@ -153,30 +153,6 @@ __device__ __forceinline__ void softmax_gate_tile(float (&s)[BN / 2], const floa
   }
 }
 
-template <int D>
-__device__ __forceinline__ void store_o_lse(const float (&o)[D / 2], const RowState& st,
-                                            const FocusAttentionParams<bf16>& p, int b, int h,
-                                            int row0, int tig) {
-  const int T = p.seq_len;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = st.sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int qi = row0 + 8 * r;
-    if (qi >= T) continue;
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    bf16* out = p.o + b * p.o_batch_stride + int64_t(qi) * p.o_row_stride + h * D;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      *reinterpret_cast<__nv_bfloat162*>(out + 8 * j + 2 * tig) =
-          __floats2bfloat162_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-    }
-    if (tig == 0 && p.lse != nullptr) {
-      p.lse[(int64_t(b) * p.n_head + h) * T + qi] = (st.max[r] + log2f(l)) * kLn2;
-    }
-  }
-}
 #endif  // ATTN_WGMMA_DEVICE
 
 template <int D, int KP, bool kHard>
