@@ -104,7 +104,14 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options) {
                      : "");
     return std::make_unique<LocalCommunicator>();
   }
-  if (b == "mpi") return make_mpi_communicator(options);
+  if (b == "mpi") {
+    ATTN_REQUIRE(options.launch.launcher != Launcher::pmi,
+                 "distributed.backend 'mpi' under a PMI launch (PMI_RANK / PMI_SIZE: the Hydra "
+                 "mpiexec of MPICH, Intel MPI or MVAPICH): this build's MPI is OpenMPI's, which "
+                 "cannot join those ranks; launch with OpenMPI's mpirun, or on CUDA use backend "
+                 "nccl (or auto) with MASTER_ADDR and MASTER_PORT or distributed.rendezvous_file");
+    return make_mpi_communicator(options);
+  }
   if (b == "nccl") return make_nccl_communicator(options);
   ATTN_FAIL("unknown distributed backend '%s' (valid: none, mpi, nccl; this build has %s)",
             b.c_str(), available_backends().c_str());

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 
@@ -27,7 +28,8 @@ LaunchInfo read(const EnvLookup& env, Launcher l, const char* rank, const char* 
   info.rank = parse_int(env, rank, 0, 1 << 20);
   ATTN_REQUIRE(info.rank < info.world_size, "%s=%d is not below %s=%d", rank, info.rank, size,
                info.world_size);
-  // LOCAL_RANK is optional for torchrun-style launches on one node (then it is the rank).
+  // The local rank's variable is optional (a torchrun-style or PMI launch on one node: then it is
+  // the rank; past the node's devices, require_local_device says so).
   info.local_rank = env(local) ? parse_int(env, local, 0, 1 << 20) : info.rank;
   if (const char* a = env("MASTER_ADDR"); a && *a) info.master_addr = a;
   if (env("MASTER_PORT")) info.master_port = parse_int(env, "MASTER_PORT", 1, 65535);
@@ -46,6 +48,8 @@ const char* launcher_name(Launcher l) {
       return "srun";
     case Launcher::env:
       return "env";
+    case Launcher::pmi:
+      return "pmi";
   }
   return "?";
 }
@@ -66,6 +70,18 @@ LaunchInfo detect_launch(const EnvLookup& env) {
                  info.world_size);
     return info;
   }
+  // The Hydra mpiexec (MPICH, Intel MPI, MVAPICH) before Slurm's, for the same reason: under an
+  // allocation its PMI_* name this process. Without them such a launch started N independent
+  // single-process runs into the same out_dir.
+  // `srun --mpi=pmi2` sets PMI_RANK / PMI_SIZE beside its own SLURM_* (the same values, and no
+  // MPI_LOCALRANKID): that is an srun launch, whose SLURM_LOCALID gives the local rank.
+  auto same = [&](const char* a, const char* b) {
+    return env(a) && env(b) && std::string(env(a)) == env(b);
+  };
+  const bool srun_pmi = !env("MPI_LOCALRANKID") && same("PMI_RANK", "SLURM_PROCID") &&
+                        same("PMI_SIZE", "SLURM_NTASKS");
+  if ((env("PMI_SIZE") || env("PMI_RANK")) && !srun_pmi)
+    return read(env, Launcher::pmi, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID");
   if (env("SLURM_PROCID") && env("SLURM_NTASKS"))
     return read(env, Launcher::srun, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID");
   return LaunchInfo{};
@@ -79,6 +95,8 @@ const char* local_rank_variable(Launcher l) {
       return "SLURM_LOCALID";
     case Launcher::env:
       return "LOCAL_RANK";
+    case Launcher::pmi:
+      return "MPI_LOCALRANKID";
     case Launcher::none:
       break;
   }

@@ -3,9 +3,13 @@
 //   OpenMPI mpirun: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
 //   Slurm srun:     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
 //   torchrun-style: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
-// checked in that order (srun inside an allocation also sets RANK-less SLURM_* for every step, and
-// mpirun under Slurm sets both: the MPI variables describe the processes mpirun started). None of
-// them: one process. The device of a rank is its local rank (one process per GPU).
+//   PMI (the Hydra mpiexec of MPICH, Intel MPI, MVAPICH): PMI_RANK, PMI_SIZE, MPI_LOCALRANKID
+//   Slurm srun:     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+// checked in this order: OpenMPI, torchrun-style, PMI, Slurm (an sbatch script inherits SLURM_*
+// from its allocation, and mpirun / mpiexec / torchrun under Slurm set their own variables too:
+// those describe the process). None of them: one process. The device of a rank is its local rank
+// (one process per GPU). PMI and Slurm launches rendezvous over TCP (MASTER_ADDR, MASTER_PORT) or
+// a file: this build's MPI is OpenMPI's, which a Hydra launch cannot join.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -13,8 +17,8 @@
 
 namespace attnlab {
 
-enum class Launcher : uint8_t { none, mpirun, srun, env };
-const char* launcher_name(Launcher l);  // "none", "mpirun", "srun", "env"
+enum class Launcher : uint8_t { none, mpirun, srun, env, pmi };
+const char* launcher_name(Launcher l);  // "none", "mpirun", "srun", "env", "pmi"
 
 struct LaunchInfo {
   Launcher launcher = Launcher::none;

@@ -241,8 +241,8 @@ class NcclCommunicator final : public Communicator {
       return tcp_rendezvous(id, rank_, world_, o.launch.master_addr, o.launch.master_port,
                             timeout_s_);
     ATTN_REQUIRE(!o.rendezvous_file.empty(),
-                 "nccl with %d ranks needs a rendezvous for its unique id: launch with mpirun "
-                 "(this build %s MPI), set MASTER_ADDR and MASTER_PORT, or set "
+                 "nccl with %d ranks needs a rendezvous for its unique id: launch with OpenMPI's "
+                 "mpirun (this build %s MPI), set MASTER_ADDR and MASTER_PORT, or set "
                  "distributed.rendezvous_file to a path every rank shares",
                  world_,
 #if ATTNLAB_HAVE_MPI

@@ -66,6 +66,13 @@ TEST(Communicator, BackendNames) {
   o.launch.launcher = Launcher::srun;  // an sbatch script's variables: says so
   expect_error([&] { make_communicator(o); },
                "SLURM_NTASKS is the allocation's: a single process inside an sbatch script");
+  // A Hydra mpiexec's ranks (PMI_*) cannot join this build's MPI (OpenMPI's): refused before
+  // MPI starts, whether or not the build has MPI.
+  o.launch.launcher = Launcher::pmi;
+  o.backend = "mpi";
+  expect_error([&] { make_communicator(o); },
+               {"distributed.backend 'mpi' under a PMI launch", "launch with OpenMPI's mpirun"});
+  o.backend = "none";
   o.launch.launcher = Launcher::env;
 #if !ATTNLAB_HAVE_MPI
   o.backend = "mpi";

@@ -89,6 +89,36 @@ TEST(Launch, EachLauncher) {
   EXPECT_EQ(l.launcher, Launcher::env);
   EXPECT_EQ(l.rank, 1);
   EXPECT_EQ(l.world_size, 2);
+
+  // The Hydra mpiexec (MPICH, Intel MPI), also inside a Slurm allocation: PMI_* name the process.
+  l = detect_launch(env_of({{"SLURM_PROCID", "0"},
+                            {"SLURM_NTASKS", "1"},
+                            {"PMI_RANK", "6"},
+                            {"PMI_SIZE", "16"},
+                            {"MPI_LOCALRANKID", "2"},
+                            {"MASTER_ADDR", "node1"},
+                            {"MASTER_PORT", "29500"}}));
+  EXPECT_EQ(l.launcher, Launcher::pmi);
+  EXPECT_FALSE(l.under_mpi());  // this build's MPI is OpenMPI's: the NCCL id goes over TCP
+  EXPECT_EQ(l.rank, 6);
+  EXPECT_EQ(l.world_size, 16);
+  EXPECT_EQ(l.local_rank, 2);
+  EXPECT_EQ(l.master_addr, "node1");
+  EXPECT_STREQ(launcher_name(l.launcher), "pmi");
+  // Without MPI_LOCALRANKID (one node): the local rank is the rank.
+  l = detect_launch(env_of({{"PMI_RANK", "3"}, {"PMI_SIZE", "4"}}));
+  EXPECT_EQ(l.launcher, Launcher::pmi);
+  EXPECT_EQ(l.local_rank, 3);
+  // `srun --mpi=pmi2`: PMI_* equal to srun's own SLURM_*, no MPI_LOCALRANKID: srun, whose
+  // SLURM_LOCALID is the local rank (the PMI reading would take the rank, 9, on the second node).
+  l = detect_launch(env_of({{"SLURM_PROCID", "9"},
+                            {"SLURM_NTASKS", "16"},
+                            {"SLURM_LOCALID", "1"},
+                            {"PMI_RANK", "9"},
+                            {"PMI_SIZE", "16"}}));
+  EXPECT_EQ(l.launcher, Launcher::srun);
+  EXPECT_EQ(l.rank, 9);
+  EXPECT_EQ(l.local_rank, 1);
 }
 
 // One process per GPU: a local rank past the node's devices is refused naming the rank, where
@@ -110,6 +140,9 @@ TEST(Launch, LocalRankPastTheDevicesIsRefused) {
                {"rank 1 of 2 (env) has local rank 1 (the rank: LOCAL_RANK unset)",
                 "sees 1 CUDA device:", "at most 1 rank per node"});
   EXPECT_STREQ(local_rank_variable(Launcher::srun), "SLURM_LOCALID");
+  const auto pmi = env_of({{"PMI_RANK", "9"}, {"PMI_SIZE", "16"}, {"MPI_LOCALRANKID", "1"}});
+  expect_error([&] { require_local_device(detect_launch(pmi), 1, pmi); },
+               {"rank 9 of 16 (pmi) has local rank 1 (MPI_LOCALRANKID)", "sees 1 CUDA device"});
 }
 
 TEST(Launch, BadValuesNameTheVariable) {
@@ -140,6 +173,16 @@ TEST(Launch, BadValuesNameTheVariable) {
       },
       "MASTER_PORT='70000': expected an integer in [1, 65535]");
   expect_error([] { detect_launch(env_of({{"RANK", "-1"}, {"WORLD_SIZE", "1"}})); }, "RANK='-1'");
+  expect_error(
+      [] {
+        detect_launch(env_of({{"PMI_SIZE", "4"}}));
+      },
+      "environment variable PMI_RANK is not set");
+  expect_error(
+      [] {
+        detect_launch(env_of({{"PMI_RANK", "4"}, {"PMI_SIZE", "4"}}));
+      },
+      "PMI_RANK=4 is not below PMI_SIZE=4");
 }
 
 // A free port on localhost: bind port 0 and read back what the kernel chose (then release it).
