@@ -132,7 +132,7 @@ TEST(FocusSinkhorn, CausalScopeIgnoresFutureTokens) {
 // thread count: one thread and several give the same bits (g, iterates, dscores, the carried
 // state), B 1 (one long sequence, the GPU tests' 1M case) and B 3, both scopes.
 TEST(FocusSinkhorn, ReferenceIsTheSameOnAnyThreadCount) {
-  const int threads = std::max(2, omp_get_max_threads());
+  const int before = omp_get_max_threads(), threads = std::max(2, before);
   for (int B : {1, 3})
     for (bool causal : {true, false}) {
       SCOPED_TRACE(testing::Message() << "B " << B << (causal ? " causal" : " sequence"));
@@ -152,7 +152,7 @@ TEST(FocusSinkhorn, ReferenceIsTheSameOnAnyThreadCount) {
         out[v][2] = s.backward(test::random_vector(s.g.size(), 11));
         out[v][3] = state;
       }
-      omp_set_num_threads(threads);
+      omp_set_num_threads(before);  // (what the other tests run with)
       EXPECT_EQ(out[0][0], out[1][0]) << "g";
       EXPECT_EQ(out[0][1], out[1][1]) << "iterates";
       EXPECT_EQ(out[0][2], out[1][2]) << "dscores";
