@@ -71,7 +71,7 @@ fi
 
 if want order; then
 echo "hard-routed forward by pass order, K 8, top_k 1, queued 20 (ms; x dense):"
-for order in automatic group_first band_first; do
+for order in automatic group_first band_first fused fused_ws; do
   timeout 90 "$B/bench_focus_hard" --D=64 --K=8 --top_k=1 --groups=balanced --no-mma --T="$T" \
     --order=$order --queued=20 --csv="$O/hard64_$order.csv" >"$O/hard64_$order.log" 2>&1
   timeout 90 "$B/bench_focus_hard" --D=128 --H=8 --K=8 --top_k=1 --groups=balanced --no-mma \

@@ -142,6 +142,10 @@ void launch_focus_hard_band(const FocusHardAttnParams& p, Stream s);
 // (counters[1]). counters: 2 ints, zero at launch (the caller clears them before the index
 // build). Same rows and limits as the two launches.
 void launch_focus_hard_fused(const FocusHardAttnParams& p, int* counters, Stream s);
+// The same items warp-specialised (focus_hard_ws.cu, sm_90a, head dim 64): one block per SM, a
+// producer warpgroup loading each item's query rows and 128-key tiles ahead across items, two
+// consumer warpgroups of 64 rows each. Same contract as launch_focus_hard_fused.
+void launch_focus_hard_fused_ws(const FocusHardAttnParams& p, int* counters, Stream s);
 // The partition of the pairs between the wgmma group and band passes (focus_hard_walk.h): the
 // window partition with the list group pass (its tiles carry the keys' positions, so it can
 // leave the window's pairs to the band, which then needs no group sets), the shared-group one

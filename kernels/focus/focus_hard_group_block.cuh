@@ -60,17 +60,19 @@ struct Meta {
 #if ATTN_WGMMA_DEVICE
 
 // Rows pos[0 .. ROWS) (-1: zero) of NM strided bf16 matrices g[m] (the same rows of each) into
-// swizzled [ROWS][D] tiles at s[m]. The copies of load_tile's rounds (wgmma_common.cuh): this
-// thread's 16-byte chunk c and first row r are fixed, each round moves kThreads / (D / 8) rows
+// swizzled [ROWS][D] tiles at s[m], by threads 0 .. kN - 1 (the block's kThreads by default; the
+// warp-specialised kernel's producer warpgroup). The copies of load_tile's rounds
+// (wgmma_common.cuh): this thread's 16-byte chunk c and first row r are fixed, each round moves
+// kN / (D / 8) rows
 // down (a multiple of 8: the same swizzle phase), so the shared offset is one constant per round
 // and a row's global offset is computed once for all matrices (a loop over i = threadIdx.x,
 // threadIdx.x + kThreads, .. copies the same (row, chunk) pairs, but its trip count is not known
 // to the compiler: ~30 instructions a copy, against ~6 here).
-template <int ROWS, int D, int NM, typename Pos>
+template <int ROWS, int D, int NM, int kN = kThreads, typename Pos>
 __device__ __forceinline__ void gather_rows(const uint32_t (&s)[NM], const bf16* const (&g)[NM],
                                             int64_t stride, Pos pos) {
-  constexpr int kChunks = D / 8, kRowsPerRound = kThreads / kChunks;
-  static_assert(kThreads % kChunks == 0 && ROWS % kRowsPerRound == 0 && kRowsPerRound % 8 == 0,
+  constexpr int kChunks = D / 8, kRowsPerRound = kN / kChunks;
+  static_assert(kN % kChunks == 0 && ROWS % kRowsPerRound == 0 && kRowsPerRound % 8 == 0,
                 "whole rounds, each keeping the swizzle phase");
   const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
   const uint32_t dst = swizzled_offset<ROWS>(r, c);
@@ -87,6 +89,62 @@ __device__ __forceinline__ void gather_rows(const uint32_t (&s)[NM], const bf16*
 #endif  // ATTN_WGMMA_DEVICE
 
 #if ATTN_WGMMA_DEVICE
+// A block of the list group pass: its head, group, query tile j of the group's list, and the
+// list's offset and size in its batch row.
+struct GroupTile {
+  int h, grp, j, list_off, count;
+};
+
+// Block bx of batch row b's grid (bx covers max_tiles tiles x H heads, an upper bound of the row's
+// tiles), in p.longest_first's order; false where bx names no tile. Every lane of a whole warp
+// calls it (warp sums and ballots), each warp of a block the same bx.
+__device__ __forceinline__ bool decode_group_tile(const FocusHardAttnParams& p, int max_tiles,
+                                                  unsigned bx, int b, GroupTile& gt) {
+  const int K = p.K, H = p.n_head;
+  const int32_t* toff = p.tile_offsets + int64_t(b) * (K + 1);
+  const int32_t* offs = p.offsets + int64_t(b) * (K + 1);
+  // Group g's query tiles.
+  auto ntiles = [&](int g) { return toff[g + 1] - toff[g]; };
+  int grp = 0, j = 0;
+  if (p.longest_first) {  // j descending over all groups, heads fastest (focus_hard_walk.h)
+    const int u = int(bx / unsigned(H));
+    gt.h = int(bx) - u * H;
+    // Every warp decodes the same rank: lane l holds the tile counts of groups l and l + 32,
+    // and their list offsets and sizes, loaded in the same round trip (the block's come from
+    // its group's lane by a shuffle, not by a second dependent load).
+    const int lane = threadIdx.x % 32;
+    const int n_lo = lane < K ? ntiles(lane) : 0;
+    const int n_hi = lane + 32 < K ? ntiles(lane + 32) : 0;
+    const int o_lo = lane < K ? offs[lane] : 0, o_hi = lane + 32 < K ? offs[lane + 32] : 0;
+    const int c_lo = lane < K ? offs[lane + 1] - o_lo : 0;
+    const int c_hi = lane + 32 < K ? offs[lane + 33] - o_hi : 0;
+    const int maxn = int(__reduce_max_sync(0xffffffffu, unsigned(max(n_lo, n_hi))));
+    auto tiles_from = [&](int L) {
+      return int64_t(__reduce_add_sync(0xffffffffu, unsigned(max(0, n_lo - L) + max(0, n_hi - L))));
+    };
+    auto nth_group = [&](int level, int o) {
+      return focus_hard::nth_member(__ballot_sync(0xffffffffu, n_lo > level),
+                                    __ballot_sync(0xffffffffu, n_hi > level), o);
+    };
+    if (!focus_hard::longest_first_tile(u, maxn, tiles_from, nth_group, &grp, &j)) return false;
+    const bool lo_half = grp < 32;  // (grp is the same in every lane)
+    gt.list_off = __shfl_sync(0xffffffffu, lo_half ? o_lo : o_hi, grp & 31);
+    gt.count = __shfl_sync(0xffffffffu, lo_half ? c_lo : c_hi, grp & 31);
+  } else {  // group after group per head, each group's latest tiles first
+    gt.h = int(bx / unsigned(max_tiles));
+    const int tile = max_tiles - 1 - (int(bx) - gt.h * max_tiles);
+    int before = 0;  // tiles of the groups before grp
+    while (grp < K && before + ntiles(grp) <= tile) before += ntiles(grp++);
+    if (grp == K) return false;
+    j = tile - before;
+    gt.list_off = offs[grp];
+    gt.count = offs[grp + 1] - gt.list_off;
+  }
+  gt.grp = grp;
+  gt.j = j;
+  return true;
+}
+
 // One block of the list group pass: block bx of batch row b's grid (bx covers max_tiles tiles x H
 // heads), dynamic shared memory at smem (the shared-window address of its start; aligned here).
 // before_merge() runs in every thread before a band_first epilogue reads the band's partials
@@ -104,59 +162,18 @@ __device__ __forceinline__ void group_block(const FocusHardAttnParams& p, int ma
   const uint32_t sK = sQ + kQBytes, sV = sK + kStages * kKVBytes;
   __shared__ Meta<BN> m;
 
-  const int T = p.T, K = p.K, H = p.n_head;
+  const int T = p.T, K = p.K;
   const int w = min(p.local_window, T);
 
   // The block's head, group and query tile j of the group's list (its list entries q0 ..), and
-  // its key tiles. bx covers max_tiles tiles x H heads (an upper bound of the row's tiles).
-  int h = 0, q0 = 0, nq = 0, grp = 0, count = 0, t_begin = 0, t_end = 0;
-  const int32_t* glist = nullptr;
-  {
-    const int32_t* toff = p.tile_offsets + int64_t(b) * (K + 1);
-    const int32_t* offs = p.offsets + int64_t(b) * (K + 1);
-    // Group g's query tiles.
-    auto ntiles = [&](int g) { return toff[g + 1] - toff[g]; };
-    int j = 0, list_off = 0;
-    if (p.longest_first) {  // j descending over all groups, heads fastest (focus_hard_walk.h)
-      const int u = int(bx / unsigned(H));
-      h = int(bx) - u * H;
-      // Every warp decodes the same rank: lane l holds the tile counts of groups l and l + 32,
-      // and their list offsets and sizes, loaded in the same round trip (the block's come from
-      // its group's lane by a shuffle, not by a second dependent load).
-      const int lane = threadIdx.x % 32;
-      const int n_lo = lane < K ? ntiles(lane) : 0;
-      const int n_hi = lane + 32 < K ? ntiles(lane + 32) : 0;
-      const int o_lo = lane < K ? offs[lane] : 0, o_hi = lane + 32 < K ? offs[lane + 32] : 0;
-      const int c_lo = lane < K ? offs[lane + 1] - o_lo : 0;
-      const int c_hi = lane + 32 < K ? offs[lane + 33] - o_hi : 0;
-      const int maxn = int(__reduce_max_sync(0xffffffffu, unsigned(max(n_lo, n_hi))));
-      auto tiles_from = [&](int L) {
-        return int64_t(
-            __reduce_add_sync(0xffffffffu, unsigned(max(0, n_lo - L) + max(0, n_hi - L))));
-      };
-      auto nth_group = [&](int level, int o) {
-        return focus_hard::nth_member(__ballot_sync(0xffffffffu, n_lo > level),
-                                      __ballot_sync(0xffffffffu, n_hi > level), o);
-      };
-      if (!focus_hard::longest_first_tile(u, maxn, tiles_from, nth_group, &grp, &j)) return;
-      const bool lo_half = grp < 32;  // (grp is the same in every lane)
-      list_off = __shfl_sync(0xffffffffu, lo_half ? o_lo : o_hi, grp & 31);
-      count = __shfl_sync(0xffffffffu, lo_half ? c_lo : c_hi, grp & 31);
-    } else {  // group after group per head, each group's latest tiles first
-      h = int(bx / unsigned(max_tiles));
-      const int tile = max_tiles - 1 - (int(bx) - h * max_tiles);
-      int before = 0;  // tiles of the groups before grp
-      while (grp < K && before + ntiles(grp) <= tile) before += ntiles(grp++);
-      if (grp == K) return;
-      j = tile - before;
-      list_off = offs[grp];
-      count = offs[grp + 1] - list_off;
-    }
-    q0 = j * kBM;  // list index of the first query
-    glist = p.list + int64_t(b) * T * p.top_k + list_off;
-    nq = min(kBM, count - q0);
-    t_end = (q0 + nq + BN - 1) / BN;
-  }
+  // its key tiles.
+  GroupTile gt;
+  if (!decode_group_tile(p, max_tiles, bx, b, gt)) return;
+  const int h = gt.h, grp = gt.grp, count = gt.count;
+  const int q0 = gt.j * kBM;  // list index of the first query
+  const int32_t* glist = p.list + int64_t(b) * T * p.top_k + gt.list_off;
+  const int nq = min(kBM, count - q0);
+  const int t_begin = 0, t_end = (q0 + nq + BN - 1) / BN;
   const int hk = h / (p.n_head / p.n_kv_head);
   for (int r = threadIdx.x; r < kBM; r += kThreads) {
     int pos = -1, slot = 0;

@@ -23,8 +23,9 @@
 //                         [--blocks=...] [--index=...] [--no-mma] [--csv=path]
 // Defaults: T 1K 4K 16K 64K 256K 1M, K 4 8, top_k 1 2, D 64 128, H 12 at D 64 and 8 at D 128
 // (--H sets every D's), both group kinds, reps 5 (2 at T >= 256K), --order=automatic |
-// group_first | band_first | fused (FocusHardOrder) for the list and sorted columns (band_first,
-// fused: top_k 1 rows only; fused: the list column, the sorted one then band_first; the hard
+// group_first | band_first | fused | fused_ws (FocusHardOrder) for the list and sorted columns
+// (band_first, fused, fused_ws: top_k 1 rows only; fused and fused_ws: the list column, the sorted
+// one then band_first; fused_ws at head dim 64, the automatic order at 128; the hard
 // column is always the automatic choice), --blocks=automatic | longest_first |
 // group_major (FocusHardBlockOrder) for the list and sorted columns and --index=automatic | fused
 // | split (FocusHardIndexPath) for the list column (the others take the defaults), queued 1:
@@ -147,8 +148,8 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (std::strncmp(a, "--order=", 8) == 0) {
-      const int i =
-          choice(prog, "--order", a + 8, {"automatic", "group_first", "band_first", "fused"});
+      const int i = choice(prog, "--order", a + 8,
+                           {"automatic", "group_first", "band_first", "fused", "fused_ws"});
       if (i < 0) return 2;
       g_order = static_cast<ops::FocusHardOrder>(i);
     } else if (std::strncmp(a, "--blocks=", 9) == 0) {
@@ -253,12 +254,16 @@ int main(int argc, char** argv) {
             // The wgmma kernel with the group pass on rows gathered per tile; --order applies to it
             // and to the sorted pass (band_first and fused: top_k 1 only; fused: the list pass
             // only, the sorted column then runs band_first).
-            const bool top_k_1_only =
-                g_order == ops::FocusHardOrder::band_first || g_order == ops::FocusHardOrder::fused;
+            const bool fused =
+                g_order == ops::FocusHardOrder::fused || g_order == ops::FocusHardOrder::fused_ws;
+            const bool top_k_1_only = g_order == ops::FocusHardOrder::band_first || fused;
+            // (fused_ws: head dim 64 only; the automatic order at 128)
             const ops::FocusHardOrder order =
-                tk == 1 || !top_k_1_only ? g_order : ops::FocusHardOrder::automatic;
+                (tk == 1 || !top_k_1_only) && (g_order != ops::FocusHardOrder::fused_ws || D == 64)
+                    ? g_order
+                    : ops::FocusHardOrder::automatic;
             const ops::FocusHardOrder sorted_order =
-                order == ops::FocusHardOrder::fused ? ops::FocusHardOrder::band_first : order;
+                fused ? ops::FocusHardOrder::band_first : order;
             auto hard_list = [&] {
               ops::focus_hard_attention_fwd(*ctx, to, tl, tq, l, tgr, K, w, 0,
                                             ops::FocusHardKernel::wgmma, order, g_blocks, g_index);

@@ -1,9 +1,10 @@
 // Host side of the hard-routed Focus forward (ops/focus_hard_ops.h): checks, the stream-ordered
 // workspace (one stream-ordered allocation), the launches (index, attention: the wgmma kernel's two
-// passes, for top_k 1 at head dim 64 below the sorted pass's length the band pass first, on a
-// second stream beside the index build, or for 1024 < T <= 4096 (and with FocusHardOrder::fused)
-// both passes in one launch after the index, its two item counters cleared by a memset; or the mma
-// kernel and, for top_k > 1, its merge). No host synchronisation, no copies.
+// passes, for top_k 1 at head dim 64 below the sorted pass's length the band pass first: up to
+// 1024 tokens on a second stream beside the index build, beyond (and with FocusHardOrder::fused /
+// fused_ws) both passes in one warp-specialised launch after the index (fused: two blocks per SM),
+// its item counters cleared by a memset; or the mma kernel and, for top_k > 1, its merge). No host
+// synchronisation, no copies.
 #include "kernels/focus/focus_hard.cuh"
 
 #include <cuda_runtime.h>
@@ -140,7 +141,7 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
   plan.sorted = plan.wgmma && top_k == 1 &&
                 (kernel == FocusHardKernel::wgmma_sorted ||
                  (kernel == FocusHardKernel::automatic && order != FocusHardOrder::fused &&
-                  T >= kSortedMinT));
+                  order != FocusHardOrder::fused_ws && T >= kSortedMinT));
   // The band pass first: automatic for the list group pass at head dim 64, where it measured
   // faster; at head dim 128 and with the sorted group pass, merging in the group pass's epilogue
   // was slower than the band pass merging last (docs/performance_variants.md, "The band pass
@@ -150,23 +151,32 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
                "%s: the band pass first (FocusHardOrder::band_first) needs the wgmma kernel and "
                "top_k 1, got %s kernel and top_k %lld",
                kOp, plan.wgmma ? "the wgmma" : "the mma", (long long)top_k);
-  ATTN_REQUIRE(order != FocusHardOrder::fused || (plan.wgmma && top_k == 1 && !plan.sorted),
-               "%s: the fused launch (FocusHardOrder::fused) needs the wgmma kernel's list group "
-               "pass and top_k 1, got %s kernel%s and top_k %lld",
+  const bool fused_order = order == FocusHardOrder::fused || order == FocusHardOrder::fused_ws;
+  ATTN_REQUIRE(!fused_order || (plan.wgmma && top_k == 1 && !plan.sorted),
+               "%s: the fused launch (FocusHardOrder::fused, fused_ws) needs the wgmma kernel's "
+               "list group pass and top_k 1, got %s kernel%s and top_k %lld",
                kOp, plan.wgmma ? "the wgmma" : "the mma", plan.sorted ? " (sorted pass)" : "",
                (long long)top_k);
-  plan.band_first = order == FocusHardOrder::fused || order == FocusHardOrder::band_first ||
+  ATTN_REQUIRE(
+      order != FocusHardOrder::fused_ws || head_dim == 64,
+      "%s: the warp-specialised fused launch (FocusHardOrder::fused_ws) takes head dim 64, "
+      "got %d",
+      kOp, head_dim);
+  plan.band_first = fused_order || order == FocusHardOrder::band_first ||
                     (order == FocusHardOrder::automatic && plan.wgmma && top_k == 1 &&
                      !plan.sorted && head_dim == 64);
-  // The fused launch: automatic where the band pass goes first, from kFusedAutoMinT to
-  // kFusedAutoMaxT tokens, where it measured faster (H100, 2026-12-05, 12 x 64, K 8, top_k 1,
-  // balanced groups, fused against band_first: 0.023 / 0.022 ms at 1K, 0.030 / 0.032 at 2K,
-  // 0.055-0.056 / 0.064 at 4K, 0.122 / 0.122 at 8K; docs/performance_focus_history.md, "The merge's
-  // loads hoisted, measured").
-  constexpr int64_t kFusedAutoMinT = 1025, kFusedAutoMaxT = 4096;
+  // The fused launch, warp-specialised: automatic where the band pass goes first (head dim 64,
+  // the list group pass) from kFusedAutoMinT tokens on, where it measured faster than the band
+  // pass first and than the fused launch of two blocks per SM (H100, 2026-12-06, 12 x 64, K 8,
+  // top_k 1, balanced / realistic groups, warp-specialised against the automatic order then:
+  // 0.022 / 0.021-0.025 ms at 1K, 0.029 / 0.030 at 2K, 0.048 / 0.054 at 4K, 0.104 / 0.119 at
+  // 8K, 0.25 / 0.28 at 16K, 0.78-0.84 / 0.85-0.89 at 32K, 2.97 / 3.25 at 64K with the list pass
+  // forced; docs/focus_hard.md, "The warp-specialised fused launch"). Below it the band pass first.
+  constexpr int64_t kFusedAutoMinT = 1025;
   plan.fused =
-      order == FocusHardOrder::fused || (order == FocusHardOrder::automatic && plan.band_first &&
-                                         T >= kFusedAutoMinT && T <= kFusedAutoMaxT);
+      fused_order || (order == FocusHardOrder::automatic && plan.band_first && T >= kFusedAutoMinT);
+  plan.warp_specialised =
+      order == FocusHardOrder::fused_ws || (order == FocusHardOrder::automatic && plan.fused);
   // Automatic block order: group major for the sorted pass (its blocks at once then walk one
   // group's keys, which stay in L2), longest first for the list pass (focus_hard_ops.h).
   plan.longest_first = block_order == FocusHardBlockOrder::longest_first ||
@@ -287,7 +297,10 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
     CUDA_CHECK(
         cudaMemsetAsync(counters, 0, 2 * sizeof(int), reinterpret_cast<cudaStream_t>(ctx.stream)));
     launch_focus_hard_index(ip, ctx.stream);
-    launch_focus_hard_fused(p, counters, ctx.stream);
+    if (plan.warp_specialised)
+      launch_focus_hard_fused_ws(p, counters, ctx.stream);
+    else
+      launch_focus_hard_fused(p, counters, ctx.stream);
     return;
   }
   if (p.band_first) {

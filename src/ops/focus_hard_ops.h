@@ -30,8 +30,10 @@ enum class FocusHardKernel { automatic, mma, wgmma, wgmma_sorted, wgmma_masked }
 // band_first without the wgmma kernel or with top_k > 1 is an error; group_first is what the
 // mma kernel does anyway. fused = band_first in one launch beside the index build
 // (launch_focus_hard_fused: the band's blocks and the list group pass's as items of one grid);
-// top_k 1 with the wgmma kernel's list group pass only (not the sorted one).
-enum class FocusHardOrder { automatic, group_first, band_first, fused };
+// top_k 1 with the wgmma kernel's list group pass only (not the sorted one). fused_ws = the same
+// items warp-specialised (launch_focus_hard_fused_ws: a producer warpgroup loading ahead across
+// items, two consumer warpgroups; head dim 64 only).
+enum class FocusHardOrder { automatic, group_first, band_first, fused, fused_ws };
 
 // The order of the wgmma group passes' blocks, the list pass's and the sorted pass's
 // (kernels/focus/focus_hard.cuh, longest_first): longest_first over all groups and heads, or
@@ -72,6 +74,7 @@ void focus_hard_index(const ExecContext& ctx, const Tensor& list, const Tensor& 
 // longest_first: the group pass's blocks longest first (FocusHardBlockOrder), else group major.
 struct FocusHardPlan {
   bool wgmma = false, sorted = false, band_first = false, fused = false, longest_first = true;
+  bool warp_specialised = false;  // the fused launch's warp-specialised kernel (fused_ws)
   // The masked kernel (forced, or automatic for top_k >= 2 and K <= 8 up to 8192 tokens, 16384
   // where 8 top_k >= 3 K or at head dim 128): the other fields but wgmma do not apply.
   bool masked = false;

@@ -20,7 +20,8 @@ constexpr FocusHardKernel kKernels[] = {FocusHardKernel::automatic, FocusHardKer
                                         FocusHardKernel::wgmma, FocusHardKernel::wgmma_sorted,
                                         FocusHardKernel::wgmma_masked};
 constexpr FocusHardOrder kOrders[] = {FocusHardOrder::automatic, FocusHardOrder::group_first,
-                                      FocusHardOrder::band_first, FocusHardOrder::fused};
+                                      FocusHardOrder::band_first, FocusHardOrder::fused,
+                                      FocusHardOrder::fused_ws};
 constexpr FocusHardIndexPath kIndex[] = {FocusHardIndexPath::automatic, FocusHardIndexPath::fused,
                                          FocusHardIndexPath::split};
 constexpr ops::FocusHardBlockOrder kBlocks[] = {ops::FocusHardBlockOrder::automatic,
@@ -71,8 +72,13 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                       EXPECT_FALSE(plan.band_first);
                     }
                     if (order != FocusHardOrder::automatic) {
-                      EXPECT_EQ(plan.fused, order == FocusHardOrder::fused);
+                      EXPECT_EQ(plan.fused, order == FocusHardOrder::fused ||
+                                                order == FocusHardOrder::fused_ws);
                     }
+                    EXPECT_EQ(plan.warp_specialised,
+                              order == FocusHardOrder::fused_ws ||
+                                  (order == FocusHardOrder::automatic && plan.fused));
+                    EXPECT_TRUE(!plan.warp_specialised || (plan.fused && D == 64));
                     if (kernel == FocusHardKernel::mma) {
                       EXPECT_FALSE(plan.wgmma);
                     }
@@ -100,17 +106,18 @@ TEST(FocusHardPlan, EveryCombinationIsAValidPlanOrAnError) {
                     }
                     // The automatic choices (docs/focus_hard.md): the wgmma kernel where available,
                     // its sorted group pass for top_k 1 from 32768 tokens, the band pass first for
-                    // the list group pass at head dim 64 with top_k 1, in the fused launch for 1024
-                    // < T <= 4096.
+                    // the list group pass at head dim 64 with top_k 1, in the warp-specialised
+                    // fused launch from T 1025 on.
                     if (kernel == FocusHardKernel::automatic) {
                       EXPECT_EQ(plan.wgmma, supported);
                       EXPECT_EQ(plan.sorted, supported && top_k == 1 && T >= 32768 &&
-                                                 order != FocusHardOrder::fused);
+                                                 order != FocusHardOrder::fused &&
+                                                 order != FocusHardOrder::fused_ws);
                     }
                     if (order == FocusHardOrder::automatic) {
                       EXPECT_EQ(plan.band_first,
                                 plan.wgmma && top_k == 1 && !plan.sorted && D == 64);
-                      EXPECT_EQ(plan.fused, plan.band_first && T > 1024 && T <= 4096);
+                      EXPECT_EQ(plan.fused, plan.band_first && T > 1024);
                     }
                     // The block order as asked; automatic: group major for the sorted pass only.
                     if (blocks == ops::FocusHardBlockOrder::automatic) {
@@ -163,18 +170,24 @@ TEST(FocusHardPlan, OptionsThatDoNotApplyNameThemselves) {
         plan_focus_hard(FocusHardKernel::wgmma, FocusHardOrder::fused, automatic, 64, 2, 8, 64,
                         true);
       },
-      {"fused launch (FocusHardOrder::fused)", "top_k 2"});
+      {"fused launch (FocusHardOrder::fused, fused_ws)", "top_k 2"});
   test::expect_error(
       [&] {
         plan_focus_hard(FocusHardKernel::wgmma_sorted, FocusHardOrder::fused, automatic, 64, 1, 8,
                         64, true);
       },
-      {"fused launch (FocusHardOrder::fused)", "sorted pass"});
+      {"fused launch (FocusHardOrder::fused, fused_ws)", "sorted pass"});
   test::expect_error(
       [&] {
         plan_focus_hard(FocusHardKernel::mma, FocusHardOrder::fused, automatic, 64, 1, 8, 64, true);
       },
-      {"fused launch (FocusHardOrder::fused)", "the mma kernel"});
+      {"fused launch (FocusHardOrder::fused, fused_ws)", "the mma kernel"});
+  test::expect_error(
+      [&] {
+        plan_focus_hard(FocusHardKernel::wgmma, FocusHardOrder::fused_ws, automatic, 64, 1, 8, 128,
+                        true);
+      },
+      {"warp-specialised fused launch (FocusHardOrder::fused_ws) takes head dim 64", "128"});
   test::expect_error(
       [&] {
         plan_focus_hard(FocusHardKernel::wgmma_masked, FocusHardOrder::automatic, automatic, 64, 2,

@@ -335,6 +335,71 @@ TEST(FocusHardWalk, WgmmaSplitTakesEveryAttendedPairOnce) {
   replay_split({300, 8, 2, INT_MAX, kFocusHardWgmmaRows, 0}, 64, kFocusHardTmaKeys);
 }
 
+// The warp-specialised fused launch (focus_hard_ws.cu; top_k 1, the window partition): band items
+// of `rows` tokens walking every key tile (bn keys) of band_tiles with the window mask, group items
+// of `rows` entries of a group's list walking every tile of bn entries up to the item's last query
+// (entries past it loaded as no key), each tile computed whole under take_group_key on
+// group_bound (the kernel skips no tile: the mask alone decides). Every attended pair exactly
+// once, nothing else; each token with a valid group is a row of exactly one group item (the one
+// that merges its band partial and writes its output).
+void replay_ws(const WalkCase& c, int rows, int bn) {
+  SCOPED_TRACE(testing::Message() << "warp-specialised: T " << c.T << " K " << c.K << " w " << c.w
+                                  << " kind " << c.kind << " rows " << rows << " bn " << bn);
+  const int T = c.T, K = c.K, w = std::min(c.w, c.T);
+  ASSERT_EQ(c.top_k, 1);
+  const std::vector<int32_t> groups = make_groups(c);
+  const std::vector<uint64_t> mask = make_masks(groups, T, K, 1);
+  std::vector<uint8_t> taken(size_t(T) * T, 0), rows_of(static_cast<size_t>(T), 0);
+  for (int g = 0; g < K; ++g) {
+    std::vector<int> list;
+    for (int t = 0; t < T; ++t)
+      if ((mask[t] >> g) & 1) list.push_back(t);
+    const int count = int(list.size());
+    for (int q0 = 0; q0 < count; q0 += rows) {
+      const int nq = std::min(rows, count - q0), t_end = (q0 + nq + bn - 1) / bn;
+      for (int r = 0; r < nq; ++r) {
+        const int i = list[q0 + r], bound = focus_hard::group_bound(i, w, true);
+        ++rows_of[size_t(i)];
+        for (int e = 0; e < t_end * bn; ++e) {
+          const int j = e < q0 + nq ? list[e] : -1;
+          if (focus_hard::take_group_key(bound, j, 0, 0)) ++taken[size_t(i) * T + j];
+        }
+      }
+    }
+  }
+  for (int q0 = 0; q0 < T; q0 += rows) {
+    int begin, end;
+    focus_hard::band_tiles(q0, rows, T, w, bn, true, &begin, &end);
+    for (int i = q0; i < std::min(q0 + rows, T); ++i)
+      for (int j = begin * bn; j < end * bn && j < T; ++j)
+        if (focus_hard::take_window_key(i, j, w)) ++taken[size_t(i) * T + j];
+  }
+  int64_t wrong = 0;
+  for (int i = 0; i < T; ++i) {
+    if (mask[i] == 0) {  // no valid group: no group item, no output row
+      EXPECT_EQ(rows_of[size_t(i)], 0);
+      continue;
+    }
+    EXPECT_EQ(rows_of[size_t(i)], 1) << "token " << i;
+    for (int j = 0; j < T; ++j) {
+      const bool attended = j <= i && (i - j <= w || (mask[i] & mask[j]) != 0);
+      wrong += taken[size_t(i) * T + j] != (attended ? 1 : 0);
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST(FocusHardWalk, WarpSpecialisedTakesEveryAttendedPairOnce) {
+  for (int T : {1, 63, 64, 65, 127, 128, 129, 257, 1000})
+    for (int K : {1, 4, 8, 64})
+      for (int w : {0, 1, 37, 63, 64, 127, 128, 129, 5000})
+        for (int kind : {0, 1, 2}) {
+          if (kind == 1 && K == 1) continue;
+          replay_ws({T, K, 1, w, kFocusHardWgmmaRows, kind}, kFocusHardWgmmaRows, 128);
+        }
+  replay_ws({1000, 8, 1, INT_MAX, kFocusHardWgmmaRows, 0}, kFocusHardWgmmaRows, 128);
+}
+
 // top_k 1 with the sorted group pass (focus_hard_sorted.cu) and the band pass: every attended
 // pair exactly once, nothing else (segments that start and end inside tiles, empty groups, tokens
 // without a valid group, one group of all tokens).
