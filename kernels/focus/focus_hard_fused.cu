@@ -63,11 +63,6 @@ static_assert(group_ends_before_band_mbarriers<64>() && group_ends_before_band_m
 __device__ __forceinline__ void mbar_inval(uint32_t bar) {
   asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-__device__ __forceinline__ int ld_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 #endif  // ATTN_WGMMA_DEVICE
 
 template <int D>

@@ -85,14 +85,6 @@ struct Shared {
 __device__ __forceinline__ uint32_t bar_addr(const uint64_t& b) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(&b));
 }
-__device__ __forceinline__ void cp_async8(uint32_t smem, const void* gmem) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ int ld_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 
 // This thread's arrivals on a full mbarrier (count 256: two per producer thread): one now, with
 // release semantics (its shared-memory stores before it), one when its cp.async copies issued so

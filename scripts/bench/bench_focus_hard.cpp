@@ -252,8 +252,8 @@ int main(int argc, char** argv) {
             };
             const double mma_ms = run_mma ? time_ms(*ctx, hard_mma, reps, warm) : 0.0;
             // The wgmma kernel with the group pass on rows gathered per tile; --order applies to it
-            // and to the sorted pass (band_first and fused: top_k 1 only; fused: the list pass
-            // only, the sorted column then runs band_first).
+            // and to the sorted pass (band_first, fused and fused_ws: top_k 1 only; the fused
+            // orders: the list pass only, the sorted column then runs band_first).
             const bool fused =
                 g_order == ops::FocusHardOrder::fused || g_order == ops::FocusHardOrder::fused_ws;
             const bool top_k_1_only = g_order == ops::FocusHardOrder::band_first || fused;

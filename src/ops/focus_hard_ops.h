@@ -25,9 +25,8 @@ enum class FocusHardKernel { automatic, mma, wgmma, wgmma_sorted, wgmma_masked }
 // group_first = the group pass writes partials and the band pass merges them (every top_k);
 // band_first = top_k 1 only: the band pass runs on a second stream beside the index build (and
 // the gather), the group pass merges its partial. automatic = band_first for top_k 1 with the
-// list group pass at head dim 64 (where it measured faster; from T 1025 in the
-// warp-specialised fused launch, fused_ws, where that measured faster still), group_first
-// otherwise. Forcing
+// list group pass at head dim 64 (where it measured faster; from T 1025 in the warp-specialised
+// fused launch, fused_ws, where that measured faster still), group_first otherwise. Forcing
 // band_first without the wgmma kernel or with top_k > 1 is an error; group_first is what the
 // mma kernel does anyway. fused = band_first in one launch beside the index build
 // (launch_focus_hard_fused: the band's blocks and the list group pass's as items of one grid);

@@ -193,35 +193,30 @@ void run_case(const Case& c) {
         bound);
     EXPECT_LT(test::report("focus hard (direct) lse", test::max_rel_error(lse_v, lse)),
               std::max(1e-4, 2 * e_plain_lse));
+    // The fused launches: the same bits in every repeat (a race between their items or
+    // warpgroups, or with the index build, would show as NaN from the poisoned workspace or a
+    // changed value).
+    auto expect_repeats_equal = [&](const char* what) {
+      for (int rep = 0; rep < 3; ++rep) {
+        go.poison();
+        gl.poison();
+        ops::focus_hard_attention_fwd(*gpu, dev(go, os), dev(gl, ls), dev(gq, qs), l, dev(ggr, grs),
+                                      c.K, c.w, v.rows, v.kernel, v.order, v.blocks);
+        EXPECT_EQ(go.download(), o_v) << what << ", repeat " << rep;
+        EXPECT_EQ(gl.download(), lse_v) << what << ", repeat " << rep;
+      }
+    };
     if (v.order == Order::fused) {
-      // The same device functions as the band-first launches, in one grid: bitwise their output,
-      // in every repeat (a race between its items, or with the index build, would show as NaN
-      // from the poisoned workspace or a changed value).
+      // The same device functions as the band-first launches, in one grid: bitwise their output.
       const auto band_first = std::make_pair(int(Kernel::wgmma), int(Order::band_first));
       ASSERT_EQ(reference.count(band_first), 1u) << "no band-first variant before the fused one";
       EXPECT_EQ(o_v, reference[band_first].first) << "fused launch against band first: out";
       EXPECT_EQ(lse_v, reference[band_first].second) << "fused launch against band first: lse";
-      for (int rep = 0; rep < 3; ++rep) {
-        go.poison();
-        gl.poison();
-        ops::focus_hard_attention_fwd(*gpu, dev(go, os), dev(gl, ls), dev(gq, qs), l, dev(ggr, grs),
-                                      c.K, c.w, v.rows, v.kernel, v.order, v.blocks);
-        EXPECT_EQ(go.download(), o_v) << "fused launch, repeat " << rep;
-        EXPECT_EQ(gl.download(), lse_v) << "fused launch, repeat " << rep;
-      }
+      expect_repeats_equal("fused launch");
     }
     if (v.order == Order::fused_ws) {
-      // Its own arithmetic (128-key group tiles), each output row written by one thread: the
-      // same bits in every repeat (a race between its warpgroups, its items or the index build
-      // would show as NaN from the poisoned workspace or a changed value).
-      for (int rep = 0; rep < 3; ++rep) {
-        go.poison();
-        gl.poison();
-        ops::focus_hard_attention_fwd(*gpu, dev(go, os), dev(gl, ls), dev(gq, qs), l, dev(ggr, grs),
-                                      c.K, c.w, v.rows, v.kernel, v.order, v.blocks);
-        EXPECT_EQ(go.download(), o_v) << "warp-specialised fused launch, repeat " << rep;
-        EXPECT_EQ(gl.download(), lse_v) << "warp-specialised fused launch, repeat " << rep;
-      }
+      // Its own arithmetic (128-key group tiles), each output row written by one thread.
+      expect_repeats_equal("warp-specialised fused launch");
       continue;
     }
     if (v.kernel != Kernel::mma) {
