@@ -7,8 +7,8 @@
 // partials of its rows once every band item has counted itself (counters[1]). What differs is
 // the block: one per SM, three warpgroups.
 //   - Warpgroup 0, the producer, takes the item numbers and loads ahead of the others, across
-//     items: each item's 128 query rows into one of two Q buffers (its rows' positions and the
-//     item's scalars beside it), then its 128-key tiles into a ring of kStages K / V buffers
+//     items: each item's 128 query rows into one of kQBuffers Q buffers (its rows' positions and
+//     the item's scalars beside it), then its 128-key tiles into a ring of kStages K / V buffers
 //     (the keys' positions beside each). Every load is a row gather by cp.async (a band tile's
 //     rows are contiguous, a group tile's come from the list). Each producer thread arrives
 //     twice on the buffer's full mbarrier: once at once (release: the positions and scalars it
@@ -38,11 +38,16 @@
 #include "kernels/focus/focus_hard_group_block.cuh"
 #include "kernels/focus/focus_hard_partial.cuh"
 #include "kernels/focus/focus_hard_walk.h"
+#include "kernels/focus/focus_hard_ws_ring.h"
 
 namespace attnlab {
 namespace {
 
 using namespace wgmma;
+using focus_hard_ws::empty_parity;
+using focus_hard_ws::full_parity;
+using focus_hard_ws::kQBuffers;
+using focus_hard_ws::ring_buffer;
 
 constexpr int D = 64;
 constexpr int kRows = kFocusHardWgmmaRows;  // queries per item (the index's tile_rows)
@@ -58,10 +63,10 @@ constexpr int kProducerBar = 1, kConsumerBar = 2;
 // lse; consecutive threads' slots adjacent, no bank conflict).
 constexpr int kConsumerThreads = 256;
 constexpr uint32_t kPartBytes = kConsumerThreads * (2 * (D / 8) * 8 + 2 * 4);
-// Dynamic shared memory: two Q buffers, the K and V rings, the partials, 1 KiB of alignment
-// (160 + 34 + 1 KiB).
+// Dynamic shared memory: the Q buffers, the K and V rings, the partials, 1 KiB of alignment
+// (32 + 128 + 34 + 1 KiB).
 constexpr size_t kSmemBytes =
-    2 * size_t(kQBytes) + 2 * kStages * size_t(kKVBytes) + kPartBytes + 1024;
+    kQBuffers * size_t(kQBytes) + 2 * kStages * size_t(kKVBytes) + kPartBytes + 1024;
 
 // An item as the producer hands it to the consumers (one per Q buffer).
 struct Item {
@@ -75,9 +80,9 @@ struct Item {
 constexpr int kBand = 0, kGroup = 1, kEnd = -1;
 
 struct Shared {
-  Item item[2];
+  Item item[kQBuffers];
   int kpos[kStages][kKeys];  // the positions of the keys in buffer s (-1: none)
-  uint64_t full[kStages], empty[kStages], qfull[2], qempty[2];
+  uint64_t full[kStages], empty[kStages], qfull[kQBuffers], qempty[kQBuffers];
   int item_num;
 };
 
@@ -103,6 +108,11 @@ __device__ void producer(const FocusHardAttnParams& p, int max_tiles, int* count
   bool index_ready = false;
   int seq = 0, iseq = 0;  // tiles and items handed out so far
   for (;;) {
+    // A free Q buffer first, then the item: a block holds at most kQBuffers - 1 items beyond the
+    // one its consumers run (taken before the wait, a third one waited in the producer, which
+    // at the end of the list another block could have run).
+    const int qs = ring_buffer(iseq, kQBuffers);
+    mbar_wait(bar_addr(sh.qempty[qs]), empty_parity(iseq, kQBuffers));
     if (tid == 0) sh.item_num = atomicAdd(counters, 1);
     named_bar_sync<128>(kProducerBar);
     const int item = sh.item_num;
@@ -145,8 +155,6 @@ __device__ void producer(const FocusHardAttnParams& p, int max_tiles, int* count
     };
     int next_pos = t_begin < t_end ? key_pos(t_begin) : -1;  // in flight during the Q rows
 
-    const int qs = iseq & 1;
-    mbar_wait(bar_addr(sh.qempty[qs]), ((iseq >> 1) & 1) ^ 1);
     Item& it = sh.item[qs];
     if (tid == 0) {
       it.kind = kind;
@@ -166,8 +174,8 @@ __device__ void producer(const FocusHardAttnParams& p, int max_tiles, int* count
     const int hk = h / (p.n_head / p.n_kv_head);
     const int64_t kv_off = b * p.kv_batch_stride + hk * D;
     for (int t = t_begin; t < t_end; ++t, ++seq) {
-      const int stage = seq % kStages;
-      mbar_wait(bar_addr(sh.empty[stage]), ((seq / kStages) & 1) ^ 1);
+      const int stage = ring_buffer(seq, kStages);
+      mbar_wait(bar_addr(sh.empty[stage]), empty_parity(seq, kStages));
       sh.kpos[stage][tid] = next_pos;
       if (t + 1 < t_end) next_pos = key_pos(t + 1);
       named_bar_sync<128>(kProducerBar);  // the tile's positions
@@ -179,8 +187,8 @@ __device__ void producer(const FocusHardAttnParams& p, int max_tiles, int* count
     }
     ++iseq;
   }
-  const int qs = iseq & 1;
-  mbar_wait(bar_addr(sh.qempty[qs]), ((iseq >> 1) & 1) ^ 1);
+  const int qs = ring_buffer(iseq, kQBuffers);
+  mbar_wait(bar_addr(sh.qempty[qs]), empty_parity(iseq, kQBuffers));  // (waited for already)
   if (tid == 0) sh.item[qs].kind = kEnd;
   arrive_loaded(bar_addr(sh.qfull[qs]));
 }
@@ -242,8 +250,8 @@ __device__ void consumer(const FocusHardAttnParams& p, int* counters, Shared& sh
   };
   int seq = 0;
   for (int iseq = 0;; ++iseq) {
-    const int qs = iseq & 1;
-    mbar_wait(bar_addr(sh.qfull[qs]), (iseq >> 1) & 1);
+    const int qs = ring_buffer(iseq, kQBuffers);
+    mbar_wait(bar_addr(sh.qfull[qs]), full_parity(iseq, kQBuffers));
     fence_proxy_async();  // the Q rows (cp.async) before this thread's wgmma reads them
     const Item& it = sh.item[qs];
     const int kind = it.kind;
@@ -317,12 +325,12 @@ __device__ void consumer(const FocusHardAttnParams& p, int* counters, Shared& sh
       // towards the buffer's previous use, which the other consumer may still be reading.
       flush_count();
       for (int t = t_begin; t < t_end; ++t, ++seq) {
-        mbar_wait(bar_addr(sh.full[seq % kStages]), (seq / kStages) & 1);
-        mbar_arrive(bar_addr(sh.empty[seq % kStages]));
+        mbar_wait(bar_addr(sh.full[ring_buffer(seq, kStages)]), full_parity(seq, kStages));
+        mbar_arrive(bar_addr(sh.empty[ring_buffer(seq, kStages)]));
       }
     } else {
-      int stage = seq % kStages;
-      mbar_wait(bar_addr(sh.full[stage]), (seq / kStages) & 1);
+      int stage = ring_buffer(seq, kStages);
+      mbar_wait(bar_addr(sh.full[stage]), full_parity(seq, kStages));
       fence_proxy_async();
       issue_abt<D, kRows, kKeys>(s, q_rows, sK + stage * kKVBytes);
       flush_count();
@@ -334,8 +342,8 @@ __device__ void consumer(const FocusHardAttnParams& p, int* counters, Shared& sh
       for (int t = t_begin + 1; t < t_end; ++t) {
         const int prev = stage;
         ++seq;
-        stage = seq % kStages;
-        mbar_wait(bar_addr(sh.full[stage]), (seq / kStages) & 1);
+        stage = ring_buffer(seq, kStages);
+        mbar_wait(bar_addr(sh.full[stage]), full_parity(seq, kStages));
         fence_proxy_async();
         issue_abt<D, kRows, kKeys>(s, q_rows, sK + stage * kKVBytes);
         issue_pv<D, kKeys>(o, pa, sV + prev * kKVBytes);
@@ -402,13 +410,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ Shared sh;
   const uint32_t sQ = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
-  const uint32_t sK = sQ + 2 * kQBytes, sV = sK + kStages * kKVBytes;
+  const uint32_t sK = sQ + kQBuffers * kQBytes, sV = sK + kStages * kKVBytes;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bar_addr(sh.full[s]), 256);   // the producer's threads, twice (arrive_loaded)
       mbar_init(bar_addr(sh.empty[s]), 256);  // the consumers' threads
     }
-    for (int q = 0; q < 2; ++q) {
+    for (int q = 0; q < kQBuffers; ++q) {
       mbar_init(bar_addr(sh.qfull[q]), 256);
       mbar_init(bar_addr(sh.qempty[q]), 256);
     }
