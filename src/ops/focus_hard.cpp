@@ -135,7 +135,7 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
   // causal runs of the sorted order); automatic from kSortedMinT tokens, below which the list
   // group pass is faster (H200, 2026-12-05, K 8, sorted against list: 12 x 64 0.146 / 0.134 ms
   // at T 8K, 0.318 / 0.302 at 16K, 0.864 / 0.869 at 32K; 8 x 128 0.176 / 0.158, 0.393 / 0.383,
-  // 1.021 / 1.104; docs/performance_variants.md, "The ring and dg_query patches, measured").
+  // 1.021 / 1.104; docs/performance_focus_history.md, "The ring and dg_query patches, measured").
   constexpr int64_t kSortedMinT = 32768;
   // (The fused launch runs the list group pass: automatic takes it then at every length.)
   plan.sorted = plan.wgmma && top_k == 1 &&
@@ -144,9 +144,9 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
                   order != FocusHardOrder::fused_ws && T >= kSortedMinT));
   // The band pass first: automatic for the list group pass at head dim 64, where it measured
   // faster; at head dim 128 and with the sorted group pass, merging in the group pass's epilogue
-  // was slower than the band pass merging last (docs/performance_variants.md, "The band pass
-  // first"; the sorted pass's epilogue has read its rows' tokens from shared memory since, not
-  // measured yet).
+  // was slower than the band pass merging last (docs/performance_focus_history.md, "The
+  // band pass first, measured"; the sorted pass's epilogue has read its rows' tokens from shared
+  // memory since, not measured yet).
   ATTN_REQUIRE(order != FocusHardOrder::band_first || (plan.wgmma && top_k == 1),
                "%s: the band pass first (FocusHardOrder::band_first) needs the wgmma kernel and "
                "top_k 1, got %s kernel and top_k %lld",
