@@ -4,8 +4,8 @@
 //
 // The items are the fused launch's (focus_hard_fused.cu): the band's token tiles first, then the
 // list group pass's blocks longest first, taken from counters[0]; a group item merges the band's
-// partials of its rows once every band item has counted itself (counters[1]). What differs is
-// the block: one per SM, three warpgroups.
+// partials of its rows once every band item is counted (counters[1]). What differs is the block:
+// one per SM, three warpgroups.
 //   - Warpgroup 0, the producer, takes the item numbers and loads ahead of the others, across
 //     items: each item's 128 query rows into one of kQBuffers Q buffers (its rows' positions and
 //     the item's scalars beside it), then its 128-key tiles into a ring of kStages K / V buffers
@@ -19,12 +19,14 @@
 //     the online softmax and O += P V on wgmma (the list pass's arithmetic, with 128-key tiles;
 //     tile t's S issued before tile t - 1's P V, whose wgmma then runs beside tile t's softmax),
 //     then an arrival on the buffer's empty mbarrier; after the item's epilogue an arrival on its
-//     Q buffer's.
+//     Q buffer's, which the producer waits for before it counts a band item.
 // No deadlock: a consumer waits only for loads its producer issued in order (which arrive by
 // themselves), the producer only for buffers the consumers release in that order; a group item's
 // merge waits only for band items, which every block runs before its first group item and which
-// wait for nothing but their own loads; the producer waits for the index grid (griddepcontrol.wait)
-// before its first group item.
+// wait for nothing but their own loads, and for their counts, which the producer makes when it
+// next waits for the item's Q buffer: after it issued the loads of the item after it, which the
+// consumers, waiting in a later item's merge, have already read; the producer waits for the index
+// grid (griddepcontrol.wait) before its first group item.
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -107,12 +109,26 @@ __device__ void producer(const FocusHardAttnParams& p, int max_tiles, int* count
   const int per_row = max_tiles * H;
   bool index_ready = false;
   int seq = 0, iseq = 0;  // tiles and items handed out so far
+  // The band items' count (counters[1]) is the producer's: once its consumers have released a
+  // band item's Q buffer (every consumer thread arrives after its partial stores, a release the
+  // producer's wait acquires), its thread 0 counts the item (a release fence, then a relaxed
+  // add), so that no consumer warp waits on a fence for its stores to land.
+  unsigned band_in = 0;  // bit q: the last item in Q buffer q was a band item, not counted yet
+  auto count_band = [&](int q) {
+    if ((band_in >> q & 1u) == 0) return;
+    if (tid == 0) {
+      asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+      atomicAdd(counters + 1, 1);
+    }
+    band_in &= ~(1u << q);
+  };
   for (;;) {
     // A free Q buffer first, then the item: a block holds at most kQBuffers - 1 items beyond the
     // one its consumers run (taken before the wait, a third one waited in the producer, which
     // at the end of the list another block could have run).
     const int qs = ring_buffer(iseq, kQBuffers);
     mbar_wait(bar_addr(sh.qempty[qs]), empty_parity(iseq, kQBuffers));
+    count_band(qs);
     if (tid == 0) sh.item_num = atomicAdd(counters, 1);
     named_bar_sync<128>(kProducerBar);
     const int item = sh.item_num;
@@ -156,6 +172,7 @@ __device__ void producer(const FocusHardAttnParams& p, int max_tiles, int* count
     int next_pos = t_begin < t_end ? key_pos(t_begin) : -1;  // in flight during the Q rows
 
     Item& it = sh.item[qs];
+    band_in = (band_in & ~(1u << qs)) | unsigned(kind == kBand) << qs;
     if (tid == 0) {
       it.kind = kind;
       it.b = b;
@@ -191,6 +208,15 @@ __device__ void producer(const FocusHardAttnParams& p, int max_tiles, int* count
   mbar_wait(bar_addr(sh.qempty[qs]), empty_parity(iseq, kQBuffers));  // (waited for already)
   if (tid == 0) sh.item[qs].kind = kEnd;
   arrive_loaded(bar_addr(sh.qfull[qs]));
+  // The items still running: each counted once its consumers release it (the wait of the
+  // buffer's next use).
+#pragma unroll
+  for (int j = 1; j < kQBuffers; ++j) {
+    const int n = iseq - j, q = ring_buffer(n + kQBuffers, kQBuffers);
+    if (n < 0 || (band_in >> q & 1u) == 0) continue;
+    mbar_wait(bar_addr(sh.qempty[q]), empty_parity(n + kQBuffers, kQBuffers));
+    count_band(q);
+  }
 }
 
 __device__ void consumer(const FocusHardAttnParams& p, int* counters, Shared& sh, uint32_t sQ,
@@ -226,27 +252,16 @@ __device__ void consumer(const FocusHardAttnParams& p, int* counters, Shared& sh
     }
     cp_async_commit();  // (cp.async.wait_group waits for committed groups only)
   };
-  // Every band item has counted itself (observed by this warpgroup's thread 0 and ordered before
-  // the warpgroup's later reads by a barrier); checked once, then known.
+  // Every band item is counted (observed by this warpgroup's thread 0 and ordered before the
+  // warpgroup's later reads by a barrier); checked once, then known.
   bool band_done = false;
   auto wait_band = [&] {
     if (band_done) return;
     if (ctid == 0) {
-      while (ld_acquire(counters + 1) < 2 * n_band) __nanosleep(256);
+      while (ld_acquire(counters + 1) < n_band) __nanosleep(256);
     }
     named_bar_sync<128>(kConsumerBar + cw);
     band_done = true;
-  };
-  // A band item's count, made after the warpgroup's next wgmma is issued (its fence then waits
-  // on stores that have mostly landed, beside that wgmma, not before it).
-  bool count_pending = false;
-  auto flush_count = [&] {
-    if (!count_pending) return;
-    if (ctid == 0) {
-      __threadfence();  // (cumulative: the warpgroup's rows, ordered before it by the barrier)
-      atomicAdd(counters + 1, 1);
-    }
-    count_pending = false;
   };
   int seq = 0;
   for (int iseq = 0;; ++iseq) {
@@ -255,10 +270,7 @@ __device__ void consumer(const FocusHardAttnParams& p, int* counters, Shared& sh
     fence_proxy_async();  // the Q rows (cp.async) before this thread's wgmma reads them
     const Item& it = sh.item[qs];
     const int kind = it.kind;
-    if (kind == kEnd) {
-      flush_count();
-      break;
-    }
+    if (kind == kEnd) break;
     const int b = it.b, h = it.h, q0 = it.q0, nq = it.nq, t_end = it.t_end;
     const int rpos[2] = {kind == kGroup ? it.qpos[rrow] : -1,
                          kind == kGroup ? it.qpos[rrow + 8] : -1};
@@ -323,7 +335,6 @@ __device__ void consumer(const FocusHardAttnParams& p, int* counters, Shared& sh
     if (hi < lo || t_begin == t_end) {  // no row of this warpgroup (uniform per warpgroup)
       // Each buffer released only once it holds this tile: an earlier arrival would count
       // towards the buffer's previous use, which the other consumer may still be reading.
-      flush_count();
       for (int t = t_begin; t < t_end; ++t, ++seq) {
         mbar_wait(bar_addr(sh.full[ring_buffer(seq, kStages)]), full_parity(seq, kStages));
         mbar_arrive(bar_addr(sh.empty[ring_buffer(seq, kStages)]));
@@ -333,7 +344,6 @@ __device__ void consumer(const FocusHardAttnParams& p, int* counters, Shared& sh
       mbar_wait(bar_addr(sh.full[stage]), full_parity(seq, kStages));
       fence_proxy_async();
       issue_abt<D, kRows, kKeys>(s, q_rows, sK + stage * kKVBytes);
-      flush_count();
       wgmma_wait<0>();
       fence_regs(s);
       mask_tile(t_begin, sh.kpos[stage]);
@@ -366,10 +376,10 @@ __device__ void consumer(const FocusHardAttnParams& p, int* counters, Shared& sh
       ++seq;
     }
 
-    // Epilogue. Band: the partial (o normalised, lse) of each row < T at slot 0, then this
-    // warpgroup's count (a barrier now; the fence and the atomic at the next item: flush_count;
-    // two counts per band item). Group: once every band item has counted itself, each row's band
-    // partial (from this thread's slots) merged in, o and lse written.
+    // Epilogue. Band: the partial (o normalised, lse) of each row < T at slot 0 (the producer
+    // counts the item once both consumers have released its Q buffer). Group: once every band
+    // item is counted, each row's band partial (from this thread's slots) merged in, o and lse
+    // written.
     float l[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) l[r] = focus_hard::row_sum(st.sum[r]);  // (every lane)
@@ -380,11 +390,8 @@ __device__ void consumer(const FocusHardAttnParams& p, int* counters, Shared& sh
         if (i < T)
           focus_hard::write_partial<D>(p, o, r, tig, l[r], st.max[r], (int64_t(b) * T + i) * H + h);
       }
-      named_bar_sync<128>(kConsumerBar + cw);
-      count_pending = true;
     } else {
       if (!prefetched) {
-        flush_count();  // (a block's own band items are among those waited for)
         wait_band();
         prefetch_partials(b, h, rpos);
       }
