@@ -27,6 +27,7 @@
 #include "core/cuda_check.h"
 #include "kernels/attention/wgmma_common.cuh"
 #include "kernels/common/device.cuh"
+#include "kernels/common/pdl_launch.h"
 #include "kernels/focus/focus_hard.cuh"
 #include "kernels/focus/focus_hard_band_block.cuh"
 #include "kernels/focus/focus_hard_group_block.cuh"
@@ -143,22 +144,10 @@ void launch(const FocusHardAttnParams& p, int* counters, cudaStream_t st) {
   const int64_t n_items = (q_tiles + max_tiles) * p.n_head * p.B;
   ATTN_REQUIRE(n_items < INT32_MAX, "focus_hard fused: %lld items exceed the counter",
                (long long)n_items);
-  int dev = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const unsigned blocks = unsigned(std::min<int64_t>(n_items, int64_t(sms) * kMinBlocks<D>));
-
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, tm_k, tm_v, int(max_tiles), counters));
+  const unsigned blocks =
+      unsigned(std::min<int64_t>(n_items, int64_t(current_sm_count()) * kMinBlocks<D>));
+  launch_programmatic_dependent(kernel, blocks, kThreads, smem, st, p, tm_k, tm_v, int(max_tiles),
+                                counters);
 }
 
 }  // namespace

@@ -36,6 +36,7 @@
 #include "kernels/attention/wgmma_common.cuh"
 #include "kernels/attention/wgmma_softmax.cuh"
 #include "kernels/common/device.cuh"
+#include "kernels/common/pdl_launch.h"
 #include "kernels/focus/focus_hard.cuh"
 #include "kernels/focus/focus_hard_group_block.cuh"
 #include "kernels/focus/focus_hard_partial.cuh"
@@ -461,21 +462,8 @@ void launch_focus_hard_fused_ws(const FocusHardAttnParams& p, int* counters, Str
   const int64_t n_items = (q_tiles + max_tiles) * p.n_head * p.B;
   ATTN_REQUIRE(n_items < INT32_MAX / 2, "focus_hard fused: %lld items exceed the counters",
                (long long)n_items);
-  int dev = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(std::min<int64_t>(n_items, sms)));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmemBytes;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, int(max_tiles), counters));
+  launch_programmatic_dependent(kernel, unsigned(std::min<int64_t>(n_items, current_sm_count())),
+                                kThreads, kSmemBytes, st, p, int(max_tiles), counters);
 }
 
 }  // namespace attnlab
