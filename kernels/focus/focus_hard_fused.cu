@@ -1,5 +1,5 @@
 // The hard-routed Focus forward's band pass and list group pass in one launch (top_k 1, the band
-// first; contract: focus_hard.cuh, launch_focus_hard_fused; design: docs/focus_hard.md, "The
+// first; contract: focus_hard.cuh, launch_focus_hard_fused; design: docs/focus_hard_fused.md, "The
 // fused launch"). sm_90a, bf16, head dim 64 or 128.
 //
 // The split schedule's two passes (focus_hard_band_block.cuh, focus_hard_group_block.cuh) are

@@ -1,6 +1,6 @@
 // The hard-routed Focus forward's fused launch, warp-specialised (top_k 1, the band first, head
-// dim 64; contract: focus_hard.cuh, launch_focus_hard_fused_ws; design: docs/focus_hard.md, "The
-// warp-specialised fused launch"). sm_90a, bf16.
+// dim 64; contract: focus_hard.cuh, launch_focus_hard_fused_ws; design: docs/focus_hard_fused.md,
+// "The warp-specialised fused launch"). sm_90a, bf16.
 //
 // The items are the fused launch's (focus_hard_fused.cu): the band's token tiles first, then the
 // list group pass's blocks longest first, taken from counters[0]; a group item merges the band's

@@ -171,7 +171,8 @@ FocusHardPlan plan_focus_hard(FocusHardKernel kernel, FocusHardOrder order,
   // top_k 1, balanced / realistic groups, warp-specialised against the automatic order then:
   // 0.022 / 0.021-0.025 ms at 1K, 0.029 / 0.030 at 2K, 0.048 / 0.054 at 4K, 0.104 / 0.119 at
   // 8K, 0.25 / 0.28 at 16K, 0.78-0.84 / 0.85-0.89 at 32K, 2.97 / 3.25 at 64K with the list pass
-  // forced; docs/focus_hard.md, "The warp-specialised fused launch"). Below it the band pass first.
+  // forced; docs/focus_hard_fused.md, "The warp-specialised fused launch"). Below it the band pass
+  // first.
   constexpr int64_t kFusedAutoMinT = 1025;
   plan.fused =
       fused_order || (order == FocusHardOrder::automatic && plan.band_first && T >= kFusedAutoMinT);
