@@ -146,6 +146,11 @@ void launch_focus_hard_fused(const FocusHardAttnParams& p, int* counters, Stream
 // producer warpgroup loading each item's query rows and 128-key tiles ahead across items, two
 // consumer warpgroups of 64 rows each. Same contract as launch_focus_hard_fused.
 void launch_focus_hard_fused_ws(const FocusHardAttnParams& p, int* counters, Stream s);
+// The two fused launches' common host part (focus_hard_fused.cu): their contract's checks, and
+// their number of items (the band's tiles, then the group pass's blocks, per head and batch row)
+// with, in *max_tiles, the group pass's blocks per head.
+int64_t focus_hard_fused_items(const FocusHardAttnParams& p, const int* counters,
+                               int64_t* max_tiles);
 // The partition of the pairs between the wgmma group and band passes (focus_hard_walk.h): the
 // window partition with the list group pass (its tiles carry the keys' positions, so it can
 // leave the window's pairs to the band, which then needs no group sets), the shared-group one

@@ -129,7 +129,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
 }
 
 template <int D>
-void launch(const FocusHardAttnParams& p, int* counters, cudaStream_t st) {
+void launch(const FocusHardAttnParams& p, int* counters, int64_t n_items, int64_t max_tiles,
+            cudaStream_t st) {
   constexpr size_t smem = fused_smem_bytes<D>();
   auto* kernel = focus_hard_fused_kernel<D>;
   static std::atomic<uint64_t> attributes_set{0};
@@ -139,11 +140,6 @@ void launch(const FocusHardAttnParams& p, int* counters, cudaStream_t st) {
                                     focus_hard::kHardTmaKeys),
                     tm_v = tile_map(p.v, kv_width, p.T, p.B, p.kv_row_stride, p.kv_batch_stride,
                                     focus_hard::kHardTmaKeys);
-  const int64_t max_tiles = focus_hard_max_tiles(p.T, p.K, p.top_k, kFocusHardWgmmaRows);
-  const int64_t q_tiles = (p.T + kFocusHardWgmmaRows - 1) / kFocusHardWgmmaRows;
-  const int64_t n_items = (q_tiles + max_tiles) * p.n_head * p.B;
-  ATTN_REQUIRE(n_items < INT32_MAX, "focus_hard fused: %lld items exceed the counter",
-               (long long)n_items);
   const unsigned blocks =
       unsigned(std::min<int64_t>(n_items, int64_t(current_sm_count()) * kMinBlocks<D>));
   launch_programmatic_dependent(kernel, blocks, kThreads, smem, st, p, tm_k, tm_v, int(max_tiles),
@@ -157,16 +153,29 @@ void launch_focus_hard_fused(const FocusHardAttnParams& p, int* counters, Stream
                "focus_hard fused: needs a build with sm_90a code (CMAKE_CUDA_ARCHITECTURES "
                "containing 90), a compute capability 9.0 device and head dim 64 or 128 (got %d)",
                p.D);
+  int64_t max_tiles = 0;
+  const int64_t n_items = focus_hard_fused_items(p, counters, &max_tiles);
+  auto st = reinterpret_cast<cudaStream_t>(s);
+  if (p.D == 64)
+    launch<64>(p, counters, n_items, max_tiles, st);
+  else
+    launch<128>(p, counters, n_items, max_tiles, st);
+}
+
+int64_t focus_hard_fused_items(const FocusHardAttnParams& p, const int* counters,
+                               int64_t* max_tiles) {
   ATTN_ASSERT(p.top_k == 1 && p.band_first && p.sorted == nullptr && counters != nullptr);
   ATTN_ASSERT(p.tile_rows == kFocusHardWgmmaRows && p.part_o != nullptr && p.part_lse != nullptr);
   ATTN_ASSERT(p.K >= 1 && p.K <= kFocusHardMaxGroups);
   ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && p.q_row_stride % 8 == 0 &&
               p.kv_row_stride % 8 == 0 && p.kv_batch_stride % 8 == 0);
-  auto st = reinterpret_cast<cudaStream_t>(s);
-  if (p.D == 64)
-    launch<64>(p, counters, st);
-  else
-    launch<128>(p, counters, st);
+  *max_tiles = focus_hard_max_tiles(p.T, p.K, p.top_k, kFocusHardWgmmaRows);
+  const int64_t q_tiles = (p.T + kFocusHardWgmmaRows - 1) / kFocusHardWgmmaRows;
+  const int64_t n_items = (q_tiles + *max_tiles) * p.n_head * p.B;
+  // (Each block takes numbers until one is past the last item: the counter ends above n_items.)
+  ATTN_REQUIRE(n_items < INT32_MAX / 2, "focus_hard fused: %lld items exceed the item counter",
+               (long long)n_items);
+  return n_items;
 }
 
 }  // namespace attnlab

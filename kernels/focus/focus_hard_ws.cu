@@ -448,20 +448,12 @@ void launch_focus_hard_fused_ws(const FocusHardAttnParams& p, int* counters, Str
                "(CMAKE_CUDA_ARCHITECTURES containing 90), a compute capability 9.0 device and head "
                "dim 64 (got %d)",
                p.D);
-  ATTN_ASSERT(p.top_k == 1 && p.band_first && p.sorted == nullptr && counters != nullptr);
-  ATTN_ASSERT(p.tile_rows == kFocusHardWgmmaRows && p.part_o != nullptr && p.part_lse != nullptr);
-  ATTN_ASSERT(p.K >= 1 && p.K <= kFocusHardMaxGroups);
-  ATTN_ASSERT(aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && p.q_row_stride % 8 == 0 &&
-              p.kv_row_stride % 8 == 0 && p.kv_batch_stride % 8 == 0);
+  int64_t max_tiles = 0;
+  const int64_t n_items = focus_hard_fused_items(p, counters, &max_tiles);
   auto st = reinterpret_cast<cudaStream_t>(s);
   auto* kernel = focus_hard_ws_kernel;
   static std::atomic<uint64_t> attributes_set{0};
   set_max_shared_once(attributes_set, reinterpret_cast<const void*>(kernel), kSmemBytes);
-  const int64_t max_tiles = focus_hard_max_tiles(p.T, p.K, p.top_k, kFocusHardWgmmaRows);
-  const int64_t q_tiles = (p.T + kRows - 1) / kRows;
-  const int64_t n_items = (q_tiles + max_tiles) * p.n_head * p.B;
-  ATTN_REQUIRE(n_items < INT32_MAX / 2, "focus_hard fused: %lld items exceed the counters",
-               (long long)n_items);
   launch_programmatic_dependent(kernel, unsigned(std::min<int64_t>(n_items, current_sm_count())),
                                 kThreads, kSmemBytes, st, p, int(max_tiles), counters);
 }
