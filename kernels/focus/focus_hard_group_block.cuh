@@ -63,11 +63,10 @@ struct Meta {
 // swizzled [ROWS][D] tiles at s[m], by threads 0 .. kN - 1 (the block's kThreads by default; the
 // warp-specialised kernel's producer warpgroup). The copies of load_tile's rounds
 // (wgmma_common.cuh): this thread's 16-byte chunk c and first row r are fixed, each round moves
-// kN / (D / 8) rows
-// down (a multiple of 8: the same swizzle phase), so the shared offset is one constant per round
-// and a row's global offset is computed once for all matrices (a loop over i = threadIdx.x,
-// threadIdx.x + kThreads, .. copies the same (row, chunk) pairs, but its trip count is not known
-// to the compiler: ~30 instructions a copy, against ~6 here).
+// kN / (D / 8) rows down (a multiple of 8: the same swizzle phase), so the shared offset is one
+// constant per round and a row's global offset is computed once for all matrices (a loop over
+// i = threadIdx.x, threadIdx.x + kN, .. copies the same (row, chunk) pairs, but its trip count is
+// not known to the compiler: ~30 instructions a copy, against ~6 here).
 template <int ROWS, int D, int NM, int kN = kThreads, typename Pos>
 __device__ __forceinline__ void gather_rows(const uint32_t (&s)[NM], const bf16* const (&g)[NM],
                                             int64_t stride, Pos pos) {

@@ -1,7 +1,6 @@
 // Launch detection: which launcher started this process and where it sits in the job, read from
 // the environment the launchers set (docs/distributed.md):
 //   OpenMPI mpirun: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
-//   Slurm srun:     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
 //   torchrun-style: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
 //   PMI (the Hydra mpiexec of MPICH, Intel MPI, MVAPICH): PMI_RANK, PMI_SIZE, MPI_LOCALRANKID
 //   Slurm srun:     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
