@@ -90,6 +90,17 @@ __device__ __forceinline__ void red_add2(float* g, float a, float b) {
   atomicAdd(g + 1, b);
 #endif
 }
+// g[0 .. 3] += v in global memory, g 16-byte aligned (one vector reduction on sm_90).
+__device__ __forceinline__ void red_add4(float* g, float4 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float4*>(g), v);
+#else
+  atomicAdd(g, v.x);
+  atomicAdd(g + 1, v.y);
+  atomicAdd(g + 2, v.z);
+  atomicAdd(g + 3, v.w);
+#endif
+}
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);

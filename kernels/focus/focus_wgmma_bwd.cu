@@ -335,26 +335,38 @@ __global__ void __launch_bounds__(kThreads, 1)
       issue_dq<kQ>(dq, sdS, sK, wg);
       if constexpr (kFusedDg && focus_wgmma::warp_dgq(KP)) {
         // The regions of the warpgroups that ran the gate this tile (warpgroup 1's keys are the
-        // later ones: if it ran, so did warpgroup 0), summed.
-        static_assert(kQ * KP % kThreads == 0, "whole rounds of the regions' elements");
-        if (focus_wgmma::tile_has_distant_k_rows(k0, q0 + kQ - 1, w)) {
+        // later ones: if it ran, so did warpgroup 0), summed: a thread per 4 groups of a query,
+        // one 16-byte load per region, then one vector reduction to dg where its rows are
+        // 16-byte aligned (K a multiple of 4: K 4 and 8), else one per group. (Four groups a
+        // thread in scalar reductions: 1,024 a tile, and the drain cost 6-7% of forward +
+        // backward, H100, 2026-12-06.)
+        static_assert(KP % 4 == 0 && kQ * KP / 4 <= kThreads, "one round of 4 groups a thread");
+        if (focus_wgmma::tile_has_distant_k_rows(k0, q0 + kQ - 1, w) && threadIdx.x < kQ * KP / 4) {
           const int n_warps = focus_wgmma::tile_has_distant_k_rows(k0 + 64, q0 + kQ - 1, w) ? 8 : 4;
-          float* dgb = p.dg + int64_t(b) * T * p.K;
-#pragma unroll 1
-          for (int r = 0; r < kQ * KP / kThreads; ++r) {
-            const int i = threadIdx.x + r * kThreads, q = i / KP, c = i - q * KP;
-            const int at = focus_wgmma::warp_dgq_index(q, c, KP);
-            // The regions' values loaded first, then summed as a tree (a serial sum waited on
-            // each load in turn: ncu's source view, 2026-12-05).
-            const float* src = dgq_tile + at;
-            auto sum4 = [&](int wp0) {  // warps wp0 .. wp0 + 3
-              const float* x = src + wp0 * kQ * KP;
-              const float a = x[0], b = x[kQ * KP], c = x[2 * kQ * KP], d = x[3 * kQ * KP];
-              return (a + b) + (c + d);
-            };
-            float v = sum4(0);
-            if (n_warps == 8) v += sum4(4);
-            if (c < p.K && q0 + q < T && v != 0.f) atomicAdd(dgb + int64_t(q0 + q) * p.K + c, v);
+          const int q = threadIdx.x / (KP / 4), c = 4 * (threadIdx.x % (KP / 4));
+          // The regions' values loaded first, then summed as a tree (a serial sum waited on
+          // each load in turn: ncu's source view, 2026-12-05).
+          const float* src = dgq_tile + focus_wgmma::warp_dgq_index(q, c, KP);
+          auto ld4 = [&](int wp) { return *reinterpret_cast<const float4*>(src + wp * kQ * KP); };
+          auto add4 = [](float4 a, float4 b) {
+            return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+          };
+          auto sum4 = [&](int wp0) {  // warps wp0 .. wp0 + 3
+            return add4(add4(ld4(wp0), ld4(wp0 + 1)), add4(ld4(wp0 + 2), ld4(wp0 + 3)));
+          };
+          float4 v = sum4(0);
+          if (n_warps == 8) v = add4(v, sum4(4));
+          float* dst = p.dg + (int64_t(b) * T + q0 + q) * p.K + c;
+          if (q0 + q < T && c < p.K) {
+            if (p.K % 4 == 0) {
+              if (v.x != 0.f || v.y != 0.f || v.z != 0.f || v.w != 0.f) mma::red_add4(dst, v);
+            } else {
+              const float x[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                if (c + e < p.K && x[e] != 0.f) atomicAdd(dst + e, x[e]);
+              }
+            }
           }
         }
       } else if constexpr (kFusedDg) {  // every warp's dg_query of the tile is in the shared tile
