@@ -55,6 +55,21 @@ __device__ __forceinline__ void dp_to_ds(float (&dp)[kQ / 2], const float (&pt)[
   }
 }
 
+// store_ds for one 16-query chunk (A fragment dsa of k-step `chunk`).
+template <int kQ>
+__device__ __forceinline__ void store_ds_chunk(uint32_t sdS, const uint32_t (&dsa)[4], int kr0,
+                                               int tig, int chunk) {
+#pragma unroll
+  for (int jj = 0; jj < 2; ++jj) {
+    const int j = 2 * chunk + jj;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t addr = sdS + swizzled_offset<kBwdKeys>(kr0 + 8 * r, j) + 4 * tig;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[2 * jj + r]) : "memory");
+    }
+  }
+}
+
 // dS^T (bf16 A fragments) to the [kBwdKeys][kQ] tile at sdS (not fenced). Row kr (key in the
 // block), 16-byte chunk j of the query columns: the swizzle makes the 8 rows of a warp's store hit
 // 8 different chunks, so the 32 lanes cover all 32 banks.

@@ -12,8 +12,10 @@
 // is waited for before the gate; per 16-query chunk on the distant pairs dA = P (dP - delta) from
 // the ungated P, then the gate (gate_chunk_da), then the dg products (dg_chunk_products,
 // focus_wgmma_gate.cuh: bf16 dA times g hi + lo on mma.sync): dg_key in registers over the loop,
-// dg_query in a fp32 shared tile (at KP 8 one region per warp, stored, not added: warp_dgq)
-// added to dg by fp32 atomics after the tile's second barrier (overlapping the dQ wgmma). Where
+// at KP 8 (wgmma_dgq, focus_wgmma_layout.h) the chunk's bf16 dA^T stored into a [keys][queries]
+// tile and, after the tile's second barrier, dg_query = dA G_k by one wgmma per warpgroup beside
+// dQ's, reduced into dg from its accumulator; wider KP dg_query in a fp32 shared tile, added to
+// dg by fp32 atomics after the tile's second barrier (overlapping the dQ wgmma). Where
 // that tile does not fit beside two (D 64, KP 32) the queries' g tile is single-buffered: the next
 // one is loaded after the second barrier, when no warp reads it any more. kHard (the hard gate's
 // straight-through backward): no affinity; the group sets of the warp's two key rows in registers
@@ -56,16 +58,18 @@ constexpr size_t kMaxSmem = 232448;  // 227 KiB of dynamic shared memory per blo
 template <bool kHard>
 constexpr int kStats = kHard ? 3 : 2;
 // K, V, 2 x Q, 2 x dO, dS^T, 2 x the statistics, the fp32 dQ tile, 2 mbarriers, the keys' g tile,
-// gq_bufs x the queries' g tiles (kFusedDg: and the fp32 dg_query tile, at KP 8 per warp),
-// alignment: 192-222 KiB.
+// gq_bufs x the queries' g tiles (kFusedDg: at KP 8 the dA^T tile and the keys' g planes, else
+// the fp32 dg_query tile), alignment: 192-226 KiB.
 template <int D, int KP, bool kFusedDg, bool kHard, int gq_bufs>
 constexpr size_t bwd_smem_bytes_with() {
   constexpr int kQ = kQTile<D>;
-  // kFusedDg: the dg_query tile, at KP 8 one region per warp (focus_wgmma::warp_dgq).
-  constexpr size_t dgq = !kFusedDg ? 0
-                         : focus_wgmma::warp_dgq(KP)
-                             ? size_t(kThreads / 32) * kQ * KP * sizeof(float)
-                             : size_t(kQ) * focus_wgmma::dgq_ld(KP) * sizeof(float);
+  // kFusedDg: at KP 8 the dA^T tile and the keys' g planes (focus_wgmma::wgmma_dgq), else the
+  // fp32 dg_query tile.
+  constexpr size_t dgq =
+      !kFusedDg ? 0
+      : focus_wgmma::wgmma_dgq(KP)
+          ? size_t(tile_bytes(kBlockN, kQ)) + 2 * focus_wgmma::gk_plane_bytes(kBlockN)
+          : size_t(kQ) * focus_wgmma::dgq_ld(KP) * sizeof(float);
   return 2 * size_t(tile_bytes(kBlockN, D)) + 4 * size_t(tile_bytes(kQ, D)) +
          size_t(tile_bytes(kBlockN, kQ)) + 2 * kStats<kHard> * kQ * sizeof(float) +
          size_t(kQ) * D * sizeof(float) + 16 + g_tile_bytes(kBlockN, KP) +
@@ -83,7 +87,7 @@ constexpr size_t bwd_smem_bytes() {
 static_assert(gq_buffers<64, 32, false, true>() == 2 && gq_buffers<128, 32, false, true>() == 2);
 static_assert(bwd_smem_bytes<64, 32, true, true>() <= kMaxSmem &&
               bwd_smem_bytes<128, 32, true, true>() <= kMaxSmem);
-// KP 8's per-warp dg_query regions keep the queries' g tile double-buffered.
+// KP 8's dA^T tile keeps the queries' g tile double-buffered.
 static_assert(gq_buffers<64, 8, true, true>() == 2 && gq_buffers<128, 8, true, true>() == 2 &&
               bwd_smem_bytes<64, 8, true, true>() <= kMaxSmem);
 
@@ -130,12 +134,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t sQ = sV + kKVBytes;       // [2][kQ] rows
   const uint32_t sdO = sQ + 2 * kQBytes;   // [2][kQ] rows
   const uint32_t sdS = sdO + 2 * kQBytes;  // [kBlockN] rows of kQ
-  const uint32_t sStats = sdS + kSBytes;   // lse [2][kQ], delta [2][kQ] (kHard: sets [2][kQ])
+  // kFusedDg at KP 8 (wgmma_dgq): the dA^T tile, [kBlockN] rows of kQ (1024-aligned as the tiles).
+  constexpr uint32_t kDaBytes = kFusedDg && focus_wgmma::wgmma_dgq(KP) ? kSBytes : 0;
+  const uint32_t sDa = sdS + kSBytes;
+  const uint32_t sStats = sDa + kDaBytes;  // lse [2][kQ], delta [2][kQ] (kHard: sets [2][kQ])
   const uint32_t sdQ = sStats + 2 * kStats<kHard> * kQ * 4;  // fp32 [kQ][D]
   const uint32_t sFull = sdQ + kDqBytes;                     // mbarriers [2]
   const uint32_t sGk = sFull + 16;                           // g of the block's keys
   const uint32_t sGq = sGk + g_tile_bytes(kBlockN, KP);      // [kGqBufs] g of the tile's queries
-  const uint32_t sDgq = sGq + kGqBufs * kGqBytes;  // kFusedDg: fp32 [kQ][dgq_ld(KP)], KP 8 per warp
+  // kFusedDg: at KP 8 the keys' g planes (load_g_planes), else fp32 [kQ][dgq_ld(KP)].
+  const uint32_t sDgq = sGq + kGqBufs * kGqBytes;
   auto generic = [&](uint32_t addr) {
     return reinterpret_cast<const bf16*>(smem_raw + (addr - raw));
   };
@@ -201,13 +209,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_init(sFull + 8, 1);
     fence_mbar_init();
   }
-  if constexpr (kFusedDg && !focus_wgmma::warp_dgq(KP)) {  // (KP 8: each tile writes its regions)
+  if constexpr (kFusedDg && !focus_wgmma::wgmma_dgq(KP)) {  // (KP 8: each tile writes its dA^T)
     for (int i = threadIdx.x; i < kQ * kDgqLd; i += kThreads) dgq_tile[i] = 0.f;
   }
   __syncthreads();
   load_tile<kBlockN, D, kThreads>(sK, gk, p.kv_row_stride, k0, T);
   load_tile<kBlockN, D, kThreads>(sV, gv, p.kv_row_stride, k0, T);
   focus_wgmma::load_g_tile<kBlockN, KP, kThreads>(sGk, gsb, k0, T);
+  if constexpr (kFusedDg && focus_wgmma::wgmma_dgq(KP)) {
+    focus_wgmma::load_g_planes<kBlockN, kThreads>(sDgq, gsb, k0, T);
+  }
   Tile cur{hk * group, m_begin}, prev = cur;
   if (iters > 0) issue_loads(cur, 0);
   if constexpr (kGqBufs == 1) {
@@ -297,16 +308,28 @@ __global__ void __launch_bounds__(kThreads, 1)
           } else {
             focus_wgmma::gate_chunk_da(s, da, dp, a, dl, chunk, key0, q0 + 2 * tig, w, p.gate.eps);
           }
-          // Into the block's shared tile, or at KP 8 the warp's region.
-          float* dgq_mine = dgq_tile + (focus_wgmma::warp_dgq(KP) ? (wrow / 16) * kQ * KP : 0);
-          focus_wgmma::dg_chunk_products<KP, kGqLd>(dgk, dgq_mine, da, cGq, generic(sGk), chunk,
-                                                    wrow, lane);
+          uint32_t daf[4];
+          focus_wgmma::pack_da(daf, da);
+          focus_wgmma::dg_key_products<KP, kGqLd>(dgk, daf, cGq, chunk, lane);
+          if constexpr (focus_wgmma::wgmma_dgq(KP)) {  // dA^T into its tile (issue_dgq)
+            store_ds_chunk<kQ>(sDa, daf, wrow + g, tig, chunk);
+          } else {
+            focus_wgmma::dg_query_products<KP>(dgq_tile, daf, generic(sGk), chunk, wrow, lane);
+          }
         } else if constexpr (kHard) {
           focus_wgmma::gate_chunk_hard(s, mk, mq, chunk, key0, q0 + 2 * tig, w);
         } else {
           focus_wgmma::gate_chunk(s, a, chunk, key0, q0 + 2 * tig, w, p.gate.eps);
         }
       }
+    } else if (kFusedDg && focus_wgmma::wgmma_dgq(KP) && kQ == 128 &&
+               focus_wgmma::tile_has_distant_k_rows(k0, q0 + kQ - 1, w)) {
+      // Warpgroup 0 ran the gate and 1 did not: warpgroup 0's dg_query wgmma reads all 128 keys'
+      // rows of the dA^T tile (issue_dgq), so this warpgroup's are zero.
+      const uint32_t zero[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+      for (int chunk = 0; chunk < kQ / 16; ++chunk)
+        store_ds_chunk<kQ>(sDa, zero, wrow + g, tig, chunk);
     }
     uint32_t pa[kQ / 16][4], dsa[kQ / 16][4];
     acc_to_a<kQ>(pa, s);
@@ -333,41 +356,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     {
       float dq[32];
       issue_dq<kQ>(dq, sdS, sK, wg);
-      if constexpr (kFusedDg && focus_wgmma::warp_dgq(KP)) {
-        // The regions of the warpgroups that ran the gate this tile (warpgroup 1's keys are the
-        // later ones: if it ran, so did warpgroup 0), summed: a thread per 4 groups of a query,
-        // one 16-byte load per region, then one vector reduction to dg where its rows are
-        // 16-byte aligned (K a multiple of 4: K 4 and 8), else one per group. (Four groups a
-        // thread in scalar reductions: 1,024 a tile, and the drain cost 6-7% of forward +
-        // backward, H100, 2026-12-06.)
-        static_assert(KP % 4 == 0 && kQ * KP / 4 <= kThreads, "one round of 4 groups a thread");
-        if (focus_wgmma::tile_has_distant_k_rows(k0, q0 + kQ - 1, w) && threadIdx.x < kQ * KP / 4) {
-          const int n_warps = focus_wgmma::tile_has_distant_k_rows(k0 + 64, q0 + kQ - 1, w) ? 8 : 4;
-          const int q = threadIdx.x / (KP / 4), c = 4 * (threadIdx.x % (KP / 4));
-          // The regions' values loaded first, then summed as a tree (a serial sum waited on
-          // each load in turn: ncu's source view, 2026-12-05).
-          const float* src = dgq_tile + focus_wgmma::warp_dgq_index(q, c, KP);
-          auto ld4 = [&](int wp) { return *reinterpret_cast<const float4*>(src + wp * kQ * KP); };
-          auto add4 = [](float4 a, float4 b) {
-            return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-          };
-          auto sum4 = [&](int wp0) {  // warps wp0 .. wp0 + 3
-            return add4(add4(ld4(wp0), ld4(wp0 + 1)), add4(ld4(wp0 + 2), ld4(wp0 + 3)));
-          };
-          float4 v = sum4(0);
-          if (n_warps == 8) v = add4(v, sum4(4));
-          float* dst = p.dg + (int64_t(b) * T + q0 + q) * p.K + c;
-          if (q0 + q < T && c < p.K) {
-            if (p.K % 4 == 0) {
-              if (v.x != 0.f || v.y != 0.f || v.z != 0.f || v.w != 0.f) mma::red_add4(dst, v);
-            } else {
-              const float x[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                if (c + e < p.K && x[e] != 0.f) atomicAdd(dst + e, x[e]);
-              }
-            }
-          }
+      if constexpr (kFusedDg && focus_wgmma::wgmma_dgq(KP)) {
+        // dg_query = dA G_k (issue_dgq; beside dQ's wgmma, waited with it below). Issued on every
+        // tile (a wgmma under a condition makes ptxas serialise); reduced into dg where the
+        // warpgroup's dA^T rows were written this tile (kQ 128: warpgroup 0's gate ran, and
+        // warpgroup 1's rows were gated or zeroed; kQ 64: the warpgroup's own keys).
+        float dgq[8];
+        focus_wgmma::issue_dgq<kQ>(dgq, sDa, sDgq, wg);
+        wgmma_wait<0>();
+        fence_regs(dgq);
+        const int rows_from = kQ == 128 ? k0 : k0 + 64 * wg;
+        if (focus_wgmma::tile_has_distant_k_rows(rows_from, q0 + kQ - 1, w)) {
+          focus_wgmma::reduce_dgq(dgq, p.dg + int64_t(b) * T * p.K, p.K,
+                                  q0 + (kQ == 128 ? 64 * wg : 0), T, warp, lane);
         }
       } else if constexpr (kFusedDg) {  // every warp's dg_query of the tile is in the shared tile
         if (focus_wgmma::tile_has_distant_k_rows(k0, q0 + kQ - 1, w)) {

@@ -11,6 +11,7 @@
 
 #include "kernels/attention/mma_common.cuh"
 #include "kernels/attention/visibility.h"
+#include "kernels/attention/wgmma_bwd_steps.cuh"
 #include "kernels/attention/wgmma_common.cuh"
 #include "kernels/focus/focus_wgmma_layout.h"
 
@@ -179,31 +180,30 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
 }
 
 // The fused backward's dg products of one 16-query chunk (focus_wgmma_bwd.cu, kFusedDg), on
-// mma.sync with fp32 accumulation: da the chunk's dA^T C fragments (gate_chunk_da; rows = the
+// mma.sync with fp32 accumulation: a = the chunk's dA^T as a bf16 A fragment (pack_da: rows = the
 // warp's 16 keys wrow.., columns = queries 16 chunk ..);
-//   dgk (the warp's keys x KP groups, C fragments of groups 8 nt ..) += dA^T G_q: A = da packed,
+//   dg_key_products: dgk (the warp's keys x KP groups, C fragments of groups 8 nt ..) += dA^T G_q:
 //     B = G_q by ldmatrix.trans of gq_tile (the tile's queries);
-//   dgq_tile ([queries][dgq_ld(KP)] fp32, shared) += (G_k^T dA^T)^T: A = G_k^T by ldmatrix.trans
-//     of gk_tile (the block's keys), B = da per 8 x 8 block transposed (movmatrix), red.shared;
-//     at KP 8 (warp_dgq) dgq_tile is the warp's own region ([queries][KP], warp_dgq_index) and
-//     the values are stored, not added.
+//   dg_query_products (KP 16, 32; KP 8 takes wgmma_dgq, focus_wgmma_layout.h): dgq_tile
+//     ([queries][dgq_ld(KP)] fp32, shared) += (G_k^T dA^T)^T: A = G_k^T by ldmatrix.trans of
+//     gk_tile (the block's keys), B = da per 8 x 8 block transposed (movmatrix), red.shared.
 // Two products per term: bf16 dA times g's hi part and times its lo part (g to ~16 bits, so dA's
 // bf16 rounding is the only one, as dS's in the dense dK = dS^T Q). Measured on the H200: one
 // product on g hi alone missed the GPU test's dg bound (5.8e-3 against 5.1e-3, D 128, T 129, w 0,
 // K 8); these two reach at most 0.95 of it; splitting dA too (three products, the old dg pass's
 // precision: 0.62 of it) was 5-7% slower in forward+backward.
-template <int KP, int kGqLd>
-__device__ __forceinline__ void dg_chunk_products(float (&dgk)[dgk_tiles(KP)][4], float* dgq_tile,
-                                                  const float (&da)[2][4], const bf16* gq_tile,
-                                                  const bf16* gk_tile, int chunk, int wrow,
-                                                  int lane) {
-  constexpr int kLd = 2 * KP + 8, kDgqLd = dgq_ld(KP);
-  uint32_t a[4];
+__device__ __forceinline__ void pack_da(uint32_t (&a)[4], const float (&da)[2][4]) {
 #pragma unroll
   for (int x = 0; x < 4; ++x) {
     const int n = a_pack_tile(x);
     a[x] = wgmma::pack_bf16(da[n][a_pack_value(x, 0)], da[n][a_pack_value(x, 1)]);
   }
+}
+
+template <int KP, int kGqLd>
+__device__ __forceinline__ void dg_key_products(float (&dgk)[dgk_tiles(KP)][4],
+                                                const uint32_t (&a)[4], const bf16* gq_tile,
+                                                int chunk, int lane) {
   if constexpr (KP == 8) {  // hi | lo as one 16-column operand
     uint32_t b[4];
     mma::ldsm_x4_t(b, gq_tile + ldsm_t_b_offset(16 * chunk, 0, lane, kGqLd));
@@ -221,37 +221,120 @@ __device__ __forceinline__ void dg_chunk_products(float (&dgk)[dgk_tiles(KP)][4]
       }
     }
   }
+}
+
+template <int KP>
+__device__ __forceinline__ void dg_query_products(float* dgq_tile, const uint32_t (&a)[4],
+                                                  const bf16* gk_tile, int chunk, int wrow,
+                                                  int lane) {
+  static_assert(!wgmma_dgq(KP), "KP 8 forms dg_query by wgmma (issue_dgq)");
+  constexpr int kLd = 2 * KP + 8, kDgqLd = dgq_ld(KP);
 #pragma unroll
   for (int n = 0; n < 2; ++n) {
     const uint32_t b0 = movmatrix_trans(a[2 * n]), b1 = movmatrix_trans(a[2 * n + 1]);
-    if constexpr (KP == 8) {  // rows 0 .. 7 of G_k^T: hi, rows 8 .. 15: lo, of the same groups
-      uint32_t gt[4];
-      mma::ldsm_x4_t(gt, gk_tile + ldsm_t_a_offset(wrow, 0, lane, kLd));
+#pragma unroll
+    for (int mt = 0; mt < KP / 16; ++mt) {
       float c[4] = {0.f, 0.f, 0.f, 0.f};
-      mma::mma16816(c, gt, b0, b1);
 #pragma unroll
-      for (int v = 0; v < 2; ++v) {
+      for (int pg = 0; pg < 2; ++pg) {  // g hi, then g lo
+        uint32_t gt[4];
+        mma::ldsm_x4_t(gt, gk_tile + ldsm_t_a_offset(wrow, pg * KP + 16 * mt, lane, kLd));
+        mma::mma16816(c, gt, b0, b1);
+      }
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
         const Coord cc = mma_c_coord(v, lane);  // row = group, column = query
-        static_assert(warp_dgq(KP), "KP 8 stores into the warp's region");
-        dgq_tile[warp_dgq_index(16 * chunk + 8 * n + cc.col, cc.row, KP)] = c[v] + c[v + 2];
+        atomicAdd(dgq_tile + (16 * chunk + 8 * n + cc.col) * kDgqLd + 16 * mt + cc.row, c[v]);
       }
-    } else {
+    }
+  }
+}
+
+// The keys' g of a block as the dg_query wgmma's B operand (wgmma_dgq): rows row0 .. row0 + ROWS
+// - 1 of the hi and lo columns of the split g into two planes [ROWS][8] (16 bytes a row, plane
+// hi at s, lo at s + gk_plane_bytes(ROWS)) by cp.async, zero past T. KP 8 only. Part of the
+// caller's cp.async group.
+template <int ROWS, int kThreads>
+__device__ __forceinline__ void load_g_planes(uint32_t s, const bf16* gs, int row0, int T) {
+  constexpr int KP = 8, kW = 3 * KP;
+  for (int i = threadIdx.x; i < 2 * ROWS; i += kThreads) {
+    const int plane = i / ROWS, r = i - plane * ROWS;
+    const bool valid = row0 + r < T;
+    wgmma::cp_async16(s + uint32_t(plane * gk_plane_bytes(ROWS) + 16 * r),
+                      valid ? gs + int64_t(row0 + r) * kW + KP * (1 + plane) : gs, valid);
+  }
+}
+
+// The descriptor of a no-swizzle shared-memory operand (swizzle mode 0): core matrices of 8 rows
+// x 16 bytes, contiguous. MN-major (CUTLASS's canonical INTERLEAVE layout): lbo = the byte step
+// between core matrices along K, sbo = along M or N.
+__device__ __forceinline__ uint64_t smem_desc_interleave(uint32_t addr, uint32_t lbo,
+                                                         uint32_t sbo) {
+  return wgmma::smem_desc(addr, lbo, sbo) & ~(uint64_t(3) << 62);
+}
+
+// d (64 x 16 fp32, acc_coord's layout) (+)= A B with both operands MN-major in shared memory.
+__device__ __forceinline__ void wgmma_ss_n16_mn(float (&d)[8], uint64_t a, uint64_t b,
+                                                int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// Issues (one committed group, not waited) warpgroup wg's dg_query = dA (G_k hi | G_k lo)
+// (wgmma_dgq): A = dA MN-major from the [kBwdKeys][kQ] dA^T tile at sdA (as issue_dq reads dS^T),
+// B = the planes of load_g_planes at planes. kQ 128: queries 64 wg .., all 128 keys; kQ 64: all
+// queries, keys 64 wg ...
+template <int kQ>
+__device__ __forceinline__ void issue_dgq(float (&dgq)[8], uint32_t sdA, uint32_t planes, int wg) {
+  constexpr int kKeys = wgmma::kBwdKeys;
+  constexpr bool kSplitK = kQ == 64;
+  constexpr int kSteps = kSplitK ? 4 : 8;
+  const int qw = kSplitK ? 0 : wg, kw0 = kSplitK ? 64 * wg : 0;
+  wgmma::fence_regs(dgq);
+  wgmma::wgmma_fence();
+  const uint64_t a0 = wgmma::smem_desc(sdA + qw * kKeys * 128, kKeys * 128, 1024);
+  // B: LBO 128 bytes (the next 8 keys), SBO a plane (the next 8 columns: hi, then lo). The two
+  // swapped failed FocusWgmmaCuda.* on the H200 (2026-12-06): the GPU tests see this layout.
+  const uint64_t b0 = smem_desc_interleave(planes, 128, gk_plane_bytes(kKeys));
 #pragma unroll
-      for (int mt = 0; mt < KP / 16; ++mt) {
-        float c[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int kk = 0; kk < kSteps; ++kk) {
+    const int key = kw0 + 16 * kk;
+    wgmma_ss_n16_mn(dgq, wgmma::desc_add(a0, key * 128), wgmma::desc_add(b0, key * 16), kk > 0);
+  }
+  wgmma::wgmma_commit();
+}
+
+// The dg_query accumulator of issue_dgq into dg (rows of K floats; q0w = the first query of the
+// warpgroup's 64), per thread one 16-byte reduction (dgq_v4_*) where K is a multiple of 4, else
+// one per group; queries past T and zero values skipped.
+__device__ __forceinline__ void reduce_dgq(const float (&dgq)[8], float* dg_rows, int K, int q0w,
+                                           int T, int warp, int lane) {
+  float h[2][2];
 #pragma unroll
-        for (int pg = 0; pg < 2; ++pg) {  // g hi, then g lo
-          uint32_t gt[4];
-          mma::ldsm_x4_t(gt, gk_tile + ldsm_t_a_offset(wrow, pg * KP + 16 * mt, lane, kLd));
-          mma::mma16816(c, gt, b0, b1);
-        }
+  for (int r = 0; r < 2; ++r) {
 #pragma unroll
-        for (int v = 0; v < 4; ++v) {
-          const Coord cc = mma_c_coord(v, lane);  // row = group, column = query
-          static_assert(!warp_dgq(KP), "wider KP add into the block's shared tile");
-          atomicAdd(dgq_tile + (16 * chunk + 8 * n + cc.col) * kDgqLd + 16 * mt + cc.row, c[v]);
-        }
-      }
+    for (int e = 0; e < 2; ++e) h[r][e] = dgq[2 * r + e] + dgq[4 + 2 * r + e];
+  }
+  const int sr = dgq_v4_send_row(lane);
+  const float recv[2] = {__shfl_xor_sync(0xffffffffu, sr ? h[1][0] : h[0][0], 1),
+                         __shfl_xor_sync(0xffffffffu, sr ? h[1][1] : h[0][1], 1)};
+  float v[4];
+  dgq_v4_assemble(h, recv, lane, v);
+  const int q = q0w + 16 * warp + (lane >> 2) + 8 * dgq_v4_row(lane), c = dgq_v4_group0(lane);
+  if (q >= T || c >= K) return;
+  float* dst = dg_rows + int64_t(q) * K + c;
+  if (K % 4 == 0) {
+    if (v[0] != 0.f || v[1] != 0.f || v[2] != 0.f || v[3] != 0.f)
+      mma::red_add4(dst, make_float4(v[0], v[1], v[2], v[3]));
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (c + e < K && v[e] != 0.f) atomicAdd(dst + e, v[e]);
     }
   }
 }

@@ -290,19 +290,41 @@ ATTN_FWL_FN void gate_chunk_hard_da(float (&s)[kVals], float (&da)[2][4], const 
 // fall on 32 distinct banks (8 (l % 4) + l / 4 mod 32 for both KP).
 constexpr ATTN_FWL_FN int dgq_ld(int KP) { return KP + 4; }
 
-// At KP 8 (K <= 8, the default) the fused backward keeps one fp32 dg_query region per warp,
-// [queries][KP] (warp_dgq): each chunk's products are stored, not added (a warp writes every
-// (query, group) of its region exactly once per tile: the 8 chunks x 16 queries, and per chunk
-// each lane's C values (group l / 4, queries 2 (l % 4) + v, + 8) once), and the tile's drain sums
-// the regions of the warpgroups that ran the gate. The shared tile of dgq_ld took fp32
-// red.shared, which sm_90 runs as compare-and-swap loops (ATOMS.CAST.SPIN: a load, the add, the
-// CAS and a branch, 4 per chunk and thread, contended by the block's 8 warps), a chain inside
-// the gate loop. Wider KP keep the shared tile (their regions would not fit beside the tiles).
-// The stores have 2-way bank conflicts (the tile of dgq_ld was conflict-free; a padded row does
-// not fit): one extra cycle per store, against the CAS loops they replace.
-constexpr ATTN_FWL_FN bool warp_dgq(int KP) { return KP == 8; }
-constexpr ATTN_FWL_FN int warp_dgq_index(int query, int group, int KP) {
-  return query * KP + group;
+// At KP 8 (K <= 8, the default) the fused backward forms dg_query on the tensor cores (wgmma_dgq):
+// each chunk's bf16 dA^T fragment (the A operand of its dg_key product) is stored into a
+// [keys][queries] tile as dS^T is (store_ds_chunk), and after the tile's barrier one m64n16 wgmma
+// per warpgroup gives dg_query = dA (G_k hi | G_k lo) over the block's keys (kQ 128: warpgroup wg
+// the queries 64 wg .., all 128 keys; kQ 64: all 64 queries, the warpgroup's own 64 keys, the two
+// partial sums reduced into dg separately), B = the keys' g in two planes [keys][8] (hi, lo; 16
+// bytes a row: gk_plane_bytes), the no-swizzle MN-major layout. Its accumulator (acc_coord's,
+// N = 16: columns 0 .. 7 the hi products of groups 0 .. 7, 8 .. 15 the lo) summed per group and
+// exchanged between lane pairs (dgq_v4_*) is one 16-byte reduction into dg per thread.
+// Earlier forms: per-warp fp32 regions written by mma.sync products of movmatrix-transposed dA
+// (a tree sum over the regions in each tile's drain); before them a shared tile of dgq_ld taking
+// fp32 red.shared, which sm_90 runs as compare-and-swap loops (ATOMS.CAST.SPIN). Wider KP keep
+// that shared tile.
+constexpr ATTN_FWL_FN bool wgmma_dgq(int KP) { return KP == 8; }
+// Bytes of one plane of the keys' g for the dg_query wgmma: rows x 8 bf16.
+constexpr ATTN_FWL_FN int gk_plane_bytes(int rows) { return rows * 16; }
+
+// The dg_query accumulator of a thread (acc_coord, N = 16; hi and lo summed: h[r][e] = acc[2 r +
+// e] + acc[4 + 2 r + e], query row 16 warp + lane / 4 + 8 r, group 2 (lane % 4) + e) as one row
+// of 4 groups: the lanes with lane % 4 even keep row r = 0, the odd ones r = 1, each giving its
+// pair partner (lane ^ 1) the two values of the partner's row (dgq_v4_send) and taking the
+// partner's two (recv): groups dgq_v4_group0(lane) .. + 3 of row dgq_v4_row(lane).
+ATTN_FWL_FN int dgq_v4_row(int lane) { return lane & 1; }
+ATTN_FWL_FN int dgq_v4_group0(int lane) { return 4 * ((lane & 3) >> 1); }
+// The pair (h[row][0], h[row][1]) to send: the row the partner keeps.
+ATTN_FWL_FN int dgq_v4_send_row(int lane) { return dgq_v4_row(lane) ^ 1; }
+// The four values from the kept row's own pair and the received one, in group order.
+ATTN_FWL_FN void dgq_v4_assemble(const float (&h)[2][2], const float (&recv)[2], int lane,
+                                 float (&out)[4]) {
+  const int r = dgq_v4_row(lane);
+  const bool low = r == 0;  // the even lane holds groups group0, group0 + 1 itself
+  out[low ? 0 : 2] = h[r][0];
+  out[low ? 1 : 3] = h[r][1];
+  out[low ? 2 : 0] = recv[0];
+  out[low ? 3 : 1] = recv[1];
 }
 
 }  // namespace attnlab::focus_wgmma

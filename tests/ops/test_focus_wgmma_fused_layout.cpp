@@ -1,12 +1,13 @@
 // The fused dg step of the wgmma Focus backward (kFusedDg in kernels/focus/focus_wgmma_bwd.cu) on
 // the CPU: every thread of a warpgroup is emulated with the functions the kernel calls
-// (gate_chunk_da, and dg_chunk_products' fragment offsets, packing and movmatrix transpose over the
-// emulated ldmatrix / mma.sync of tests/ops/focus_wgmma_emulate.h) on one tile of 64 keys x kQ
-// queries. Checks that the gated P^T is the unfused gate's, that dg_key and dg_query equal the
-// direct sums of dA g over the distant pairs (dA = P (dP - delta) from the ungated P) with the
-// operands the kernel rounds (bf16 dA; g as its bf16 hi + lo parts), and how far the two bf16
-// products (bf16 dA times g hi, plus times g lo) lie from the exact sums: the precision that
-// replaces the dg pass's three split products.
+// (gate_chunk_da, and dg_key_products' / dg_query_products' fragment offsets, packing and
+// movmatrix transpose over the emulated ldmatrix / mma.sync of tests/ops/focus_wgmma_emulate.h;
+// at KP 8 the dA^T tile's fragment mapping and reduce_dgq's lane exchange around a plain product
+// for the dg_query wgmma) on one tile of 64 keys x kQ queries. Checks that the gated P^T is the
+// unfused gate's, that dg_key and dg_query equal the direct sums of dA g over the distant pairs (dA
+// = P (dP - delta) from the ungated P) with the operands the kernel rounds (bf16 dA; g as its bf16
+// hi + lo parts), and how far the two bf16 products (bf16 dA times g hi, plus times g lo) lie from
+// the exact sums: the precision that replaces the dg pass's three split products.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -95,10 +96,10 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
   std::vector<float> gated(p.size(), -1.f);
   std::vector<double> dgk(size_t(64) * KP, 0.0);
   std::vector<float> dgq_tile(static_cast<size_t>(kQ * dld), 0.f);
-  // KP 8 (warp_dgq): each warp stores into its own region, every element exactly once per tile
-  // (counted), and the drain sums the regions.
-  std::vector<float> regions(static_cast<size_t>(kWarps) * kQ * KP, 0.f);
-  std::vector<int> writes(regions.size(), 0);
+  // KP 8 (wgmma_dgq): each chunk's bf16 dA^T fragment lands in the [64 keys][kQ] tile, every
+  // element exactly once per tile (counted); dg_query is then the tile's product with g.
+  std::vector<float> dat(size_t(64) * kQ, 0.f);
+  std::vector<int> writes(dat.size(), 0);
   for (int warp = 0; warp < kWarps; ++warp) {
     static float s[kLanes][kQ / 2], dpr[kLanes][kQ / 2];
     float dgk_w[kLanes][4][4] = {};  // dgk_tiles(KP) <= 4 used
@@ -164,7 +165,16 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
             for (int v = 0; v < 4; ++v) dgk_w[l][2 * nbp + t][v] = c[l][v];
         }
       }
-      for (int n = 0; n < 2; ++n) {  // dg_query^T = G_k^T (hi + lo) dA^T
+      if (wgmma_dgq(KP)) {  // store_ds_chunk: register x, half h = accumulator 8 chunk + 2 x + h
+        for (int l = 0; l < kLanes; ++l)
+          for (int x = 0; x < 4; ++x)
+            for (int h = 0; h < 2; ++h) {
+              const Coord c = acc_coord(8 * chunk + 2 * x + h, warp, l);
+              dat[size_t(c.row) * kQ + c.col] = af[l][x][h];
+              ++writes[size_t(c.row) * kQ + c.col];
+            }
+      }
+      for (int n = 0; n < 2 && !wgmma_dgq(KP); ++n) {  // dg_query^T = G_k^T (hi + lo) dA^T
         float b[kLanes][2][2];
         for (int x = 0; x < 2; ++x) {
           float in[kLanes][2], out[kLanes][2];
@@ -174,24 +184,7 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
           for (int l = 0; l < kLanes; ++l)
             for (int h = 0; h < 2; ++h) b[l][x][h] = out[l][h];
         }
-        if (KP == 8) {  // G_k^T rows 0 .. 7: hi, 8 .. 15: lo of the same groups, summed
-          float c[kLanes][4] = {};
-          int off[kLanes];
-          for (int l = 0; l < kLanes; ++l) off[l] = ldsm_t_a_offset(16 * warp, 0, l, ld);
-          float gt[kLanes][4][2];
-          emulate_ldsm_t(gt, gk.tile, off);
-          emulate_mma(c, gt, b);
-          ASSERT_TRUE(warp_dgq(KP));
-          for (int l = 0; l < kLanes; ++l)
-            for (int v = 0; v < 2; ++v) {
-              const Coord cc = mma_c_coord(v, l);
-              const size_t at = size_t(warp) * kQ * KP +
-                                size_t(warp_dgq_index(16 * chunk + 8 * n + cc.col, cc.row, KP));
-              regions[at] = c[l][v] + c[l][v + 2];  // stored, not added
-              ++writes[at];
-            }
-        }
-        for (int mt = 0; mt < (KP == 8 ? 0 : KP / 16); ++mt) {
+        for (int mt = 0; mt < KP / 16; ++mt) {
           float c[kLanes][4] = {};
           for (int part = 0; part < 2; ++part) {
             int off[kLanes];
@@ -259,16 +252,49 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
   if (f.q0 + kQ - 1 - f.k0 > f.w) {
     EXPECT_GT(distant, 0);
   }
-  if (warp_dgq(KP)) {  // the drain: the sum of the warps' regions
-    for (size_t at = 0; at < writes.size(); ++at)
-      ASSERT_EQ(writes[at], 1) << "region element " << at;
+  if (wgmma_dgq(KP)) {
+    // issue_dgq: dA (the tile, transposed) times the keys' g hi (columns 0 .. 7 of the m64n16
+    // accumulator) and lo (8 .. 15), fp32 sums; then reduce_dgq's per-lane sums and lane-pair
+    // exchange, each (query, group) of the 4-group rows written exactly once.
+    const bool ran = f.q0 + kQ - 1 - f.k0 > f.w;  // the kernel gates (and stores) only then
+    for (size_t at = 0; at < writes.size(); ++at) ASSERT_EQ(writes[at], 1) << "dA^T " << at;
+    std::vector<float> acc(static_cast<size_t>(kQ * 16), 0.f);
     for (int j = 0; j < kQ; ++j)
-      for (int c = 0; c < KP; ++c) {
-        float v = 0.f;
-        for (int warp = 0; warp < kWarps; ++warp)
-          v += regions[size_t(warp) * kQ * KP + size_t(warp_dgq_index(j, c, KP))];
-        dgq_tile[size_t(j) * dld + c] = v;
+      for (int col = 0; col < 16; ++col) {
+        float sum = 0.f;
+        for (int r = 0; r < 64; ++r) {
+          const float x = col % 8 < K ? g[size_t(f.k0 + r) * K + col % 8] : 0.f;
+          const float hi = bf16_round(x), part = col < 8 ? hi : bf16_round(x - hi);
+          sum += dat[size_t(r) * kQ + j] * part;
+        }
+        acc[size_t(j) * 16 + col] = sum;
       }
+    std::vector<int> red(static_cast<size_t>(kQ * KP), 0);
+    for (int qb = 0; qb < kQ / 64; ++qb)
+      for (int warp = 0; warp < kWarps; ++warp) {
+        float h[kLanes][2][2], send[kLanes][2];
+        for (int l = 0; l < kLanes; ++l) {
+          float d[8];
+          for (int i = 0; i < 8; ++i) {
+            const Coord c = acc_coord(i, warp, l);
+            d[i] = acc[size_t(64 * qb + c.row) * 16 + c.col];
+          }
+          for (int r = 0; r < 2; ++r)
+            for (int e = 0; e < 2; ++e) h[l][r][e] = d[2 * r + e] + d[4 + 2 * r + e];
+          for (int e = 0; e < 2; ++e) send[l][e] = h[l][dgq_v4_send_row(l)][e];
+        }
+        for (int l = 0; l < kLanes; ++l) {
+          const float recv[2] = {send[l ^ 1][0], send[l ^ 1][1]};
+          float v[4];
+          dgq_v4_assemble(h[l], recv, l, v);
+          const int q = 64 * qb + 16 * warp + l / 4 + 8 * dgq_v4_row(l), c0 = dgq_v4_group0(l);
+          for (int e = 0; e < 4; ++e) {
+            ++red[size_t(q) * KP + c0 + e];
+            if (ran) dgq_tile[size_t(q) * dld + c0 + e] = v[e];
+          }
+        }
+      }
+    for (size_t at = 0; at < red.size(); ++at) ASSERT_EQ(red[at], 1) << "dg_query " << at;
   }
   std::vector<double> dgq(rq.size());
   for (int j = 0; j < kQ; ++j) {
@@ -343,9 +369,9 @@ TEST(FocusWgmmaFusedLayout, HardGateTileMatchesDirectQ64) {
   check_all<64>(2);
 }
 
-// dgq_ld: the 32 lanes' red.shared of one C value land on 32 distinct banks.
+// dgq_ld (KP 16, 32): the 32 lanes' red.shared of one C value land on 32 distinct banks.
 TEST(FocusWgmmaFusedLayout, DgQueryTileIsBankConflictFree) {
-  for (int KP : {8, 16, 32}) {
+  for (int KP : {16, 32}) {
     for (int v = 0; v < 4; ++v) {
       std::vector<int> banks(32, 0);
       for (int l = 0; l < kLanes; ++l) {
