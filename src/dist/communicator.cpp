@@ -97,11 +97,7 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options) {
                  "distributed.backend is 'none' but the launcher (%s) started %d ranks; use "
                  "backend auto, mpi or nccl%s",
                  launcher_name(options.launch.launcher), options.launch.world_size,
-                 options.launch.launcher == Launcher::srun
-                     ? " (SLURM_NTASKS is the allocation's: a single process inside an sbatch "
-                       "script is read as rank SLURM_PROCID of SLURM_NTASKS; start the ranks "
-                       "with srun, or run the one process with SLURM_NTASKS unset)"
-                     : "");
+                 srun_allocation_hint(options.launch.launcher));
     return std::make_unique<LocalCommunicator>();
   }
   if (b == "mpi") {

@@ -103,6 +103,14 @@ const char* local_rank_variable(Launcher l) {
   return "";
 }
 
+const char* srun_allocation_hint(Launcher l) {
+  return l == Launcher::srun
+             ? " (SLURM_NTASKS is the allocation's: a single process inside an sbatch script is "
+               "read as rank SLURM_PROCID of SLURM_NTASKS; start the ranks with srun, or run the "
+               "one process with SLURM_NTASKS unset)"
+             : "";
+}
+
 void require_local_device(const LaunchInfo& l, int n_devices, const EnvLookup& env) {
   if (l.local_rank < n_devices) return;
   const char* var = local_rank_variable(l.launcher);

@@ -36,6 +36,10 @@ LaunchInfo detect_launch();  // from the process environment
 
 // The environment variable the launcher set the local rank from ("" for none).
 const char* local_rank_variable(Launcher l);
+// For an error whose cause may be Slurm's variables read as a launch (srun): a sentence saying
+// that SLURM_NTASKS is the allocation's, so a single process run inside an sbatch script reads as
+// one rank of many, and what to do; "" for other launchers.
+const char* srun_allocation_hint(Launcher l);
 // One process per GPU: throws, naming the rank, its local rank and where it came from, the
 // node's device count and CUDA_VISIBLE_DEVICES (as `env` gives it), when the local rank is not
 // below n_devices (the CUDA devices this process sees).

@@ -60,9 +60,9 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_size(comm_, &world_);
     ATTN_REQUIRE(o.launch.rank == rank_ && o.launch.world_size == world_,
                  "the launcher (%s) says rank %d of %d but MPI says rank %d of %d (the mpi "
-                 "backend needs the ranks mpirun started)",
+                 "backend needs the ranks mpirun started)%s",
                  launcher_name(o.launch.launcher), o.launch.rank, o.launch.world_size, rank_,
-                 world_);
+                 world_, srun_allocation_hint(o.launch.launcher));
   }
   // A collective that timed out is still pending: it is given up to timeout_s more to complete
   // (a late rank may still join it) before the communicator is freed; if it does not, the

@@ -243,14 +243,14 @@ class NcclCommunicator final : public Communicator {
     ATTN_REQUIRE(!o.rendezvous_file.empty(),
                  "nccl with %d ranks needs a rendezvous for its unique id: launch with OpenMPI's "
                  "mpirun (this build %s MPI), set MASTER_ADDR and MASTER_PORT, or set "
-                 "distributed.rendezvous_file to a path every rank shares",
+                 "distributed.rendezvous_file to a path every rank shares%s",
                  world_,
 #if ATTNLAB_HAVE_MPI
-                 "has"
+                 "has",
 #else
-                 "lacks"
+                 "lacks",
 #endif
-    );
+                 srun_allocation_hint(o.launch.launcher));
     return file_rendezvous(id, rank_, o.rendezvous_file, timeout_s_);
   }
 

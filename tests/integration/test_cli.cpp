@@ -26,8 +26,10 @@ struct CliResult {
   std::string out;  // stdout and stderr together
 };
 
-CliResult run(const std::string& args) {
-  std::string cmd = attnlab::test::attnlab_binary() + " " + args + " 2>&1";
+// The CLI with `env` (NAME=value ... for its environment, "" for this process's).
+CliResult run_env(const std::string& env, const std::string& args) {
+  std::string cmd = (env.empty() ? "" : "env " + env + " ") + attnlab::test::attnlab_binary() +
+                    " " + args + " 2>&1";
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -38,6 +40,7 @@ CliResult run(const std::string& args) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
+CliResult run(const std::string& args) { return run_env("", args); }
 
 class Cli : public ::testing::Test {
  protected:
@@ -209,6 +212,16 @@ TEST_F(Cli, OutputAndCheckpointErrors) {
   expect_error(run(train_args("--set model.n_embd=32 --resume " + (dir_ / "run").string())),
                "model.n_embd: 32 in the recipe (--set 'model.n_embd=32'), 16 in the checkpoint");
   expect_error(run(train_args("--resume " + (dir_ / "nowhere").string())), "nowhere");
+}
+
+// One process run inside an sbatch script (Slurm's variables inherited from an allocation of 4
+// tasks, no srun): whatever backend the build's automatic choice takes, the error says why and
+// what to do, and no run starts.
+TEST_F(Cli, SingleProcessInsideAnAllocationIsToldAboutSrun) {
+  const CliResult r =
+      run_env("SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_LOCALID=0", train_args("--set log.every=1"));
+  expect_error(r, "SLURM_NTASKS is the allocation's");
+  EXPECT_FALSE(fs::exists(dir_ / "run" / "checkpoints")) << r.out;
 }
 
 TEST_F(Cli, DivergenceStopsWithoutDamagingTheLastCheckpoint) {
