@@ -55,7 +55,7 @@ __device__ __forceinline__ void dp_to_ds(float (&dp)[kQ / 2], const float (&pt)[
   }
 }
 
-// store_ds for one 16-query chunk (A fragment dsa of k-step `chunk`).
+// store_ds (below) for one 16-query chunk (A fragment dsa of k-step `chunk`).
 template <int kQ>
 __device__ __forceinline__ void store_ds_chunk(uint32_t sdS, const uint32_t (&dsa)[4], int kr0,
                                                int tig, int chunk) {
@@ -77,14 +77,8 @@ template <int kQ>
 __device__ __forceinline__ void store_ds(uint32_t sdS, const uint32_t (&dsa)[kQ / 16][4], int kr0,
                                          int tig) {
 #pragma unroll
-  for (int j = 0; j < kQ / 8; ++j) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint32_t addr = sdS + swizzled_offset<kBwdKeys>(kr0 + 8 * r, j) + 4 * tig;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(dsa[j / 2][2 * (j & 1) + r])
-                   : "memory");
-    }
-  }
+  for (int chunk = 0; chunk < kQ / 16; ++chunk)
+    store_ds_chunk<kQ>(sdS, dsa[chunk], kr0, tig, chunk);
 }
 
 // Issues (one committed group, not waited) warpgroup wg's 64 x 64 block of dQ = dS K: queries

@@ -121,6 +121,14 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
          (uint64_t((sbo & 0x3FFFF) >> 4) << 32) | (uint64_t(1) << 62);
 }
 
+// smem_desc with swizzle mode 0 (no swizzle): core matrices of 8 rows x 16 bytes, contiguous.
+// MN-major (CUTLASS's canonical INTERLEAVE layout): lbo = the byte step between core matrices
+// along K, sbo = along M or N (the Focus backward's g planes, focus_wgmma_gate.cuh).
+__device__ __forceinline__ uint64_t smem_desc_interleave(uint32_t addr, uint32_t lbo,
+                                                         uint32_t sbo) {
+  return smem_desc(addr, lbo, sbo) & ~(uint64_t(3) << 62);
+}
+
 // The descriptor of the operand `bytes` further on (a K-step, a column block, a buffer): only the
 // start-address field changes, and the 32-bit add cannot carry out of it (shared-window addresses
 // are below 256 KiB: (addr >> 4) < 2^14). One integer add per wgmma instead of rebuilding the
@@ -139,6 +147,7 @@ __device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) {
 #define ATTN_WG_ACC64(C, d)                                                                    \
   ATTN_WG_ACC32(C, d), ATTN_WG_ACC8(C, d, 32), ATTN_WG_ACC8(C, d, 40), ATTN_WG_ACC8(C, d, 48), \
       ATTN_WG_ACC8(C, d, 56)
+#define ATTN_WG_REGS8 "%0, %1, %2, %3, %4, %5, %6, %7"
 #define ATTN_WG_REGS32                                                                         \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -152,6 +161,13 @@ __device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) {
 // [M or N][K], K contiguous); 1: MN-major ([K][M or N], M or N contiguous). With accumulate = 0 the
 // previous contents of d are ignored (the first k-step of a product). Operands bf16, or fp16 with
 // kF16 (the Focus affinity's g operands, focus_wgmma_gate.cuh).
+#define ATTN_WG_SS_N16(TYPE)                                                         \
+  asm volatile(                                                                      \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"                                   \
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32." TYPE "." TYPE " {" ATTN_WG_REGS8 \
+      "}, %8, %9, p, 1, 1, %11, %12;\n}\n"                                           \
+      : ATTN_WG_ACC8("+f", d, 0)                                                     \
+      : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB))
 #define ATTN_WG_SS_N64(TYPE)                                                          \
   asm volatile(                                                                       \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                    \
@@ -169,8 +185,11 @@ __device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) {
 template <int N, int kTransA = 0, int kTransB = 0, bool kF16 = false>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b,
                                          int accumulate) {
-  static_assert(N == 64 || N == 128, "N is 64 or 128");
-  if constexpr (N == 64 && kF16) {
+  static_assert(N == 16 || N == 64 || N == 128, "N is 16, 64 or 128");
+  if constexpr (N == 16) {  // (bf16: the Focus backward's dg products, focus_wgmma_gate.cuh)
+    static_assert(!kF16, "N 16 takes bf16 operands");
+    ATTN_WG_SS_N16("bf16");
+  } else if constexpr (N == 64 && kF16) {
     ATTN_WG_SS_N64("f16");
   } else if constexpr (N == 64) {
     ATTN_WG_SS_N64("bf16");
@@ -180,6 +199,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t
     ATTN_WG_SS_N128("bf16");
   }
 }
+#undef ATTN_WG_SS_N16
 #undef ATTN_WG_SS_N64
 #undef ATTN_WG_SS_N128
 

@@ -10,20 +10,20 @@
 // queries (cp.async, landed by the barrier at the top of each tile).
 // kFusedDg (wherever dg is wanted; without it the same loop without dg): dg in the same loop. dP
 // is waited for before the gate; per 16-query chunk on the distant pairs dA = P (dP - delta) from
-// the ungated P, then the gate (gate_chunk_da), then the dg products (dg_chunk_products,
-// focus_wgmma_gate.cuh: bf16 dA times g hi + lo on mma.sync): dg_key in registers over the loop,
-// at KP 8 (wgmma_dgq, focus_wgmma_layout.h) the chunk's bf16 dA^T stored into a [keys][queries]
-// tile and, after the tile's second barrier, dg_query = dA G_k by one wgmma per warpgroup beside
-// dQ's, reduced into dg from its accumulator; wider KP dg_query in a fp32 shared tile, added to
-// dg by fp32 atomics after the tile's second barrier (overlapping the dQ wgmma). Where
-// that tile does not fit beside two (D 64, KP 32) the queries' g tile is single-buffered: the next
-// one is loaded after the second barrier, when no warp reads it any more. kHard (the hard gate's
-// straight-through backward): no affinity; the group sets of the warp's two key rows in registers
-// and of the tile's queries beside lse and delta (cp.async, double-buffered), a distant pair's P
-// kept iff the sets meet (gate_chunk_hard[_da]); dA and the dg products as above. (A second dg pass
-// over the query tiles, recomputing S and dP, was the earlier design: 3.6-6.1x dense
-// forward+backward against this loop's 2.0-2.9x, H200, 2026-12-02; 1.7-2.2x with the fp16
-// affinity.)
+// the ungated P, then the gate (gate_chunk_da), then the dg products (pack_da, dg_key_products,
+// dg_query_products, focus_wgmma_gate.cuh: bf16 dA times g hi + lo on mma.sync): dg_key in
+// registers over the loop, at KP 8 (wgmma_dgq, focus_wgmma_layout.h) the chunk's bf16 dA^T
+// stored into a [keys][queries] tile and, after the tile's second barrier, dg_query = dA G_k by one
+// wgmma per warpgroup beside dQ's, reduced into dg from its accumulator; wider KP dg_query in a
+// fp32 shared tile, added to dg by fp32 atomics after the tile's second barrier (overlapping the dQ
+// wgmma). Where that tile does not fit beside two (D 64, KP 32) the queries' g tile is
+// single-buffered: the next one is loaded after the second barrier, when no warp reads it any more.
+// kHard (the hard gate's straight-through backward): no affinity; the group sets of the warp's two
+// key rows in registers and of the tile's queries beside lse and delta (cp.async, double-buffered),
+// a distant pair's P kept iff the sets meet (gate_chunk_hard[_da]); dA and the dg products as
+// above. (A second dg pass over the query tiles, recomputing S and dP, was the earlier
+// design: 3.6-6.1x dense forward+backward against this loop's 2.0-2.9x, H200, 2026-12-02; 1.7-2.2x
+// with the fp16 affinity.)
 #include <cuda.h>
 #include <cuda_bf16.h>
 

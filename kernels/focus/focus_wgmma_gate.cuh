@@ -265,26 +265,6 @@ __device__ __forceinline__ void load_g_planes(uint32_t s, const bf16* gs, int ro
   }
 }
 
-// The descriptor of a no-swizzle shared-memory operand (swizzle mode 0): core matrices of 8 rows
-// x 16 bytes, contiguous. MN-major (CUTLASS's canonical INTERLEAVE layout): lbo = the byte step
-// between core matrices along K, sbo = along M or N.
-__device__ __forceinline__ uint64_t smem_desc_interleave(uint32_t addr, uint32_t lbo,
-                                                         uint32_t sbo) {
-  return wgmma::smem_desc(addr, lbo, sbo) & ~(uint64_t(3) << 62);
-}
-
-// d (64 x 16 fp32, acc_coord's layout) (+)= A B with both operands MN-major in shared memory.
-__device__ __forceinline__ void wgmma_ss_n16_mn(float (&d)[8], uint64_t a, uint64_t b,
-                                                int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7])
-      : "l"(a), "l"(b), "r"(accumulate));
-}
-
 // Issues (one committed group, not waited) warpgroup wg's dg_query = dA (G_k hi | G_k lo)
 // (wgmma_dgq): A = dA MN-major from the [kBwdKeys][kQ] dA^T tile at sdA (as issue_dq reads dS^T),
 // B = the planes of load_g_planes at planes. kQ 128: queries 64 wg .., all 128 keys; kQ 64: all
@@ -300,11 +280,12 @@ __device__ __forceinline__ void issue_dgq(float (&dgq)[8], uint32_t sdA, uint32_
   const uint64_t a0 = wgmma::smem_desc(sdA + qw * kKeys * 128, kKeys * 128, 1024);
   // B: LBO 128 bytes (the next 8 keys), SBO a plane (the next 8 columns: hi, then lo). The two
   // swapped failed FocusWgmmaCuda.* on the H200 (2026-12-06): the GPU tests see this layout.
-  const uint64_t b0 = smem_desc_interleave(planes, 128, gk_plane_bytes(kKeys));
+  const uint64_t b0 = wgmma::smem_desc_interleave(planes, 128, gk_plane_bytes(kKeys));
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk) {
     const int key = kw0 + 16 * kk;
-    wgmma_ss_n16_mn(dgq, wgmma::desc_add(a0, key * 128), wgmma::desc_add(b0, key * 16), kk > 0);
+    wgmma::wgmma_ss<16, 1, 1>(dgq, wgmma::desc_add(a0, key * 128), wgmma::desc_add(b0, key * 16),
+                              kk > 0);
   }
   wgmma::wgmma_commit();
 }

@@ -137,7 +137,7 @@ void check_fused_tile(const FusedTile& f, uint32_t seed, double* fused_err, doub
           gate_chunk_da(s[l], da[l], dpr[l], a, dl, chunk, row0, col0, f.w, eps);
         }
       }
-      // dg_chunk_products: A = da packed to bf16 (a_pack_tile / a_pack_value).
+      // pack_da: A = da packed to bf16 (a_pack_tile / a_pack_value).
       float af[kLanes][4][2];
       for (int l = 0; l < kLanes; ++l)
         for (int x = 0; x < 4; ++x)
