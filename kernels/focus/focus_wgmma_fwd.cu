@@ -1,19 +1,17 @@
 // The wgmma Focus attention forward on the dense wgmma forward's simple schedule
 // (focus_wgmma.cuh; kernels/attention/attention_wgmma.cu, whose comments describe the
-// shared-memory layout and the synchronization): the additive gate at D 128 and the hard mask
-// (launch_focus_wgmma_hard_fwd) at both head dims; the additive gate at D 64 runs on the producer
-// and ping-pong schedule (focus_wgmma_fwd_pp.cu, 7% faster on an H100, docs/focus_soft.md). o
-// and lse (natural log) written (=). Per key tile (64 keys at D 64, two blocks per SM; 128 at D
-// 128), S = Q K^T and the affinity A = G_q G_k^T as one more fp16 wgmma in the same group
-// (focus_wgmma_fwd_steps.cuh: the split g's fp16 columns, focus_wgmma_layout.h, in
-// 128-byte-swizzled tiles as Q and K: its accumulator is S's layout); wait, mask, row max,
-// exponentials, exp(s - m) (a + eps) on the distant pairs (i - j > local_window; a + eps <= 1 +
-// eps, so the running max of the raw scores stays a safe bound, as in the tiled kernel); row
-// sums; rescale O; O += P V. At K <= 8 the gate's eps is folded into the affinity (a column of
-// the k16 step's free upper half) and, on tiles where every pair is distant, its unscale into
-// the exponent: one multiply per score (focus_wgmma_layout.h, eps_fold_operand). Beside Q, K,
-// V: the g tiles of the block's queries and, double-buffered with K and V, of the tile's keys
-// (cp.async, landed with Q by the barrier at the top of each tile).
+// shared-memory layout and the synchronization), now the hard mask's
+// (launch_focus_wgmma_hard_fwd); the additive gate runs on the producer and ping-pong schedule
+// (focus_wgmma_fwd_pp.cu, docs/focus_soft.md) from the split g written here
+// (launch_focus_wgmma_fwd, split_g). o and lse (natural log) written (=). Per key tile (64 keys
+// at D 64, two blocks per SM; 128 at D 128), S = Q K^T and the affinity A = G_q G_k^T as one
+// more fp16 wgmma in the same group (focus_wgmma_fwd_steps.cuh: the split g's fp16 columns,
+// focus_wgmma_layout.h, in 128-byte-swizzled tiles as Q and K: its accumulator is S's layout);
+// wait, mask, row max, exponentials, the gate on the distant pairs (i - j > local_window): the
+// hard mask before the max, the additive gate's exp(s - m) (a + eps) after it (a + eps <= 1 +
+// eps, so the running max of the raw scores stays a safe bound); row sums; rescale O; O += P V.
+// Beside Q, K, V: the g tiles of the block's queries and, double-buffered with K and V, of the
+// tile's keys (cp.async, landed with Q by the barrier at the top of each tile).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -35,8 +33,7 @@ using namespace wgmma;
 
 constexpr int kThreads = 256;                     // 2 warpgroups
 constexpr int kBlockM = focus_wgmma::kFwdBlockM;  // queries per block
-// Keys per tile and blocks per SM. D 64 (the hard mask; the additive gate runs on
-// focus_wgmma_fwd_pp.cu there): 64-key tiles, two blocks per SM (S, the affinity and O
+// Keys per tile and blocks per SM. D 64: 64-key tiles, two blocks per SM (S, the affinity and O
 // are 32 registers each, within the 128 of two blocks); with 128-key tiles the affinity's
 // 64-register accumulator beside S's 64 and O's 32 took 196 registers, one block of 8 warps per
 // SM against dense's two (docs/focus_soft.md, "The forward"). D 128: 128-key tiles, one block per
@@ -58,11 +55,11 @@ constexpr size_t fwd_smem_bytes() {
          2 * kGkBytes<D> + 16 + 1024;
 }
 
-template <int D, int KP, bool kHard>
+template <int D, int KP>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     focus_wgmma_fwd_kernel(const FocusAttentionParams<bf16> p, const bf16* __restrict__ gs,
                            const __grid_constant__ CUtensorMap tm_k,
-                           const __grid_constant__ CUtensorMap tm_v, float fold_e) {
+                           const __grid_constant__ CUtensorMap tm_v) {
 #if ATTN_WGMMA_DEVICE
   constexpr int BN = kBlockN<D>;
   constexpr uint32_t kQBytes = tile_bytes(kBlockM, D), kKVBytes = tile_bytes(BN, D);
@@ -121,11 +118,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     mbar_init(full + 8, 1);
     fence_mbar_init();
   }
-  // KP 8: the affinity tiles' upper half, once (the eps operand where folded, else zero).
-  const bool fold = fold_e != 0.f;
+  // KP 8: the affinity tiles' upper half, once (zero).
   if constexpr (KP == 8) {
-    focus_wgmma::fill_g_upper_half<kBlockM, kThreads>(sGq, fold_e);
-    focus_wgmma::fill_g_upper_half<2 * BN, kThreads>(sGk, fold_e);
+    focus_wgmma::fill_g_upper_half<kBlockM, kThreads>(sGq, 0.f);
+    focus_wgmma::fill_g_upper_half<2 * BN, kThreads>(sGk, 0.f);
   }
   __syncthreads();
   load_tile<kBlockM, D, kThreads>(sQ, gq, p.q_row_stride, q0, T);
@@ -154,8 +150,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     // Where every pair of the warpgroup's tile is distant (all tiles but the diagonal's few) the
     // gate needs no per-element distance test.
     const bool all_distant = focus_wgmma::tile_all_distant(wq0, k0 + BN - 1, w);
-    focus_wgmma::softmax_gate_tile<BN, kHard>(s, a, st, corr, p, k0, wq0, row0, lane, sl2, gated,
-                                              all_distant, fold);
+    focus_wgmma::softmax_gate_tile<BN, true>(s, a, st, corr, p, k0, wq0, row0, lane, sl2, gated,
+                                             all_distant, false);
     rescale<D>(o, corr);
     acc_to_a<BN>(pa, s);
     issue_pv<D, BN>(o, pa, sV + buf * kKVBytes);
@@ -213,18 +209,17 @@ __global__ void split_groups_kernel(const int32_t* __restrict__ groups, int top_
   out[KP + c] = out[2 * KP + c] = __float2bfloat16_rn(0.f);
 }
 
-// The eps operand of the folded gate (K <= 8; 0: unfolded, and always for the hard mask, whose
-// affinity counts shared groups exactly).
-float fold_operand(const FocusAttentionParams<bf16>& p, int KP, bool hard) {
-  return !hard && KP == 8 && focus_wgmma::eps_foldable(p.gate.eps)
+// The eps operand of the additive gate's fold (K <= 8; 0: unfolded).
+float fold_operand(const FocusAttentionParams<bf16>& p, int KP) {
+  return KP == 8 && focus_wgmma::eps_foldable(p.gate.eps)
              ? focus_wgmma::eps_fold_operand(p.gate.eps)
              : 0.f;
 }
 
-template <int D, int KP, bool kHard = false>
+template <int D, int KP>
 void launch_fwd(const FocusAttentionParams<bf16>& p, const bf16* gs, cudaStream_t st) {
   constexpr size_t smem = fwd_smem_bytes<D>();
-  auto* kernel = focus_wgmma_fwd_kernel<D, KP, kHard>;
+  auto* kernel = focus_wgmma_fwd_kernel<D, KP>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   int(cudaSharedmemCarveoutMaxShared)));
@@ -234,7 +229,7 @@ void launch_fwd(const FocusAttentionParams<bf16>& p, const bf16* gs, cudaStream_
                                     p.kv_batch_stride, kBlockN<D>),
                     tm_v = tile_map(p.v, kv_width, p.seq_len, p.B, p.kv_row_stride,
                                     p.kv_batch_stride, kBlockN<D>);
-  kernel<<<grid, kThreads, smem, st>>>(p, gs, tm_k, tm_v, fold_operand(p, KP, kHard));
+  kernel<<<grid, kThreads, smem, st>>>(p, gs, tm_k, tm_v);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -308,14 +303,8 @@ void launch_focus_wgmma_fwd(const FocusAttentionParams<bf16>& p, Stream s) {
   StreamScratch scratch(size_t(p.B) * p.seq_len * focus_wgmma::gs_width(KP) * sizeof(bf16), s);
   bf16* gs = scratch.as<bf16>();
   focus_wgmma_split_g(p, gs, KP, s);
-  const auto st = reinterpret_cast<cudaStream_t>(s);
-  if (p.D == 64) {  // the producer and ping-pong schedule (focus_wgmma_fwd_pp.cu)
-    launch_focus_wgmma_fwd_pp(p, gs, KP, fold_operand(p, KP, false), s);
-  } else {
-    KP == 8    ? launch_fwd<128, 8>(p, gs, st)
-    : KP == 16 ? launch_fwd<128, 16>(p, gs, st)
-               : launch_fwd<128, 32>(p, gs, st);
-  }
+  // The producer and ping-pong schedule (focus_wgmma_fwd_pp.cu).
+  launch_focus_wgmma_fwd_pp(p, gs, KP, fold_operand(p, KP), s);
 }
 
 void launch_focus_wgmma_hard_fwd(const FocusAttentionParams<bf16>& p, Stream s) {
@@ -333,9 +322,9 @@ void launch_focus_wgmma_hard_fwd(const FocusAttentionParams<bf16>& p, Stream s) 
   split_groups_kernel<<<div_up(rows * KP, 256), 256, 0, st>>>(p.groups, p.top_k, p.K, gs, rows, KP);
   CUDA_CHECK_LAUNCH();
   if (p.D == 64)
-    launch_fwd<64, KP, true>(p, gs, st);
+    launch_fwd<64, KP>(p, gs, st);
   else
-    launch_fwd<128, KP, true>(p, gs, st);
+    launch_fwd<128, KP>(p, gs, st);
 }
 
 }  // namespace attnlab

@@ -59,6 +59,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                               const __grid_constant__ CUtensorMap tm_v, float fold_e) {
 #if ATTN_WGMMA_DEVICE
   constexpr int BN = kBlockN;
+  // Keys of the affinity issued with S: all at D 64; at D 128 (O is 64 registers) the first half,
+  // the second after the first's gate, into the same 32 registers.
+  constexpr int AN = D == 64 ? BN : BN / 2;
   constexpr uint32_t kQBytes = tile_bytes(kBlockM, D), kKVBytes = tile_bytes(BN, D);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t smem_base =
@@ -174,28 +177,51 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float sl2 = p.scale * kLog2e;
   const uint32_t q_rows = sQ + wg * 64 * 128;
   const uint32_t gq_rows = sGq + wg * 64 * 128;
-  float s[BN / 2], a[BN / 2], corr[2];
+  float s[BN / 2], a[AN / 2], corr[2];
   uint32_t pa[BN / 16][4];
-  // The mask, softmax and gate of tile nb's scores (s, a waited for).
-  auto softmax_gate = [&](int nb) {
-    const int k0 = nb * BN;
+  auto issue_s = [&](int i) {
+    focus_wgmma::issue_s_affinity<D, KP, BN, AN>(s, a, q_rows, sK + (i & 1) * kKVBytes, gq_rows,
+                                                 sGk + (i & 1) * kGkBytes);
+  };
+  // The mask, softmax and gate of tile i's scores (S and the first AN keys' affinity waited
+  // for), then the release of its K stage (at D 128 after the second half's affinity, which
+  // reads the stage's g tile).
+  auto softmax_gate = [&](int i) {
+    const int k0 = (n_begin + i) * BN;
     const bool gated = focus_wgmma::tile_has_distant_q_rows(wq0 + 63, k0, w);
     const bool all_distant = focus_wgmma::tile_all_distant(wq0, k0 + BN - 1, w);
-    focus_wgmma::softmax_gate_tile<BN, false>(s, a, rs, corr, p, k0, wq0, row0, lane, sl2, gated,
-                                              all_distant, fold);
+    if constexpr (AN == BN) {
+      release(empty_k, i);
+      focus_wgmma::softmax_gate_tile<BN, false>(s, a, rs, corr, p, k0, wq0, row0, lane, sl2, gated,
+                                                all_distant, fold);
+    } else {
+      const int col0 = k0 + 2 * tig;
+      const bool folded_tile = fold && all_distant;
+      focus_wgmma::mask_keys<BN>(s, k0, wq0, row0, tig, T);
+      focus_wgmma::exp_update<BN>(s, rs, corr, sl2, folded_tile);
+      auto& s_lo = reinterpret_cast<float(&)[AN / 2]>(s[0]);
+      auto& s_hi = reinterpret_cast<float(&)[AN / 2]>(s[AN / 2]);
+      focus_wgmma::gate_cols<AN>(s_lo, a, row0, col0, p, gated, all_distant, fold, folded_tile);
+      focus_wgmma::issue_affinity<KP, AN>(a, gq_rows, sGk + (i & 1) * kGkBytes + AN * 128);
+      wgmma_wait<0>();  // (the previous tile's P V too)
+      fence_regs(a);
+      release(empty_k, i);
+      focus_wgmma::gate_cols<AN>(s_hi, a, row0, col0 + AN, p, gated, all_distant, fold,
+                                 folded_tile);
+      focus_wgmma::add_row_sums<BN>(s, rs, corr);
+    }
   };
 
   if (wg == 1) named_bar_arrive<kConsumers>(1);  // warpgroup 0 takes the first turn
   mbar_wait(full_q, 0);
   wait_full(full_k, 0);
   turn_begin();
-  focus_wgmma::issue_s_affinity<D, KP, BN>(s, a, q_rows, sK, gq_rows, sGk);
+  issue_s(0);
   turn_end();
   wgmma_wait<0>();
   fence_regs(s);
   fence_regs(a);
-  release(empty_k, 0);
-  softmax_gate(n_begin);
+  softmax_gate(0);
   acc_to_a<BN>(pa, s);  // O is still 0: no rescale
   fence_regs(pa);
   for (int nb = n_begin + 1; nb < n_end; ++nb) {
@@ -203,15 +229,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     wait_full(full_k, i);
     wait_full(full_v, i - 1);
     turn_begin();
-    focus_wgmma::issue_s_affinity<D, KP, BN>(s, a, q_rows, sK + (i & 1) * kKVBytes, gq_rows,
-                                             sGk + (i & 1) * kGkBytes);
+    issue_s(i);
     issue_pv<D, BN>(o, pa, sV + ((i - 1) & 1) * kKVBytes);  // P and V of tile nb - 1
     turn_end();
     wgmma_wait<1>();  // S and A done; P V may still run
     fence_regs(s);
     fence_regs(a);
-    release(empty_k, i);
-    softmax_gate(nb);
+    softmax_gate(i);
     wgmma_wait<0>();
     fence_regs(o);
     fence_regs(pa);
@@ -242,8 +266,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <int D, int KP>
-void launch_pp(const FocusAttentionParams<bf16>& p, const bf16* gs, float fold_e,
-               cudaStream_t st) {
+void launch_pp(const FocusAttentionParams<bf16>& p, const bf16* gs, float fold_e, cudaStream_t st) {
   constexpr size_t smem = pp_smem_bytes<D>();
   auto* kernel = focus_wgmma_fwd_pp_kernel<D, KP>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -263,11 +286,17 @@ void launch_pp(const FocusAttentionParams<bf16>& p, const bf16* gs, float fold_e
 
 void launch_focus_wgmma_fwd_pp(const FocusAttentionParams<bf16>& p, const bf16* gs, int KP,
                                float fold_e, Stream s) {
-  ATTN_ASSERT(p.D == 64 && p.gate.kind == FocusGateKind::additive);
+  ATTN_ASSERT((p.D == 64 || p.D == 128) && p.gate.kind == FocusGateKind::additive);
   const auto st = reinterpret_cast<cudaStream_t>(s);
-  KP == 8    ? launch_pp<64, 8>(p, gs, fold_e, st)
-  : KP == 16 ? launch_pp<64, 16>(p, gs, fold_e, st)
-             : launch_pp<64, 32>(p, gs, fold_e, st);
+  if (p.D == 64) {
+    KP == 8    ? launch_pp<64, 8>(p, gs, fold_e, st)
+    : KP == 16 ? launch_pp<64, 16>(p, gs, fold_e, st)
+               : launch_pp<64, 32>(p, gs, fold_e, st);
+  } else {
+    KP == 8    ? launch_pp<128, 8>(p, gs, fold_e, st)
+    : KP == 16 ? launch_pp<128, 16>(p, gs, fold_e, st)
+               : launch_pp<128, 32>(p, gs, fold_e, st);
+  }
 }
 
 }  // namespace attnlab
