@@ -4,9 +4,10 @@
 // calls here when focus_wgmma_supported() and the rest to the tiled kernel (focus_tiled.cuh).
 // g is split once per call (focus_wgmma_split_g) into an fp16 affinity operand and bf16 hi / lo
 // parts (focus_wgmma_layout.h).
-//   fwd (focus_wgmma_fwd.cu): the dense wgmma forward's simple schedule (attention_wgmma.cu): 128
-//     queries per block in 2 warpgroups, K/V tiles by TMA (64 keys and two blocks per SM at D 64,
-//     128 keys at D 128); S = Q K^T and the affinity A =
+//   fwd (focus_wgmma_fwd.cu; at D 64 focus_wgmma_fwd_pp.cu): the dense wgmma forward's simple
+//     schedule (attention_wgmma.cu) at D 128, 128 queries per block in 2 warpgroups, K/V tiles by
+//     TMA; at D 64 a producer warpgroup and two compute warpgroups taking turns (FlashAttention-3's
+//     ping-pong), 128-key tiles; S = Q K^T and the affinity A =
 //     G_q G_k^T (one fp16 wgmma on the fp16 operands: g to 11 bits; its accumulator is S's
 //     layout) in one group, the exponentials, exp(s - m) times (a + eps) on the distant pairs;
 //     O += P V on wgmma.
@@ -44,6 +45,11 @@ void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s);
 // the soft forward, whatever top_k. K <= focus_wgmma::kHardFwdMaxGroups (one KP instantiation).
 bool focus_wgmma_hard_fwd_supported(const FocusAttentionParams<bf16>& p);
 void launch_focus_wgmma_hard_fwd(const FocusAttentionParams<bf16>& p, Stream s);
+// The additive gate's forward at D 64 on the producer and ping-pong schedule
+// (focus_wgmma_fwd_pp.cu), from split g (gs) with fold_e the folded eps's operand (0: unfolded):
+// launch_focus_wgmma_fwd's kernel there.
+void launch_focus_wgmma_fwd_pp(const FocusAttentionParams<bf16>& p, const bf16* gs, int KP,
+                               float fold_e, Stream s);
 // g [B, T, K] fp32 into gs [B, T, 3 KP] 16-bit (the fp16 affinity operands, the bf16 hi parts,
 // the bf16 lo parts, zero past K: focus_wgmma_layout.h), the operand form every wgmma Focus
 // kernel reads. KP = padded_groups(K). sets (if not null): [B, T] the tokens' group sets of the

@@ -1,18 +1,17 @@
-// The wgmma Focus attention forward, additive gate (focus_wgmma.cuh): o and lse (natural log)
-// written (=). The dense wgmma forward's simple schedule (kernels/attention/attention_wgmma.cu,
-// whose comments describe the shared-memory layout and the synchronization) with the gate: per
-// key tile (64 keys at D 64, two blocks per SM; 128 at D 128), S = Q K^T and, on tiles where some
-// pair of the warpgroup's rows is distant (i - j > local_window), the affinity A = G_q G_k^T as
-// one more fp16 wgmma in the same group (the split
-// g's fp16 columns, focus_wgmma_layout.h, in 128-byte-swizzled tiles as Q and K: its accumulator
-// is S's layout); wait, mask, row max, exponentials, exp(s - m) (a + eps) on the distant pairs
-// (a + eps <= 1 + eps, so the running max of the raw scores stays a safe bound, as in the tiled
-// kernel); row sums; rescale O; O += P V. At K <= 8 the gate's eps is folded into the affinity
-// (a column of the k16 step's free upper half) and, on tiles where every pair is distant, its
-// unscale into the exponent: one multiply per score (focus_wgmma_layout.h, eps_fold_operand).
+// The wgmma Focus attention forward on the dense wgmma forward's simple schedule
+// (focus_wgmma.cuh; kernels/attention/attention_wgmma.cu, whose comments describe the
+// shared-memory layout and the synchronization), now the hard mask's
+// (launch_focus_wgmma_hard_fwd); the additive gate runs on the producer and ping-pong schedule
+// (focus_wgmma_fwd_pp.cu, docs/focus_soft.md) from the split g written here
+// (launch_focus_wgmma_fwd, split_g). o and lse (natural log) written (=). Per key tile (64 keys
+// at D 64, two blocks per SM; 128 at D 128), S = Q K^T and the affinity A = G_q G_k^T as one
+// more fp16 wgmma in the same group (focus_wgmma_fwd_steps.cuh: the split g's fp16 columns,
+// focus_wgmma_layout.h, in 128-byte-swizzled tiles as Q and K: its accumulator is S's layout);
+// wait, mask, row max, exponentials, the gate on the distant pairs (i - j > local_window): the
+// hard mask before the max, the additive gate's exp(s - m) (a + eps) after it (a + eps <= 1 +
+// eps, so the running max of the raw scores stays a safe bound); row sums; rescale O; O += P V.
 // Beside Q, K, V: the g tiles of the block's queries and, double-buffered with K and V, of the
-// tile's keys (cp.async, landed with Q by the barrier at the top of each tile). One schedule for
-// both head dims (the dense kernel's pingpong schedule at D = 128 is not ported).
+// tile's keys (cp.async, landed with Q by the barrier at the top of each tile).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -23,6 +22,7 @@
 #include "kernels/common/stream_scratch.h"
 #include "kernels/focus/focus_hard_walk.h"
 #include "kernels/focus/focus_wgmma.cuh"
+#include "kernels/focus/focus_wgmma_fwd_steps.cuh"
 #include "kernels/focus/focus_wgmma_gate.cuh"
 #include "kernels/focus/focus_wgmma_layout.h"
 
@@ -31,8 +31,8 @@ namespace {
 
 using namespace wgmma;
 
-constexpr int kThreads = 256;  // 2 warpgroups
-constexpr int kBlockM = 128;   // queries per block
+constexpr int kThreads = 256;                     // 2 warpgroups
+constexpr int kBlockM = focus_wgmma::kFwdBlockM;  // queries per block
 // Keys per tile and blocks per SM. D 64: 64-key tiles, two blocks per SM (S, the affinity and O
 // are 32 registers each, within the 128 of two blocks); with 128-key tiles the affinity's
 // 64-register accumulator beside S's 64 and O's 32 took 196 registers, one block of 8 warps per
@@ -55,111 +55,11 @@ constexpr size_t fwd_smem_bytes() {
          2 * kGkBytes<D> + 16 + 1024;
 }
 
-#if ATTN_WGMMA_DEVICE
-// (RowState, rescale, issue_pv, store_o_lse: wgmma_softmax.cuh.)
-
-// Issues S = Q K^T and the affinity a = G_q G_k^T (affinity_ksteps(KP) fp16 k-steps, scaled by
-// kAffinityScale^2) as one wgmma group (not waited). q_rows / gq_rows: the warpgroup's 64 rows of
-// the Q and query g tiles; k_tile / gk_tile: the key tiles. The affinity is issued on every tile,
-// also where no pair is distant (it is unused there): a wgmma under a condition made ptxas inject
-// warpgroup arrivals (C7519), and it costs one or two k-steps against S's D / 16.
-template <int D, int KP, int BN = kBlockN<D>>
-__device__ __forceinline__ void issue_s_affinity(float (&s)[BN / 2], float (&a)[BN / 2],
-                                                 uint32_t q_rows, uint32_t k_tile, uint32_t gq_rows,
-                                                 uint32_t gk_tile) {
-  fence_regs(s);
-  fence_regs(a);
-  wgmma_fence();
-  issue_abt_steps<D, kBlockM, BN>(s, q_rows, k_tile);
-  const uint64_t ga = smem_desc(gq_rows, 16, 1024), gb = smem_desc(gk_tile, 16, 1024);
-#pragma unroll
-  for (int kk = 0; kk < focus_wgmma::affinity_ksteps(KP); ++kk) {
-    wgmma_ss<BN, 0, 0, true>(a, desc_add(ga, kk * 32u), desc_add(gb, kk * 32u), kk > 0);
-  }
-  wgmma_commit();
-}
-
-// Masks (where needed), the online-softmax update and the gate of scores s of keys k0 ..: s
-// becomes exp2(s scale log2 e - new max), times (a + eps) on distant pairs when `gated` (a: the
-// affinity accumulator of issue_s_affinity; all_distant: every pair of the tile is, so without the
-// per-element test); the row state is updated and corr (the factor for O so far) returned.
-template <int BN, bool kHard>
-__device__ __forceinline__ void softmax_gate_tile(float (&s)[BN / 2], const float (&a)[BN / 2],
-                                                  RowState& st, float (&corr)[2],
-                                                  const FocusAttentionParams<bf16>& p, int k0,
-                                                  int wq0, int row0, int lane, float sl2,
-                                                  bool gated, bool all_distant, bool fold) {
-  const int T = p.seq_len, tig = lane & 3;
-  const AttentionMask mask{};  // causal
-  if (ATTN_MASK_NEEDS_KEY_MASK(mask, wq0, 64, k0, BN, T)) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int qi = row0 + 8 * r, base = k0 + 2 * tig;
-      int lo, hi;
-      mask.key_bounds(qi, T, base, &lo, &hi);
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if (8 * j + e > hi || 8 * j + e < lo) s[4 * j + 2 * r + e] = -INFINITY;
-        }
-      }
-    }
-  }
-  if constexpr (kHard) {  // the hard mask, before the row max (as the causal mask)
-    if (all_distant)
-      focus_wgmma::mask_acc_hard_all(s, a);
-    else if (gated)
-      focus_wgmma::mask_acc_hard(s, a, row0, k0 + 2 * tig, p.gate.local_window);
-  }
-  // eps folded into a (fold, focus_wgmma_layout.h): on an all-distant tile the exponent also
-  // takes the affinity's unscale, and the gate is one multiply.
-  const bool folded_tile = !kHard && fold && all_distant;
-  float m_use[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(st.max[r], mx * sl2);
-    m_use[r] = m_new == -INFINITY ? 0.f : m_new;  // a row with no visible key yet
-    corr[r] = exp2_ftz(st.max[r] - m_use[r]);
-    st.max[r] = m_new;
-    const float m_exp = folded_tile ? m_use[r] + focus_wgmma::kAffinityLog2Scale : m_use[r];
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      s[4 * j + 2 * r] = exp2_ftz(fmaf(s[4 * j + 2 * r], sl2, -m_exp));
-      s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], sl2, -m_exp));
-    }
-  }
-  if constexpr (!kHard) {
-    if (folded_tile)
-      focus_wgmma::gate_acc_all_folded(s, a);
-    else if (all_distant)
-      focus_wgmma::gate_acc_all(s, a, p.gate.eps);
-    else if (gated)  // (with fold, a holds eps already)
-      focus_wgmma::gate_acc(s, a, row0, k0 + 2 * tig, p.gate.local_window, fold ? 0.f : p.gate.eps);
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
-    st.sum[r] = st.sum[r] * corr[r] + sum;
-  }
-}
-
-#endif  // ATTN_WGMMA_DEVICE
-
-template <int D, int KP, bool kHard>
+template <int D, int KP>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     focus_wgmma_fwd_kernel(const FocusAttentionParams<bf16> p, const bf16* __restrict__ gs,
                            const __grid_constant__ CUtensorMap tm_k,
-                           const __grid_constant__ CUtensorMap tm_v, float fold_e) {
+                           const __grid_constant__ CUtensorMap tm_v) {
 #if ATTN_WGMMA_DEVICE
   constexpr int BN = kBlockN<D>;
   constexpr uint32_t kQBytes = tile_bytes(kBlockM, D), kKVBytes = tile_bytes(BN, D);
@@ -218,11 +118,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     mbar_init(full + 8, 1);
     fence_mbar_init();
   }
-  // KP 8: the affinity tiles' upper half, once (the eps operand where folded, else zero).
-  const bool fold = fold_e != 0.f;
+  // KP 8: the affinity tiles' upper half, once (zero).
   if constexpr (KP == 8) {
-    focus_wgmma::fill_g_upper_half<kBlockM, kThreads>(sGq, fold_e);
-    focus_wgmma::fill_g_upper_half<2 * BN, kThreads>(sGk, fold_e);
+    focus_wgmma::fill_g_upper_half<kBlockM, kThreads>(sGq, 0.f);
+    focus_wgmma::fill_g_upper_half<2 * BN, kThreads>(sGk, 0.f);
   }
   __syncthreads();
   load_tile<kBlockM, D, kThreads>(sQ, gq, p.q_row_stride, q0, T);
@@ -243,15 +142,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
     const int k0 = nb * BN;
     if (ATTN_MASK_TILE_INVISIBLE(mask, wq0, wq0 + 63, k0, k0 + BN - 1)) continue;
     const bool gated = focus_wgmma::tile_has_distant_q_rows(wq0 + 63, k0, w);
-    issue_s_affinity<D, KP>(s, a, q_rows, sK + buf * kKVBytes, gq_rows, sGk + buf * kGBytes);
+    focus_wgmma::issue_s_affinity<D, KP, BN>(s, a, q_rows, sK + buf * kKVBytes, gq_rows,
+                                             sGk + buf * kGBytes);
     wgmma_wait<0>();
     fence_regs(s);
     fence_regs(a);
     // Where every pair of the warpgroup's tile is distant (all tiles but the diagonal's few) the
     // gate needs no per-element distance test.
     const bool all_distant = focus_wgmma::tile_all_distant(wq0, k0 + BN - 1, w);
-    softmax_gate_tile<BN, kHard>(s, a, st, corr, p, k0, wq0, row0, lane, sl2, gated, all_distant,
-                                 fold);
+    focus_wgmma::softmax_gate_tile<BN, true>(s, a, st, corr, p, k0, wq0, row0, lane, sl2, gated,
+                                             all_distant, false);
     rescale<D>(o, corr);
     acc_to_a<BN>(pa, s);
     issue_pv<D, BN>(o, pa, sV + buf * kKVBytes);
@@ -309,10 +209,17 @@ __global__ void split_groups_kernel(const int32_t* __restrict__ groups, int top_
   out[KP + c] = out[2 * KP + c] = __float2bfloat16_rn(0.f);
 }
 
-template <int D, int KP, bool kHard = false>
+// The eps operand of the additive gate's fold (K <= 8; 0: unfolded).
+float fold_operand(const FocusAttentionParams<bf16>& p, int KP) {
+  return KP == 8 && focus_wgmma::eps_foldable(p.gate.eps)
+             ? focus_wgmma::eps_fold_operand(p.gate.eps)
+             : 0.f;
+}
+
+template <int D, int KP>
 void launch_fwd(const FocusAttentionParams<bf16>& p, const bf16* gs, cudaStream_t st) {
   constexpr size_t smem = fwd_smem_bytes<D>();
-  auto* kernel = focus_wgmma_fwd_kernel<D, KP, kHard>;
+  auto* kernel = focus_wgmma_fwd_kernel<D, KP>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   int(cudaSharedmemCarveoutMaxShared)));
@@ -322,12 +229,7 @@ void launch_fwd(const FocusAttentionParams<bf16>& p, const bf16* gs, cudaStream_
                                     p.kv_batch_stride, kBlockN<D>),
                     tm_v = tile_map(p.v, kv_width, p.seq_len, p.B, p.kv_row_stride,
                                     p.kv_batch_stride, kBlockN<D>);
-  // The eps operand of the folded gate (K <= 8; 0: unfolded, and always for the hard mask,
-  // whose affinity counts shared groups exactly).
-  const float fold_e = !kHard && KP == 8 && focus_wgmma::eps_foldable(p.gate.eps)
-                           ? focus_wgmma::eps_fold_operand(p.gate.eps)
-                           : 0.f;
-  kernel<<<grid, kThreads, smem, st>>>(p, gs, tm_k, tm_v, fold_e);
+  kernel<<<grid, kThreads, smem, st>>>(p, gs, tm_k, tm_v);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -401,16 +303,8 @@ void launch_focus_wgmma_fwd(const FocusAttentionParams<bf16>& p, Stream s) {
   StreamScratch scratch(size_t(p.B) * p.seq_len * focus_wgmma::gs_width(KP) * sizeof(bf16), s);
   bf16* gs = scratch.as<bf16>();
   focus_wgmma_split_g(p, gs, KP, s);
-  const auto st = reinterpret_cast<cudaStream_t>(s);
-  if (p.D == 64) {
-    KP == 8    ? launch_fwd<64, 8>(p, gs, st)
-    : KP == 16 ? launch_fwd<64, 16>(p, gs, st)
-               : launch_fwd<64, 32>(p, gs, st);
-  } else {
-    KP == 8    ? launch_fwd<128, 8>(p, gs, st)
-    : KP == 16 ? launch_fwd<128, 16>(p, gs, st)
-               : launch_fwd<128, 32>(p, gs, st);
-  }
+  // The producer and ping-pong schedule (focus_wgmma_fwd_pp.cu).
+  launch_focus_wgmma_fwd_pp(p, gs, KP, fold_operand(p, KP), s);
 }
 
 void launch_focus_wgmma_hard_fwd(const FocusAttentionParams<bf16>& p, Stream s) {
@@ -428,9 +322,9 @@ void launch_focus_wgmma_hard_fwd(const FocusAttentionParams<bf16>& p, Stream s) 
   split_groups_kernel<<<div_up(rows * KP, 256), 256, 0, st>>>(p.groups, p.top_k, p.K, gs, rows, KP);
   CUDA_CHECK_LAUNCH();
   if (p.D == 64)
-    launch_fwd<64, KP, true>(p, gs, st);
+    launch_fwd<64, KP>(p, gs, st);
   else
-    launch_fwd<128, KP, true>(p, gs, st);
+    launch_fwd<128, KP>(p, gs, st);
 }
 
 }  // namespace attnlab

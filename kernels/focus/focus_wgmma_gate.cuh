@@ -40,10 +40,12 @@ __device__ __forceinline__ void load_g_tile(uint32_t s, const bf16* gs, int row0
 // rest of each row is not read), zero past T: the forward's operands of A = G_q G_k^T, K-major
 // as Q and K are for S. At KP = 8 the k16 step's upper half (columns 8 .. 16) is not written
 // here: fill_g_upper_half writes it once per buffer. Part of the caller's cp.async group.
+// tid: the calling thread's index among the kThreads that copy (threadIdx.x by default).
 template <int ROWS, int KP, int kThreads>
-__device__ __forceinline__ void load_g_affinity_tile(uint32_t s, const bf16* gs, int row0, int T) {
+__device__ __forceinline__ void load_g_affinity_tile(uint32_t s, const bf16* gs, int row0, int T,
+                                                     int tid = int(threadIdx.x)) {
   constexpr int kChunks = KP == 8 ? 1 : 2 * affinity_ksteps(KP), kW = 3 * KP;
-  for (int i = threadIdx.x; i < ROWS * kChunks; i += kThreads) {
+  for (int i = tid; i < ROWS * kChunks; i += kThreads) {
     const int r = i / kChunks, c = i - r * kChunks;
     const bool valid = row0 + r < T && 8 * c < KP;
     wgmma::cp_async16(s + wgmma::swizzled_offset<ROWS>(r, c),
@@ -55,9 +57,9 @@ __device__ __forceinline__ void load_g_affinity_tile(uint32_t s, const bf16* gs,
 // bytes): column 8 = e (fp16; the folded eps's operand, focus_wgmma_layout.h, or 0), the rest 0.
 // Plain stores: the caller's fence_proxy_async and barrier (tiles_ready) publish them to wgmma.
 template <int ROWS, int kThreads>
-__device__ __forceinline__ void fill_g_upper_half(uint32_t s, float e) {
+__device__ __forceinline__ void fill_g_upper_half(uint32_t s, float e, int tid = int(threadIdx.x)) {
   const uint32_t word = uint32_t(__half_as_ushort(__float2half_rn(e)));
-  for (int r = threadIdx.x; r < ROWS; r += kThreads) {
+  for (int r = tid; r < ROWS; r += kThreads) {
     asm volatile(
         "st.shared.v4.b32 [%0], {%1, %2, %2, %2};\n" ::"r"(s + wgmma::swizzled_offset<ROWS>(r, 1)),
         "r"(word), "r"(0u)
