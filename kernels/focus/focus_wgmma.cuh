@@ -53,8 +53,9 @@ void launch_focus_wgmma_fwd_pp(const FocusAttentionParams<bf16>& p, const bf16* 
 // g [B, T, K] fp32 into gs [B, T, 3 KP] 16-bit (the fp16 affinity operands, the bf16 hi parts,
 // the bf16 lo parts, zero past K: focus_wgmma_layout.h), the operand form every wgmma Focus
 // kernel reads. KP = padded_groups(K). sets (if not null): [B, T] the tokens' group sets of the
-// hard gate (bit x: group x among its top_k groups; K <= 32).
+// hard gate (bit x: group x among its top_k groups; K <= 32). dg_zero (if not null): [B, T, K]
+// written 0 (the backward's dg, in the same launch).
 void focus_wgmma_split_g(const FocusAttentionParams<bf16>& p, bf16* gs, int KP, Stream s,
-                         unsigned* sets = nullptr);
+                         unsigned* sets = nullptr, float* dg_zero = nullptr);
 
 }  // namespace attnlab

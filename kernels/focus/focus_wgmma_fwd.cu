@@ -170,11 +170,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
 // parts (focus_wgmma_layout.h).
 __global__ void split_g_kernel(const float* __restrict__ g, bf16* __restrict__ gs, int64_t rows,
                                int K, int KP, const int32_t* __restrict__ groups, int top_k,
-                               unsigned* __restrict__ sets) {
+                               unsigned* __restrict__ sets, float* __restrict__ dg_zero) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * KP) return;
   const int64_t row = i / KP;
   const int c = int(i - row * KP);
+  if (dg_zero != nullptr && c < K) dg_zero[row * K + c] = 0.f;
   if (sets != nullptr && c == 0) {  // K <= 32: the set fits 32 bits
     sets[row] = unsigned(focus_hard::group_set(groups + row * top_k, top_k, K));
   }
@@ -283,12 +284,12 @@ bool focus_wgmma_hard_fwd_supported(const FocusAttentionParams<bf16>& p) {
 }
 
 void focus_wgmma_split_g(const FocusAttentionParams<bf16>& p, bf16* gs, int KP, Stream s,
-                         unsigned* sets) {
+                         unsigned* sets, float* dg_zero) {
   const int64_t rows = int64_t(p.B) * p.seq_len;
   ATTN_ASSERT(p.g_batch_stride == int64_t(p.seq_len) * p.K);  // contiguous [B, T, K]
   ATTN_ASSERT(sets == nullptr || p.groups_batch_stride == int64_t(p.seq_len) * p.top_k);
   split_g_kernel<<<div_up(rows * KP, 256), 256, 0, reinterpret_cast<cudaStream_t>(s)>>>(
-      p.g, gs, rows, p.K, KP, p.groups, p.top_k, sets);
+      p.g, gs, rows, p.K, KP, p.groups, p.top_k, sets, dg_zero);
   CUDA_CHECK_LAUNCH();
 }
 
