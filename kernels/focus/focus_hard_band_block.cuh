@@ -103,23 +103,9 @@ __device__ __forceinline__ void band_block(const FocusHardAttnParams& p, const C
       [&](int k0) { return band_tile_visible(k0, kKeys, wq0, wq_hi, w); }, [](int) { return true; },
       [&](float(&s)[kKeys / 2], int k0, int stage) {
         // take_local_key (focus_hard_walk.h, replayed on the CPU) with first = true, or
-        // take_window_key, written with the bounds relative to this thread's first column (key =
-        // k0 + 2 tig + (8 jj + e)): row i takes offsets i - w - base .. i - base whose key shares
-        // no group with it (any key with kWindow; keys are >= 0 here, and w <= T keeps i - w from
-        // overflowing).
-        const int base = k0 + 2 * tig;
-        const int hi0 = i0 - base, hi1 = i1 - base, lo0 = hi0 - w, lo1 = hi1 - w;
-#pragma unroll
-        for (int jj = 0; jj < kKeys / 8; ++jj) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int c = 8 * jj + e;
-            uint64_t km = 0;
-            if constexpr (!kWindow) km = kmask[stage][c + 2 * tig];
-            if (c > hi0 || c < lo0 || (km & qm0) != 0) s[4 * jj + e] = -INFINITY;
-            if (c > hi1 || c < lo1 || (km & qm1) != 0) s[4 * jj + 2 + e] = -INFINITY;
-          }
-        }
+        // take_window_key (kWindow): row i takes the keys of its window that share no group
+        // with it (any key with kWindow).
+        mask_band_tile<kKeys, !kWindow>(s, i0, i1, k0, tig, w, &kmask[stage][2 * tig], qm0, qm1);
       });
 
   // Epilogue, per row of this thread (row sums completed over the 4 threads of a row); a token

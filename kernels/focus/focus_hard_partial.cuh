@@ -19,6 +19,30 @@ namespace attnlab::focus_hard {
 
 #if ATTN_WGMMA_DEVICE
 
+// A band tile's mask on a thread's two accumulator rows i0 and i1: take_window_key with the
+// bounds relative to the thread's first column (key = k0 + 2 tig + (8 jj + e); keys are >= 0
+// here, and w <= T keeps i - w from overflowing) and, with kGroups, no key whose group set
+// (key_sets[c] for column c of the thread's first) meets the row's, qs0 or qs1 (the band pass's
+// local keys).
+template <int kKeys, bool kGroups>
+__device__ __forceinline__ void mask_band_tile(float (&s)[kKeys / 2], int i0, int i1, int k0,
+                                               int tig, int w, const uint64_t* key_sets,
+                                               uint64_t qs0, uint64_t qs1) {
+  const int base = k0 + 2 * tig;
+  const int hi0 = i0 - base, hi1 = i1 - base, lo0 = hi0 - w, lo1 = hi1 - w;
+#pragma unroll
+  for (int jj = 0; jj < kKeys / 8; ++jj) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int c = 8 * jj + e;
+      uint64_t km = 0;
+      if constexpr (kGroups) km = key_sets[c];
+      if (c > hi0 || c < lo0 || (km & qs0) != 0) s[4 * jj + e] = -INFINITY;
+      if (c > hi1 || c < lo1 || (km & qs1) != 0) s[4 * jj + 2 + e] = -INFINITY;
+    }
+  }
+}
+
 // A row's sum over its 4 threads (each holds a quarter of the row's columns).
 __device__ __forceinline__ float row_sum(float l) {
   l += __shfl_xor_sync(0xffffffffu, l, 1);

@@ -306,19 +306,8 @@ __device__ void consumer(const FocusHardAttnParams& p, int* counters, Shared& sh
     auto mask_tile = [&](int t, const int* kp) {
       const int k0 = t * kKeys;
       if (kind == kBand) {
-        // take_window_key, with the bounds relative to this thread's first column (key =
-        // k0 + 2 tig + (8 jj + e)), as the band pass (focus_hard_band_block.cuh).
-        const int base = k0 + 2 * tig;
-        const int hi0 = i0 - base, hi1 = i1 - base, lo0 = hi0 - w, lo1 = hi1 - w;
-#pragma unroll
-        for (int jj = 0; jj < kKeys / 8; ++jj) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int c = 8 * jj + e;
-            if (c > hi0 || c < lo0) s[4 * jj + e] = -INFINITY;
-            if (c > hi1 || c < lo1) s[4 * jj + 2 + e] = -INFINITY;
-          }
-        }
+        // take_window_key, as the band pass (focus_hard_band_block.cuh).
+        focus_hard::mask_band_tile<kKeys, false>(s, i0, i1, k0, tig, w, nullptr, 0, 0);
       } else if (!focus_hard::group_tile_unmasked(kp[kKeys - 1], lo, true)) {
 #pragma unroll
         for (int jj = 0; jj < kKeys / 8; ++jj) {
