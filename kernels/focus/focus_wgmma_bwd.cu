@@ -494,8 +494,9 @@ void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s) {
   bf16* gs = reinterpret_cast<bf16*>(raw + dq_bytes);  // [B, T, 3 KP]
   unsigned* sets = hard ? reinterpret_cast<unsigned*>(raw + dq_bytes + gs_bytes) : nullptr;
   launch_attention_bwd_delta(focus_dense_params(p), delta, dq_accum, s);
-  focus_wgmma_split_g(p, gs, KP, s, sets, p.dg);  // (dg zeroed there)
-  if (p.dg) {  // dg in the main loop (kFusedDg)
+  focus_wgmma_split_g(p, gs, KP, s, sets, p.dg);  // (which zeroes dg)
+  // dg in the main loop (kFusedDg)
+  if (p.dg) {
     hard ? launch_bwd_for<true, true>(p, delta, dq_accum, gs, sets, KP, st)
          : launch_bwd_for<true, false>(p, delta, dq_accum, gs, sets, KP, st);
   } else {
