@@ -199,15 +199,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       const bool folded_tile = fold && all_distant;
       focus_wgmma::mask_keys<BN>(s, k0, wq0, row0, tig, T);
       focus_wgmma::exp_update<BN>(s, rs, corr, sl2, folded_tile);
-      auto& s_lo = reinterpret_cast<float(&)[AN / 2]>(s[0]);
-      auto& s_hi = reinterpret_cast<float(&)[AN / 2]>(s[AN / 2]);
-      focus_wgmma::gate_cols<AN>(s_lo, a, row0, col0, p, gated, all_distant, fold, folded_tile);
+      focus_wgmma::gate_cols<AN>(focus_wgmma::acc_half<BN>(s, 0), a, row0, col0, p, gated,
+                                 all_distant, fold, folded_tile);
       focus_wgmma::issue_affinity<KP, AN>(a, gq_rows, sGk + (i & 1) * kGkBytes + AN * 128);
       wgmma_wait<0>();  // (the previous tile's P V too)
       fence_regs(a);
       release(empty_k, i);
-      focus_wgmma::gate_cols<AN>(s_hi, a, row0, col0 + AN, p, gated, all_distant, fold,
-                                 folded_tile);
+      focus_wgmma::gate_cols<AN>(focus_wgmma::acc_half<BN>(s, 1), a, row0, col0 + AN, p, gated,
+                                 all_distant, fold, folded_tile);
       focus_wgmma::add_row_sums<BN>(s, rs, corr);
     }
   };

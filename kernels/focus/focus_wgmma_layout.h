@@ -73,6 +73,15 @@ ATTN_FWL_FN Coord acc_coord(int i, int warp, int lane) {
   return {16 * warp + (lane >> 2) + 8 * r, 8 * j + 2 * (lane & 3) + e};
 }
 
+// Half h (0, 1) of a thread's m64nN accumulator s: elements h N / 4 .. (h + 1) N / 4 - 1, the
+// columns h N / 2 .. (h + 1) N / 2 - 1 (acc_coord: element 4 j + .. is column 8 j + ..), laid out
+// as the m64n(N / 2) accumulator of those columns (the ping-pong forward's affinity at D 128,
+// issued in two halves: focus_wgmma_fwd_pp.cu).
+template <int N>
+ATTN_FWL_FN float (&acc_half(float (&s)[N / 2], int h))[N / 4] {
+  return *reinterpret_cast<float(*)[N / 4]>(&s[h * (N / 4)]);
+}
+
 // The accumulator element that value c of m16n8 tile n of 16-column chunk `chunk` is.
 ATTN_FWL_FN int chunk_acc_index(int chunk, int n, int c) { return 4 * (2 * chunk + n) + c; }
 

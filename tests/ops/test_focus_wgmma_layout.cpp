@@ -154,7 +154,9 @@ void affinity_acc(float (&a)[N / 2], int warp, int lane, int q0, int k0, int wid
   }
 }
 
-void check_forward_tile(int K, int q0, int k0, int w, uint32_t seed) {
+// halves: the affinity as two m64n64 accumulators (keys k0 .., k0 + 64 ..) gating the halves of
+// s (acc_half), as the ping-pong forward does at D 128.
+void check_forward_tile(int K, int q0, int k0, int w, uint32_t seed, bool halves = false) {
   constexpr int N = 128;
   const int T = std::max(q0 + 64, k0 + N);
   const std::vector<float> g = softmax_rows(T, K, seed);
@@ -167,9 +169,18 @@ void check_forward_tile(int K, int q0, int k0, int w, uint32_t seed) {
   for (int warp = 0; warp < kWarps; ++warp) {
     for (int lane = 0; lane < kLanes; ++lane) {
       float s[N / 2], a[N / 2];
-      affinity_acc<N>(a, warp, lane, q0, k0, width, operand);
       for (int i = 0; i < N / 2; ++i) s[i] = 1.f;
-      gate_acc(s, a, q0 + 16 * warp + lane / 4, k0 + 2 * (lane % 4), w, eps);
+      const int row0 = q0 + 16 * warp + lane / 4, col0 = k0 + 2 * (lane % 4);
+      if (halves) {
+        for (int h = 0; h < 2; ++h) {
+          float ah[N / 4];
+          affinity_acc<N / 2>(ah, warp, lane, q0, k0 + h * N / 2, width, operand);
+          gate_acc(acc_half<N>(s, h), ah, row0, col0 + h * N / 2, w, eps);
+        }
+      } else {
+        affinity_acc<N>(a, warp, lane, q0, k0, width, operand);
+        gate_acc(s, a, row0, col0, w, eps);
+      }
       for (int i = 0; i < N / 2; ++i) {
         const Coord c = acc_coord(i, warp, lane);
         out[size_t(c.row) * N + c.col] = s[i];
@@ -203,6 +214,17 @@ TEST(FocusWgmmaLayout, ForwardTileGateMatchesDirect) {
     check_forward_tile(K, 192, 128, 40, 7u + K);  // a diagonal tile cut by the window
     check_forward_tile(K, 128, 128, 0, 11u + K);  // w = 0 on the diagonal
     check_forward_tile(K, 64, 0, 1000, 13u + K);  // nothing distant
+  }
+}
+
+// The same with the affinity in two 64-key halves (the ping-pong forward at D 128): the second
+// half's accumulator is the whole tile's upper elements (acc_half), at columns k0 + 64 ...
+TEST(FocusWgmmaLayout, ForwardTileGateInHalvesMatchesDirect) {
+  for (int K : {1, 8, 9, 32}) {
+    check_forward_tile(K, 512, 0, 128, 1u + K, true);
+    check_forward_tile(K, 192, 128, 40, 7u + K, true);  // the window cuts both halves' rows
+    check_forward_tile(K, 128, 64, 0, 11u + K, true);   // diagonal in the second half
+    check_forward_tile(K, 64, 0, 1000, 13u + K, true);
   }
 }
 
