@@ -61,6 +61,7 @@
 
 #include "kernels/attention/attention_wgmma.cuh"
 #include "kernels/attention/wgmma_common.cuh"
+#include "kernels/attention/wgmma_pingpong.cuh"
 #include "kernels/attention/wgmma_softmax.cuh"
 #include "kernels/common/device.cuh"
 
@@ -320,18 +321,7 @@ __global__ void __launch_bounds__(kPingpongThreads, 1)
   const int g = lane >> 2, tig = lane & 3;
   const int wq0 = q0 + 64 * wg;          // first query of this warpgroup
   const int row0 = wq0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
-  // Tile i's data in stage i % 2 has landed (the stage's (i / 2)-th phase); TMA writes through
-  // the async proxy, which wgmma reads through: no proxy fence.
-  auto wait_full = [&](uint32_t bar, int i) {
-    mbar_wait(bar + 8 * (i & 1), uint32_t(i >> 1) & 1u);
-  };
-  // This warp's wgmmas reading tile i's stage have completed.
-  auto release = [&](uint32_t bar, int i) {
-    __syncwarp();
-    if (lane == 0) mbar_arrive(bar + 8 * (i & 1));
-  };
-  auto turn_begin = [&] { named_bar_sync<kThreads>(1 + wg); };
-  auto turn_end = [&] { named_bar_arrive<kThreads>(2 - wg); };
+  const PingpongBarriers<kThreads> bars{full_q, full_k, full_v, empty_k, empty_v, wg, lane};
 
   float o[D / 2];
 #pragma unroll
@@ -343,53 +333,35 @@ __global__ void __launch_bounds__(kPingpongThreads, 1)
   float s[kBlockN / 2], corr[2];
   uint32_t pa[kBlockN / 16][4];
 
-  if (wg == 1) named_bar_arrive<kThreads>(1);  // warpgroup 0 takes the first turn
-  mbar_wait(full_q, 0);
-  wait_full(full_k, 0);
-  turn_begin();
-  issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK);
-  turn_end();
-  wgmma_wait<0>();
-  fence_regs(s);
-  release(empty_k, 0);
-  softmax_tile(s, rs, corr, p, n_begin * kBlockN, wq0, row0, tig, sl2);
-  acc_to_a<kBlockN>(pa, s);  // O is still 0: no rescale
-  fence_regs(pa);
-  for (int nb = n_begin + 1; nb < n_end; ++nb) {
-    const int i = nb - n_begin;
-    wait_full(full_k, i);
-    wait_full(full_v, i - 1);
-    turn_begin();
-    issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK + (i & 1) * kKVBytes);
-    issue_pv<D, kBlockN>(o, pa, sV + ((i - 1) & 1) * kKVBytes);  // P and V of tile nb - 1
-    turn_end();
-    wgmma_wait<1>();  // S done; P V may still run
-    fence_regs(s);
-    release(empty_k, i);
-    softmax_tile(s, rs, corr, p, nb * kBlockN, wq0, row0, tig, sl2);
-    wgmma_wait<0>();
-    fence_regs(o);
-    fence_regs(pa);
-    release(empty_v, i - 1);
-    rescale<D>(o, corr);
-    acc_to_a<kBlockN>(pa, s);
-    // Pin the rescale and the conversion here: left to the compiler they could sink below the
-    // next S = Q K^T issue, into the next P V's pipeline stage (ptxas would then serialize the
-    // wgmmas).
-    fence_regs(o);
-    fence_regs(pa);
-  }
-  {
-    const int i = n_end - 1 - n_begin;
-    wait_full(full_v, i);
-    turn_begin();
-    issue_pv<D, kBlockN>(o, pa, sV + (i & 1) * kKVBytes);
-    turn_end();
-    wgmma_wait<0>();
-    fence_regs(o);
-    fence_regs(pa);
-  }
-  if (wg == 0) named_bar_sync<kThreads>(1);  // warpgroup 1's last turn_end
+  // (wgmma_pingpong.cuh: the turns and the order of the tiles.)
+  pingpong_tiles(
+      bars, n_end - n_begin,
+      [&](int i) { issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK + (i & 1) * kKVBytes); },
+      [&](int i) {
+        fence_regs(s);
+        bars.release(empty_k, i);
+        softmax_tile(s, rs, corr, p, (n_begin + i) * kBlockN, wq0, row0, tig, sl2);
+      },
+      [&](int i) { issue_pv<D, kBlockN>(o, pa, sV + (i & 1) * kKVBytes); },
+      [&](int i, bool rel) {
+        fence_regs(o);
+        fence_regs(pa);
+        if (rel) bars.release(empty_v, i);
+      },
+      [&](int i) {
+        if (i == 0) {  // O is still 0: no rescale
+          acc_to_a<kBlockN>(pa, s);
+          fence_regs(pa);
+          return;
+        }
+        rescale<D>(o, corr);
+        acc_to_a<kBlockN>(pa, s);
+        // Pin the rescale and the conversion here: left to the compiler they could sink below
+        // the next S = Q K^T issue, into the next P V's pipeline stage (ptxas would then
+        // serialize the wgmmas).
+        fence_regs(o);
+        fence_regs(pa);
+      });
 
   store_o_lse<D>(o, rs, p, b, h, row0, tig);
 #else

@@ -22,6 +22,7 @@
 
 #include "kernels/attention/visibility.h"
 #include "kernels/attention/wgmma_common.cuh"
+#include "kernels/attention/wgmma_pingpong.cuh"
 #include "kernels/attention/wgmma_softmax.cuh"
 #include "kernels/common/device.cuh"
 #include "kernels/focus/focus_wgmma.cuh"
@@ -159,15 +160,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int row0 = wq0 + 16 * warp + g;
   const int w = p.gate.local_window;
   const bool fold = fold_e != 0.f;
-  auto wait_full = [&](uint32_t bar, int i) {
-    mbar_wait(bar + 8 * (i & 1), uint32_t(i >> 1) & 1u);
-  };
-  auto release = [&](uint32_t bar, int i) {
-    __syncwarp();
-    if (lane == 0) mbar_arrive(bar + 8 * (i & 1));
-  };
-  auto turn_begin = [&] { named_bar_sync<kConsumers>(1 + wg); };
-  auto turn_end = [&] { named_bar_arrive<kConsumers>(2 - wg); };
+  const PingpongBarriers<kConsumers> bars{full_q, full_k, full_v, empty_k, empty_v, wg, lane};
 
   float o[D / 2];
 #pragma unroll
@@ -191,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool gated = focus_wgmma::tile_has_distant_q_rows(wq0 + 63, k0, w);
     const bool all_distant = focus_wgmma::tile_all_distant(wq0, k0 + BN - 1, w);
     if constexpr (AN == BN) {
-      release(empty_k, i);
+      bars.release(empty_k, i);
       focus_wgmma::softmax_gate_tile<BN, false>(s, a, rs, corr, p, k0, wq0, row0, lane, sl2, gated,
                                                 all_distant, fold);
     } else {
@@ -204,59 +197,40 @@ __global__ void __launch_bounds__(kThreads, 1)
       focus_wgmma::issue_affinity<KP, AN>(a, gq_rows, sGk + (i & 1) * kGkBytes + AN * 128);
       wgmma_wait<0>();  // (the previous tile's P V too)
       fence_regs(a);
-      release(empty_k, i);
+      bars.release(empty_k, i);
       focus_wgmma::gate_cols<AN>(focus_wgmma::acc_half<BN>(s, 1), a, row0, col0 + AN, p, gated,
                                  all_distant, fold, folded_tile);
       focus_wgmma::add_row_sums<BN>(s, rs, corr);
     }
   };
 
-  if (wg == 1) named_bar_arrive<kConsumers>(1);  // warpgroup 0 takes the first turn
-  mbar_wait(full_q, 0);
-  wait_full(full_k, 0);
-  turn_begin();
-  issue_s(0);
-  turn_end();
-  wgmma_wait<0>();
-  fence_regs(s);
-  fence_regs(a);
-  softmax_gate(0);
-  acc_to_a<BN>(pa, s);  // O is still 0: no rescale
-  fence_regs(pa);
-  for (int nb = n_begin + 1; nb < n_end; ++nb) {
-    const int i = nb - n_begin;
-    wait_full(full_k, i);
-    wait_full(full_v, i - 1);
-    turn_begin();
-    issue_s(i);
-    issue_pv<D, BN>(o, pa, sV + ((i - 1) & 1) * kKVBytes);  // P and V of tile nb - 1
-    turn_end();
-    wgmma_wait<1>();  // S and A done; P V may still run
-    fence_regs(s);
-    fence_regs(a);
-    softmax_gate(i);
-    wgmma_wait<0>();
-    fence_regs(o);
-    fence_regs(pa);
-    release(empty_v, i - 1);
-    rescale<D>(o, corr);
-    acc_to_a<BN>(pa, s);
-    // Pinned here (as in the dense ping-pong kernel): sunk below the next issue, ptxas would
-    // serialize the wgmmas.
-    fence_regs(o);
-    fence_regs(pa);
-  }
-  {
-    const int i = n_end - 1 - n_begin;
-    wait_full(full_v, i);
-    turn_begin();
-    issue_pv<D, BN>(o, pa, sV + (i & 1) * kKVBytes);
-    turn_end();
-    wgmma_wait<0>();
-    fence_regs(o);
-    fence_regs(pa);
-  }
-  if (wg == 0) named_bar_sync<kConsumers>(1);  // warpgroup 1's last turn_end
+  // (wgmma_pingpong.cuh: the turns and the order of the tiles.)
+  pingpong_tiles(
+      bars, n_end - n_begin, issue_s,
+      [&](int i) {
+        fence_regs(s);
+        fence_regs(a);
+        softmax_gate(i);
+      },
+      [&](int i) { issue_pv<D, BN>(o, pa, sV + (i & 1) * kKVBytes); },
+      [&](int i, bool rel) {
+        fence_regs(o);
+        fence_regs(pa);
+        if (rel) bars.release(empty_v, i);
+      },
+      [&](int i) {
+        if (i == 0) {  // O is still 0: no rescale
+          acc_to_a<BN>(pa, s);
+          fence_regs(pa);
+          return;
+        }
+        rescale<D>(o, corr);
+        acc_to_a<BN>(pa, s);
+        // Pinned here (as in the dense ping-pong kernel): sunk below the next issue, ptxas
+        // would serialize the wgmmas.
+        fence_regs(o);
+        fence_regs(pa);
+      });
 
   store_o_lse<D>(o, rs, p, b, h, row0, tig);
 #else

@@ -1,0 +1,83 @@
+// The compute warpgroups' side of FlashAttention-3's producer and ping-pong forward, shared by the
+// dense forward at D = 128 (attention_wgmma.cu, whose comments describe the barriers) and the
+// Focus soft forward (kernels/focus/focus_wgmma_fwd_pp.cu): the stage barriers as a compute warp
+// sees them, the turns at the tensor cores, and the order of a warpgroup's tiles (S of tile i
+// issued with P V of tile i - 1, the softmax of tile i while that P V runs). What a tile computes
+// is the caller's (hooks). Device code only (sm_90a).
+#pragma once
+#include <cstdint>
+
+#include "kernels/attention/wgmma_common.cuh"
+
+namespace attnlab::wgmma {
+
+#if ATTN_WGMMA_DEVICE
+// full_q: Q landed (one phase); full_k / full_v [2]: the stage's TMA bytes landed (phase i / 2 of
+// stage i % 2 for tile i); empty_k / empty_v [2]: one arrival per compute warp once its wgmmas
+// reading the stage completed. kConsumers: the compute threads (two warpgroups).
+template <int kConsumers>
+struct PingpongBarriers {
+  uint32_t full_q, full_k, full_v, empty_k, empty_v;
+  int wg, lane;
+
+  // Tile i's data in stage i % 2 has landed; TMA writes through the async proxy, which wgmma
+  // reads through: no proxy fence.
+  __device__ __forceinline__ void wait_full(uint32_t bar, int i) const {
+    mbar_wait(bar + 8 * (i & 1), uint32_t(i >> 1) & 1u);
+  }
+  // This warp's wgmmas reading tile i's stage have completed.
+  __device__ __forceinline__ void release(uint32_t bar, int i) const {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar + 8 * (i & 1));
+  }
+  // Named barriers 1 and 2 take turns: warpgroup w issues its MMAs of a step after bar.sync on
+  // 1 + w, then arrives on the other's barrier.
+  __device__ __forceinline__ void turn_begin() const { named_bar_sync<kConsumers>(1 + wg); }
+  __device__ __forceinline__ void turn_end() const { named_bar_arrive<kConsumers>(2 - wg); }
+};
+
+// A compute warpgroup's n >= 1 tiles. Hooks (all inlined):
+//   issue_s(i)       S (and what goes with it) of tile i as one committed wgmma group;
+//   s_done(i)        after that group completed: fences, the K stage's release, the softmax;
+//   issue_pv(i)      O += P V of tile i as one committed group (P of next_p(i));
+//   pv_done(i, rel)  after it completed: fences, and the V stage's release where rel;
+//   next_p(i)        O rescaled (i > 0) and tile i's P converted.
+// Warpgroup 1 arrives once first (warpgroup 0 starts); both take the same number of turns, and
+// warpgroup 0 consumes warpgroup 1's last arrival at the end.
+template <int kConsumers, class IssueS, class SDone, class IssuePv, class PvDone, class NextP>
+__device__ __forceinline__ void pingpong_tiles(const PingpongBarriers<kConsumers>& bars, int n,
+                                               IssueS issue_s, SDone s_done, IssuePv issue_pv,
+                                               PvDone pv_done, NextP next_p) {
+  if (bars.wg == 1) named_bar_arrive<kConsumers>(1);  // warpgroup 0 takes the first turn
+  mbar_wait(bars.full_q, 0);
+  bars.wait_full(bars.full_k, 0);
+  bars.turn_begin();
+  issue_s(0);
+  bars.turn_end();
+  wgmma_wait<0>();
+  s_done(0);
+  next_p(0);
+  for (int i = 1; i < n; ++i) {
+    bars.wait_full(bars.full_k, i);
+    bars.wait_full(bars.full_v, i - 1);
+    bars.turn_begin();
+    issue_s(i);
+    issue_pv(i - 1);
+    bars.turn_end();
+    wgmma_wait<1>();  // S done; P V may still run
+    s_done(i);
+    wgmma_wait<0>();
+    pv_done(i - 1, true);
+    next_p(i);
+  }
+  bars.wait_full(bars.full_v, n - 1);
+  bars.turn_begin();
+  issue_pv(n - 1);
+  bars.turn_end();
+  wgmma_wait<0>();
+  pv_done(n - 1, false);
+  if (bars.wg == 0) named_bar_sync<kConsumers>(1);  // warpgroup 1's last turn_end
+}
+#endif  // ATTN_WGMMA_DEVICE
+
+}  // namespace attnlab::wgmma
