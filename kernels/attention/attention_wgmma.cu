@@ -335,33 +335,14 @@ __global__ void __launch_bounds__(kPingpongThreads, 1)
 
   // (wgmma_pingpong.cuh: the turns and the order of the tiles.)
   pingpong_tiles(
-      bars, n_end - n_begin,
+      bars, n_end - n_begin, o, pa, s, corr,
       [&](int i) { issue_abt<D, kBlockM, kBlockN>(s, q_rows, sK + (i & 1) * kKVBytes); },
       [&](int i) {
         fence_regs(s);
         bars.release(empty_k, i);
         softmax_tile(s, rs, corr, p, (n_begin + i) * kBlockN, wq0, row0, tig, sl2);
       },
-      [&](int i) { issue_pv<D, kBlockN>(o, pa, sV + (i & 1) * kKVBytes); },
-      [&](int i, bool rel) {
-        fence_regs(o);
-        fence_regs(pa);
-        if (rel) bars.release(empty_v, i);
-      },
-      [&](int i) {
-        if (i == 0) {  // O is still 0: no rescale
-          acc_to_a<kBlockN>(pa, s);
-          fence_regs(pa);
-          return;
-        }
-        rescale<D>(o, corr);
-        acc_to_a<kBlockN>(pa, s);
-        // Pin the rescale and the conversion here: left to the compiler they could sink below
-        // the next S = Q K^T issue, into the next P V's pipeline stage (ptxas would then
-        // serialize the wgmmas).
-        fence_regs(o);
-        fence_regs(pa);
-      });
+      [&](int i) { issue_pv<D, kBlockN>(o, pa, sV + (i & 1) * kKVBytes); });
 
   store_o_lse<D>(o, rs, p, b, h, row0, tig);
 #else

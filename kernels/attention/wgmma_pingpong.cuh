@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/attention/wgmma_common.cuh"
+#include "kernels/attention/wgmma_softmax.cuh"
 
 namespace attnlab::wgmma {
 
@@ -36,18 +37,21 @@ struct PingpongBarriers {
   __device__ __forceinline__ void turn_end() const { named_bar_arrive<kConsumers>(2 - wg); }
 };
 
-// A compute warpgroup's n >= 1 tiles. Hooks (all inlined):
-//   issue_s(i)       S (and what goes with it) of tile i as one committed wgmma group;
-//   s_done(i)        after that group completed: fences, the K stage's release, the softmax;
-//   issue_pv(i)      O += P V of tile i as one committed group (P of next_p(i));
-//   pv_done(i, rel)  after it completed: fences, and the V stage's release where rel;
-//   next_p(i)        O rescaled (i > 0) and tile i's P converted.
+// A compute warpgroup's n >= 1 tiles. Hooks (inlined):
+//   issue_s(i)   S (and what goes with it) of tile i as one committed wgmma group;
+//   s_done(i)    after that group completed: fences, the K stage's release, the softmax of s,
+//                leaving corr (O's factor);
+//   issue_pv(i)  O += P V of tile i as one committed group (pa: tile i's P).
+// Between them the loop waits, fences o and pa, releases V stages, rescales O (kO values, all
+// scaled by corr) and converts s (the tile's kS exponentials) to pa.
 // Warpgroup 1 arrives once first (warpgroup 0 starts); both take the same number of turns, and
 // warpgroup 0 consumes warpgroup 1's last arrival at the end.
-template <int kConsumers, class IssueS, class SDone, class IssuePv, class PvDone, class NextP>
+template <int kConsumers, int kO, int kS, class IssueS, class SDone, class IssuePv>
 __device__ __forceinline__ void pingpong_tiles(const PingpongBarriers<kConsumers>& bars, int n,
-                                               IssueS issue_s, SDone s_done, IssuePv issue_pv,
-                                               PvDone pv_done, NextP next_p) {
+                                               float (&o)[kO], uint32_t (&pa)[kS / 8][4],
+                                               float (&s)[kS], const float (&corr)[2],
+                                               IssueS issue_s, SDone s_done, IssuePv issue_pv) {
+  constexpr int NO = 2 * kO, BN = 2 * kS;             // O's columns, the tile's keys
   if (bars.wg == 1) named_bar_arrive<kConsumers>(1);  // warpgroup 0 takes the first turn
   mbar_wait(bars.full_q, 0);
   bars.wait_full(bars.full_k, 0);
@@ -56,7 +60,8 @@ __device__ __forceinline__ void pingpong_tiles(const PingpongBarriers<kConsumers
   bars.turn_end();
   wgmma_wait<0>();
   s_done(0);
-  next_p(0);
+  acc_to_a<BN>(pa, s);  // O is still 0: no rescale
+  fence_regs(pa);
   for (int i = 1; i < n; ++i) {
     bars.wait_full(bars.full_k, i);
     bars.wait_full(bars.full_v, i - 1);
@@ -67,15 +72,23 @@ __device__ __forceinline__ void pingpong_tiles(const PingpongBarriers<kConsumers
     wgmma_wait<1>();  // S done; P V may still run
     s_done(i);
     wgmma_wait<0>();
-    pv_done(i - 1, true);
-    next_p(i);
+    fence_regs(o);
+    fence_regs(pa);
+    bars.release(bars.empty_v, i - 1);
+    rescale<NO>(o, corr);
+    acc_to_a<BN>(pa, s);
+    // Pin the rescale and the conversion here: left to the compiler they could sink below the
+    // next S issue, into the next P V's pipeline stage (ptxas would then serialize the wgmmas).
+    fence_regs(o);
+    fence_regs(pa);
   }
   bars.wait_full(bars.full_v, n - 1);
   bars.turn_begin();
   issue_pv(n - 1);
   bars.turn_end();
   wgmma_wait<0>();
-  pv_done(n - 1, false);
+  fence_regs(o);
+  fence_regs(pa);
   if (bars.wg == 0) named_bar_sync<kConsumers>(1);  // warpgroup 1's last turn_end
 }
 #endif  // ATTN_WGMMA_DEVICE

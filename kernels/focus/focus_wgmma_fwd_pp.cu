@@ -206,31 +206,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // (wgmma_pingpong.cuh: the turns and the order of the tiles.)
   pingpong_tiles(
-      bars, n_end - n_begin, issue_s,
+      bars, n_end - n_begin, o, pa, s, corr, issue_s,
       [&](int i) {
         fence_regs(s);
         fence_regs(a);
         softmax_gate(i);
       },
-      [&](int i) { issue_pv<D, BN>(o, pa, sV + (i & 1) * kKVBytes); },
-      [&](int i, bool rel) {
-        fence_regs(o);
-        fence_regs(pa);
-        if (rel) bars.release(empty_v, i);
-      },
-      [&](int i) {
-        if (i == 0) {  // O is still 0: no rescale
-          acc_to_a<BN>(pa, s);
-          fence_regs(pa);
-          return;
-        }
-        rescale<D>(o, corr);
-        acc_to_a<BN>(pa, s);
-        // Pinned here (as in the dense ping-pong kernel): sunk below the next issue, ptxas
-        // would serialize the wgmmas.
-        fence_regs(o);
-        fence_regs(pa);
-      });
+      [&](int i) { issue_pv<D, BN>(o, pa, sV + (i & 1) * kKVBytes); });
 
   store_o_lse<D>(o, rs, p, b, h, row0, tig);
 #else
