@@ -22,9 +22,13 @@ struct RowState {
 // exp2(s * sl2 - new max), the row state is updated and corr (the factor for O accumulated so
 // far) returned. O itself is not touched (it may still be in flight). The scale is folded into
 // the exponent (exact for the max because sl2 > 0); a row with no visible key yet keeps max -inf.
-template <int BN>
+// kSum = false: the row sums are left to the caller (after it changed s: the Focus gate,
+// focus_wgmma_fwd_steps.cuh); where offset_on, the exponent also subtracts `offset` (the Focus
+// gate's folded unscale).
+template <int BN, bool kSum = true>
 __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], RowState& st, float (&corr)[2],
-                                               float sl2) {
+                                               float sl2, bool offset_on = false,
+                                               float offset = 0.f) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = -INFINITY;
@@ -38,14 +42,15 @@ __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], RowState& st,
     const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with no visible key yet
     corr[r] = exp2_ftz(st.max[r] - m_use);
     st.max[r] = m_new;
+    const float m_exp = offset_on ? m_use + offset : m_use;
     float sum = 0.f;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
-      s[4 * j + 2 * r] = exp2_ftz(fmaf(s[4 * j + 2 * r], sl2, -m_use));
-      s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], sl2, -m_use));
-      sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+      s[4 * j + 2 * r] = exp2_ftz(fmaf(s[4 * j + 2 * r], sl2, -m_exp));
+      s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], sl2, -m_exp));
+      if constexpr (kSum) sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
     }
-    st.sum[r] = st.sum[r] * corr[r] + sum;
+    if constexpr (kSum) st.sum[r] = st.sum[r] * corr[r] + sum;
   }
 }
 

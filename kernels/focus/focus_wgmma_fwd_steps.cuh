@@ -78,32 +78,14 @@ __device__ __forceinline__ void mask_keys(float (&s)[BN / 2], int k0, int wq0, i
   }
 }
 
-// The online-softmax update of masked scores s: s becomes exp2(s scale log2 e - new max) (times
-// 2^-kAffinityLog2Scale where folded_tile: the folded gate's unscale), the row maxima updated and
-// corr (the factor for O so far) returned; the sums are add_row_sums's, after the gate.
+// The online-softmax update of masked scores s (online_softmax without the sums, which are
+// add_row_sums's, after the gate): s becomes exp2(s scale log2 e - new max), times
+// 2^-kAffinityLog2Scale where folded_tile (the folded gate's unscale); the row maxima updated
+// and corr returned.
 template <int BN>
 __device__ __forceinline__ void exp_update(float (&s)[BN / 2], RowState& st, float (&corr)[2],
                                            float sl2, bool folded_tile) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(st.max[r], mx * sl2);
-    const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with no visible key yet
-    corr[r] = exp2_ftz(st.max[r] - m_use);
-    st.max[r] = m_new;
-    const float m_exp = folded_tile ? m_use + kAffinityLog2Scale : m_use;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      s[4 * j + 2 * r] = exp2_ftz(fmaf(s[4 * j + 2 * r], sl2, -m_exp));
-      s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], sl2, -m_exp));
-    }
-  }
+  online_softmax<BN, false>(s, st, corr, sl2, folded_tile, kAffinityLog2Scale);
 }
 
 // The additive gate of N exponentials s (columns col0 .., col0 = the keys' first column + 2 tig)
