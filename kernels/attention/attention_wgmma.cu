@@ -272,56 +272,32 @@ __global__ void __launch_bounds__(kPingpongThreads, 1)
   const TileRange tiles = p.mask.key_tiles(q0, kBlockM, kBlockN, T);
   const int n_begin = tiles.begin, n_end = tiles.end;
 
-  if (threadIdx.x == 0) {
-    mbar_init(full_q, 1);
-    for (int st = 0; st < 2; ++st) {
-      mbar_init(full_k + 8 * st, 1);
-      mbar_init(full_v + 8 * st, 1);
-      mbar_init(empty_k + 8 * st, kThreads / 32);
-      mbar_init(empty_v + 8 * st, kThreads / 32);
-    }
-    fence_mbar_init();
-  }
+  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
+  const PingpongBarriers<kThreads> bars{full_q, full_k, full_v, empty_k, empty_v, wg, lane};
+  if (threadIdx.x == 0) init_pingpong_barriers(bars, 0);
   __syncthreads();  // the only block-wide barrier: the producer warpgroup leaves early
 
   if (threadIdx.x >= kThreads) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (threadIdx.x != kThreads) return;
-    // Producer (one thread, TMA): tile i = nb - n_begin goes to stage i % 2, after the release of
-    // tile i - 2 (its (i / 2 - 1)-th release, counting from 0); the copies complete on the
-    // stage's "full" mbarrier with the bytes announced by expect_tx.
-    mbar_arrive_expect_tx(full_q, kQBytes);
-#pragma unroll
-    for (int c = 0; c < D / 64; ++c) {  // column blocks (rows x 128 bytes apart)
-      tma_load_3d(sQ + c * kBlockM * 128, &tm_q, full_q, h * D + 64 * c, q0, b);
-    }
+    // Producer (one thread, TMA): tile i = nb - n_begin goes to stage i % 2 after the release of
+    // tile i - 2; the copies complete on the stage's "full" mbarrier (wgmma_pingpong.cuh).
+    tma_tile<D, kBlockM>(sQ, &tm_q, full_q, h * D, q0, b);
     for (int nb = n_begin; nb < n_end; ++nb) {
       const int i = nb - n_begin, st = i & 1;
-      const uint32_t parity = uint32_t((i >> 1) - 1) & 1u;
-      if (i >= 2) mbar_wait(empty_k + 8 * st, parity);
-      mbar_arrive_expect_tx(full_k + 8 * st, kKVBytes);
-#pragma unroll
-      for (int c = 0; c < D / 64; ++c) {
-        tma_load_3d(sK + st * kKVBytes + c * kBlockN * 128, &tm_k, full_k + 8 * st, hk * D + 64 * c,
-                    nb * kBlockN, b);
-      }
-      if (i >= 2) mbar_wait(empty_v + 8 * st, parity);
-      mbar_arrive_expect_tx(full_v + 8 * st, kKVBytes);
-#pragma unroll
-      for (int c = 0; c < D / 64; ++c) {
-        tma_load_3d(sV + st * kKVBytes + c * kBlockN * 128, &tm_v, full_v + 8 * st, hk * D + 64 * c,
-                    nb * kBlockN, b);
-      }
+      wait_empty(empty_k, i);
+      tma_tile<D, kBlockN>(sK + st * kKVBytes, &tm_k, full_k + 8 * st, hk * D, nb * kBlockN, b);
+      wait_empty(empty_v, i);
+      tma_tile<D, kBlockN>(sV + st * kKVBytes, &tm_v, full_v + 8 * st, hk * D, nb * kBlockN, b);
     }
     return;
   }
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
-  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int warp = (threadIdx.x % 128) / 32;
   const int g = lane >> 2, tig = lane & 3;
   const int wq0 = q0 + 64 * wg;          // first query of this warpgroup
   const int row0 = wq0 + 16 * warp + g;  // this thread's rows: row0 and row0 + 8
-  const PingpongBarriers<kThreads> bars{full_q, full_k, full_v, empty_k, empty_v, wg, lane};
 
   float o[D / 2];
 #pragma unroll

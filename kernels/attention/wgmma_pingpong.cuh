@@ -37,6 +37,38 @@ struct PingpongBarriers {
   __device__ __forceinline__ void turn_end() const { named_bar_arrive<kConsumers>(2 - wg); }
 };
 
+// The barriers' initialisation (one thread, before the block's barrier): Q's and each K stage's
+// full barrier expect the TMA thread's arrival and `extra_full` more (the Focus producer's g
+// copies), V's the TMA thread's; the empty barriers one arrival per compute warp.
+template <int kConsumers>
+__device__ __forceinline__ void init_pingpong_barriers(const PingpongBarriers<kConsumers>& bars,
+                                                       uint32_t extra_full) {
+  mbar_init(bars.full_q, 1 + extra_full);
+  for (int st = 0; st < 2; ++st) {
+    mbar_init(bars.full_k + 8 * st, 1 + extra_full);
+    mbar_init(bars.full_v + 8 * st, 1);
+    mbar_init(bars.empty_k + 8 * st, kConsumers / 32);
+    mbar_init(bars.empty_v + 8 * st, kConsumers / 32);
+  }
+  fence_mbar_init();
+}
+
+// The producer's side: tile i goes to stage i % 2 once the compute warps released tile i - 2
+// there (the stage's (i / 2 - 1)-th release, counting from 0).
+__device__ __forceinline__ void wait_empty(uint32_t bar, int i) {
+  if (i >= 2) mbar_wait(bar + 8 * (i & 1), uint32_t((i >> 1) - 1) & 1u);
+}
+// The TMA copy of a [kRows][D] bf16 tile, D / 64 column blocks kRows x 128 bytes apart, from
+// coordinates (col0 + 64 c, row0, b) of tmap into dst, completing on bar (its bytes announced).
+template <int D, int kRows>
+__device__ __forceinline__ void tma_tile(uint32_t dst, const void* tmap, uint32_t bar, int col0,
+                                         int row0, int b) {
+  mbar_arrive_expect_tx(bar, tile_bytes(kRows, D));
+#pragma unroll
+  for (int c = 0; c < D / 64; ++c)
+    tma_load_3d(dst + c * kRows * 128, tmap, bar, col0 + 64 * c, row0, b);
+}
+
 // A compute warpgroup's n >= 1 tiles. Hooks (inlined):
 //   issue_s(i)   S (and what goes with it) of tile i as one committed wgmma group;
 //   s_done(i)    after that group completed: fences, the K stage's release, the softmax of s,

@@ -86,18 +86,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n_begin = tiles.begin, n_end = tiles.end;
   const bf16* gsb = gs + int64_t(b) * T * focus_wgmma::gs_width(KP);
 
-  if (threadIdx.x == 0) {
-    // Q's and each K stage's: the TMA thread's expect_tx arrival and the producers' arrivals
-    // after their g copies.
-    mbar_init(full_q, 1 + kProducers);
-    for (int st = 0; st < 2; ++st) {
-      mbar_init(full_k + 8 * st, 1 + kProducers);
-      mbar_init(full_v + 8 * st, 1);
-      mbar_init(empty_k + 8 * st, kConsumers / 32);
-      mbar_init(empty_v + 8 * st, kConsumers / 32);
-    }
-    fence_mbar_init();
-  }
+  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32;
+  const PingpongBarriers<kConsumers> bars{full_q, full_k, full_v, empty_k, empty_v, wg, lane};
+  // Q's and each K stage's full barrier: the TMA thread's arrival and the producers' after their
+  // g copies.
+  if (threadIdx.x == 0) init_pingpong_barriers(bars, kProducers);
   __syncthreads();  // the only block-wide barrier
 
   if (threadIdx.x >= kConsumers) {
@@ -115,52 +108,32 @@ __global__ void __launch_bounds__(kThreads, 1)
       focus_wgmma::fill_g_upper_half<kBlockM, kProducers>(sGq, fold_e, tid);
       focus_wgmma::fill_g_upper_half<2 * BN, kProducers>(sGk, fold_e, tid);
     }
-    if (tid == 0) {
-      mbar_arrive_expect_tx(full_q, kQBytes);
-#pragma unroll
-      for (int c = 0; c < D / 64; ++c) {
-        tma_load_3d(sQ + c * kBlockM * 128, &tm_q, full_q, h * D + 64 * c, q0, b);
-      }
-    }
+    if (tid == 0) tma_tile<D, kBlockM>(sQ, &tm_q, full_q, h * D, q0, b);
     focus_wgmma::load_g_affinity_tile<kBlockM, KP, kProducers>(sGq, gsb, q0, T, tid);
     g_landed(full_q);
     // Tile i = nb - n_begin into stage i % 2 after the consumers released tile i - 2 there.
     for (int nb = n_begin; nb < n_end; ++nb) {
       const int i = nb - n_begin, st = i & 1;
-      const uint32_t parity = uint32_t((i >> 1) - 1) & 1u;
-      if (i >= 2) mbar_wait(empty_k + 8 * st, parity);
-      if (tid == 0) {
-        mbar_arrive_expect_tx(full_k + 8 * st, kKVBytes);
-#pragma unroll
-        for (int c = 0; c < D / 64; ++c) {
-          tma_load_3d(sK + st * kKVBytes + c * BN * 128, &tm_k, full_k + 8 * st, hk * D + 64 * c,
-                      nb * BN, b);
-        }
-      }
+      wait_empty(empty_k, i);
+      if (tid == 0) tma_tile<D, BN>(sK + st * kKVBytes, &tm_k, full_k + 8 * st, hk * D, nb * BN, b);
       focus_wgmma::load_g_affinity_tile<BN, KP, kProducers>(sGk + st * kGkBytes, gsb, nb * BN, T,
                                                             tid);
       g_landed(full_k + 8 * st);
       if (tid == 0) {
-        if (i >= 2) mbar_wait(empty_v + 8 * st, parity);
-        mbar_arrive_expect_tx(full_v + 8 * st, kKVBytes);
-#pragma unroll
-        for (int c = 0; c < D / 64; ++c) {
-          tma_load_3d(sV + st * kKVBytes + c * BN * 128, &tm_v, full_v + 8 * st, hk * D + 64 * c,
-                      nb * BN, b);
-        }
+        wait_empty(empty_v, i);
+        tma_tile<D, BN>(sV + st * kKVBytes, &tm_v, full_v + 8 * st, hk * D, nb * BN, b);
       }
     }
     return;
   }
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
-  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const int warp = (threadIdx.x % 128) / 32;
   const int g = lane >> 2, tig = lane & 3;
   const int wq0 = q0 + 64 * wg;
   const int row0 = wq0 + 16 * warp + g;
   const int w = p.gate.local_window;
   const bool fold = fold_e != 0.f;
-  const PingpongBarriers<kConsumers> bars{full_q, full_k, full_v, empty_k, empty_v, wg, lane};
 
   float o[D / 2];
 #pragma unroll
