@@ -234,6 +234,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<D>)
 //     warpgroup's MMAs. Warpgroup 1 arrives once first (warpgroup 0 starts); both take the same
 //     number of turns (no per-warpgroup skipping), and warpgroup 0 consumes warpgroup 1's last
 //     arrival at the end.
+// The barriers, the producer's copies and the compute loop are in wgmma_pingpong.cuh (shared with
+// the Focus soft forward, kernels/focus/focus_wgmma_fwd_pp.cu).
 // One block per SM, 384 threads: the register file is split between the SM's 4 schedulers, so a
 // 9th warp costs as much as a whole warpgroup (168 registers each at launch); the producer gives
 // registers back (setmaxnreg) to the consumers, which hold S, P and

@@ -4,10 +4,10 @@
 // calls here when focus_wgmma_supported() and the rest to the tiled kernel (focus_tiled.cuh).
 // g is split once per call (focus_wgmma_split_g) into an fp16 affinity operand and bf16 hi / lo
 // parts (focus_wgmma_layout.h).
-//   fwd (focus_wgmma_fwd.cu; at D 64 focus_wgmma_fwd_pp.cu): the dense wgmma forward's simple
-//     schedule (attention_wgmma.cu) at D 128, 128 queries per block in 2 warpgroups, K/V tiles by
-//     TMA; at D 64 a producer warpgroup and two compute warpgroups taking turns (FlashAttention-3's
-//     ping-pong), 128-key tiles; S = Q K^T and the affinity A =
+//   fwd (focus_wgmma_fwd_pp.cu; g split in focus_wgmma_fwd.cu): 128 queries per block, a producer
+//     warpgroup (TMA for Q, K, V; cp.async for the g tiles) and two compute warpgroups taking
+//     turns at the tensor cores (FlashAttention-3's ping-pong), 128-key tiles; S = Q K^T and the
+//     affinity A =
 //     G_q G_k^T (one fp16 wgmma on the fp16 operands: g to 11 bits; its accumulator is S's
 //     layout) in one group, the exponentials, exp(s - m) times (a + eps) on the distant pairs;
 //     O += P V on wgmma.
@@ -38,16 +38,18 @@ bool focus_wgmma_bwd_supported(const FocusAttentionParams<bf16>& p);
 void launch_focus_wgmma_fwd(const FocusAttentionParams<bf16>& p, Stream s);
 // dq, dk, dv written (=); dg (if not null) written (=).
 void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s);
-// The hard-routed forward (gate hard, groups [B, T, top_k], g unused) on the same kernel: the
+// The hard-routed forward (gate hard, groups [B, T, top_k], g unused) on the same tiles and
+// affinity product, in the dense forward's simple schedule (focus_wgmma_fwd.cu): the
 // affinity of the tokens' group indicators counts the groups a pair shares, and a distant pair
 // that shares none is masked before the softmax (focus_wgmma_layout.h, mask_acc_hard): o and lse
-// (natural log) written (=), the hard routing's rows exactly (up to float order), at the cost of
-// the soft forward, whatever top_k. K <= focus_wgmma::kHardFwdMaxGroups (one KP instantiation).
+// (natural log) written (=), the hard routing's rows exactly (up to float order), at a dense
+// forward's cost plus the affinity, whatever top_k. K <= focus_wgmma::kHardFwdMaxGroups (one KP
+// instantiation).
 bool focus_wgmma_hard_fwd_supported(const FocusAttentionParams<bf16>& p);
 void launch_focus_wgmma_hard_fwd(const FocusAttentionParams<bf16>& p, Stream s);
-// The additive gate's forward at D 64 on the producer and ping-pong schedule
-// (focus_wgmma_fwd_pp.cu), from split g (gs) with fold_e the folded eps's operand (0: unfolded):
-// launch_focus_wgmma_fwd's kernel there.
+// The additive gate's forward on the producer and ping-pong schedule (focus_wgmma_fwd_pp.cu),
+// from split g (gs) with fold_e the folded eps's operand (0: unfolded): launch_focus_wgmma_fwd's
+// kernel.
 void launch_focus_wgmma_fwd_pp(const FocusAttentionParams<bf16>& p, const bf16* gs, int KP,
                                float fold_e, Stream s);
 // g [B, T, K] fp32 into gs [B, T, 3 KP] 16-bit (the fp16 affinity operands, the bf16 hi parts,

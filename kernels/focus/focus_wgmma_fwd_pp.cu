@@ -1,8 +1,7 @@
 // The wgmma Focus soft forward on the producer and ping-pong schedule (FlashAttention-3's, as
-// the dense forward's at D = 128: kernels/attention/attention_wgmma.cu, whose comments describe
-// the barriers), additive gate, head dim 64: o and lse (natural log) written (=). The simple
-// schedule's forward (focus_wgmma_fwd.cu) keeps 64-key tiles at D 64 so that two blocks fit an
-// SM; here one block of three warpgroups takes 128-key tiles:
+// the dense forward's at D = 128; the barriers, the producer's copies and the compute loop are
+// shared with it: kernels/attention/wgmma_pingpong.cuh), additive gate, head dim 64 and 128: o
+// and lse (natural log) written (=). One block of three warpgroups per SM, 128-key tiles:
 //   - warpgroup 2, the producer (40 registers by setmaxnreg): its first thread copies Q, K and V
 //     by TMA; all 128 threads copy the g tiles (the fp16 affinity columns of the block's queries,
 //     once, and of each key tile, double-buffered with K) by cp.async, wait for their own copies,
@@ -13,11 +12,11 @@
 //   - warpgroups 0 and 1 (232 registers) compute: per key tile S = Q K^T with the affinity
 //     A = G_q G_k^T (one wgmma group, focus_wgmma_fwd_steps.cuh) issued together with O += P V of
 //     the previous tile; the mask, softmax and gate of this tile run while the tensor cores finish
-//     that P V; then O is rescaled. Named barriers 1 and 2 make the two warpgroups take turns at
-//     the tensor cores, so one's softmax and gate hide behind the other's MMAs. A consumer warp
-//     releases a stage's K and key g tile after its S, V after its P V ("empty" mbarriers, one
-//     arrival per consumer warp).
-// Registers: S, A (64 each), O (32) and the previous tile's P (32) live at once.
+//     that P V; then O is rescaled. The two warpgroups take turns at the tensor cores, so one's
+//     softmax and gate hide behind the other's MMAs. A consumer warp releases a stage's K and key
+//     g tile after its S (and, at D 128, the second half's affinity), V after its P V.
+// Registers: S (64), the affinity (64 at D 64; 32 at D 128, issued in two 64-key halves since O
+// is 64 registers there), O and the previous tile's P (32) live at once.
 #include <cuda_bf16.h>
 
 #include "kernels/attention/visibility.h"

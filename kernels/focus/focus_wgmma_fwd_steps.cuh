@@ -26,6 +26,18 @@ constexpr int kFwdBlockM = 128;  // queries per block (2 consumer warpgroups of 
 // condition made ptxas inject warpgroup arrivals (C7519), and it costs one or two k-steps against
 // S's D / 16. AN < BN (the ping-pong forward at D 128, for registers): the other keys' affinity
 // by issue_affinity later.
+// The affinity's k-steps alone (no fence, no commit): AN keys from row gk_rows of the keys' g
+// tile against the warpgroup's query rows gq_rows.
+template <int KP, int AN>
+__device__ __forceinline__ void affinity_steps(float (&a)[AN / 2], uint32_t gq_rows,
+                                               uint32_t gk_rows) {
+  const uint64_t ga = smem_desc(gq_rows, 16, 1024), gb = smem_desc(gk_rows, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < affinity_ksteps(KP); ++kk) {
+    wgmma_ss<AN, 0, 0, true>(a, desc_add(ga, kk * 32u), desc_add(gb, kk * 32u), kk > 0);
+  }
+}
+
 template <int D, int KP, int BN, int AN = BN>
 __device__ __forceinline__ void issue_s_affinity(float (&s)[BN / 2], float (&a)[AN / 2],
                                                  uint32_t q_rows, uint32_t k_tile, uint32_t gq_rows,
@@ -34,11 +46,7 @@ __device__ __forceinline__ void issue_s_affinity(float (&s)[BN / 2], float (&a)[
   fence_regs(a);
   wgmma_fence();
   issue_abt_steps<D, kFwdBlockM, BN>(s, q_rows, k_tile);
-  const uint64_t ga = smem_desc(gq_rows, 16, 1024), gb = smem_desc(gk_tile, 16, 1024);
-#pragma unroll
-  for (int kk = 0; kk < affinity_ksteps(KP); ++kk) {
-    wgmma_ss<AN, 0, 0, true>(a, desc_add(ga, kk * 32u), desc_add(gb, kk * 32u), kk > 0);
-  }
+  affinity_steps<KP, AN>(a, gq_rows, gk_tile);
   wgmma_commit();
 }
 
@@ -48,11 +56,7 @@ __device__ __forceinline__ void issue_affinity(float (&a)[AN / 2], uint32_t gq_r
                                                uint32_t gk_rows) {
   fence_regs(a);
   wgmma_fence();
-  const uint64_t ga = smem_desc(gq_rows, 16, 1024), gb = smem_desc(gk_rows, 16, 1024);
-#pragma unroll
-  for (int kk = 0; kk < affinity_ksteps(KP); ++kk) {
-    wgmma_ss<AN, 0, 0, true>(a, desc_add(ga, kk * 32u), desc_add(gb, kk * 32u), kk > 0);
-  }
+  affinity_steps<KP, AN>(a, gq_rows, gk_rows);
   wgmma_commit();
 }
 
