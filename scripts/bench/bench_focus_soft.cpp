@@ -1,7 +1,9 @@
 // Soft-gated Focus attention benchmark: the additive gate (local_window 128, K = 8 groups) forward
 // and forward+backward against our dense causal attention in the same run, through the ops the
 // model calls (ops::focus_attention_fwd / _bwd and ops::attention_fwd / _bwd). bf16, batch 1, 12
-// heads x 64 and 8 heads x 128, T = 1K, 4K, 16K, 64K. The Focus backward computes dg (the
+// heads x 64 and 8 heads x 128, T = 1K, 4K, 16K, 64K, 256K, 1M (from 256K on only dense and the
+// wgmma kernel, with and without dg, one warm-up and 3 runs, 1 at 1M: the tiled kernel and dense's
+// mma.sync kernels would take minutes there). The Focus backward computes dg (the
 // assignment gradient) as in training. Two Focus kernels, chosen by ops::FocusSoftKernel: "tiled"
 // (mma.sync, focus_tiled.cuh, every gate) and, for the additive gate where the build and device
 // have it (sm_90a), "wgmma" (focus_wgmma.cuh, automatic's choice there; "nan" elsewhere). Ratios
@@ -121,7 +123,7 @@ int main(int argc, char** argv) {
               "tiled f+b", "ratio", "wgmma f+b", "ratio", "mma f+b", "vs mma", "no dg", "ratio");
   auto ctx = ExecContext::make_cuda(0);
   for (int D : {64, 128}) {
-    for (int T : {1024, 4096, 16384, 65536}) {
+    for (int T : {1024, 4096, 16384, 65536, 262144, 1048576}) {
       if (only_D != 0 && (D != only_D || T != only_T)) continue;
       const int H = D == 64 ? 12 : 8, B = 1;
       const QKVLayout l{H, H, D};
@@ -141,7 +143,8 @@ int main(int argc, char** argv) {
       const Tensor tg(g.data(), DType::f32, Device::cuda, Shape{B, T, K});
       const Tensor tdg(dg.data(), DType::f32, Device::cuda, Shape{B, T, K});
       const Tensor tgr(groups.data(), DType::i32, Device::cuda, Shape{B, T, 2});
-      const int reps = T >= 16384 ? 5 : 10;
+      const bool long_T = T >= 262144;  // dense and wgmma only, few runs
+      const int reps = T >= 1048576 ? 1 : long_T ? 3 : T >= 16384 ? 5 : 10, warm = long_T ? 1 : 3;
       auto dense_fwd = [&] { ops::attention_fwd(*ctx, to, tl, tq, l); };
       auto dense_bwd = [&] { ops::attention_bwd(*ctx, tdq, tdo, tq, to, tl, l); };
       using ops::FocusSoftKernel;
@@ -152,18 +155,18 @@ int main(int argc, char** argv) {
         ops::focus_attention_bwd(*ctx, tdq, with_dg ? tdg : Tensor(), tdo, tq, to, tl, l, tg, tgr,
                                  gate, k);
       };
-      const double df = median_ms(dense_fwd, reps);
-      const double dfb = median_ms([&] { dense_fwd(), dense_bwd(); }, reps);
+      auto time = [&](auto&& f) { return median_ms(f, reps, nullptr, warm); };
+      const double df = time(dense_fwd);
+      const double dfb = time([&] { dense_fwd(), dense_bwd(); });
       const FocusSoftKernel tiled = FocusSoftKernel::tiled, wgmma = FocusSoftKernel::wgmma;
-      const double ff = median_ms([&] { focus_fwd(tiled); }, reps);
-      const double ffb = median_ms([&] { focus_fwd(tiled), focus_bwd(tiled); }, reps);
+      const double ff = long_T ? NAN : time([&] { focus_fwd(tiled); });
+      const double ffb = long_T ? NAN : time([&] { focus_fwd(tiled), focus_bwd(tiled); });
       const bool has_wgmma =
           gate.kind != FocusGateKind::multiplicative && ops::focus_soft_wgmma_available(D, K);
-      const double wf = has_wgmma ? median_ms([&] { focus_fwd(wgmma); }, reps) : NAN;
-      const double wfb =
-          has_wgmma ? median_ms([&] { focus_fwd(wgmma), focus_bwd(wgmma); }, reps) : NAN;
+      const double wf = has_wgmma ? time([&] { focus_fwd(wgmma); }) : NAN;
+      const double wfb = has_wgmma ? time([&] { focus_fwd(wgmma), focus_bwd(wgmma); }) : NAN;
       const double wfb_nodg =
-          has_wgmma ? median_ms([&] { focus_fwd(wgmma), focus_bwd(wgmma, false); }, reps) : NAN;
+          has_wgmma ? time([&] { focus_fwd(wgmma), focus_bwd(wgmma, false); }) : NAN;
       AttentionParams<bf16> ap;  // dense on its mma.sync kernels
       auto* q = static_cast<bf16*>(qkv.data());
       auto* dq = static_cast<bf16*>(dqkv.data());
@@ -176,12 +179,10 @@ int main(int argc, char** argv) {
       ap.B = B, ap.seq_len = T, ap.n_head = H, ap.n_kv_head = H, ap.D = D;
       ap.scale = 1.f / std::sqrt(float(D));
       ap.use_wgmma = false;
-      const double mfb = median_ms(
-          [&] {
-            launch_attention_fwd<bf16>(ap, ctx->stream);
-            launch_attention_bwd<bf16>(ap, ctx->stream);
-          },
-          reps);
+      const double mfb = long_T ? NAN : time([&] {
+        launch_attention_fwd<bf16>(ap, ctx->stream);
+        launch_attention_bwd<bf16>(ap, ctx->stream);
+      });
       CUDA_CHECK(cudaDeviceSynchronize());
       std::printf(
           "%4d %6d %3d %10.3f %10.3f %6.2f %10.3f %6.2f %10.3f %10.3f %6.2f %10.3f %6.2f "
