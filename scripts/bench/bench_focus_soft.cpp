@@ -16,13 +16,16 @@
 // (route_training: hard) every forward is the hard-routed kernel (focus_hard_ops.h), so "tiled
 // f+b" is it plus the tiled backward and "wgmma f+b" it plus the wgmma kernel's hard-gate
 // backward (the straight-through dg in its loop), what training with hard routing runs on sm_90a.
-// Usage: bench_focus_soft [csv_out] [--gate=additive|multiplicative|hard] [--shape=D:T]
+// Usage: bench_focus_soft [csv_out] [--gate=additive|multiplicative|hard] [--shape=D:T] (D 64 or
+// 128, T one of the lengths above; anything else is an error)
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -62,13 +65,12 @@ void upload_assignment(const Buffer& g, const Buffer& groups, int64_t tokens, in
   CUDA_CHECK(cudaMemcpy(groups.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
 }
 
+// The sequence lengths timed (--shape picks one).
+constexpr int kTs[] = {1024, 4096, 16384, 65536, 262144, 1048576};
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (!cuda_available()) {
-    std::printf("bench_focus_soft: no CUDA device\n");
-    return 0;
-  }
   const char* csv_path = nullptr;
   FocusGateParams gate;
   gate.kind = FocusGateKind::additive;
@@ -90,9 +92,12 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (std::strncmp(argv[i], "--shape=", 8) == 0) {
-      if (std::sscanf(argv[i] + 8, "%d:%d", &only_D, &only_T) != 2 ||
-          (only_D != 64 && only_D != 128)) {
-        std::fprintf(stderr, "bench_focus_soft: --shape=D:T needs D 64 or 128 (got %s)\n",
+      const bool parsed = std::sscanf(argv[i] + 8, "%d:%d", &only_D, &only_T) == 2;
+      if (!parsed || (only_D != 64 && only_D != 128) ||
+          std::find(std::begin(kTs), std::end(kTs), only_T) == std::end(kTs)) {
+        std::fprintf(stderr,
+                     "bench_focus_soft: --shape=D:T needs D 64 or 128 and T one of 1024, 4096, "
+                     "16384, 65536, 262144, 1048576 (got %s)\n",
                      argv[i] + 8);
         return 2;
       }
@@ -103,6 +108,10 @@ int main(int argc, char** argv) {
                    argv[i]);
       return 2;
     }
+  }
+  if (!cuda_available()) {
+    std::printf("bench_focus_soft: no CUDA device\n");
+    return 0;
   }
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
   if (csv) {
@@ -123,7 +132,7 @@ int main(int argc, char** argv) {
               "tiled f+b", "ratio", "wgmma f+b", "ratio", "mma f+b", "vs mma", "no dg", "ratio");
   auto ctx = ExecContext::make_cuda(0);
   for (int D : {64, 128}) {
-    for (int T : {1024, 4096, 16384, 65536, 262144, 1048576}) {
+    for (int T : kTs) {
       if (only_D != 0 && (D != only_D || T != only_T)) continue;
       const int H = D == 64 ? 12 : 8, B = 1;
       const QKVLayout l{H, H, D};
