@@ -1,7 +1,11 @@
 // CUDA kernels of kernels/focus/focus_assign.cuh (softmax assignment, top-k routing) and
-// focus_scores.cuh: one thread per token row (or per centroid element for dcentroids). The
-// Sinkhorn kernels are in focus_sinkhorn.cu. Nothing T-sized in shared memory.
+// focus_scores.cuh: one thread per token row (dcentroids: tiles of rows in shared memory, below).
+// The Sinkhorn kernels are in focus_sinkhorn.cu. Nothing T-sized in shared memory.
+#include <algorithm>
+
 #include "kernels/common/device.cuh"
+#include "kernels/common/pdl_launch.h"
+#include "kernels/common/stream_scratch.h"
 #include "kernels/focus/focus_assign.cuh"
 #include "kernels/focus/focus_scores.cuh"
 
@@ -53,6 +57,8 @@ __global__ void topk_route_kernel(TopkRouteParams p) {
 }
 
 // ---- scores -------------------------------------------------------------------------------------
+// One thread per token row; the centroids, normalised once per block, in shared memory (K d_g <=
+// 1024, checked by the host op). Each row's norm is taken once, its dot products in double.
 constexpr double kNormEps2 = 1e-12;
 
 template <typename T>
@@ -62,55 +68,100 @@ __device__ double row_norm(const T* x, int d) {
   return sqrt(s);
 }
 
+// c_hat[k d + e] = c[k, e] / |c_k| for the block (then a barrier).
+template <typename T>
+__device__ void load_unit_centroids(float* c_hat, const FocusScoresParams<T>& p) {
+  const int d = p.d_g;
+  for (int ke = threadIdx.x; ke < p.K * d; ke += blockDim.x) {
+    const int k = ke / d;
+    c_hat[ke] = float(dev::to_f(p.centroids[ke]) / row_norm(p.centroids + int64_t(k) * d, d));
+  }
+  __syncthreads();
+}
+
+// (c_hat_k . z_i) in double.
+template <typename T>
+__device__ double dot_centroid(const float* c_hat_k, const T* z, int d) {
+  double s = 0.0;
+  for (int e = 0; e < d; ++e) s += double(c_hat_k[e]) * dev::to_f(z[e]);
+  return s;
+}
+
 template <typename T>
 __global__ void focus_scores_fwd_kernel(FocusScoresParams<T> p) {
+  extern __shared__ float c_hat[];  // [K][d_g]
+  load_unit_centroids(c_hat, p);
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= p.N) return;
   const int d = p.d_g;
   const T* z = p.z + i * d;
-  const double zn = row_norm(z, d);
-  for (int k = 0; k < p.K; ++k) {
-    const T* c = p.centroids + int64_t(k) * d;
-    double s = 0.0;
-    for (int e = 0; e < d; ++e) s += double(dev::to_f(z[e])) * dev::to_f(c[e]);
-    p.scores[i * p.K + k] = float(s / (zn * row_norm(c, d)) / p.tau);
-  }
+  const double scale = 1.0 / (row_norm(z, d) * p.tau);
+  for (int k = 0; k < p.K; ++k)
+    p.scores[i * p.K + k] = float(dot_centroid(c_hat + k * d, z, d) * scale);
 }
 
+// dz = (du - z_hat (du . z_hat)) / |z| with du = sum_k dscores_k / tau c_hat_k, where
+// du . z_hat = sum_k dscores_k / tau (c_hat_k . z) / |z|: no du array.
 template <typename T>
 __global__ void focus_scores_dz_kernel(FocusScoresParams<T> p) {
+  extern __shared__ float c_hat[];  // [K][d_g]
+  load_unit_centroids(c_hat, p);
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= p.N) return;
-  const int d = p.d_g;
+  const int d = p.d_g, K = p.K;
   const T* z = p.z + i * d;
-  const double zn = row_norm(z, d);
-  double du[64];  // d_g <= 64 (checked by the host op)
-  for (int e = 0; e < d; ++e) du[e] = 0.0;
-  for (int k = 0; k < p.K; ++k) {
-    const T* c = p.centroids + int64_t(k) * d;
-    const double cn = row_norm(c, d), ds = double(p.dscores[i * p.K + k]) / p.tau;
-    for (int e = 0; e < d; ++e) du[e] += ds * dev::to_f(c[e]) / cn;
-  }
+  const float* ds = p.dscores + i * K;
+  const double zn = row_norm(z, d), inv_tau = 1.0 / p.tau;
   double dot = 0.0;
-  for (int e = 0; e < d; ++e) dot += du[e] * dev::to_f(z[e]) / zn;
-  for (int e = 0; e < d; ++e)
-    p.dz[i * d + e] = dev::from_f<T>(float((du[e] - dev::to_f(z[e]) / zn * dot) / zn));
+  for (int k = 0; k < K; ++k) dot += double(ds[k]) * dot_centroid(c_hat + k * d, z, d);
+  dot *= inv_tau / zn;
+  for (int e = 0; e < d; ++e) {
+    double du = 0.0;
+    for (int k = 0; k < K; ++k) du += double(ds[k]) * c_hat[k * d + e];
+    du *= inv_tau;
+    p.dz[i * d + e] = dev::from_f<T>(float((du - dev::to_f(z[e]) / zn * dot) / zn));
+  }
 }
 
-// dcu[k, e] = sum_i dscores[i, k] / tau * z_hat[i, e]: block x handles a chunk of rows, thread
-// (k, e) its sum; one atomic per thread and chunk into fp32 scratch.
+// dcu[k, e] = sum_i dscores[i, k] / tau * z_hat[i, e]. A grid-stride loop over tiles of `rows`
+// token rows: the tile's z_hat and dscores / tau staged in shared memory (one row per thread),
+// then thread j of the block adds the tile's sum for the pairs ke = j, j + blockDim.x, .. (at most
+// kMaxPairsPerThread) in double; one fp32 atomic per pair and block at the end.
+constexpr int kMaxPairsPerThread = 4;  // K d_g <= 1024 = kMaxPairsPerThread kThreads
+
 template <typename T>
-__global__ void focus_scores_dcu_kernel(FocusScoresParams<T> p, float* dcu, int64_t chunk) {
-  const int ke = threadIdx.x, d = p.d_g;
-  if (ke >= p.K * d) return;
-  const int k = ke / d, e = ke % d;
-  const int64_t i0 = int64_t(blockIdx.x) * chunk, i1 = min(p.N, i0 + chunk);
-  double s = 0.0;
-  for (int64_t i = i0; i < i1; ++i) {
-    const T* z = p.z + i * d;
-    s += double(p.dscores[i * p.K + k]) / p.tau * dev::to_f(z[e]) / row_norm(z, d);
+__global__ void focus_scores_dcu_kernel(FocusScoresParams<T> p, float* dcu, int rows) {
+  extern __shared__ float tile[];  // z_hat [rows][d_g], then dscores / tau [rows][K]
+  const int d = p.d_g, K = p.K, kd = K * d;
+  float* zh = tile;
+  float* dsr = tile + rows * d;
+  double acc[kMaxPairsPerThread] = {};
+  for (int64_t r0 = int64_t(blockIdx.x) * rows; r0 < p.N; r0 += int64_t(gridDim.x) * rows) {
+    __syncthreads();  // the previous tile is read
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+      const int64_t i = r0 + r;
+      const bool ok = i < p.N;
+      const T* z = p.z + (ok ? i : 0) * d;
+      const double inv = ok ? 1.0 / row_norm(z, d) : 0.0;
+      for (int e = 0; e < d; ++e) zh[r * d + e] = float(dev::to_f(z[e]) * inv);
+      for (int k = 0; k < K; ++k) dsr[r * K + k] = ok ? p.dscores[i * K + k] / p.tau : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kMaxPairsPerThread; ++j) {
+      const int ke = threadIdx.x + j * blockDim.x;
+      if (ke >= kd) break;
+      const int k = ke / d, e = ke - k * d;
+      double s = 0.0;
+      for (int r = 0; r < rows; ++r) s += double(dsr[r * K + k]) * zh[r * d + e];
+      acc[j] += s;
+    }
   }
-  atomicAdd(dcu + ke, float(s));
+#pragma unroll
+  for (int j = 0; j < kMaxPairsPerThread; ++j) {
+    const int ke = threadIdx.x + j * blockDim.x;
+    if (ke < kd) atomicAdd(dcu + ke, float(acc[j]));
+  }
 }
 
 template <typename T>
@@ -152,22 +203,29 @@ void launch_topk_route(const TopkRouteParams& p, Stream s) {
 template <typename T>
 void launch_focus_scores_fwd(const FocusScoresParams<T>& p, Stream s) {
   if (p.N == 0) return;
-  focus_scores_fwd_kernel<T><<<blocks_of(p.N), kThreads, 0, st(s)>>>(p);
+  const size_t c_bytes = size_t(p.K) * p.d_g * sizeof(float);
+  focus_scores_fwd_kernel<T><<<blocks_of(p.N), kThreads, c_bytes, st(s)>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 void launch_focus_scores_bwd(const FocusScoresParams<T>& p, Stream s) {
   if (p.N == 0) return;
-  focus_scores_dz_kernel<T><<<blocks_of(p.N), kThreads, 0, st(s)>>>(p);
+  const int kd = p.K * p.d_g;
+  ATTN_ASSERT(kd <= kMaxPairsPerThread * kThreads);
+  focus_scores_dz_kernel<T><<<blocks_of(p.N), kThreads, size_t(kd) * sizeof(float), st(s)>>>(p);
   CUDA_CHECK_LAUNCH();
   if (!p.dcentroids) return;
-  const int kd = p.K * p.d_g;
   StreamScratch dcu(size_t(kd) * sizeof(float), s);
   CUDA_CHECK(cudaMemsetAsync(dcu.as<float>(), 0, size_t(kd) * sizeof(float), st(s)));
-  const int64_t chunk = 256;
+  // Tiles of up to kThreads rows within 48 KiB of shared memory (d_g + K <= 1088 floats a row);
+  // at most 2 blocks per SM, so each pair takes a few hundred atomics at most.
+  const int rows =
+      std::max(1, std::min(kThreads, int(48 * 1024 / ((p.d_g + p.K) * sizeof(float)))));
+  const int64_t blocks = std::min<int64_t>(div_up(p.N, rows), 2 * current_sm_count());
   focus_scores_dcu_kernel<T>
-      <<<div_up(p.N, chunk), div_up(kd, 32) * 32, 0, st(s)>>>(p, dcu.as<float>(), chunk);
+      <<<unsigned(blocks), kThreads, size_t(rows) * (p.d_g + p.K) * sizeof(float), st(s)>>>(
+          p, dcu.as<float>(), rows);
   CUDA_CHECK_LAUNCH();
   focus_scores_dc_kernel<T><<<1, div_up(p.K, 32) * 32, 0, st(s)>>>(p, dcu.as<float>());
   CUDA_CHECK_LAUNCH();

@@ -70,28 +70,42 @@ TEST(FocusCuda, SoftmaxTopkAndScoresMatchTheReference) {
   CUDA_CHECK(cudaMemcpy(back.data(), dgr.ptr(), back.size() * 4, cudaMemcpyDeviceToHost));
   EXPECT_EQ(back, groups);
 
-  auto scores = [&]<typename T>() {
-    std::vector<float> z = test::to_precision<T>(test::random_vector(N * d, 3));
-    std::vector<float> c = test::to_precision<T>(test::random_vector(K * d, 4));
-    std::vector<float> w = test::random_vector(N * K, 5), s(N * K), dz(N * d), dc(K * d, 0.f);
-    ops::focus_scores_fwd(*cpu, cpu_tensor(s, {N, K}), cpu_tensor(z, {N, d}), cpu_tensor(c, {K, d}),
+  // Scores at the unit test's size, at a training size (many tiles and blocks of the dcentroids
+  // kernel, its grid-stride loop and a partial last tile), odd K and d_g, and K d_g = 1024 (the
+  // largest the CUDA op takes); dcentroids starts from random values (its += contract).
+  struct Case {
+    int N, K, d;
+  };
+  auto scores = [&]<typename T>(Case cs) {
+    SCOPED_TRACE(testing::Message() << "N " << cs.N << " K " << cs.K << " d_g " << cs.d);
+    const int n = cs.N, k = cs.K, d = cs.d;
+    std::vector<float> z = test::to_precision<T>(test::random_vector(size_t(n) * d, 3));
+    std::vector<float> c = test::to_precision<T>(test::random_vector(size_t(k) * d, 4));
+    std::vector<float> dc0 = test::to_precision<T>(test::random_vector(size_t(k) * d, 6));
+    std::vector<float> w = test::random_vector(size_t(n) * k, 5), s(size_t(n) * k),
+                       dz(size_t(n) * d), dc = dc0;
+    ops::focus_scores_fwd(*cpu, cpu_tensor(s, {n, k}), cpu_tensor(z, {n, d}), cpu_tensor(c, {k, d}),
                           0.1f);
-    ops::focus_scores_bwd(*cpu, cpu_tensor(dz, {N, d}), cpu_tensor(dc, {K, d}),
-                          cpu_tensor(w, {N, K}), cpu_tensor(z, {N, d}), cpu_tensor(c, {K, d}),
+    ops::focus_scores_bwd(*cpu, cpu_tensor(dz, {n, d}), cpu_tensor(dc, {k, d}),
+                          cpu_tensor(w, {n, k}), cpu_tensor(z, {n, d}), cpu_tensor(c, {k, d}),
                           0.1f);
-    DeviceArray<T> gz(z), gc(c), gdz(N * d), gdc(std::vector<float>(K * d, 0.f));
-    DeviceArray<float> gs(N * K), gw(w);
-    ops::focus_scores_fwd(*gpu, dev_tensor(gs, {N, K}), dev_tensor(gz, {N, d}),
-                          dev_tensor(gc, {K, d}), 0.1f);
-    ops::focus_scores_bwd(*gpu, dev_tensor(gdz, {N, d}), dev_tensor(gdc, {K, d}),
-                          dev_tensor(gw, {N, K}), dev_tensor(gz, {N, d}), dev_tensor(gc, {K, d}),
+    DeviceArray<T> gz(z), gc(c), gdz(size_t(n) * d), gdc(dc0);
+    DeviceArray<float> gs(size_t(n) * k), gw(w);
+    gs.poison();
+    gdz.poison();
+    ops::focus_scores_fwd(*gpu, dev_tensor(gs, {n, k}), dev_tensor(gz, {n, d}),
+                          dev_tensor(gc, {k, d}), 0.1f);
+    ops::focus_scores_bwd(*gpu, dev_tensor(gdz, {n, d}), dev_tensor(gdc, {k, d}),
+                          dev_tensor(gw, {n, k}), dev_tensor(gz, {n, d}), dev_tensor(gc, {k, d}),
                           0.1f);
     EXPECT_LT(test::report("focus scores", test::max_rel_error(gs.download(), s)), 1e-5);
     EXPECT_LT(test::report("focus dz", test::max_rel_error(gdz.download(), dz)), tol<T>());
     EXPECT_LT(test::report("focus dcentroids", test::max_rel_error(gdc.download(), dc)), tol<T>());
   };
-  scores.template operator()<float>();
-  scores.template operator()<bf16>();
+  for (Case cs : {Case{N, K, d}, Case{70001, 8, 16}, Case{1000, 3, 5}, Case{777, 16, 64}}) {
+    scores.template operator()<float>(cs);
+    scores.template operator()<bf16>(cs);
+  }
 }
 
 // Forward and backward of every gate, GQA, odd length, unbalanced groups; decode rows.
