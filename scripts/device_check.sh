@@ -11,8 +11,8 @@
 # beside this one from the start, then scripts/ab_step_check.sh compares step time, attention time
 # and generation of the two builds in this call).
 # VARIANTS=1 also runs the Focus and SFA benchmarks (bench_focus_soft, bench_focus_hard at 12 x 64
-# and 8 x 128, bench_focus_decode, bench_focus_assign, bench_sfa; docs/performance_variants.md has
-# the full sweeps) and prints their tables; HARD_T and SFA_T set their lengths (defaults
+# and 8 x 128, bench_focus_decode, bench_focus_assign (B 1, and B 64 at T 1K), bench_sfa;
+# docs/performance_variants.md has the full sweeps) and prints their tables; HARD_T and SFA_T set their lengths (defaults
 # 1024,4096,16384,65536 and 4096,16384); VARIANTS_PEERS=1 adds focus_peer.py --quick and
 # sfa_peer.py --quick.
 # Logs and CSVs go to $OUT (the device tool's folder) or /tmp/attnlab_device.
@@ -102,6 +102,9 @@ if [ "${VARIANTS:-0}" = 1 ]; then
   timeout 60 "$BUILD/bench_focus_decode" --csv="$LOGS/focus_decode.csv" >"$LOGS/bench_focus_decode.log" 2>&1
   timeout 60 "$BUILD/bench_focus_assign" --csv="$LOGS/focus_assign.csv" --max-t=65536 \
     >"$LOGS/bench_focus_assign.log" 2>&1
+  # ... and at GPT-2 124M's training shape (B 64 x 1024), where the routing costs the most.
+  timeout 60 "$BUILD/bench_focus_assign" --csv="$LOGS/focus_assign_b64.csv" --B=64 --max-t=1024 \
+    >>"$LOGS/bench_focus_assign.log" 2>&1
   timeout 150 "$BUILD/bench_sfa" --csv="$LOGS/sfa.csv" --T="${SFA_T:-4096,16384}" >"$LOGS/bench_sfa.log" 2>&1
   if [ "${VARIANTS_PEERS:-0}" = 1 ]; then
     timeout 150 env PYTHONUNBUFFERED=1 python3 scripts/bench/focus_peer.py --quick \
