@@ -12,9 +12,9 @@
 # and generation of the two builds in this call).
 # VARIANTS=1 also runs the Focus and SFA benchmarks (bench_focus_soft, bench_focus_hard at 12 x 64
 # and 8 x 128, bench_focus_decode, bench_focus_assign (B 1, and B 64 at T 1K), bench_sfa;
-# docs/performance_variants.md has the full sweeps) and prints their tables; HARD_T and SFA_T set their lengths (defaults
-# 1024,4096,16384,65536 and 4096,16384); VARIANTS_PEERS=1 adds focus_peer.py --quick and
-# sfa_peer.py --quick.
+# docs/performance_variants.md has the full sweeps) and prints their tables; HARD_T and SFA_T set
+# their lengths (defaults 1024,4096,16384,65536 and 4096,16384); VARIANTS_PEERS=1 adds
+# focus_peer.py --quick and sfa_peer.py --quick.
 # Logs and CSVs go to $OUT (the device tool's folder) or /tmp/attnlab_device.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
