@@ -116,6 +116,12 @@ void FocusConfig::validate() const {
   require_min("attention.focus.d_g", d_g, 1);
   require_min("attention.focus.local_window", local_window, 0);
   require_range("attention.focus.tau", tau, 0, true, kInf, false);
+  // The scores are cosines / tau in float: every difference of two (up to 2 / tau) must be finite,
+  // or the Sinkhorn's log-domain steps meet inf - inf.
+  if (!std::isfinite(2.0f / float(tau)))
+    fail_key("attention.focus.tau",
+             strformat("attention.focus.tau must be >= %g (2 / tau is used as a float), got %g",
+                       2.0 / double(std::numeric_limits<float>::max()), tau));
   require_min("attention.focus.iterations", iterations, 1);
   require_min("attention.focus.top_k", top_k, 1);
   if (top_k > groups)

@@ -182,4 +182,11 @@ std::string EvalModel::attention_metrics(std::map<std::string, double>& out) con
   return model_->config().n_layer > 0 ? model_->attention(0).summarize(out) : "";
 }
 
+std::vector<std::string> EvalModel::attention_warnings() const {
+  std::vector<std::string> out;
+  for (int l = 0; l < model_->config().n_layer; ++l)
+    if (std::string w = model_->attention(l).health_warning(); !w.empty()) out.push_back(w);
+  return out;
+}
+
 }  // namespace attnlab

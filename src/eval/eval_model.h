@@ -55,9 +55,11 @@ class EvalModel {
   // model's batch() and max_len(). probe: the synthetic retrieval metrics too (or null).
   ValidationResult validate(DataLoader& loader, int batches, const SyntheticProbe* probe = nullptr);
 
-  // The attention variant's metrics of the last forward (every layer) and their one-line summary
-  // (AttentionModule::summarize; "" for dense).
+  // The attention variant's telemetry of the last validate() (every layer, every scored token)
+  // and its one-line summary (AttentionModule::summarize; "" for dense).
   std::string attention_metrics(std::map<std::string, double>& out) const;
+  // The layers' health warnings about that telemetry (AttentionModule::health_warning).
+  std::vector<std::string> attention_warnings() const;
   // How the attention variant evaluates (AttentionModule::eval_mode) and its caveat (eval_caveat),
   // "" for dense.
   std::string attention_eval_mode() const;

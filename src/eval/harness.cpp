@@ -257,10 +257,14 @@ EvalReport run_evaluation(const EvalOptions& o) {
     const std::string count = strformat("%lld tokens, %lld/%lld windows", (long long)v.tokens,
                                         (long long)v.windows, (long long)val->num_windows());
     // The one-line summary of the older `attnlab eval` (scripts grep it), then the table rows.
-    // The variant's telemetry of the last validation batch (Focus: group balance per layer).
+    // The variant's telemetry of the scored tokens (Focus: group balance per layer).
     std::map<std::string, double> metrics;
     std::string summary = model.attention_metrics(metrics);
     if (!metrics.empty()) j["validation"]["attention"] = metrics;
+    for (const std::string& w : model.attention_warnings()) {
+      j["validation"]["warnings"].push_back(w);
+      rep.table += "warning: " + w + "\n";
+    }
     if (!summary.empty()) summary = " | " + summary;
     if (!eval_mode.empty()) summary = " | " + eval_mode + summary;
     if (v.synthetic) {

@@ -29,7 +29,8 @@ void logits_argmax(const Tensor& logits, int vocab, std::vector<float>& host,
 
 ValidationResult score_validation(GPT& model, const ExecContext& ctx, const ParameterStore& store,
                                   DataLoader& loader, int batches, const Tensor& tokens_dev,
-                                  const Tensor& targets_dev, const SyntheticProbe* probe) {
+                                  const Tensor& targets_dev, const SyntheticProbe* probe,
+                                  bool telemetry) {
   const DataLoaderOptions& o = loader.options();
   const int B = o.batch_size, T = o.seq_len, W = o.world_size;
   ATTN_REQUIRE(tokens_dev.numel() == int64_t(B) * T && targets_dev.numel() == int64_t(B) * T,
@@ -50,14 +51,17 @@ ValidationResult score_validation(GPT& model, const ExecContext& ctx, const Para
   std::vector<bf16> logits_bf16;
   std::vector<int32_t> argmax;
   if (probe) out.synthetic.emplace();
+  std::vector<uint8_t> scored(static_cast<size_t>(B));
   loader.reset();
   model.take_loss(ctx);  // start from zero totals
+  if (telemetry) model.reset_attention_telemetry();
   for (int64_t i = 0; i < n_batches; ++i) {
     loader.next(in.data(), tg.data());
     for (int b = 0; b < B; ++b) {
       // Row b of this rank is stream entry i * B * W + b * W + rank (data/loader.h); rows past
       // the end of the set wrapped into the next epoch: they are not scored.
-      if (i * per_batch + int64_t(b) * W + o.rank < entries) {
+      scored[size_t(b)] = i * per_batch + int64_t(b) * W + o.rank < entries;
+      if (scored[size_t(b)]) {
         ++out.windows;
       } else {
         std::fill(tg.begin() + ptrdiff_t(b) * T, tg.begin() + ptrdiff_t(b + 1) * T,
@@ -67,6 +71,7 @@ ValidationResult score_validation(GPT& model, const ExecContext& ctx, const Para
     copy_tensor(tokens_dev, Tensor(in.data(), DType::i32, Device::cpu, sh));
     copy_tensor(targets_dev, Tensor(tg.data(), DType::i32, Device::cpu, sh));
     model.forward(ctx, store, tokens_dev, targets_dev, AttentionMode::eval);
+    if (telemetry) model.count_attention_telemetry(scored);
     if (!probe) continue;
     copy_tensor(Tensor(losses.data(), DType::f32, Device::cpu, sh), model.token_losses());
     logits_argmax(model.logits(), model.config().vocab_size, logits_host, logits_bf16, argmax);

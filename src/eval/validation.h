@@ -44,9 +44,13 @@ void logits_argmax(const Tensor& logits, int vocab, std::vector<float>& host,
 // probe (the loader's synthetic stream, or null): also the retrieval metrics, from the logits and
 // per-token losses of every batch (one copy to the host per batch: synthetic vocabularies are
 // small).
+// telemetry: the attention variants' telemetry counts the scored windows' tokens of every batch
+// (GPT::reset_attention_telemetry, then count_attention_telemetry per batch); false leaves it
+// as it was (a second pass under another eval mode).
 ValidationResult score_validation(GPT& model, const ExecContext& ctx, const ParameterStore& store,
                                   DataLoader& loader, int batches, const Tensor& tokens_dev,
-                                  const Tensor& targets_dev, const SyntheticProbe* probe = nullptr);
+                                  const Tensor& targets_dev, const SyntheticProbe* probe = nullptr,
+                                  bool telemetry = true);
 
 // The retrieval probe of a recipe's validation loader: non-null when data.source is synthetic.
 std::unique_ptr<SyntheticProbe> validation_probe(const Recipe& r, const DataLoader& loader);

@@ -89,7 +89,14 @@ class GPT {
 
   // Layer l's attention module (telemetry; variant settings such as Focus's eval routing).
   AttentionModule& attention(int l) const { return blocks_[size_t(l)].attention(); }
-  // Every layer's AttentionModule::metrics of the last forward.
+  // Every layer's AttentionModule telemetry: reset, count after an eval forward (scored[b]:
+  // sequence b is scored), and the metrics of the tokens counted.
+  void reset_attention_telemetry() {
+    for (Block& b : blocks_) b.attention().reset_telemetry();
+  }
+  void count_attention_telemetry(const std::vector<uint8_t>& scored) {
+    for (Block& b : blocks_) b.attention().count_telemetry(scored);
+  }
   void attention_metrics(std::map<std::string, double>& out) const {
     for (const Block& b : blocks_) b.attention().metrics(out);
   }

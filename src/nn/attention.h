@@ -124,6 +124,14 @@ class AttentionModule {
                                                      DType /*dtype*/) const {
     ATTN_FAIL("incremental decoding (KV cache) is not supported by attention '%s'", name().c_str());
   }
+  // Telemetry of an evaluation (Focus: group balance): reset_telemetry() before it,
+  // count_telemetry(scored) after each of its forwards (scored[b] != 0: sequence b of that batch
+  // is scored; the others are padding), metrics() of every token counted since. The counts are
+  // sums that add across ranks: telemetry_sums() (null: the variant keeps none) is all-reduced
+  // in place before metrics() is read.
+  virtual void reset_telemetry() {}
+  virtual void count_telemetry(const std::vector<uint8_t>& /*scored*/) {}
+  virtual std::vector<double>* telemetry_sums() { return nullptr; }
   virtual void metrics(std::map<std::string, double>& /*out*/) const {}
   // A few words for the eval line about every layer's metrics (m: all layers' metrics() of this
   // variant, gathered by the model), "" when there is nothing to say. Called on one layer's module.
@@ -133,8 +141,8 @@ class AttentionModule {
   virtual std::string alternate_eval() const { return ""; }
   // Switches eval and generate to that mode (true) or back to the default (false).
   virtual void use_alternate_eval(bool /*on*/) {}
-  // A warning about the state of the last train/eval forward, "" when healthy (Focus: a layer
-  // whose groups collapsed).
+  // A warning about the telemetry counted (metrics()), "" when healthy (Focus: a layer whose
+  // groups collapsed).
   virtual std::string health_warning() const { return ""; }
   // How eval and score run this module, for their output ("focus hard routing, top_k 2"), "" when
   // there is no choice (dense).

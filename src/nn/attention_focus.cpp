@@ -251,46 +251,70 @@ std::string FocusAttention::health_warning() const {
 }
 
 std::string FocusAttention::summarize(const std::map<std::string, double>& m) const {
-  double worst = -1.0, entropy = 0.0;
-  int worst_layer = -1, layers = 0;
+  std::map<int, double> dominance;  // by layer (m's keys sort h10 before h2)
+  double entropy = 0.0;
   for (const auto& [key, value] : m) {
     int l = -1;
     char what[32] = {0};
     if (std::sscanf(key.c_str(), "focus.h%d.%31s", &l, what) != 2) continue;
-    if (std::string(what) == "dominance") {
-      ++layers;
-      if (value > worst) worst = value, worst_layer = l;
-    } else if (std::string(what) == "entropy") {
-      entropy += value;
-    }
+    if (std::string(what) == "dominance") dominance[l] = value;
+    if (std::string(what) == "entropy") entropy += value;
   }
-  if (layers == 0) return "";
-  return strformat("max dominance %.3f (layer %d; 1/K = %.3f) | entropy %.3f (ln K = %.3f)", worst,
-                   worst_layer, 1.0 / opts_.groups, entropy / layers,
-                   std::log(double(opts_.groups)));
+  if (dominance.empty()) return "";
+  const auto worst =
+      std::max_element(dominance.begin(), dominance.end(),
+                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  std::string per_layer;
+  for (const auto& [l, d] : dominance) per_layer += strformat(" %.0f", 100.0 * d);
+  return strformat(
+      "max dominance %.3f (layer %d; 1/K = %.3f) | dominance %% by layer%s | entropy %.3f (ln K = "
+      "%.3f)",
+      worst->second, worst->first, 1.0 / opts_.groups, per_layer.c_str(),
+      entropy / double(dominance.size()), std::log(double(opts_.groups)));
+}
+
+void FocusAttention::reset_telemetry() { telemetry_.assign(size_t(opts_.groups) + 2, 0.0); }
+
+std::vector<double>* FocusAttention::telemetry_sums() {
+  if (telemetry_.empty()) reset_telemetry();  // the same size on every rank
+  return &telemetry_;
+}
+
+void FocusAttention::count_rows(const float* g, int64_t rows, int K, std::vector<double>& sums) {
+  ATTN_ASSERT(sums.size() == size_t(K) + 2);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = g + r * K;
+    sums[size_t(std::max_element(row, row + K) - row)] += 1.0;
+    for (int k = 0; k < K; ++k)
+      if (row[k] > 0.f) sums[size_t(K)] -= double(row[k]) * std::log(double(row[k]));
+  }
+  sums[size_t(K) + 1] += double(rows);
+}
+
+void FocusAttention::count_telemetry(const std::vector<uint8_t>& scored) {
+  if (last_B_ == 0) return;
+  ATTN_REQUIRE(int64_t(scored.size()) == last_B_,
+               "focus telemetry: %zu sequence flags for a batch of %lld", scored.size(),
+               (long long)last_B_);
+  if (telemetry_.empty()) reset_telemetry();
+  const Views v = views(last_B_, last_T_);
+  const int K = opts_.groups;
+  g_host_.resize(size_t(v.g.numel()));  // one copy per evaluation batch
+  copy_tensor(Tensor(g_host_.data(), DType::f32, Device::cpu, v.g.shape), v.g);
+  for (int64_t b = 0; b < last_B_; ++b)
+    if (scored[size_t(b)]) count_rows(g_host_.data() + b * last_T_ * K, last_T_, K, telemetry_);
 }
 
 void FocusAttention::metrics(std::map<std::string, double>& out) const {
-  if (last_B_ == 0) return;
-  const Views v = views(last_B_, last_T_);
   const int K = opts_.groups;
-  const int64_t rows = last_B_ * last_T_;
-  std::vector<float> host(size_t(v.g.numel()));  // one copy per read (once per evaluation)
-  copy_tensor(Tensor(host.data(), DType::f32, Device::cpu, v.g.shape), v.g);
-  const float* g = host.data();
-  std::vector<int64_t> count(size_t(K), 0);
-  double entropy = 0.0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = g + r * K;
-    count[size_t(std::max_element(row, row + K) - row)]++;
-    for (int k = 0; k < K; ++k)
-      if (row[k] > 0.f) entropy -= double(row[k]) * std::log(double(row[k]));
-  }
+  if (telemetry_.size() != size_t(K) + 2 || !(telemetry_[size_t(K) + 1] > 0)) return;
+  const double tokens = telemetry_[size_t(K) + 1];
   const std::string p = "focus.h" + std::to_string(layer_) + ".";
-  out[p + "dominance"] = double(*std::max_element(count.begin(), count.end())) / double(rows);
-  out[p + "entropy"] = entropy / double(rows);
+  out[p + "dominance"] = *std::max_element(telemetry_.begin(), telemetry_.begin() + K) / tokens;
+  out[p + "entropy"] = telemetry_[size_t(K)] / tokens;
+  out[p + "tokens"] = tokens;
   for (int k = 0; k < K; ++k)
-    out[p + "group_share." + std::to_string(k)] = double(count[size_t(k)]) / double(rows);
+    out[p + "group_share." + std::to_string(k)] = telemetry_[size_t(k)] / tokens;
 }
 
 size_t FocusAttention::saved_bytes(const AttentionShape& s, DType dtype) const {

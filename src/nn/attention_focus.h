@@ -26,10 +26,17 @@ class FocusAttention final : public AttentionModule {
                 const Tensor& dout, const Tensor& dqkv, const Tensor& dh) override;
   std::unique_ptr<AttentionCache> make_cache(const ExecContext& ctx, int B, int max_T,
                                              const QKVLayout& layout, DType dtype) const override;
-  // Of the last train/eval forward, per layer: focus.h<l>.dominance (share of tokens whose
-  // largest group is the most common one; 1/K is perfect balance), .entropy (mean per-token
-  // entropy of g, nats), .group_share.<k> (the histogram of group sizes, as shares).
+  // Telemetry sums: tokens per largest group (K), the sum of the tokens' entropies, tokens.
+  void reset_telemetry() override;
+  void count_telemetry(const std::vector<uint8_t>& scored) override;
+  std::vector<double>* telemetry_sums() override;
+  // Of the tokens counted, per layer: focus.h<l>.dominance (share of tokens whose largest group
+  // is the most common one; 1/K is perfect balance), .entropy (mean per-token entropy of g,
+  // nats), .group_share.<k> (the histogram of group sizes, as shares), .tokens (tokens counted).
+  // Nothing when no token was counted.
   void metrics(std::map<std::string, double>& out) const override;
+  // Adds rows [rows, K] of assignments g to sums laid out as telemetry_sums().
+  static void count_rows(const float* g, int64_t rows, int K, std::vector<double>& sums);
   size_t saved_bytes(const AttentionShape& s, DType dtype) const override;
 
   // The routing eval and generate do not use ("soft" when they route hard), and the switch to it.
@@ -65,6 +72,8 @@ class FocusAttention final : public AttentionModule {
   Buffer buf_;
   int64_t last_B_ = 0, last_T_ = 0;
   bool last_hard_ = false;
+  std::vector<double> telemetry_;  // K + 2 sums (telemetry_sums)
+  std::vector<float> g_host_;      // scratch of count_telemetry
 };
 
 // Decode state: K/V and each token's assignment g and top_k groups, the per-group index of the

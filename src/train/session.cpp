@@ -252,14 +252,16 @@ void upload(Session& s, const int32_t* inputs, const int32_t* targets) {
   copy_tensor(s.targets_dev, Tensor(const_cast<int32_t*>(targets), DType::i32, Device::cpu, sh));
 }
 
-// What the attention variants add to an evaluation: their metrics of the last validation batch
-// into `record`, their health warnings, and the validation loss under their alternate eval mode
-// (Focus: the routing eval does not use, so the train/inference gap shows). Returns the text for
-// the eval line ("" when no variant has an alternate mode).
+// What the attention variants add to an evaluation: their telemetry of every scored validation
+// token (all ranks) into `record`, their health warnings, and the validation loss under their
+// alternate eval mode (Focus: the routing eval does not use, so the train/inference gap shows).
+// Returns the text for the eval line ("" when no variant has an alternate mode).
 std::string attention_eval_report(Session& s, int batches, const io::Logger& log,
                                   nlohmann::json& record) {
-  // Metrics and warnings are rank 0's (its share of the validation windows); the loss is global.
   const int L = s.model->config().n_layer;
+  for (int l = 0; l < L; ++l)  // every rank, in layer order (the same recipe on each)
+    if (std::vector<double>* sums = s.model->attention(l).telemetry_sums())
+      s.comm->all_reduce_host(sums->data(), int(sums->size()));
   std::map<std::string, double> m;
   s.model->attention_metrics(m);
   for (const auto& [k, v] : m) record[k] = v;
@@ -275,7 +277,7 @@ std::string attention_eval_report(Session& s, int batches, const io::Logger& log
   for (int l = 0; l < L; ++l) s.model->attention(l).use_alternate_eval(true);
   const ValidationResult ev =
       global_validation(*s.comm, score_validation(*s.model, *s.ctx, s.store, *s.val_loader, batches,
-                                                  s.tokens_dev, s.targets_dev));
+                                                  s.tokens_dev, s.targets_dev, nullptr, false));
   for (int l = 0; l < L; ++l) s.model->attention(l).use_alternate_eval(false);
   record["val_loss_" + alternate] = ev.loss;
   return strformat(" | %s %.4f%s", alternate.c_str(), ev.loss, summary.c_str());

@@ -516,6 +516,11 @@ TEST(RecipeFocus, DefaultsEnumsAndErrors) {
             "x.yaml:3: attention.focus.gate_eps must be > 0, got 1e-50 (0 as a float, the type "
             "it is used as)");
   EXPECT_HAS(err("tau: 1.0e-46"), "attention.focus.tau must be > 0, got 1e-46 (0 as a float");
+  // A float tau whose scores (cos / tau) overflow: positive, but too small.
+  EXPECT_EQ(err("tau: 1.0e-39"),
+            "x.yaml:3: attention.focus.tau must be >= 5.87747e-39 (2 / tau is used as a float), "
+            "got 1e-39");
+  EXPECT_EQ(parse_error("attention:\n  focus:\n    tau: 1.0e-37\n"), "");
   EXPECT_EQ(err("gate_scale: 1.0e39"),
             "x.yaml:3: attention.focus.gate_scale must be finite, got 1e+39 (inf as a float, the "
             "type it is used as)");

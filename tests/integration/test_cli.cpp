@@ -366,6 +366,26 @@ TEST_F(Cli, EvalAppliesFocusRoutingKeysAndRefusesTheOthers) {
   const nlohmann::json ej = nlohmann::json::parse(ev);
   EXPECT_EQ(ej["model"]["attention_eval"], "focus hard routing, top_k 1");
   EXPECT_FALSE(ej.contains("caveats"));
+  // The telemetry counts every scored token of the evaluation (2 batches here), not one batch.
+  EXPECT_EQ(ej["validation"]["attention"]["focus.h0.tokens"], ej["validation"]["tokens"]) << ej;
+  EXPECT_EQ(ej["validation"]["tokens"], 64) << ej;
+  // The trainer's evaluation record: the other routing's loss and the layer's telemetry.
+  std::ifstream mf(fs::path(run_dir) / "metrics.jsonl");
+  int evals = 0;
+  for (std::string line; std::getline(mf, line);) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    if (!r.contains("val_loss")) continue;
+    ++evals;
+    ASSERT_TRUE(r.contains("val_loss_soft")) << line;
+    EXPECT_NE(r["val_loss_soft"], r["val_loss"]) << line;
+    EXPECT_EQ(r["focus.h0.tokens"], 64) << line;
+    double shares = 0;
+    for (int k = 0; k < 4; ++k)
+      shares += r["focus.h0.group_share." + std::to_string(k)].get<double>();
+    EXPECT_NEAR(shares, 1.0, 1e-12) << line;
+    EXPECT_GE(r["focus.h0.dominance"].get<double>(), 0.25) << line;
+  }
+  EXPECT_GT(evals, 0);
 }
 
 // A retrofit keeps its base frozen, so the base's attention must carry over: a dense base with a

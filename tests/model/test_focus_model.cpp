@@ -60,6 +60,50 @@ TEST(FocusModel, CollapseThresholdScalesBelowFourGroups) {
   for (int K = 2; K <= 64; ++K) EXPECT_GT(FocusAttention::collapse_threshold(K), 1.0 / K + 1e-9);
 }
 
+// The telemetry's numbers from known assignments: the histogram of each token's largest group,
+// dominance (the largest share), mean entropy; the collapse warning past the threshold only.
+TEST(FocusModel, TelemetryOfKnownAssignments) {
+  const std::vector<float> g = {0.7f, 0.2f, 0.1f, 0.f,   // group 0
+                                0.1f, 0.8f, 0.1f, 0.f,   // group 1
+                                0.6f, 0.3f, 0.1f, 0.f,   // group 0
+                                1.f,  0.f,  0.f,  0.f};  // group 0, entropy 0
+  std::vector<double> sums(6, 0.0);
+  FocusAttention::count_rows(g.data(), 4, 4, sums);
+  double entropy = 0;
+  for (float v : g)
+    if (v > 0) entropy -= double(v) * std::log(double(v));
+  EXPECT_EQ(sums[0], 3.0);
+  EXPECT_EQ(sums[1], 1.0);
+  EXPECT_EQ(sums[2] + sums[3], 0.0);
+  EXPECT_NEAR(sums[4], entropy, 1e-12);
+  EXPECT_EQ(sums[5], 4.0);
+
+  GPTConfig c = focus_config();
+  c.attention.focus.groups = 4;
+  c.attention.focus.top_k = 1;
+  FocusModel m(c);
+  AttentionModule& a = m.model.attention(1);
+  *a.telemetry_sums() = sums;
+  std::map<std::string, double> metrics;
+  a.metrics(metrics);
+  EXPECT_EQ(metrics.at("focus.h1.dominance"), 0.75);
+  EXPECT_EQ(metrics.at("focus.h1.group_share.0"), 0.75);
+  EXPECT_EQ(metrics.at("focus.h1.group_share.1"), 0.25);
+  EXPECT_EQ(metrics.at("focus.h1.group_share.3"), 0.0);
+  EXPECT_NEAR(metrics.at("focus.h1.entropy"), entropy / 4, 1e-12);
+  EXPECT_EQ(metrics.at("focus.h1.tokens"), 4.0);
+  EXPECT_EQ(a.health_warning(),
+            "focus layer 1: 75% of the tokens in one group (collapse; 1/K is balance)");
+  *a.telemetry_sums() = {2, 2, 0, 0, 0, 4};  // 50%: not past the threshold
+  EXPECT_EQ(a.health_warning(), "");
+  std::map<std::string, double> both = {{"focus.h0.dominance", 0.3},  {"focus.h0.entropy", 1.0},
+                                        {"focus.h1.dominance", 0.75}, {"focus.h1.entropy", 0.5},
+                                        {"focus.h10.dominance", 0.5}, {"focus.h10.entropy", 0.0}};
+  EXPECT_EQ(a.summarize(both),
+            "max dominance 0.750 (layer 1; 1/K = 0.250) | dominance % by layer 30 75 50 | entropy "
+            "0.500 (ln K = 1.386)");
+}
+
 }  // namespace
 
 // Soft routing in training: every parameter's gradient, the Focus ones (role attention) included.
@@ -179,7 +223,17 @@ TEST(FocusModel, TelemetryAndTrainingLowersTheLoss) {
     EXPECT_LT(m.loss(AttentionMode::train), first - 0.1);
     std::map<std::string, double> metrics;
     ASSERT_NE(dynamic_cast<FocusAttention*>(&m.model.attention(0)), nullptr);
+    m.model.reset_attention_telemetry();
     m.model.attention_metrics(metrics);
+    EXPECT_TRUE(metrics.empty());  // nothing counted yet
+    m.loss(AttentionMode::eval);
+    m.model.count_attention_telemetry({1, 0});  // sequence 0 of 2 scored: its 12 tokens
+    m.model.attention_metrics(metrics);
+    EXPECT_EQ(metrics.at("focus.h1.tokens"), 12.0);
+    m.loss(AttentionMode::eval);
+    m.model.count_attention_telemetry({1, 1});
+    m.model.attention_metrics(metrics);
+    EXPECT_EQ(metrics.at("focus.h1.tokens"), 36.0);
     EXPECT_EQ(metrics.count("focus.h1.dominance"), 1u);
     EXPECT_GE(metrics.at("focus.h0.dominance"), 1.0 / 3 - 1e-9);
     EXPECT_LE(metrics.at("focus.h0.dominance"), 1.0);

@@ -67,6 +67,18 @@ struct Case {
   }
   // Dense softmax attention with an explicit mask visible(b, i, j), in double.
   std::vector<float> masked_dense(const std::function<bool(int, int, int)>& visible) {
+    return direct([&](int b, int i, int j, double s) { return visible(b, i, j) ? s : -INFINITY; });
+  }
+  // The gate a_ij = g_i . g_j of two tokens of sequence b, in double.
+  double affinity(int b, int i, int j) const {
+    double a = 0;
+    for (int k = 0; k < K; ++k)
+      a += double(g[(size_t(b) * T + i) * K + k]) * g[(size_t(b) * T + j) * K + k];
+    return a;
+  }
+  // Causal softmax attention in double whose pair (i, j) has the logit logit(b, i, j, s) for its
+  // scaled score s = q_i . k_j / sqrt(D) (-inf: not attended), written out pair by pair.
+  std::vector<float> direct(const std::function<double(int, int, int, double)>& logit) {
     std::vector<float> o(out.size());
     const int64_t W = layout.width(), Q = layout.q_width();
     const double scale = 1.0 / std::sqrt(double(D));
@@ -78,16 +90,15 @@ struct Case {
           std::vector<double> e(size_t(i) + 1, 0.0);
           double mx = -INFINITY, sum = 0;
           for (int j = 0; j <= i; ++j) {
-            if (!visible(b, i, j)) continue;
             const float* k = qkv.data() + (int64_t(b) * T + j) * W + layout.k_offset() + hk * D;
             double s = 0;
             for (int d = 0; d < D; ++d) s += double(q[d]) * k[d];
-            e[size_t(j)] = s * scale;
-            mx = std::max(mx, s * scale);
+            e[size_t(j)] = logit(b, i, j, s * scale);
+            mx = std::max(mx, e[size_t(j)]);
           }
           std::vector<double> acc(size_t(D), 0.0);
           for (int j = 0; j <= i; ++j) {
-            if (!visible(b, i, j)) continue;
+            if (e[size_t(j)] == -INFINITY) continue;
             const double p = std::exp(e[size_t(j)] - mx);
             sum += p;
             const float* v = qkv.data() + (int64_t(b) * T + j) * W + layout.v_offset() + hk * D;
@@ -138,7 +149,8 @@ TEST(FocusAttention, SoftGatesMatchFiniteDifferencesThroughQKVAndG) {
 TEST(FocusAttention, EqualsDenseWhereTheGateCannotAct) {
   for (FocusGateKind kind :
        {FocusGateKind::additive, FocusGateKind::multiplicative, FocusGateKind::hard}) {
-    Case c(2, 9, 4, 2, 8, 3, 2);
+    // K 6, top_k 2: many pairs share no group, so only the window makes this dense.
+    Case c(2, 9, 4, 2, 8, 6, 2);
     c.forward(gate_of(kind, 8));
     EXPECT_LT(test::max_rel_error(c.out, c.dense()), 1e-6);
   }
@@ -149,6 +161,31 @@ TEST(FocusAttention, EqualsDenseWhereTheGateCannotAct) {
   additive.eps = 1e-6f;
   one.forward(additive);
   EXPECT_LT(test::max_rel_error(one.out, one.dense()), 1e-5);
+}
+
+// The soft gates' forward, pair by pair from the formulas (distant pairs i - j > w only):
+// additive logit s + log(a + eps), multiplicative s sigmoid(lambda a + b), a = g_i . g_j < 1.
+TEST(FocusAttention, SoftGatesEqualTheirFormulasPairByPair) {
+  Case c(2, 40, 4, 2, 8, 4, 1, 7);
+  const int w = 5;
+  FocusGateParams additive = gate_of(FocusGateKind::additive, w);
+  c.forward(additive);
+  EXPECT_LT(test::max_rel_error(c.out, c.direct([&](int b, int i, int j, double s) {
+              return i - j <= w ? s : s + std::log(c.affinity(b, i, j) + additive.eps);
+            })),
+            2e-6);
+  FocusGateParams mult = gate_of(FocusGateKind::multiplicative, w);
+  mult.scale = 6.f;
+  mult.bias = -2.f;
+  c.forward(mult);
+  EXPECT_LT(test::max_rel_error(c.out, c.direct([&](int b, int i, int j, double s) {
+              return i - j <= w
+                         ? s
+                         : s / (1.0 + std::exp(-(mult.scale * c.affinity(b, i, j) + mult.bias)));
+            })),
+            2e-6);
+  // The gates act here: the result is not the dense one.
+  EXPECT_GT(test::max_rel_error(c.out, c.dense()), 1e-2);
 }
 
 // Hard routing is the dense softmax under the mask {i - j <= w or a shared group}: GQA, top_k 2,
