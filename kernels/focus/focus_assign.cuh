@@ -26,14 +26,17 @@ namespace attnlab {
 // Which CUDA Sinkhorn runs: chunked = one launch per step (2N + 1 forward, 4N / 5N backward);
 // cooperative = one launch per direction (focus_sinkhorn_coop.cu) where the sequence has at most
 // kSinkhornCoopMaxChunks chunks and every block is resident at once (an error where forced and
-// not); block (forward only; the backward runs as automatic) = one block per sequence
-// (focus_sinkhorn_block.cu) for T <= kSinkhornBlockMaxT, K <= kSinkhornBlockMaxK and at most
-// kSinkhornBlockMaxIterations iterations (an error where forced and not); automatic = the forward
-// cooperative where it fits, else block where it fits, else chunked (the backward cooperative or
-// chunked). A one-chunk forward is one kernel (fwd_single_chunk_kernel) unless block is forced.
+// not); block = one block per sequence (focus_sinkhorn_block.cu): the forward for T <=
+// kSinkhornBlockMaxT, K <= kSinkhornBlockMaxK and at most kSinkhornBlockMaxIterations iterations
+// (an error where forced and not), the backward for T <= kSinkhornBlockBwdMaxT and K <=
+// kSinkhornBlockMaxK (elsewhere the backward runs as automatic); automatic = the forward
+// cooperative where it fits, else block where it fits, else chunked; the backward block where it
+// fits, else cooperative where it fits, else chunked. A one-chunk forward is one kernel
+// (fwd_single_chunk_kernel) unless block is forced.
 enum class SinkhornPath { automatic, chunked, cooperative, block };
 constexpr int kSinkhornCoopMaxChunks = 256;
 constexpr int kSinkhornBlockMaxT = 4096, kSinkhornBlockMaxK = 8, kSinkhornBlockMaxIterations = 32;
+constexpr int kSinkhornBlockBwdMaxT = 1024;
 
 struct SinkhornParams {
   const float* scores = nullptr;
@@ -73,10 +76,12 @@ void launch_sinkhorn_bwd(const SinkhornParams& p, Stream s);
 bool sinkhorn_cooperative_fits(const SinkhornParams& p, bool backward);
 bool launch_sinkhorn_fwd_cooperative(const SinkhornParams& p, Stream s);
 bool launch_sinkhorn_bwd_cooperative(const SinkhornParams& p, Stream s);
-// The one-block forward (focus_sinkhorn_block.cu): whether it takes p, and the launch (false:
-// nothing launched).
+// The one-block forward and backward (focus_sinkhorn_block.cu): whether they take p, and the
+// launches (false: nothing launched).
 bool sinkhorn_block_fits(const SinkhornParams& p);
 bool launch_sinkhorn_fwd_block(const SinkhornParams& p, Stream s);
+bool sinkhorn_block_bwd_fits(const SinkhornParams& p);
+bool launch_sinkhorn_bwd_block(const SinkhornParams& p, Stream s);
 void launch_softmax_assign_fwd(const SoftmaxAssignParams& p, Stream s);
 void launch_softmax_assign_bwd(const SoftmaxAssignParams& p, Stream s);
 void launch_topk_route(const TopkRouteParams& p, Stream s);

@@ -297,7 +297,7 @@ int tile_blocks(const Geometry& g) {
 // The cooperative kernels for this call where p.path allows them and they fit (launched: true);
 // forced and not launched is an error.
 bool cooperative(const SinkhornParams& p, const Geometry& g, bool backward, Stream s) {
-  if (p.path == SinkhornPath::chunked) return false;  // (block: the backward as automatic)
+  if (p.path == SinkhornPath::chunked) return false;  // (block: a backward past its T as automatic)
   const bool launched =
       backward ? launch_sinkhorn_bwd_cooperative(p, s) : launch_sinkhorn_fwd_cooperative(p, s);
   ATTN_REQUIRE(launched || p.path != SinkhornPath::cooperative,
@@ -348,6 +348,9 @@ void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s) {
 
 void launch_sinkhorn_bwd(const SinkhornParams& p, Stream s) {
   if (p.B == 0 || p.T == 0) return;
+  if ((p.path == SinkhornPath::automatic || p.path == SinkhornPath::block) &&
+      launch_sinkhorn_bwd_block(p, s))
+    return;
   const Geometry g = geometry(p);
   const int blocks = tile_blocks(g);
   if (cooperative(p, g, true, s)) return;

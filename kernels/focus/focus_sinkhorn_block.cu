@@ -1,5 +1,6 @@
 // The Sinkhorn forward of one sequence in one block (SinkhornPath::block; docs/focus.md "Sinkhorn
-// on CUDA"), for T <= kSinkhornBlockMaxT tokens and K <= kSinkhornBlockMaxK groups: batch-1
+// on CUDA"), for T <= kSinkhornBlockMaxT tokens and K <= kSinkhornBlockMaxK groups (the backward,
+// for T <= kSinkhornBlockBwdMaxT, below the forward): batch-1
 // routing (eval, generate's prefill), where the chunked and cooperative kernels spend ~10 us per
 // iteration on serial steps (a segment walk, then chunk prefixes combined one after another, a
 // grid barrier). Thread th holds tokens th * kRows .. + kRows - 1, all K columns, in registers
@@ -185,6 +186,188 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
+// ---- backward (T <= kSinkhornBlockBwdMaxT)
+// ------------------------------------------------------- The chunked kernels' arithmetic
+// (focus_sinkhorn.cu's header, focus_sinkhorn_tile.cuh) with the whole sequence in one block:
+// thread th holds tokens th * kBwdRows .. + kBwdRows - 1 (its segment), all K columns, and d =
+// dX_{n+1} in registers across the iterations (X_{n+1} too: it is the previous iteration's X_n).
+// Per iteration (last first): the row step's backward (dY); causal: the exclusive column prefix E
+// of the segment (block_scan_columns), the segment's affine map (segment_map's A, B), the
+// composition of the maps of the segments after it (Q: block_suffix_compose), then dX walked back
+// through the segment as causal_dx does (the same w > 1/2 form); sequence: the column totals L
+// (block_scan_columns) and D = sum dY (block_suffix_compose of (1, dY) maps), dX = dY - exp(X - L)
+// D. Deterministic.
+constexpr int kBwdRows = kSinkhornBlockBwdMaxT / kBlockThreads;  // tokens per thread
+static_assert(kBwdRows * kBlockThreads == kSinkhornBlockBwdMaxT && kBwdRows <= kRows, "geometry");
+
+// Each column's map v[k] becomes the composition of the maps of the threads after this one (the
+// last applied first: f_{th+1}(f_{th+2}(..))); the whole block's composition ends in
+// aff_tot[0][k]. aff_tot: [kWarpsPerBlock][kMaxK] of this iteration's parity.
+__device__ __forceinline__ void block_suffix_compose(Affine (&v)[kMaxK], Affine (*aff_tot)[kMaxK],
+                                                     int K) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+#pragma unroll
+  for (int k = 0; k < kMaxK; ++k) {
+    if (k >= K) break;
+    Affine inc = v[k];  // f_lane o .. o f_31 of the warp
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const Affine o = shfl_down(inc, d);
+      if (lane + d < 32) inc = AffineOp::combine(o, inc);
+    }
+    const Affine exc = shfl_down(inc, 1);
+    v[k] = lane == 31 ? AffineOp::identity() : exc;
+    if (lane == 0) aff_tot[w][k] = inc;
+  }
+  __syncthreads();
+  if (w == 0) {
+    for (int k = 0; k < K; ++k) {
+      Affine t = lane < kWarpsPerBlock ? aff_tot[lane][k] : AffineOp::identity();
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const Affine o = shfl_down(t, d);
+        if (lane + d < 32) t = AffineOp::combine(o, t);
+      }
+      if (lane < kWarpsPerBlock) aff_tot[lane][k] = t;  // warps lane .. last composed
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < kMaxK; ++k) {
+    if (k >= K) break;
+    if (w + 1 < kWarpsPerBlock) v[k] = AffineOp::combine(aff_tot[w + 1][k], v[k]);
+  }
+}
+
+// M_i (as m, log s) of the segment's tokens of column k from its exclusive prefix E.
+__device__ __forceinline__ void segment_prefixes(Lse E, const float (&x)[kBwdRows][kMaxK], int k,
+                                                 int n_valid, float (&m)[kBwdRows],
+                                                 float (&ls)[kBwdRows]) {
+  Lse r = E;
+#pragma unroll
+  for (int i = 0; i < kBwdRows; ++i) {
+    if (i < n_valid) r = add(r, x[i][k]);
+    m[i] = r.m;
+    ls[i] = logf(r.s);
+  }
+}
+
+__global__ void __launch_bounds__(kBlockThreads) bwd_block_kernel(SinkhornParams p) {
+  __shared__ Lse warp_tot[2][kWarpsPerBlock][kMaxK];
+  __shared__ Affine aff_tot[2][kWarpsPerBlock][kMaxK];
+  const int b = blockIdx.x, K = p.K, T = p.T;
+  const int t0 = threadIdx.x * kBwdRows;
+  const int64_t all = int64_t(p.B) * T * K;
+  const int64_t mine = (int64_t(b) * T + t0) * K;  // this thread's first token's row
+  const int n_valid = max(0, min(kBwdRows, T - t0));
+  auto ok = [&](int i, int k) { return i < n_valid && k < K; };
+  float d[kBwdRows][kMaxK], xp[kBwdRows][kMaxK];  // dX_{n+1}, X_{n+1}
+#pragma unroll
+  for (int i = 0; i < kBwdRows; ++i)
+#pragma unroll
+    for (int k = 0; k < kMaxK; ++k) {
+      const int64_t e = mine + i * K + k;
+      d[i][k] = ok(i, k) ? p.dg[e] * p.g[e] : 0.f;  // g = exp(X_N)
+      xp[i][k] = ok(i, k) ? p.iterates[p.iterations * all + e] : 0.f;
+    }
+  for (int n = p.iterations - 1; n >= 0; --n) {
+    // The row step's backward: dY = d - exp(X_{n+1}) sum_k d (row_backward).
+#pragma unroll
+    for (int i = 0; i < kBwdRows; ++i) {
+      float sum = 0.f;
+#pragma unroll
+      for (int k = 0; k < kMaxK; ++k)
+        if (ok(i, k)) sum += d[i][k];
+#pragma unroll
+      for (int k = 0; k < kMaxK; ++k)
+        if (ok(i, k)) d[i][k] -= expf(xp[i][k]) * sum;
+    }
+    float x[kBwdRows][kMaxK];  // X_n
+#pragma unroll
+    for (int i = 0; i < kBwdRows; ++i)
+#pragma unroll
+      for (int k = 0; k < kMaxK; ++k)
+        x[i][k] = ok(i, k) ? p.iterates[n * all + mine + i * K + k] : 0.f;
+    Lse pre[kMaxK];
+#pragma unroll
+    for (int k = 0; k < kMaxK; ++k) {
+      pre[k] = LseOp::identity();
+#pragma unroll
+      for (int i = 0; i < kBwdRows; ++i)
+        if (ok(i, k)) pre[k] = add(pre[k], x[i][k]);
+    }
+    block_scan_columns(pre, warp_tot[n & 1], K);  // pre: E; the totals in warp_tot[..][last]
+    Affine f[kMaxK];
+    if (p.causal) {
+#pragma unroll
+      for (int k = 0; k < kMaxK; ++k) {
+        if (k >= K) break;
+        float m[kBwdRows], ls[kBwdRows];
+        segment_prefixes(pre[k], x, k, n_valid, m, ls);
+        const float em = pre[k].m, els = logf(pre[k].s);
+        float B = 0.f;
+#pragma unroll
+        for (int i = 0; i < kBwdRows; ++i)
+          if (i < n_valid) B = fmaf(d[i][k], exp_diff(em, els, m[i], ls[i]), B);
+        f[k] = n_valid == 0 ? AffineOp::identity()
+                            : Affine{exp_diff(em, els, m[n_valid - 1], ls[n_valid - 1]), B};
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kMaxK; ++k) {
+        float s = 0.f;
+#pragma unroll
+        for (int i = 0; i < kBwdRows; ++i)
+          if (ok(i, k)) s += d[i][k];
+        f[k] = {1.f, s};
+      }
+    }
+    block_suffix_compose(f, aff_tot[n & 1], K);
+#pragma unroll
+    for (int k = 0; k < kMaxK; ++k) {
+      if (k >= K) break;
+      if (p.causal) {
+        // R walked back from Q = f[k].b, the carry of the segments after this one (causal_dx).
+        float m[kBwdRows], ls[kBwdRows];
+        segment_prefixes(pre[k], x, k, n_valid, m, ls);
+        const float em = pre[k].m, els = logf(pre[k].s);
+        float R = f[k].b;
+#pragma unroll
+        for (int i = kBwdRows - 1; i >= 0; --i)
+          if (i < n_valid) {
+            const int nx = min(i + 1, kBwdRows - 1), pv = max(i - 1, 0);
+            const float carry = i == n_valid - 1 ? 1.f : exp_diff(m[i], ls[i], m[nx], ls[nx]);
+            const float w = exp_diff(x[i][k], 0.f, m[i], ls[i]);
+            const float later = carry * R;
+            R = fmaf(carry, R, d[i][k]);
+            if (w > 0.5f) {
+              const float before =
+                  i == 0 ? exp_diff(em, els, m[0], ls[0]) : exp_diff(m[pv], ls[pv], m[i], ls[i]);
+              d[i][k] = fmaf(d[i][k], before, -w * later);
+            } else {
+              d[i][k] = d[i][k] - w * R;
+            }
+          }
+      } else {
+        const Lse L = warp_tot[n & 1][kWarpsPerBlock - 1][k];
+        const float D = aff_tot[n & 1][0][k].b, lls = logf(L.s);
+#pragma unroll
+        for (int i = 0; i < kBwdRows; ++i)
+          if (i < n_valid) d[i][k] -= exp_diff(x[i][k], 0.f, L.m, lls) * D;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBwdRows; ++i)
+#pragma unroll
+      for (int k = 0; k < kMaxK; ++k) xp[i][k] = x[i][k];
+  }
+#pragma unroll
+  for (int i = 0; i < kBwdRows; ++i)
+#pragma unroll
+    for (int k = 0; k < kMaxK; ++k)
+      if (ok(i, k)) p.dscores[mine + i * K + k] = d[i][k];
+}
+
 }  // namespace
 
 bool sinkhorn_block_fits(const SinkhornParams& p) {
@@ -198,6 +381,18 @@ bool launch_sinkhorn_fwd_block(const SinkhornParams& p, Stream s) {
   const bool vec = p.K % 4 == 0 && reinterpret_cast<uintptr_t>(p.iterates) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(p.g) % 16 == 0;
   fwd_block_kernel<<<p.B, kBlockThreads, 0, reinterpret_cast<cudaStream_t>(s)>>>(p, log_mass, vec);
+  CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+bool sinkhorn_block_bwd_fits(const SinkhornParams& p) {
+  return p.B >= 1 && p.T >= 1 && p.T <= kSinkhornBlockBwdMaxT && p.K >= 1 &&
+         p.K <= kSinkhornBlockMaxK;
+}
+
+bool launch_sinkhorn_bwd_block(const SinkhornParams& p, Stream s) {
+  if (!sinkhorn_block_bwd_fits(p)) return false;
+  bwd_block_kernel<<<p.B, kBlockThreads, 0, reinterpret_cast<cudaStream_t>(s)>>>(p);
   CUDA_CHECK_LAUNCH();
   return true;
 }

@@ -66,6 +66,12 @@ __device__ __forceinline__ Lse shfl_up(Lse v, int d) {
 __device__ __forceinline__ Affine shfl_up(Affine v, int d) {
   return {__shfl_up_sync(~0u, v.a, d), __shfl_up_sync(~0u, v.b, d)};
 }
+__device__ __forceinline__ Lse shfl_down(Lse v, int d) {
+  return {__shfl_down_sync(~0u, v.m, d), __shfl_down_sync(~0u, v.s, d)};
+}
+__device__ __forceinline__ Affine shfl_down(Affine v, int d) {
+  return {__shfl_down_sync(~0u, v.a, d), __shfl_down_sync(~0u, v.b, d)};
+}
 
 // ---- tiles -------------------------------------------------------------------------------------
 struct Chunk {
