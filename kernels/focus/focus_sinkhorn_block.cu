@@ -1,13 +1,13 @@
 // The Sinkhorn forward of one sequence in one block (SinkhornPath::block; docs/focus.md "Sinkhorn
 // on CUDA"), for T <= kSinkhornBlockMaxT tokens and K <= kSinkhornBlockMaxK groups (the backward,
-// for T <= kSinkhornBlockBwdMaxT, below the forward): batch-1
-// routing (eval, generate's prefill), where the chunked and cooperative kernels spend ~10 us per
-// iteration on serial steps (a segment walk, then chunk prefixes combined one after another, a
-// grid barrier). Thread th holds tokens th * kRows .. + kRows - 1, all K columns, in registers
-// for the N iterations; per iteration the causal column step is a block scan of the threads'
-// column sums (warp shuffles, then the warps' totals; (m, s) pairs as in the tile kernels, every
-// exponent <= 0), the row step is local. Same formulas as fwd_single_chunk_kernel, summed in
-// another order (within the tests' tolerances of the reference); deterministic.
+// for T <= kSinkhornBlockBwdMaxT, below the forward): batch-1 routing (eval, generate's prefill),
+// where the chunked and cooperative kernels spend ~10 us per iteration on serial steps (a segment
+// walk, then chunk prefixes combined one after another, a grid barrier). Thread th holds tokens
+// th * R .. + R - 1 (R = kRows, or kBwdRows where T <= kSinkhornBlockBwdMaxT), all K columns, in
+// registers for the N iterations; per iteration the causal column step is a block scan of the
+// threads' column sums (warp shuffles, then the warps' totals; (m, s) pairs as in the tile
+// kernels, every exponent <= 0), the row step is local. Same formulas as fwd_single_chunk_kernel,
+// summed in another order (within the tests' tolerances of the reference); deterministic.
 #include <cmath>
 #include <cstdint>
 
@@ -24,6 +24,9 @@ constexpr int kRows = kSinkhornBlockMaxT / kBlockThreads;  // tokens per thread
 constexpr int kMaxK = kSinkhornBlockMaxK;
 constexpr int kWarpsPerBlock = kBlockThreads / 32;
 static_assert(kRows * kBlockThreads == kSinkhornBlockMaxT && kWarpsPerBlock <= 32, "geometry");
+// Tokens per thread of the backward, and of the forward where T <= kSinkhornBlockBwdMaxT.
+constexpr int kBwdRows = kSinkhornBlockBwdMaxT / kBlockThreads;
+static_assert(kBwdRows * kBlockThreads == kSinkhornBlockBwdMaxT && kBwdRows <= kRows, "geometry");
 
 // Exclusive prefix (scan order = thread order) of each column's v[k] over the block; the block's
 // totals end in warp_tot[kWarpsPerBlock - 1] (read from there: registers are at the cap).
@@ -68,12 +71,12 @@ __device__ __forceinline__ void block_scan_columns(Lse (&v)[kMaxK], Lse (*warp_t
 // stores where vec (K a multiple of 4, the default 8, and the outputs 16-byte aligned: the
 // launcher checks), else one by one. Each thread's 8 K floats are contiguous, so a warp's store
 // touches 32 rows of 8 K floats.
-template <class F>
-__device__ __forceinline__ void store_rows(float* dst, const float (&x)[kRows][kMaxK], int K,
+template <int R, class F>
+__device__ __forceinline__ void store_rows(float* dst, const float (&x)[R][kMaxK], int K,
                                            int n_valid, bool vec, F f) {
   if (vec) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < R; ++r) {
       if (r >= n_valid) break;
 #pragma unroll
       for (int q = 0; q < kMaxK / 4; ++q)
@@ -83,7 +86,7 @@ __device__ __forceinline__ void store_rows(float* dst, const float (&x)[kRows][k
     }
   } else {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < R; ++r) {
       if (r >= n_valid) break;
 #pragma unroll
       for (int k = 0; k < kMaxK; ++k)
@@ -92,20 +95,23 @@ __device__ __forceinline__ void store_rows(float* dst, const float (&x)[kRows][k
   }
 }
 
+// R tokens per thread: kRows, or kBwdRows where T <= kSinkhornBlockBwdMaxT (fewer serial steps and
+// registers per thread).
+template <int R>
 __global__ void __launch_bounds__(kBlockThreads)
     fwd_block_kernel(SinkhornParams p, float log_mass, bool vec) {
   __shared__ Lse warp_tot[2][kWarpsPerBlock][kMaxK];
-  __shared__ float target[kSinkhornBlockMaxT];                   // causal: log((pos + t + 1) / K)
+  __shared__ float target[R * kBlockThreads];                    // causal: log((pos + t + 1) / K)
   __shared__ Lse call_sums[kSinkhornBlockMaxIterations][kMaxK];  // the state's update
   const int b = blockIdx.x, K = p.K, T = p.T;
-  const int t0 = threadIdx.x * kRows;
+  const int t0 = threadIdx.x * R;
   const int64_t base = int64_t(b) * T * K, all = int64_t(p.B) * T * K;
-  float x[kRows][kMaxK];
+  float x[R][kMaxK];
   auto valid = [&](int r) { return t0 + r < T; };
-  const int n_valid = max(0, min(kRows, T - t0));  // this thread's tokens
-  const int64_t mine = base + int64_t(t0) * K;     // its first token's row
+  const int n_valid = max(0, min(R, T - t0));   // this thread's tokens
+  const int64_t mine = base + int64_t(t0) * K;  // its first token's row
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
+  for (int r = 0; r < R; ++r) {
     // (each thread's own tokens: read back by the same thread, no barrier)
     if (p.causal && valid(r)) target[t0 + r] = float(log(double(int64_t(p.pos) + t0 + r + 1) / K));
 #pragma unroll
@@ -119,7 +125,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     for (int k = 0; k < kMaxK; ++k) {
       pre[k] = LseOp::identity();
 #pragma unroll
-      for (int r = 0; r < kRows; ++r)
+      for (int r = 0; r < R; ++r)
         if (valid(r) && k < K) pre[k] = add(pre[k], x[r][k]);
     }
     block_scan_columns(pre, warp_tot[n & 1], K);
@@ -136,7 +142,7 @@ __global__ void __launch_bounds__(kBlockThreads)
             st ? Lse{float(state_value(st + kSinkhornStateWords * k)), 1.f} : LseOp::identity(),
             pre[k]);
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
+        for (int r = 0; r < R; ++r) {
           if (!valid(r)) continue;
           run = add(run, x[r][k]);
           x[r][k] = (x[r][k] - run.m) - logf(run.s) + target[t0 + r];
@@ -144,7 +150,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       } else {
         const float shift = logf(total[k].s) - log_mass;
 #pragma unroll
-        for (int r = 0; r < kRows; ++r)
+        for (int r = 0; r < R; ++r)
           if (valid(r)) x[r][k] = (x[r][k] - total[k].m) - shift;
       }
     }
@@ -154,7 +160,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     if (st && int(threadIdx.x) < K) call_sums[n][threadIdx.x] = total[threadIdx.x];
       // Row step and X_{n+1}.
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < R; ++r) {
       if (!valid(r)) continue;
       float mx = -INFINITY;
 #pragma unroll
@@ -197,8 +203,6 @@ __global__ void __launch_bounds__(kBlockThreads)
 // through the segment as causal_dx does (the same w > 1/2 form); sequence: the column totals L
 // (block_scan_columns) and D = sum dY (block_suffix_compose of (1, dY) maps), dX = dY - exp(X - L)
 // D. Deterministic.
-constexpr int kBwdRows = kSinkhornBlockBwdMaxT / kBlockThreads;  // tokens per thread
-static_assert(kBwdRows * kBlockThreads == kSinkhornBlockBwdMaxT && kBwdRows <= kRows, "geometry");
 
 // Each column's map v[k] becomes the composition of the maps of the threads after this one (the
 // last applied first: f_{th+1}(f_{th+2}(..))); the whole block's composition ends in
@@ -380,7 +384,11 @@ bool launch_sinkhorn_fwd_block(const SinkhornParams& p, Stream s) {
   const float log_mass = float(std::log(double(p.T) / p.K));
   const bool vec = p.K % 4 == 0 && reinterpret_cast<uintptr_t>(p.iterates) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(p.g) % 16 == 0;
-  fwd_block_kernel<<<p.B, kBlockThreads, 0, reinterpret_cast<cudaStream_t>(s)>>>(p, log_mass, vec);
+  const auto st = reinterpret_cast<cudaStream_t>(s);
+  if (p.T <= kSinkhornBlockBwdMaxT)
+    fwd_block_kernel<kBwdRows><<<p.B, kBlockThreads, 0, st>>>(p, log_mass, vec);
+  else
+    fwd_block_kernel<kRows><<<p.B, kBlockThreads, 0, st>>>(p, log_mass, vec);
   CUDA_CHECK_LAUNCH();
   return true;
 }
