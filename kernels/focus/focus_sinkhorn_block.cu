@@ -194,18 +194,17 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 // ---- backward (T <= kSinkhornBlockBwdMaxT)
 // ------------------------------------------------------- The chunked kernels' arithmetic
-// (focus_sinkhorn.cu's header, focus_sinkhorn_tile.cuh) with the whole sequence in one block:
-// thread th holds tokens th * kBwdRows .. + kBwdRows - 1 (its segment), all K columns, and d =
-// dX_{n+1} in registers across the iterations (X_{n+1} too: it is the previous iteration's X_n).
-// Per iteration (last first): the row step's backward (dY); causal: the exclusive column prefix E
-// of the segment (block_scan_columns), the segment's affine map (segment_map's A, B), the
-// composition of the maps of the segments after it (Q: block_suffix_compose), then dX walked back
-// through the segment as causal_dx does (the same w > 1/2 form); sequence: the column totals L
-// (block_scan_columns) and D = sum dY (block_suffix_compose of (1, dY) maps), dX = dY - exp(X - L)
-// D. Deterministic.
-
-// Each column's map v[k] becomes the composition of the maps of the threads after this one (the
-// last applied first: f_{th+1}(f_{th+2}(..))); the whole block's composition ends in
+// (focus_sinkhorn.cu's header) with the whole sequence in one block: thread th holds tokens th *
+// kBwdRows .. + kBwdRows - 1 (its segment), all K columns, and d = dX_{n+1} in registers across the
+// iterations (X_{n+1} too: it is the previous iteration's X_n). Per iteration (last first): the row
+// step's backward (dY); causal: the exclusive column prefix E of the segment (block_scan_columns),
+// the segment's affine map (segment_map_of), the composition of the maps of the segments after it
+// (block_suffix_compose), then dX walked back through the segment (segment_dx_causal, causal_dx's
+// form); sequence: the column totals L (block_scan_columns) and D = sum dY (block_suffix_compose of
+// (1, dY) maps), dX = dY - exp(X - L) D (segment_dx_sequence). The per-column steps are
+// focus_sinkhorn_segment.h's, which tests/ops/test_focus_sinkhorn_block.cpp replays on the CPU.
+// Deterministic. Each column's map v[k] becomes the composition of the maps of the threads after
+// this one (the last applied first: f_{th+1}(f_{th+2}(..))); the whole block's composition ends in
 // aff_tot[0][k]. aff_tot: [kWarpsPerBlock][kMaxK] of this iteration's parity.
 __device__ __forceinline__ void block_suffix_compose(Affine (&v)[kMaxK], Affine (*aff_tot)[kMaxK],
                                                      int K) {
@@ -243,17 +242,11 @@ __device__ __forceinline__ void block_suffix_compose(Affine (&v)[kMaxK], Affine 
   }
 }
 
-// M_i (as m, log s) of the segment's tokens of column k from its exclusive prefix E.
-__device__ __forceinline__ void segment_prefixes(Lse E, const float (&x)[kBwdRows][kMaxK], int k,
-                                                 int n_valid, float (&m)[kBwdRows],
-                                                 float (&ls)[kBwdRows]) {
-  Lse r = E;
+// Column k of a thread's rows (kBwdRows tokens).
+__device__ __forceinline__ void column_of(const float (&v)[kBwdRows][kMaxK], int k,
+                                          float (&c)[kBwdRows]) {
 #pragma unroll
-  for (int i = 0; i < kBwdRows; ++i) {
-    if (i < n_valid) r = add(r, x[i][k]);
-    m[i] = r.m;
-    ls[i] = logf(r.s);
-  }
+  for (int i = 0; i < kBwdRows; ++i) c[i] = v[i][k];
 }
 
 __global__ void __launch_bounds__(kBlockThreads) bwd_block_kernel(SinkhornParams p) {
@@ -302,63 +295,37 @@ __global__ void __launch_bounds__(kBlockThreads) bwd_block_kernel(SinkhornParams
     }
     block_scan_columns(pre, warp_tot[n & 1], K);  // pre: E; the totals in warp_tot[..][last]
     Affine f[kMaxK];
-    if (p.causal) {
 #pragma unroll
-      for (int k = 0; k < kMaxK; ++k) {
-        if (k >= K) break;
-        float m[kBwdRows], ls[kBwdRows];
-        segment_prefixes(pre[k], x, k, n_valid, m, ls);
-        const float em = pre[k].m, els = logf(pre[k].s);
-        float B = 0.f;
-#pragma unroll
-        for (int i = 0; i < kBwdRows; ++i)
-          if (i < n_valid) B = fmaf(d[i][k], exp_diff(em, els, m[i], ls[i]), B);
-        f[k] = n_valid == 0 ? AffineOp::identity()
-                            : Affine{exp_diff(em, els, m[n_valid - 1], ls[n_valid - 1]), B};
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < kMaxK; ++k) {
-        float s = 0.f;
+    for (int k = 0; k < kMaxK; ++k) {
+      float xc[kBwdRows], dc[kBwdRows];
+      column_of(x, k, xc);
+      column_of(d, k, dc);
+      if (p.causal) {
+        f[k] =
+            k < K ? focus_sinkhorn::segment_map_of(pre[k], xc, dc, n_valid) : AffineOp::identity();
+      } else {
+        float sum = 0.f;
 #pragma unroll
         for (int i = 0; i < kBwdRows; ++i)
-          if (ok(i, k)) s += d[i][k];
-        f[k] = {1.f, s};
+          if (ok(i, k)) sum += dc[i];
+        f[k] = {1.f, sum};
       }
     }
     block_suffix_compose(f, aff_tot[n & 1], K);
 #pragma unroll
     for (int k = 0; k < kMaxK; ++k) {
       if (k >= K) break;
-      if (p.causal) {
-        // R walked back from Q = f[k].b, the carry of the segments after this one (causal_dx).
-        float m[kBwdRows], ls[kBwdRows];
-        segment_prefixes(pre[k], x, k, n_valid, m, ls);
-        const float em = pre[k].m, els = logf(pre[k].s);
-        float R = f[k].b;
-#pragma unroll
-        for (int i = kBwdRows - 1; i >= 0; --i)
-          if (i < n_valid) {
-            const int nx = min(i + 1, kBwdRows - 1), pv = max(i - 1, 0);
-            const float carry = i == n_valid - 1 ? 1.f : exp_diff(m[i], ls[i], m[nx], ls[nx]);
-            const float w = exp_diff(x[i][k], 0.f, m[i], ls[i]);
-            const float later = carry * R;
-            R = fmaf(carry, R, d[i][k]);
-            if (w > 0.5f) {
-              const float before =
-                  i == 0 ? exp_diff(em, els, m[0], ls[0]) : exp_diff(m[pv], ls[pv], m[i], ls[i]);
-              d[i][k] = fmaf(d[i][k], before, -w * later);
-            } else {
-              d[i][k] = d[i][k] - w * R;
-            }
-          }
+      float xc[kBwdRows], dc[kBwdRows];
+      column_of(x, k, xc);
+      column_of(d, k, dc);
+      if (p.causal) {  // f[k].b: the maps of the segments after this one, applied to 0
+        focus_sinkhorn::segment_dx_causal(pre[k], xc, dc, n_valid, f[k].b);
       } else {
-        const Lse L = warp_tot[n & 1][kWarpsPerBlock - 1][k];
-        const float D = aff_tot[n & 1][0][k].b, lls = logf(L.s);
-#pragma unroll
-        for (int i = 0; i < kBwdRows; ++i)
-          if (i < n_valid) d[i][k] -= exp_diff(x[i][k], 0.f, L.m, lls) * D;
+        focus_sinkhorn::segment_dx_sequence(warp_tot[n & 1][kWarpsPerBlock - 1][k],
+                                            aff_tot[n & 1][0][k].b, xc, dc, n_valid);
       }
+#pragma unroll
+      for (int i = 0; i < kBwdRows; ++i) d[i][k] = dc[i];
     }
 #pragma unroll
     for (int i = 0; i < kBwdRows; ++i)
