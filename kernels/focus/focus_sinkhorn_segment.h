@@ -1,8 +1,9 @@
 // The CUDA Sinkhorn's column sums as (m, s) pairs and the affine maps of the causal backward's
 // reverse recurrence (focus_sinkhorn_tile.cuh, focus_sinkhorn.cu's header), and the per-thread
 // steps of the one-block backward (focus_sinkhorn_block.cu) on one column of a thread's segment
-// of R tokens. Plain C++ (__host__ __device__ under nvcc), so tests/ops/test_focus_sinkhorn_block.cpp
-// replays the block's threads on the CPU with these very functions.
+// of R tokens. Plain C++ (__host__ __device__ under nvcc), so
+// tests/ops/test_focus_sinkhorn_block.cpp replays the block's threads on the CPU with these very
+// functions.
 #pragma once
 #include <cmath>
 
