@@ -29,14 +29,19 @@ namespace attnlab {
 // not); block = one block per sequence (focus_sinkhorn_block.cu): the forward for T <=
 // kSinkhornBlockMaxT, K <= kSinkhornBlockMaxK and at most kSinkhornBlockMaxIterations iterations
 // (an error where forced and not), the backward for T <= kSinkhornBlockBwdMaxT and K <=
-// kSinkhornBlockMaxK (elsewhere the backward runs as automatic); automatic = the forward
-// cooperative where it fits, else block where it fits, else chunked; the backward block where it
-// fits, else cooperative where it fits, else chunked. A one-chunk forward is one kernel
-// (fwd_single_chunk_kernel) unless block is forced.
+// kSinkhornBlockMaxK (elsewhere the backward runs as automatic); automatic = both directions
+// block where K <= kSinkhornBlockFirstMaxK, the sequence is more than one chunk and T <=
+// kSinkhornBlockBwdMaxT (measured faster there), else: the forward cooperative where it fits,
+// else block where it fits, else chunked; the backward cooperative where it fits, else chunked.
+// A one-chunk forward is one kernel (fwd_single_chunk_kernel) unless block is forced.
 enum class SinkhornPath { automatic, chunked, cooperative, block };
 constexpr int kSinkhornCoopMaxChunks = 256;
 constexpr int kSinkhornBlockMaxT = 4096, kSinkhornBlockMaxK = 8, kSinkhornBlockMaxIterations = 32;
 constexpr int kSinkhornBlockBwdMaxT = 1024;
+// bench_focus_assign on an H100 (2026-12-06, session 19; B 64 and 1, T 1024, ms): at K 4 the
+// block forward and backward take 0.09 and 0.13 against the cooperative 0.17 and 0.27; at K 8
+// 0.17 and 0.27 against 0.12 and 0.21 (its column steps run one group after another).
+constexpr int kSinkhornBlockFirstMaxK = 4;
 
 struct SinkhornParams {
   const float* scores = nullptr;

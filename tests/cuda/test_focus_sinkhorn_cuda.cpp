@@ -244,35 +244,51 @@ TEST(FocusSinkhornCuda, AutomaticTakesThePathItsRuleNames) {
   check_case(B, T, K, true, 10.f, SinkhornPath::automatic, false);  // and the reference's values
 }
 
-// The one-block backward at GPT-2's training shape (B 64, T 1024, K 8, no state), both scopes,
-// against the reference, and automatic's backward there bitwise the one-block one (the rule:
-// one block where it fits).
+// The one-block backward at GPT-2's training shape (B 64, T 1024, no state), K 4 and 8, both
+// scopes, against the reference; automatic's forward and backward there bitwise those of the path
+// its rule names (K <= kSinkhornBlockFirstMaxK: one block; K 8: cooperative where it fits).
 TEST(FocusSinkhornCuda, BlockBackwardAtTheTrainingShape) {
   CUDA_TEST_PREAMBLE();
-  const int B = 64, T = 1024, K = 8, N = kIterations;
-  SinkhornParams p;
-  p.B = B, p.T = T, p.K = K, p.iterations = N;
-  ASSERT_TRUE(sinkhorn_block_bwd_fits(p));
+  const int B = 64, T = 1024, N = kIterations;
   auto gpu = ExecContext::make_cuda(0);
-  const Shape s{B, T, K}, is{N + 1, B, T, K};
-  const size_t n = size_t(B) * T * K;
-  for (bool causal : {true, false}) {
-    check_case(B, T, K, causal, 10.f, SinkhornPath::block, false);
-    const std::vector<float> sc = test::random_vector(n, 11, -10.f, 10.f);
-    const std::vector<float> dg = test::random_vector(n, 12);
-    DeviceArray<float> d_sc(sc), d_g(n), d_it(n * (N + 1)), d_dg(dg);
-    ops::focus_sinkhorn_fwd(*gpu, dev(d_g, s), dev(d_it, is), dev(d_sc, s), causal);
-    std::vector<float> ds[2];
-    for (int v = 0; v < 2; ++v) {
-      DeviceArray<float> d_ds(n);
-      d_ds.poison();
-      ops::focus_sinkhorn_bwd(*gpu, dev(d_ds, s), dev(d_dg, s), dev(d_g, s), dev(d_it, is), causal,
-                              v == 0 ? SinkhornPath::automatic : SinkhornPath::block);
-      ds[v] = d_ds.download();
+  for (int K : {4, 8})
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(testing::Message() << "K " << K << (causal ? " causal" : " sequence"));
+      SinkhornParams p;
+      p.B = B, p.T = T, p.K = K, p.iterations = N, p.causal = causal;
+      ASSERT_TRUE(sinkhorn_block_bwd_fits(p));
+      const SinkhornPath named[2] = {
+          // [forward, backward]
+          K <= kSinkhornBlockFirstMaxK          ? SinkhornPath::block
+          : sinkhorn_cooperative_fits(p, false) ? SinkhornPath::cooperative
+                                                : SinkhornPath::chunked,
+          K <= kSinkhornBlockFirstMaxK         ? SinkhornPath::block
+          : sinkhorn_cooperative_fits(p, true) ? SinkhornPath::cooperative
+                                               : SinkhornPath::chunked};
+      check_case(B, T, K, causal, 10.f, SinkhornPath::block, false);
+      const Shape s{B, T, K}, is{N + 1, B, T, K};
+      const size_t n = size_t(B) * T * K;
+      const std::vector<float> sc = test::random_vector(n, 11, -10.f, 10.f);
+      const std::vector<float> dg = test::random_vector(n, 12);
+      DeviceArray<float> d_sc(sc), d_dg(dg);
+      std::vector<float> g[2], it[2], ds[2];  // [automatic, named]
+      for (int v = 0; v < 2; ++v) {
+        DeviceArray<float> d_g(n), d_it(n * (N + 1)), d_ds(n);
+        d_g.poison();
+        d_it.poison();
+        d_ds.poison();
+        ops::focus_sinkhorn_fwd(*gpu, dev(d_g, s), dev(d_it, is), dev(d_sc, s), causal, Tensor(), 0,
+                                v == 0 ? SinkhornPath::automatic : named[0]);
+        ops::focus_sinkhorn_bwd(*gpu, dev(d_ds, s), dev(d_dg, s), dev(d_g, s), dev(d_it, is),
+                                causal, v == 0 ? SinkhornPath::automatic : named[1]);
+        g[v] = d_g.download();
+        it[v] = d_it.download();
+        ds[v] = d_ds.download();
+      }
+      EXPECT_EQ(g[0], g[1]) << "automatic's g differs from the named path's";
+      EXPECT_EQ(it[0], it[1]) << "automatic's iterates differ from the named path's";
+      EXPECT_EQ(ds[0], ds[1]) << "automatic's dscores differ from the named path's";
     }
-    EXPECT_EQ(ds[0], ds[1]) << (causal ? "causal" : "sequence")
-                            << ": automatic's dscores differ from the one-block backward's";
-  }
 }
 
 TEST(FocusSinkhornCuda, MatchesTheReference64K) {
