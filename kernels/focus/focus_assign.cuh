@@ -26,14 +26,22 @@ namespace attnlab {
 // Which CUDA Sinkhorn runs: chunked = one launch per step (2N + 1 forward, 4N / 5N backward);
 // cooperative = one launch per direction (focus_sinkhorn_coop.cu) where the sequence has at most
 // kSinkhornCoopMaxChunks chunks and every block is resident at once (an error where forced and
-// not); block (forward only; the backward runs as automatic) = one block per sequence
-// (focus_sinkhorn_block.cu) for T <= kSinkhornBlockMaxT, K <= kSinkhornBlockMaxK and at most
-// kSinkhornBlockMaxIterations iterations (an error where forced and not); automatic = the forward
-// cooperative where it fits, else block where it fits, else chunked (the backward cooperative or
-// chunked). A one-chunk forward is one kernel (fwd_single_chunk_kernel) unless block is forced.
+// not); block = one block per sequence (focus_sinkhorn_block.cu): the forward for T <=
+// kSinkhornBlockMaxT, K <= kSinkhornBlockMaxK and at most kSinkhornBlockMaxIterations iterations
+// (an error where forced and not), the backward for T <= kSinkhornBlockBwdMaxT and K <=
+// kSinkhornBlockMaxK (elsewhere the backward runs as automatic); automatic = both directions
+// block where K <= kSinkhornBlockFirstMaxK, the sequence is more than one chunk and T <=
+// kSinkhornBlockBwdMaxT (measured faster there), else: the forward cooperative where it fits,
+// else block where it fits, else chunked; the backward cooperative where it fits, else chunked.
+// A one-chunk forward is one kernel (fwd_single_chunk_kernel) unless block is forced.
 enum class SinkhornPath { automatic, chunked, cooperative, block };
 constexpr int kSinkhornCoopMaxChunks = 256;
 constexpr int kSinkhornBlockMaxT = 4096, kSinkhornBlockMaxK = 8, kSinkhornBlockMaxIterations = 32;
+constexpr int kSinkhornBlockBwdMaxT = 1024;
+// bench_focus_assign on an H100 (2026-12-06, session 19; B 64 and 1, T 1024, ms): at K 4 the
+// block forward and backward take 0.09 and 0.13 against the cooperative 0.17 and 0.27; at K 8
+// 0.17 and 0.27 against 0.12 and 0.21 (its column steps run one group after another).
+constexpr int kSinkhornBlockFirstMaxK = 4;
 
 struct SinkhornParams {
   const float* scores = nullptr;
@@ -73,10 +81,12 @@ void launch_sinkhorn_bwd(const SinkhornParams& p, Stream s);
 bool sinkhorn_cooperative_fits(const SinkhornParams& p, bool backward);
 bool launch_sinkhorn_fwd_cooperative(const SinkhornParams& p, Stream s);
 bool launch_sinkhorn_bwd_cooperative(const SinkhornParams& p, Stream s);
-// The one-block forward (focus_sinkhorn_block.cu): whether it takes p, and the launch (false:
-// nothing launched).
+// The one-block forward and backward (focus_sinkhorn_block.cu): whether they take p, and the
+// launches (false: nothing launched).
 bool sinkhorn_block_fits(const SinkhornParams& p);
 bool launch_sinkhorn_fwd_block(const SinkhornParams& p, Stream s);
+bool sinkhorn_block_bwd_fits(const SinkhornParams& p);
+bool launch_sinkhorn_bwd_block(const SinkhornParams& p, Stream s);
 void launch_softmax_assign_fwd(const SoftmaxAssignParams& p, Stream s);
 void launch_softmax_assign_bwd(const SoftmaxAssignParams& p, Stream s);
 void launch_topk_route(const TopkRouteParams& p, Stream s);

@@ -297,7 +297,7 @@ int tile_blocks(const Geometry& g) {
 // The cooperative kernels for this call where p.path allows them and they fit (launched: true);
 // forced and not launched is an error.
 bool cooperative(const SinkhornParams& p, const Geometry& g, bool backward, Stream s) {
-  if (p.path == SinkhornPath::chunked) return false;  // (block: the backward as automatic)
+  if (p.path == SinkhornPath::chunked) return false;  // (block: a backward past its T as automatic)
   const bool launched =
       backward ? launch_sinkhorn_bwd_cooperative(p, s) : launch_sinkhorn_fwd_cooperative(p, s);
   ATTN_REQUIRE(launched || p.path != SinkhornPath::cooperative,
@@ -305,6 +305,12 @@ bool cooperative(const SinkhornParams& p, const Geometry& g, bool backward, Stre
                "all B x chunks = %lld blocks resident at once on this device",
                kSinkhornCoopMaxChunks, g.C, g.chunks, (long long)(int64_t(g.B) * g.chunks));
   return launched;
+}
+
+// Automatic's choice of the one-block kernels for both directions (focus_assign.cuh).
+bool block_first(const SinkhornParams& p, const Geometry& g) {
+  return p.path == SinkhornPath::automatic && p.K <= kSinkhornBlockFirstMaxK && g.chunks > 1 &&
+         p.T <= kSinkhornBlockBwdMaxT;
 }
 
 }  // namespace
@@ -328,6 +334,7 @@ void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s) {
     CUDA_CHECK_LAUNCH();
     return;
   }
+  if (block_first(p, g) && launch_sinkhorn_fwd_block(p, s)) return;
   if (cooperative(p, g, false, s)) return;
   // Where the cooperative kernel does not fit (B x chunks past one wave), the one-block forward
   // beats the chunked one (bench_focus_assign, H200 2026-12-05: B 64, T 4096, 10-30%).
@@ -349,6 +356,8 @@ void launch_sinkhorn_fwd(const SinkhornParams& p, Stream s) {
 void launch_sinkhorn_bwd(const SinkhornParams& p, Stream s) {
   if (p.B == 0 || p.T == 0) return;
   const Geometry g = geometry(p);
+  if ((p.path == SinkhornPath::block || block_first(p, g)) && launch_sinkhorn_bwd_block(p, s))
+    return;
   const int blocks = tile_blocks(g);
   if (cooperative(p, g, true, s)) return;
   const size_t slots = size_t(blocks) * g.K;

@@ -37,12 +37,6 @@ using namespace focus_sinkhorn_state;
 using focus_sinkhorn::lane_share;
 using focus_sinkhorn::tree_step;
 
-__device__ __forceinline__ Lse shfl_down(Lse v, int d) {
-  return {__shfl_down_sync(~0u, v.m, d), __shfl_down_sync(~0u, v.s, d)};
-}
-__device__ __forceinline__ Affine shfl_down(Affine v, int d) {
-  return {__shfl_down_sync(~0u, v.a, d), __shfl_down_sync(~0u, v.b, d)};
-}
 __device__ __forceinline__ Lse shfl_first(Lse v) {
   return {__shfl_sync(~0u, v.m, 0), __shfl_sync(~0u, v.s, 0)};
 }

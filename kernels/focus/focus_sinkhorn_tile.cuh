@@ -1,11 +1,13 @@
 // The tile arithmetic of the CUDA Sinkhorn (docs/focus.md "Sinkhorn on CUDA"), shared by the
 // chunked kernels (focus_sinkhorn.cu, one launch per step) and the cooperative ones
 // (focus_sinkhorn_coop.cu, one launch per direction): the chunk geometry, the column sums as
-// (m, s) pairs, the affine maps of the causal backward's reverse recurrence, and the per-chunk
-// steps on a tile in shared memory. Device code only; each file that includes it gets its own copy.
+// (m, s) pairs and the affine maps of the causal backward's reverse recurrence (defined in
+// focus_sinkhorn_segment.h), and the per-chunk steps on a tile in shared memory. Device code only;
+// each file that includes it gets its own copy.
 #pragma once
 #include "kernels/common/device.cuh"
 #include "kernels/focus/focus_assign.cuh"
+#include "kernels/focus/focus_sinkhorn_segment.h"
 
 namespace attnlab {
 namespace {
@@ -29,42 +31,24 @@ Geometry geometry(const SinkhornParams& p) {
   return g;
 }
 
-// m + log(s) with m the largest term (s >= 1); empty: m = -inf.
-struct Lse {
-  float m, s;
-};
-// The map Q -> a Q + b.
-struct Affine {
-  float a, b;
-};
-
-struct LseOp {
-  __device__ static Lse identity() { return {-INFINITY, 0.f}; }
-  __device__ static Lse combine(Lse x, Lse y) {  // x = earlier tokens
-    if (y.m == -INFINITY) return x;
-    if (x.m == -INFINITY) return y;
-    return x.m >= y.m ? Lse{x.m, fmaf(y.s, expf(y.m - x.m), x.s)}
-                      : Lse{y.m, fmaf(x.s, expf(x.m - y.m), y.s)};
-  }
-};
-struct AffineOp {
-  __device__ static Affine identity() { return {1.f, 0.f}; }
-  __device__ static Affine combine(Affine x, Affine y) {  // y after x: y o x
-    return {y.a * x.a, fmaf(y.a, x.b, y.b)};
-  }
-};
-
-__device__ __forceinline__ Lse add(Lse r, float x) { return LseOp::combine(r, Lse{x, 1.f}); }
-// exp(a - b) for two sums given as (m, log s).
-__device__ __forceinline__ float exp_diff(float am, float als, float bm, float bls) {
-  return expf((am - bm) + (als - bls));
-}
+using focus_sinkhorn::add;  // (m, s) pairs and affine maps: focus_sinkhorn_segment.h
+using focus_sinkhorn::Affine;
+using focus_sinkhorn::AffineOp;
+using focus_sinkhorn::exp_diff;
+using focus_sinkhorn::Lse;
+using focus_sinkhorn::LseOp;
 
 __device__ __forceinline__ Lse shfl_up(Lse v, int d) {
   return {__shfl_up_sync(~0u, v.m, d), __shfl_up_sync(~0u, v.s, d)};
 }
 __device__ __forceinline__ Affine shfl_up(Affine v, int d) {
   return {__shfl_up_sync(~0u, v.a, d), __shfl_up_sync(~0u, v.b, d)};
+}
+__device__ __forceinline__ Lse shfl_down(Lse v, int d) {
+  return {__shfl_down_sync(~0u, v.m, d), __shfl_down_sync(~0u, v.s, d)};
+}
+__device__ __forceinline__ Affine shfl_down(Affine v, int d) {
+  return {__shfl_down_sync(~0u, v.a, d), __shfl_down_sync(~0u, v.b, d)};
 }
 
 // ---- tiles -------------------------------------------------------------------------------------

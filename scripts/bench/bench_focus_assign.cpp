@@ -12,7 +12,8 @@
 // and is printed beside the card's measured ceiling (a device-to-device copy, read + write).
 // The Sinkhorn rows time the chunked kernels (one launch per step) and, where they fit
 // (sinkhorn_cooperative_fits), the cooperative ones (one launch per direction: "coop" rows), and
-// where it fits the one-block forward ("block" rows; its backward runs as automatic).
+// where it fits the one-block forward ("block" rows; their backward the one-block backward where
+// T <= kSinkhornBlockBwdMaxT, else as automatic).
 // --B=N: sequences per call (default 1; training runs B = micro-batch, the same B for every row).
 // Usage: bench_focus_assign [--csv=PATH] [--max-t=N] [--B=N]   (prints a table; CSV rows:
 //   op,scope,K,T,ms,gbps; T counts the tokens of one sequence, GB/s all B of them)

@@ -151,10 +151,11 @@ TEST(FocusSinkhornCuda, MatchesTheReferenceOddShapes) {
 // Each path forced (automatic takes the cooperative kernels wherever they fit, so the chunked
 // ones are otherwise tested only past kSinkhornCoopMaxChunks chunks): odd shapes, both scopes,
 // B 1 and 2, a carried state (causal), and a batch too large to be resident at once (chunked only);
-// the one-block forward where it fits (T <= 4096, K <= 8; its backward runs as automatic).
+// the one-block forward where it fits (T <= 4096, K <= 8) and the one-block backward where it fits
+// (T <= 1024; elsewhere the backward runs as automatic).
 TEST(FocusSinkhornCuda, ChunkedAndCooperativeMatchTheReference) {
   CUDA_TEST_PREAMBLE();
-  int cooperative = 0, blocks = 0;
+  int cooperative = 0, blocks = 0, block_bwds = 0;
   for (int B : {1, 2})
     for (int T : {2, 129, 1000, 4096, 4097, 65536 + 3})
       for (int K : {1, 8, 64})
@@ -162,8 +163,9 @@ TEST(FocusSinkhornCuda, ChunkedAndCooperativeMatchTheReference) {
           check_case(B, T, K, causal, 10.f, SinkhornPath::chunked);
           SinkhornParams p;
           p.B = B, p.T = T, p.K = K, p.iterations = kIterations, p.causal = causal;
-          if (sinkhorn_block_fits(p)) {  // the one-block forward (the backward as automatic)
+          if (sinkhorn_block_fits(p)) {  // the one-block forward (and backward, T <= 1024)
             ++blocks;
+            if (sinkhorn_block_bwd_fits(p)) ++block_bwds;
             check_case(B, T, K, causal, 10.f, SinkhornPath::block);
             check_case(B, T, K, causal, 200.f, SinkhornPath::block);
             if (causal) check_case(B, T, K, true, 10.f, SinkhornPath::block, false);
@@ -181,6 +183,7 @@ TEST(FocusSinkhornCuda, ChunkedAndCooperativeMatchTheReference) {
         }
   EXPECT_GT(cooperative, 0) << "no shape ran the cooperative kernels";
   EXPECT_GT(blocks, 0) << "no shape ran the one-block forward";
+  EXPECT_GT(block_bwds, 0) << "no shape ran the one-block backward";
   // The one-block forward at odd K (its unrolled loops over kSinkhornBlockMaxK columns masked, the
   // scalar stores) and single tokens.
   for (int T : {1, 7, 1000})
@@ -239,6 +242,53 @@ TEST(FocusSinkhornCuda, AutomaticTakesThePathItsRuleNames) {
     EXPECT_EQ(out[0][1], out[1][1]) << "automatic iterates differ from the named path's";
   }
   check_case(B, T, K, true, 10.f, SinkhornPath::automatic, false);  // and the reference's values
+}
+
+// The one-block backward at GPT-2's training shape (B 64, T 1024, no state), K 4 and 8, both
+// scopes, against the reference; automatic's forward and backward there bitwise those of the path
+// its rule names (K <= kSinkhornBlockFirstMaxK: one block; K 8: cooperative where it fits).
+TEST(FocusSinkhornCuda, BlockBackwardAtTheTrainingShape) {
+  CUDA_TEST_PREAMBLE();
+  const int B = 64, T = 1024, N = kIterations;
+  auto gpu = ExecContext::make_cuda(0);
+  for (int K : {4, 8})
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(testing::Message() << "K " << K << (causal ? " causal" : " sequence"));
+      SinkhornParams p;
+      p.B = B, p.T = T, p.K = K, p.iterations = N, p.causal = causal;
+      ASSERT_TRUE(sinkhorn_block_bwd_fits(p));
+      const SinkhornPath named[2] = {
+          // [forward, backward]
+          K <= kSinkhornBlockFirstMaxK          ? SinkhornPath::block
+          : sinkhorn_cooperative_fits(p, false) ? SinkhornPath::cooperative
+                                                : SinkhornPath::chunked,
+          K <= kSinkhornBlockFirstMaxK         ? SinkhornPath::block
+          : sinkhorn_cooperative_fits(p, true) ? SinkhornPath::cooperative
+                                               : SinkhornPath::chunked};
+      check_case(B, T, K, causal, 10.f, SinkhornPath::block, false);
+      const Shape s{B, T, K}, is{N + 1, B, T, K};
+      const size_t n = size_t(B) * T * K;
+      const std::vector<float> sc = test::random_vector(n, 11, -10.f, 10.f);
+      const std::vector<float> dg = test::random_vector(n, 12);
+      DeviceArray<float> d_sc(sc), d_dg(dg);
+      std::vector<float> g[2], it[2], ds[2];  // [automatic, named]
+      for (int v = 0; v < 2; ++v) {
+        DeviceArray<float> d_g(n), d_it(n * (N + 1)), d_ds(n);
+        d_g.poison();
+        d_it.poison();
+        d_ds.poison();
+        ops::focus_sinkhorn_fwd(*gpu, dev(d_g, s), dev(d_it, is), dev(d_sc, s), causal, Tensor(), 0,
+                                v == 0 ? SinkhornPath::automatic : named[0]);
+        ops::focus_sinkhorn_bwd(*gpu, dev(d_ds, s), dev(d_dg, s), dev(d_g, s), dev(d_it, is),
+                                causal, v == 0 ? SinkhornPath::automatic : named[1]);
+        g[v] = d_g.download();
+        it[v] = d_it.download();
+        ds[v] = d_ds.download();
+      }
+      EXPECT_EQ(g[0], g[1]) << "automatic's g differs from the named path's";
+      EXPECT_EQ(it[0], it[1]) << "automatic's iterates differ from the named path's";
+      EXPECT_EQ(ds[0], ds[1]) << "automatic's dscores differ from the named path's";
+    }
 }
 
 TEST(FocusSinkhornCuda, MatchesTheReference64K) {
