@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/carver.h"
+#include "kernels/focus/focus_decode.cuh"
 #include "ops/focus_decode_ops.h"
 #include "ops/focus_ops.h"
 #include "ops/ops.h"
@@ -331,6 +332,12 @@ std::unique_ptr<AttentionCache> FocusAttention::make_cache(const ExecContext& ct
       opts_.assign == FocusOptions::Assign::softmax || opts_.scope == FocusOptions::Scope::causal,
       "focus attention: generation needs attention.focus.sinkhorn_scope causal (with "
       "scope sequence a token's group depends on tokens not generated yet)");
+  // Checked here, before the prompt's prefill, not at the first decode step.
+  ATTN_REQUIRE(ctx.device == Device::cpu || opts_.eval_routing != FocusOptions::Routing::hard ||
+                   attends_every_pair(max_T) || opts_.top_k <= kFocusDecodeMaxTopK,
+               "focus attention: hard-routed generation on CUDA takes attention.focus.top_k <= %d, "
+               "got %d",
+               kFocusDecodeMaxTopK, opts_.top_k);
   return std::make_unique<FocusKVCache>(ctx, B, max_T, layout, dtype, opts_);
 }
 

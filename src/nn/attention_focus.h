@@ -5,8 +5,9 @@
 //   z = h W_g^T [B*T, d_g];  S = cos(z, C) / tau [B, T, K];  g = sinkhorn(S) or softmax(S)
 // Parameters (role attention): h.<l>.attn.focus.w_g [d_g, n_embd] (a Linear weight) and
 // h.<l>.attn.focus.centroids [K, d_g]. Backward: dqkv, dh (+=) through g, dW_g and dC (+=, unless
-// frozen). CUDA: straightforward kernels (kernels/focus/*.cu), tested on the GPU against the CPU
-// references; the fast tiled ones are to come (docs/focus.md).
+// frozen). CUDA: kernels/focus/ (the soft gate on Hopper's wgmma, tiled tensor-core kernels
+// elsewhere, the hard-routed forward over group lists, Sinkhorn scans), each tested on the GPU
+// against its CPU reference (docs/focus.md).
 #pragma once
 #include "kernels/focus/focus_attention.cuh"
 #include "nn/attention.h"

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cuda/cuda_test_util.h"
+#include "kernels/focus/focus_decode.cuh"
 #include "model/gpt.h"
 #include "ops/focus_decode_case.h"
 
@@ -181,6 +182,35 @@ TEST(FocusDecodeCuda, ModelDecodeMatchesTheForward) {
     }
     EXPECT_LT(test::report("focus gpt group decode vs forward f32", err), 1e-4)
         << "top_k " << top_k;
+  }
+}
+
+// Hard-routed generation on CUDA past kFocusDecodeMaxTopK is refused when the cache is made (before
+// the prompt's prefill), naming the key; top_k >= K (every pair: dense decoding) is not limited.
+TEST(FocusDecodeCuda, CacheRefusesTopKPastTheKernelsLimit) {
+  CUDA_TEST_PREAMBLE();
+  auto ctx = ExecContext::make_cuda(0);
+  for (int top_k : {kFocusDecodeMaxTopK + 1, 16}) {
+    GPTConfig c;
+    c.n_layer = 1;
+    c.n_head = 2;
+    c.n_embd = 128;
+    c.vocab_size = 64;
+    c.padded_vocab = 64;
+    c.block_size = 64;
+    c.attention.type = "focus";
+    c.attention.focus.groups = 16;
+    c.attention.focus.top_k = top_k;
+    c.attention.focus.local_window = 4;
+    GPT model(c);
+    ParameterStore store;
+    model.declare_params(store);
+    store.finalize(Device::cuda, DType::f32, {});
+    if (top_k < c.attention.focus.groups)
+      test::expect_error([&] { model.make_kv_cache(*ctx, 1, 64, DType::f32); },
+                         "hard-routed generation on CUDA takes attention.focus.top_k <= 8, got 9");
+    else
+      EXPECT_NO_THROW(model.make_kv_cache(*ctx, 1, 64, DType::f32));
   }
 }
 
