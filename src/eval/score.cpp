@@ -47,6 +47,8 @@ ScoreSummary score_tokens(const ScoreOptions& o, std::FILE* out) {
   ModelSource source = inspect_model_source(o.model, o.adapter);
   apply_eval_overrides(o.overrides, source, source.config, "score");
   EvalModel model(source, o.device);
+  if (const std::string m = model.attention_eval_mode(); !m.empty())
+    std::fprintf(stderr, "note: attention: %s\n", m.c_str());
   if (const std::string c = model.attention_caveat(); !c.empty())
     std::fprintf(stderr, "note: %s\n", c.c_str());
   const int vocab = model.config().vocab_size;

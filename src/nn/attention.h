@@ -144,6 +144,10 @@ class AttentionModule {
   // A warning about the telemetry counted (metrics()), "" when healthy (Focus: a layer whose
   // groups collapsed).
   virtual std::string health_warning() const { return ""; }
+  // A warning about this module's settings for sequences of T tokens, "" when none (Focus: a
+  // local band covering every pair, or one group: its grouping does nothing). The trainer prints
+  // it at the start.
+  virtual std::string config_warning(int64_t /*T*/) const { return ""; }
   // How eval and score run this module, for their output ("focus hard routing, top_k 2"), "" when
   // there is no choice (dense).
   virtual std::string eval_mode() const { return ""; }

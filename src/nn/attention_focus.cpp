@@ -235,6 +235,18 @@ std::string FocusAttention::eval_caveat() const {
          "model's (they can use the future; generate refuses this scope)";
 }
 
+std::string FocusAttention::config_warning(int64_t T) const {
+  if (int64_t(opts_.local_window) >= T - 1)
+    return strformat(
+        "attention.focus.local_window (%d) >= the sequence length - 1 (%lld): every pair is in "
+        "the local band, so Focus is dense attention here (its groups do nothing)",
+        opts_.local_window, (long long)(T - 1));
+  if (opts_.groups == 1)
+    return "attention.focus.groups is 1: every pair shares the one group, so the grouping does "
+           "nothing (the additive gate is then dense attention)";
+  return "";
+}
+
 double FocusAttention::collapse_threshold(int groups) {
   // 50% (the collapse) where balance is far below it; with K <= 3 groups the largest
   // holds >= 1/K >= 33% at perfect balance, so there: halfway from balance to all in one group

@@ -45,6 +45,7 @@ class FocusAttention final : public AttentionModule {
   void use_alternate_eval(bool on) override;
   std::string eval_mode() const override;
   std::string eval_caveat() const override;
+  std::string config_warning(int64_t T) const override;
   // Dominance above collapse_threshold(K) (collapse; 1/K is balance).
   std::string health_warning() const override;
   // 0.5 for K >= 4; (1 + 1/K) / 2 below (K 2: 75%, K 3: 67%, K 1: 100%, never passed).

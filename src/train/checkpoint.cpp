@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc 2.28)
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "config/model_keys.h"
@@ -146,19 +148,57 @@ std::string allow_extra_hint(const WeightLoadOptions& options) {
 
 std::optional<Recipe> read_checkpoint_recipe(const std::string& dir) {
   const fs::path file = fs::path(dir) / "recipe.yaml";
-  if (!fs::exists(file)) return std::nullopt;
-  return parse_recipe(io::read_file(file.string()), file.string(), {});
+  if (fs::exists(file)) return parse_recipe(io::read_file(file.string()), file.string(), {});
+  // The same resolved recipe rides in the weights' metadata (save_checkpoint).
+  const fs::path model = fs::path(dir) / "model.safetensors";
+  if (!fs::exists(model)) return std::nullopt;
+  const io::SafetensorsFile f(model.string());
+  const auto it = f.metadata().find("recipe");
+  if (it == f.metadata().end() || it->second.empty()) return std::nullopt;
+  return parse_recipe(it->second, model.string() + " (metadata \"recipe\")", {});
 }
 
-void check_resume_recipe(const Recipe& recipe, const std::string& dir) {
+namespace {
+
+// Every scalar (or list) of a YAML tree under its dotted key path.
+void flatten_yaml(const YAML::Node& n, const std::string& path,
+                  std::map<std::string, std::string>& out) {
+  if (n.IsMap()) {
+    for (const auto& kv : n)
+      flatten_yaml(kv.second, (path.empty() ? "" : path + ".") + kv.first.as<std::string>(), out);
+  } else {
+    YAML::Emitter e;
+    e << YAML::Flow << n;
+    out[path] = e.c_str();
+  }
+}
+
+}  // namespace
+
+std::string check_resume_recipe(const Recipe& recipe, const std::string& dir) {
   const std::optional<Recipe> trained = read_checkpoint_recipe(dir);
-  if (!trained) return;
+  ATTN_REQUIRE(trained.has_value(),
+               "--resume %s: the checkpoint has no recipe.yaml and its model.safetensors no "
+               "recipe metadata, so the recipe's model cannot be checked against it; restore "
+               "its recipe.yaml, or start a new run from it with train.init_from",
+               dir.c_str());
   const std::string diffs = model_function_conflicts(recipe, *trained, "the checkpoint");
   ATTN_REQUIRE(diffs.empty(),
                "--resume %s: the recipe's model differs from the checkpoint's:%s\n"
                "a resume continues the checkpoint's model (its recipe.yaml); give the same "
                "model and attention keys, or start a new run from it with train.init_from",
                dir.c_str(), diffs.c_str());
+  std::map<std::string, std::string> was, now;
+  flatten_yaml(YAML::Load(recipe_to_yaml(*trained)), "", was);
+  flatten_yaml(YAML::Load(recipe_to_yaml(recipe)), "", now);
+  std::string changes;
+  for (const auto& [key, value] : now) {
+    const auto it = was.find(key);
+    const std::string before = it == was.end() ? "(none)" : it->second;
+    if (before != value)
+      changes += (changes.empty() ? "" : ", ") + key + " " + before + " -> " + value;
+  }
+  return changes;
 }
 
 std::string resolve_checkpoint_dir(const std::string& path) {

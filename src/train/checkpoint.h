@@ -57,9 +57,12 @@ std::string resolve_checkpoint_dir(const std::string& path);
 // A resume continues the model of checkpoint `dir`: every architecture and attention key that
 // fixes its function (config/model_keys.h, model_function_conflicts) must resolve in `recipe` as
 // in the checkpoint's recipe.yaml, else an error lists them. Training keys (optimizer, schedule,
-// steps, data, eval, route_training) may change. A checkpoint without recipe.yaml is not checked.
-void check_resume_recipe(const Recipe& recipe, const std::string& dir);
-// The recipe.yaml of checkpoint directory `dir` (the run's resolved recipe), if it has one.
+// steps, data, eval, route_training) may change. The checkpoint's recipe is its recipe.yaml, else
+// the one in its model.safetensors metadata; with neither the resume is refused. Returns the keys
+// the recipe changes ("optim.lr 0.0006 -> 0.0003, ..."; "" for none), for the resume's log.
+std::string check_resume_recipe(const Recipe& recipe, const std::string& dir);
+// The resolved recipe of checkpoint directory `dir`: its recipe.yaml, else the "recipe" metadata
+// of its model.safetensors; none when it has neither.
 std::optional<Recipe> read_checkpoint_recipe(const std::string& dir);
 // True when run_dir already holds at least one checkpoint.
 bool run_has_checkpoints(const std::string& run_dir);

@@ -65,6 +65,9 @@ GenerateResult generate(const GenerateOptions& o,
   load_model_source(source, store);
   const int T_max = c.block_size;
   KVCache cache = model.make_kv_cache(*ctx, 1, T_max, dtype);
+  if (c.n_layer > 0)  // how the variant generates (Focus: "focus hard routing, top_k 2")
+    if (const std::string mode = model.attention(0).eval_mode(); !mode.empty())
+      res.notes.push_back("attention: " + mode);
 
   std::vector<int32_t> ids;
   tok->encode(o.prompt, ids);

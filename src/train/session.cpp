@@ -267,20 +267,25 @@ std::string attention_eval_report(Session& s, int batches, const io::Logger& log
   for (const auto& [k, v] : m) record[k] = v;
   std::string summary = L > 0 ? s.model->attention(0).summarize(m) : "";
   if (!summary.empty()) summary = " | " + summary;
+  // How val_loss was evaluated (Focus: "focus hard routing, top_k 2"): the record and the line
+  // name it, since eval-time keys may change at a resume.
+  const std::string mode = L > 0 ? s.model->attention(0).eval_mode() : "";
+  if (!mode.empty()) record["attention_eval"] = mode;
   std::string alternate;
   for (int l = 0; l < L; ++l) {
     const AttentionModule& a = s.model->attention(l);
     if (const std::string w = a.health_warning(); !w.empty()) log.warn("%s", w.c_str());
     if (alternate.empty()) alternate = a.alternate_eval();
   }
-  if (alternate.empty()) return summary;
+  if (alternate.empty()) return (mode.empty() ? "" : " | " + mode) + summary;
   for (int l = 0; l < L; ++l) s.model->attention(l).use_alternate_eval(true);
   const ValidationResult ev =
       global_validation(*s.comm, score_validation(*s.model, *s.ctx, s.store, *s.val_loader, batches,
                                                   s.tokens_dev, s.targets_dev, nullptr, false));
   for (int l = 0; l < L; ++l) s.model->attention(l).use_alternate_eval(false);
   record["val_loss_" + alternate] = ev.loss;
-  return strformat(" | %s %.4f%s", alternate.c_str(), ev.loss, summary.c_str());
+  return strformat("%s | %s %.4f%s", mode.empty() ? "" : (" | " + mode).c_str(), alternate.c_str(),
+                   ev.loss, summary.c_str());
 }
 
 std::string roles_text(const std::vector<std::string>& roles) {

@@ -76,7 +76,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
 
   // ---- run directory and resume --------------------------------------------------------------
   TrainerState st;
-  std::string resumed_from;
+  std::string resumed_from, resume_changes;
   WeightLoadReport init_report;
   if (rank0) io::ensure_dir(run_dir);
   if (!options.resume.empty()) {
@@ -91,7 +91,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
                  "the resume would overwrite; resume into the checkpoint's run (--set "
                  "train.out_dir=%s) or into a new directory",
                  options.resume.c_str(), run_dir.c_str(), own.parent_path().c_str());
-    check_resume_recipe(recipe, dir);
+    resume_changes = check_resume_recipe(recipe, dir);
     load_model_weights(dir, s.store);
     load_optimizer_state(dir, opt);
     st = load_trainer_state(dir);
@@ -136,8 +136,14 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   const int64_t n_params = s.model->num_params_unpadded(s.store);
   const double flops_tok =
       s.model->flops_per_token(recipe.train.seq_len, s.store, recipe.retrofit.trainable_roles());
+  if (s.model->config().n_layer > 0)
+    if (const std::string w = s.model->attention(0).config_warning(recipe.train.seq_len);
+        !w.empty())
+      log.warn("%s", w.c_str());
   if (!resumed_from.empty())
-    log.info("resumed from %s at step %lld", resumed_from.c_str(), (long long)st.step);
+    log.info(
+        "resumed from %s at step %lld%s%s", resumed_from.c_str(), (long long)st.step,
+        resume_changes.empty() ? "" : "; keys changed from its recipe: ", resume_changes.c_str());
   if (s.model->config().n_layer > 0) {
     if (const std::string c = s.model->attention(0).eval_caveat(); !c.empty())
       log.warn("%s", c.c_str());

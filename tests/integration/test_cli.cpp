@@ -344,6 +344,15 @@ TEST_F(Cli, EvalAppliesFocusRoutingKeysAndRefusesTheOthers) {
     return std::string(std::istreambuf_iterator<char>(f), {});
   };
   const std::string hard_scores = scores("");
+  // score and generate say how they ran the attention.
+  const CliResult sn =
+      run("score " + run_dir + " --tokens " + (dir_ / "ids.txt").string() + " --out " +
+          (dir_ / "s2.jsonl").string() + " --set attention.focus.eval_routing=soft");
+  EXPECT_NE(sn.out.find("note: attention: focus soft gate"), std::string::npos) << sn.out;
+  const CliResult gn = run("generate " + run_dir + " -n 3 --seed 1 --tokenizer byte");
+  EXPECT_EQ(gn.code, 0) << gn.out;
+  EXPECT_NE(gn.out.find("note: attention: focus hard routing, top_k 2"), std::string::npos)
+      << gn.out;
   EXPECT_EQ(scores(" --set attention.focus.eval_routing=hard"), hard_scores);
   EXPECT_NE(scores(" --set attention.focus.eval_routing=soft"), hard_scores);
   expect_error(run("score " + run_dir + " --tokens " + (dir_ / "ids.txt").string() +
@@ -377,6 +386,7 @@ TEST_F(Cli, EvalAppliesFocusRoutingKeysAndRefusesTheOthers) {
     if (!r.contains("val_loss")) continue;
     ++evals;
     ASSERT_TRUE(r.contains("val_loss_soft")) << line;
+    EXPECT_EQ(r["attention_eval"], "focus hard routing, top_k 2") << line;  // what val_loss is
     EXPECT_NE(r["val_loss_soft"], r["val_loss"]) << line;
     EXPECT_EQ(r["focus.h0.tokens"], 64) << line;
     double shares = 0;

@@ -144,12 +144,34 @@ TEST(TrainIntegration, ResumeRefusesAnotherModel) {
   std::erase(no_tau, std::string("attention.focus.tau=0.5"));
   test::expect_error([&] { train(tiny(tmp.file("r4"), no_tau), o); },
                      {"attention.focus.tau: 0.1 in the recipe (default), 0.5 in the checkpoint"});
-  // training keys may change: more steps, another learning rate, hard routing in training
-  const TrainResult r =
-      train(tiny(tmp.file("r5"),
-                 with({"train.steps=6", "optim.lr=1e-3", "attention.focus.route_training=hard"})),
-            o);
+  // training keys may change: more steps, another learning rate, hard routing in training; the
+  // resume names what changed
+  const Recipe more =
+      tiny(tmp.file("r5"),
+           with({"train.steps=6", "optim.lr=1e-3", "attention.focus.route_training=hard"}));
+  const std::string ckpt = resolve_checkpoint_dir(a);
+  const std::string changes = check_resume_recipe(more, ckpt);
+  for (const char* c :
+       {"train.steps 4 -> 6", "attention.focus.route_training soft -> hard", "optim.lr "})
+    EXPECT_NE(changes.find(c), std::string::npos) << c << " not in: " << changes;
+  EXPECT_EQ(check_resume_recipe(tiny(a, focus), ckpt), "");
+  const TrainResult r = train(more, o);
   EXPECT_EQ(r.steps, 6);
+  // Without its recipe.yaml the checkpoint's model is still known (model.safetensors' metadata);
+  // with neither the resume is refused, not left unchecked.
+  fs::remove(fs::path(ckpt) / "recipe.yaml");
+  test::expect_error([&] { train(tiny(tmp.file("r6"), with({"attention.focus.tau=0.2"})), o); },
+                     {"attention.focus.tau: 0.2 in the recipe"});
+  const fs::path bare = tmp.file("bare");
+  fs::create_directories(bare);
+  const std::string header = "{\"__metadata__\":{\"format\":\"pt\"}}";
+  std::ofstream f(bare / "model.safetensors", std::ios::binary);
+  const uint64_t n = header.size();
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f << header;
+  f.close();
+  test::expect_error([&] { check_resume_recipe(tiny(a, focus), bare.string()); },
+                     {"has no recipe.yaml and its model.safetensors no recipe metadata"});
 }
 
 // --resume writes into train.out_dir (recipe.yaml, the metrics cut back, new checkpoints pruned

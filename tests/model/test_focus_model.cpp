@@ -104,6 +104,22 @@ TEST(FocusModel, TelemetryOfKnownAssignments) {
             "0.500 (ln K = 1.386)");
 }
 
+// Settings under which the grouping does nothing are named at the start of training.
+TEST(FocusModel, ConfigWarningWhereTheGroupsDoNothing) {
+  GPTConfig c = focus_config();  // local_window 2, 3 groups
+  FocusModel m(c);
+  const AttentionModule& a = m.model.attention(0);
+  EXPECT_EQ(a.config_warning(12), "");
+  EXPECT_EQ(a.config_warning(4), "");
+  EXPECT_EQ(a.config_warning(3),
+            "attention.focus.local_window (2) >= the sequence length - 1 (2): every pair is in the "
+            "local band, so Focus is dense attention here (its groups do nothing)");
+  c.attention.focus.groups = 1;
+  FocusModel one(c);
+  EXPECT_NE(one.model.attention(1).config_warning(12).find("attention.focus.groups is 1"),
+            std::string::npos);
+}
+
 }  // namespace
 
 // Soft routing in training: every parameter's gradient, the Focus ones (role attention) included.
