@@ -44,7 +44,9 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t resume_step) : pat
         ++dropped_;
       }
     }
-    if (dropped_ > 0) write_file_atomic(path_, kept);
+    // Cut back at the first record, not now: a resume that fails before it logs anything leaves
+    // the run's records as they were.
+    if (dropped_ > 0) pending_cut_ = std::move(kept);
   }
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) ATTN_FAIL("cannot write '%s': %s", path_.c_str(), errno_text(errno).c_str());
@@ -55,7 +57,10 @@ MetricsWriter::~MetricsWriter() {
 }
 
 MetricsWriter::MetricsWriter(MetricsWriter&& o) noexcept
-    : path_(std::move(o.path_)), fd_(o.fd_), dropped_(o.dropped_) {
+    : path_(std::move(o.path_)),
+      fd_(o.fd_),
+      dropped_(o.dropped_),
+      pending_cut_(std::move(o.pending_cut_)) {
   o.fd_ = -1;
 }
 
@@ -65,6 +70,7 @@ MetricsWriter& MetricsWriter::operator=(MetricsWriter&& o) noexcept {
     path_ = std::move(o.path_);
     fd_ = o.fd_;
     dropped_ = o.dropped_;
+    pending_cut_ = std::move(o.pending_cut_);
     o.fd_ = -1;
   }
   return *this;
@@ -77,6 +83,13 @@ void MetricsWriter::write(const nlohmann::json& record) {
                "metrics record for '%s' must be an object with an integer \"step\", got %s",
                path_.c_str(), record.dump().c_str());
   std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  if (pending_cut_) {  // the resume's cut, then append to the new file
+    write_file_atomic(path_, *pending_cut_);
+    pending_cut_.reset();
+    ::close(fd_);
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd_ < 0) ATTN_FAIL("cannot write '%s': %s", path_.c_str(), errno_text(errno).c_str());
+  }
   write_all(fd_, line.data(), line.size(), path_);
 }
 

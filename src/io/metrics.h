@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,7 +19,8 @@ class MetricsWriter {
   explicit MetricsWriter(const std::string& path);
   // Resuming from a checkpoint taken at `resume_step`: keeps the records with step <=
   // resume_step, drops the later ones (they will be logged again) and any partial line a crash
-  // left behind, then appends. A missing file is fine.
+  // left behind, then appends. The file is cut back when the first record is written, so a
+  // resume that fails before it leaves the file as it was. A missing file is fine.
   MetricsWriter(const std::string& path, int64_t resume_step);
   ~MetricsWriter();
   MetricsWriter(MetricsWriter&& o) noexcept;
@@ -39,6 +41,7 @@ class MetricsWriter {
   std::string path_;
   int fd_ = -1;
   int64_t dropped_ = 0;
+  std::optional<std::string> pending_cut_;  // the resume's kept records, until the first write
 };
 
 // One training step as the progress line reports it. NaN fields other than the loss are left out

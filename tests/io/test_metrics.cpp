@@ -60,8 +60,14 @@ TEST_F(Metrics, ResumeDropsLaterStepsAndPartialLines) {
   std::string text = read_file(path) + "{\"step\": 11, \"lo";
   write_file_atomic(path, text);
 
+  {  // a resume that fails before its first record leaves the file as it was
+    MetricsWriter failed(path, /*resume_step=*/3);
+    EXPECT_EQ(failed.dropped_on_resume(), 8);
+  }
+  EXPECT_EQ(read_file(path), text);
   MetricsWriter w(path, /*resume_step=*/6);
   EXPECT_EQ(w.dropped_on_resume(), 5);  // steps 7..10 and the partial line
+  EXPECT_EQ(read_file(path), text);
   w.write({{"step", 7}, {"loss", 2.5}});
   auto lines = read_lines(path);
   ASSERT_EQ(lines.size(), 7u);
