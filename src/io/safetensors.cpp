@@ -90,6 +90,29 @@ bool is_float_type(StDType t) {
   return t == StDType::F32 || t == StDType::BF16 || t == StDType::F16;
 }
 
+// The flat index of the first NaN or infinity among n elements of float dtype t, -1 if none: the
+// exponent field all ones (F32 bits 23-30, BF16 7-14, F16 10-14).
+int64_t first_non_finite(const std::byte* src, StDType t, int64_t n) {
+  int64_t first = n;
+  if (t == StDType::F32) {
+#pragma omp parallel for reduction(min : first) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t u;
+      std::memcpy(&u, src + 4 * i, 4);
+      if ((u & 0x7f800000u) == 0x7f800000u && i < first) first = i;
+    }
+  } else {
+    const uint16_t mask = t == StDType::BF16 ? 0x7f80 : 0x7c00;
+#pragma omp parallel for reduction(min : first) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t u;
+      std::memcpy(&u, src + 2 * i, 2);
+      if ((u & mask) == mask && i < first) first = i;
+    }
+  }
+  return first == n ? -1 : first;
+}
+
 }  // namespace
 
 const char* st_dtype_name(StDType t) {
@@ -454,6 +477,13 @@ void SafetensorsFile::load_into(const std::string& name, const Tensor& dst) cons
   const StDType want_dt = st_dtype_of(dst.dtype);
   const std::byte* src = data_ptr(ti);
   const int64_t numel = ti.numel();
+  if (is_float_type(ti.dtype)) {  // a NaN weight would surface steps later as a "divergence"
+    const int64_t bad = first_non_finite(src, ti.dtype, numel);
+    ATTN_REQUIRE(bad < 0,
+                 "checkpoint '%s': tensor '%s' holds a non-finite value (%g at flat index %lld): "
+                 "the file is corrupt or was written by a run that had diverged",
+                 p, n, double(load_as_float(src, ti.dtype, bad)), (long long)bad);
+  }
   if (ti.dtype == want_dt) {
     if (numel == 0) return;
     if (dst.device == Device::cpu)

@@ -176,11 +176,21 @@ TEST_F(Safetensors, ManyTensors) {
 TEST_F(Safetensors, LoadIntoConvertsAndChecks) {
   std::vector<float> f32 = random_values<float>(64, 21);
   f32[0] = 1.0f + 1.0f / 256;  // exactly between two bf16 values: rounds to even (1.0)
-  f32[1] = INFINITY;
+  f32[1] = -3.4e38f;           // past bf16's largest and half an ulp: rounds to -inf
   std::vector<__half> f16 = {__float2half(0.5f), __float2half(-2.25f), __float2half(65504.f)};
   SafetensorsWriter w;
   w.add("w", Tensor(f32.data(), DType::f32, Device::cpu, {8, 8}));
   w.add_raw("h", StDType::F16, {3}, f16.data());
+  // Non-finite values in a file are refused, naming the tensor and the first one.
+  std::vector<float> inf_f32 = random_values<float>(40, 22);
+  inf_f32[33] = INFINITY;
+  inf_f32[35] = NAN;
+  w.add("inf32", Tensor(inf_f32.data(), DType::f32, Device::cpu, {40}));
+  std::vector<bf16> nan_bf16(10, __float2bfloat16(0.25f));
+  nan_bf16[7] = __float2bfloat16(NAN);
+  w.add("nan16", Tensor(nan_bf16.data(), DType::bf16, Device::cpu, {10}));
+  std::vector<__half> inf_f16 = {__float2half(1.f), __float2half(-INFINITY)};
+  w.add_raw("inf16", StDType::F16, {2}, inf_f16.data());
   std::vector<int32_t> ids = {1, 2, 3};
   w.add("ids", Tensor(ids.data(), DType::i32, Device::cpu, {3}));
   std::string path = dir_ + "/x.safetensors";
@@ -191,10 +201,22 @@ TEST_F(Safetensors, LoadIntoConvertsAndChecks) {
   f.load_into("w", Tensor(as_bf16.data(), DType::bf16, Device::cpu, {8, 8}));
   EXPECT_EQ(__bfloat162float(as_bf16[0]), 1.0f);
   EXPECT_TRUE(std::isinf(__bfloat162float(as_bf16[1])));
+  std::vector<float> any(40);
+  test::expect_error(
+      [&] { f.load_into("inf32", Tensor(any.data(), DType::f32, Device::cpu, {40})); },
+      "checkpoint '" + path + "': tensor 'inf32' holds a non-finite value (inf at flat index 33)");
+  test::expect_error(
+      [&] { f.load_into("nan16", Tensor(any.data(), DType::f32, Device::cpu, {10})); },
+      "tensor 'nan16' holds a non-finite value (nan at flat index 7)");
+  test::expect_error(
+      [&] { f.load_into("inf16", Tensor(any.data(), DType::f32, Device::cpu, {2})); },
+      "tensor 'inf16' holds a non-finite value (-inf at flat index 1)");
   for (int i = 2; i < 64; ++i)
     EXPECT_NEAR(__bfloat162float(as_bf16[i]), f32[i], std::abs(f32[i]) / 256) << i;
 
-  // BF16 -> F32 is exact: write the bf16 values back and reload them as f32.
+  // BF16 -> F32 is exact: write the bf16 values back (finite ones: -inf is refused, below) and
+  // reload them as f32.
+  as_bf16[1] = __float2bfloat16(-2.f);
   SafetensorsWriter w2;
   w2.add("w", Tensor(as_bf16.data(), DType::bf16, Device::cpu, {8, 8}));
   w2.write(dir_ + "/y.safetensors");
