@@ -184,6 +184,21 @@ TEST_P(DistTrain, TwoRanksEqualOneRankWithAccumulationForZero0And1) {
         EXPECT_DOUBLE_EQ(j["exposed_comm_ms"].get<double>(), j["comm_ms"].get<double>());
       }
       EXPECT_EQ(timed, 6);
+      if (GetParam() == "focus") {  // the telemetry counts both ranks' validation tokens
+        auto last_eval = [](const std::string& d) {
+          nlohmann::json last;
+          std::ifstream m((fs::path(d) / "metrics.jsonl").string());
+          for (std::string line; std::getline(m, line);) {
+            const auto j = nlohmann::json::parse(line);
+            if (j.contains("val_loss")) last = j;
+          }
+          return last;
+        };
+        const nlohmann::json a = last_eval(dir), b = last_eval(tmp.file("ref"));
+        ASSERT_TRUE(a.contains("focus.h0.tokens") && b.contains("focus.h0.tokens")) << a << b;
+        EXPECT_EQ(a["focus.h0.tokens"], b["focus.h0.tokens"]);
+        EXPECT_NEAR(a["focus.h0.entropy"].get<double>(), b["focus.h0.entropy"].get<double>(), 1e-3);
+      }
     }
   }
   if (comm->rank() == 0)
