@@ -61,8 +61,14 @@ std::string SyntheticScores::summary() const {
     buckets += strformat("%s%s %.3f", buckets.empty() ? "" : ", ", labels[b], s.acc());
   }
   const KindScore &r = kind(SyntheticKind::kRecall), &c = kind(SyntheticKind::kCopied);
-  return strformat("recall acc %.3f (%s; %lld) | copied acc %.3f (%lld)", r.acc(), buckets.c_str(),
-                   (long long)r.count, c.acc(), (long long)c.count);
+  // (No target of a kind in the scored windows: said so, not an accuracy of 0.)
+  const std::string recall = r.count == 0 ? std::string("recall: no targets")
+                                          : strformat("recall acc %.3f (%s; %lld)", r.acc(),
+                                                      buckets.c_str(), (long long)r.count);
+  const std::string copied = c.count == 0
+                                 ? std::string("copied: no targets")
+                                 : strformat("copied acc %.3f (%lld)", c.acc(), (long long)c.count);
+  return recall + " | " + copied;
 }
 
 SyntheticProbe::SyntheticProbe(const std::vector<int32_t>& tokens, int vocab_size)

@@ -76,7 +76,9 @@ std::array<int64_t, kRecallBuckets> check_score_window(const SyntheticConfig& sc
   SyntheticScores back;
   back.from_values(v);
   EXPECT_EQ(back.to_json(), j);
-  EXPECT_NE(s.summary().find("recall acc"), std::string::npos);
+  EXPECT_NE(s.summary().find(recall > 0 ? "recall acc" : "recall: no targets"), std::string::npos)
+      << s.summary();
+  EXPECT_EQ(SyntheticScores().summary(), "recall: no targets | copied: no targets");
   return bucket;
 }
 
