@@ -23,7 +23,9 @@ constexpr int kBlockThreads = 512;
 constexpr int kRows = kSinkhornBlockMaxT / kBlockThreads;  // tokens per thread
 constexpr int kMaxK = kSinkhornBlockMaxK;
 constexpr int kWarpsPerBlock = kBlockThreads / 32;
-static_assert(kRows * kBlockThreads == kSinkhornBlockMaxT && kWarpsPerBlock <= 32, "geometry");
+static_assert(kRows * kBlockThreads == kSinkhornBlockMaxT && kWarpsPerBlock <= 32 &&
+                  kMaxK <= kWarpsPerBlock,
+              "geometry");
 // Tokens per thread of the backward, and of the forward where T <= kSinkhornBlockBwdMaxT.
 constexpr int kBwdRows = kSinkhornBlockBwdMaxT / kBlockThreads;
 static_assert(kBwdRows * kBlockThreads == kSinkhornBlockBwdMaxT && kBwdRows <= kRows, "geometry");
@@ -48,16 +50,15 @@ __device__ __forceinline__ void block_scan_columns(Lse (&v)[kMaxK], Lse (*warp_t
     if (lane == 31) warp_tot[w][k] = inc;
   }
   __syncthreads();
-  if (w == 0) {
-    for (int k = 0; k < K; ++k) {
-      Lse t = lane < kWarpsPerBlock ? warp_tot[lane][k] : LseOp::identity();
+  if (w < K) {  // column w's warp totals, one warp a column (K <= kMaxK <= kWarpsPerBlock)
+    const int k = w;
+    Lse t = lane < kWarpsPerBlock ? warp_tot[lane][k] : LseOp::identity();
 #pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const Lse o = shfl_up(t, d);
-        if (lane >= d) t = LseOp::combine(o, t);
-      }
-      if (lane < kWarpsPerBlock) warp_tot[lane][k] = t;
+    for (int d = 1; d < 32; d <<= 1) {
+      const Lse o = shfl_up(t, d);
+      if (lane >= d) t = LseOp::combine(o, t);
     }
+    if (lane < kWarpsPerBlock) warp_tot[lane][k] = t;
   }
   __syncthreads();
 #pragma unroll
@@ -223,16 +224,15 @@ __device__ __forceinline__ void block_suffix_compose(Affine (&v)[kMaxK], Affine 
     if (lane == 0) aff_tot[w][k] = inc;
   }
   __syncthreads();
-  if (w == 0) {
-    for (int k = 0; k < K; ++k) {
-      Affine t = lane < kWarpsPerBlock ? aff_tot[lane][k] : AffineOp::identity();
+  if (w < K) {  // column w's warp maps, one warp a column
+    const int k = w;
+    Affine t = lane < kWarpsPerBlock ? aff_tot[lane][k] : AffineOp::identity();
 #pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const Affine o = shfl_down(t, d);
-        if (lane + d < 32) t = AffineOp::combine(o, t);
-      }
-      if (lane < kWarpsPerBlock) aff_tot[lane][k] = t;  // warps lane .. last composed
+    for (int d = 1; d < 32; d <<= 1) {
+      const Affine o = shfl_down(t, d);
+      if (lane + d < 32) t = AffineOp::combine(o, t);
     }
+    if (lane < kWarpsPerBlock) aff_tot[lane][k] = t;  // warps lane .. last composed
   }
   __syncthreads();
 #pragma unroll
