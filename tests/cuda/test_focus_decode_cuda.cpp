@@ -126,23 +126,29 @@ TEST(FocusDecodeCuda, DecodeMatchesTheReferenceBf16) {
   decode_all<bf16>();
 }
 
+// A small Focus GPT (head dim 64, GQA 4 / 2 heads, 2 layers, K 8, w 16).
+GPTConfig focus_gpt(int top_k) {
+  GPTConfig c;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.n_embd = 256;
+  c.vocab_size = 300;
+  c.padded_vocab = 320;
+  c.block_size = 160;
+  c.attention.type = "focus";
+  c.attention.focus.groups = 8;
+  c.attention.focus.top_k = top_k;
+  c.attention.focus.local_window = 16;
+  return c;
+}
+
 // A Focus GPT on CUDA (fp32): prefill + group-indexed decode steps give the logits of the eval
 // forward (hard routing) on the same prefix; sequences longer than the window, GQA, B = 2.
 TEST(FocusDecodeCuda, ModelDecodeMatchesTheForward) {
   CUDA_TEST_PREAMBLE();
   for (int top_k : {1, 2}) {
-    GPTConfig c;
-    c.n_layer = 2;
-    c.n_head = 4;
-    c.n_kv_head = 2;
-    c.n_embd = 256;  // head dim 64
-    c.vocab_size = 300;
-    c.padded_vocab = 320;
-    c.block_size = 160;
-    c.attention.type = "focus";
-    c.attention.focus.groups = 8;
-    c.attention.focus.top_k = top_k;
-    c.attention.focus.local_window = 16;
+    const GPTConfig c = focus_gpt(top_k);
     auto ctx = ExecContext::make_cuda(0);
     GPT model(c);
     ParameterStore store;
@@ -191,17 +197,8 @@ TEST(FocusDecodeCuda, CacheRefusesTopKPastTheKernelsLimit) {
   CUDA_TEST_PREAMBLE();
   auto ctx = ExecContext::make_cuda(0);
   for (int top_k : {kFocusDecodeMaxTopK + 1, 16}) {
-    GPTConfig c;
-    c.n_layer = 1;
-    c.n_head = 2;
-    c.n_embd = 128;
-    c.vocab_size = 64;
-    c.padded_vocab = 64;
-    c.block_size = 64;
-    c.attention.type = "focus";
+    GPTConfig c = focus_gpt(top_k);
     c.attention.focus.groups = 16;
-    c.attention.focus.top_k = top_k;
-    c.attention.focus.local_window = 4;
     GPT model(c);
     ParameterStore store;
     model.declare_params(store);
