@@ -173,6 +173,14 @@ void flatten_yaml(const YAML::Node& n, const std::string& path,
   }
 }
 
+// The keys whose 0 means a value resolved from others, resolved: what the run uses.
+Recipe resolved_defaults(Recipe r) {
+  if (r.model.n_kv_head == 0) r.model.n_kv_head = r.model.n_head;
+  const int head_dim = head_dim_of(r.model);
+  if (r.attention.sfa.k == 0 && head_dim > 0) r.attention.sfa.k = sfa_default_k(head_dim);
+  return r;
+}
+
 }  // namespace
 
 std::string check_resume_recipe(const Recipe& recipe, const std::string& dir) {
@@ -189,8 +197,8 @@ std::string check_resume_recipe(const Recipe& recipe, const std::string& dir) {
                "model and attention keys, or start a new run from it with train.init_from",
                dir.c_str(), diffs.c_str());
   std::map<std::string, std::string> was, now;
-  flatten_yaml(YAML::Load(recipe_to_yaml(*trained)), "", was);
-  flatten_yaml(YAML::Load(recipe_to_yaml(recipe)), "", now);
+  flatten_yaml(YAML::Load(recipe_to_yaml(resolved_defaults(*trained))), "", was);
+  flatten_yaml(YAML::Load(recipe_to_yaml(resolved_defaults(recipe))), "", now);
   std::string changes;
   for (const auto& [key, value] : now) {
     const auto it = was.find(key);

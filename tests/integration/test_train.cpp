@@ -155,6 +155,15 @@ TEST(TrainIntegration, ResumeRefusesAnotherModel) {
        {"train.steps 4 -> 6", "attention.focus.route_training soft -> hard", "optim.lr "})
     EXPECT_NE(changes.find(c), std::string::npos) << c << " not in: " << changes;
   EXPECT_EQ(check_resume_recipe(tiny(a, focus), ckpt), "");
+  // Values that resolve to the checkpoint's (n_kv_head 0 = n_head; sfa.k 0 = its default for the
+  // head dim, 2 here) are not listed as changed.
+  EXPECT_EQ(check_resume_recipe(tiny(a, with({"model.n_kv_head=2"})), ckpt), "");
+  const std::string sfa = tmp.file("sfa");
+  train(tiny(sfa, {"train.steps=4", "attention.type=sfa"}), quiet());
+  EXPECT_EQ(
+      check_resume_recipe(tiny(sfa, {"train.steps=4", "attention.type=sfa", "attention.sfa.k=2"}),
+                          resolve_checkpoint_dir(sfa)),
+      "");
   const TrainResult r = train(more, o);
   EXPECT_EQ(r.steps, 6);
   // Without its recipe.yaml the checkpoint's model is still known (model.safetensors' metadata);
