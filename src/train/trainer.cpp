@@ -330,7 +330,6 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
       totals.aux = t[2];
     }
     const double loss = totals.mean();
-    if (totals.aux != 0.0) log.metrics({{"step", st.step + 1}, {"aux_loss", totals.aux}});
     ATTN_REQUIRE(std::isfinite(loss),
                  "loss is %f at step %lld (lr %.3e): training diverged; the last "
                  "checkpoint (if any) is intact — lower optim.lr or raise schedule.warmup_steps",
@@ -355,6 +354,9 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
         {"step", st.step},    {"run", recipe.train.name},    {"loss", loss},
         {"lr", lr},           {"grad_norm", ss.grad_norm},   {"tokens", st.tokens_seen},
         {"tok_per_s", tok_s}, {"ms_per_step", step_s * 1e3}, {"flops_per_s", flops_tok * tok_s}};
+    // The attention variants' auxiliary terms (SFA's distillation), added to the gradients but
+    // not to `loss` (the cross-entropy): their own field, and on the progress line.
+    if (totals.aux != 0.0) record["aux_loss"] = totals.aux;
     if (overlap.valid) {
       record["comm_ms"] = overlap.comm_ms;
       record["exposed_comm_ms"] = overlap.exposed_ms;
@@ -371,6 +373,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
       ps.tokens_per_s = tok_s;
       ps.step_ms = step_s * 1e3;
       ps.eta_s = ema_step_s * double(last_step - st.step);
+      if (totals.aux != 0.0) ps.extra.emplace_back("aux", strformat("%.4g", totals.aux));
       if (overlap.valid) {
         ps.extra.emplace_back("comm", strformat("%.1f ms", overlap.comm_ms));
         ps.extra.emplace_back("exposed", strformat("%.1f ms", overlap.exposed_ms));

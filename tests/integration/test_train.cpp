@@ -159,11 +159,22 @@ TEST(TrainIntegration, ResumeRefusesAnotherModel) {
   // head dim, 2 here) are not listed as changed.
   EXPECT_EQ(check_resume_recipe(tiny(a, with({"model.n_kv_head=2"})), ckpt), "");
   const std::string sfa = tmp.file("sfa");
-  train(tiny(sfa, {"train.steps=4", "attention.type=sfa"}), quiet());
-  EXPECT_EQ(
-      check_resume_recipe(tiny(sfa, {"train.steps=4", "attention.type=sfa", "attention.sfa.k=2"}),
-                          resolve_checkpoint_dir(sfa)),
-      "");
+  const std::vector<std::string> sfa_keys = {"train.steps=4", "attention.type=sfa",
+                                             "attention.sfa.distill=0.5"};
+  train(tiny(sfa, sfa_keys), quiet());
+  std::vector<std::string> k2 = sfa_keys;
+  k2.push_back("attention.sfa.k=2");
+  EXPECT_EQ(check_resume_recipe(tiny(sfa, k2), resolve_checkpoint_dir(sfa)), "");
+  // SFA's distillation term: in each step's record beside the cross-entropy `loss`.
+  std::ifstream m((fs::path(sfa) / "metrics.jsonl").string());
+  int steps = 0;
+  for (std::string line; std::getline(m, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("loss")) continue;
+    ++steps;
+    EXPECT_GT(j.value("aux_loss", 0.0), 0.0) << line;
+  }
+  EXPECT_EQ(steps, 4);
   const TrainResult r = train(more, o);
   EXPECT_EQ(r.steps, 6);
   // Without its recipe.yaml the checkpoint's model is still known (model.safetensors' metadata);
