@@ -334,6 +334,13 @@ void Recipe::validate(RecipeUse use, bool model_resolved) const {
                        "train.init_from",
                        train.init_from.c_str(), retrofit.checkpoint.c_str()));
 
+  if (use == RecipeUse::train && !retrofit.enabled && !retrofit.checkpoint.empty())
+    fail_key("retrofit.checkpoint",
+             strformat("retrofit.checkpoint ('%s') is set but retrofit.enabled is false: the run "
+                       "would ignore it and train from a random initialisation; set "
+                       "retrofit.enabled: true to retrofit it, or start from its weights with "
+                       "train.init_from and an empty retrofit.checkpoint",
+                       retrofit.checkpoint.c_str()));
   if (use == RecipeUse::train && data.source == DataSource::shards && data.train.empty())
     fail_key("data.train",
              "data.train must name the training shards (a glob) when data.source is 'shards'");

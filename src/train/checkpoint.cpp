@@ -190,11 +190,27 @@ std::string check_resume_recipe(const Recipe& recipe, const std::string& dir) {
                "recipe metadata, so the recipe's model cannot be checked against it; restore "
                "its recipe.yaml, or start a new run from it with train.init_from",
                dir.c_str());
-  const std::string diffs = model_function_conflicts(recipe, *trained, "the checkpoint");
+  // What trains is fixed too: the optimizer state holds those tensors' moments.
+  std::string diffs;
+  auto roles = [](const std::vector<std::string>& v) {
+    std::string t;
+    for (const std::string& x : v) t += (t.empty() ? "" : ", ") + x;
+    return "[" + t + "]";
+  };
+  if (recipe.retrofit.enabled != trained->retrofit.enabled)
+    diffs += strformat("\n  retrofit.enabled: %s in the recipe, %s in the checkpoint",
+                       recipe.retrofit.enabled ? "true" : "false",
+                       trained->retrofit.enabled ? "true" : "false");
+  if (recipe.retrofit.enabled && recipe.retrofit.train_roles != trained->retrofit.train_roles)
+    diffs += strformat("\n  retrofit.train_roles: %s in the recipe, %s in the checkpoint",
+                       roles(recipe.retrofit.train_roles).c_str(),
+                       roles(trained->retrofit.train_roles).c_str());
+  diffs += model_function_conflicts(recipe, *trained, "the checkpoint");
   ATTN_REQUIRE(diffs.empty(),
                "--resume %s: the recipe's model differs from the checkpoint's:%s\n"
-               "a resume continues the checkpoint's model (its recipe.yaml); give the same "
-               "model and attention keys, or start a new run from it with train.init_from",
+               "a resume continues the checkpoint's model and what it trains (its recipe.yaml); "
+               "give the same model, attention and retrofit keys, or start a new run from it "
+               "with train.init_from",
                dir.c_str(), diffs.c_str());
   std::map<std::string, std::string> was, now;
   flatten_yaml(YAML::Load(recipe_to_yaml(resolved_defaults(*trained))), "", was);

@@ -107,6 +107,21 @@ TEST(Retrofit, RecipeErrorsNameTheBaseAndTheWayOut) {
   EXPECT_HAS(none,
              "retrofit.train_roles [attention] selects no parameter of this model "
              "(attention.type 'dense', no retrofit.lora)");
+  // retrofit.checkpoint without retrofit.enabled would be ignored (a random model would train).
+  EXPECT_HAS(error_of([&] { tiny(tmp.file("r4"), {"retrofit.checkpoint=" + base}); }),
+             "retrofit.checkpoint ('" + base + "') is set but retrofit.enabled is false");
+  // A resume keeps what trains: another train_roles or retrofit.enabled is refused by name.
+  const std::string rf = tmp.file("rf");
+  std::vector<std::string> every2 = focus_retrofit(base);
+  every2.push_back("checkpoint.every=2");
+  train(tiny(rf, every2), quiet());
+  TrainOptions o = quiet();
+  o.resume = rf + "/checkpoints/step_00000002";
+  std::vector<std::string> roles = every2;
+  roles.push_back("retrofit.train_roles=[attention,base]");
+  EXPECT_HAS(
+      error_of([&] { train(tiny(rf, roles), o); }),
+      "retrofit.train_roles: [attention, base] in the recipe, [attention] in the checkpoint");
 }
 
 // A Focus retrofit of a dense run: only the centroid parameters change, the checkpoint carries an
