@@ -54,13 +54,25 @@ Recipe resolve_init_from(const Recipe& r, const std::string& resume) {
   // base may take the variant the retrofit trains). train.init_from may change it and says so
   // (init_attention_note).
   if (r.retrofit.enabled) {
-    const std::string changes =
-        attention_changes_from(out, recipe_of_model_source(src), "the base");
-    ATTN_REQUIRE(changes.empty(),
-                 "retrofit.checkpoint '%s': the retrofit keeps the base's weights frozen, so its "
-                 "attention must stay the one they were trained with:%s\n"
-                 "set these keys to the base's (a dense base without a window can take focus)",
-                 init_source(r).c_str(), changes.c_str());
+    const Recipe base = recipe_of_model_source(src);
+    const std::string changes = attention_changes_from(out, base, "the base");
+    // A windowed dense base cannot take a variant (Focus and SFA refuse attention.window): no key
+    // to set would help, so say that instead.
+    const bool windowed_variant = base.attention.type == "dense" && base.attention.window > 0 &&
+                                  out.attention.type != "dense";
+    ATTN_REQUIRE(
+        changes.empty(),
+        "retrofit.checkpoint '%s': the retrofit keeps the base's weights frozen, so its "
+        "attention must stay the one they were trained with:%s\n%s",
+        init_source(r).c_str(), changes.c_str(),
+        windowed_variant
+            ? strformat("a base trained with attention.window %d cannot take attention.type "
+                        "%s (which has no window); retrofit it as dense, e.g. with LoRA "
+                        "(retrofit.lora) and attention.window %d",
+                        base.attention.window, out.attention.type.c_str(), base.attention.window)
+                  .c_str()
+            : "set these keys to the base's (a dense base without a window can take "
+              "focus)");
   }
   out.model.preset = "";  // every value is explicit now
   out.validate(RecipeUse::train, /*model_resolved=*/true);

@@ -107,6 +107,11 @@ TEST(Retrofit, RecipeErrorsNameTheBaseAndTheWayOut) {
   EXPECT_HAS(none,
              "retrofit.train_roles [attention] selects no parameter of this model "
              "(attention.type 'dense', no retrofit.lora)");
+  // A windowed dense base cannot take Focus at all: the message says so (no key would help).
+  const std::string windowed = tmp.file("windowed");
+  train(tiny(windowed, {"checkpoint.at_end=true", "attention.window=8"}), quiet());
+  EXPECT_HAS(error_of([&] { train(tiny(tmp.file("r5"), focus_retrofit(windowed)), quiet()); }),
+             "a base trained with attention.window 8 cannot take attention.type focus");
   // retrofit.checkpoint without retrofit.enabled would be ignored (a random model would train).
   EXPECT_HAS(error_of([&] { tiny(tmp.file("r4"), {"retrofit.checkpoint=" + base}); }),
              "retrofit.checkpoint ('" + base + "') is set but retrofit.enabled is false");
