@@ -147,6 +147,21 @@ std::unique_ptr<AttentionCache> SfaAttention::make_cache(const ExecContext& ctx,
                                       sfa_resolve_k(opts_, layout.head_dim));
 }
 
+std::string SfaAttention::eval_mode() const {
+  if (k_ == 0) return "";  // not allocated: k not resolved yet
+  return strformat("sfa k %d of %d (%s path)", k_, shape_.layout.head_dim,
+                   opts_.kernel == SfaOptions::Kernel::flash ? "FlashSFA" : "masked-dense");
+}
+
+std::string SfaAttention::config_warning(int64_t /*T*/) const {
+  const int D = shape_.layout.head_dim;
+  if (D <= ops::kSfaCacheMaxHeadDim) return "";
+  return strformat(
+      "attention.sfa with head dim %d: the model trains and evaluates, but `generate` cannot "
+      "decode it (its KV cache stores key coordinates in one byte: head dim <= %d)",
+      D, ops::kSfaCacheMaxHeadDim);
+}
+
 SfaKVCache::SfaKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout,
                        DType dtype, int k_)
     : k(k_) {

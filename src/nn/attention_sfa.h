@@ -37,6 +37,10 @@ class SfaAttention final : public AttentionModule {
   std::unique_ptr<AttentionCache> make_cache(const ExecContext& ctx, int B, int max_T,
                                              const QKVLayout& layout, DType dtype) const override;
   size_t saved_bytes(const AttentionShape& s, DType dtype) const override;
+  // "sfa k 2 of 16 (masked-dense path)": the resolved k and the path (attention.sfa.kernel).
+  std::string eval_mode() const override;
+  // Head dim past the KV cache's one-byte coordinates: trains and evaluates, cannot generate.
+  std::string config_warning(int64_t T) const override;
 
  private:
   struct Views;  // the saved state of a [B, T] forward
