@@ -175,8 +175,9 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   if (recipe.retrofit.enabled)
     log.info("retrofit of %s: %s of %s parameters train (roles %s)%s%s",
              recipe.retrofit.checkpoint.c_str(),
-             io::format_count(double(s.store.num_trainable())).c_str(),
-             io::format_count(double(s.store.num_params())).c_str(),
+             // (the vocabulary's padding rows not counted, as in the run header and `info`)
+             io::format_count(double(s.model->num_trainable_unpadded(s.store))).c_str(),
+             io::format_count(double(s.model->num_params_unpadded(s.store))).c_str(),
              roles_text(recipe.retrofit.train_roles).c_str(),
              s.store.num_trainable() < s.store.num_params() ? ", the rest is frozen"
                                                             : ": nothing is frozen",
