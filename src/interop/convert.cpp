@@ -88,7 +88,8 @@ ConvertResult convert_model(const std::string& src, const std::string& dst,
   ParameterStore merged;
   if (config.lora.enabled()) {
     config = merge_lora(s.config, store, merged);
-    recipe.retrofit.lora.rank = 0;
+    // A plain model now, no retrofit of anything: its recipe trains as written (every weight).
+    recipe.retrofit = RetrofitConfig{};
     res.notes.push_back(strformat("LoRA of rank %d (alpha %g) merged into c_attn.weight",
                                   s.config.lora.rank, double(s.config.lora.alpha)));
   }

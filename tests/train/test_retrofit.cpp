@@ -372,6 +372,12 @@ TEST(RetrofitLora, TrainsOnlyTheAdaptersAndItsAdapterAppliesAndMerges) {
   convert_model(base, merged, co);
   const ModelSource ms = inspect_model_source(merged);
   EXPECT_FALSE(ms.config.lora.enabled());
+  // Its recipe is a plain model's (no retrofit left), so it trains as it is.
+  const std::optional<Recipe> mr = read_checkpoint_recipe(resolve_checkpoint_dir(merged));
+  ASSERT_TRUE(mr.has_value());
+  EXPECT_FALSE(mr->retrofit.enabled);
+  EXPECT_TRUE(mr->retrofit.checkpoint.empty());
+  EXPECT_EQ(mr->retrofit.lora.rank, 0);
   test::ModelFixture mf(ms.config, 2, 8, {});
   mf.tokens = fx.tokens;
   load_model_source(ms, mf.store);
