@@ -147,6 +147,14 @@ void apply_eval_attention_keys(const Recipe& recipe, const GivenKeys& given, GPT
     mf.top_k = f.top_k;
   }
   if (given.contains("attention.focus.eval_routing")) mf.eval_routing = f.eval_routing;
+  // attention.sfa.kernel chooses SFA's path (the same function, another kernel): it applies too.
+  if (given.contains("attention.sfa.kernel")) {
+    ATTN_REQUIRE(model.attention.type == "sfa",
+                 "attention.sfa.kernel (%s) chooses how an SFA model runs; this model's attention "
+                 "is %s",
+                 given.where.at("attention.sfa.kernel").c_str(), model.attention.type.c_str());
+    model.attention.sfa.kernel = gpt_config_of(recipe).attention.sfa.kernel;
+  }
 }
 
 void apply_eval_overrides(const std::vector<std::string>& overrides, const ModelSource& source,
@@ -157,9 +165,10 @@ void apply_eval_overrides(const std::vector<std::string>& overrides, const Model
                           overrides, RecipeUse::eval);
   std::erase_if(r.given.where, [](const auto& kv) { return kv.second.rfind("--set", 0) != 0; });
   for (const auto& [key, where] : r.given.where) {
-    ATTN_REQUIRE(key == "attention.focus.top_k" || key == "attention.focus.eval_routing",
-                 "%s runs the model as trained: --set takes only attention.focus.top_k and "
-                 "attention.focus.eval_routing, got %s (%s)",
+    ATTN_REQUIRE(key == "attention.focus.top_k" || key == "attention.focus.eval_routing" ||
+                     key == "attention.sfa.kernel",
+                 "%s runs the model as trained: --set takes only attention.focus.top_k, "
+                 "attention.focus.eval_routing and attention.sfa.kernel, got %s (%s)",
                  command, key.c_str(), where.c_str());
   }
   apply_eval_attention_keys(r, r.given, model);

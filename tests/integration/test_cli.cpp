@@ -357,8 +357,11 @@ TEST_F(Cli, EvalAppliesFocusRoutingKeysAndRefusesTheOthers) {
   EXPECT_NE(scores(" --set attention.focus.eval_routing=soft"), hard_scores);
   expect_error(run("score " + run_dir + " --tokens " + (dir_ / "ids.txt").string() +
                    " --set attention.focus.tau=0.2"),
-               "score runs the model as trained: --set takes only attention.focus.top_k and "
-               "attention.focus.eval_routing, got attention.focus.tau");
+               "score runs the model as trained: --set takes only attention.focus.top_k, "
+               "attention.focus.eval_routing and attention.sfa.kernel, got attention.focus.tau");
+  expect_error(run("eval " + run_dir + " --set attention.sfa.kernel=flash"),
+               "attention.sfa.kernel (--set 'attention.sfa.kernel=flash') chooses how an SFA model "
+               "runs; this model's attention is focus");
   expect_error(run("generate " + run_dir + " --set attention.focus.gate=multiplicative"),
                "generate runs the model as trained");
   expect_error(run("generate " + run_dir + " --set attention.focus.top_k=9"),
@@ -457,6 +460,20 @@ TEST_F(Cli, RetrofitKeepsTheBasesAttentionAndInitFromSaysWhatChanged) {
   expect_error(
       run("convert " + (dir_ / "rf2").string() + " " + (dir_ / "rf2_hf").string() + " --to hf"),
       "this is a retrofit of '" + (dir_ / "plain").string() + "': convert that base instead");
+}
+
+// attention.sfa.kernel chooses SFA's path in eval and score too (it was ignored there), and the
+// output says which path and k ran.
+TEST_F(Cli, EvalOfSfaTakesTheKernelAndSaysWhatRan) {
+  const std::string run_dir = (dir_ / "sfa").string();
+  ASSERT_EQ(run(train_args("--set attention.type=sfa --set train.out_dir=" + run_dir)).code, 0);
+  const CliResult plain = run("eval " + run_dir + " --no-progress");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  EXPECT_NE(plain.out.find("| sfa k 1 of 8 (masked-dense path)"), std::string::npos) << plain.out;
+  const CliResult flash =
+      run("eval " + run_dir + " --no-progress --set attention.sfa.kernel=flash");
+  ASSERT_EQ(flash.code, 0) << flash.out;
+  EXPECT_NE(flash.out.find("| sfa k 1 of 8 (FlashSFA path)"), std::string::npos) << flash.out;
 }
 
 // Focus keys with attention.type dense (a forgotten type) train dense, and the run says so; the
