@@ -167,6 +167,9 @@ std::string attention_changes_from(const Recipe& recipe, const Recipe& source_re
   for (const AttentionKey& k : attention_keys()) {
     if (!applies(k.path, source.type)) continue;
     if (conversion && std::string(k.path) == "attention.type") continue;
+    // Another type than the source's: the source type's own keys mean nothing to the new model
+    // (attention.type names the change).
+    if (!applies(k.path, recipe.attention.type)) continue;
     all.where[k.path] = where_given(recipe, k.path);
   }
   return given_attention_key_conflicts(recipe.attention, all, source, other,

@@ -40,6 +40,12 @@ TEST(ModelKeys, SfaDefaultKEqualsItsResolvedValue) {
   wide.model.n_head = 1;  // head dim 64
   EXPECT_NE(attention_changes_from(four, wide, "the base").find("attention.sfa.k: 4"),
             std::string::npos);
+  // A dense run on SFA weights: the type is the change; the SFA keys mean nothing to it.
+  Recipe dense = three;
+  dense.attention.type = "dense";
+  const std::string to_dense = attention_changes_from(dense, four, "the base");
+  EXPECT_NE(to_dense.find("attention.type: dense in the recipe"), std::string::npos) << to_dense;
+  EXPECT_EQ(to_dense.find("attention.sfa.k"), std::string::npos) << to_dense;
 }
 
 // A resume with another LoRA scale (alpha) or placement is another model: refused, naming the
