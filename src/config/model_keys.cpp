@@ -138,6 +138,8 @@ std::string given_attention_key_conflicts(const AttentionConfig& recipe_attentio
                                           const char* other, int head_dim) {
   std::string conflicts;
   for (const AttentionKey& k : attention_keys()) {
+    // Keys of another type than the model's mean nothing to it (attention.type names a change).
+    if (!applies(k.path, model.type)) continue;
     const std::string mine = k.text(recipe_attention, head_dim), theirs = k.text(model, head_dim);
     if (!given.contains(k.path) || mine == theirs) continue;
     conflicts += strformat("\n  %s: %s in the recipe (%s), %s in %s", k.path, mine.c_str(),

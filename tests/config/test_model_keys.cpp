@@ -46,6 +46,15 @@ TEST(ModelKeys, SfaDefaultKEqualsItsResolvedValue) {
   const std::string to_dense = attention_changes_from(dense, four, "the base");
   EXPECT_NE(to_dense.find("attention.type: dense in the recipe"), std::string::npos) << to_dense;
   EXPECT_EQ(to_dense.find("attention.sfa.k"), std::string::npos) << to_dense;
+  // The same for a recipe's keys against a model (eval --recipe): a Focus recipe on a dense model
+  // names the type, not the Focus keys the dense model does not have.
+  const Recipe focus = parse_recipe("attention:\n  type: focus\n  focus: {groups: 4}\n", "f.yaml");
+  const std::string on_dense = given_attention_key_conflicts(
+      focus.attention, focus.given, dense.attention, "the model", head_dim_of(dense.model));
+  EXPECT_NE(on_dense.find("attention.type: focus in the recipe (f.yaml:2), dense in the model"),
+            std::string::npos)
+      << on_dense;
+  EXPECT_EQ(on_dense.find("attention.focus.groups"), std::string::npos) << on_dense;
 }
 
 // A resume with another LoRA scale (alpha) or placement is another model: refused, naming the
