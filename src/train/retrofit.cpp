@@ -170,6 +170,13 @@ ModelSource with_adapter(const ModelSource& base, const std::string& adapter_pat
   cmp("model.block_size", a.block_size, b.block_size);
   cmp("model.bias", a.bias, b.bias);
   cmp("model.tied_embeddings", a.tied_embeddings, b.tied_embeddings);
+  // A base of another attention variant than the adapter's model (a dense base may take any):
+  // typically a retrofit run given in place of the base it was made from.
+  if (b.attention.type != "dense" && a.attention.type != b.attention.type)
+    diff += strformat(
+        "\n  attention.type: %s in the adapter's model, %s in the base (if '%s' is a retrofit, "
+        "pass the base it was made from)",
+        a.attention.type.c_str(), b.attention.type.c_str(), base.path.c_str());
   ATTN_REQUIRE(diff.empty(), "adapter '%s' was made for another model than '%s':%s",
                adapter_path.c_str(), base.path.c_str(), diff.c_str());
   const auto rank = f.metadata().find("lora.rank");

@@ -397,6 +397,12 @@ TEST(RetrofitLora, TrainsOnlyTheAdaptersAndItsAdapterAppliesAndMerges) {
   EXPECT_HAS(
       error_of([&] { load_model_source(with_adapter(inspect_model_source(other), adapter), s2); }),
       "was trained on another base model");
+  // A Focus retrofit of the base given in place of the base: named as such.
+  std::vector<std::string> frf_keys = focus_retrofit(base);
+  frf_keys.push_back("checkpoint.at_end=true");
+  train(tiny(tmp.file("frf"), frf_keys), quiet());
+  EXPECT_HAS(error_of([&] { with_adapter(inspect_model_source(tmp.file("frf")), adapter); }),
+             "attention.type: dense in the adapter's model, focus in the base (if '");
   const std::string bad_meta =
       edited_adapter(adapter, tmp.file("m.safetensors"), [](auto& m) { m["lora.rank"] = "8"; });
   EXPECT_HAS(error_of([&] { with_adapter(inspect_model_source(base), bad_meta); }),
