@@ -86,7 +86,10 @@ DataLoader::DataLoader(std::vector<std::shared_ptr<const TokenSource>> sources,
 DataLoader DataLoader::from_files(const std::vector<std::string>& patterns,
                                   const DataLoaderOptions& options) {
   std::vector<std::shared_ptr<const TokenSource>> sources;
-  for (const auto& path : expand_globs(patterns)) sources.push_back(ShardFile::open(path));
+  // With a vocabulary, every id of every shard is checked here, once (a bad id in a shard failed
+  // only when a batch drew it, possibly hours in, or never).
+  for (const auto& path : expand_globs(patterns))
+    sources.push_back(ShardFile::open(path, options.vocab_size));
   return DataLoader(std::move(sources), options);
 }
 

@@ -34,7 +34,8 @@ struct DataLoaderOptions {
   uint64_t seed = 0;
   int rank = 0;
   int world_size = 1;
-  // > 0: every token of every batch is checked to be < vocab_size (error names source + offset).
+  // > 0: every token of every batch is checked to be < vocab_size (error names source + offset),
+  // and from_files scans every shard once when it opens it (error names the file).
   int64_t vocab_size = 0;
 };
 

@@ -133,18 +133,24 @@ void ShardFile::read(int64_t start, int64_t count, int32_t* out) const {
 }
 
 int32_t ShardFile::max_token() const {
-  int64_t max_id = -1;
+  // One parallel pass (a training run scans every shard once at the start: data/loader.h).
+  if (num_tokens_ == 0) return -1;
   if (version_ == kShardVersionU16) {
+    uint32_t max_id = 0;
+#pragma omp parallel for reduction(max : max_id) schedule(static)
     for (int64_t i = 0; i < num_tokens_; ++i)
-      max_id = std::max<int64_t>(max_id, load_u16(data_ + 2 * i));
-  } else {
-    for (int64_t i = 0; i < num_tokens_; ++i) {
+      max_id = std::max<uint32_t>(max_id, load_u16(data_ + 2 * i));
+    return int32_t(max_id);
+  }
+  uint32_t max_id = 0;
+#pragma omp parallel for reduction(max : max_id) schedule(static)
+  for (int64_t i = 0; i < num_tokens_; ++i) max_id = std::max(max_id, load_u32(data_ + 4 * i));
+  if (max_id > uint32_t(INT32_MAX))
+    for (int64_t i = 0; i < num_tokens_; ++i) {  // the first such token, for the message
       const uint32_t v = load_u32(data_ + 4 * i);
       ATTN_REQUIRE(v <= uint32_t(INT32_MAX), "token shard '%s': token %lld has id %u >= 2^31",
                    path_.c_str(), (long long)i, v);
-      max_id = std::max<int64_t>(max_id, v);
     }
-  }
   return int32_t(max_id);
 }
 

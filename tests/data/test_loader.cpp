@@ -209,6 +209,11 @@ TEST(DataLoader, ReadsShardFiles) {
   batch = loader.next();
   EXPECT_EQ(batch.inputs[0], b[0]);
   EXPECT_EQ(batch.targets[31], b[32]);
+  // A vocabulary too small for one id anywhere in a shard: refused when the files are opened,
+  // naming the file, not when (or if) a batch draws that token.
+  o.vocab_size = 70400;  // the second shard's last ids reach 70499
+  test::expect_error([&] { DataLoader::from_files({(dir / "train_*.bin").string()}, o); },
+                     {"train_000001.bin", "token id 70499 is out of range for vocab_size 70400"});
 }
 
 }  // namespace
