@@ -164,13 +164,13 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
   // beside the train shards (tokenizer.json); without either, none (the default `byte` would be
   // a guess: a byte tokenizer with a GPT-2 model made eval's text scores garbage, silently).
   std::string spec = r.data.tokenizer;
-  if (!r.given.contains("data.tokenizer")) {
-    const fs::path prepared = fs::path(r.data.train).parent_path() / "tokenizer.json";
-    spec = !r.data.train.empty() && fs::exists(prepared) ? prepared.string() : "";
-  }
+  const fs::path prepared = fs::path(r.data.train).parent_path() / "tokenizer.json";
+  const bool has_prepared = !r.data.train.empty() && fs::exists(prepared);
+  if (!r.given.contains("data.tokenizer")) spec = has_prepared ? prepared.string() : "";
   if (spec.empty()) return;
+  std::unique_ptr<Tokenizer> tok;
   try {
-    s.tokenizer_json = make_tokenizer(spec)->to_json();
+    tok = make_tokenizer(spec);
   } catch (const Error& e) {
     const auto where = r.given.where.find("data.tokenizer");
     ATTN_REQUIRE(where == r.given.where.end(),
@@ -178,8 +178,19 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
                  "generate and eval's text tasks: name the tokenizer the shards were prepared "
                  "with)",
                  where->second.c_str(), r.data.tokenizer.c_str(), e.what());
-    s.tokenizer_json.clear();
+    return;
   }
+  // A named tokenizer against the one `prepare` wrote beside the shards: another vocabulary would
+  // put the wrong tokenizer into every checkpoint (generate and eval's text tasks decode with it).
+  if (r.given.contains("data.tokenizer") && has_prepared) {
+    const int prepared_vocab = make_tokenizer(prepared.string())->vocab_size();
+    ATTN_REQUIRE(prepared_vocab == tok->vocab_size(),
+                 "%s: data.tokenizer '%s' has %d ids, but the shards were prepared with %s (%d "
+                 "ids); name that tokenizer, or leave data.tokenizer out to take it",
+                 r.given.where.at("data.tokenizer").c_str(), r.data.tokenizer.c_str(),
+                 tok->vocab_size(), prepared.string().c_str(), prepared_vocab);
+  }
+  s.tokenizer_json = tok->to_json();
 }
 
 // The device-memory estimate of `attnlab info` for this run (ZeRO-1 keeps 1 / world of the

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -153,6 +154,16 @@ TEST_F(Cli, PrepareThenTrainOnShards) {
                      "/train_*.bin --set eval.at_end=false --set data.tokenizer=gtp2:" +
                      (dir_ / "none").string())),
       "data.tokenizer 'gtp2:");
+  // A named tokenizer with another vocabulary than the shards' (prepare's tokenizer.json) would be
+  // saved into the checkpoints: refused. (The GPT-2 files come from the shared data.)
+  if (const char* shared = std::getenv("ATTNLAB_SHARED_DATA")) {
+    expect_error(
+        run(train_args("--set data.source=shards --set data.train=" + (dir_ / "shards").string() +
+                       "/train_*.bin --set eval.at_end=false --set model.vocab_size=50257 "
+                       "--set data.tokenizer=gpt2:" +
+                       std::string(shared) + "/gpt2-vocab")),
+        "has 50257 ids, but the shards were prepared with");
+  }
 }
 
 // A decaying schedule with no step left to decay ends at the peak lr: said (not refused).
