@@ -95,6 +95,7 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
                        {"data_position", c.state.data_position},
                        {"tokens_seen", c.state.tokens_seen},
                        {"elapsed_seconds", c.state.elapsed_seconds}};
+  if (!c.state.data_fingerprint.empty()) js["data_fingerprint"] = c.state.data_fingerprint;
   io::write_file_atomic((tmp_dir / "trainer_state.json").string(), js.dump(2) + "\n");
   io::write_file_atomic((tmp_dir / "recipe.yaml").string(), c.recipe_yaml);
   if (c.write_extra) c.write_extra(tmp_dir.string());
@@ -332,6 +333,22 @@ WeightLoadReport load_model_weights_by_role(const std::string& ckpt_dir,
   return report;
 }
 
+std::string data_fingerprint(const std::vector<std::pair<std::string, int64_t>>& sources) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over "name\0size\0" of each source
+  auto add = [&](const std::string& bytes) {
+    for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0) * 1099511628211ull;
+  };
+  int64_t tokens = 0;
+  for (const auto& [name, size] : sources) {
+    add(fs::path(name).filename().string());
+    add(std::to_string(size));
+    tokens += size;
+  }
+  return strformat("%zu sources, %lld tokens, %016llx", sources.size(), (long long)tokens,
+                   (unsigned long long)h);
+}
+
 TrainerState load_trainer_state(const std::string& ckpt_dir) {
   const std::string path = (fs::path(ckpt_dir) / "trainer_state.json").string();
   nlohmann::json js;
@@ -343,6 +360,7 @@ TrainerState load_trainer_state(const std::string& ckpt_dir) {
     s.data_position = js.at("data_position").get<uint64_t>();
     s.tokens_seen = js.at("tokens_seen").get<int64_t>();
     s.elapsed_seconds = js.at("elapsed_seconds").get<double>();
+    s.data_fingerprint = js.value("data_fingerprint", std::string());
     return s;
   } catch (const nlohmann::json::exception& e) {
     ATTN_FAIL("corrupt trainer state '%s': %s", path.c_str(), e.what());

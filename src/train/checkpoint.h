@@ -5,7 +5,8 @@
 //       model.safetensors       parameters under their stable names; metadata: step, recipe, format
 //       optimizer.safetensors   AdamW state (adamw.m, adamw.v[, adamw.master]) over the trainable
 //                               range; metadata: step, param_layout (ParamLayout::to_json)
-//       trainer_state.json      step, data-loader position, tokens seen, elapsed time
+//       trainer_state.json      step, data-loader position, tokens seen, elapsed time, data
+//                               fingerprint
 //       tokenizer.json          the tokenizer of the data (when known)
 //       adapter.safetensors     retrofit runs: the tensors added to the base (train/retrofit.h)
 //   checkpoints/latest          the name of the newest complete checkpoint
@@ -33,7 +34,13 @@ struct TrainerState {
   uint64_t data_position = 0;
   int64_t tokens_seen = 0;
   double elapsed_seconds = 0.0;
+  // The training data the position indexes (data_fingerprint); "" in older checkpoints.
+  std::string data_fingerprint;
 };
+
+// "3 sources, 1234567 tokens, <hash>": the training data's sources (names without their
+// directory, and sizes), so a resume can tell that the data under its glob changed.
+std::string data_fingerprint(const std::vector<std::pair<std::string, int64_t>>& sources);
 
 struct CheckpointContents {
   const ParameterStore* store = nullptr;

@@ -76,7 +76,11 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
 
   // ---- run directory and resume --------------------------------------------------------------
   TrainerState st;
-  std::string resumed_from, resume_changes;
+  std::string resumed_from, resume_changes, data_changed;
+  std::vector<std::pair<std::string, int64_t>> train_sources;
+  for (const auto& src : s.train_loader->sources())
+    train_sources.emplace_back(src->name(), src->size());
+  const std::string data_fp = data_fingerprint(train_sources);
   WeightLoadReport init_report;
   if (rank0) io::ensure_dir(run_dir);
   if (!options.resume.empty()) {
@@ -108,6 +112,13 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
                  "train (raise train.steps)",
                  options.resume.c_str(), (long long)st.step, (long long)recipe.train.steps);
     s.train_loader->set_state(DataLoader::State{st.data_epoch, st.data_position});
+    // The data under the glob changed since (shards added, replaced, regenerated): the position
+    // now indexes other data, so the run is not the one it would have been. Said, not refused.
+    if (!st.data_fingerprint.empty() && st.data_fingerprint != data_fp)
+      data_changed = strformat(
+          "the training data differs from the checkpoint's (%s, now %s): "
+          "the resumed run continues at its data position in other data",
+          st.data_fingerprint.c_str(), data_fp.c_str());
     resumed_from = dir;
   } else {
     if (!init_source(recipe).empty()) init_report = load_init_from(recipe, s.store);
@@ -140,6 +151,8 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     if (const std::string w = s.model->attention(0).config_warning(recipe.train.seq_len);
         !w.empty())
       log.warn("%s", w.c_str());
+  st.data_fingerprint = data_fp;
+  if (!data_changed.empty()) log.warn("%s", data_changed.c_str());
   if (!resumed_from.empty())
     log.info(
         "resumed from %s at step %lld%s%s", resumed_from.c_str(), (long long)st.step,

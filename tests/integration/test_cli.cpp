@@ -166,6 +166,24 @@ TEST_F(Cli, PrepareThenTrainOnShards) {
   }
 }
 
+// A resume on other data under the same keys (shards regenerated, added) is said: the data
+// position then indexes other data. The same data says nothing.
+TEST_F(Cli, ResumeSaysWhenTheTrainingDataChanged) {
+  ASSERT_EQ(run(train_args("--set checkpoint.every=2")).code, 0);
+  const std::string resume = " --set train.steps=4 --resume " + (dir_ / "run").string();
+  const CliResult same = run(train_args("--set checkpoint.every=2" + resume));
+  ASSERT_EQ(same.code, 0) << same.out;
+  EXPECT_EQ(same.out.find("the training data differs"), std::string::npos) << same.out;
+  const CliResult other =
+      run(train_args("--set checkpoint.every=2 --set data.synthetic.train_tokens=9000 --set "
+                     "train.steps=5 --resume " +
+                     (dir_ / "run").string()));
+  ASSERT_EQ(other.code, 0) << other.out;
+  EXPECT_NE(other.out.find("the training data differs from the checkpoint's (1 sources, "),
+            std::string::npos)
+      << other.out;
+}
+
 // A decaying schedule with no step left to decay ends at the peak lr: said (not refused).
 TEST_F(Cli, ScheduleWithoutDecayIsSaid) {
   CliResult t = run(train_args(
