@@ -334,6 +334,18 @@ void Recipe::validate(RecipeUse use, bool model_resolved) const {
                        "train.init_from",
                        train.init_from.c_str(), retrofit.checkpoint.c_str()));
 
+  if (use == RecipeUse::train && schedule.type == ScheduleType::wsd) {
+    // The schedule's own check (train/schedule.cpp, the same float rounding), at the recipe's
+    // keys and before the run writes anything.
+    const int64_t decay = std::lround(double(float(schedule.decay_frac)) * double(train.steps));
+    if (train.steps - decay < schedule.warmup_steps)
+      fail_key("schedule.decay_frac",
+               strformat("schedule.type wsd: the decay (schedule.decay_frac %g of train.steps "
+                         "%lld = %lld steps) overlaps the %lld warmup steps "
+                         "(schedule.warmup_steps); lower one of them",
+                         schedule.decay_frac, (long long)train.steps, (long long)decay,
+                         (long long)schedule.warmup_steps));
+  }
   if (use == RecipeUse::train && !retrofit.enabled && !retrofit.checkpoint.empty())
     fail_key("retrofit.checkpoint",
              strformat("retrofit.checkpoint ('%s') is set but retrofit.enabled is false: the run "

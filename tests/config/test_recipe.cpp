@@ -207,6 +207,15 @@ TEST(RecipeErrors, WrongTypes) {
 TEST(RecipeErrors, OutOfRangeAndCrossField) {
   EXPECT_EQ(parse_error("train:\n  micro_batch: 0\n"),
             "x.yaml:2: train.micro_batch must be >= 1, got 0");
+  // wsd: the decay may not reach into the warm-up (it failed only when training started).
+  EXPECT_EQ(parse_error("train: {steps: 20}\nschedule: {type: wsd, warmup_steps: 8}\n",
+                        {"schedule.decay_frac=0.7"}),
+            "--set 'schedule.decay_frac=0.7': schedule.type wsd: the decay (schedule.decay_frac "
+            "0.7 of train.steps 20 = 14 steps) overlaps the 8 warmup steps "
+            "(schedule.warmup_steps); lower one of them");
+  EXPECT_EQ(parse_error("train: {steps: 20}\nschedule: {type: wsd, warmup_steps: 8}\n",
+                        {"schedule.decay_frac=0.6"}),
+            "");
   EXPECT_EQ(parse_error("", {"train.micro_batch=0"}),
             "--set 'train.micro_batch=0': train.micro_batch must be >= 1, got 0");
   EXPECT_EQ(parse_error("optim:\n  beta2: 1.0\n"),
