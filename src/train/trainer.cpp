@@ -280,7 +280,12 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
                                   s.tokens_dev, s.targets_dev, s.val_probe.get()));
     result.final_val_loss = ev.loss;
     val_step = st.step;
-    nlohmann::json record = {{"step", st.step}, {"val_loss", ev.loss}, {"val_ppl", ev.perplexity}};
+    // What was scored goes with the loss: it depends on eval.batches and train.micro_batch.
+    nlohmann::json record = {{"step", st.step},
+                             {"val_loss", ev.loss},
+                             {"val_ppl", ev.perplexity},
+                             {"val_tokens", ev.tokens},
+                             {"val_windows", ev.windows}};
     std::string retrieval;
     if (ev.synthetic) {
       record["val_synthetic"] = ev.synthetic->to_json();

@@ -421,6 +421,8 @@ TEST_F(Cli, EvalAppliesFocusRoutingKeysAndRefusesTheOthers) {
     EXPECT_EQ(r["attention_eval"], "focus hard routing, top_k 2") << line;  // what val_loss is
     EXPECT_NE(r["val_loss_soft"], r["val_loss"]) << line;
     EXPECT_EQ(r["focus.h0.tokens"], 64) << line;
+    EXPECT_EQ(r["val_tokens"], 64) << line;  // what the loss was taken over
+    EXPECT_EQ(r["val_windows"], 4) << line;
     double shares = 0;
     for (int k = 0; k < 4; ++k)
       shares += r["focus.h0.group_share." + std::to_string(k)].get<double>();
