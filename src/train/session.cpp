@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "core/cuda_check.h"
 #include "core/error.h"
@@ -148,6 +149,17 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
   if (need_train) s.train_loader = load("data.train", r.data.train, train_opts);
   if (!r.data.val.empty()) {
     s.val_loader = load("data.val", r.data.val, val_opts);
+    // Validation on training data reads as generalisation: refused.
+    if (s.train_loader) {
+      std::set<std::string> train_files;
+      for (const auto& src : s.train_loader->sources())
+        train_files.insert(fs::weakly_canonical(src->name()).string());
+      for (const auto& src : s.val_loader->sources())
+        ATTN_REQUIRE(!train_files.count(fs::weakly_canonical(src->name()).string()),
+                     "data.train ('%s') and data.val ('%s') both match '%s': the validation "
+                     "loss would be taken on training data",
+                     r.data.train.c_str(), r.data.val.c_str(), src->name().c_str());
+    }
     // Unigram baseline over (at most) the first 8M validation tokens.
     std::vector<int32_t> toks;
     for (const auto& src : s.val_loader->sources()) {

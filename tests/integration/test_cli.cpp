@@ -154,6 +154,11 @@ TEST_F(Cli, PrepareThenTrainOnShards) {
                      "/train_*.bin --set eval.at_end=false --set data.tokenizer=gtp2:" +
                      (dir_ / "none").string())),
       "data.tokenizer 'gtp2:");
+  // Validation data among the training data: refused (the val loss would be on training data).
+  expect_error(
+      run(train_args("--set data.source=shards --set data.train=" + (dir_ / "shards").string() +
+                     "/*.bin --set data.val=" + (dir_ / "shards").string() + "/val_*.bin")),
+      "the validation loss would be taken on training data");
   // A named tokenizer with another vocabulary than the shards' (prepare's tokenizer.json) would be
   // saved into the checkpoints: refused. (The GPT-2 files come from the shared data.)
   if (const char* shared = std::getenv("ATTNLAB_SHARED_DATA")) {
