@@ -56,6 +56,13 @@ std::unique_ptr<ShardFile> ShardFile::open(const std::string& path, int64_t voca
     ::close(fd);
     ATTN_FAIL("cannot stat token shard '%s': %s", path.c_str(), std::strerror(err));
   }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    ATTN_FAIL(
+        "token shard '%s' is a directory: give a glob of its shard files (e.g. "
+        "'%s/train_*.bin')",
+        path.c_str(), path.c_str());
+  }
   const int64_t file_bytes = st.st_size;
   if (file_bytes < kShardHeaderBytes) {
     ::close(fd);

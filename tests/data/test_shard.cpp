@@ -115,6 +115,11 @@ TEST_F(ShardTest, CorruptFilesAreRejectedWithClearMessages) {
   write_shard(path("ok.bin"), tokens, 300);
   const auto good = read_bytes(path("ok.bin"));
 
+  // A directory (a forgotten glob) names itself and the fix.
+  std::filesystem::create_directories(path("dir"));
+  expect_error([&] { ShardFile::open(path("dir")); },
+               {"token shard '" + path("dir") + "' is a directory", "/train_*.bin"});
+
   auto bad_magic = good;
   bad_magic[0] ^= 0xff;
   write_bytes(path("magic.bin"), bad_magic);
