@@ -364,6 +364,9 @@ PrepareSummary prepare(const PrepareOptions& options) {
                   files.size(), files.size(), /*force=*/true);
   progress.finish();
 
+  ATTN_REQUIRE(summary.train.tokens + summary.val.tokens > 0,
+               "prepare: the %zu input file(s) hold no text (0 documents): nothing to train on",
+               files.size());
   io::write_file_atomic(options.out_dir + "/tokenizer.json", tokenizer->to_json() + "\n");
   summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   summary.encode_thread_seconds = pool.busy_seconds();

@@ -173,6 +173,13 @@ TEST_F(PrepareTest, SplitIsByDocumentAndSeeded) {
   EXPECT_GT(differs, 2000);  // ~18% of documents change side with the seed
 }
 
+// Inputs without any text: an error, not a run that "prepared" 0 tokens.
+TEST_F(PrepareTest, NoTextIsAnError) {
+  write("in/empty.txt", "");
+  write("in/blank.txt", "\n\n\n");
+  test::expect_error([&] { prepare(options()); }, "input file(s) hold no text (0 documents)");
+}
+
 TEST_F(PrepareTest, OneDocumentPerFileAndJsonl) {
   write("in/x.txt", "first\n\n\nstill first\n");
   write("in/y.txt", "second");
