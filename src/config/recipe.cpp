@@ -335,9 +335,9 @@ void Recipe::validate(RecipeUse use, bool model_resolved) const {
                        train.init_from.c_str(), retrofit.checkpoint.c_str()));
 
   if (use == RecipeUse::train && schedule.type == ScheduleType::wsd) {
-    // The schedule's own check (train/schedule.cpp, the same float rounding), at the recipe's
-    // keys and before the run writes anything.
-    const int64_t decay = std::lround(double(float(schedule.decay_frac)) * double(train.steps));
+    // The schedule's own check (train/schedule.cpp), at the recipe's keys and before the run
+    // writes anything.
+    const int64_t decay = wsd_decay_steps(float(schedule.decay_frac), train.steps);
     if (train.steps - decay < schedule.warmup_steps)
       fail_key("schedule.decay_frac",
                strformat("schedule.type wsd: the decay (schedule.decay_frac %g of train.steps "

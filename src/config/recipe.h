@@ -11,6 +11,7 @@
 // an integer, got 'abc'". validate() throws ConfigError, which also carries the key path.
 #pragma once
 #include <array>
+#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <map>
@@ -230,6 +231,12 @@ struct SfaConfig {
 // The default attention.sfa.k for a head dim: head_dim / 8 rounded up (8 for 64, 16 for 128).
 inline int sfa_default_k(int head_dim) { return (head_dim + 7) / 8; }
 
+// The steps a wsd schedule decays over: round(decay_frac x steps), decay_frac as the schedule's
+// float (train/schedule.h); the recipe's check and the schedule agree through this one place.
+inline int64_t wsd_decay_steps(float decay_frac, int64_t steps) {
+  return std::lround(double(decay_frac) * double(steps));
+}
+
 struct AttentionConfig {
   std::string type = "dense";  // checked against the attention registry when the model is built
   int window = 0;              // sliding-window size in tokens; 0 = full causal attention
@@ -436,5 +443,9 @@ std::string recipe_to_yaml(const Recipe& recipe);
 
 // Every leaf key path of the schema in order ("model.preset", ..., "retrofit.train_roles").
 std::vector<std::string> recipe_key_paths();
+
+// Every leaf of the resolved recipe with its value as YAML flow text ("optim.lr" -> "0.0006"), in
+// schema order: what the ranks compare at start (dist/consistency.h) and a resume lists as changed.
+std::vector<std::pair<std::string, std::string>> recipe_leaves(const Recipe& recipe);
 
 }  // namespace attnlab

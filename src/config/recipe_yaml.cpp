@@ -393,6 +393,31 @@ std::vector<std::string> recipe_key_paths() {
   return paths;
 }
 
+namespace {
+
+void flatten(const YAML::Node& node, const std::string& prefix,
+             std::vector<std::pair<std::string, std::string>>& out) {
+  if (node.IsMap()) {
+    for (const auto& kv : node)
+      flatten(
+          kv.second,
+          prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>(),
+          out);
+    return;
+  }
+  YAML::Emitter e;
+  e << YAML::Flow << node;
+  out.emplace_back(prefix, e.c_str());
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> recipe_leaves(const Recipe& recipe) {
+  std::vector<std::pair<std::string, std::string>> out;
+  flatten(YAML::Load(recipe_to_yaml(recipe)), "", out);
+  return out;
+}
+
 std::string recipe_to_yaml(const Recipe& recipe) {
   std::string out = "# attnlab recipe, fully resolved (every key; docs/recipes.md)\n";
   Printer printer{"", &out};

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "core/hash.h"
 
 namespace attnlab {
 
@@ -210,8 +211,7 @@ void ParameterStore::initialize(uint64_t seed) {
     host.assign(size_t(e.spec.shape.numel()), 0.f);
     if (e.spec.init == ParamInit::ones) std::fill(host.begin(), host.end(), 1.f);
     if (e.spec.init == ParamInit::normal) {
-      uint64_t h = 1469598103934665603ull;  // FNV-1a of the name: stable across platforms
-      for (unsigned char c : e.spec.name) h = (h ^ c) * 1099511628211ull;
+      const uint64_t h = fnv1a(e.spec.name.data(), e.spec.name.size());  // stable everywhere
       std::seed_seq seq{uint32_t(seed), uint32_t(seed >> 32), uint32_t(h), uint32_t(h >> 32)};
       std::mt19937_64 rng(seq);
       std::normal_distribution<float> dist(0.f, e.spec.init_std);

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace attnlab {
 
@@ -159,6 +160,17 @@ int32_t ShardFile::max_token() const {
                    path_.c_str(), (long long)i, v);
     }
   return int32_t(max_id);
+}
+
+uint64_t token_sample_hash(const TokenSource& src) {
+  const int64_t n = src.size(), samples = std::min<int64_t>(n, 4096);
+  uint64_t h = fnv1a(&n, sizeof(n));
+  for (int64_t i = 0; i < samples; ++i) {
+    int32_t t = 0;
+    src.read(samples > 1 ? i * (n - 1) / (samples - 1) : 0, 1, &t);
+    h = fnv1a(&t, sizeof(t), h);
+  }
+  return h;
 }
 
 // ---- ShardWriter --------------------------------------------------------------------------------

@@ -43,6 +43,11 @@ class TokenSource {
   virtual void read(int64_t start, int64_t count, int32_t* out) const = 0;
 };
 
+// A hash of a source's size and of 4096 tokens spread evenly over it (all of a shorter one):
+// cheap on any size, and different for regenerated or replaced data (dist/consistency.h, the
+// resume's data fingerprint).
+uint64_t token_sample_hash(const TokenSource& src);
+
 class MemoryTokens final : public TokenSource {
  public:
   MemoryTokens(std::vector<int32_t> tokens, std::string name = "memory");

@@ -1,47 +1,20 @@
 #include "dist/consistency.h"
 
 #include <cuda_runtime.h>
-#include <yaml-cpp/yaml.h>
 
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "core/hash.h"
 
 namespace attnlab {
 namespace {
 
-uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
-void flatten(const YAML::Node& node, const std::string& prefix, RunFacts& out) {
-  if (node.IsMap()) {
-    for (const auto& kv : node)
-      flatten(
-          kv.second,
-          prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>(),
-          out);
-    return;
-  }
-  YAML::Emitter e;
-  e << YAML::Flow << node;
-  out.emplace_back(prefix, e.c_str());
-}
-
 std::string fingerprint(const TokenSource& src) {
-  const int64_t n = src.size(), samples = std::min<int64_t>(n, 4096);
-  uint64_t h = fnv1a(&n, sizeof(n));
-  for (int64_t i = 0; i < samples; ++i) {
-    int32_t t = 0;
-    src.read(samples > 1 ? i * (n - 1) / (samples - 1) : 0, 1, &t);
-    h = fnv1a(&t, sizeof(t), h);
-  }
-  return strformat("%s, %lld tokens, sample hash %016llx", src.name().c_str(), (long long)n,
-                   (unsigned long long)h);
+  return strformat("%s, %lld tokens, sample hash %016llx", src.name().c_str(),
+                   (long long)src.size(), (unsigned long long)token_sample_hash(src));
 }
 
 }  // namespace
@@ -67,8 +40,7 @@ std::string params_fingerprint(const Tensor& params) {
 }
 
 RunFacts run_facts(const Recipe& recipe, const std::vector<const DataLoader*>& loaders) {
-  RunFacts facts;
-  flatten(YAML::Load(recipe_to_yaml(recipe)), "", facts);
+  RunFacts facts = recipe_leaves(recipe);
   for (size_t l = 0; l < loaders.size(); ++l) {
     if (!loaders[l]) continue;
     const auto& sources = loaders[l]->sources();

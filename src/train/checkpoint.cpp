@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc 2.28)
 #include <unistd.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -13,7 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "config/model_keys.h"
+#include "config/suggest.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "nn/lora.h"
@@ -161,22 +162,9 @@ std::optional<Recipe> read_checkpoint_recipe(const std::string& dir) {
 
 namespace {
 
-// Every scalar (or list) of a YAML tree under its dotted key path.
-void flatten_yaml(const YAML::Node& n, const std::string& path,
-                  std::map<std::string, std::string>& out) {
-  if (n.IsMap()) {
-    for (const auto& kv : n)
-      flatten_yaml(kv.second, (path.empty() ? "" : path + ".") + kv.first.as<std::string>(), out);
-  } else {
-    YAML::Emitter e;
-    e << YAML::Flow << n;
-    out[path] = e.c_str();
-  }
-}
-
 // The keys whose 0 means a value resolved from others, resolved: what the run uses.
 Recipe resolved_defaults(Recipe r) {
-  if (r.model.n_kv_head == 0) r.model.n_kv_head = r.model.n_head;
+  r.model.n_kv_head = r.model.kv_heads();
   const int head_dim = head_dim_of(r.model);
   if (r.attention.sfa.k == 0 && head_dim > 0) r.attention.sfa.k = sfa_default_k(head_dim);
   return r;
@@ -194,9 +182,7 @@ std::string check_resume_recipe(const Recipe& recipe, const std::string& dir) {
   // What trains is fixed too: the optimizer state holds those tensors' moments.
   std::string diffs;
   auto roles = [](const std::vector<std::string>& v) {
-    std::string t;
-    for (const std::string& x : v) t += (t.empty() ? "" : ", ") + x;
-    return "[" + t + "]";
+    return strformat("[%s]", join_names(v).c_str());
   };
   if (recipe.retrofit.enabled != trained->retrofit.enabled)
     diffs += strformat("\n  retrofit.enabled: %s in the recipe, %s in the checkpoint",
@@ -213,11 +199,10 @@ std::string check_resume_recipe(const Recipe& recipe, const std::string& dir) {
                "give the same model, attention and retrofit keys, or start a new run from it "
                "with train.init_from",
                dir.c_str(), diffs.c_str());
-  std::map<std::string, std::string> was, now;
-  flatten_yaml(YAML::Load(recipe_to_yaml(resolved_defaults(*trained))), "", was);
-  flatten_yaml(YAML::Load(recipe_to_yaml(resolved_defaults(recipe))), "", now);
+  const auto leaves = recipe_leaves(resolved_defaults(*trained));
+  const std::map<std::string, std::string> was(leaves.begin(), leaves.end());
   std::string changes;
-  for (const auto& [key, value] : now) {
+  for (const auto& [key, value] : recipe_leaves(resolved_defaults(recipe))) {
     const auto it = was.find(key);
     const std::string before = it == was.end() ? "(none)" : it->second;
     if (before != value)
@@ -333,17 +318,15 @@ WeightLoadReport load_model_weights_by_role(const std::string& ckpt_dir,
   return report;
 }
 
-std::string data_fingerprint(const std::vector<std::pair<std::string, int64_t>>& sources) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over "name\0size\0" of each source
-  auto add = [&](const std::string& bytes) {
-    for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
-    h = (h ^ 0) * 1099511628211ull;
-  };
+std::string data_fingerprint(const std::vector<std::shared_ptr<const TokenSource>>& sources) {
+  uint64_t h = kFnv1aOffset;  // over each source's file name (not its directory) and sample hash
   int64_t tokens = 0;
-  for (const auto& [name, size] : sources) {
-    add(fs::path(name).filename().string());
-    add(std::to_string(size));
-    tokens += size;
+  for (const auto& src : sources) {
+    const std::string name = fs::path(src->name()).filename().string();
+    const uint64_t sample = token_sample_hash(*src);
+    h = fnv1a(name.data(), name.size() + 1, h);  // (with its terminating 0)
+    h = fnv1a(&sample, sizeof(sample), h);
+    tokens += src->size();
   }
   return strformat("%zu sources, %lld tokens, %016llx", sources.size(), (long long)tokens,
                    (unsigned long long)h);

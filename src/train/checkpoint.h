@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -24,6 +25,7 @@
 
 #include "config/recipe.h"
 #include "core/parameters.h"
+#include "data/shard.h"
 #include "train/optimizer.h"
 
 namespace attnlab {
@@ -38,9 +40,10 @@ struct TrainerState {
   std::string data_fingerprint;
 };
 
-// "3 sources, 1234567 tokens, <hash>": the training data's sources (names without their
-// directory, and sizes), so a resume can tell that the data under its glob changed.
-std::string data_fingerprint(const std::vector<std::pair<std::string, int64_t>>& sources);
+// "3 sources, 1234567 tokens, <hash>": the training data's sources (file names without their
+// directory, sizes and sampled tokens: token_sample_hash), so a resume can tell that the data
+// under its glob changed.
+std::string data_fingerprint(const std::vector<std::shared_ptr<const TokenSource>>& sources);
 
 struct CheckpointContents {
   const ParameterStore* store = nullptr;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "config/recipe.h"
 #include "core/error.h"
 
 namespace attnlab {
@@ -32,7 +33,7 @@ const char* schedule_type_name(ScheduleSpec::Type t) {
 
 namespace {
 int wsd_decay_steps(const ScheduleSpec& s) {
-  return int(std::lround(double(s.decay_frac) * s.total_steps));
+  return int(attnlab::wsd_decay_steps(s.decay_frac, s.total_steps));
 }
 }  // namespace
 

@@ -77,10 +77,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   // ---- run directory and resume --------------------------------------------------------------
   TrainerState st;
   std::string resumed_from, resume_changes, data_changed;
-  std::vector<std::pair<std::string, int64_t>> train_sources;
-  for (const auto& src : s.train_loader->sources())
-    train_sources.emplace_back(src->name(), src->size());
-  const std::string data_fp = data_fingerprint(train_sources);
+  const std::string data_fp = data_fingerprint(s.train_loader->sources());
   WeightLoadReport init_report;
   if (rank0) io::ensure_dir(run_dir);
   if (!options.resume.empty()) {
