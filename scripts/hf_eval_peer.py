@@ -5,11 +5,14 @@ Same conventions as attnlab (docs/eval.md): the continuation is " " + text unles
 with whitespace or the text starts with it; the context's trailing whitespace moves to the front of
 the continuation; continuation tokens = encode(context + continuation)[len(encode(context)):]; an
 empty context is <|endoftext|>; inputs are left-truncated to the model's context; acc = argmax of
-the summed log-likelihood, acc_norm = argmax of it divided by the option text's UTF-8 bytes;
-LAMBADA-style files: acc = every continuation token greedy, perplexity = exp(-mean ll).
+the summed log-likelihood, acc_norm = argmax of it divided by the option text's characters
+(lm-eval's len(choice)); LAMBADA-style files: acc = every continuation token greedy,
+perplexity = exp(-mean ll). Prompts: --prompt lm-eval (default) gives multiple-choice queries that
+start with "Question:" lm-eval's "\nAnswer:" cue, as `attnlab eval --prompt lm-eval` does.
 
   python3 scripts/hf_eval_peer.py HF_DIR --vocab /work/shared/data/gpt2-vocab \
-      --task-dir /work/shared/data/eval [--limit N] [--batch 16] [--dtype bf16|fp32] [--out hf.json]
+      --task-dir /work/shared/data/eval [--limit N] [--batch 16] [--dtype bf16|fp32] \
+      [--prompt lm-eval|file] [--out hf.json]
 """
 import argparse
 import glob
@@ -23,7 +26,13 @@ import torch.nn.functional as F
 from transformers import GPT2LMHeadModel, GPT2TokenizerFast
 
 
-def load_task(path, limit):
+def lm_eval_query(query):
+    if not query.startswith("Question:") or "\nAnswer:" in query:
+        return query
+    return query.rstrip(" \t\n\r\v\f") + "\nAnswer:"
+
+
+def load_task(path, limit, prompt="lm-eval"):
     examples = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -33,7 +42,8 @@ def load_task(path, limit):
                 continue
             r = json.loads(line)
             if "choices" in r:
-                kind, opts, gold = "multiple_choice", [(r["query"], c) for c in r["choices"]], r["gold"]
+                q = lm_eval_query(r["query"]) if prompt == "lm-eval" else r["query"]
+                kind, opts, gold = "multiple_choice", [(q, c) for c in r["choices"]], r["gold"]
             elif "context_options" in r:
                 kind, opts, gold = "schema", [(c, r["continuation"]) for c in r["context_options"]], r["gold"]
             else:
@@ -86,9 +96,9 @@ def score(model, reqs, batch, device):
     return out
 
 
-def run_task(model, tok, path, limit, batch, device, max_len):
+def run_task(model, tok, path, limit, batch, device, max_len, prompt):
     t0 = time.time()
-    examples = load_task(path, limit)
+    examples = load_task(path, limit, prompt)
     reqs, owner = [], []
     for e, (_, opts, _) in enumerate(examples):
         for c, t in opts:
@@ -107,7 +117,7 @@ def run_task(model, tok, path, limit, batch, device, max_len):
             continue
         acc.append(float(max(range(len(ll)), key=lambda k: (ll[k], -k)) == gold))
         if kind == "multiple_choice":
-            norm = [ll[k] / max(1, len(opts[k][1].encode("utf-8"))) for k in range(len(ll))]
+            norm = [ll[k] / max(1, len(opts[k][1])) for k in range(len(ll))]
             acc_norm.append(float(max(range(len(norm)), key=lambda k: (norm[k], -k)) == gold))
     res = {"kind": examples[0][0], "examples": len(examples), "acc": sum(acc) / len(acc)}
     if acc_norm:
@@ -127,6 +137,7 @@ def main():
     p.add_argument("--limit", type=int, default=0)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--prompt", choices=["lm-eval", "file"], default="lm-eval")
     p.add_argument("--out")
     a = p.parse_args()
 
@@ -152,7 +163,7 @@ def main():
     results = {}
     print(f"{'task':22} {'acc':>8} {'acc_norm':>9} {'ppl':>9} {'seconds':>8}  ({device}, {a.dtype})")
     for name, path in tasks:
-        r = run_task(model, tok, path, a.limit, a.batch, device, max_len)
+        r = run_task(model, tok, path, a.limit, a.batch, device, max_len, a.prompt)
         results[name] = r
         print(f"{name:22} {r['acc']:8.4f} {r.get('acc_norm', float('nan')):9.4f} "
               f"{r.get('perplexity', float('nan')):9.3f} {r['seconds']:8.1f}")

@@ -58,6 +58,9 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
   sub->add_option("--tasks", a.tasks, "zero-shot tasks: name=FILE.jsonl[,name=FILE.jsonl...]")
       ->delimiter(',');
   sub->add_option("--task-dir", o.task_dir, "every *.jsonl of DIR as a task named by its stem");
+  sub->add_option("--prompt", a.prompt,
+                  "multiple-choice prompts: lm-eval (default: \"Question: ...\" queries get "
+                  "lm-eval's \\nAnswer: cue) or file (the files' text as it is)");
   sub->add_option("--shards", o.shards, "perplexity of token shards (glob; a file = a document)");
   sub->add_option("--text", o.text, "perplexity of text files (glob; plain, .gz, .xz)");
   sub->add_option("--delimiter", o.delimiter,
@@ -98,6 +101,7 @@ int cmd_eval(EvalArgs a) {
                  "--tasks expects name=FILE, got '%s'", t.c_str());
   }
   o.delimiter = unescape(o.delimiter);
+  o.prompt = parse_task_prompt(a.prompt);
   const EvalReport r = run_evaluation(o);
   std::fputs(r.table.c_str(), stdout);
   if (!a.out.empty()) {

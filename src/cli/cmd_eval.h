@@ -14,6 +14,7 @@ struct EvalArgs {
   EvalOptions options;
   std::string checkpoint;          // legacy form: `eval RECIPE --checkpoint RUN`
   std::vector<std::string> tasks;  // name=FILE or FILE
+  std::string prompt = "lm-eval";  // --prompt: lm-eval | file
   std::string out;                 // JSON results file
 };
 CLI::App* add_eval_command(CLI::App& app, EvalArgs& args);

@@ -227,10 +227,26 @@ EvalReport run_evaluation(const EvalOptions& o) {
     dev.batch = std::max(dev.batch > 0 ? dev.batch : default_batch, recipe->train.micro_batch);
   }
   EvalModel model(source, dev);
+  const GPTConfig& c = model.config();
+  std::unique_ptr<Tokenizer> tok;
+  // --tokenizer, else a data.tokenizer given by --set (or by a --recipe file over a checkpoint
+  // without one), else the checkpoint's.
+  std::string tok_spec = o.tokenizer;
+  if (tok_spec.empty() && recipe && given.contains("data.tokenizer") &&
+      (given.where.at("data.tokenizer").rfind("--set", 0) == 0 || source.tokenizer.empty()))
+    tok_spec = recipe->data.tokenizer;
+  if (!o.text.empty() || !tasks.empty()) tok = eval_tokenizer(source, tok_spec, c.vocab_size);
+  // Every task is read and tokenised before anything is scored: a bad file or option fails the
+  // run before any result is computed (and lost).
+  std::vector<std::pair<Task, TaskRequests>> task_inputs;
+  for (const auto& [name, path] : tasks) {
+    Task task = load_task(name, path, o.limit, o.prompt);
+    TaskRequests requests = task_requests(*tok, task, model.max_len());
+    task_inputs.emplace_back(std::move(task), std::move(requests));
+  }
 
   EvalReport rep;
   json& j = rep.json;
-  const GPTConfig& c = model.config();
   j["model"] = {{"path", o.model},
                 {"format", model_format_name(source.format)},
                 {"weights", source.weights_path},
@@ -319,14 +335,6 @@ EvalReport run_evaluation(const EvalOptions& o) {
     table.row("shards", "loss", r.loss(), NAN, count);
     table.row("shards", "perplexity", r.perplexity(), NAN, count, "%.3f");
   }
-  std::unique_ptr<Tokenizer> tok;
-  // --tokenizer, else a data.tokenizer given by --set (or by a --recipe file over a checkpoint
-  // without one), else the checkpoint's.
-  std::string tok_spec = o.tokenizer;
-  if (tok_spec.empty() && recipe && given.contains("data.tokenizer") &&
-      (given.where.at("data.tokenizer").rfind("--set", 0) == 0 || source.tokenizer.empty()))
-    tok_spec = recipe->data.tokenizer;
-  if (!o.text.empty() || !tasks.empty()) tok = eval_tokenizer(source, tok_spec, c.vocab_size);
   if (!o.text.empty()) {
     const auto t0 = Clock::now();
     const std::vector<std::string> files = expand_globs({o.text});
@@ -360,21 +368,19 @@ EvalReport run_evaluation(const EvalOptions& o) {
     table.row("text", "perplexity", r.perplexity(), NAN, count, "%.3f");
     table.row("text", "bits_per_byte", r.bits_per_byte(), NAN, count);
   }
-  for (const auto& [name, path] : tasks) {
-    const Task task = load_task(name, path, o.limit);
+  for (const auto& [task, requests] : task_inputs) {
+    const std::string& name = task.name;
     ProgressLine pl(o.progress, name, "sequences");
-    const TaskResult r = run_task(model, *tok, task, [&](int64_t d, int64_t t) { pl(d, t); });
-    json t = {{"file", path},
-              {"kind", task_kind_name(r.kind)},
-              {"examples", r.examples},
-              {"requests", r.requests},
-              {"acc", num(r.acc)},
-              {"acc_stderr", num(r.acc_stderr)},
-              {"truncated", r.truncated},
-              {"seconds", r.seconds}};
+    const TaskResult r = run_task(model, task, requests, [&](int64_t d, int64_t t) { pl(d, t); });
+    json t = {{"file", task.path},        {"kind", task_kind_name(r.kind)},
+              {"examples", r.examples},   {"requests", r.requests},
+              {"acc", num(r.acc)},        {"acc_stderr", num(r.acc_stderr)},
+              {"truncated", r.truncated}, {"seconds", r.seconds}};
     const std::string count = strformat("%lld examples", (long long)r.examples);
     table.row(name, "acc", r.acc, r.acc_stderr, count);
     if (r.kind == TaskKind::multiple_choice) {
+      t["prompt"] = task_prompt_name(o.prompt);
+      t["answer_cue"] = r.cued;  // examples given "\nAnswer:"
       t["acc_norm"] = num(r.acc_norm);
       t["acc_norm_stderr"] = num(r.acc_norm_stderr);
       table.row(name, "acc_norm", r.acc_norm, r.acc_norm_stderr, count);
@@ -387,10 +393,13 @@ EvalReport run_evaluation(const EvalOptions& o) {
   }
   j["seconds"] = seconds_since(t_start);
   rep.table = rep.table +
-              strformat("model %s (%s, %s params) | %s %s | batch %d\n", o.model.c_str(),
+              strformat("model %s (%s, %s params) | %s %s | batch %d%s\n", o.model.c_str(),
                         model_format_name(source.format),
                         io::format_count(double(model.num_params())).c_str(),
-                        device_name(model.device()), dtype_name(model.dtype()), model.batch()) +
+                        device_name(model.device()), dtype_name(model.dtype()), model.batch(),
+                        task_inputs.empty()
+                            ? ""
+                            : strformat(" | prompts %s", task_prompt_name(o.prompt)).c_str()) +
               table.out;
   return rep;
 }

@@ -12,6 +12,7 @@
 
 #include "config/recipe.h"
 #include "eval/eval_model.h"
+#include "eval/tasks.h"
 #include "model/model_config.h"
 
 namespace attnlab {
@@ -23,6 +24,7 @@ struct EvalOptions {
   std::vector<std::string> overrides;  // --set a.b=v (on --recipe, else on the checkpoint's)
   std::vector<std::pair<std::string, std::string>> tasks;  // (name, jsonl file)
   std::string task_dir;                                    // every *.jsonl in it, named by its stem
+  TaskPrompt prompt = TaskPrompt::lm_eval;                 // multiple_choice prompts (eval/tasks.h)
   std::string shards;       // glob of token shards: perplexity, one document a file
   std::string text;         // glob of text files: perplexity, tokenised on the fly
   std::string delimiter;    // text: document separator ("" = one document a file)

@@ -21,6 +21,17 @@ const char* task_kind_name(TaskKind k) {
   return "?";
 }
 
+const char* task_prompt_name(TaskPrompt p) { return p == TaskPrompt::lm_eval ? "lm-eval" : "file"; }
+
+TaskPrompt parse_task_prompt(const std::string& s) {
+  if (s == "lm-eval") return TaskPrompt::lm_eval;
+  if (s == "file") return TaskPrompt::file;
+  ATTN_FAIL(
+      "--prompt: expected lm-eval (the \\nAnswer: cue on \"Question:\" queries) or file "
+      "(the files' text as it is), got '%s'",
+      s.c_str());
+}
+
 namespace {
 
 using nlohmann::json;
@@ -74,7 +85,22 @@ TaskKind kind_of(const json& j, const std::string& where) {
 
 }  // namespace
 
-Task load_task(const std::string& name, const std::string& path, int64_t limit) {
+std::string lm_eval_query(const std::string& query) {
+  static const std::string kQuestion = "Question:", kCue = "\nAnswer:";
+  if (query.compare(0, kQuestion.size(), kQuestion) != 0) return query;
+  if (query.find(kCue) != std::string::npos) return query;
+  size_t end = query.size();
+  while (end > 0 && is_space(query[end - 1])) --end;
+  return query.substr(0, end) + kCue;
+}
+
+size_t utf8_length(const std::string& s) {
+  size_t n = 0;
+  for (const unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+Task load_task(const std::string& name, const std::string& path, int64_t limit, TaskPrompt prompt) {
   std::ifstream in(path, std::ios::binary);
   ATTN_REQUIRE(in.good(), "cannot open task file '%s'", path.c_str());
   Task t;
@@ -102,7 +128,12 @@ Task load_task(const std::string& name, const std::string& path, int64_t limit) 
     ex.line = n;
     switch (k) {
       case TaskKind::multiple_choice: {
-        const std::string q = string_field(j, "query", where);
+        std::string q = string_field(j, "query", where);
+        if (prompt == TaskPrompt::lm_eval) {
+          std::string cued = lm_eval_query(q);
+          t.cued += cued != q;
+          q = std::move(cued);
+        }
         for (std::string& c : string_list(j, "choices", where)) ex.options.push_back({q, c});
         ex.gold = gold_field(j, ex.options.size(), where);
         break;
@@ -170,24 +201,34 @@ ScoreRequest option_request(const Tokenizer& tok, const TaskOption& o, int max_l
   return r;
 }
 
-std::vector<std::vector<double>> option_loglikelihoods(
-    EvalModel& model, const Tokenizer& tok, const Task& task,
-    std::vector<std::vector<bool>>* greedy, int64_t* truncated,
-    const std::function<void(int64_t, int64_t)>& on_progress) {
-  const bool want_argmax = greedy != nullptr;
-  std::vector<ScoreRequest> requests;
-  int64_t n_truncated = 0;
+TaskRequests task_requests(const Tokenizer& tok, const Task& task, int max_len) {
+  const bool want_argmax = task.kind == TaskKind::language_modeling;
+  TaskRequests out;
   for (const TaskExample& ex : task.examples) {
     for (size_t k = 0; k < ex.options.size(); ++k) {
       bool cut = false;
-      requests.push_back(
-          option_request(tok, ex.options[k], model.max_len(), want_argmax,
+      out.requests.push_back(
+          option_request(tok, ex.options[k], max_len, want_argmax,
                          strformat("%s:%d: option %zu", task.path.c_str(), ex.line, k), &cut));
-      n_truncated += cut;
+      out.truncated += cut;
     }
   }
-  if (truncated) *truncated = n_truncated;
-  const std::vector<TokenScores> scores = model.score(requests, on_progress);
+  return out;
+}
+
+std::vector<std::vector<double>> option_loglikelihoods(
+    EvalModel& model, const Task& task, const TaskRequests& requests,
+    std::vector<std::vector<bool>>* greedy,
+    const std::function<void(int64_t, int64_t)>& on_progress) {
+  const std::vector<ScoreRequest>& reqs = requests.requests;
+  size_t n_options = 0;
+  for (const TaskExample& ex : task.examples) n_options += ex.options.size();
+  ATTN_REQUIRE(reqs.size() == n_options, "task '%s': %zu requests for %zu options",
+               task.name.c_str(), reqs.size(), n_options);
+  ATTN_REQUIRE(!greedy || reqs.empty() || reqs[0].want_argmax,
+               "task '%s': the greedy check needs requests that ask for the argmax",
+               task.name.c_str());
+  const std::vector<TokenScores> scores = model.score(reqs, on_progress);
   std::vector<std::vector<double>> ll;
   if (greedy) greedy->clear();
   size_t at = 0;
@@ -197,17 +238,23 @@ std::vector<std::vector<double>> option_loglikelihoods(
     for (size_t k = 0; k < ex.options.size(); ++k, ++at) {
       double sum = 0.0;
       bool all_greedy = true;
-      const ScoreRequest& r = requests[at];
+      const ScoreRequest& r = reqs[at];
       for (size_t i = 0; i < r.targets.size(); ++i) {
         if (r.targets[i] == GPT::kIgnoreIndex) continue;
         sum += double(scores[at].logprob[i]);
-        if (want_argmax) all_greedy = all_greedy && scores[at].argmax[i] == r.targets[i];
+        if (greedy) all_greedy = all_greedy && scores[at].argmax[i] == r.targets[i];
       }
       ll.back().push_back(sum);
       if (greedy) greedy->back().push_back(all_greedy);
     }
   }
   return ll;
+}
+
+std::vector<std::vector<double>> option_loglikelihoods(EvalModel& model, const Tokenizer& tok,
+                                                       const Task& task,
+                                                       std::vector<std::vector<bool>>* greedy) {
+  return option_loglikelihoods(model, task, task_requests(tok, task, model.max_len()), greedy);
 }
 
 namespace {
@@ -234,7 +281,7 @@ size_t first_max(const std::vector<double>& v) {
 
 }  // namespace
 
-TaskResult run_task(EvalModel& model, const Tokenizer& tok, const Task& task,
+TaskResult run_task(EvalModel& model, const Task& task, const TaskRequests& requests,
                     const std::function<void(int64_t, int64_t)>& on_progress) {
   const auto t0 = std::chrono::steady_clock::now();
   TaskResult res;
@@ -242,10 +289,12 @@ TaskResult run_task(EvalModel& model, const Tokenizer& tok, const Task& task,
   res.path = task.path;
   res.kind = task.kind;
   res.examples = int64_t(task.examples.size());
+  res.truncated = requests.truncated;
+  res.cued = task.cued;
   const bool lm = task.kind == TaskKind::language_modeling;
   std::vector<std::vector<bool>> greedy;
   const std::vector<std::vector<double>> ll =
-      option_loglikelihoods(model, tok, task, lm ? &greedy : nullptr, &res.truncated, on_progress);
+      option_loglikelihoods(model, task, requests, lm ? &greedy : nullptr, on_progress);
   std::vector<double> acc, acc_norm, cont_ll;
   for (size_t e = 0; e < task.examples.size(); ++e) {
     const TaskExample& ex = task.examples[e];
@@ -259,9 +308,9 @@ TaskResult run_task(EvalModel& model, const Tokenizer& tok, const Task& task,
     if (task.kind == TaskKind::multiple_choice) {
       std::vector<double> norm(ll[e].size());
       for (size_t k = 0; k < norm.size(); ++k) {
-        // lm-eval divides by len(choice): characters of the Python string; bytes here (the same
-        // for ASCII text, docs/eval.md). A zero-length choice counts as one byte.
-        norm[k] = ll[e][k] / double(std::max<size_t>(1, ex.options[k].continuation.size()));
+        // lm-eval divides by len(choice), the characters of the choice's string. A zero-length
+        // choice counts as one.
+        norm[k] = ll[e][k] / double(std::max<size_t>(1, utf8_length(ex.options[k].continuation)));
       }
       acc_norm.push_back(first_max(norm) == size_t(ex.gold) ? 1.0 : 0.0);
     }
@@ -275,6 +324,10 @@ TaskResult run_task(EvalModel& model, const Tokenizer& tok, const Task& task,
   if (lm) res.perplexity = std::exp(-mean(cont_ll));
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
+}
+
+TaskResult run_task(EvalModel& model, const Tokenizer& tok, const Task& task) {
+  return run_task(model, task, task_requests(tok, task, model.max_len()));
 }
 
 }  // namespace attnlab

@@ -194,20 +194,23 @@ TEST_F(EvalTest, AccAndAccNormOnAConstructedCase) {
   EvalModel model(src, cpu(2));
   ByteTokenizer tok;
   // The options' log-likelihoods from brute force decide the expected answers.
+  // load_task gives "Question:" queries lm-eval's "\nAnswer:" cue (the default prompt).
   auto ll_of = [&](const std::string& q, const std::string& c) {
-    const ScoredPair p = scored_pair({q, c});
+    const ScoredPair p = scored_pair({lm_eval_query(q), c});
     std::vector<int32_t> all = bytes_of(p.context + p.continuation);
     const auto lp = brute_force_logprobs(src, all);
     double s = 0.0;
     for (size_t i = p.context.size() - 1; i < lp.size(); ++i) s += lp[i];
     return s;
   };
-  const std::string q = "Question: which?";
-  const std::vector<std::string> choices = {"a", "bbbbbbbbbbbb", "cc"};
+  const std::string q = "Question: w?";
+  // acc_norm divides by characters (lm-eval's len(choice)): "\u00e9\u00e9" is 2, not 4 bytes.
+  const std::vector<std::string> choices = {"a", "bbbbbbbbb", "c\u00e9\u00e9"};
+  const std::vector<double> chars = {1, 9, 3};
   std::vector<double> ll, norm;
-  for (const auto& c : choices) {
-    ll.push_back(ll_of(q, c));
-    norm.push_back(ll.back() / double(c.size()));
+  for (size_t k = 0; k < choices.size(); ++k) {
+    ll.push_back(ll_of(q, choices[k]));
+    norm.push_back(ll.back() / chars[k]);
   }
   const int best = int(std::max_element(ll.begin(), ll.end()) - ll.begin());
   const int best_norm = int(std::max_element(norm.begin(), norm.end()) - norm.begin());
@@ -228,6 +231,43 @@ TEST_F(EvalTest, AccAndAccNormOnAConstructedCase) {
   EXPECT_DOUBLE_EQ(r.acc, acc);
   EXPECT_DOUBLE_EQ(r.acc_norm, acc_norm);
   EXPECT_GT(r.acc_stderr, 0.0);
+}
+
+TEST_F(EvalTest, AccNormDividesByCharactersNotBytes) {
+  // Find, on this model, a pair {ASCII, "\u00e9" x n} whose acc_norm decision differs between
+  // dividing by characters (n) and by UTF-8 bytes (2n); run_task must take the characters' one.
+  const ModelSource src = inspect_model_source(run_);
+  EvalModel model(src, cpu());
+  ByteTokenizer tok;
+  const std::string q = "Question: w?";
+  auto ll_of = [&](const std::string& c) {
+    const ScoredPair p = scored_pair({lm_eval_query(q), c});
+    const auto lp = brute_force_logprobs(src, bytes_of(p.context + p.continuation));
+    double s = 0.0;
+    for (size_t i = p.context.size() - 1; i < lp.size(); ++i) s += lp[i];
+    return s;
+  };
+  int found = -1;
+  std::vector<std::string> choices;
+  for (const char* first : {"a", "b", "zz", "q", "xyz", "mm"}) {
+    for (int n = 1; n <= 5 && found < 0; ++n) {
+      std::string accented;
+      for (int i = 0; i < n; ++i) accented += "\u00e9";
+      const double l0 = ll_of(first), l1 = ll_of(accented);
+      const double len0 = double(std::string(first).size());
+      const int by_chars = l1 / n > l0 / len0 ? 1 : 0, by_bytes = l1 / (2 * n) > l0 / len0 ? 1 : 0;
+      if (by_chars != by_bytes) {
+        found = by_chars;
+        choices = {first, accented};
+      }
+    }
+    if (found >= 0) break;
+  }
+  ASSERT_GE(found, 0) << "no pair separates characters from bytes on this model";
+  write(tmp_.path() / "mc.jsonl",
+        nlohmann::json{{"query", q}, {"choices", choices}, {"gold", found}}.dump() + "\n");
+  const TaskResult r = run_task(model, tok, load_task("mc", (tmp_.path() / "mc.jsonl").string()));
+  EXPECT_EQ(r.acc_norm, 1.0) << choices[0] << " | " << choices[1];
 }
 
 TEST_F(EvalTest, SchemaAndLanguageModelingAgainstBruteForce) {
@@ -308,9 +348,9 @@ TEST_F(EvalTest, LongContextsKeepTheirRightmostTokens) {
   for (int32_t t : r.targets) scored += t != GPT::kIgnoreIndex;
   EXPECT_EQ(scored, 4);
   Task task{"long", "long.jsonl", TaskKind::multiple_choice, {{1, {{q, "xyz"}, {q, "w"}}, 0}}};
-  int64_t truncated = 0;
-  const auto ll = option_loglikelihoods(model, tok, task, nullptr, &truncated);
-  EXPECT_EQ(truncated, 2);
+  const TaskRequests requests = task_requests(tok, task, model.max_len());
+  EXPECT_EQ(requests.truncated, 2);
+  const auto ll = option_loglikelihoods(model, task, requests);
   const std::vector<int32_t> window(all.end() - 33, all.end());
   const auto lp = brute_force_logprobs(src, window);
   double s = 0.0;
@@ -350,6 +390,44 @@ TEST_F(EvalTest, TaskFileErrorsNameFileAndLine) {
         "{\"context\": \"a\", \"continuation\": \"b\"}\n{\"context\": \"c\", \"continuation\": "
         "\"d\"}\nnot json\n");
   EXPECT_EQ(load_task("ok", f.string(), 2).examples.size(), 2u);
+}
+
+TEST(EvalPrompt, LmEvalCueAndCharacterLengths) {
+  // lm-eval's ARC / PIQA prompt: "Question: {q}\nAnswer:", the query's trailing whitespace dropped.
+  EXPECT_EQ(lm_eval_query("Question: up?"), "Question: up?\nAnswer:");
+  EXPECT_EQ(lm_eval_query("Question: up?\n"), "Question: up?\nAnswer:");
+  EXPECT_EQ(lm_eval_query("Question: up? \t\n"), "Question: up?\nAnswer:");
+  // Queries that are not questions, or carry the cue already, stay as they are.
+  EXPECT_EQ(lm_eval_query("The man walks"), "The man walks");
+  EXPECT_EQ(lm_eval_query(" Question: up?"), " Question: up?");
+  EXPECT_EQ(lm_eval_query("Question: up?\nAnswer:"), "Question: up?\nAnswer:");
+  EXPECT_EQ(lm_eval_query("Question: up?\nAnswer: "), "Question: up?\nAnswer: ");
+  EXPECT_EQ(parse_task_prompt("lm-eval"), TaskPrompt::lm_eval);
+  EXPECT_EQ(parse_task_prompt("file"), TaskPrompt::file);
+  test::expect_error([] { parse_task_prompt("lm_eval"); }, {"--prompt", "lm-eval", "file"});
+  EXPECT_EQ(utf8_length(""), 0u);
+  EXPECT_EQ(utf8_length("abc"), 3u);
+  EXPECT_EQ(utf8_length("caf\u00e9"), 4u);         // 5 bytes
+  EXPECT_EQ(utf8_length("\u20ac\U0001F600"), 2u);  // 3 + 4 bytes
+}
+
+TEST_F(EvalTest, PromptAppliesToMultipleChoiceQuestionsOnly) {
+  write(tmp_.path() / "mc.jsonl", R"({"query": "Question: a?\n", "choices": ["x", "y"], "gold": 0})"
+                                  "\n"
+                                  R"({"query": "The man", "choices": ["x", "y"], "gold": 1})"
+                                  "\n");
+  const Task t = load_task("mc", (tmp_.path() / "mc.jsonl").string());
+  EXPECT_EQ(t.cued, 1);
+  EXPECT_EQ(t.examples[0].options[1].context, "Question: a?\nAnswer:");
+  EXPECT_EQ(t.examples[1].options[0].context, "The man");
+  const Task f = load_task("mc", (tmp_.path() / "mc.jsonl").string(), 0, TaskPrompt::file);
+  EXPECT_EQ(f.cued, 0);
+  EXPECT_EQ(f.examples[0].options[1].context, "Question: a?\n");
+  // Schema and language-modeling contexts never get the cue.
+  write(tmp_.path() / "lm.jsonl", R"({"context": "Question: a?", "continuation": "b"})"
+                                  "\n");
+  EXPECT_EQ(load_task("lm", (tmp_.path() / "lm.jsonl").string()).examples[0].options[0].context,
+            "Question: a?");
 }
 
 TEST_F(EvalTest, ChoiceThatTokenisesToNothingIsAnError) {
@@ -530,8 +608,17 @@ TEST(EvalSharedData, RealTaskFilesWithGpt2) {
   for (size_t i = 0; i < r.targets.size(); ++i)
     if (r.targets[i] != GPT::kIgnoreIndex) scored.push_back(r.targets[i]);
   EXPECT_EQ(scored, cont);
+  // Both get lm-eval's prompt "Question: ...\nAnswer:"; PIQA's query ends in "\n", which the cue
+  // replaces, so its choices are " " + choice too (with --prompt file: "\n" + choice).
+  EXPECT_EQ(arc.cued, 1);
+  EXPECT_EQ(o.context.substr(o.context.size() - 8), "\nAnswer:");
   const Task piqa = load_task("piqa", (data / "eval" / "piqa.jsonl").string(), 1);
-  EXPECT_EQ(scored_pair(piqa.examples[0].options[0]).continuation,
-            "\n" + piqa.examples[0].options[0].continuation);
+  const TaskOption& po = piqa.examples[0].options[0];
+  EXPECT_EQ(po.context.substr(po.context.size() - 9), "?\nAnswer:") << po.context;
+  EXPECT_EQ(scored_pair(po).continuation, " " + po.continuation);
+  const Task piqa_file =
+      load_task("piqa", (data / "eval" / "piqa.jsonl").string(), 1, TaskPrompt::file);
+  EXPECT_EQ(piqa_file.cued, 0);
+  EXPECT_EQ(scored_pair(piqa_file.examples[0].options[0]).continuation, "\n" + po.continuation);
   fs::remove_all(run);
 }

@@ -296,11 +296,13 @@ TEST_F(Cli, EvalHarnessAndScore) {
       " --text " + (dir_ / "doc.txt").string() + " --context 16 --stride 8 --batch 3 --out " + out);
   ASSERT_EQ(e.code, 0) << e.out;
   EXPECT_NE(e.out.find("acc_norm"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("| prompts lm-eval"), std::string::npos) << e.out;
   std::ifstream in(out);
   const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(json.find("\"tasks\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"stride\": 8"), std::string::npos) << json;
   EXPECT_EQ(json.find("\"validation\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"answer_cue\": 2"), std::string::npos) << json;
 
   // Shards without data.train (evaluation never reads training data).
   std::vector<int32_t> toks(300, 7);
@@ -331,6 +333,18 @@ TEST_F(Cli, EvalHarnessAndScore) {
   std::ofstream(dir_ / "bad.jsonl") << "{\"query\": \"q\"}\n";
   expect_error(run("eval " + model + " --tokenizer byte --tasks " + (dir_ / "bad.jsonl").string()),
                "bad.jsonl:1");
+  // A continuation longer than the model fails the run before any task is scored (the first
+  // task's progress line never appears), naming the file, line and option.
+  std::ofstream(dir_ / "long.jsonl")
+      << "{\"context\": \"a\", \"continuation\": \"" << std::string(40, 'x') << "\"}\n";
+  CliResult lg =
+      run("eval " + model + " --tokenizer byte --tasks mc=" + (dir_ / "mc.jsonl").string() +
+          ",long=" + (dir_ / "long.jsonl").string());
+  expect_error(lg, "long.jsonl:1: option 0: the continuation is 41 tokens");
+  EXPECT_EQ(lg.out.find("mc: "), std::string::npos) << lg.out;
+  expect_error(run("eval " + model +
+                   " --tokenizer byte --prompt plain --tasks mc=" + (dir_ / "mc.jsonl").string()),
+               "--prompt: expected lm-eval");
 
   CliResult sc = run("score " + model + " --tokenizer byte --text " + (dir_ / "doc.txt").string() +
                      " --out " + (dir_ / "scores.jsonl").string());
