@@ -73,13 +73,25 @@ DataLoader::DataLoader(std::vector<std::shared_ptr<const TokenSource>> sources,
   window_offsets_.assign(1, 0);
   for (const auto& src : sources_) {
     ATTN_REQUIRE(src != nullptr, "data loader: null token source");
-    ATTN_REQUIRE(src->size() >= int64_t(T) + 1,
-                 "data loader: '%s' has %lld tokens, fewer than seq_len + 1 = %d (one training "
-                 "sequence); use a smaller seq_len or more data",
-                 src->name().c_str(), (long long)src->size(), T + 1);
-    window_offsets_.push_back(window_offsets_.back() + (src->size() - 1) / T);
+    // A source shorter than one window (prepare's last shard can be a few tokens) holds no
+    // window, as every source's remainder after its last window holds none; the caller reports
+    // it (short_sources). Only data with no window at all is an error.
+    if (src->size() < int64_t(T) + 1) short_sources_.push_back(src->name());
+    window_offsets_.push_back(window_offsets_.back() + std::max<int64_t>(0, src->size() - 1) / T);
   }
   num_windows_ = window_offsets_.back();
+  if (num_windows_ == 0) {
+    int64_t largest = 0;
+    for (const auto& src : sources_) largest = std::max(largest, src->size());
+    const std::string what = sources_.size() == 1
+                                 ? strformat("'%s' has", sources_[0]->name().c_str())
+                                 : strformat("the largest of %zu sources ('%s', ...) has",
+                                             sources_.size(), sources_[0]->name().c_str());
+    ATTN_FAIL(
+        "data loader: %s %lld tokens, fewer than seq_len + 1 = %d (one training sequence); "
+        "use a smaller seq_len or more data",
+        what.c_str(), (long long)largest, T + 1);
+  }
   scratch_.resize(size_t(T) + 1);
 }
 

@@ -71,6 +71,8 @@ class DataLoader {
   int64_t num_tokens() const;  // total tokens over all sources
   const DataLoaderOptions& options() const { return options_; }
   const std::vector<std::shared_ptr<const TokenSource>>& sources() const { return sources_; }
+  // Sources shorter than one window (seq_len + 1 tokens): they hold no window and are not read.
+  const std::vector<std::string>& short_sources() const { return short_sources_; }
 
   // The window visited at `position` of `epoch`'s order (exposed for tests and tools).
   int64_t window_at(uint64_t epoch, uint64_t position) const;
@@ -79,6 +81,7 @@ class DataLoader {
   void read_window(int64_t window, int32_t* inputs, int32_t* targets);
 
   std::vector<std::shared_ptr<const TokenSource>> sources_;
+  std::vector<std::string> short_sources_;
   DataLoaderOptions options_;
   std::vector<int64_t> window_offsets_;  // prefix sums of windows per source, size sources+1
   int64_t num_windows_ = 0;

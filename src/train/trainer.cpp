@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "config/suggest.h"
 #include "core/context.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
@@ -148,6 +149,14 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     if (const std::string w = s.model->attention(0).config_warning(recipe.train.seq_len);
         !w.empty())
       log.warn("%s", w.c_str());
+  for (const auto& [key, loader] :
+       {std::pair{"data.train", s.train_loader.get()}, std::pair{"data.val", s.val_loader.get()}})
+    if (loader && !loader->short_sources().empty())
+      log.warn(
+          "%s: %zu source(s) shorter than one window (seq_len + 1 = %d tokens) hold no "
+          "window and are not read: %s",
+          key, loader->short_sources().size(), recipe.train.seq_len + 1,
+          join_names(loader->short_sources()).c_str());
   st.data_fingerprint = data_fp;
   if (!data_changed.empty()) log.warn("%s", data_changed.c_str());
   if (!resumed_from.empty())

@@ -175,12 +175,14 @@ TEST(DataLoader, EvalModeIsSequentialAndResettable) {
 }
 
 TEST(DataLoader, ErrorsNameTheProblem) {
-  // A source shorter than T+1.
+  // Sources shorter than T+1 everywhere: no window at all.
+  test::expect_error([] { DataLoader(make_sources({8}), opts(1, 8, false)); },
+                     {"'src0' has 8 tokens", "fewer than seq_len + 1 = 9"});
   test::expect_error(
       [] {
-        DataLoader(make_sources({100, 8}), opts(1, 8, false));
+        DataLoader(make_sources({3, 8, 5}), opts(1, 8, false));
       },
-      {"src1", "8 tokens"});
+      {"the largest of 3 sources ('src0', ...) has 8 tokens", "seq_len + 1 = 9"});
   EXPECT_THROW(DataLoader(make_sources({100}), opts(1, 8, false, 0, 2, 2)), Error);
   EXPECT_THROW(DataLoader(make_sources({100}), opts(0, 8, false)), Error);
   auto o = opts(1, 8, false);
@@ -189,6 +191,27 @@ TEST(DataLoader, ErrorsNameTheProblem) {
   loader.next();  // tokens 0..8 fit
   loader.set_state({0, 6});
   EXPECT_THROW(loader.next(), Error);
+}
+
+TEST(DataLoader, ShortSourcesHoldNoWindowAndAreNamed) {
+  // prepare's last shard can be a few tokens: it holds no window (as every source's remainder)
+  // and the loader names it; the windows of the others are those without it.
+  const std::vector<int64_t> sizes = {101, 6, 57, 8};  // T=8: 12 + 0 + 7 + 0 windows
+  DataLoader loader(make_sources(sizes), opts(1, 8, /*shuffle=*/false));
+  EXPECT_EQ(loader.num_windows(), 19);
+  EXPECT_EQ(loader.short_sources(), (std::vector<std::string>{"src1", "src3"}));
+  const auto starts = window_starts(sizes, 8);
+  ASSERT_EQ(starts.size(), 19u);
+  std::set<int32_t> seen;
+  for (int64_t w = 0; w < 19; ++w) {
+    const auto b = loader.next();
+    EXPECT_TRUE(starts.count(b.inputs[0])) << w << ": " << b.inputs[0];
+    for (int i = 0; i < 8; ++i) EXPECT_EQ(b.targets[size_t(i)], b.inputs[size_t(i)] + 1);
+    seen.insert(b.inputs[0]);
+  }
+  EXPECT_EQ(seen.size(), 19u);
+  EXPECT_EQ(*seen.rbegin(), 101 + 6 + 6 * 8);  // the last window of src2, after the short src1
+  EXPECT_TRUE(DataLoader(make_sources({100}), opts(1, 8, false)).short_sources().empty());
 }
 
 TEST(DataLoader, ReadsShardFiles) {

@@ -133,6 +133,21 @@ TEST_F(Cli, PrepareThenTrainOnShards) {
                      "/val_*.bin --set eval.at_end=true --set eval.batches=1"));
   ASSERT_EQ(t.code, 0) << t.out;
   EXPECT_NE(t.out.find("val loss"), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("shorter than one window"), std::string::npos) << t.out;
+  // A shard shorter than one window (prepare's last one can be a few tokens) holds no window:
+  // training goes on and says so, naming it.
+  attnlab::write_shard((dir_ / "shards" / "train_zz_tail.bin").string(),
+                       std::vector<int32_t>{1, 2, 3, 4, 5, 6}, 260);
+  CliResult tail = run("train " + recipe_ + " --set train.out_dir=" + (dir_ / "run_tail").string() +
+                       " --set data.source=shards --set data.train=" + (dir_ / "shards").string() +
+                       "/train_*.bin --set eval.at_end=false");
+  ASSERT_EQ(tail.code, 0) << tail.out;
+  EXPECT_NE(tail.out.find("data.train: 1 source(s) shorter than one window (seq_len + 1 = 17 "
+                          "tokens) hold no window and are not read: "),
+            std::string::npos)
+      << tail.out;
+  EXPECT_NE(tail.out.find("train_zz_tail.bin"), std::string::npos) << tail.out;
+  fs::remove(dir_ / "shards" / "train_zz_tail.bin");
   // Without data.tokenizer the checkpoints carry the tokenizer `prepare` wrote beside the shards.
   const std::string ckpt = attnlab::resolve_checkpoint_dir((dir_ / "run").string());
   EXPECT_EQ(
