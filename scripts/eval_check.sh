@@ -3,7 +3,8 @@
 # GPT-2 124M on it for STEPS steps (the gpt2-124m-dense recipe), then score the five zero-shot task
 # files and a text perplexity with `attnlab eval` (bf16 and fp32), export the model with
 # `attnlab convert --to hf` and score the same task files with a plain Hugging Face transformers
-# loop (scripts/hf_eval_peer.py), printing accuracies and wall times side by side.
+# loop (scripts/hf_eval_peer.py), printing accuracies and wall times side by side, and the
+# multiple-choice accuracies with --prompt file beside the default lm-eval prompt.
 #
 #   scripts/eval_check.sh BUILD SHARED_DATA     (SHARED_DATA: corpus/general, gpt2-vocab, eval)
 # Environment: STEPS (default 150), OUT (log dir), LIMIT (examples per task, default all), PRECS
@@ -41,6 +42,9 @@ for prec in ${PRECS:-bf16 fp32}; do
     --dtype $prec "${LIM[@]}" --out "$LOGS/hf_$prec.json" >"$LOGS/hf_$prec.log" 2>&1 || tail -8 "$LOGS/hf_$prec.log"
   cat "$LOGS/hf_$prec.log"
 done
+# The files' text as it is (--prompt file, the behaviour before the lm-eval prompt), bf16.
+"$A" eval "$WORK/run" --task-dir "$DATA/eval" --precision bf16 --prompt file --no-progress "${LIM[@]}" \
+  --out "$LOGS/ours_file.json" >"$LOGS/ours_file.log" 2>&1 || tail -5 "$LOGS/ours_file.log"
 "$A" eval "$WORK/run" --text "$DATA/corpus/books/moby_dick.txt.xz" --delimiter '\n\n\n' \
   --context 1024 --stride 512 --no-progress --out "$LOGS/ppl.json" >"$LOGS/ppl.log" 2>&1
 tail -4 "$LOGS/ppl.log"
@@ -60,4 +64,13 @@ for prec in ("bf16", "fp32"):
         so, sh = a.get("seconds", 0.0), b.get("seconds", float("nan"))
         print(f"{name:16} {prec:5} {f(a,'acc'):>9} {f(b,'acc'):>8} {f(a,'acc_norm'):>10} {f(b,'acc_norm'):>8} "
               f"{so:7.1f} {sh:7.1f} {sh / so if so else float('nan'):8.2f}")
+o, f = load("ours_bf16.json"), load("ours_file.json")
+if f:
+    print("==== attnlab eval bf16: --prompt lm-eval (default) vs --prompt file ====")
+    print(f"{'task':16} {'acc lm-eval':>12} {'acc file':>9} {'norm lm-eval':>13} {'norm file':>10}")
+    for name in sorted(f):
+        if f[name].get("kind") != "multiple_choice" or name not in o:
+            continue
+        a, b = o[name], f[name]
+        print(f"{name:16} {a['acc']:12.4f} {b['acc']:9.4f} {a['acc_norm']:13.4f} {b['acc_norm']:10.4f}")
 PY
