@@ -96,7 +96,7 @@ WeightLoadReport load_model_source(const ModelSource& source, const ParameterSto
     WeightLoadOptions o = options;
     o.required_roles = {ParamRole::base};
     WeightLoadReport rep = load_model_source(base, store, o);
-    load_adapter_tensors(source.adapter, store, source.path);
+    load_adapter_tensors(source.adapter, store, source.path, source.config.vocab_size);
     rep.initialised.clear();
     for (const auto& e : store.entries())
       if (e.spec.role != ParamRole::base) rep.loaded.push_back(e.spec.name);

@@ -274,8 +274,8 @@ int64_t GPT::num_params_unpadded(const ParameterStore& store) const {
 int64_t GPT::num_trainable_unpadded(const ParameterStore& store) const {
   const int64_t rows = int64_t(cfg_.padded_vocab - cfg_.vocab_size) * cfg_.n_embd;
   int64_t n = store.num_trainable();
-  for (const char* name : {"wte.weight", "lm_head.weight"})
-    if (store.contains(name) && store.entry(name).trainable) n -= rows;
+  for (const std::string_view name : kVocabRowParams)
+    if (store.contains(std::string(name)) && store.entry(std::string(name)).trainable) n -= rows;
   return n;
 }
 

@@ -6,10 +6,12 @@
 // where lm_head exists only with untied embeddings (else the head is wte) and the biases only with
 // model.bias. Weights use the PyTorch nn.Linear layout [out, in].
 #pragma once
+#include <array>
 #include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/context.h"
@@ -33,6 +35,10 @@ struct LossTotals {
 class GPT {
  public:
   static constexpr int kIgnoreIndex = -1;
+  // The tensors with one row per vocabulary entry: padded_vocab rows, those from vocab_size on
+  // zero (init_params) and never trained.
+  static constexpr std::array<std::string_view, 2> kVocabRowParams = {"wte.weight",
+                                                                      "lm_head.weight"};
 
   explicit GPT(const GPTConfig& cfg);
   const GPTConfig& config() const { return cfg_; }

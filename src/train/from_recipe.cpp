@@ -96,6 +96,15 @@ GPTConfig gpt_config_of(const Recipe& r) {
   return c;
 }
 
+int vocab_multiple_of(int vocab_size, int padded_vocab) {
+  for (int mult = 128; mult >= 1; mult /= 2)
+    if ((vocab_size + mult - 1) / mult * mult == padded_vocab) return mult;
+  ATTN_FAIL(
+      "a padded vocabulary of %d rows for %d tokens is not a multiple of a power of two "
+      "<= 128",
+      padded_vocab, vocab_size);
+}
+
 void set_model_config(const GPTConfig& c, Recipe& r) {
   ModelConfig& m = r.model;
   m.preset = "";
@@ -106,13 +115,7 @@ void set_model_config(const GPTConfig& c, Recipe& r) {
   m.n_embd = c.n_embd;
   m.vocab_size = c.vocab_size;
   m.block_size = c.block_size;
-  m.vocab_multiple = 0;
-  for (int mult = 128; mult >= 1 && m.vocab_multiple == 0; mult /= 2)
-    if ((c.vocab_size + mult - 1) / mult * mult == c.padded_vocab) m.vocab_multiple = mult;
-  ATTN_REQUIRE(m.vocab_multiple > 0,
-               "a padded vocabulary of %d rows for %d tokens is not a multiple of a power of two "
-               "<= 128",
-               c.padded_vocab, c.vocab_size);
+  m.vocab_multiple = vocab_multiple_of(c.vocab_size, c.padded_vocab);
   m.norm = NormKind::layernorm;
   m.mlp = MlpKind::gelu;
   m.position = PositionKind::learned;

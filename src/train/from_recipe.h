@@ -13,6 +13,9 @@ GPTConfig gpt_config_of(const Recipe& r);
 // gpt_config_of(r) describes the model of `c` (model.preset cleared; vocab_multiple the largest
 // power of two <= 128 that gives c.padded_vocab). Used for models from other formats.
 void set_model_config(const GPTConfig& c, Recipe& r);
+// The largest power of two <= 128 that pads vocab_size to padded_vocab (model.vocab_multiple);
+// throws when there is none.
+int vocab_multiple_of(int vocab_size, int padded_vocab);
 FocusOptions focus_options_of(const FocusConfig& f);
 AdamWConfig adamw_config_of(const Recipe& r);
 ScheduleSpec schedule_of(const Recipe& r, int total_steps);

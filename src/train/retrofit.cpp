@@ -54,7 +54,8 @@ struct Hasher {
 
 }  // namespace
 
-uint64_t base_weights_hash(const ParameterStore& store) {
+uint64_t base_weights_hash(const ParameterStore& store, int64_t vocab_size, int version) {
+  ATTN_REQUIRE(version == 1 || version == 2, "base hash version %d: expected 1 or 2", version);
   std::vector<const ParameterStore::Entry*> base;
   for (const auto& e : store.entries())
     if (e.spec.role == ParamRole::base) base.push_back(&e);
@@ -67,8 +68,18 @@ uint64_t base_weights_hash(const ParameterStore& store) {
     hs.bytes(e->spec.name.data(), e->spec.name.size());
     std::vector<int64_t> dims(e->spec.shape.dims.begin(),
                               e->spec.shape.dims.begin() + e->spec.shape.ndim);
+    Tensor t = store.param(e->spec.name);
+    const bool vocab_rows =
+        version >= 2 && std::find(GPT::kVocabRowParams.begin(), GPT::kVocabRowParams.end(),
+                                  e->spec.name) != GPT::kVocabRowParams.end();
+    if (vocab_rows) {
+      ATTN_REQUIRE(vocab_size >= 1 && vocab_size <= dims.at(0),
+                   "base hash: vocab_size %lld for '%s' of %lld rows", (long long)vocab_size,
+                   e->spec.name.c_str(), (long long)dims.at(0));
+      dims[0] = vocab_size;
+      t = t.slice0(0, vocab_size);
+    }
     hs.bytes(dims.data(), dims.size() * sizeof(int64_t));
-    const Tensor t = store.param(e->spec.name);
     const size_t n = size_t(t.numel());
     b16.resize(n);
     if (t.dtype == DType::bf16) {
@@ -141,9 +152,10 @@ void check_adapter_file(const io::SafetensorsFile& f) {
                "'%s' is not an attnlab adapter (its metadata has no format: attnlab-adapter); "
                "adapters are the adapter.safetensors files of a retrofit run's checkpoints",
                f.path().c_str());
-  ATTN_REQUIRE(meta(f, "base_hash_kind") == kBaseHashKind,
-               "adapter '%s': base hash kind '%s' is not the one this attnlab computes (%s)",
-               f.path().c_str(), meta(f, "base_hash_kind").c_str(), kBaseHashKind);
+  const std::string kind = meta(f, "base_hash_kind");
+  ATTN_REQUIRE(kind == kBaseHashKind || kind == kBaseHashKindV1,
+               "adapter '%s': base hash kind '%s' is not one this attnlab computes (%s, %s)",
+               f.path().c_str(), kind.c_str(), kBaseHashKind, kBaseHashKindV1);
 }
 
 }  // namespace
@@ -164,9 +176,6 @@ ModelSource with_adapter(const ModelSource& base, const std::string& adapter_pat
   cmp("model.n_kv_head", a.kv_heads(), b.kv_heads());
   cmp("model.n_embd", a.n_embd, b.n_embd);
   cmp("model.vocab_size", a.vocab_size, b.vocab_size);
-  // An attnlab base stores its padded rows; a Hugging Face or llm.c base holds the vocabulary
-  // rows only, which the loader pads to the adapter's model (padding rows are zero).
-  if (base.format == ModelFormat::attnlab) cmp("padded vocabulary", a.padded_vocab, b.padded_vocab);
   cmp("model.block_size", a.block_size, b.block_size);
   cmp("model.bias", a.bias, b.bias);
   cmp("model.tied_embeddings", a.tied_embeddings, b.tied_embeddings);
@@ -190,6 +199,16 @@ ModelSource with_adapter(const ModelSource& base, const std::string& adapter_pat
   out.config.recompute = b.recompute;
   out.adapter = adapter_path;
   out.adapter_recipe_yaml = meta(f, "recipe");
+  // An attnlab base stores its padded rows, so the model takes its padding (the rows past the
+  // vocabulary are zero and never read, whatever their number: an adapter trained on a Hugging
+  // Face or llm.c copy, padded to 128, applies to the original); a Hugging Face or llm.c base
+  // holds the vocabulary rows only, which the loader pads to the adapter's model.
+  if (base.format == ModelFormat::attnlab && a.padded_vocab != b.padded_vocab) {
+    out.config.padded_vocab = b.padded_vocab;
+    Recipe r = ar;
+    r.model.vocab_multiple = vocab_multiple_of(b.vocab_size, b.padded_vocab);
+    out.adapter_recipe_yaml = recipe_to_yaml(r);
+  }
   return out;
 }
 
@@ -199,10 +218,12 @@ ModelSource inspect_model_source(const std::string& path, const std::string& ada
 }
 
 void load_adapter_tensors(const std::string& adapter_path, const ParameterStore& store,
-                          const std::string& base_path) {
+                          const std::string& base_path, int64_t vocab_size) {
   io::SafetensorsFile f(adapter_path);
   check_adapter_file(f);
-  const std::string want = meta(f, "base_hash"), have = hash_hex(base_weights_hash(store));
+  const int version = meta(f, "base_hash_kind") == kBaseHashKindV1 ? 1 : 2;
+  const std::string want = meta(f, "base_hash"),
+                    have = hash_hex(base_weights_hash(store, vocab_size, version));
   ATTN_REQUIRE(want == have,
                "adapter '%s' was trained on another base model: its base hash is %s (base '%s' "
                "when it was made), the base '%s' given here hashes to %s; apply it to the base "

@@ -4,7 +4,8 @@
 // Adapters: the tensors a retrofit adds to its base (every tensor whose role is not `base`) in a
 // small safetensors file, adapter.safetensors in each checkpoint of a retrofit run, with metadata:
 //   format "attnlab-adapter", adapter_version "1", step, base (the path the run started from),
-//   base_hash (16 hex digits) and base_hash_kind "fnv1a64-bf16-v1" (see base_weights_hash),
+//   base_hash (16 hex digits) and base_hash_kind "fnv1a64-bf16-v2" (see base_weights_hash; "-v1"
+//   adapters, made before 2026-12-06, are still read),
 //   attention (the type), focus.{groups,d_g,tau,local_window,top_k,assign} for Focus,
 //   lora.{rank,alpha,targets} with a LoRA, recipe (the run's resolved recipe).
 // Applying one (attnlab eval/score/generate --adapter, convert --adapter) builds the model of the
@@ -21,7 +22,8 @@
 namespace attnlab {
 
 inline constexpr const char* kAdapterFileName = "adapter.safetensors";
-inline constexpr const char* kBaseHashKind = "fnv1a64-bf16-v1";
+inline constexpr const char* kBaseHashKind = "fnv1a64-bf16-v2";
+inline constexpr const char* kBaseHashKindV1 = "fnv1a64-bf16-v1";
 
 // Throws when a retrofit recipe leaves nothing to train in the model declared into `store`
 // (e.g. dense attention with train_roles [attention]), naming the roles and the way out.
@@ -30,8 +32,11 @@ void require_trainable_parameters(const Recipe& r, const ParameterStore& store);
 // A 64-bit hash of the base tensors of `store` (role base), in name order: for each tensor its
 // name, its shape and its values rounded to bf16 (so the f32 and the bf16 copy of one checkpoint
 // hash alike), mixed 8 bytes at a time with FNV-1a's xor-multiply step (FNV-1a 64 offset basis
-// and prime). Identifies a base; it is no cryptographic digest.
-uint64_t base_weights_hash(const ParameterStore& store);
+// and prime). Identifies a base; it is no cryptographic digest. Version 2 (kBaseHashKind) takes
+// the tensors with a row per vocabulary entry (GPT::kVocabRowParams) as their first vocab_size
+// rows, so a base and its Hugging Face or llm.c copy, whose vocabularies are padded to other
+// multiples, hash alike (the padding rows are zero in both); version 1 hashed every row.
+uint64_t base_weights_hash(const ParameterStore& store, int64_t vocab_size, int version = 2);
 std::string hash_hex(uint64_t h);  // 16 lower-case hex digits
 
 // The adapter's metadata for a run of recipe `r` (resolved) at `step`.
@@ -53,7 +58,7 @@ ModelSource inspect_model_source(const std::string& path, const std::string& ada
 // equal the adapter's, every non-base tensor of the store must be in the file and every tensor
 // of the file must be a non-base tensor of the store.
 void load_adapter_tensors(const std::string& adapter_path, const ParameterStore& store,
-                          const std::string& base_path);
+                          const std::string& base_path, int64_t vocab_size);
 
 // The LoRA of the model `cfg` (on the host, f32 `store`) merged into its base weights:
 // W += (alpha / r) B A on every target (in `store`), then `merged` (declared and finalized here,

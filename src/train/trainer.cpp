@@ -190,7 +190,8 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   // A retrofit writes its adapter with every checkpoint; the base is frozen, so its hash is
   // computed once.
   const bool write_adapter = recipe.retrofit.enabled && !s.store.entry("wte.weight").trainable;
-  const uint64_t base_hash = write_adapter ? base_weights_hash(s.store) : 0;
+  const uint64_t base_hash =
+      write_adapter ? base_weights_hash(s.store, s.model->config().vocab_size) : 0;
   if (recipe.retrofit.enabled)
     log.info("retrofit of %s: %s of %s parameters train (roles %s)%s%s",
              recipe.retrofit.checkpoint.c_str(),

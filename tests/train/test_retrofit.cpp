@@ -440,3 +440,73 @@ TEST(RetrofitLora, RecipeErrorsNameTheKey) {
                   "retrofit.train_roles=[adapter]", "retrofit.lora.targets=[c_proj]"}),
              "retrofit.lora.targets: 'c_proj' is not implemented yet");
 }
+
+// The base hash (version 2) reads the vocabulary tensors' first vocab_size rows only: a base and
+// its Hugging Face copy (padded to 128 rows where the base pads to 64) hash alike, so an adapter
+// trained on either applies to the other; version 1 adapters (every row hashed) still load on
+// the base they were made on; an unknown hash kind is refused.
+TEST(Retrofit, AdapterAppliesAcrossAConvertedCopyOfItsBase) {
+  const test::TempDir tmp("rfh");
+  const std::string base = tmp.file("base"), hf = tmp.file("hf");
+  train(tiny(base, {"checkpoint.at_end=true"}), quiet());
+  ConvertOptions co;
+  co.to = ModelFormat::hf;
+  convert_model(base, hf, co);
+  const ModelSource bs = inspect_model_source(base), hs = inspect_model_source(hf);
+  ASSERT_EQ(bs.config.padded_vocab, 64);
+  ASSERT_EQ(hs.config.padded_vocab, 128);
+  auto loaded = [](const ModelSource& src) {
+    auto store = std::make_unique<ParameterStore>();
+    GPT(src.config).declare_params(*store);
+    store->finalize(Device::cpu, DType::f32, {});
+    load_model_source(src, *store);
+    return store;
+  };
+  const auto b_store = loaded(bs), h_store = loaded(hs);
+  EXPECT_EQ(base_weights_hash(*b_store, 64), base_weights_hash(*h_store, 64));
+  EXPECT_NE(base_weights_hash(*b_store, 64, 1), base_weights_hash(*h_store, 64, 1));
+  // The hash still sees every value it covers: one changed weight of a real row changes it.
+  const uint64_t before = base_weights_hash(*b_store, 64);
+  static_cast<float*>(b_store->param("wte.weight").data)[63 * 32] += 1.f;
+  EXPECT_NE(base_weights_hash(*b_store, 64), before);
+
+  // Trained on the HF copy, applied on the original (and the other way), with equal outputs.
+  for (const auto& [from, to] : {std::pair{hf, base}, std::pair{base, hf}}) {
+    const std::string rf = tmp.file("rf_" + fs::path(from).filename().string());
+    std::vector<std::string> keys = focus_retrofit(from);
+    keys.push_back("checkpoint.at_end=true");
+    if (from == hf) keys.push_back("model.vocab_multiple=128");  // the copy's padding
+    train(tiny(rf, keys), quiet());
+    const std::string adapter = (fs::path(resolve_checkpoint_dir(rf)) / kAdapterFileName).string();
+    EXPECT_EQ(io::SafetensorsFile(adapter).metadata().at("base_hash_kind"), kBaseHashKind);
+    const auto on_from = loaded(with_adapter(inspect_model_source(from), adapter));
+    const auto on_to = loaded(with_adapter(inspect_model_source(to), adapter));
+    int focus_tensors = 0;
+    for (const auto& e : on_from->entries()) {
+      Tensor a = on_from->param(e.spec.name), b = on_to->param(e.spec.name);
+      if (e.spec.name == "wte.weight") {  // 64 rows here, 64 or 128 there
+        a = a.slice0(0, 64);
+        b = b.slice0(0, 64);
+      }
+      ASSERT_EQ(a.numel(), b.numel()) << e.spec.name;
+      EXPECT_EQ(std::memcmp(a.data, b.data, size_t(a.numel()) * sizeof(float)), 0) << e.spec.name;
+      focus_tensors += e.spec.name.find(".attn.focus.") != std::string::npos;
+    }
+    EXPECT_EQ(focus_tensors, 4);
+  }
+
+  // A version 1 adapter (every row hashed, padding included) of the HF copy (128 rows) loads on
+  // it, and is refused on the original (64 rows): what version 2 mends.
+  const std::string rf = tmp.file("rf_hf");
+  const std::string adapter = (fs::path(resolve_checkpoint_dir(rf)) / kAdapterFileName).string();
+  const std::string v1 = edited_adapter(adapter, tmp.file("v1.safetensors"), [&](auto& m) {
+    m["base_hash_kind"] = kBaseHashKindV1;
+    m["base_hash"] = hash_hex(base_weights_hash(*h_store, 64, 1));
+  });
+  EXPECT_NO_THROW(loaded(with_adapter(hs, v1)));
+  EXPECT_HAS(error_of([&] { loaded(with_adapter(bs, v1)); }), "was trained on another base model");
+  const std::string v9 = edited_adapter(adapter, tmp.file("v9.safetensors"),
+                                        [&](auto& m) { m["base_hash_kind"] = "fnv1a64-bf16-v9"; });
+  EXPECT_HAS(error_of([&] { with_adapter(bs, v9); }),
+             "base hash kind 'fnv1a64-bf16-v9' is not one this attnlab computes");
+}
