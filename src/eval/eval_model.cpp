@@ -80,13 +80,20 @@ std::vector<TokenScores> EvalModel::score(
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return requests[a].inputs.size() > requests[b].inputs.size();
   });
+  // A model whose tokens read later ones (reads_later_tokens) would see the right padding: its
+  // batches hold sequences of one length only, so every score is that of the sequence alone.
+  bool pad_free = false;
+  for (int l = 0; l < model_->config().n_layer; ++l)
+    pad_free = pad_free || model_->attention(l).reads_later_tokens();
   std::vector<const ScoreRequest*> batch;
   std::vector<TokenScores*> results;
   int64_t done = 0;
-  for (size_t at = 0; at < order.size(); at += size_t(batch_)) {
+  for (size_t at = 0; at < order.size(); at += batch.size()) {
     batch.clear();
     results.clear();
+    const size_t len = requests[order[at]].inputs.size();
     for (size_t k = at; k < std::min(order.size(), at + size_t(batch_)); ++k) {
+      if (pad_free && requests[order[k]].inputs.size() != len) break;
       batch.push_back(&requests[order[k]]);
       results.push_back(&out[order[k]]);
     }

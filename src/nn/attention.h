@@ -155,6 +155,10 @@ class AttentionModule {
   // sinkhorn_scope sequence: a token's groups depend on later tokens), "" otherwise. Train,
   // eval and score print it; generate refuses such a module.
   virtual std::string eval_caveat() const { return ""; }
+  // Whether a token's output depends on later tokens of its sequence (Focus with sinkhorn_scope
+  // sequence), so right padding would change the real tokens' scores: eval then batches only
+  // sequences of one length.
+  virtual bool reads_later_tokens() const { return false; }
   // Bytes of saved state for s (for the memory estimate of `attnlab info`).
   virtual size_t saved_bytes(const AttentionShape& s, DType dtype) const = 0;
 };

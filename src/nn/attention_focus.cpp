@@ -226,10 +226,13 @@ std::string FocusAttention::eval_mode() const {
              : std::string("focus soft gate");
 }
 
+bool FocusAttention::reads_later_tokens() const {
+  return opts_.assign == FocusOptions::Assign::sinkhorn &&
+         opts_.scope == FocusOptions::Scope::sequence;
+}
+
 std::string FocusAttention::eval_caveat() const {
-  if (opts_.assign != FocusOptions::Assign::sinkhorn ||
-      opts_.scope != FocusOptions::Scope::sequence)
-    return "";
+  if (!reads_later_tokens()) return "";
   return "attention.focus.sinkhorn_scope is sequence (the paper's form): a token's groups depend "
          "on later tokens of its sequence, so losses and scores here are not a causal language "
          "model's (they can use the future; generate refuses this scope)";

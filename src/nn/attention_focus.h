@@ -45,6 +45,7 @@ class FocusAttention final : public AttentionModule {
   void use_alternate_eval(bool on) override;
   std::string eval_mode() const override;
   std::string eval_caveat() const override;
+  bool reads_later_tokens() const override;
   std::string config_warning(int64_t T) const override;
   // Dominance above collapse_threshold(K) (collapse; 1/K is balance).
   std::string health_warning() const override;

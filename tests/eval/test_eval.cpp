@@ -28,7 +28,7 @@ namespace {
 
 // Trains a tiny model for two steps (vocab `vocab`, context `block`) and adds a tokenizer.json.
 std::string make_run(const std::string& tag, int vocab, const std::string& tokenizer,
-                     int block = 32) {
+                     int block = 32, const std::vector<std::string>& extra = {}) {
   const std::string dir =
       (fs::temp_directory_path() / ("attnlab_eval_" + tag + "_" + std::to_string(::getpid())))
           .string();
@@ -44,7 +44,9 @@ eval: {every: 0, at_end: false}
 log: {every: 1}
 )",
                                        vocab, block);
-  Recipe r = parse_recipe(recipe, "eval_test.yaml", {"train.out_dir=" + dir});
+  std::vector<std::string> keys = extra;
+  keys.push_back("train.out_dir=" + dir);
+  Recipe r = parse_recipe(recipe, "eval_test.yaml", keys);
   TrainOptions o;
   o.quiet = true;
   train(r, o);
@@ -452,6 +454,34 @@ TEST_F(EvalTest, ChoiceThatTokenisesToNothingIsAnError) {
   const ScoreRequest r = option_request(ByteTokenizer(), {"q", ""}, 32, false, "x");
   ASSERT_EQ(r.inputs.size(), 1u);
   EXPECT_EQ(r.targets[0], ' ');
+}
+
+// A Focus model with the sequence-scope Sinkhorn reads later tokens, so right padding would move
+// its scores with the batch's other sequences: eval batches only sequences of one length, and a
+// batch of 4 scores as a batch of 1 does. (Causal models are padding-invariant as they are.)
+TEST(EvalPadding, SequenceScopeFocusScoresDoNotDependOnTheBatch) {
+  const std::string run =
+      make_run("seqscope", 257, "byte", 32,
+               {"attention.type=focus", "attention.focus.groups=4", "attention.focus.d_g=8",
+                "attention.focus.local_window=2", "attention.focus.sinkhorn_scope=sequence",
+                "attention.focus.eval_routing=soft"});
+  const ModelSource src = inspect_model_source(run);
+  std::vector<ScoreRequest> reqs;
+  for (const char* text : {"the cat sat on the mat and", "a dog", "one two three", "x y",
+                           "longer text than the others here", "mid size"}) {
+    ScoreRequest r;
+    r.inputs = bytes_of(text);
+    r.targets.assign(r.inputs.size(), GPT::kIgnoreIndex);
+    for (size_t i = 0; i + 1 < r.inputs.size(); ++i) r.targets[i] = r.inputs[i + 1];
+    reqs.push_back(r);
+  }
+  EvalModel one(src, cpu(1)), four(src, cpu(4));
+  const auto a = one.score(reqs), b = four.score(reqs);
+  ASSERT_EQ(a.size(), reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i)
+    for (size_t t = 0; t + 1 < reqs[i].inputs.size(); ++t)
+      EXPECT_NEAR(a[i].logprob[t], b[i].logprob[t], 1e-5) << i << " " << t;
+  fs::remove_all(run);
 }
 
 TEST_F(EvalTest, SlidingWindowPerplexityAgainstBruteForce) {
