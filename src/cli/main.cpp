@@ -2,10 +2,13 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "cli/cmd_eval.h"
 #include "cli/cmd_tokenize.h"
 #include "cli/commands.h"
+#include "cli/unknown_option.h"
 #include "core/error.h"
 
 using namespace attnlab;
@@ -118,7 +121,19 @@ int main(int argc, char** argv) {
                    "merge a retrofit's adapter.safetensors into the converted checkpoint")
       ->check(CLI::ExistingFile);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+      const std::string msg =
+          cli::unknown_option_message(app, std::vector<std::string>(argv + 1, argv + argc));
+      if (!msg.empty()) {
+        std::fprintf(stderr, "attnlab: error: %s\n", msg.c_str());
+        return e.get_exit_code();
+      }
+    }
+    return app.exit(e);
+  }
   try {
     if (*train) return cli::cmd_train(train_args, resume, profile_steps);
     if (*eval) return cli::cmd_eval(eval_args);

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli/unknown_option.h"
 #include "data/shard.h"
 #include "io/atomic_file.h"
 #include "test_util.h"
@@ -74,6 +75,48 @@ void expect_error(const CliResult& r, const std::string& needle) {
 
 }  // namespace
 
+TEST(CliOptions, UnknownOptionsNameTheClosestOne) {
+  using attnlab::cli::closest_option;
+  using attnlab::cli::unknown_option_message;
+  const std::vector<std::string> names = {"max-new-tokens", "temperature", "top-k", "top-p",
+                                          "seed"};
+  EXPECT_EQ(closest_option("max-tokens", names), "max-new-tokens");  // shared words
+  EXPECT_EQ(closest_option("temprature", names), "temperature");     // edit distance
+  EXPECT_EQ(closest_option("top_k", names), "top-k");
+  EXPECT_EQ(closest_option("verbose", names), "");
+  EXPECT_EQ(closest_option("max-batch-size", names), "");  // 1 of 3 words shared: not close
+
+  CLI::App app{"t"};
+  CLI::App* gen = app.add_subcommand("generate", "g");
+  int n = 0;
+  std::string prompt;
+  gen->add_option("--max-new-tokens,-n", n, "tokens");
+  gen->add_option("--prompt,-p", prompt, "text");
+  auto message = [&](std::vector<std::string> args) {
+    std::vector<std::string> rev(args.rbegin(), args.rend());  // CLI11 takes them reversed
+    try {
+      app.clear();
+      app.parse(rev);
+    } catch (const CLI::ExtrasError&) {
+      return unknown_option_message(app, args);
+    }
+    return std::string("(parsed)");
+  };
+  EXPECT_EQ(message({"generate", "--prompt", "x", "--max-tokens", "20"}),
+            "generate: unknown option '--max-tokens' (did you mean '--max-new-tokens'?); "
+            "`attnlab generate --help` lists the options");
+  EXPECT_EQ(message({"generate", "--max-tokens=20"})
+                .rfind("generate: unknown option '--max-tokens' (did you mean", 0),
+            0u);
+  EXPECT_EQ(message({"generate", "-x"}),
+            "generate: unknown option '-x'; `attnlab generate --help` lists the options");
+  // A stray positional argument (or a negative number) is not an unknown option: CLI11's
+  // message stands.
+  EXPECT_EQ(message({"generate", "-n", "3", "extra"}), "");
+  EXPECT_EQ(message({"generate", "-n", "3", "-5"}), "");
+  EXPECT_EQ(message({"generate", "-n", "3"}), "(parsed)");
+}
+
 TEST_F(Cli, HelpAndVersion) {
   CliResult r = run("--help");
   EXPECT_EQ(r.code, 0);
@@ -81,6 +124,13 @@ TEST_F(Cli, HelpAndVersion) {
     EXPECT_NE(r.out.find(sub), std::string::npos) << sub;
   EXPECT_EQ(run("--version").code, 0);
   EXPECT_NE(run("frobnicate").code, 0);
+  // A mistyped option names the subcommand, the option and the closest valid one.
+  CliResult typo = run("generate nowhere --max-tokens 20");
+  EXPECT_NE(typo.code, 0);
+  EXPECT_NE(typo.out.find("attnlab: error: generate: unknown option '--max-tokens' (did you mean "
+                          "'--max-new-tokens'?)"),
+            std::string::npos)
+      << typo.out;
 }
 
 TEST_F(Cli, TrainEvalGenerateInfo) {
