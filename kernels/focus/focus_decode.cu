@@ -9,8 +9,8 @@
 // decode: one block of 4 warps per (split, head, b * Tq + t), the shape of attention_decode.cu.
 // The row's keys form one virtual sequence: the window, then the entries < i - w of each of its
 // groups' lists (lengths by binary search, so the block never scans a list). The block takes
-// chunk `split` of it; warp w takes 32 keys at a time (one per lane: the list reads coalesced,
-// the dedupe test in parallel), then walks them; each lane holds head dims lane, lane + 32, ...
+// chunk `split` of it, 128 keys at a time interleaved over its warps (one per lane: the dedupe
+// test in parallel), and each warp walks its own; each lane holds head dims lane, lane + 32, ...
 // (D <= 128), so a key's dot product is one warp reduction; online softmax in the log2 domain
 // per warp, merged across warps in shared memory, then across splits by a second kernel in split
 // order (deterministic). Memory-bound: each gathered key/value row is read once per query head.
@@ -109,11 +109,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   float qr[kMaxDimsPerLane], acc[kMaxDimsPerLane];
   decode::load_query(qr, acc, q, p.D, qs, lane);
   float m = -INFINITY, l = 0.f;
-  // Warp w takes batches of 32 consecutive virtual indices (w, w + 4, ... in batch units): each
-  // lane resolves one (window position or list entry, coalesced, and the dedupe test), so only
-  // the key and value loads remain, the loads of kKeyBatch keys in flight per step.
-  for (int base = v0 + warp * 32; base < v1; base += kWarps * 32) {
-    const int v = base + lane;
+  // The block resolves 128 virtual indices at a time, interleaved over the warps (lane l of warp
+  // w takes base + 4 l + w, as the dense kernel interleaves its keys): each lane resolves one
+  // (window position or list entry, and the dedupe test), so only the key and value loads remain,
+  // the loads of kKeyBatch keys in flight per step. (Batches of 32 consecutive indices per warp
+  // left a chunk of fewer than 32 keys, the common case with many splits, to warp 0 alone.)
+  for (int base = v0; base < v1; base += kWarps * 32) {
+    const int v = base + kWarps * lane + warp;
     int mine = -1;  // this lane's key, -1: none (past the chunk, or counted in an earlier group)
     if (v < v1 && v < n_win) {
       mine = win_first + v;
