@@ -124,13 +124,15 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
-      const std::string msg =
-          cli::unknown_option_message(app, std::vector<std::string>(argv + 1, argv + argc));
-      if (!msg.empty()) {
-        std::fprintf(stderr, "attnlab: error: %s\n", msg.c_str());
-        return e.get_exit_code();
-      }
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    std::string msg;
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr)
+      msg = cli::unknown_option_message(app, args);
+    else if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr)
+      msg = cli::unknown_command_message(app, args);
+    if (!msg.empty()) {
+      std::fprintf(stderr, "attnlab: error: %s\n", msg.c_str());
+      return e.get_exit_code();
     }
     return app.exit(e);
   }

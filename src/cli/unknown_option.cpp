@@ -67,4 +67,15 @@ std::string unknown_option_message(const CLI::App& app, const std::vector<std::s
   return "";
 }
 
+std::string unknown_command_message(const CLI::App& app, const std::vector<std::string>& args) {
+  if (args.empty() || args[0].empty() || args[0][0] == '-' || !app.get_subcommands().empty())
+    return "";
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+  const std::string hint = closest_match(args[0], names);
+  return strformat("unknown command '%s'%s; the commands: %s (`attnlab --help`)", args[0].c_str(),
+                   hint.empty() ? "" : strformat(" (did you mean '%s'?)", hint.c_str()).c_str(),
+                   join_names(names).c_str());
+}
+
 }  // namespace attnlab::cli

@@ -115,6 +115,28 @@ TEST(CliOptions, UnknownOptionsNameTheClosestOne) {
   EXPECT_EQ(message({"generate", "-n", "3", "extra"}), "");
   EXPECT_EQ(message({"generate", "-n", "3", "-5"}), "");
   EXPECT_EQ(message({"generate", "-n", "3"}), "(parsed)");
+
+  // A mistyped command (CLI11: "A subcommand is required").
+  app.add_subcommand("train", "t");
+  app.require_subcommand(1);
+  auto command = [&](std::vector<std::string> args) {
+    std::vector<std::string> rev(args.rbegin(), args.rend());
+    try {
+      app.clear();
+      app.parse(rev);
+    } catch (const CLI::RequiredError&) {
+      return attnlab::cli::unknown_command_message(app, args);
+    } catch (const CLI::ParseError&) {
+      return std::string("(other error)");
+    }
+    return std::string("(parsed)");
+  };
+  EXPECT_EQ(command({"trian", "r.yaml"}),
+            "unknown command 'trian' (did you mean 'train'?); the commands: generate, train "
+            "(`attnlab --help`)");
+  EXPECT_EQ(command({"xyzzy"}),
+            "unknown command 'xyzzy'; the commands: generate, train (`attnlab --help`)");
+  EXPECT_EQ(command({}), "");  // no command at all: CLI11's message stands
 }
 
 TEST_F(Cli, HelpAndVersion) {
@@ -131,6 +153,11 @@ TEST_F(Cli, HelpAndVersion) {
                           "'--max-new-tokens'?)"),
             std::string::npos)
       << typo.out;
+  CliResult cmd = run("trian x.yaml");
+  EXPECT_NE(cmd.code, 0);
+  EXPECT_NE(cmd.out.find("attnlab: error: unknown command 'trian' (did you mean 'train'?)"),
+            std::string::npos)
+      << cmd.out;
 }
 
 TEST_F(Cli, TrainEvalGenerateInfo) {
