@@ -68,10 +68,15 @@ std::string unknown_option_message(const CLI::App& app, const std::vector<std::s
 }
 
 std::string unknown_command_message(const CLI::App& app, const std::vector<std::string>& args) {
-  if (args.empty() || args[0].empty() || args[0][0] == '-' || !app.get_subcommands().empty())
-    return "";
+  if (args.empty() || args[0].empty() || !app.get_subcommands().empty()) return "";
   std::vector<std::string> names;
   for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+  if (args[0][0] == '-') {  // an option before any command (--help and --version parse)
+    return strformat(
+        "unknown option '%s': options follow a command, one of %s (`attnlab "
+        "COMMAND --help` lists its options)",
+        args[0].c_str(), join_names(names).c_str());
+  }
   const std::string hint = closest_match(args[0], names);
   return strformat("unknown command '%s'%s; the commands: %s (`attnlab --help`)", args[0].c_str(),
                    hint.empty() ? "" : strformat(" (did you mean '%s'?)", hint.c_str()).c_str(),

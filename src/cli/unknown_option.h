@@ -15,9 +15,10 @@ namespace attnlab::cli {
 // such argument is an option (the extra is a positional argument: CLI11's message stands).
 std::string unknown_option_message(const CLI::App& app, const std::vector<std::string>& args);
 
-// For a parse that found no subcommand: when the first argument is no option, the message for it
-// as a mistyped command ("unknown command 'trian' (did you mean 'train'?); the commands: train,
-// eval, ..."); "" otherwise (CLI11's message stands).
+// For a parse that found no subcommand: the message for the first argument as a mistyped command
+// ("unknown command 'trian' (did you mean 'train'?); the commands: train, eval, ...") or, when it
+// is an option, as an option given before any command; "" without arguments (CLI11's message
+// stands).
 std::string unknown_command_message(const CLI::App& app, const std::vector<std::string>& args);
 
 // The closest option name for a mistyped one (without dashes): by edit distance (closest_match),

@@ -137,6 +137,9 @@ TEST(CliOptions, UnknownOptionsNameTheClosestOne) {
   EXPECT_EQ(command({"xyzzy"}),
             "unknown command 'xyzzy'; the commands: generate, train (`attnlab --help`)");
   EXPECT_EQ(command({}), "");  // no command at all: CLI11's message stands
+  EXPECT_EQ(command({"--verbose"}),
+            "unknown option '--verbose': options follow a command, one of generate, train "
+            "(`attnlab COMMAND --help` lists its options)");
 }
 
 TEST_F(Cli, HelpAndVersion) {

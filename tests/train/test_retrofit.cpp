@@ -407,6 +407,15 @@ TEST(RetrofitLora, TrainsOnlyTheAdaptersAndItsAdapterAppliesAndMerges) {
       edited_adapter(adapter, tmp.file("m.safetensors"), [](auto& m) { m["lora.rank"] = "8"; });
   EXPECT_HAS(error_of([&] { with_adapter(inspect_model_source(base), bad_meta); }),
              "its metadata gives lora.rank 8 but its recipe retrofit.lora.rank 4");
+  // Every setting the metadata repeats must agree with the recipe (only the rank was compared).
+  const std::string bad_alpha =
+      edited_adapter(adapter, tmp.file("a.safetensors"), [](auto& m) { m["lora.alpha"] = "32"; });
+  EXPECT_HAS(error_of([&] { with_adapter(inspect_model_source(base), bad_alpha); }),
+             "its metadata gives lora.alpha 32 but its recipe 8 (a damaged adapter)");
+  const std::string no_targets =
+      edited_adapter(adapter, tmp.file("t.safetensors"), [](auto& m) { m.erase("lora.targets"); });
+  EXPECT_HAS(error_of([&] { with_adapter(inspect_model_source(base), no_targets); }),
+             "its metadata gives lora.targets (none) but its recipe c_attn");
   const std::string bad_rank = edited_adapter(adapter, tmp.file("r.safetensors"), [](auto& m) {
     m["lora.rank"] = "8";
     const size_t at = m["recipe"].find("rank: 4");
@@ -509,4 +518,9 @@ TEST(Retrofit, AdapterAppliesAcrossAConvertedCopyOfItsBase) {
                                         [&](auto& m) { m["base_hash_kind"] = "fnv1a64-bf16-v9"; });
   EXPECT_HAS(error_of([&] { with_adapter(bs, v9); }),
              "base hash kind 'fnv1a64-bf16-v9' is not one this attnlab computes");
+  // A Focus setting in the metadata that its recipe does not give: a damaged adapter.
+  const std::string tau = edited_adapter(adapter, tmp.file("tau.safetensors"),
+                                         [&](auto& m) { m["focus.tau"] = "0.5"; });
+  EXPECT_HAS(error_of([&] { with_adapter(bs, tau); }),
+             "its metadata gives focus.tau 0.5 but its recipe 0.10000000000000001");
 }
