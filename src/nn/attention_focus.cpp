@@ -80,7 +80,25 @@ void FocusAttention::bind(const ParameterStore& store) {
   dc_ = store.grad(centroids_name());
 }
 
+std::string focus_cuda_limits_error(const FocusOptions& o) {
+  if (o.d_g > 64 || o.groups * o.d_g > 1024)
+    return strformat(
+        "attention.focus.d_g (%d) must be <= 64 and attention.focus.groups x d_g (%d x %d = %d) "
+        "<= 1024 on CUDA (the group scores kernel's limits)",
+        o.d_g, o.groups, o.d_g, o.groups * o.d_g);
+  if (o.assign == FocusOptions::Assign::sinkhorn && o.groups > 256)
+    return strformat(
+        "attention.focus.groups (%d) must be <= 256 on CUDA with assign: sinkhorn (the Sinkhorn "
+        "kernels' limit)",
+        o.groups);
+  return "";
+}
+
 void FocusAttention::allocate(const ExecContext& ctx, const AttentionShape& s, DType dtype) {
+  if (ctx.device == Device::cuda) {
+    const std::string e = focus_cuda_limits_error(opts_);
+    ATTN_REQUIRE(e.empty(), "%s", e.c_str());
+  }
   shape_ = s;
   dtype_ = dtype;
   Layout count;

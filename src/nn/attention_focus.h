@@ -14,6 +14,11 @@
 
 namespace attnlab {
 
+// The CUDA kernels' limits on the settings, named by their recipe keys, or "" within them.
+// allocate() refuses a CUDA context beyond them, before anything runs (the ops check them too,
+// in their own terms).
+std::string focus_cuda_limits_error(const FocusOptions& o);
+
 class FocusAttention final : public AttentionModule {
  public:
   FocusAttention(const AttentionOptions& opts, int layer);

@@ -105,6 +105,29 @@ TEST(FocusModel, TelemetryOfKnownAssignments) {
 }
 
 // Settings under which the grouping does nothing are named at the start of training.
+TEST(FocusModel, CudaLimitsNameTheRecipeKeys) {
+  FocusOptions o;  // the defaults (K 8, d_g 16) are within every limit
+  EXPECT_EQ(focus_cuda_limits_error(o), "");
+  o.d_g = 64;
+  o.groups = 16;
+  EXPECT_EQ(focus_cuda_limits_error(o), "");  // 16 x 64 = 1024: the edge
+  o.d_g = 65;
+  o.groups = 1;
+  EXPECT_EQ(focus_cuda_limits_error(o),
+            "attention.focus.d_g (65) must be <= 64 and attention.focus.groups x d_g (1 x 65 = "
+            "65) <= 1024 on CUDA (the group scores kernel's limits)");
+  o.d_g = 4;
+  o.groups = 257;
+  EXPECT_NE(focus_cuda_limits_error(o).find("groups x d_g (257 x 4 = 1028) <= 1024"),
+            std::string::npos);
+  o.d_g = 1;
+  EXPECT_EQ(focus_cuda_limits_error(o),
+            "attention.focus.groups (257) must be <= 256 on CUDA with assign: sinkhorn (the "
+            "Sinkhorn kernels' limit)");
+  o.assign = FocusOptions::Assign::softmax;
+  EXPECT_EQ(focus_cuda_limits_error(o), "");
+}
+
 TEST(FocusModel, ConfigWarningWhereTheGroupsDoNothing) {
   GPTConfig c = focus_config();  // local_window 2, 3 groups
   FocusModel m(c);
