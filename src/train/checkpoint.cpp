@@ -97,6 +97,8 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
                        {"tokens_seen", c.state.tokens_seen},
                        {"elapsed_seconds", c.state.elapsed_seconds}};
   if (!c.state.data_fingerprint.empty()) js["data_fingerprint"] = c.state.data_fingerprint;
+  if (!c.state.device.empty()) js["device"] = c.state.device;
+  if (!c.state.precision.empty()) js["precision"] = c.state.precision;
   io::write_file_atomic((tmp_dir / "trainer_state.json").string(), js.dump(2) + "\n");
   io::write_file_atomic((tmp_dir / "recipe.yaml").string(), c.recipe_yaml);
   if (c.write_extra) c.write_extra(tmp_dir.string());
@@ -344,6 +346,8 @@ TrainerState load_trainer_state(const std::string& ckpt_dir) {
     s.tokens_seen = js.at("tokens_seen").get<int64_t>();
     s.elapsed_seconds = js.at("elapsed_seconds").get<double>();
     s.data_fingerprint = js.value("data_fingerprint", std::string());
+    s.device = js.value("device", std::string());
+    s.precision = js.value("precision", std::string());
     return s;
   } catch (const nlohmann::json::exception& e) {
     ATTN_FAIL("corrupt trainer state '%s': %s", path.c_str(), e.what());

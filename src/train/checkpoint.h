@@ -38,6 +38,9 @@ struct TrainerState {
   double elapsed_seconds = 0.0;
   // The training data the position indexes (data_fingerprint); "" in older checkpoints.
   std::string data_fingerprint;
+  // What the run computed in ("cpu" / "cuda", "f32" / "bf16"): the recipe's train.precision is
+  // an intent the CPU path does not follow (it is f32); "" in older checkpoints.
+  std::string device, precision;
 };
 
 // "3 sources, 1234567 tokens, <hash>": the training data's sources (file names without their

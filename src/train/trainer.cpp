@@ -158,6 +158,8 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
           key, loader->short_sources().size(), recipe.train.seq_len + 1,
           join_names(loader->short_sources()).c_str());
   st.data_fingerprint = data_fp;
+  st.device = device_name(s.ctx->device);
+  st.precision = dtype_name(s.dtype);
   if (!data_changed.empty()) log.warn("%s", data_changed.c_str());
   if (!resumed_from.empty())
     log.info(

@@ -111,6 +111,12 @@ TEST(TrainIntegration, ResumeIsBitExact) {
     ASSERT_TRUE(bb.count(name)) << name;
     EXPECT_TRUE(bytes == bb[name]) << "tensor " << name << " differs after resume";
   }
+  // The trainer state says what the run computed in: the CPU path is f32 whatever the recipe's
+  // train.precision (the tiny recipe leaves it at bf16).
+  const TrainerState st = load_trainer_state(resolve_checkpoint_dir(b));
+  EXPECT_EQ(tiny(b).train.precision, Precision::bf16);
+  EXPECT_EQ(st.device, "cpu");
+  EXPECT_EQ(st.precision, "f32");
 }
 
 // A resume continues the checkpoint's model: a key that changes its function (an architecture or
