@@ -195,10 +195,11 @@ ModelSource with_adapter(const ModelSource& base, const std::string& adapter_pat
                adapter_path.c_str(), rank == f.metadata().end() ? "(none)" : rank->second.c_str(),
                a.lora.rank);
   // The other settings the metadata repeats from the recipe (Focus's, LoRA's alpha and
-  // targets) must agree with it too: a hand-edited or damaged file would otherwise build the
-  // recipe's model silently.
+  // targets; the rank is checked above, also where the recipe has no LoRA) must agree with it
+  // too: a hand-edited or damaged file would otherwise build the recipe's model silently.
   const std::map<std::string, std::string> expect = adapter_metadata(ar, 0, 0);
   for (const auto& [key, want] : expect) {
+    if (key == "lora.rank") continue;
     if (!key.starts_with("focus.") && !key.starts_with("lora.") && key != "attention") continue;
     const auto it = f.metadata().find(key);
     ATTN_REQUIRE(it != f.metadata().end() && it->second == want,
