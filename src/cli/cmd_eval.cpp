@@ -126,7 +126,8 @@ CLI::App* add_score_command(CLI::App& app, ScoreArgs& a) {
   sub->add_option("--context", o.context, "window in tokens (default: block_size)");
   sub->add_option("--stride", o.stride, "window stride (default: the context)");
   sub->add_option("--set", o.overrides,
-                  "attention.focus.top_k=N or attention.focus.eval_routing=hard|soft");
+                  "attention.focus.top_k=N, attention.focus.eval_routing=hard|soft or "
+                  "attention.sfa.kernel=auto|flash|masked_dense");
   add_device_options(sub, o.device);
   sub->add_option("--out,-o", a.out, "write the JSON lines here (default: stdout)");
   return sub;

@@ -42,7 +42,8 @@ struct AuxLossSink {
 };
 
 // A layer's decode state, owned by the module type that made it (dense: K/V of the cached
-// positions; Focus will add group ids). The model keeps one per layer (model/kv_cache.h).
+// positions; Focus adds each token's groups and the per-group index, SFA its sparse features). The
+// model keeps one per layer (model/kv_cache.h).
 class AttentionCache {
  public:
   virtual ~AttentionCache() = default;
