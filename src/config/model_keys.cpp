@@ -107,10 +107,12 @@ std::string where_given(const Recipe& recipe, const char* path) {
   return w != recipe.given.where.end() ? w->second : "default";
 }
 
-// The LoRA keys that shape the trained function (the adapters' scale alpha / rank and where they
-// sit), where either recipe has adapters: a resume with another alpha would train half the run
-// at one scale and half at another (a rank change also fails on the tensors' shapes).
-std::string lora_key_conflicts(const Recipe& recipe, const Recipe& model, const char* other) {
+}  // namespace
+
+// A resume with another alpha would train half the run at one scale and half at another (a rank
+// change also fails on the tensors' shapes).
+std::string lora_key_conflicts(const Recipe& recipe, const Recipe& model, const char* other,
+                               const GivenKeys* only) {
   const LoraConfig &mine = recipe.retrofit.lora, &theirs = model.retrofit.lora;
   if (mine.rank == 0 && theirs.rank == 0) return "";
   auto join = [](const std::vector<std::string>& v) {
@@ -124,14 +126,13 @@ std::string lora_key_conflicts(const Recipe& recipe, const Recipe& model, const 
       {"retrofit.lora.targets", {join(mine.targets), join(theirs.targets)}}};
   std::string conflicts;
   for (const auto& [path, values] : keys) {
-    if (values.first == values.second) continue;
+    if (values.first == values.second || (only && !only->contains(path))) continue;
+    const std::string where = only ? only->where.at(path) : where_given(recipe, path);
     conflicts += strformat("\n  %s: %s in the recipe (%s), %s in %s", path, values.first.c_str(),
-                           where_given(recipe, path).c_str(), values.second.c_str(), other);
+                           where.c_str(), values.second.c_str(), other);
   }
   return conflicts;
 }
-
-}  // namespace
 
 std::string given_attention_key_conflicts(const AttentionConfig& recipe_attention,
                                           const GivenKeys& given, const AttentionConfig& model,

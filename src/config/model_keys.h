@@ -25,6 +25,12 @@ std::string given_attention_key_conflicts(const AttentionConfig& recipe_attentio
 // m's head dim (n_embd / n_head), 0 where n_head is not set.
 int head_dim_of(const ModelConfig& m);
 
+// The LoRA keys that shape the trained function (retrofit.lora.rank, alpha, targets: the
+// adapters' scale and where they sit) whose resolved values differ between `recipe` and `model`,
+// where either has adapters (rank > 0); with `only`, just the keys it holds.
+std::string lora_key_conflicts(const Recipe& recipe, const Recipe& model, const char* other,
+                               const GivenKeys* only = nullptr);
+
 // Every architecture and attention key above whose resolved value differs between `recipe` and
 // `model` (`other` names it; a key the recipe does not give is reported as its default; the
 // attention keys resolved for `model`'s head dim), and the LoRA keys (rank, alpha, targets)

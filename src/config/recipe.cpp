@@ -111,6 +111,19 @@ void ModelConfig::validate(bool cross_checks) const {
   require_range("model.init_std", init_std, 0, true, kInf, false);
 }
 
+std::string FocusConfig::unused_key_reason(const std::string& key) const {
+  const bool multiplicative = gate == FocusGate::multiplicative;
+  if ((key == "attention.focus.gate_scale" || key == "attention.focus.gate_bias") &&
+      !multiplicative)
+    return "it belongs to the multiplicative gate; attention.focus.gate is additive";
+  if (key == "attention.focus.gate_eps" && multiplicative)
+    return "it belongs to the additive gate; attention.focus.gate is multiplicative";
+  if ((key == "attention.focus.iterations" || key == "attention.focus.sinkhorn_scope") &&
+      assign == FocusAssign::softmax)
+    return "it belongs to the Sinkhorn assignment; attention.focus.assign is softmax";
+  return "";
+}
+
 void FocusConfig::validate() const {
   require_min("attention.focus.groups", groups, 1);
   require_min("attention.focus.d_g", d_g, 1);

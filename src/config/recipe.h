@@ -213,6 +213,9 @@ struct FocusConfig {
   FocusRouting route_training = FocusRouting::soft;  // hard: straight-through soft affinity
   FocusRouting eval_routing = FocusRouting::hard;    // routing of eval and generate
   void validate() const;
+  // Why `key` (an attention.focus.* path) has no effect under these settings (e.g. gate_scale
+  // with the additive gate), or "" where it is used: the trainer warns for a given key.
+  std::string unused_key_reason(const std::string& key) const;
   bool operator==(const FocusConfig&) const = default;
 };
 

@@ -48,9 +48,7 @@ EvalModel::EvalModel(const ModelSource& source, const EvalDeviceOptions& o) : so
   model_->declare_params(store_);
   store_.finalize(ctx_->device, dtype_, {});  // nothing trainable: no gradient buffers
   // Evaluation uses the model as trained: every tensor (a variant's too) must come from the file.
-  WeightLoadOptions wo;
-  wo.required_roles = {ParamRole::base, ParamRole::attention, ParamRole::adapter};
-  load_model_source(source, store_, wo);
+  load_model_source(source, store_, whole_model_load());
   model_->allocate(*ctx_, batch_, max_len_, dtype_);
   const size_t BT = size_t(batch_) * size_t(max_len_);
   io_dev_ = Buffer(ctx_->device, 2 * BT * sizeof(int32_t));

@@ -115,14 +115,15 @@ json perplexity_json(const PerplexityResult& r, int context, int stride, const s
 
 void check_recipe_model(const Recipe& recipe, const GivenKeys& given, const ModelSource& source,
                         const std::string& model_path) {
-  // The architecture keys (the same comparison as train.init_from), then the attention keys,
-  // which decide the function of the model as well (the evaluation-time ones, top_k and
+  // The architecture keys (the same comparison as train.init_from), then the attention and LoRA
+  // keys, which decide the function of the model as well (the evaluation-time ones, top_k and
   // eval_routing, are applied instead: apply_eval_attention_keys).
   const Recipe model_recipe = recipe_of_model_source(source);
   const std::string diffs =
       given_model_key_conflicts(recipe.model, given, model_recipe.model, "the model") +
       given_attention_key_conflicts(recipe.attention, given, model_recipe.attention, "the model",
-                                    head_dim_of(model_recipe.model));
+                                    head_dim_of(model_recipe.model)) +
+      lora_key_conflicts(recipe, model_recipe, "the model", &given);
   ATTN_REQUIRE(diffs.empty(),
                "the recipe's model disagrees with the model being evaluated (%s):%s\n"
                "eval uses the model of the checkpoint; drop these keys from the recipe, which "

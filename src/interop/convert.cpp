@@ -78,9 +78,7 @@ ConvertResult convert_model(const std::string& src, const std::string& dst,
   model.declare_params(store);
   store.finalize(Device::cpu, DType::f32,
                  {ParamRole::base, ParamRole::attention, ParamRole::adapter});
-  WeightLoadOptions all;
-  all.required_roles = {ParamRole::base, ParamRole::attention, ParamRole::adapter};
-  load_model_source(s, store, all);
+  load_model_source(s, store, whole_model_load());
   // A LoRA adapter is merged into the base weights (W += alpha / r B A): the result is a plain
   // model of the base's architecture, without LoRA tensors.
   Recipe recipe = recipe_of_model_source(s);

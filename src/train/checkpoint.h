@@ -98,6 +98,15 @@ struct WeightLoadOptions {
   const char* allow_extra_key = nullptr;
 };
 
+// Loading a model to run it as trained (eval, score, generate, convert): every tensor, a
+// variant's and an adapter's too, must come from the file (a missing Focus centroid would
+// otherwise keep its zero initialisation).
+inline WeightLoadOptions whole_model_load() {
+  WeightLoadOptions o;
+  o.required_roles = {ParamRole::base, ParamRole::attention, ParamRole::adapter};
+  return o;
+}
+
 // " ; set K: true to load the others and skip these" when options name the key, else "".
 std::string allow_extra_hint(const WeightLoadOptions& options);
 struct WeightLoadReport {

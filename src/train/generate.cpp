@@ -62,7 +62,7 @@ GenerateResult generate(const GenerateOptions& o,
   ParameterStore store;
   model.declare_params(store);
   store.finalize(ctx->device, dtype, {});
-  load_model_source(source, store);
+  load_model_source(source, store, whole_model_load());  // the model as trained, every tensor
   const int T_max = c.block_size;
   KVCache cache = model.make_kv_cache(*ctx, 1, T_max, dtype);
   if (c.n_layer > 0)  // how the variant generates (Focus: "focus hard routing, top_k 2")

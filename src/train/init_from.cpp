@@ -37,7 +37,8 @@ Recipe resolve_init_from(const Recipe& r, const std::string& resume) {
     return out;
   }
   const ModelSource src = inspect_init_source(r);
-  const ModelConfig from = recipe_of_model_source(src).model;
+  const Recipe source_recipe = recipe_of_model_source(src);
+  const ModelConfig& from = source_recipe.model;
   Recipe out = r;
   // Compared after the keys it does not give are taken, so that n_kv_head resolves against the
   // model's n_head.
@@ -50,11 +51,22 @@ Recipe resolve_init_from(const Recipe& r, const std::string& resume) {
                "to the checkpoint's",
                init_source_key(r), init_source(r).c_str(), model_format_name(src.format),
                conflicts.c_str());
+  // LoRA tensors in the checkpoint are loaded into the new run's adapters (a retrofit continuing
+  // one, e.g. a second phase): another alpha would scale them differently, so the model would
+  // not start as the checkpoint's function. (A recipe without LoRA finds them extra tensors.)
+  if (source_recipe.retrofit.lora.rank > 0 && out.retrofit.lora.rank > 0) {
+    const std::string lora = lora_key_conflicts(out, source_recipe, "the checkpoint");
+    ATTN_REQUIRE(lora.empty(),
+                 "%s '%s' holds LoRA adapters trained with other settings than the recipe's:%s\n"
+                 "set these keys to the checkpoint's (its adapters are loaded as they are), or "
+                 "start the adapters afresh from a checkpoint without them",
+                 init_source_key(r), init_source(r).c_str(), lora.c_str());
+  }
   // A retrofit freezes the base: its attention must stay what the base was trained with (a dense
   // base may take the variant the retrofit trains). train.init_from may change it and says so
   // (init_attention_note).
   if (r.retrofit.enabled) {
-    const Recipe base = recipe_of_model_source(src);
+    const Recipe& base = source_recipe;
     const std::string changes = attention_changes_from(out, base, "the base");
     // A windowed dense base cannot take a variant (Focus and SFA refuse attention.window): no key
     // to set would help, so say that instead.

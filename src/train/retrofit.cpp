@@ -100,7 +100,8 @@ std::map<std::string, std::string> adapter_metadata(const Recipe& r, uint64_t ba
                                                     int64_t step) {
   std::map<std::string, std::string> m;
   m["format"] = "attnlab-adapter";
-  m.emplace("adapter_version", "1");  // (operator= of a 1-char literal trips GCC 12 -Wrestrict)
+  m.emplace("adapter_version",
+            kAdapterVersion);  // (operator= of a 1-char literal: GCC 12 -Wrestrict)
   m["step"] = std::to_string(step);
   m["base"] = r.retrofit.checkpoint;
   m["base_hash"] = hash_hex(base_hash);
@@ -152,6 +153,11 @@ void check_adapter_file(const io::SafetensorsFile& f) {
                "'%s' is not an attnlab adapter (its metadata has no format: attnlab-adapter); "
                "adapters are the adapter.safetensors files of a retrofit run's checkpoints",
                f.path().c_str());
+  const std::string version = meta(f, "adapter_version");
+  ATTN_REQUIRE(version == kAdapterVersion,
+               "adapter '%s': adapter_version %s is not one this attnlab reads (%s); it was "
+               "written by another attnlab",
+               f.path().c_str(), version.c_str(), kAdapterVersion);
   const std::string kind = meta(f, "base_hash_kind");
   ATTN_REQUIRE(kind == kBaseHashKind || kind == kBaseHashKindV1,
                "adapter '%s': base hash kind '%s' is not one this attnlab computes (%s, %s)",

@@ -22,6 +22,8 @@
 namespace attnlab {
 
 inline constexpr const char* kAdapterFileName = "adapter.safetensors";
+// The adapter file format (its metadata's adapter_version); a file of another version is refused.
+inline constexpr const char* kAdapterVersion = "1";
 inline constexpr const char* kBaseHashKind = "fnv1a64-bf16-v2";
 inline constexpr const char* kBaseHashKindV1 = "fnv1a64-bf16-v1";
 

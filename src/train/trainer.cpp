@@ -224,6 +224,9 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
       if (variant_key && key.rfind("attention." + recipe.attention.type + ".", 0) != 0)
         log.warn("%s (%s) is not used: attention.type is %s", key.c_str(), where.c_str(),
                  recipe.attention.type.c_str());
+      else if (recipe.attention.type == "focus")
+        if (const std::string why = recipe.attention.focus.unused_key_reason(key); !why.empty())
+          log.warn("%s (%s) is not used: %s", key.c_str(), where.c_str(), why.c_str());
     }
     if (!std::isnan(s.unigram_baseline))
       log.info("unigram baseline (validation): %.4f nats", s.unigram_baseline);

@@ -607,5 +607,27 @@ TEST(RecipeSfa, KernelKey) {
             "masked_dense)");
 }
 
+// The Focus keys that the chosen gate or assignment does not read are named (the trainer warns
+// for those a recipe gives); the others are used.
+TEST(RecipeFocus, UnusedKeysAreNamedWithTheSettingThatIgnoresThem) {
+  FocusConfig f;  // additive gate, Sinkhorn
+  EXPECT_NE(f.unused_key_reason("attention.focus.gate_scale").find("gate is additive"),
+            std::string::npos);
+  EXPECT_NE(f.unused_key_reason("attention.focus.gate_bias"), "");
+  for (const char* used :
+       {"attention.focus.gate_eps", "attention.focus.iterations", "attention.focus.sinkhorn_scope",
+        "attention.focus.top_k", "attention.focus.tau", "attention.focus.groups"})
+    EXPECT_EQ(f.unused_key_reason(used), "") << used;
+  f.gate = FocusGate::multiplicative;
+  f.assign = FocusAssign::softmax;
+  EXPECT_NE(f.unused_key_reason("attention.focus.gate_eps").find("gate is multiplicative"),
+            std::string::npos);
+  EXPECT_EQ(f.unused_key_reason("attention.focus.gate_scale"), "");
+  EXPECT_NE(f.unused_key_reason("attention.focus.iterations").find("assign is softmax"),
+            std::string::npos);
+  EXPECT_NE(f.unused_key_reason("attention.focus.sinkhorn_scope"), "");
+  EXPECT_EQ(f.unused_key_reason("attention.focus.tau"), "");
+}
+
 }  // namespace
 }  // namespace attnlab

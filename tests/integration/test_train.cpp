@@ -94,29 +94,44 @@ TEST(TrainIntegration, GoldenLosses) {
     EXPECT_NEAR(res.losses[size_t(i)], golden[i], 1e-5) << "step " << i + 1;
 }
 
+// Dense, and Focus with the soft gate and with hard routing in training (its Sinkhorn, group
+// parameters and their optimizer state carried by the checkpoint).
 TEST(TrainIntegration, ResumeIsBitExact) {
   const test::TempDir tmp("it");
-  const std::string a = tmp.file("resume_a"), b = tmp.file("resume_b");
-  // A: 8 steps straight, checkpointing at 4 and 8. B: resumes from A's step-4 checkpoint (as if
-  // A had been killed after it) and runs the remaining 4 steps into a new run directory.
-  train(tiny(a), quiet());
-  TrainOptions o = quiet();
-  o.resume = (fs::path(a) / "checkpoints" / "step_00000004").string();
-  TrainResult rb = train(tiny(b), o);
-  EXPECT_EQ(rb.steps, 8);
-  auto ba = checkpoint_bytes(resolve_checkpoint_dir(a));
-  auto bb = checkpoint_bytes(resolve_checkpoint_dir(b));
-  ASSERT_EQ(ba.size(), bb.size());
-  for (const auto& [name, bytes] : ba) {
-    ASSERT_TRUE(bb.count(name)) << name;
-    EXPECT_TRUE(bytes == bb[name]) << "tensor " << name << " differs after resume";
+  const std::vector<std::string> focus = {"attention.type=focus", "attention.focus.groups=4",
+                                          "attention.focus.local_window=4"};
+  std::vector<std::string> focus_hard = focus;
+  focus_hard.push_back("attention.focus.route_training=hard");
+  int variant = 0;
+  for (const std::vector<std::string>& keys : {std::vector<std::string>{}, focus, focus_hard}) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    const std::string a = tmp.file("resume_a" + std::to_string(variant)),
+                      b = tmp.file("resume_b" + std::to_string(variant));
+    ++variant;
+    // A: 8 steps straight, checkpointing at 4 and 8. B: resumes from A's step-4 checkpoint (as
+    // if A had been killed after it) and runs the remaining 4 steps into a new run directory.
+    const TrainResult ra = train(tiny(a, keys), quiet());
+    TrainOptions o = quiet();
+    o.resume = (fs::path(a) / "checkpoints" / "step_00000004").string();
+    TrainResult rb = train(tiny(b, keys), o);
+    EXPECT_EQ(rb.steps, 8);
+    ASSERT_EQ(rb.losses.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(rb.losses[i], ra.losses[4 + i]) << "step " << 5 + i;
+    auto ba = checkpoint_bytes(resolve_checkpoint_dir(a));
+    auto bb = checkpoint_bytes(resolve_checkpoint_dir(b));
+    ASSERT_EQ(ba.size(), bb.size());
+    for (const auto& [name, bytes] : ba) {
+      ASSERT_TRUE(bb.count(name)) << name;
+      EXPECT_TRUE(bytes == bb[name]) << "tensor " << name << " differs after resume";
+    }
+    if (!keys.empty()) EXPECT_TRUE(ba.count("model.safetensors:h.0.attn.focus.w_g"));
+    // The trainer state says what the run computed in: the CPU path is f32 whatever the recipe's
+    // train.precision (the tiny recipe leaves it at bf16).
+    const TrainerState st = load_trainer_state(resolve_checkpoint_dir(b));
+    EXPECT_EQ(tiny(b).train.precision, Precision::bf16);
+    EXPECT_EQ(st.device, "cpu");
+    EXPECT_EQ(st.precision, "f32");
   }
-  // The trainer state says what the run computed in: the CPU path is f32 whatever the recipe's
-  // train.precision (the tiny recipe leaves it at bf16).
-  const TrainerState st = load_trainer_state(resolve_checkpoint_dir(b));
-  EXPECT_EQ(tiny(b).train.precision, Precision::bf16);
-  EXPECT_EQ(st.device, "cpu");
-  EXPECT_EQ(st.precision, "f32");
 }
 
 // A resume continues the checkpoint's model: a key that changes its function (an architecture or

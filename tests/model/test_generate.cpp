@@ -11,6 +11,7 @@
 
 #include "config/recipe.h"
 #include "core/context.h"
+#include "io/safetensors.h"
 #include "model/gpt.h"
 #include "test_util.h"
 #include "tokenizer/bpe.h"
@@ -275,4 +276,49 @@ TEST_F(GenerateTest, MissingTokenizerJsonIsAnError) {
   o.tokenizer = (copy / "missing.json").string();
   EXPECT_NE(test::thrown_message([&] { generate(o, nullptr); }), "");
   fs::remove_all(copy);
+}
+
+// generate runs the model as trained, as eval does: a checkpoint that lacks a variant's tensors
+// (here the Focus projections and centroids, role attention) is refused, not run with them at
+// their zero initialisation.
+TEST(GenerateFocus, RefusesACheckpointMissingItsFocusTensors) {
+  const test::TempDir tmp("genf");
+  const char* recipe = R"(
+model: {n_layer: 1, n_head: 2, n_embd: 32, vocab_size: 257, block_size: 24, vocab_multiple: 32}
+attention: {type: focus, focus: {groups: 4, d_g: 8, local_window: 4}}
+data: {source: synthetic, synthetic: {vocab_size: 64, train_tokens: 4096, val_tokens: 1024}}
+train: {steps: 2, micro_batch: 2, seq_len: 16, device: cpu}
+eval: {every: 0}
+checkpoint: {at_end: true}
+)";
+  TrainOptions to;
+  to.quiet = true;
+  train(parse_recipe(recipe, "genf.yaml", {"train.out_dir=" + tmp.file("run")}), to);
+  GenerateOptions o;
+  o.checkpoint = tmp.file("run");
+  o.prompt = "ab";
+  o.max_new_tokens = 3;
+  o.device = "cpu";
+  o.tokenizer = "byte";
+  EXPECT_EQ(generate(o, nullptr).new_tokens, 3);
+
+  const fs::path weights = fs::path(resolve_checkpoint_dir(o.checkpoint)) / "model.safetensors";
+  {
+    io::SafetensorsFile f(weights.string());
+    io::SafetensorsWriter w;
+    int dropped = 0;
+    for (const std::string& n : f.names()) {
+      if (n.find(".attn.focus.") != std::string::npos || n == "centroids") {
+        ++dropped;
+        continue;
+      }
+      w.add(n, f.view(n));
+    }
+    ASSERT_GT(dropped, 0);
+    w.set_metadata(f.metadata());
+    w.write(weights.string() + ".new");
+  }
+  fs::rename(weights.string() + ".new", weights);
+  const std::string msg = test::thrown_message([&] { generate(o, nullptr); });
+  EXPECT_NE(msg.find("(role attention)"), std::string::npos) << msg;
 }

@@ -13,6 +13,7 @@
 
 #include "config/recipe.h"
 #include "core/context.h"
+#include "eval/harness.h"
 #include "interop/convert.h"
 #include "interop/model_source.h"
 #include "io/safetensors.h"
@@ -422,6 +423,36 @@ TEST(RetrofitLora, TrainsOnlyTheAdaptersAndItsAdapterAppliesAndMerges) {
     ASSERT_NE(at, std::string::npos);
     m["recipe"].replace(at, 7, "rank: 8");
   });
+  const std::string v2 = edited_adapter(adapter, tmp.file("v.safetensors"),
+                                        [](auto& m) { m["adapter_version"] = "2"; });
+  EXPECT_HAS(error_of([&] { with_adapter(inspect_model_source(base), v2); }),
+             "adapter_version 2 is not one this attnlab reads (1)");
+
+  // A retrofit continuing from the LoRA run loads its adapters as they are: with another alpha
+  // it would start from another function, so it is refused; with the same one it trains.
+  std::vector<std::string> cont = lora_retrofit(rf);
+  cont.push_back("train.steps=2");
+  cont.push_back("retrofit.lora.alpha=16");
+  EXPECT_HAS(error_of([&] { train(tiny(tmp.file("cont"), cont), quiet()); }),
+             "holds LoRA adapters trained with other settings than the recipe's:\n"
+             "  retrofit.lora.alpha: 16 in the recipe (--set 'retrofit.lora.alpha=16'), 8 in the "
+             "checkpoint");
+  cont.pop_back();
+  EXPECT_EQ(train(tiny(tmp.file("cont"), cont), quiet()).losses.size(), 2u);
+  // Evaluating: a LoRA key the recipe gives must be the model's (it cannot change the function).
+  std::vector<std::string> ek = lora_retrofit(base);
+  ek.push_back("retrofit.lora.alpha=16");
+  const Recipe alpha16 = tiny(tmp.file("e"), ek);
+  EXPECT_HAS(error_of([&] { check_recipe_model(alpha16, alpha16.given, src, "m"); }),
+             "retrofit.lora.alpha: 16 in the recipe (--set 'retrofit.lora.alpha=16'), 8 in the "
+             "model");
+  ek.back() = "retrofit.lora.alpha=8";
+  const Recipe alpha8 = tiny(tmp.file("e"), ek);
+  EXPECT_NO_THROW(check_recipe_model(alpha8, alpha8.given, src, "m"));
+  EXPECT_HAS(
+      error_of([&] { check_recipe_model(alpha8, alpha8.given, inspect_model_source(base), "m"); }),
+      "retrofit.lora.rank: 4 in the recipe (--set 'retrofit.lora.rank=4'), 0 in the model");
+
   const ModelSource r8 = with_adapter(inspect_model_source(base), bad_rank);
   ParameterStore s8;
   GPT(r8.config).declare_params(s8);
