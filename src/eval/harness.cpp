@@ -134,22 +134,30 @@ void check_recipe_model(const Recipe& recipe, const GivenKeys& given, const Mode
 // attention.focus.top_k and eval_routing choose how a trained Focus model is evaluated: when the
 // recipe (--recipe or --set) gives them they replace the checkpoint's.
 void apply_eval_attention_keys(const Recipe& recipe, const GivenKeys& given, GPTConfig& model) {
+  // A variant's key in a recipe that names another attention.type is carried, not used (as in
+  // training; a run's own recipe.yaml lists every key): only keys meant for the variant apply,
+  // and those must find it. A key given by --set is always meant.
+  auto meant = [&](const char* key, const char* type) {
+    if (!given.contains(key)) return false;
+    return given.where.at(key).rfind("--set", 0) == 0 || !given.contains("attention.type") ||
+           recipe.attention.type == type;
+  };
   const FocusOptions& f = gpt_config_of(recipe).attention.focus;
   FocusOptions& mf = model.attention.focus;
   for (const char* key : {"attention.focus.top_k", "attention.focus.eval_routing"}) {
-    ATTN_REQUIRE(!given.contains(key) || model.attention.type == "focus",
+    ATTN_REQUIRE(!meant(key, "focus") || model.attention.type == "focus",
                  "%s (%s) chooses how a Focus model evaluates; this model's attention is %s", key,
                  given.where.at(key).c_str(), model.attention.type.c_str());
   }
-  if (given.contains("attention.focus.top_k")) {
+  if (meant("attention.focus.top_k", "focus")) {
     ATTN_REQUIRE(f.top_k >= 1 && f.top_k <= mf.groups,
                  "attention.focus.top_k (%s): %d must be in [1, %d], the model's groups",
                  given.where.at("attention.focus.top_k").c_str(), f.top_k, mf.groups);
     mf.top_k = f.top_k;
   }
-  if (given.contains("attention.focus.eval_routing")) mf.eval_routing = f.eval_routing;
+  if (meant("attention.focus.eval_routing", "focus")) mf.eval_routing = f.eval_routing;
   // attention.sfa.kernel chooses SFA's path (the same function, another kernel): it applies too.
-  if (given.contains("attention.sfa.kernel")) {
+  if (meant("attention.sfa.kernel", "sfa")) {
     ATTN_REQUIRE(model.attention.type == "sfa",
                  "attention.sfa.kernel (%s) chooses how an SFA model runs; this model's attention "
                  "is %s",

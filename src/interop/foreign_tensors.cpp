@@ -1,6 +1,7 @@
 #include "interop/foreign_tensors.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "core/error.h"
@@ -105,6 +106,15 @@ WeightLoadReport load_foreign_checkpoint(const ForeignCheckpoint& ckpt, const Pa
     const Tensor dst = store.param(ft->name);
     std::vector<float> buf(size_t(dst.numel()), 0.f);  // padded rows stay zero
     ft->read(buf.data());
+    // As attnlab's own files are checked (SafetensorsFile::load_into): a NaN weight would surface
+    // as a nan loss, or be written on by convert.
+    const auto bad =
+        std::find_if(buf.begin(), buf.end(), [](float v) { return !std::isfinite(v); });
+    ATTN_REQUIRE(bad == buf.end(),
+                 "checkpoint '%s': tensor '%s' holds a non-finite value (%g at flat index %lld): "
+                 "the file is corrupt or was written by a run that had diverged",
+                 ckpt.path.c_str(), ft->origin.c_str(), double(*bad),
+                 (long long)(bad - buf.begin()));
     host_f32_to_tensor(buf.data(), dst);
   }
   return report;

@@ -93,14 +93,25 @@ GPTConfig gpt_config_of_hf(const std::string& config_json, const std::string& pa
   if (get_bool("add_cross_attention", false))
     refuse("add_cross_attention", "attnlab models are decoder-only, without cross-attention");
 
+  // transformers' GPT2Config also takes the generic names (its attribute_map): a config.json may
+  // give a field under either; both, differing, is refused.
+  const auto get_int_either = [&](const char* key, const char* alias, int def) -> int {
+    const int a = get_int(key, def), b = get_int(alias, def);
+    const bool has_key = j.contains(key) && !j[key].is_null(),
+               has_alias = j.contains(alias) && !j[alias].is_null();
+    ATTN_REQUIRE(!has_key || !has_alias || a == b,
+                 "'%s': %s = %d and %s = %d name the same field and differ", path.c_str(), key, a,
+                 alias, b);
+    return has_key ? a : b;
+  };
   GPTConfig c;
-  c.n_layer = get_int("n_layer", 12);
-  c.n_head = get_int("n_head", 12);
-  c.n_embd = get_int("n_embd", 768);
+  c.n_layer = get_int_either("n_layer", "num_hidden_layers", 12);
+  c.n_head = get_int_either("n_head", "num_attention_heads", 12);
+  c.n_embd = get_int_either("n_embd", "hidden_size", 768);
   c.n_kv_head = 0;
   c.vocab_size = get_int("vocab_size", 50257);
   c.padded_vocab = round_up(c.vocab_size, 128);
-  c.block_size = get_int("n_positions", get_int("n_ctx", 1024));
+  c.block_size = get_int_either("n_positions", "max_position_embeddings", get_int("n_ctx", 1024));
   c.norm_eps = float(get_double("layer_norm_epsilon", 1e-5));
   c.init_std = float(get_double("initializer_range", 0.02));
   c.tied_embeddings = get_bool("tie_word_embeddings", true);
@@ -121,6 +132,10 @@ GPTConfig gpt_config_of_hf(const std::string& config_json, const std::string& pa
                                               "n_layer",
                                               "n_head",
                                               "n_embd",
+                                              "num_hidden_layers",
+                                              "num_attention_heads",
+                                              "hidden_size",
+                                              "max_position_embeddings",
                                               "vocab_size",
                                               "n_positions",
                                               "n_ctx",
@@ -232,6 +247,12 @@ ForeignCheckpoint read_hf_gpt2(const std::string& dir, const GPTConfig& cfg) {
     t.origin = file_name;
     t.pad_rows = name == "wte.weight" || name == "lm_head.weight";
     if (t.pad_rows) t.min_rows = cfg.vocab_size;  // config.json's vocabulary, every id
+    // One row per vocabulary entry, as transformers requires (more rows would land in attnlab's
+    // padding, which no logit reads).
+    ATTN_REQUIRE(!t.pad_rows || (!ti.shape.empty() && ti.shape[0] == cfg.vocab_size),
+                 "'%s': tensor '%s' has shape %s; config.json's vocab_size %d asks for %d rows",
+                 dir.c_str(), file_name.c_str(), ti.shape_str().c_str(), cfg.vocab_size,
+                 cfg.vocab_size);
     const bool transpose = is_conv1d_weight(name) && ti.shape.size() == 2;
     t.shape = ti.shape;
     if (transpose) std::swap(t.shape[0], t.shape[1]);

@@ -628,12 +628,19 @@ TEST_F(Cli, VariantKeysOfAnotherTypeAreNamedAsUnused) {
                                      (dir_ / "dense_focus_keys").string()));
   ASSERT_EQ(t.code, 0) << t.out;
   EXPECT_NE(t.out.find("| attention dense"), std::string::npos) << t.out;
-  // The Focus evaluation keys do not apply to a dense model: refused, not ignored.
+  // The Focus evaluation keys given on the command line do not apply to a dense model: refused,
+  // not ignored.
   std::ofstream(dir_ / "ids3.txt") << "1 2 3";
   expect_error(run("score " + (dir_ / "dense_focus_keys").string() + " --tokens " +
                    (dir_ / "ids3.txt").string() + " --set attention.focus.top_k=1"),
                "attention.focus.top_k (--set 'attention.focus.top_k=1') chooses how a Focus model "
                "evaluates; this model's attention is dense");
+  // A run's own recipe.yaml (every key listed, Focus's too under attention.type dense) supplies
+  // eval's data: its Focus keys are carried, not applied, as in training.
+  const std::string own = (dir_ / "dense_focus_keys" / "recipe.yaml").string();
+  const CliResult e =
+      run("eval " + (dir_ / "dense_focus_keys").string() + " --recipe " + own + " --no-progress");
+  EXPECT_EQ(e.code, 0) << e.out;
   // An unknown type names where it came from and the closest registered one.
   expect_error(run("info " + recipe_ + " --set attention.type=focsu"),
                "--set 'attention.type=focsu': attention.type: unknown attention 'focsu'; did you "

@@ -4,6 +4,7 @@
 // the strict load's refusal of a checkpoint of another shape; train.init_from's model keys.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -307,16 +308,52 @@ TEST(HfGpt2, TensorsTheModelLacksAreRefusedByName) {
                      {"13 tensor(s)", "transformer.h.1.attn.c_attn.weight"});
 }
 
-// A wte (or untied head) with fewer rows than config.json's vocabulary: refused (the missing ids
-// had zero weights and a logit of 0, and could be sampled).
-TEST(HfGpt2, EmbeddingsWithFewerRowsThanTheVocabularyAreRefused) {
+// A wte (or untied head) with another number of rows than config.json's vocabulary: refused.
+// Fewer: the missing ids had zero weights and a logit of 0, and could be sampled; more: the extra
+// rows would land in attnlab's padding, which no logit reads (transformers refuses both).
+TEST(HfGpt2, EmbeddingsWithAnotherRowCountThanTheVocabularyAreRefused) {
   const test::TempDir tmp("hf");
-  const std::string dir = write_hf(tmp.path() / "m", Layout::prefixed, {{"vocab_size", V + 5}});
+  for (const int vocab : {V + 5, V - 5}) {
+    const std::string dir =
+        write_hf(tmp.path() / std::to_string(vocab), Layout::prefixed, {{"vocab_size", vocab}});
+    const ModelSource s = inspect_model_source(dir);
+    ASSERT_EQ(s.config.vocab_size, vocab);
+    Model m(s.config, 1);
+    test::expect_error(
+        [&] { load_model_source(s, m.store); },
+        {"tensor 'transformer.wte.weight' has shape [" + std::to_string(V),
+         "vocab_size " + std::to_string(vocab) + " asks for " + std::to_string(vocab) + " rows"});
+  }
+}
+
+// transformers' generic names for GPT-2's fields (num_attention_heads for n_head, ...) are read
+// as those fields: a head count under the other name would otherwise fall to the default 12.
+TEST(HfGpt2, TheGenericFieldNamesAreRead) {
+  const test::TempDir tmp("hf");
+  const std::string dir = write_hf(tmp.path() / "a", Layout::prefixed,
+                                   {{"n_head", nullptr},
+                                    {"num_attention_heads", NH},
+                                    {"n_layer", nullptr},
+                                    {"num_hidden_layers", L},
+                                    {"n_embd", nullptr},
+                                    {"hidden_size", C},
+                                    {"n_positions", nullptr},
+                                    {"max_position_embeddings", P}});
   const ModelSource s = inspect_model_source(dir);
-  ASSERT_EQ(s.config.vocab_size, V + 5);
+  EXPECT_EQ(s.config.n_head, NH);
+  EXPECT_EQ(s.config.n_layer, L);
+  EXPECT_EQ(s.config.n_embd, C);
+  EXPECT_EQ(s.config.block_size, P);
+  EXPECT_TRUE(s.notes.empty()) << s.notes[0];
   Model m(s.config, 1);
-  test::expect_error([&] { load_model_source(s, m.store); },
-                     {"tensor 'wte.weight'", "at least " + std::to_string(V + 5)});
+  load_model_source(s, m.store);
+  expect_hf_weights(m);
+  const std::string both =
+      write_hf(tmp.path() / "b", Layout::prefixed, {{"num_attention_heads", 2 * NH}});
+  test::expect_error(
+      [&] { inspect_model_source(both); },
+      {"n_head = " + std::to_string(NH),
+       "num_attention_heads = " + std::to_string(2 * NH) + " name the same field and differ"});
 }
 
 TEST(HfGpt2, ShardedIndexLoads) {
@@ -441,6 +478,18 @@ TEST(Llmc, TruncatedFileAndBadVersionAreRefused) {
   test::expect_error([&] { inspect_model_source(path); }, {path, "bytes", "needs"});
   write_llmc_file(path, 4);
   test::expect_error([&] { inspect_model_source(path); }, {"version 4"});
+  // A NaN weight (here wte's first value) is refused as in attnlab's own files.
+  write_llmc_file(path, 3);
+  {
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(1024 + 8);
+    const float nan = std::nanf("");
+    f.write(reinterpret_cast<const char*>(&nan), 4);
+  }
+  const ModelSource s = inspect_model_source(path);
+  Model m(s.config, 1);
+  test::expect_error([&] { load_model_source(s, m.store); },
+                     {"tensor 'llm.c wte' holds a non-finite value", "flat index 2"});
 }
 
 TEST(Llmc, ExportRoundTripsBitExactAndRefusesWhatLlmcCannotHold) {

@@ -290,3 +290,31 @@ TEST(GPTModel, UnsupportedAttentionOptionsAreRejected) {
   c.attention.type = "flash9";
   test::expect_error([&] { GPT m(c); }, "valid: dense");
 }
+
+// Which tensors AdamW decays (docs/recipes.md, optim.weight_decay): the 2-D matrices of the base
+// (wte, wpe, an untied lm_head, every linear weight) and the LoRA adapters; never a bias or a
+// LayerNorm vector, nor Focus's W_g and centroids (normalised, so only directions matter:
+// docs/focus.md).
+TEST(GPTModel, WeightDecayFallsOnTheMatricesOnly) {
+  GPTConfig c = tiny_config();
+  c.tied_embeddings = false;
+  c.attention.type = "focus";
+  c.attention.focus.groups = 3;
+  c.attention.focus.d_g = 4;
+  c.lora.rank = 2;
+  GPT m(c);
+  ParameterStore st;
+  m.declare_params(st);
+  int decayed = 0;
+  for (const auto& e : st.entries()) {
+    const std::string& n = e.spec.name;
+    const bool focus = n.find(".attn.focus.") != std::string::npos;
+    const bool expected = e.spec.shape.ndim == 2 && !focus;
+    EXPECT_EQ(e.spec.weight_decay, expected) << n;
+    decayed += e.spec.weight_decay;
+    if (n.ends_with(".bias") || n.find("ln_") != std::string::npos)
+      EXPECT_FALSE(e.spec.weight_decay) << n;
+  }
+  // wte, wpe, lm_head, and per layer c_attn, c_proj, c_fc, mlp c_proj and the two LoRA tensors
+  EXPECT_EQ(decayed, 3 + c.n_layer * 6);
+}
