@@ -45,18 +45,7 @@ int cmd_generate(const GenerateOptions& options) {
 }
 
 int cmd_prepare(PrepareOptions options) {
-  // The delimiter comes from a shell: accept the escapes \n, \t and \\ in it.
-  std::string d;
-  for (size_t i = 0; i < options.delimiter.size(); ++i) {
-    char c = options.delimiter[i];
-    if (c == '\\' && i + 1 < options.delimiter.size()) {
-      char n = options.delimiter[++i];
-      d += n == 'n' ? '\n' : n == 't' ? '\t' : n;
-    } else {
-      d += c;
-    }
-  }
-  options.delimiter = d;
+  options.delimiter = unescape_delimiter(options.delimiter);  // it comes from a shell
   PrepareSummary s = prepare(options);
   std::printf("%s\n", s.to_string().c_str());
   return 0;

@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   prepare->add_option("--delimiter", prep.delimiter,
                       "document separator (\"\" = one document per file; "
-                      "escapes \\n \\t understood)");
+                      "escapes \\n \\r \\t \\\\ understood)");
   prepare->add_option("--jsonl-field", prep.jsonl_field,
                       "inputs are JSON lines; documents are this field");
   prepare->add_option("--val-fraction", prep.val_fraction, "fraction of documents for validation")

@@ -329,6 +329,16 @@ PrepareSummary prepare(const PrepareOptions& options) {
     batch_bytes = std::min(full_batch_bytes, 2 * batch_bytes);
   };
 
+  // The first block of each file is looked at for input that will not split or encode as meant.
+  size_t looked_at = SIZE_MAX;
+  std::vector<std::string> crlf_files, eot_text_files;
+  auto look_at = [&](const std::string& text) {
+    if (!jsonl && options.delimiter.find('\n') != std::string::npos &&
+        options.delimiter.find('\r') == std::string::npos && text.find("\r\n") != std::string::npos)
+      crlf_files.push_back(files[file]);
+    if (options.delimiter != "<|endoftext|>" && text.find("<|endoftext|>") != std::string::npos)
+      eot_text_files.push_back(files[file]);
+  };
   std::string block;
   int64_t text_bytes = 0;
   double input_wait_seconds = 0.0;
@@ -343,6 +353,7 @@ PrepareSummary prepare(const PrepareOptions& options) {
       take_documents(/*end_of_file=*/true);
       record = 0;
     } else {
+      if (file != looked_at) look_at(block), looked_at = file;
       batch->text += block;
       text_bytes += int64_t(block.size());
       take_documents(/*end_of_file=*/false);
@@ -375,12 +386,56 @@ PrepareSummary prepare(const PrepareOptions& options) {
   summary.write_seconds = write_seconds;
   summary.main_seconds =
       std::max(0.0, main_loop_seconds - input_wait_seconds - queue.wait_seconds());
+  if (!crlf_files.empty())
+    summary.warnings.push_back(strformat(
+        "%zu file(s) have Windows line endings (\\r\\n), e.g. '%s': the delimiter matches its "
+        "bytes "
+        "exactly, so these files split into fewer documents and keep their \\r as tokens; convert "
+        "them (dos2unix) or pass --delimiter with \\r\\n",
+        crlf_files.size(), crlf_files[0].c_str()));
+  if (!eot_text_files.empty())
+    summary.warnings.push_back(strformat(
+        "%zu file(s) contain the text '<|endoftext|>', e.g. '%s': it is encoded as text (as "
+        "tiktoken's encode_ordinary does), not as the end-of-text token; if it separates the "
+        "documents, pass --delimiter '<|endoftext|>'",
+        eot_text_files.size(), eot_text_files[0].c_str()));
+  for (const std::string& w : summary.warnings)  // whatever --no-progress says
+    std::fprintf(stderr, "prepare: warning: %s\n", w.c_str());
   if (options.val_fraction > 0 && summary.val.documents == 0)  // whatever --no-progress says
     std::fprintf(stderr,
                  "prepare: warning: no document went to val (val_fraction %g, %lld "
                  "documents); raise val_fraction or add documents\n",
                  options.val_fraction, (long long)summary.train.documents);
   return summary;
+}
+
+std::string unescape_delimiter(const std::string& typed) {
+  std::string d;
+  for (size_t i = 0; i < typed.size(); ++i) {
+    if (typed[i] != '\\') {
+      d += typed[i];
+      continue;
+    }
+    const char n = i + 1 < typed.size() ? typed[++i] : '\0';
+    switch (n) {
+      case 'n':
+        d += '\n';
+        break;
+      case 'r':
+        d += '\r';
+        break;
+      case 't':
+        d += '\t';
+        break;
+      case '\\':
+        d += '\\';
+        break;
+      default:
+        ATTN_FAIL("--delimiter '%s': %s is not an escape prepare knows (\\n, \\r, \\t, \\\\)",
+                  typed.c_str(), n ? strformat("\\%c", n).c_str() : "a trailing backslash");
+    }
+  }
+  return d;
 }
 
 std::string PrepareSummary::to_string() const {

@@ -50,6 +50,10 @@ struct PrepareSummary {
   SplitSummary train, val;
   std::string tokenizer;  // name()
   int vocab_size = 0;
+  // What the input suggests is not what the user meant (CRLF line endings under a "\n"
+  // delimiter, the literal text "<|endoftext|>"), from the first block of each file; also
+  // printed to stderr.
+  std::vector<std::string> warnings;
   int shard_version = 0;
   int64_t input_files = 0;
   double seconds = 0.0;
@@ -70,6 +74,10 @@ struct PrepareSummary {
 };
 
 PrepareSummary prepare(const PrepareOptions& options);
+
+// A --delimiter as typed in a shell: the escapes \n, \r, \t and \\ become their characters;
+// any other backslash is an error naming it (a silent "\r" -> "r" split nothing).
+std::string unescape_delimiter(const std::string& typed);
 
 // The split decision for one document (exposed for tests and tools).
 bool is_val_document(std::string_view text, uint64_t seed, double val_fraction);

@@ -40,6 +40,28 @@ Format detect_format(const std::string& path) {
   if (n >= 2 && magic[0] == 0x1f && magic[1] == 0x8b) return Format::kGzip;
   static const unsigned char kXzMagic[6] = {0xfd, '7', 'z', 'X', 'Z', 0x00};
   if (n == 6 && std::memcmp(magic, kXzMagic, 6) == 0) return Format::kXz;
+  // Formats that would otherwise be read as text and encoded as garbage.
+  struct Other {
+    const char* name;
+    unsigned char magic[6];
+    size_t len;
+  };
+  static const Other kOthers[] = {{"zstd", {0x28, 0xb5, 0x2f, 0xfd}, 4},
+                                  {"zip", {'P', 'K', 0x03, 0x04}, 4},
+                                  {"7z", {'7', 'z', 0xbc, 0xaf, 0x27, 0x1c}, 6},
+                                  {"UTF-16 (little-endian BOM)", {0xff, 0xfe}, 2},
+                                  {"UTF-16 (big-endian BOM)", {0xfe, 0xff}, 2},
+                                  {"bzip2", {}, 0}};
+  const bool bzip2 = n >= 4 && std::memcmp(magic, "BZh", 3) == 0 && magic[3] >= '1' &&
+                     magic[3] <= '9';  // "BZh" and the block size
+  for (const Other& o : kOthers) {
+    const bool is =
+        bzip2 ? o.len == 0 : n >= o.len && o.len > 0 && !std::memcmp(magic, o.magic, o.len);
+    ATTN_REQUIRE(!is,
+                 "'%s' is a %s file: prepare reads UTF-8 text, plain, gzip or xz; convert it "
+                 "first",
+                 path.c_str(), o.name);
+  }
   return Format::kPlain;
 }
 

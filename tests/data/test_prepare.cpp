@@ -457,5 +457,58 @@ TEST_F(PrepareTest, ErrorsNameTheProblem) {
   test::expect_error([&] { prepare(o); }, "batch_bytes");
 }
 
+// Input that would not split or encode as the user meant: refused where it cannot be text, a
+// warning (in the summary and on stderr) where it is text read differently than it may be meant.
+TEST_F(PrepareTest, OtherFormatsAreRefusedAndSurprisingTextIsWarnedAbout) {
+  const std::pair<std::string, std::string> others[] = {
+      {std::string("BZh91AY&SY", 10), "bzip2"},
+      {std::string("\x28\xb5\x2f\xfd\x00\x00", 6), "zstd"},
+      {std::string("PK\x03\x04\x14\x00", 6), "zip"},
+      {std::string("\xff\xfeh\x00i\x00", 6), "UTF-16 (little-endian BOM)"}};
+  for (const auto& [bytes, name] : others) {
+    fs::remove_all(path("in"));
+    fs::create_directories(path("in"));
+    write("in/a.txt", bytes);
+    test::expect_error([&] { prepare(options()); }, {"a.txt' is a " + name + " file"});
+  }
+  // Text that starts like bzip2's magic but is not: read as text.
+  write("in/a.txt", "BZh is how the word begins\n");
+  const PrepareSummary text = prepare(options());
+  EXPECT_EQ(text.train.documents + text.val.documents, 1);
+
+  fs::remove_all(path("in"));
+  fs::create_directories(path("in"));
+  write("in/crlf.txt", "one\r\n\r\n\r\ntwo\r\n");
+  write("in/eot.txt", "story one<|endoftext|>story two");
+  write("in/plain.txt", "a\n\n\nb\n");
+  PrepareSummary s = prepare(options());
+  ASSERT_EQ(s.warnings.size(), 2u);
+  EXPECT_NE(s.warnings[0].find("1 file(s) have Windows line endings"), std::string::npos);
+  EXPECT_NE(s.warnings[0].find("crlf.txt"), std::string::npos);
+  EXPECT_NE(s.warnings[1].find("contain the text '<|endoftext|>', e.g. '"), std::string::npos);
+  EXPECT_NE(s.warnings[1].find("eot.txt"), std::string::npos);
+  // With the delimiters they call for, no warning and the documents they hold.
+  auto o = options();
+  o.delimiter = "\r\n\r\n\r\n";
+  o.inputs = {path("in/crlf.txt")};
+  s = prepare(o);
+  EXPECT_TRUE(s.warnings.empty());
+  EXPECT_EQ(s.train.documents + s.val.documents, 2);
+  o.delimiter = "<|endoftext|>";
+  o.inputs = {path("in/eot.txt")};
+  s = prepare(o);
+  EXPECT_TRUE(s.warnings.empty());
+  EXPECT_EQ(s.train.documents + s.val.documents, 2);
+}
+
+// --delimiter as typed in a shell.
+TEST(PrepareDelimiter, EscapesAreUnderstoodAndUnknownOnesRefused) {
+  EXPECT_EQ(unescape_delimiter("\\n\\n\\n"), "\n\n\n");
+  EXPECT_EQ(unescape_delimiter("\\r\\n\\t\\\\x"), "\r\n\t\\x");
+  EXPECT_EQ(unescape_delimiter("<|endoftext|>"), "<|endoftext|>");
+  test::expect_error([&] { unescape_delimiter("a\\qb"); }, {"\\q is not an escape"});
+  test::expect_error([&] { unescape_delimiter("a\\"); }, {"a trailing backslash"});
+}
+
 }  // namespace
 }  // namespace attnlab
