@@ -29,7 +29,7 @@ LaunchInfo read(const EnvLookup& env, Launcher l, const char* rank, const char* 
   ATTN_REQUIRE(info.rank < info.world_size, "%s=%d is not below %s=%d", rank, info.rank, size,
                info.world_size);
   // The local rank's variable is optional (a torchrun-style or PMI launch on one node: then it is
-  // the rank; past the node's devices, require_local_device says so).
+  // the rank; past the node's devices, local_device says so).
   info.local_rank = env(local) ? parse_int(env, local, 0, 1 << 20) : info.rank;
   if (const char* a = env("MASTER_ADDR"); a && *a) info.master_addr = a;
   if (env("MASTER_PORT")) info.master_port = parse_int(env, "MASTER_PORT", 1, 65535);
@@ -55,9 +55,25 @@ const char* launcher_name(Launcher l) {
 }
 
 LaunchInfo detect_launch(const EnvLookup& env) {
-  if (env("OMPI_COMM_WORLD_SIZE"))
-    return read(env, Launcher::mpirun, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                "OMPI_COMM_WORLD_LOCAL_RANK");
+  if (env("OMPI_COMM_WORLD_SIZE")) {
+    const LaunchInfo info = read(env, Launcher::mpirun, "OMPI_COMM_WORLD_RANK",
+                                 "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK");
+    // A launcher started by mpirun (`mpirun -np <nodes> torchrun ...`) hands mpirun's variables
+    // down to its processes, which they do not name: every process read the same mpirun rank
+    // and trained on its own into the same out_dir. Torchrun-style variables that disagree
+    // are refused, naming both.
+    if (env("WORLD_SIZE") || env("RANK")) {
+      const LaunchInfo t = read(env, Launcher::env, "RANK", "WORLD_SIZE", "LOCAL_RANK");
+      ATTN_REQUIRE(t.rank == info.rank && t.world_size == info.world_size,
+                   "this process has mpirun's OMPI_COMM_WORLD_RANK=%d and "
+                   "OMPI_COMM_WORLD_SIZE=%d and torchrun-style RANK=%d and WORLD_SIZE=%d, which "
+                   "disagree (a launcher started by mpirun passes mpirun's variables on to its "
+                   "processes); start the ranks with one launcher: mpirun -np N attnlab train "
+                   "..., or torchrun-style without mpirun",
+                   info.rank, info.world_size, t.rank, t.world_size);
+    }
+    return info;
+  }
   // torchrun-style variables before Slurm's: they are set for this process by whoever started
   // it, while SLURM_* are inherited from the allocation (an sbatch script has SLURM_PROCID 0 and
   // SLURM_NTASKS; `srun torchrun` one SLURM_PROCID per node), which made every process of a
@@ -82,8 +98,15 @@ LaunchInfo detect_launch(const EnvLookup& env) {
                         same("PMI_SIZE", "SLURM_NTASKS");
   if ((env("PMI_SIZE") || env("PMI_RANK")) && !srun_pmi)
     return read(env, Launcher::pmi, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID");
-  if (env("SLURM_PROCID") && env("SLURM_NTASKS"))
-    return read(env, Launcher::srun, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID");
+  if (env("SLURM_PROCID") && (env("SLURM_NTASKS") || env("SLURM_STEP_NUM_TASKS")))
+    return read(env, Launcher::srun, "SLURM_PROCID",
+                env("SLURM_NTASKS") ? "SLURM_NTASKS" : "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID");
+  // A task of a step without a task count: read as one process, it would train on its own.
+  ATTN_REQUIRE(!env("SLURM_PROCID") || std::string(env("SLURM_PROCID")) == "0",
+               "SLURM_PROCID=%s but neither SLURM_NTASKS nor SLURM_STEP_NUM_TASKS is set: the "
+               "number of ranks is unknown (srun sets them; set SLURM_NTASKS, or unset "
+               "SLURM_PROCID for a single process)",
+               env("SLURM_PROCID"));
   return LaunchInfo{};
 }
 
@@ -111,10 +134,13 @@ const char* srun_allocation_hint(Launcher l) {
              : "";
 }
 
-void require_local_device(const LaunchInfo& l, int n_devices, const EnvLookup& env) {
-  if (l.local_rank < n_devices) return;
-  const char* var = local_rank_variable(l.launcher);
+int local_device(const LaunchInfo& l, int n_devices, const EnvLookup& env) {
+  if (l.local_rank < n_devices) return l.local_rank;
   const char* visible = env("CUDA_VISIBLE_DEVICES");
+  // The launcher made one GPU visible to this rank (two ranks given the same one fail in NCCL's
+  // init: a duplicate GPU).
+  if (n_devices == 1 && visible && *visible) return 0;
+  const char* var = local_rank_variable(l.launcher);
   const std::string from =
       env(var) ? strformat(" (%s)", var) : strformat(" (the rank: %s unset)", var);
   ATTN_FAIL(

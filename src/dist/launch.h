@@ -40,9 +40,11 @@ const char* local_rank_variable(Launcher l);
 // that SLURM_NTASKS is the allocation's, so a single process run inside an sbatch script reads as
 // one rank of many, and what to do; "" for other launchers.
 const char* srun_allocation_hint(Launcher l);
-// One process per GPU: throws, naming the rank, its local rank and where it came from, the
-// node's device count and CUDA_VISIBLE_DEVICES (as `env` gives it), when the local rank is not
-// below n_devices (the CUDA devices this process sees).
-void require_local_device(const LaunchInfo& launch, int n_devices, const EnvLookup& env);
+// One process per GPU: the CUDA device this rank runs on. Its local rank where that is below
+// n_devices (the devices this process sees); device 0 where the process sees one device that
+// CUDA_VISIBLE_DEVICES chose (a launcher giving each rank its own GPU: srun --gpus-per-task=1);
+// else throws, naming the rank, its local rank and where it came from, the device count and
+// CUDA_VISIBLE_DEVICES (as `env` gives it).
+int local_device(const LaunchInfo& launch, int n_devices, const EnvLookup& env);
 
 }  // namespace attnlab

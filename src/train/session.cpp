@@ -32,18 +32,20 @@ std::shared_ptr<const TokenSource> memory_source(std::vector<int32_t> tokens, co
 
 }  // namespace
 
-// One process per GPU: the device is the rank's local rank (its index on its node).
+// One process per GPU: the device is the rank's local rank (its index on its node), or the one
+// device CUDA_VISIBLE_DEVICES leaves it (dist/launch.h, local_device).
 void setup_device(const Recipe& r, Session& s, const LaunchInfo& launch) {
   if (r.train.threads > 0) omp_set_num_threads(r.train.threads);
   bool want_cuda = r.train.device == DeviceChoice::cuda ||
                    (r.train.device == DeviceChoice::auto_select && cuda_available());
   if (want_cuda) {
     const int n_devices = cuda_device_count();  // none: make_cuda's error below
-    if (n_devices > 0) {
-      require_local_device(launch, n_devices,
-                           [](const char* name) -> const char* { return std::getenv(name); });
-    }
-    s.ctx = ExecContext::make_cuda(launch.local_rank);
+    const int device =
+        n_devices > 0
+            ? local_device(launch, n_devices,
+                           [](const char* name) -> const char* { return std::getenv(name); })
+            : launch.local_rank;
+    s.ctx = ExecContext::make_cuda(device);
     s.ctx->deterministic = r.train.deterministic;
     s.dtype = r.train.precision == Precision::bf16 ? DType::bf16 : DType::f32;
   } else {

@@ -22,6 +22,7 @@
 #include "dist/shard_map.h"
 #include "eval/validation.h"
 #include "io/atomic_file.h"
+#include "io/dir_lock.h"
 #include "io/logger.h"
 #include "io/metrics.h"
 #include "model/gpt.h"
@@ -40,6 +41,9 @@ using namespace train_session;
 
 namespace {
 
+// In train.out_dir, held by rank 0 while it trains (io/dir_lock.h).
+constexpr const char* kRunDirLockName = ".attnlab-train.lock";
+
 using Clock = std::chrono::steady_clock;
 
 // The least bound of the barrier around rank 0's checkpoint write (seconds).
@@ -57,6 +61,8 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   // --profile changes the number of steps (and skips checkpoints): a rank given another value
   // would leave its collectives unmatched.
   facts.emplace_back("--profile (steps)", std::to_string(options.profile_steps));
+  // A rank that resumes calls collectives the others do not (the path may differ by node).
+  facts.emplace_back("--resume (given)", options.resume.empty() ? "no" : "yes");
   check_same_run(*s.comm, facts);
   setup_model(recipe, s);
 
@@ -81,6 +87,10 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   const std::string data_fp = data_fingerprint(s.train_loader->sources());
   WeightLoadReport init_report;
   if (rank0) io::ensure_dir(run_dir);
+  // One run writes a directory at a time (two processes that each took themselves for rank 0 of
+  // a misread launch wrote every step's metrics twice and raced on the checkpoints).
+  std::optional<io::DirLock> run_dir_lock;
+  if (rank0) run_dir_lock.emplace(run_dir, kRunDirLockName, "train.out_dir");
   if (!options.resume.empty()) {
     std::string dir = resolve_checkpoint_dir(options.resume);
     // The run directory receives recipe.yaml, the metrics (cut back to the resumed step) and new

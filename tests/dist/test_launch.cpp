@@ -119,29 +119,47 @@ TEST(Launch, EachLauncher) {
   EXPECT_EQ(l.launcher, Launcher::srun);
   EXPECT_EQ(l.rank, 9);
   EXPECT_EQ(l.local_rank, 1);
+  // A step that gives SLURM_STEP_NUM_TASKS but not SLURM_NTASKS: the step's count.
+  l = detect_launch(
+      env_of({{"SLURM_PROCID", "1"}, {"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_LOCALID", "1"}}));
+  EXPECT_EQ(l.launcher, Launcher::srun);
+  EXPECT_EQ(l.rank, 1);
+  EXPECT_EQ(l.world_size, 2);
+  // mpirun's variables with torchrun-style ones that agree (one launcher's, exported twice).
+  l = detect_launch(env_of({{"OMPI_COMM_WORLD_RANK", "1"},
+                            {"OMPI_COMM_WORLD_SIZE", "2"},
+                            {"RANK", "1"},
+                            {"WORLD_SIZE", "2"}}));
+  EXPECT_EQ(l.launcher, Launcher::mpirun);
 }
 
 // One process per GPU: a local rank past the node's devices is refused naming the rank, where
 // its local rank came from, the device count and CUDA_VISIBLE_DEVICES; below it, accepted.
 TEST(Launch, LocalRankPastTheDevicesIsRefused) {
+  // One device that CUDA_VISIBLE_DEVICES chose for this rank (srun --gpus-per-task=1): device 0.
+  const auto own = env_of({{"SLURM_PROCID", "3"},
+                           {"SLURM_NTASKS", "4"},
+                           {"SLURM_LOCALID", "3"},
+                           {"CUDA_VISIBLE_DEVICES", "3"}});
+  EXPECT_EQ(local_device(detect_launch(own), 1, own), 0);
   const auto mpi = env_of({{"OMPI_COMM_WORLD_RANK", "6"},
                            {"OMPI_COMM_WORLD_SIZE", "8"},
                            {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
                            {"CUDA_VISIBLE_DEVICES", "0,1"}});
   const LaunchInfo l = detect_launch(mpi);
-  require_local_device(l, 4, mpi);  // local rank 2 of 4 devices
-  expect_error([&] { require_local_device(l, 2, mpi); },
+  EXPECT_EQ(local_device(l, 4, mpi), 2);  // local rank 2 of 4 devices
+  expect_error([&] { local_device(l, 2, mpi); },
                {"rank 6 of 8 (mpirun) has local rank 2 (OMPI_COMM_WORLD_LOCAL_RANK)",
                 "sees 2 CUDA devices (CUDA_VISIBLE_DEVICES='0,1')", "at most 2 ranks per node"});
   // torchrun-style without LOCAL_RANK: the local rank is the rank.
   const auto tr = env_of(
       {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "localhost"}, {"MASTER_PORT", "29500"}});
-  expect_error([&] { require_local_device(detect_launch(tr), 1, tr); },
+  expect_error([&] { local_device(detect_launch(tr), 1, tr); },
                {"rank 1 of 2 (env) has local rank 1 (the rank: LOCAL_RANK unset)",
                 "sees 1 CUDA device:", "at most 1 rank per node"});
   EXPECT_STREQ(local_rank_variable(Launcher::srun), "SLURM_LOCALID");
   const auto pmi = env_of({{"PMI_RANK", "9"}, {"PMI_SIZE", "16"}, {"MPI_LOCALRANKID", "1"}});
-  expect_error([&] { require_local_device(detect_launch(pmi), 1, pmi); },
+  expect_error([&] { local_device(detect_launch(pmi), 1, pmi); },
                {"rank 9 of 16 (pmi) has local rank 1 (MPI_LOCALRANKID)", "sees 1 CUDA device"});
 }
 
@@ -161,6 +179,25 @@ TEST(Launch, BadValuesNameTheVariable) {
         detect_launch(env_of({{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "4"}}));
       },
       "SLURM_PROCID=4 is not below SLURM_NTASKS=4");
+  // A task number without a task count would train alone; a launcher under mpirun hands down
+  // mpirun's variables, which then disagree with its own.
+  expect_error(
+      [] {
+        detect_launch(env_of({{"SLURM_PROCID", "1"}, {"SLURM_LOCALID", "1"}}));
+      },
+      "SLURM_PROCID=1 but neither SLURM_NTASKS nor SLURM_STEP_NUM_TASKS is set");
+  EXPECT_EQ(detect_launch(env_of({{"SLURM_PROCID", "0"}})).world_size, 1);
+  expect_error(
+      [] {
+        detect_launch(env_of({{"OMPI_COMM_WORLD_RANK", "0"},
+                              {"OMPI_COMM_WORLD_SIZE", "1"},
+                              {"RANK", "1"},
+                              {"WORLD_SIZE", "2"},
+                              {"MASTER_ADDR", "h"},
+                              {"MASTER_PORT", "9"}}));
+      },
+      "OMPI_COMM_WORLD_RANK=0 and OMPI_COMM_WORLD_SIZE=1 and torchrun-style RANK=1 and "
+      "WORLD_SIZE=2, which disagree");
   expect_error(
       [] {
         detect_launch(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}}));
