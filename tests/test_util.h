@@ -4,6 +4,7 @@
 //   max_rel_error                max |a - b| relative to the largest |b| (b is the reference)
 //   finite_difference            central-difference gradient of a scalar function, in double
 //   thrown_message               the message of the attnlab::Error a call throws ("" if none)
+//   EXPECT_HAS(text, part)       text contains part
 //   expect_error                 a call must throw attnlab::Error whose message contains a needle
 //   TempDir                      a fresh directory per process and test, removed at scope exit
 //   ScopedOmpThreads             limits OpenMP to n threads until the end of the scope
@@ -29,6 +30,10 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+
+// EXPECT_HAS(text, part): `text` contains `part` (printed in full when it does not).
+#define EXPECT_HAS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "message: " << (haystack)
 
 namespace attnlab::test {
 

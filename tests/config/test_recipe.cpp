@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "config/recipe.h"
+#include "config/recipe_test_util.h"
 #include "config/suggest.h"
 #include "test_util.h"
 #include "train/from_recipe.h"
@@ -19,14 +20,8 @@
 namespace attnlab {
 namespace {
 
+using test::parse_error;
 using test::thrown_message;
-
-std::string parse_error(const std::string& yaml, const std::vector<std::string>& sets = {}) {
-  return thrown_message([&] { parse_recipe(yaml, "x.yaml", sets); });
-}
-
-#define EXPECT_HAS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "message: " << (haystack)
 
 TEST(RecipeSuggest, EditDistanceAndClosestMatch) {
   EXPECT_EQ(edit_distance("", ""), 0);

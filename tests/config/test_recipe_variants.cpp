@@ -6,20 +6,15 @@
 #include <vector>
 
 #include "config/recipe.h"
+#include "config/recipe_test_util.h"
 #include "test_util.h"
 #include "train/from_recipe.h"
 
 namespace attnlab {
 namespace {
 
+using test::parse_error;
 using test::thrown_message;
-
-std::string parse_error(const std::string& yaml, const std::vector<std::string>& sets = {}) {
-  return thrown_message([&] { parse_recipe(yaml, "x.yaml", sets); });
-}
-
-#define EXPECT_HAS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "message: " << (haystack)
 
 // attention.focus: the paper's defaults, enum keys, and a clear error for every bad value.
 TEST(RecipeFocus, DefaultsEnumsAndErrors) {

@@ -127,7 +127,9 @@ TEST(TrainIntegration, ResumeIsBitExact) {
       ASSERT_TRUE(bb.count(name)) << name;
       EXPECT_TRUE(bytes == bb[name]) << "tensor " << name << " differs after resume";
     }
-    if (keys == focus) EXPECT_TRUE(ba.count("model.safetensors:h.0.attn.focus.w_g"));
+    if (keys == focus) {
+      EXPECT_TRUE(ba.count("model.safetensors:h.0.attn.focus.w_g"));
+    }
     // The trainer state says what the run computed in: the CPU path is f32 whatever the recipe's
     // train.precision (the tiny recipe leaves it at bf16).
     const TrainerState st = load_trainer_state(resolve_checkpoint_dir(b));

@@ -312,8 +312,9 @@ TEST(GPTModel, WeightDecayFallsOnTheMatricesOnly) {
     const bool expected = e.spec.shape.ndim == 2 && !focus;
     EXPECT_EQ(e.spec.weight_decay, expected) << n;
     decayed += e.spec.weight_decay;
-    if (n.ends_with(".bias") || n.find("ln_") != std::string::npos)
+    if (n.ends_with(".bias") || n.find("ln_") != std::string::npos) {
       EXPECT_FALSE(e.spec.weight_decay) << n;
+    }
   }
   // wte, wpe, lm_head, and per layer c_attn, c_proj, c_fc, mlp c_proj and the two LoRA tensors
   EXPECT_EQ(decayed, 3 + c.n_layer * 6);

@@ -28,9 +28,6 @@
 namespace fs = std::filesystem;
 using namespace attnlab;
 
-#define EXPECT_HAS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
-
 namespace {
 
 const char* kTinyRecipe = R"(
