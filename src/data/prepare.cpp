@@ -2,6 +2,8 @@
 // batches to the pipeline of prepare_pipeline.h, and cuts the encoded token streams into shards.
 #include "data/prepare.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -201,6 +203,10 @@ PrepareSummary prepare(const PrepareOptions& options) {
   const auto start = Clock::now();
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(options.tokenizer);
   const std::vector<std::string> files = expand_globs(options.inputs);
+  for (const std::string& f : files)
+    ATTN_REQUIRE(!fs::is_directory(f),
+                 "prepare: input '%s' is a directory; give its files (e.g. '%s/*.txt')", f.c_str(),
+                 f.c_str());
   const int threads = options.threads > 0 ? options.threads
                                           : int(std::max(1u, std::thread::hardware_concurrency()));
 
@@ -216,16 +222,26 @@ PrepareSummary prepare(const PrepareOptions& options) {
   ATTN_REQUIRE(fs::is_directory(options.out_dir),
                "prepare: cannot create output directory '%s'%s%s", options.out_dir.c_str(),
                ec ? ": " : "", ec ? ec.message().c_str() : "");
-  remove_old_shards(options.out_dir);
+  // The shards are written into a staging directory and replace out_dir's only when the run
+  // succeeds: a failed run (corrupt input, no text) leaves the earlier dataset as it was.
+  const std::string stage =
+      (fs::path(options.out_dir) / strformat(".prepare-staging-%d", int(::getpid()))).string();
+  fs::create_directories(stage);
+  struct StageGuard {
+    std::string dir;
+    ~StageGuard() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } stage_guard{stage};
 
   int64_t total_file_bytes = 0;
   for (const auto& f : files) total_file_bytes += int64_t(fs::file_size(f));
   Progress progress(options.progress, total_file_bytes);
 
-  SplitWriter writers[2] = {SplitWriter(options.out_dir, "train", summary.shard_version,
-                                        options.shard_tokens, summary.train),
-                            SplitWriter(options.out_dir, "val", summary.shard_version,
-                                        options.shard_tokens, summary.val)};
+  SplitWriter writers[2] = {
+      SplitWriter(stage, "train", summary.shard_version, options.shard_tokens, summary.train),
+      SplitWriter(stage, "val", summary.shard_version, options.shard_tokens, summary.val)};
   // Pipeline, each stage on its own threads, so that they overlap:
   //   decoders (ParallelFileReader: up to `threads` files at once, each file on one thread)
   //   -> main thread: appends the decoded blocks to a batch and finds the documents in place
@@ -378,6 +394,14 @@ PrepareSummary prepare(const PrepareOptions& options) {
   ATTN_REQUIRE(summary.train.tokens + summary.val.tokens > 0,
                "prepare: the %zu input file(s) hold no text (0 documents): nothing to train on",
                files.size());
+  remove_old_shards(options.out_dir);
+  for (SplitSummary* split : {&summary.train, &summary.val}) {
+    for (std::string& shard : split->shards) {
+      const std::string dest = (fs::path(options.out_dir) / fs::path(shard).filename()).string();
+      fs::rename(shard, dest);
+      shard = dest;
+    }
+  }
   io::write_file_atomic(options.out_dir + "/tokenizer.json", tokenizer->to_json() + "\n");
   summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   summary.encode_thread_seconds = pool.busy_seconds();

@@ -414,7 +414,8 @@ std::vector<std::string> temporary_files(const std::string& dir) {
 }
 
 // A shard that cannot be written or created stops the run with an error naming the shard, and
-// no temporary file of the run is left behind.
+// nothing of the run is left behind (its staging directory, where the shards are written first,
+// is removed).
 TEST_F(PrepareTest, ShardWriteErrorsStopTheRun) {
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full to fail a write";
   write("in/a.txt", join(make_docs(400, 3)));
@@ -424,17 +425,20 @@ TEST_F(PrepareTest, ShardWriteErrorsStopTheRun) {
   o.shard_tokens = 3000;                                         // ~16 train shards
   const std::string tmp = ".tmp." + std::to_string(::getpid());  // ShardWriter's suffix
 
+  const std::string stage = "/.prepare-staging-" + std::to_string(::getpid()) + "/";
+
   // Writes to the third train shard fail: its temporary file is the full device.
-  fs::create_directories(o.out_dir);
-  fs::create_symlink("/dev/full", path("out/train_000002.bin" + tmp));
+  fs::create_directories(o.out_dir + stage);
+  fs::create_symlink("/dev/full", o.out_dir + stage + "train_000002.bin" + tmp);
   test::expect_error([&] { prepare(o); }, {"train_000002.bin" + tmp, "No space left on device"});
   EXPECT_EQ(temporary_files(o.out_dir), std::vector<std::string>{});
+  EXPECT_FALSE(fs::exists(o.out_dir + stage));
 
   // The second val shard cannot be created: a directory has its temporary file's name.
   o.out_dir = path("out2");
-  fs::create_directories(path("out2/val_000001.bin" + tmp));
+  fs::create_directories(o.out_dir + stage + "val_000001.bin" + tmp);
   test::expect_error([&] { prepare(o); }, {"cannot create token shard", "val_000001.bin" + tmp});
-  EXPECT_EQ(temporary_files(o.out_dir), std::vector<std::string>{"val_000001.bin" + tmp});
+  EXPECT_FALSE(fs::exists(o.out_dir + stage));
 
   // The same run without the obstacles succeeds.
   fs::remove_all(o.out_dir);
@@ -508,6 +512,28 @@ TEST(PrepareDelimiter, EscapesAreUnderstoodAndUnknownOnesRefused) {
   EXPECT_EQ(unescape_delimiter("<|endoftext|>"), "<|endoftext|>");
   test::expect_error([&] { unescape_delimiter("a\\qb"); }, {"\\q is not an escape"});
   test::expect_error([&] { unescape_delimiter("a\\"); }, {"a trailing backslash"});
+}
+
+// A run that fails leaves the earlier dataset whole (the new shards are staged); a directory given
+// as input is named.
+TEST_F(PrepareTest, AFailedRunKeepsTheEarlierShards) {
+  write("in/a.txt", "first document\n\n\nsecond document\n");
+  auto o = options();
+  o.val_fraction = 0;
+  const PrepareSummary first = prepare(o);
+  ASSERT_EQ(first.train.shards.size(), 1u);
+  EXPECT_EQ(first.train.shards[0], path("out") + "/train_000000.bin");
+  const std::vector<int32_t> tokens = read_shard(first.train.shards[0]);
+  write("in/b.txt.gz", std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00", 8));  // truncated gzip
+  EXPECT_THROW(prepare(o), Error);
+  EXPECT_EQ(read_shard(path("out") + "/train_000000.bin"), tokens);
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(path("out"))) ++entries;
+  EXPECT_EQ(entries, 2u);  // the shard and tokenizer.json: no staging directory left
+  fs::remove(path("in/b.txt.gz"));
+  fs::create_directories(path("in/sub.txt"));
+  test::expect_error([&] { prepare(o); }, {"sub.txt' is a directory; give its files"});
+  EXPECT_EQ(read_shard(path("out") + "/train_000000.bin"), tokens);
 }
 
 }  // namespace
