@@ -18,8 +18,8 @@ int cmd_train(const RecipeArgs& args, const std::string& resume_dir, int profile
   TrainOptions o;
   o.resume = resume_dir;
   o.profile_steps = profile_steps;
-  train(r, o);
-  return 0;
+  const TrainResult res = train(r, o);
+  return res.interrupted_by != 0 ? 128 + res.interrupted_by : 0;  // the shell's convention
 }
 
 int cmd_generate(const GenerateOptions& options) {
@@ -63,10 +63,11 @@ std::string human_bytes(double b) {
 int cmd_info(const RecipeArgs& args) {
   // A retrofit's (or init_from's) model keys come from its base checkpoint.
   Recipe r = resolve_init_from(load_recipe(args.recipe, args.overrides));
-  std::printf("# resolved recipe\n%s\n", recipe_to_yaml(r).c_str());
-
+  // The model is built before anything is printed: a recipe it refuses (an unknown attention
+  // type) prints only the error, not a resolved recipe that `info > file` would keep.
   const GPTConfig c = gpt_config_of(r);
   GPT model(c);
+  std::printf("# resolved recipe\n%s\n", recipe_to_yaml(r).c_str());
   ParameterStore store;
   model.declare_params(store);
   std::map<std::string, int64_t> by_role;

@@ -31,8 +31,10 @@ int main(int argc, char** argv) {
   add_recipe(train, train_args);
   train->add_option("--resume", resume,
                     "resume bit-exactly from a run directory or checkpoint directory");
-  train->add_option("--profile", profile_steps,
-                    "run N steps with NVTX ranges for nsys/ncu, then stop");
+  train
+      ->add_option("--profile", profile_steps,
+                   "run N steps with NVTX ranges for nsys/ncu, then stop")
+      ->check(CLI::PositiveNumber);
 
   cli::EvalArgs eval_args;
   CLI::App* eval = cli::add_eval_command(app, eval_args);
@@ -59,7 +61,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   generate->add_option("--top-p", gen.sampling.top_p, "nucleus sampling mass")
       ->capture_default_str();
-  generate->add_option("--seed", gen.seed, "sampling seed")->capture_default_str();
+  generate->add_option("--seed", gen.seed, "sampling seed")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   generate->add_option("--tokenizer", gen.tokenizer,
                        "tokenizer spec (default: the checkpoint's tokenizer.json)");
   generate->add_option("--device", gen.device, "auto | cpu | cuda")->capture_default_str();

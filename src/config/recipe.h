@@ -440,6 +440,9 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {},
                    RecipeUse use = RecipeUse::train);
 
+// The first line of recipe_to_yaml's text (a run's recipe.yaml starts with it).
+inline constexpr const char* kResolvedRecipeHeader =
+    "# attnlab recipe, fully resolved (every key; docs/recipes.md)";
 // The resolved recipe as YAML: every key of every section, in schema order. Loading it gives back
 // an identical Recipe (parse_recipe(recipe_to_yaml(r), ...) == r).
 std::string recipe_to_yaml(const Recipe& recipe);

@@ -419,7 +419,7 @@ std::vector<std::pair<std::string, std::string>> recipe_leaves(const Recipe& rec
 }
 
 std::string recipe_to_yaml(const Recipe& recipe) {
-  std::string out = "# attnlab recipe, fully resolved (every key; docs/recipes.md)\n";
+  std::string out = std::string(kResolvedRecipeHeader) + "\n";
   Printer printer{"", &out};
   visit(printer, recipe);
   return out;
@@ -431,7 +431,12 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name
   const Source file{source_name, true, &locations};
   const YAML::Node root = [&] {
     try {
-      return YAML::Load(yaml_text);
+      // A second document ("---") would be dropped by YAML::Load without a word.
+      std::vector<YAML::Node> docs = YAML::LoadAll(yaml_text);
+      ATTN_REQUIRE(docs.size() <= 1,
+                   "%s: holds %zu YAML documents (separated by ---); a recipe is one document",
+                   source_name.c_str(), docs.size());
+      return docs.empty() ? YAML::Node() : docs[0];
     } catch (const YAML::ParserException& e) {
       ATTN_FAIL("%s:%d: YAML syntax error: %s", source_name.c_str(), e.mark.line + 1,
                 e.msg.c_str());
@@ -482,7 +487,22 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name
 
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides,
                    RecipeUse use) {
-  Recipe r = parse_recipe(io::read_file(path, "recipe"), path, overrides, use);
+  const std::string text = io::read_file(path, "recipe");
+  // A file of nothing but comments and blank lines gives every default (a 124M GPT-2): taken for
+  // a wrong or emptied file, not a choice.
+  bool has_content = false;
+  for (size_t i = 0; i < text.size() && !has_content;) {
+    const size_t eol = std::min(text.find('\n', i), text.size());
+    const size_t first = text.find_first_not_of(" \t\r", i);
+    has_content = first < eol && text[first] != '#';
+    i = eol + 1;
+  }
+  ATTN_REQUIRE(has_content,
+               "recipe '%s' is empty (only comments or blank lines); it would train every "
+               "default (a 124M GPT-2 on synthetic data): give at least one key, e.g. "
+               "model: {preset: gpt2}",
+               path.c_str());
+  Recipe r = parse_recipe(text, path, overrides, use);
   if (r.train.name.empty()) r.train.name = std::filesystem::path(path).stem().string();
   return r;
 }

@@ -1,5 +1,6 @@
 #include "eval/score.h"
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -14,6 +15,8 @@
 namespace attnlab {
 
 std::vector<int32_t> read_token_file(const std::string& path) {
+  ATTN_REQUIRE(!std::filesystem::is_directory(path), "token file '%s' is a directory",
+               path.c_str());
   std::ifstream in(path, std::ios::binary);
   ATTN_REQUIRE(in.good(), "cannot open token file '%s'", path.c_str());
   int32_t magic = 0;
@@ -33,10 +36,11 @@ std::vector<int32_t> read_token_file(const std::string& path) {
     } catch (const std::exception&) {
       used = 0;
     }
-    ATTN_REQUIRE(used == word.size() && v >= 0 && v <= INT32_MAX,
-                 "%s: entry %lld ('%s') is not a token id (expected an llm.c shard or "
-                 "whitespace-separated non-negative integers)",
-                 path.c_str(), (long long)n, word.c_str());
+    ATTN_REQUIRE(
+        used == word.size() && v >= 0 && v <= INT32_MAX,
+        "%s: entry %lld (counting from 0), '%s', is not a token id (expected an llm.c shard or "
+        "whitespace-separated non-negative integers)",
+        path.c_str(), (long long)(n - 1), word.c_str());
     ids.push_back(int32_t(v));
   }
   return ids;
@@ -63,9 +67,15 @@ ScoreSummary score_tokens(const ScoreOptions& o, std::FILE* out) {
   } else {
     ids = read_token_file(o.tokens);
     for (size_t i = 0; i < ids.size(); ++i)
-      ATTN_REQUIRE(ids[i] < vocab, "%s: token %zu is %d, outside the model's vocabulary (%d)",
-                   o.tokens.c_str(), i, ids[i], vocab);
+      ATTN_REQUIRE(
+          ids[i] < vocab,
+          "%s: entry %zu (counting from 0) is token %d, outside the model's vocabulary (%d)",
+          o.tokens.c_str(), i, ids[i], vocab);
   }
+  // The first token has no prediction: fewer than two score nothing.
+  ATTN_REQUIRE(ids.size() >= 2u, "score: %s '%s' holds %s: nothing to score",
+               text ? "text file" : "token file", text ? o.text.c_str() : o.tokens.c_str(),
+               ids.size() - (text ? 1 : 0) == 0 ? "no tokens" : "one token");
   const int context = o.context > 0 ? o.context : model.max_len();
   const int stride = o.stride > 0 ? o.stride : context;
   const std::vector<DocumentScores> s = score_documents(model, {ids}, context, stride, true);

@@ -1,6 +1,7 @@
 #include "eval/tasks.h"
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -101,6 +102,7 @@ size_t utf8_length(const std::string& s) {
 }
 
 Task load_task(const std::string& name, const std::string& path, int64_t limit, TaskPrompt prompt) {
+  ATTN_REQUIRE(!std::filesystem::is_directory(path), "task file '%s' is a directory", path.c_str());
   std::ifstream in(path, std::ios::binary);
   ATTN_REQUIRE(in.good(), "cannot open task file '%s'", path.c_str());
   Task t;
@@ -150,6 +152,12 @@ Task load_task(const std::string& name, const std::string& path, int64_t limit, 
             {string_field(j, "context", where), string_field(j, "continuation", where)});
         break;
     }
+    // An empty continuation scores log p = 0, the most likely answer there is: it would always
+    // win (or, as the LM continuation, say nothing).
+    for (size_t o = 0; o < ex.options.size(); ++o)
+      ATTN_REQUIRE(
+          !ex.options[o].continuation.empty(), "%s: %s is empty (nothing to score)", where.c_str(),
+          k == TaskKind::multiple_choice ? strformat("choice %zu", o).c_str() : "the continuation");
     t.examples.push_back(std::move(ex));
   }
   ATTN_REQUIRE(!t.examples.empty(), "task file '%s' holds no examples", path.c_str());

@@ -11,7 +11,8 @@ namespace attnlab {
 
 int32_t sample_token(const float* logits, int V, const SamplingOptions& o, std::mt19937_64& rng) {
   ATTN_REQUIRE(V > 0, "sample_token: empty vocabulary");
-  ATTN_REQUIRE(o.temperature >= 0.f, "temperature must be >= 0, got %g", o.temperature);
+  ATTN_REQUIRE(o.temperature >= 0.f && std::isfinite(o.temperature),
+               "temperature must be finite and >= 0, got %g", o.temperature);
   ATTN_REQUIRE(o.top_p > 0.f && o.top_p <= 1.f, "top_p must be in (0, 1], got %g", o.top_p);
   ATTN_REQUIRE(o.top_k >= 0, "top_k must be >= 0, got %d", o.top_k);
   if (o.temperature == 0.f) return int32_t(std::max_element(logits, logits + V) - logits);

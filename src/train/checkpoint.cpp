@@ -218,6 +218,13 @@ std::string resolve_checkpoint_dir(const std::string& path) {
   ATTN_REQUIRE(fs::exists(p), "checkpoint path '%s' does not exist", path.c_str());
   if (fs::exists(p / "model.safetensors")) return p.string();
   fs::path latest = p / "checkpoints" / "latest";
+  // A run that stopped before its first checkpoint (checkpoint.every 0 and no at_end, or killed
+  // early) is a run directory all the same: say so.
+  ATTN_REQUIRE(fs::exists(latest) || !fs::exists(p / "recipe.yaml"),
+               "'%s' is a run directory without a checkpoint yet (the run stopped before its "
+               "first: checkpoint.every and checkpoint.at_end set when they are written); "
+               "nothing to resume or load",
+               path.c_str());
   ATTN_REQUIRE(fs::exists(latest),
                "'%s' is neither a checkpoint directory (no model.safetensors) "
                "nor a run directory (no checkpoints/latest)",

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <optional>
 
@@ -29,6 +30,7 @@
 #include "train/checkpoint.h"
 #include "train/from_recipe.h"
 #include "train/init_from.h"
+#include "train/interrupt.h"
 #include "train/optimizer.h"
 #include "train/retrofit.h"
 #include "train/schedule.h"
@@ -143,7 +145,21 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     // train.init_from (a fine-tune would otherwise update the random initialisation).
     opt.sync_master_from_params();
   }
-  if (rank0) io::write_file_atomic((fs::path(run_dir) / "recipe.yaml").string(), recipe_yaml);
+  if (rank0) {
+    // The run's resolved recipe replaces one that a run wrote; a recipe.yaml attnlab did not write
+    // (the user's own, e.g. the recipe being trained, with train.out_dir its directory) is not
+    // overwritten.
+    const fs::path recipe_path = fs::path(run_dir) / "recipe.yaml";
+    if (fs::exists(recipe_path)) {
+      const std::string old = io::read_file(recipe_path.string());
+      ATTN_REQUIRE(old.rfind(kResolvedRecipeHeader, 0) == 0,
+                   "train.out_dir '%s' holds a recipe.yaml that attnlab did not write (your "
+                   "recipe?); a run writes its resolved recipe there: move that file or choose "
+                   "another train.out_dir",
+                   run_dir.c_str());
+    }
+    io::write_file_atomic(recipe_path.string(), recipe_yaml);
+  }
   std::optional<bool> color;
   if (recipe.log.color != ColorMode::auto_detect) color = recipe.log.color == ColorMode::always;
   io::Logger log(s.comm->rank(), options.quiet ? nullptr : stderr, color);
@@ -321,7 +337,9 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
              variants.c_str());
   };
   if (recipe.eval.at_start && st.step == 0) evaluate();
+  const InterruptGuard interrupt(world == 1);
   while (st.step < last_step) {
+    InterruptGuard::test_hook(st.step + 1);
     NvtxRange step_range("train.step");
     test_hook_out_of_memory(s, st.step + 1, s.memory);
     auto t0 = Clock::now();
@@ -425,9 +443,21 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     const bool last = st.step == last_step;
     if ((recipe.eval.every > 0 && st.step % recipe.eval.every == 0) || (last && recipe.eval.at_end))
       evaluate();
-    if ((recipe.checkpoint.every > 0 && st.step % recipe.checkpoint.every == 0) ||
-        (last && recipe.checkpoint.at_end))
-      checkpoint();
+    const bool periodic = recipe.checkpoint.every > 0 && st.step % recipe.checkpoint.every == 0;
+    if (periodic || (last && recipe.checkpoint.at_end)) checkpoint();
+    // Ctrl-C or SIGTERM: stop after this step with a checkpoint (where the run writes any).
+    if (const int sig = interrupt.signal(); sig != 0 && !last) {
+      const bool saves = recipe.checkpoint.every > 0 || recipe.checkpoint.at_end;
+      if (saves && !periodic) checkpoint();
+      log.warn(
+          "%s received: stopped after step %lld of %lld; %s", sig == SIGINT ? "SIGINT" : "SIGTERM",
+          (long long)st.step, (long long)last_step,
+          saves
+              ? strformat("checkpoint written: continue with --resume %s", run_dir.c_str()).c_str()
+              : "no checkpoint written (checkpoint.every 0 and checkpoint.at_end false)");
+      result.interrupted_by = sig;
+      break;
+    }
   }
 
   if (profiling) CUDA_CHECK(cudaProfilerStop());

@@ -27,6 +27,7 @@ struct TrainResult {
   double final_val_loss = 0.0;    // the last evaluation's (NaN when evaluation is off)
   double unigram_baseline = 0.0;  // loss of the best token-frequency model on validation data
   std::string run_dir;
+  int interrupted_by = 0;  // the signal that stopped the run early (train/interrupt.h), else 0
 };
 
 TrainResult train(const Recipe& recipe, const TrainOptions& options);

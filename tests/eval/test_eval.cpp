@@ -385,6 +385,12 @@ TEST_F(EvalTest, TaskFileErrorsNameFileAndLine) {
   test::expect_error(load, {"bad.jsonl:2", "multiple_choice line in a language_modeling file"});
   write(f, "");
   test::expect_error(load, {"bad.jsonl", "no examples"});
+  // An empty continuation scores log p = 0 and would always win.
+  write(f, "{\"query\": \"q\", \"choices\": [\"a\", \"\"], \"gold\": 0}\n");
+  test::expect_error(load, {"bad.jsonl:1", "choice 1 is empty (nothing to score)"});
+  write(f, "{\"context\": \"a\", \"continuation\": \"\"}\n");
+  test::expect_error(load, {"bad.jsonl:1", "the continuation is empty"});
+  test::expect_error([&] { load_task("x", tmp_.path().string()); }, {"is a directory"});
   test::expect_error([&] { load_task("x", (tmp_.path() / "none.jsonl").string()); },
                      {"cannot open", "none.jsonl"});
   // limit keeps the first lines (and does not read past them).
@@ -600,7 +606,16 @@ TEST_F(EvalTest, ScoreWritesOneLinePerToken) {
             (std::vector<int32_t>{104, 101, 108, 108, 111}));
   write(tmp_.path() / "bad.txt", "1 2 x3");
   test::expect_error([&] { read_token_file((tmp_.path() / "bad.txt").string()); },
-                     {"bad.txt", "entry 3 ('x3')"});
+                     {"bad.txt", "entry 2 (counting from 0), 'x3', is not a token id"});
+  test::expect_error([&] { read_token_file(tmp_.path().string()); }, {"is a directory"});
+  // Nothing to score (no token, or one: the first has no prediction) is an error, not 0 tokens.
+  for (const char* content : {"", "104"}) {
+    write(tmp_.path() / "few.txt", content);
+    ScoreOptions few = o;
+    few.text.clear();
+    few.tokens = (tmp_.path() / "few.txt").string();
+    test::expect_error([&] { score_tokens(few, nullptr); }, {"few.txt", "nothing to score"});
+  }
 }
 
 // The real task files with the GPT-2 tokenizer on a tiny random model: a few examples each.

@@ -305,6 +305,27 @@ TEST_F(Cli, RecipeErrors) {
   std::ofstream(dir_ / "typo.yaml") << "model:\n  n_layr: 2\n";
   expect_error(run("train " + (dir_ / "typo.yaml").string()), "typo.yaml:2");
   expect_error(run("train " + (dir_ / "missing.yaml").string()), "missing.yaml");
+  // A second YAML document was dropped; an empty file trained every default.
+  std::ofstream(dir_ / "two.yaml") << "model: {n_layer: 2}\n---\ntrain: {steps: 3}\n";
+  expect_error(run("info " + (dir_ / "two.yaml").string()),
+               "two.yaml: holds 2 YAML documents (separated by ---); a recipe is one document");
+  std::ofstream(dir_ / "empty.yaml") << "# nothing yet\n\n   \n";
+  expect_error(run("train " + (dir_ / "empty.yaml").string()),
+               "empty.yaml' is empty (only comments or blank lines)");
+  // info prints the resolved recipe only for a model it can build.
+  const CliResult bad_type = run("info " + recipe_ + " --set attention.type=foo");
+  expect_error(bad_type, "unknown attention 'foo'");
+  EXPECT_EQ(bad_type.out.find("# resolved recipe"), std::string::npos) << bad_type.out;
+  // Out-of-range command-line values are refused, not taken for the default.
+  expect_error(run("train " + recipe_ + " --profile -1"), "--profile");
+  // The user's own recipe in train.out_dir is not overwritten by the run's resolved one.
+  fs::create_directories(dir_ / "proj");
+  fs::copy_file(recipe_, dir_ / "proj" / "recipe.yaml");
+  expect_error(run("train " + (dir_ / "proj" / "recipe.yaml").string() +
+                   " --set train.out_dir=" + (dir_ / "proj").string()),
+               "holds a recipe.yaml that attnlab did not write");
+  EXPECT_EQ(attnlab::io::read_file((dir_ / "proj" / "recipe.yaml").string()),
+            attnlab::io::read_file(recipe_));
 }
 
 TEST_F(Cli, DataErrors) {

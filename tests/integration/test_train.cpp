@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -137,6 +138,31 @@ TEST(TrainIntegration, ResumeIsBitExact) {
     EXPECT_EQ(st.device, "cpu");
     EXPECT_EQ(st.precision, "f32");
   }
+}
+
+// Ctrl-C (here SIGINT raised at the start of step 3 of 8; checkpoints only at the end): the step
+// in flight finishes, a checkpoint of it is written and the run stops; its resume equals the run
+// that was never interrupted, bit for bit.
+TEST(TrainIntegration, InterruptWritesACheckpointAndTheResumeIsExact) {
+  const test::TempDir tmp("it");
+  const std::vector<std::string> keys = {"checkpoint.every=0", "checkpoint.at_end=true"};
+  const std::string whole = tmp.file("whole"), cut = tmp.file("cut");
+  train(tiny(whole, keys), quiet());
+  ::setenv("ATTNLAB_TEST_INTERRUPT", "3", 1);
+  const TrainResult stopped = train(tiny(cut, keys), quiet());
+  ::unsetenv("ATTNLAB_TEST_INTERRUPT");
+  EXPECT_EQ(stopped.interrupted_by, SIGINT);
+  EXPECT_EQ(stopped.steps, 3);
+  EXPECT_TRUE(fs::exists(fs::path(cut) / "checkpoints" / "step_00000003" / "model.safetensors"));
+  TrainOptions o = quiet();
+  o.resume = cut;
+  const TrainResult resumed = train(tiny(cut, keys), o);
+  EXPECT_EQ(resumed.interrupted_by, 0);
+  EXPECT_EQ(resumed.steps, 8);
+  auto ba = checkpoint_bytes(resolve_checkpoint_dir(whole));
+  auto bb = checkpoint_bytes(resolve_checkpoint_dir(cut));
+  ASSERT_EQ(ba.size(), bb.size());
+  for (const auto& [name, bytes] : ba) EXPECT_TRUE(bytes == bb[name]) << name;
 }
 
 // A resume continues the checkpoint's model: a key that changes its function (an architecture or
