@@ -23,6 +23,8 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 BUILD=${1:-build-device}
 LOGS=${OUT:-/tmp/attnlab_dist}
+# GPT-2 124M checkpoints (1.6 GiB each) stay out of $OUT (the device tool returns files <= 16 MiB).
+SCRATCH=${SCRATCH:-/tmp/attnlab_dist_runs}
 mkdir -p "$LOGS"
 SUMMARY="$LOGS/summary.txt"
 : >"$SUMMARY"
@@ -110,15 +112,15 @@ PY
 if want 1; then
 say "== 1. world size 1: nccl backend vs no communicator (GPT-2 124M, bf16, deterministic, 4 steps)"
 for b in none nccl; do
-  rm -rf "$LOGS/w1_$b"
+  rm -rf "$SCRATCH/w1_$b"
   timeout 300 "$BIN" train "${GPT2[@]}" --set train.steps=4 --set train.deterministic=true \
     --set checkpoint.at_end=true \
     --set train.batch_tokens=131072 --set distributed.backend=$b \
-    --set train.out_dir="$LOGS/w1_$b" >"$LOGS/w1_$b.log" 2>&1
-  say "   $b: rc=$? $(grep -c '"loss"' "$LOGS/w1_$b/metrics.jsonl" 2>/dev/null) steps logged"
+    --set train.out_dir="$SCRATCH/w1_$b" >"$LOGS/w1_$b.log" 2>&1
+  say "   $b: rc=$? $(grep -c '"loss"' "$SCRATCH/w1_$b/metrics.jsonl" 2>/dev/null) steps logged"
 done
-say "   $(compare_py bits "$LOGS/w1_none/checkpoints/step_00000004" "$LOGS/w1_nccl/checkpoints/step_00000004" \
-  "$LOGS/w1_none/metrics.jsonl" "$LOGS/w1_nccl/metrics.jsonl" 2>&1)"
+say "   $(compare_py bits "$SCRATCH/w1_none/checkpoints/step_00000004" "$SCRATCH/w1_nccl/checkpoints/step_00000004" \
+  "$SCRATCH/w1_none/metrics.jsonl" "$SCRATCH/w1_nccl/metrics.jsonl" 2>&1)"
 
 fi
 

@@ -13,7 +13,8 @@ Categories come from Python's unicodedata (its Unicode version is written into t
 White_Space is not exposed by unicodedata; its list (PropList.txt, unchanged since Unicode 6.3,
 when U+180E left it) is spelled out below and cross-checked against the `regex` module if present.
 
-Usage: python3 scripts/gen_unicode_tables.py > src/tokenizer/unicode_tables.cpp
+Usage: python3 scripts/gen_unicode_tables.py > src/tokenizer/unicode_tables.cpp &&
+       clang-format -i src/tokenizer/unicode_tables.cpp   (the format check reads it formatted)
 """
 import sys
 import unicodedata

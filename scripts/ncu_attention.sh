@@ -5,7 +5,7 @@
 # kernel the speed-of-light, pipe, warp-stall and scheduler lines. Into $OUT (or /tmp/ncu_attention):
 # the backward details pages (ours and SDPA), and for ours the per-instruction stall samples (SASS, csv, gzipped).
 # Usage (repo root, bench_attention built): bash scripts/ncu_attention.sh BUILD_DIR [D:T ...]
-#   (default 128:4096). ncu needs --clock-control none on the device machine (METHOD.md).
+#   (default 128:4096). ncu needs --clock-control none on the device machine (the device tool's METHOD.md).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 BUILD=${1:?build dir}

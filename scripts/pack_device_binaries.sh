@@ -49,6 +49,7 @@ for rev in ${BASE:-}; do
   git worktree remove --force "$wt"
   n=$((n + 1))
 done
-lib=$(ldd "$build/attnlab_tests" | awk '/libyaml-cpp/ { print $3 }')
+# The yaml-cpp library every packed binary links (attnlab always is one).
+lib=$(ldd "$build/attnlab" | awk '/libyaml-cpp/ { print $3 }')
 cp -L "$lib" "$out/"
 echo "with $(basename "$lib"); carry $out (limit 64 MiB: $(du -sh "$out" | cut -f1))"

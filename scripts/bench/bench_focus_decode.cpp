@@ -75,6 +75,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (!cuda_available()) {
+    std::printf("bench_focus_decode: no CUDA device\n");
+    return 0;
+  }
   auto ctx = ExecContext::make_cuda(0);
   auto cpu = ExecContext::make_cpu();
   FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
