@@ -1,10 +1,13 @@
 // attnlab eval | score
 #include "cli/cmd_eval.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 
 #include "core/error.h"
+#include "data/prepare.h"
 #include "io/atomic_file.h"
 
 namespace fs = std::filesystem;
@@ -22,20 +25,6 @@ void add_device_options(CLI::App* sub, EvalDeviceOptions& d) {
       ->capture_default_str();
   sub->add_option("--batch", d.batch, "sequences per forward (default: 16 on CUDA, 4 on CPU)")
       ->check(CLI::PositiveNumber);
-}
-
-// The shell gives "\n" as two characters: accept the escapes \n, \t and \\.
-std::string unescape(const std::string& s) {
-  std::string d;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 1 < s.size()) {
-      const char n = s[++i];
-      d += n == 'n' ? '\n' : n == 't' ? '\t' : n;
-    } else {
-      d += s[i];
-    }
-  }
-  return d;
 }
 
 }  // namespace
@@ -104,8 +93,14 @@ int cmd_eval(EvalArgs a) {
     ATTN_REQUIRE(!o.tasks.back().first.empty() && !o.tasks.back().second.empty(),
                  "--tasks expects name=FILE, got '%s'", t.c_str());
   }
-  o.delimiter = unescape(o.delimiter);
+  o.delimiter = unescape_delimiter(o.delimiter);  // as prepare's --delimiter
   o.prompt = parse_task_prompt(a.prompt);
+  // The results file's directory is checked before the evaluation runs, not after.
+  if (!a.out.empty()) {
+    const fs::path dir = fs::absolute(a.out).parent_path();
+    ATTN_REQUIRE(fs::is_directory(dir) && ::access(dir.c_str(), W_OK) == 0,
+                 "--out '%s': cannot write into '%s'", a.out.c_str(), dir.c_str());
+  }
   const EvalReport r = run_evaluation(o);
   std::fputs(r.table.c_str(), stdout);
   if (!a.out.empty()) {

@@ -19,7 +19,9 @@ std::unique_ptr<ExecContext> ExecContext::make_cpu() {
 }
 
 std::unique_ptr<ExecContext> ExecContext::make_cuda(int device_index) {
-  ATTN_REQUIRE(cuda_available(), "train.device is cuda but no CUDA device is available");
+  ATTN_REQUIRE(cuda_available(),
+               "CUDA was asked for (train.device: cuda, or --device cuda) but no CUDA device is "
+               "available");
   int n = 0;
   CUDA_CHECK(cudaGetDeviceCount(&n));
   ATTN_REQUIRE(device_index >= 0 && device_index < n, "CUDA device %d requested, %d present",

@@ -254,6 +254,11 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
         if (const std::string why = recipe.attention.focus.unused_key_reason(key); !why.empty())
           log.warn("%s (%s) is not used: %s", key.c_str(), where.c_str(), why.c_str());
     }
+    // The CPU path is the fp32 reference: a precision the recipe asks for is not what runs.
+    if (s.ctx->device == Device::cpu && recipe.train.precision == Precision::bf16 &&
+        recipe.given.contains("train.precision"))
+      log.warn("train.precision bf16 (%s) is not used: the CPU path computes in fp32",
+               recipe.given.where.at("train.precision").c_str());
     if (!std::isnan(s.unigram_baseline))
       log.info("unigram baseline (validation): %.4f nats", s.unigram_baseline);
   }
