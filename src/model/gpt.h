@@ -174,8 +174,10 @@ TrainingMemoryEstimate estimate_training_memory(const GPT& model, int64_t num_pa
                                                 int64_t num_trainable, int B, int T, DType dtype,
                                                 int optimizer_shards = 1);
 // "" when the estimate fits into free_bytes (with a 5% margin for the allocator and the CUDA
-// context); otherwise the message of the start-up out-of-memory error, with a hint.
+// context); otherwise the message of the start-up out-of-memory error, with a hint. host: the
+// CPU path's memory (free_bytes: what the machine has available).
 std::string device_memory_shortfall(const TrainingMemoryEstimate& e, size_t free_bytes,
-                                    int micro_batch, ActivationRecompute recompute);
+                                    int micro_batch, ActivationRecompute recompute,
+                                    bool host = false);
 
 }  // namespace attnlab

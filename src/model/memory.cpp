@@ -27,15 +27,18 @@ std::string gib(size_t b) { return strformat("%.2f GiB", double(b) / double(size
 }  // namespace
 
 std::string device_memory_shortfall(const TrainingMemoryEstimate& e, size_t free_bytes,
-                                    int micro_batch, ActivationRecompute recompute) {
+                                    int micro_batch, ActivationRecompute recompute, bool host) {
   const size_t need = e.total() + e.total() / 20;  // 5% for allocator rounding and the context
   if (need <= free_bytes) return "";
   std::string hint;
   const size_t fixed = e.weights + e.grads + e.optimizer + e.workspace;
   if (fixed + fixed / 20 >= free_bytes) {
     hint =
-        "the weights, gradients and optimizer state alone do not fit: use a smaller model, a GPU "
-        "with more memory, or distributed.zero: 1 over more ranks (docs/distributed.md)";
+        host ? "the weights, gradients and optimizer state alone do not fit: use a smaller "
+               "model or a machine with more memory (or train on a GPU)"
+             : "the weights, gradients and optimizer state alone do not fit: use a smaller model, "
+               "a GPU with more memory, or distributed.zero: 1 over more ranks "
+               "(docs/distributed.md)";
   } else {
     // Activations scale with the micro-batch: the largest that fits, keeping the recompute mode.
     const double room = double(free_bytes) / 1.05 - double(fixed) - double(1 << 20);
@@ -46,9 +49,10 @@ std::string device_memory_shortfall(const TrainingMemoryEstimate& e, size_t free
     if (recompute != ActivationRecompute::block)
       hint += ", or set train.recompute: block (keeps only each layer's input)";
   }
-  return strformat("out of device memory at start-up: %s but the GPU has %s free; %s",
-                   memory_estimate_text(e, micro_batch, recompute).c_str(), gib(free_bytes).c_str(),
-                   hint.c_str());
+  return strformat("out of %s memory at start-up: %s but %s %s %s; %s", host ? "host" : "device",
+                   memory_estimate_text(e, micro_batch, recompute).c_str(),
+                   host ? "this machine has" : "the GPU has", gib(free_bytes).c_str(),
+                   host ? "available" : "free", hint.c_str());
 }
 
 std::string memory_estimate_text(const TrainingMemoryEstimate& e, int micro_batch,

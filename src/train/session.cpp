@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -231,6 +232,24 @@ void check_device_memory(const Recipe& r, const Session& s, const TrainingMemory
   ATTN_REQUIRE(shortfall.empty(), "%s", shortfall.c_str());
 }
 
+// The CPU path's: the estimate against the memory the machine has available (MemAvailable), so
+// that a model too large for it is refused at once instead of paging until the kernel's
+// out-of-memory killer ends the run without a word.
+void check_host_memory(const Recipe& r, const Session& s, const TrainingMemoryEstimate& est) {
+  std::ifstream meminfo("/proc/meminfo");
+  size_t available = 0;
+  for (std::string key; meminfo >> key;) {
+    size_t kib = 0;
+    meminfo >> kib;
+    if (key == "MemAvailable:") available = kib * 1024;
+    meminfo.ignore(1 << 10, '\n');
+  }
+  if (available == 0) return;  // not Linux's /proc: nothing to compare with
+  const std::string shortfall = device_memory_shortfall(est, available, r.train.micro_batch,
+                                                        s.model->config().recompute, /*host=*/true);
+  ATTN_REQUIRE(shortfall.empty(), "%s", shortfall.c_str());
+}
+
 // Test hook (docs/distributed.md, "Faults"): ATTNLAB_TEST_OOM=<rank>:<step> makes that rank, at
 // the start of that (1-based) step, allocate more memory than its device has (the device's total
 // plus the run's estimate; on the CPU 2^50 bytes), so the allocator's genuine failure path runs
@@ -254,7 +273,10 @@ void setup_model(const Recipe& r, Session& s) {
   s.model = std::make_unique<GPT>(gpt_config_of(r));
   s.model->declare_params(s.store);
   s.memory = memory_estimate(r, s);
-  if (s.ctx->device == Device::cuda) check_device_memory(r, s, s.memory);
+  if (s.ctx->device == Device::cuda)
+    check_device_memory(r, s, s.memory);
+  else
+    check_host_memory(r, s, s.memory);
   // An allocation that fails later (on any rank, mid-run) reports the estimate and a hint.
   set_out_of_memory_note(
       out_of_memory_note(s.memory, r.train.micro_batch, s.model->config().recompute));

@@ -145,5 +145,10 @@ TEST(GPTRecompute, OutOfMemoryMessage) {
   std::string mblock = device_memory_shortfall(e, 16 * GiB, 64, ActivationRecompute::block);
   EXPECT_EQ(mblock.find("train.recompute"), std::string::npos) << mblock;
   std::string tiny = device_memory_shortfall(e, GiB, 64, ActivationRecompute::none);
+  // The CPU path's check names the host's memory and no GPU remedy.
+  const std::string host = device_memory_shortfall(e, GiB, 64, ActivationRecompute::none, true);
+  EXPECT_NE(host.find("out of host memory at start-up"), std::string::npos) << host;
+  EXPECT_NE(host.find("this machine has 1.00 GiB available"), std::string::npos) << host;
+  EXPECT_EQ(host.find("GPU with more memory"), std::string::npos) << host;
   EXPECT_NE(tiny.find("alone do not fit"), std::string::npos) << tiny;
 }
