@@ -362,6 +362,17 @@ TEST_F(Cli, OutputAndCheckpointErrors) {
   expect_error(run(train_args("--set model.n_embd=32 --resume " + (dir_ / "run").string())),
                "model.n_embd: 32 in the recipe (--set 'model.n_embd=32'), 16 in the checkpoint");
   expect_error(run(train_args("--resume " + (dir_ / "nowhere").string())), "nowhere");
+  // A run that stopped before its first checkpoint is named as such.
+  ASSERT_EQ(run("train " + recipe_ +
+                " --set checkpoint.at_end=false --set train.out_dir=" + (dir_ / "nockpt").string())
+                .code,
+            0);
+  expect_error(run(train_args("--resume " + (dir_ / "nockpt").string())),
+               "is a run directory without a checkpoint yet");
+  // eval's --out is checked before the evaluation runs.
+  expect_error(run("eval " + (dir_ / "run").string() + " --out " +
+                   (dir_ / "no_such_dir" / "r.json").string()),
+               "--out '" + (dir_ / "no_such_dir" / "r.json").string() + "': cannot write into");
 }
 
 // One process run inside an sbatch script (Slurm's variables inherited from an allocation of 4
