@@ -394,6 +394,10 @@ PrepareSummary prepare(const PrepareOptions& options) {
   ATTN_REQUIRE(summary.train.tokens + summary.val.tokens > 0,
                "prepare: the %zu input file(s) hold no text (0 documents): nothing to train on",
                files.size());
+  ATTN_REQUIRE(summary.train.tokens > 0,
+               "prepare: every document went to val (%lld documents, val_fraction %g): nothing "
+               "to train on; lower val_fraction or add documents",
+               (long long)summary.val.documents, options.val_fraction);
   remove_old_shards(options.out_dir);
   for (SplitSummary* split : {&summary.train, &summary.val}) {
     for (std::string& shard : split->shards) {

@@ -464,6 +464,11 @@ TEST_F(PrepareTest, ErrorsNameTheProblem) {
 // Input that would not split or encode as the user meant: refused where it cannot be text, a
 // warning (in the summary and on stderr) where it is text read differently than it may be meant.
 TEST_F(PrepareTest, OtherFormatsAreRefusedAndSurprisingTextIsWarnedAbout) {
+  auto train_only = [&] {
+    auto o = options();
+    o.val_fraction = 0;  // one or two documents: none must land in val alone
+    return o;
+  };
   const std::pair<std::string, std::string> others[] = {
       {std::string("BZh91AY&SY", 10), "bzip2"},
       {std::string("\x28\xb5\x2f\xfd\x00\x00", 6), "zstd"},
@@ -473,11 +478,11 @@ TEST_F(PrepareTest, OtherFormatsAreRefusedAndSurprisingTextIsWarnedAbout) {
     fs::remove_all(path("in"));
     fs::create_directories(path("in"));
     write("in/a.txt", bytes);
-    test::expect_error([&] { prepare(options()); }, {"a.txt' is a " + name + " file"});
+    test::expect_error([&] { prepare(train_only()); }, {"a.txt' is a " + name + " file"});
   }
   // Text that starts like bzip2's magic but is not: read as text.
   write("in/a.txt", "BZh is how the word begins\n");
-  const PrepareSummary text = prepare(options());
+  const PrepareSummary text = prepare(train_only());
   EXPECT_EQ(text.train.documents + text.val.documents, 1);
 
   fs::remove_all(path("in"));
@@ -485,14 +490,14 @@ TEST_F(PrepareTest, OtherFormatsAreRefusedAndSurprisingTextIsWarnedAbout) {
   write("in/crlf.txt", "one\r\n\r\n\r\ntwo\r\n");
   write("in/eot.txt", "story one<|endoftext|>story two");
   write("in/plain.txt", "a\n\n\nb\n");
-  PrepareSummary s = prepare(options());
+  PrepareSummary s = prepare(train_only());
   ASSERT_EQ(s.warnings.size(), 2u);
   EXPECT_NE(s.warnings[0].find("1 file(s) have Windows line endings"), std::string::npos);
   EXPECT_NE(s.warnings[0].find("crlf.txt"), std::string::npos);
   EXPECT_NE(s.warnings[1].find("contain the text '<|endoftext|>', e.g. '"), std::string::npos);
   EXPECT_NE(s.warnings[1].find("eot.txt"), std::string::npos);
   // With the delimiters they call for, no warning and the documents they hold.
-  auto o = options();
+  auto o = train_only();
   o.delimiter = "\r\n\r\n\r\n";
   o.inputs = {path("in/crlf.txt")};
   s = prepare(o);
@@ -533,6 +538,11 @@ TEST_F(PrepareTest, AFailedRunKeepsTheEarlierShards) {
   fs::remove(path("in/b.txt.gz"));
   fs::create_directories(path("in/sub.txt"));
   test::expect_error([&] { prepare(o); }, {"sub.txt' is a directory; give its files"});
+  EXPECT_EQ(read_shard(path("out") + "/train_000000.bin"), tokens);
+  // Every document in val: nothing to train on, refused (and the earlier shards kept).
+  fs::remove(path("in/sub.txt"));
+  o.val_fraction = 0.999999;
+  test::expect_error([&] { prepare(o); }, {"every document went to val (2 documents"});
   EXPECT_EQ(read_shard(path("out") + "/train_000000.bin"), tokens);
 }
 
