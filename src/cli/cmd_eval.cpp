@@ -24,7 +24,7 @@ void add_device_options(CLI::App* sub, EvalDeviceOptions& d) {
                   "fp32 on the CPU)")
       ->capture_default_str();
   sub->add_option("--batch", d.batch, "sequences per forward (default: 16 on CUDA, 4 on CPU)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::NonNegativeNumber);
 }
 
 }  // namespace
@@ -57,11 +57,11 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
                   "--text document separator (default: a file is a document; \\n understood)");
   sub->add_option("--tokenizer", o.tokenizer, "tokenizer spec (default: the model's)");
   sub->add_option("--context", o.context, "perplexity window in tokens (default: block_size)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--stride", o.stride, "perplexity window stride (default: the context)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--limit", o.limit, "first N examples per task, documents per data source")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::NonNegativeNumber);
   sub->add_flag("--validation", o.validation,
                 "also score the recipe's validation set when other data is given");
   add_device_options(sub, o.device);
@@ -123,9 +123,9 @@ CLI::App* add_score_command(CLI::App& app, ScoreArgs& a) {
   sub->add_option("--tokens", o.tokens, "an llm.c shard or a file of whitespace-separated ids");
   sub->add_option("--tokenizer", o.tokenizer, "tokenizer spec (default: the model's)");
   sub->add_option("--context", o.context, "window in tokens (default: block_size)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--stride", o.stride, "window stride (default: the context)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--set", o.overrides,
                   "attention.focus.top_k=N, attention.focus.eval_routing=hard|soft or "
                   "attention.sfa.kernel=auto|flash|masked_dense");

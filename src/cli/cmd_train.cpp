@@ -1,5 +1,6 @@
 // attnlab train | info | generate | prepare
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <map>
 
@@ -19,7 +20,13 @@ int cmd_train(const RecipeArgs& args, const std::string& resume_dir, int profile
   o.resume = resume_dir;
   o.profile_steps = profile_steps;
   const TrainResult res = train(r, o);
-  return res.interrupted_by != 0 ? 128 + res.interrupted_by : 0;  // the shell's convention
+  if (res.interrupted_by != 0) {
+    // End by the signal, as without the handler: a shell running several runs stops too.
+    std::fflush(nullptr);
+    std::signal(res.interrupted_by, SIG_DFL);
+    std::raise(res.interrupted_by);
+  }
+  return 0;
 }
 
 int cmd_generate(const GenerateOptions& options) {

@@ -433,6 +433,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name
     try {
       // A second document ("---") would be dropped by YAML::Load without a word.
       std::vector<YAML::Node> docs = YAML::LoadAll(yaml_text);
+      std::erase_if(docs, [](const YAML::Node& d) { return d.IsNull(); });  // a bare ---
       ATTN_REQUIRE(docs.size() <= 1,
                    "%s: holds %zu YAML documents (separated by ---); a recipe is one document",
                    source_name.c_str(), docs.size());
@@ -488,13 +489,15 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides,
                    RecipeUse use) {
   const std::string text = io::read_file(path, "recipe");
-  // A file of nothing but comments and blank lines gives every default (a 124M GPT-2): taken for
-  // a wrong or emptied file, not a choice.
-  bool has_content = false;
+  // A file of nothing but comments, blank lines and document markers gives every default (a 124M
+  // GPT-2) where --set gives nothing either: taken for a wrong or emptied file, not a choice.
+  bool has_content = !overrides.empty();
   for (size_t i = 0; i < text.size() && !has_content;) {
     const size_t eol = std::min(text.find('\n', i), text.size());
     const size_t first = text.find_first_not_of(" \t\r", i);
-    has_content = first < eol && text[first] != '#';
+    const std::string_view line(text.data() + std::min(first, eol), eol - std::min(first, eol));
+    has_content =
+        first < eol && text[first] != '#' && !line.starts_with("---") && !line.starts_with("...");
     i = eol + 1;
   }
   ATTN_REQUIRE(has_content,

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -226,6 +228,13 @@ PrepareSummary prepare(const PrepareOptions& options) {
   // succeeds: a failed run (corrupt input, no text) leaves the earlier dataset as it was.
   const std::string stage =
       (fs::path(options.out_dir) / strformat(".prepare-staging-%d", int(::getpid()))).string();
+  // A killed run's staging directory (its process gone) is removed.
+  for (const auto& e : fs::directory_iterator(options.out_dir)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.rfind(".prepare-staging-", 0) != 0) continue;
+    const int pid = std::atoi(name.c_str() + std::strlen(".prepare-staging-"));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) fs::remove_all(e.path());
+  }
   fs::create_directories(stage);
   struct StageGuard {
     std::string dir;

@@ -62,7 +62,7 @@ LaunchInfo detect_launch(const EnvLookup& env) {
     // down to its processes, which they do not name: every process read the same mpirun rank
     // and trained on its own into the same out_dir. Torchrun-style variables that disagree
     // are refused, naming both.
-    if (env("WORLD_SIZE") || env("RANK")) {
+    if (env("WORLD_SIZE") && env("RANK")) {
       const LaunchInfo t = read(env, Launcher::env, "RANK", "WORLD_SIZE", "LOCAL_RANK");
       ATTN_REQUIRE(t.rank == info.rank && t.world_size == info.world_size,
                    "this process has mpirun's OMPI_COMM_WORLD_RANK=%d and "

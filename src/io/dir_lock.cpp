@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -28,8 +29,10 @@ DirLock::DirLock(const std::string& dir, const std::string& name, const std::str
                  "runs writing one directory would interleave their metrics and checkpoints; "
                  "wait for it, or choose another %s",
                  what.c_str(), dir.c_str(), n > 0 ? holder : "unknown", path.c_str(), what.c_str());
-    ATTN_FAIL("%s '%s': cannot lock '%s': %s", what.c_str(), dir.c_str(), path.c_str(),
-              std::strerror(err));
+    // A filesystem without flock (some Lustre, NFS without a lock daemon, FUSE): run unlocked.
+    std::fprintf(stderr, "warning: %s '%s': cannot lock '%s' (%s); running without the lock\n",
+                 what.c_str(), dir.c_str(), path.c_str(), std::strerror(err));
+    return;
   }
   const std::string pid = std::to_string(::getpid());
   if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, pid.data(), pid.size(), 0);

@@ -1,19 +1,28 @@
 #include "train/interrupt.h"
 
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 
 namespace attnlab {
 namespace {
 
-volatile std::sig_atomic_t g_signal = 0;
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the handler stores to it");
 struct sigaction g_old_int, g_old_term;
+bool g_have_int = false, g_have_term = false;
 
-void on_signal(int sig) {
-  g_signal = sig;
-  // The next one takes the default action (the process stops at once).
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+void on_signal(int sig) { g_signal.store(sig, std::memory_order_relaxed); }
+
+// Installs on_signal for `sig` unless the process was started with it ignored (a job started
+// with & from a script): that stays ignored. SA_RESETHAND: a second one takes the default action.
+bool install(int sig, struct sigaction* old) {
+  if (sigaction(sig, nullptr, old) != 0 || old->sa_handler == SIG_IGN) return false;
+  struct sigaction sa = {};
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESETHAND | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  return sigaction(sig, &sa, nullptr) == 0;
 }
 
 }  // namespace
@@ -21,20 +30,17 @@ void on_signal(int sig) {
 InterruptGuard::InterruptGuard(bool enabled) : enabled_(enabled) {
   if (!enabled_) return;
   g_signal = 0;
-  struct sigaction sa = {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &g_old_int);
-  sigaction(SIGTERM, &sa, &g_old_term);
+  g_have_int = install(SIGINT, &g_old_int);
+  g_have_term = install(SIGTERM, &g_old_term);
 }
 
 InterruptGuard::~InterruptGuard() {
   if (!enabled_) return;
-  sigaction(SIGINT, &g_old_int, nullptr);
-  sigaction(SIGTERM, &g_old_term, nullptr);
+  if (g_have_int) sigaction(SIGINT, &g_old_int, nullptr);
+  if (g_have_term) sigaction(SIGTERM, &g_old_term, nullptr);
 }
 
-int InterruptGuard::signal() const { return enabled_ ? int(g_signal) : 0; }
+int InterruptGuard::signal() const { return enabled_ ? g_signal.load() : 0; }
 
 void InterruptGuard::test_hook(long long step) {
   const char* v = std::getenv("ATTNLAB_TEST_INTERRUPT");

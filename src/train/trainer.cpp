@@ -452,14 +452,16 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     if (periodic || (last && recipe.checkpoint.at_end)) checkpoint();
     // Ctrl-C or SIGTERM: stop after this step with a checkpoint (where the run writes any).
     if (const int sig = interrupt.signal(); sig != 0 && !last) {
-      const bool saves = recipe.checkpoint.every > 0 || recipe.checkpoint.at_end;
+      const bool saves =
+          options.profile_steps == 0 && (recipe.checkpoint.every > 0 || recipe.checkpoint.at_end);
       if (saves && !periodic) checkpoint();
       log.warn(
           "%s received: stopped after step %lld of %lld; %s", sig == SIGINT ? "SIGINT" : "SIGTERM",
           (long long)st.step, (long long)last_step,
           saves
               ? strformat("checkpoint written: continue with --resume %s", run_dir.c_str()).c_str()
-              : "no checkpoint written (checkpoint.every 0 and checkpoint.at_end false)");
+              : "no checkpoint written (--profile, or checkpoint.every 0 and "
+                "checkpoint.at_end false)");
       result.interrupted_by = sig;
       break;
     }

@@ -148,9 +148,14 @@ TEST(TrainIntegration, InterruptWritesACheckpointAndTheResumeIsExact) {
   const std::vector<std::string> keys = {"checkpoint.every=0", "checkpoint.at_end=true"};
   const std::string whole = tmp.file("whole"), cut = tmp.file("cut");
   train(tiny(whole, keys), quiet());
-  ::setenv("ATTNLAB_TEST_INTERRUPT", "3", 1);
-  const TrainResult stopped = train(tiny(cut, keys), quiet());
-  ::unsetenv("ATTNLAB_TEST_INTERRUPT");
+  struct Env {
+    Env() { ::setenv("ATTNLAB_TEST_INTERRUPT", "3", 1); }
+    ~Env() { ::unsetenv("ATTNLAB_TEST_INTERRUPT"); }  // also when train throws
+  };
+  const TrainResult stopped = [&] {
+    const Env env;
+    return train(tiny(cut, keys), quiet());
+  }();
   EXPECT_EQ(stopped.interrupted_by, SIGINT);
   EXPECT_EQ(stopped.steps, 3);
   EXPECT_TRUE(fs::exists(fs::path(cut) / "checkpoints" / "step_00000003" / "model.safetensors"));
