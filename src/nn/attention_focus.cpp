@@ -81,16 +81,17 @@ void FocusAttention::bind(const ParameterStore& store) {
 }
 
 std::string focus_cuda_limits_error(const FocusOptions& o) {
-  if (o.d_g > 64 || o.groups * o.d_g > 1024)
+  if (o.d_g > ops::kFocusCudaMaxDg || o.groups * o.d_g > ops::kFocusCudaMaxGroupsTimesDg)
     return strformat(
-        "attention.focus.d_g (%d) must be <= 64 and attention.focus.groups x d_g (%d x %d = %d) "
-        "<= 1024 on CUDA (the group scores kernel's limits)",
-        o.d_g, o.groups, o.d_g, o.groups * o.d_g);
-  if (o.assign == FocusOptions::Assign::sinkhorn && o.groups > 256)
+        "attention.focus.d_g (%d) must be <= %d and attention.focus.groups x d_g (%d x %d = %d) "
+        "<= %d on CUDA (the group scores kernel's limits)",
+        o.d_g, ops::kFocusCudaMaxDg, o.groups, o.d_g, o.groups * o.d_g,
+        ops::kFocusCudaMaxGroupsTimesDg);
+  if (o.assign == FocusOptions::Assign::sinkhorn && o.groups > ops::kFocusCudaMaxSinkhornGroups)
     return strformat(
-        "attention.focus.groups (%d) must be <= 256 on CUDA with assign: sinkhorn (the Sinkhorn "
+        "attention.focus.groups (%d) must be <= %d on CUDA with assign: sinkhorn (the Sinkhorn "
         "kernels' limit)",
-        o.groups);
+        o.groups, ops::kFocusCudaMaxSinkhornGroups);
   return "";
 }
 

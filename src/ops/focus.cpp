@@ -47,9 +47,10 @@ void focus_scores_fwd(const ExecContext& ctx, const Tensor& scores, const Tensor
   require_tensor(op, "centroids", centroids, dt, Shape{K, d}, ctx);
   require_numel(op, "scores", scores, DType::f32, N * K, ctx);
   ATTN_REQUIRE(tau > 0.f, "focus_scores: tau must be > 0, got %g", double(tau));
-  ATTN_REQUIRE(ctx.device == Device::cpu || (d <= 64 && K * d <= 1024),
-               "focus_scores: d_g must be <= 64 and groups x d_g <= 1024 on CUDA, got %lld, %lld",
-               (long long)d, (long long)(K * d));
+  ATTN_REQUIRE(
+      ctx.device == Device::cpu || (d <= kFocusCudaMaxDg && K * d <= kFocusCudaMaxGroupsTimesDg),
+      "focus_scores: d_g must be <= %d and groups x d_g <= %d on CUDA, got %lld, %lld",
+      kFocusCudaMaxDg, kFocusCudaMaxGroupsTimesDg, (long long)d, (long long)(K * d));
   auto make = [&]<typename T>() {
     FocusScoresParams<T> p;
     p.z = ptr<T>(z);
@@ -111,8 +112,9 @@ SinkhornParams sinkhorn_params(const ExecContext& ctx, const Tensor& scores, con
   p.T = int(s.dims[1]);
   p.K = int(s.dims[2]);
   p.iterations = int(iterates.dim(0) - 1);
-  ATTN_REQUIRE(ctx.device == Device::cpu || p.K <= 256,
-               "focus_sinkhorn: at most 256 groups on CUDA, got %d", p.K);
+  ATTN_REQUIRE(ctx.device == Device::cpu || p.K <= kFocusCudaMaxSinkhornGroups,
+               "focus_sinkhorn: at most %d groups on CUDA, got %d", kFocusCudaMaxSinkhornGroups,
+               p.K);
   p.causal = causal;
   p.scores = ptr<float>(scores);
   p.iterates = ptr<float>(iterates);

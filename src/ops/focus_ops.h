@@ -11,6 +11,13 @@
 
 namespace attnlab::ops {
 
+// The CUDA kernels' limits on the Focus settings (focus_scores: the group space and its product
+// with the groups; focus_sinkhorn: the groups), checked by the ops and, named by their recipe
+// keys, when a CUDA model is allocated (nn/attention_focus.h, focus_cuda_limits_error).
+inline constexpr int kFocusCudaMaxDg = 64;
+inline constexpr int kFocusCudaMaxGroupsTimesDg = 1024;
+inline constexpr int kFocusCudaMaxSinkhornGroups = 256;
+
 // scores [N, K] f32 = cos(z_i, c_k) / tau; z [N, d_g], centroids [K, d_g].
 void focus_scores_fwd(const ExecContext& ctx, const Tensor& scores, const Tensor& z,
                       const Tensor& centroids, float tau);
