@@ -242,6 +242,10 @@ void TrainConfig::validate() const {
   require_min("train.seq_len", seq_len, 1);
   require_min("train.batch_tokens", batch_tokens, 0);
   require_min("train.threads", threads, 0);
+  // More would only oversubscribe the cores, and far more aborts in the OpenMP runtime.
+  if (threads > kMaxThreads)
+    fail_key("train.threads", strformat("train.threads must be <= %d (0 = all cores), got %d",
+                                        kMaxThreads, threads));
   if (out_dir.empty()) fail_key("train.out_dir", "train.out_dir must not be empty");
   if (batch_tokens % micro_tokens() != 0)
     fail_key("train.batch_tokens",

@@ -309,7 +309,8 @@ struct TrainConfig {
   DeviceChoice device = DeviceChoice::auto_select;
   Precision precision = Precision::bf16;
   int64_t seed = 1337;
-  int threads = 0;  // CPU threads; 0 = all cores
+  static constexpr int kMaxThreads = 1024;
+  int threads = 0;  // CPU threads; 0 = all cores, at most kMaxThreads
   Recompute recompute = Recompute::none;
   std::string out_dir = "runs/default";
   bool deterministic = true;

@@ -197,7 +197,8 @@ void PrepareOptions::validate() const {
                (long long)shard_tokens);
   ATTN_REQUIRE(batch_bytes >= 0, "prepare: batch_bytes must be >= 0, got %lld",
                (long long)batch_bytes);
-  ATTN_REQUIRE(threads >= 0, "prepare: threads must be >= 0, got %d", threads);
+  ATTN_REQUIRE(threads >= 0 && threads <= kMaxThreads,
+               "prepare: threads must be in [0, %d] (0 = all cores), got %d", kMaxThreads, threads);
 }
 
 PrepareSummary prepare(const PrepareOptions& options) {

@@ -30,7 +30,8 @@ struct PrepareOptions {
   double val_fraction = 0.005;
   uint64_t seed = 1337;
   int64_t shard_tokens = 100'000'000;
-  int threads = 0;  // encoding threads; 0: all hardware threads
+  static constexpr int kMaxThreads = 1024;
+  int threads = 0;  // encoding threads; 0: all hardware threads; at most kMaxThreads
   // Text bytes per batch of documents handed to the encoding threads. 0: 2 MiB per thread (the
   // first batches are smaller so encoding starts early). Tests set it small to get many batches.
   int64_t batch_bytes = 0;

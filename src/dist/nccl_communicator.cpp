@@ -257,8 +257,16 @@ class NcclCommunicator final : public Communicator {
   static ncclRedOp_t red(ReduceOp op) { return op == ReduceOp::avg ? ncclAvg : ncclSum; }
   void nccl(const char* call, ncclResult_t r) {
     if (r == ncclSuccess) return;
-    ATTN_FAIL("rank %d of %d (device %d): %s failed: %s (%s)", rank_, world_, device_, call,
-              ncclGetErrorString(r), ncclGetLastError(comm_));
+    const std::string last = ncclGetLastError(comm_);
+    // Two ranks on one GPU (srun --gres=gpu:1 with two tasks, or CUDA_VISIBLE_DEVICES giving each
+    // rank the same device) fail here in NCCL's init.
+    const char* hint = last.find("Duplicate GPU") != std::string::npos
+                           ? ": two ranks were given the same GPU; one process per GPU, so give "
+                             "each rank its own device (srun --gpus-per-task=1, or one "
+                             "CUDA_VISIBLE_DEVICES entry per rank)"
+                           : "";
+    ATTN_FAIL("rank %d of %d (device %d): %s failed: %s (%s)%s", rank_, world_, device_, call,
+              ncclGetErrorString(r), last.c_str(), hint);
   }
   void check_cuda(const char* what, const Tensor& t) const {
     check_collective(what, t);

@@ -219,6 +219,9 @@ TEST(RecipeErrors, OutOfRangeAndCrossField) {
   EXPECT_EQ(parse_error("schedule:\n  decay_frac: 0\n"),
             "x.yaml:2: schedule.decay_frac must be in (0, 1], got 0");
   EXPECT_EQ(parse_error("optim:\n  lr: -1\n"), "x.yaml:2: optim.lr must be > 0, got -1");
+  EXPECT_EQ(parse_error("train:\n  threads: 100000\n"),
+            "x.yaml:2: train.threads must be <= 1024 (0 = all cores), got 100000");
+  EXPECT_EQ(parse_error("train:\n  threads: 1024\n"), "");
   EXPECT_EQ(parse_error("checkpoint:\n  keep_last: 0\n"),
             "x.yaml:2: checkpoint.keep_last must be >= 1, got 0");
   EXPECT_EQ(parse_error("train:\n  seq_len: 2048\n"),

@@ -459,6 +459,9 @@ TEST_F(PrepareTest, ErrorsNameTheProblem) {
   o = options();
   o.batch_bytes = -1;
   test::expect_error([&] { prepare(o); }, "batch_bytes");
+  o = options();
+  o.threads = 100000;  // the OpenMP/thread runtime would abort, not say which option
+  test::expect_error([&] { prepare(o); }, "threads must be in [0, 1024]");
 }
 
 // Input that would not split or encode as the user meant: refused where it cannot be text, a
