@@ -7,7 +7,8 @@
 // fwd: losses[i] = logsumexp(logits[i, :V]) - logits[i, target[i]]                (written =)
 // bwd: dlogits[i, j] = (softmax(logits[i, :V])[j] - [j == target]) * dloss for j < V, 0 for j >= V
 //      (written =; dlogits may alias logits: the CUDA path fuses fwd+bwd in one pass).
-// dloss is the scale of each row's loss in the total (1 / (valid tokens * grad-accum steps)).
+// dloss is the scale of each row's loss in the total (the trainer's: 1 / the valid targets of the
+// whole step, over its micro-steps and ranks).
 #pragma once
 #include "kernels/common/launch.h"
 

@@ -238,6 +238,9 @@ int TrainConfig::grad_accum_steps(int world_size) const {
 
 void TrainConfig::validate() const {
   require_min("train.steps", steps, 1);
+  if (steps > INT32_MAX)  // the schedule and the optimizer count steps in 32 bits
+    fail_key("train.steps",
+             strformat("train.steps must be <= %d, got %lld", INT32_MAX, (long long)steps));
   require_min("train.micro_batch", micro_batch, 1);
   require_min("train.seq_len", seq_len, 1);
   require_min("train.batch_tokens", batch_tokens, 0);

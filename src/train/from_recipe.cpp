@@ -1,6 +1,7 @@
 #include "train/from_recipe.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -147,6 +148,16 @@ ScheduleSpec schedule_of(const Recipe& r, int total_steps) {
   s.final_lr_frac = float(r.schedule.final_lr_frac);
   s.decay_frac = float(r.schedule.decay_frac);
   return s;
+}
+
+std::string schedule_change_note(const ScheduleSpec& was, const ScheduleSpec& now, int next_step) {
+  const float before = lr_at(was, next_step), after = lr_at(now, next_step);
+  if (std::fabs(after - before) <= 1e-6f * std::max(was.lr, now.lr)) return "";
+  return strformat(
+      "the recipe changes the learning-rate schedule (%s over %d steps, lr %g, before: %s over "
+      "%d steps, lr %g): step %d runs at lr %g where the checkpoint's run would have used %g",
+      schedule_type_name(now.type), now.total_steps, double(now.lr), schedule_type_name(was.type),
+      was.total_steps, double(was.lr), next_step + 1, double(after), double(before));
 }
 
 }  // namespace attnlab

@@ -19,5 +19,9 @@ int vocab_multiple_of(int vocab_size, int padded_vocab);
 FocusOptions focus_options_of(const FocusConfig& f);
 AdamWConfig adamw_config_of(const Recipe& r);
 ScheduleSpec schedule_of(const Recipe& r, int total_steps);
+// For a resume whose recipe changes the schedule (train.steps, optim.lr, schedule.*): "" when
+// 0-based step next_step runs at the lr the checkpoint's schedule `was` gives it, else a note
+// with both (the schedule is recomputed over the new values, so the lr can jump).
+std::string schedule_change_note(const ScheduleSpec& was, const ScheduleSpec& now, int next_step);
 
 }  // namespace attnlab

@@ -85,7 +85,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
 
   // ---- run directory and resume --------------------------------------------------------------
   TrainerState st;
-  std::string resumed_from, resume_changes, data_changed;
+  std::string resumed_from, resume_changes, data_changed, resume_lr_change;
   const std::string data_fp = data_fingerprint(s.train_loader->sources());
   WeightLoadReport init_report;
   if (rank0) io::ensure_dir(run_dir);
@@ -109,6 +109,9 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     load_model_weights(dir, s.store);
     load_optimizer_state(dir, opt);
     st = load_trainer_state(dir);
+    if (const std::optional<Recipe> was = read_checkpoint_recipe(dir))
+      resume_lr_change =
+          schedule_change_note(schedule_of(*was, int(was->train.steps)), sched, int(st.step));
     // Every rank resumed the same checkpoint (its own copy of it: a node with a stale out_dir
     // trained on silently with other weights): its step, data position and sampled weights.
     if (world > 1)
@@ -187,6 +190,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   st.device = device_name(s.ctx->device);
   st.precision = dtype_name(s.dtype);
   if (!data_changed.empty()) log.warn("%s", data_changed.c_str());
+  if (!resume_lr_change.empty()) log.warn("%s", resume_lr_change.c_str());
   if (!resumed_from.empty())
     log.info(
         "resumed from %s at step %lld%s%s", resumed_from.c_str(), (long long)st.step,

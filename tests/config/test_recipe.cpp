@@ -222,6 +222,8 @@ TEST(RecipeErrors, OutOfRangeAndCrossField) {
   EXPECT_EQ(parse_error("train:\n  threads: 100000\n"),
             "x.yaml:2: train.threads must be <= 1024 (0 = all cores), got 100000");
   EXPECT_EQ(parse_error("train:\n  threads: 1024\n"), "");
+  EXPECT_EQ(parse_error("train:\n  steps: 3000000000\n"),
+            "x.yaml:2: train.steps must be <= 2147483647, got 3000000000");
   EXPECT_EQ(parse_error("checkpoint:\n  keep_last: 0\n"),
             "x.yaml:2: checkpoint.keep_last must be >= 1, got 0");
   EXPECT_EQ(parse_error("train:\n  seq_len: 2048\n"),

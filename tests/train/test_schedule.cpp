@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "test_util.h"
+#include "train/from_recipe.h"
 #include "train/schedule.h"
 
 namespace attnlab {
@@ -123,6 +124,22 @@ TEST(Schedule, ParseAndErrors) {
   ScheduleSpec nan_lr = make(ScheduleSpec::cosine, 1, 10);
   nan_lr.lr = NAN;
   expect_error([&] { lr_at(nan_lr, 0); }, "lr must be finite");
+}
+
+// A resume that lengthens a cosine run recomputes its schedule: the lr jumps back up, said.
+TEST(Schedule, AResumeThatChangesTheScheduleIsNamed) {
+  const ScheduleSpec was = make(ScheduleSpec::cosine, 0, 4), same = was;
+  ScheduleSpec longer = was;
+  longer.total_steps = 8;
+  EXPECT_EQ(schedule_change_note(was, same, 4), "");
+  const std::string note = schedule_change_note(was, longer, 4);
+  EXPECT_NE(note.find("cosine over 8 steps"), std::string::npos) << note;
+  EXPECT_NE(note.find("step 5 runs at lr"), std::string::npos) << note;
+  // Only the lr of the next step counts: a change that leaves it (the constant schedule's
+  // length) is not worth a warning.
+  ScheduleSpec constant = make(ScheduleSpec::constant, 0, 4), constant_longer = constant;
+  constant_longer.total_steps = 8;
+  EXPECT_EQ(schedule_change_note(constant, constant_longer, 2), "");
 }
 
 }  // namespace
