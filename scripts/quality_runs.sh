@@ -37,7 +37,8 @@ declare -A SETS=(
   [focus-hardtrain]="$FOCUS --set attention.focus.route_training=hard"
   [focus-k4]="$FOCUS --set attention.focus.groups=4"
   [sfa]="--set attention.type=sfa"
-  [sfa-distill]="--set attention.type=sfa --set attention.sfa.distill=${DISTILL_LAMBDA:-1.0}"
+  # 0.09375 = 6 / 64: docs/results.md's lambda 1.0 of the term's earlier weighting at MODEL=small
+  [sfa-distill]="--set attention.type=sfa --set attention.sfa.distill=${DISTILL_LAMBDA:-0.09375}"
 )
 case "${MODEL:-small}" in
   small) MODEL_SETS="--set model.n_layer=6 --set model.n_head=6 --set model.n_embd=384" ;;

@@ -8,8 +8,18 @@
 
 namespace attnlab {
 
+namespace {
+
+AttentionOptions attention_options(const GPTConfig& cfg) {
+  AttentionOptions o = cfg.attention;
+  o.n_layer = cfg.n_layer;
+  return o;
+}
+
+}  // namespace
+
 Block::Block(const GPTConfig& cfg, int layer)
-    : cfg_(cfg), layer_(layer), attn_(make_attention(cfg.attention, layer)) {
+    : cfg_(cfg), layer_(layer), attn_(make_attention(attention_options(cfg), layer)) {
   if (cfg.lora.enabled())
     lora_.emplace(cfg.lora, lora_linear_name(layer, "c_attn"), cfg.n_embd,
                   cfg.qkv_layout().width());

@@ -92,7 +92,8 @@ struct SfaOptions {
 
 struct AttentionOptions {
   std::string type = "dense";
-  int window = 0;  // sliding-window size (0: full causal)
+  int window = 0;   // sliding-window size (0: full causal)
+  int n_layer = 1;  // the model's layers (set by the block): terms averaged over layers
   FocusOptions focus;
   SfaOptions sfa;
 };

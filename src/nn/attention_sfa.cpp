@@ -34,7 +34,8 @@ struct SfaAttention::Views {
   Tensor dout;                        // [B, T, H*D] dO~ with the distillation gradient added
 };
 
-SfaAttention::SfaAttention(const AttentionOptions& opts) : opts_(opts.sfa) {
+SfaAttention::SfaAttention(const AttentionOptions& opts) : opts_(opts.sfa), n_layer_(opts.n_layer) {
+  ATTN_REQUIRE(n_layer_ >= 1, "sfa: n_layer must be >= 1, got %d", n_layer_);
   ATTN_REQUIRE(opts.window == 0,
                "attention.window (%d) does not apply to sfa (full causal only); set "
                "attention.window=0",
@@ -106,7 +107,7 @@ void SfaAttention::forward(const ExecContext& ctx, const AttentionInputs& in, co
   if (!last_distilled_) return;
   ops::attention_fwd(ctx, v.teacher, v.teacher_lse, in.qkv, in.layout);
   if (in.aux.total)
-    ops::sfa_distill_fwd(ctx, in.aux.total, out, v.teacher, in.aux.scale * opts_.distill);
+    ops::sfa_distill_fwd(ctx, in.aux.total, out, v.teacher, in.aux.scale * distill_weight());
 }
 
 void SfaAttention::backward(const ExecContext& ctx, const AttentionInputs& in, const Tensor& out,
@@ -116,7 +117,7 @@ void SfaAttention::backward(const ExecContext& ctx, const AttentionInputs& in, c
   const Views v = views(&buf_, shape_.layout, dtype_, B, T, last_flash_, nullptr);
   Tensor d = dout;
   if (last_distilled_ && in.aux.total) {
-    ops::sfa_distill_bwd(ctx, v.dout, dout, out, v.teacher, in.aux.scale * opts_.distill);
+    ops::sfa_distill_bwd(ctx, v.dout, dout, out, v.teacher, in.aux.scale * distill_weight());
     d = v.dout;
   }
   if (last_flash_) {

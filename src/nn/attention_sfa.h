@@ -6,9 +6,10 @@
 // (ops/sfa_ops.h: q, k sparsified into a copy of qkv, then the dense attention kernels; saved: the
 // sparsified copy and lse), or flash (FlashSFA: the sparse form q/k idx + val and lse saved).
 // Distillation (attention.sfa.distill = lambda > 0, train mode only): the dense teacher's output O
-// on the same q, k, v (no gradient through it) and lambda * mean((O~ - O)^2) over every element
-// of the [B, T, n_head * D] output, added to the AuxLossSink (scale given at forward); the
-// backward adds scale * lambda * 2 (O~ - O) / n to dO~.
+// on the same q, k, v (no gradient through it) and the lambda * mean over layers and heads
+// (and tokens) of ||O~_h - O_h||^2: each layer adds (lambda D / n_layer) * mean((O~ - O)^2) over
+// the elements of its [B, T, n_head * D] output to the AuxLossSink (scale given at forward); the
+// backward adds scale * (lambda D / n_layer) * 2 (O~ - O) / n to dO~.
 // Decode: SfaKVCache holds k~ as values + indices and dense V.
 #pragma once
 #include "nn/attention.h"
@@ -41,6 +42,10 @@ class SfaAttention final : public AttentionModule {
   std::string eval_mode() const override;
   // Head dim past the KV cache's one-byte coordinates: trains and evaluates, cannot generate.
   std::string config_warning(int64_t T) const override;
+  // The weight of this layer's mean((O~ - O)^2) over elements (the class comment); after allocate.
+  float distill_weight() const {
+    return opts_.distill * float(shape_.layout.head_dim) / float(n_layer_);
+  }
 
  private:
   struct Views;  // the saved state of a [B, T] forward
@@ -50,6 +55,7 @@ class SfaAttention final : public AttentionModule {
   bool distills() const { return opts_.distill > 0.f; }
 
   SfaOptions opts_;
+  int n_layer_ = 1;
   int k_ = 0;
   AttentionShape shape_;
   DType dtype_ = DType::f32;

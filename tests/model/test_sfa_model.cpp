@@ -77,10 +77,11 @@ TEST(SfaModel, FiniteDifferenceGradientsOfTheWholeModel) {
   EXPECT_GT(m.total(checked), 60);
 }
 
-// With distill > 0 the backward differentiates lambda * mean((O~ - O)^2) with the teacher O held
-// fixed (stopgrad), so it is not the gradient of the objective as a function of the weights (the
-// teacher moves with them too): the finite differences run on one module with the teacher frozen
-// at the base point. Through the whole GPT the term changes every gradient.
+// With distill > 0 the backward differentiates lambda D / n_layer * mean((O~ - O)^2) (one layer of
+// head dim D here: lambda times the mean over heads and tokens of ||O~_h - O_h||^2) with the
+// teacher O held fixed (stopgrad), so it is not the gradient of the objective as a function of the
+// weights (the teacher moves with them too): the finite differences run on one module with the
+// teacher frozen at the base point. Through the whole GPT the term changes every gradient.
 TEST(SfaModel, DistillationGradientHoldsTheTeacherFixed) {
   auto ctx = ExecContext::make_cpu();
   const QKVLayout l{2, 1, 8};
@@ -114,7 +115,8 @@ TEST(SfaModel, DistillationGradientHoldsTheTeacherFixed) {
     double mse = 0.0;
     for (size_t i = 0; i < out.size(); ++i)
       mse += (double(out[i]) - teacher[i]) * (double(out[i]) - teacher[i]);
-    return test::weighted_sum(w, out) + double(scale * lambda) * mse / double(out.size());
+    // D = 8 coordinates per head, one layer: the per-head squared norm's mean.
+    return test::weighted_sum(w, out) + double(scale * lambda) * 8.0 * mse / double(out.size());
   };
   const float h = 2e-3f;
   int checked = 0;
@@ -149,8 +151,9 @@ TEST(SfaModel, DistillationGradientHoldsTheTeacherFixed) {
   EXPECT_GT(diff, 1e-4);
 }
 
-// aux = aux_scale * lambda * sum over layers of mean((O~ - O)^2), computed here for one module
-// directly; only in train mode; zero when k = D (student = teacher).
+// aux = aux_scale * lambda * the mean over layers, heads and tokens of ||O~_h - O_h||^2 (issue
+// 15's term): computed here for one module of a 1- and a 3-layer model directly; only in train
+// mode; zero when k = D (student = teacher).
 TEST(SfaModel, DistillationTermValue) {
   SfaModel m;
   const LossTotals train = m.totals(AttentionMode::train);
@@ -164,27 +167,42 @@ TEST(SfaModel, DistillationTermValue) {
   const int B = 2, T = 5, W = int(l.width()), Q = int(l.q_width());
   std::vector<float> qkv = test::random_vector(size_t(B) * T * W, 3), out(size_t(B) * T * Q);
   std::vector<float> teacher(out.size()), lse(size_t(B) * 2 * T);
-  AttentionOptions o;
-  o.type = "sfa";
-  o.sfa = {2, 0.5f};
-  SfaAttention a(o);
-  AttentionShape s{B, T, l, 8};
-  a.allocate(*ctx, s, DType::f32);
-  double total = 0.0;
-  AttentionInputs in;
-  in.h = Tensor();
-  in.qkv = test::cpu_tensor(qkv, {B, T, W});
-  in.layout = l;
-  in.mode = AttentionMode::train;
-  in.aux = {&total, 0.25f};
-  a.forward(*ctx, in, test::cpu_tensor(out, {B, T, Q}));
-  ops::attention_fwd(*ctx, test::cpu_tensor(teacher, {B, T, Q}), test::cpu_tensor(lse, {B, 2, T}),
-                     in.qkv, l);
-  double want = 0.0;
-  for (size_t i = 0; i < out.size(); ++i)
-    want += (double(out[i]) - teacher[i]) * (double(out[i]) - teacher[i]);
-  EXPECT_GT(want, 0.0);
-  EXPECT_NEAR(total, double(0.25f * 0.5f) * want / double(out.size()), 1e-12);
+  for (int n_layer : {1, 3}) {
+    AttentionOptions o;
+    o.type = "sfa";
+    o.sfa = {2, 0.5f};
+    o.n_layer = n_layer;
+    SfaAttention a(o);
+    AttentionShape s{B, T, l, 8};
+    a.allocate(*ctx, s, DType::f32);
+    double total = 0.0;
+    AttentionInputs in;
+    in.h = Tensor();
+    in.qkv = test::cpu_tensor(qkv, {B, T, W});
+    in.layout = l;
+    in.mode = AttentionMode::train;
+    in.aux = {&total, 0.25f};
+    a.forward(*ctx, in, test::cpu_tensor(out, {B, T, Q}));
+    ops::attention_fwd(*ctx, test::cpu_tensor(teacher, {B, T, Q}), test::cpu_tensor(lse, {B, 2, T}),
+                       in.qkv, l);
+    // Per (token, head): the squared norm of the head's 4 coordinates; their mean over the
+    // B T n_head vectors, over n_layer layers (this one's share).
+    double norms = 0.0;
+    for (size_t i = 0; i < out.size(); ++i)
+      norms += (double(out[i]) - teacher[i]) * (double(out[i]) - teacher[i]);
+    EXPECT_GT(norms, 0.0);
+    const double mean_norm = norms / double(B * T * l.n_head);
+    const double want = double(0.25f * 0.5f) * mean_norm / n_layer;  // the weight is a float
+    EXPECT_NEAR(total, want, 1e-6 * want) << n_layer;
+  }
+  // The model gives its blocks its layer count, so its aux is the mean of its layers' terms:
+  // tiny_gpt_config has 2 layers of head dim 4, distill 0.5.
+  ASSERT_EQ(m.model.config().n_layer, 2);
+  for (int layer = 0; layer < 2; ++layer) {
+    const auto* sfa = dynamic_cast<const SfaAttention*>(&m.model.attention(layer));
+    ASSERT_NE(sfa, nullptr);
+    EXPECT_FLOAT_EQ(sfa->distill_weight(), 0.5f * 4 / 2);
+  }
 }
 
 // prefill + decode_step with the sparse cache (k~ as indices + values, dense V) equals the full
