@@ -189,21 +189,34 @@ TEST(FocusAttention, SoftGatesEqualTheirFormulasPairByPair) {
 }
 
 // Hard routing is the dense softmax under the mask {i - j <= w or a shared group}: GQA, top_k 2,
-// groups far from balanced (two of six used by most tokens, some never), odd lengths.
+// groups far from balanced (a first group 0 or 1 for most tokens, 2 for every 7th; a second of
+// 3 .. 5, or the largest random one for every 5th token), odd lengths. About a third of the
+// distant pairs share no group (checked: a gate that ignored the groups would fail).
 TEST(FocusAttention, HardRoutingEqualsTheMaskedDenseReference) {
   for (int T : {1, 127, 129, 1000}) {
     SCOPED_TRACE(T);
     const bool big = T == 1000;
     Case c(big ? 1 : 2, T, big ? 2 : 4, big ? 1 : 2, big ? 4 : 8, 6, 2, uint32_t(T));
-    for (size_t r = 0; r < size_t(c.B) * T; ++r) {  // unbalanced: mostly groups 0 and 1
-      c.g[r * 6 + (r % 7 == 0 ? 2 : 0)] += 2.f;
-      c.g[r * 6 + 1] += 1.f + float(r % 3);
+    for (size_t r = 0; r < size_t(c.B) * T; ++r) {
+      c.g[r * 6 + (r % 7 == 0 ? 2 : r % 2)] += 3.f;
+      if (r % 5 != 0) c.g[r * 6 + 3 + r % 3] += 2.f;
     }
     ops::focus_route_topk(*c.ctx, c.groups_t(), c.g_t());
     const int w = 5;
     c.forward(gate_of(FocusGateKind::hard, w));
     auto visible = [&](int b, int i, int j) { return i - j <= w || c.share(b, i, j); };
     EXPECT_LT(test::max_rel_error(c.out, c.masked_dense(visible)), 2e-6);
+    int64_t distant = 0, masked = 0;
+    for (int b = 0; b < c.B; ++b)
+      for (int i = 0; i < T; ++i)
+        for (int j = 0; j + w < i; ++j) {
+          ++distant;
+          masked += !c.share(b, i, j);
+        }
+    if (T > 1) {
+      EXPECT_GT(double(masked), 0.2 * double(distant)) << masked << " of " << distant;
+      EXPECT_GT(test::max_rel_error(c.out, c.dense()), 1e-2);  // the mask acts
+    }
   }
 }
 
