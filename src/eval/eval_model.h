@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "config/recipe.h"
 #include "core/context.h"
 #include "core/parameters.h"
 #include "data/loader.h"
@@ -22,11 +23,17 @@ namespace attnlab {
 
 struct EvalDeviceOptions {
   std::string device = "auto";     // auto | cpu | cuda
-  std::string precision = "auto";  // auto (CUDA: the run's train.precision, bf16 by default;
-                                   // CPU: fp32) | bf16 | fp32
+  std::string precision = "auto";  // auto (CUDA: source_precision; CPU: fp32) | bf16 | fp32
   int batch = 0;                   // sequences per forward; 0 = 16 on CUDA, 4 on the CPU
   int max_len = 0;                 // longest sequence a forward takes; 0 = model.block_size
 };
+
+// The precision a model is evaluated in on CUDA by default: an attnlab checkpoint's as its run
+// computed (trainer_state.json: fp32 for a run on the CPU path whatever its train.precision says;
+// without one, as a converted model, the weights' dtype), fp32 for Hugging Face and llm.c models
+// (their published numbers and lm-eval's are fp32; bf16 logits move GPT-2's log-probabilities by
+// up to ~0.1 nats).
+Precision source_precision(const ModelSource& s);
 
 // One sequence to score: inputs[i] predicts targets[i] (GPT::kIgnoreIndex = not scored).
 struct ScoreRequest {

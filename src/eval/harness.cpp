@@ -221,11 +221,13 @@ EvalReport run_evaluation(const EvalOptions& o) {
                "--tasks, --task-dir, --shards or --text (or --recipe with data.val)",
                o.model.c_str());
 
-  // Device and precision: the flags, else the recipe's train.device / train.precision.
+  // Device and precision: the flags, else the recipe's train.device and a train.precision given
+  // in --recipe or --set (the precision a checkpoint's own recipe names is an intent the CPU path
+  // does not follow: EvalModel takes what the run computed in, source_precision).
   EvalDeviceOptions dev = o.device;
   if (recipe && dev.device == "auto") dev.device = std::string(enum_name(recipe->train.device));
   const bool cuda = dev.device == "cuda" || (dev.device == "auto" && cuda_available());
-  if (recipe && cuda && dev.precision == "auto")
+  if (recipe && cuda && dev.precision == "auto" && given.contains("train.precision"))
     dev.precision = std::string(enum_name(recipe->train.precision));
   std::unique_ptr<DataLoader> val;
   std::unique_ptr<SyntheticProbe> probe;
