@@ -166,9 +166,10 @@ Task load_task(const std::string& name, const std::string& path, int64_t limit, 
 
 ScoredPair scored_pair(const TaskOption& o) {
   ScoredPair p{o.context, o.continuation};
+  // lm-eval's target_delimiter " ", also before a continuation that starts with whitespace
+  // (LAMBADA line 4463: " \n\nrecorder"); not after a context ending with whitespace.
   const bool ctx_ws = !p.context.empty() && is_space(p.context.back());
-  const bool cont_ws = !p.continuation.empty() && is_space(p.continuation.front());
-  if (!ctx_ws && !cont_ws) p.continuation = " " + p.continuation;
+  if (!ctx_ws) p.continuation = " " + p.continuation;
   // lm-eval's _encode_pair: the context's trailing whitespace belongs to the continuation, so
   // that the BPE sees " word" (or "\nword") as it would inside the text.
   size_t end = p.context.size();

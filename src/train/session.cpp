@@ -127,6 +127,7 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
         synthetic_config(r, need_train ? r.data.synthetic.train_tokens : r.train.seq_len + 1);
     SyntheticData d = generate_synthetic(sc);
     s.unigram_baseline = unigram_entropy(d.val, sc.vocab_size);
+    s.unigram_tokens = int64_t(d.val.size());
     s.train_loader =
         std::make_unique<DataLoader>(std::vector<std::shared_ptr<const TokenSource>>{memory_source(
                                          std::move(d.train), "synthetic/train")},
@@ -173,6 +174,7 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
       src->read(0, n, toks.data() + at);
     }
     s.unigram_baseline = unigram_entropy(toks, r.model.vocab_size);
+    s.unigram_tokens = int64_t(toks.size());
   }
   // The checkpoints carry the tokenizer for generate and eval's text tasks: the one the recipe
   // names (it must load: a typo would otherwise surface only there), else the one `prepare` wrote

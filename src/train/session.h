@@ -31,6 +31,7 @@ struct Session {
   std::unique_ptr<DataLoader> train_loader, val_loader;
   std::unique_ptr<SyntheticProbe> val_probe;  // synthetic data: the retrieval metrics
   double unigram_baseline = std::nan("");
+  int64_t unigram_tokens = 0;  // the validation tokens it was taken over (the first ones)
   std::string tokenizer_json;
   Buffer batch_dev;  // device copies of tokens and targets
   Tensor tokens_dev, targets_dev;

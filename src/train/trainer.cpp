@@ -264,7 +264,10 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
       log.warn("train.precision bf16 (%s) is not used: the CPU path computes in fp32",
                recipe.given.where.at("train.precision").c_str());
     if (!std::isnan(s.unigram_baseline))
-      log.info("unigram baseline (validation): %.4f nats", s.unigram_baseline);
+      log.info(
+          "unigram baseline (validation): %.4f nats (the token frequencies of the first %lld "
+          "validation tokens, which the validation windows sample)",
+          s.unigram_baseline, (long long)s.unigram_tokens);
   }
 
   // ---- the loop ------------------------------------------------------------------------------

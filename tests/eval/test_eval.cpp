@@ -148,13 +148,14 @@ TEST_F(EvalTest, ChoiceLogLikelihoodIsTheSumOfLogSoftmax) {
       EXPECT_NEAR(ll[e][k], expect, 1e-4) << e << " " << k;
     }
   }
-  // The space rule (lm-eval): " " + choice after a query without trailing whitespace; the
-  // query's trailing whitespace moves into the continuation; a choice starting with a space and
-  // an empty choice keep what they have (the empty one scores the moved "\n" alone).
+  // The space rule (lm-eval): " " + choice after a query without trailing whitespace, also before
+  // a choice starting with whitespace (lm-eval's LAMBADA line 4463: " \n\nrecorder"); the query's
+  // trailing whitespace moves into the continuation, and then no space is added.
   EXPECT_EQ(scored_pair({"Question: up?", "sky"}).continuation, " sky");
   EXPECT_EQ(scored_pair({"Q:\n", "a"}).context, "Q:");
   EXPECT_EQ(scored_pair({"Q:\n", "a"}).continuation, "\na");
-  EXPECT_EQ(scored_pair({"Q:", " b"}).continuation, " b");
+  EXPECT_EQ(scored_pair({"Q:", " b"}).continuation, "  b");
+  EXPECT_EQ(scored_pair({"saw the", "\n\nrecorder"}).continuation, " \n\nrecorder");
   EXPECT_EQ(scored_pair({"Q:", ""}).continuation, " ");
   EXPECT_EQ(scored_pair({"Q:\n", ""}).continuation, "\n");
 }
