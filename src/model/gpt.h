@@ -45,8 +45,9 @@ class GPT {
 
   // Declares every parameter (base weights and the attention variants') into `store`.
   void declare_params(ParameterStore& store) const;
-  // GPT-2 initialisation (normal(0.02), residual projections scaled by 1/sqrt(2 n_layer),
-  // LayerNorm ones/zeros, padded vocabulary rows zero).
+  // GPT-2 initialisation (normal(init_std = 0.02); wpe normal(init_std / 2 = 0.01) as GPT-2's own
+  // code, where HF and nanoGPT draw 0.02; residual projections scaled by 1/sqrt(2 n_layer);
+  // LayerNorm ones/zeros; padded vocabulary rows zero).
   void init_params(ParameterStore& store, uint64_t seed) const;
 
   // Allocates activations for micro-batches of up to [B, T] on the context's device.
@@ -71,7 +72,9 @@ class GPT {
   // embedding backward runs only when the embeddings train.
   void backward(const ExecContext& ctx, const ParameterStore& store, const Tensor& tokens);
 
-  // Logits of the last forward: [B, T, Vp] (columns >= vocab_size are padding).
+  // Logits of the last forward: [B, T, Vp] (columns >= vocab_size are padding). After a forward
+  // with targets and dloss != 0 (training) the buffer holds dlogits instead (the fused loss
+  // writes them in place).
   Tensor logits() const { return logits_.view(Shape{B_, T_, cfg_.padded_vocab}); }
   // Per-token losses -log p(target) of the last forward with targets: [B, T] f32 (rows whose
   // target is kIgnoreIndex hold no meaningful value). Evaluation reads them (src/eval/).

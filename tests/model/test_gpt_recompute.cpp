@@ -29,12 +29,11 @@ GPTConfig small_config(ActivationRecompute r) {
 
 struct RunResult {
   std::vector<double> losses;
-  std::vector<float> grads, logits;
+  std::vector<float> grads, dlogits;
 };
 
-// Two micro-batches accumulated into the gradients, with randomised weights. (Both at the
-// allocated [B, T]: DenseAttention::backward reads its lse at the allocated shape, so a shorter
-// micro-batch cannot be trained through it yet.)
+// Two micro-batches accumulated into the gradients, with randomised weights; the dlogits of each
+// (what the logits buffer holds after a training forward: GPT::logits).
 RunResult run(ActivationRecompute r) {
   auto ctx = ExecContext::make_cpu();
   GPT model(small_config(r));
@@ -58,7 +57,7 @@ RunResult run(ActivationRecompute r) {
     model.forward(*ctx, store, tt, tg, AttentionMode::train, 1.f / float(B * t));
     out.losses.push_back(model.take_loss(*ctx).mean());
     Tensor lg = model.logits();
-    out.logits.insert(out.logits.end(), lg.ptr<float>(), lg.ptr<float>() + lg.numel());
+    out.dlogits.insert(out.dlogits.end(), lg.ptr<float>(), lg.ptr<float>() + lg.numel());
     model.backward(*ctx, store, tt);
   }
   Tensor g = store.grads();
@@ -77,8 +76,8 @@ TEST(GPTRecompute, GradientsBitwiseIdentical) {
     SCOPED_TRACE(recompute_name(r));
     RunResult other = run(r);
     ASSERT_EQ(other.losses, none.losses);
-    ASSERT_EQ(other.logits.size(), none.logits.size());
-    EXPECT_EQ(0, std::memcmp(other.logits.data(), none.logits.data(), none.logits.size() * 4));
+    ASSERT_EQ(other.dlogits.size(), none.dlogits.size());
+    EXPECT_EQ(0, std::memcmp(other.dlogits.data(), none.dlogits.data(), none.dlogits.size() * 4));
     ASSERT_EQ(other.grads.size(), none.grads.size());
     size_t diff = 0;
     for (size_t i = 0; i < none.grads.size(); ++i)

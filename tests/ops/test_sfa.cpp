@@ -29,6 +29,16 @@ struct Case {
       : B(B_), T(T_), H(H_), Hkv(Hkv_), D(D_), k(k_) {
     layout = {H, Hkv, D};
     qkv = test::random_vector(size_t(B) * T * layout.width(), seed, -1.5f, 1.5f);
+    // Ties of magnitude in every third q/k head vector (coordinates 0, D/2 and D - 1), so that the
+    // lower-index rule decides some selections (the finite differences skip them).
+    const int64_t W = layout.width();
+    for (int64_t r = 0; r < int64_t(B) * T; ++r)
+      for (int hv = 0; hv < H + Hkv; ++hv)
+        if ((r + hv) % 3 == 0 && D >= 3) {
+          float* x = qkv.data() + r * W + int64_t(hv) * D;
+          x[D / 2] = -x[0];
+          x[D - 1] = x[0];
+        }
     sparse.resize(qkv.size());
     out.resize(size_t(B) * T * layout.q_width());
     lse.resize(size_t(B) * H * T);
@@ -70,17 +80,23 @@ struct Case {
   }
 };
 
-// The masked copy by the reference selection, built here coordinate by coordinate.
+// The masked copy by the selection rule itself, written here without the implementation's
+// selection: coordinate c stays iff fewer than k coordinates rank before it (a larger magnitude,
+// or the same magnitude at a lower index).
 std::vector<float> sparsified_by_hand(const Case& c) {
   std::vector<float> s = c.qkv;
   const int64_t W = c.layout.width();
-  std::vector<int32_t> idx(static_cast<size_t>(c.k));
   for (int64_t r = 0; r < int64_t(c.B) * c.T; ++r)
     for (int hv = 0; hv < c.H + c.Hkv; ++hv) {
       float* x = s.data() + r * W + int64_t(hv) * c.D;
-      sfa_select_coords(x, c.D, c.k, idx.data());
       std::vector<float> keep(static_cast<size_t>(c.D), 0.f);
-      for (int32_t i : idx) keep[size_t(i)] = x[i];
+      for (int i = 0; i < c.D; ++i) {
+        int before = 0;
+        for (int j = 0; j < c.D; ++j)
+          before +=
+              std::fabs(x[j]) > std::fabs(x[i]) || (std::fabs(x[j]) == std::fabs(x[i]) && j < i);
+        if (before < c.k) keep[size_t(i)] = x[i];
+      }
       std::copy(keep.begin(), keep.end(), x);
     }
   return s;
