@@ -20,8 +20,8 @@ void add_device_options(CLI::App* sub, EvalDeviceOptions& d) {
   sub->add_option("--device", d.device, "auto | cpu | cuda (default: auto, or the recipe's)")
       ->capture_default_str();
   sub->add_option("--precision", d.precision,
-                  "auto | bf16 | fp32 (auto: bf16 on CUDA unless the run trained in fp32; "
-                  "fp32 on the CPU)")
+                  "auto | bf16 | fp32 (auto on CUDA: the precision the run computed in, fp32 "
+                  "for HF and llm.c models; fp32 on the CPU)")
       ->capture_default_str();
   sub->add_option("--batch", d.batch, "sequences per forward (default: 16 on CUDA, 4 on CPU)")
       ->check(CLI::NonNegativeNumber);
