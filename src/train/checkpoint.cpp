@@ -252,6 +252,23 @@ void load_model_weights(const std::string& ckpt_dir, const ParameterStore& store
   load_model_weights_by_role(ckpt_dir, store, strict);
 }
 
+void for_each_master_tensor(
+    const std::string& ckpt_dir,
+    const std::function<void(const std::string&, const float*, int64_t)>& take) {
+  const fs::path path = fs::path(ckpt_dir) / "optimizer.safetensors";
+  if (!fs::exists(path)) return;
+  io::SafetensorsFile f(path.string());
+  const auto it = f.metadata().find(kParamLayoutKey);
+  if (!f.contains("adamw.master") || it == f.metadata().end()) return;
+  const ParamLayout layout = ParamLayout::from_json(it->second, f.path());
+  const Tensor master = f.view("adamw.master");
+  ATTN_REQUIRE(master.dtype == DType::f32 && master.numel() >= layout.numel,
+               "%s: 'adamw.master' must be f32 with %lld elements (its param_layout), got %s",
+               f.path().c_str(), (long long)layout.numel, master.str().c_str());
+  for (const ParamLayout::Item& t : layout.tensors)
+    take(t.name, master.ptr<float>() + t.offset, t.shape.numel());
+}
+
 void load_optimizer_state(const std::string& ckpt_dir, AdamW& opt) {
   io::SafetensorsFile f((fs::path(ckpt_dir) / "optimizer.safetensors").string());
   std::vector<std::pair<std::string, Tensor>> views;

@@ -129,4 +129,11 @@ WeightLoadReport load_model_weights_by_role(const std::string& ckpt_dir,
 void load_optimizer_state(const std::string& ckpt_dir, AdamW& opt);
 TrainerState load_trainer_state(const std::string& ckpt_dir);
 
+// The fp32 master values of a bf16 run's trainable tensors (optimizer.safetensors' adamw.master,
+// cut by its param_layout): take(name, values, numel) for each; nothing when the checkpoint has
+// no such file, master or layout (an fp32 run's weights are exact in model.safetensors).
+void for_each_master_tensor(
+    const std::string& ckpt_dir,
+    const std::function<void(const std::string&, const float*, int64_t)>& take);
+
 }  // namespace attnlab

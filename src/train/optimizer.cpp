@@ -312,6 +312,19 @@ void AdamW::load_packed_state(const std::vector<std::pair<std::string, Tensor>>&
             [&](const Tensor& dst, const Tensor& src) { copy_spans(dst, src, spans); });
 }
 
+void AdamW::set_master(const std::vector<float>& trainable) {
+  if (store_.dtype() != DType::bf16) return;
+  const int64_t N = store_.trainable_buffer_numel(), n = map_.shard_numel();
+  ATTN_REQUIRE(int64_t(trainable.size()) == N, "set_master: %zu values for %lld trainable elements",
+               trainable.size(), (long long)N);
+  std::vector<float> master(static_cast<size_t>(n));
+  copy_spans(Tensor(master.data(), DType::f32, Device::cpu, Shape{n}),
+             Tensor(const_cast<float*>(trainable.data()), DType::f32, Device::cpu, Shape{N}),
+             shard_copies());
+  copy_state(master_.as(DType::f32, Shape{n}),
+             Tensor(master.data(), DType::f32, Device::cpu, Shape{n}));
+}
+
 void AdamW::sync_master_from_params() {
   if (store_.dtype() != DType::bf16) return;
   const int64_t n = map_.shard_numel();

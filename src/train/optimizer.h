@@ -90,6 +90,10 @@ class AdamW {
   // Rebuilds the master copy from the weights; call after the weights change outside step()
   // (e.g. loading a checkpoint without optimizer state). No-op for f32 stores.
   void sync_master_from_params();
+  // The master copy from f32 values of the whole trainable range (host, trainable_buffer_numel()
+  // elements: finer than the bf16 weights, e.g. train.init_from's f32 source). No-op for f32
+  // stores.
+  void set_master(const std::vector<float>& trainable);
 
  private:
   struct SpanCopy {

@@ -22,6 +22,7 @@
 #include "dist/launch.h"
 #include "dist/shard_map.h"
 #include "eval/validation.h"
+#include "interop/foreign_tensors.h"
 #include "io/atomic_file.h"
 #include "io/dir_lock.h"
 #include "io/logger.h"
@@ -145,8 +146,16 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
       s.comm->wait();
     }
     // The bf16 master copy was taken at construction: retake it from the weights as loaded by
-    // train.init_from (a fine-tune would otherwise update the random initialisation).
+    // train.init_from (a fine-tune would otherwise update the random initialisation), and from
+    // the source's finer values where it has them (its f32 weights, a bf16 run's master).
     opt.sync_master_from_params();
+    if (!init_source(recipe).empty()) {
+      const std::vector<float> exact = init_from_exact_trainable(recipe, s.store);
+      if (!exact.empty() && s.store.dtype() == DType::f32)
+        host_f32_to_tensor(exact.data(), s.store.trainable_params());
+      else if (!exact.empty())
+        opt.set_master(exact);
+    }
   }
   if (rank0) {
     // The run's resolved recipe replaces one that a run wrote; a recipe.yaml attnlab did not write
