@@ -67,7 +67,9 @@ AttentionParams<T> packed_params(const Dims& d, const Tensor& qkv, const Tensor&
   p.D = l.head_dim;
   p.scale = float(1.0 / std::sqrt(double(l.head_dim)));
   p.mask.causal = true;
-  p.mask.window = window;
+  // A window of T or more is every causal pair (the kernels' window arithmetic is 32-bit: a window
+  // near INT_MAX wrapped and zeroed the backward).
+  p.mask.window = window >= d.T ? 0 : window;
   return p;
 }
 }  // namespace

@@ -107,7 +107,7 @@ void attention_decode(const ExecContext& ctx, const Tensor& out, const Tensor& q
     p.n_splits = n_splits;
     p.scale = float(1.0 / std::sqrt(double(layout.head_dim)));
     p.mask.causal = true;
-    p.mask.window = window;
+    p.mask.window = window >= d.max_T ? 0 : window;  // every cached key (ops/attention.cpp)
     return p;
   };
   run_op(ctx, dt, make, attention_decode_ref, launch_attention_decode<float>,

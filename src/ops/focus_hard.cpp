@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/cuda_check.h"
@@ -280,7 +281,7 @@ void focus_hard_attention_fwd(const ExecContext& ctx, const Tensor& out, const T
   p.o_row_stride = l.q_width();
   p.B = int(B), p.T = int(T), p.n_head = l.n_head, p.n_kv_head = l.n_kv_head, p.D = l.head_dim;
   p.K = K, p.top_k = int(top_k);
-  p.local_window = local_window;
+  p.local_window = int(std::min<int64_t>(local_window, T));  // the kernels add it in 32 bits
   p.scale = float(1.0 / std::sqrt(double(l.head_dim)));
   p.tile_rows = rows;
   p.longest_first = plan.longest_first;

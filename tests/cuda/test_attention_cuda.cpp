@@ -5,10 +5,12 @@
 // is poisoned with NaN first. bf16 runs both backward paths: deterministic (bitwise identical on
 // a second run) and the default fast one (fp32 atomics for dq: dk, dv bitwise identical, dq within
 // rounding of the first run).
-// The host op (QKVLayout, window) on CUDA against the CPU op, with GQA and sliding windows.
+// The host op (QKVLayout, window) on CUDA against the CPU op, with GQA and sliding windows (one of
+// INT_MAX).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include "attention_test_case.h"
@@ -212,7 +214,9 @@ TEST(AttentionCuda, OpGroupedQueryAndWindowMatchReference) {
   CUDA_TEST_PREAMBLE();
   uint32_t seed = 201;
   for (int Hkv : {2, 1}) {
-    for (int window : {0, 37, 200}) {
+    // INT_MAX: the kernels' 32-bit window arithmetic wrapped there (zero gradients) until the op
+    // passed a window >= T as 0.
+    for (int window : {0, 37, 200, INT_MAX}) {
       check_op<float>(Hkv, 64, 300, window, seed += 10);
       check_op<float>(Hkv, 40, 77, window, seed += 10);  // any D <= 128 in fp32
       check_op<bf16>(Hkv, 64, 300, window, seed += 10);

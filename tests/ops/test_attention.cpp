@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <limits>
 
@@ -257,6 +258,21 @@ TEST(AttentionOp, WindowReachesTheKernel) {
   };
   const auto full = run(0);
   EXPECT_EQ(run(T), full);
+  EXPECT_EQ(run(INT_MAX), full);
+  // The backward too: a window near INT_MAX wrapped in the 32-bit window arithmetic and gave
+  // zero gradients (the op now passes any window >= T as 0).
+  auto grads = [&](int window) {
+    std::vector<float> out(size_t(B * T * H * D)), lse(size_t(B * H * T));
+    std::vector<float> dqkv(qkv.size());
+    auto dout = random_vector(out.size(), 42);
+    ops::attention_fwd(*ctx, cpu_tensor(out, {B, T, H * D}), cpu_tensor(lse, {B, H, T}),
+                       cpu_tensor(qkv, {B, T, 3 * H * D}), layout, window);
+    ops::attention_bwd(*ctx, cpu_tensor(dqkv, {B, T, 3 * H * D}), cpu_tensor(dout, {B, T, H * D}),
+                       cpu_tensor(qkv, {B, T, 3 * H * D}), cpu_tensor(out, {B, T, H * D}),
+                       cpu_tensor(lse, {B, H, T}), layout, window);
+    return dqkv;
+  };
+  EXPECT_EQ(grads(INT_MAX), grads(0));
   const auto w3 = run(3);
   for (int t = 0; t < T; ++t) {
     const bool same = std::equal(full.begin() + t * H * D, full.begin() + (t + 1) * H * D,
