@@ -23,7 +23,7 @@ using namespace attnlab;
 namespace {
 
 const char* kRecipe = R"(
-model: {n_layer: 2, n_head: 2, n_embd: 32, vocab_size: 64, block_size: 32, vocab_multiple: 32}
+model: {n_layer: 2, n_head: 2, n_embd: 128, vocab_size: 64, block_size: 32, vocab_multiple: 64}
 data:
   source: synthetic
   synthetic: {vocab_size: 64, train_tokens: 8000, val_tokens: 2048, seed: 3}
@@ -84,7 +84,7 @@ TEST(InitFromExact, ABf16RunsMasterIsTheStart) {
 
   for (const std::string device : {"cpu", "cuda"}) {
     if (device == "cuda" && !cuda_available()) continue;
-    SCOPED_TRACE(device);
+    SCOPED_TRACE(device);  // head dim 64: the CUDA kernels' (bf16)
     const fs::path d = dir / device;
     const TrainResult from_f32 = run((d / "c").string(), a, device);
     const TrainResult from_master = run((d / "d").string(), (dir / "bf16").string(), device);
