@@ -14,7 +14,9 @@
 #   FOCUS_EVALS=0 (skip the extra top_k / soft evaluations of Focus runs),
 #   ZERO_SHOT=1 (also score every run on the zero-shot tasks of SHARED_DATA/eval, LIMIT examples
 #   per task, default 500; the accuracies land in the row's "tasks"),
-#   DISTILL_STEPS (default STEPS / 3) and DISTILL_LAMBDA (default 1.0) for the variant
+#   DISTILL_STEPS (default STEPS / 3) and DISTILL_LAMBDA (default 0.09375: docs/results.md's
+#   lambda 1.0 under the term's weighting before 2026-12-06, n_layer / head_dim = 6 / 64 at
+#   MODEL=small; 12 / 64 = 0.1875 would match it at MODEL=124m) for the variant
 #   sfa-distill: the same seed's dense run (list dense before it) fine-tuned into SFA with the
 #   distillation term (attention.sfa.distill); its first evaluation (eval.at_start) is the dense
 #   weights under SFA before any fine-tuning, its "val_curve" the loss after.

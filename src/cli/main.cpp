@@ -57,7 +57,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   generate->add_option("--temperature,-t", gen.sampling.temperature, "0 = greedy")
       ->capture_default_str();
-  generate->add_option("--top-k", gen.sampling.top_k, "keep the k most likely tokens (0 = all)")
+  generate
+      ->add_option("--top-k", gen.sampling.top_k,
+                   "keep the k most likely tokens and those tied with the k-th (0 = all)")
       ->capture_default_str();
   generate->add_option("--top-p", gen.sampling.top_p, "nucleus sampling mass")
       ->capture_default_str();

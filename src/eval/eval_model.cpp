@@ -1,35 +1,14 @@
 #include "eval/eval_model.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <numeric>
 
 #include "config/recipe.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "core/nvtx.h"
-#include "io/safetensors.h"
-#include "train/checkpoint.h"
-
-namespace fs = std::filesystem;
 
 namespace attnlab {
-
-Precision source_precision(const ModelSource& s) {
-  // Hugging Face and llm.c models: fp32, as their published numbers and lm-eval's are.
-  if (s.format != ModelFormat::attnlab) return Precision::fp32;
-  // What the run computed in (fp32 on the CPU path, whatever train.precision says).
-  if (fs::exists(fs::path(s.weights_path) / "trainer_state.json")) {
-    const std::string p = load_trainer_state(s.weights_path).precision;
-    if (p == "f32") return Precision::fp32;
-    if (p == "bf16") return Precision::bf16;
-  }
-  // Older checkpoints and converted models (no trainer state): the weights' dtype.
-  const io::SafetensorsFile f((fs::path(s.weights_path) / "model.safetensors").string());
-  return f.contains("wte.weight") && f.info("wte.weight").dtype == io::StDType::BF16
-             ? Precision::bf16
-             : Precision::fp32;
-}
 
 EvalModel::EvalModel(const ModelSource& source, const EvalDeviceOptions& o) : source_(source) {
   ATTN_REQUIRE(o.device == "auto" || o.device == "cpu" || o.device == "cuda",

@@ -28,13 +28,6 @@ struct EvalDeviceOptions {
   int max_len = 0;                 // longest sequence a forward takes; 0 = model.block_size
 };
 
-// The precision a model is evaluated in on CUDA by default: an attnlab checkpoint's as its run
-// computed (trainer_state.json: fp32 for a run on the CPU path whatever its train.precision says;
-// without one, as a converted model, the weights' dtype), fp32 for Hugging Face and llm.c models
-// (their published numbers and lm-eval's are fp32; bf16 logits move GPT-2's log-probabilities by
-// up to ~0.1 nats).
-Precision source_precision(const ModelSource& s);
-
 // One sequence to score: inputs[i] predicts targets[i] (GPT::kIgnoreIndex = not scored).
 struct ScoreRequest {
   std::vector<int32_t> inputs;   // 1..max_len tokens

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "config/recipe.h"
 #include "core/error.h"
 #include "interop/hf_gpt2.h"
 #include "interop/llmc.h"
 #include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "train/checkpoint.h"
 #include "train/from_recipe.h"
 #include "train/retrofit.h"
 
@@ -112,6 +115,32 @@ WeightLoadReport load_model_source(const ModelSource& source, const ParameterSto
       return load_foreign_checkpoint(read_llmc(source.weights_path, source.config), store, options);
   }
   ATTN_FAIL("internal: unknown model format");
+}
+
+namespace {
+
+std::optional<Precision> trainer_state_precision(const fs::path& ckpt_dir) {
+  if (!fs::exists(ckpt_dir / "trainer_state.json")) return std::nullopt;
+  const std::string p = load_trainer_state(ckpt_dir.string()).precision;
+  if (p == "f32") return Precision::fp32;
+  if (p == "bf16") return Precision::bf16;
+  return std::nullopt;  // older checkpoints
+}
+
+}  // namespace
+
+Precision source_precision(const ModelSource& s) {
+  if (!s.adapter.empty()) {
+    if (const auto p = trainer_state_precision(fs::path(s.adapter).parent_path())) return *p;
+    const Recipe r = parse_recipe(s.adapter_recipe_yaml, s.adapter + ":recipe", {});
+    return r.train.device == DeviceChoice::cpu ? Precision::fp32 : r.train.precision;
+  }
+  if (s.format != ModelFormat::attnlab) return Precision::fp32;
+  if (const auto p = trainer_state_precision(s.weights_path)) return *p;
+  const io::SafetensorsFile f((fs::path(s.weights_path) / "model.safetensors").string());
+  return f.contains("wte.weight") && f.info("wte.weight").dtype == io::StDType::BF16
+             ? Precision::bf16
+             : Precision::fp32;
 }
 
 Recipe recipe_of_model_source(const ModelSource& source) {

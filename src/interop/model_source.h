@@ -45,6 +45,14 @@ struct ModelSource {
 //   a directory with config.json                                     -> hf
 ModelSource inspect_model_source(const std::string& path);
 
+// The precision `eval`, `score` and `generate` run a model in on CUDA by default: an attnlab
+// run's as it computed (trainer_state.json: fp32 for a run on the CPU path whatever its
+// train.precision says; without one, as a converted model, the weights' dtype); with an adapter,
+// the adapter's run's (the trainer_state.json beside it, else its recipe); fp32 for Hugging Face
+// and llm.c models (their published numbers and lm-eval's are fp32; bf16 logits move GPT-2's
+// log-probabilities by up to ~0.1 nats).
+Precision source_precision(const ModelSource& s);
+
 // Loads the source's tensors into `store` (shape-checked; f32 <-> bf16 converted). Every tensor of
 // the file must be used (else refused, naming the extras) unless options.allow_extra; tensors of
 // the required roles must be in the file; others missing keep their initialisation (listed).

@@ -53,7 +53,9 @@ GenerateResult generate(const GenerateOptions& o,
                "device must be auto, cpu or cuda, got '%s'", o.device.c_str());
   if (cuda) {
     ctx = ExecContext::make_cuda(0);
-    dtype = r.train.precision == Precision::bf16 ? DType::bf16 : DType::f32;
+    // As eval and score run it (the run's own precision; fp32 for HF and llm.c models), so that
+    // greedy output and score's argmax agree.
+    dtype = source_precision(source) == Precision::bf16 ? DType::bf16 : DType::f32;
   } else {
     ctx = ExecContext::make_cpu();
   }

@@ -4,6 +4,7 @@
 // than a split-K chunk and longer); and the whole GPT decodes the logits of its own forward.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <memory>
 #include <random>
 
@@ -30,7 +31,7 @@ void check_decode(int B, int H, int D, int pos, int Tq, int n_splits, int Hkv = 
   if (Hkv == 0) Hkv = H;
   const QKVLayout layout{H, Hkv, D};
   const int C = H * D, W = int(layout.width()), max_T = pos + Tq + 5;
-  const uint32_t seed = uint32_t(B * 1000 + H * 100 + D + pos + Tq + Hkv + window);
+  const uint32_t seed = uint32_t(B * 1000 + H * 100 + D + pos + Tq + Hkv) + uint32_t(window);
   auto qkv = to_precision<T>(random_vector(size_t(B) * Tq * W, seed, -2.f, 2.f));
   auto kc = to_precision<T>(random_vector(size_t(B) * Hkv * max_T * D, seed + 1));
   auto vc = to_precision<T>(random_vector(size_t(B) * Hkv * max_T * D, seed + 2));
@@ -79,6 +80,9 @@ void check_all_shapes() {
     check_decode<T>(1, 4, 80, 50, 5, splits, 1, 3);
     check_decode<T>(3, 4, 32, 0, 130, splits, 2, 50);
     check_decode<T>(1, 4, 64, 20, 3, splits, 4, 500);
+    // Near INT_MAX (the kernels' 32-bit pos + window wrapped until the op passed a window of
+    // max_T or more as 0).
+    check_decode<T>(1, 4, 64, 999, 1, splits, 2, INT_MAX - 10);
   }
 }
 
