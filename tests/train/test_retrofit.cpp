@@ -16,6 +16,7 @@
 #include "eval/harness.h"
 #include "interop/convert.h"
 #include "interop/model_source.h"
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/gpt.h"
 #include "model/model_fixture.h"
@@ -193,6 +194,16 @@ TEST(Retrofit, FocusRetrofitFreezesTheBaseAndItsAdapterAppliesOnlyToThatBase) {
   train(tiny(wide, {"checkpoint.at_end=true", "model.n_embd=64"}), quiet());
   EXPECT_HAS(error_of([&] { with_adapter(inspect_model_source(wide), adapter); }),
              "model.n_embd: 32 in the adapter's model, 64 in the base");
+  // The default precision of eval / generate on CUDA is the adapter's run's (its
+  // trainer_state.json), not the base's: both CPU runs here (fp32), then the retrofit's made bf16.
+  EXPECT_EQ(source_precision(src), Precision::fp32);
+  const fs::path state = fs::path(rf_ckpt) / "trainer_state.json";
+  std::string js = io::read_file(state.string());
+  const size_t at = js.find("\"f32\"");
+  ASSERT_NE(at, std::string::npos) << js;
+  io::write_file_atomic(state.string(), js.replace(at, 5, "\"bf16\""));
+  EXPECT_EQ(source_precision(src), Precision::bf16);
+  EXPECT_EQ(source_precision(inspect_model_source(base)), Precision::fp32);
 }
 
 // The frozen base costs no weight-gradient product, and below the lowest trainable tensor no
