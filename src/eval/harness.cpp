@@ -398,7 +398,8 @@ EvalReport run_evaluation(const EvalOptions& o) {
     }
     if (r.kind == TaskKind::language_modeling) {
       t["perplexity"] = num(r.perplexity);
-      table.row(name, "perplexity", r.perplexity, NAN, count, "%.3f");
+      t["perplexity_stderr"] = num(r.perplexity_stderr);
+      table.row(name, "perplexity", r.perplexity, r.perplexity_stderr, count, "%.3f");
     }
     j["tasks"][name] = t;
   }

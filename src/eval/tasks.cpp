@@ -330,7 +330,10 @@ TaskResult run_task(EvalModel& model, const Task& task, const TaskRequests& requ
     res.acc_norm = mean(acc_norm);
     res.acc_norm_stderr = mean_stderr(acc_norm);
   }
-  if (lm) res.perplexity = std::exp(-mean(cont_ll));
+  if (lm) {
+    res.perplexity = std::exp(-mean(cont_ll));
+    res.perplexity_stderr = res.perplexity * mean_stderr(cont_ll);
+  }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }

@@ -97,7 +97,10 @@ struct TaskResult {
   int64_t examples = 0, requests = 0;
   double acc = 0.0, acc_stderr = 0.0;
   double acc_norm = std::nan(""), acc_norm_stderr = std::nan("");  // multiple_choice only
-  double perplexity = std::nan("");                                // language_modeling only
+  // language_modeling only: exp(-mean log-likelihood of the continuations), and its standard
+  // error by the delta method, perplexity x the mean's (lm-eval bootstraps it; the two agree to
+  // first order).
+  double perplexity = std::nan(""), perplexity_stderr = std::nan("");
   int64_t truncated = 0;  // options whose context was left-truncated
   int64_t cued = 0;       // examples given the "\nAnswer:" cue (Task::cued)
   double seconds = 0.0;
