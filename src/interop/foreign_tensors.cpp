@@ -116,6 +116,7 @@ WeightLoadReport load_foreign_checkpoint(const ForeignCheckpoint& ckpt, const Pa
                  ckpt.path.c_str(), ft->origin.c_str(), double(*bad),
                  (long long)(bad - buf.begin()));
     host_f32_to_tensor(buf.data(), dst);
+    if (options.on_f32_values) options.on_f32_values(ft->name, buf.data(), int64_t(buf.size()));
   }
   return report;
 }

@@ -340,7 +340,13 @@ WeightLoadReport load_model_weights_by_role(const std::string& ckpt_dir,
                  path, extra.size(), names.c_str(), allow_extra_hint(options).c_str());
     report.ignored = extra;
   }
-  for (const auto& n : report.loaded) f.load_into(n, store.param(n));
+  for (const auto& n : report.loaded) {
+    f.load_into(n, store.param(n));
+    if (options.on_f32_values && f.info(n).dtype == io::StDType::F32) {
+      const Tensor t = f.view(n);
+      options.on_f32_values(n, t.ptr<float>(), t.numel());
+    }
+  }
   return report;
 }
 

@@ -96,6 +96,10 @@ struct WeightLoadOptions {
   bool allow_extra = false;
   // The recipe key that sets allow_extra, named by that error (null: none).
   const char* allow_extra_key = nullptr;
+  // Called for each loaded tensor whose values the source holds in f32 (an f32 safetensors
+  // tensor; every tensor of the foreign readers), before they are rounded to the store's dtype:
+  // name, values, count (the store tensor's numel). Empty: not called.
+  std::function<void(const std::string&, const float*, int64_t)> on_f32_values;
 };
 
 // Loading a model to run it as trained (eval, score, generate, convert): every tensor, a

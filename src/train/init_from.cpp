@@ -1,16 +1,13 @@
 #include "train/init_from.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <map>
+#include <set>
 
 #include "config/model_keys.h"
 #include "core/error.h"
 #include "interop/foreign_tensors.h"
-#include "interop/hf_gpt2.h"
-#include "interop/llmc.h"
 #include "interop/model_source.h"
-#include "io/safetensors.h"
 
 namespace attnlab {
 
@@ -110,66 +107,40 @@ std::string init_attention_note(const Recipe& r) {
       init_source(r).c_str(), changes.c_str());
 }
 
-WeightLoadReport load_init_from(const Recipe& r, const ParameterStore& store) {
+WeightLoadReport load_init_from(const Recipe& r, const ParameterStore& store,
+                                std::vector<float>* exact) {
   const ModelSource src = inspect_init_source(r);
   WeightLoadOptions o;
   o.required_roles = {ParamRole::base};
   o.allow_extra = r.train.init_allow_extra;
   o.allow_extra_key = "train.init_allow_extra";
-  return load_model_source(src, store, o);
-}
-
-std::vector<float> init_from_exact_trainable(const Recipe& r, const ParameterStore& store) {
+  if (!exact) return load_model_source(src, store, o);
+  // The finer values by trainable tensor, into v at the tensor's offset.
   std::map<std::string, const ParameterStore::Entry*> trainable;
   for (const auto& e : store.entries())
     if (e.trainable) trainable[e.spec.name] = &e;
-  if (trainable.empty()) return {};
-  const ModelSource src = inspect_init_source(r);
-  const bool bf16 = store.dtype() == DType::bf16;
   std::vector<float> v;
-  // n <= the tensor's numel: a foreign wte/lm_head fills the first rows (the rest is padding).
-  auto put = [&](const std::string& name, const float* x, int64_t n) {
+  std::set<std::string> finer;
+  auto take = [&](const std::string& name, const float* x, int64_t n) {
     const auto it = trainable.find(name);
-    if (it == trainable.end() || n > it->second->spec.shape.numel()) return;
-    if (v.empty()) v = tensor_to_host_f32(store.trainable_params());
+    if (it == trainable.end() || n != it->second->spec.shape.numel()) return;
+    if (v.empty()) v.resize(size_t(store.trainable_buffer_numel()));
     std::copy(x, x + n, v.begin() + it->second->offset);
+    finer.insert(name);
   };
-  switch (src.format) {
-    case ModelFormat::attnlab: {
-      if (bf16) {  // f32 weights in the file (an fp32 or CPU run), rounded by the load
-        const io::SafetensorsFile f(
-            (std::filesystem::path(src.weights_path) / "model.safetensors").string());
-        for (const auto& [name, e] : trainable)
-          if (f.contains(name) && f.info(name).dtype == io::StDType::F32)
-            put(name, f.view(name).ptr<float>(), e->spec.shape.numel());
+  if (store.dtype() == DType::bf16) o.on_f32_values = take;  // an f32 store holds them exactly
+  WeightLoadReport report = load_model_source(src, store, o);
+  // A bf16 run's master, finer than its bf16 weights (and exact where the file was f32).
+  if (src.format == ModelFormat::attnlab && src.adapter.empty())
+    for_each_master_tensor(src.weights_path, take);
+  if (!finer.empty())  // the other trainable tensors as the store holds them
+    for (const auto& [name, e] : trainable)
+      if (!finer.count(name)) {
+        const std::vector<float> w = tensor_to_host_f32(store.param(name));
+        std::copy(w.begin(), w.end(), v.begin() + e->offset);
       }
-      // A bf16 run's master, finer than its bf16 weights (and exact where the file was f32).
-      for_each_master_tensor(
-          src.weights_path, [&](const std::string& name, const float* x, int64_t n) {
-            if (trainable.count(name) && n == trainable.at(name)->spec.shape.numel())
-              put(name, x, n);
-          });
-      break;
-    }
-    case ModelFormat::hf:
-    case ModelFormat::llmc: {
-      if (!bf16) break;  // an f32 store took the file's f32 values exactly
-      const ForeignCheckpoint ck = src.format == ModelFormat::hf
-                                       ? read_hf_gpt2(src.weights_path, src.config)
-                                       : read_llmc(src.weights_path, src.config);
-      std::vector<float> x;
-      for (const ForeignTensor& t : ck.tensors) {
-        if (!trainable.count(t.name)) continue;
-        int64_t n = 1;
-        for (int64_t d : t.shape) n *= d;
-        x.resize(size_t(n));
-        t.read(x.data());
-        put(t.name, x.data(), n);
-      }
-      break;
-    }
-  }
-  return v;
+  *exact = std::move(v);
+  return report;
 }
 
 }  // namespace attnlab

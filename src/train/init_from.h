@@ -39,15 +39,13 @@ Recipe resolve_init_from(const Recipe& r, const std::string& resume = "");
 std::string init_attention_note(const Recipe& r);
 
 // Loads init_source(r) into `store` (declared from gpt_config_of(resolve_init_from(r)) and
-// initialised), with the rules above.
-WeightLoadReport load_init_from(const Recipe& r, const ParameterStore& store);
-
-// After load_init_from: the store's trainable range as f32 on the host, with the finest values
-// the source holds: its f32 tensors where the store rounded them to bf16 (Hugging Face, llm.c
-// v3, an attnlab fp32 run), and an attnlab bf16 run's fp32 master copy (optimizer.safetensors,
-// `adamw.master` by its param_layout) where the model file holds bf16. Empty when nothing in the
-// source is finer than the store (then the store's weights are exact). A bf16 run's optimizer
-// takes it as its master (AdamW::set_master), an f32 store as its trainable weights.
-std::vector<float> init_from_exact_trainable(const Recipe& r, const ParameterStore& store);
+// initialised), with the rules above. With `exact`: also the store's trainable range as f32 on
+// the host with the finest values the source holds, its f32 tensors where a bf16 store rounded
+// them (Hugging Face, llm.c v3, an attnlab fp32 run) and an attnlab bf16 run's fp32 master copy
+// (optimizer.safetensors, `adamw.master` by its param_layout) where its model file holds bf16;
+// empty when nothing in the source is finer than the store. A bf16 run's optimizer takes it as
+// its master (AdamW::set_master), an f32 store as its trainable weights.
+WeightLoadReport load_init_from(const Recipe& r, const ParameterStore& store,
+                                std::vector<float>* exact = nullptr);
 
 }  // namespace attnlab

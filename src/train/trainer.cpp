@@ -135,7 +135,8 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
           st.data_fingerprint.c_str(), data_fp.c_str());
     resumed_from = dir;
   } else {
-    if (!init_source(recipe).empty()) init_report = load_init_from(recipe, s.store);
+    std::vector<float> exact;  // the source's values finer than the store's (load_init_from)
+    if (!init_source(recipe).empty()) init_report = load_init_from(recipe, s.store, &exact);
     ATTN_REQUIRE(!run_has_checkpoints(run_dir),
                  "train.out_dir '%s' already holds a run with checkpoints; "
                  "continue it with --resume %s, or choose another train.out_dir",
@@ -149,13 +150,10 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     // train.init_from (a fine-tune would otherwise update the random initialisation), and from
     // the source's finer values where it has them (its f32 weights, a bf16 run's master).
     opt.sync_master_from_params();
-    if (!init_source(recipe).empty()) {
-      const std::vector<float> exact = init_from_exact_trainable(recipe, s.store);
-      if (!exact.empty() && s.store.dtype() == DType::f32)
-        host_f32_to_tensor(exact.data(), s.store.trainable_params());
-      else if (!exact.empty())
-        opt.set_master(exact);
-    }
+    if (!exact.empty() && s.store.dtype() == DType::f32)
+      host_f32_to_tensor(exact.data(), s.store.trainable_params());
+    else if (!exact.empty())
+      opt.set_master(exact);
   }
   if (rank0) {
     // The run's resolved recipe replaces one that a run wrote; a recipe.yaml attnlab did not write

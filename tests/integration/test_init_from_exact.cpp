@@ -13,8 +13,12 @@
 #include "config/recipe.h"
 #include "core/cuda_check.h"
 #include "core/parameters.h"
+#include "interop/foreign_tensors.h"
 #include "io/safetensors.h"
+#include "model/gpt.h"
 #include "train/checkpoint.h"
+#include "train/from_recipe.h"
+#include "train/init_from.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -97,6 +101,44 @@ TEST(InitFromExact, ABf16RunsMasterIsTheStart) {
     // from the second (the first update starts from another master).
     EXPECT_NE(from_rounded.losses[device == "cpu" ? 0 : 1],
               from_f32.losses[device == "cpu" ? 0 : 1]);
+  }
+  fs::remove_all(dir);
+}
+
+// The bf16 store's side, on the CPU: load_init_from hands back the f32 values it rounded into the
+// store (from an f32 model file), or a bf16 checkpoint's master, for every trainable tensor.
+TEST(InitFromExact, ABf16StoreGetsTheValuesItRounds) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("attnlab_exact_store_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  run((dir / "a").string());
+  const std::string a = resolve_checkpoint_dir((dir / "a").string());
+  write_bf16_form(a, (dir / "bf16").string(), /*with_master=*/true);
+  const io::SafetensorsFile file((fs::path(a) / "model.safetensors").string());
+  for (const std::string& source : {a, (dir / "bf16").string()}) {
+    SCOPED_TRACE(source);
+    const Recipe r = resolve_init_from(
+        parse_recipe(kRecipe, "exact.yaml",
+                     {"train.out_dir=" + (dir / "x").string(), "train.init_from=" + source}));
+    GPT model(gpt_config_of(r));
+    ParameterStore store;
+    model.declare_params(store);
+    store.finalize(Device::cpu, DType::bf16, {ParamRole::base});
+    model.init_params(store, 1);
+    std::vector<float> exact;
+    load_init_from(r, store, &exact);
+    ASSERT_EQ(int64_t(exact.size()), store.trainable_buffer_numel());
+    int64_t rounded = 0;
+    for (const auto& e : store.entries()) {
+      const Tensor want = file.view(e.spec.name);
+      const float* got = exact.data() + e.offset;
+      const std::vector<float> kept = tensor_to_host_f32(store.param(e.spec.name));
+      for (int64_t i = 0; i < want.numel(); ++i) {
+        ASSERT_EQ(got[i], want.ptr<float>()[i]) << e.spec.name << "[" << i << "]";
+        rounded += kept[size_t(i)] != got[i];
+      }
+    }
+    EXPECT_GT(rounded, 0);  // the store holds them rounded: the exact values are not its own
   }
   fs::remove_all(dir);
 }
