@@ -408,6 +408,12 @@ PrepareSummary prepare(const PrepareOptions& options) {
                "prepare: every document went to val (%lld documents, val_fraction %g): nothing "
                "to train on; lower val_fraction or add documents",
                (long long)summary.val.documents, options.val_fraction);
+  // Replacing the directory's dataset takes several renames; the marker makes an interruption
+  // between them an error for every reader of these shards instead of a silent mix.
+  const std::string marker = options.out_dir + "/" + kPrepareIncompleteMarker;
+  io::write_file_atomic(marker,
+                        "attnlab prepare is replacing (or was interrupted while replacing) the "
+                        "shards and tokenizer.json here; run it again\n");
   remove_old_shards(options.out_dir);
   for (SplitSummary* split : {&summary.train, &summary.val}) {
     for (std::string& shard : split->shards) {
@@ -417,6 +423,7 @@ PrepareSummary prepare(const PrepareOptions& options) {
     }
   }
   io::write_file_atomic(options.out_dir + "/tokenizer.json", tokenizer->to_json() + "\n");
+  fs::remove(marker);
   summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   summary.encode_thread_seconds = pool.busy_seconds();
   summary.input_wait_seconds = input_wait_seconds;

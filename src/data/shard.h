@@ -121,6 +121,12 @@ void write_shard(const std::string& path, std::span<const int32_t> tokens, int64
 // Reads a whole shard into memory (tests and small files only).
 std::vector<int32_t> read_shard(const std::string& path);
 
+// `attnlab prepare` writes this file into its output directory before it replaces the directory's
+// shards and tokenizer.json, and removes it once all of them are in place. ShardFile::open refuses
+// a shard whose directory holds it: an interrupted replacement leaves a mix of two datasets
+// (or the new shards beside the old tokenizer), which would otherwise train silently.
+inline constexpr const char* kPrepareIncompleteMarker = ".prepare_incomplete";
+
 // Files matching a glob pattern (shell syntax, e.g. "data/train_*.bin"), sorted by name.
 // A pattern without wildcards must name an existing file. Throws if nothing matches.
 std::vector<std::string> expand_glob(const std::string& pattern);

@@ -549,5 +549,26 @@ TEST_F(PrepareTest, AFailedRunKeepsTheEarlierShards) {
   EXPECT_EQ(read_shard(path("out") + "/train_000000.bin"), tokens);
 }
 
+// A prepare interrupted while it replaces the directory's shards leaves its marker: every reader
+// of those shards refuses them, naming the marker, until a prepare finishes there.
+TEST_F(PrepareTest, AnInterruptedReplacementIsRefusedUntilPrepareRunsAgain) {
+  write("in/a.txt", "first document\n\n\nsecond document\n");
+  auto o = options();
+  o.val_fraction = 0;
+  const PrepareSummary first = prepare(o);
+  const std::string shard = first.train.shards.at(0);
+  const std::string marker = path("out") + "/" + kPrepareIncompleteMarker;
+  EXPECT_FALSE(fs::exists(marker));
+  EXPECT_NO_THROW(ShardFile::open(shard, 256 + 1));
+  const std::vector<int32_t> tokens = read_shard(shard);
+  { std::ofstream(marker) << "interrupted\n"; }
+  test::expect_error([&] { ShardFile::open(shard, 256 + 1); },
+                     {"train_000000.bin'", ".prepare_incomplete'", "run that prepare again"});
+  test::expect_error([&] { read_shard(shard); }, {".prepare_incomplete'"});
+  prepare(o);
+  EXPECT_FALSE(fs::exists(marker));
+  EXPECT_EQ(read_shard(shard), tokens);
+}
+
 }  // namespace
 }  // namespace attnlab
