@@ -101,14 +101,37 @@ std::vector<std::pair<std::string, std::string>> task_list(const EvalOptions& o)
 }
 
 json perplexity_json(const PerplexityResult& r, int context, int stride, const std::string& glob) {
-  json j = {{"source", glob},     {"loss", num(r.loss())},    {"perplexity", num(r.perplexity())},
-            {"tokens", r.tokens}, {"documents", r.documents}, {"windows", r.windows},
-            {"context", context}, {"stride", stride}};
+  json j = {{"source", glob},
+            {"loss", num(r.loss())},
+            {"loss_stderr", num(r.loss_stderr())},
+            {"perplexity", num(r.perplexity())},
+            {"perplexity_stderr", num(r.perplexity_stderr())},
+            {"tokens", r.tokens},
+            {"documents", r.documents},
+            {"clusters", r.clusters},
+            {"windows", r.windows},
+            {"context", context},
+            {"stride", stride}};
   if (r.bytes > 0) {
     j["bytes"] = r.bytes;
     j["bits_per_byte"] = num(r.bits_per_byte());
+    j["bits_per_byte_stderr"] = num(r.bits_per_byte_stderr());
   }
   return j;
+}
+
+// The <|endoftext|> id that separates the texts of token shards, for the clusters of the standard
+// errors (perplexity.h): the one of the tokenizer.json that `prepare` wrote beside them, else the
+// evaluation's tokenizer, else none (each file one cluster).
+int32_t shard_cluster_break(const std::string& first_shard, const Tokenizer* eval_tok) {
+  const fs::path prepared = fs::path(first_shard).parent_path() / "tokenizer.json";
+  if (fs::exists(prepared)) {
+    try {
+      return make_tokenizer(prepared.string())->eot_id();
+    } catch (const Error&) {  // not a tokenizer this build reads: the fallbacks below
+    }
+  }
+  return eval_tok ? eval_tok->eot_id() : -1;
 }
 
 }  // namespace
@@ -337,14 +360,15 @@ EvalReport run_evaluation(const EvalOptions& o) {
       return true;
     };
     ProgressLine pl(o.progress, "shards", "files");
-    const PerplexityResult r = perplexity(
-        model, next, context, stride, [&](int64_t d, int64_t) { pl(d, int64_t(files.size())); });
+    const PerplexityResult r =
+        perplexity(model, next, context, stride, shard_cluster_break(files[0], tok.get()),
+                   [&](int64_t d, int64_t) { pl(d, int64_t(files.size())); });
     j["perplexity"]["shards"] = perplexity_json(r, context, stride, o.shards);
     j["perplexity"]["shards"]["seconds"] = seconds_since(t0);
     const std::string count =
         strformat("%lld tokens, %lld files", (long long)r.tokens, (long long)r.documents);
-    table.row("shards", "loss", r.loss(), NAN, count);
-    table.row("shards", "perplexity", r.perplexity(), NAN, count, "%.3f");
+    table.row("shards", "loss", r.loss(), r.loss_stderr(), count);
+    table.row("shards", "perplexity", r.perplexity(), r.perplexity_stderr(), count, "%.3f");
   }
   if (!o.text.empty()) {
     const auto t0 = Clock::now();
@@ -367,17 +391,17 @@ EvalReport run_evaluation(const EvalOptions& o) {
       return true;
     };
     ProgressLine pl(o.progress, "text", "documents");
-    const PerplexityResult r =
-        perplexity(model, next, context, stride, [&](int64_t d, int64_t) { pl(d, d); });
+    const PerplexityResult r = perplexity(model, next, context, stride, tok->eot_id(),
+                                          [&](int64_t d, int64_t) { pl(d, d); });
     ATTN_REQUIRE(r.tokens > 0, "--text '%s': no text to score (%zu file(s), every one empty)",
                  o.text.c_str(), files.size());
     j["perplexity"]["text"] = perplexity_json(r, context, stride, o.text);
     j["perplexity"]["text"]["seconds"] = seconds_since(t0);
     const std::string count =
         strformat("%lld tokens, %lld documents", (long long)r.tokens, (long long)r.documents);
-    table.row("text", "loss", r.loss(), NAN, count);
-    table.row("text", "perplexity", r.perplexity(), NAN, count, "%.3f");
-    table.row("text", "bits_per_byte", r.bits_per_byte(), NAN, count);
+    table.row("text", "loss", r.loss(), r.loss_stderr(), count);
+    table.row("text", "perplexity", r.perplexity(), r.perplexity_stderr(), count, "%.3f");
+    table.row("text", "bits_per_byte", r.bits_per_byte(), r.bits_per_byte_stderr(), count);
   }
   for (const auto& [task, requests] : task_inputs) {
     const std::string& name = task.name;

@@ -72,12 +72,30 @@ double PerplexityResult::perplexity() const { return std::exp(loss()); }
 double PerplexityResult::bits_per_byte() const {
   return bytes ? nll / double(bytes) / std::numbers::ln2 : std::nan("");
 }
+double PerplexityResult::loss_stderr() const {
+  if (clusters < 2 || tokens == 0) return std::nan("");
+  const double l = loss();
+  const double ss = std::max(0.0, sum_nll2 - 2.0 * l * sum_nll_n + l * l * sum_n2);
+  return std::sqrt(double(clusters) / double(clusters - 1) * ss) / double(tokens);
+}
+double PerplexityResult::perplexity_stderr() const { return perplexity() * loss_stderr(); }
+double PerplexityResult::bits_per_byte_stderr() const {
+  return bytes ? loss_stderr() * double(tokens) / double(bytes) / std::numbers::ln2 : std::nan("");
+}
 
 PerplexityResult perplexity(EvalModel& model,
                             const std::function<bool(std::vector<int32_t>&, int64_t&)>& next,
-                            int context, int stride,
+                            int context, int stride, int32_t cluster_break,
                             const std::function<void(int64_t, int64_t)>& on_progress) {
   PerplexityResult res;
+  auto add_cluster = [&](double nll, int64_t n) {
+    if (n == 0) return;
+    res.nll += nll;
+    ++res.clusters;
+    res.sum_nll2 += nll * nll;
+    res.sum_nll_n += nll * double(n);
+    res.sum_n2 += double(n) * double(n);
+  };
   // Documents are scored in groups of about 1M tokens: enough to fill batches, little memory.
   constexpr size_t kGroupTokens = size_t(1) << 20;
   std::vector<std::vector<int32_t>> group;
@@ -86,9 +104,22 @@ PerplexityResult perplexity(EvalModel& model,
     if (group.empty()) return;
     for (const std::vector<int32_t>& d : group)
       res.windows += int64_t(sliding_windows(int64_t(d.size()), context, stride).size());
-    for (const DocumentScores& s : score_documents(model, group, context, stride, false)) {
-      for (float lp : s.logprob) res.nll -= double(lp);
-      res.tokens += int64_t(s.logprob.size());
+    const std::vector<DocumentScores> scores =
+        score_documents(model, group, context, stride, false);
+    for (size_t d = 0; d < group.size(); ++d) {
+      const std::vector<float>& logprob = scores[d].logprob;
+      double cluster_nll = 0.0;
+      int64_t cluster_n = 0;
+      for (size_t p = 1; p <= logprob.size(); ++p) {  // entry p - 1 is target t_p
+        if (group[d][p - 1] == cluster_break) {       // t_{p-1} starts a new cluster
+          add_cluster(cluster_nll, cluster_n);
+          cluster_nll = 0.0, cluster_n = 0;
+        }
+        cluster_nll -= double(logprob[p - 1]);
+        ++cluster_n;
+      }
+      add_cluster(cluster_nll, cluster_n);
+      res.tokens += int64_t(logprob.size());
     }
     res.documents += int64_t(group.size());
     group.clear();

@@ -34,22 +34,39 @@ std::vector<DocumentScores> score_documents(
     EvalModel& model, const std::vector<std::vector<int32_t>>& documents, int context, int stride,
     bool want_argmax, const std::function<void(int64_t, int64_t)>& on_progress = {});
 
+// The standard errors treat the scored text as a sample of independent clusters (the documents
+// between <|endoftext|> tokens, below), not of independent tokens: neighbouring tokens' losses are
+// correlated, and a per-token error would be several times too small. loss = sum nll / sum n over
+// clusters is a ratio estimator; its delta-method (cluster-robust) variance is
+// C / (C - 1) * sum_c (nll_c - loss n_c)^2 / N^2 over C clusters of n_c targets, N targets in all.
 struct PerplexityResult {
   double nll = 0.0;       // summed negative log-likelihood (nats)
   int64_t tokens = 0;     // targets scored
   int64_t documents = 0;  // documents read
   int64_t windows = 0;    // forwards rows (windows) run
   int64_t bytes = 0;      // text only: UTF-8 bytes of the documents
-  double loss() const;    // nll / tokens
+  // Per-cluster sums for the standard errors: clusters, sum nll_c^2, sum nll_c n_c, sum n_c^2.
+  int64_t clusters = 0;
+  double sum_nll2 = 0.0, sum_nll_n = 0.0, sum_n2 = 0.0;
+  double loss() const;  // nll / tokens
   double perplexity() const;
   double bits_per_byte() const;  // nll / bytes / ln 2 (text only; NaN otherwise)
+  // Standard errors (NaN with fewer than 2 clusters); perplexity's and bits per byte's by the
+  // delta method from loss's (exp(loss) se, and se tokens / bytes / ln 2).
+  double loss_stderr() const;
+  double perplexity_stderr() const;
+  double bits_per_byte_stderr() const;
 };
 
 // Reads documents with next(tokens, bytes) until it returns false, and scores them in groups.
-// on_progress gets (documents done, tokens scored so far).
+// on_progress gets (documents done, tokens scored so far). The clusters of the standard errors:
+// target t_p (p >= 1) belongs to the cluster numbered by the count of `cluster_break` tokens
+// among t_0 .. t_{p-1} of its document, so a document that holds several <|endoftext|>-separated
+// texts (a token shard) counts each text, with the <|endoftext|> that ends it; a document without
+// that token is one cluster. cluster_break < 0: each document is one cluster.
 PerplexityResult perplexity(EvalModel& model,
                             const std::function<bool(std::vector<int32_t>&, int64_t&)>& next,
-                            int context, int stride,
+                            int context, int stride, int32_t cluster_break,
                             const std::function<void(int64_t, int64_t)>& on_progress = {});
 
 }  // namespace attnlab

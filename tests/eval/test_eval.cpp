@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <numbers>
 
 #include "config/recipe.h"
 #include "eval/eval_model.h"
@@ -437,7 +439,7 @@ TEST_F(EvalTest, SlidingWindowPerplexityAgainstBruteForce) {
       t = docs[next++];
       return true;
     };
-    const PerplexityResult r = perplexity(model, feed, 32, stride);
+    const PerplexityResult r = perplexity(model, feed, 32, stride, /*cluster_break=*/-1);
     EXPECT_EQ(r.tokens, 89 + 6) << stride;
     EXPECT_EQ(r.documents, 2);
   }
@@ -445,6 +447,63 @@ TEST_F(EvalTest, SlidingWindowPerplexityAgainstBruteForce) {
   const std::vector<int32_t> head(doc.begin(), doc.begin() + 33);
   const auto lp = brute_force_logprobs(src, head);
   for (size_t i = 0; i < 32; ++i) EXPECT_NEAR(full[0].logprob[i], lp[i], 1e-4);
+}
+
+// The standard errors: clusters are the <|endoftext|>-separated texts of each document (the eot
+// that ends a text counts with it), and the loss's error is the ratio estimator's, recomputed here
+// from the per-target scores in two passes.
+TEST_F(EvalTest, PerplexityStandardErrorIsOverTextsNotTokens) {
+  const ModelSource src = inspect_model_source(run_);
+  EvalModel model(src, cpu(4));
+  constexpr int32_t kEot = 256;
+  std::vector<std::vector<int32_t>> docs = {
+      test::random_ints(70, 3, 256), test::random_ints(40, 3, 256), test::random_ints(9, 3, 256)};
+  docs[0][0] = kEot, docs[0][20] = kEot, docs[0][21] = kEot, docs[0][50] = kEot;
+  docs[1][0] = kEot;
+  const auto scores = score_documents(model, docs, 32, 8, false);
+  std::vector<std::pair<double, int64_t>> clusters;  // (nll, targets)
+  double nll = 0.0;
+  int64_t n = 0;
+  for (size_t d = 0; d < docs.size(); ++d) {
+    std::map<int, std::pair<double, int64_t>> by_text;
+    int breaks = 0;
+    for (size_t p = 1; p < docs[d].size(); ++p) {
+      breaks += docs[d][p - 1] == kEot;
+      by_text[breaks].first -= scores[d].logprob[p - 1];
+      by_text[breaks].second += 1;
+    }
+    for (const auto& [_, c] : by_text) clusters.push_back(c), nll += c.first, n += c.second;
+  }
+  // Document 0: four (one of them only the eot that ends an empty text); 1 and 2: one each.
+  ASSERT_EQ(clusters.size(), 4u + 1u + 1u);
+  const double loss = nll / double(n);
+  double ss = 0.0;
+  for (const auto& [x, m] : clusters) ss += (x - loss * double(m)) * (x - loss * double(m));
+  const double se =
+      std::sqrt(double(clusters.size()) / double(clusters.size() - 1) * ss) / double(n);
+  size_t next = 0;
+  auto feed = [&](std::vector<int32_t>& t, int64_t& bytes) {
+    if (next >= docs.size()) return false;
+    t = docs[next++];
+    bytes = int64_t(t.size()) * 2;
+    return true;
+  };
+  const PerplexityResult r = perplexity(model, feed, 32, 8, kEot);
+  EXPECT_EQ(r.tokens, n);
+  EXPECT_EQ(r.clusters, int64_t(clusters.size()));
+  EXPECT_NEAR(r.loss(), loss, 1e-9);
+  EXPECT_NEAR(r.loss_stderr(), se, 1e-9 * se);
+  EXPECT_NEAR(r.perplexity_stderr(), std::exp(loss) * se, 1e-9 * std::exp(loss) * se);
+  EXPECT_NEAR(r.bits_per_byte_stderr(), se * double(n) / double(r.bytes) / std::numbers::ln2,
+              1e-9 * se);
+  EXPECT_GT(se, 0.0);
+  // No cluster break: one cluster per document; a single cluster has no error.
+  next = 0;
+  const PerplexityResult whole = perplexity(model, feed, 32, 8, -1);
+  EXPECT_EQ(whole.clusters, 3);
+  EXPECT_NEAR(whole.loss(), loss, 1e-9);
+  next = 2;
+  EXPECT_TRUE(std::isnan(perplexity(model, feed, 32, 8, -1).loss_stderr()));
 }
 
 TEST_F(EvalTest, ValidationScoresEveryWholeWindow) {
