@@ -1,4 +1,4 @@
-// The cooperative Sinkhorn (docs/focus.md "Sinkhorn on CUDA"): the chunked kernels' arithmetic
+// The cooperative Sinkhorn (docs/focus_sinkhorn.md): the chunked kernels' arithmetic
 // (focus_sinkhorn_tile.cuh) in one launch per direction, for sequences of at most
 // kSinkhornCoopMaxChunks chunks whose blocks are all resident at once (cudaLaunchCooperativeKernel;
 // a one-chunk forward keeps its own kernel, focus_sinkhorn.cu).

@@ -2,7 +2,7 @@
 // and group the running log-sum-exp of the column over every token before the call, stored as
 // two floats hi + lo (kSinkhornStateWords). A float alone was rounded once per call, so one-token
 // decode calls drifted by its spacing near log(T / K) each: 2e-5 in g after 16K of them, 1e-4
-// after 64K (docs/focus.md, "Sinkhorn on CUDA"). The pair keeps ~48 bits; the update is done in
+// after 64K (docs/focus_sinkhorn.md). The pair keeps ~48 bits; the update is done in
 // double (state_value, log_add_exp, state_store), on the CPU and in the CUDA kernels. Plain C++
 // (__host__ __device__ under nvcc) so the CPU tests run the kernels' own arithmetic.
 #pragma once

@@ -1,4 +1,4 @@
-// The tile arithmetic of the CUDA Sinkhorn (docs/focus.md "Sinkhorn on CUDA"), shared by the
+// The tile arithmetic of the CUDA Sinkhorn (docs/focus_sinkhorn.md), shared by the
 // chunked kernels (focus_sinkhorn.cu, one launch per step) and the cooperative ones
 // (focus_sinkhorn_coop.cu, one launch per direction): the chunk geometry, the column sums as
 // (m, s) pairs and the affine maps of the causal backward's reverse recurrence (defined in

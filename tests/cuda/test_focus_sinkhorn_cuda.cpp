@@ -209,7 +209,7 @@ TEST(FocusSinkhornCuda, ChunkedAndCooperativeMatchTheReference) {
 
 // The automatic forward where the decision matters: at B 64 and 4K the cooperative kernels do not
 // fit an H100 or H200 (B x chunks blocks not resident at once), so automatic takes the one-block
-// forward (docs/focus.md, "Sinkhorn on CUDA"): its g and iterates bitwise those of the path the
+// forward (docs/focus_sinkhorn.md): its g and iterates bitwise those of the path the
 // rule names on this device (forced), and within the reference's bounds.
 TEST(FocusSinkhornCuda, AutomaticTakesThePathItsRuleNames) {
   CUDA_TEST_PREAMBLE();
