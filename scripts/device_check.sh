@@ -15,8 +15,8 @@
 # and 8 x 128, bench_focus_decode, bench_focus_assign (B 1, and B 64 at T 1K), bench_sfa;
 # docs/performance_variants.md has the full sweeps) and prints their tables; HARD_T and SFA_T set
 # their lengths (defaults 1024,4096,16384,65536 and 4096,16384); VARIANTS_PEERS=1 adds
-# focus_peer.py --quick and sfa_peer.py --quick, and scripts/focus_oracle_check.sh (Focus through
-# a whole GPT-2 against the independent PyTorch oracle: CPU, CUDA fp32 and bf16).
+# focus_peer.py --quick and sfa_peer.py --quick, and scripts/attention_oracle_check.sh (Focus and
+# SFA through a whole GPT-2 against the independent PyTorch oracle: CPU, CUDA fp32 and bf16).
 # Logs and CSVs go to $OUT (the device tool's folder) or /tmp/attnlab_device.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -123,8 +123,8 @@ if [ "${VARIANTS:-0}" = 1 ]; then
       --csv "$LOGS/focus_peer.csv" >"$LOGS/focus_peer.log" 2>&1
     timeout 120 env PYTHONUNBUFFERED=1 python3 scripts/bench/sfa_peer.py --quick \
       --csv "$LOGS/sfa_peer.csv" >"$LOGS/sfa_peer.log" 2>&1
-    OUT="$LOGS/focus_oracle" timeout 300 bash scripts/focus_oracle_check.sh "$BUILD" \
-      >"$LOGS/focus_oracle.log" 2>&1
+    OUT="$LOGS/attention_oracle" timeout 300 bash scripts/attention_oracle_check.sh "$BUILD" \
+      >"$LOGS/attention_oracle.log" 2>&1
   fi
 fi
 
@@ -184,7 +184,7 @@ if [ -f "$LOGS/ab.log" ]; then
 fi
 if [ "${VARIANTS:-0}" = 1 ]; then
   for b in bench_focus_soft bench_focus_hard bench_focus_decode bench_focus_assign bench_sfa focus_peer sfa_peer \
-    focus_oracle; do
+    attention_oracle; do
     [ -f "$LOGS/$b.log" ] || continue
     echo "==== $b (docs/performance_variants.md) ===="
     grep -vE "^W[0-9]{4} |InputBuffer|TensorBox|DeprecationWarning|create_block_mask" "$LOGS/$b.log" | tail -30

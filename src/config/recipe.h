@@ -223,7 +223,7 @@ struct FocusConfig {
 // largest-magnitude coordinates. Read whatever attention.type is, used when type is "sfa".
 struct SfaConfig {
   int k = 0;            // coordinates kept per head vector; 0 = sfa_default_k(head dim)
-  double distill = 0.;  // lambda of the dense-teacher term lambda * mean((O~ - O)^2), training only
+  double distill = 0.;  // lambda of the dense-teacher term (docs/sfa.md), training only
   // training / eval path: FlashSFA, the reference path (masked copy + dense kernels), or auto
   // (the masked-dense path: faster on the H200 at every length measured, docs/sfa.md)
   SfaKernel kernel = SfaKernel::auto_select;

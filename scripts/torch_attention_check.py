@@ -1,28 +1,32 @@
 #!/usr/bin/env python3
-"""External oracle for attnlab's Focus attention in a whole GPT-2 (PyTorch only as the reference).
+"""External oracle for attnlab's attention variants in a whole GPT-2 (PyTorch only as the reference).
 
-Focus is written here again from its equations (issue 13; docs/focus.md, "The equations"), not
-from attnlab's code: cosine scores of W_g h against the centroids over tau, the log-domain
-Sinkhorn (causal or sequence scope) or a softmax assignment, the local band i - j <= w, the
-additive (exp(s) (a + eps)) or multiplicative (s sigmoid(lambda a + b)) soft gate on distant
-pairs, hard routing by each token's top_k groups (ties: the lower index), and for
-route_training hard the straight-through gradient min(exp(s - lse), 1) (dP - delta) to the
-affinity. It loads the weights that scripts/bench/gpt2_step_dump.cpp used and compares what that
-dump holds:
-  loss, logits (last sequence)   the dump's first forward, evaluation mode (eval_routing)
-  train_loss[0], grad.<param>    the training forward and backward (route_training), loss scaled
-                                 1 / valid targets
+Focus and SFA are written here again from their equations (issues 13 and 15; docs/focus.md and
+docs/sfa.md, "The equations"), not from attnlab's code.
+  Focus: cosine scores of W_g h against the centroids over tau, the log-domain Sinkhorn (causal
+    or sequence scope) or a softmax assignment, the local band i - j <= w, the additive
+    (exp(s) (a + eps)) or multiplicative (s sigmoid(lambda a + b)) soft gate on distant pairs,
+    hard routing by each token's top_k groups (ties: the lower index), and for route_training
+    hard the straight-through gradient min(exp(s - lse), 1) (dP - delta) to the affinity.
+  SFA: each head's q and k keep their k largest-|x| coordinates (ties: the lower index), causal
+    softmax attention on them, V dense, gradients masked by the selection; distillation adds
+    lambda * mean over layers, heads and tokens of ||O~ - stopgrad(O_dense)||^2 in training.
+It loads the weights that scripts/bench/gpt2_step_dump.cpp used and compares what that dump holds:
+  loss, logits (last sequence)   the dump's first forward, evaluation mode (Focus: eval_routing)
+  train_loss[0], grad.<param>    the training forward and backward (Focus: route_training; SFA:
+                                 with the distillation term), loss scaled 1 / valid targets
 The oracle runs in float64. The tolerance of each quantity comes from a same-precision reference
 (STYLE.md): the oracle itself in float32 for an fp32 dump (tolerance 4x its error, floor 1e-5),
 and for a bf16 dump the oracle with attnlab's bf16 policy (bf16 weights and activations; the
 assignment and the softmax in float32) (tolerance 2x its error).
 
-  python3 scripts/torch_focus_check.py --dump D.safetensors --model DIR/model.safetensors \
-      --tokens batches.i32 --batch 2 --seq 256 --n-head 2 --vocab 512 --local-window 32 \
-      [--groups 8 --tau 0.1 --iterations 10 --top-k 2 --assign sinkhorn --scope causal \
-       --gate additive --route-training soft --eval-routing hard]
-Exit status 0 when every quantity is within its tolerance. scripts/focus_oracle_check.sh runs
-the dumps (CPU and CUDA, fp32 and bf16, every Focus option) and this script on each.
+  python3 scripts/torch_attention_check.py --dump D.safetensors --model DIR/model.safetensors \
+      --tokens batches.i32 --batch 2 --seq 256 --n-head 2 --vocab 512 --attention focus \
+      [--local-window 128 --groups 8 --tau 0.1 --iterations 10 --top-k 2 --assign sinkhorn \
+       --scope causal --gate additive --route-training soft --eval-routing hard]
+      [--attention sfa --sfa-k 8 --distill 0]
+Exit status 0 when every quantity is within its tolerance. scripts/attention_oracle_check.sh
+runs the dumps (CPU and CUDA, fp32 and bf16, every Focus and SFA option) and this script on each.
 """
 import argparse
 import math
@@ -116,8 +120,35 @@ def focus_attention(q, k, v, g, o, routing):
     return (p.to(v.dtype) @ v)
 
 
-class FocusGPT2(torch.nn.Module):
-    """GPT-2 with attnlab's parameter names and layout and Focus attention in every layer."""
+def sparsify(x, kk):
+    """x with all but its kk largest-|x| coordinates zeroed (ties: the lower index); the mask is
+    a constant, so the gradient is the masked one."""
+    order = torch.sort(-x.detach().abs().double(), dim=-1, stable=True).indices[..., :kk]
+    return x * torch.zeros_like(x).scatter_(-1, order, 1.0)
+
+
+def causal_attention(q, k, v):
+    T, D = q.shape[2], q.shape[3]
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    s = (q @ k.transpose(-1, -2)).to(work) / math.sqrt(D)
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    p = torch.softmax(s.masked_fill(~causal, float("-inf")), -1)
+    return p.to(v.dtype) @ v
+
+
+def sfa_attention(q, k, v, o, train):
+    """(out [B, H, T, D], distillation term of this layer or 0)."""
+    kk = o.sfa_k or (q.shape[-1] + 7) // 8
+    out = causal_attention(sparsify(q, kk), sparsify(k, kk), v)
+    if not (train and o.distill > 0):
+        return out, 0.0
+    teacher = causal_attention(q, k, v).detach()
+    per_head = ((out - teacher).double() ** 2).sum(-1)  # ||O~_h - O_h||^2 per (b, h, t)
+    return out, per_head.mean()
+
+
+class VariantGPT2(torch.nn.Module):
+    """GPT-2 with attnlab's parameter names and layout and Focus or SFA attention in every layer."""
 
     def __init__(self, weights, o, dtype):
         super().__init__()
@@ -129,12 +160,14 @@ class FocusGPT2(torch.nn.Module):
     def w(self, name):
         return self.p[name.replace(".", "__")]
 
-    def forward(self, idx, targets, routing):
+    def forward(self, idx, targets, train):
+        """(logits, cross-entropy, auxiliary loss: SFA's distillation in training, else 0)."""
         B, T = idx.shape
         o = self.o
         x = self.w("wte.weight")[idx] + self.w("wpe.weight")[:T]
         C = x.shape[-1]
         H = o.n_head
+        aux = 0.0
         for l in range(self.n_layer):
             def g_(n):
                 return self.w(f"h.{l}.{n}")
@@ -142,8 +175,13 @@ class FocusGPT2(torch.nn.Module):
             qkv = F.linear(h, g_("attn.c_attn.weight"), g_("attn.c_attn.bias"))
             q, k, v = qkv.split(C, dim=-1)
             sh = lambda t: t.view(B, T, H, C // H).transpose(1, 2)
-            grp = assignment(h, g_("attn.focus.w_g"), g_("attn.focus.centroids"), o)
-            y = focus_attention(sh(q), sh(k), sh(v), grp, o, routing)
+            if o.attention == "focus":
+                grp = assignment(h, g_("attn.focus.w_g"), g_("attn.focus.centroids"), o)
+                y = focus_attention(sh(q), sh(k), sh(v), grp, o,
+                                    o.route_training if train else o.eval_routing)
+            else:
+                y, term = sfa_attention(sh(q), sh(k), sh(v), o, train)
+                aux = aux + o.distill * term / self.n_layer
             y = y.transpose(1, 2).reshape(B, T, C)
             x = x + F.linear(y, g_("attn.c_proj.weight"), g_("attn.c_proj.bias"))
             h = F.layer_norm(x, (C,), g_("ln_2.weight"), g_("ln_2.bias"), 1e-5)
@@ -154,16 +192,17 @@ class FocusGPT2(torch.nn.Module):
         work = torch.float64 if logits.dtype == torch.float64 else torch.float32
         loss = F.cross_entropy(logits[..., :o.vocab].to(work).reshape(B * T, -1), targets.reshape(-1),
                                ignore_index=-1)
-        return logits, loss
+        return logits, loss, aux
 
 
 def run(weights, o, dtype, x, y):
-    """(eval logits of the last sequence, eval loss, train loss, {param: grad}) in `dtype`."""
-    model = FocusGPT2(weights, o, dtype)
+    """(eval logits of the last sequence, eval loss, train loss, {param: grad}) in `dtype`; the
+    gradients are those of the training loss plus its auxiliary term."""
+    model = VariantGPT2(weights, o, dtype)
     with torch.no_grad():
-        lg, loss_eval = model(x, y, o.eval_routing)
-    _, loss_train = model(x, y, o.route_training)
-    loss_train.backward()
+        lg, loss_eval, _ = model(x, y, train=False)
+    _, loss_train, aux = model(x, y, train=True)
+    (loss_train + aux).backward()
     grads = {n.replace("__", "."): p.grad.detach().double() for n, p in model.p.items()}
     return lg[-1].double(), loss_eval.item(), loss_train.item(), grads
 
@@ -177,6 +216,9 @@ def main():
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--n-head", type=int, required=True)
     ap.add_argument("--vocab", type=int, required=True)
+    ap.add_argument("--attention", choices=["focus", "sfa"], default="focus")
+    ap.add_argument("--sfa-k", type=int, default=0, help="0: ceil(head dim / 8)")
+    ap.add_argument("--distill", type=float, default=0.0)
     ap.add_argument("--groups", type=int, default=8)
     ap.add_argument("--local-window", type=int, default=128)
     ap.add_argument("--tau", type=float, default=0.1)
@@ -196,7 +238,8 @@ def main():
 
     weights, _ = read_safetensors(o.model)
     dump, meta = read_safetensors(o.dump)
-    assert weights["h.0.attn.focus.centroids"].shape[0] == o.groups, "--groups differs from the model's K"
+    if o.attention == "focus":
+        assert weights["h.0.attn.focus.centroids"].shape[0] == o.groups, "--groups differs from the model's K"
     x, y = batches(o.tokens, o.batch, o.seq)[0]
     bf16 = meta.get("dtype") == "bf16"
 
@@ -207,7 +250,6 @@ def main():
     else:
         lgp, lep, ltp, gp = run(weights, o, torch.float32, x, y)
         peer, factor, floor = "float32", 4.0, 1e-5
-    # Where hard routing's groups are a near-tie the two precisions may pick different groups.
     rows, ok = [], True
 
     def check(what, ours, peer_err):
@@ -217,9 +259,11 @@ def main():
         ok &= good
         rows.append((what, ours, peer_err, tol, "ok" if good else "FAIL"))
 
-    check(f"eval loss ({o.eval_routing})", abs(dump["loss"].item() - le64) / le64, abs(lep - le64) / le64)
-    check(f"eval logits, last seq ({o.eval_routing})", rel(dump["logits"].double(), lg64), rel(lgp, lg64))
-    check(f"train loss ({o.route_training})", abs(dump["train_loss"][0].item() - lt64) / lt64,
+    ev = f" ({o.eval_routing})" if o.attention == "focus" else ""
+    tr = f" ({o.route_training})" if o.attention == "focus" else ""
+    check(f"eval loss{ev}", abs(dump["loss"].item() - le64) / le64, abs(lep - le64) / le64)
+    check(f"eval logits, last seq{ev}", rel(dump["logits"].double(), lg64), rel(lgp, lg64))
+    check(f"train loss{tr}", abs(dump["train_loss"][0].item() - lt64) / lt64,
           abs(ltp - lt64) / lt64)
     worst = None
     for name, g in g64.items():
@@ -228,10 +272,10 @@ def main():
         r = eo / max(ep, floor / factor, 1e-30)
         if worst is None or r > worst[0]:
             worst = (r, name)
-    focus = [r for r in rows if ".focus." in r[0]]
-    shown = [r for r in rows if not r[0].startswith("grad ")] + focus + \
-        [r for r in rows if r[0] == "grad " + worst[1] and r not in focus] + \
-        [r for r in rows if r[4] == "FAIL" and r[0].startswith("grad ") and r not in focus][:10]
+    attn = [r for r in rows if ".focus." in r[0] or ".attn.c_attn.weight" in r[0]]
+    shown = [r for r in rows if not r[0].startswith("grad ")] + attn + \
+        [r for r in rows if r[0] == "grad " + worst[1] and r not in attn] + \
+        [r for r in rows if r[4] == "FAIL" and r[0].startswith("grad ") and r not in attn][:10]
     print(f"== {o.label} dump {meta.get('dtype')} | eval loss ours {dump['loss'].item():.6f} oracle "
           f"{le64:.6f} | train loss ours {dump['train_loss'][0].item():.6f} oracle {lt64:.6f}")
     print(f"{'quantity':46s} {'ours vs f64':>12s} {peer:>12s} {'tol':>10s}")
