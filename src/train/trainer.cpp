@@ -464,8 +464,14 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
       evaluate();
     const bool periodic = recipe.checkpoint.every > 0 && st.step % recipe.checkpoint.every == 0;
     if (periodic || (last && recipe.checkpoint.at_end)) checkpoint();
-    // Ctrl-C or SIGTERM: stop after this step with a checkpoint (where the run writes any).
-    if (const int sig = interrupt.signal(); sig != 0 && !last) {
+    // Ctrl-C or SIGTERM: stop after this step with a checkpoint (where the run writes any). In
+    // the last step the run has just finished; the signal is still reported (the CLI then ends
+    // by it, so a shell loop of runs stops as it would at any other step).
+    if (const int sig = interrupt.signal(); sig != 0 && last) {
+      log.warn("%s received during the last step (%lld): the run finished",
+               sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)st.step);
+      result.interrupted_by = sig;
+    } else if (sig != 0) {
       const bool saves =
           options.profile_steps == 0 && (recipe.checkpoint.every > 0 || recipe.checkpoint.at_end);
       if (saves && !periodic) checkpoint();

@@ -149,11 +149,11 @@ TEST(TrainIntegration, InterruptWritesACheckpointAndTheResumeIsExact) {
   const std::string whole = tmp.file("whole"), cut = tmp.file("cut");
   train(tiny(whole, keys), quiet());
   struct Env {
-    Env() { ::setenv("ATTNLAB_TEST_INTERRUPT", "3", 1); }
+    explicit Env(const char* step) { ::setenv("ATTNLAB_TEST_INTERRUPT", step, 1); }
     ~Env() { ::unsetenv("ATTNLAB_TEST_INTERRUPT"); }  // also when train throws
   };
   const TrainResult stopped = [&] {
-    const Env env;
+    const Env env("3");
     return train(tiny(cut, keys), quiet());
   }();
   EXPECT_EQ(stopped.interrupted_by, SIGINT);
@@ -168,6 +168,18 @@ TEST(TrainIntegration, InterruptWritesACheckpointAndTheResumeIsExact) {
   auto bb = checkpoint_bytes(resolve_checkpoint_dir(cut));
   ASSERT_EQ(ba.size(), bb.size());
   for (const auto& [name, bytes] : ba) EXPECT_TRUE(bytes == bb[name]) << name;
+  // In the last step: the run finishes as it would have (its final checkpoint, the same bytes)
+  // and still reports the signal, so that the CLI ends by it.
+  const std::string late = tmp.file("late");
+  const TrainResult at_end = [&] {
+    const Env env("8");
+    return train(tiny(late, keys), quiet());
+  }();
+  EXPECT_EQ(at_end.interrupted_by, SIGINT);
+  EXPECT_EQ(at_end.steps, 8);
+  auto bl = checkpoint_bytes(resolve_checkpoint_dir(late));
+  ASSERT_EQ(ba.size(), bl.size());
+  for (const auto& [name, bytes] : ba) EXPECT_TRUE(bytes == bl[name]) << name;
 }
 
 // A resume continues the checkpoint's model: a key that changes its function (an architecture or
