@@ -81,16 +81,17 @@ DataLoader::DataLoader(std::vector<std::shared_ptr<const TokenSource>> sources,
   }
   num_windows_ = window_offsets_.back();
   if (num_windows_ == 0) {
-    int64_t largest = 0;
-    for (const auto& src : sources_) largest = std::max(largest, src->size());
+    size_t largest = 0;
+    for (size_t i = 1; i < sources_.size(); ++i)
+      if (sources_[i]->size() > sources_[largest]->size()) largest = i;
     const std::string what = sources_.size() == 1
                                  ? strformat("'%s' has", sources_[0]->name().c_str())
-                                 : strformat("the largest of %zu sources ('%s', ...) has",
-                                             sources_.size(), sources_[0]->name().c_str());
+                                 : strformat("the largest of %zu sources, '%s', has",
+                                             sources_.size(), sources_[largest]->name().c_str());
     ATTN_FAIL(
         "data loader: %s %lld tokens, fewer than seq_len + 1 = %d (one training sequence); "
         "use a smaller seq_len or more data",
-        what.c_str(), (long long)largest, T + 1);
+        what.c_str(), (long long)sources_[largest]->size(), T + 1);
   }
   scratch_.resize(size_t(T) + 1);
 }

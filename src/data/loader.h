@@ -3,7 +3,8 @@
 // Windows. Source s with n_s tokens holds w_s = (n_s - 1) / T windows; window j covers tokens
 // [j*T, j*T + T + 1): the first T are the inputs, the last T the targets (inputs shifted by one).
 // Windows never cross a source boundary. All windows of all sources are numbered 0..N-1 in
-// source order. A source with fewer than T+1 tokens is an error.
+// source order. A source with fewer than T+1 tokens holds no window (short_sources() names
+// them); data with no window at all is an error.
 //
 // Order. Each epoch visits every window exactly once: in index order when shuffle is off, else in a
 // pseudo-random order that depends only on (seed, epoch) (a keyed Feistel permutation, so no
@@ -15,8 +16,8 @@
 // batch may straddle an epoch boundary. All ranks share one State, which makes resume exact:
 // set_state(s) followed by next() yields what next() yielded when state() returned s.
 //
-// Eval: shuffle off, reset() before each evaluation, and at most batches_per_epoch() batches
-// (every window of the epoch once, minus a remainder smaller than B*W).
+// Eval: shuffle off and reset() before each evaluation; the validation scores the first
+// min(batches * B, N) windows, its last batch padded (eval/validation.h).
 #pragma once
 #include <cstdint>
 #include <memory>

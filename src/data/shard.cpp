@@ -315,7 +315,10 @@ std::vector<std::string> expand_globs(const std::vector<std::string>& patterns) 
   std::set<std::string> seen;
   for (const auto& pattern : patterns) {
     for (auto& f : expand_glob(pattern)) {
-      if (seen.insert(f).second) files.push_back(std::move(f));
+      // The same file by another path (a symlink, `dir/../dir`) counts once too.
+      std::error_code ec;
+      const fs::path canonical = fs::weakly_canonical(f, ec);
+      if (seen.insert(ec ? f : canonical.string()).second) files.push_back(std::move(f));
     }
   }
   return files;

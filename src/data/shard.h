@@ -132,7 +132,7 @@ inline constexpr const char* kPrepareIncompleteMarker = ".prepare_incomplete";
 std::vector<std::string> expand_glob(const std::string& pattern);
 
 // expand_glob over several patterns; each pattern's matches are sorted, patterns keep their order,
-// duplicates are dropped.
+// duplicates are dropped (the same file under another path, a symlink, too: by canonical path).
 std::vector<std::string> expand_globs(const std::vector<std::string>& patterns);
 
 }  // namespace attnlab

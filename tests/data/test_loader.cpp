@@ -182,7 +182,7 @@ TEST(DataLoader, ErrorsNameTheProblem) {
       [] {
         DataLoader(make_sources({3, 8, 5}), opts(1, 8, false));
       },
-      {"the largest of 3 sources ('src0', ...) has 8 tokens", "seq_len + 1 = 9"});
+      {"the largest of 3 sources, 'src1', has 8 tokens", "seq_len + 1 = 9"});
   EXPECT_THROW(DataLoader(make_sources({100}), opts(1, 8, false, 0, 2, 2)), Error);
   EXPECT_THROW(DataLoader(make_sources({100}), opts(0, 8, false)), Error);
   auto o = opts(1, 8, false);

@@ -168,6 +168,12 @@ TEST_F(ShardTest, GlobsAreSortedAndEmptyMatchesFail) {
   const auto both = expand_globs({path("val_*.bin"), path("*.bin")});
   ASSERT_EQ(both.size(), 4u);  // val first (pattern order), no duplicates
   EXPECT_EQ(both[0], path("val_000000.bin"));
+  // The same file by another path (a symlink to it, a path through ..) counts once.
+  std::filesystem::create_symlink(path("train_000001.bin"), path("last.bin"));
+  const std::filesystem::path dir = std::filesystem::path(path("x")).parent_path();
+  const std::string dotdot = (dir / ".." / dir.filename() / "train_000002.bin").string();
+  const auto linked = expand_globs({path("train_*.bin"), path("last.bin"), dotdot});
+  EXPECT_EQ(linked.size(), 3u);
   expect_error([&] { expand_glob(path("nope_*.bin")); }, {"no files match", "nope_*.bin"});
   expect_error([&] { expand_glob(path("nope.bin")); }, {"nope.bin", "does not exist"});
 }
