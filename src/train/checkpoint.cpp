@@ -131,16 +131,21 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
   if (!stale.empty()) fs::remove_all(stale, ec);
   io::write_file_atomic((root / "latest").string(), name + "\n");
 
-  // Keep the newest keep_last checkpoints.
-  std::vector<std::string> steps;
+  // Keep the newest keep_last checkpoints up to this step, by step number (names are sorted as
+  // text only up to 8 digits). Later steps are another continuation's (a run resumed from an
+  // earlier checkpoint): they are not this run's history, so they neither count nor go.
+  std::vector<std::pair<int64_t, std::string>> steps;
   for (const auto& d : fs::directory_iterator(root)) {
-    std::string n = d.path().filename().string();
-    if (d.is_directory() && n.rfind("step_", 0) == 0 && n.find('.') == std::string::npos)
-      steps.push_back(n);
+    const std::string n = d.path().filename().string();
+    if (!d.is_directory() || n.rfind("step_", 0) != 0 || n.size() == 5 ||
+        n.find_first_not_of("0123456789", 5) != std::string::npos || n.size() > 5 + 18)
+      continue;
+    const int64_t step = std::stoll(n.substr(5));
+    if (step <= c.state.step) steps.emplace_back(step, n);
   }
   std::sort(steps.begin(), steps.end());
   for (size_t i = 0; i + size_t(std::max(keep_last, 1)) < steps.size(); ++i)
-    if (steps[i] != name) fs::remove_all(root / steps[i], ec);
+    if (steps[i].second != name) fs::remove_all(root / steps[i].second, ec);
   return final_dir.string();
 }
 

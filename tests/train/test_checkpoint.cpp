@@ -135,6 +135,44 @@ TEST(Checkpoint, ResavingAStepReplacesItWhole) {
   expect_error([&] { resolve_checkpoint_dir(run); }, "which is missing or incomplete");
 }
 
+// keep_last keeps the newest checkpoints up to the step being saved, by number: a run resumed
+// from step 6 of a run that reached 8 keeps its own history (6, 7) and leaves 8 alone (it used
+// to delete 6 and keep 8), and step 100,000,000 is newer than 99,999,999 (text order said not).
+TEST(Checkpoint, KeepLastPrunesThisRunsHistoryByStepNumber) {
+  const test::TempDir tmp("ckpt");
+  auto ctx = ExecContext::make_cpu();
+  ParameterStore a;
+  declare_model(a);
+  a.finalize(Device::cpu, DType::f32, {ParamRole::base});
+  a.initialize(1);
+  AdamW oa(*ctx, a, AdamWConfig{});
+  const std::string run = tmp.file("run");
+  auto save = [&](int64_t step) {
+    CheckpointContents c;
+    c.store = &a;
+    c.optimizer_state = oa.state_tensors();
+    c.state.step = step;
+    c.recipe_yaml = "test: 1\n";
+    save_checkpoint(run, c, 2);
+  };
+  auto names = [&] {
+    std::vector<std::string> n;
+    for (const auto& d : fs::directory_iterator(fs::path(run) / "checkpoints"))
+      if (d.is_directory()) n.push_back(d.path().filename());
+    std::sort(n.begin(), n.end());
+    return n;
+  };
+  for (int64_t step : {2, 4, 6, 8}) save(step);
+  EXPECT_EQ(names(), (std::vector<std::string>{"step_00000006", "step_00000008"}));
+  save(7);  // resumed from 6
+  EXPECT_EQ(names(), (std::vector<std::string>{"step_00000006", "step_00000007", "step_00000008"}));
+  EXPECT_EQ(resolve_checkpoint_dir(run),
+            (fs::path(run) / "checkpoints" / "step_00000007").string());
+  save(99999999);
+  save(100000000);
+  EXPECT_EQ(names(), (std::vector<std::string>{"step_100000000", "step_99999999"}));
+}
+
 TEST(OptimizerCheckpoint, RefusesStateOfAnotherLayoutOfTheSameSize) {
   const test::TempDir tmp("ckpt");
   auto ctx = ExecContext::make_cpu();
