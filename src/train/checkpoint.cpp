@@ -15,6 +15,7 @@
 #include "config/suggest.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "interop/foreign_tensors.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "nn/lora.h"
@@ -248,13 +249,39 @@ std::string resolve_checkpoint_dir(const std::string& path) {
   return dir.string();
 }
 
-void load_model_weights(const std::string& ckpt_dir, const ParameterStore& store) {
+void load_model_weights(const std::string& ckpt_dir, const ParameterStore& store,
+                        std::vector<float>* exact) {
   // Every tensor of the model from the file, and every tensor of the file used: a checkpoint of
   // another shape (4 layers into a 3-layer model) is refused, naming the tensors it has extra.
   WeightLoadOptions strict;
   strict.required_roles = {ParamRole::base, ParamRole::attention, ParamRole::adapter};
   strict.allow_extra = false;
+  TrainableF32Values values(store);
+  if (exact && store.dtype() == DType::bf16) strict.on_f32_values = values.taker();
   load_model_weights_by_role(ckpt_dir, store, strict);
+  if (exact) *exact = values.finish();
+}
+
+TrainableF32Values::TrainableF32Values(const ParameterStore& store) : store_(store) {}
+
+void TrainableF32Values::take(const std::string& name, const float* values, int64_t n) {
+  if (!store_.contains(name)) return;
+  const ParameterStore::Entry& e = store_.entry(name);
+  if (!e.trainable || n != e.spec.shape.numel()) return;
+  if (values_.empty()) values_.resize(size_t(store_.trainable_buffer_numel()));
+  std::copy(values, values + n, values_.begin() + e.offset);
+  taken_.insert(name);
+}
+
+std::vector<float> TrainableF32Values::finish() {
+  if (taken_.empty()) return {};
+  for (const auto& e : store_.entries())
+    if (e.trainable && !taken_.count(e.spec.name)) {
+      const std::vector<float> w = tensor_to_host_f32(store_.param(e.spec.name));
+      std::copy(w.begin(), w.end(), values_.begin() + e.offset);
+    }
+  taken_.clear();
+  return std::move(values_);
 }
 
 void for_each_master_tensor(
@@ -274,16 +301,16 @@ void for_each_master_tensor(
     take(t.name, master.ptr<float>() + t.offset, t.shape.numel());
 }
 
-void load_optimizer_state(const std::string& ckpt_dir, AdamW& opt) {
+bool load_optimizer_state(const std::string& ckpt_dir, AdamW& opt) {
   io::SafetensorsFile f((fs::path(ckpt_dir) / "optimizer.safetensors").string());
   std::vector<std::pair<std::string, Tensor>> views;
   for (const auto& n : f.names()) views.emplace_back(n, f.view(n));
   const auto it = f.metadata().find(kParamLayoutKey);
-  if (it == f.metadata().end()) {
+  if (it == f.metadata().end())
     opt.load_packed_state(views, f.path());
-    return;
-  }
-  opt.load_state(views, ParamLayout::from_json(it->second, f.path()), f.path());
+  else
+    opt.load_state(views, ParamLayout::from_json(it->second, f.path()), f.path());
+  return f.contains("adamw.master");
 }
 
 std::string WeightLoadReport::summary() const {

@@ -84,7 +84,30 @@ bool run_has_checkpoints(const std::string& run_dir);
 // eval and generate: every tensor of the store must be in the file and every tensor of the file
 // must be in the store (else refused, naming the missing or the extra tensors). All checks run
 // before anything is copied.
-void load_model_weights(const std::string& ckpt_dir, const ParameterStore& store);
+// exact (non-null, a bf16 store): receives the trainable tensors' values as the file holds them
+// in f32, before their rounding to bf16 (TrainableF32Values: empty when the file holds none).
+void load_model_weights(const std::string& ckpt_dir, const ParameterStore& store,
+                        std::vector<float>* exact = nullptr);
+
+// Gathers the f32 values a load hands over (WeightLoadOptions::on_f32_values, or
+// for_each_master_tensor) for the store's trainable tensors, at their offsets in the trainable
+// range; finish() fills the trainable tensors that got none from the store (their values as
+// loaded) and returns the whole range, or nothing when no tensor got f32 values. For
+// AdamW::set_master: a bf16 run's master starts from the finest values its source holds.
+class TrainableF32Values {
+ public:
+  explicit TrainableF32Values(const ParameterStore& store);
+  void take(const std::string& name, const float* values, int64_t n);
+  std::function<void(const std::string&, const float*, int64_t)> taker() {
+    return [this](const std::string& name, const float* x, int64_t n) { take(name, x, n); };
+  }
+  std::vector<float> finish();
+
+ private:
+  const ParameterStore& store_;
+  std::vector<float> values_;
+  std::set<std::string> taken_;
+};
 
 // Loading a model from a checkpoint of a related model (train.init_from, retrofit): a dense
 // checkpoint seeds a model that adds tensors (Focus centroids) or lacks some.
@@ -130,7 +153,8 @@ WeightLoadReport load_model_weights_by_role(const std::string& ckpt_dir,
 // Loads optimizer.safetensors into `opt`, checking the saved parameter layout against the
 // optimizer's (AdamW::load_state). A file without a layout (written before layouts were saved)
 // is read as packed state: AdamW::load_packed_state.
-void load_optimizer_state(const std::string& ckpt_dir, AdamW& opt);
+// Returns whether the file holds a master copy (adamw.master: a bf16 run's).
+bool load_optimizer_state(const std::string& ckpt_dir, AdamW& opt);
 TrainerState load_trainer_state(const std::string& ckpt_dir);
 
 // The fp32 master values of a bf16 run's trainable tensors (optimizer.safetensors' adamw.master,

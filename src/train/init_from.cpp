@@ -1,8 +1,6 @@
 #include "train/init_from.h"
 
 #include <algorithm>
-#include <map>
-#include <set>
 
 #include "config/model_keys.h"
 #include "core/error.h"
@@ -115,31 +113,13 @@ WeightLoadReport load_init_from(const Recipe& r, const ParameterStore& store,
   o.allow_extra = r.train.init_allow_extra;
   o.allow_extra_key = "train.init_allow_extra";
   if (!exact) return load_model_source(src, store, o);
-  // The finer values by trainable tensor, into v at the tensor's offset.
-  std::map<std::string, const ParameterStore::Entry*> trainable;
-  for (const auto& e : store.entries())
-    if (e.trainable) trainable[e.spec.name] = &e;
-  std::vector<float> v;
-  std::set<std::string> finer;
-  auto take = [&](const std::string& name, const float* x, int64_t n) {
-    const auto it = trainable.find(name);
-    if (it == trainable.end() || n != it->second->spec.shape.numel()) return;
-    if (v.empty()) v.resize(size_t(store.trainable_buffer_numel()));
-    std::copy(x, x + n, v.begin() + it->second->offset);
-    finer.insert(name);
-  };
-  if (store.dtype() == DType::bf16) o.on_f32_values = take;  // an f32 store holds them exactly
+  TrainableF32Values values(store);
+  if (store.dtype() == DType::bf16) o.on_f32_values = values.taker();  // f32 holds them exactly
   WeightLoadReport report = load_model_source(src, store, o);
   // A bf16 run's master, finer than its bf16 weights (and exact where the file was f32).
   if (src.format == ModelFormat::attnlab && src.adapter.empty())
-    for_each_master_tensor(src.weights_path, take);
-  if (!finer.empty())  // the other trainable tensors as the store holds them
-    for (const auto& [name, e] : trainable)
-      if (!finer.count(name)) {
-        const std::vector<float> w = tensor_to_host_f32(store.param(name));
-        std::copy(w.begin(), w.end(), v.begin() + e->offset);
-      }
-  *exact = std::move(v);
+    for_each_master_tensor(src.weights_path, values.taker());
+  *exact = values.finish();
   return report;
 }
 

@@ -14,6 +14,7 @@
 #include "core/cuda_check.h"
 #include "core/parameters.h"
 #include "interop/foreign_tensors.h"
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/gpt.h"
 #include "train/checkpoint.h"
@@ -139,6 +140,63 @@ TEST(InitFromExact, ABf16StoreGetsTheValuesItRounds) {
       }
     }
     EXPECT_GT(rounded, 0);  // the store holds them rounded: the exact values are not its own
+  }
+  fs::remove_all(dir);
+}
+
+// --resume of an fp32 run's checkpoint (a CPU run, or train.precision fp32) in a bf16 run: the
+// master starts from the model file's f32 values, as train.init_from's does (it started from
+// their bf16 rounding, up to 2^-9 relative off). On the CPU, load_model_weights hands a bf16
+// store those values (and none from a bf16 file); on CUDA the resumed bf16 run trains bitwise as
+// a resume of the same checkpoint with those values as its master.
+TEST(InitFromExact, AnF32CheckpointResumedInBf16KeepsItsValuesAsMaster) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("attnlab_exact_resume_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  run((dir / "a").string());
+  const std::string a = resolve_checkpoint_dir((dir / "a").string());
+  write_bf16_form(a, (dir / "bf16").string(), /*with_master=*/true);
+  write_bf16_form(a, (dir / "bf16-no-master").string(), /*with_master=*/false);
+  const io::SafetensorsFile file((fs::path(a) / "model.safetensors").string());
+  const Recipe r = parse_recipe(kRecipe, "exact.yaml", {});
+  for (const std::string& source : {a, (dir / "bf16").string()}) {
+    GPT model(gpt_config_of(r));
+    ParameterStore store;
+    model.declare_params(store);
+    store.finalize(Device::cpu, DType::bf16, {ParamRole::base});
+    std::vector<float> exact;
+    load_model_weights(source, store, &exact);
+    if (source != a) {
+      EXPECT_TRUE(exact.empty());  // a bf16 file: its master (optimizer file) is the finer one
+      continue;
+    }
+    ASSERT_EQ(int64_t(exact.size()), store.trainable_buffer_numel());
+    for (const auto& e : store.entries()) {
+      const Tensor want = file.view(e.spec.name);
+      for (int64_t i = 0; i < want.numel(); ++i)
+        ASSERT_EQ(exact[size_t(e.offset + i)], want.ptr<float>()[i]) << e.spec.name;
+    }
+  }
+  if (cuda_available()) {
+    auto resume = [&](const fs::path& from, const std::string& out) {
+      const fs::path ckpts = dir / out / "checkpoints";
+      fs::create_directories(ckpts);
+      fs::copy(from, ckpts / "step_00000002", fs::copy_options::recursive);
+      io::write_file_atomic((ckpts / "latest").string(), "step_00000002\n");
+      TrainOptions o;
+      o.quiet = true;
+      o.resume = (dir / out).string();
+      return train(parse_recipe(kRecipe, "exact.yaml",
+                                {"train.out_dir=" + (dir / out).string(), "train.device=cuda",
+                                 "train.precision=bf16", "train.steps=4"}),
+                   o);
+    };
+    const TrainResult from_f32 = resume(a, "rf");
+    const TrainResult from_master = resume(dir / "bf16", "rm");
+    const TrainResult from_rounded = resume(dir / "bf16-no-master", "rr");
+    ASSERT_EQ(from_f32.losses.size(), 2u);
+    EXPECT_EQ(from_f32.losses, from_master.losses);         // bitwise: the same master
+    EXPECT_NE(from_rounded.losses[1], from_f32.losses[1]);  // the control: another master
   }
   fs::remove_all(dir);
 }
