@@ -396,6 +396,21 @@ std::string data_fingerprint(const std::vector<std::shared_ptr<const TokenSource
                    (unsigned long long)h);
 }
 
+void check_checkpoint_steps(const std::string& ckpt_dir, int64_t step) {
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    const fs::path path = fs::path(ckpt_dir) / file;
+    if (!fs::exists(path)) continue;
+    const io::SafetensorsFile f(path.string());
+    const auto it = f.metadata().find("step");
+    if (it == f.metadata().end()) continue;  // written by another tool: nothing to compare
+    ATTN_REQUIRE(it->second == std::to_string(step),
+                 "checkpoint '%s': %s is of step %s but trainer_state.json of step %lld (files "
+                 "of different checkpoints mixed by hand?); resume from a checkpoint whose files "
+                 "belong together",
+                 ckpt_dir.c_str(), file, it->second.c_str(), (long long)step);
+  }
+}
+
 TrainerState load_trainer_state(const std::string& ckpt_dir) {
   const std::string path = (fs::path(ckpt_dir) / "trainer_state.json").string();
   nlohmann::json js;

@@ -156,6 +156,9 @@ WeightLoadReport load_model_weights_by_role(const std::string& ckpt_dir,
 // Returns whether the file holds a master copy (adamw.master: a bf16 run's).
 bool load_optimizer_state(const std::string& ckpt_dir, AdamW& opt);
 TrainerState load_trainer_state(const std::string& ckpt_dir);
+// Refuses a checkpoint whose model.safetensors or optimizer.safetensors says (metadata "step")
+// another step than `step` (its trainer_state.json's): files of two checkpoints mixed.
+void check_checkpoint_steps(const std::string& ckpt_dir, int64_t step);
 
 // The fp32 master values of a bf16 run's trainable tensors (optimizer.safetensors' adamw.master,
 // cut by its param_layout): take(name, values, numel) for each; nothing when the checkpoint has

@@ -237,6 +237,17 @@ void AdamW::load_each(const std::vector<std::pair<std::string, Tensor>>& state,
   for (const auto& [name, src] : state) {
     bool known = false;
     for (const auto& [n, t] : mine) known |= n == name;
+    // A NaN or infinity in the moments or the master would make the first resumed step's weights
+    // NaN, then fail as a divergence ("the last checkpoint is intact"): refused here, named.
+    if (src.device == Device::cpu && src.dtype == DType::f32) {
+      const float* x = src.ptr<float>();
+      for (int64_t i = 0; i < src.numel(); ++i)
+        ATTN_REQUIRE(std::isfinite(x[i]),
+                     "%s: '%s' holds %s at element %lld: the checkpoint is corrupt (resume from an "
+                     "earlier one)",
+                     where.c_str(), name.c_str(), std::isnan(x[i]) ? "NaN" : "an infinity",
+                     (long long)i);
+    }
     if (name == "adamw.master" && store_.dtype() == DType::f32) continue;  // a bf16 run's: below
     ATTN_REQUIRE(known, "%s: unexpected tensor '%s' (expected %s)", where.c_str(), name.c_str(),
                  valid.c_str());

@@ -113,6 +113,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     load_model_weights(dir, s.store, &exact);
     if (!load_optimizer_state(dir, opt) && !exact.empty()) opt.set_master(exact);
     st = load_trainer_state(dir);
+    check_checkpoint_steps(dir, st.step);
     if (const std::optional<Recipe> was = read_checkpoint_recipe(dir))
       resume_lr_change =
           schedule_change_note(schedule_of(*was, int(was->train.steps)), sched, int(st.step));

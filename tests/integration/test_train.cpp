@@ -284,6 +284,14 @@ TEST(TrainIntegration, ResumeRefusesAnotherRunsDirectory) {
   o.resume = a;
   test::expect_error([&] { train(tiny(tmp.file("r"), {"train.steps=8"}), o); },
                      {"the checkpoint is at step 8 and train.steps is 8: nothing to train"});
+  // A checkpoint whose files come from two steps (an optimizer file copied in by hand) is refused.
+  const fs::path mixed = tmp.file("mixed");
+  fs::copy(fs::path(a) / "checkpoints" / "step_00000004", mixed, fs::copy_options::recursive);
+  fs::copy_file(fs::path(a) / "checkpoints" / "step_00000008" / "optimizer.safetensors",
+                mixed / "optimizer.safetensors", fs::copy_options::overwrite_existing);
+  o.resume = mixed.string();
+  test::expect_error([&] { train(tiny(tmp.file("m")), o); },
+                     {"optimizer.safetensors is of step 8 but trainer_state.json of step 4"});
 }
 
 TEST(TrainIntegration, RefusesToOverwriteARun) {

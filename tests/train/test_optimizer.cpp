@@ -284,6 +284,15 @@ TEST(AdamW, StateRoundTrip) {
   state = oa.state_tensors();
   state[0].second = state[0].second.slice0(0, 3);
   expect_error([&] { ob.load_state(state); }, "'adamw.m' must be f32 with 192 elements");
+  // A NaN or an infinity in the state is refused, named (it became NaN weights after one step).
+  for (const float bad : {std::nanf(""), INFINITY}) {
+    std::vector<float> v = to_vec(oa.state_tensors()[1].second);
+    v[7] = bad;
+    state = oa.state_tensors();
+    state[1].second = Tensor(v.data(), DType::f32, Device::cpu, state[1].second.shape);
+    expect_error([&] { ob.load_state(state); },
+                 {"'adamw.v' holds", std::isnan(bad) ? "NaN" : "an infinity", "element 7"});
+  }
 }
 
 TEST(AdamW, ConfigAndStepErrors) {
