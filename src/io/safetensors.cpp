@@ -263,13 +263,18 @@ void SafetensorsWriter::write(const std::string& path) const {
   uint64_t n = header.size();
   out.write(&n, sizeof(n));
   out.write(header);
+  // One staging buffer for the device tensors, as large as the largest of them up to
+  // kStagingBytes (sized by the first one, a bias, it copied wte in tens of thousands of pieces).
+  size_t largest = 0;
+  for (const Entry* e : ordered())
+    if (e->device != Device::cpu) largest = std::max(largest, e->bytes);
   Buffer staging;
+  if (largest > 0) staging = Buffer(Device::cpu, std::min(kStagingBytes, largest));
   for (const Entry* e : ordered()) {
     if (e->device == Device::cpu) {
       out.write(e->data, e->bytes);
       continue;
     }
-    if (staging.bytes() == 0) staging = Buffer(Device::cpu, std::min(kStagingBytes, e->bytes));
     const char* src = static_cast<const char*>(e->data);
     for (size_t done = 0; done < e->bytes;) {
       size_t chunk = std::min(staging.bytes(), e->bytes - done);
