@@ -197,6 +197,16 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
           "window and are not read: %s",
           key, loader->short_sources().size(), recipe.train.seq_len + 1,
           join_names(loader->short_sources()).c_str());
+  // Fewer windows than one step reads: a step holds some window twice (weighted double).
+  if (const int64_t per_step =
+          int64_t(recipe.train.micro_batch) * accum * int64_t(s.comm->world_size());
+      s.train_loader->num_windows() < per_step)
+    log.warn(
+        "data.train holds %lld window(s) of seq_len %d, fewer than one step reads (%lld = "
+        "micro_batch %d x %d accumulation x %d rank(s)): every step repeats windows, some "
+        "twice in the same step; use more data or a smaller batch",
+        (long long)s.train_loader->num_windows(), recipe.train.seq_len, (long long)per_step,
+        recipe.train.micro_batch, accum, s.comm->world_size());
   st.data_fingerprint = data_fp;
   st.device = device_name(s.ctx->device);
   st.precision = dtype_name(s.dtype);

@@ -294,6 +294,15 @@ TEST_F(Cli, ScheduleWithoutDecayIsSaid) {
                     " --set schedule.type=cosine --set schedule.final_lr_frac=0.1");
   ASSERT_EQ(u.code, 0) << u.out;
   EXPECT_EQ(u.out.find("no step is left to decay"), std::string::npos) << u.out;
+  EXPECT_EQ(u.out.find("fewer than one step reads"), std::string::npos) << u.out;
+  // Fewer training windows than a step reads: said (every step repeats windows).
+  CliResult tiny = run("train " + recipe_ + " --set train.out_dir=" + (dir_ / "run3").string() +
+                       " --set data.synthetic.train_tokens=50 --set train.micro_batch=4");
+  ASSERT_EQ(tiny.code, 0) << tiny.out;
+  EXPECT_NE(tiny.out.find("data.train holds 3 window(s) of seq_len 16, fewer than one step reads "
+                          "(4 = micro_batch 4 x 1 accumulation x 1 rank(s))"),
+            std::string::npos)
+      << tiny.out;
 }
 
 TEST_F(Cli, RecipeErrors) {
