@@ -131,6 +131,23 @@ TEST(Launch, EachLauncher) {
                             {"RANK", "1"},
                             {"WORLD_SIZE", "2"}}));
   EXPECT_EQ(l.launcher, Launcher::mpirun);
+  // Hydra's PMI_* that agree with torchrun-style ones; `srun torchrun`, more ranks than tasks.
+  l = detect_launch(env_of({{"PMI_RANK", "1"},
+                            {"PMI_SIZE", "2"},
+                            {"MPI_LOCALRANKID", "1"},
+                            {"RANK", "1"},
+                            {"WORLD_SIZE", "2"},
+                            {"MASTER_ADDR", "h"},
+                            {"MASTER_PORT", "9"}}));
+  EXPECT_EQ(l.launcher, Launcher::env);
+  l = detect_launch(env_of({{"SLURM_PROCID", "1"},
+                            {"SLURM_STEP_NUM_TASKS", "2"},
+                            {"RANK", "9"},
+                            {"WORLD_SIZE", "16"},
+                            {"MASTER_ADDR", "h"},
+                            {"MASTER_PORT", "9"}}));
+  EXPECT_EQ(l.launcher, Launcher::env);
+  EXPECT_EQ(l.rank, 9);
 }
 
 // One process per GPU: a local rank past the node's devices is refused naming the rank, where
@@ -198,6 +215,25 @@ TEST(Launch, BadValuesNameTheVariable) {
       },
       "OMPI_COMM_WORLD_RANK=0 and OMPI_COMM_WORLD_SIZE=1 and torchrun-style RANK=1 and "
       "WORLD_SIZE=2, which disagree");
+  // The same with mpiexec (Hydra): `mpiexec -n 2 torchrun --standalone --nproc_per_node=1`.
+  expect_error(
+      [] {
+        detect_launch(env_of({{"PMI_RANK", "1"},
+                              {"PMI_SIZE", "2"},
+                              {"MPI_LOCALRANKID", "1"},
+                              {"RANK", "0"},
+                              {"WORLD_SIZE", "1"}}));
+      },
+      "PMI_RANK=1 and PMI_SIZE=2 and torchrun-style RANK=0 and WORLD_SIZE=1, which disagree");
+  // `srun -n 2 torchrun --standalone`: each task a world of one.
+  expect_error(
+      [] {
+        detect_launch(env_of({{"SLURM_PROCID", "1"},
+                              {"SLURM_STEP_NUM_TASKS", "2"},
+                              {"RANK", "0"},
+                              {"WORLD_SIZE", "1"}}));
+      },
+      "WORLD_SIZE=1 is smaller than the srun step's SLURM_STEP_NUM_TASKS=2");
   expect_error(
       [] {
         detect_launch(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}}));
