@@ -82,8 +82,9 @@ bool run_has_checkpoints(const std::string& run_dir);
 
 // Loads parameters by name into the store (shape-checked; f32 <-> bf16 converted) for resume,
 // eval and generate: every tensor of the store must be in the file and every tensor of the file
-// must be in the store (else refused, naming the missing or the extra tensors). All checks run
-// before anything is copied.
+// must be in the store (else refused, naming the missing or the extra tensors). The checks of
+// names, shapes and dtypes run before anything is copied; the NaN / infinity scan runs on each
+// tensor as it is copied (a refused load may leave earlier tensors loaded: every caller stops).
 // exact (non-null, a bf16 store): receives the trainable tensors' values as the file holds them
 // in f32, before their rounding to bf16 (TrainableF32Values: empty when the file holds none).
 void load_model_weights(const std::string& ckpt_dir, const ParameterStore& store,
@@ -143,8 +144,10 @@ struct WeightLoadReport {
   // "initialised (not in checkpoint): a, b" and/or "ignored (not in the model): c"; "" if none.
   std::string summary() const;
 };
-// Every check (missing required tensor, unexpected tensor, shape or dtype that cannot load) runs
-// before anything is copied, so a refused load leaves the store as it was. Errors name the file,
+// Every check of names, shapes and dtypes (missing required tensor, unexpected tensor, shape or
+// dtype that cannot load) runs before anything is copied, so such a refusal leaves the store as it
+// was; a NaN or infinity is found as its tensor is copied (earlier tensors are then loaded; every
+// caller stops on the error). Errors name the file,
 // the tensor and, for a mismatch, both shapes or dtypes.
 WeightLoadReport load_model_weights_by_role(const std::string& ckpt_dir,
                                             const ParameterStore& store,
