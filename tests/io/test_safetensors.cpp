@@ -248,12 +248,19 @@ TEST_F(Safetensors, CudaTensorsWriteAndLoad) {
   Buffer dev(Device::cuda, host.size() * 4);
   Tensor dt = dev.as(DType::f32, {3, 1000});
   copy_tensor(dt, Tensor(host.data(), DType::f32, Device::cpu, {3, 1000}));
+  // A small device tensor first (written first: names in order): the staging buffer takes the
+  // largest tensor's size, and a staging smaller than a tensor copies it in pieces.
+  std::vector<float> small = random_values<float>(10, 32);
+  Buffer dsmall(Device::cuda, small.size() * 4);
+  copy_tensor(dsmall.as(DType::f32, {10}), Tensor(small.data(), DType::f32, Device::cpu, {10}));
   SafetensorsWriter w;
+  w.add("b", dsmall.as(DType::f32, {10}));
   w.add("w", dt);
   std::string path = dir_ + "/cuda.safetensors";
   w.write(path);
   SafetensorsFile f(path);
   EXPECT_TRUE(same_bytes(f.view("w").data, host));
+  EXPECT_TRUE(same_bytes(f.view("b").data, small));
 
   Buffer dev2(Device::cuda, host.size() * 2);
   f.load_into("w", dev2.as(DType::bf16, {3, 1000}));
