@@ -84,29 +84,23 @@ LaunchInfo detect_launch(const EnvLookup& env) {
                  "WORLD_SIZE=%d but MASTER_ADDR and MASTER_PORT are not both set (the rendezvous "
                  "of a torchrun-style launch needs them)",
                  info.world_size);
-    // As with mpirun's above: the Hydra mpiexec's PMI_* (with its MPI_LOCALRANKID) name this
-    // process too, and torchrun-style variables that disagree came from a launcher it started.
-    if (env("PMI_RANK") && env("PMI_SIZE") && env("MPI_LOCALRANKID")) {
-      const LaunchInfo p = read(env, Launcher::pmi, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID");
-      ATTN_REQUIRE(p.rank == info.rank && p.world_size == info.world_size,
-                   "this process has mpiexec's PMI_RANK=%d and PMI_SIZE=%d and torchrun-style "
-                   "RANK=%d and WORLD_SIZE=%d, which disagree (a launcher started by mpiexec "
-                   "passes mpiexec's variables on to its processes); start the ranks with one "
-                   "launcher: mpiexec -n N attnlab train ..., or torchrun-style without mpiexec",
-                   p.rank, p.world_size, info.rank, info.world_size);
-    }
-    // Inside an srun step the world holds at least the step's tasks (`srun torchrun` starts
-    // more ranks per task); fewer means the tasks each started a world of their own (`srun -n 2
-    // torchrun --standalone ...`), which trained side by side into the same out_dir.
-    if (const char* tasks = env("SLURM_STEP_NUM_TASKS")) {
+    // A launcher started by the Hydra mpiexec (PMI_SIZE, with its MPI_LOCALRANKID) or inside an
+    // srun step (SLURM_STEP_NUM_TASKS) starts one or more ranks per task (`mpiexec -n <nodes>
+    // torchrun --nnodes ...`, `srun torchrun`), so the world holds at least the tasks; fewer
+    // means each task started a world of its own (`srun -n 2 torchrun --standalone ...`), and
+    // they trained side by side into the same out_dir.
+    const auto at_least_tasks = [&](const char* var, const char* starter) {
+      const char* tasks = env(var);
+      if (!tasks) return;
       const long n = std::strtol(tasks, nullptr, 10);
       ATTN_REQUIRE(n <= info.world_size,
-                   "WORLD_SIZE=%d is smaller than the srun step's SLURM_STEP_NUM_TASKS=%ld: each "
-                   "srun task started a world of its own (a torchrun --standalone per task?); "
-                   "give the launcher the whole job's size (torchrun --nnodes, a shared "
-                   "rendezvous) or let srun start the ranks (srun -n N attnlab train ...)",
-                   info.world_size, n);
-    }
+                   "WORLD_SIZE=%d is smaller than %s's %s=%ld: each task started a world of its "
+                   "own (a torchrun --standalone per task?); give the launcher the whole job's "
+                   "size (torchrun --nnodes, a shared rendezvous) or let %s start the ranks",
+                   info.world_size, starter, var, n, starter);
+    };
+    if (env("MPI_LOCALRANKID")) at_least_tasks("PMI_SIZE", "mpiexec");
+    at_least_tasks("SLURM_STEP_NUM_TASKS", "srun");
     return info;
   }
   // The Hydra mpiexec (MPICH, Intel MPI, MVAPICH) before Slurm's, for the same reason: under an

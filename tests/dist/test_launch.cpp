@@ -131,15 +131,17 @@ TEST(Launch, EachLauncher) {
                             {"RANK", "1"},
                             {"WORLD_SIZE", "2"}}));
   EXPECT_EQ(l.launcher, Launcher::mpirun);
-  // Hydra's PMI_* that agree with torchrun-style ones; `srun torchrun`, more ranks than tasks.
+  // `mpiexec -n 2 -ppn 1 torchrun --nnodes 2 --nproc-per-node 4`, `srun torchrun`: more ranks
+  // than tasks, read from the torchrun-style variables.
   l = detect_launch(env_of({{"PMI_RANK", "1"},
                             {"PMI_SIZE", "2"},
-                            {"MPI_LOCALRANKID", "1"},
-                            {"RANK", "1"},
-                            {"WORLD_SIZE", "2"},
+                            {"MPI_LOCALRANKID", "0"},
+                            {"RANK", "5"},
+                            {"WORLD_SIZE", "8"},
                             {"MASTER_ADDR", "h"},
                             {"MASTER_PORT", "9"}}));
   EXPECT_EQ(l.launcher, Launcher::env);
+  EXPECT_EQ(l.rank, 5);
   l = detect_launch(env_of({{"SLURM_PROCID", "1"},
                             {"SLURM_STEP_NUM_TASKS", "2"},
                             {"RANK", "9"},
@@ -224,7 +226,7 @@ TEST(Launch, BadValuesNameTheVariable) {
                               {"RANK", "0"},
                               {"WORLD_SIZE", "1"}}));
       },
-      "PMI_RANK=1 and PMI_SIZE=2 and torchrun-style RANK=0 and WORLD_SIZE=1, which disagree");
+      "WORLD_SIZE=1 is smaller than mpiexec's PMI_SIZE=2");
   // `srun -n 2 torchrun --standalone`: each task a world of one.
   expect_error(
       [] {
@@ -233,7 +235,7 @@ TEST(Launch, BadValuesNameTheVariable) {
                               {"RANK", "0"},
                               {"WORLD_SIZE", "1"}}));
       },
-      "WORLD_SIZE=1 is smaller than the srun step's SLURM_STEP_NUM_TASKS=2");
+      "WORLD_SIZE=1 is smaller than srun's SLURM_STEP_NUM_TASKS=2");
   expect_error(
       [] {
         detect_launch(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}}));
