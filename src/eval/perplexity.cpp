@@ -80,7 +80,11 @@ double PerplexityResult::loss_stderr() const {
 }
 double PerplexityResult::perplexity_stderr() const { return perplexity() * loss_stderr(); }
 double PerplexityResult::bits_per_byte_stderr() const {
-  return bytes ? loss_stderr() * double(tokens) / double(bytes) / std::numbers::ln2 : std::nan("");
+  if (documents < 2 || bytes == 0) return std::nan("");
+  const double r = nll / double(bytes);  // nats per byte
+  const double ss = std::max(0.0, doc_nll2 - 2.0 * r * doc_nll_b + r * r * doc_b2);
+  return std::sqrt(double(documents) / double(documents - 1) * ss) / double(bytes) /
+         std::numbers::ln2;
 }
 
 PerplexityResult perplexity(EvalModel& model,
@@ -99,6 +103,7 @@ PerplexityResult perplexity(EvalModel& model,
   // Documents are scored in groups of about 1M tokens: enough to fill batches, little memory.
   constexpr size_t kGroupTokens = size_t(1) << 20;
   std::vector<std::vector<int32_t>> group;
+  std::vector<int64_t> group_bytes;  // each document's bytes (text)
   size_t group_tokens = 0;
   auto flush = [&] {
     if (group.empty()) return;
@@ -120,9 +125,16 @@ PerplexityResult perplexity(EvalModel& model,
       }
       add_cluster(cluster_nll, cluster_n);
       res.tokens += int64_t(logprob.size());
+      double doc_nll = 0.0;
+      for (float lp : logprob) doc_nll -= double(lp);
+      const double b = double(group_bytes[d]);
+      res.doc_nll2 += doc_nll * doc_nll;
+      res.doc_nll_b += doc_nll * b;
+      res.doc_b2 += b * b;
     }
     res.documents += int64_t(group.size());
     group.clear();
+    group_bytes.clear();
     group_tokens = 0;
     if (on_progress) on_progress(res.documents, res.tokens);
   };
@@ -135,6 +147,7 @@ PerplexityResult perplexity(EvalModel& model,
     res.bytes += bytes;
     group_tokens += doc.size();
     group.push_back(doc);
+    group_bytes.push_back(bytes);
     if (group_tokens >= kGroupTokens) flush();
   }
   flush();

@@ -45,14 +45,17 @@ struct PerplexityResult {
   int64_t documents = 0;  // documents read
   int64_t windows = 0;    // forwards rows (windows) run
   int64_t bytes = 0;      // text only: UTF-8 bytes of the documents
-  // Per-cluster sums for the standard errors: clusters, sum nll_c^2, sum nll_c n_c, sum n_c^2.
+  // Per-cluster sums for the standard errors: clusters, sum nll_c^2, sum nll_c n_c, sum n_c^2;
+  // and per document (text: the documents' bytes) sum nll_d^2, sum nll_d b_d, sum b_d^2.
   int64_t clusters = 0;
   double sum_nll2 = 0.0, sum_nll_n = 0.0, sum_n2 = 0.0;
+  double doc_nll2 = 0.0, doc_nll_b = 0.0, doc_b2 = 0.0;
   double loss() const;  // nll / tokens
   double perplexity() const;
   double bits_per_byte() const;  // nll / bytes / ln 2 (text only; NaN otherwise)
-  // Standard errors (NaN with fewer than 2 clusters); perplexity's and bits per byte's by the
-  // delta method from loss's (exp(loss) se, and se tokens / bytes / ln 2).
+  // Standard errors (NaN with fewer than 2 clusters); perplexity's by the delta method from
+  // loss's (exp(loss) se); bits per byte's as the ratio nats / bytes over the documents (the
+  // same formula with bytes for targets; NaN with fewer than 2 documents or without bytes).
   double loss_stderr() const;
   double perplexity_stderr() const;
   double bits_per_byte_stderr() const;

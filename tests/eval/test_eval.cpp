@@ -484,8 +484,8 @@ TEST_F(EvalTest, PerplexityStandardErrorIsOverTextsNotTokens) {
   size_t next = 0;
   auto feed = [&](std::vector<int32_t>& t, int64_t& bytes) {
     if (next >= docs.size()) return false;
+    bytes = int64_t(docs[next].size()) * 2 + 37 * int64_t(next);  // bytes per token differ
     t = docs[next++];
-    bytes = int64_t(t.size()) * 2;
     return true;
   };
   const PerplexityResult r = perplexity(model, feed, 32, 8, kEot);
@@ -494,8 +494,18 @@ TEST_F(EvalTest, PerplexityStandardErrorIsOverTextsNotTokens) {
   EXPECT_NEAR(r.loss(), loss, 1e-9);
   EXPECT_NEAR(r.loss_stderr(), se, 1e-9 * se);
   EXPECT_NEAR(r.perplexity_stderr(), std::exp(loss) * se, 1e-9 * std::exp(loss) * se);
-  EXPECT_NEAR(r.bits_per_byte_stderr(), se * double(n) / double(r.bytes) / std::numbers::ln2,
-              1e-9 * se);
+  // Bits per byte: the ratio nats / bytes over the documents (bytes differ by document here).
+  double doc_ss = 0.0;
+  const double per_byte = nll / double(r.bytes);
+  for (size_t d = 0; d < docs.size(); ++d) {
+    double x = 0.0;
+    for (float lp : scores[d].logprob) x -= lp;
+    const double b = double(docs[d].size()) * 2 + 37.0 * double(d);
+    doc_ss += (x - per_byte * b) * (x - per_byte * b);
+  }
+  const double bpb_se = std::sqrt(3.0 / 2.0 * doc_ss) / double(r.bytes) / std::numbers::ln2;
+  EXPECT_NEAR(r.bits_per_byte_stderr(), bpb_se, 1e-9 * bpb_se);
+  EXPECT_GT(bpb_se, 0.0);
   EXPECT_GT(se, 0.0);
   // No cluster break: one cluster per document; a single cluster has no error.
   next = 0;
