@@ -41,6 +41,9 @@ SFA_VARIANTS=(
 model_for() {  # variant recipe given_checkpoint
   local dir="$OUTDIR/run_$1"
   if [ -n "$3" ]; then echo "$3"; return; fi
+  if [ -f "$dir/checkpoints/latest" ]; then  # trained by an earlier call into the same OUT
+    echo "$dir/checkpoints/$(cat "$dir/checkpoints/latest")"; return
+  fi
   local sets=(--set model.n_head=2 --set model.block_size=$T --set train.seq_len=$T)
   [ "$1" = focus ] && sets+=(--set attention.focus.local_window=$W)
   "$BUILD/attnlab" train "$ROOT/recipes/$2" "${sets[@]}" --set train.micro_batch=4 \

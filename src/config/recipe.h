@@ -342,7 +342,7 @@ struct EvalConfig {
 struct CheckpointConfig {
   int64_t every = 0;  // save every N steps; 0 = only at the end
   bool at_end = true;
-  int keep_last = 2;  // periodic checkpoints kept on disk (older ones are deleted)
+  int keep_last = 2;  // checkpoints kept, the newest up to each save (docs/recipes.md)
   void validate() const;
   bool operator==(const CheckpointConfig&) const = default;
 };

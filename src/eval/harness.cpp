@@ -125,7 +125,8 @@ json perplexity_json(const PerplexityResult& r, int context, int stride, const s
 // evaluation's tokenizer, else none (each file one cluster).
 int32_t shard_cluster_break(const std::string& first_shard, const Tokenizer* eval_tok) {
   const fs::path prepared = fs::path(first_shard).parent_path() / "tokenizer.json";
-  if (fs::exists(prepared)) {
+  std::error_code ec;
+  if (fs::exists(prepared, ec)) {
     try {
       return make_tokenizer(prepared.string())->eot_id();
     } catch (const Error&) {  // not a tokenizer this build reads: the fallbacks below

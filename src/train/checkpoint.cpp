@@ -57,6 +57,23 @@ void fsync_dir(const std::string& dir) {
 
 }  // namespace
 
+std::vector<std::pair<int64_t, std::string>> checkpoint_steps(const std::string& run_dir) {
+  std::vector<std::pair<int64_t, std::string>> steps;
+  std::error_code ec;
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  if (!fs::is_directory(root, ec)) return steps;
+  for (const auto& d : fs::directory_iterator(root, ec)) {
+    const std::string n = d.path().filename().string();
+    if (n.rfind("step_", 0) != 0 || n.size() == 5 ||
+        n.find_first_not_of("0123456789", 5) != std::string::npos || n.size() > 5 + 18 ||
+        !d.is_directory(ec))  // (a symlink loop among the entries must not stop the run)
+      continue;
+    steps.emplace_back(std::stoll(n.substr(5)), n);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
 bool run_has_checkpoints(const std::string& run_dir) {
   return fs::exists(fs::path(run_dir) / "checkpoints" / "latest");
 }
@@ -135,16 +152,8 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
   // Keep the newest keep_last checkpoints up to this step, by step number (names are sorted as
   // text only up to 8 digits). Later steps are another continuation's (a run resumed from an
   // earlier checkpoint): they are not this run's history, so they neither count nor go.
-  std::vector<std::pair<int64_t, std::string>> steps;
-  for (const auto& d : fs::directory_iterator(root)) {
-    const std::string n = d.path().filename().string();
-    if (!d.is_directory() || n.rfind("step_", 0) != 0 || n.size() == 5 ||
-        n.find_first_not_of("0123456789", 5) != std::string::npos || n.size() > 5 + 18)
-      continue;
-    const int64_t step = std::stoll(n.substr(5));
-    if (step <= c.state.step) steps.emplace_back(step, n);
-  }
-  std::sort(steps.begin(), steps.end());
+  std::vector<std::pair<int64_t, std::string>> steps = checkpoint_steps(run_dir);
+  std::erase_if(steps, [&](const auto& s) { return s.first > c.state.step; });
   for (size_t i = 0; i + size_t(std::max(keep_last, 1)) < steps.size(); ++i)
     if (steps[i].second != name) fs::remove_all(root / steps[i].second, ec);
   return final_dir.string();

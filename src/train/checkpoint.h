@@ -79,6 +79,8 @@ std::string check_resume_recipe(const Recipe& recipe, const std::string& dir);
 std::optional<Recipe> read_checkpoint_recipe(const std::string& dir);
 // True when run_dir already holds at least one checkpoint.
 bool run_has_checkpoints(const std::string& run_dir);
+// The checkpoint directories of run_dir (checkpoints/step_<digits>), by step number.
+std::vector<std::pair<int64_t, std::string>> checkpoint_steps(const std::string& run_dir);
 
 // Loads parameters by name into the store (shape-checked; f32 <-> bf16 converted) for resume,
 // eval and generate: every tensor of the store must be in the file and every tensor of the file

@@ -109,11 +109,11 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     resume_changes = check_resume_recipe(recipe, dir);
     // An f32 checkpoint resumed in bf16 (a CPU or fp32 run): the master starts from the file's
     // f32 values, not from their bf16 rounding (a bf16 checkpoint's own master loads as it is).
+    st = load_trainer_state(dir);
+    check_checkpoint_steps(dir, st.step);  // before any load: files of two checkpoints mixed
     std::vector<float> exact;
     load_model_weights(dir, s.store, &exact);
     if (!load_optimizer_state(dir, opt) && !exact.empty()) opt.set_master(exact);
-    st = load_trainer_state(dir);
-    check_checkpoint_steps(dir, st.step);
     if (const std::optional<Recipe> was = read_checkpoint_recipe(dir))
       resume_lr_change =
           schedule_change_note(schedule_of(*was, int(was->train.steps)), sched, int(st.step));
@@ -212,10 +212,22 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   st.precision = dtype_name(s.dtype);
   if (!data_changed.empty()) log.warn("%s", data_changed.c_str());
   if (!resume_lr_change.empty()) log.warn("%s", resume_lr_change.c_str());
-  if (!resumed_from.empty())
+  if (!resumed_from.empty()) {
     log.info(
         "resumed from %s at step %lld%s%s", resumed_from.c_str(), (long long)st.step,
         resume_changes.empty() ? "" : "; keys changed from its recipe: ", resume_changes.c_str());
+    // Checkpoints past the resumed step in this run directory are an earlier continuation's:
+    // they stay (keep_last prunes this run's history only) until this run saves those steps.
+    std::string later;
+    for (const auto& [step, name] : checkpoint_steps(run_dir))
+      if (step > st.step) later += (later.empty() ? "" : ", ") + name;
+    if (rank0 && !later.empty())
+      log.warn(
+          "%s/checkpoints holds checkpoints past the resumed step %lld, of the run this one "
+          "replaces: %s; they stay (keep_last does not count them) until this run saves their "
+          "steps; `latest` names this run's",
+          run_dir.c_str(), (long long)st.step, later.c_str());
+  }
   if (s.model->config().n_layer > 0) {
     if (const std::string c = s.model->attention(0).eval_caveat(); !c.empty())
       log.warn("%s", c.c_str());

@@ -282,6 +282,16 @@ TEST_F(Cli, ResumeSaysWhenTheTrainingDataChanged) {
   EXPECT_NE(other.out.find("the training data differs from the checkpoint's (1 sources, "),
             std::string::npos)
       << other.out;
+  EXPECT_EQ(other.out.find("past the resumed step"), std::string::npos) << other.out;
+  // Back to step 4 of this run (keep_last 2 left steps 4 and 5), to go on to step 5 again: the
+  // later checkpoint is named (it stays until this run saves step 5 anew).
+  const CliResult back = run(train_args("--set checkpoint.every=2 --set train.steps=5 --resume " +
+                                        (dir_ / "run" / "checkpoints" / "step_00000004").string()));
+  ASSERT_EQ(back.code, 0) << back.out;
+  EXPECT_NE(back.out.find("holds checkpoints past the resumed step 4, of the run this one "
+                          "replaces: step_00000005"),
+            std::string::npos)
+      << back.out;
 }
 
 // A decaying schedule with no step left to decay ends at the peak lr: said (not refused).

@@ -146,7 +146,7 @@ TEST(InitFromExact, ABf16StoreGetsTheValuesItRounds) {
 
 // --resume of an fp32 run's checkpoint (a CPU run, or train.precision fp32) in a bf16 run: the
 // master starts from the model file's f32 values, as train.init_from's does (it started from
-// their bf16 rounding, up to 2^-9 relative off). On the CPU, load_model_weights hands a bf16
+// their bf16 rounding, up to 2^-8 relative off). On the CPU, load_model_weights hands a bf16
 // store those values (and none from a bf16 file); on CUDA the resumed bf16 run trains bitwise as
 // a resume of the same checkpoint with those values as its master.
 TEST(InitFromExact, AnF32CheckpointResumedInBf16KeepsItsValuesAsMaster) {
