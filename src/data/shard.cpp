@@ -52,14 +52,19 @@ void MemoryTokens::read(int64_t start, int64_t count, int32_t* out) const {
 // ---- ShardFile ----------------------------------------------------------------------------------
 
 std::unique_ptr<ShardFile> ShardFile::open(const std::string& path, int64_t vocab_size) {
-  const std::string dir = fs::path(path).parent_path().string();
-  const std::string marker =
-      (dir.empty() ? std::string(".") : dir) + "/" + kPrepareIncompleteMarker;
-  ATTN_REQUIRE(::access(marker.c_str(), F_OK) != 0,
-               "token shard '%s': its directory holds '%s', left by an `attnlab prepare` that did "
-               "not finish replacing the directory's shards (it may mix two datasets or disagree "
-               "with tokenizer.json); run that prepare again",
-               path.c_str(), marker.c_str());
+  // The shard's directory, and the one it lies in when `path` is a symlink.
+  std::error_code ec;
+  const fs::path real = fs::weakly_canonical(path, ec);
+  for (const fs::path& p : {fs::path(path), ec ? fs::path(path) : real}) {
+    const std::string dir = p.parent_path().string();
+    const std::string marker =
+        (dir.empty() ? std::string(".") : dir) + "/" + kPrepareIncompleteMarker;
+    ATTN_REQUIRE(::access(marker.c_str(), F_OK) != 0,
+                 "token shard '%s': its directory holds '%s', left by an `attnlab prepare` that "
+                 "did not finish replacing the directory's shards (it may mix two datasets or "
+                 "disagree with tokenizer.json); run that prepare again",
+                 path.c_str(), marker.c_str());
+  }
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   ATTN_REQUIRE(fd >= 0, "cannot open token shard '%s': %s", path.c_str(), std::strerror(errno));
   struct stat st {};

@@ -156,6 +156,10 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
   std::erase_if(steps, [&](const auto& s) { return s.first > c.state.step; });
   for (size_t i = 0; i + size_t(std::max(keep_last, 1)) < steps.size(); ++i)
     if (steps[i].second != name) fs::remove_all(root / steps[i].second, ec);
+  // A step's <name>.old beside its complete directory is a crash's leftover (the directory is
+  // read only where that one is missing: resolve_checkpoint_dir).
+  for (const auto& [step, n] : checkpoint_steps(run_dir))
+    if (fs::exists(old_name(root / n), ec)) fs::remove_all(old_name(root / n), ec);
   return final_dir.string();
 }
 

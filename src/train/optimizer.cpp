@@ -241,12 +241,16 @@ void AdamW::load_each(const std::vector<std::pair<std::string, Tensor>>& state,
     // NaN, then fail as a divergence ("the last checkpoint is intact"): refused here, named.
     if (src.device == Device::cpu && src.dtype == DType::f32) {
       const float* x = src.ptr<float>();
-      for (int64_t i = 0; i < src.numel(); ++i)
-        ATTN_REQUIRE(std::isfinite(x[i]),
-                     "%s: '%s' holds %s at element %lld: the checkpoint is corrupt (resume from an "
-                     "earlier one)",
-                     where.c_str(), name.c_str(), std::isnan(x[i]) ? "NaN" : "an infinity",
-                     (long long)i);
+      const int64_t n = src.numel();
+      int64_t bad = n;  // the first non-finite element
+#pragma omp parallel for reduction(min : bad) if (n > (int64_t(1) << 20))
+      for (int64_t i = 0; i < n; ++i)
+        if (!std::isfinite(x[i]) && i < bad) bad = i;
+      ATTN_REQUIRE(bad == n,
+                   "%s: '%s' holds %s at element %lld: the checkpoint is corrupt (resume from an "
+                   "earlier one)",
+                   where.c_str(), name.c_str(),
+                   bad < n && std::isnan(x[bad]) ? "NaN" : "an infinity", (long long)bad);
     }
     if (name == "adamw.master" && store_.dtype() == DType::f32) continue;  // a bf16 run's: below
     ATTN_REQUIRE(known, "%s: unexpected tensor '%s' (expected %s)", where.c_str(), name.c_str(),

@@ -565,6 +565,10 @@ TEST_F(PrepareTest, AnInterruptedReplacementIsRefusedUntilPrepareRunsAgain) {
   test::expect_error([&] { ShardFile::open(shard, 256 + 1); },
                      {"train_000000.bin'", ".prepare_incomplete'", "run that prepare again"});
   test::expect_error([&] { read_shard(shard); }, {".prepare_incomplete'"});
+  // Through a symlink from another directory too.
+  fs::create_directories(path("elsewhere"));
+  fs::create_symlink(shard, path("elsewhere/link.bin"));
+  test::expect_error([&] { read_shard(path("elsewhere/link.bin")); }, {".prepare_incomplete'"});
   prepare(o);
   EXPECT_FALSE(fs::exists(marker));
   EXPECT_EQ(read_shard(shard), tokens);

@@ -164,6 +164,8 @@ TEST(Checkpoint, KeepLastPrunesThisRunsHistoryByStepNumber) {
   };
   for (int64_t step : {2, 4, 6, 8}) save(step);
   EXPECT_EQ(names(), (std::vector<std::string>{"step_00000006", "step_00000008"}));
+  // A crash's leftover beside its complete step directory goes at the next save.
+  fs::create_directories(fs::path(run) / "checkpoints" / "step_00000008.old");
   save(7);  // resumed from 6
   EXPECT_EQ(names(), (std::vector<std::string>{"step_00000006", "step_00000007", "step_00000008"}));
   EXPECT_EQ(resolve_checkpoint_dir(run),
