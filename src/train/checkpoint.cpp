@@ -171,14 +171,30 @@ std::string allow_extra_hint(const WeightLoadOptions& options) {
 
 std::optional<Recipe> read_checkpoint_recipe(const std::string& dir) {
   const fs::path file = fs::path(dir) / "recipe.yaml";
-  if (fs::exists(file)) return parse_recipe(io::read_file(file.string()), file.string(), {});
+  std::optional<Recipe> yaml;
+  if (fs::exists(file)) yaml = parse_recipe(io::read_file(file.string()), file.string(), {});
   // The same resolved recipe rides in the weights' metadata (save_checkpoint).
   const fs::path model = fs::path(dir) / "model.safetensors";
-  if (!fs::exists(model)) return std::nullopt;
+  if (!fs::exists(model)) return yaml;
   const io::SafetensorsFile f(model.string());
   const auto it = f.metadata().find("recipe");
-  if (it == f.metadata().end() || it->second.empty()) return std::nullopt;
-  return parse_recipe(it->second, model.string() + " (metadata \"recipe\")", {});
+  if (it == f.metadata().end() || it->second.empty()) return yaml;
+  Recipe saved = parse_recipe(it->second, model.string() + " (metadata \"recipe\")", {});
+  if (!yaml) return saved;
+  // The keys that decide the model's function must be the ones its weights were trained with:
+  // a recipe.yaml edited there (another tau, window or head count) built another model from
+  // the same weights, silently (eval, generate, --resume's comparison).
+  const char* differs = !(yaml->model == saved.model)                   ? "model"
+                        : !(yaml->attention == saved.attention)         ? "attention"
+                        : !(yaml->retrofit.lora == saved.retrofit.lora) ? "retrofit.lora"
+                                                                        : nullptr;
+  ATTN_REQUIRE(!differs,
+               "checkpoint '%s': its recipe.yaml and the recipe saved with its weights "
+               "(model.safetensors' metadata) differ in the %s keys (recipe.yaml edited by "
+               "hand?); the weights were trained with the saved one: restore recipe.yaml, or "
+               "give changed evaluation keys with --set instead",
+               dir.c_str(), differs);
+  return yaml;
 }
 
 namespace {

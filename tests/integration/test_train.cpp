@@ -292,6 +292,19 @@ TEST(TrainIntegration, ResumeRefusesAnotherRunsDirectory) {
   o.resume = mixed.string();
   test::expect_error([&] { train(tiny(tmp.file("m")), o); },
                      {"optimizer.safetensors is of step 8 but trainer_state.json of step 4"});
+  // A recipe.yaml edited by hand (another attention window) would build another model from the
+  // same weights (eval, generate, the resume's comparison): refused, naming the keys' group.
+  const fs::path edited = tmp.file("edited");
+  fs::copy(fs::path(a) / "checkpoints" / "step_00000004", edited, fs::copy_options::recursive);
+  Recipe r = *read_checkpoint_recipe(edited.string());
+  r.attention.window = 8;
+  io::write_file_atomic((edited / "recipe.yaml").string(), recipe_to_yaml(r));
+  test::expect_error([&] { read_checkpoint_recipe(edited.string()); },
+                     {"recipe.yaml and the recipe saved with its weights", "the attention keys"});
+  r.attention.window = 0;
+  r.optim.lr = 1e-4;  // a training key: not the model's function
+  io::write_file_atomic((edited / "recipe.yaml").string(), recipe_to_yaml(r));
+  EXPECT_EQ(read_checkpoint_recipe(edited.string())->optim.lr, 1e-4);
 }
 
 TEST(TrainIntegration, RefusesToOverwriteARun) {
