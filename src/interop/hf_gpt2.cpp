@@ -238,6 +238,10 @@ ForeignCheckpoint read_hf_gpt2(const std::string& dir, const GPTConfig& cfg) {
     if (is_mask_buffer(name)) continue;
     if (name == "wte.weight") wte_origin = file_name;
     if (name == "lm_head.weight" && cfg.tied_embeddings) {
+      // (two of them, with and without the prefix: only the last would be compared with wte)
+      ATTN_REQUIRE(head_origin.empty(),
+                   "checkpoint '%s': two tensors map to 'lm_head.weight' (%s, %s)", dir.c_str(),
+                   head_origin.c_str(), file_name.c_str());
       head_origin = file_name;
       continue;  // checked against wte below
     }

@@ -240,6 +240,16 @@ TEST(HfGpt2, TiedHeadCopyMustEqualWteAndUntiedHeadLoads) {
     load_model_source(s, m.store);
     expect_hf_weights(m);
   }
+  {  // two heads (with and without the prefix): refused, not the last one compared
+    HfTensor prefixed = head;
+    prefixed.name = "transformer.lm_head.weight";
+    prefixed.data[3] += 1.f;
+    const std::string dir = write_hf(tmp.path() / "two", Layout::hub, {}, {head, prefixed});
+    const ModelSource s = inspect_model_source(dir);
+    Model m(s.config, 1);
+    test::expect_error([&] { load_model_source(s, m.store); },
+                       {"two tensors map to 'lm_head.weight'"});
+  }
   head.data[3] += 1.f;
   {
     const std::string dir = write_hf(tmp.path() / "differs", Layout::prefixed, {}, {head});
