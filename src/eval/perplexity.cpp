@@ -113,20 +113,20 @@ PerplexityResult perplexity(EvalModel& model,
         score_documents(model, group, context, stride, false);
     for (size_t d = 0; d < group.size(); ++d) {
       const std::vector<float>& logprob = scores[d].logprob;
-      double cluster_nll = 0.0;
+      double cluster_nll = 0.0, doc_nll = 0.0;
       int64_t cluster_n = 0;
       for (size_t p = 1; p <= logprob.size(); ++p) {  // entry p - 1 is target t_p
         if (group[d][p - 1] == cluster_break) {       // t_{p-1} starts a new cluster
           add_cluster(cluster_nll, cluster_n);
+          doc_nll += cluster_nll;
           cluster_nll = 0.0, cluster_n = 0;
         }
         cluster_nll -= double(logprob[p - 1]);
         ++cluster_n;
       }
       add_cluster(cluster_nll, cluster_n);
+      doc_nll += cluster_nll;
       res.tokens += int64_t(logprob.size());
-      double doc_nll = 0.0;
-      for (float lp : logprob) doc_nll -= double(lp);
       const double b = double(group_bytes[d]);
       res.doc_nll2 += doc_nll * doc_nll;
       res.doc_nll_b += doc_nll * b;

@@ -1,10 +1,10 @@
 #include "interop/foreign_tensors.h"
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 
 #include "core/error.h"
+#include "io/safetensors.h"
 
 namespace attnlab {
 namespace {
@@ -108,13 +108,13 @@ WeightLoadReport load_foreign_checkpoint(const ForeignCheckpoint& ckpt, const Pa
     ft->read(buf.data());
     // As attnlab's own files are checked (SafetensorsFile::load_into): a NaN weight would surface
     // as a nan loss, or be written on by convert.
-    const auto bad =
-        std::find_if(buf.begin(), buf.end(), [](float v) { return !std::isfinite(v); });
-    ATTN_REQUIRE(bad == buf.end(),
+    const int64_t bad = io::first_non_finite(reinterpret_cast<const std::byte*>(buf.data()),
+                                             io::StDType::F32, int64_t(buf.size()));
+    ATTN_REQUIRE(bad < 0,
                  "checkpoint '%s': tensor '%s' holds a non-finite value (%g at flat index %lld): "
                  "the file is corrupt or was written by a run that had diverged",
-                 ckpt.path.c_str(), ft->origin.c_str(), double(*bad),
-                 (long long)(bad - buf.begin()));
+                 ckpt.path.c_str(), ft->origin.c_str(), bad < 0 ? 0.0 : double(buf[size_t(bad)]),
+                 (long long)bad);
     host_f32_to_tensor(buf.data(), dst);
     if (options.on_f32_values) options.on_f32_values(ft->name, buf.data(), int64_t(buf.size()));
   }

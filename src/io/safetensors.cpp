@@ -90,6 +90,8 @@ bool is_float_type(StDType t) {
   return t == StDType::F32 || t == StDType::BF16 || t == StDType::F16;
 }
 
+}  // namespace
+
 // The flat index of the first NaN or infinity among n elements of float dtype t, -1 if none: the
 // exponent field all ones (F32 bits 23-30, BF16 7-14, F16 10-14).
 int64_t first_non_finite(const std::byte* src, StDType t, int64_t n) {
@@ -112,8 +114,6 @@ int64_t first_non_finite(const std::byte* src, StDType t, int64_t n) {
   }
   return first == n ? -1 : first;
 }
-
-}  // namespace
 
 const char* st_dtype_name(StDType t) {
   switch (t) {

@@ -25,6 +25,9 @@ namespace attnlab::io {
 enum class StDType : uint8_t { F32, BF16, F16, I32, U16, U32, I64 };
 
 const char* st_dtype_name(StDType t);  // "F32", ...
+// The flat index of the first NaN or infinity among n elements of float dtype t (F32, BF16,
+// F16), -1 if none; OpenMP-parallel.
+int64_t first_non_finite(const std::byte* src, StDType t, int64_t n);
 size_t st_dtype_size(StDType t);
 StDType st_dtype_of(DType t);
 // The attnlab DType for a file dtype; throws for F16/I64 (which have none).

@@ -152,14 +152,13 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
   // Keep the newest keep_last checkpoints up to this step, by step number (names are sorted as
   // text only up to 8 digits). Later steps are another continuation's (a run resumed from an
   // earlier checkpoint): they are not this run's history, so they neither count nor go.
+  // A step's <name>.old beside its complete directory is a crash's leftover (the directory is
+  // read only where that one is missing: resolve_checkpoint_dir).
   std::vector<std::pair<int64_t, std::string>> steps = checkpoint_steps(run_dir);
+  for (const auto& [step, n] : steps) fs::remove_all(old_name(root / n), ec);
   std::erase_if(steps, [&](const auto& s) { return s.first > c.state.step; });
   for (size_t i = 0; i + size_t(std::max(keep_last, 1)) < steps.size(); ++i)
     if (steps[i].second != name) fs::remove_all(root / steps[i].second, ec);
-  // A step's <name>.old beside its complete directory is a crash's leftover (the directory is
-  // read only where that one is missing: resolve_checkpoint_dir).
-  for (const auto& [step, n] : checkpoint_steps(run_dir))
-    if (fs::exists(old_name(root / n), ec)) fs::remove_all(old_name(root / n), ec);
   return final_dir.string();
 }
 

@@ -8,6 +8,7 @@
 #include "core/cuda_check.h"
 #include "core/nvtx.h"
 #include "dist/communicator.h"
+#include "io/safetensors.h"
 #include "ops/ops.h"
 
 namespace attnlab {
@@ -240,17 +241,14 @@ void AdamW::load_each(const std::vector<std::pair<std::string, Tensor>>& state,
     // A NaN or infinity in the moments or the master would make the first resumed step's weights
     // NaN, then fail as a divergence ("the last checkpoint is intact"): refused here, named.
     if (src.device == Device::cpu && src.dtype == DType::f32) {
-      const float* x = src.ptr<float>();
-      const int64_t n = src.numel();
-      int64_t bad = n;  // the first non-finite element
-#pragma omp parallel for reduction(min : bad) if (n > (int64_t(1) << 20))
-      for (int64_t i = 0; i < n; ++i)
-        if (!std::isfinite(x[i]) && i < bad) bad = i;
-      ATTN_REQUIRE(bad == n,
+      const int64_t bad = io::first_non_finite(static_cast<const std::byte*>(src.data),
+                                               io::StDType::F32, src.numel());
+      ATTN_REQUIRE(bad < 0,
                    "%s: '%s' holds %s at element %lld: the checkpoint is corrupt (resume from an "
                    "earlier one)",
                    where.c_str(), name.c_str(),
-                   bad < n && std::isnan(x[bad]) ? "NaN" : "an infinity", (long long)bad);
+                   bad >= 0 && std::isnan(src.ptr<float>()[bad]) ? "NaN" : "an infinity",
+                   (long long)bad);
     }
     if (name == "adamw.master" && store_.dtype() == DType::f32) continue;  // a bf16 run's: below
     ATTN_REQUIRE(known, "%s: unexpected tensor '%s' (expected %s)", where.c_str(), name.c_str(),

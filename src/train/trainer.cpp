@@ -107,10 +107,10 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
                  "train.out_dir=%s) or into a new directory",
                  options.resume.c_str(), run_dir.c_str(), own.parent_path().c_str());
     resume_changes = check_resume_recipe(recipe, dir);
-    // An f32 checkpoint resumed in bf16 (a CPU or fp32 run): the master starts from the file's
-    // f32 values, not from their bf16 rounding (a bf16 checkpoint's own master loads as it is).
     st = load_trainer_state(dir);
     check_checkpoint_steps(dir, st.step);  // before any load: files of two checkpoints mixed
+    // An f32 checkpoint resumed in bf16 (a CPU or fp32 run): the master starts from the file's
+    // f32 values, not from their bf16 rounding (a bf16 checkpoint's own master loads as it is).
     std::vector<float> exact;
     load_model_weights(dir, s.store, &exact);
     if (!load_optimizer_state(dir, opt) && !exact.empty()) opt.set_master(exact);
