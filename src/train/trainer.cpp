@@ -315,6 +315,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   result.unigram_baseline = s.unigram_baseline;
   result.final_val_loss = std::nan("");
   double last_loss = std::nan("");
+  const int64_t first_step = st.step;  // steps done before this session (a resume)
   auto t_start = Clock::now();
   double elapsed_before = st.elapsed_seconds;
   double ema_step_s = 0.0;
@@ -357,7 +358,8 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   // Validation on the recipe's windows, logged with the variants' extra reports.
   int64_t val_step = -1;  // the step of the last evaluation
   auto evaluate = [&] {
-    if (!s.val_loader) return;
+    // --profile: no evaluation (its forwards would fall inside the capture range of the steps).
+    if (!s.val_loader || options.profile_steps > 0) return;
     const ValidationResult ev = global_validation(
         *s.comm, score_validation(*s.model, *s.ctx, s.store, *s.val_loader, recipe.eval.batches,
                                   s.tokens_dev, s.targets_dev, s.val_probe.get()));
@@ -516,6 +518,14 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   if (profiling) CUDA_CHECK(cudaProfilerStop());
   result.steps = st.step;
   result.final_train_loss = last_loss;
+  // The closing line: this session's steps and time (a resume, which has at least one step left:
+  // which steps), the last train loss, and the last validation loss where the run evaluated.
+  std::string done = first_step > 0 ? strformat("done: steps %lld-%lld (%lld this session)",
+                                                (long long)first_step + 1, (long long)st.step,
+                                                (long long)(st.step - first_step))
+                                    : strformat("done: %lld steps", (long long)st.step);
+  done += strformat(" in %.1f s", seconds_since(t_start));
+  if (!std::isnan(last_loss)) done += strformat(" | train loss %.4f", last_loss);
   if (!std::isnan(result.final_val_loss)) {
     std::string vs;
     if (!std::isnan(s.unigram_baseline)) {
@@ -528,9 +538,9 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     const std::string which = val_step == st.step
                                   ? "final val loss"
                                   : strformat("val loss at step %lld", (long long)val_step);
-    log.info("done: %lld steps in %.1f s | %s %.4f%s", (long long)st.step, seconds_since(t_start),
-             which.c_str(), result.final_val_loss, vs.c_str());
+    done += strformat(" | %s %.4f%s", which.c_str(), result.final_val_loss, vs.c_str());
   }
+  log.info("%s", done.c_str());
   return result;
 }
 

@@ -263,6 +263,28 @@ TEST_F(Cli, ScheduleWithoutDecayIsSaid) {
       << tiny.out;
 }
 
+// The closing line says what this session ran: its steps (a resume: which), time and last train
+// loss, with the validation loss where the run evaluated (also with evaluation off); --profile
+// evaluates nothing (its forwards would fall inside the capture range).
+TEST_F(Cli, ClosingLineSaysWhatThisSessionRan) {
+  const std::string no_eval = " --set eval.every=0 --set eval.at_end=false";
+  CliResult t = run(train_args("--set checkpoint.at_end=true" + no_eval));
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("done: 3 steps in "), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find(" | train loss "), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("val loss"), std::string::npos) << t.out;
+  const std::string resume = " --resume " + (dir_ / "run").string();
+  CliResult r = run(train_args("--set train.steps=5 --set eval.at_end=true" + resume));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("done: steps 4-5 (2 this session) in "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| final val loss "), std::string::npos) << r.out;
+  CliResult prof = run("train " + recipe_ + " --set train.out_dir=" + (dir_ / "prof").string() +
+                       " --set eval.at_start=true --set eval.every=1 --profile 2");
+  ASSERT_EQ(prof.code, 0) << prof.out;
+  EXPECT_NE(prof.out.find("done: 2 steps in "), std::string::npos) << prof.out;
+  EXPECT_EQ(prof.out.find("val loss"), std::string::npos) << prof.out;
+}
+
 TEST_F(Cli, RecipeErrors) {
   expect_error(run(train_args("--set optim.learnig_rate=1")), "did you mean 'optim.lr'");
   expect_error(run(train_args("--set train.steps=abc")), "train.steps");
