@@ -82,6 +82,11 @@ ConvertResult convert_model(const std::string& src, const std::string& dst,
   // A LoRA adapter is merged into the base weights (W += alpha / r B A): the result is a plain
   // model of the base's architecture, without LoRA tensors.
   Recipe recipe = recipe_of_model_source(s);
+  // A retrofit's attention variant has no form in the foreign formats; its base may (taken before
+  // a LoRA merge resets the retrofit).
+  const std::string retrofit_base = recipe.retrofit.enabled && s.config.attention.type != "dense"
+                                        ? recipe.retrofit.checkpoint
+                                        : "";
   GPTConfig config = s.config;
   ParameterStore merged;
   if (config.lora.enabled()) {
@@ -95,17 +100,14 @@ ConvertResult convert_model(const std::string& src, const std::string& dst,
 
   std::unique_ptr<Tokenizer> tok;
   if (!s.tokenizer.empty()) tok = make_tokenizer(s.tokenizer);
-  // A retrofit's attention variant has no form in the foreign formats; its base may.
-  const bool retrofit_variant = recipe.retrofit.enabled && !recipe.retrofit.checkpoint.empty() &&
-                                config.attention.type != "dense";
   try {
     write_converted(out, s, recipe, config, tok.get(), dst, options, res);
   } catch (const Error& e) {
-    if (!retrofit_variant || options.to == ModelFormat::attnlab) throw;
+    if (retrofit_base.empty() || options.to == ModelFormat::attnlab) throw;
     throw Error(
         strformat("%s (this is a retrofit of '%s': convert that base instead, or keep the "
                   "retrofit as an attnlab checkpoint or adapter)",
-                  e.what(), recipe.retrofit.checkpoint.c_str()));
+                  e.what(), retrofit_base.c_str()));
   }
   return res;
 }

@@ -224,7 +224,8 @@ std::string check_resume_recipe(const Recipe& recipe, const std::string& dir) {
     diffs += strformat("\n  retrofit.enabled: %s in the recipe, %s in the checkpoint",
                        recipe.retrofit.enabled ? "true" : "false",
                        trained->retrofit.enabled ? "true" : "false");
-  if (recipe.retrofit.enabled && recipe.retrofit.train_roles != trained->retrofit.train_roles)
+  if (recipe.retrofit.enabled &&  // the roles as a set: their order changes nothing
+      recipe.retrofit.trainable_roles() != trained->retrofit.trainable_roles())
     diffs += strformat("\n  retrofit.train_roles: %s in the recipe, %s in the checkpoint",
                        roles(recipe.retrofit.train_roles).c_str(),
                        roles(trained->retrofit.train_roles).c_str());

@@ -25,6 +25,30 @@ void require_trainable_parameters(const Recipe& r, const ParameterStore& store) 
       r.retrofit.lora.rank > 0 ? "" : ", no retrofit.lora");
 }
 
+void require_new_parameters_train(const Recipe& r, const ParameterStore& store,
+                                  const std::vector<std::string>& initialised) {
+  if (!r.retrofit.enabled) return;
+  std::string frozen, roles;
+  int n = 0;
+  for (const std::string& name : initialised) {
+    const ParamSpec& spec = store.entry(name).spec;
+    if (store.entry(name).trainable) continue;
+    if (n++ < 4) frozen += (frozen.empty() ? "" : ", ") + name;
+    const std::string role = role_name(spec.role);
+    if (roles.find(role) == std::string::npos) roles += (roles.empty() ? "" : ", ") + role;
+  }
+  if (n == 0) return;
+  std::string given;
+  for (const std::string& role : r.retrofit.train_roles)
+    given += (given.empty() ? "" : ", ") + role;
+  ATTN_FAIL(
+      "retrofit: %d parameter(s) are not in the base '%s' and retrofit.train_roles [%s] leaves "
+      "them frozen at their random initialisation: %s%s (role %s); add %s to "
+      "retrofit.train_roles, or retrofit a base that holds them",
+      n, r.retrofit.checkpoint.c_str(), given.c_str(), frozen.c_str(), n > 4 ? ", ..." : "",
+      roles.c_str(), roles.c_str());
+}
+
 namespace {
 
 constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull, kFnvPrime = 0x100000001b3ull;

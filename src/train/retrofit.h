@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "config/recipe.h"
 #include "core/parameters.h"
@@ -30,6 +31,11 @@ inline constexpr const char* kBaseHashKindV1 = "fnv1a64-bf16-v1";
 // Throws when a retrofit recipe leaves nothing to train in the model declared into `store`
 // (e.g. dense attention with train_roles [attention]), naming the roles and the way out.
 void require_trainable_parameters(const Recipe& r, const ParameterStore& store);
+// Throws when a retrofit leaves frozen a parameter its base did not hold (`initialised`, as
+// WeightLoadReport lists them): it would stay at its random initialisation (e.g. a dense base
+// retrofitted with Focus and a LoRA, train_roles [adapter]: W_g and C random and frozen).
+void require_new_parameters_train(const Recipe& r, const ParameterStore& store,
+                                  const std::vector<std::string>& initialised);
 
 // A 64-bit hash of the base tensors of `store` (role base), in name order: for each tensor its
 // name, its shape and its values rounded to bf16 (so the f32 and the bf16 copy of one checkpoint

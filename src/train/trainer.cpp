@@ -141,6 +141,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   } else {
     std::vector<float> exact;  // the source's values finer than the store's (load_init_from)
     if (!init_source(recipe).empty()) init_report = load_init_from(recipe, s.store, &exact);
+    require_new_parameters_train(recipe, s.store, init_report.initialised);
     ATTN_REQUIRE(!run_has_checkpoints(run_dir),
                  "train.out_dir '%s' already holds a run with checkpoints; "
                  "continue it with --resume %s, or choose another train.out_dir",

@@ -387,4 +387,13 @@ TEST_F(Cli, LoraRetrofitInfoEvalConvert) {
   expect_error(run("info " + recipe_ + " --set retrofit.enabled=true --set retrofit.checkpoint=" +
                    base + " --set retrofit.lora.rank=-1"),
                "retrofit.lora.rank must be >= 0, got -1");
+  // Focus with a LoRA: the LoRA merges, Focus has no GPT-2 form, and the refusal points at the
+  // base (the merge reset the retrofit before the hint was taken from it).
+  const std::string fl = (dir_ / "focus_lora").string();
+  ASSERT_EQ(run("train " + recipe_ + lora + " --set retrofit.train_roles=[adapter,attention]" +
+                " --set attention.type=focus --set train.out_dir=" + fl)
+                .code,
+            0);
+  expect_error(run("convert " + fl + " " + (dir_ / "fl_hf").string() + " --to hf"),
+               "this is a retrofit of '" + base + "': convert that base instead");
 }

@@ -126,6 +126,22 @@ TEST(Retrofit, RecipeErrorsNameTheBaseAndTheWayOut) {
   EXPECT_HAS(
       error_of([&] { train(tiny(rf, roles), o); }),
       "retrofit.train_roles: [attention, base] in the recipe, [attention] in the checkpoint");
+  // The same roles in another order (or repeated) are the same run: resumed.
+  std::vector<std::string> both = every2;
+  both.push_back("retrofit.train_roles=[base,attention]");
+  const std::string rf_both = tmp.file("rf_both");
+  train(tiny(rf_both, both), quiet());
+  o.resume = rf_both + "/checkpoints/step_00000002";
+  both.back() = "retrofit.train_roles=[attention,base,attention]";
+  EXPECT_EQ(train(tiny(rf_both, both), o).steps, 4);
+  // Focus tensors the base lacks, left frozen by the roles (a LoRA trains), would stay random.
+  std::vector<std::string> lora_only = focus_retrofit(base);
+  lora_only.insert(lora_only.end(), {"retrofit.lora.rank=2", "retrofit.train_roles=[adapter]"});
+  EXPECT_HAS(error_of([&] { train(tiny(tmp.file("r6"), lora_only), quiet()); }),
+             "retrofit: 4 parameter(s) are not in the base '" + base +
+                 "' and retrofit.train_roles [adapter] leaves them frozen at their random "
+                 "initialisation: h.0.attn.focus.w_g, h.0.attn.focus.centroids, "
+                 "h.1.attn.focus.w_g, h.1.attn.focus.centroids (role attention); add attention");
 }
 
 // A Focus retrofit of a dense run: only the centroid parameters change, the checkpoint carries an
