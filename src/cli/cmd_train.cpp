@@ -1,4 +1,5 @@
 // attnlab train | info | generate | prepare
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -45,8 +46,15 @@ int cmd_generate(const GenerateOptions& options) {
   put_prompt();
   std::printf("\n");
   for (const std::string& n : r.notes) std::fprintf(stderr, "note: %s\n", n.c_str());
-  std::fprintf(stderr, "[%d prompt tokens, %d generated%s, %.1f tok/s]\n", r.prompt_tokens,
-               r.new_tokens, r.stopped_at_eot ? ", stopped at <|endoftext|>" : "",
+  // A full context slides to its last block_size / 2 tokens (docs/generate.md): said, since the
+  // later tokens then saw less context than a full window.
+  const std::string slides =
+      r.context_slides > 0
+          ? strformat(", the context (model.block_size %d) slid %d time(s) to its last %d tokens",
+                      r.context_length, r.context_slides, std::max(1, r.context_length / 2))
+          : "";
+  std::fprintf(stderr, "[%d prompt tokens, %d generated%s%s, %.1f tok/s]\n", r.prompt_tokens,
+               r.new_tokens, r.stopped_at_eot ? ", stopped at <|endoftext|>" : "", slides.c_str(),
                r.tokens_per_second);
   return 0;
 }

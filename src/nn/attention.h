@@ -48,6 +48,9 @@ class AttentionCache {
  public:
   virtual ~AttentionCache() = default;
   virtual size_t bytes() const = 0;
+  // How decoding runs with this cache, for generate's output, where it differs from the module's
+  // eval_mode() (SFA: the sparse cache whatever attention.sfa.kernel says); "" otherwise.
+  virtual std::string decode_mode() const { return ""; }
 };
 
 struct AttentionInputs {

@@ -154,6 +154,10 @@ std::string SfaAttention::eval_mode() const {
                    opts_.kernel == SfaOptions::Kernel::flash ? "FlashSFA" : "masked-dense");
 }
 
+std::string SfaKVCache::decode_mode() const {
+  return strformat("sfa k %d of %d (sparse KV cache)", k, int(v.shape[3]));
+}
+
 std::string SfaAttention::config_warning(int64_t /*T*/) const {
   const int D = shape_.layout.head_dim;
   if (D <= ops::kSfaCacheMaxHeadDim) return "";

@@ -72,6 +72,7 @@ class SfaKVCache final : public AttentionCache {
  public:
   SfaKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout, DType dtype, int k);
   size_t bytes() const override { return buf_.bytes(); }
+  std::string decode_mode() const override;
   // Cache bytes per token and layer (k~ indices and values, dense v; not the chunk scratch):
   // n_kv_head * (k * (1 + dtype size) + D * dtype size), vs n_kv_head * 2 D * dtype size dense
   // (the indices are one byte: head dim <= 256).

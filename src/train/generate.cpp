@@ -67,9 +67,11 @@ GenerateResult generate(const GenerateOptions& o,
   load_model_source(source, store, whole_model_load());  // the model as trained, every tensor
   const int T_max = c.block_size;
   KVCache cache = model.make_kv_cache(*ctx, 1, T_max, dtype);
-  if (c.n_layer > 0)  // how the variant generates (Focus: "focus hard routing, top_k 2")
-    if (const std::string mode = model.attention(0).eval_mode(); !mode.empty())
-      res.notes.push_back("attention: " + mode);
+  if (c.n_layer > 0) {  // how the variant generates (Focus: "focus hard routing, top_k 2")
+    std::string mode = cache.layer(0).decode_mode();
+    if (mode.empty()) mode = model.attention(0).eval_mode();
+    if (!mode.empty()) res.notes.push_back("attention: " + mode);
+  }
 
   std::vector<int32_t> ids;
   tok->encode(o.prompt, ids);
@@ -80,6 +82,7 @@ GenerateResult generate(const GenerateOptions& o,
                ids.size(), T_max);
 
   res.prompt_tokens = int(ids.size());
+  res.context_length = T_max;
   std::mt19937_64 rng(o.seed);
   Buffer tok_dev(ctx->device, size_t(T_max) * sizeof(int32_t));
   // Runs the last n ids from position 0 (a fresh cache).

@@ -37,6 +37,7 @@ struct GenerateResult {
   double tokens_per_second = 0.0;  // sampled tokens (new_tokens, plus that end-of-text) over the
                                    // time of prefill + decode steps
   int context_slides = 0;          // times the full context was cut to its last half
+  int context_length = 0;          // the model's context (model.block_size)
 };
 
 // Calls on_text with each new piece of text as it is produced.

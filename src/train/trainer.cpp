@@ -292,6 +292,13 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
         if (const std::string why = recipe.attention.focus.unused_key_reason(key); !why.empty())
           log.warn("%s (%s) is not used: %s", key.c_str(), where.c_str(), why.c_str());
     }
+    // Synthetic tokens have no text: no tokenizer goes with the run (generate and text tasks
+    // then ask for one).
+    if (recipe.data.source == DataSource::synthetic && recipe.given.contains("data.tokenizer"))
+      log.warn(
+          "data.tokenizer (%s) is not used: data.source is synthetic (its tokens have no "
+          "text), so the checkpoints carry no tokenizer",
+          recipe.given.where.at("data.tokenizer").c_str());
     // The CPU path is the fp32 reference: a precision the recipe asks for is not what runs.
     if (s.ctx->device == Device::cpu && recipe.train.precision == Precision::bf16 &&
         recipe.given.contains("train.precision"))

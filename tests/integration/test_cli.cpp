@@ -121,6 +121,23 @@ TEST_F(Cli, TrainEvalGenerateInfo) {
   EXPECT_NE(e.out.find("val loss"), std::string::npos);
   CliResult g = run("generate " + (dir_ / "run").string() + " -n 5 --seed 1 --tokenizer byte");
   ASSERT_EQ(g.code, 0) << g.out;
+  EXPECT_EQ(g.out.find("slid"), std::string::npos) << g.out;
+  // Past the context (block_size 32: a 2-token prompt and 40 tokens) it slides, and says so.
+  CliResult slid = run("generate " + (dir_ / "run").string() +
+                       " -p ab -n 40 --seed 1 --tokenizer byte --no-stop");
+  ASSERT_EQ(slid.code, 0) << slid.out;
+  EXPECT_NE(slid.out.find("[2 prompt tokens, 40 generated, the context (model.block_size 32) slid "
+                          "1 time(s) to its last 16 tokens, "),
+            std::string::npos)
+      << slid.out;
+  // Synthetic tokens have no text: a tokenizer the recipe names is not used, and that is said.
+  CliResult synth = run(
+      train_args("--set data.tokenizer=byte --set train.out_dir=" + (dir_ / "run_tok").string()));
+  ASSERT_EQ(synth.code, 0) << synth.out;
+  EXPECT_NE(synth.out.find("warning: data.tokenizer (--set 'data.tokenizer=byte') is not used: "
+                           "data.source is synthetic"),
+            std::string::npos)
+      << synth.out;
   CliResult i = run("info " + recipe_);
   ASSERT_EQ(i.code, 0) << i.out;
   EXPECT_NE(i.out.find("FLOPs per token"), std::string::npos);

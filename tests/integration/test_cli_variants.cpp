@@ -269,6 +269,11 @@ TEST_F(Cli, EvalOfSfaTakesTheKernelAndSaysWhatRan) {
       run("eval " + run_dir + " --no-progress --set attention.sfa.kernel=flash");
   ASSERT_EQ(flash.code, 0) << flash.out;
   EXPECT_NE(flash.out.find("| sfa k 1 of 8 (FlashSFA path)"), std::string::npos) << flash.out;
+  // generate decodes with the sparse cache, and says so (it said nothing).
+  const CliResult gen = run("generate " + run_dir + " -n 2 --tokenizer byte");
+  ASSERT_EQ(gen.code, 0) << gen.out;
+  EXPECT_NE(gen.out.find("note: attention: sfa k 1 of 8 (sparse KV cache)"), std::string::npos)
+      << gen.out;
 }
 
 // Focus keys with attention.type dense (a forgotten type) train dense, and the run says so; the
