@@ -5,6 +5,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <string_view>
 
 #include "core/error.h"
 #include "data/prepare.h"
@@ -15,6 +17,15 @@ namespace fs = std::filesystem;
 namespace attnlab::cli {
 
 namespace {
+// An output file's place, checked before the work it reports (not after): a writable directory,
+// and no directory at the path itself.
+void check_output_path(const std::string& path, const char* what) {
+  const fs::path dir = fs::absolute(path).parent_path();
+  ATTN_REQUIRE(fs::is_directory(dir) && ::access(dir.c_str(), W_OK) == 0,
+               "%s '%s': cannot write into '%s'", what, path.c_str(), dir.c_str());
+  ATTN_REQUIRE(!fs::is_directory(path), "%s '%s' is a directory (expected a file path)", what,
+               path.c_str());
+}
 
 void add_device_options(CLI::App* sub, EvalDeviceOptions& d) {
   sub->add_option("--device", d.device, "auto | cpu | cuda (default: auto, or the recipe's)")
@@ -95,12 +106,8 @@ int cmd_eval(EvalArgs a) {
   }
   o.delimiter = unescape_delimiter(o.delimiter);  // as prepare's --delimiter
   o.prompt = parse_task_prompt(a.prompt);
-  // The results file's directory is checked before the evaluation runs, not after.
-  if (!a.out.empty()) {
-    const fs::path dir = fs::absolute(a.out).parent_path();
-    ATTN_REQUIRE(fs::is_directory(dir) && ::access(dir.c_str(), W_OK) == 0,
-                 "--out '%s': cannot write into '%s'", a.out.c_str(), dir.c_str());
-  }
+  // The results file is checked before the evaluation runs, not after.
+  if (!a.out.empty()) check_output_path(a.out, "eval --out");
   const EvalReport r = run_evaluation(o);
   std::fputs(r.table.c_str(), stdout);
   if (!a.out.empty()) {
@@ -135,19 +142,20 @@ CLI::App* add_score_command(CLI::App& app, ScoreArgs& a) {
 }
 
 int cmd_score(const ScoreArgs& a) {
-  std::FILE* out = stdout;
+  // --out is written as a temporary file renamed at the end: a refused or failed call leaves an
+  // existing file as it was (it was truncated first, whatever it held).
+  std::unique_ptr<io::AtomicFileWriter> out;
   if (!a.out.empty()) {
-    out = std::fopen(a.out.c_str(), "wb");
-    ATTN_REQUIRE(out, "cannot write '%s'", a.out.c_str());
+    check_output_path(a.out, "score --out");
+    out = std::make_unique<io::AtomicFileWriter>(a.out);
   }
-  ScoreSummary s;
-  try {
-    s = score_tokens(a.options, out);
-  } catch (...) {
-    if (out != stdout) std::fclose(out);
-    throw;
-  }
-  if (out != stdout) ATTN_REQUIRE(std::fclose(out) == 0, "writing '%s' failed", a.out.c_str());
+  const ScoreSummary s = score_tokens(a.options, [&](std::string_view line) {
+    if (out)
+      out->write(line);
+    else
+      std::fwrite(line.data(), 1, line.size(), stdout);
+  });
+  if (out) out->commit();
   std::fprintf(stderr, "[%lld tokens scored, mean logprob %.4f]\n", (long long)s.tokens,
                s.tokens ? -s.nll / double(s.tokens) : 0.0);
   return 0;

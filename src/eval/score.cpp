@@ -46,7 +46,8 @@ std::vector<int32_t> read_token_file(const std::string& path) {
   return ids;
 }
 
-ScoreSummary score_tokens(const ScoreOptions& o, std::FILE* out) {
+ScoreSummary score_tokens(const ScoreOptions& o,
+                          const std::function<void(std::string_view)>& emit) {
   ATTN_REQUIRE(o.text.empty() != o.tokens.empty(), "score: pass exactly one of --text or --tokens");
   ModelSource source = inspect_model_source(o.model, o.adapter);
   apply_eval_overrides(o.overrides, source, source.config, "score");
@@ -104,7 +105,7 @@ ScoreSummary score_tokens(const ScoreOptions& o, std::FILE* out) {
     }
     // Pieces may be parts of a UTF-8 character: replace invalid bytes instead of failing.
     const std::string l = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
-    std::fwrite(l.data(), 1, l.size(), out);
+    emit(l);
   }
   return sum;
 }

@@ -10,7 +10,9 @@
 // model's, or --tokenizer) and are omitted without one for --tokens.
 #pragma once
 #include <cstdio>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "eval/eval_model.h"
@@ -33,7 +35,10 @@ struct ScoreSummary {
   double nll = 0.0;
 };
 
-ScoreSummary score_tokens(const ScoreOptions& options, std::FILE* out);
+// Scores the text or token file; each JSON line goes to `emit` (after every input check: a
+// refused call emits nothing).
+ScoreSummary score_tokens(const ScoreOptions& options,
+                          const std::function<void(std::string_view)>& emit);
 
 // Reads a token file: a shard (by its magic) or whitespace-separated integer ids.
 std::vector<int32_t> read_token_file(const std::string& path);

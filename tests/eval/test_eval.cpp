@@ -569,7 +569,8 @@ TEST_F(EvalTest, ScoreWritesOneLinePerToken) {
   o.device = cpu();
   const std::string out = (tmp_.path() / "s.jsonl").string();
   std::FILE* f = std::fopen(out.c_str(), "wb");
-  const ScoreSummary s = score_tokens(o, f);
+  const ScoreSummary s =
+      score_tokens(o, [&](std::string_view l) { std::fwrite(l.data(), 1, l.size(), f); });
   std::fclose(f);
   EXPECT_EQ(s.tokens, 5);
   std::ifstream in(out);
@@ -603,6 +604,7 @@ TEST_F(EvalTest, ScoreWritesOneLinePerToken) {
     ScoreOptions few = o;
     few.text.clear();
     few.tokens = (tmp_.path() / "few.txt").string();
-    test::expect_error([&] { score_tokens(few, nullptr); }, {"few.txt", "nothing to score"});
+    test::expect_error([&] { score_tokens(few, [](std::string_view) {}); },
+                       {"few.txt", "nothing to score"});
   }
 }

@@ -376,9 +376,10 @@ TEST_F(Cli, OutputAndCheckpointErrors) {
   expect_error(run(train_args("--resume " + (dir_ / "nockpt").string())),
                "is a run directory without a checkpoint yet");
   // eval's --out is checked before the evaluation runs.
-  expect_error(run("eval " + (dir_ / "run").string() + " --out " +
-                   (dir_ / "no_such_dir" / "r.json").string()),
-               "--out '" + (dir_ / "no_such_dir" / "r.json").string() + "': cannot write into");
+  expect_error(
+      run("eval " + (dir_ / "run").string() + " --out " +
+          (dir_ / "no_such_dir" / "r.json").string()),
+      "eval --out '" + (dir_ / "no_such_dir" / "r.json").string() + "': cannot write into");
 }
 
 // One process run inside an sbatch script (Slurm's variables inherited from an allocation of 4

@@ -3,6 +3,7 @@
 // cli_fixture.h; the core commands and bad input: test_cli.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -96,6 +97,33 @@ TEST_F(Cli, EvalHarnessAndScore) {
   ASSERT_EQ(sc.code, 0) << sc.out;
   EXPECT_NE(sc.out.find("tokens scored"), std::string::npos) << sc.out;
   EXPECT_TRUE(fs::file_size(dir_ / "scores.jsonl") > 0);
+}
+
+// score --out and eval --out are checked before the work (a directory is refused up front), and
+// a refused score leaves an existing file as it was (it was truncated first).
+TEST_F(Cli, ScoreAndEvalOutputsAreCheckedFirstAndKeptOnError) {
+  ASSERT_EQ(run(train_args()).code, 0);
+  const std::string model = (dir_ / "run").string();
+  std::ofstream(dir_ / "keep.jsonl") << "keep\n";
+  std::ofstream(dir_ / "oov.txt") << "1 2 99999\n";
+  expect_error(run("score " + model + " --tokens " + (dir_ / "oov.txt").string() + " -o " +
+                   (dir_ / "keep.jsonl").string()),
+               "outside the model's vocabulary");
+  std::ifstream kept(dir_ / "keep.jsonl");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "keep\n");
+  fs::create_directories(dir_ / "adir");
+  std::ofstream(dir_ / "ok.txt") << "1 2 3\n";
+  expect_error(run("score " + model + " --tokens " + (dir_ / "ok.txt").string() + " -o " +
+                   (dir_ / "adir").string()),
+               "score --out '" + (dir_ / "adir").string() + "' is a directory");
+  expect_error(run("eval " + model + " --no-progress --out " + (dir_ / "adir").string()),
+               "eval --out '" + (dir_ / "adir").string() + "' is a directory");
+  const CliResult ok = run("score " + model + " --tokens " + (dir_ / "ok.txt").string() + " -o " +
+                           (dir_ / "keep.jsonl").string());
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  std::ifstream written(dir_ / "keep.jsonl");
+  const std::string lines(std::istreambuf_iterator<char>(written), {});
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 3) << lines;
 }
 
 // A Focus model's evaluation-time keys (top_k, eval_routing) apply to `attnlab eval`; the keys
