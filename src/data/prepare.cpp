@@ -246,7 +246,11 @@ PrepareSummary prepare(const PrepareOptions& options) {
   } stage_guard{stage};
 
   int64_t total_file_bytes = 0;
-  for (const auto& f : files) total_file_bytes += int64_t(fs::file_size(f));
+  for (const auto& f : files) {  // (a pipe has no size: progress then counts without it)
+    std::error_code size_ec;
+    const auto size = fs::file_size(f, size_ec);
+    if (!size_ec) total_file_bytes += int64_t(size);
+  }
   Progress progress(options.progress, total_file_bytes);
 
   SplitWriter writers[2] = {

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -31,16 +32,41 @@ namespace {
 
 enum class Format { kPlain, kGzip, kXz };
 
-Format detect_format(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  ATTN_REQUIRE(f != nullptr, "cannot open text file '%s': %s", path.c_str(), std::strerror(errno));
-  unsigned char magic[6] = {};
-  const size_t n = std::fread(magic, 1, sizeof(magic), f);
-  std::fclose(f);
-  if (n >= 2 && magic[0] == 0x1f && magic[1] == 0x8b) return Format::kGzip;
+// The bytes a format is told from (and a binary file refused by).
+constexpr size_t kSniffBytes = 4096;
+
+// Bytes of head[0 .. n) outside valid UTF-8 sequences (a sequence cut at n is not counted).
+size_t invalid_utf8_bytes(const unsigned char* head, size_t n) {
+  size_t bad = 0, i = 0;
+  while (i < n) {
+    const unsigned char c = head[i];
+    const int len = c < 0x80           ? 1
+                    : (c >> 5) == 0x6  ? 2
+                    : (c >> 4) == 0xe  ? 3
+                    : (c >> 3) == 0x1e ? 4
+                                       : 0;
+    if (len == 0) {
+      ++bad, ++i;
+      continue;
+    }
+    if (i + size_t(len) > n) break;  // cut by the sample's end
+    int k = 1;
+    while (k < len && (head[i + size_t(k)] & 0xc0) == 0x80) ++k;
+    if (k < len) {
+      ++bad, ++i;
+      continue;
+    }
+    i += size_t(len);
+  }
+  return bad;
+}
+
+// The format of a file whose content starts with head[0 .. n); refuses formats that would
+// otherwise be read as text and encoded as garbage.
+Format classify(const std::string& path, const unsigned char* head, size_t n) {
+  if (n >= 2 && head[0] == 0x1f && head[1] == 0x8b) return Format::kGzip;
   static const unsigned char kXzMagic[6] = {0xfd, '7', 'z', 'X', 'Z', 0x00};
-  if (n == 6 && std::memcmp(magic, kXzMagic, 6) == 0) return Format::kXz;
-  // Formats that would otherwise be read as text and encoded as garbage.
+  if (n >= 6 && std::memcmp(head, kXzMagic, 6) == 0) return Format::kXz;
   struct Other {
     const char* name;
     unsigned char magic[6];
@@ -51,18 +77,37 @@ Format detect_format(const std::string& path) {
                                   {"7z", {'7', 'z', 0xbc, 0xaf, 0x27, 0x1c}, 6},
                                   {"UTF-16 (little-endian BOM)", {0xff, 0xfe}, 2},
                                   {"UTF-16 (big-endian BOM)", {0xfe, 0xff}, 2},
+                                  // 20240520, little-endian (data/shard.h's kShardMagic)
+                                  {"token shard (llm.c format)", {0x88, 0xd8, 0x34, 0x01}, 4},
+                                  {"compiled program (ELF)", {0x7f, 'E', 'L', 'F'}, 4},
                                   {"bzip2", {}, 0}};
-  const bool bzip2 = n >= 4 && std::memcmp(magic, "BZh", 3) == 0 && magic[3] >= '1' &&
-                     magic[3] <= '9';  // "BZh" and the block size
+  const bool bzip2 = n >= 4 && std::memcmp(head, "BZh", 3) == 0 && head[3] >= '1' && head[3] <= '9';
   for (const Other& o : kOthers) {
     const bool is =
-        bzip2 ? o.len == 0 : n >= o.len && o.len > 0 && !std::memcmp(magic, o.magic, o.len);
+        bzip2 ? o.len == 0 : n >= o.len && o.len > 0 && !std::memcmp(head, o.magic, o.len);
     ATTN_REQUIRE(!is,
-                 "'%s' is a %s file: prepare reads UTF-8 text, plain, gzip or xz; convert it "
+                 "'%s' is a %s file: attnlab reads text as UTF-8, plain, gzip or xz; convert it "
                  "first",
                  path.c_str(), o.name);
   }
+  // Text holds no NUL bytes (a stray one is let through), and is mostly valid UTF-8 (a legacy
+  // 8-bit encoding has a few stray bytes); binary data is full of both.
+  const size_t nul = size_t(std::count(head, head + n, 0));
+  const size_t bad = invalid_utf8_bytes(head, n);
+  ATTN_REQUIRE(nul * 64 <= n && bad * 4 <= n,
+               "'%s' is not text: of its first %zu bytes %zu are NUL and %zu are not UTF-8 (a "
+               "binary file?); attnlab reads text as UTF-8, plain, gzip or xz",
+               path.c_str(), n, nul, bad);
   return Format::kPlain;
+}
+
+Format detect_format(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  ATTN_REQUIRE(f != nullptr, "cannot open text file '%s': %s", path.c_str(), std::strerror(errno));
+  unsigned char head[kSniffBytes];
+  const size_t n = std::fread(head, 1, sizeof(head), f);
+  std::fclose(f);
+  return classify(path, head, n);
 }
 
 class PlainStream final : public TextStream {
@@ -72,8 +117,18 @@ class PlainStream final : public TextStream {
     ATTN_REQUIRE(file_ != nullptr, "cannot open text file '%s': %s", path.c_str(),
                  std::strerror(errno));
   }
+  // A stream that cannot be reopened (a pipe): its first bytes, already read, then the rest.
+  PlainStream(const std::string& path, std::FILE* file, std::string head)
+      : TextStream(path), file_(file), head_(std::move(head)) {}
   ~PlainStream() override { std::fclose(file_); }
   size_t read(char* buf, size_t n) override {
+    if (head_at_ < head_.size()) {
+      const size_t take = std::min(n, head_.size() - head_at_);
+      std::memcpy(buf, head_.data() + head_at_, take);
+      head_at_ += take;
+      consumed_ += int64_t(take);
+      return take;
+    }
     const size_t got = std::fread(buf, 1, n, file_);
     ATTN_REQUIRE(got > 0 || !std::ferror(file_), "error reading '%s': %s", path_.c_str(),
                  std::strerror(errno));
@@ -85,6 +140,8 @@ class PlainStream final : public TextStream {
  private:
   std::FILE* file_ = nullptr;
   int64_t consumed_ = 0;
+  std::string head_;
+  size_t head_at_ = 0;
 };
 
 #ifdef ATTNLAB_HAVE_ZLIB
@@ -238,6 +295,31 @@ std::unique_ptr<TextStream> open_xz_with_program(const std::string& path) {
 }
 
 std::unique_ptr<TextStream> open_text_stream(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    // A pipe (`<(zcat f)`, /dev/stdin) cannot be opened twice: its format is told from the first
+    // bytes of the one stream, which are then read first.
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    ATTN_REQUIRE(f != nullptr, "cannot open text file '%s': %s", path.c_str(),
+                 std::strerror(errno));
+    std::string head(kSniffBytes, '\0');
+    head.resize(std::fread(head.data(), 1, head.size(), f));
+    Format format = Format::kPlain;
+    try {
+      format = classify(path, reinterpret_cast<const unsigned char*>(head.data()), head.size());
+    } catch (...) {
+      std::fclose(f);
+      throw;
+    }
+    if (format != Format::kPlain) {
+      std::fclose(f);
+      ATTN_FAIL(
+          "'%s' is not a regular file (a pipe?) and holds %s data: pipe the decompressed "
+          "text (e.g. <(zcat FILE)), or give the file itself",
+          path.c_str(), format == Format::kGzip ? "gzip" : "xz");
+    }
+    return std::make_unique<PlainStream>(path, f, std::move(head));
+  }
   switch (detect_format(path)) {
     case Format::kPlain:
       return std::make_unique<PlainStream>(path);

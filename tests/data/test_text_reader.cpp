@@ -1,10 +1,13 @@
 // Text reading: plain / gzip / xz (liblzma and the xz program), document splitting.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
+#include <utility>
 
 #include "core/error.h"
 #include "data/text_reader.h"
@@ -56,6 +59,48 @@ TEST_F(TextReaderTest, PlainFile) {
   write_file(path("empty.txt"), "");
   EXPECT_EQ(read_text_file(path("empty.txt")), "");
   test::expect_error([&] { read_text_file(path("missing.txt")); }, "missing.txt");
+}
+
+// A pipe (`<(cat f)`, /dev/stdin) is read whole: its format is told from the stream's own first
+// bytes (a second open lost the first 4 KiB); compressed data through a pipe is refused by name.
+TEST_F(TextReaderTest, PipeIsReadWhole) {
+  const std::string text = sample_text();
+  const std::string fifo = path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] { write_file(fifo, text); });
+  const std::string got = read_text_file(fifo);
+  writer.join();
+  EXPECT_EQ(got.size(), text.size());
+  EXPECT_EQ(got, text);
+  std::thread gz_writer([&] { write_file(fifo, std::string("\x1f\x8b\x08\x00rest", 8)); });
+  test::expect_error([&] { read_text_file(fifo); },
+                     {"is not a regular file (a pipe?) and holds gzip data"});
+  gz_writer.join();
+}
+
+// Binary input is refused, not encoded as text: a token shard (prepare's own output), a program,
+// random bytes; text with a stray NUL or a few bytes of a legacy 8-bit encoding is read.
+TEST_F(TextReaderTest, BinaryIsRefused) {
+  const std::pair<std::string, std::string> binaries[] = {
+      {std::string("\x88\xd8\x34\x01\x01\x00\x00\x00", 8), "is a token shard (llm.c format) file"},
+      {std::string("\x7f"
+                   "ELF\x02\x01\x01\x00",
+                   8),
+       "is a compiled program (ELF) file"},
+      {std::string(64, '\0') + "text", "68 bytes 64 are NUL"}};
+  for (const auto& [bytes, msg] : binaries) {
+    write_file(path("b.bin"), bytes);
+    test::expect_error([&] { read_text_file(path("b.bin")); }, {"b.bin' ", msg});
+  }
+  std::mt19937 rng(3);
+  std::string noise(4096, ' ');
+  for (char& c : noise) c = char(0x80 + rng() % 0x7f);  // no NUL, almost none valid UTF-8
+  write_file(path("noise.bin"), noise);
+  test::expect_error([&] { read_text_file(path("noise.bin")); },
+                     {"are not UTF-8 (a binary file?)"});
+  const std::string latin1 = std::string(200, 'a') + "caf\xe9 na\xefve" + '\0' + "end";
+  write_file(path("latin1.txt"), latin1);
+  EXPECT_EQ(read_text_file(path("latin1.txt")), latin1);
 }
 
 #ifdef ATTNLAB_HAVE_ZLIB
