@@ -8,6 +8,7 @@
 #include <memory>
 #include <string_view>
 
+#include "cli/validators.h"
 #include "core/error.h"
 #include "data/prepare.h"
 #include "io/atomic_file.h"
@@ -35,7 +36,7 @@ void add_device_options(CLI::App* sub, EvalDeviceOptions& d) {
                   "for HF and llm.c models; fp32 on the CPU)")
       ->capture_default_str();
   sub->add_option("--batch", d.batch, "sequences per forward (default: 16 on CUDA, 4 on CPU)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_at_least(0));
 }
 
 }  // namespace
@@ -68,11 +69,11 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
                   "--text document separator (default: a file is a document; \\n understood)");
   sub->add_option("--tokenizer", o.tokenizer, "tokenizer spec (default: the model's)");
   sub->add_option("--context", o.context, "perplexity window in tokens (default: block_size)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_at_least(0));
   sub->add_option("--stride", o.stride, "perplexity window stride (default: the context)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_at_least(0));
   sub->add_option("--limit", o.limit, "first N examples per task, documents per data source")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_at_least(0));
   sub->add_flag("--validation", o.validation,
                 "also score the recipe's validation set when other data is given");
   add_device_options(sub, o.device);
@@ -130,9 +131,9 @@ CLI::App* add_score_command(CLI::App& app, ScoreArgs& a) {
   sub->add_option("--tokens", o.tokens, "an llm.c shard or a file of whitespace-separated ids");
   sub->add_option("--tokenizer", o.tokenizer, "tokenizer spec (default: the model's)");
   sub->add_option("--context", o.context, "window in tokens (default: block_size)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_at_least(0));
   sub->add_option("--stride", o.stride, "window stride (default: the context)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_at_least(0));
   sub->add_option("--set", o.overrides,
                   "attention.focus.top_k=N, attention.focus.eval_routing=hard|soft or "
                   "attention.sfa.kernel=auto|flash|masked_dense");

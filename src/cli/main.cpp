@@ -9,6 +9,7 @@
 #include "cli/cmd_tokenize.h"
 #include "cli/commands.h"
 #include "cli/unknown_option.h"
+#include "cli/validators.h"
 #include "core/error.h"
 
 using namespace attnlab;
@@ -29,12 +30,14 @@ int main(int argc, char** argv) {
 
   CLI::App* train = app.add_subcommand("train", "train a model from a recipe");
   add_recipe(train, train_args);
-  train->add_option("--resume", resume,
-                    "resume bit-exactly from a run directory or checkpoint directory");
+  train
+      ->add_option("--resume", resume,
+                   "resume bit-exactly from a run directory or checkpoint directory")
+      ->check(cli::non_empty("a run or checkpoint directory"));
   train
       ->add_option("--profile", profile_steps,
                    "run N steps with NVTX ranges for nsys/ncu, then stop")
-      ->check(CLI::PositiveNumber);
+      ->check(cli::number_at_least(0, true));
 
   cli::EvalArgs eval_args;
   CLI::App* eval = cli::add_eval_command(app, eval_args);
@@ -64,7 +67,7 @@ int main(int argc, char** argv) {
   generate->add_option("--top-p", gen.sampling.top_p, "nucleus sampling mass")
       ->capture_default_str();
   generate->add_option("--seed", gen.seed, "sampling seed")
-      ->check(CLI::NonNegativeNumber)
+      ->check(cli::number_at_least(0))
       ->capture_default_str();
   generate->add_option("--tokenizer", gen.tokenizer,
                        "tokenizer spec (default: the checkpoint's tokenizer.json)");

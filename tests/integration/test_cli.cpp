@@ -323,7 +323,11 @@ TEST_F(Cli, RecipeErrors) {
   expect_error(bad_type, "unknown attention 'foo'");
   EXPECT_EQ(bad_type.out.find("# resolved recipe"), std::string::npos) << bad_type.out;
   // Out-of-range command-line values are refused, not taken for the default.
-  expect_error(run("train " + recipe_ + " --profile -1"), "--profile");
+  expect_error(run("train " + recipe_ + " --profile -1"), "--profile: must be > 0, got -1");
+  expect_error(run("train " + recipe_ + " --profile 0"), "--profile: must be > 0, got 0");
+  // An empty --resume (a shell variable unset) is refused, not a fresh run.
+  expect_error(run(train_args("--resume ''")), "--resume: needs a run or checkpoint directory");
+  expect_error(run("eval " + recipe_ + " --batch -1"), "--batch: must be >= 0, got -1");
   // The user's own recipe in train.out_dir is not overwritten by the run's resolved one.
   fs::create_directories(dir_ / "proj");
   fs::copy_file(recipe_, dir_ / "proj" / "recipe.yaml");

@@ -1,0 +1,34 @@
+// Option checks with plain messages ("--batch: must be >= 0, got -1"; CLI11's own range checks
+// print their bound as a 300-digit number), and one that refuses an empty value.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace attnlab::cli {
+
+// A number >= lo (strict: > lo).
+inline CLI::Validator number_at_least(double lo, bool strict = false) {
+  return CLI::Validator(
+      [lo, strict](std::string& s) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE)
+          return "expected a number, got '" + s + "'";
+        if (strict ? v > lo : v >= lo) return "";
+        char bound[32];
+        std::snprintf(bound, sizeof(bound), "%g", lo);
+        return std::string("must be ") + (strict ? "> " : ">= ") + bound + ", got " + s;
+      },
+      strict ? "NUMBER > 0" : "NUMBER >= 0");
+}
+
+inline CLI::Validator non_empty(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& s) -> std::string { return s.empty() ? "needs " + what : ""; }, "");
+}
+
+}  // namespace attnlab::cli
