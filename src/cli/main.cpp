@@ -2,6 +2,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -157,6 +159,17 @@ int main(int argc, char** argv) {
     if (*convert) return cli::cmd_convert(conv_src, conv_dst, conv_to, conv_bf16, conv_adapter);
   } catch (const Error& e) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {  // an allocation no earlier check foresaw
+    std::fprintf(stderr,
+                 "attnlab: error: out of host memory: the command asked for more memory than this "
+                 "machine could give (check the recipe's sizes: model, data, batch)\n");
+    return 1;
+  } catch (const std::length_error& e) {  // a size past what a container can hold
+    std::fprintf(stderr,
+                 "attnlab: error: a size past what this machine can hold (%s): check the "
+                 "recipe's sizes (model, data, batch)\n",
+                 e.what());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attnlab: internal error: %s\n", e.what());

@@ -22,6 +22,9 @@ constexpr ModelPreset kPresets[] = {
     {"gpt2-xl", 48, 25, 1600},
 };
 
+constexpr int64_t kMaxLayers = 10000;
+constexpr int64_t kMaxSyntheticTokens = int64_t(1) << 31;
+
 [[noreturn]] void fail_key(const std::string& key, const std::string& msg) {
   throw ConfigError(key, msg);
 }
@@ -32,8 +35,15 @@ void require_min(const std::string& key, int64_t value, int64_t min) {
                             (long long)value));
 }
 
+void require_max(const std::string& key, int64_t value, int64_t max) {
+  if (value > max)
+    fail_key(key, strformat("%s must be <= %lld, got %lld", key.c_str(), (long long)max,
+                            (long long)value));
+}
+
 // Finite and inside [lo, hi] (lo_open / hi_open exclude the bound), also once rounded to float,
 // the type the model and the optimizer use (so 1e-50 for a positive key is not a silent 0).
+
 void require_range(const std::string& key, double value, double lo, bool lo_open, double hi,
                    bool hi_open) {
   auto inside = [&](double v) {
@@ -92,6 +102,8 @@ void ModelConfig::validate(bool cross_checks) const {
     apply_model_preset(scratch, preset);  // throws for an unknown name
   }
   require_min("model.n_layer", n_layer, 1);
+  // (bounds far past any model, so that a typo is refused before n_layer modules are built)
+  require_max("model.n_layer", n_layer, kMaxLayers);
   require_min("model.n_head", n_head, 1);
   require_min("model.n_kv_head", n_kv_head, 0);
   require_min("model.n_embd", n_embd, 1);
@@ -170,9 +182,14 @@ void AttentionConfig::validate() const {
 
 void DataConfig::validate() const {
   if (tokenizer.empty()) fail_key("data.tokenizer", "data.tokenizer must not be empty");
-  require_min("data.synthetic.vocab_size", synthetic.vocab_size, 2);
+  // The generator's range (data/synthetic.cpp); the model's vocabulary is checked at the start.
+  require_min("data.synthetic.vocab_size", synthetic.vocab_size, 64);
+  require_max("data.synthetic.vocab_size", synthetic.vocab_size, 65536);
+  // The synthetic data is generated in memory (4 bytes a token).
   require_min("data.synthetic.train_tokens", synthetic.train_tokens, 2);
+  require_max("data.synthetic.train_tokens", synthetic.train_tokens, kMaxSyntheticTokens);
   require_min("data.synthetic.val_tokens", synthetic.val_tokens, 0);
+  require_max("data.synthetic.val_tokens", synthetic.val_tokens, kMaxSyntheticTokens);
   const SyntheticMixConfig& mix = synthetic.mix;
   require_range("data.synthetic.mix.markov", mix.markov, 0, false, kInf, false);
   require_range("data.synthetic.mix.bind", mix.bind, 0, false, kInf, false);

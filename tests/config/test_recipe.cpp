@@ -224,6 +224,15 @@ TEST(RecipeErrors, OutOfRangeAndCrossField) {
   EXPECT_EQ(parse_error("train:\n  threads: 1024\n"), "");
   EXPECT_EQ(parse_error("train:\n  steps: 3000000000\n"),
             "x.yaml:2: train.steps must be <= 2147483647, got 3000000000");
+  // Sizes past any real run are refused before they are built (they ran out of host memory).
+  EXPECT_EQ(parse_error("", {"model.n_layer=100000000"}),
+            "--set 'model.n_layer=100000000': model.n_layer must be <= 10000, got 100000000");
+  EXPECT_EQ(parse_error("", {"data.synthetic.train_tokens=10000000000"}),
+            "--set 'data.synthetic.train_tokens=10000000000': data.synthetic.train_tokens must be "
+            "<= 2147483648, got 10000000000");
+  EXPECT_EQ(parse_error("", {"data.synthetic.vocab_size=10"}),
+            "--set 'data.synthetic.vocab_size=10': data.synthetic.vocab_size must be >= 64, got "
+            "10");
   EXPECT_EQ(parse_error("checkpoint:\n  keep_last: 0\n"),
             "x.yaml:2: checkpoint.keep_last must be >= 1, got 0");
   EXPECT_EQ(parse_error("train:\n  seq_len: 2048\n"),
@@ -347,7 +356,7 @@ TEST(RecipeYaml, RoundTripIsExact) {
   r.data.train = "data/*train*.bin";
   r.data.val = "data/\"quoted\"\\val #1.bin";
   r.data.tokenizer = "gpt2:/models/gpt2";
-  r.data.synthetic.train_tokens = 123456789012LL;
+  r.data.synthetic.train_tokens = 2147483648LL;  // past int32 (the largest allowed)
   r.optim.lr = 6e-4;
   r.optim.eps = 1e-10;
   r.optim.grad_clip = 0;
