@@ -360,6 +360,22 @@ BpeVocabData load_attnlab_bpe_json(const std::string& json_text, const std::stri
 
 // ---- the registry of spec forms -----------------------------------------------------------------
 
+std::string tokenizer_difference(const Tokenizer& a, const Tokenizer& b) {
+  if (a.vocab_size() != b.vocab_size())
+    return strformat("%d ids against %d", a.vocab_size(), b.vocab_size());
+  if (a.eot_id() != b.eot_id())
+    return strformat("<|endoftext|> is id %d against %d", a.eot_id(), b.eot_id());
+  for (int32_t id = 0; id < a.vocab_size(); ++id)
+    if (a.piece(id) != b.piece(id)) return strformat("id %d has other bytes", id);
+  std::string probe = " The quick brown fox's 3 jumps -- caf\xc3\xa9\n\n\t  over it.";
+  for (int c = 1; c < 256; ++c) probe += char(c);
+  std::vector<int32_t> ia, ib;
+  a.encode(probe, ia);
+  b.encode(probe, ib);
+  if (ia != ib) return "a probe text encodes to other ids";
+  return "";
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
   if (spec == "byte") return std::make_unique<ByteTokenizer>();
   if (spec.rfind("gpt2:", 0) == 0) {

@@ -32,6 +32,10 @@ class Tokenizer {
   virtual std::string to_json() const = 0;
 };
 
+// "" when a and b map text and ids alike (the same ids, <|endoftext|>, every id's bytes, and
+// the ids of a probe text of every byte and some words), else what differs first.
+std::string tokenizer_difference(const Tokenizer& a, const Tokenizer& b);
+
 // Spec forms: "byte"; "gpt2:<dir>" (dir holding encoder.json + vocab.bpe, or vocab.json +
 // merges.txt);
 // "hf:<path/to/tokenizer.json>"; a path to a tokenizer JSON written by to_json().

@@ -183,29 +183,40 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
   std::string spec = r.data.tokenizer;
   const fs::path prepared = fs::path(r.data.train).parent_path() / "tokenizer.json";
   const bool has_prepared = !r.data.train.empty() && fs::exists(prepared);
-  if (!r.given.contains("data.tokenizer")) spec = has_prepared ? prepared.string() : "";
+  const bool given = r.given.contains("data.tokenizer");
+  if (!given) spec = has_prepared ? prepared.string() : "";
   if (spec.empty()) return;
   std::unique_ptr<Tokenizer> tok;
   try {
     tok = make_tokenizer(spec);
   } catch (const Error& e) {
-    const auto where = r.given.where.find("data.tokenizer");
-    ATTN_REQUIRE(where == r.given.where.end(),
+    ATTN_REQUIRE(!given,
                  "%s: data.tokenizer '%s' cannot be loaded: %s\n(the checkpoints carry it for "
                  "generate and eval's text tasks: name the tokenizer the shards were prepared "
                  "with)",
-                 where->second.c_str(), r.data.tokenizer.c_str(), e.what());
+                 r.given.where.at("data.tokenizer").c_str(), r.data.tokenizer.c_str(), e.what());
+    s.data_warnings.push_back(strformat(
+        "the tokenizer.json beside data.train (%s) cannot be loaded: %s; the checkpoints carry "
+        "no tokenizer (name it with data.tokenizer)",
+        prepared.string().c_str(), e.what()));
     return;
   }
-  // A named tokenizer against the one `prepare` wrote beside the shards: another vocabulary would
-  // put the wrong tokenizer into every checkpoint (generate and eval's text tasks decode with it).
-  if (r.given.contains("data.tokenizer") && has_prepared) {
-    const int prepared_vocab = make_tokenizer(prepared.string())->vocab_size();
-    ATTN_REQUIRE(prepared_vocab == tok->vocab_size(),
-                 "%s: data.tokenizer '%s' has %d ids, but the shards were prepared with %s (%d "
-                 "ids); name that tokenizer, or leave data.tokenizer out to take it",
-                 r.given.where.at("data.tokenizer").c_str(), r.data.tokenizer.c_str(),
-                 tok->vocab_size(), prepared.string().c_str(), prepared_vocab);
+  const std::string source =
+      given ? strformat("%s: data.tokenizer '%s'", r.given.where.at("data.tokenizer").c_str(),
+                        r.data.tokenizer.c_str())
+            : strformat("the tokenizer.json beside data.train (%s)", prepared.string().c_str());
+  ATTN_REQUIRE(tok->vocab_size() <= r.model.vocab_size,
+               "%s has %d ids, more than model.vocab_size (%d)", source.c_str(), tok->vocab_size(),
+               r.model.vocab_size);
+  // A named tokenizer against the one `prepare` wrote beside the shards: another one (another
+  // vocabulary, or the same size with other ids) would go into every checkpoint, and generate
+  // and eval's text tasks would decode and encode with it.
+  if (given && has_prepared) {
+    const std::string diff = tokenizer_difference(*tok, *make_tokenizer(prepared.string()));
+    ATTN_REQUIRE(diff.empty(),
+                 "%s is not the tokenizer the shards were prepared with (%s): %s; name that "
+                 "tokenizer, or leave data.tokenizer out to take it",
+                 source.c_str(), prepared.string().c_str(), diff.c_str());
   }
   s.tokenizer_json = tok->to_json();
 }

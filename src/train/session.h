@@ -33,7 +33,8 @@ struct Session {
   double unigram_baseline = std::nan("");
   int64_t unigram_tokens = 0;  // the validation tokens it was taken over (the first ones)
   std::string tokenizer_json;
-  Buffer batch_dev;  // device copies of tokens and targets
+  std::vector<std::string> data_warnings;  // from setup_data, printed by the trainer
+  Buffer batch_dev;                        // device copies of tokens and targets
   Tensor tokens_dev, targets_dev;
   TrainingMemoryEstimate memory;  // of `attnlab info`, for out-of-memory errors
 };

@@ -208,6 +208,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
         "twice in the same step; use more data or a smaller batch",
         (long long)s.train_loader->num_windows(), recipe.train.seq_len, (long long)per_step,
         recipe.train.micro_batch, accum, s.comm->world_size());
+  for (const std::string& w : s.data_warnings) log.warn("%s", w.c_str());
   st.data_fingerprint = data_fp;
   st.device = device_name(s.ctx->device);
   st.precision = dtype_name(s.dtype);

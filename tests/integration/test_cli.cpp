@@ -3,11 +3,13 @@
 // output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli/unknown_option.h"
 #include "data/shard.h"
@@ -161,6 +163,35 @@ TEST_F(Cli, InfoCountsBiasAndUntiedHead) {
   EXPECT_EQ(changed - base, V * C - biases);
 }
 
+// A Hugging Face tokenizer.json of GPT-2's byte-level BPE without merges: 256 byte ids in GPT-2's
+// byte order (printable bytes first), then <|endoftext|> (257 ids, as the byte tokenizer).
+static std::string byte_level_bpe_json() {
+  std::vector<int> order;
+  for (int b = 0; b < 256; ++b)
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174) order.push_back(b);
+  int extra = 0;
+  std::vector<int> code(256);
+  for (int b : order) code[size_t(b)] = b;
+  for (int b = 0; b < 256; ++b)
+    if (std::find(order.begin(), order.end(), b) == order.end()) {
+      order.push_back(b);
+      code[size_t(b)] = 256 + extra++;
+    }
+  nlohmann::json vocab = nlohmann::json::object();
+  for (size_t id = 0; id < order.size(); ++id) {
+    const int c = code[size_t(order[id])];
+    std::string utf8 = c < 0x80 ? std::string(1, char(c))
+                                : std::string{char(0xc0 | (c >> 6)), char(0x80 | (c & 0x3f))};
+    vocab[utf8] = id;
+  }
+  nlohmann::json j = {
+      {"added_tokens", {{{"id", 256}, {"content", "<|endoftext|>"}, {"special", true}}}},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  return j.dump();
+}
+
 TEST_F(Cli, PrepareThenTrainOnShards) {
   fs::create_directories(dir_ / "text");
   for (int f = 0; f < 3; ++f) {
@@ -227,8 +258,29 @@ TEST_F(Cli, PrepareThenTrainOnShards) {
                        "/train_*.bin --set eval.at_end=false --set model.vocab_size=50257 "
                        "--set data.tokenizer=gpt2:" +
                        std::string(shared) + "/gpt2-vocab")),
-        "has 50257 ids, but the shards were prepared with");
+        "is not the tokenizer the shards were prepared with");
   }
+  // The same number of ids mapped otherwise (a byte-level BPE without merges, ids in GPT-2's
+  // byte order, against the byte tokenizer the shards were prepared with): refused too.
+  const std::string hf = (dir_ / "bytes_bpe.json").string();
+  std::ofstream(hf) << byte_level_bpe_json();
+  expect_error(
+      run(train_args("--set data.source=shards --set data.train=" + (dir_ / "shards").string() +
+                     "/train_*.bin --set eval.at_end=false --set data.tokenizer=hf:" + hf)),
+      "is not the tokenizer the shards were prepared with (" + (dir_ / "shards").string() +
+          "/tokenizer.json): id 0 has other bytes");
+  // One beside the shards that cannot load is said (the checkpoints then carry none).
+  fs::rename(dir_ / "shards" / "tokenizer.json", dir_ / "tokenizer.json.aside");
+  std::ofstream(dir_ / "shards" / "tokenizer.json") << "{bad";
+  CliResult bad = run("train " + recipe_ + " --set train.out_dir=" + (dir_ / "run3").string() +
+                      " --set data.source=shards --set data.train=" + (dir_ / "shards").string() +
+                      "/train_*.bin --set eval.at_end=false");
+  ASSERT_EQ(bad.code, 0) << bad.out;
+  EXPECT_NE(bad.out.find("warning: the tokenizer.json beside data.train (" +
+                         (dir_ / "shards").string() + "/tokenizer.json) cannot be loaded"),
+            std::string::npos)
+      << bad.out;
+  fs::rename(dir_ / "tokenizer.json.aside", dir_ / "shards" / "tokenizer.json");
 }
 
 // A resume on other data under the same keys (shards regenerated, added) is said: the data
