@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -445,19 +447,50 @@ TrainerState load_trainer_state(const std::string& ckpt_dir) {
   nlohmann::json js;
   try {
     js = nlohmann::json::parse(io::read_file(path));
-    TrainerState s;
-    s.step = js.at("step").get<int64_t>();
-    s.data_epoch = js.at("data_epoch").get<uint64_t>();
-    s.data_position = js.at("data_position").get<uint64_t>();
-    s.tokens_seen = js.at("tokens_seen").get<int64_t>();
-    s.elapsed_seconds = js.at("elapsed_seconds").get<double>();
-    s.data_fingerprint = js.value("data_fingerprint", std::string());
-    s.device = js.value("device", std::string());
-    s.precision = js.value("precision", std::string());
-    return s;
   } catch (const nlohmann::json::exception& e) {
     ATTN_FAIL("corrupt trainer state '%s': %s", path.c_str(), e.what());
   }
+  ATTN_REQUIRE(js.is_object(), "corrupt trainer state '%s': expected a JSON object", path.c_str());
+  // Each field of its type and range, named when it is not (a hand edit, a torn file): a step of
+  // 3.5 or a position of -1 was taken as 3 or 2^64 - 1.
+  auto count = [&](const char* key) {
+    ATTN_REQUIRE(js.contains(key), "corrupt trainer state '%s': no field '%s'", path.c_str(), key);
+    const nlohmann::json& v = js.at(key);
+    ATTN_REQUIRE(v.is_number_integer() && (v.is_number_unsigned() || v.get<int64_t>() >= 0),
+                 "corrupt trainer state '%s': '%s' must be an integer >= 0, got %s", path.c_str(),
+                 key, v.dump().c_str());
+    ATTN_REQUIRE(v.get<uint64_t>() <= uint64_t(INT64_MAX),
+                 "corrupt trainer state '%s': '%s' is too large (%s)", path.c_str(), key,
+                 v.dump().c_str());
+    return v.get<int64_t>();
+  };
+  auto text = [&](const char* key, std::initializer_list<const char*> valid) {
+    if (!js.contains(key)) return std::string();  // older checkpoints
+    const nlohmann::json& v = js.at(key);
+    ATTN_REQUIRE(v.is_string(), "corrupt trainer state '%s': '%s' must be a string, got %s",
+                 path.c_str(), key, v.dump().c_str());
+    const std::string x = v.get<std::string>();
+    bool ok = valid.size() == 0;
+    for (const char* w : valid) ok = ok || x == w;
+    ATTN_REQUIRE(ok, "corrupt trainer state '%s': '%s' is '%s'", path.c_str(), key, x.c_str());
+    return x;
+  };
+  TrainerState s;
+  s.step = count("step");
+  s.data_epoch = uint64_t(count("data_epoch"));
+  s.data_position = uint64_t(count("data_position"));
+  s.tokens_seen = count("tokens_seen");
+  ATTN_REQUIRE(js.contains("elapsed_seconds") && js.at("elapsed_seconds").is_number() &&
+                   std::isfinite(js.at("elapsed_seconds").get<double>()) &&
+                   js.at("elapsed_seconds").get<double>() >= 0,
+               "corrupt trainer state '%s': 'elapsed_seconds' must be a number >= 0, got %s",
+               path.c_str(),
+               js.contains("elapsed_seconds") ? js.at("elapsed_seconds").dump().c_str() : "none");
+  s.elapsed_seconds = js.at("elapsed_seconds").get<double>();
+  s.data_fingerprint = text("data_fingerprint", {});
+  s.device = text("device", {"cpu", "cuda"});
+  s.precision = text("precision", {"f32", "bf16"});
+  return s;
 }
 
 }  // namespace attnlab

@@ -8,8 +8,10 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/context.h"
@@ -138,6 +140,41 @@ TEST(Checkpoint, ResavingAStepReplacesItWhole) {
 // keep_last keeps the newest checkpoints up to the step being saved, by number: a run resumed
 // from step 6 of a run that reached 8 keeps its own history (6, 7) and leaves 8 alone (it used
 // to delete 6 and keep 8), and step 100,000,000 is newer than 99,999,999 (text order said not).
+// trainer_state.json's fields are read by type and range, the field named when one is wrong (a
+// step of 3.5 was taken as 3, a position of -1 as 2^64 - 1, a device "tpu" as given).
+TEST(Checkpoint, TrainerStateFieldsAreCheckedByName) {
+  test::TempDir dir("ts");
+  const std::string good =
+      R"({"step": 4, "data_epoch": 1, "data_position": 7, "tokens_seen": 512,
+          "elapsed_seconds": 1.5, "data_fingerprint": "1 sources", "device": "cpu",
+          "precision": "f32"})";
+  auto with = [&](const std::string& key, const std::string& value) {
+    nlohmann::json j = nlohmann::json::parse(good);
+    if (value.empty())
+      j.erase(key);
+    else
+      j[key] = nlohmann::json::parse(value);
+    io::write_file_atomic(dir.file("trainer_state.json"), j.dump());
+  };
+  with("step", "4");
+  const TrainerState st = load_trainer_state(dir.path().string());
+  EXPECT_EQ(st.step, 4);
+  EXPECT_EQ(st.data_position, 7u);
+  EXPECT_EQ(st.device, "cpu");
+  const std::pair<std::string, std::string> bad[] = {
+      {"step", "3.5"},           {"step", "-1"},           {"data_epoch", "-1"},
+      {"data_position", "-5"},   {"tokens_seen", "\"9\""}, {"step", "1e30"},
+      {"elapsed_seconds", "-1"}, {"device", "\"tpu\""},    {"precision", "\"fp8\""},
+      {"data_position", ""}};
+  for (const auto& [key, value] : bad) {
+    with(key, value);
+    test::expect_error([&] { load_trainer_state(dir.path().string()); },
+                       {"corrupt trainer state '", "'" + key + "'"});
+  }
+  io::write_file_atomic(dir.file("trainer_state.json"), "[1, 2]");
+  test::expect_error([&] { load_trainer_state(dir.path().string()); }, {"expected a JSON object"});
+}
+
 TEST(Checkpoint, KeepLastPrunesThisRunsHistoryByStepNumber) {
   const test::TempDir tmp("ckpt");
   auto ctx = ExecContext::make_cpu();
