@@ -93,8 +93,10 @@ int main(int argc, char** argv) {
   prepare->add_option("--delimiter", prep.delimiter,
                       "document separator (\"\" = one document per file; "
                       "escapes \\n \\r \\t \\\\ understood)");
-  prepare->add_option("--jsonl-field", prep.jsonl_field,
-                      "inputs are JSON lines; documents are this field");
+  prepare
+      ->add_option("--jsonl-field", prep.jsonl_field,
+                   "inputs are JSON lines; documents are this field")
+      ->check(cli::non_empty("a field name (an empty one read the JSON lines as text)"));
   prepare->add_option("--val-fraction", prep.val_fraction, "fraction of documents for validation")
       ->capture_default_str();
   prepare->add_option("--seed", prep.seed, "seed of the train/val split")->capture_default_str();

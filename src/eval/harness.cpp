@@ -364,6 +364,9 @@ EvalReport run_evaluation(const EvalOptions& o) {
     const PerplexityResult r =
         perplexity(model, next, context, stride, shard_cluster_break(files[0], tok.get()),
                    [&](int64_t d, int64_t) { pl(d, int64_t(files.size())); });
+    ATTN_REQUIRE(r.tokens > 0,
+                 "--shards '%s': no token to score (%zu file(s), none with two tokens or more)",
+                 o.shards.c_str(), files.size());
     j["perplexity"]["shards"] = perplexity_json(r, context, stride, o.shards);
     j["perplexity"]["shards"]["seconds"] = seconds_since(t0);
     const std::string count =

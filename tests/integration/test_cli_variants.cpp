@@ -72,6 +72,9 @@ TEST_F(Cli, EvalHarnessAndScore) {
   std::ofstream(dir_ / "empty.txt").flush();  // nothing to score: an error, not a NaN row
   expect_error(run("eval " + model + " --tokenizer byte --text " + (dir_ / "empty.txt").string()),
                "no text to score");
+  attnlab::write_shard((dir_ / "empty.bin").string(), std::vector<int32_t>{}, 260);
+  expect_error(run("eval " + model + " --shards " + (dir_ / "empty.bin").string()),
+               "no token to score (1 file(s), none with two tokens or more)");
   // --set data.tokenizer chooses the tokenizer (it was ignored for the checkpoint's).
   expect_error(run("eval " + model + " --tasks mc=" + (dir_ / "mc.jsonl").string() +
                    " --set data.tokenizer=gpt2:" + (dir_ / "no_vocab").string()),
