@@ -90,6 +90,12 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   const std::string data_fp = data_fingerprint(s.train_loader->sources());
   WeightLoadReport init_report;
   if (rank0) io::ensure_dir(run_dir);
+  // Where checkpoints go must be writable now, not found read-only after the last step (the
+  // metrics and recipe.yaml were rewritten by then).
+  const bool writes_checkpoints =
+      options.profile_steps == 0 && (recipe.checkpoint.every > 0 || recipe.checkpoint.at_end);
+  if (rank0 && writes_checkpoints && fs::exists(fs::path(run_dir) / "checkpoints"))
+    io::ensure_dir((fs::path(run_dir) / "checkpoints").string());
   // One run writes a directory at a time (two processes that each took themselves for rank 0 of
   // a misread launch wrote every step's metrics twice and raced on the checkpoints).
   std::optional<io::DirLock> run_dir_lock;
