@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   generate->add_option("--top-p", gen.sampling.top_p, "nucleus sampling mass")
       ->capture_default_str();
   generate->add_option("--seed", gen.seed, "sampling seed")
-      ->check(cli::number_at_least(0))
+      ->check(cli::unsigned_64())
       ->capture_default_str();
   generate->add_option("--tokenizer", gen.tokenizer,
                        "tokenizer spec (default: the checkpoint's tokenizer.json)");

@@ -26,6 +26,22 @@ inline CLI::Validator number_at_least(double lo, bool strict = false) {
       strict ? "NUMBER > 0" : "NUMBER >= 0");
 }
 
+// A whole number in [0, 2^64 - 1] (a seed: CLI11 wrapped one past that range silently).
+inline CLI::Validator unsigned_64() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+        (void)v;
+        if (s.empty() || s[0] == '-' || end != s.c_str() + s.size())
+          return "expected a whole number >= 0, got '" + s + "'";
+        if (errno == ERANGE) return "must be <= 18446744073709551615, got " + s;
+        return "";
+      },
+      "UINT64");
+}
+
 inline CLI::Validator non_empty(const std::string& what) {
   return CLI::Validator(
       [what](std::string& s) -> std::string { return s.empty() ? "needs " + what : ""; }, "");

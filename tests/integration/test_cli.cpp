@@ -380,6 +380,8 @@ TEST_F(Cli, RecipeErrors) {
   // An empty --resume (a shell variable unset) is refused, not a fresh run.
   expect_error(run(train_args("--resume ''")), "--resume: needs a run or checkpoint directory");
   expect_error(run("eval " + recipe_ + " --batch -1"), "--batch: must be >= 0, got -1");
+  expect_error(run("generate " + recipe_ + " --seed 99999999999999999999999"),
+               "--seed: must be <= 18446744073709551615");
   expect_error(run("prepare " + recipe_ + " --jsonl-field '' -o " + (dir_ / "p").string()),
                "--jsonl-field: needs a field name");
   // The user's own recipe in train.out_dir is not overwritten by the run's resolved one.
