@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "config/suggest.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/gpt.h"
@@ -14,9 +15,7 @@ namespace attnlab {
 
 void require_trainable_parameters(const Recipe& r, const ParameterStore& store) {
   if (!r.retrofit.enabled || store.num_trainable() > 0) return;
-  std::string roles;
-  for (const std::string& role : r.retrofit.train_roles)
-    roles += (roles.empty() ? "" : ", ") + role;
+  const std::string roles = join_names(r.retrofit.train_roles);
   ATTN_FAIL(
       "retrofit.train_roles [%s] selects no parameter of this model (attention.type '%s'%s): "
       "nothing would train. Retrofit Focus with attention.type: focus and train_roles "
@@ -38,9 +37,7 @@ void require_new_parameters_train(const Recipe& r, const ParameterStore& store,
     if (roles.find(role) == std::string::npos) roles += (roles.empty() ? "" : ", ") + role;
   }
   if (n == 0) return;
-  std::string given;
-  for (const std::string& role : r.retrofit.train_roles)
-    given += (given.empty() ? "" : ", ") + role;
+  const std::string given = join_names(r.retrofit.train_roles);
   ATTN_FAIL(
       "retrofit: %d parameter(s) are not in the base '%s' and retrofit.train_roles [%s] leaves "
       "them frozen at their random initialisation: %s%s (role %s); add %s to "
