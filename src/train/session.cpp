@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 
@@ -20,6 +19,7 @@
 #include "model/memory_note.h"
 #include "tokenizer/tokenizer.h"
 #include "train/from_recipe.h"
+#include "train/host_memory.h"
 #include "train/retrofit.h"
 
 namespace fs = std::filesystem;
@@ -245,25 +245,13 @@ void check_device_memory(const Recipe& r, const Session& s, const TrainingMemory
   ATTN_REQUIRE(shortfall.empty(), "%s", shortfall.c_str());
 }
 
-// The CPU path's: the estimate against the memory the process can have (MemAvailable plus free
-// swap, and below a cgroup v2 memory limit what is left of it), so that a model too large for it
-// is refused at once instead of paging until the kernel's out-of-memory killer ends the run
-// without a word.
+// The CPU path's: the estimate against the memory the process can have (host_memory.h: free
+// memory and swap, below every cgroup limit of the process), so that a model too large for it is
+// refused at once instead of paging until the kernel's out-of-memory killer ends the run without
+// a word. Each rank compares alone: CPU ranks sharing a host each see the whole host.
 void check_host_memory(const Recipe& r, const Session& s, const TrainingMemoryEstimate& est) {
-  std::ifstream meminfo("/proc/meminfo");
-  size_t available = 0;
-  for (std::string key; meminfo >> key;) {
-    size_t kib = 0;
-    meminfo >> kib;
-    if (key == "MemAvailable:" || key == "SwapFree:") available += kib * 1024;
-    meminfo.ignore(1 << 10, '\n');
-  }
+  const size_t available = host_memory_available();
   if (available == 0) return;  // not Linux's /proc: nothing to compare with
-  std::ifstream max_file("/sys/fs/cgroup/memory.max"),
-      current_file("/sys/fs/cgroup/memory.current");
-  size_t limit = 0, current = 0;
-  if (max_file >> limit && current_file >> current && limit > current)
-    available = std::min(available, limit - current);
   const std::string shortfall = device_memory_shortfall(est, available, r.train.micro_batch,
                                                         s.model->config().recompute, /*host=*/true);
   ATTN_REQUIRE(shortfall.empty(), "%s", shortfall.c_str());
