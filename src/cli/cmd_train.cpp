@@ -137,7 +137,9 @@ int cmd_info(const RecipeArgs& args) {
   std::printf("tokens per step   %lld = %d x %d x %d accumulation\n",
               (long long)r.train.tokens_per_step(), r.train.micro_batch, r.train.seq_len, accum);
   std::printf(
-      "FLOPs per token   %.3g (6 per trained matrix weight, 4 per frozen one, + attention)\n", fpt);
+      "FLOPs per token   %.3g (6 per trained matrix weight, 4 per frozen one, + attention 6 L d T: "
+      "PaLM's 12 L d T halved for the causal mask, as llm.c counts)\n",
+      fpt);
   std::printf("FLOPs per step    %.3g\n", fpt * double(r.train.tokens_per_step()));
   std::printf("\n# memory estimate (one rank)\n");
   std::printf("weights           %s\n", human_bytes(double(mem.weights)).c_str());
@@ -149,6 +151,15 @@ int cmd_info(const RecipeArgs& args) {
   if (mem.workspace)
     std::printf("workspace         %s\n", human_bytes(double(mem.workspace)).c_str());
   std::printf("total             %s\n", human_bytes(double(mem.total())).c_str());
+  if (r.distributed.zero == 1)
+    std::printf(
+        "                  (distributed.zero 1: with W ranks each holds 1/W of the optimizer "
+        "state; the estimate above is for one rank holding all of it)\n");
+  if (r.data.source == DataSource::synthetic)  // generated in host memory, 4 bytes a token
+    std::printf(
+        "synthetic data    %s of host memory besides the total (train + val tokens)\n",
+        human_bytes(4.0 * double(r.data.synthetic.train_tokens + r.data.synthetic.val_tokens))
+            .c_str());
   if (n_train != total) {
     std::printf("\n# memory: this run (%s) vs full fine-tuning (every tensor trains)\n",
                 r.retrofit.enabled ? "retrofit" : "frozen roles");

@@ -86,8 +86,8 @@ size_t host_memory_available() {
   std::ifstream cg("/proc/self/cgroup");
   std::stringstream text;
   text << cg.rdbuf();
-  return std::min(available, cgroup_memory_headroom(text.str(), "/sys/fs/cgroup",
-                                                    "/sys/fs/cgroup/memory"));
+  return std::min(available,
+                  cgroup_memory_headroom(text.str(), "/sys/fs/cgroup", "/sys/fs/cgroup/memory"));
 }
 
 }  // namespace attnlab

@@ -143,6 +143,15 @@ TEST_F(Cli, TrainEvalGenerateInfo) {
   CliResult i = run("info " + recipe_);
   ASSERT_EQ(i.code, 0) << i.out;
   EXPECT_NE(i.out.find("FLOPs per token"), std::string::npos);
+  EXPECT_NE(i.out.find("PaLM's 12 L d T halved for the causal mask"), std::string::npos) << i.out;
+  // The synthetic data lives in host memory beside the estimate (8000 + 2048 tokens, 4 bytes).
+  EXPECT_NE(i.out.find("synthetic data    39.25 KiB of host memory besides the total"),
+            std::string::npos)
+      << i.out;
+  const CliResult z = run("info " + recipe_ + " --set distributed.zero=1");
+  EXPECT_NE(z.out.find("(distributed.zero 1: with W ranks each holds 1/W of the optimizer state"),
+            std::string::npos)
+      << z.out;
 }
 
 // Every model.* key reaches the model: without biases and with an untied head the parameter
