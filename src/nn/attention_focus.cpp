@@ -319,7 +319,13 @@ void FocusAttention::count_rows(const float* g, int64_t rows, int K, std::vector
   ATTN_ASSERT(sums.size() == size_t(K) + 2);
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = g + r * K;
-    sums[size_t(std::max_element(row, row + K) - row)] += 1.0;
+    // The token's group: its largest entry, a tie shared equally (the causal scope's first token
+    // is exactly uniform: counted whole in group 0 it raised group 0's share and the dominance by
+    // 1/T, and a layer of uniform rows read as collapsed into group 0).
+    const float top = *std::max_element(row, row + K);
+    const int ties = int(std::count(row, row + K, top));
+    for (int k = 0; k < K; ++k)
+      if (row[k] == top) sums[size_t(k)] += 1.0 / ties;
     for (int k = 0; k < K; ++k)
       if (row[k] > 0.f) sums[size_t(K)] -= double(row[k]) * std::log(double(row[k]));
   }

@@ -96,6 +96,24 @@ TEST(FocusModel, TelemetryOfKnownAssignments) {
             "focus layer 1: 75% of the tokens in one group (collapse; 1/K is balance)");
   *a.telemetry_sums() = {2, 2, 0, 0, 0, 4};  // 50%: not past the threshold
   EXPECT_EQ(a.health_warning(), "");
+  // A tie is shared equally: a uniform row (the causal scope's first token) counts 1/K to each
+  // group, and a layer of uniform rows is balanced, not collapsed into group 0.
+  const std::vector<float> tied = {0.25f, 0.25f, 0.25f, 0.25f,  // uniform: 1/4 each
+                                   0.4f,  0.4f,  0.2f,  0.f,    // tie of two: 1/2 each
+                                   0.1f,  0.7f,  0.1f,  0.1f};  // group 1
+  std::vector<double> tied_sums(6, 0.0);
+  FocusAttention::count_rows(tied.data(), 3, 4, tied_sums);
+  EXPECT_DOUBLE_EQ(tied_sums[0], 0.75);
+  EXPECT_DOUBLE_EQ(tied_sums[1], 1.75);
+  EXPECT_DOUBLE_EQ(tied_sums[2], 0.25);
+  EXPECT_DOUBLE_EQ(tied_sums[3], 0.25);
+  const std::vector<float> uniform(16 * 4, 0.25f);
+  *a.telemetry_sums() = std::vector<double>(6, 0.0);
+  FocusAttention::count_rows(uniform.data(), 16, 4, *a.telemetry_sums());
+  EXPECT_EQ(a.health_warning(), "");
+  std::map<std::string, double> balanced;
+  a.metrics(balanced);
+  EXPECT_EQ(balanced.at("focus.h1.dominance"), 0.25);
   std::map<std::string, double> both = {{"focus.h0.dominance", 0.3},  {"focus.h0.entropy", 1.0},
                                         {"focus.h1.dominance", 0.75}, {"focus.h1.entropy", 0.5},
                                         {"focus.h10.dominance", 0.5}, {"focus.h10.entropy", 0.0}};
