@@ -72,7 +72,8 @@ CLI::App* add_eval_command(CLI::App& app, EvalArgs& a) {
       ->check(number_at_least(0));
   sub->add_option("--stride", o.stride, "perplexity window stride (default: the context)")
       ->check(number_at_least(0));
-  sub->add_option("--limit", o.limit, "first N examples per task, documents per data source")
+  sub->add_option("--limit", o.limit,
+                  "first N examples per task, documents per data source (0, the default: all)")
       ->check(number_at_least(0));
   sub->add_flag("--validation", o.validation,
                 "also score the recipe's validation set when other data is given");

@@ -61,8 +61,9 @@ int run_tokenize(const std::string& tokenizer_spec, const std::string& text, boo
   const auto tok = make_tokenizer(tokenizer_spec);
   std::vector<int32_t> ids;
   tok->encode(text, ids);
-  std::printf("%zu tokens, %zu bytes, tokenizer %s (vocab %d)\n", ids.size(), text.size(),
-              tok->name().c_str(), tok->vocab_size());
+  // --ids-only: the ids alone on stdout (for scripts), the summary on stderr.
+  std::fprintf(show_pieces ? stdout : stderr, "%zu tokens, %zu bytes, tokenizer %s (vocab %d)\n",
+               ids.size(), text.size(), tok->name().c_str(), tok->vocab_size());
   for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
   std::printf("\n");
   if (show_pieces) {

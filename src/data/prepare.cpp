@@ -163,7 +163,7 @@ class Progress {
 };
 
 void remove_old_shards(const std::string& dir) {
-  static const std::regex kShardName(R"((train|val)_[0-9]{6}\.bin)");
+  static const std::regex kShardName(R"((train|val)_[0-9]{6,}\.bin)");
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.is_regular_file() && std::regex_match(entry.path().filename().string(), kShardName))
       fs::remove(entry.path());
@@ -323,19 +323,21 @@ PrepareSummary prepare(const PrepareOptions& options) {
       return;
     }
     for (const auto& line : lines) {
+      // A line of whitespace (a CRLF file's blank line is "\r") is blank, as in eval's tasks.
+      const std::string_view text(batch->text.data() + line.begin, line.end - line.begin);
+      if (text.find_first_not_of(" \t\r") == std::string_view::npos) continue;
       ++record;
       nlohmann::json obj;
       try {
-        obj = nlohmann::json::parse(batch->text.begin() + int64_t(line.begin),
-                                    batch->text.begin() + int64_t(line.end));
+        obj = nlohmann::json::parse(text);
       } catch (const nlohmann::json::exception& e) {
-        ATTN_FAIL("'%s': record %lld is not valid JSON: %s", files[file].c_str(), (long long)record,
-                  e.what());
+        ATTN_FAIL("'%s': record %lld (of its lines that are not blank) is not valid JSON: %s",
+                  files[file].c_str(), (long long)record, e.what());
       }
       const auto it = obj.is_object() ? obj.find(options.jsonl_field) : obj.end();
       ATTN_REQUIRE(obj.is_object() && it != obj.end() && it->is_string(),
-                   "'%s': record %lld has no string field '%s'", files[file].c_str(),
-                   (long long)record, options.jsonl_field.c_str());
+                   "'%s': record %lld (of its lines that are not blank) has no string field '%s'",
+                   files[file].c_str(), (long long)record, options.jsonl_field.c_str());
       const std::string& value = it->get_ref<const std::string&>();
       if (value.empty()) continue;
       batch->spans.push_back({batch->decoded.size(), batch->decoded.size() + value.size()});

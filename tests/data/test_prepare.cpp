@@ -142,8 +142,10 @@ TEST_F(PrepareTest, EndToEndByteTokenizer) {
 
   // A re-run into the first directory removes stale shards from the earlier run.
   o.out_dir = path("out");
+  write("out/val_1234567.bin", "a shard a run of over a million shards left");  // 7 digits
   prepare(o);
   EXPECT_FALSE(fs::exists(path("out/train_000001.bin")));
+  EXPECT_FALSE(fs::exists(path("out/val_1234567.bin")));
 }
 
 // tokenizer.json goes through io::write_file_atomic: an old one (and a temp file a crashed run
@@ -195,14 +197,17 @@ TEST_F(PrepareTest, OneDocumentPerFileAndJsonl) {
 
   fs::remove_all(path("in"));
   fs::create_directories(path("in"));
-  write("in/d.txt", "{\"text\": \"alpha \\u00e9\", \"id\": 1}\n\n{\"text\": \"beta\\nline\"}\n");
+  // Blank lines, also a CRLF file's ("\r") and spaces, are skipped; records count the others.
+  write("in/d.txt",
+        "{\"text\": \"alpha \\u00e9\", \"id\": 1}\r\n\r\n  \n{\"text\": \"beta\\nline\"}\n");
   o.jsonl_field = "text";
   s = prepare(o);
   EXPECT_EQ(documents_of(split_tokens(s.train)),
             (std::vector<std::string>{"alpha \xc3\xa9", "beta\nline"}));
 
-  write("in/e.txt", "{\"body\": \"no text field\"}\n");
-  test::expect_error([&] { prepare(o); }, {"e.txt", "'text'"});
+  write("in/e.txt", "{\"text\": \"ok\"}\n\n\n{\"body\": \"no text field\"}\n");
+  test::expect_error([&] { prepare(o); },
+                     {"e.txt': record 2 (of its lines that are not blank)", "'text'"});
 }
 
 std::string file_bytes(const std::string& path) {

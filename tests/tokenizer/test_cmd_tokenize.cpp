@@ -20,8 +20,8 @@ std::string run(const std::string& spec, const std::string& text, bool pieces) {
 }
 
 TEST(CmdTokenize, ByteTokenizer) {
-  EXPECT_EQ(run("byte", "hi\n", false),
-            "3 tokens, 3 bytes, tokenizer byte (vocab 257)\n104 105 10\n");
+  // --ids-only: the ids alone on stdout (the summary goes to stderr).
+  EXPECT_EQ(run("byte", "hi\n", false), "104 105 10\n");
   // Bytes that are not whole UTF-8 characters are escaped; quotes and backslashes too.
   EXPECT_EQ(run("byte", "\xC3\xA9\"\\", true),
             "4 tokens, 4 bytes, tokenizer byte (vocab 257)\n195 169 34 92\n"
