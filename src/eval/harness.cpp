@@ -232,9 +232,19 @@ EvalReport run_evaluation(const EvalOptions& o) {
     recipe = parse_recipe("{}", "--set", o.overrides, RecipeUse::eval);
     given = recipe->given;
   }
+  // A variant's keys given for a model of another attention type are not used: said (as the
+  // trainer says it), not applied silently.
+  std::vector<std::string> unused_keys;
   if (recipe) {
     check_recipe_model(*recipe, given, source, o.model);
     apply_eval_attention_keys(*recipe, given, source.config);
+    const std::string own = "attention." + source.config.attention.type + ".";
+    for (const auto& [key, where] : given.where)
+      if ((key.rfind("attention.focus.", 0) == 0 || key.rfind("attention.sfa.", 0) == 0) &&
+          key.rfind(own, 0) != 0)
+        unused_keys.push_back(strformat("%s (%s) is not used: the model's attention is %s",
+                                        key.c_str(), where.c_str(),
+                                        source.config.attention.type.c_str()));
   }
 
   const auto tasks = task_list(o);
@@ -295,6 +305,7 @@ EvalReport run_evaluation(const EvalOptions& o) {
   // causal language model's evaluation (Focus's sequence-scope Sinkhorn reads later tokens).
   const std::string eval_mode = model.attention_eval_mode(), caveat = model.attention_caveat();
   if (!eval_mode.empty()) j["model"]["attention_eval"] = eval_mode;
+  for (const std::string& n : unused_keys) rep.table += "note: " + n + "\n";
   if (!caveat.empty()) {
     j["caveats"] = json::array({caveat});
     rep.table += "note: " + caveat + "\n";

@@ -300,6 +300,13 @@ TEST_F(Cli, EvalOfSfaTakesTheKernelAndSaysWhatRan) {
       run("eval " + run_dir + " --no-progress --set attention.sfa.kernel=flash");
   ASSERT_EQ(flash.code, 0) << flash.out;
   EXPECT_NE(flash.out.find("| sfa k 1 of 8 (FlashSFA path)"), std::string::npos) << flash.out;
+  // Another variant's key is named as not used (it was ignored silently).
+  const CliResult other = run("eval " + run_dir + " --no-progress --set attention.focus.groups=4");
+  ASSERT_EQ(other.code, 0) << other.out;
+  EXPECT_NE(other.out.find("note: attention.focus.groups (--set 'attention.focus.groups=4') is not "
+                           "used: the model's attention is sfa"),
+            std::string::npos)
+      << other.out;
   // generate decodes with the sparse cache, and says so (it said nothing).
   const CliResult gen = run("generate " + run_dir + " -n 2 --tokenizer byte");
   ASSERT_EQ(gen.code, 0) << gen.out;
