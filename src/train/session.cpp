@@ -333,13 +333,18 @@ std::string attention_eval_report(Session& s, int batches, const io::Logger& log
   }
   if (alternate.empty()) return (mode.empty() ? "" : " | " + mode) + summary;
   for (int l = 0; l < L; ++l) s.model->attention(l).use_alternate_eval(true);
+  // The alternate mode named in full on the eval line (Focus: "hard routing, top_k 1"), and in
+  // the record beside its loss.
+  const std::string alternate_mode = s.model->attention(0).eval_mode();
+  record["attention_eval_" + alternate] = alternate_mode;
   const ValidationResult ev =
       global_validation(*s.comm, score_validation(*s.model, *s.ctx, s.store, *s.val_loader, batches,
                                                   s.tokens_dev, s.targets_dev, nullptr, false));
   for (int l = 0; l < L; ++l) s.model->attention(l).use_alternate_eval(false);
   record["val_loss_" + alternate] = ev.loss;
-  return strformat("%s | %s %.4f%s", mode.empty() ? "" : (" | " + mode).c_str(), alternate.c_str(),
-                   ev.loss, summary.c_str());
+  return strformat("%s | %s%s %.4f%s", mode.empty() ? "" : (" | " + mode).c_str(),
+                   (alternate_mode.empty() ? alternate : alternate_mode).c_str(),
+                   alternate_mode.empty() ? "" : ": val loss", ev.loss, summary.c_str());
 }
 
 std::string roles_text(const std::vector<std::string>& roles) {
