@@ -214,7 +214,7 @@ TEST_F(Cli, EvalAppliesFocusRoutingKeysAndRefusesTheOthers) {
     ++evals;
     ASSERT_TRUE(r.contains("val_loss_soft")) << line;
     EXPECT_EQ(r["attention_eval"], "focus hard routing, top_k 2") << line;  // what val_loss is
-    EXPECT_EQ(r["attention_eval_soft"], "focus soft gate") << line;  // what val_loss_soft is
+    EXPECT_EQ(r["attention_eval_soft"], "focus soft gate") << line;         // what val_loss_soft is
     EXPECT_NE(r["val_loss_soft"], r["val_loss"]) << line;
     EXPECT_EQ(r["focus.h0.tokens"], 64) << line;
     EXPECT_EQ(r["val_tokens"], 64) << line;  // what the loss was taken over
