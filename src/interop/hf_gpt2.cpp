@@ -182,7 +182,11 @@ GPTConfig gpt_config_of_hf(const std::string& config_json, const std::string& pa
   if (notes && !unknown.empty())
     notes->push_back(strformat("%s: keys not interpreted (attnlab assumes they change nothing): %s",
                                path.c_str(), unknown.c_str()));
-  c.validate();
+  try {
+    c.validate();
+  } catch (const Error& e) {  // name the file the shape came from
+    ATTN_FAIL("'%s': %s", path.c_str(), e.what());
+  }
   return c;
 }
 

@@ -140,7 +140,11 @@ GPTConfig gpt_config_of_llmc(const std::string& path) {
   c.norm_eps = 1e-5f;
   c.bias = true;
   c.tied_embeddings = true;
-  c.validate();
+  try {
+    c.validate();
+  } catch (const Error& e) {  // name the file the shape came from
+    ATTN_FAIL("llm.c checkpoint '%s': %s", path.c_str(), e.what());
+  }
   return c;
 }
 

@@ -339,6 +339,11 @@ TEST(HfGpt2, TheGenericFieldNamesAreRead) {
       [&] { inspect_model_source(both); },
       {"n_head = " + std::to_string(NH),
        "num_attention_heads = " + std::to_string(2 * NH) + " name the same field and differ"});
+  // A shape attnlab cannot build names the file it came from.
+  const std::string odd = write_hf(tmp.path() / "odd", Layout::prefixed, {{"n_head", 3}});
+  test::expect_error([&] { inspect_model_source(odd); },
+                     {"config.json': model.n_embd (" + std::to_string(C) +
+                      ") must be a multiple of model.n_head (3)"});
 }
 
 TEST(HfGpt2, ShardedIndexLoads) {
