@@ -32,8 +32,7 @@ inline CLI::Validator unsigned_64() {
       [](std::string& s) -> std::string {
         char* end = nullptr;
         errno = 0;
-        const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-        (void)v;
+        std::strtoull(s.c_str(), &end, 10);
         if (s.empty() || s[0] == '-' || end != s.c_str() + s.size())
           return "expected a whole number >= 0, got '" + s + "'";
         if (errno == ERANGE) return "must be <= 18446744073709551615, got " + s;

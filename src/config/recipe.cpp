@@ -43,7 +43,6 @@ void require_max(const std::string& key, int64_t value, int64_t max) {
 
 // Finite and inside [lo, hi] (lo_open / hi_open exclude the bound), also once rounded to float,
 // the type the model and the optimizer use (so 1e-50 for a positive key is not a silent 0).
-
 void require_range(const std::string& key, double value, double lo, bool lo_open, double hi,
                    bool hi_open) {
   auto inside = [&](double v) {

@@ -101,23 +101,9 @@ Format classify(const std::string& path, const unsigned char* head, size_t n) {
   return Format::kPlain;
 }
 
-Format detect_format(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  ATTN_REQUIRE(f != nullptr, "cannot open text file '%s': %s", path.c_str(), std::strerror(errno));
-  unsigned char head[kSniffBytes];
-  const size_t n = std::fread(head, 1, sizeof(head), f);
-  std::fclose(f);
-  return classify(path, head, n);
-}
-
 class PlainStream final : public TextStream {
  public:
-  explicit PlainStream(const std::string& path) : TextStream(path) {
-    file_ = std::fopen(path.c_str(), "rb");
-    ATTN_REQUIRE(file_ != nullptr, "cannot open text file '%s': %s", path.c_str(),
-                 std::strerror(errno));
-  }
-  // A stream that cannot be reopened (a pipe): its first bytes, already read, then the rest.
+  // The file opened by open_text_stream: its first bytes, already read there, then the rest.
   PlainStream(const std::string& path, std::FILE* file, std::string head)
       : TextStream(path), file_(file), head_(std::move(head)) {}
   ~PlainStream() override { std::fclose(file_); }
@@ -295,34 +281,29 @@ std::unique_ptr<TextStream> open_xz_with_program(const std::string& path) {
 }
 
 std::unique_ptr<TextStream> open_text_stream(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
-    // A pipe (`<(zcat f)`, /dev/stdin) cannot be opened twice: its format is told from the first
-    // bytes of the one stream, which are then read first.
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    ATTN_REQUIRE(f != nullptr, "cannot open text file '%s': %s", path.c_str(),
-                 std::strerror(errno));
-    std::string head(kSniffBytes, '\0');
-    head.resize(std::fread(head.data(), 1, head.size(), f));
-    Format format = Format::kPlain;
-    try {
-      format = classify(path, reinterpret_cast<const unsigned char*>(head.data()), head.size());
-    } catch (...) {
-      std::fclose(f);
-      throw;
-    }
-    if (format != Format::kPlain) {
-      std::fclose(f);
-      ATTN_FAIL(
-          "'%s' is not a regular file (a pipe?) and holds %s data: pipe the decompressed "
-          "text (e.g. <(zcat FILE)), or give the file itself",
-          path.c_str(), format == Format::kGzip ? "gzip" : "xz");
-    }
-    return std::make_unique<PlainStream>(path, f, std::move(head));
+  // The format is told from the first bytes, read once: plain text goes on from them in the same
+  // stream, so a pipe (`<(zcat f)`, /dev/stdin), which cannot be opened twice, is read whole.
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  ATTN_REQUIRE(f != nullptr, "cannot open text file '%s': %s", path.c_str(), std::strerror(errno));
+  std::string head(kSniffBytes, '\0');
+  head.resize(std::fread(head.data(), 1, head.size(), f));
+  Format format = Format::kPlain;
+  try {
+    format = classify(path, reinterpret_cast<const unsigned char*>(head.data()), head.size());
+  } catch (...) {
+    std::fclose(f);
+    throw;
   }
-  switch (detect_format(path)) {
+  if (format == Format::kPlain) return std::make_unique<PlainStream>(path, f, std::move(head));
+  std::fclose(f);  // the decompressors open the file themselves
+  struct stat st {};
+  ATTN_REQUIRE(::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode),
+               "'%s' is not a regular file (a pipe?) and holds %s data: pipe the decompressed "
+               "text (e.g. <(zcat FILE)), or give the file itself",
+               path.c_str(), format == Format::kGzip ? "gzip" : "xz");
+  switch (format) {
     case Format::kPlain:
-      return std::make_unique<PlainStream>(path);
+      break;
     case Format::kGzip:
 #ifdef ATTNLAB_HAVE_ZLIB
       return std::make_unique<GzipStream>(path);

@@ -358,8 +358,6 @@ BpeVocabData load_attnlab_bpe_json(const std::string& json_text, const std::stri
   return attnlab_bpe_from_json(parse_json_file(json_text, path), path);
 }
 
-// ---- the registry of spec forms -----------------------------------------------------------------
-
 std::string tokenizer_difference(const Tokenizer& a, const Tokenizer& b) {
   if (a.vocab_size() != b.vocab_size())
     return strformat("%d ids against %d", a.vocab_size(), b.vocab_size());
@@ -375,6 +373,8 @@ std::string tokenizer_difference(const Tokenizer& a, const Tokenizer& b) {
   if (ia != ib) return "a probe text encodes to other ids";
   return "";
 }
+
+// ---- the registry of spec forms -----------------------------------------------------------------
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
   if (spec == "byte") return std::make_unique<ByteTokenizer>();

@@ -35,17 +35,14 @@ size_t read_usage(const fs::path& p) {
 size_t headroom_up(const fs::path& root, const std::string& rel, const char* limit_name,
                    const char* usage_name) {
   size_t best = SIZE_MAX;
-  fs::path dir = root / fs::path(rel).relative_path();
-  for (;;) {
+  const size_t root_length = root.string().size();
+  for (fs::path dir = root / fs::path(rel).relative_path();; dir = dir.parent_path()) {
     const size_t limit = read_limit(dir / limit_name);
     if (limit != SIZE_MAX) {
       const size_t used = read_usage(dir / usage_name);
       best = std::min(best, limit > used ? limit - used : 0);
     }
-    if (dir == root || !dir.has_parent_path() || dir.parent_path() == dir) break;
-    const std::string d = dir.string(), r = root.string();
-    if (d.size() <= r.size()) break;
-    dir = dir.parent_path();
+    if (dir.string().size() <= root_length) break;  // root itself was the last
   }
   return best;
 }
