@@ -50,7 +50,7 @@ RunFacts run_facts(const Recipe& recipe, const std::vector<const DataLoader*>& l
   return facts;
 }
 
-void check_same_run(Communicator& comm, const RunFacts& facts) {
+void check_same_run(Communicator& comm, const RunFacts& facts, const char* what, const char* hint) {
   if (comm.world_size() == 1) return;
   // Rank 0's list: the number of keys, then per key the hashes of its name and value.
   uint64_t count = facts.size();
@@ -84,17 +84,16 @@ void check_same_run(Communicator& comm, const RunFacts& facts) {
   if (totals[0] == 0) return;
   if (n_diff > 0)
     throw RunMismatchError(strformat(
-        "rank %d resolved a different recipe or data than rank 0 (%d differing keys; its "
-        "values here: %s): start every rank with the same recipe, --set overrides and data",
-        comm.rank(), n_diff, differing.c_str()));
+        "rank %d resolved a different %s than rank 0 (%d differing keys; its values here: "
+        "%s): %s",
+        comm.rank(), what, n_diff, differing.c_str(), hint));
   std::string ranks;
   for (int r = 1; r < std::min(comm.world_size(), 31); ++r)
     if ((uint64_t(totals[1]) >> r) & 1) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
   throw RunMismatchError(strformat(
-      "rank %d: rank(s) %s resolved a different recipe or data than rank 0 (see their "
-      "messages for the keys): start every rank with the same recipe, --set overrides and "
-      "data",
-      comm.rank(), ranks.empty() ? "above 30" : ranks.c_str()));
+      "rank %d: rank(s) %s resolved a different %s than rank 0 (see their messages for the "
+      "keys): %s",
+      comm.rank(), ranks.empty() ? "above 30" : ranks.c_str(), what, hint));
 }
 
 }  // namespace attnlab

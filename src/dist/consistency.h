@@ -25,7 +25,11 @@ class RunMismatchError : public Error {
   using Error::Error;
 };
 
-void check_same_run(Communicator& comm, const RunFacts& facts);
+// `what` names what differs in the messages ("recipe or data"), `hint` what to do about it.
+void check_same_run(Communicator& comm, const RunFacts& facts, const char* what = "recipe or data",
+                    const char* hint =
+                        "start every rank with the same recipe, --set overrides "
+                        "and data");
 
 // A hash of 4096 values spread over `params` (any device and dtype) and their count: ranks that
 // loaded different weights (a --resume from another checkpoint on one node) differ here.

@@ -27,20 +27,18 @@ bool install(int sig, struct sigaction* old) {
 
 }  // namespace
 
-InterruptGuard::InterruptGuard(bool enabled) : enabled_(enabled) {
-  if (!enabled_) return;
+InterruptGuard::InterruptGuard() {
   g_signal = 0;
   g_have_int = install(SIGINT, &g_old_int);
   g_have_term = install(SIGTERM, &g_old_term);
 }
 
 InterruptGuard::~InterruptGuard() {
-  if (!enabled_) return;
   if (g_have_int) sigaction(SIGINT, &g_old_int, nullptr);
   if (g_have_term) sigaction(SIGTERM, &g_old_term, nullptr);
 }
 
-int InterruptGuard::signal() const { return enabled_ ? g_signal.load() : 0; }
+int InterruptGuard::signal() const { return g_signal.load(); }
 
 void InterruptGuard::test_hook(long long step) {
   const char* v = std::getenv("ATTNLAB_TEST_INTERRUPT");

@@ -126,11 +126,15 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     // Every rank resumed the same checkpoint (its own copy of it: a node with a stale out_dir
     // trained on silently with other weights): its step, data position and sampled weights.
     if (world > 1)
-      check_same_run(*s.comm, {{"resume: checkpoint step", std::to_string(st.step)},
-                               {"resume: data position",
-                                strformat("epoch %lld, position %lld", (long long)st.data_epoch,
-                                          (long long)st.data_position)},
-                               {"resume: weights", params_fingerprint(s.store.all_params())}});
+      check_same_run(*s.comm,
+                     {{"resume: checkpoint step", std::to_string(st.step)},
+                      {"resume: data position",
+                       strformat("epoch %lld, position %lld", (long long)st.data_epoch,
+                                 (long long)st.data_position)},
+                      {"resume: weights", params_fingerprint(s.store.all_params())}},
+                     "checkpoint to resume",
+                     "resume every rank from the same checkpoint, on a file system every node "
+                     "sees");
     ATTN_REQUIRE(st.step < recipe.train.steps,
                  "--resume %s: the checkpoint is at step %lld and train.steps is %lld: nothing to "
                  "train (raise train.steps)",
@@ -399,7 +403,9 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
              variants.c_str());
   };
   if (recipe.eval.at_start && st.step == 0) evaluate();
-  const InterruptGuard interrupt(world == 1);
+  // Ctrl-C or SIGTERM (interrupt.h). Several ranks may get it in different steps, or one rank
+  // alone: the step's loss all-reduce carries it, so that every rank stops after the same step.
+  const InterruptGuard interrupt;
   while (st.step < last_step) {
     InterruptGuard::test_hook(st.step + 1);
     NvtxRange step_range("train.step");
@@ -443,12 +449,16 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     // the weights were not updated when this throws.
     LossTotals totals = s.model->take_loss(*s.ctx);
     ATTN_ASSERT(totals.valid == valid);
-    if (world > 1) {  // the step's loss over every rank
-      double t[3] = {totals.sum, double(totals.valid), totals.aux};
-      s.comm->all_reduce_host(t, 3);
+    int stop_signal = 0;  // several ranks: the signal they agree to stop by after this step
+    if (world > 1) {      // the step's loss over every rank, and whether any rank got a signal
+      const int mine = interrupt.signal();
+      double t[5] = {totals.sum, double(totals.valid), totals.aux, mine != 0 ? 1.0 : 0.0,
+                     mine == SIGINT ? 1.0 : 0.0};
+      s.comm->all_reduce_host(t, 5);
       totals.sum = t[0];
       totals.valid = int64_t(t[1]);
       totals.aux = t[2];
+      if (t[3] > 0) stop_signal = mine != 0 ? mine : t[4] > 0 ? SIGINT : SIGTERM;
     }
     const double loss = totals.mean();
     ATTN_REQUIRE(std::isfinite(loss),
@@ -509,8 +519,10 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     if (periodic || (last && recipe.checkpoint.at_end)) checkpoint();
     // Ctrl-C or SIGTERM: stop after this step with a checkpoint (where the run writes any). In
     // the last step the run has just finished; the signal is still reported (the CLI then ends
-    // by it, so a shell loop of runs stops as it would at any other step).
-    if (const int sig = interrupt.signal(); sig != 0 && last) {
+    // by it, so a shell loop of runs stops as it would at any other step). One process reads
+    // its signal now (one during the evaluation or the checkpoint counts); several ranks take
+    // the one they agreed on (a later one stops them after the next step).
+    if (const int sig = world == 1 ? interrupt.signal() : stop_signal; sig != 0 && last) {
       log.warn("%s received during the last step (%lld): the run finished",
                sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)st.step);
       result.interrupted_by = sig;

@@ -1,12 +1,14 @@
 // Data-parallel training on the CPU path under `mpirun -np 2` (skipped in a plain run):
 // 2 ranks == 1 rank with the same global batch (gradient accumulation), for dense, Focus and SFA,
-// with ZeRO 0 and ZeRO 1; resume of a 2-rank run on 2 and on 1 rank; the start-up check that the
-// ranks resolved the same run.
+// with ZeRO 0 and ZeRO 1; resume of a 2-rank run on 2 and on 1 rank; a signal to one rank; the
+// start-up check that the ranks resolved the same run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -247,6 +249,37 @@ TEST(DistTrainResume, TwoRankRunResumesOnTwoAndOnOneRank) {
   }
 }
 
+// Ctrl-C or SIGTERM reaching one rank only (rank 1, at the start of step 2, by the test hook
+// ATTNLAB_TEST_INTERRUPT): every rank stops after step 2 with its checkpoint and reports the
+// signal, and the resume on 2 ranks ends where the uninterrupted run does, bit for bit. (Before
+// 2026-12-07 several ranks kept the default action: the job died without a checkpoint.)
+TEST(DistTrainInterrupt, OneRanksSignalStopsEveryRankAfterTheSameStep) {
+  MPI_OR_SKIP(comm);
+  test::SharedTempDir tmp(*comm, "dist_interrupt");
+  const TrainResult full = run(tmp.file("a"), {}, false);
+  struct Env {  // rank 1 only; unset also when train throws
+    explicit Env(bool set) {
+      if (set) ::setenv("ATTNLAB_TEST_INTERRUPT", "2", 1);
+    }
+    ~Env() { ::unsetenv("ATTNLAB_TEST_INTERRUPT"); }
+  };
+  const TrainResult cut = [&] {
+    const Env env(comm->rank() == 1);
+    return run(tmp.file("b"), {}, false);
+  }();
+  EXPECT_EQ(cut.interrupted_by, SIGINT);
+  EXPECT_EQ(cut.steps, 2);
+  EXPECT_EQ(cut.losses.size(), 2u);
+  EXPECT_TRUE(fs::exists(fs::path(step_dir(tmp.file("b"), 2)) / "model.safetensors"));
+  const TrainResult resumed = run(tmp.file("b"), {}, false, tmp.file("b"));
+  EXPECT_EQ(resumed.interrupted_by, 0);
+  if (comm->rank() == 0) {
+    TrainResult tail = full;
+    tail.losses.erase(tail.losses.begin(), tail.losses.begin() + 2);
+    expect_same_run(resumed, tmp.file("b"), tail, tmp.file("a"), 0, "interrupted and resumed");
+  }
+}
+
 // A validation set of fewer windows than ranks: a rank that scores none adds nothing (its NaN
 // mean times 0 tokens made the global loss NaN), and the loss is the one-rank loss.
 TEST(DistTrainValidation, FewerWindowsThanRanksStaysFinite) {
@@ -293,7 +326,9 @@ TEST(DistTrainResume, RanksResumingDifferentCheckpointsAreRefused) {
     std::vector<std::string> keys{"train.out_dir=" + tmp.file("c")};
     train(parse_recipe(kRecipe, "dist.yaml", keys), o);
   });
-  EXPECT_NE(msg.find("resolved a different recipe or data than rank 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("resolved a different checkpoint to resume than rank 0"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("resume every rank from the same checkpoint"), std::string::npos) << msg;
   if (comm->rank() == 1) {
     EXPECT_NE(msg.find("resume: weights"), std::string::npos) << msg;
   }
