@@ -443,17 +443,21 @@ EvalReport run_evaluation(const EvalOptions& o) {
     j["tasks"][name] = t;
   }
   j["seconds"] = seconds_since(t_start);
-  rep.table =
-      rep.table +
-      strformat(
-          "model %s (%s, %s params) | %s %s | batch %d%s\n", o.model.c_str(),
-          model_format_name(source.format), io::format_count(double(model.num_params())).c_str(),
-          device_name(model.device()), dtype_name(model.dtype()), model.batch(),
-          std::none_of(task_inputs.begin(), task_inputs.end(),
-                       [](const auto& t) { return t.first.kind == TaskKind::multiple_choice; })
-              ? ""
-              : strformat(" | prompts %s", task_prompt_name(o.prompt)).c_str()) +
-      table.out;
+  // A run directory: which of its checkpoints (`latest`) was scored.
+  std::string format = model_format_name(source.format);
+  if (source.format == ModelFormat::attnlab &&
+      fs::path(source.weights_path).filename() != fs::path(o.model).filename())
+    format += " " + fs::path(source.weights_path).filename().string();
+  rep.table = rep.table +
+              strformat("model %s (%s, %s params) | %s %s | batch %d%s\n", o.model.c_str(),
+                        format.c_str(), io::format_count(double(model.num_params())).c_str(),
+                        device_name(model.device()), dtype_name(model.dtype()), model.batch(),
+                        std::none_of(
+                            task_inputs.begin(), task_inputs.end(),
+                            [](const auto& t) { return t.first.kind == TaskKind::multiple_choice; })
+                            ? ""
+                            : strformat(" | prompts %s", task_prompt_name(o.prompt)).c_str()) +
+              table.out;
   return rep;
 }
 

@@ -44,11 +44,16 @@ ModelSource inspect_attnlab(const std::string& path) {
   s.path = path;
   s.format = ModelFormat::attnlab;
   s.weights_path = resolve_checkpoint_dir(path);
-  // Every checkpoint directory holds the resolved recipe of its run.
-  fs::path recipe = fs::path(s.weights_path) / "recipe.yaml";
-  ATTN_REQUIRE(fs::exists(recipe), "checkpoint '%s' has no recipe.yaml", s.weights_path.c_str());
-  s.recipe_yaml = io::read_file(recipe.string());
-  s.config = gpt_config_of(parse_recipe(s.recipe_yaml, recipe.string(), {}));
+  // The run's resolved recipe: recipe.yaml, held to the copy saved in the weights' metadata (a
+  // recipe.yaml edited by hand built another model from the same weights, silently, for eval,
+  // generate, convert and init_from), or that copy where recipe.yaml is missing.
+  const std::optional<Recipe> recipe = read_checkpoint_recipe(s.weights_path);
+  ATTN_REQUIRE(recipe.has_value(),
+               "checkpoint '%s' has no recipe.yaml (nor a recipe in its model.safetensors' "
+               "metadata)",
+               s.weights_path.c_str());
+  s.recipe_yaml = recipe_to_yaml(*recipe);
+  s.config = gpt_config_of(*recipe);
   fs::path tj = fs::path(s.weights_path) / "tokenizer.json";
   if (fs::exists(tj)) s.tokenizer = tj.string();
   return s;
@@ -72,7 +77,10 @@ ModelSource inspect_model_source(const std::string& path) {
                "'%s' is neither an llm.c checkpoint (magic %d) nor a directory (an attnlab "
                "checkpoint or run, or a Hugging Face model)",
                path.c_str(), kLlmcMagic);
-  const bool attnlab = (fs::exists(p / "model.safetensors") && fs::exists(p / "recipe.yaml")) ||
+  // A checkpoint (its recipe.yaml, or its trainer_state.json where recipe.yaml went missing: the
+  // weights' metadata holds the recipe too) or a run.
+  const bool attnlab = (fs::exists(p / "model.safetensors") &&
+                        (fs::exists(p / "recipe.yaml") || fs::exists(p / "trainer_state.json"))) ||
                        fs::exists(p / "checkpoints" / "latest");
   if (attnlab) return inspect_attnlab(path);
   if (fs::exists(p / "config.json")) {

@@ -154,10 +154,27 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
   // Keep the newest keep_last checkpoints up to this step, by step number (names are sorted as
   // text only up to 8 digits). Later steps are another continuation's (a run resumed from an
   // earlier checkpoint): they are not this run's history, so they neither count nor go.
-  // A step's <name>.old beside its complete directory is a crash's leftover (the directory is
-  // read only where that one is missing: resolve_checkpoint_dir).
+  // Leftovers of an interrupted save (a kill, a full disk): another step's <name>.tmp is an
+  // incomplete or superseded copy and goes; a <name>.old is the step's older checkpoint, a
+  // leftover where the step's directory is complete, else the step's checkpoint itself
+  // (resolve_checkpoint_dir reads it), put back in place so that keep_last counts it.
+  std::vector<fs::path> leftovers;
+  for (const auto& d : fs::directory_iterator(root, ec)) {
+    const std::string n = d.path().filename().string();
+    if (n.rfind("step_", 0) == 0 && (n.ends_with(".tmp") || n.ends_with(".old")))
+      leftovers.push_back(d.path());
+  }
+  for (const fs::path& p : leftovers) {
+    const fs::path step_dir = p.parent_path() / p.stem();  // without .tmp / .old
+    if (p.extension() == ".old" && !fs::exists(step_dir / "model.safetensors", ec) &&
+        fs::exists(p / "model.safetensors", ec)) {
+      fs::remove_all(step_dir, ec);
+      fs::rename(p, step_dir, ec);
+    } else {
+      fs::remove_all(p, ec);
+    }
+  }
   std::vector<std::pair<int64_t, std::string>> steps = checkpoint_steps(run_dir);
-  for (const auto& [step, n] : steps) fs::remove_all(old_name(root / n), ec);
   std::erase_if(steps, [&](const auto& s) { return s.first > c.state.step; });
   for (size_t i = 0; i + size_t(std::max(keep_last, 1)) < steps.size(); ++i)
     if (steps[i].second != name) fs::remove_all(root / steps[i].second, ec);

@@ -1,5 +1,6 @@
 #include "train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -249,6 +250,16 @@ void AdamW::load_each(const std::vector<std::pair<std::string, Tensor>>& state,
                    where.c_str(), name.c_str(),
                    bad >= 0 && std::isnan(src.ptr<float>()[bad]) ? "NaN" : "an infinity",
                    (long long)bad);
+      // The second moment is a mean of squares: a negative one (the moments' names swapped)
+      // gave NaN weights after a few steps, reported as a divergence.
+      if (name == "adamw.v") {
+        const float* v = src.ptr<float>();
+        const int64_t neg = std::find_if(v, v + src.numel(), [](float x) { return x < 0.f; }) - v;
+        ATTN_REQUIRE(neg == src.numel(),
+                     "%s: 'adamw.v' (the second moment, a mean of squares) holds %g < 0 at "
+                     "element %lld: the checkpoint is corrupt",
+                     where.c_str(), neg < src.numel() ? double(v[neg]) : 0.0, (long long)neg);
+      }
     }
     if (name == "adamw.master" && store_.dtype() == DType::f32) continue;  // a bf16 run's: below
     ATTN_REQUIRE(known, "%s: unexpected tensor '%s' (expected %s)", where.c_str(), name.c_str(),

@@ -260,7 +260,8 @@ void check_host_memory(const Recipe& r, const Session& s, const TrainingMemoryEs
 // Test hook (docs/distributed.md, "Faults"): ATTNLAB_TEST_OOM=<rank>:<step> makes that rank, at
 // the start of that (1-based) step, allocate more memory than its device has (the device's total
 // plus the run's estimate; on the CPU 2^50 bytes), so the allocator's genuine failure path runs
-// mid-run. Used by the ctest dist_mpi_rank_oom and scripts/dist_device_check.sh only.
+// mid-run. Used by the ctest dist_mpi_rank_oom, scripts/dist_device_check.sh and
+// TrainIntegration.AResumedEarlierCheckpointTakesOverTheRunAtItsFirstRecord only.
 void test_hook_out_of_memory(const Session& s, int64_t step, const TrainingMemoryEstimate& est) {
   const char* v = std::getenv("ATTNLAB_TEST_OOM");
   int rank = -1;

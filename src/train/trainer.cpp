@@ -100,14 +100,21 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   // a misread launch wrote every step's metrics twice and raced on the checkpoints).
   std::optional<io::DirLock> run_dir_lock;
   if (rank0) run_dir_lock.emplace(run_dir, kRunDirLockName, "train.out_dir");
+  bool resume_own_run = false;  // resuming a checkpoint of run_dir itself
+  // Resuming an earlier checkpoint of this run with later ones on disk (the continuation this run
+  // replaces): `latest` is pointed at the resumed checkpoint when this run records its first
+  // step (the metrics are cut back then), so that a crash before this run's first save leaves
+  // --resume RUN and eval RUN at the step the metrics end at, not at the replaced continuation's
+  // last checkpoint with its records gone.
+  std::string repoint_latest;
   if (!options.resume.empty()) {
     std::string dir = resolve_checkpoint_dir(options.resume);
     // The run directory receives recipe.yaml, the metrics (cut back to the resumed step) and new
     // checkpoints (pruned by keep_last): it must be the checkpoint's own run or a new one, never
     // another run (a forgotten --set train.out_dir wrote into the recipe's default run).
     const fs::path own = fs::weakly_canonical(fs::path(dir).parent_path());
-    ATTN_REQUIRE(!run_has_checkpoints(run_dir) ||
-                     own == fs::weakly_canonical(fs::path(run_dir) / "checkpoints"),
+    resume_own_run = own == fs::weakly_canonical(fs::path(run_dir) / "checkpoints");
+    ATTN_REQUIRE(!run_has_checkpoints(run_dir) || resume_own_run,
                  "--resume %s: train.out_dir '%s' holds another run (its own checkpoints), which "
                  "the resume would overwrite; resume into the checkpoint's run (--set "
                  "train.out_dir=%s) or into a new directory",
@@ -188,10 +195,21 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   std::optional<bool> color;
   if (recipe.log.color != ColorMode::auto_detect) color = recipe.log.color == ColorMode::always;
   io::Logger log(s.comm->rank(), options.quiet ? nullptr : stderr, color);
-  if (!recipe.log.metrics_file.empty())
-    log.open_metrics(
-        (fs::path(run_dir) / recipe.log.metrics_file).string(),
-        options.resume.empty() ? std::optional<int64_t>() : std::optional<int64_t>(st.step));
+  // The metrics: a resume of this run's own checkpoint keeps its records up to the resumed step;
+  // a new run, or a resume of another run's checkpoint into this directory, starts the file anew
+  // (records there were another run's: kept, they mixed two runs in one file).
+  if (!recipe.log.metrics_file.empty()) {
+    const fs::path metrics = fs::path(run_dir) / recipe.log.metrics_file;
+    if (!options.resume.empty() && !resume_own_run && rank0 && fs::exists(metrics) &&
+        fs::file_size(metrics) > 0)
+      log.warn(
+          "%s held records of another run (this directory has no checkpoint of it): "
+          "replaced by this run's; the resumed checkpoint's earlier steps are in its own "
+          "run's %s",
+          metrics.c_str(), recipe.log.metrics_file.c_str());
+    log.open_metrics(metrics.string(),
+                     resume_own_run ? std::optional<int64_t>(st.step) : std::optional<int64_t>());
+  }
 
   const int64_t n_params = s.model->num_params_unpadded(s.store);
   const double flops_tok =
@@ -233,13 +251,24 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     std::string later;
     for (const auto& [step, name] : checkpoint_steps(run_dir))
       if (step > st.step) later += (later.empty() ? "" : ", ") + name;
-    if (rank0 && !later.empty())
+    if (rank0 && !later.empty()) {
       log.warn(
           "%s/checkpoints holds checkpoints past the resumed step %lld, of the run this one "
           "replaces: %s; they stay (keep_last does not count them) until this run saves their "
-          "steps; `latest` names this run's",
+          "steps; `latest` names the resumed step from this run's first record on",
           run_dir.c_str(), (long long)st.step, later.c_str());
+      repoint_latest = fs::path(resumed_from).filename().string();
+      if (repoint_latest.ends_with(".old")) repoint_latest.resize(repoint_latest.size() - 4);
+    }
   }
+  auto record_metrics = [&](const nlohmann::json& record) {
+    if (!repoint_latest.empty()) {
+      io::write_file_atomic((fs::path(run_dir) / "checkpoints" / "latest").string(),
+                            repoint_latest + "\n");
+      repoint_latest.clear();
+    }
+    log.metrics(record);
+  };
   if (s.model->config().n_layer > 0) {
     if (const std::string c = s.model->attention(0).eval_caveat(); !c.empty())
       log.warn("%s", c.c_str());
@@ -396,7 +425,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
       retrieval = " | " + ev.synthetic->summary();
     }
     const std::string variants = attention_eval_report(s, recipe.eval.batches, log, record);
-    log.metrics(record);
+    record_metrics(record);
     log.info("step %lld | val loss %.4f | val ppl %.2f | %s tokens in %lld windows%s%s",
              (long long)st.step, ev.loss, ev.perplexity,
              io::format_count(double(ev.tokens)).c_str(), (long long)ev.windows, retrieval.c_str(),
@@ -493,7 +522,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
       record["exposed_comm_ms"] = overlap.exposed_ms;
       record["comm_bucket_ms"] = overlap.bucket_ms;
     }
-    log.metrics(record);
+    record_metrics(record);
     if (st.step % recipe.log.every == 0 || st.step == last_step || st.step == 1) {
       io::ProgressStats ps;
       ps.step = st.step;

@@ -29,6 +29,8 @@ TEST_F(Cli, EvalHarnessAndScore) {
   ASSERT_EQ(v.code, 0) << v.out;
   // val_tokens 2048, seq_len 16: 127 whole windows, scored although 127 is odd (micro_batch 2).
   EXPECT_NE(v.out.find("2032 tokens, 127/127 windows"), std::string::npos) << v.out;
+  // A run directory: the checkpoint it resolved to is named.
+  EXPECT_NE(v.out.find("(attnlab step_"), std::string::npos) << v.out;
 
   std::ofstream(dir_ / "mc.jsonl")
       << R"({"query": "Question: a?", "choices": ["x", "yy"], "gold": 1})"

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "config/recipe.h"
+#include "interop/model_source.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "test_util.h"
@@ -301,6 +302,13 @@ TEST(TrainIntegration, ResumeRefusesAnotherRunsDirectory) {
   io::write_file_atomic((edited / "recipe.yaml").string(), recipe_to_yaml(r));
   test::expect_error([&] { read_checkpoint_recipe(edited.string()); },
                      {"recipe.yaml and the recipe saved with its weights", "the attention keys"});
+  // eval, generate, convert and init_from read a checkpoint through inspect_model_source
+  // (they took the edited recipe.yaml as it was).
+  test::expect_error([&] { inspect_model_source(edited.string()); },
+                     {"recipe.yaml and the recipe saved with its weights", "the attention keys"});
+  // Without recipe.yaml, the recipe saved with the weights.
+  fs::remove(edited / "recipe.yaml");
+  EXPECT_EQ(inspect_model_source(edited.string()).config.attention.window, 0);
   r.attention.window = 0;
   r.optim.lr = 1e-4;  // a training key: not the model's function
   io::write_file_atomic((edited / "recipe.yaml").string(), recipe_to_yaml(r));
@@ -386,4 +394,53 @@ TEST(TrainIntegration, EvalAtStartScoresTheInitialModel) {
     if (j.contains("val_loss")) val_steps.push_back(j["step"].get<int64_t>());
   }
   EXPECT_EQ(val_steps, (std::vector<int64_t>{0, 3}));
+}
+
+// A resume of an earlier checkpoint of the same run (step 4 of 8) replaces the continuation
+// after it: once it records its first step (the metrics cut back to step 4), `latest` names
+// step 4, so a crash before its first save (here an allocation failure at step 6, by the test
+// hook ATTNLAB_TEST_OOM) leaves --resume RUN where the metrics end; a resume failing before any
+// record leaves both as they were. A resume of another run's checkpoint into a directory with
+// metrics but no checkpoints replaces those metrics (they mixed two runs in one file).
+TEST(TrainIntegration, AResumedEarlierCheckpointTakesOverTheRunAtItsFirstRecord) {
+  const test::TempDir tmp("it");
+  const std::string a = tmp.file("fork");
+  train(tiny(a), quiet());
+  const std::string step4 = (fs::path(a) / "checkpoints" / "step_00000004").string();
+  const std::string step8 = (fs::path(a) / "checkpoints" / "step_00000008").string();
+  auto steps_of = [](const std::string& run) {
+    std::vector<int64_t> steps;
+    std::ifstream f((fs::path(run) / "metrics.jsonl").string());
+    for (std::string line; std::getline(f, line);)
+      steps.push_back(nlohmann::json::parse(line)["step"].get<int64_t>());
+    return steps;
+  };
+  struct OomAt {
+    explicit OomAt(const char* v) { ::setenv("ATTNLAB_TEST_OOM", v, 1); }
+    ~OomAt() { ::unsetenv("ATTNLAB_TEST_OOM"); }
+  };
+  TrainOptions o = quiet();
+  o.resume = step4;
+  {
+    const OomAt oom("0:5");  // fails before its first record
+    test::expect_error([&] { train(tiny(a), o); }, {"out of host memory"});
+  }
+  EXPECT_EQ(resolve_checkpoint_dir(a), step8);
+  EXPECT_EQ(steps_of(a).back(), 8);
+  {
+    const OomAt oom("0:6");  // fails after recording step 5
+    test::expect_error([&] { train(tiny(a), o); }, {"out of host memory"});
+  }
+  EXPECT_EQ(resolve_checkpoint_dir(a), step4);
+  EXPECT_EQ(steps_of(a).back(), 5);
+  // Another run's metrics (no checkpoints: checkpoint.every 0, no at_end) in the directory a
+  // checkpoint of `a` resumes into: replaced, not continued.
+  const std::string b = tmp.file("metrics_only");
+  train(tiny(b, {"checkpoint.every=0", "checkpoint.at_end=false", "train.steps=3"}), quiet());
+  ASSERT_EQ(steps_of(b).front(), 1);
+  train(tiny(b), o);
+  const std::vector<int64_t> resumed = steps_of(b);
+  ASSERT_FALSE(resumed.empty());
+  EXPECT_EQ(resumed.front(), 5);
+  EXPECT_EQ(resumed.back(), 8);
 }

@@ -207,6 +207,22 @@ TEST(Checkpoint, KeepLastPrunesThisRunsHistoryByStepNumber) {
   EXPECT_EQ(names(), (std::vector<std::string>{"step_00000006", "step_00000007", "step_00000008"}));
   EXPECT_EQ(resolve_checkpoint_dir(run),
             (fs::path(run) / "checkpoints" / "step_00000007").string());
+  // Leftovers of interrupted saves: another step's .tmp (a kill or a full disk mid-write) goes;
+  // a .old whose step directory is missing is that step's checkpoint: put back, then pruned by
+  // keep_last like any other (they stayed forever).
+  const fs::path ck = fs::path(run) / "checkpoints";
+  fs::create_directories(ck / "step_00000005.tmp");
+  fs::rename(ck / "step_00000006", ck / "step_00000006.old");
+  save(8);  // 6 put back, then pruned with the rest past keep_last 2
+  EXPECT_EQ(names(), (std::vector<std::string>{"step_00000007", "step_00000008"}));
+  fs::rename(ck / "step_00000007", ck / "step_00000007.old");
+  fs::create_directories(ck / "step_00000007.tmp");
+  save(9);  // 7's .tmp goes with the rest; 7 put back, then pruned
+  EXPECT_EQ(names(), (std::vector<std::string>{"step_00000008", "step_00000009"}));
+  fs::rename(ck / "step_00000008", ck / "step_00000008.old");
+  fs::remove_all(ck / "step_00000009");
+  save(10);  // keeps 8 (put back from .old) and 10
+  EXPECT_EQ(names(), (std::vector<std::string>{"step_00000008", "step_00000010"}));
   save(99999999);
   save(100000000);
   EXPECT_EQ(names(), (std::vector<std::string>{"step_100000000", "step_99999999"}));

@@ -293,6 +293,10 @@ TEST(AdamW, StateRoundTrip) {
     expect_error([&] { ob.load_state(state); },
                  {"'adamw.v' holds", std::isnan(bad) ? "NaN" : "an infinity", "element 7"});
   }
+  // The moments swapped (m has negative entries): v < 0 is refused (it became NaN after steps).
+  state = oa.state_tensors();
+  std::swap(state[0].second, state[1].second);
+  expect_error([&] { ob.load_state(state); }, {"'adamw.v' (the second moment", "< 0 at element"});
 }
 
 TEST(AdamW, ConfigAndStepErrors) {
