@@ -2,7 +2,8 @@
 """Zero-shot task scoring with plain Hugging Face transformers, for comparison with `attnlab eval`.
 
 Same conventions as attnlab (docs/eval.md): the continuation is " " + text unless the context ends
-with whitespace or the text starts with it; the context's trailing whitespace moves to the front of
+with whitespace (also where the text starts with it, as lm-eval's target delimiter); the context's
+trailing whitespace moves to the front of
 the continuation; continuation tokens = encode(context + continuation)[len(encode(context)):]; an
 empty context is <|endoftext|>; inputs are left-truncated to the model's context; acc = argmax of
 the summed log-likelihood, acc_norm = argmax of it divided by the option text's characters
@@ -53,7 +54,7 @@ def load_task(path, limit, prompt="lm-eval"):
 
 
 def scored_pair(context, text):
-    cont = text if (context[-1:].isspace() or text[:1].isspace()) else " " + text
+    cont = text if context[-1:].isspace() else " " + text
     stripped = context.rstrip()
     return stripped, context[len(stripped):] + cont
 

@@ -1,6 +1,7 @@
 #include "eval/tasks.h"
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -37,8 +38,30 @@ namespace {
 
 using nlohmann::json;
 
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+// Python's str.isspace, which lm-eval's str.rstrip() follows: ASCII \t \n \v \f \r, 0x1c-0x1f
+// and space, and U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000.
+bool is_space(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||
+         c == 0x205f || c == 0x3000;
+}
+
+// Where s's trailing whitespace starts (s.size() if none), decoding UTF-8 backwards; an invalid
+// sequence ends the whitespace.
+size_t trailing_space(const std::string& s) {
+  size_t end = s.size();
+  while (end > 0) {
+    size_t b = end - 1;
+    while (b > 0 && end - b < 4 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80) --b;
+    const unsigned char lead = static_cast<unsigned char>(s[b]);
+    const size_t len = lead < 0x80 ? 1 : (lead >> 5) == 6 ? 2 : (lead >> 4) == 14 ? 3 : 4;
+    if (len != end - b || (len == 4 && (lead >> 3) != 30)) break;
+    uint32_t c = len == 1 ? lead : lead & (0x7F >> len);
+    for (size_t i = b + 1; i < end; ++i) c = (c << 6) | (static_cast<unsigned char>(s[i]) & 0x3F);
+    if (!is_space(c)) break;
+    end = b;
+  }
+  return end;
 }
 
 std::string string_field(const json& j, const char* key, const std::string& where) {
@@ -90,9 +113,7 @@ std::string lm_eval_query(const std::string& query) {
   static const std::string kQuestion = "Question:", kCue = "\nAnswer:";
   if (query.compare(0, kQuestion.size(), kQuestion) != 0) return query;
   if (query.find(kCue) != std::string::npos) return query;
-  size_t end = query.size();
-  while (end > 0 && is_space(query[end - 1])) --end;
-  return query.substr(0, end) + kCue;
+  return query.substr(0, trailing_space(query)) + kCue;
 }
 
 size_t utf8_length(const std::string& s) {
@@ -168,12 +189,11 @@ ScoredPair scored_pair(const TaskOption& o) {
   ScoredPair p{o.context, o.continuation};
   // lm-eval's target_delimiter " ", also before a continuation that starts with whitespace
   // (LAMBADA line 4463: " \n\nrecorder"); not after a context ending with whitespace.
-  const bool ctx_ws = !p.context.empty() && is_space(p.context.back());
-  if (!ctx_ws) p.continuation = " " + p.continuation;
+  // Whitespace as Python's (U+00A0, U+3000, ...; lm-eval strips with str.rstrip()).
+  const size_t end = trailing_space(p.context);
+  if (end == p.context.size()) p.continuation = " " + p.continuation;
   // lm-eval's _encode_pair: the context's trailing whitespace belongs to the continuation, so
   // that the BPE sees " word" (or "\nword") as it would inside the text.
-  size_t end = p.context.size();
-  while (end > 0 && is_space(p.context[end - 1])) --end;
   p.continuation = p.context.substr(end) + p.continuation;
   p.context.resize(end);
   return p;

@@ -11,8 +11,8 @@
 //
 // Scoring follows lm-evaluation-harness: each option is a (context, continuation) pair scored by
 // the summed log-likelihood of the continuation's tokens given the context:
-//   - the continuation is " " + text, unless the context ends with whitespace or the text starts
-//     with it (then text as is);
+//   - the continuation is " " + text, also where the text starts with whitespace, unless the
+//     context ends with whitespace (then text as is; whitespace as Python's str.isspace);
 //   - trailing whitespace of the context moves to the front of the continuation, then the
 //     continuation's tokens are encode(context + continuation) minus the first
 //     len(encode(context)) tokens (lm-eval's _encode_pair); an empty context is <|endoftext|>;

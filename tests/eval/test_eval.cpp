@@ -126,6 +126,19 @@ TEST_F(EvalTest, ChoiceLogLikelihoodIsTheSumOfLogSoftmax) {
   EXPECT_EQ(scored_pair({"saw the", "\n\nrecorder"}).continuation, " \n\nrecorder");
   EXPECT_EQ(scored_pair({"Q:", ""}).continuation, " ");
   EXPECT_EQ(scored_pair({"Q:\n", ""}).continuation, "\n");
+  // Whitespace as Python's str.isspace (lm-eval's rstrip): NBSP, U+3000 and U+2028 too, in UTF-8;
+  // a stray continuation byte or other text ends it.
+  EXPECT_EQ(scored_pair({"Q:\xc2\xa0", "a"}).context, "Q:");
+  EXPECT_EQ(scored_pair({"Q:\xc2\xa0", "a"}).continuation,
+            "\xc2\xa0"
+            "a");
+  EXPECT_EQ(scored_pair({"Q: \xe3\x80\x80\xe2\x80\xa8", "a"}).continuation,
+            " \xe3\x80\x80\xe2\x80\xa8"
+            "a");
+  EXPECT_EQ(scored_pair({"Q:\xa0", "a"}).continuation, " a");      // not UTF-8: not space
+  EXPECT_EQ(scored_pair({"Q:\xc3\xa9", "a"}).continuation, " a");  // e-acute
+  EXPECT_EQ(scored_pair({"\xe2\x80\x80", "a"}).context, "");       // all whitespace (U+2000)
+  EXPECT_EQ(lm_eval_query("Question: up?\xe3\x80\x80"), "Question: up?\nAnswer:");
 }
 
 TEST_F(EvalTest, AccAndAccNormOnAConstructedCase) {
