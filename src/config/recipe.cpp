@@ -243,6 +243,15 @@ void ScheduleConfig::validate() const {
 int TrainConfig::grad_accum_steps(int world_size) const {
   ATTN_REQUIRE(world_size >= 1, "world size must be >= 1, got %d", world_size);
   const int64_t per_round = micro_tokens() * world_size;
+  // 0 is one micro-batch in all, whatever the world size (so that a run's global batch does not
+  // change with the ranks it resumes on): several ranks need it said.
+  if (batch_tokens == 0 && world_size > 1)
+    fail_key("train.batch_tokens",
+             strformat("train.batch_tokens is 0, i.e. micro_batch * seq_len = %lld tokens per "
+                       "step in all, which %d ranks cannot split: set it to a multiple of "
+                       "micro_batch * seq_len * world size = %lld (%lld: one micro-batch per rank)",
+                       (long long)micro_tokens(), world_size, (long long)per_round,
+                       (long long)per_round));
   if (tokens_per_step() % per_round != 0)
     fail_key("train.batch_tokens",
              strformat("train.batch_tokens (%lld) must be a multiple of train.micro_batch * "
@@ -414,10 +423,12 @@ void Recipe::validate(RecipeUse use, bool model_resolved) const {
                strformat("data.synthetic.train_tokens (%lld) must exceed train.seq_len (%d): "
                          "one sequence needs seq_len + 1 tokens",
                          (long long)data.synthetic.train_tokens, train.seq_len));
-    if (use == RecipeUse::train && eval.enabled() && data.synthetic.val_tokens <= train.seq_len)
+    // Also with evaluation off: the run builds its validation stream (the unigram baseline)
+    // anyway (it was accepted here and then failed at the start of training).
+    if (use == RecipeUse::train && data.synthetic.val_tokens <= train.seq_len)
       fail_key("data.synthetic.val_tokens",
-               strformat("data.synthetic.val_tokens (%lld) must exceed train.seq_len (%d) while "
-                         "evaluation is on (or turn it off: eval.every=0, eval.at_end=false)",
+               strformat("data.synthetic.val_tokens (%lld) must exceed train.seq_len (%d): the "
+                         "validation stream needs one window of seq_len + 1 tokens",
                          (long long)data.synthetic.val_tokens, train.seq_len));
   } else if (use == RecipeUse::train && eval.enabled() && data.val.empty()) {
     fail_key("data.val",

@@ -137,6 +137,15 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
                                          std::move(d.val), "synthetic/val")},
                                      val_opts);
     s.val_probe = validation_probe(r, *s.val_loader);
+    // Shard globs with the synthetic source: a recipe that names shards but leaves data.source
+    // at its default trained on the embedded data without a word.
+    for (const auto& [key, glob] :
+         {std::pair{"data.train", r.data.train}, std::pair{"data.val", r.data.val}})
+      if (!glob.empty())
+        s.data_warnings.push_back(
+            strformat("%s ('%s') is not read: data.source is synthetic (the embedded data); set "
+                      "data.source: shards to train on the shards",
+                      key, glob.c_str()));
     return;
   }
   ATTN_REQUIRE(!r.data.train.empty() || !need_train,
@@ -181,8 +190,28 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
   // beside the train shards (tokenizer.json); without either, none (the default `byte` would be
   // a guess: a byte tokenizer with a GPT-2 model made eval's text scores garbage, silently).
   std::string spec = r.data.tokenizer;
-  const fs::path prepared = fs::path(r.data.train).parent_path() / "tokenizer.json";
-  const bool has_prepared = !r.data.train.empty() && fs::exists(prepared);
+  // The tokenizer.json beside the matched train shards: their directories, since the glob's
+  // directory part may hold wildcards (data/*/train_*.bin: its literal parent was never found,
+  // so no check ran, and datasets of two tokenizers trained together without a word).
+  std::set<fs::path> dirs;
+  if (s.train_loader)
+    for (const auto& src : s.train_loader->sources())
+      dirs.insert(fs::path(src->name()).parent_path());
+  else if (!r.data.train.empty())
+    dirs.insert(fs::path(r.data.train).parent_path());
+  std::vector<fs::path> beside;
+  for (const fs::path& d : dirs)
+    if (fs::exists(d / "tokenizer.json")) beside.push_back(d / "tokenizer.json");
+  const bool has_prepared = !beside.empty();
+  const fs::path prepared = has_prepared ? beside.front() : fs::path();
+  for (size_t i = 1; i < beside.size(); ++i) {
+    const std::string diff = tokenizer_difference(*make_tokenizer(beside[i].string()),
+                                                  *make_tokenizer(prepared.string()));
+    ATTN_REQUIRE(diff.empty(),
+                 "data.train ('%s') holds shards prepared with different tokenizers: %s and %s "
+                 "(%s); their ids mean different text",
+                 r.data.train.c_str(), prepared.c_str(), beside[i].c_str(), diff.c_str());
+  }
   const bool given = r.given.contains("data.tokenizer");
   if (!given) spec = has_prepared ? prepared.string() : "";
   if (spec.empty()) return;

@@ -85,6 +85,12 @@ TEST(RecipeDefaults, HelperArithmetic) {
   test::expect_error(
       [&] { t.grad_accum_steps(5); },
       "must be a multiple of train.micro_batch * train.seq_len * world size = 8 * 256 * 5");
+  // The default 0 (one micro-batch in all) with several ranks: said as such, with the value.
+  t.batch_tokens = 0;
+  EXPECT_EQ(t.grad_accum_steps(1), 1);
+  test::expect_error([&] { t.grad_accum_steps(2); },
+                     {"train.batch_tokens is 0, i.e. micro_batch * seq_len = 2048 tokens",
+                      "2 ranks cannot split", "(4096: one micro-batch per rank)"});
   EXPECT_EQ(enum_name(ScheduleType::wsd), "wsd");
   EXPECT_EQ(enum_name(DeviceChoice::auto_select), "auto");
 }
@@ -253,6 +259,10 @@ TEST(RecipeErrors, OutOfRangeAndCrossField) {
              "x.yaml: data.val is empty but evaluation is on");
   EXPECT_NO_THROW(parse_recipe("data:\n  source: shards\n  train: t*.bin\n", "x.yaml",
                                {"eval.every=0", "eval.at_end=false"}));
+  // Synthetic validation shorter than a window: refused with evaluation off too (training
+  // builds the stream for its unigram baseline and failed there).
+  EXPECT_HAS(parse_error("data:\n  synthetic: {val_tokens: 5}\neval: {every: 0, at_end: false}\n"),
+             "data.synthetic.val_tokens (5) must exceed train.seq_len (1024)");
   EXPECT_EQ(parse_error("model:\n  vocab_size: 300\n"),
             "x.yaml: data.synthetic.vocab_size (512) must be <= model.vocab_size (300)");
   // validate() alone (no file) names only the key.

@@ -278,6 +278,33 @@ TEST_F(Cli, PrepareThenTrainOnShards) {
                      "/train_*.bin --set eval.at_end=false --set data.tokenizer=hf:" + hf)),
       "is not the tokenizer the shards were prepared with (" + (dir_ / "shards").string() +
           "/tokenizer.json): id 0 has other bytes");
+  // The same with a wildcard in the glob's directory part (the check looked for
+  // shard[s]/tokenizer.json and never ran).
+  expect_error(run(train_args(
+                   "--set data.source=shards --set data.train=" + dir_.string() +
+                   "/shard[s]/train_*.bin --set eval.at_end=false --set data.tokenizer=hf:" + hf)),
+               "is not the tokenizer the shards were prepared with");
+  // Shards of two tokenizers under one glob: refused, naming both files.
+  fs::create_directories(dir_ / "shards2");
+  fs::copy_file(dir_ / "shards" / "train_000000.bin", dir_ / "shards2" / "train_000000.bin");
+  fs::copy_file(hf, dir_ / "shards2" / "tokenizer.json");
+  const CliResult mixed =
+      run(train_args("--set data.source=shards --set data.train=" + dir_.string() +
+                     "/shards*/train_*.bin --set "
+                     "eval.at_end=false"));
+  for (const char* needle : {"holds shards prepared with different tokenizers",
+                             "shards2/tokenizer.json", "id 0 has other bytes"})
+    expect_error(mixed, needle);
+  fs::remove_all(dir_ / "shards2");
+  // Shard globs with the synthetic source (data.source left at its default) are not read: said.
+  CliResult syn = run("train " + recipe_ + " --set train.out_dir=" + (dir_ / "run4").string() +
+                      " --set data.train=" + (dir_ / "shards").string() +
+                      "/train_*.bin --set train.steps=1 --set eval.at_end=false");
+  ASSERT_EQ(syn.code, 0) << syn.out;
+  EXPECT_NE(syn.out.find("data.train ('" + (dir_ / "shards").string() +
+                         "/train_*.bin') is not read: data.source is synthetic"),
+            std::string::npos)
+      << syn.out;
   // One beside the shards that cannot load is said (the checkpoints then carry none).
   fs::rename(dir_ / "shards" / "tokenizer.json", dir_ / "tokenizer.json.aside");
   std::ofstream(dir_ / "shards" / "tokenizer.json") << "{bad";
