@@ -11,8 +11,9 @@
 // thread count and batch size. They are written to
 // <out_dir>/train_NNNNNN.bin and <out_dir>/val_NNNNNN.bin, at most shard_tokens tokens per shard
 // (a document may continue in the next shard), uint16 when the vocabulary fits, else uint32 (see
-// shard.h). <out_dir>/tokenizer.json describes the tokenizer. Shards of an earlier run in out_dir
-// (train_*.bin / val_*.bin) are deleted first.
+// shard.h). <out_dir>/tokenizer.json describes the tokenizer. The new shards are staged and
+// replace those of an earlier run in out_dir (train_*.bin / val_*.bin) only when the run
+// succeeds; a failed run leaves the earlier dataset whole.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -248,6 +248,7 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
                  source.c_str(), prepared.string().c_str(), diff.c_str());
   }
   s.tokenizer_json = tok->to_json();
+  s.tokenizer_spec = spec;
 }
 
 // The device-memory estimate of `attnlab info` for this run (ZeRO-1 keeps 1 / world of the

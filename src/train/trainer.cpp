@@ -82,7 +82,13 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   const int accum = recipe.train.grad_accum_steps(s.comm->world_size());
   const int64_t step_tokens = recipe.train.tokens_per_step();
   const std::string run_dir = recipe.train.out_dir;
-  const std::string recipe_yaml = recipe_to_yaml(recipe);
+  // The recipe as the run resolved it, for its recipe.yaml files and the resume's comparison:
+  // data.tokenizer left out is the tokenizer.json beside the shards it took (recipe.yaml said
+  // the default `byte`, which a rerun or a resume from that file then gave, and was refused).
+  Recipe resolved = recipe;
+  if (!recipe.given.contains("data.tokenizer") && !s.tokenizer_spec.empty())
+    resolved.data.tokenizer = s.tokenizer_spec;
+  const std::string recipe_yaml = recipe_to_yaml(resolved);
 
   // ---- run directory and resume --------------------------------------------------------------
   TrainerState st;
@@ -119,7 +125,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
                  "the resume would overwrite; resume into the checkpoint's run (--set "
                  "train.out_dir=%s) or into a new directory",
                  options.resume.c_str(), run_dir.c_str(), own.parent_path().c_str());
-    resume_changes = check_resume_recipe(recipe, dir);
+    resume_changes = check_resume_recipe(resolved, dir);
     st = load_trainer_state(dir);
     check_checkpoint_steps(dir, st.step);  // before any load: files of two checkpoints mixed
     // An f32 checkpoint resumed in bf16 (a CPU or fp32 run): the master starts from the file's

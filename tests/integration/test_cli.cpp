@@ -238,6 +238,15 @@ TEST_F(Cli, PrepareThenTrainOnShards) {
   EXPECT_EQ(
       nlohmann::json::parse(attnlab::io::read_file(ckpt + "/tokenizer.json")),
       nlohmann::json::parse(attnlab::io::read_file((dir_ / "shards" / "tokenizer.json").string())));
+  // Its recipe.yaml names that tokenizer.json, so the run reruns from it as it is (it said the
+  // default `byte`, refused against the shards' tokenizer).
+  EXPECT_NE(attnlab::io::read_file((dir_ / "run" / "recipe.yaml").string())
+                .find("tokenizer: \"" + (dir_ / "shards" / "tokenizer.json").string() + "\""),
+            std::string::npos);
+  const CliResult again = run("train " + (dir_ / "run" / "recipe.yaml").string() +
+                              " --set train.out_dir=" + (dir_ / "run_again").string() +
+                              " --set train.steps=1 --set schedule.warmup_steps=0");
+  ASSERT_EQ(again.code, 0) << again.out;
   // Without one there, none (the default `byte` was saved: a guess, wrong for GPT-2 shards).
   fs::rename(dir_ / "shards" / "tokenizer.json", dir_ / "tokenizer.json.aside");
   CliResult t2 = run("train " + recipe_ + " --set train.out_dir=" + (dir_ / "run2").string() +
