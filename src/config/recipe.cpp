@@ -366,7 +366,15 @@ void Recipe::validate(RecipeUse use, bool model_resolved) const {
   data.validate();
   optim.validate();
   schedule.validate();
-  train.validate();
+  if (use == RecipeUse::eval) {
+    // Evaluation reads no batch_tokens: a run's value must not refuse another --set
+    // train.micro_batch for scoring (it was "must be a multiple of train.micro_batch * ...").
+    TrainConfig t = train;
+    t.batch_tokens = 0;
+    t.validate();
+  } else {
+    train.validate();
+  }
   eval.validate();
   checkpoint.validate();
   log.validate();

@@ -133,9 +133,23 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     std::vector<float> exact;
     load_model_weights(dir, s.store, &exact);
     if (!load_optimizer_state(dir, opt) && !exact.empty()) opt.set_master(exact);
-    if (const std::optional<Recipe> was = read_checkpoint_recipe(dir))
+    if (const std::optional<Recipe> was = read_checkpoint_recipe(dir)) {
       resume_lr_change =
           schedule_change_note(schedule_of(*was, int(was->train.steps)), sched, int(st.step));
+      // Another window order in the middle of an epoch: the position counts windows of the old
+      // order, so this epoch reads some windows twice and others never (listed among the
+      // changed keys only, it read as harmless).
+      const char* order = was->data.seed != recipe.data.seed           ? "data.seed"
+                          : was->data.shuffle != recipe.data.shuffle   ? "data.shuffle"
+                          : was->train.seq_len != recipe.train.seq_len ? "train.seq_len"
+                                                                       : nullptr;
+      if (order && st.data_position > 0)
+        data_changed = strformat(
+            "%s differs from the checkpoint's: the resumed epoch %lld continues at window "
+            "%lld of another window order, so it reads some windows twice and others not at "
+            "all (every window once again from the next epoch)",
+            order, (long long)st.data_epoch, (long long)st.data_position);
+    }
     // Every rank resumed the same checkpoint (its own copy of it: a node with a stale out_dir
     // trained on silently with other weights): its step, data position and sampled weights.
     if (world > 1)
@@ -156,10 +170,11 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     // The data under the glob changed since (shards added, replaced, regenerated): the position
     // now indexes other data, so the run is not the one it would have been. Said, not refused.
     if (!st.data_fingerprint.empty() && st.data_fingerprint != data_fp)
-      data_changed = strformat(
-          "the training data differs from the checkpoint's (%s, now %s): "
-          "the resumed run continues at its data position in other data",
-          st.data_fingerprint.c_str(), data_fp.c_str());
+      data_changed += std::string(data_changed.empty() ? "" : "; ") +
+                      strformat(
+                          "the training data differs from the checkpoint's (%s, now %s): "
+                          "the resumed run continues at its data position in other data",
+                          st.data_fingerprint.c_str(), data_fp.c_str());
     resumed_from = dir;
   } else {
     std::vector<float> exact;  // the source's values finer than the store's (load_init_from)

@@ -85,6 +85,12 @@ TEST(RecipeDefaults, HelperArithmetic) {
   test::expect_error(
       [&] { t.grad_accum_steps(5); },
       "must be a multiple of train.micro_batch * train.seq_len * world size = 8 * 256 * 5");
+  // Evaluation does not read batch_tokens: another micro_batch for scoring is not refused.
+  EXPECT_NO_THROW(parse_recipe("train: {micro_batch: 100, seq_len: 16, batch_tokens: 96}\n",
+                               "x.yaml", {}, RecipeUse::eval));
+  EXPECT_THROW(parse_recipe("train: {micro_batch: 100, seq_len: 16, batch_tokens: 96}\n", "x.yaml",
+                            {}, RecipeUse::train),
+               Error);
   // The default 0 (one micro-batch in all) with several ranks: said as such, with the value.
   t.batch_tokens = 0;
   EXPECT_EQ(t.grad_accum_steps(1), 1);

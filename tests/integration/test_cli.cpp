@@ -354,6 +354,17 @@ TEST_F(Cli, ResumeSaysWhenTheTrainingDataChanged) {
                           "replaces: step_00000005"),
             std::string::npos)
       << back.out;
+  EXPECT_EQ(back.out.find("another window order"), std::string::npos) << back.out;
+  // Another data.seed in the middle of an epoch: the position counts windows of the old order.
+  const CliResult seed =
+      run(train_args("--set checkpoint.every=2 --set train.steps=6 "
+                     "--set data.seed=77 --resume " +
+                     (dir_ / "run").string()));
+  ASSERT_EQ(seed.code, 0) << seed.out;
+  EXPECT_NE(seed.out.find("data.seed differs from the checkpoint's: the resumed epoch 0 "
+                          "continues at window"),
+            std::string::npos)
+      << seed.out;
 }
 
 // A decaying schedule with no step left to decay ends at the peak lr: said (not refused).
