@@ -1,8 +1,15 @@
 #include "dist/communicator.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace attnlab {
 
@@ -111,6 +118,18 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options) {
   if (b == "nccl") return make_nccl_communicator(options);
   ATTN_FAIL("unknown distributed backend '%s' (valid: none, mpi, nccl; this build has %s)",
             b.c_str(), available_backends().c_str());
+}
+
+int ranks_on_this_host(Communicator& comm) {
+  if (comm.world_size() == 1) return 1;
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  // One slot per rank, its host name's hash (52 bits: exact in a double; + 1: never 0), summed.
+  const uint64_t h = std::hash<std::string>{}(name) & ((uint64_t(1) << 52) - 1);
+  std::vector<double> hosts(size_t(comm.world_size()), 0.0);
+  hosts[size_t(comm.rank())] = double(h + 1);
+  comm.all_reduce_host(hosts.data(), int(hosts.size()));
+  return int(std::count(hosts.begin(), hosts.end(), hosts[size_t(comm.rank())]));
 }
 
 std::unique_ptr<Communicator> make_communicator(const std::string& backend) {

@@ -120,6 +120,10 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend);  //
 // The backends compiled in ("none, mpi, nccl" when both were found).
 std::string available_backends();
 
+// The ranks of the job on this rank's host (the same host name), this one included: a collective
+// (every rank calls it). CPU ranks that share a host share its memory.
+int ranks_on_this_host(Communicator& comm);
+
 // Argument checks shared by the backends (throw naming the collective and the tensors).
 void check_collective(const char* what, const Tensor& t);
 void check_sharded(const char* what, const Tensor& whole, const Tensor& part, int world_size);

@@ -278,12 +278,18 @@ void check_device_memory(const Recipe& r, const Session& s, const TrainingMemory
 // The CPU path's: the estimate against the memory the process can have (host_memory.h: free
 // memory and swap, below every cgroup limit of the process), so that a model too large for it is
 // refused at once instead of paging until the kernel's out-of-memory killer ends the run without
-// a word. Each rank compares alone: CPU ranks sharing a host each see the whole host.
+// a word. CPU ranks sharing a host share its memory: each compares with its share (they each
+// saw the whole host, and together could need several times it).
 void check_host_memory(const Recipe& r, const Session& s, const TrainingMemoryEstimate& est) {
+  const int sharing = ranks_on_this_host(*s.comm);  // a collective: before any return
   const size_t available = host_memory_available();
   if (available == 0) return;  // not Linux's /proc: nothing to compare with
-  const std::string shortfall = device_memory_shortfall(est, available, r.train.micro_batch,
-                                                        s.model->config().recompute, /*host=*/true);
+  std::string shortfall =
+      device_memory_shortfall(est, available / size_t(sharing), r.train.micro_batch,
+                              s.model->config().recompute, /*host=*/true);
+  if (!shortfall.empty() && sharing > 1)
+    shortfall +=
+        strformat(" (%d ranks share this host's memory: each has 1/%d of it)", sharing, sharing);
   ATTN_REQUIRE(shortfall.empty(), "%s", shortfall.c_str());
 }
 

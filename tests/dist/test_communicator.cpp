@@ -52,6 +52,11 @@ TEST(Communicator, LocalIsWorldOfOneAndLeavesDataAlone) {
                "reduce_scatter: f32[3] on cpu must hold world size (1) x f32[2] on cpu");
 }
 
+TEST(Communicator, OneProcessIsAloneOnItsHost) {
+  auto comm = make_communicator("none");
+  EXPECT_EQ(ranks_on_this_host(*comm), 1);
+}
+
 TEST(Communicator, BackendNames) {
   CommOptions o;
   o.backend = "gloo";

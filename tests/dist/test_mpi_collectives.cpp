@@ -17,6 +17,12 @@ using test::expect_error;
 // Rank r's values: random, different per rank (never zeros).
 std::vector<float> values_of(int rank, size_t n) { return test::random_vector(n, 100u + rank); }
 
+// mpirun -np 2 on one machine: both ranks share its memory (the CPU memory check divides it).
+TEST(DistMpiCollectives, RanksOnThisHostCountsBoth) {
+  MPI_OR_SKIP(comm);
+  EXPECT_EQ(ranks_on_this_host(*comm), 2);
+}
+
 TEST(DistMpiCollectives, AllReduceSumAndAvg) {
   MPI_OR_SKIP(comm);
   const int W = comm->world_size(), n = 1000;
