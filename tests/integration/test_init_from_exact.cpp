@@ -13,6 +13,7 @@
 #include "config/recipe.h"
 #include "core/cuda_check.h"
 #include "core/parameters.h"
+#include "interop/convert.h"
 #include "interop/foreign_tensors.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
@@ -39,8 +40,9 @@ checkpoint: {every: 0, at_end: true}
 )";
 
 TrainResult run(const std::string& out_dir, const std::string& init_from = "",
-                const std::string& device = "cpu") {
-  std::vector<std::string> keys = {"train.out_dir=" + out_dir, "train.device=" + device};
+                const std::string& device = "cpu", std::vector<std::string> keys = {}) {
+  keys.push_back("train.out_dir=" + out_dir);
+  keys.push_back("train.device=" + device);
   if (!init_from.empty()) keys.push_back("train.init_from=" + init_from);
   TrainOptions o;
   o.quiet = true;
@@ -198,5 +200,33 @@ TEST(InitFromExact, AnF32CheckpointResumedInBf16KeepsItsValuesAsMaster) {
     EXPECT_EQ(from_f32.losses, from_master.losses);         // bitwise: the same master
     EXPECT_NE(from_rounded.losses[1], from_f32.losses[1]);  // the control: another master
   }
+  fs::remove_all(dir);
+}
+
+// The Hugging Face and llm.c exports of an f32 checkpoint (f32 files both) start the same run as
+// the checkpoint itself, bit for bit: no value is lost on the way out and back in.
+TEST(InitFromExact, HfAndLlmcExportsStartTheSameRun) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("attnlab_exact_export_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  run((dir / "a").string());
+  const std::string a = resolve_checkpoint_dir((dir / "a").string());
+  ConvertOptions hf;
+  hf.to = ModelFormat::hf;
+  convert_model(a, (dir / "hf").string(), hf);
+  ConvertOptions llmc;
+  llmc.to = ModelFormat::llmc;
+  convert_model(a, (dir / "model.bin").string(), llmc);
+  const TrainResult from_a = run((dir / "c").string(), a);
+  // (Neither format keeps the padding multiple: the default 128 pads the 64 ids to 128 rows,
+  // which no real logit reads.)
+  const std::vector<std::string> pad{"model.vocab_multiple=128"};
+  const TrainResult from_hf = run((dir / "h").string(), (dir / "hf").string(), "cpu", pad);
+  const TrainResult from_llmc = run((dir / "l").string(), (dir / "model.bin").string(), "cpu", pad);
+  ASSERT_EQ(from_a.losses.size(), 2u);
+  EXPECT_EQ(from_hf.losses, from_a.losses);
+  EXPECT_EQ(from_llmc.losses, from_a.losses);
+  // The control: another start gives other losses (the comparison can fail).
+  EXPECT_NE(run((dir / "x").string()).losses[0], from_a.losses[0]);
   fs::remove_all(dir);
 }
