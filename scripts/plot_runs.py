@@ -14,11 +14,17 @@ Reads each run's metrics.jsonl and writes to OUT_DIR:
   train_loss.svg     training loss, averaged over windows of --window steps, then over the runs
   dominance.svg      (Focus runs) the largest group's share of tokens, the largest over layers;
                      the dashed line is 1/K (perfect balance)
-and prints a Markdown table: the final validation loss per label, mean +- sample std, per run.
-Only the steps every run of a label reached are drawn, from --from STEP on (default: all; the
-first evaluations' high losses otherwise set the scale); --window N: the training-loss window (10).
+and prints a Markdown table: per label the validation loss at the last evaluation every run of
+the label reached, mean +- sample std ("-" for one run), per run, the step and n. Only the steps
+every run of a label reached are drawn, from --from STEP on (default: all; the first evaluations'
+high losses otherwise set the scale); --window N: the training-loss window (10).
+Said on stderr, never silently: a run left out of a plot (no records of it), runs of a label that
+end at different steps, validation losses over different windows (val_windows), null (non-finite)
+values left out. A Focus run evaluated with eval_routing soft writes the soft loss as val_loss and
+the hard one as val_loss_hard: read as hard -> val_loss, soft -> val_loss_soft like the others.
 """
 import glob
+import html
 import json
 import math
 import os
@@ -30,11 +36,21 @@ import tempfile
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
 
 
+def warn(msg):
+    print(f"plot_runs: warning: {msg}", file=sys.stderr)
+
+
 def read_run(run):
     path = os.path.join(run, "metrics.jsonl")
     if not os.path.isfile(path):
         sys.exit(f"plot_runs: {path}: no such file (expected a run directory with metrics.jsonl)")
-    train, val, dom, k = {}, {}, {}, None
+    train, val, dom, k, windows, nulls = {}, {}, {}, None, {}, []
+
+    def put(series, key, step, value):
+        if value is None:  # a non-finite value (JSON has no NaN): left out, said
+            nulls.append(f"{key} at step {step}")
+        else:
+            series[step] = value
     with open(path) as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
@@ -48,18 +64,29 @@ def read_run(run):
             if step is None:
                 continue
             if "loss" in rec:
-                train[step] = rec["loss"]
+                put(train, "loss", step, rec["loss"])
             if "val_loss" in rec:
-                val.setdefault("val_loss", {})[step] = rec["val_loss"]
-                if "val_loss_soft" in rec:
-                    val.setdefault("val_loss_soft", {})[step] = rec["val_loss_soft"]
-                doms = [v for key, v in rec.items() if re.fullmatch(r"focus\.h\d+\.dominance", key)]
+                # Hard routing -> "val_loss", the soft gate -> "val_loss_soft", whichever the
+                # run evaluated with (eval_routing soft: val_loss soft, val_loss_hard hard).
+                hard, soft = ("val_loss_hard", "val_loss") if "val_loss_hard" in rec else \
+                             ("val_loss", "val_loss_soft")
+                put(val.setdefault("val_loss", {}), hard, step, rec[hard])
+                if soft in rec:
+                    put(val.setdefault("val_loss_soft", {}), soft, step, rec[soft])
+                if "val_windows" in rec:
+                    windows[step] = rec["val_windows"]
+                doms = [v for key, v in rec.items()
+                        if re.fullmatch(r"focus\.h\d+\.dominance", key) and v is not None]
                 if doms:
                     dom[step] = max(doms)
                     shares = {key.rsplit(".", 1)[1] for key in rec if ".group_share." in key}
                     k = len(shares) or k
-    return {"train": train, "val": val.get("val_loss", {}), "val_soft": val.get("val_loss_soft", {}),
-            "dominance": dom, "K": k}
+    if nulls:
+        warn(f"{run}: {len(nulls)} null (non-finite) value(s) left out: {', '.join(nulls[:5])}"
+             f"{' ...' if len(nulls) > 5 else ''}")
+    return {"run": run, "train": train, "val": val.get("val_loss", {}),
+            "val_soft": val.get("val_loss_soft", {}), "dominance": dom, "K": k,
+            "windows": windows}
 
 
 def windowed(series, window):
@@ -109,6 +136,7 @@ def svg_plot(path, title, ylabel, series, ref=None):
     x0, x1, y0, y1 = xt[0], xt[-1], yt[0], yt[-1]
     X = lambda x: L + (x - x0) / (x1 - x0 or 1) * (W - L - R)
     Y = lambda y: H - B - (y - y0) / (y1 - y0 or 1) * (H - T - B)
+    title, ylabel = html.escape(title), html.escape(ylabel)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
            f'font-family="sans-serif" font-size="12">',
            f'<rect width="{W}" height="{H}" fill="white"/>',
@@ -140,7 +168,7 @@ def svg_plot(path, title, ylabel, series, ref=None):
         ly = T + 14 + 20 * i
         out.append(f'<line x1="{W - R + 12}" y1="{ly - 4}" x2="{W - R + 36}" y2="{ly - 4}" '
                    f'stroke="{color}" stroke-width="3"/>')
-        out.append(f'<text x="{W - R + 42}" y="{ly}">{label}</text>')
+        out.append(f'<text x="{W - R + 42}" y="{ly}">{html.escape(label)}</text>')
     out.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
@@ -153,10 +181,17 @@ def parse_groups(args):
         if "=" not in a:
             sys.exit(f"plot_runs: '{a}': expected LABEL=RUN[,RUN...]")
         label, runs = a.split("=", 1)
-        dirs = []
+        dirs, seen = [], set()
         for pattern in runs.split(","):
+            if not pattern:
+                continue  # a trailing comma: not the current directory
             found = [d for d in sorted(glob.glob(pattern)) if os.path.isdir(d)] or [pattern]
-            dirs += found
+            for d in found:  # a run named twice (a run and a glob matching it) counts once
+                if os.path.realpath(d) not in seen:
+                    seen.add(os.path.realpath(d))
+                    dirs.append(d)
+        if not dirs:
+            sys.exit(f"plot_runs: '{a}': no run")
         groups.append((label, [read_run(d) for d in dirs]))
     return groups
 
@@ -171,26 +206,56 @@ def plot(out_dir, groups, title="", window=10, first_step=0):
                                        ("dominance", "dominance", "largest group's share", "K")):
         series, ks = [], set()
         for i, (label, runs) in enumerate(groups):
-            curves = [windowed(r[key], window) if key == "train" else r[key] for r in runs]
-            if not all(curves):
+            with_key = [r for r in runs if (windowed(r[key], window) if key == "train" else r[key])]
+            if not with_key:
                 continue
+            if len(with_key) < len(runs):  # drawn from the others, the missing ones named
+                warn(f"{name}: {label}: {len(runs) - len(with_key)} of {len(runs)} run(s) have no "
+                     f"{'records' if key != 'train' else f'window of {window} steps'} for it and "
+                     f"are left out: {', '.join(r['run'] for r in runs if r not in with_key)}")
+            curves = [windowed(r[key], window) if key == "train" else r[key] for r in with_key]
             st, mean, lo, hi = combine(curves, first_step)
             if st:
-                series.append((f"{label} (n={len(runs)})", COLORS[i % len(COLORS)], st, mean, lo, hi))
-                ks |= {r["K"] for r in runs}
+                series.append((f"{label} (n={len(with_key)})", COLORS[i % len(COLORS)], st, mean,
+                               lo, hi))
+                ks |= {r["K"] for r in with_key}
+            else:
+                warn(f"{name}: {label}: no step that all its runs reached"
+                     f"{f' from --from {first_step} on' if first_step else ''}: not drawn")
         ref = (1.0 / ks.pop(), "1/K") if ref_key and len(ks) == 1 and None not in ks else None
         path = os.path.join(out_dir, name + ".svg")
         if series and svg_plot(path, f"{title}{': ' if title else ''}{ylabel}", ylabel, series, ref):
             written.append(path)
-    rows = ["| variant | final val loss (mean ± std) | per run | step |", "|---|---|---|---|"]
+        elif os.path.exists(path):  # an earlier call's plot would read as this one's
+            os.remove(path)
+    rows = ["| variant | val loss (mean ± std) | per run | step | n |", "|---|---|---|---|---|"]
+    compared = {}  # label -> the val_windows of its runs at the step compared
     for label, runs in groups:
-        finals = [(max(r["val"]), r["val"][max(r["val"])]) for r in runs if r["val"]]
-        if not finals:
+        with_val = [r for r in runs if r["val"]]
+        if len(with_val) < len(runs):
+            warn(f"table: {label}: {len(runs) - len(with_val)} of {len(runs)} run(s) have no "
+                 f"validation loss: {', '.join(r['run'] for r in runs if not r['val'])}")
+        if not with_val:
             continue
-        vals = [v for _, v in finals]
-        sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-        rows.append(f"| {label} | {statistics.mean(vals):.4f} ± {sd:.4f} | "
-                    f"{' / '.join(f'{v:.4f}' for v in vals)} | {finals[0][0]} |")
+        common = set.intersection(*(set(r["val"]) for r in with_val))
+        if not common:
+            warn(f"table: {label}: its runs share no evaluation step: left out")
+            continue
+        step = max(common)
+        ends = sorted({max(r["val"]) for r in with_val})
+        if len(ends) > 1:
+            warn(f"table: {label}: its runs end at different steps ({', '.join(map(str, ends))}): "
+                 f"compared at step {step}, the last all reached")
+        vals = [r["val"][step] for r in with_val]
+        compared[label] = {r["windows"].get(step) for r in with_val}
+        sd = f"{statistics.stdev(vals):.4f}" if len(vals) > 1 else "-"
+        rows.append(f"| {label} | {statistics.mean(vals):.4f} ± {sd} | "
+                    f"{' / '.join(f'{v:.4f}' for v in vals)} | {step} | {len(vals)} |")
+    windows = set().union(*compared.values()) if compared else set()
+    if len(windows - {None}) > 1:
+        warn("table: the losses compared are over different validation windows (val_windows "
+             + "; ".join(f"{label} {sorted(w - {None})}" for label, w in compared.items())
+             + "): they do not compare")
     return written, "\n".join(rows)
 
 
@@ -215,8 +280,8 @@ def self_test():
         names = sorted(os.path.basename(p) for p in written)
         assert names == ["dominance.svg", "train_loss.svg", "val_loss.svg", "val_loss_soft.svg"], names
         # A: final val 2.0 and 2.2 -> mean 2.1, sample std 0.1414; B: 3.0 alone.
-        assert "| A | 2.1000 ± 0.1414 | 2.0000 / 2.2000 | 20 |" in table, table
-        assert "| B | 3.0000 ± 0.0000 | 3.0000 | 20 |" in table, table
+        assert "| A | 2.1000 ± 0.1414 | 2.0000 / 2.2000 | 20 | 2 |" in table, table
+        assert "| B | 3.0000 ± - | 3.0000 | 20 | 1 |" in table, table
         svg = open(os.path.join(tmp, "out", "val_loss.svg")).read()
         means = re.findall(r'class="mean" points="([^"]*)"', svg)
         assert len(means) == 2 and all(len(m.split()) == 4 for m in means), means  # 4 evaluations
@@ -232,6 +297,29 @@ def self_test():
         svg = open(os.path.join(tmp, "late", "val_loss.svg")).read()
         means = re.findall(r'class="mean" points="([^"]*)"', svg)
         assert all(len(m.split()) == 2 for m in means), means  # steps 15 and 20
+        # Edge cases: a run that ends earlier (compared at the last common step), a run without
+        # validation (left out, said), an eval_routing soft run (val_loss soft, val_loss_hard
+        # hard), a null loss (left out), a run named twice (once), a label needing XML escapes.
+        def write_run(name, recs):
+            os.makedirs(os.path.join(tmp, name))
+            with open(os.path.join(tmp, name, "metrics.jsonl"), "w") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in recs))
+        write_run("c1", [{"step": s, "val_loss": 3.0, "val_windows": 64} for s in (5, 10, 15)])
+        write_run("c2", [{"step": s, "val_loss": 4.0, "val_windows": 32} for s in (5, 10)])
+        write_run("c3", [{"step": 1, "loss": None}, {"step": 2, "loss": 5.0}])
+        write_run("c4", [{"step": 5, "val_loss": 2.5, "val_loss_hard": 2.0},
+                         {"step": 10, "val_loss": 2.5, "val_loss_hard": 2.0}])
+        groups = parse_groups([f"C & D={tmp}/c1,{tmp}/c1,{tmp}/c2,{tmp}/c3", f"E={tmp}/c4"])
+        assert len(groups[0][1]) == 3, [r["run"] for r in groups[0][1]]
+        assert groups[1][1][0]["val"] == {5: 2.0, 10: 2.0}, groups[1][1][0]["val"]
+        assert groups[1][1][0]["val_soft"] == {5: 2.5, 10: 2.5}
+        assert groups[0][1][2]["train"] == {2: 5.0}
+        written, table = plot(os.path.join(tmp, "edge"), groups, "t<1>", window=1)
+        assert "| C & D | 3.5000 ± 0.7071 | 3.0000 / 4.0000 | 10 | 2 |" in table, table
+        import xml.dom.minidom
+        for p in written:
+            xml.dom.minidom.parse(p)  # escaped: parses
+        assert "C &amp; D (n=2)" in open(os.path.join(tmp, "edge", "val_loss.svg")).read()
         # Bad input: a clear message and a non-zero exit.
         for argv, words in (([tmp + "/out", f"A={tmp}/none"], "no such file"),
                             ([tmp + "/out", "A"], "expected LABEL=RUN"),

@@ -62,6 +62,9 @@ COMMON="--set data.train=$WORK/general/train_*.bin --set data.val=$WORK/general/
   --set checkpoint.every=0 --set checkpoint.keep_last=1 --set log.every=10 $MODEL_SETS ${EXTRA:-}"
 RESULTS="$LOGS/results.jsonl"
 : >"$RESULTS"
+# The runs this call trained, per variant (comma-separated): the plots take these only, not the
+# other runs in $WORK (an earlier call's, of other STEPS or MODEL, or this call's failed ones).
+declare -A TRAINED=()
 for variant in ${VARIANTS:-dense focus sfa}; do
   [ -n "${SETS[$variant]+x}" ] || { echo "unknown variant '$variant' (valid: ${!SETS[*]})"; exit 2; }
   for seed in ${SEEDS:-1 2 3}; do
@@ -70,7 +73,9 @@ for variant in ${VARIANTS:-dense focus sfa}; do
     t0=$(date +%s.%N)
     run_sets=""
     if [ "$variant" = sfa-distill ]; then
-      [ -d "$WORK/runs/dense-s$seed" ] || { echo "sfa-distill seed $seed: needs dense-s$seed first"; continue; }
+      # This call's dense run of the seed (a stale one in $WORK may be of other settings).
+      [[ ",${TRAINED[dense]:-}," == *",$WORK/runs/dense-s$seed,"* ]] ||
+        { echo "sfa-distill seed $seed: needs dense-s$seed trained in this call first"; continue; }
       ds=${DISTILL_STEPS:-$((STEPS / 3))}
       run_sets="--set train.init_from=$WORK/runs/dense-s$seed --set train.steps=$ds
         --set schedule.warmup_steps=$((ds / 10)) --set eval.every=$((ds / 2)) --set eval.at_start=true"
@@ -80,6 +85,7 @@ for variant in ${VARIANTS:-dense focus sfa}; do
       --set train.name="$variant-s$seed" --set train.out_dir="$run" >"$LOGS/train_$variant-s$seed.log" 2>&1 ||
       { echo "$variant seed $seed: training failed"; tail -5 "$LOGS/train_$variant-s$seed.log"; continue; }
     t1=$(date +%s.%N)
+    TRAINED[$variant]="${TRAINED[$variant]:+${TRAINED[$variant]},}$run"
     extra_evals=()
     if [[ "$variant" == focus* ]]; then
       groups=$(grep -oP 'groups: \K[0-9]+' "$run/recipe.yaml" | head -1)
@@ -154,7 +160,7 @@ PY
 # Curves (mean and min-max band over the seeds) as SVG beside the logs: docs/results.md.
 plot_args=()
 for variant in ${VARIANTS:-dense focus sfa}; do
-  ls -d "$WORK/runs/$variant-s"[0-9]* >/dev/null 2>&1 && plot_args+=("$variant=$WORK/runs/$variant-s[0-9]*")
+  [ -n "${TRAINED[$variant]:-}" ] && plot_args+=("$variant=${TRAINED[$variant]}")
 done
 [ ${#plot_args[@]} -gt 0 ] && python3 "$ROOT/scripts/plot_runs.py" "$LOGS/plots" "${plot_args[@]}" \
   --title "MODEL=${MODEL:-small}"

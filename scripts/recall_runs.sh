@@ -113,10 +113,13 @@ cols = [("val loss", "val_loss"), ("recall", "recall"), ("<128", "recall_lt128")
         ("copied", "copied")]
 def f(x): return "-" if x is None else f"{x:.4f}"
 def ms(xs):
+    n_all = len(xs)
     xs = [x for x in xs if x is not None]
     if not xs: return "-"
-    if len(xs) == 1: return f"{xs[0]:.4f}"
-    return f"{st.mean(xs):.4f}±{st.stdev(xs):.4f}"
+    # A seed without a value (an empty distance bucket) is left out of the mean: said by its n.
+    n = "" if len(xs) == n_all else f" n={len(xs)}"
+    if len(xs) == 1: return f"{xs[0]:.4f}{n}"
+    return f"{st.mean(xs):.4f}±{st.stdev(xs):.4f}{n}"
 head = f"{'variant':14} {'seed':>4} " + " ".join(f"{c:>15}" for c, _ in cols)
 print("==== synthetic retrieval: validation loss and top-1 accuracy (recall by distance to the binding) ====")
 print(head)

@@ -26,6 +26,9 @@ DATA="$(cd "${2:?usage: retrofit_runs.sh BUILD SHARED_DATA}" && pwd)"
 LOGS="${OUT:-/tmp/attnlab_retrofit}/retrofit"
 W=/tmp/attnlab_retrofit_work
 mkdir -p "$LOGS" "$W/runs"
+# The table reads every eval_*.json in $LOGS: an earlier call's (a failed or skipped evaluation
+# of this one kept it) would enter it as this call's.
+rm -f "$LOGS"/eval_*.json
 export NCCL_NVLS_ENABLE=0
 A="$BUILD/attnlab"
 START=$(date +%s)
