@@ -4,8 +4,8 @@
 # built-in synthetic stream at T = 1024 with the same data, tokens and seeds, then evaluate every
 # final checkpoint on the same validation windows (Focus under its default hard routing and under
 # the soft gate). Prints one row per run and evaluation, then mean ± sample std over seeds:
-# validation loss, recall accuracy by the distance back to the binding (< 128, 128-512, >= 512,
-# outside the window) and copied accuracy.
+# validation loss, recall accuracy by the distance back to the answer's nearest earlier
+# occurrence (< 128, 128-512, >= 512, outside the window) and copied accuracy (visible sources).
 #
 #   scripts/recall_runs.sh BUILD
 # Environment:
@@ -121,7 +121,7 @@ def ms(xs):
     if len(xs) == 1: return f"{xs[0]:.4f}{n}"
     return f"{st.mean(xs):.4f}±{st.stdev(xs):.4f}{n}"
 head = f"{'variant':14} {'seed':>4} " + " ".join(f"{c:>15}" for c, _ in cols)
-print("==== synthetic retrieval: validation loss and top-1 accuracy (recall by distance to the binding) ====")
+print("==== synthetic retrieval: validation loss and top-1 accuracy (recall by distance to the nearest earlier occurrence of the answer) ====")
 print(head)
 for r in rows:
     print(f"{r['variant']:14} {r['seed']:>4} " + " ".join(f"{f(r.get(k)):>15}" for _, k in cols))

@@ -67,11 +67,14 @@ ScoreSummary score_tokens(const ScoreOptions& o,
     tok->encode(read_text_file(o.text), ids);
   } else {
     ids = read_token_file(o.tokens);
+    // (A uint32 shard's id of 2^31 or more reads as negative: -1 was taken as the ignored
+    // target, scored 0 and counted in the mean.)
     for (size_t i = 0; i < ids.size(); ++i)
-      ATTN_REQUIRE(
-          ids[i] < vocab,
-          "%s: entry %zu (counting from 0) is token %d, outside the model's vocabulary (%d)",
-          o.tokens.c_str(), i, ids[i], vocab);
+      ATTN_REQUIRE(ids[i] >= 0 && ids[i] < vocab,
+                   "%s: entry %zu (counting from 0) is token %lld, outside the model's "
+                   "vocabulary [0, %d)",
+                   o.tokens.c_str(), i,
+                   ids[i] < 0 ? (long long)uint32_t(ids[i]) : (long long)ids[i], vocab);
   }
   // The first token has no prediction: fewer than two score nothing.
   ATTN_REQUIRE(ids.size() >= 2u, "score: %s '%s' holds %s: nothing to score",

@@ -1,13 +1,17 @@
 #include "eval/synthetic_probe.h"
 
+#include <unordered_map>
+
 #include "core/error.h"
 
 namespace attnlab {
 
 namespace {
 
-int recall_bucket(int64_t distance, int64_t answer, int64_t window_start) {
-  if (answer - distance < window_start) return 3;  // the binding is not in the window
+// `source`: the nearest earlier occurrence of the answer; its key is the token before it.
+int recall_bucket(int64_t answer, int64_t source, int64_t window_start) {
+  if (source - 1 < window_start) return 3;  // no occurrence with its key in the window
+  const int64_t distance = answer - source;
   return distance < 128 ? 0 : distance < 512 ? 1 : 2;
 }
 
@@ -31,6 +35,7 @@ void SyntheticScores::to_values(double* v) const {
   };
   for (const KindScore& s : by_kind) put(s);
   for (const KindScore& s : recall_by_distance) put(s);
+  put(copied_outside);
 }
 
 void SyntheticScores::from_values(const double* v) {
@@ -41,6 +46,7 @@ void SyntheticScores::from_values(const double* v) {
   };
   for (KindScore& s : by_kind) get(s);
   for (KindScore& s : recall_by_distance) get(s);
+  get(copied_outside);
 }
 
 nlohmann::json SyntheticScores::to_json() const {
@@ -49,6 +55,7 @@ nlohmann::json SyntheticScores::to_json() const {
     j[synthetic_kind_name(SyntheticKind(k))] = score_json(by_kind[size_t(k)]);
   for (int b = 0; b < kRecallBuckets; ++b)
     j["recall_by_distance"][recall_bucket_name(b)] = score_json(recall_by_distance[size_t(b)]);
+  j["copied_outside"] = score_json(copied_outside);
   return j;
 }
 
@@ -65,16 +72,41 @@ std::string SyntheticScores::summary() const {
   const std::string recall = r.count == 0 ? std::string("recall: no targets")
                                           : strformat("recall acc %.3f (%s; %lld)", r.acc(),
                                                       buckets.c_str(), (long long)r.count);
-  const std::string copied = c.count == 0
-                                 ? std::string("copied: no targets")
-                                 : strformat("copied acc %.3f (%lld)", c.acc(), (long long)c.count);
+  // Copied targets whose source is before the window: left out of the accuracy, their count said.
+  const std::string apart = copied_outside.count == 0
+                                ? std::string()
+                                : strformat("; %lld more with their source before the window",
+                                            (long long)copied_outside.count);
+  const std::string copied = c.count == 0 ? strformat("copied: no targets%s", apart.c_str())
+                                          : strformat("copied acc %.3f (%lld%s)", c.acc(),
+                                                      (long long)c.count, apart.c_str());
   return recall + " | " + copied;
 }
 
 SyntheticProbe::SyntheticProbe(const std::vector<int32_t>& tokens, int vocab_size)
-    : tokens_(tokens), kinds_(classify_synthetic(tokens, vocab_size)), binding_(tokens.size(), -1) {
-  for (const RecallQuery& q : find_recall_queries(tokens, vocab_size))
-    binding_[size_t(q.answer_pos)] = q.binding_pos;
+    : tokens_(tokens), kinds_(classify_synthetic(tokens, vocab_size)), source_(tokens.size(), -1) {
+  // Recall: the latest earlier place the binding's value showed (the binding, then each answer).
+  std::unordered_map<int64_t, int64_t> shown;  // binding position -> latest occurrence
+  for (const RecallQuery& q : find_recall_queries(tokens, vocab_size)) {
+    auto it = shown.try_emplace(q.binding_pos, q.binding_pos).first;
+    source_[size_t(q.answer_pos)] = it->second;
+    it->second = q.answer_pos;
+  }
+  // Copied: a run of copy sources, the separator, then the run of their copies.
+  const size_t n = kinds_.size();
+  for (size_t i = 0; i < n;) {
+    if (kinds_[i] != SyntheticKind::kCopySource) {
+      ++i;
+      continue;
+    }
+    const size_t first = i;
+    while (i < n && kinds_[i] == SyntheticKind::kCopySource) ++i;
+    const size_t len = i - first;
+    if (i >= n || kinds_[i] != SyntheticKind::kMarker) continue;
+    ++i;
+    for (size_t j = 0; j < len && i < n && kinds_[i] == SyntheticKind::kCopied; ++j, ++i)
+      source_[i] = int64_t(first + j);
+  }
 }
 
 std::unique_ptr<SyntheticProbe> SyntheticProbe::for_loader(const DataLoader& loader,
@@ -102,10 +134,15 @@ void SyntheticProbe::score_window(int64_t start, int T, const float* losses, con
       s.correct += correct;
       ++s.count;
     };
-    add(scores->by_kind[size_t(kinds_[size_t(pos)])]);
-    if (kinds_[size_t(pos)] == SyntheticKind::kRecall)
-      add(scores
-              ->recall_by_distance[size_t(recall_bucket(pos - binding_[size_t(pos)], pos, start))]);
+    const SyntheticKind k = kinds_[size_t(pos)];
+    const int64_t source = source_[size_t(pos)];
+    if (k == SyntheticKind::kCopied && source < start) {
+      add(scores->copied_outside);
+      continue;
+    }
+    add(scores->by_kind[size_t(k)]);
+    if (k == SyntheticKind::kRecall)
+      add(scores->recall_by_distance[size_t(recall_bucket(pos, source, start))]);
   }
 }
 

@@ -1,14 +1,20 @@
 // Retrieval metrics on the synthetic associative-recall stream (data/synthetic.h, docs/eval.md
 // "Synthetic retrieval"): per-kind loss and top-1 accuracy of the validation targets, and the
-// recall targets (the value of QUERY key value) bucketed by the distance back to their binding.
+// recall targets (the value of QUERY key value) bucketed by the distance back to the nearest
+// earlier occurrence of their answer.
 //
 // Target i of a window starting at stream position s is token s + i + 1, predicted by the logits
 // at input position i (the model has seen tokens s .. s + i). Its kind is classify_synthetic's of
 // that token; it is correct when the first maximum of the logits over [0, vocab_size) is the
 // target (like torch.argmax); its loss is the model's per-token cross-entropy.
-// Recall distance = answer position - binding position (the value of the key's most recent BIND,
-// find_recall_queries); a binding before the window's first token is "outside" (the answer can
-// still be in the window, as an earlier QUERY of the same key: docs/eval.md).
+// Recall distance = answer position - the nearest earlier place the answer shows: its binding
+// (the value of the key's most recent BIND, find_recall_queries) or an earlier QUERY of the same
+// binding, whichever is later; where that place's key (the token before it) is before the
+// window's first token, the target is "outside" (no earlier occurrence of the answer with its key
+// in the window). Copied targets whose source token is before the window are scored apart
+// (copied_outside): the model cannot see what they copy. (Until 2026-12-07 the distance was to
+// the binding only, so the far buckets held answers shown a few tokens earlier by a repeated
+// query, and copied counted unseeable sources.)
 #pragma once
 #include <array>
 #include <cstdint>
@@ -37,14 +43,15 @@ const char* recall_bucket_name(int bucket);  // "lt128", "128to512", "ge512", "o
 struct SyntheticScores {
   std::array<KindScore, kSyntheticKinds> by_kind;  // indexed by SyntheticKind
   std::array<KindScore, kRecallBuckets> recall_by_distance;
+  KindScore copied_outside;  // copied targets whose source is before the window (not in by_kind)
   const KindScore& kind(SyntheticKind k) const { return by_kind[size_t(k)]; }
 
   // The sums as one flat array (for a sum over ranks) and back.
-  static constexpr int kValues = 3 * (kSyntheticKinds + kRecallBuckets);
+  static constexpr int kValues = 3 * (kSyntheticKinds + kRecallBuckets + 1);
   void to_values(double* v) const;
   void from_values(const double* v);
   // {"recall": {"acc", "loss", "count"}, "copied": ..., every other kind, "recall_by_distance":
-  // {"lt128": ..., "128to512": ..., "ge512": ..., "outside": ...}}.
+  // {"lt128": ..., "128to512": ..., "ge512": ..., "outside": ...}, "copied_outside": ...}.
   nlohmann::json to_json() const;
   // "recall acc 0.412 (<128 0.981, 128-512 0.300, >=512 0.100, outside 0.010) | copied acc 0.953"
   std::string summary() const;
@@ -67,7 +74,9 @@ class SyntheticProbe {
  private:
   std::vector<int32_t> tokens_;
   std::vector<SyntheticKind> kinds_;
-  std::vector<int64_t> binding_;  // per position: the binding of a recall target, else -1
+  // Per position: for a recall target the nearest earlier occurrence of its answer, for a copied
+  // target the token it copies, else -1.
+  std::vector<int64_t> source_;
 };
 
 }  // namespace attnlab

@@ -18,6 +18,34 @@
 namespace attnlab {
 namespace {
 
+// Per stream position: for a copied token the position of the token it copies (its segment is
+// COPY, the sources, SEP, the copies: read from the stream's own markers), else -1.
+std::vector<int64_t> copy_sources(const std::vector<int32_t>& toks, int vocab_size) {
+  const SyntheticIds ids = synthetic_ids(vocab_size);
+  std::vector<int64_t> src(toks.size(), -1);
+  for (size_t i = 0; i < toks.size(); ++i) {
+    if (toks[i] != ids.copy) continue;
+    size_t j = i + 1;
+    while (j < toks.size() && toks[j] < ids.num_content) ++j;
+    if (j >= toks.size() || toks[j] != ids.copy_sep) continue;
+    const size_t len = j - i - 1;
+    for (size_t c = 0; c < len && j + 1 + c < toks.size(); ++c) src[j + 1 + c] = int64_t(i + 1 + c);
+  }
+  return src;
+}
+
+// Per recall answer position: the latest earlier position the same binding's value showed (the
+// binding, or an earlier answer of it).
+std::map<int64_t, int64_t> nearest_occurrences(const std::vector<int32_t>& toks, int vocab_size) {
+  std::map<int64_t, int64_t> out, shown;
+  for (const RecallQuery& q : find_recall_queries(toks, vocab_size)) {
+    const auto it = shown.find(q.binding_pos);
+    out[q.answer_pos] = it == shown.end() ? q.binding_pos : it->second;
+    shown[q.binding_pos] = q.answer_pos;
+  }
+  return out;
+}
+
 // Scores one window [start, start + T) of the stream of `sc` with a half-right argmax and checks
 // every count against a direct recount; returns the recall counts per distance bucket.
 std::array<int64_t, kRecallBuckets> check_score_window(const SyntheticConfig& sc, int64_t start,
@@ -36,13 +64,19 @@ std::array<int64_t, kRecallBuckets> check_score_window(const SyntheticConfig& sc
   }
   SyntheticScores s;
   probe.score_window(start, T, losses.data(), argmax.data(), &s);
+  const std::vector<int64_t> sources = copy_sources(toks, sc.vocab_size);
   std::map<SyntheticKind, KindScore> want;
+  KindScore outside;  // copied targets whose source is before the window
   for (int i = 0; i < T; ++i) {
-    KindScore& w = want[kinds[size_t(start + i + 1)]];
+    const size_t pos = size_t(start + i + 1);
+    const bool apart = kinds[pos] == SyntheticKind::kCopied && sources[pos] < start;
+    KindScore& w = apart ? outside : want[kinds[pos]];
     w.loss_sum += double(i) + 0.5;
     w.correct += i % 2 == 0;
     ++w.count;
   }
+  EXPECT_EQ(s.copied_outside.count, outside.count);
+  EXPECT_EQ(s.copied_outside.correct, outside.correct);
   int64_t total = 0;
   for (int k = 0; k < kSyntheticKinds; ++k) {
     const KindScore& got = s.by_kind[size_t(k)];
@@ -52,13 +86,14 @@ std::array<int64_t, kRecallBuckets> check_score_window(const SyntheticConfig& sc
     EXPECT_DOUBLE_EQ(got.loss_sum, w.loss_sum) << synthetic_kind_name(SyntheticKind(k));
     total += got.count;
   }
-  EXPECT_EQ(total, T);
-  // Buckets from find_recall_queries directly.
+  EXPECT_EQ(total + outside.count, T);
+  // Buckets: the distance back to the nearest earlier occurrence of the answer, "outside" where
+  // that occurrence's key (the token before it) is not in the window.
   std::array<int64_t, kRecallBuckets> bucket{};
-  for (const RecallQuery& q : find_recall_queries(toks, sc.vocab_size)) {
-    if (q.answer_pos <= start || q.answer_pos > start + T) continue;
-    const int64_t d = q.answer_pos - q.binding_pos;
-    ++bucket[size_t(q.binding_pos < start ? 3 : d < 128 ? 0 : d < 512 ? 1 : 2)];
+  for (const auto& [answer, near] : nearest_occurrences(toks, sc.vocab_size)) {
+    if (answer <= start || answer > start + T) continue;
+    const int64_t d = answer - near;
+    ++bucket[size_t(near - 1 < start ? 3 : d < 128 ? 0 : d < 512 ? 1 : 2)];
   }
   int64_t recall = 0;
   for (int b = 0; b < kRecallBuckets; ++b) {
@@ -71,6 +106,7 @@ std::array<int64_t, kRecallBuckets> check_score_window(const SyntheticConfig& sc
   EXPECT_EQ(j["recall"]["count"].get<int64_t>(), recall);
   EXPECT_EQ(j["recall_by_distance"]["lt128"]["count"].get<int64_t>(), bucket[0]);
   EXPECT_DOUBLE_EQ(j["copied"]["acc"].get<double>(), s.kind(SyntheticKind::kCopied).acc());
+  EXPECT_EQ(j["copied_outside"]["count"].get<int64_t>(), outside.count);
   double v[SyntheticScores::kValues];
   s.to_values(v);
   SyntheticScores back;
@@ -165,6 +201,7 @@ TEST(SyntheticProbe, ValidationMetricsEqualADirectRecomputationFromTheLogits) {
 
   // Direct: window w's inputs are tokens [w T, w T + T), target i is token w T + i + 1.
   const std::vector<SyntheticKind> kinds = classify_synthetic(toks, sc.vocab_size);
+  const std::vector<int64_t> sources = copy_sources(toks, sc.vocab_size);
   std::array<KindScore, kSyntheticKinds> want{};
   double nll = 0.0;
   f.model.allocate(*f.ctx, 1, T, DType::f32);
@@ -183,7 +220,12 @@ TEST(SyntheticProbe, ValidationMetricsEqualADirectRecomputationFromTheLogits) {
       }
       for (int u = 0; u < c.vocab_size; ++u) sum += std::exp(double(row[u]) - mx);
       const double loss = mx + std::log(sum) - double(row[target]);
-      KindScore& k = want[size_t(kinds[size_t(int64_t(w) * T + i + 1)])];
+      const size_t pos = size_t(int64_t(w) * T + i + 1);
+      if (kinds[pos] == SyntheticKind::kCopied && sources[pos] < int64_t(w) * T) {
+        nll += loss;  // scored apart (copied_outside)
+        continue;
+      }
+      KindScore& k = want[size_t(kinds[pos])];
       k.loss_sum += loss;
       k.correct += best == target;
       ++k.count;

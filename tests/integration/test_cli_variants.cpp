@@ -114,6 +114,17 @@ TEST_F(Cli, ScoreAndEvalOutputsAreCheckedFirstAndKeptOnError) {
   expect_error(run("score " + model + " --tokens " + (dir_ / "oov.txt").string() + " -o " +
                    (dir_ / "keep.jsonl").string()),
                "outside the model's vocabulary");
+  // A uint32 shard's id of 2^31 or more reads as negative: -1 was scored as an ignored target
+  // (logprob 0, counted in the mean).
+  attnlab::write_shard((dir_ / "big.bin").string(), std::vector<int32_t>{1, 2, 3, 4}, 70000);
+  {
+    std::fstream f(dir_ / "big.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-4, std::ios::end);
+    const uint32_t big = 0xFFFFFFFFu;
+    f.write(reinterpret_cast<const char*>(&big), sizeof(big));
+  }
+  expect_error(run("score " + model + " --tokens " + (dir_ / "big.bin").string()),
+               "entry 3 (counting from 0) is token 4294967295, outside the model's vocabulary");
   std::ifstream kept(dir_ / "keep.jsonl");
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "keep\n");
   fs::create_directories(dir_ / "adir");
