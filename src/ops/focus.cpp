@@ -94,12 +94,13 @@ void focus_scores_bwd(const ExecContext& ctx, const Tensor& dz, const Tensor& dc
 }
 
 namespace {
+// `name`: what `scores` is in the caller's contract ("scores" forward, "g" backward).
 SinkhornParams sinkhorn_params(const ExecContext& ctx, const Tensor& scores, const Tensor& iterates,
-                               bool causal) {
+                               bool causal, const char* name = "scores") {
   constexpr const char* op = "focus_sinkhorn";
-  require_present(op, "scores", scores);
+  require_present(op, name, scores);
   ATTN_REQUIRE(scores.ndim() == 3 && scores.dtype == DType::f32 && scores.device == ctx.device,
-               "focus_sinkhorn: scores must be f32 [B, T, K] on %s, got %s",
+               "focus_sinkhorn: %s must be f32 [B, T, K] on %s, got %s", name,
                device_name(ctx.device), scores.str().c_str());
   ATTN_REQUIRE(iterates.ndim() == 4 && iterates.dim(0) >= 2,
                "focus_sinkhorn: iterates must be [iterations + 1, B, T, K], got %s",
@@ -145,7 +146,7 @@ void focus_sinkhorn_fwd(const ExecContext& ctx, const Tensor& g, const Tensor& i
 void focus_sinkhorn_bwd(const ExecContext& ctx, const Tensor& dscores, const Tensor& dg,
                         const Tensor& g, const Tensor& iterates, bool causal, SinkhornPath path) {
   NvtxRange range("focus_sinkhorn_bwd");
-  SinkhornParams p = sinkhorn_params(ctx, g, iterates, causal);
+  SinkhornParams p = sinkhorn_params(ctx, g, iterates, causal, "g");
   require_tensor("focus_sinkhorn", "dg", dg, DType::f32, g.shape, ctx);
   require_tensor("focus_sinkhorn", "dscores", dscores, DType::f32, g.shape, ctx);
   p.scores = nullptr;
@@ -208,6 +209,12 @@ constexpr const char* kAttn = "focus_attention";
 // Checks qkv, g and groups; the params for keys = queries (training, eval).
 void check_attention(const ExecContext& ctx, const Tensor& qkv, const QKVLayout& l) {
   require_activation(kAttn, "qkv", qkv, ctx, 3);
+  // Exactly [B, T, W] (a fourth dimension passed with n times the elements), and heads that
+  // group (the decode path has no other host check of them).
+  ATTN_REQUIRE(qkv.ndim() == 3, "focus_attention: qkv must be [B, T, W], got %s",
+               qkv.str().c_str());
+  ATTN_REQUIRE(l.n_head > 0 && l.n_kv_head > 0 && l.head_dim > 0 && l.n_head % l.n_kv_head == 0,
+               "focus_attention: n_kv_head (%d) must divide n_head (%d)", l.n_kv_head, l.n_head);
   ATTN_REQUIRE(ctx.device == Device::cpu || l.head_dim <= 128,
                "focus_attention: head dim must be <= 128 on CUDA, got %d", l.head_dim);
 }

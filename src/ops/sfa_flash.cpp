@@ -24,8 +24,9 @@ int check_flash(const char* op, const ExecContext& ctx, const FlashArgs& a, cons
   const DType dt = require_activation(op, "qkv", a.qkv, ctx, 3);
   ATTN_REQUIRE(l.n_head > 0 && l.n_kv_head > 0 && l.n_head % l.n_kv_head == 0,
                "%s: n_kv_head (%d) must divide n_head (%d)", op, l.n_kv_head, l.n_head);
-  ATTN_REQUIRE(a.qkv.dim(2) == l.width(), "%s: qkv must be [B, T, %lld], got %s", op,
-               (long long)l.width(), a.qkv.str().c_str());
+  ATTN_REQUIRE(a.qkv.ndim() == 3 && a.qkv.dim(2) == l.width(),
+               "%s: qkv must be [B, T, %lld], got %s", op, (long long)l.width(),
+               a.qkv.str().c_str());
   ATTN_REQUIRE(sfa_flash_supported(ctx, dt, l.head_dim),
                "%s: FlashSFA runs on the CPU or on CUDA in bf16 with head dim 64 or 128, got %s "
                "with head dim %d; use attention.sfa.kernel: masked_dense (or auto)",

@@ -366,5 +366,30 @@ TEST(FocusRouteTopk, PicksTheLargestGroupsLowerIndexOnTies) {
       {"top_k must be in [1, 4], got 5"});
 }
 
+// The ops' own tensors: K = 0 is refused as an empty tensor (rows = numel / K never divides by
+// 0), and the Sinkhorn backward's input is named as itself (its errors said "scores").
+TEST(FocusAssignOps, ShapesOfTheirOwnTensorsAreChecked) {
+  auto ctx = ExecContext::make_cpu();
+  std::vector<float> none;
+  std::vector<int32_t> no_groups;
+  test::expect_error(
+      [&] {
+        ops::focus_softmax_assign_fwd(*ctx, cpu_tensor(none, {2, 0}), cpu_tensor(none, {2, 0}));
+      },
+      {"focus_softmax_assign: scores is required"});
+  test::expect_error(
+      [&] {
+        ops::focus_route_topk(*ctx, cpu_tensor(no_groups, {2, 0}), cpu_tensor(none, {2, 0}));
+      },
+      {"focus_route_topk: g is required"});
+  std::vector<float> g(2 * 3 * 4, 0.25f), it(3 * 2 * 3 * 4, 0.f), d(2 * 3 * 4, 0.f);
+  test::expect_error(
+      [&] {
+        ops::focus_sinkhorn_bwd(*ctx, cpu_tensor(d, {2, 3, 4}), cpu_tensor(d, {2, 3, 4}),
+                                cpu_tensor(g, {6, 4}), cpu_tensor(it, {3, 2, 3, 4}), true);
+      },
+      {"focus_sinkhorn: g must be f32 [B, T, K]"});
+}
+
 }  // namespace
 }  // namespace attnlab
