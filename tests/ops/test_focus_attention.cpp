@@ -368,6 +368,23 @@ TEST(FocusAttention, ArgumentChecks) {
         },
         {"group ids must be in [0, 3), got " + std::to_string(bad), "token 2"});
   }
+  // qkv of exactly three dimensions (a fourth passed with n times the elements), and head
+  // counts that group, on the decode path too.
+  test::expect_error(
+      [&] {
+        ops::focus_attention_fwd(*c.ctx, c.out_t(), c.lse_t(),
+                                 cpu_tensor(c.qkv, {c.B, c.T, c.layout.width(), 1}), c.layout,
+                                 c.g_t(), Tensor(), gate_of(FocusGateKind::additive, 1));
+      },
+      {"focus_attention: qkv must be [B, T, W]"});
+  QKVLayout odd = c.layout;
+  odd.n_kv_head = 3;  // does not divide 2
+  test::expect_error(
+      [&] {
+        ops::focus_attention_decode(*c.ctx, c.out_t(), c.qkv_t(), Tensor(), Tensor(), Tensor(),
+                                    Tensor(), 0, odd, gate_of(FocusGateKind::additive, 1));
+      },
+      {"focus_attention: n_kv_head (3) must divide n_head (2)"});
 }
 
 }  // namespace
