@@ -78,9 +78,11 @@ ModelSource inspect_model_source(const std::string& path) {
                "checkpoint or run, or a Hugging Face model)",
                path.c_str(), kLlmcMagic);
   // A checkpoint (its recipe.yaml, or its trainer_state.json where recipe.yaml went missing: the
-  // weights' metadata holds the recipe too) or a run.
+  // weights' metadata holds the recipe too; a Hugging Face Trainer's checkpoint-N/ has a
+  // trainer_state.json too, and its config.json) or a run.
   const bool attnlab = (fs::exists(p / "model.safetensors") &&
-                        (fs::exists(p / "recipe.yaml") || fs::exists(p / "trainer_state.json"))) ||
+                        (fs::exists(p / "recipe.yaml") || (fs::exists(p / "trainer_state.json") &&
+                                                           !fs::exists(p / "config.json")))) ||
                        fs::exists(p / "checkpoints" / "latest");
   if (attnlab) return inspect_attnlab(path);
   if (fs::exists(p / "config.json")) {

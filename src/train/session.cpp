@@ -204,9 +204,26 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
     if (fs::exists(d / "tokenizer.json")) beside.push_back(d / "tokenizer.json");
   const bool has_prepared = !beside.empty();
   const fs::path prepared = has_prepared ? beside.front() : fs::path();
-  for (size_t i = 1; i < beside.size(); ++i) {
-    const std::string diff = tokenizer_difference(*make_tokenizer(beside[i].string()),
-                                                  *make_tokenizer(prepared.string()));
+  // (Directories without one, shards of llm.c's scripts, are not compared; one that cannot load
+  // is said below for the first, skipped here for the others.)
+  auto loads = [](const fs::path& f) {
+    try {
+      return make_tokenizer(f.string());
+    } catch (const Error&) {
+      return std::unique_ptr<Tokenizer>();
+    }
+  };
+  const std::unique_ptr<Tokenizer> first = beside.size() > 1 ? loads(prepared) : nullptr;
+  for (size_t i = 1; first && i < beside.size(); ++i) {
+    const std::unique_ptr<Tokenizer> other = loads(beside[i]);
+    if (!other) {
+      s.data_warnings.push_back(
+          strformat("the tokenizer.json beside some of data.train's shards "
+                    "(%s) cannot be loaded: not compared with %s",
+                    beside[i].c_str(), prepared.c_str()));
+      continue;
+    }
+    const std::string diff = tokenizer_difference(*other, *first);
     ATTN_REQUIRE(diff.empty(),
                  "data.train ('%s') holds shards prepared with different tokenizers: %s and %s "
                  "(%s); their ids mean different text",

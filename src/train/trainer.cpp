@@ -115,6 +115,8 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   std::string repoint_latest;
   if (!options.resume.empty()) {
     std::string dir = resolve_checkpoint_dir(options.resume);
+    // Without a trailing separator (its parent is the checkpoints directory, its name the step).
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
     // The run directory receives recipe.yaml, the metrics (cut back to the resumed step) and new
     // checkpoints (pruned by keep_last): it must be the checkpoint's own run or a new one, never
     // another run (a forgotten --set train.out_dir wrote into the recipe's default run).
@@ -139,7 +141,10 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
       // Another window order in the middle of an epoch: the position counts windows of the old
       // order, so this epoch reads some windows twice and others never (listed among the
       // changed keys only, it read as harmless).
-      const char* order = was->data.seed != recipe.data.seed           ? "data.seed"
+      // (The seed orders windows only where both shuffle.)
+      const bool seed =
+          was->data.seed != recipe.data.seed && was->data.shuffle && recipe.data.shuffle;
+      const char* order = seed                                         ? "data.seed"
                           : was->data.shuffle != recipe.data.shuffle   ? "data.shuffle"
                           : was->train.seq_len != recipe.train.seq_len ? "train.seq_len"
                                                                        : nullptr;
@@ -221,15 +226,19 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   // (records there were another run's: kept, they mixed two runs in one file).
   if (!recipe.log.metrics_file.empty()) {
     const fs::path metrics = fs::path(run_dir) / recipe.log.metrics_file;
-    if (!options.resume.empty() && !resume_own_run && rank0 && fs::exists(metrics) &&
-        fs::file_size(metrics) > 0)
+    const bool foreign = !options.resume.empty() && !resume_own_run;
+    std::error_code ec;
+    if (foreign && rank0 && fs::is_regular_file(metrics, ec) && fs::file_size(metrics, ec) > 0)
       log.warn(
-          "%s held records of another run (this directory has no checkpoint of it): "
-          "replaced by this run's; the resumed checkpoint's earlier steps are in its own "
-          "run's %s",
+          "%s holds records of another run (this directory has no checkpoint of it): they "
+          "are replaced by this run's at its first record; the resumed checkpoint's earlier "
+          "steps are in its own run's %s",
           metrics.c_str(), recipe.log.metrics_file.c_str());
-    log.open_metrics(metrics.string(),
-                     resume_own_run ? std::optional<int64_t>(st.step) : std::optional<int64_t>());
+    // A resume keeps the records up to its step and cuts the rest at its first record (so a
+    // resume that fails before one leaves the file as it was); another run's keeps none.
+    log.open_metrics(metrics.string(), options.resume.empty()
+                                           ? std::optional<int64_t>()
+                                           : std::optional<int64_t>(foreign ? -1 : st.step));
   }
 
   const int64_t n_params = s.model->num_params_unpadded(s.store);
@@ -272,7 +281,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     std::string later;
     for (const auto& [step, name] : checkpoint_steps(run_dir))
       if (step > st.step) later += (later.empty() ? "" : ", ") + name;
-    if (rank0 && !later.empty()) {
+    if (rank0 && !later.empty() && resume_own_run) {
       log.warn(
           "%s/checkpoints holds checkpoints past the resumed step %lld, of the run this one "
           "replaces: %s; they stay (keep_last does not count them) until this run saves their "
@@ -572,6 +581,14 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     // by it, so a shell loop of runs stops as it would at any other step). One process reads
     // its signal now (one during the evaluation or the checkpoint counts); several ranks take
     // the one they agreed on (a later one stops them after the next step).
+    // Several ranks in their last step: a signal during its evaluation or checkpoint came after
+    // the step's all-reduce; one more (every rank is here) so that the run still ends by it.
+    if (world > 1 && last && stop_signal == 0) {
+      const int mine = interrupt.signal();
+      double t[2] = {mine != 0 ? 1.0 : 0.0, mine == SIGINT ? 1.0 : 0.0};
+      s.comm->all_reduce_host(t, 2);
+      if (t[0] > 0) stop_signal = mine != 0 ? mine : t[1] > 0 ? SIGINT : SIGTERM;
+    }
     if (const int sig = world == 1 ? interrupt.signal() : stop_signal; sig != 0 && last) {
       log.warn("%s received during the last step (%lld): the run finished",
                sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)st.step);

@@ -438,6 +438,11 @@ TEST(TrainIntegration, AResumedEarlierCheckpointTakesOverTheRunAtItsFirstRecord)
   const std::string b = tmp.file("metrics_only");
   train(tiny(b, {"checkpoint.every=0", "checkpoint.at_end=false", "train.steps=3"}), quiet());
   ASSERT_EQ(steps_of(b).front(), 1);
+  {
+    const OomAt oom("0:5");  // a resume failing before its first record leaves them as they were
+    test::expect_error([&] { train(tiny(b), o); }, {"out of host memory"});
+  }
+  EXPECT_EQ(steps_of(b).front(), 1);
   train(tiny(b), o);
   const std::vector<int64_t> resumed = steps_of(b);
   ASSERT_FALSE(resumed.empty());

@@ -195,6 +195,9 @@ TEST(HfGpt2, ConfigIsMappedAndMetadataKeysAreAccepted) {
   ASSERT_EQ(s.notes.size(), 1u);
   EXPECT_NE(s.notes[0].find("some_new_key"), std::string::npos);
   EXPECT_EQ(make_tokenizer(s.tokenizer)->vocab_size(), V);
+  // A Hugging Face Trainer's checkpoint-N/ holds a trainer_state.json too: still Hugging Face.
+  std::ofstream(fs::path(dir) / "trainer_state.json") << R"({"global_step": 500})";
+  EXPECT_EQ(inspect_model_source(dir).format, ModelFormat::hf);
 }
 
 TEST(HfGpt2, ComputationChangingKeysAreRefusedByName) {
