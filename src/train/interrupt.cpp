@@ -3,6 +3,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
+#include <string>
 
 namespace attnlab {
 namespace {
@@ -40,9 +41,12 @@ InterruptGuard::~InterruptGuard() {
 
 int InterruptGuard::signal() const { return g_signal.load(); }
 
-void InterruptGuard::test_hook(long long step) {
+void InterruptGuard::test_hook(long long step, bool late) {
   const char* v = std::getenv("ATTNLAB_TEST_INTERRUPT");
-  if (v && std::atoll(v) == step) std::raise(SIGINT);
+  if (!v) return;
+  const std::string when(v);
+  const bool wants_late = !when.empty() && when.back() == '+';
+  if (wants_late == late && std::atoll(v) == step) std::raise(SIGINT);
 }
 
 }  // namespace attnlab

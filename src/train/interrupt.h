@@ -20,8 +20,10 @@ class InterruptGuard {
 
   // The signal received since construction (0: none).
   int signal() const;
-  // Tests: raises SIGINT when the environment's ATTNLAB_TEST_INTERRUPT names `step`.
-  static void test_hook(long long step);
+  // Tests: raises SIGINT when the environment's ATTNLAB_TEST_INTERRUPT names `step`: "N" at the
+  // start of step N (late false), "N+" after its loss all-reduce, before its evaluation and
+  // checkpoint (late true).
+  static void test_hook(long long step, bool late = false);
 };
 
 }  // namespace attnlab

@@ -571,6 +571,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
       log.progress(ps);
     }
 
+    InterruptGuard::test_hook(st.step, /*late=*/true);
     const bool last = st.step == last_step;
     if ((recipe.eval.every > 0 && st.step % recipe.eval.every == 0) || (last && recipe.eval.at_end))
       evaluate();

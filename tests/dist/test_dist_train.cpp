@@ -258,13 +258,13 @@ TEST(DistTrainInterrupt, OneRanksSignalStopsEveryRankAfterTheSameStep) {
   test::SharedTempDir tmp(*comm, "dist_interrupt");
   const TrainResult full = run(tmp.file("a"), {}, false);
   struct Env {  // rank 1 only; unset also when train throws
-    explicit Env(bool set) {
-      if (set) ::setenv("ATTNLAB_TEST_INTERRUPT", "2", 1);
+    Env(bool set, const char* when) {
+      if (set) ::setenv("ATTNLAB_TEST_INTERRUPT", when, 1);
     }
     ~Env() { ::unsetenv("ATTNLAB_TEST_INTERRUPT"); }
   };
   const TrainResult cut = [&] {
-    const Env env(comm->rank() == 1);
+    const Env env(comm->rank() == 1, "2");
     return run(tmp.file("b"), {}, false);
   }();
   EXPECT_EQ(cut.interrupted_by, SIGINT);
@@ -278,6 +278,15 @@ TEST(DistTrainInterrupt, OneRanksSignalStopsEveryRankAfterTheSameStep) {
     tail.losses.erase(tail.losses.begin(), tail.losses.begin() + 2);
     expect_same_run(resumed, tmp.file("b"), tail, tmp.file("a"), 0, "interrupted and resumed");
   }
+  // In the last step after its all-reduce (during its evaluation and checkpoint): the run
+  // finishes as it would have, and every rank still reports the signal (it ended with status 0).
+  const TrainResult late = [&] {
+    const Env env(comm->rank() == 1, "6+");
+    return run(tmp.file("c"), {}, false);
+  }();
+  EXPECT_EQ(late.interrupted_by, SIGINT);
+  EXPECT_EQ(late.steps, 6);
+  if (comm->rank() == 0) expect_same_run(late, tmp.file("c"), full, tmp.file("a"), 0, "late");
 }
 
 // A validation set of fewer windows than ranks: a rank that scores none adds nothing (its NaN
