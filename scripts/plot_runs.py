@@ -206,14 +206,15 @@ def plot(out_dir, groups, title="", window=10, first_step=0):
                                        ("dominance", "dominance", "largest group's share", "K")):
         series, ks = [], set()
         for i, (label, runs) in enumerate(groups):
-            with_key = [r for r in runs if (windowed(r[key], window) if key == "train" else r[key])]
+            series_of = [(r, windowed(r[key], window) if key == "train" else r[key]) for r in runs]
+            with_key = [r for r, c in series_of if c]
             if not with_key:
                 continue
             if len(with_key) < len(runs):  # drawn from the others, the missing ones named
                 warn(f"{name}: {label}: {len(runs) - len(with_key)} of {len(runs)} run(s) have no "
                      f"{'records' if key != 'train' else f'window of {window} steps'} for it and "
-                     f"are left out: {', '.join(r['run'] for r in runs if r not in with_key)}")
-            curves = [windowed(r[key], window) if key == "train" else r[key] for r in with_key]
+                     f"are left out: {', '.join(r['run'] for r, c in series_of if not c)}")
+            curves = [c for _, c in series_of if c]
             st, mean, lo, hi = combine(curves, first_step)
             if st:
                 series.append((f"{label} (n={len(with_key)})", COLORS[i % len(COLORS)], st, mean,

@@ -204,48 +204,45 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
     if (fs::exists(d / "tokenizer.json")) beside.push_back(d / "tokenizer.json");
   const bool has_prepared = !beside.empty();
   const fs::path prepared = has_prepared ? beside.front() : fs::path();
-  // (Directories without one, shards of llm.c's scripts, are not compared; one that cannot load
-  // is said below for the first, skipped here for the others.)
-  auto loads = [](const fs::path& f) {
+  // Each loaded once; one that cannot load is said (the checkpoints then carry none of it).
+  // Directories without one (shards of llm.c's scripts) are not compared.
+  std::vector<std::unique_ptr<Tokenizer>> loaded;
+  for (const fs::path& f : beside) {
     try {
-      return make_tokenizer(f.string());
-    } catch (const Error&) {
-      return std::unique_ptr<Tokenizer>();
-    }
-  };
-  const std::unique_ptr<Tokenizer> first = beside.size() > 1 ? loads(prepared) : nullptr;
-  for (size_t i = 1; first && i < beside.size(); ++i) {
-    const std::unique_ptr<Tokenizer> other = loads(beside[i]);
-    if (!other) {
+      loaded.push_back(make_tokenizer(f.string()));
+    } catch (const Error& e) {
+      loaded.emplace_back();
       s.data_warnings.push_back(
-          strformat("the tokenizer.json beside some of data.train's shards "
-                    "(%s) cannot be loaded: not compared with %s",
-                    beside[i].c_str(), prepared.c_str()));
-      continue;
+          strformat("the tokenizer.json beside data.train (%s) cannot be loaded: %s; it is "
+                    "neither compared nor saved with the checkpoints (name the tokenizer with "
+                    "data.tokenizer)",
+                    f.c_str(), e.what()));
     }
-    const std::string diff = tokenizer_difference(*other, *first);
+  }
+  for (size_t i = 1; has_prepared && loaded[0] && i < beside.size(); ++i) {
+    if (!loaded[i]) continue;
+    const std::string diff = tokenizer_difference(*loaded[i], *loaded[0]);
     ATTN_REQUIRE(diff.empty(),
                  "data.train ('%s') holds shards prepared with different tokenizers: %s and %s "
                  "(%s); their ids mean different text",
                  r.data.train.c_str(), prepared.c_str(), beside[i].c_str(), diff.c_str());
   }
   const bool given = r.given.contains("data.tokenizer");
-  if (!given) spec = has_prepared ? prepared.string() : "";
-  if (spec.empty()) return;
   std::unique_ptr<Tokenizer> tok;
-  try {
-    tok = make_tokenizer(spec);
-  } catch (const Error& e) {
-    ATTN_REQUIRE(!given,
-                 "%s: data.tokenizer '%s' cannot be loaded: %s\n(the checkpoints carry it for "
-                 "generate and eval's text tasks: name the tokenizer the shards were prepared "
-                 "with)",
-                 r.given.where.at("data.tokenizer").c_str(), r.data.tokenizer.c_str(), e.what());
-    s.data_warnings.push_back(strformat(
-        "the tokenizer.json beside data.train (%s) cannot be loaded: %s; the checkpoints carry "
-        "no tokenizer (name it with data.tokenizer)",
-        prepared.string().c_str(), e.what()));
-    return;
+  if (!given) {
+    if (!has_prepared || !loaded[0]) return;
+    spec = prepared.string();
+    tok = std::move(loaded[0]);
+  } else {
+    try {
+      tok = make_tokenizer(spec);
+    } catch (const Error& e) {
+      ATTN_FAIL(
+          "%s: data.tokenizer '%s' cannot be loaded: %s\n(the checkpoints carry it for "
+          "generate and eval's text tasks: name the tokenizer the shards were prepared "
+          "with)",
+          r.given.where.at("data.tokenizer").c_str(), r.data.tokenizer.c_str(), e.what());
+    }
   }
   const std::string source =
       given ? strformat("%s: data.tokenizer '%s'", r.given.where.at("data.tokenizer").c_str(),
@@ -257,8 +254,8 @@ void setup_data(const Recipe& r, Session& s, bool need_train) {
   // A named tokenizer against the one `prepare` wrote beside the shards: another one (another
   // vocabulary, or the same size with other ids) would go into every checkpoint, and generate
   // and eval's text tasks would decode and encode with it.
-  if (given && has_prepared) {
-    const std::string diff = tokenizer_difference(*tok, *make_tokenizer(prepared.string()));
+  if (given && has_prepared && loaded[0]) {
+    const std::string diff = tokenizer_difference(*tok, *loaded[0]);
     ATTN_REQUIRE(diff.empty(),
                  "%s is not the tokenizer the shards were prepared with (%s): %s; name that "
                  "tokenizer, or leave data.tokenizer out to take it",

@@ -52,6 +52,18 @@ using Clock = std::chrono::steady_clock;
 // The least bound of the barrier around rank 0's checkpoint write (seconds).
 constexpr double kCheckpointBarrierS = 3600.0;
 
+// Ctrl-C or SIGTERM over several ranks: a rank's signal as two sums of an all-reduce (whether
+// any rank got one, whether any got SIGINT), and from them the signal every rank stops by (its
+// own, else SIGINT where any rank got it, else SIGTERM; 0: none).
+void put_signal(int mine, double* t) {
+  t[0] = mine != 0 ? 1.0 : 0.0;
+  t[1] = mine == SIGINT ? 1.0 : 0.0;
+}
+int agreed_signal(int mine, const double* t) {
+  if (t[0] == 0) return 0;
+  return mine != 0 ? mine : t[1] > 0 ? SIGINT : SIGTERM;
+}
+
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -511,13 +523,13 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     int stop_signal = 0;  // several ranks: the signal they agree to stop by after this step
     if (world > 1) {      // the step's loss over every rank, and whether any rank got a signal
       const int mine = interrupt.signal();
-      double t[5] = {totals.sum, double(totals.valid), totals.aux, mine != 0 ? 1.0 : 0.0,
-                     mine == SIGINT ? 1.0 : 0.0};
+      double t[5] = {totals.sum, double(totals.valid), totals.aux};
+      put_signal(mine, t + 3);
       s.comm->all_reduce_host(t, 5);
       totals.sum = t[0];
       totals.valid = int64_t(t[1]);
       totals.aux = t[2];
-      if (t[3] > 0) stop_signal = mine != 0 ? mine : t[4] > 0 ? SIGINT : SIGTERM;
+      stop_signal = agreed_signal(mine, t + 3);
     }
     const double loss = totals.mean();
     ATTN_REQUIRE(std::isfinite(loss),
@@ -581,14 +593,15 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     // the last step the run has just finished; the signal is still reported (the CLI then ends
     // by it, so a shell loop of runs stops as it would at any other step). One process reads
     // its signal now (one during the evaluation or the checkpoint counts); several ranks take
-    // the one they agreed on (a later one stops them after the next step).
-    // Several ranks in their last step: a signal during its evaluation or checkpoint came after
-    // the step's all-reduce; one more (every rank is here) so that the run still ends by it.
+    // the one they agreed on (a later one stops them after the next step), and in the last
+    // step, where a signal during the evaluation or the checkpoint came after the step's
+    // all-reduce, agree once more (every rank is here).
     if (world > 1 && last && stop_signal == 0) {
       const int mine = interrupt.signal();
-      double t[2] = {mine != 0 ? 1.0 : 0.0, mine == SIGINT ? 1.0 : 0.0};
+      double t[2];
+      put_signal(mine, t);
       s.comm->all_reduce_host(t, 2);
-      if (t[0] > 0) stop_signal = mine != 0 ? mine : t[1] > 0 ? SIGINT : SIGTERM;
+      stop_signal = agreed_signal(mine, t);
     }
     if (const int sig = world == 1 ? interrupt.signal() : stop_signal; sig != 0 && last) {
       log.warn("%s received during the last step (%lld): the run finished",
