@@ -23,10 +23,10 @@ __global__ void embedding_fwd_kernel(const int32_t* __restrict__ tokens, const T
   if (row >= BT) return;
   const int t = int(row % T_);
   const T* we = wte + int64_t(tokens[row]) * C;
-  const T* pe = wpe + int64_t(t) * C;
+  const T* pe = wpe ? wpe + int64_t(t) * C : nullptr;
   T* o = out + row * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    o[c] = dev::from_f<T>(dev::to_f(we[c]) + dev::to_f(pe[c]));
+    o[c] = dev::from_f<T>(dev::to_f(we[c]) + (pe ? dev::to_f(pe[c]) : 0.f));
   }
 }
 
@@ -39,10 +39,15 @@ __global__ void embedding_fwd_vec_kernel(const int32_t* __restrict__ tokens,
   if (row >= BT) return;
   const int t = int(row % T_);
   const T* we = wte + int64_t(tokens[row]) * C;
-  const T* pe = wpe + int64_t(t) * C;
+  const T* pe = wpe ? wpe + int64_t(t) * C : nullptr;
   T* o = out + row * C;
   for (int c = threadIdx.x * N; c < C; c += blockDim.x * N) {
-    const dev::Pack<T> a = dev::load_pack(we + c), b = dev::load_pack(pe + c);
+    const dev::Pack<T> a = dev::load_pack(we + c);
+    if (!pe) {
+      dev::store_pack(o + c, a);
+      continue;
+    }
+    const dev::Pack<T> b = dev::load_pack(pe + c);
     dev::Pack<T> r;
 #pragma unroll
     for (int j = 0; j < N; ++j) r.set(j, a.f(j) + b.f(j));

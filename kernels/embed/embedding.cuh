@@ -1,9 +1,11 @@
 // Token + learned position embedding.
 // tokens: [B*T] i32 (each in [0, vocab)); wte: [Vp, C]; wpe: [max_T, C]; out/dout: [B*T, C].
 // fwd: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]                                   (written =)
+//      wpe may be null: no position table (RoPE models), out = wte[tokens[b,t],:]
 // bwd: dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]           (accumulated
 // +=)
-//      dwte may be null (frozen); the CUDA backward is deterministic (no float atomics).
+//      dwte, dwpe may be null (frozen or absent); the CUDA backward is deterministic (no float
+//      atomics).
 #pragma once
 #include "kernels/common/launch.h"
 

@@ -48,14 +48,14 @@ void embedding_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& toke
   const DType dt = require_activation(kOp, "wte", wte, ctx, 2);
   const int64_t B = tokens.dim(0), T = tokens.dim(1), C = wte.dim(1);
   check_table(ctx, "wte", wte, dt, C, 1);
-  check_table(ctx, "wpe", wpe, dt, C, T);
+  if (!wpe.empty()) check_table(ctx, "wpe", wpe, dt, C, T);  // empty: no position table (RoPE)
   require_tensor(kOp, "out", out, dt, Shape{B, T, C}, ctx);
   check_token_range(ctx, tokens, wte.dim(0));
   auto make = [&]<typename T_>() {
     EmbeddingParams<T_> p;
     p.tokens = static_cast<const int32_t*>(tokens.data);
     p.wte = static_cast<const T_*>(wte.data);
-    p.wpe = static_cast<const T_*>(wpe.data);
+    p.wpe = data_or_null<const T_>(wpe);
     p.out = static_cast<T_*>(out.data);
     p.B = B;
     p.T_ = int(T);
@@ -66,7 +66,7 @@ void embedding_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& toke
   run_op(ctx, dt, make, embedding_fwd_ref, launch_embedding_fwd<float>, launch_embedding_fwd<bf16>);
 }
 
-// dwpe is required unless both gradients are empty (fully frozen embeddings: nothing to do).
+// dwte and dwpe may each be empty (frozen, or no position table); both empty: nothing to do.
 void embedding_bwd(const ExecContext& ctx, const Tensor& dwte, const Tensor& dwpe,
                    const Tensor& dout, const Tensor& tokens) {
   NvtxRange range("embedding_bwd");
@@ -75,7 +75,7 @@ void embedding_bwd(const ExecContext& ctx, const Tensor& dwte, const Tensor& dwp
   const DType dt = require_activation(kOp, "dout", dout, ctx, 3);
   const int64_t B = tokens.dim(0), T = tokens.dim(1), C = dout.dim(-1);
   require_tensor(kOp, "dout", dout, dt, Shape{B, T, C}, ctx);
-  check_table(ctx, "dwpe", dwpe, dt, C, T);
+  if (!dwpe.empty()) check_table(ctx, "dwpe", dwpe, dt, C, T);
   if (!dwte.empty()) {
     check_table(ctx, "dwte", dwte, dt, C, 1);
     check_token_range(ctx, tokens, dwte.dim(0));
@@ -85,7 +85,7 @@ void embedding_bwd(const ExecContext& ctx, const Tensor& dwte, const Tensor& dwp
     p.tokens = static_cast<const int32_t*>(tokens.data);
     p.dout = static_cast<const T_*>(dout.data);
     p.dwte = data_or_null<T_>(dwte);
-    p.dwpe = static_cast<T_*>(dwpe.data);
+    p.dwpe = data_or_null<T_>(dwpe);
     p.B = B;
     p.T_ = int(T);
     p.C = int(C);

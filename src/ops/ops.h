@@ -26,6 +26,31 @@ void layernorm_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dgamm
                    const Tensor& dbeta, const Tensor& dy, const Tensor& x, const Tensor& gamma,
                    const Tensor& mean, const Tensor& rstd);
 
+// RMSNorm (LLaMA; kernels/norm/rmsnorm.cuh): y = x * rstd * gamma, rstd = 1 / sqrt(mean_c(x^2) +
+// eps). x, y, dy, dx [N,C]; gamma [C]; rstd [N] f32 (written, the backward's input). Backward: dx
+// accumulated (+=, the residual stream's gradient, as layernorm_bwd); dgamma accumulated (+=),
+// empty = frozen.
+void rmsnorm_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& rstd, const Tensor& x,
+                 const Tensor& gamma, float eps);
+void rmsnorm_bwd(const ExecContext& ctx, const Tensor& dx, const Tensor& dgamma, const Tensor& dy,
+                 const Tensor& x, const Tensor& gamma, const Tensor& rstd);
+
+// SwiGLU (LLaMA's MLP; kernels/activation/swiglu.cuh): pre [N,2F] holds the gate projection in
+// columns [0,F) and the up projection in [F,2F); y [N,F] = silu(gate) * up (written). Backward:
+// dpre [N,2F] written (=) from dy [N,F] and pre.
+void swiglu_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& pre);
+void swiglu_bwd(const ExecContext& ctx, const Tensor& dpre, const Tensor& dy, const Tensor& pre);
+
+// Rotary position embedding (kernels/position/rope.cuh), in place on the q and k heads of a
+// packed qkv [B, T, layout.width()] (v untouched), Hugging Face's rotate_half convention: within
+// each head, dims i and i + D/2 (i < D/2) are rotated by the angle (pos + t) * theta^(-2i/D)
+// (fp32 angle, as transformers computes it). rope_bwd applies the inverse rotation to the q and k
+// parts of dqkv in place (the gradient through the rotation).
+void rope_fwd(const ExecContext& ctx, const Tensor& qkv, const QKVLayout& layout, int pos,
+              float theta);
+void rope_bwd(const ExecContext& ctx, const Tensor& dqkv, const QKVLayout& layout, int pos,
+              float theta);
+
 // y [N,out] = x [N,in] @ w[out,in]^T + bias[out] (+ residual [N,out], which must not be y)
 // (leading dims of x/y are flattened)
 void matmul_fwd(const ExecContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w,

@@ -12,8 +12,12 @@ void embedding_fwd_ref(const EmbeddingParams<float>& p) {
 #pragma omp parallel for schedule(static) if (worth_parallel(rows * C))
   for (int64_t r = 0; r < rows; ++r) {
     const float* te = p.wte + int64_t(p.tokens[r]) * C;
-    const float* pe = p.wpe + int64_t(r % p.T_) * C;
     float* o = p.out + r * C;
+    if (!p.wpe) {
+      for (int c = 0; c < C; ++c) o[c] = te[c];
+      continue;
+    }
+    const float* pe = p.wpe + int64_t(r % p.T_) * C;
     for (int c = 0; c < C; ++c) o[c] = te[c] + pe[c];
   }
 }

@@ -56,6 +56,20 @@ void check_embedding(int B, int Tn, int C, int vocab, int distinct, uint32_t see
   p.dwte = nullptr;
   launch_embedding_bwd<T>(p, nullptr);
   EXPECT_LT(max_rel_error(dwpe.download(), dwpe_ref), tol) << name;
+
+  // No position table (RoPE models): out = wte rows, bitwise (one rounding of the same value),
+  // on both the vectorised and the scalar path; a null dwpe leaves the backward to dwte.
+  std::vector<float> out_nope(out_ref.size());
+  r.wpe = nullptr, r.out = out_nope.data();
+  embedding_fwd_ref(r);
+  out.poison();
+  p.wpe = nullptr;
+  launch_embedding_fwd<T>(p, nullptr);
+  EXPECT_EQ(max_rel_error(out.download(), out_nope), 0.0) << name << " without wpe";
+  dwte.upload(dwte0);
+  p.dwte = dwte.ptr(), p.dwpe = nullptr;
+  launch_embedding_bwd<T>(p, nullptr);
+  EXPECT_TRUE(bitwise_equal(first, dwte.raw())) << name << " without dwpe";
 }
 
 TEST(EmbeddingCuda, MatchesReferenceF32) {

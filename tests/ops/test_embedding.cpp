@@ -94,6 +94,26 @@ TEST(EmbeddingRef, BackwardDeterministicAcrossThreadCounts) {
   EXPECT_EQ(one, run(3));
 }
 
+// Without a position table (RoPE models: wpe and dwpe empty) the op gathers wte rows and the
+// backward accumulates dwte alone.
+TEST(EmbeddingOp, WithoutPositionTable) {
+  auto ctx = ExecContext::make_cpu();
+  std::vector<int32_t> tokens = {3, 1, 3, 0};
+  std::vector<float> wte = test::random_vector(5 * 4, 7), out(2 * 2 * 4), dwte(5 * 4, 0.f);
+  ops::embedding_fwd(*ctx, cpu_tensor(out, {2, 2, 4}), cpu_tensor(tokens, {2, 2}),
+                     cpu_tensor(wte, {5, 4}), Tensor());
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) EXPECT_EQ(out[size_t(r * 4 + c)], wte[size_t(tokens[r] * 4 + c)]);
+  std::vector<float> dout = test::random_vector(2 * 2 * 4, 8);
+  ops::embedding_bwd(*ctx, cpu_tensor(dwte, {5, 4}), Tensor(), cpu_tensor(dout, {2, 2, 4}),
+                     cpu_tensor(tokens, {2, 2}));
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_FLOAT_EQ(dwte[size_t(3 * 4 + c)], dout[size_t(c)] + dout[size_t(8 + c)]);
+    EXPECT_FLOAT_EQ(dwte[size_t(1 * 4 + c)], dout[size_t(4 + c)]);
+    EXPECT_EQ(dwte[size_t(2 * 4 + c)], 0.f);
+  }
+}
+
 TEST(EmbeddingOp, ChecksTokensAndShapes) {
   auto ctx = ExecContext::make_cpu();
   EmbeddingCase c(2, 4, 8, 16, 6, 31);

@@ -1,0 +1,81 @@
+#include "kernels/position/rope.cuh"
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/nvtx.h"
+#include "ops/op_checks.h"
+#include "ops/ops.h"
+#include "ref/rope_ref.h"
+
+namespace attnlab::ops {
+
+using namespace detail;
+
+namespace {
+constexpr const char* kOp = "rope";
+
+// Checks the packed qkv (named `name`: "qkv" or "dqkv"), the layout, pos and theta; returns the
+// activation dtype.
+DType check_rope(const ExecContext& ctx, const char* name, const Tensor& qkv, const QKVLayout& l,
+                 int pos, float theta) {
+  const DType dt = require_activation(kOp, name, qkv, ctx, 3);
+  const int H = l.n_head, Hkv = l.n_kv_head, D = l.head_dim;
+  ATTN_REQUIRE(H > 0 && Hkv > 0 && D > 0,
+               "rope: n_head, n_kv_head and head_dim must be positive, got %d, %d and %d", H, Hkv,
+               D);
+  ATTN_REQUIRE(H % Hkv == 0, "rope: n_kv_head (%d) must divide n_head (%d)", Hkv, H);
+  ATTN_REQUIRE(D % 2 == 0,
+               "rope: head dim must be even (dims i and i + D/2 rotate together), got %d", D);
+  ATTN_REQUIRE(ctx.device == Device::cpu || D <= kRopeMaxHeadDim,
+               "rope: head dim must be <= %d on CUDA, got %d", kRopeMaxHeadDim, D);
+  ATTN_REQUIRE(qkv.ndim() == 3 && qkv.dim(2) == l.width(),
+               "rope: %s must be [B, T, %lld] ((n_head %d + 2 x n_kv_head %d) x head_dim %d), got "
+               "%s",
+               name, static_cast<long long>(l.width()), H, Hkv, D, qkv.str().c_str());
+  ATTN_REQUIRE(qkv.dim(1) <= INT32_MAX, "rope: %s has %lld positions; at most %d are supported",
+               name, static_cast<long long>(qkv.dim(1)), INT32_MAX);
+  ATTN_REQUIRE(pos >= 0, "rope: pos must be >= 0, got %d", pos);
+  ATTN_REQUIRE(theta > 0.f && std::isfinite(theta), "rope: theta must be finite and > 0, got %g",
+               double(theta));
+  return dt;
+}
+
+void run_rope(const ExecContext& ctx, DType dt, const Tensor& qkv, const QKVLayout& l, int pos,
+              float theta, bool inverse) {
+  auto make = [&]<typename T>() {
+    RopeParams<T> p;
+    p.qkv = static_cast<T*>(qkv.data);
+    p.tokens = qkv.dim(0) * qkv.dim(1);
+    p.seq_len = int(qkv.dim(1));
+    p.width = l.width();
+    p.heads = l.n_head + l.n_kv_head;
+    p.head_dim = l.head_dim;
+    p.pos = pos;
+    p.theta = theta;
+    return p;
+  };
+  if (inverse) {
+    run_op(ctx, dt, make, rope_bwd_ref, launch_rope_bwd<float>, launch_rope_bwd<bf16>);
+  } else {
+    run_op(ctx, dt, make, rope_fwd_ref, launch_rope_fwd<float>, launch_rope_fwd<bf16>);
+  }
+}
+}  // namespace
+
+void rope_fwd(const ExecContext& ctx, const Tensor& qkv, const QKVLayout& layout, int pos,
+              float theta) {
+  NvtxRange range("rope_fwd");
+  const DType dt = check_rope(ctx, "qkv", qkv, layout, pos, theta);
+  run_rope(ctx, dt, qkv, layout, pos, theta, false);
+}
+
+// The gradient through a rotation is the inverse rotation, applied to dq and dk in place.
+void rope_bwd(const ExecContext& ctx, const Tensor& dqkv, const QKVLayout& layout, int pos,
+              float theta) {
+  NvtxRange range("rope_bwd");
+  const DType dt = check_rope(ctx, "dqkv", dqkv, layout, pos, theta);
+  run_rope(ctx, dt, dqkv, layout, pos, theta, true);
+}
+
+}  // namespace attnlab::ops
