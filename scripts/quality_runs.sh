@@ -41,6 +41,10 @@ declare -A SETS=(
   [sfa]="--set attention.type=sfa"
   # 0.09375 = 6 / 64: docs/results.md's lambda 1.0 of the term's earlier weighting at MODEL=small
   [sfa-distill]="--set attention.type=sfa --set attention.sfa.distill=${DISTILL_LAMBDA:-0.09375}"
+  # The LLaMA block (docs/llama.md) with dense attention: RMSNorm, SwiGLU (LLaMA's width rule,
+  # the GPT-2 MLP's parameter count), RoPE, no biases; the head stays tied (the base recipe's), so
+  # the parameters are GPT-2's less the position table and the biases.
+  [llama]="--set model.norm=rmsnorm --set model.mlp=swiglu --set model.position=rope --set model.bias=false"
 )
 case "${MODEL:-small}" in
   small) MODEL_SETS="--set model.n_layer=6 --set model.n_head=6 --set model.n_embd=384" ;;

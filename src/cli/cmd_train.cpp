@@ -122,8 +122,10 @@ int cmd_info(const RecipeArgs& args) {
   std::printf("frozen            %lld%s\n", (long long)(unpadded - train_unpadded),
               r.retrofit.enabled ? " (retrofit: no gradient, no optimizer state)" : "");
   std::printf("padded vocab      %d (vocab %d)\n", c.padded_vocab, c.vocab_size);
-  std::printf("block             %s, %s MLP, %s positions, %s, %s embeddings\n", norm_name(c.norm),
-              mlp_name(c.mlp), position_name(c.position), c.bias ? "biases" : "no biases",
+  std::printf("block             %s, %s MLP (width %d), %s positions", norm_name(c.norm),
+              mlp_name(c.mlp), c.mlp_hidden(), position_name(c.position));
+  if (c.position == PositionType::rope) std::printf(" (theta %g)", double(c.rope_theta));
+  std::printf(", %s, %s embeddings\n", c.bias ? "biases" : "no biases",
               c.tied_embeddings ? "tied" : "untied");
   std::printf("attention         %s, %d query heads, %d kv heads, head dim %d\n",
               c.attention.type.c_str(), c.n_head, c.kv_heads(), c.head_dim());

@@ -52,7 +52,11 @@ const std::vector<ArchKey>& arch_keys() {
       ARCH_KEY(position),
       ARCH_KEY(bias),
       ARCH_KEY(tied_embeddings),
-      ARCH_KEY(norm_eps)};
+      ARCH_KEY(norm_eps),
+      ArchKey{"model.mlp_hidden",  // 0 and the default width are the same model
+              [](const ModelConfig& m) { return std::to_string(m.mlp_hidden_width()); },
+              [](ModelConfig& m, const ModelConfig& src) { m.mlp_hidden = src.mlp_hidden; }},
+      ARCH_KEY(rope_theta)};
   return keys;
 }
 #undef ARCH_KEY

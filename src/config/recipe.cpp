@@ -11,17 +11,25 @@ namespace {
 
 struct ModelPreset {
   const char* name;
-  int n_layer, n_head, n_embd;
+  ModelFamily family;
+  int n_layer, n_head, n_kv_head, n_embd, vocab_size, block_size, mlp_hidden;
+  double rope_theta;
 };
 
-// The four GPT-2 sizes (Radford et al. 2019); all use vocab 50257 and a 1024-token context.
+// GPT-2 (Radford et al. 2019): vocab 50257, a 1024-token context. The LLaMA family as their
+// Hugging Face config.json files give them (LLaMA 3's presets are 3.0's: 3.1's rope_scaling is
+// not implemented). norm_eps stays the recipe's (1e-5, as all of these).
 constexpr ModelPreset kPresets[] = {
-    {"gpt2", 12, 12, 768},
-    {"gpt2-medium", 24, 16, 1024},
-    {"gpt2-large", 36, 20, 1280},
-    {"gpt2-xl", 48, 25, 1600},
+    {"gpt2", ModelFamily::gpt2, 12, 12, 0, 768, 50257, 1024, 0, 10000},
+    {"gpt2-medium", ModelFamily::gpt2, 24, 16, 0, 1024, 50257, 1024, 0, 10000},
+    {"gpt2-large", ModelFamily::gpt2, 36, 20, 0, 1280, 50257, 1024, 0, 10000},
+    {"gpt2-xl", ModelFamily::gpt2, 48, 25, 0, 1600, 50257, 1024, 0, 10000},
+    {"tinyllama-1.1b", ModelFamily::llama, 22, 32, 4, 2048, 32000, 2048, 5632, 10000},
+    {"llama2-7b", ModelFamily::llama, 32, 32, 0, 4096, 32000, 4096, 11008, 10000},
+    {"llama2-13b", ModelFamily::llama, 40, 40, 0, 5120, 32000, 4096, 13824, 10000},
+    {"llama3-8b", ModelFamily::llama, 32, 32, 8, 4096, 128256, 8192, 14336, 500000},
+    {"mistral-7b", ModelFamily::mistral, 32, 32, 8, 4096, 32768, 32768, 14336, 1000000},
 };
-
 constexpr int64_t kMaxLayers = 10000;
 constexpr int64_t kMaxSyntheticTokens = int64_t(1) << 31;
 
@@ -73,15 +81,36 @@ const std::vector<std::string>& model_preset_names() {
   return names;
 }
 
+const std::vector<std::string>& model_preset_keys() {
+  static const std::vector<std::string> keys = {
+      "family", "n_layer", "n_head",   "n_kv_head", "n_embd",          "vocab_size", "block_size",
+      "norm",   "mlp",     "position", "bias",      "tied_embeddings", "mlp_hidden", "rope_theta"};
+  return keys;
+}
+
+void apply_family_defaults(ModelConfig& model, ModelFamily family) {
+  const bool gpt2 = family == ModelFamily::gpt2;
+  model.family = family;
+  model.norm = gpt2 ? NormKind::layernorm : NormKind::rmsnorm;
+  model.mlp = gpt2 ? MlpKind::gelu : MlpKind::swiglu;
+  model.position = gpt2 ? PositionKind::learned : PositionKind::rope;
+  model.bias = gpt2;
+  model.tied_embeddings = gpt2;
+}
+
 void apply_model_preset(ModelConfig& model, const std::string& preset) {
   if (preset.empty()) return;
   for (const ModelPreset& p : kPresets) {
     if (preset != p.name) continue;
+    apply_family_defaults(model, p.family);
     model.n_layer = p.n_layer;
     model.n_head = p.n_head;
+    model.n_kv_head = p.n_kv_head;
     model.n_embd = p.n_embd;
-    model.vocab_size = 50257;
-    model.block_size = 1024;
+    model.vocab_size = p.vocab_size;
+    model.block_size = p.block_size;
+    model.mlp_hidden = p.mlp_hidden;
+    model.rope_theta = p.rope_theta;
     return;
   }
   std::string hint = closest_match(preset, model_preset_names());
@@ -120,6 +149,13 @@ void ModelConfig::validate(bool cross_checks) const {
                        n_kv_head, n_head));
   require_range("model.norm_eps", norm_eps, 0, true, kInf, false);
   require_range("model.init_std", init_std, 0, true, kInf, false);
+  require_min("model.mlp_hidden", mlp_hidden, 0);
+  require_range("model.rope_theta", rope_theta, 0, true, kInf, false);
+  if (cross_checks && position == PositionKind::rope && (n_embd / n_head) % 2 != 0)
+    fail_key("model.position",
+             strformat("model.position: rope rotates pairs of dims, so the head dim (n_embd %d / "
+                       "n_head %d = %d) must be even",
+                       n_embd, n_head, n_embd / n_head));
 }
 
 std::string FocusConfig::unused_key_reason(const std::string& key) const {

@@ -45,10 +45,10 @@ class ConfigError : public Error {
 template <class E>
 struct EnumNames;
 
-enum class ModelFamily : uint8_t { gpt2 };
-enum class NormKind : uint8_t { layernorm };
-enum class MlpKind : uint8_t { gelu };
-enum class PositionKind : uint8_t { learned };
+enum class ModelFamily : uint8_t { gpt2, llama, mistral };
+enum class NormKind : uint8_t { layernorm, rmsnorm };
+enum class MlpKind : uint8_t { gelu, swiglu };
+enum class PositionKind : uint8_t { learned, rope };
 enum class DataSource : uint8_t { synthetic, shards };
 enum class OptimizerName : uint8_t { adamw };
 enum class ScheduleType : uint8_t { cosine, linear, constant, wsd };
@@ -65,23 +65,23 @@ enum class SfaKernel : uint8_t { auto_select, flash, masked_dense };
 
 template <>
 struct EnumNames<ModelFamily> {
-  static constexpr std::array<std::string_view, 1> names{"gpt2"};
-  static constexpr std::array<std::string_view, 2> future{"llama", "mistral"};
+  static constexpr std::array<std::string_view, 3> names{"gpt2", "llama", "mistral"};
+  static constexpr std::array<std::string_view, 0> future{};
 };
 template <>
 struct EnumNames<NormKind> {
-  static constexpr std::array<std::string_view, 1> names{"layernorm"};
-  static constexpr std::array<std::string_view, 1> future{"rmsnorm"};
+  static constexpr std::array<std::string_view, 2> names{"layernorm", "rmsnorm"};
+  static constexpr std::array<std::string_view, 0> future{};
 };
 template <>
 struct EnumNames<MlpKind> {
-  static constexpr std::array<std::string_view, 1> names{"gelu"};
-  static constexpr std::array<std::string_view, 1> future{"swiglu"};
+  static constexpr std::array<std::string_view, 2> names{"gelu", "swiglu"};
+  static constexpr std::array<std::string_view, 0> future{};
 };
 template <>
 struct EnumNames<PositionKind> {
-  static constexpr std::array<std::string_view, 1> names{"learned"};
-  static constexpr std::array<std::string_view, 1> future{"rope"};
+  static constexpr std::array<std::string_view, 2> names{"learned", "rope"};
+  static constexpr std::array<std::string_view, 0> future{};
 };
 template <>
 struct EnumNames<DataSource> {
@@ -164,7 +164,10 @@ constexpr std::string_view enum_name(E e) {
 // ---- sections ---------------------------------------------------------------------------------
 
 struct ModelConfig {
-  std::string preset;  // "", gpt2, gpt2-medium, gpt2-large, gpt2-xl
+  std::string preset;  // "" or one of model_preset_names()
+  // The family's block choices are the defaults of norm, mlp, position, bias and tied_embeddings
+  // (gpt2: layernorm, gelu, learned, true, true; llama and mistral: rmsnorm, swiglu, rope, false,
+  // false); it also names the model_type of Hugging Face exports.
   ModelFamily family = ModelFamily::gpt2;
   int n_layer = 12;
   int n_head = 12;
@@ -180,20 +183,31 @@ struct ModelConfig {
   bool tied_embeddings = true;
   double norm_eps = 1e-5;
   double init_std = 0.02;
+  int mlp_hidden = 0;         // MLP hidden width; 0: 4 n_embd (gelu) or LLaMA's rule (swiglu)
+  double rope_theta = 10000;  // RoPE base (position: rope)
 
   int padded_vocab() const;  // vocab_size rounded up to a multiple of vocab_multiple
   int head_dim() const { return n_embd / n_head; }
   int kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
+  // mlp_hidden resolved: 4 n_embd (gelu) or LLaMA's 2/3 of it rounded up to 256 (swiglu)
+  // (GPTConfig::mlp_hidden() computes the same).
+  int mlp_hidden_width() const {
+    if (mlp_hidden > 0) return mlp_hidden;
+    return mlp == MlpKind::swiglu ? (8 * n_embd / 3 + 255) / 256 * 256 : 4 * n_embd;
+  }
   // cross_checks false: each key's range only (a model whose other keys come from a checkpoint,
   // resolve_init_from, is checked across keys once they are there).
   void validate(bool cross_checks = true) const;
   bool operator==(const ModelConfig&) const = default;
 };
 
-// Sets n_layer, n_head, n_embd, vocab_size and block_size from a named preset; "" does nothing.
-// Unknown names throw with the valid ones.
+// Sets the architecture keys of a named preset (model_preset_keys: its family, the family's block
+// choices and its sizes); "" does nothing. Unknown names throw with the valid ones.
 void apply_model_preset(ModelConfig& model, const std::string& preset);
-const std::vector<std::string>& model_preset_names();  // gpt2, gpt2-medium, gpt2-large, gpt2-xl
+const std::vector<std::string>& model_preset_names();  // gpt2 .. gpt2-xl, llama2-7b, ...
+const std::vector<std::string>& model_preset_keys();   // the model.* keys a preset sets
+// Sets the family's block choices (norm, mlp, position, bias, tied_embeddings).
+void apply_family_defaults(ModelConfig& model, ModelFamily family);
 
 // attention.focus: Focus attention (arXiv 2604.03260; docs/focus.md). Defaults are the paper's.
 // Read whatever attention.type is (so a recipe can carry them), used when type is "focus".

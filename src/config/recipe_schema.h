@@ -32,6 +32,9 @@ void visit(V& v, Is<ModelConfig> auto& m) {
   v.field("tied_embeddings", m.tied_embeddings, {"tie_embeddings", "tied", "tie_weights"});
   v.field("norm_eps", m.norm_eps, {"eps", "layernorm_eps", "ln_eps"});
   v.field("init_std", m.init_std, {"std"});
+  v.field("mlp_hidden", m.mlp_hidden,
+          {"intermediate_size", "ffn_hidden", "d_ff", "ffn_dim", "hidden_dim", "mlp_dim"});
+  v.field("rope_theta", m.rope_theta, {"rope_base", "theta", "base"});
 }
 
 template <class V>

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "config/recipe.h"
 #include "config/recipe_schema.h"
@@ -451,21 +452,34 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name
   }
 
   Recipe recipe;
-  // The preset goes first so that explicit keys (file or --set) win over it.
+  // The family's block choices, then the preset, go first so that explicit keys (file or --set)
+  // win over them.
   std::string preset;
+  std::optional<ModelFamily> family;
   auto probe_preset = [&](const YAML::Node& tree, const Source& src) {
     if (!tree.IsMap()) return;
     const YAML::Node model = tree["model"];
     const std::string prefix = "model";
-    if (model.IsDefined() && model.IsMap()) FieldReader{model, prefix, src}.field("preset", preset);
+    if (!model.IsDefined() || !model.IsMap()) return;
+    FieldReader{model, prefix, src}.field("preset", preset);
+    if (model["family"].IsDefined()) {
+      ModelFamily f = ModelFamily::gpt2;
+      FieldReader{model, prefix, src}.field("family", f);
+      family = f;
+    }
   };
   probe_preset(root, file);
   for (const auto& [src, tree] : sets) probe_preset(tree, src);
+  if (family) apply_family_defaults(recipe.model, *family);
   try {
     apply_model_preset(recipe.model, preset);
   } catch (const ConfigError& e) {
     throw Error(locations["model.preset"] + ": " + e.what());
   }
+  if (family && !preset.empty() && recipe.model.family != *family)
+    ATTN_FAIL("%s: model.family '%s' contradicts model.preset '%s' (a %s model); drop one of them",
+              locations["model.family"].c_str(), std::string(enum_name(*family)).c_str(),
+              preset.c_str(), std::string(enum_name(recipe.model.family)).c_str());
 
   read_section(root, "", file, recipe);
   for (const auto& [src, tree] : sets) read_section(tree, "", src, recipe);
@@ -474,8 +488,11 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name
   // the others from its checkpoint, and eval compares only these with the model.
   for (const auto& [key, where] : locations) recipe.given.where[key] = where;
   if (!preset.empty())
-    for (const char* k : {"n_layer", "n_head", "n_embd", "vocab_size", "block_size"})
-      recipe.given.where.emplace(std::string("model.") + k, locations["model.preset"]);
+    for (const std::string& k : model_preset_keys())
+      recipe.given.where.emplace("model." + k, locations["model.preset"]);
+  if (family)
+    for (const char* k : {"norm", "mlp", "position", "bias", "tied_embeddings"})
+      recipe.given.where.emplace(std::string("model.") + k, locations["model.family"]);
 
   try {
     recipe.validate(use);

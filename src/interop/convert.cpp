@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "interop/hf_gpt2.h"
+#include "interop/hf_llama.h"
 #include "interop/llmc.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
@@ -43,8 +44,16 @@ void write_converted(const ParameterStore& out, const ModelSource& s, const Reci
       write_attnlab(out, s, recipe, tok, dst, res);
       break;
     case ModelFormat::hf:
-      write_hf_gpt2(out, config, tok, dst, &res.notes);
-      for (const char* f : {"config.json", "model.safetensors", "vocab.json", "merges.txt"})
+      // GPT-2's block to GPT2LMHeadModel, LLaMA's to LlamaForCausalLM (MistralForCausalLM with a
+      // sliding window); each writer refuses a block of neither kind.
+      if (config.norm == NormType::rmsnorm || config.mlp == MlpType::swiglu ||
+          config.position == PositionType::rope) {
+        write_hf_llama(out, config, tok, dst, &res.notes);
+      } else {
+        write_hf_gpt2(out, config, tok, dst, &res.notes);
+      }
+      for (const char* f : {"config.json", "model.safetensors", "vocab.json", "merges.txt",
+                            "tokenizer_config.json"})
         if (fs::exists(fs::path(dst) / f)) res.written.push_back((fs::path(dst) / f).string());
       break;
     case ModelFormat::llmc:
@@ -99,7 +108,13 @@ ConvertResult convert_model(const std::string& src, const std::string& dst,
   const ParameterStore& out = s.config.lora.enabled() ? merged : store;
 
   std::unique_ptr<Tokenizer> tok;
-  if (!s.tokenizer.empty()) tok = make_tokenizer(s.tokenizer);
+  try {
+    if (!s.tokenizer.empty()) tok = make_tokenizer(s.tokenizer);
+  } catch (const Error& e) {
+    // (a LLaMA 2 / Mistral SentencePiece tokenizer.json: the weights convert, the tokenizer not)
+    if (s.format != ModelFormat::hf) throw;
+    res.notes.push_back(strformat("the tokenizer was not carried over: %s", e.what()));
+  }
   try {
     write_converted(out, s, recipe, config, tok.get(), dst, options, res);
   } catch (const Error& e) {

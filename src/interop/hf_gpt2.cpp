@@ -8,9 +8,9 @@
 #include <set>
 
 #include "core/error.h"
+#include "interop/hf_files.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
-#include "tokenizer/bpe.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -41,44 +41,21 @@ bool is_mask_buffer(const std::string& name) {
 
 int round_up(int v, int m) { return (v + m - 1) / m * m; }
 
-std::string json_text(const json& v) { return v.dump(); }
-
 }  // namespace
 
 GPTConfig gpt_config_of_hf(const std::string& config_json, const std::string& path,
                            std::vector<std::string>* notes) {
-  json j;
-  try {
-    j = json::parse(config_json);
-  } catch (const json::exception& e) {
-    ATTN_FAIL("'%s' is not valid JSON: %s", path.c_str(), e.what());
-  }
-  ATTN_REQUIRE(j.is_object(), "'%s' is not a JSON object", path.c_str());
-  const auto get_int = [&](const char* key, int def) -> int {
-    if (!j.contains(key) || j[key].is_null()) return def;
-    ATTN_REQUIRE(j[key].is_number_integer(), "'%s': %s must be an integer, got %s", path.c_str(),
-                 key, json_text(j[key]).c_str());
-    return j[key].get<int>();
-  };
-  const auto get_bool = [&](const char* key, bool def) -> bool {
-    if (!j.contains(key) || j[key].is_null()) return def;
-    ATTN_REQUIRE(j[key].is_boolean(), "'%s': %s must be true or false, got %s", path.c_str(), key,
-                 json_text(j[key]).c_str());
-    return j[key].get<bool>();
-  };
-  const auto get_double = [&](const char* key, double def) -> double {
-    if (!j.contains(key) || j[key].is_null()) return def;
-    ATTN_REQUIRE(j[key].is_number(), "'%s': %s must be a number, got %s", path.c_str(), key,
-                 json_text(j[key]).c_str());
-    return j[key].get<double>();
-  };
-  const auto refuse = [&](const char* key, const std::string& why) {
-    ATTN_FAIL("'%s': %s = %s is not supported: %s", path.c_str(), key, json_text(j[key]).c_str(),
-              why.c_str());
-  };
+  const HfConfig hc(config_json, path);
+  const json& j = hc.json();
+  const auto get_int = [&](const char* key, int def) { return hc.get_int(key, def); };
+  const auto get_bool = [&](const char* key, bool def) { return hc.get_bool(key, def); };
+  const auto get_double = [&](const char* key, double def) { return hc.get_double(key, def); };
+  const auto refuse = [&](const char* key, const std::string& why) { hc.refuse(key, why); };
 
   if (j.contains("model_type") && j["model_type"] != "gpt2")
-    refuse("model_type", "attnlab reads GPT-2 (model_type \"gpt2\") Hugging Face checkpoints");
+    refuse("model_type",
+           "attnlab reads Hugging Face GPT-2, LLaMA and Mistral checkpoints (model_type \"gpt2\", "
+           "\"llama\", \"mistral\")");
   if (j.contains("activation_function") && j["activation_function"] != "gelu_new" &&
       j["activation_function"] != "gelu_pytorch_tanh")
     refuse("activation_function",
@@ -176,12 +153,8 @@ GPTConfig gpt_config_of_hf(const std::string& config_json, const std::string& pa
                                               "predict_special_tokens",
                                               "_attn_implementation_autoset",
                                               "use_return_dict"};
-  std::string unknown;
-  for (const auto& [k, v] : j.items())
-    if (!known.count(k)) unknown += (unknown.empty() ? "" : ", ") + k;
-  if (notes && !unknown.empty())
-    notes->push_back(strformat("%s: keys not interpreted (attnlab assumes they change nothing): %s",
-                               path.c_str(), unknown.c_str()));
+  const std::string unknown = hc.unknown_keys_note(known);
+  if (notes && !unknown.empty()) notes->push_back(unknown);
   try {
     c.validate();
   } catch (const Error& e) {  // name the file the shape came from
@@ -191,49 +164,10 @@ GPTConfig gpt_config_of_hf(const std::string& config_json, const std::string& pa
 }
 
 ForeignCheckpoint read_hf_gpt2(const std::string& dir, const GPTConfig& cfg) {
-  // name in the file -> the shard that holds it
-  std::vector<std::shared_ptr<io::SafetensorsFile>> files;
-  std::map<std::string, std::shared_ptr<io::SafetensorsFile>> where;
-  const fs::path single = fs::path(dir) / "model.safetensors";
-  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  HfWeightFiles files = open_hf_weights(dir);
+  auto& where = files.where;  // name in the file -> the shard that holds it
   ForeignCheckpoint out;
-  if (fs::exists(single)) {
-    out.path = single.string();
-    files.push_back(std::make_shared<io::SafetensorsFile>(single.string()));
-    for (const auto& n : files.back()->names()) where[n] = files.back();
-  } else {
-    ATTN_REQUIRE(fs::exists(index),
-                 "Hugging Face directory '%s' has neither model.safetensors nor "
-                 "model.safetensors.index.json (pytorch_model.bin is not read: convert it with "
-                 "save_pretrained(..., safe_serialization=True))",
-                 dir.c_str());
-    out.path = index.string();
-    json j;
-    try {
-      j = json::parse(io::read_file(index.string()));
-    } catch (const json::exception& e) {
-      ATTN_FAIL("'%s' is not valid JSON: %s", index.c_str(), e.what());
-    }
-    ATTN_REQUIRE(j.contains("weight_map") && j["weight_map"].is_object(),
-                 "'%s' has no \"weight_map\" object", index.c_str());
-    std::map<std::string, std::shared_ptr<io::SafetensorsFile>> shards;
-    for (const auto& [name, file] : j["weight_map"].items()) {
-      ATTN_REQUIRE(file.is_string(), "'%s': weight_map['%s'] is not a file name", index.c_str(),
-                   name.c_str());
-      const std::string f = file.get<std::string>();
-      auto& shard = shards[f];
-      if (!shard) shard = std::make_shared<io::SafetensorsFile>((fs::path(dir) / f).string());
-      ATTN_REQUIRE(shard->contains(name), "'%s' lists tensor '%s' in '%s', which lacks it",
-                   index.c_str(), name.c_str(), f.c_str());
-      where[name] = shard;
-    }
-    // A shard's tensors that the index does not list would be silently unused: refuse them.
-    for (const auto& [f, shard] : shards)
-      for (const auto& n : shard->names())
-        ATTN_REQUIRE(where.count(n) && where[n] == shard,
-                     "'%s' holds tensor '%s', which '%s' does not list", f.c_str(), n.c_str(),
-                     index.c_str());
-  }
+  out.path = files.path;
 
   std::string wte_origin, head_origin;
   for (const auto& [file_name, file] : where) {
@@ -316,6 +250,12 @@ void write_hf_gpt2(const ParameterStore& store, const GPTConfig& cfg, const Toke
   const auto refuse = [&](const std::string& why) {
     ATTN_FAIL("cannot export to Hugging Face GPT-2: %s", why.c_str());
   };
+  if (cfg.norm != NormType::layernorm || cfg.mlp != MlpType::gelu ||
+      cfg.position != PositionType::learned)
+    refuse(
+        strformat("the model's block (norm %s, mlp %s, position %s) is not GPT-2's (layernorm, "
+                  "gelu, learned)",
+                  norm_name(cfg.norm), mlp_name(cfg.mlp), position_name(cfg.position)));
   if (cfg.n_kv_head != 0 && cfg.n_kv_head != cfg.n_head)
     refuse(
         strformat("the model uses grouped-query attention (n_kv_head %d, n_head %d), which "
@@ -387,26 +327,9 @@ void write_hf_gpt2(const ParameterStore& store, const GPTConfig& cfg, const Toke
             {"torch_dtype", "float32"}};
   io::write_file_atomic((fs::path(dir) / "config.json").string(), c.dump(2) + "\n");
 
-  if (!tokenizer) return;
-  const auto* bpe = dynamic_cast<const BpeTokenizer*>(tokenizer);
-  if (!bpe) {
-    if (notes)
-      notes->push_back("the '" + tokenizer->name() +
-                       "' tokenizer has no Hugging Face GPT-2 form: no tokenizer files written");
-    return;
-  }
-  const BpeVocabData& d = bpe->data();
-  json vocab = json::object();
-  for (size_t id = 0; id < d.tokens.size(); ++id) {
-    if (!d.has_token[id]) continue;
-    vocab[d.is_special[id] ? d.tokens[id] : gpt2_bytes_to_symbols(d.tokens[id])] = int(id);
-  }
-  io::write_file_atomic((fs::path(dir) / "vocab.json").string(), vocab.dump() + "\n");
-  std::string merges = "#version: 0.2\n";
-  for (const auto& [l, r] : d.merges)
-    merges += gpt2_bytes_to_symbols(d.tokens[size_t(l)]) + " " +
-              gpt2_bytes_to_symbols(d.tokens[size_t(r)]) + "\n";
-  io::write_file_atomic((fs::path(dir) / "merges.txt").string(), merges);
+  if (tokenizer && !write_hf_bpe_files(*tokenizer, dir) && notes)
+    notes->push_back("the '" + tokenizer->name() +
+                     "' tokenizer has no Hugging Face GPT-2 form: no tokenizer files written");
 }
 
 }  // namespace attnlab

@@ -194,6 +194,12 @@ void write_llmc(const ParameterStore& store, const GPTConfig& cfg, const std::st
   const auto refuse = [&](const std::string& why) {
     ATTN_FAIL("cannot export to llm.c: %s", why.c_str());
   };
+  if (cfg.norm != NormType::layernorm || cfg.mlp != MlpType::gelu ||
+      cfg.position != PositionType::learned)
+    refuse(
+        strformat("the model's block (norm %s, mlp %s, position %s) is not llm.c's GPT-2 "
+                  "(layernorm, gelu, learned)",
+                  norm_name(cfg.norm), mlp_name(cfg.mlp), position_name(cfg.position)));
   if (!cfg.tied_embeddings)
     refuse("the model has an untied head (lm_head.weight); llm.c ties the head to wte");
   if (!cfg.bias) refuse("the model has no biases (model.bias: false); llm.c's GPT-2 has them");

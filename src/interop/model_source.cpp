@@ -7,6 +7,7 @@
 #include "config/recipe.h"
 #include "core/error.h"
 #include "interop/hf_gpt2.h"
+#include "interop/hf_llama.h"
 #include "interop/llmc.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
@@ -91,13 +92,18 @@ ModelSource inspect_model_source(const std::string& path) {
     s.format = ModelFormat::hf;
     s.weights_path = path;
     const std::string cfg_path = (p / "config.json").string();
-    s.config = gpt_config_of_hf(io::read_file(cfg_path), cfg_path, &s.notes);
+    const std::string text = io::read_file(cfg_path);
+    const HfConfig hc(text, cfg_path);
+    const std::string type = hc.get_string("model_type", "gpt2");
+    s.config = type == "llama" || type == "mistral" ? gpt_config_of_hf_llama(hc, &s.notes)
+                                                    : gpt_config_of_hf(text, cfg_path, &s.notes);
     s.tokenizer = hf_tokenizer_spec(path);
     return s;
   }
   ATTN_FAIL(
       "'%s' is not a model: looked for recipe.yaml + model.safetensors (an attnlab checkpoint), "
-      "checkpoints/latest (an attnlab run) and config.json (a Hugging Face GPT-2 directory)",
+      "checkpoints/latest (an attnlab run) and config.json (a Hugging Face GPT-2, LLaMA or Mistral "
+      "directory)",
       path.c_str());
 }
 
@@ -119,8 +125,11 @@ WeightLoadReport load_model_source(const ModelSource& source, const ParameterSto
     case ModelFormat::attnlab:
       return load_model_weights_by_role(source.weights_path, store, options);
     case ModelFormat::hf:
-      return load_foreign_checkpoint(read_hf_gpt2(source.weights_path, source.config), store,
-                                     options);
+      // (the block says which layout: config.json gave one or the other)
+      return load_foreign_checkpoint(source.config.norm == NormType::rmsnorm
+                                         ? read_hf_llama(source.weights_path, source.config)
+                                         : read_hf_gpt2(source.weights_path, source.config),
+                                     store, options);
     case ModelFormat::llmc:
       return load_foreign_checkpoint(read_llmc(source.weights_path, source.config), store, options);
   }

@@ -31,7 +31,7 @@ void GPT::declare_params(ParameterStore& store) const {
     weight("wpe.weight", Shape{cfg_.block_size, C}, cfg_.init_std / 2);  // GPT-2: 0.01
   for (const Block& b : blocks_) b.declare_params(store);
   vec("ln_f.weight", C, ParamInit::ones);
-  if (cfg_.bias) vec("ln_f.bias", C, ParamInit::zeros);
+  if (cfg_.norm_bias()) vec("ln_f.bias", C, ParamInit::zeros);
   if (!cfg_.tied_embeddings) weight("lm_head.weight", Shape{cfg_.padded_vocab, C}, cfg_.init_std);
 }
 
@@ -55,8 +55,8 @@ void GPT::bind(const ParameterStore& store) {
   dwpe_ = learned ? store.grad("wpe.weight") : Tensor();
   lnf_w_ = store.param("ln_f.weight");
   dlnf_w_ = store.grad("ln_f.weight");
-  lnf_b_ = cfg_.bias ? store.param("ln_f.bias") : Tensor();
-  dlnf_b_ = cfg_.bias ? store.grad("ln_f.bias") : Tensor();
+  lnf_b_ = cfg_.norm_bias() ? store.param("ln_f.bias") : Tensor();
+  dlnf_b_ = cfg_.norm_bias() ? store.grad("ln_f.bias") : Tensor();
   lm_head_ = cfg_.tied_embeddings ? Tensor() : store.param("lm_head.weight");
   dlm_head_ = cfg_.tied_embeddings ? Tensor() : store.grad("lm_head.weight");
   for (Block& b : blocks_) b.bind(store);
@@ -111,7 +111,7 @@ GPT::Acts GPT::carve(Carver& cv, int B, int T, DType dt) const {
       Tensor gelu = cv.take(dt, Shape{BT, cfg_.mlp_hidden()});
       for (auto& L : a.layers) {
         L = Block::carve(cv, cfg_, B, T, dt, false, true);
-        L.fch_gelu = gelu;
+        L.fch_act = gelu;
       }
       break;
     }
@@ -126,7 +126,7 @@ GPT::Acts GPT::carve(Carver& cv, int B, int T, DType dt) const {
     }
   }
   a.lnf = cv.take(dt, Shape{BT, C});
-  a.lnf_mean = cv.take(DType::f32, Shape{BT});
+  if (cfg_.norm == NormType::layernorm) a.lnf_mean = cv.take(DType::f32, Shape{BT});
   a.lnf_rstd = cv.take(DType::f32, Shape{BT});
   a.logits = cv.take(dt, Shape{BT, Vp});
   a.losses = cv.take(DType::f32, Shape{BT});
@@ -173,9 +173,8 @@ void GPT::forward(const ExecContext& ctx, const ParameterStore& store, const Ten
     blocks_[size_t(l)].forward(ctx, layer_input(l), layers_[size_t(l)], run, ob);
   }
   {
-    OpScope s(ob, "fwd.layernorm");
-    ops::layernorm_fwd(ctx, lnf_, lnf_mean_, lnf_rstd_, layers_.back().out, lnf_w_, lnf_b_,
-                       cfg_.norm_eps);
+    OpScope s(ob, norm_scope(cfg_, false));
+    norm_fwd(ctx, cfg_, lnf_, lnf_mean_, lnf_rstd_, layers_.back().out, {lnf_w_, lnf_b_});
   }
   {
     OpScope s(ob, "fwd.matmul.lm_head");
@@ -242,10 +241,10 @@ void GPT::backward(const ExecContext& ctx, const ParameterStore& store, const Te
                     lnf_, head_weight(false));
   }
   if (below_head_trains) {
-    OpScope sc(ob, "bwd.layernorm");
+    OpScope sc(ob, norm_scope(cfg_, true));
     zero_tensor(s.dres);
-    ops::layernorm_bwd(ctx, s.dres, dlnf_w_, dlnf_b_, s.dln, layers_.back().out, lnf_w_, lnf_mean_,
-                       lnf_rstd_);
+    norm_bwd(ctx, cfg_, s.dres, {dlnf_w_, dlnf_b_}, s.dln, layers_.back().out, {lnf_w_, lnf_b_},
+             lnf_mean_, lnf_rstd_);
   }
   const AuxLossSink aux{aux_total(), aux_scale_};
   const int stop = embeddings_train ? 0 : lowest_layer;

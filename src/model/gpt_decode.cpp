@@ -3,9 +3,10 @@
 // A chunk of T new tokens at positions pos .. pos+T-1 runs the same block forward as training
 // (Block::forward in generate mode: each attention module appends to its own layer cache and
 // attends over it), keeps only one layer's activations (no backward), and computes the LM head for
-// the last position only. Positions index wpe from pos, so the logits equal those of forward() on
-// the whole prefix. The activations live in the cache's scratch buffer, carved by the same code
-// that sizes it, for B * max_T tokens, so a prefill needs no training-sized allocation.
+// the last position only. Positions index wpe (or RoPE's angles) from pos, so the logits equal
+// those of forward() on the whole prefix. The activations live in the cache's scratch buffer,
+// carved by the same code that sizes it, for B * max_T tokens, so a prefill needs no training-sized
+// allocation.
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "model/gpt.h"
@@ -30,7 +31,7 @@ DecodeActs carve_decode(Carver& cv, const GPTConfig& cfg, int B, int T_max, DTyp
   a.x1 = cv.take(dt, Shape{rows, C});
   a.last = cv.take(dt, Shape{B, C});
   a.last_norm = cv.take(dt, Shape{B, C});
-  a.last_mean = cv.take(DType::f32, Shape{B});
+  if (cfg.norm == NormType::layernorm) a.last_mean = cv.take(DType::f32, Shape{B});
   a.last_rstd = cv.take(DType::f32, Shape{B});
   a.logits = cv.take(dt, Shape{B, cfg.padded_vocab});
   return a;
@@ -39,7 +40,7 @@ DecodeActs carve_decode(Carver& cv, const GPTConfig& cfg, int B, int T_max, DTyp
 // The first B x T tokens' view of a layer's activations carved for B x T_max.
 BlockActs chunk_view(const BlockActs& f, int B, int T) {
   const int64_t BT = int64_t(B) * T;
-  auto rows = [&](const Tensor& t) { return t.slice0(0, BT); };
+  auto rows = [&](const Tensor& t) { return t.empty() ? t : t.slice0(0, BT); };
   auto bt = [&](const Tensor& t) {
     return t.view(Shape{t.dim(0) * t.dim(1), t.dim(2)}).slice0(0, BT).view(Shape{B, T, t.dim(2)});
   };
@@ -47,7 +48,7 @@ BlockActs chunk_view(const BlockActs& f, int B, int T) {
   a.ln1 = rows(f.ln1), a.ln1_mean = rows(f.ln1_mean), a.ln1_rstd = rows(f.ln1_rstd);
   a.qkv = bt(f.qkv), a.atty = bt(f.atty), a.res2 = rows(f.res2);
   a.ln2 = rows(f.ln2), a.ln2_mean = rows(f.ln2_mean), a.ln2_rstd = rows(f.ln2_rstd);
-  a.fch = rows(f.fch), a.fch_gelu = rows(f.fch_gelu);
+  a.fch = rows(f.fch), a.fch_act = rows(f.fch_act);
   if (!f.lora_u.empty()) a.lora_u = rows(f.lora_u);
   return a;
 }
@@ -130,8 +131,8 @@ Tensor GPT::decode_chunk(const ExecContext& ctx, const ParameterStore& store, co
       copy_tensor(last.slice0(b, b + 1), x.slice0(int64_t(b) * T + T - 1, int64_t(b) * T + T));
   }
   const Tensor last_norm = full.last_norm.slice0(0, B), logits = full.logits.slice0(0, B);
-  ops::layernorm_fwd(ctx, last_norm, full.last_mean.slice0(0, B), full.last_rstd.slice0(0, B), last,
-                     lnf_w_, lnf_b_, cfg_.norm_eps);
+  const Tensor last_mean = full.last_mean.empty() ? Tensor() : full.last_mean.slice0(0, B);
+  norm_fwd(ctx, cfg_, last_norm, last_mean, full.last_rstd.slice0(0, B), last, {lnf_w_, lnf_b_});
   ops::matmul_fwd(ctx, logits, last_norm, head_weight(false), Tensor());
   return logits;
 }

@@ -1,5 +1,7 @@
 #include "model/model_config.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace attnlab {
@@ -16,9 +18,11 @@ const char* recompute_name(ActivationRecompute r) {
   return "?";
 }
 
-const char* norm_name(NormType n) { return n == NormType::layernorm ? "layernorm" : "?"; }
-const char* mlp_name(MlpType m) { return m == MlpType::gelu ? "gelu" : "?"; }
-const char* position_name(PositionType p) { return p == PositionType::learned ? "learned" : "?"; }
+const char* norm_name(NormType n) { return n == NormType::layernorm ? "layernorm" : "rmsnorm"; }
+const char* mlp_name(MlpType m) { return m == MlpType::gelu ? "gelu" : "swiglu"; }
+const char* position_name(PositionType p) {
+  return p == PositionType::learned ? "learned" : "rope";
+}
 
 void GPTConfig::validate() const {
   ATTN_REQUIRE(n_layer >= 1 && n_head >= 1 && n_embd >= 1,
@@ -32,6 +36,13 @@ void GPTConfig::validate() const {
   ATTN_REQUIRE(padded_vocab >= vocab_size && vocab_size >= 1, "model: padded vocab %d < vocab %d",
                padded_vocab, vocab_size);
   ATTN_REQUIRE(block_size >= 1, "model.block_size must be >= 1, got %d", block_size);
+  ATTN_REQUIRE(mlp_hidden_size >= 0, "model.mlp_hidden must be >= 0 (0: the default), got %d",
+               mlp_hidden_size);
+  ATTN_REQUIRE(position != PositionType::rope || head_dim() % 2 == 0,
+               "model.position: rope needs an even head dim, got %d (n_embd %d / n_head %d)",
+               head_dim(), n_embd, n_head);
+  ATTN_REQUIRE(position != PositionType::rope || (std::isfinite(rope_theta) && rope_theta > 0.f),
+               "model.rope_theta must be > 0, got %g", double(rope_theta));
 }
 
 }  // namespace attnlab

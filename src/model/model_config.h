@@ -1,7 +1,7 @@
 // The configuration of a decoder-only model: one block structure, many configurations. Each
-// choice below is a config value of the same block (model/block.h); a choice the block does not
-// implement is refused by name in validate(). docs/architecture.md lists where the LLaMA-family
-// choices (RMSNorm, SwiGLU, RoPE) go.
+// choice below is a config value of the same block (model/block.h): GPT-2 (LayerNorm, GELU,
+// learned positions, biases, tied head) and the LLaMA family (RMSNorm, SwiGLU, RoPE, GQA, no
+// biases, untied head) are two settings of it (docs/architecture.md, docs/llama.md).
 #pragma once
 #include <cstdint>
 
@@ -24,9 +24,9 @@ namespace attnlab {
 enum class ActivationRecompute : uint8_t { none, gelu, block };
 const char* recompute_name(ActivationRecompute r);
 
-enum class NormType : uint8_t { layernorm };    // LLaMA: rmsnorm
-enum class MlpType : uint8_t { gelu };          // LLaMA: swiglu
-enum class PositionType : uint8_t { learned };  // LLaMA: rope
+enum class NormType : uint8_t { layernorm, rmsnorm };  // LLaMA: rmsnorm
+enum class MlpType : uint8_t { gelu, swiglu };         // LLaMA: swiglu
+enum class PositionType : uint8_t { learned, rope };   // LLaMA: rope
 const char* norm_name(NormType n);
 const char* mlp_name(MlpType m);
 const char* position_name(PositionType p);
@@ -43,13 +43,24 @@ struct GPTConfig {
   bool tied_embeddings = true;  // LM head = wte (else its own lm_head.weight)
   float norm_eps = 1e-5f;
   float init_std = 0.02f;
+  int mlp_hidden_size = 0;     // MLP hidden width F; 0: 4 C (GELU) or LLaMA's rule (SwiGLU)
+  float rope_theta = 10000.f;  // RoPE base (position == rope)
   AttentionOptions attention;
   LoraOptions lora;  // retrofit.lora: a LoRA on every layer's c_attn when rank > 0 (nn/lora.h)
   ActivationRecompute recompute = ActivationRecompute::none;
 
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int head_dim() const { return n_embd / n_head; }
-  int mlp_hidden() const { return 4 * n_embd; }
+  // F: the width of the MLP's activation (mlp.c_proj's input). SwiGLU's default is LLaMA's
+  // rule: 2/3 of 4 C rounded up to a multiple of 256 (4096 -> 11008).
+  int mlp_hidden() const {
+    if (mlp_hidden_size > 0) return mlp_hidden_size;
+    return mlp == MlpType::swiglu ? (8 * n_embd / 3 + 255) / 256 * 256 : 4 * n_embd;
+  }
+  // Rows of mlp.c_fc: F, or 2 F for SwiGLU (the gate projection's F rows, then the up one's).
+  int mlp_fc_rows() const { return mlp == MlpType::swiglu ? 2 * mlp_hidden() : mlp_hidden(); }
+  // Whether the norms carry a bias (LayerNorm with model.bias; RMSNorm never).
+  bool norm_bias() const { return bias && norm == NormType::layernorm; }
   QKVLayout qkv_layout() const { return {n_head, kv_heads(), head_dim()}; }
   // Throws naming the model.* key of the first invalid or unimplemented choice.
   void validate() const;

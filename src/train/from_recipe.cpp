@@ -44,22 +44,33 @@ GPTConfig gpt_config_of(const Recipe& r) {
   c.norm_eps = float(r.model.norm_eps);
   c.init_std = float(r.model.init_std);
   // Every model.* choice reaches the block config (the switches make a new recipe value a compile
-  // warning here until the block implements it; the schema refuses the planned names today).
+  // warning here until the block implements it).
   switch (r.model.norm) {
     case NormKind::layernorm:
       c.norm = NormType::layernorm;
+      break;
+    case NormKind::rmsnorm:
+      c.norm = NormType::rmsnorm;
       break;
   }
   switch (r.model.mlp) {
     case MlpKind::gelu:
       c.mlp = MlpType::gelu;
       break;
+    case MlpKind::swiglu:
+      c.mlp = MlpType::swiglu;
+      break;
   }
   switch (r.model.position) {
     case PositionKind::learned:
       c.position = PositionType::learned;
       break;
+    case PositionKind::rope:
+      c.position = PositionType::rope;
+      break;
   }
+  c.mlp_hidden_size = r.model.mlp_hidden;
+  c.rope_theta = float(r.model.rope_theta);
   c.bias = r.model.bias;
   c.tied_embeddings = r.model.tied_embeddings;
   // The registry knows the types (tests register more), so the recipe checks them here, where
@@ -109,7 +120,9 @@ int vocab_multiple_of(int vocab_size, int padded_vocab) {
 void set_model_config(const GPTConfig& c, Recipe& r) {
   ModelConfig& m = r.model;
   m.preset = "";
-  m.family = ModelFamily::gpt2;
+  const bool gpt2_block = c.norm == NormType::layernorm && c.mlp == MlpType::gelu &&
+                          c.position == PositionType::learned;
+  m.family = gpt2_block ? ModelFamily::gpt2 : ModelFamily::llama;
   m.n_layer = c.n_layer;
   m.n_head = c.n_head;
   m.n_kv_head = c.n_kv_head;
@@ -117,9 +130,11 @@ void set_model_config(const GPTConfig& c, Recipe& r) {
   m.vocab_size = c.vocab_size;
   m.block_size = c.block_size;
   m.vocab_multiple = vocab_multiple_of(c.vocab_size, c.padded_vocab);
-  m.norm = NormKind::layernorm;
-  m.mlp = MlpKind::gelu;
-  m.position = PositionKind::learned;
+  m.norm = c.norm == NormType::rmsnorm ? NormKind::rmsnorm : NormKind::layernorm;
+  m.mlp = c.mlp == MlpType::swiglu ? MlpKind::swiglu : MlpKind::gelu;
+  m.position = c.position == PositionType::rope ? PositionKind::rope : PositionKind::learned;
+  m.mlp_hidden = c.mlp_hidden_size;
+  m.rope_theta = shortest_double(c.rope_theta);
   m.bias = c.bias;
   m.tied_embeddings = c.tied_embeddings;
   m.norm_eps = shortest_double(c.norm_eps);

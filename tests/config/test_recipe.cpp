@@ -127,7 +127,64 @@ TEST(RecipePresets, SetShapeAndExplicitKeysWin) {
   EXPECT_EQ(r.model.block_size, 512);
   EXPECT_HAS(parse_error("model:\n  preset: gpt3\n"),
              "x.yaml:2: model.preset 'gpt3' is not a known preset (valid: gpt2, gpt2-medium, "
-             "gpt2-large, gpt2-xl); did you mean 'gpt2'?");
+             "gpt2-large, gpt2-xl, tinyllama-1.1b, llama2-7b, llama2-13b, llama3-8b, "
+             "mistral-7b); did you mean 'gpt2'?");
+}
+
+// model.family sets the block's choices; the LLaMA presets set the family, the sizes and the RoPE
+// base; explicit keys beat both, and a family that contradicts the preset is refused.
+TEST(RecipePresets, FamilyAndLlamaPresets) {
+  Recipe llama = parse_recipe("model:\n  family: llama\n", "p.yaml");
+  EXPECT_EQ(llama.model.norm, NormKind::rmsnorm);
+  EXPECT_EQ(llama.model.mlp, MlpKind::swiglu);
+  EXPECT_EQ(llama.model.position, PositionKind::rope);
+  EXPECT_FALSE(llama.model.bias);
+  EXPECT_FALSE(llama.model.tied_embeddings);
+  EXPECT_EQ(llama.model.mlp_hidden_width(), 2048);  // LLaMA's rule from 768
+  Recipe mixed = parse_recipe("model:\n  bias: true\n  family: mistral\n  mlp: gelu\n", "p.yaml");
+  EXPECT_TRUE(mixed.model.bias) << "explicit keys beat the family's";
+  EXPECT_EQ(mixed.model.mlp, MlpKind::gelu);
+  EXPECT_EQ(mixed.model.norm, NormKind::rmsnorm);
+  EXPECT_EQ(mixed.model.mlp_hidden_width(), 3072);  // 4 n_embd for GELU
+  Recipe gpt2 = parse_recipe("model:\n  n_layer: 2\n", "p.yaml");
+  EXPECT_EQ(gpt2.model.norm, NormKind::layernorm);
+  EXPECT_EQ(gpt2.model.position, PositionKind::learned);
+
+  Recipe l7 = parse_recipe("model:\n  preset: llama2-7b\n  block_size: 2048\n", "p.yaml");
+  EXPECT_EQ(l7.model.family, ModelFamily::llama);
+  EXPECT_EQ(l7.model.n_layer, 32);
+  EXPECT_EQ(l7.model.n_embd, 4096);
+  EXPECT_EQ(l7.model.kv_heads(), 32);
+  EXPECT_EQ(l7.model.vocab_size, 32000);
+  EXPECT_EQ(l7.model.block_size, 2048);
+  EXPECT_EQ(l7.model.mlp_hidden_width(), 11008);
+  EXPECT_EQ(l7.model.norm, NormKind::rmsnorm);
+  EXPECT_FALSE(l7.model.tied_embeddings);
+  l7.model.mlp_hidden = 0;
+  EXPECT_EQ(l7.model.mlp_hidden_width(), 11008) << "LLaMA's rule gives the same width";
+  Recipe m = parse_recipe("model:\n  preset: mistral-7b\n", "p.yaml");
+  EXPECT_EQ(m.model.family, ModelFamily::mistral);
+  EXPECT_EQ(m.model.kv_heads(), 8);
+  EXPECT_EQ(m.model.mlp_hidden_width(), 14336);
+  EXPECT_EQ(m.model.rope_theta, 1e6);
+  Recipe t = parse_recipe("model:\n  preset: tinyllama-1.1b\n", "p.yaml");
+  EXPECT_EQ(t.model.n_layer, 22);
+  EXPECT_EQ(t.model.kv_heads(), 4);
+  Recipe l3 = parse_recipe("model:\n  preset: llama3-8b\n", "p.yaml");
+  EXPECT_EQ(l3.model.vocab_size, 128256);
+  EXPECT_EQ(l3.model.rope_theta, 500000);
+  // A preset and a family that disagree are refused.
+  EXPECT_HAS(parse_error("model:\n  preset: gpt2\n  family: llama\n"),
+             "x.yaml:3: model.family 'llama' contradicts model.preset 'gpt2' (a gpt2 model); drop "
+             "one of them");
+  Recipe same = parse_recipe("model:\n  preset: llama2-7b\n  family: llama\n", "p.yaml");
+  EXPECT_EQ(same.model.n_layer, 32);
+  // A preset's keys (and the family's) count as given: init_from takes none of them from its
+  // checkpoint.
+  EXPECT_TRUE(l7.given.where.count("model.mlp_hidden"));
+  EXPECT_TRUE(l7.given.where.count("model.rope_theta"));
+  EXPECT_TRUE(llama.given.where.count("model.norm"));
+  EXPECT_FALSE(llama.given.where.count("model.n_layer"));
 }
 
 TEST(RecipeOverrides, PrecedenceAndValueForms) {
@@ -284,14 +341,19 @@ TEST(RecipeErrors, OutOfRangeAndCrossField) {
 }
 
 TEST(RecipeErrors, EnumsAndUnsupportedFeatures) {
-  EXPECT_EQ(parse_error("model:\n  family: llama\n"),
-            "x.yaml:2: model.family 'llama' is not supported yet (valid: gpt2)");
-  EXPECT_EQ(parse_error("model:\n  norm: rmsnorm\n"),
-            "x.yaml:2: model.norm 'rmsnorm' is not supported yet (valid: layernorm)");
-  EXPECT_EQ(parse_error("model:\n  mlp: swiglu\n"),
-            "x.yaml:2: model.mlp 'swiglu' is not supported yet (valid: gelu)");
-  EXPECT_EQ(parse_error("model:\n  position: rope\n"),
-            "x.yaml:2: model.position 'rope' is not supported yet (valid: learned)");
+  EXPECT_EQ(parse_error("model:\n  family: falcon\n"),
+            "x.yaml:2: model.family 'falcon' is not a valid value (valid: gpt2, llama, mistral)");
+  EXPECT_EQ(parse_error("model:\n  norm: batchnorm\n"),
+            "x.yaml:2: model.norm 'batchnorm' is not a valid value (valid: layernorm, rmsnorm)");
+  EXPECT_HAS(parse_error("model:\n  mlp: relu\n"),
+             "x.yaml:2: model.mlp 'relu' is not a valid value (valid: gelu, swiglu)");
+  EXPECT_EQ(parse_error("model:\n  position: alibi\n"),
+            "x.yaml:2: model.position 'alibi' is not a valid value (valid: learned, rope)");
+  EXPECT_HAS(parse_error("model:\n  position: rope\n  n_embd: 96\n  n_head: 32\n"),
+             "x.yaml:2: model.position: rope rotates pairs of dims, so the head dim (n_embd 96 / "
+             "n_head 32 = 3) must be even");
+  EXPECT_HAS(parse_error("model:\n  rope_theta: 0\n"), "model.rope_theta must be > 0, got 0");
+  EXPECT_HAS(parse_error("model:\n  mlp_hidden: -1\n"), "model.mlp_hidden must be >= 0, got -1");
   EXPECT_EQ(parse_error("distributed:\n  backend: gloo\n"),
             "x.yaml:2: distributed.backend 'gloo' is not a valid value (valid: auto, none, mpi, "
             "nccl)");

@@ -272,3 +272,20 @@ GPTConfig variant_config() {
 }
 TEST(GPTCuda, TrainingStepGqaWindowNoBiasUntiedF32) { step_check(DType::f32, variant_config()); }
 TEST(GPTCuda, TrainingStepGqaWindowNoBiasUntiedBF16) { step_check(DType::bf16, variant_config()); }
+
+// The LLaMA block on the GPU (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases, an untied
+// head): a whole training step against the CPU reference, as above.
+GPTConfig llama_config() {
+  GPTConfig c = step_config();
+  c.n_head = 2;
+  c.n_kv_head = 1;
+  c.norm = NormType::rmsnorm;
+  c.mlp = MlpType::swiglu;
+  c.position = PositionType::rope;
+  c.rope_theta = 1000.f;
+  c.bias = false;
+  c.tied_embeddings = false;
+  return c;
+}
+TEST(GPTCuda, TrainingStepLlamaBlockF32) { step_check(DType::f32, llama_config()); }
+TEST(GPTCuda, TrainingStepLlamaBlockBF16) { step_check(DType::bf16, llama_config()); }

@@ -209,11 +209,13 @@ TEST(HfGpt2, ComputationChangingKeysAreRefusedByName) {
       {{{"scale_attn_weights", false}}, "scale_attn_weights"},
       {{{"n_inner", 5}}, "n_inner"},
       {{{"add_cross_attention", true}}, "add_cross_attention"},
-      {{{"model_type", "llama"}}, "model_type"}};
+      {{{"model_type", "falcon"}}, "model_type"},
+      {{{"model_type", "llama"}}, "hidden_size is missing"}};
   int i = 0;
   for (const auto& [edit, key] : cases) {
     const std::string dir = write_hf(tmp.path() / std::to_string(i++), Layout::prefixed, edit);
-    test::expect_error([&] { inspect_model_source(dir); }, {key, "is not supported"});
+    test::expect_error([&] { inspect_model_source(dir); },
+                       {key, key == "hidden_size is missing" ? "LlamaConfig" : "is not supported"});
   }
 }
 

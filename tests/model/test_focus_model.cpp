@@ -181,6 +181,28 @@ TEST(FocusModel, FiniteDifferenceGradientsOfTheWholeModel) {
   }
 }
 
+// Focus on the LLaMA block: the group projection reads the RMSNorm output, q and k are rotated
+// before the gate; every gradient, and the hard-routed decode (rotated keys in the group cache).
+TEST(FocusModel, LlamaBlockGradientsAndDecode) {
+  GPTConfig c = focus_config();
+  c.norm = NormType::rmsnorm;
+  c.mlp = MlpType::swiglu;
+  c.position = PositionType::rope;
+  c.rope_theta = 100.f;
+  c.bias = false;
+  c.tied_embeddings = false;
+  c.attention.focus.eval_routing = FocusOptions::Routing::soft;
+  FocusModel m(c);
+  m.gradients();
+  const auto checked =
+      m.expect_finite_differences([&] { return m.loss(AttentionMode::eval); },
+                                  [](ParamRole r) { return r == ParamRole::attention ? 8 : 3; });
+  EXPECT_EQ(checked.at(ParamRole::attention), 2 * 2 * 8);
+  c.attention.focus.eval_routing = FocusOptions::Routing::hard;
+  FocusModel d(c, 12);
+  d.expect_decode_matches(d.logits(AttentionMode::eval), {1, 5}, 1e-5, "llama block");
+}
+
 TEST(FocusModel, ParametersHaveTheirNamesShapesAndRole) {
   FocusModel m;
   for (int l = 0; l < 2; ++l) {

@@ -115,6 +115,23 @@ TEST(GPTDecode, GqaWindowNoBiasUntiedMatchForward) {
   expect_decode_matches_forward(f);
 }
 
+// The LLaMA block: RoPE's angles at the cached positions (pos > 0 in decode_step), RMSNorm,
+// SwiGLU, GQA: prefill and steps give the full forward's logits.
+TEST(GPTDecode, LlamaBlockMatchesForward) {
+  GPTConfig c = decode_config();
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.norm = NormType::rmsnorm;
+  c.mlp = MlpType::swiglu;
+  c.position = PositionType::rope;
+  c.rope_theta = 500.f;
+  c.bias = false;
+  c.tied_embeddings = false;
+  DecodeFixture f(c);
+  EXPECT_FALSE(f.store.contains("wpe.weight"));
+  expect_decode_matches_forward(f);
+}
+
 TEST(GPTDecode, RejectsMismatchedCacheAndInput) {
   DecodeFixture f;
   std::vector<int32_t> ids = test::random_ints(10, 6, f.c.vocab_size);

@@ -114,6 +114,70 @@ TEST(GPTModel, FiniteDifferenceGradientsGqaWindow) {
   expect_finite_difference_gradients(f);
 }
 
+// The LLaMA block (RMSNorm, SwiGLU, RoPE, GQA, no biases, an untied head): the same check, every
+// tensor's gradient through the rotation and the gated MLP.
+TEST(GPTModel, FiniteDifferenceGradientsLlamaBlock) {
+  GPTConfig c = tiny_config();
+  c.norm = NormType::rmsnorm;
+  c.mlp = MlpType::swiglu;
+  c.position = PositionType::rope;
+  c.rope_theta = 100.f;  // angles that turn visibly within 5 positions
+  c.n_kv_head = 1;
+  c.bias = false;
+  c.tied_embeddings = false;
+  c.mlp_hidden_size = 12;
+  Fixture f(2, 5, {ParamRole::base, ParamRole::attention}, c);
+  EXPECT_FALSE(f.store.contains("wpe.weight"));
+  EXPECT_FALSE(f.store.contains("h.0.ln_1.bias"));
+  EXPECT_EQ(f.store.param("h.0.mlp.c_fc.weight").shape, (Shape{24, 8}));
+  EXPECT_EQ(f.store.param("h.0.mlp.c_proj.weight").shape, (Shape{8, 12}));
+  expect_finite_difference_gradients(f);
+}
+
+// RMSNorm keeps no bias even with model.bias (the linear layers keep theirs, as Qwen2's do).
+TEST(GPTModel, RmsNormHasNoBiasWithBiasedLinears) {
+  GPTConfig c = tiny_config();
+  c.norm = NormType::rmsnorm;
+  c.position = PositionType::rope;
+  Fixture f(2, 5, {ParamRole::base, ParamRole::attention}, c);
+  EXPECT_FALSE(f.store.contains("h.0.ln_1.bias"));
+  EXPECT_FALSE(f.store.contains("ln_f.bias"));
+  EXPECT_TRUE(f.store.contains("h.0.attn.c_attn.bias"));
+  expect_finite_difference_gradients(f);
+}
+
+// RoPE makes the model see order without a position table: the same earlier tokens in another
+// order change the last position's logits. The control: one layer of causal attention without
+// positions sums over the same set of embeddings whatever their order.
+TEST(GPTModel, RopeMakesTheOutputDependOnPositions) {
+  GPTConfig c = tiny_config();
+  c.n_layer = 1;
+  c.position = PositionType::rope;
+  c.rope_theta = 100.f;
+  Fixture f(1, 5, {ParamRole::base, ParamRole::attention}, c);
+  auto last_logits = [&](std::vector<int32_t> ids) {
+    f.model.forward(*f.ctx, f.store, test::cpu_tensor(ids, Shape{1, 5}), Tensor(),
+                    AttentionMode::eval);
+    const float* l = f.model.logits().ptr<float>() + 4 * c.padded_vocab;
+    return std::vector<float>(l, l + c.vocab_size);
+  };
+  // The same multiset of earlier tokens in another order, the same last token.
+  const auto a = last_logits({1, 2, 3, 4, 5}), b = last_logits({4, 3, 2, 1, 5});
+  EXPECT_GT(test::max_rel_error(a, b), 1e-3);
+  c.position = PositionType::learned;  // the control: no positions at all, the same logits
+  GPTConfig none = c;
+  Fixture g(1, 5, {ParamRole::base, ParamRole::attention}, none);
+  zero_tensor(g.store.param("wpe.weight"));
+  auto last_logits_g = [&](std::vector<int32_t> ids) {
+    g.model.forward(*g.ctx, g.store, test::cpu_tensor(ids, Shape{1, 5}), Tensor(),
+                    AttentionMode::eval);
+    const float* l = g.model.logits().ptr<float>() + 4 * c.padded_vocab;
+    return std::vector<float>(l, l + c.vocab_size);
+  };
+  EXPECT_LT(test::max_rel_error(last_logits_g({1, 2, 3, 4, 5}), last_logits_g({4, 3, 2, 1, 5})),
+            1e-5);
+}
+
 TEST(GPTModel, AccumulationEqualsOneBatch) {
   Fixture big(4, 6), small(1, 6);
   small.tokens = big.tokens;

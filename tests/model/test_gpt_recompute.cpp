@@ -15,8 +15,14 @@ using namespace attnlab;
 
 namespace {
 
-GPTConfig small_config(ActivationRecompute r) {
+GPTConfig small_config(ActivationRecompute r, bool llama = false) {
   GPTConfig c;
+  if (llama) {  // the activation recomputed is SwiGLU's; RoPE re-runs in block mode
+    c.norm = NormType::rmsnorm;
+    c.mlp = MlpType::swiglu;
+    c.position = PositionType::rope;
+    c.bias = false;
+  }
   c.n_layer = 3;
   c.n_head = 2;
   c.n_embd = 16;
@@ -34,9 +40,9 @@ struct RunResult {
 
 // Two micro-batches accumulated into the gradients, with randomised weights; the dlogits of each
 // (what the logits buffer holds after a training forward: GPT::logits).
-RunResult run(ActivationRecompute r) {
+RunResult run(ActivationRecompute r, bool llama = false) {
   auto ctx = ExecContext::make_cpu();
-  GPT model(small_config(r));
+  GPT model(small_config(r, llama));
   ParameterStore store;
   model.declare_params(store);
   store.finalize(Device::cpu, DType::f32, {ParamRole::base, ParamRole::attention});
@@ -67,14 +73,14 @@ RunResult run(ActivationRecompute r) {
 
 }  // namespace
 
-TEST(GPTRecompute, GradientsBitwiseIdentical) {
-  RunResult none = run(ActivationRecompute::none);
+void expect_recompute_bitwise(bool llama) {
+  RunResult none = run(ActivationRecompute::none, llama);
   double gsum = 0;
   for (float g : none.grads) gsum += std::fabs(g);
   ASSERT_GT(gsum, 1e-3);  // the gradients carry signal
   for (ActivationRecompute r : {ActivationRecompute::gelu, ActivationRecompute::block}) {
     SCOPED_TRACE(recompute_name(r));
-    RunResult other = run(r);
+    RunResult other = run(r, llama);
     ASSERT_EQ(other.losses, none.losses);
     ASSERT_EQ(other.dlogits.size(), none.dlogits.size());
     EXPECT_EQ(0, std::memcmp(other.dlogits.data(), none.dlogits.data(), none.dlogits.size() * 4));
@@ -85,6 +91,9 @@ TEST(GPTRecompute, GradientsBitwiseIdentical) {
     EXPECT_EQ(diff, 0u) << "gradient entries that differ bitwise";
   }
 }
+
+TEST(GPTRecompute, GradientsBitwiseIdentical) { expect_recompute_bitwise(false); }
+TEST(GPTRecompute, GradientsBitwiseIdenticalLlamaBlock) { expect_recompute_bitwise(true); }
 
 TEST(GPTRecompute, ActivationBytesReflectTheSaving) {
   const int B = 8, T = 1024;

@@ -77,6 +77,22 @@ TEST(SfaModel, FiniteDifferenceGradientsOfTheWholeModel) {
   EXPECT_GT(m.total(checked), 60);
 }
 
+// SFA on the LLaMA block: the top-k features are taken of the rotated q and k.
+TEST(SfaModel, FiniteDifferenceGradientsLlamaBlock) {
+  GPTConfig c = sfa_config(2, 0.f);
+  c.norm = NormType::rmsnorm;
+  c.mlp = MlpType::swiglu;
+  c.position = PositionType::rope;
+  c.rope_theta = 100.f;
+  c.bias = false;
+  SfaModel m(c);
+  m.gradients();
+  // The rotated features' magnitudes lie closer together: a smaller step keeps every selection.
+  const auto checked = m.expect_finite_differences([&] { return m.objective(); },
+                                                   [](ParamRole) { return 5; }, 2e-4f);
+  EXPECT_GT(m.total(checked), 50);  // (no biases, no position table)
+}
+
 // With distill > 0 the backward differentiates lambda D / n_layer * mean((O~ - O)^2) (one layer of
 // head dim D here: lambda times the mean over heads and tokens of ||O~_h - O_h||^2) with the
 // teacher O held fixed (stopgrad), so it is not the gradient of the objective as a function of the

@@ -1,0 +1,126 @@
+#include "interop/hf_files.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "tokenizer/bpe.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace attnlab {
+
+HfWeightFiles open_hf_weights(const std::string& dir) {
+  HfWeightFiles out;
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  if (fs::exists(single)) {
+    out.path = single.string();
+    auto file = std::make_shared<io::SafetensorsFile>(single.string());
+    for (const auto& n : file->names()) out.where[n] = file;
+    return out;
+  }
+  ATTN_REQUIRE(fs::exists(index),
+               "Hugging Face directory '%s' has neither model.safetensors nor "
+               "model.safetensors.index.json (pytorch_model.bin is not read: convert it with "
+               "save_pretrained(..., safe_serialization=True))",
+               dir.c_str());
+  out.path = index.string();
+  json j;
+  try {
+    j = json::parse(io::read_file(index.string()));
+  } catch (const json::exception& e) {
+    ATTN_FAIL("'%s' is not valid JSON: %s", index.c_str(), e.what());
+  }
+  ATTN_REQUIRE(j.contains("weight_map") && j["weight_map"].is_object(),
+               "'%s' has no \"weight_map\" object", index.c_str());
+  std::map<std::string, std::shared_ptr<io::SafetensorsFile>> shards;
+  for (const auto& [name, file] : j["weight_map"].items()) {
+    ATTN_REQUIRE(file.is_string(), "'%s': weight_map['%s'] is not a file name", index.c_str(),
+                 name.c_str());
+    const std::string f = file.get<std::string>();
+    auto& shard = shards[f];
+    if (!shard) shard = std::make_shared<io::SafetensorsFile>((fs::path(dir) / f).string());
+    ATTN_REQUIRE(shard->contains(name), "'%s' lists tensor '%s' in '%s', which lacks it",
+                 index.c_str(), name.c_str(), f.c_str());
+    out.where[name] = shard;
+  }
+  for (const auto& [f, shard] : shards)
+    for (const auto& n : shard->names())
+      ATTN_REQUIRE(out.where.count(n) && out.where[n] == shard,
+                   "'%s' holds tensor '%s', which '%s' does not list", f.c_str(), n.c_str(),
+                   index.c_str());
+  return out;
+}
+
+HfConfig::HfConfig(const std::string& text, const std::string& path) : path_(path) {
+  try {
+    j_ = json::parse(text);
+  } catch (const json::exception& e) {
+    ATTN_FAIL("'%s' is not valid JSON: %s", path.c_str(), e.what());
+  }
+  ATTN_REQUIRE(j_.is_object(), "'%s' is not a JSON object", path.c_str());
+}
+
+int HfConfig::get_int(const char* key, int def) const {
+  if (!has(key)) return def;
+  ATTN_REQUIRE(j_[key].is_number_integer(), "'%s': %s must be an integer, got %s", path_.c_str(),
+               key, j_[key].dump().c_str());
+  return j_[key].get<int>();
+}
+
+bool HfConfig::get_bool(const char* key, bool def) const {
+  if (!has(key)) return def;
+  ATTN_REQUIRE(j_[key].is_boolean(), "'%s': %s must be true or false, got %s", path_.c_str(), key,
+               j_[key].dump().c_str());
+  return j_[key].get<bool>();
+}
+
+double HfConfig::get_double(const char* key, double def) const {
+  if (!has(key)) return def;
+  ATTN_REQUIRE(j_[key].is_number(), "'%s': %s must be a number, got %s", path_.c_str(), key,
+               j_[key].dump().c_str());
+  return j_[key].get<double>();
+}
+
+std::string HfConfig::get_string(const char* key, const std::string& def) const {
+  if (!has(key)) return def;
+  ATTN_REQUIRE(j_[key].is_string(), "'%s': %s must be a string, got %s", path_.c_str(), key,
+               j_[key].dump().c_str());
+  return j_[key].get<std::string>();
+}
+
+void HfConfig::refuse(const char* key, const std::string& why) const {
+  ATTN_FAIL("'%s': %s = %s is not supported: %s", path_.c_str(), key,
+            j_.contains(key) ? j_[key].dump().c_str() : "(absent)", why.c_str());
+}
+
+std::string HfConfig::unknown_keys_note(const std::set<std::string>& known) const {
+  std::string unknown;
+  for (const auto& [k, v] : j_.items())
+    if (!known.count(k)) unknown += (unknown.empty() ? "" : ", ") + k;
+  if (unknown.empty()) return "";
+  return strformat("%s: keys not interpreted (attnlab assumes they change nothing): %s",
+                   path_.c_str(), unknown.c_str());
+}
+
+bool write_hf_bpe_files(const Tokenizer& tokenizer, const std::string& dir) {
+  const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tokenizer);
+  if (!bpe) return false;
+  const BpeVocabData& d = bpe->data();
+  json vocab = json::object();
+  for (size_t id = 0; id < d.tokens.size(); ++id) {
+    if (!d.has_token[id]) continue;
+    vocab[d.is_special[id] ? d.tokens[id] : gpt2_bytes_to_symbols(d.tokens[id])] = int(id);
+  }
+  io::write_file_atomic((fs::path(dir) / "vocab.json").string(), vocab.dump() + "\n");
+  std::string merges = "#version: 0.2\n";
+  for (const auto& [l, r] : d.merges)
+    merges += gpt2_bytes_to_symbols(d.tokens[size_t(l)]) + " " +
+              gpt2_bytes_to_symbols(d.tokens[size_t(r)]) + "\n";
+  io::write_file_atomic((fs::path(dir) / "merges.txt").string(), merges);
+  return true;
+}
+
+}  // namespace attnlab

@@ -1,0 +1,51 @@
+// What the Hugging Face readers and writers share (interop/hf_gpt2.h, interop/hf_llama.h): the
+// safetensors files of a model directory, typed reads of its config.json, and the BPE tokenizer
+// files.
+#pragma once
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "tokenizer/tokenizer.h"
+
+namespace attnlab {
+
+// The weights of a directory: model.safetensors, or the shards that
+// model.safetensors.index.json lists (every listed tensor must be in its shard, and a shard's
+// tensor the index does not list is refused: it would be silently unused).
+struct HfWeightFiles {
+  std::string path;  // model.safetensors or the index, for messages
+  std::map<std::string, std::shared_ptr<io::SafetensorsFile>> where;  // tensor -> its file
+};
+HfWeightFiles open_hf_weights(const std::string& dir);
+
+// A config.json, read with errors that name the file and the key.
+class HfConfig {
+ public:
+  HfConfig(const std::string& text, const std::string& path);
+  const nlohmann::json& json() const { return j_; }
+  const std::string& path() const { return path_; }
+  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  int get_int(const char* key, int def) const;
+  bool get_bool(const char* key, bool def) const;
+  double get_double(const char* key, double def) const;
+  std::string get_string(const char* key, const std::string& def) const;
+  // Throws "'<path>': <key> = <value> is not supported: <why>".
+  [[noreturn]] void refuse(const char* key, const std::string& why) const;
+  // A note listing the keys outside `known` ("" when there are none).
+  std::string unknown_keys_note(const std::set<std::string>& known) const;
+
+ private:
+  nlohmann::json j_;
+  std::string path_;
+};
+
+// Writes vocab.json and merges.txt of a byte-level BPE tokenizer into dir (the GPT-2 form every
+// transformers BPE tokenizer reads); false (nothing written) for a tokenizer of another kind.
+bool write_hf_bpe_files(const Tokenizer& tokenizer, const std::string& dir);
+
+}  // namespace attnlab
