@@ -17,6 +17,8 @@
 # their lengths (defaults 1024,4096,16384,65536 and 4096,16384); VARIANTS_PEERS=1 adds
 # focus_peer.py --quick and sfa_peer.py --quick, and scripts/attention_oracle_check.sh (Focus and
 # SFA through a whole GPT-2 against the independent PyTorch oracle: CPU, CUDA fp32 and bf16).
+# LLAMA=1 runs scripts/hf_llama_check.py (LlamaForCausalLM / MistralForCausalLM in transformers as
+# the oracle of the LLaMA block) and bench_train of recipes/{gpt2,llama}-124m-dense.yaml.
 # Logs and CSVs go to $OUT (the device tool's folder) or /tmp/attnlab_device.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -128,6 +130,16 @@ if [ "${VARIANTS:-0}" = 1 ]; then
   fi
 fi
 
+# The LLaMA block (docs/llama.md): transformers as the oracle of LlamaForCausalLM /
+# MistralForCausalLM checkpoints, and the 124M step of both blocks.
+if [ "${LLAMA:-0}" = 1 ]; then
+  timeout 200 python3 scripts/hf_llama_check.py --build "$BUILD" >"$LOGS/hf_llama.log" 2>&1
+  for r in gpt2-124m-dense llama-124m-dense; do
+    timeout 90 "$BUILD/bench_train" --recipe "recipes/$r.yaml" --batch 64,32 --steps 10 --warmup 3 \
+      >>"$LOGS/bench_train_llama.log" 2>&1
+  done
+fi
+
 if [ -n "${BASE_SRC:-}" ]; then
   wait "$base_pid" || { echo "base build failed"; tail -20 "$LOGS/base_build.log"; }
   OUT="$LOGS" bash scripts/ab_step_check.sh "$BASE_SRC" "$BUILD" >"$LOGS/ab.log" 2>&1
@@ -181,6 +193,11 @@ fi
 if [ -f "$LOGS/ab.log" ]; then
   echo "==== old build ($BASE_SRC) vs this one (scripts/ab_step_check.sh) ===="
   grep -v "^$" "$LOGS/ab.log"
+fi
+if [ -f "$LOGS/hf_llama.log" ]; then
+  echo "==== LLaMA block: transformers oracle, 124M step (docs/llama.md) ===="
+  grep -E "^(PASS|FAIL)" "$LOGS/hf_llama.log"
+  grep -E "^RESULT" "$LOGS/bench_train_llama.log"
 fi
 if [ "${VARIANTS:-0}" = 1 ]; then
   for b in bench_focus_soft bench_focus_hard bench_focus_decode bench_focus_assign bench_sfa focus_peer sfa_peer \

@@ -37,7 +37,10 @@ std::string text_of(const T& v) {
 
 const std::vector<ArchKey>& arch_keys() {
   static const std::vector<ArchKey> keys = {
-      ARCH_KEY(family),
+      // The family is a label (its block choices are compared key by key below): taken from the
+      // model, never a conflict (a Hugging Face Mistral read as family llama is the same model).
+      ArchKey{"model.family", [](const ModelConfig&) { return std::string(); },
+              [](ModelConfig& m, const ModelConfig& src) { m.family = src.family; }},
       ARCH_KEY(n_layer),
       ARCH_KEY(n_head),
       ArchKey{"model.n_kv_head",  // 0 and n_head both mean "no grouped-query attention"

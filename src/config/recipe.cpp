@@ -81,11 +81,16 @@ const std::vector<std::string>& model_preset_names() {
   return names;
 }
 
-const std::vector<std::string>& model_preset_keys() {
-  static const std::vector<std::string> keys = {
-      "family", "n_layer", "n_head",   "n_kv_head", "n_embd",          "vocab_size", "block_size",
-      "norm",   "mlp",     "position", "bias",      "tied_embeddings", "mlp_hidden", "rope_theta"};
-  return keys;
+std::vector<std::string> model_preset_keys(const std::string& preset) {
+  for (const ModelPreset& p : kPresets) {
+    if (preset != p.name) continue;
+    if (p.family == ModelFamily::gpt2)
+      return {"n_layer", "n_head", "n_embd", "vocab_size", "block_size"};
+    return {"family",     "n_layer",         "n_head",     "n_kv_head", "n_embd",
+            "vocab_size", "block_size",      "norm",       "mlp",       "position",
+            "bias",       "tied_embeddings", "mlp_hidden", "rope_theta"};
+  }
+  return {};
 }
 
 void apply_family_defaults(ModelConfig& model, ModelFamily family) {

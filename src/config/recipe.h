@@ -205,7 +205,10 @@ struct ModelConfig {
 // choices and its sizes); "" does nothing. Unknown names throw with the valid ones.
 void apply_model_preset(ModelConfig& model, const std::string& preset);
 const std::vector<std::string>& model_preset_names();  // gpt2 .. gpt2-xl, llama2-7b, ...
-const std::vector<std::string>& model_preset_keys();   // the model.* keys a preset sets
+// The model.* keys a preset gives (a train.init_from checkpoint must agree with them): the GPT-2
+// presets their sizes (n_layer, n_head, n_embd, vocab_size, block_size), the LLaMA family's
+// every key they set.
+std::vector<std::string> model_preset_keys(const std::string& preset);
 // Sets the family's block choices (norm, mlp, position, bias, tied_embeddings).
 void apply_family_defaults(ModelConfig& model, ModelFamily family);
 

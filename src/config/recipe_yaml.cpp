@@ -488,11 +488,8 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name
   // the others from its checkpoint, and eval compares only these with the model.
   for (const auto& [key, where] : locations) recipe.given.where[key] = where;
   if (!preset.empty())
-    for (const std::string& k : model_preset_keys())
+    for (const std::string& k : model_preset_keys(preset))
       recipe.given.where.emplace("model." + k, locations["model.preset"]);
-  if (family)
-    for (const char* k : {"norm", "mlp", "position", "bias", "tied_embeddings"})
-      recipe.given.where.emplace(std::string("model.") + k, locations["model.family"]);
 
   try {
     recipe.validate(use);

@@ -93,9 +93,10 @@ GPTConfig gpt_config_of_hf(const std::string& config_json, const std::string& pa
   c.init_std = float(get_double("initializer_range", 0.02));
   c.tied_embeddings = get_bool("tie_word_embeddings", true);
   c.bias = true;
+  // n_inner: the MLP width (null: 4 * n_embd).
   const int n_inner = get_int("n_inner", 0);
-  if (n_inner != 0 && n_inner != 4 * c.n_embd)
-    refuse("n_inner", strformat("attnlab's MLP width is 4 * n_embd = %d", 4 * c.n_embd));
+  if (n_inner < 0) refuse("n_inner", "the MLP width must be positive (null: 4 * n_embd)");
+  c.mlp_hidden_size = n_inner == 4 * c.n_embd ? 0 : n_inner;
 
   // Keys read above, and keys that change nothing attnlab computes: dropouts (training only; an
   // attnlab run has none), the heads of other tasks (summary_*), generation and tokenizer
@@ -303,28 +304,29 @@ void write_hf_gpt2(const ParameterStore& store, const GPTConfig& cfg, const Toke
   w.write((fs::path(dir) / "model.safetensors").string());
 
   const int eot = tokenizer ? tokenizer->eot_id() : V - 1;
-  json c = {{"architectures", {"GPT2LMHeadModel"}},
-            {"model_type", "gpt2"},
-            {"activation_function", "gelu_new"},
-            {"n_layer", cfg.n_layer},
-            {"n_head", cfg.n_head},
-            {"n_embd", cfg.n_embd},
-            {"n_inner", nullptr},
-            {"n_positions", cfg.block_size},
-            {"n_ctx", cfg.block_size},
-            {"vocab_size", V},
-            {"layer_norm_epsilon", shortest_double(cfg.norm_eps)},
-            {"initializer_range", shortest_double(cfg.init_std)},
-            {"tie_word_embeddings", cfg.tied_embeddings},
-            {"scale_attn_weights", true},
-            {"scale_attn_by_inverse_layer_idx", false},
-            {"reorder_and_upcast_attn", false},
-            {"resid_pdrop", 0.0},
-            {"embd_pdrop", 0.0},
-            {"attn_pdrop", 0.0},
-            {"bos_token_id", eot},
-            {"eos_token_id", eot},
-            {"torch_dtype", "float32"}};
+  json c = {
+      {"architectures", {"GPT2LMHeadModel"}},
+      {"model_type", "gpt2"},
+      {"activation_function", "gelu_new"},
+      {"n_layer", cfg.n_layer},
+      {"n_head", cfg.n_head},
+      {"n_embd", cfg.n_embd},
+      {"n_inner", cfg.mlp_hidden() == 4 * cfg.n_embd ? json(nullptr) : json(cfg.mlp_hidden())},
+      {"n_positions", cfg.block_size},
+      {"n_ctx", cfg.block_size},
+      {"vocab_size", V},
+      {"layer_norm_epsilon", shortest_double(cfg.norm_eps)},
+      {"initializer_range", shortest_double(cfg.init_std)},
+      {"tie_word_embeddings", cfg.tied_embeddings},
+      {"scale_attn_weights", true},
+      {"scale_attn_by_inverse_layer_idx", false},
+      {"reorder_and_upcast_attn", false},
+      {"resid_pdrop", 0.0},
+      {"embd_pdrop", 0.0},
+      {"attn_pdrop", 0.0},
+      {"bos_token_id", eot},
+      {"eos_token_id", eot},
+      {"torch_dtype", "float32"}};
   io::write_file_atomic((fs::path(dir) / "config.json").string(), c.dump(2) + "\n");
 
   if (tokenizer && !write_hf_bpe_files(*tokenizer, dir) && notes)

@@ -269,6 +269,11 @@ void write_hf_llama(const ParameterStore& store, const GPTConfig& cfg, const Tok
   if (cfg.attention.type != "dense")
     refuse("the model uses attention '" + cfg.attention.type + "'; LLaMA has dense attention");
   const bool mistral = cfg.attention.window != 0;
+  if (mistral && cfg.bias)
+    refuse(
+        strformat("the model has a sliding window (%d), which only MistralForCausalLM has, and "
+                  "biases (model.bias), which it lacks (it would drop them)",
+                  cfg.attention.window));
   const int V = cfg.vocab_size;
   const QKVLayout q = cfg.qkv_layout();
   const int64_t F = cfg.mlp_hidden();

@@ -200,6 +200,9 @@ void write_llmc(const ParameterStore& store, const GPTConfig& cfg, const std::st
         strformat("the model's block (norm %s, mlp %s, position %s) is not llm.c's GPT-2 "
                   "(layernorm, gelu, learned)",
                   norm_name(cfg.norm), mlp_name(cfg.mlp), position_name(cfg.position)));
+  if (cfg.mlp_hidden() != 4 * cfg.n_embd)
+    refuse(strformat("the model's MLP is %d wide (model.mlp_hidden); llm.c's is 4 * n_embd = %d",
+                     cfg.mlp_hidden(), 4 * cfg.n_embd));
   if (!cfg.tied_embeddings)
     refuse("the model has an untied head (lm_head.weight); llm.c ties the head to wte");
   if (!cfg.bias) refuse("the model has no biases (model.bias: false); llm.c's GPT-2 has them");

@@ -122,7 +122,9 @@ void set_model_config(const GPTConfig& c, Recipe& r) {
   m.preset = "";
   const bool gpt2_block = c.norm == NormType::layernorm && c.mlp == MlpType::gelu &&
                           c.position == PositionType::learned;
-  m.family = gpt2_block ? ModelFamily::gpt2 : ModelFamily::llama;
+  m.family = gpt2_block               ? ModelFamily::gpt2
+             : c.attention.window > 0 ? ModelFamily::mistral
+                                      : ModelFamily::llama;
   m.n_layer = c.n_layer;
   m.n_head = c.n_head;
   m.n_kv_head = c.n_kv_head;

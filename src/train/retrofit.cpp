@@ -206,6 +206,14 @@ ModelSource with_adapter(const ModelSource& base, const std::string& adapter_pat
   cmp("model.block_size", a.block_size, b.block_size);
   cmp("model.bias", a.bias, b.bias);
   cmp("model.tied_embeddings", a.tied_embeddings, b.tied_embeddings);
+  cmp("model.norm (0 layernorm, 1 rmsnorm)", int(a.norm), int(b.norm));
+  cmp("model.mlp (0 gelu, 1 swiglu)", int(a.mlp), int(b.mlp));
+  cmp("model.position (0 learned, 1 rope)", int(a.position), int(b.position));
+  cmp("model.mlp_hidden", a.mlp_hidden(), b.mlp_hidden());
+  cmp("attention.window", a.attention.window, b.attention.window);
+  if (a.position == PositionType::rope && a.rope_theta != b.rope_theta)
+    diff += strformat("\n  model.rope_theta: %g in the adapter's model, %g in the base",
+                      double(a.rope_theta), double(b.rope_theta));
   // A base of another attention variant than the adapter's model (a dense base may take any):
   // typically a retrofit run given in place of the base it was made from.
   if (b.attention.type != "dense" && a.attention.type != b.attention.type)

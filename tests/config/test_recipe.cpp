@@ -183,8 +183,11 @@ TEST(RecipePresets, FamilyAndLlamaPresets) {
   // checkpoint.
   EXPECT_TRUE(l7.given.where.count("model.mlp_hidden"));
   EXPECT_TRUE(l7.given.where.count("model.rope_theta"));
-  EXPECT_TRUE(llama.given.where.count("model.norm"));
+  EXPECT_FALSE(llama.given.where.count("model.norm")) << "a family's choices are defaults";
   EXPECT_FALSE(llama.given.where.count("model.n_layer"));
+  Recipe g = parse_recipe("model:\n  preset: gpt2\n", "p.yaml");
+  EXPECT_TRUE(g.given.where.count("model.n_embd"));
+  EXPECT_FALSE(g.given.where.count("model.bias")) << "GPT-2 presets give their sizes only";
 }
 
 TEST(RecipeOverrides, PrecedenceAndValueForms) {

@@ -17,6 +17,7 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "test_util.h"
+#include "train/from_recipe.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -282,6 +283,33 @@ TEST(HfLlama, ConvertRoundTripsAndExportRefusesOtherBlocks) {
       {"cannot export to Hugging Face GPT-2", "norm rmsnorm, mlp swiglu, position rope"});
   test::expect_error([&] { write_llmc(m.store, s.config, (tmp.path() / "x.bin").string(), false); },
                      {"cannot export to llm.c", "norm rmsnorm"});
+  // A sliding window exports as MistralForCausalLM, which has no biases: refused, not dropped.
+  GPTConfig biased = s.config;
+  biased.bias = true;
+  Model mb(biased, 1);
+  test::expect_error(
+      [&] { write_hf_llama(mb.store, biased, nullptr, (tmp.path() / "mb").string(), nullptr); },
+      {"sliding window (16), which only MistralForCausalLM has, and biases"});
+  // The attnlab checkpoint's recipe names the family it came from.
+  const Recipe r = parse_recipe(io::read_file(ours + "/recipe.yaml"), "recipe.yaml");
+  EXPECT_EQ(r.model.family, ModelFamily::mistral);
+  EXPECT_EQ(r.model.mlp_hidden_width(), kF);
+
+  // A GELU MLP of another width than 4 C: n_inner both ways; llm.c has no place for it.
+  GPTConfig wide = interop_test::tiny_config();
+  wide.mlp_hidden_size = 20;
+  Model mw(wide, 3);
+  write_hf_gpt2(mw.store, wide, nullptr, (tmp.path() / "wide").string(), nullptr);
+  EXPECT_EQ(json::parse(io::read_file((tmp.path() / "wide" / "config.json").string()))["n_inner"],
+            20);
+  const ModelSource ws = inspect_model_source((tmp.path() / "wide").string());
+  EXPECT_EQ(ws.config.mlp_hidden(), 20);
+  Model mw2(ws.config, 4);
+  load_model_source(ws, mw2.store);
+  EXPECT_EQ(mw2.get("h.1.mlp.c_fc.weight"), mw.get("h.1.mlp.c_fc.weight"));
+  test::expect_error([&] { write_llmc(mw.store, wide, (tmp.path() / "w.bin").string(), false); },
+                     {"cannot export to llm.c", "20 wide (model.mlp_hidden)"});
+
   GPTConfig mixed = interop_test::tiny_config();
   mixed.position = PositionType::rope;
   Model mm(mixed, 1);

@@ -207,7 +207,7 @@ TEST(HfGpt2, ComputationChangingKeysAreRefusedByName) {
       {{{"scale_attn_by_inverse_layer_idx", true}}, "scale_attn_by_inverse_layer_idx"},
       {{{"reorder_and_upcast_attn", true}}, "reorder_and_upcast_attn"},
       {{{"scale_attn_weights", false}}, "scale_attn_weights"},
-      {{{"n_inner", 5}}, "n_inner"},
+      {{{"n_inner", -5}}, "n_inner"},
       {{{"add_cross_attention", true}}, "add_cross_attention"},
       {{{"model_type", "falcon"}}, "model_type"},
       {{{"model_type", "llama"}}, "hidden_size is missing"}};
