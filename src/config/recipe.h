@@ -167,7 +167,7 @@ struct ModelConfig {
   std::string preset;  // "" or one of model_preset_names()
   // The family's block choices are the defaults of norm, mlp, position, bias and tied_embeddings
   // (gpt2: layernorm, gelu, learned, true, true; llama and mistral: rmsnorm, swiglu, rope, false,
-  // false); it also names the model_type of Hugging Face exports.
+  // false); otherwise a label (the Hugging Face exporter picks its class from the block).
   ModelFamily family = ModelFamily::gpt2;
   int n_layer = 12;
   int n_head = 12;
