@@ -1,10 +1,24 @@
-// V consecutive values of a row as floats, for row kernels with a 16-byte and a scalar path:
-// V = Pack<T>::N is one 16-byte load/store (4 floats or 8 bf16), V = 1 one scalar. Device code.
-// (kernels/norm/layernorm.cu has its own copy of these from before this header.)
+// V consecutive values of a row as floats, for row kernels with a 16-byte and a scalar path
+// (kernels/norm/layernorm.cu, rmsnorm.cu, kernels/activation/swiglu.cu): V = Pack<T>::N is one
+// 16-byte load/store (4 floats or 8 bf16), V = 1 one scalar; and the host test that picks the
+// path.
 #pragma once
+#include <initializer_list>
+
 #include "kernels/common/device.cuh"
 
-namespace attnlab::dev {
+namespace attnlab {
+
+// Whether rows of C values at every non-null pointer can take the 16-byte path.
+template <typename T>
+bool rows_vectorizable(int C, std::initializer_list<const void*> ptrs) {
+  if (C % dev::Pack<T>::N != 0) return false;
+  for (const void* p : ptrs)
+    if (p && !aligned16(p)) return false;
+  return true;
+}
+
+namespace dev {
 
 template <typename T, int V>
 __device__ __forceinline__ void load_vals(const T* p, float (&out)[V]) {
@@ -49,4 +63,5 @@ __device__ __forceinline__ void add_vals(float* acc, const float (&v)[V]) {
   }
 }
 
-}  // namespace attnlab::dev
+}  // namespace dev
+}  // namespace attnlab

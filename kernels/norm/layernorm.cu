@@ -9,36 +9,18 @@
 #include <initializer_list>
 
 #include "kernels/common/device.cuh"
+#include "kernels/common/vals.cuh"
 #include "kernels/norm/layernorm.cuh"
 
 namespace attnlab {
 namespace {
 
+using dev::add_vals;
+using dev::load_vals;
+using dev::store_vals;
+
 constexpr int kRowWarps = 8;  // rows per block in the forward
 constexpr int kBwdWarps = 8;  // warps per block in the backward (fewer for very wide rows)
-
-// V consecutive values at p as floats: one 16-byte pack (V = Pack<T>::N) or one scalar (V = 1).
-template <typename T, int V>
-__device__ __forceinline__ void load_vals(const T* p, float (&out)[V]) {
-  if constexpr (V == 1) {
-    out[0] = dev::to_f(*p);
-  } else {
-    const dev::Pack<T> pk = dev::load_pack(p);
-#pragma unroll
-    for (int j = 0; j < V; ++j) out[j] = pk.f(j);
-  }
-}
-template <typename T, int V>
-__device__ __forceinline__ void store_vals(T* p, const float (&in)[V]) {
-  if constexpr (V == 1) {
-    *p = dev::from_f<T>(in[0]);
-  } else {
-    dev::Pack<T> pk;
-#pragma unroll
-    for (int j = 0; j < V; ++j) pk.set(j, in[j]);
-    dev::store_pack(p, pk);
-  }
-}
 
 template <typename T, int V>
 __global__ void layernorm_fwd_kernel(const T* __restrict__ x, const T* __restrict__ gamma,
@@ -82,26 +64,6 @@ __global__ void layernorm_fwd_kernel(const T* __restrict__ x, const T* __restric
   if (lane == 0) {
     if (mean_out) mean_out[row] = mean;
     if (rstd_out) rstd_out[row] = rstd;
-  }
-}
-
-// acc[0..V) += v; float4 accesses when V allows (fewer shared-memory bank conflicts).
-template <int V>
-__device__ __forceinline__ void add_vals(float* acc, const float (&v)[V]) {
-  if constexpr (V % 4 == 0) {
-#pragma unroll
-    for (int j = 0; j < V; j += 4) {
-      float4* a4 = reinterpret_cast<float4*>(acc + j);
-      float4 a = *a4;
-      a.x += v[j];
-      a.y += v[j + 1];
-      a.z += v[j + 2];
-      a.w += v[j + 3];
-      *a4 = a;
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < V; ++j) acc[j] += v[j];
   }
 }
 
@@ -207,14 +169,6 @@ __global__ void layernorm_param_final_kernel(const float* __restrict__ partial, 
   }
   if (dgamma) dgamma[c] = dev::from_f<T>(dev::to_f(dgamma[c]) + dg);
   if (dbeta) dbeta[c] = dev::from_f<T>(dev::to_f(dbeta[c]) + db);
-}
-
-template <typename T>
-bool rows_vectorizable(int C, std::initializer_list<const void*> ptrs) {
-  if (C % dev::Pack<T>::N != 0) return false;
-  for (const void* p : ptrs)
-    if (p && !aligned16(p)) return false;
-  return true;
 }
 
 template <typename T, int V>

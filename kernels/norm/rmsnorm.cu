@@ -126,14 +126,6 @@ __global__ void rmsnorm_dgamma_final_kernel(const float* __restrict__ partial, T
   dgamma[c] = dev::from_f<T>(dev::to_f(dgamma[c]) + dg);
 }
 
-template <typename T>
-bool rows_vectorizable(int C, std::initializer_list<const void*> ptrs) {
-  if (C % dev::Pack<T>::N != 0) return false;
-  for (const void* p : ptrs)
-    if (p && !aligned16(p)) return false;
-  return true;
-}
-
 template <typename T, int V>
 void launch_bwd(const RmsNormParams<T>& p, float* partial, int groups, int rows_per_block,
                 int warps, size_t smem, cudaStream_t st) {
