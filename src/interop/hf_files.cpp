@@ -1,5 +1,6 @@
 #include "interop/hf_files.h"
 
+#include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
@@ -52,6 +53,15 @@ HfWeightFiles open_hf_weights(const std::string& dir) {
                    "'%s' holds tensor '%s', which '%s' does not list", f.c_str(), n.c_str(),
                    index.c_str());
   return out;
+}
+
+bool hf_same_tensor(const HfWeightFiles& files, const std::string& a, const std::string& b) {
+  const auto fa = files.where.find(a), fb = files.where.find(b);
+  if (fa == files.where.end() || fb == files.where.end()) return false;
+  const io::TensorInfo &ia = fa->second->info(a), &ib = fb->second->info(b);
+  if (ia.shape != ib.shape || ia.dtype != ib.dtype) return false;
+  const auto ra = fa->second->raw(a), rb = fb->second->raw(b);
+  return ra.size() == rb.size() && std::memcmp(ra.data(), rb.data(), ra.size()) == 0;
 }
 
 HfConfig::HfConfig(const std::string& text, const std::string& path) : path_(path) {

@@ -22,6 +22,9 @@ struct HfWeightFiles {
   std::map<std::string, std::shared_ptr<io::SafetensorsFile>> where;  // tensor -> its file
 };
 HfWeightFiles open_hf_weights(const std::string& dir);
+// Whether tensors a and b of the files are present and equal byte for byte (a tied head's second
+// copy); "" for b: false.
+bool hf_same_tensor(const HfWeightFiles& files, const std::string& a, const std::string& b);
 
 // A config.json, read with errors that name the file and the key.
 class HfConfig {

@@ -222,13 +222,7 @@ ForeignCheckpoint read_hf_gpt2(const std::string& dir, const GPTConfig& cfg) {
   }
   if (!head_origin.empty()) {
     // Files written with both copies of a tied head: accepted when they are the same tensor.
-    const auto& hf = where[head_origin];
-    const auto& wf = wte_origin.empty() ? nullptr : where[wte_origin];
-    const bool same = wf && hf->info(head_origin).shape == wf->info(wte_origin).shape &&
-                      hf->info(head_origin).dtype == wf->info(wte_origin).dtype &&
-                      std::memcmp(hf->raw(head_origin).data(), wf->raw(wte_origin).data(),
-                                  hf->raw(head_origin).size()) == 0;
-    ATTN_REQUIRE(same,
+    ATTN_REQUIRE(hf_same_tensor(files, head_origin, wte_origin),
                  "'%s': config.json ties the head to the embeddings (tie_word_embeddings is "
                  "true or absent), but '%s' differs from '%s'; set \"tie_word_embeddings\": false "
                  "for an untied head",

@@ -1,6 +1,5 @@
 #include "interop/hf_llama.h"
 
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -240,14 +239,7 @@ ForeignCheckpoint read_hf_llama(const std::string& dir, const GPTConfig& cfg) {
     out.tensors.push_back(std::move(t));
   }
   if (!head_origin.empty()) {
-    const char* wte = "model.embed_tokens.weight";
-    const auto& hf = files.where[head_origin];
-    const bool same = files.where.count(wte) &&
-                      hf->info(head_origin).shape == files.where[wte]->info(wte).shape &&
-                      hf->info(head_origin).dtype == files.where[wte]->info(wte).dtype &&
-                      std::memcmp(hf->raw(head_origin).data(), files.where[wte]->raw(wte).data(),
-                                  hf->raw(head_origin).size()) == 0;
-    ATTN_REQUIRE(same,
+    ATTN_REQUIRE(hf_same_tensor(files, head_origin, "model.embed_tokens.weight"),
                  "'%s': config.json ties the head to the embeddings (tie_word_embeddings: true), "
                  "but lm_head.weight differs from model.embed_tokens.weight",
                  out.path.c_str());

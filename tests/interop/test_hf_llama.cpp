@@ -223,6 +223,12 @@ TEST(HfLlama, UnsupportedKeysAndMissingPartsAreRefusedByName) {
   // A config.json without the shape keys (a GPT-2 config relabelled) is refused, not defaulted.
   refused({{"hidden_size", nullptr}}, {"hidden_size is missing"});
   refused({{"num_key_value_heads", 3}}, {"model.n_kv_head (3) must divide model.n_head (4)"});
+  // A tied config with an lm_head.weight that is not the embeddings' copy.
+  const ModelSource tied =
+      inspect_model_source(write_llama(tmp.path() / "tied", {{"tie_word_embeddings", true}}));
+  Model mt(tied.config, 1);
+  test::expect_error([&] { load_model_source(tied, mt.store); },
+                     {"ties the head to the embeddings", "differs from model.embed_tokens.weight"});
   // A missing k_proj is named, not left to a shape error.
   const std::string dir = write_llama(tmp.path() / "drop", json::object(), false,
                                       "model.layers.1.self_attn.k_proj.weight");
