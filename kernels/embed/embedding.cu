@@ -15,7 +15,8 @@ namespace {
 
 constexpr int kChunk = 256;  // columns per warp in the dwte reduction (8 per lane)
 
-template <typename T>
+// kPositions false: no position table (RoPE models), out = the wte row.
+template <typename T, bool kPositions>
 __global__ void embedding_fwd_kernel(const int32_t* __restrict__ tokens, const T* __restrict__ wte,
                                      const T* __restrict__ wpe, T* __restrict__ out, int64_t BT,
                                      int T_, int C) {
@@ -23,14 +24,19 @@ __global__ void embedding_fwd_kernel(const int32_t* __restrict__ tokens, const T
   if (row >= BT) return;
   const int t = int(row % T_);
   const T* we = wte + int64_t(tokens[row]) * C;
-  const T* pe = wpe ? wpe + int64_t(t) * C : nullptr;
-  T* o = out + row * C;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    o[c] = dev::from_f<T>(dev::to_f(we[c]) + (pe ? dev::to_f(pe[c]) : 0.f));
+  if constexpr (kPositions) {
+    const T* pe = wpe + int64_t(t) * C;
+    T* o = out + row * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      o[c] = dev::from_f<T>(dev::to_f(we[c]) + dev::to_f(pe[c]));
+    }
+  } else {
+    T* o = out + row * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = we[c];
   }
 }
 
-template <typename T>
+template <typename T, bool kPositions>
 __global__ void embedding_fwd_vec_kernel(const int32_t* __restrict__ tokens,
                                          const T* __restrict__ wte, const T* __restrict__ wpe,
                                          T* __restrict__ out, int64_t BT, int T_, int C) {
@@ -39,19 +45,20 @@ __global__ void embedding_fwd_vec_kernel(const int32_t* __restrict__ tokens,
   if (row >= BT) return;
   const int t = int(row % T_);
   const T* we = wte + int64_t(tokens[row]) * C;
-  const T* pe = wpe ? wpe + int64_t(t) * C : nullptr;
-  T* o = out + row * C;
-  for (int c = threadIdx.x * N; c < C; c += blockDim.x * N) {
-    const dev::Pack<T> a = dev::load_pack(we + c);
-    if (!pe) {
-      dev::store_pack(o + c, a);
-      continue;
-    }
-    const dev::Pack<T> b = dev::load_pack(pe + c);
-    dev::Pack<T> r;
+  if constexpr (kPositions) {
+    const T* pe = wpe + int64_t(t) * C;
+    T* o = out + row * C;
+    for (int c = threadIdx.x * N; c < C; c += blockDim.x * N) {
+      const dev::Pack<T> a = dev::load_pack(we + c), b = dev::load_pack(pe + c);
+      dev::Pack<T> r;
 #pragma unroll
-    for (int j = 0; j < N; ++j) r.set(j, a.f(j) + b.f(j));
-    dev::store_pack(o + c, r);
+      for (int j = 0; j < N; ++j) r.set(j, a.f(j) + b.f(j));
+      dev::store_pack(o + c, r);
+    }
+  } else {
+    T* o = out + row * C;
+    for (int c = threadIdx.x * N; c < C; c += blockDim.x * N)
+      dev::store_pack(o + c, dev::load_pack(we + c));
   }
 }
 
@@ -112,12 +119,13 @@ void launch_embedding_fwd(const EmbeddingParams<T>& p, Stream s) {
   const int threads =
       std::min(256, std::max(32, (p.C / (vec ? dev::Pack<T>::N : 1) + 31) / 32 * 32));
   ATTN_ASSERT(BT < (int64_t(1) << 31));
+  auto launch = [&](auto kernel) {
+    kernel<<<unsigned(BT), threads, 0, st>>>(p.tokens, p.wte, p.wpe, p.out, BT, p.T_, p.C);
+  };
   if (vec) {
-    embedding_fwd_vec_kernel<T>
-        <<<unsigned(BT), threads, 0, st>>>(p.tokens, p.wte, p.wpe, p.out, BT, p.T_, p.C);
+    p.wpe ? launch(embedding_fwd_vec_kernel<T, true>) : launch(embedding_fwd_vec_kernel<T, false>);
   } else {
-    embedding_fwd_kernel<T>
-        <<<unsigned(BT), threads, 0, st>>>(p.tokens, p.wte, p.wpe, p.out, BT, p.T_, p.C);
+    p.wpe ? launch(embedding_fwd_kernel<T, true>) : launch(embedding_fwd_kernel<T, false>);
   }
   CUDA_CHECK_LAUNCH();
 }
