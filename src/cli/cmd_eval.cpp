@@ -35,7 +35,8 @@ void add_device_options(CLI::App* sub, EvalDeviceOptions& d) {
                   "auto | bf16 | fp32 (auto on CUDA: the precision the run computed in, fp32 "
                   "for HF and llm.c models; fp32 on the CPU)")
       ->capture_default_str();
-  sub->add_option("--batch", d.batch, "sequences per forward (default: 16 on CUDA, 4 on CPU)")
+  sub->add_option("--batch", d.batch,
+                  "sequences per forward (default: 16 on CUDA, 4 on CPU, fewer above 1,024 tokens)")
       ->check(number_at_least(0));
 }
 

@@ -29,8 +29,12 @@ EvalModel::EvalModel(const ModelSource& source, const EvalDeviceOptions& o) : so
     dtype_ = DType::f32;
   }
   const GPTConfig& c = source.config;
-  batch_ = o.batch > 0 ? o.batch : (cuda ? 16 : 4);
   max_len_ = o.max_len > 0 ? std::min(o.max_len, c.block_size) : c.block_size;
+  // The default: 16 (CUDA) or 4 (CPU) sequences of 1,024 tokens' worth, fewer for longer
+  // contexts (a LLaMA 3 or Mistral block_size of 8K-32K would otherwise ask for 16 x 32K).
+  const int per_1k = cuda ? 16 : 4;
+  batch_ = o.batch > 0 ? o.batch
+                       : int(std::clamp<int64_t>(int64_t(per_1k) * 1024 / max_len_, 1, per_1k));
   model_ = std::make_unique<GPT>(c);
   model_->declare_params(store_);
   store_.finalize(ctx_->device, dtype_, {});  // nothing trainable: no gradient buffers

@@ -24,8 +24,9 @@ namespace attnlab {
 struct EvalDeviceOptions {
   std::string device = "auto";     // auto | cpu | cuda
   std::string precision = "auto";  // auto (CUDA: source_precision; CPU: fp32) | bf16 | fp32
-  int batch = 0;                   // sequences per forward; 0 = 16 on CUDA, 4 on the CPU
-  int max_len = 0;                 // longest sequence a forward takes; 0 = model.block_size
+  int batch = 0;  // sequences per forward; 0 = 16 on CUDA, 4 on the CPU (of 1,024 tokens or fewer:
+                  // fewer sequences for longer contexts, at least 1)
+  int max_len = 0;  // longest sequence a forward takes; 0 = model.block_size
 };
 
 // One sequence to score: inputs[i] predicts targets[i] (GPT::kIgnoreIndex = not scored).

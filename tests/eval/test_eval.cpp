@@ -621,3 +621,19 @@ TEST_F(EvalTest, ScoreWritesOneLinePerToken) {
                        {"few.txt", "nothing to score"});
   }
 }
+
+// The default batch holds 4 (CPU) sequences of up to 1,024 tokens, fewer for longer contexts (a
+// LLaMA 3 / Mistral block_size would otherwise ask 16 x 32K tokens of a GPU), at least 1.
+TEST_F(EvalTest, DefaultBatchShrinksWithTheContext) {
+  EvalDeviceOptions d = test::cpu(0);
+  EXPECT_EQ(EvalModel(inspect_model_source(run_), d).batch(), 4);  // block_size 32
+  const std::string long_run = make_run("long", 257, "byte", 2048);
+  const ModelSource src = inspect_model_source(long_run);
+  EXPECT_EQ(EvalModel(src, d).batch(), 2);  // 4 x 1024 / 2048
+  d.max_len = 512;
+  EXPECT_EQ(EvalModel(src, d).batch(), 4) << "a shorter --context takes the full default";
+  d.max_len = 0;
+  d.batch = 7;
+  EXPECT_EQ(EvalModel(src, d).batch(), 7) << "an explicit --batch is kept";
+  fs::remove_all(long_run);
+}
