@@ -51,6 +51,8 @@ std::vector<std::string> attention_keys(const std::string& type) {
     return {"attention.type=focus", "attention.focus.groups=4", "attention.focus.d_g=8",
             "attention.focus.local_window=4"};
   if (type == "sfa") return {"attention.type=sfa", "attention.sfa.k=4"};
+  // The LLaMA block (RMSNorm, SwiGLU, RoPE, no biases, an untied head: its own lm_head bucket).
+  if (type == "llama") return {"attention.type=dense", "model.family=llama"};
   return {"attention.type=dense"};
 }
 
@@ -208,7 +210,7 @@ TEST_P(DistTrain, TwoRanksEqualOneRankWithAccumulationForZero0And1) {
                     GetParam() + " ZeRO 1 vs ZeRO 0");
 }
 
-INSTANTIATE_TEST_SUITE_P(Attention, DistTrain, ::testing::Values("dense", "focus", "sfa"));
+INSTANTIATE_TEST_SUITE_P(Attention, DistTrain, ::testing::Values("dense", "focus", "sfa", "llama"));
 
 // A 2-rank ZeRO-1 run resumed from its step-3 checkpoint: on 2 ranks bit for bit (the same
 // reduction order), on 2 ranks with another bucket size (another shard map: the checkpoint is in

@@ -97,8 +97,8 @@ TEST(TrainIntegration, GoldenLosses) {
 }
 
 // Dense, Focus with the soft gate and with hard routing in training (its Sinkhorn, group
-// parameters and their optimizer state carried by the checkpoint), and SFA with its distillation
-// term.
+// parameters and their optimizer state carried by the checkpoint), SFA with its distillation
+// term, and the LLaMA block (RMSNorm, SwiGLU, RoPE, an untied head).
 TEST(TrainIntegration, ResumeIsBitExact) {
   const test::TempDir tmp("it");
   const std::vector<std::string> focus = {"attention.type=focus", "attention.focus.groups=4",
@@ -106,9 +106,10 @@ TEST(TrainIntegration, ResumeIsBitExact) {
   std::vector<std::string> focus_hard = focus;
   focus_hard.push_back("attention.focus.route_training=hard");
   const std::vector<std::string> sfa = {"attention.type=sfa", "attention.sfa.distill=0.1"};
+  const std::vector<std::string> llama = {"model.family=llama"};
   int variant = 0;
   for (const std::vector<std::string>& keys :
-       {std::vector<std::string>{}, focus, focus_hard, sfa}) {
+       {std::vector<std::string>{}, focus, focus_hard, sfa, llama}) {
     SCOPED_TRACE("variant " + std::to_string(variant));
     const std::string a = tmp.file("resume_a" + std::to_string(variant)),
                       b = tmp.file("resume_b" + std::to_string(variant));
@@ -131,6 +132,10 @@ TEST(TrainIntegration, ResumeIsBitExact) {
     }
     if (keys == focus) {
       EXPECT_TRUE(ba.count("model.safetensors:h.0.attn.focus.w_g"));
+    }
+    if (keys == llama) {
+      EXPECT_TRUE(ba.count("model.safetensors:lm_head.weight"));
+      EXPECT_FALSE(ba.count("model.safetensors:wpe.weight"));
     }
     // The trainer state says what the run computed in: the CPU path is f32 whatever the recipe's
     // train.precision (the tiny recipe leaves it at bf16).
