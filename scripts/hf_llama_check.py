@@ -25,7 +25,7 @@ import tempfile
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_interop_check import FAILURES, ours, rel, report, run  # noqa: E402
+from hf_interop_check import FAILURES, ours, rel, report, run, torch_logits  # noqa: E402
 
 
 def perturb(model, seed):
@@ -35,13 +35,6 @@ def perturb(model, seed):
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=g)
             p.copy_(1.0 + 0.1 * noise if name.endswith("norm.weight") else 0.05 * noise)
-
-
-def torch_logits(model, x, y):
-    with torch.no_grad():
-        lg = model(x.cuda()).logits.float()
-        loss = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.cuda().reshape(-1))
-    return lg.cpu(), loss.item()
 
 
 def check_config(build, work, tag, arch, cfg_kwargs, B, T, seed):

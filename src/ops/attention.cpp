@@ -23,16 +23,8 @@ struct Dims {
 // must be one the kernels for this device and dtype support.
 Dims check_qkv(const ExecContext& ctx, DType* dt, const Tensor& qkv, const QKVLayout& layout,
                int window) {
-  *dt = require_activation(kOp, "qkv", qkv, ctx, 3);
-  const int H = layout.n_head, Hkv = layout.n_kv_head, D = layout.head_dim;
-  ATTN_REQUIRE(H > 0 && Hkv > 0 && D > 0,
-               "attention: n_head, n_kv_head and head_dim must be positive, got %d, %d and %d", H,
-               Hkv, D);
-  ATTN_REQUIRE(H % Hkv == 0, "attention: n_kv_head (%d) must divide n_head (%d)", Hkv, H);
-  ATTN_REQUIRE(qkv.ndim() == 3 && qkv.dim(2) == layout.width(),
-               "attention: qkv must be [B, T, %lld] ((n_head %d + 2 x n_kv_head %d) x head_dim "
-               "%d), got %s",
-               (long long)layout.width(), H, Hkv, D, qkv.str().c_str());
+  *dt = require_packed_qkv(kOp, "qkv", qkv, layout, ctx);
+  const int D = layout.head_dim;
   ATTN_REQUIRE(window >= 0, "attention: window must be >= 0 (0 = full causal), got %d", window);
   // The tensor-core kernels are written for these head dims; fp32 (debug) and CPU take any D.
   ATTN_REQUIRE(ctx.device != Device::cuda || *dt != DType::bf16 || D == 64 || D == 128,

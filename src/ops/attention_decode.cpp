@@ -23,16 +23,8 @@ struct CacheDims {
 CacheDims check_cache(const char* op, const ExecContext& ctx, DType* dt, const Tensor& qkv,
                       const Tensor& k_cache, const Tensor& v_cache, int pos,
                       const QKVLayout& layout) {
-  *dt = require_activation(op, "qkv", qkv, ctx, 3);
-  const int H = layout.n_head, Hkv = layout.n_kv_head, D = layout.head_dim;
-  ATTN_REQUIRE(H > 0 && Hkv > 0 && D > 0,
-               "%s: n_head, n_kv_head and head_dim must be positive, got %d, %d and %d", op, H, Hkv,
-               D);
-  ATTN_REQUIRE(H % Hkv == 0, "%s: n_kv_head (%d) must divide n_head (%d)", op, Hkv, H);
-  ATTN_REQUIRE(qkv.ndim() == 3 && qkv.dim(2) == layout.width(),
-               "%s: qkv must be [B, T, %lld] ((n_head %d + 2 x n_kv_head %d) x head_dim %d), got "
-               "%s",
-               op, (long long)layout.width(), H, Hkv, D, qkv.str().c_str());
+  *dt = require_packed_qkv(op, "qkv", qkv, layout, ctx);
+  const int Hkv = layout.n_kv_head, D = layout.head_dim;
   ATTN_REQUIRE(D <= 128, "%s: head dim must be <= 128, got %d", op, D);
   require_present(op, "k_cache", k_cache);
   ATTN_REQUIRE(k_cache.ndim() == 4 && k_cache.dim(0) == qkv.dim(0) && k_cache.dim(1) == Hkv &&

@@ -5,6 +5,7 @@
 #include "core/context.h"
 #include "core/tensor.h"
 #include "kernels/common/launch.h"
+#include "ops/qkv_layout.h"
 
 namespace attnlab::ops::detail {
 
@@ -48,6 +49,24 @@ inline DType require_activation(const char* op, const char* name, const Tensor& 
   ATTN_REQUIRE(t.ndim() >= min_ndim, "%s: %s must have at least %d dimension(s), got %s", op, name,
                min_ndim, t.str().c_str());
   return t.dtype;
+}
+
+// A packed q/k/v activation (ops/qkv_layout.h) named `name`: present, an activation dtype on the
+// context's device, [B, T, layout.width()] with positive head counts and dim and n_kv_head
+// dividing n_head. Returns the dtype.
+inline DType require_packed_qkv(const char* op, const char* name, const Tensor& qkv,
+                                const QKVLayout& layout, const ExecContext& ctx) {
+  const DType dt = require_activation(op, name, qkv, ctx, 3);
+  const int H = layout.n_head, Hkv = layout.n_kv_head, D = layout.head_dim;
+  ATTN_REQUIRE(H > 0 && Hkv > 0 && D > 0,
+               "%s: n_head, n_kv_head and head_dim must be positive, got %d, %d and %d", op, H, Hkv,
+               D);
+  ATTN_REQUIRE(H % Hkv == 0, "%s: n_kv_head (%d) must divide n_head (%d)", op, Hkv, H);
+  ATTN_REQUIRE(qkv.ndim() == 3 && qkv.dim(2) == layout.width(),
+               "%s: %s must be [B, T, %lld] ((n_head %d + 2 x n_kv_head %d) x head_dim %d), got "
+               "%s",
+               op, name, (long long)layout.width(), H, Hkv, D, qkv.str().c_str());
+  return dt;
 }
 
 // Shape without its last dimension, followed by `last` (e.g. [B, T, in] -> [B, T, out]).

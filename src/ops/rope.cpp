@@ -19,20 +19,13 @@ constexpr const char* kOp = "rope";
 // activation dtype.
 DType check_rope(const ExecContext& ctx, const char* name, const Tensor& qkv, const QKVLayout& l,
                  int pos, float theta) {
-  const DType dt = require_activation(kOp, name, qkv, ctx, 3);
-  const int H = l.n_head, Hkv = l.n_kv_head, D = l.head_dim;
-  ATTN_REQUIRE(H > 0 && Hkv > 0 && D > 0,
-               "rope: n_head, n_kv_head and head_dim must be positive, got %d, %d and %d", H, Hkv,
-               D);
-  ATTN_REQUIRE(H % Hkv == 0, "rope: n_kv_head (%d) must divide n_head (%d)", Hkv, H);
-  ATTN_REQUIRE(D % 2 == 0,
+  // (the head dim's own requirements first: an odd one also makes the width a wrong guess)
+  const int D = l.head_dim;
+  ATTN_REQUIRE(D <= 0 || D % 2 == 0,
                "rope: head dim must be even (dims i and i + D/2 rotate together), got %d", D);
   ATTN_REQUIRE(ctx.device == Device::cpu || D <= kRopeMaxHeadDim,
                "rope: head dim must be <= %d on CUDA, got %d", kRopeMaxHeadDim, D);
-  ATTN_REQUIRE(qkv.ndim() == 3 && qkv.dim(2) == l.width(),
-               "rope: %s must be [B, T, %lld] ((n_head %d + 2 x n_kv_head %d) x head_dim %d), got "
-               "%s",
-               name, static_cast<long long>(l.width()), H, Hkv, D, qkv.str().c_str());
+  const DType dt = require_packed_qkv(kOp, name, qkv, l, ctx);
   ATTN_REQUIRE(qkv.dim(1) <= INT32_MAX, "rope: %s has %lld positions; at most %d are supported",
                name, static_cast<long long>(qkv.dim(1)), INT32_MAX);
   ATTN_REQUIRE(pos >= 0, "rope: pos must be >= 0, got %d", pos);

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -119,6 +120,17 @@ inline double report(const char* what, double err) {
 template <typename T>
 bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// The tolerance of a CUDA output against the CPU reference (run on the inputs rounded to T),
+// taken from a same-precision reference rather than tuned per tensor: twice the error of the
+// reference's own output rounded once to T (what an exact kernel that stores T would give), and
+// at least kFp32Tolerance (fp32 rounding order; the rounding error is 0 for T = float).
+constexpr double kFp32Tolerance = 1e-5;
+
+template <typename T>
+double same_precision_tolerance(const std::vector<float>& ref) {
+  return std::max(kFp32Tolerance, 2 * max_rel_error(to_precision<T>(ref), ref));
 }
 
 }  // namespace attnlab::test

@@ -7,7 +7,6 @@
 #include "cuda_test_util.h"
 #include "kernels/norm/rmsnorm.cuh"
 #include "ref/rmsnorm_ref.h"
-#include "same_precision_tolerance.h"
 
 namespace attnlab {
 namespace {

@@ -7,7 +7,6 @@
 #include "cuda_test_util.h"
 #include "kernels/position/rope.cuh"
 #include "ops/ops.h"
-#include "same_precision_tolerance.h"
 
 namespace attnlab {
 namespace {

@@ -6,7 +6,6 @@
 #include "cuda_test_util.h"
 #include "kernels/activation/swiglu.cuh"
 #include "ref/swiglu_ref.h"
-#include "same_precision_tolerance.h"
 
 namespace attnlab {
 namespace {

@@ -2,6 +2,7 @@
 // CPU model of it, and a value pattern that makes a wrong name, transpose or offset show.
 #pragma once
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,26 @@ struct Model {
   }
   std::vector<float> get(const std::string& n) const { return tensor_to_host_f32(store.param(n)); }
 };
+
+// A tensor of a foreign file as the tests write it: its name there, shape and values.
+struct HfTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+inline Shape shape_of(const std::vector<int64_t>& v) {
+  Shape s;
+  s.ndim = int(v.size());
+  for (int i = 0; i < s.ndim; ++i) s.dims[i] = v[size_t(i)];
+  return s;
+}
+
+inline const HfTensor& find(const std::vector<HfTensor>& ts, const std::string& n) {
+  for (const auto& t : ts)
+    if (t.name == n) return t;
+  throw std::runtime_error("no " + n);
+}
 
 // A distinct value per tensor and element, so a wrong name, transpose or offset shows.
 inline float pattern(int tensor, int64_t i) { return float(tensor) + 0.001f * float(i % 997); }

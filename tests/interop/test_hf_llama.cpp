@@ -22,8 +22,7 @@
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace attnlab;
-using attnlab::interop_test::Model;
-using attnlab::interop_test::pattern;
+using namespace attnlab::interop_test;
 
 namespace {
 
@@ -50,12 +49,6 @@ json llama_config() {
           {"bos_token_id", 1},
           {"torch_dtype", "float32"}};
 }
-
-struct HfTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  std::vector<float> data;
-};
 
 std::vector<HfTensor> llama_tensors(bool bias) {
   std::vector<std::pair<std::string, std::vector<int64_t>>> specs = {
@@ -96,13 +89,6 @@ std::vector<HfTensor> llama_tensors(bool bias) {
   return out;
 }
 
-Shape shape_of(const std::vector<int64_t>& v) {
-  Shape s;
-  s.ndim = int(v.size());
-  for (int i = 0; i < s.ndim; ++i) s.dims[i] = v[size_t(i)];
-  return s;
-}
-
 // A directory with config.json (+ edits) and model.safetensors (tensors named in `drop` left out).
 std::string write_llama(const fs::path& dir, const json& edits = json::object(), bool bias = false,
                         const std::string& drop = "") {
@@ -120,12 +106,6 @@ std::string write_llama(const fs::path& dir, const json& edits = json::object(),
   w.set_metadata("format", "pt");
   w.write((dir / "model.safetensors").string());
   return dir.string();
-}
-
-const HfTensor& find(const std::vector<HfTensor>& ts, const std::string& n) {
-  for (const auto& t : ts)
-    if (t.name == n) return t;
-  throw std::runtime_error("no " + n);
 }
 
 // The concatenation of HF tensors, in order (a c_attn or c_fc of attnlab).

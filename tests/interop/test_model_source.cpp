@@ -53,12 +53,8 @@ json hf_config_json() {
           {"eos_token_id", V - 1}};
 }
 
-// The HF tensors of a tiny GPT-2 in the file layout (Conv1D weights [in, out]).
-struct HfTensor {
-  std::string name;  // without the transformer. prefix
-  std::vector<int64_t> shape;
-  std::vector<float> data;
-};
+// The HF tensors of a tiny GPT-2 in the file layout (Conv1D weights [in, out]; names without
+// the transformer. prefix).
 std::vector<HfTensor> hf_tensors() {
   std::vector<std::pair<std::string, std::vector<int64_t>>> specs = {
       {"wte.weight", {V, C}}, {"wpe.weight", {P, C}}, {"ln_f.weight", {C}}, {"ln_f.bias", {C}}};
@@ -90,13 +86,6 @@ std::vector<HfTensor> hf_tensors() {
     out.push_back(std::move(t));
   }
   return out;
-}
-
-Shape shape_of(const std::vector<int64_t>& v) {
-  Shape s;
-  s.ndim = int(v.size());
-  for (int i = 0; i < s.ndim; ++i) s.dims[i] = v[i];
-  return s;
 }
 
 // The byte-level BPE of every byte, one merge ("a" "b") and <|endoftext|>: V = 258 ids.
@@ -141,12 +130,6 @@ std::string write_hf(const fs::path& dir, Layout layout, const json& config_edit
   w.write((dir / "model.safetensors").string());
   write_tiny_bpe(dir, "vocab.json", "merges.txt");
   return dir.string();
-}
-
-const HfTensor& find(const std::vector<HfTensor>& ts, const std::string& n) {
-  for (const auto& t : ts)
-    if (t.name == n) return t;
-  throw std::runtime_error("no " + n);
 }
 
 // Checks that `m` holds the weights of hf_tensors() in attnlab's layout.
