@@ -117,6 +117,20 @@ def main():
                           intermediate_size=512, max_position_embeddings=1024, rms_norm_eps=1e-6,
                           rope_theta=500000.0, tie_word_embeddings=True, attention_bias=True, mlp_bias=True,
                           **common), B=1, T=1024, seed=2)
+        # LLaMA 3.1's rope_scaling (llama3), with a short original context so that most of the
+        # frequencies are scaled or interpolated within T; then linear scaling
+        check_config(a.build, work, "llama3-scaling-L2-C256", "Llama",
+                     dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, hidden_size=256,
+                          intermediate_size=512, max_position_embeddings=2048, rms_norm_eps=1e-5,
+                          rope_theta=500000.0, tie_word_embeddings=True,
+                          rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                            high_freq_factor=4.0, original_max_position_embeddings=64),
+                          **common), B=2, T=300, seed=4)
+        check_config(a.build, work, "llama-linear-scaling-L2-C256", "Llama",
+                     dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, hidden_size=256,
+                          intermediate_size=512, max_position_embeddings=2048, rms_norm_eps=1e-5,
+                          rope_theta=10000.0, tie_word_embeddings=False,
+                          rope_scaling=dict(rope_type="linear", factor=4.0), **common), B=1, T=400, seed=5)
         # Mistral: a sliding window shorter than the sequence
         check_config(a.build, work, "mistral-L2-C256-window", "Mistral",
                      dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, hidden_size=256,

@@ -48,7 +48,7 @@ void launch_rope(const RopeParams<T>& p, float sign, Stream s) {
                "rope: head dim must be even and at most %d, got %d", kRopeMaxHeadDim, p.head_dim);
   const int half = p.head_dim / 2;
   InvFreqTable table{};
-  for (int i = 0; i < half; ++i) table.v[i] = rope_inv_freq(i, p.head_dim, p.theta);
+  for (int i = 0; i < half; ++i) table.v[i] = rope_inv_freq(i, p.head_dim, p.theta, p.scaling);
   const int blocks = int(std::min<int64_t>(div_up(p.tokens * half, kThreads), 65536));
   rope_kernel<T><<<blocks, kThreads, 0, reinterpret_cast<cudaStream_t>(s)>>>(
       p.qkv, p.tokens, p.seq_len, p.width, p.heads, p.head_dim, p.pos, sign, table);

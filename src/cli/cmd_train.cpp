@@ -124,7 +124,12 @@ int cmd_info(const RecipeArgs& args) {
   std::printf("padded vocab      %d (vocab %d)\n", c.padded_vocab, c.vocab_size);
   std::printf("block             %s, %s MLP (width %d), %s positions", norm_name(c.norm),
               mlp_name(c.mlp), c.mlp_hidden(), position_name(c.position));
-  if (c.position == PositionType::rope) std::printf(" (theta %g)", double(c.rope_theta));
+  if (c.position == PositionType::rope) {
+    std::printf(" (theta %g", double(c.rope_theta));
+    if (c.rope_scaling.type != RopeScalingType::none)
+      std::printf(", scaling %s", rope_scaling_name(c.rope_scaling).c_str());
+    std::printf(")");
+  }
   std::printf(", %s, %s embeddings\n", c.bias ? "biases" : "no biases",
               c.tied_embeddings ? "tied" : "untied");
   std::printf("attention         %s, %d query heads, %d kv heads, head dim %d\n",

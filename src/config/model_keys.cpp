@@ -29,6 +29,26 @@ std::string text_of(const T& v) {
   }
 }
 
+// A key of model.rope_scaling, compared only where the scaling type reads it (none reads no
+// factor, linear only `factor`).
+std::string rope_scaling_text(const ModelConfig& m, std::string_view field, std::string value) {
+  const RopeScalingKind t = m.rope_scaling.type;
+  const bool read =
+      t == RopeScalingKind::llama3 || (t == RopeScalingKind::linear && field == "factor");
+  return read ? value : std::string("(unused)");
+}
+
+#define ROPE_SCALING_KEY(field)                                               \
+  ArchKey {                                                                   \
+    "model.rope_scaling." #field,                                             \
+        [](const ModelConfig& m) {                                            \
+          return rope_scaling_text(m, #field, text_of(m.rope_scaling.field)); \
+        },                                                                    \
+        [](ModelConfig& m, const ModelConfig& src) {                          \
+          m.rope_scaling.field = src.rope_scaling.field;                      \
+        }                                                                     \
+  }
+
 #define ARCH_KEY(field)                                                     \
   ArchKey {                                                                 \
     "model." #field, [](const ModelConfig& m) { return text_of(m.field); }, \
@@ -59,10 +79,20 @@ const std::vector<ArchKey>& arch_keys() {
       ArchKey{"model.mlp_hidden",  // 0 and the default width are the same model
               [](const ModelConfig& m) { return std::to_string(m.mlp_hidden_width()); },
               [](ModelConfig& m, const ModelConfig& src) { m.mlp_hidden = src.mlp_hidden; }},
-      ARCH_KEY(rope_theta)};
+      ARCH_KEY(rope_theta),
+      ArchKey{"model.rope_scaling.type",
+              [](const ModelConfig& m) { return text_of(m.rope_scaling.type); },
+              [](ModelConfig& m, const ModelConfig& src) {
+                m.rope_scaling.type = src.rope_scaling.type;
+              }},
+      ROPE_SCALING_KEY(factor),
+      ROPE_SCALING_KEY(low_freq_factor),
+      ROPE_SCALING_KEY(high_freq_factor),
+      ROPE_SCALING_KEY(original_context)};
   return keys;
 }
 #undef ARCH_KEY
+#undef ROPE_SCALING_KEY
 
 // One attention key: its path and its resolved value as text, for the model's head dim (0:
 // unknown, the raw value).

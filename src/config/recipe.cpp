@@ -14,11 +14,13 @@ struct ModelPreset {
   ModelFamily family;
   int n_layer, n_head, n_kv_head, n_embd, vocab_size, block_size, mlp_hidden;
   double rope_theta;
+  bool tied = false;         // the LLaMA family's head is untied but for LLaMA 3.2's
+  double llama3_factor = 0;  // > 0: rope_scaling llama3 with this factor (low 1, high 4, 8192)
 };
 
 // GPT-2 (Radford et al. 2019): vocab 50257, a 1024-token context. The LLaMA family as their
-// Hugging Face config.json files give them (LLaMA 3's presets are 3.0's: 3.1's rope_scaling is
-// not implemented). norm_eps stays the recipe's (1e-5, as all of these).
+// Hugging Face config.json files give them (llama3-8b is LLaMA 3.0; 3.1 and 3.2 add the llama3
+// RoPE scaling). norm_eps stays the recipe's (1e-5, as all of these).
 constexpr ModelPreset kPresets[] = {
     {"gpt2", ModelFamily::gpt2, 12, 12, 0, 768, 50257, 1024, 0, 10000},
     {"gpt2-medium", ModelFamily::gpt2, 24, 16, 0, 1024, 50257, 1024, 0, 10000},
@@ -28,6 +30,9 @@ constexpr ModelPreset kPresets[] = {
     {"llama2-7b", ModelFamily::llama, 32, 32, 0, 4096, 32000, 4096, 11008, 10000},
     {"llama2-13b", ModelFamily::llama, 40, 40, 0, 5120, 32000, 4096, 13824, 10000},
     {"llama3-8b", ModelFamily::llama, 32, 32, 8, 4096, 128256, 8192, 14336, 500000},
+    {"llama3.1-8b", ModelFamily::llama, 32, 32, 8, 4096, 128256, 131072, 14336, 500000, false, 8},
+    {"llama3.2-1b", ModelFamily::llama, 16, 32, 8, 2048, 128256, 131072, 8192, 500000, true, 32},
+    {"llama3.2-3b", ModelFamily::llama, 28, 24, 8, 3072, 128256, 131072, 8192, 500000, true, 32},
     {"mistral-7b", ModelFamily::mistral, 32, 32, 8, 4096, 32768, 32768, 14336, 1000000},
 };
 constexpr int64_t kMaxLayers = 10000;
@@ -86,9 +91,25 @@ std::vector<std::string> model_preset_keys(const std::string& preset) {
     if (preset != p.name) continue;
     if (p.family == ModelFamily::gpt2)
       return {"n_layer", "n_head", "n_embd", "vocab_size", "block_size"};
-    return {"family",     "n_layer",         "n_head",     "n_kv_head", "n_embd",
-            "vocab_size", "block_size",      "norm",       "mlp",       "position",
-            "bias",       "tied_embeddings", "mlp_hidden", "rope_theta"};
+    return {"family",
+            "n_layer",
+            "n_head",
+            "n_kv_head",
+            "n_embd",
+            "vocab_size",
+            "block_size",
+            "norm",
+            "mlp",
+            "position",
+            "bias",
+            "tied_embeddings",
+            "mlp_hidden",
+            "rope_theta",
+            "rope_scaling.type",
+            "rope_scaling.factor",
+            "rope_scaling.low_freq_factor",
+            "rope_scaling.high_freq_factor",
+            "rope_scaling.original_context"};
   }
   return {};
 }
@@ -116,6 +137,12 @@ void apply_model_preset(ModelConfig& model, const std::string& preset) {
     model.block_size = p.block_size;
     model.mlp_hidden = p.mlp_hidden;
     model.rope_theta = p.rope_theta;
+    if (p.tied) model.tied_embeddings = true;
+    model.rope_scaling = RopeScalingConfig{};
+    if (p.llama3_factor > 0) {
+      model.rope_scaling.type = RopeScalingKind::llama3;
+      model.rope_scaling.factor = p.llama3_factor;
+    }
     return;
   }
   std::string hint = closest_match(preset, model_preset_names());
@@ -156,6 +183,23 @@ void ModelConfig::validate(bool cross_checks) const {
   require_range("model.init_std", init_std, 0, true, kInf, false);
   require_min("model.mlp_hidden", mlp_hidden, 0);
   require_range("model.rope_theta", rope_theta, 0, true, kInf, false);
+  require_range("model.rope_scaling.factor", rope_scaling.factor, 0, true, kInf, false);
+  require_range("model.rope_scaling.low_freq_factor", rope_scaling.low_freq_factor, 0, true, kInf,
+                false);
+  require_min("model.rope_scaling.original_context", rope_scaling.original_context, 1);
+  if (!std::isfinite(rope_scaling.high_freq_factor) ||
+      (rope_scaling.type == RopeScalingKind::llama3 &&
+       !(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor)))
+    fail_key("model.rope_scaling.high_freq_factor",
+             strformat("model.rope_scaling.high_freq_factor (%g) must be finite and greater than "
+                       "low_freq_factor (%g)",
+                       rope_scaling.high_freq_factor, rope_scaling.low_freq_factor));
+  if (cross_checks && rope_scaling.type != RopeScalingKind::none && position != PositionKind::rope)
+    fail_key("model.rope_scaling.type",
+             strformat("model.rope_scaling.type is %s, but model.position is %s (scaling applies "
+                       "to rope only)",
+                       std::string(enum_name(rope_scaling.type)).c_str(),
+                       std::string(enum_name(position)).c_str()));
   if (cross_checks && position == PositionKind::rope && (n_embd / n_head) % 2 != 0)
     fail_key("model.position",
              strformat("model.position: rope rotates pairs of dims, so the head dim (n_embd %d / "

@@ -49,6 +49,7 @@ enum class ModelFamily : uint8_t { gpt2, llama, mistral };
 enum class NormKind : uint8_t { layernorm, rmsnorm };
 enum class MlpKind : uint8_t { gelu, swiglu };
 enum class PositionKind : uint8_t { learned, rope };
+enum class RopeScalingKind : uint8_t { none, linear, llama3 };
 enum class DataSource : uint8_t { synthetic, shards };
 enum class OptimizerName : uint8_t { adamw };
 enum class ScheduleType : uint8_t { cosine, linear, constant, wsd };
@@ -81,6 +82,11 @@ struct EnumNames<MlpKind> {
 template <>
 struct EnumNames<PositionKind> {
   static constexpr std::array<std::string_view, 2> names{"learned", "rope"};
+  static constexpr std::array<std::string_view, 0> future{};
+};
+template <>
+struct EnumNames<RopeScalingKind> {
+  static constexpr std::array<std::string_view, 3> names{"none", "linear", "llama3"};
   static constexpr std::array<std::string_view, 0> future{};
 };
 template <>
@@ -163,6 +169,19 @@ constexpr std::string_view enum_name(E e) {
 
 // ---- sections ---------------------------------------------------------------------------------
 
+// model.rope_scaling: RoPE's frequency scaling for contexts past the pretraining length
+// (kernels/position/rope_scaling.h has the formulas; Hugging Face's rope_scaling / rope_type):
+// none; linear (factor); llama3 (LLaMA 3.1+: factor, low_freq_factor, high_freq_factor,
+// original_context).
+struct RopeScalingConfig {
+  RopeScalingKind type = RopeScalingKind::none;
+  double factor = 1;
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  int original_context = 8192;
+  bool operator==(const RopeScalingConfig&) const = default;
+};
+
 struct ModelConfig {
   std::string preset;  // "" or one of model_preset_names()
   // The family's block choices are the defaults of norm, mlp, position, bias and tied_embeddings
@@ -185,6 +204,7 @@ struct ModelConfig {
   double init_std = 0.02;
   int mlp_hidden = 0;         // MLP hidden width; 0: 4 n_embd (gelu) or LLaMA's rule (swiglu)
   double rope_theta = 10000;  // RoPE base (position: rope)
+  RopeScalingConfig rope_scaling;
 
   int padded_vocab() const;  // vocab_size rounded up to a multiple of vocab_multiple
   int head_dim() const { return n_embd / n_head; }

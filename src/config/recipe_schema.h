@@ -35,6 +35,17 @@ void visit(V& v, Is<ModelConfig> auto& m) {
   v.field("mlp_hidden", m.mlp_hidden,
           {"intermediate_size", "ffn_hidden", "d_ff", "ffn_dim", "hidden_dim", "mlp_dim"});
   v.field("rope_theta", m.rope_theta, {"rope_base", "theta", "base"});
+  v.section("rope_scaling", m.rope_scaling, {"rope_scale"});
+}
+
+template <class V>
+void visit(V& v, Is<RopeScalingConfig> auto& r) {
+  v.field("type", r.type, {"rope_type", "kind"});
+  v.field("factor", r.factor, {"scale", "scaling_factor"});
+  v.field("low_freq_factor", r.low_freq_factor, {"low_freq"});
+  v.field("high_freq_factor", r.high_freq_factor, {"high_freq"});
+  v.field("original_context", r.original_context,
+          {"original_max_position_embeddings", "original_max_position", "original_block_size"});
 }
 
 template <class V>

@@ -60,6 +60,72 @@ std::pair<int, std::string> split_layer(const std::string& name) {
   return {std::stoi(num), name.substr(dot + 1)};
 }
 
+// The scaling of a rope_scaling object (transformers 4) or of rope_parameters (transformers 5,
+// which also holds rope_theta), `key` naming it: rope_type (or type) default, linear or llama3,
+// with the factors that type reads, as transformers' rope init reads them. attention_factor is
+// not read by those types (transformers ignores it for them too).
+RopeScaling rope_scaling_of_hf(const HfConfig& hc, const char* key) {
+  const json& rs = hc.json()[key];
+  if (!rs.is_object()) hc.refuse(key, "expected an object with rope_type");
+  for (const auto& [k, v] : rs.items()) {
+    static const std::set<std::string> known = {
+        "rope_type",        "type",
+        "factor",           "low_freq_factor",
+        "high_freq_factor", "original_max_position_embeddings",
+        "rope_theta",       "attention_factor"};
+    if (!known.count(k))
+      hc.refuse(key, strformat("its key '%s' is not read by attnlab (linear and llama3 scaling "
+                               "read factor, low_freq_factor, high_freq_factor, "
+                               "original_max_position_embeddings)",
+                               k.c_str()));
+  }
+  const json& t = rs.contains("rope_type") ? rs["rope_type"] : rs.value("type", json("default"));
+  const std::string type = t.is_string() ? t.get<std::string>() : std::string("?");
+  RopeScaling s;
+  if (type == "default") return s;
+  auto number = [&](const char* name) {
+    if (!rs.contains(name) || !rs[name].is_number())
+      hc.refuse(key, strformat("rope_type %s needs a number %s", type.c_str(), name));
+    return rs[name].get<double>();
+  };
+  if (type == "linear") {
+    s.type = RopeScalingType::linear;
+    s.factor = float(number("factor"));
+  } else if (type == "llama3") {
+    s.type = RopeScalingType::llama3;
+    s.factor = float(number("factor"));
+    s.low_freq_factor = float(number("low_freq_factor"));
+    s.high_freq_factor = float(number("high_freq_factor"));
+    s.original_context = int(number("original_max_position_embeddings"));
+  } else {
+    hc.refuse(key, "attnlab's RoPE takes rope_type default, linear and llama3 (not " + type + ")");
+  }
+  if (!(s.factor > 0.f) ||
+      (s.type == RopeScalingType::llama3 && !(s.original_context > 0 && s.low_freq_factor > 0.f &&
+                                              s.high_freq_factor > s.low_freq_factor)))
+    hc.refuse(key,
+              "needs factor > 0 (llama3: original_max_position_embeddings > 0 and 0 < "
+              "low_freq_factor < high_freq_factor)");
+  return s;
+}
+
+// config.json's rope_scaling for `s` (null without scaling).
+json hf_rope_scaling(const RopeScaling& s) {
+  switch (s.type) {
+    case RopeScalingType::none:
+      return nullptr;
+    case RopeScalingType::linear:
+      return {{"rope_type", "linear"}, {"factor", shortest_double(s.factor)}};
+    case RopeScalingType::llama3:
+      return {{"rope_type", "llama3"},
+              {"factor", shortest_double(s.factor)},
+              {"low_freq_factor", shortest_double(s.low_freq_factor)},
+              {"high_freq_factor", shortest_double(s.high_freq_factor)},
+              {"original_max_position_embeddings", s.original_context}};
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 GPTConfig gpt_config_of_hf_llama(const HfConfig& hc, std::vector<std::string>* notes) {
@@ -69,15 +135,14 @@ GPTConfig gpt_config_of_hf_llama(const HfConfig& hc, std::vector<std::string>* n
     hc.refuse("model_type", "this reader takes \"llama\" and \"mistral\" checkpoints");
   if (hc.get_string("hidden_act", "silu") != "silu")
     hc.refuse("hidden_act", "attnlab's SwiGLU gates with silu");
-  if (hc.has("rope_scaling"))
-    hc.refuse("rope_scaling",
-              "attnlab's RoPE has no scaling (rope_theta alone; LLaMA 3.0, not 3.1)");
   double theta = hc.get_double("rope_theta", 10000.0);
+  RopeScaling scaling;
+  if (hc.has("rope_scaling")) scaling = rope_scaling_of_hf(hc, "rope_scaling");
   if (hc.has("rope_parameters")) {  // transformers 5's form of rope_theta and rope_scaling
+    if (hc.has("rope_scaling"))
+      hc.refuse("rope_parameters", "give rope_scaling or rope_parameters, not both");
+    scaling = rope_scaling_of_hf(hc, "rope_parameters");
     const json& rp = hc.json()["rope_parameters"];
-    const bool plain =
-        rp.is_object() && (!rp.contains("rope_type") || rp["rope_type"] == "default");
-    if (!plain) hc.refuse("rope_parameters", "attnlab's RoPE is the default type, without scaling");
     if (rp.contains("rope_theta") && rp["rope_theta"].is_number())
       theta = rp["rope_theta"].get<double>();
   }
@@ -111,6 +176,7 @@ GPTConfig gpt_config_of_hf_llama(const HfConfig& hc, std::vector<std::string>* n
   c.block_size = hc.get_int("max_position_embeddings", mistral ? 32768 : 2048);
   c.norm_eps = float(hc.get_double("rms_norm_eps", 1e-6));
   c.rope_theta = float(theta);
+  c.rope_scaling = scaling;
   c.init_std = float(hc.get_double("initializer_range", 0.02));
   c.tied_embeddings = hc.get_bool("tie_word_embeddings", false);
   c.bias = attention_bias;
@@ -357,7 +423,7 @@ void write_hf_llama(const ParameterStore& store, const GPTConfig& cfg, const Tok
             {"vocab_size", V},
             {"rms_norm_eps", shortest_double(cfg.norm_eps)},
             {"rope_theta", shortest_double(cfg.rope_theta)},
-            {"rope_scaling", nullptr},
+            {"rope_scaling", hf_rope_scaling(cfg.rope_scaling)},
             {"attention_bias", cfg.bias},
             {"mlp_bias", cfg.bias},
             {"attention_dropout", 0.0},

@@ -22,9 +22,9 @@
 namespace attnlab {
 
 // The model of a config.json whose model_type is "llama" or "mistral". What attnlab does not
-// compute (rope_scaling, another activation, a head_dim other than hidden_size / heads, biases
-// on only some layers, pretraining_tp > 1) is refused by name; Mistral's sliding_window becomes
-// attention.window.
+// compute (a rope_scaling other than linear and llama3, another activation, a head_dim other than
+// hidden_size / heads, biases on only some layers, pretraining_tp > 1) is refused by name;
+// Mistral's sliding_window becomes attention.window, rope_scaling model.rope_scaling.
 GPTConfig gpt_config_of_hf_llama(const HfConfig& config, std::vector<std::string>* notes);
 
 // The weights of the directory under attnlab names (the rotary inv_freq buffers of older

@@ -196,7 +196,7 @@ void Block::forward(const ExecContext& ctx, const Tensor& x, const BlockActs& a,
     // q and k rotated in place at their absolute positions (run.pos on: decoding); the attention
     // variants and the KV caches see the rotated vectors.
     OpScope s(ob, "fwd.rope");
-    ops::rope_fwd(ctx, a.qkv, cfg_.qkv_layout(), run.pos, cfg_.rope_theta);
+    ops::rope_fwd(ctx, a.qkv, cfg_.qkv_layout(), run.pos, cfg_.rope_theta, cfg_.rope_scaling);
   }
   {
     OpScope s(ob, "fwd.attention");
@@ -322,7 +322,7 @@ void Block::backward(const ExecContext& ctx, const Tensor& x, const BlockActs& a
   if (cfg_.position == PositionType::rope) {
     // d(qkv before the rotation): the inverse rotation of dq and dk (training runs at pos 0).
     OpScope sc(ob, "bwd.rope");
-    ops::rope_bwd(ctx, s.dqkv, cfg_.qkv_layout(), 0, cfg_.rope_theta);
+    ops::rope_bwd(ctx, s.dqkv, cfg_.qkv_layout(), 0, cfg_.rope_theta, cfg_.rope_scaling);
   }
   {
     OpScope sc(ob, "bwd.matmul.qkv");

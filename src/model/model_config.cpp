@@ -24,6 +24,21 @@ const char* position_name(PositionType p) {
   return p == PositionType::learned ? "learned" : "rope";
 }
 
+std::string rope_scaling_name(const RopeScaling& s) {
+  switch (s.type) {
+    case RopeScalingType::none:
+      return "none";
+    case RopeScalingType::linear:
+      return strformat("linear (factor %g)", double(s.factor));
+    case RopeScalingType::llama3:
+      return strformat(
+          "llama3 (factor %g, low_freq_factor %g, high_freq_factor %g, original_context %d)",
+          double(s.factor), double(s.low_freq_factor), double(s.high_freq_factor),
+          s.original_context);
+  }
+  return "?";
+}
+
 void GPTConfig::validate() const {
   ATTN_REQUIRE(n_layer >= 1 && n_head >= 1 && n_embd >= 1,
                "model: n_layer, n_head and n_embd must be >= 1 (got %d, %d, %d)", n_layer, n_head,
@@ -43,6 +58,15 @@ void GPTConfig::validate() const {
                head_dim(), n_embd, n_head);
   ATTN_REQUIRE(position != PositionType::rope || (std::isfinite(rope_theta) && rope_theta > 0.f),
                "model.rope_theta must be > 0, got %g", double(rope_theta));
+  const RopeScaling& rs = rope_scaling;
+  ATTN_REQUIRE(rs.type == RopeScalingType::none || (std::isfinite(rs.factor) && rs.factor > 0.f),
+               "model.rope_scaling.factor must be > 0, got %g", double(rs.factor));
+  ATTN_REQUIRE(rs.type != RopeScalingType::llama3 ||
+                   (rs.original_context > 0 && rs.low_freq_factor > 0.f &&
+                    rs.high_freq_factor > rs.low_freq_factor && std::isfinite(rs.high_freq_factor)),
+               "model.rope_scaling (llama3) needs original_context > 0 and 0 < low_freq_factor < "
+               "high_freq_factor, got %d, %g, %g",
+               rs.original_context, double(rs.low_freq_factor), double(rs.high_freq_factor));
 }
 
 }  // namespace attnlab

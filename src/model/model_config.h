@@ -4,7 +4,9 @@
 // biases, untied head) are two settings of it (docs/architecture.md, docs/llama.md).
 #pragma once
 #include <cstdint>
+#include <string>
 
+#include "kernels/position/rope_scaling.h"
 #include "nn/attention.h"
 #include "nn/lora.h"
 #include "ops/qkv_layout.h"
@@ -30,6 +32,9 @@ enum class PositionType : uint8_t { learned, rope };   // LLaMA: rope
 const char* norm_name(NormType n);
 const char* mlp_name(MlpType m);
 const char* position_name(PositionType p);
+// "llama3 (factor 8, low_freq_factor 1, high_freq_factor 4, original_context 8192)",
+// "linear (factor 2)", "none".
+std::string rope_scaling_name(const RopeScaling& s);
 
 struct GPTConfig {
   int n_layer = 12, n_head = 12, n_kv_head = 0, n_embd = 768;
@@ -45,6 +50,7 @@ struct GPTConfig {
   float init_std = 0.02f;
   int mlp_hidden_size = 0;     // MLP hidden width F; 0: 4 C (GELU) or LLaMA's rule (SwiGLU)
   float rope_theta = 10000.f;  // RoPE base (position == rope)
+  RopeScaling rope_scaling;    // RoPE frequency scaling (LLaMA 3.1+: llama3)
   AttentionOptions attention;
   LoraOptions lora;  // retrofit.lora: a LoRA on every layer's c_attn when rank > 0 (nn/lora.h)
   ActivationRecompute recompute = ActivationRecompute::none;

@@ -8,6 +8,7 @@
 
 #include "core/context.h"
 #include "core/tensor.h"
+#include "kernels/position/rope_scaling.h"
 #include "ops/qkv_layout.h"
 
 namespace attnlab::ops {
@@ -44,12 +45,12 @@ void swiglu_bwd(const ExecContext& ctx, const Tensor& dpre, const Tensor& dy, co
 // Rotary position embedding (kernels/position/rope.cuh), in place on the q and k heads of a
 // packed qkv [B, T, layout.width()] (v untouched), Hugging Face's rotate_half convention: within
 // each head, dims i and i + D/2 (i < D/2) are rotated by the angle (pos + t) * theta^(-2i/D)
-// (fp32 angle, as transformers computes it). rope_bwd applies the inverse rotation to the q and k
-// parts of dqkv in place (the gradient through the rotation).
+// (fp32 angle, as transformers computes it; the frequency scaled by `scaling`). rope_bwd applies
+// the inverse rotation to the q and k parts of dqkv in place (the gradient through the rotation).
 void rope_fwd(const ExecContext& ctx, const Tensor& qkv, const QKVLayout& layout, int pos,
-              float theta);
+              float theta, const RopeScaling& scaling = {});
 void rope_bwd(const ExecContext& ctx, const Tensor& dqkv, const QKVLayout& layout, int pos,
-              float theta);
+              float theta, const RopeScaling& scaling = {});
 
 // y [N,out] = x [N,in] @ w[out,in]^T + bias[out] (+ residual [N,out], which must not be y)
 // (leading dims of x/y are flattened)

@@ -15,10 +15,10 @@ using namespace detail;
 namespace {
 constexpr const char* kOp = "rope";
 
-// Checks the packed qkv (named `name`: "qkv" or "dqkv"), the layout, pos and theta; returns the
-// activation dtype.
+// Checks the packed qkv (named `name`: "qkv" or "dqkv"), the layout, pos, theta and the scaling;
+// returns the activation dtype.
 DType check_rope(const ExecContext& ctx, const char* name, const Tensor& qkv, const QKVLayout& l,
-                 int pos, float theta) {
+                 int pos, float theta, const RopeScaling& sc) {
   // (the head dim's own requirements first: an odd one also makes the width a wrong guess)
   const int D = l.head_dim;
   ATTN_REQUIRE(D <= 0 || D % 2 == 0,
@@ -31,11 +31,21 @@ DType check_rope(const ExecContext& ctx, const char* name, const Tensor& qkv, co
   ATTN_REQUIRE(pos >= 0, "rope: pos must be >= 0, got %d", pos);
   ATTN_REQUIRE(theta > 0.f && std::isfinite(theta), "rope: theta must be finite and > 0, got %g",
                double(theta));
+  if (sc.type != RopeScalingType::none)
+    ATTN_REQUIRE(std::isfinite(sc.factor) && sc.factor > 0.f,
+                 "rope: the scaling factor must be finite and > 0, got %g", double(sc.factor));
+  if (sc.type == RopeScalingType::llama3)
+    ATTN_REQUIRE(sc.original_context > 0 && std::isfinite(sc.low_freq_factor) &&
+                     std::isfinite(sc.high_freq_factor) && sc.low_freq_factor > 0.f &&
+                     sc.high_freq_factor > sc.low_freq_factor,
+                 "rope: llama3 scaling needs original_context > 0 and 0 < low_freq_factor < "
+                 "high_freq_factor, got %d, %g, %g",
+                 sc.original_context, double(sc.low_freq_factor), double(sc.high_freq_factor));
   return dt;
 }
 
 void run_rope(const ExecContext& ctx, DType dt, const Tensor& qkv, const QKVLayout& l, int pos,
-              float theta, bool inverse) {
+              float theta, const RopeScaling& scaling, bool inverse) {
   auto make = [&]<typename T>() {
     RopeParams<T> p;
     p.qkv = static_cast<T*>(qkv.data);
@@ -46,6 +56,7 @@ void run_rope(const ExecContext& ctx, DType dt, const Tensor& qkv, const QKVLayo
     p.head_dim = l.head_dim;
     p.pos = pos;
     p.theta = theta;
+    p.scaling = scaling;
     return p;
   };
   if (inverse) {
@@ -57,18 +68,18 @@ void run_rope(const ExecContext& ctx, DType dt, const Tensor& qkv, const QKVLayo
 }  // namespace
 
 void rope_fwd(const ExecContext& ctx, const Tensor& qkv, const QKVLayout& layout, int pos,
-              float theta) {
+              float theta, const RopeScaling& scaling) {
   NvtxRange range("rope_fwd");
-  const DType dt = check_rope(ctx, "qkv", qkv, layout, pos, theta);
-  run_rope(ctx, dt, qkv, layout, pos, theta, false);
+  const DType dt = check_rope(ctx, "qkv", qkv, layout, pos, theta, scaling);
+  run_rope(ctx, dt, qkv, layout, pos, theta, scaling, false);
 }
 
 // The gradient through a rotation is the inverse rotation, applied to dq and dk in place.
 void rope_bwd(const ExecContext& ctx, const Tensor& dqkv, const QKVLayout& layout, int pos,
-              float theta) {
+              float theta, const RopeScaling& scaling) {
   NvtxRange range("rope_bwd");
-  const DType dt = check_rope(ctx, "dqkv", dqkv, layout, pos, theta);
-  run_rope(ctx, dt, dqkv, layout, pos, theta, true);
+  const DType dt = check_rope(ctx, "dqkv", dqkv, layout, pos, theta, scaling);
+  run_rope(ctx, dt, dqkv, layout, pos, theta, scaling, true);
 }
 
 }  // namespace attnlab::ops

@@ -18,7 +18,7 @@ void rope_rotate(const RopeParams<float>& p, float sign) {
                "rope: head dim must be even and positive, got %d", p.head_dim);
   const int D = p.head_dim, half = D / 2;
   std::vector<float> inv_freq(half);
-  for (int i = 0; i < half; ++i) inv_freq[i] = rope_inv_freq(i, D, p.theta);
+  for (int i = 0; i < half; ++i) inv_freq[i] = rope_inv_freq(i, D, p.theta, p.scaling);
 #pragma omp parallel for schedule(static) if (worth_parallel(p.tokens * p.heads * D * 4))
   for (int64_t token = 0; token < p.tokens; ++token) {
     const float position = float(int64_t(p.pos) + token % p.seq_len);

@@ -32,6 +32,35 @@ FocusOptions focus_options_of(const FocusConfig& f) {
   return o;
 }
 
+// The recipe's and the kernels' spellings of the scaling types are the same list.
+static_assert(int(RopeScalingKind::none) == int(RopeScalingType::none) &&
+              int(RopeScalingKind::linear) == int(RopeScalingType::linear) &&
+              int(RopeScalingKind::llama3) == int(RopeScalingType::llama3));
+
+RopeScaling rope_scaling_of(const RopeScalingConfig& r) {
+  RopeScaling s;
+  s.type = static_cast<RopeScalingType>(r.type);
+  if (s.type == RopeScalingType::none) return s;  // no factor is read: the defaults
+  s.factor = float(r.factor);
+  if (s.type == RopeScalingType::linear) return s;
+  s.low_freq_factor = float(r.low_freq_factor);
+  s.high_freq_factor = float(r.high_freq_factor);
+  s.original_context = r.original_context;
+  return s;
+}
+
+RopeScalingConfig rope_scaling_config_of(const RopeScaling& s) {
+  RopeScalingConfig r;
+  r.type = static_cast<RopeScalingKind>(s.type);
+  if (s.type == RopeScalingType::none) return r;
+  r.factor = shortest_double(s.factor);
+  if (s.type == RopeScalingType::linear) return r;
+  r.low_freq_factor = shortest_double(s.low_freq_factor);
+  r.high_freq_factor = shortest_double(s.high_freq_factor);
+  r.original_context = s.original_context;
+  return r;
+}
+
 GPTConfig gpt_config_of(const Recipe& r) {
   GPTConfig c;
   c.n_layer = r.model.n_layer;
@@ -71,6 +100,7 @@ GPTConfig gpt_config_of(const Recipe& r) {
   }
   c.mlp_hidden_size = r.model.mlp_hidden;
   c.rope_theta = float(r.model.rope_theta);
+  c.rope_scaling = rope_scaling_of(r.model.rope_scaling);
   c.bias = r.model.bias;
   c.tied_embeddings = r.model.tied_embeddings;
   // The registry knows the types (tests register more), so the recipe checks them here, where
@@ -137,6 +167,7 @@ void set_model_config(const GPTConfig& c, Recipe& r) {
   m.position = c.position == PositionType::rope ? PositionKind::rope : PositionKind::learned;
   m.mlp_hidden = c.mlp_hidden_size;
   m.rope_theta = shortest_double(c.rope_theta);
+  m.rope_scaling = rope_scaling_config_of(c.rope_scaling);
   m.bias = c.bias;
   m.tied_embeddings = c.tied_embeddings;
   m.norm_eps = shortest_double(c.norm_eps);

@@ -17,6 +17,9 @@ void set_model_config(const GPTConfig& c, Recipe& r);
 // throws when there is none.
 int vocab_multiple_of(int vocab_size, int padded_vocab);
 FocusOptions focus_options_of(const FocusConfig& f);
+// model.rope_scaling <-> the model's RopeScaling (type none: the factors are not read).
+RopeScaling rope_scaling_of(const RopeScalingConfig& r);
+RopeScalingConfig rope_scaling_config_of(const RopeScaling& s);
 AdamWConfig adamw_config_of(const Recipe& r);
 ScheduleSpec schedule_of(const Recipe& r, int total_steps);
 // For a resume whose recipe changes the schedule (train.steps, optim.lr, schedule.*): "" when

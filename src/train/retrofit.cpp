@@ -214,6 +214,10 @@ ModelSource with_adapter(const ModelSource& base, const std::string& adapter_pat
   if (a.position == PositionType::rope && a.rope_theta != b.rope_theta)
     diff += strformat("\n  model.rope_theta: %g in the adapter's model, %g in the base",
                       double(a.rope_theta), double(b.rope_theta));
+  if (a.position == PositionType::rope && !(a.rope_scaling == b.rope_scaling))
+    diff += strformat("\n  model.rope_scaling: %s in the adapter's model, %s in the base",
+                      rope_scaling_name(a.rope_scaling).c_str(),
+                      rope_scaling_name(b.rope_scaling).c_str());
   // A base of another attention variant than the adapter's model (a dense base may take any):
   // typically a retrofit run given in place of the base it was made from.
   if (b.attention.type != "dense" && a.attention.type != b.attention.type)

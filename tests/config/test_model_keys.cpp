@@ -57,6 +57,24 @@ TEST(ModelKeys, SfaDefaultKEqualsItsResolvedValue) {
   EXPECT_EQ(on_dense.find("attention.focus.groups"), std::string::npos) << on_dense;
 }
 
+// model.rope_scaling's keys are compared where the type reads them: a resume with another factor
+// is refused; type none compares no factor.
+TEST(ModelKeys, RopeScalingComparedWhereRead) {
+  auto r = [](const std::string& scaling) {
+    return parse_recipe("model:\n  family: llama\n  n_layer: 1\n" + scaling, "x.yaml");
+  };
+  const Recipe none = r(""), l8 = r("  rope_scaling: {type: llama3, factor: 8}\n"),
+               l16 = r("  rope_scaling: {type: llama3, factor: 16}\n"),
+               none_factor = r("  rope_scaling: {factor: 3}\n");
+  EXPECT_EQ(model_function_conflicts(none_factor, none, "the checkpoint"), "");
+  EXPECT_EQ(model_function_conflicts(l8, l8, "the checkpoint"), "");
+  const std::string diff = model_function_conflicts(l16, l8, "the checkpoint");
+  EXPECT_NE(diff.find("model.rope_scaling.factor: 16 in the recipe"), std::string::npos) << diff;
+  EXPECT_NE(diff.find("8 in the checkpoint"), std::string::npos) << diff;
+  const std::string typed = model_function_conflicts(none, l8, "the checkpoint");
+  EXPECT_NE(typed.find("model.rope_scaling.type: none in the recipe"), std::string::npos) << typed;
+}
+
 // A resume with another LoRA scale (alpha) or placement is another model: refused, naming the
 // key; recipes without adapters compare none of them.
 TEST(ModelKeys, LoraKeysAreComparedWhereAdaptersExist) {

@@ -128,7 +128,7 @@ TEST(RecipePresets, SetShapeAndExplicitKeysWin) {
   EXPECT_HAS(parse_error("model:\n  preset: gpt3\n"),
              "x.yaml:2: model.preset 'gpt3' is not a known preset (valid: gpt2, gpt2-medium, "
              "gpt2-large, gpt2-xl, tinyllama-1.1b, llama2-7b, llama2-13b, llama3-8b, "
-             "mistral-7b); did you mean 'gpt2'?");
+             "llama3.1-8b, llama3.2-1b, llama3.2-3b, mistral-7b); did you mean 'gpt2'?");
 }
 
 // model.family sets the block's choices; the LLaMA presets set the family, the sizes and the RoPE
@@ -188,6 +188,46 @@ TEST(RecipePresets, FamilyAndLlamaPresets) {
   Recipe g = parse_recipe("model:\n  preset: gpt2\n", "p.yaml");
   EXPECT_TRUE(g.given.where.count("model.n_embd"));
   EXPECT_FALSE(g.given.where.count("model.bias")) << "GPT-2 presets give their sizes only";
+}
+
+// model.rope_scaling: the section's keys and errors; LLaMA 3.1 / 3.2 presets carry it (3.2 ties
+// its head); a preset's scaling keys count as given.
+TEST(RecipePresets, RopeScalingKeysAndLlama31Presets) {
+  const Recipe r = parse_recipe(
+      "model:\n  family: llama\n  rope_scaling: {type: llama3, factor: 16, "
+      "original_context: 4096}\n",
+      "p.yaml");
+  EXPECT_EQ(r.model.rope_scaling.type, RopeScalingKind::llama3);
+  EXPECT_EQ(r.model.rope_scaling.factor, 16);
+  EXPECT_EQ(r.model.rope_scaling.low_freq_factor, 1);
+  EXPECT_EQ(r.model.rope_scaling.high_freq_factor, 4);
+  EXPECT_EQ(r.model.rope_scaling.original_context, 4096);
+  EXPECT_EQ(parse_recipe("model: {family: llama}\n", "p.yaml").model.rope_scaling.type,
+            RopeScalingKind::none);
+  EXPECT_HAS(parse_error("model:\n  family: llama\n  rope_scaling: {type: yarn}\n"),
+             "model.rope_scaling.type");
+  EXPECT_HAS(parse_error("model:\n  family: llama\n  rope_scaling: {type: llama3, "
+                         "low_freq_factor: 4, high_freq_factor: 2}\n"),
+             "model.rope_scaling.high_freq_factor (2) must be finite and greater than "
+             "low_freq_factor (4)");
+  EXPECT_HAS(parse_error("model:\n  family: llama\n  rope_scaling: {type: linear, factor: 0}\n"),
+             "model.rope_scaling.factor must be > 0, got 0");
+  EXPECT_HAS(parse_error("model:\n  rope_scaling: {type: linear, factor: 2}\n"),
+             "model.rope_scaling.type is linear, but model.position is learned");
+  const Recipe l31 = parse_recipe("model:\n  preset: llama3.1-8b\n", "p.yaml");
+  EXPECT_EQ(l31.model.rope_scaling.type, RopeScalingKind::llama3);
+  EXPECT_EQ(l31.model.rope_scaling.factor, 8);
+  EXPECT_EQ(l31.model.block_size, 131072);
+  EXPECT_FALSE(l31.model.tied_embeddings);
+  const Recipe l32 = parse_recipe("model:\n  preset: llama3.2-1b\n", "p.yaml");
+  EXPECT_EQ(l32.model.rope_scaling.factor, 32);
+  EXPECT_TRUE(l32.model.tied_embeddings);
+  EXPECT_EQ(l32.model.n_layer, 16);
+  EXPECT_EQ(l32.model.mlp_hidden_width(), 8192);
+  EXPECT_TRUE(l32.given.where.count("model.rope_scaling.factor"));
+  EXPECT_EQ(parse_recipe("model:\n  preset: llama3-8b\n", "p.yaml").model.rope_scaling.type,
+            RopeScalingKind::none)
+      << "LLaMA 3.0 has no scaling";
 }
 
 TEST(RecipeOverrides, PrecedenceAndValueForms) {

@@ -193,8 +193,17 @@ TEST(HfLlama, UnsupportedKeysAndMissingPartsAreRefusedByName) {
     const fs::path d = tmp.path() / std::to_string(i++);
     test::expect_error([&] { inspect_model_source(write_llama(d, edits)); }, needles);
   };
-  refused({{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}},
-          {"rope_scaling = {", "is not supported: attnlab's RoPE has no scaling"});
+  refused(
+      {{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}},
+      {"rope_scaling = {", "is not supported: rope_type llama3 needs a number low_freq_factor"});
+  refused({{"rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}}}},
+          {"attnlab's RoPE takes rope_type default, linear and llama3 (not dynamic)"});
+  refused({{"rope_scaling", {{"type", "yarn"}, {"factor", 4.0}, {"beta_fast", 32}}}},
+          {"its key 'beta_fast' is not read by attnlab"});
+  refused({{"rope_scaling", {{"rope_type", "linear"}, {"factor", 0.0}}}}, {"needs factor > 0"});
+  refused({{"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}}},
+           {"rope_parameters", {{"rope_type", "default"}}}},
+          {"give rope_scaling or rope_parameters, not both"});
   refused({{"hidden_act", "gelu"}}, {"hidden_act = \"gelu\" is not supported"});
   refused({{"head_dim", 4}}, {"head_dim = 4 is not supported", "= 2"});
   refused({{"attention_bias", true}}, {"mlp_bias = (absent) is not supported", "must agree"});
@@ -217,6 +226,59 @@ TEST(HfLlama, UnsupportedKeysAndMissingPartsAreRefusedByName) {
   test::expect_error([&] { load_model_source(s, m.store); },
                      {"'h.1.attn.c_attn.weight' is assembled from 3 tensors, but 'k_proj' is "
                       "missing"});
+}
+
+// LLaMA 3.1's rope_scaling (and transformers 5's rope_parameters, and linear scaling) in, and
+// back out through convert: the same config values, compared as the recipe's keys.
+TEST(HfLlama, RopeScalingInAndOut) {
+  const test::TempDir tmp("llama");
+  const json llama3 = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  const ModelSource s =
+      inspect_model_source(write_llama(tmp.path() / "l3", {{"rope_scaling", llama3}}));
+  EXPECT_EQ(s.config.rope_scaling.type, RopeScalingType::llama3);
+  EXPECT_EQ(s.config.rope_scaling.factor, 8.f);
+  EXPECT_EQ(s.config.rope_scaling.low_freq_factor, 1.f);
+  EXPECT_EQ(s.config.rope_scaling.high_freq_factor, 4.f);
+  EXPECT_EQ(s.config.rope_scaling.original_context, 8192);
+  json params = llama3;
+  params["rope_theta"] = 123456.0;
+  const ModelSource p = inspect_model_source(
+      write_llama(tmp.path() / "p", {{"rope_scaling", nullptr}, {"rope_parameters", params}}));
+  EXPECT_EQ(p.config.rope_scaling, s.config.rope_scaling);
+  EXPECT_EQ(p.config.rope_theta, 123456.f);
+  const ModelSource lin = inspect_model_source(
+      write_llama(tmp.path() / "lin", {{"rope_scaling", {{"type", "linear"}, {"factor", 4.0}}}}));
+  EXPECT_EQ(lin.config.rope_scaling.type, RopeScalingType::linear);
+  EXPECT_EQ(lin.config.rope_scaling.factor, 4.f);
+  const ModelSource none = inspect_model_source(
+      write_llama(tmp.path() / "d", {{"rope_scaling", {{"rope_type", "default"}}}}));
+  EXPECT_EQ(none.config.rope_scaling.type, RopeScalingType::none);
+
+  // hf -> attnlab (the recipe's model.rope_scaling) -> hf (config.json's rope_scaling).
+  ConvertOptions o;
+  o.to = ModelFormat::attnlab;
+  const std::string ours = (tmp.path() / "ours").string(), back = (tmp.path() / "back").string();
+  convert_model((tmp.path() / "l3").string(), ours, o);
+  const Recipe r = parse_recipe(io::read_file(ours + "/recipe.yaml"), "recipe.yaml");
+  EXPECT_EQ(r.model.rope_scaling.type, RopeScalingKind::llama3);
+  EXPECT_EQ(r.model.rope_scaling.factor, 8.0);
+  EXPECT_EQ(r.model.rope_scaling.original_context, 8192);
+  EXPECT_EQ(inspect_model_source(ours).config.rope_scaling, s.config.rope_scaling);
+  o.to = ModelFormat::hf;
+  convert_model(ours, back, o);
+  const json cfg = json::parse(io::read_file(back + "/config.json"));
+  EXPECT_EQ(cfg["rope_scaling"], llama3);
+  // Without scaling the exporter writes null, as LlamaConfig does.
+  convert_model((tmp.path() / "d").string(), (tmp.path() / "d_ours").string(),
+                ConvertOptions{.to = ModelFormat::attnlab});
+  convert_model((tmp.path() / "d_ours").string(), (tmp.path() / "d_back").string(), o);
+  EXPECT_TRUE(
+      json::parse(io::read_file((tmp.path() / "d_back" / "config.json").string()))["rope_scaling"]
+          .is_null());
 }
 
 TEST(HfLlama, ConvertRoundTripsAndExportRefusesOtherBlocks) {

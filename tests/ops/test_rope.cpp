@@ -156,6 +156,69 @@ TEST(RopeRef, BackwardMatchesFiniteDifferences) {
   EXPECT_LT(max_rel_error(grad, fd), 1e-4);
 }
 
+// LLaMA 3.1's scaling (factor 8, low 1, high 4, L 8192) at D 128, theta 500000, against the
+// formula written out in double: high frequencies (wavelength < L / 4) unchanged bitwise, low
+// ones (> L) divided by the factor bitwise, the band between interpolated (within fp32 rounding
+// of the double formula) and strictly between the two; all three bands occur at this shape.
+TEST(RopeScalingRef, Llama3BandsMatchTheFormula) {
+  RopeScaling s;
+  s.type = RopeScalingType::llama3;
+  s.factor = 8.f;
+  s.low_freq_factor = 1.f;
+  s.high_freq_factor = 4.f;
+  s.original_context = 8192;
+  const int D = 128;
+  const float theta = 500000.f;
+  int high = 0, low = 0, mid = 0;
+  for (int i = 0; i < D / 2; ++i) {
+    const float f = rope_inv_freq(i, D, theta);
+    const float g = rope_inv_freq(i, D, theta, s);
+    const double wavelen = 2 * M_PI / f;
+    if (wavelen < 8192.0 / 4) {
+      EXPECT_EQ(g, f) << i;
+      ++high;
+    } else if (wavelen > 8192.0) {
+      EXPECT_EQ(g, f / 8.f) << i;
+      ++low;
+    } else {
+      const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+      const double expect = (1 - smooth) * f / 8.0 + smooth * f;
+      EXPECT_NEAR(g, expect, 4e-7 * expect) << i;
+      EXPECT_GT(g, f / 8.f) << i;
+      EXPECT_LT(g, f) << i;
+      ++mid;
+    }
+  }
+  EXPECT_GT(high, 0);
+  EXPECT_GT(low, 0);
+  EXPECT_GT(mid, 0);
+  // No scaling and linear scaling.
+  EXPECT_EQ(rope_inv_freq(5, D, theta, RopeScaling{}), rope_inv_freq(5, D, theta));
+  RopeScaling lin;
+  lin.type = RopeScalingType::linear;
+  lin.factor = 2.5f;
+  EXPECT_EQ(rope_inv_freq(5, D, theta, lin), rope_inv_freq(5, D, theta) / 2.5f);
+}
+
+// Linear scaling by 4 is position interpolation: a token at position 4 p rotates as an unscaled
+// token at position p, bitwise (inv_freq / 4 is exact, so float(4 p) * (f / 4) == float(p) * f).
+TEST(RopeScalingRef, LinearScalingInterpolatesPositions) {
+  auto ctx = ExecContext::make_cpu();
+  RopeCase c(1, 1, 4, 2, 16, 21);
+  auto plain = c.qkv;
+  RopeScaling lin;
+  lin.type = RopeScalingType::linear;
+  lin.factor = 4.f;
+  ops::rope_fwd(*ctx, c.tensor(), c.layout, 4 * 37, 10000.f, lin);
+  ops::rope_fwd(*ctx, cpu_tensor(plain, {1, 1, c.layout.width()}), c.layout, 37, 10000.f);
+  EXPECT_EQ(c.qkv, plain);
+  // And the scaling reaches the reference through the op: unscaled at 4 p differs.
+  auto unscaled = c.qkv;
+  ops::rope_bwd(*ctx, c.tensor(), c.layout, 4 * 37, 10000.f, lin);  // back to the input
+  ops::rope_fwd(*ctx, c.tensor(), c.layout, 4 * 37, 10000.f);
+  EXPECT_GT(max_rel_error(c.qkv, unscaled), 1e-2);
+}
+
 TEST(RopeOp, RunsOnCpuAndChecksArguments) {
   auto ctx = ExecContext::make_cpu();
   RopeCase c(2, 3, 4, 2, 8, 8);  // width (4 + 2 x 2) x 8 = 64
@@ -198,6 +261,17 @@ TEST(RopeOp, RunsOnCpuAndChecksArguments) {
   expect_error([&] { ops::rope_fwd(*ctx, c.tensor(), c.layout, 0, 0.f); },
                "rope: theta must be finite and > 0, got 0");
   expect_error([&] { ops::rope_fwd(*ctx, Tensor(), c.layout, 0, 1e4f); }, "rope: qkv is required");
+  RopeScaling bad;
+  bad.type = RopeScalingType::linear;
+  bad.factor = 0.f;
+  expect_error([&] { ops::rope_fwd(*ctx, c.tensor(), c.layout, 0, 1e4f, bad); },
+               "rope: the scaling factor must be finite and > 0, got 0");
+  bad.type = RopeScalingType::llama3;
+  bad.factor = 8.f;
+  bad.high_freq_factor = 1.f;
+  expect_error([&] { ops::rope_bwd(*ctx, c.tensor(), c.layout, 0, 1e4f, bad); },
+               "rope: llama3 scaling needs original_context > 0 and 0 < low_freq_factor < "
+               "high_freq_factor, got 8192, 1, 1");
   EXPECT_EQ(c.qkv, ref);  // rejected calls leave qkv alone
 }
 
