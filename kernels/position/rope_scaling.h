@@ -28,7 +28,9 @@ struct RopeScaling {
 };
 
 // `inv_freq` under `s`, in fp32 as transformers' _compute_linear_scaling_rope_parameters and
-// _compute_llama3_parameters compute it (python scalars taken as fp32 operands).
+// _compute_llama3_parameters compute it: python scalars are fp32 operands, and a scalar divided by
+// a tensor is the tensor's reciprocal times the scalar (torch's Tensor.__rdiv__), which rounds
+// differently from one division (1 ulp of inv_freq at some original contexts, e.g. 32768).
 inline float rope_scaled_inv_freq(float inv_freq, const RopeScaling& s) {
   switch (s.type) {
     case RopeScalingType::none:
@@ -39,10 +41,10 @@ inline float rope_scaled_inv_freq(float inv_freq, const RopeScaling& s) {
       const float L = float(s.original_context);
       const float low_wavelen = float(double(s.original_context) / s.low_freq_factor);
       const float high_wavelen = float(double(s.original_context) / s.high_freq_factor);
-      const float wavelen = float(2.0 * M_PI) / inv_freq;
+      const float wavelen = (1.f / inv_freq) * float(2.0 * M_PI);  // 2 pi / inv_freq
       const float scaled = wavelen > low_wavelen ? inv_freq / s.factor : inv_freq;
       if (wavelen < high_wavelen || wavelen > low_wavelen) return scaled;
-      const float smooth = (L / wavelen - s.low_freq_factor) /
+      const float smooth = ((1.f / wavelen) * L - s.low_freq_factor) /  // L / wavelen
                            float(double(s.high_freq_factor) - double(s.low_freq_factor));
       return (1.f - smooth) * scaled / s.factor + smooth * scaled;
     }

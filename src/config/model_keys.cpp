@@ -29,24 +29,16 @@ std::string text_of(const T& v) {
   }
 }
 
-// A key of model.rope_scaling, compared only where the scaling type reads it (none reads no
-// factor, linear only `factor`).
-std::string rope_scaling_text(const ModelConfig& m, std::string_view field, std::string value) {
-  const RopeScalingKind t = m.rope_scaling.type;
-  const bool read =
-      t == RopeScalingKind::llama3 || (t == RopeScalingKind::linear && field == "factor");
-  return read ? value : std::string("(unused)");
-}
-
-#define ROPE_SCALING_KEY(field)                                               \
-  ArchKey {                                                                   \
-    "model.rope_scaling." #field,                                             \
-        [](const ModelConfig& m) {                                            \
-          return rope_scaling_text(m, #field, text_of(m.rope_scaling.field)); \
-        },                                                                    \
-        [](ModelConfig& m, const ModelConfig& src) {                          \
-          m.rope_scaling.field = src.rope_scaling.field;                      \
-        }                                                                     \
+// A key of model.rope_scaling, compared by value: a model's keys that its type does not read
+// hold their defaults (rope_scaling_config_of), and a recipe may not give them
+// (rope_scaling_unread_key).
+#define ROPE_SCALING_KEY(field)                                             \
+  ArchKey {                                                                 \
+    "model.rope_scaling." #field,                                           \
+        [](const ModelConfig& m) { return text_of(m.rope_scaling.field); }, \
+        [](ModelConfig& m, const ModelConfig& src) {                        \
+          m.rope_scaling.field = src.rope_scaling.field;                    \
+        }                                                                   \
   }
 
 #define ARCH_KEY(field)                                                     \

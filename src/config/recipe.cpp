@@ -207,6 +207,33 @@ void ModelConfig::validate(bool cross_checks) const {
                        n_embd, n_head, n_embd / n_head));
 }
 
+std::string rope_scaling_key_problem(const Recipe& r, bool need_factor) {
+  const RopeScalingConfig& s = r.model.rope_scaling;
+  const RopeScalingConfig defaults;
+  const std::string type(enum_name(s.type));
+  const std::pair<const char*, bool> keys[] = {
+      {"factor", s.factor != defaults.factor},
+      {"low_freq_factor", s.low_freq_factor != defaults.low_freq_factor},
+      {"high_freq_factor", s.high_freq_factor != defaults.high_freq_factor},
+      {"original_context", s.original_context != defaults.original_context}};
+  for (const auto& [name, changed] : keys) {
+    const std::string key = std::string("model.rope_scaling.") + name;
+    const auto w = r.given.where.find(key);
+    const bool read = s.type == RopeScalingKind::llama3 ||
+                      (s.type == RopeScalingKind::linear && key == "model.rope_scaling.factor");
+    if (w != r.given.where.end() && changed && !read)
+      return strformat("%s (%s) is not read by model.rope_scaling.type %s (%s)", key.c_str(),
+                       w->second.c_str(), type.c_str(),
+                       s.type == RopeScalingKind::none ? "no scaling; set the type"
+                                                       : "linear reads factor only");
+  }
+  if (need_factor && s.type != RopeScalingKind::none &&
+      !r.given.contains("model.rope_scaling.factor"))
+    return strformat("model.rope_scaling.type %s (%s) needs model.rope_scaling.factor",
+                     type.c_str(), r.given.where.at("model.rope_scaling.type").c_str());
+  return "";
+}
+
 std::string FocusConfig::unused_key_reason(const std::string& key) const {
   const bool multiplicative = gate == FocusGate::multiplicative;
   if ((key == "attention.focus.gate_scale" || key == "attention.focus.gate_bias") &&

@@ -478,6 +478,13 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {},
                    RecipeUse use = RecipeUse::train);
 
+// A model.rope_scaling key that `r` gives with a value other than its default although the
+// resolved type does not read it (none reads no key, linear only factor), or (with
+// `need_factor`) a linear / llama3 type whose factor is not given: the message naming the key and
+// where it was given; "" when there is none. (A resolved recipe gives every key, the unread ones
+// at their defaults, so those pass.)
+std::string rope_scaling_key_problem(const Recipe& r, bool need_factor);
+
 // The first line of recipe_to_yaml's text (a run's recipe.yaml starts with it).
 inline constexpr const char* kResolvedRecipeHeader =
     "# attnlab recipe, fully resolved (every key; docs/recipes.md)";

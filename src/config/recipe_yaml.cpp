@@ -497,6 +497,9 @@ Recipe parse_recipe(const std::string& yaml_text, const std::string& source_name
     auto it = locations.find(e.key_path());
     throw Error((it != locations.end() ? it->second : source_name) + ": " + e.what());
   }
+  // Where the recipe gives the scaling's type (else a checkpoint may: the trainer checks then).
+  if (recipe.given.contains("model.rope_scaling.type"))
+    if (const std::string p = rope_scaling_key_problem(recipe, true); !p.empty()) throw Error(p);
   return recipe;
 }
 

@@ -67,6 +67,20 @@ std::pair<int, std::string> split_layer(const std::string& name) {
 RopeScaling rope_scaling_of_hf(const HfConfig& hc, const char* key) {
   const json& rs = hc.json()[key];
   if (!rs.is_object()) hc.refuse(key, "expected an object with rope_type");
+  // The type first (an unsupported one is named as such); `type` is transformers 4's older
+  // spelling: both given and different is refused.
+  auto type_of = [&](const char* k) {
+    if (!rs.contains(k)) return std::string();
+    if (!rs[k].is_string()) hc.refuse(key, strformat("its %s must be a string", k));
+    return rs[k].get<std::string>();
+  };
+  const std::string rope_type = type_of("rope_type"), old_type = type_of("type");
+  if (!rope_type.empty() && !old_type.empty() && rope_type != old_type)
+    hc.refuse(key, "its rope_type and type differ");
+  const std::string type =
+      !rope_type.empty() ? rope_type : (!old_type.empty() ? old_type : std::string("default"));
+  if (type != "default" && type != "linear" && type != "llama3")
+    hc.refuse(key, "attnlab's RoPE takes rope_type default, linear and llama3 (not " + type + ")");
   for (const auto& [k, v] : rs.items()) {
     static const std::set<std::string> known = {
         "rope_type",        "type",
@@ -79,8 +93,6 @@ RopeScaling rope_scaling_of_hf(const HfConfig& hc, const char* key) {
                                "original_max_position_embeddings)",
                                k.c_str()));
   }
-  const json& t = rs.contains("rope_type") ? rs["rope_type"] : rs.value("type", json("default"));
-  const std::string type = t.is_string() ? t.get<std::string>() : std::string("?");
   RopeScaling s;
   if (type == "default") return s;
   auto number = [&](const char* name) {
@@ -88,24 +100,19 @@ RopeScaling rope_scaling_of_hf(const HfConfig& hc, const char* key) {
       hc.refuse(key, strformat("rope_type %s needs a number %s", type.c_str(), name));
     return rs[name].get<double>();
   };
-  if (type == "linear") {
-    s.type = RopeScalingType::linear;
-    s.factor = float(number("factor"));
-  } else if (type == "llama3") {
-    s.type = RopeScalingType::llama3;
-    s.factor = float(number("factor"));
+  s.type = type == "linear" ? RopeScalingType::linear : RopeScalingType::llama3;
+  s.factor = float(number("factor"));
+  if (s.type == RopeScalingType::llama3) {
     s.low_freq_factor = float(number("low_freq_factor"));
     s.high_freq_factor = float(number("high_freq_factor"));
-    s.original_context = int(number("original_max_position_embeddings"));
-  } else {
-    hc.refuse(key, "attnlab's RoPE takes rope_type default, linear and llama3 (not " + type + ")");
+    const json& L = rs.value("original_max_position_embeddings", json());
+    if (!L.is_number_integer() || L.get<int64_t>() < 1 || L.get<int64_t>() > INT32_MAX)
+      hc.refuse(key, "rope_type llama3 needs an integer original_max_position_embeddings >= 1");
+    s.original_context = int(L.get<int64_t>());
   }
-  if (!(s.factor > 0.f) ||
-      (s.type == RopeScalingType::llama3 && !(s.original_context > 0 && s.low_freq_factor > 0.f &&
-                                              s.high_freq_factor > s.low_freq_factor)))
-    hc.refuse(key,
-              "needs factor > 0 (llama3: original_max_position_embeddings > 0 and 0 < "
-              "low_freq_factor < high_freq_factor)");
+  if (!(s.factor > 0.f) || (s.type == RopeScalingType::llama3 &&
+                            !(s.low_freq_factor > 0.f && s.high_freq_factor > s.low_freq_factor)))
+    hc.refuse(key, "needs factor > 0 (llama3: 0 < low_freq_factor < high_freq_factor)");
   return s;
 }
 

@@ -657,6 +657,8 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
 TrainResult train(const Recipe& given_recipe, const TrainOptions& options) {
   // model.* from train.init_from or retrofit.checkpoint (or, resuming, from the checkpoint)
   const Recipe recipe = resolve_init_from(given_recipe, options.resume);
+  // A scaling factor given for a model whose type (perhaps its checkpoint's) does not read it.
+  if (const std::string p = rope_scaling_key_problem(recipe, false); !p.empty()) throw Error(p);
   recipe.validate();
   const LaunchInfo launch = options.single_process ? LaunchInfo{} : detect_launch();
   Session s;

@@ -57,8 +57,8 @@ TEST(ModelKeys, SfaDefaultKEqualsItsResolvedValue) {
   EXPECT_EQ(on_dense.find("attention.focus.groups"), std::string::npos) << on_dense;
 }
 
-// model.rope_scaling's keys are compared where the type reads them: a resume with another factor
-// is refused; type none compares no factor.
+// model.rope_scaling's keys are compared by value (a model's unread keys hold their defaults): a
+// resume with another factor or type is refused.
 TEST(ModelKeys, RopeScalingComparedWhereRead) {
   auto r = [](const std::string& scaling) {
     return parse_recipe("model:\n  family: llama\n  n_layer: 1\n" + scaling, "x.yaml");
@@ -66,7 +66,16 @@ TEST(ModelKeys, RopeScalingComparedWhereRead) {
   const Recipe none = r(""), l8 = r("  rope_scaling: {type: llama3, factor: 8}\n"),
                l16 = r("  rope_scaling: {type: llama3, factor: 16}\n"),
                none_factor = r("  rope_scaling: {factor: 3}\n");
-  EXPECT_EQ(model_function_conflicts(none_factor, none, "the checkpoint"), "");
+  EXPECT_NE(model_function_conflicts(none_factor, none, "the checkpoint")
+                .find("model.rope_scaling.factor: 3 in the recipe"),
+            std::string::npos);
+  // ... and such a factor is refused before training: type none reads none.
+  EXPECT_NE(rope_scaling_key_problem(none_factor, false)
+                .find("model.rope_scaling.factor (x.yaml:4) is not read by "
+                      "model.rope_scaling.type none"),
+            std::string::npos)
+      << rope_scaling_key_problem(none_factor, false);
+  EXPECT_EQ(rope_scaling_key_problem(l8, true), "");
   EXPECT_EQ(model_function_conflicts(l8, l8, "the checkpoint"), "");
   const std::string diff = model_function_conflicts(l16, l8, "the checkpoint");
   EXPECT_NE(diff.find("model.rope_scaling.factor: 16 in the recipe"), std::string::npos) << diff;

@@ -212,6 +212,12 @@ TEST(RecipePresets, RopeScalingKeysAndLlama31Presets) {
              "low_freq_factor (4)");
   EXPECT_HAS(parse_error("model:\n  family: llama\n  rope_scaling: {type: linear, factor: 0}\n"),
              "model.rope_scaling.factor must be > 0, got 0");
+  EXPECT_HAS(parse_error("model:\n  family: llama\n  rope_scaling: {type: llama3}\n"),
+             "model.rope_scaling.type llama3 (x.yaml:3) needs model.rope_scaling.factor");
+  EXPECT_HAS(parse_error("model:\n  family: llama\n  rope_scaling: {type: linear, factor: 2, "
+                         "original_context: 100}\n"),
+             "model.rope_scaling.original_context (x.yaml:3) is not read by "
+             "model.rope_scaling.type linear (linear reads factor only)");
   EXPECT_HAS(parse_error("model:\n  rope_scaling: {type: linear, factor: 2}\n"),
              "model.rope_scaling.type is linear, but model.position is learned");
   const Recipe l31 = parse_recipe("model:\n  preset: llama3.1-8b\n", "p.yaml");

@@ -199,7 +199,18 @@ TEST(HfLlama, UnsupportedKeysAndMissingPartsAreRefusedByName) {
   refused({{"rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}}}},
           {"attnlab's RoPE takes rope_type default, linear and llama3 (not dynamic)"});
   refused({{"rope_scaling", {{"type", "yarn"}, {"factor", 4.0}, {"beta_fast", 32}}}},
+          {"attnlab's RoPE takes rope_type default, linear and llama3 (not yarn)"});
+  refused({{"rope_scaling", {{"type", "linear"}, {"factor", 4.0}, {"beta_fast", 32}}}},
           {"its key 'beta_fast' is not read by attnlab"});
+  refused({{"rope_scaling",
+            {{"rope_type", "llama3"},
+             {"factor", 8.0},
+             {"low_freq_factor", 1.0},
+             {"high_freq_factor", 4.0},
+             {"original_max_position_embeddings", 8192.5}}}},
+          {"needs an integer original_max_position_embeddings"});
+  refused({{"rope_scaling", {{"rope_type", "llama3"}, {"type", "linear"}, {"factor", 8.0}}}},
+          {"its rope_type and type differ"});
   refused({{"rope_scaling", {{"rope_type", "linear"}, {"factor", 0.0}}}}, {"needs factor > 0"});
   refused({{"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}}},
            {"rope_parameters", {{"rope_type", "default"}}}},

@@ -132,6 +132,28 @@ TEST(GPTDecode, LlamaBlockMatchesForward) {
   expect_decode_matches_forward(f);
 }
 
+// RoPE scaling reaches the model's rotation in the forward and in decoding: with LLaMA 3.1's
+// scaling over a short original context (most frequencies scaled or interpolated within 12
+// tokens) the logits move, and decode still equals the forward.
+TEST(GPTDecode, LlamaBlockWithRopeScalingMatchesForward) {
+  GPTConfig c = decode_config();
+  c.n_head = 4;
+  c.norm = NormType::rmsnorm;
+  c.mlp = MlpType::swiglu;
+  c.position = PositionType::rope;
+  c.rope_theta = 500.f;
+  c.bias = false;
+  DecodeFixture plain(c);
+  c.rope_scaling.type = RopeScalingType::llama3;
+  c.rope_scaling.factor = 8.f;
+  c.rope_scaling.original_context = 8;
+  DecodeFixture scaled(c);
+  expect_decode_matches_forward(scaled);
+  std::vector<int32_t> ids = test::random_ints(12, 5, c.vocab_size);
+  const std::vector<float> a = plain.full_logits(ids, 1, 12), b = scaled.full_logits(ids, 1, 12);
+  EXPECT_GT(test::max_rel_error(b, a), 1e-3) << "the same weights, so only the scaling differs";
+}
+
 TEST(GPTDecode, RejectsMismatchedCacheAndInput) {
   DecodeFixture f;
   std::vector<int32_t> ids = test::random_ints(10, 6, f.c.vocab_size);
