@@ -62,7 +62,7 @@ void encode_task(const Tokenizer& tokenizer, uint64_t seed, double val_fraction,
     const std::string_view doc = batch.docs[seg.doc];
     if (seg.begin == 0) {
       batch.split[seg.doc] = is_val_document(doc, seed, val_fraction) ? kVal : kTrain;
-      out.push_back(tokenizer.eot_id());
+      out.push_back(document_start_id(tokenizer));
     }
     tokenizer.encode(doc.substr(seg.begin, seg.end - seg.begin), out);
     batch.segment_end[i] = out.size();

@@ -120,19 +120,19 @@ json perplexity_json(const PerplexityResult& r, int context, int stride, const s
   return j;
 }
 
-// The <|endoftext|> id that separates the texts of token shards, for the clusters of the standard
-// errors (perplexity.h): the one of the tokenizer.json that `prepare` wrote beside them, else the
-// evaluation's tokenizer, else none (each file one cluster).
+// The id that starts each text of token shards (document_start_id: <|endoftext|>, or a BOS), for
+// the clusters of the standard errors (perplexity.h): the one of the tokenizer.json that
+// `prepare` wrote beside them, else the evaluation's tokenizer, else none (each file one cluster).
 int32_t shard_cluster_break(const std::string& first_shard, const Tokenizer* eval_tok) {
   const fs::path prepared = fs::path(first_shard).parent_path() / "tokenizer.json";
   std::error_code ec;
   if (fs::exists(prepared, ec)) {
     try {
-      return make_tokenizer(prepared.string())->eot_id();
+      return document_start_id(*make_tokenizer(prepared.string()));
     } catch (const Error&) {  // not a tokenizer this build reads: the fallbacks below
     }
   }
-  return eval_tok ? eval_tok->eot_id() : -1;
+  return eval_tok ? document_start_id(*eval_tok) : -1;
 }
 
 }  // namespace
@@ -400,13 +400,13 @@ EvalReport run_evaluation(const EvalOptions& o) {
             std::make_unique<DocumentReader>(open_text_stream(files[next_file++]), o.delimiter);
       }
       ++docs;
-      tokens.push_back(tok->eot_id());  // every token of the document is a target
+      tokens.push_back(document_start_id(*tok));  // every token of the document is a target
       tok->encode(doc, tokens);
       bytes = int64_t(doc.size());
       return true;
     };
     ProgressLine pl(o.progress, "text", "documents");
-    const PerplexityResult r = perplexity(model, next, context, stride, tok->eot_id(),
+    const PerplexityResult r = perplexity(model, next, context, stride, document_start_id(*tok),
                                           [&](int64_t d, int64_t) { pl(d, d); });
     ATTN_REQUIRE(r.tokens > 0, "--text '%s': no text to score (%zu file(s), every one empty)",
                  o.text.c_str(), files.size());

@@ -63,7 +63,7 @@ ScoreSummary score_tokens(const ScoreOptions& o,
   std::vector<int32_t> ids;
   const bool text = !o.text.empty();
   if (text) {
-    ids.push_back(tok->eot_id());
+    ids.push_back(document_start_id(*tok));
     tok->encode(read_text_file(o.text), ids);
   } else {
     ids = read_token_file(o.tokens);

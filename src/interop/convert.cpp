@@ -53,7 +53,7 @@ void write_converted(const ParameterStore& out, const ModelSource& s, const Reci
         write_hf_gpt2(out, config, tok, dst, &res.notes);
       }
       for (const char* f : {"config.json", "model.safetensors", "vocab.json", "merges.txt",
-                            "tokenizer_config.json"})
+                            "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
         if (fs::exists(fs::path(dst) / f)) res.written.push_back((fs::path(dst) / f).string());
       break;
     case ModelFormat::llmc:

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/hf_tokenizer_json.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -116,8 +117,11 @@ std::string HfConfig::unknown_keys_note(const std::set<std::string>& known) cons
 }
 
 bool write_hf_bpe_files(const Tokenizer& tokenizer, const std::string& dir) {
+  // (vocab.json + merges.txt imply GPT-2's pre-tokenizer and merges: a LLaMA 3 / Qwen2 pattern or
+  // ignore_merges has no place in them.)
   const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tokenizer);
-  if (!bpe) return false;
+  if (!bpe || bpe->data().pre_tokenizer != PreTokenizer::kGpt2 || bpe->data().ignore_merges)
+    return false;
   const BpeVocabData& d = bpe->data();
   json vocab = json::object();
   for (size_t id = 0; id < d.tokens.size(); ++id) {
@@ -131,6 +135,30 @@ bool write_hf_bpe_files(const Tokenizer& tokenizer, const std::string& dir) {
               gpt2_bytes_to_symbols(d.tokens[size_t(r)]) + "\n";
   io::write_file_atomic((fs::path(dir) / "merges.txt").string(), merges);
   return true;
+}
+
+HfTokenizerForm write_hf_tokenizer_files(const Tokenizer& tokenizer, const std::string& dir,
+                                         int model_max_length) {
+  if (write_hf_bpe_files(tokenizer, dir)) return HfTokenizerForm::kVocabMerges;
+  const HfTokenizerJson tj = hf_tokenizer_json(tokenizer);
+  if (tj.text.empty()) return HfTokenizerForm::kNone;
+  io::write_file_atomic((fs::path(dir) / "tokenizer.json").string(), tj.text);
+  json specials = json::object();
+  if (!tj.bos_token.empty()) specials["bos_token"] = tj.bos_token;
+  specials["eos_token"] = tj.eos_token;
+  if (!tj.unk_token.empty()) specials["unk_token"] = tj.unk_token;
+  json config = specials;
+  config["tokenizer_class"] = "PreTrainedTokenizerFast";
+  config["model_max_length"] = model_max_length;
+  // What the post_processor does; transformers versions that rebuild it from these flags then
+  // rebuild the same one.
+  config["add_bos_token"] = !tj.bos_token.empty();
+  config["add_eos_token"] = tj.eos_in_template;
+  config["clean_up_tokenization_spaces"] = false;
+  io::write_file_atomic((fs::path(dir) / "tokenizer_config.json").string(), config.dump(2) + "\n");
+  io::write_file_atomic((fs::path(dir) / "special_tokens_map.json").string(),
+                        specials.dump(2) + "\n");
+  return HfTokenizerForm::kTokenizerJson;
 }
 
 }  // namespace attnlab

@@ -48,7 +48,22 @@ class HfConfig {
 };
 
 // Writes vocab.json and merges.txt of a byte-level BPE tokenizer into dir (the GPT-2 form every
-// transformers BPE tokenizer reads); false (nothing written) for a tokenizer of another kind.
+// transformers BPE tokenizer reads); false (nothing written) for a tokenizer of another kind,
+// also a byte-level BPE with another pre-tokenizer (LLaMA 3, Qwen2) or ignore_merges.
 bool write_hf_bpe_files(const Tokenizer& tokenizer, const std::string& dir);
+
+// The tokenizer files of an exported model directory, by form:
+//   kVocabMerges: GPT-2-form byte-level BPE (GPT-2 pre-tokenizer, no ignore_merges):
+//     write_hf_bpe_files, nothing else (the caller writes tokenizer_config.json, if any);
+//   kTokenizerJson: every other byte-level BPE (LLaMA 3, Qwen2) and SentencePiece-style BPE
+//     (LLaMA 1-2, Mistral): tokenizer.json (hf_tokenizer_json, src/tokenizer/hf_tokenizer_json.h),
+//     tokenizer_config.json (tokenizer_class PreTrainedTokenizerFast, so that transformers runs
+//     the file's own pipeline; bos/eos/unk_token, add_bos_token / add_eos_token as the
+//     post_processor has them, model_max_length, clean_up_tokenization_spaces false so that
+//     decode is the decoder's) and special_tokens_map.json;
+//   kNone: the byte tokenizer, or a tokenizer with no Hugging Face form: nothing written.
+enum class HfTokenizerForm { kNone, kVocabMerges, kTokenizerJson };
+HfTokenizerForm write_hf_tokenizer_files(const Tokenizer& tokenizer, const std::string& dir,
+                                         int model_max_length);
 
 }  // namespace attnlab

@@ -323,9 +323,11 @@ void write_hf_gpt2(const ParameterStore& store, const GPTConfig& cfg, const Toke
       {"torch_dtype", "float32"}};
   io::write_file_atomic((fs::path(dir) / "config.json").string(), c.dump(2) + "\n");
 
-  if (tokenizer && !write_hf_bpe_files(*tokenizer, dir) && notes)
+  // GPT-2-form BPE: vocab.json + merges.txt; LLaMA 3 / Qwen2 / SentencePiece-style: tokenizer.json.
+  if (tokenizer &&
+      write_hf_tokenizer_files(*tokenizer, dir, cfg.block_size) == HfTokenizerForm::kNone && notes)
     notes->push_back("the '" + tokenizer->name() +
-                     "' tokenizer has no Hugging Face GPT-2 form: no tokenizer files written");
+                     "' tokenizer has no Hugging Face form: no tokenizer files written");
 }
 
 }  // namespace attnlab

@@ -417,6 +417,7 @@ void write_hf_llama(const ParameterStore& store, const GPTConfig& cfg, const Tok
   w.write((fs::path(dir) / "model.safetensors").string());
 
   const int eot = tokenizer ? tokenizer->eot_id() : V - 1;
+  const int bos = tokenizer && tokenizer->bos_id() >= 0 ? tokenizer->bos_id() : eot;
   json c = {{"architectures", {mistral ? "MistralForCausalLM" : "LlamaForCausalLM"}},
             {"model_type", mistral ? "mistral" : "llama"},
             {"hidden_act", "silu"},
@@ -436,18 +437,22 @@ void write_hf_llama(const ParameterStore& store, const GPTConfig& cfg, const Tok
             {"attention_dropout", 0.0},
             {"initializer_range", shortest_double(cfg.init_std)},
             {"tie_word_embeddings", cfg.tied_embeddings},
-            {"bos_token_id", eot},
+            {"bos_token_id", bos},
             {"eos_token_id", eot},
             {"torch_dtype", "float32"}};
   if (mistral) c["sliding_window"] = cfg.attention.window;
   io::write_file_atomic((fs::path(dir) / "config.json").string(), c.dump(2) + "\n");
   if (!tokenizer) return;
-  if (!write_hf_bpe_files(*tokenizer, dir)) {
+  // LLaMA 3 / Qwen2 and SentencePiece-style tokenizers: tokenizer.json and its config;
+  // GPT-2-form BPE: vocab.json + merges.txt, and the config below.
+  const HfTokenizerForm form = write_hf_tokenizer_files(*tokenizer, dir, cfg.block_size);
+  if (form == HfTokenizerForm::kNone) {
     if (notes)
       notes->push_back("the '" + tokenizer->name() +
                        "' tokenizer has no Hugging Face form: no tokenizer files written");
     return;
   }
+  if (form == HfTokenizerForm::kTokenizerJson) return;
   // AutoTokenizer would take a LLaMA config's tokenizer for SentencePiece; this one is BPE.
   const std::string eot_text = tokenizer->piece(eot);
   const json tc = {{"tokenizer_class", "GPT2Tokenizer"},

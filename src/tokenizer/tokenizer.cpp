@@ -11,6 +11,9 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/hf_tokenizer_json.h"
+#include "tokenizer/sp_bpe.h"
+#include "tokenizer/vocab_json.h"
 
 namespace attnlab {
 
@@ -48,111 +51,12 @@ std::string ByteTokenizer::to_json() const {
 namespace {
 
 using nlohmann::json;
-
-constexpr const char* kEndOfText = "<|endoftext|>";
-constexpr int64_t kMaxVocab = 1 << 24;
-
-json parse_json_file(const std::string& text, const std::string& path) {
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    ATTN_FAIL("tokenizer: '%s' is not valid JSON: %s", path.c_str(), e.what());
-  }
-}
-
-// Collects (id, token bytes, special) entries into BpeVocabData, checking ids.
-class VocabBuilder {
- public:
-  explicit VocabBuilder(std::string path) : path_(std::move(path)) {}
-
-  void add(int64_t id, std::string bytes, bool special, const std::string& shown) {
-    ATTN_REQUIRE(id >= 0 && id < kMaxVocab,
-                 "tokenizer: '%s': token '%s' has id %lld, expected "
-                 "0 <= id < %lld",
-                 path_.c_str(), shown.c_str(), (long long)id, (long long)kMaxVocab);
-    if (size_t(id) >= d_.tokens.size()) {
-      d_.tokens.resize(id + 1);
-      d_.has_token.resize(id + 1, false);
-      d_.is_special.resize(id + 1, false);
-    }
-    if (d_.has_token[id]) {
-      ATTN_REQUIRE(d_.tokens[id] == bytes,
-                   "tokenizer: '%s': id %lld is used by two tokens "
-                   "('%s' and another)",
-                   path_.c_str(), (long long)id, shown.c_str());
-      d_.is_special[id] = d_.is_special[id] || special;
-      return;
-    }
-    d_.tokens[id] = std::move(bytes);
-    d_.has_token[id] = true;
-    d_.is_special[id] = special;
-  }
-  BpeVocabData& data() { return d_; }
-
- private:
-  std::string path_;
-  BpeVocabData d_;
-};
-
-// Token ids by their spelling in the file (GPT-2 symbols), for resolving merges.
-// Token string -> id, looked up by string_view (transparent hash: no string per lookup).
-struct SymbolHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-using SymbolIds = std::unordered_map<std::string, int32_t, SymbolHash, std::equal_to<>>;
-
-void add_symbol_tokens(const json& vocab, const std::string& path, VocabBuilder& vb,
-                       SymbolIds& ids) {
-  ATTN_REQUIRE(vocab.is_object(),
-               "tokenizer: '%s': the vocabulary must be a JSON object mapping "
-               "token strings to ids",
-               path.c_str());
-  for (const auto& [sym, value] : vocab.items()) {
-    ATTN_REQUIRE(value.is_number_integer(),
-                 "tokenizer: '%s': the id of token '%s' is not an "
-                 "integer",
-                 path.c_str(), sym.c_str());
-    const bool special = sym == kEndOfText;
-    std::string bytes;
-    if (special) {
-      bytes = sym;
-    } else {
-      ATTN_REQUIRE(gpt2_symbols_to_bytes(sym, bytes),
-                   "tokenizer: '%s': token '%s' contains a "
-                   "character outside GPT-2's byte alphabet (not a byte-level BPE vocabulary?)",
-                   path.c_str(), sym.c_str());
-    }
-    vb.add(value.get<int64_t>(), std::move(bytes), special, sym);
-    ids[sym] = value.get<int32_t>();
-  }
-}
-
-// One merge "left right" (GPT-2 symbols) -> token ids; `where` names the file and line/index.
-// `where` (a callable returning the merge's place, e.g. "file:line") is only called for an error
-// message: 50K merges need no string each.
-template <typename Where>
-std::pair<int32_t, int32_t> resolve_merge(std::string_view left, std::string_view right,
-                                          const SymbolIds& ids, const Where& where) {
-  const auto l = ids.find(left), r = ids.find(right);
-  if (l == ids.end() || r == ids.end()) {
-    const std::string ls(left), rs(right);
-    ATTN_FAIL("tokenizer: %s: merge '%s %s' refers to unknown token '%s'", where().c_str(),
-              ls.c_str(), rs.c_str(), (l == ids.end() ? ls : rs).c_str());
-  }
-  return {l->second, r->second};
-}
-
-template <typename Where>
-std::pair<std::string_view, std::string_view> split_merge(std::string_view line,
-                                                          const Where& where) {
-  const size_t sp = line.find(' ');
-  ATTN_REQUIRE(sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() &&
-                   line.find(' ', sp + 1) == std::string_view::npos,
-               "tokenizer: %s: expected a merge '<left> <right>', got '%s'", where().c_str(),
-               std::string(line).c_str());
-  return {line.substr(0, sp), line.substr(sp + 1)};
-}
+using tokenizer_detail::kEndOfText;
+using tokenizer_detail::parse_json_file;
+using tokenizer_detail::resolve_merge;
+using tokenizer_detail::split_merge;
+using tokenizer_detail::SymbolIds;
+using tokenizer_detail::VocabBuilder;
 
 // The merges of a vocab.bpe file, cut into their two halves (views into `text`).
 struct MergeLines {
@@ -204,7 +108,7 @@ BpeVocabData load_gpt2_vocab(const std::string& dir) {
   const json enc = parse_json_file(io::read_file(enc_path, "tokenizer file"), enc_path);
   VocabBuilder vb(enc_path);
   SymbolIds ids;
-  add_symbol_tokens(enc, enc_path, vb, ids);
+  tokenizer_detail::add_vocab_object(enc, enc_path, /*gpt2_symbols=*/true, vb, ids);
   BpeVocabData& d = vb.data();
   d.name = "gpt2-bpe";
   set_eot(d, enc_path);
@@ -219,81 +123,6 @@ BpeVocabData load_gpt2_vocab(const std::string& dir) {
   return std::move(d);
 }
 
-BpeVocabData load_hf_tokenizer_json(const std::string& path) {
-  const json j = parse_json_file(io::read_file(path, "tokenizer file"), path);
-  ATTN_REQUIRE(j.is_object() && j.contains("model") && j["model"].is_object(),
-               "tokenizer: '%s' is not a Hugging Face tokenizer.json (no \"model\" object)",
-               path.c_str());
-  const json& model = j["model"];
-  const std::string type = model.value("type", std::string("BPE"));
-  ATTN_REQUIRE(type == "BPE", "tokenizer: '%s': model type '%s' is not supported (only BPE)",
-               path.c_str(), type.c_str());
-  auto unsupported_if = [&](bool cond, const char* what) {
-    ATTN_REQUIRE(!cond, "tokenizer: '%s': %s is not supported (only GPT-2-style byte-level BPE)",
-                 path.c_str(), what);
-  };
-  auto non_empty = [&](const char* key) {
-    return model.contains(key) && !model[key].is_null() &&
-           !(model[key].is_string() && model[key].get<std::string>().empty());
-  };
-  unsupported_if(non_empty("continuing_subword_prefix"), "model.continuing_subword_prefix");
-  unsupported_if(non_empty("end_of_word_suffix"), "model.end_of_word_suffix");
-  unsupported_if(model.value("byte_fallback", false), "model.byte_fallback");
-  unsupported_if(model.value("ignore_merges", false), "model.ignore_merges");
-  unsupported_if(model.contains("dropout") && model["dropout"].is_number() &&
-                     model["dropout"].get<double>() > 0,
-                 "model.dropout");
-  unsupported_if(j.contains("normalizer") && !j["normalizer"].is_null(), "a normalizer");
-  const json pre = j.value("pre_tokenizer", json());
-  unsupported_if(!pre.is_object() || pre.value("type", "") != "ByteLevel",
-                 "a pre_tokenizer other than ByteLevel");
-  unsupported_if(pre.value("add_prefix_space", false), "pre_tokenizer.add_prefix_space");
-  unsupported_if(!pre.value("use_regex", true), "pre_tokenizer.use_regex = false");
-
-  VocabBuilder vb(path);
-  SymbolIds ids;
-  ATTN_REQUIRE(model.contains("vocab"), "tokenizer: '%s': model.vocab is missing", path.c_str());
-  add_symbol_tokens(model["vocab"], path, vb, ids);
-  if (j.contains("added_tokens")) {
-    ATTN_REQUIRE(j["added_tokens"].is_array(), "tokenizer: '%s': added_tokens must be an array",
-                 path.c_str());
-    for (const json& t : j["added_tokens"]) {
-      ATTN_REQUIRE(t.is_object() && t.contains("id") && t["id"].is_number_integer() &&
-                       t.contains("content") && t["content"].is_string(),
-                   "tokenizer: '%s': each added token needs an integer id and a content string",
-                   path.c_str());
-      const std::string content = t["content"].get<std::string>();
-      ATTN_REQUIRE(t.value("special", false),
-                   "tokenizer: '%s': non-special added token '%s' is "
-                   "not supported",
-                   path.c_str(), content.c_str());
-      vb.add(t["id"].get<int64_t>(), content, true, content);
-    }
-  }
-  BpeVocabData& d = vb.data();
-  d.name = "bpe";
-  set_eot(d, path);
-
-  ATTN_REQUIRE(model.contains("merges") && model["merges"].is_array(),
-               "tokenizer: '%s': model.merges must be an array", path.c_str());
-  const json& merges = model["merges"];
-  for (size_t i = 0; i < merges.size(); ++i) {
-    const auto where = [&] { return path + ": model.merges[" + std::to_string(i) + "]"; };
-    const json& m = merges[i];
-    if (m.is_string()) {
-      const auto [left, right] = split_merge(m.get_ref<const std::string&>(), where);
-      d.merges.push_back(resolve_merge(left, right, ids, where));
-    } else {
-      ATTN_REQUIRE(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
-                   "tokenizer: %s: expected \"left right\" or [\"left\", \"right\"]",
-                   where().c_str());
-      d.merges.push_back(resolve_merge(m[0].get_ref<const std::string&>(),
-                                       m[1].get_ref<const std::string&>(), ids, where));
-    }
-  }
-  return std::move(d);
-}
-
 namespace {
 
 BpeVocabData attnlab_bpe_from_json(const json& j, const std::string& path) {
@@ -301,11 +130,18 @@ BpeVocabData attnlab_bpe_from_json(const json& j, const std::string& path) {
     ATTN_REQUIRE(j.contains(key), "tokenizer: '%s': missing field \"%s\"", path.c_str(), key);
     return j[key];
   };
-  ATTN_REQUIRE(field("version") == 1, "tokenizer: '%s': unsupported version %s (expected 1)",
-               path.c_str(), field("version").dump().c_str());
-  ATTN_REQUIRE(
-      field("pre_tokenizer") == "gpt2" && field("byte_encoding") == "gpt2-bytes-to-unicode",
-      "tokenizer: '%s': unsupported pre_tokenizer/byte_encoding", path.c_str());
+  // Version 1 (before LLaMA 3) has no kind, bos_id or ignore_merges: GPT-2 byte-level BPE.
+  const bool v2 = field("version") == 2;
+  ATTN_REQUIRE(v2 || field("version") == 1,
+               "tokenizer: '%s': unsupported version %s (expected 1 or 2)", path.c_str(),
+               field("version").dump().c_str());
+  PreTokenizer pre = PreTokenizer::kGpt2;
+  ATTN_REQUIRE(field("byte_encoding") == "gpt2-bytes-to-unicode" &&
+                   field("pre_tokenizer").is_string() &&
+                   pre_tokenizer_from_name(field("pre_tokenizer").get<std::string>(), pre) &&
+                   (v2 || pre == PreTokenizer::kGpt2),
+               "tokenizer: '%s': unsupported pre_tokenizer %s or byte_encoding %s", path.c_str(),
+               field("pre_tokenizer").dump().c_str(), field("byte_encoding").dump().c_str());
   const json& tokens = field("tokens");
   const json& special_ids = field("special_ids");
   const json& merges = field("merges");
@@ -342,6 +178,16 @@ BpeVocabData attnlab_bpe_from_json(const json& j, const std::string& path) {
   const json& eot = field("eot_id");
   ATTN_REQUIRE(eot.is_number_integer(), "tokenizer: '%s': eot_id is not an integer", path.c_str());
   d.eot_id = eot.get<int32_t>();
+  d.pre_tokenizer = pre;
+  if (v2) {
+    const json& bos = field("bos_id");
+    const json& ignore_merges = field("ignore_merges");
+    ATTN_REQUIRE(bos.is_number_integer() && ignore_merges.is_boolean(),
+                 "tokenizer: '%s': bos_id must be an integer and ignore_merges true or false",
+                 path.c_str());
+    d.bos_id = bos.get<int32_t>();
+    d.ignore_merges = ignore_merges.get<bool>();
+  }
   d.merges.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) {
     const auto where = [&] { return path + ": merges[" + std::to_string(i) + "]"; };
@@ -362,15 +208,48 @@ std::string tokenizer_difference(const Tokenizer& a, const Tokenizer& b) {
   if (a.vocab_size() != b.vocab_size())
     return strformat("%d ids against %d", a.vocab_size(), b.vocab_size());
   if (a.eot_id() != b.eot_id())
-    return strformat("<|endoftext|> is id %d against %d", a.eot_id(), b.eot_id());
+    return strformat("the end-of-text token is id %d against %d", a.eot_id(), b.eot_id());
+  if (a.bos_id() != b.bos_id())
+    return strformat("the beginning-of-sequence token is id %d against %d", a.bos_id(), b.bos_id());
   for (int32_t id = 0; id < a.vocab_size(); ++id)
     if (a.piece(id) != b.piece(id)) return strformat("id %d has other bytes", id);
-  std::string probe = " The quick brown fox's 3 jumps -- caf\xc3\xa9\n\n\t  over it.";
-  for (int c = 1; c < 256; ++c) probe += char(c);
-  std::vector<int32_t> ia, ib;
-  a.encode(probe, ia);
-  b.encode(probe, ib);
-  if (ia != ib) return "a probe text encodes to other ids";
+  // The settings that change ids only on some texts (a probe could miss them).
+  const auto* bpe_a = dynamic_cast<const BpeTokenizer*>(&a);
+  const auto* bpe_b = dynamic_cast<const BpeTokenizer*>(&b);
+  const auto* sp_a = dynamic_cast<const SentencePieceBpeTokenizer*>(&a);
+  const auto* sp_b = dynamic_cast<const SentencePieceBpeTokenizer*>(&b);
+  if (!bpe_a != !bpe_b || !sp_a != !sp_b) return "they are tokenizers of different kinds";
+  if (bpe_a && (bpe_a->data().pre_tokenizer != bpe_b->data().pre_tokenizer ||
+                bpe_a->data().ignore_merges != bpe_b->data().ignore_merges))
+    return strformat("pre-tokenizer %s%s against %s%s",
+                     pre_tokenizer_name(bpe_a->data().pre_tokenizer),
+                     bpe_a->data().ignore_merges ? " with ignore_merges" : "",
+                     pre_tokenizer_name(bpe_b->data().pre_tokenizer),
+                     bpe_b->data().ignore_merges ? " with ignore_merges" : "");
+  if (sp_a) {
+    const SpVocabData &da = sp_a->data(), &db = sp_b->data();
+    if (da.prefix != db.prefix || da.split_on_metaspace != db.split_on_metaspace ||
+        da.byte_fallback != db.byte_fallback || da.fuse_unk != db.fuse_unk ||
+        da.unk_id != db.unk_id)
+      return strformat("prefix %s against %s, or other split, byte_fallback, fuse_unk or unk",
+                       sp_prefix_name(da.prefix), sp_prefix_name(db.prefix));
+  }
+  // Probes that tell the pre-tokenizers and normalizers apart: contractions in both cases, digit
+  // runs, punctuation before a word, runs of spaces and newlines, a leading space.
+  std::string every_byte;
+  for (int c = 1; c < 256; ++c) every_byte += char(c);
+  const std::string probes[] = {
+      " The quick brown fox's 3 jumps -- caf\xc3\xa9\n\n\t  over it.",
+      "DON'T 'LL we'Re 1234567 .abc  \n\n  x\r\n\ty",
+      "hello world",
+      every_byte,
+  };
+  for (const std::string& probe : probes) {
+    std::vector<int32_t> ia, ib;
+    a.encode(probe, ia);
+    b.encode(probe, ib);
+    if (ia != ib) return "a probe text encodes to other ids";
+  }
   return "";
 }
 
@@ -382,17 +261,12 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
     const std::string dir = spec.substr(5);
     return std::make_unique<BpeTokenizer>(load_gpt2_vocab(dir), dir);
   }
-  if (spec.rfind("hf:", 0) == 0) {
-    const std::string path = spec.substr(3);
-    return std::make_unique<BpeTokenizer>(load_hf_tokenizer_json(path), path);
-  }
+  if (spec.rfind("hf:", 0) == 0) return load_hf_tokenizer(spec.substr(3));
   std::error_code ec;
   if (!spec.empty() && std::filesystem::is_regular_file(spec, ec)) {
     const json j = parse_json_file(io::read_file(spec, "tokenizer file"), spec);
     ATTN_REQUIRE(j.is_object(), "tokenizer: '%s' is not a JSON object", spec.c_str());
-    if (j.contains("model")) {
-      return std::make_unique<BpeTokenizer>(load_hf_tokenizer_json(spec), spec);
-    }
+    if (j.contains("model")) return hf_tokenizer_from_json(j, spec);
     const std::string type = j.value("type", std::string());
     if (type == "byte") {
       ATTN_REQUIRE(j.value("vocab_size", 0) == 257 && j.value("eot_id", 0) == 256,
@@ -404,6 +278,17 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec) {
                  "tokenizer: '%s' is neither an attnlab tokenizer JSON (\"type\": \"byte\" or "
                  "\"bpe\") nor a Hugging Face tokenizer.json",
                  spec.c_str());
+    const json version = j.value("version", json());
+    ATTN_REQUIRE(version == 1 || version == 2,
+                 "tokenizer: '%s': unsupported version %s (expected 1 or 2)", spec.c_str(),
+                 version.dump().c_str());
+    // Version 1 files have no kind: byte-level BPE.
+    const std::string kind = j.value("kind", std::string("byte-level-bpe"));
+    if (kind == "sentencepiece-bpe" && version == 2)
+      return std::make_unique<SentencePieceBpeTokenizer>(sp_vocab_from_attnlab_json(j, spec), spec);
+    ATTN_REQUIRE(kind == "byte-level-bpe",
+                 "tokenizer: '%s': unknown kind '%s' (valid: byte-level-bpe, sentencepiece-bpe)",
+                 spec.c_str(), kind.c_str());
     return std::make_unique<BpeTokenizer>(attnlab_bpe_from_json(j, spec), spec);
   }
   ATTN_FAIL(

@@ -1,5 +1,6 @@
 // Tokenizer interface: text <-> token ids. Implementations: the built-in byte-level tokenizer
-// (256 byte tokens + <|endoftext|> = 256) and GPT-2 byte-level BPE (src/tokenizer/bpe.*).
+// (256 byte tokens + <|endoftext|> = 256), byte-level BPE (GPT-2, LLaMA 3, Qwen2:
+// src/tokenizer/bpe.*) and SentencePiece-style BPE (LLaMA 1-2, Mistral: src/tokenizer/sp_bpe.*).
 // Chosen by a spec string through make_tokenizer(); an unknown spec lists the valid forms.
 #pragma once
 #include <cstdint>
@@ -16,7 +17,11 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
   virtual std::string name() const = 0;  // "byte", "gpt2-bpe", ...
   virtual int vocab_size() const = 0;    // number of ids (including special tokens)
-  virtual int eot_id() const = 0;        // <|endoftext|>
+  virtual int eot_id() const = 0;        // the end-of-text token: <|endoftext|>, </s>, ...
+  // The token a model of this tokenizer expects before a sequence (<|begin_of_text|> for LLaMA 3,
+  // <s> for LLaMA 1-2 and Mistral: what the Hugging Face post_processor puts first); -1 when
+  // there is none (GPT-2). encode() never adds it.
+  virtual int bos_id() const { return -1; }
   // Appends the ids of `text` to `out`. Must be thread-safe (const, no shared mutable state).
   virtual void encode(std::string_view text, std::vector<int32_t>& out) const = 0;
   // A byte offset p >= near (or text.size() when near >= text.size() or no such offset is found
@@ -32,13 +37,23 @@ class Tokenizer {
   virtual std::string to_json() const = 0;
 };
 
-// "" when a and b map text and ids alike (the same ids, <|endoftext|>, every id's bytes, and
-// the ids of a probe text of every byte and some words), else what differs first.
+// The id each document starts with, in `prepare`'s shards, text evaluation, `score` and
+// generation: the tokenizer's BOS where it has one (LLaMA's <s> / <|begin_of_text|>), else its
+// end-of-text token (GPT-2 puts <|endoftext|> before every document).
+inline int32_t document_start_id(const Tokenizer& t) {
+  return t.bos_id() >= 0 ? t.bos_id() : t.eot_id();
+}
+
+// "" when a and b map text and ids alike (the same ids, end-of-text and beginning-of-sequence
+// ids, every id's bytes, the same kind and settings (pre-tokenizer, ignore_merges, "▁" prefix,
+// byte fallback), and the ids of probe texts of every byte and some words, numbers, contractions
+// and spaces), else what differs first.
 std::string tokenizer_difference(const Tokenizer& a, const Tokenizer& b);
 
 // Spec forms: "byte"; "gpt2:<dir>" (dir holding encoder.json + vocab.bpe, or vocab.json +
-// merges.txt);
-// "hf:<path/to/tokenizer.json>"; a path to a tokenizer JSON written by to_json().
+// merges.txt); "hf:<path/to/tokenizer.json>" (a Hugging Face tokenizer.json: the GPT-2, LLaMA 3 /
+// Qwen2 and SentencePiece-style BPE forms of docs/tokenizer.md); a path to a tokenizer JSON
+// written by to_json(), or to a Hugging Face tokenizer.json.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec);
 
 // The built-in byte-level tokenizer: id b (0..255) is byte b, 256 is <|endoftext|>.

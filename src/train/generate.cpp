@@ -74,8 +74,11 @@ GenerateResult generate(const GenerateOptions& o,
   }
 
   std::vector<int32_t> ids;
+  // A prompt starts a document: after the BOS of a tokenizer that has one (LLaMA), as transformers
+  // encodes it; GPT-2's prompts go as they are, an empty one as <|endoftext|>.
+  if (tok->bos_id() >= 0) ids.push_back(tok->bos_id());
   tok->encode(o.prompt, ids);
-  if (ids.empty()) ids.push_back(tok->eot_id());  // an empty prompt starts a new document
+  if (ids.empty()) ids.push_back(tok->eot_id());
   ATTN_REQUIRE(int(ids.size()) <= T_max,
                "the prompt is %zu tokens, longer than the model's context "
                "(model.block_size = %d)",

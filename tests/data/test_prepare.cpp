@@ -15,6 +15,7 @@
 #include "test_util.h"
 #include "tests/tokenizer/split_text.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/tiny_sp_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace attnlab {
@@ -146,6 +147,24 @@ TEST_F(PrepareTest, EndToEndByteTokenizer) {
   prepare(o);
   EXPECT_FALSE(fs::exists(path("out/train_000001.bin")));
   EXPECT_FALSE(fs::exists(path("out/val_1234567.bin")));
+}
+
+// A tokenizer with a BOS (LLaMA 2's form): every document starts with <s> instead of
+// <|endoftext|> (document_start_id), and no </s> is written.
+TEST_F(PrepareTest, BosTokenizerStartsEveryDocumentWithIt) {
+  const auto docs = make_docs(20, 3);
+  write("in/a.txt", join(docs));
+  std::ofstream(path("sp.json"), std::ios::binary) << test::sp_json("legacy").dump();
+  auto o = options();
+  o.tokenizer = "hf:" + path("sp.json");
+  o.val_fraction = 0;
+  const auto s = prepare(o);
+  const auto train = split_tokens(s.train);
+  ASSERT_FALSE(train.empty());
+  EXPECT_EQ(train[0], 1);  // <s>
+  EXPECT_EQ(std::count(train.begin(), train.end(), 1), s.train.documents);
+  EXPECT_EQ(std::count(train.begin(), train.end(), 2), 0);  // </s>
+  EXPECT_EQ(s.train.documents, 20);
 }
 
 // tokenizer.json goes through io::write_file_atomic: an old one (and a temp file a crashed run

@@ -21,6 +21,7 @@
 #include "eval/validation.h"
 #include "eval_test_util.h"
 #include "test_util.h"
+#include "tokenizer/tiny_sp_tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -395,6 +396,26 @@ TEST_F(EvalTest, ChoiceThatTokenisesToNothingIsAnError) {
   const ScoreRequest r = option_request(ByteTokenizer(), {"q", ""}, 32, false, "x");
   ASSERT_EQ(r.inputs.size(), 1u);
   EXPECT_EQ(r.targets[0], ' ');
+}
+
+// A tokenizer with a BOS (LLaMA): every context starts with it, also an empty one (GPT-2's
+// tokenizers start an empty context with <|endoftext|> instead: above).
+TEST_F(EvalTest, BosTokenizerStartsEveryContextWithIt) {
+  write(tmp_.path() / "sp.json", test::sp_json("legacy").dump());
+  const auto tok = make_tokenizer("hf:" + (tmp_.path() / "sp.json").string());
+  ASSERT_EQ(tok->bos_id(), 1);
+  EXPECT_EQ(document_start_id(*tok), 1);
+  EXPECT_EQ(document_start_id(ByteTokenizer()), ByteTokenizer::kEot);
+  for (const std::string context : {"hello", ""}) {
+    const ScoreRequest r = option_request(*tok, {context, "ab"}, 32, false, "x");
+    ASSERT_FALSE(r.inputs.empty());
+    EXPECT_EQ(r.inputs[0], 1) << "context '" << context << "'";
+    EXPECT_EQ(std::count(r.inputs.begin(), r.inputs.end(), 1), 1);
+    EXPECT_EQ(std::count(r.inputs.begin(), r.inputs.end(), 2), 0) << "no </s>";
+  }
+  // The GPT-2 form is unchanged: a context starts with its own text.
+  const ScoreRequest g = option_request(ByteTokenizer(), {"hi", "ab"}, 32, false, "x");
+  EXPECT_EQ(g.inputs[0], 'h');
 }
 
 // A Focus model with the sequence-scope Sinkhorn reads later tokens, so right padding would move

@@ -284,8 +284,9 @@ TEST(HfLlama, RopeScalingInAndOut) {
   const json cfg = json::parse(io::read_file(back + "/config.json"));
   EXPECT_EQ(cfg["rope_scaling"], llama3);
   // Without scaling the exporter writes null, as LlamaConfig does.
-  convert_model((tmp.path() / "d").string(), (tmp.path() / "d_ours").string(),
-                ConvertOptions{.to = ModelFormat::attnlab});
+  ConvertOptions to_ours;
+  to_ours.to = ModelFormat::attnlab;
+  convert_model((tmp.path() / "d").string(), (tmp.path() / "d_ours").string(), to_ours);
   convert_model((tmp.path() / "d_ours").string(), (tmp.path() / "d_back").string(), o);
   EXPECT_TRUE(
       json::parse(io::read_file((tmp.path() / "d_back" / "config.json").string()))["rope_scaling"]

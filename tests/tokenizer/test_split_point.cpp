@@ -29,10 +29,10 @@ bool ascii_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= '
 // for BPE also the rule of the cut and that the pre-tokens of the parts are those of the text.
 // Returns the number of cuts made.
 int check_cuts(const Tokenizer& t, const std::string& text, uint32_t seed, size_t max_step,
-               bool bpe = true) {
+               bool bpe = true, PreTokenizer kind = PreTokenizer::kGpt2) {
   std::mt19937 gen(seed);
   const std::vector<int32_t> whole = encode(t, text);
-  std::vector<std::string_view> whole_pieces = gpt2_pretokenize(text), part_pieces;
+  std::vector<std::string_view> whole_pieces = pretokenize(kind, text), part_pieces;
   std::vector<int32_t> parts;
   size_t begin = 0;
   int cuts = 0;
@@ -49,7 +49,7 @@ int check_cuts(const Tokenizer& t, const std::string& text, uint32_t seed, size_
     }
     const std::string_view part = rest.substr(0, p);
     t.encode(part, parts);
-    for (auto piece : gpt2_pretokenize(part)) part_pieces.push_back(piece);
+    for (auto piece : pretokenize(kind, part)) part_pieces.push_back(piece);
     begin += p;
   }
   if (bpe) {
@@ -96,6 +96,26 @@ TEST(SplitPoint, BpePartsEncodeLikeTheWholeTinyVocab) {
     cuts += check_cuts(t, text, seed + 100, corpus_like ? 200 : 40);
   }
   EXPECT_GT(cuts, 400);  // the property was exercised, not vacuously true
+}
+
+// The same rule for the LLaMA 3 and Qwen2 pre-tokenizers (bpe.cpp says why), with and without
+// ignore_merges.
+TEST(SplitPoint, BpePartsEncodeLikeTheWholeLlama3AndQwen2) {
+  int cuts = 0;
+  for (PreTokenizer kind : {PreTokenizer::kLlama3, PreTokenizer::kQwen2}) {
+    for (bool ignore_merges : {false, true}) {
+      BpeVocabData data = test::tiny_english_vocab();
+      data.pre_tokenizer = kind;
+      data.ignore_merges = ignore_merges;
+      BpeTokenizer t(std::move(data), "tiny");
+      for (uint32_t seed = 0; seed < 20; ++seed) {
+        const bool corpus_like = seed % 2 == 0;
+        const std::string text = test::random_text(3000 + seed * 89, seed, corpus_like);
+        cuts += check_cuts(t, text, seed + 300, corpus_like ? 200 : 40, true, kind);
+      }
+    }
+  }
+  EXPECT_GT(cuts, 800);
 }
 
 TEST(SplitPoint, BpePartsEncodeLikeTheWholeGpt2) {

@@ -114,10 +114,20 @@ TEST_F(TokenizerFiles, AttnlabJsonRoundTrip) {
   // The byte tokenizer's JSON is recognised too.
   write("byte.json", make_tokenizer("byte")->to_json());
   EXPECT_EQ(make_tokenizer(path("byte.json"))->name(), "byte");
+  // A version 1 file (before LLaMA 3: no kind, bos_id or ignore_merges) still loads.
+  json v1 = json::parse(t->to_json());
+  EXPECT_EQ(v1["version"], 2);
+  EXPECT_EQ(v1["kind"], "byte-level-bpe");
+  v1["version"] = 1;
+  for (const char* key : {"kind", "bos_id", "ignore_merges"}) v1.erase(key);
+  write("v1.json", v1.dump());
+  const auto old = make_tokenizer(path("v1.json"));
+  EXPECT_EQ(tokenizer_difference(*old, *t), "");
+  EXPECT_EQ(old->bos_id(), -1);
   json j = json::parse(t->to_json());
-  j["version"] = 2;
-  write("v2.json", j.dump());
-  expect_error(path("v2.json"), {path("v2.json"), "version 2"});
+  j["version"] = 3;
+  write("v3.json", j.dump());
+  expect_error(path("v3.json"), {path("v3.json"), "version 3"});
   write("other.json", R"({"hello": 1})");
   expect_error(path("other.json"), {path("other.json"), "neither"});
 }
