@@ -289,3 +289,23 @@ GPTConfig llama_config() {
 }
 TEST(GPTCuda, TrainingStepLlamaBlockF32) { step_check(DType::f32, llama_config()); }
 TEST(GPTCuda, TrainingStepLlamaBlockBF16) { step_check(DType::bf16, llama_config()); }
+
+// The LLaMA block with LLaMA 3.1's RoPE scaling (a short original context, so that most
+// frequencies are scaled within the 64 tokens) and Focus attention (local window 8: most pairs
+// distant, gated by the groups): the model's whole GPU path for a retrofitted LLaMA 3.1.
+GPTConfig llama_scaled_focus_config() {
+  GPTConfig c = llama_config();
+  c.rope_scaling.type = RopeScalingType::llama3;
+  c.rope_scaling.factor = 8.f;
+  c.rope_scaling.original_context = 16;
+  c.attention.type = "focus";
+  c.attention.focus.local_window = 8;
+  c.attention.focus.groups = 4;
+  return c;
+}
+TEST(GPTCuda, TrainingStepLlamaBlockScaledRopeFocusF32) {
+  step_check(DType::f32, llama_scaled_focus_config());
+}
+TEST(GPTCuda, TrainingStepLlamaBlockScaledRopeFocusBF16) {
+  step_check(DType::bf16, llama_scaled_focus_config());
+}
