@@ -80,24 +80,10 @@ struct BpeTokenizer::Tables {
   int32_t byte_id[256];
   // Vocabulary lookup (bytes -> id) for whole pre-tokens: the non-special tokens whose own BPE is
   // themselves, or with ignore_merges every non-special token.
-  struct VocabSlot {
-    uint64_t hash;
-    int32_t id;  // -1: empty
-  };
-  std::vector<VocabSlot> vocab_slots;
+  bpe_detail::TokenTable vocab;
   MergeTable merges;
   std::vector<std::pair<std::string, int32_t>> specials;  // text, id (longest first)
   PretokenEndFn pretoken_end = nullptr;
-
-  int32_t find_token(const std::vector<std::string>& tokens, std::string_view piece,
-                     uint64_t h) const {
-    const size_t mask = vocab_slots.size() - 1;
-    for (size_t i = h & mask;; i = (i + 1) & mask) {
-      const VocabSlot& s = vocab_slots[i];
-      if (s.id < 0) return -1;
-      if (s.hash == h && tokens[s.id] == piece) return s.id;
-    }
-  }
 };
 
 BpeTokenizer::~BpeTokenizer() = default;
@@ -174,8 +160,7 @@ BpeTokenizer::BpeTokenizer(BpeVocabData data, const std::string& origin)
   // The whole-piece lookup table. With ignore_merges every token (that is the option's meaning);
   // otherwise only tokens that BPE to themselves, so that the shortcut never changes the result
   // (true for every GPT-2 token; not guaranteed for arbitrary vocabularies).
-  t.vocab_slots.assign(bpe_detail::pow2_at_least(V * 2 + 1), Tables::VocabSlot{0, -1});
-  const size_t vmask = t.vocab_slots.size() - 1;
+  t.vocab.reset(V);
   std::vector<int32_t> ids;
   for (const auto& [tok, id] : by_bytes) {
     if (tok.size() < 2) continue;  // single bytes take the byte_id path
@@ -184,10 +169,7 @@ BpeTokenizer::BpeTokenizer(BpeVocabData data, const std::string& origin)
       encode_piece(tok, ids);
       if (ids.size() != 1 || ids[0] != id) continue;
     }
-    const uint64_t h = hash_bytes(tok);
-    size_t i = h & vmask;
-    while (t.vocab_slots[i].id >= 0) i = (i + 1) & vmask;
-    t.vocab_slots[i] = {h, id};
+    t.vocab.insert(tok, id);
   }
 }
 
@@ -235,7 +217,7 @@ void BpeTokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& 
       continue;
     }
     const uint64_t h = hash_bytes(piece);
-    const int32_t id = t.find_token(data_.tokens, piece, h);
+    const int32_t id = t.vocab.find(data_.tokens, piece, h);
     if (id >= 0) {
       out.push_back(id);
       continue;

@@ -148,4 +148,35 @@ class MergeTable {
   uint32_t count_ = 0;
 };
 
+// Token ids by their text: open addressing with linear probing over a power-of-two table of
+// (hash, id) slots, for the whole-piece shortcuts of the byte-level and SentencePiece-style
+// encoders (read-only once built, so lookups are thread-safe).
+class TokenTable {
+ public:
+  void reset(size_t max_entries) { slots_.assign(pow2_at_least(max_entries * 2 + 1), Slot{0, -1}); }
+  void insert(std::string_view text, int32_t id) {
+    const size_t mask = slots_.size() - 1;
+    const uint64_t h = hash_bytes(text);
+    size_t i = h & mask;
+    while (slots_[i].id >= 0) i = (i + 1) & mask;
+    slots_[i] = {h, id};
+  }
+  // The id whose text (tokens[id]) is `text` (hash h = hash_bytes(text)), or -1.
+  int32_t find(const std::vector<std::string>& tokens, std::string_view text, uint64_t h) const {
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+      const Slot& s = slots_[i];
+      if (s.id < 0) return -1;
+      if (s.hash == h && tokens[s.id] == text) return s.id;
+    }
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash;
+    int32_t id;  // -1: empty
+  };
+  std::vector<Slot> slots_;
+};
+
 }  // namespace attnlab::bpe_detail

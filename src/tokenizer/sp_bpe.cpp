@@ -103,11 +103,7 @@ struct SentencePieceBpeTokenizer::Tables {
   int32_t byte_id[256];                           // the <0xXX> tokens (byte_fallback)
   MergeTable merges;
   // Whole words (normalized) that are tokens whose own BPE is themselves.
-  struct WordSlot {
-    uint64_t hash;
-    int32_t id;  // -1: empty
-  };
-  std::vector<WordSlot> word_slots;
+  bpe_detail::TokenTable words;
   std::vector<std::string> pieces;                        // id -> bytes
   std::vector<std::pair<std::string, int32_t>> specials;  // text, id (longest first)
   // The last characters of the left halves of merges that join a symbol ending in another
@@ -128,15 +124,6 @@ struct SentencePieceBpeTokenizer::Tables {
     if (cp < 128) return ascii_id[cp];
     const auto it = char_id.find(cp);
     return it == char_id.end() ? -1 : it->second;
-  }
-  int32_t find_word(const std::vector<std::string>& tokens, std::string_view word,
-                    uint64_t h) const {
-    const size_t mask = word_slots.size() - 1;
-    for (size_t i = h & mask;; i = (i + 1) & mask) {
-      const WordSlot& s = word_slots[i];
-      if (s.id < 0) return -1;
-      if (s.hash == h && tokens[s.id] == word) return s.id;
-    }
   }
 };
 
@@ -252,17 +239,13 @@ SentencePieceBpeTokenizer::SentencePieceBpeTokenizer(SpVocabData data, const std
             [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
 
   // The whole-word table: tokens that BPE to themselves, so the shortcut never changes a result.
-  t.word_slots.assign(bpe_detail::pow2_at_least(V * 2 + 1), Tables::WordSlot{0, -1});
-  const size_t mask = t.word_slots.size() - 1;
+  t.words.reset(V);
   std::vector<int32_t> ids;
   for (const auto& [tok, id] : by_spelling) {
     ids.clear();
     merge_word(tok, ids);
     if (ids.size() != 1 || ids[0] != id) continue;
-    const uint64_t h = hash_bytes(tok);
-    size_t i = h & mask;
-    while (t.word_slots[i].id >= 0) i = (i + 1) & mask;
-    t.word_slots[i] = {h, id};
+    t.words.insert(tok, id);
   }
 }
 
@@ -300,7 +283,7 @@ void SentencePieceBpeTokenizer::encode_word(std::string_view word,
                                             std::vector<int32_t>& out) const {
   const Tables& t = *tables_;
   const uint64_t h = hash_bytes(word);
-  const int32_t id = t.find_word(data_.tokens, word, h);
+  const int32_t id = t.words.find(data_.tokens, word, h);
   if (id >= 0) {
     out.push_back(id);
     return;
