@@ -54,8 +54,8 @@ int cmd_generate(const GenerateOptions& options) {
                       r.context_length, r.context_slides, std::max(1, r.context_length / 2))
           : "";
   std::fprintf(stderr, "[%d prompt tokens, %d generated%s%s, %.1f tok/s]\n", r.prompt_tokens,
-               r.new_tokens, r.stopped_at_eot ? ", stopped at <|endoftext|>" : "", slides.c_str(),
-               r.tokens_per_second);
+               r.new_tokens, r.stopped_at_eot ? ", stopped at the end-of-text token" : "",
+               slides.c_str(), r.tokens_per_second);
   return 0;
 }
 

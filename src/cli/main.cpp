@@ -74,7 +74,8 @@ int main(int argc, char** argv) {
   generate->add_option("--tokenizer", gen.tokenizer,
                        "tokenizer spec (default: the checkpoint's tokenizer.json)");
   generate->add_option("--device", gen.device, "auto | cpu | cuda")->capture_default_str();
-  generate->add_flag("!--no-stop", gen.stop_at_eot, "keep going past <|endoftext|>");
+  generate->add_flag("!--no-stop", gen.stop_at_eot,
+                     "keep going past the end-of-text token (and a BOS)");
   generate->add_option("--set", gen.overrides,
                        "attention.focus.top_k=N, attention.focus.eval_routing=hard|soft or "
                        "attention.sfa.kernel=auto|flash|masked_dense");

@@ -203,15 +203,11 @@ ScoreRequest option_request(const Tokenizer& tok, const TaskOption& o, int max_l
                             bool want_argmax, const std::string& where, bool* truncated) {
   const ScoredPair p = scored_pair(o);
   std::vector<int32_t> ctx, whole;
-  if (tok.bos_id() >= 0) {
-    // A tokenizer with a BOS (LLaMA): every context starts with it, as lm-eval's Hugging Face
-    // model encodes with the tokenizer's special tokens.
-    ctx.push_back(tok.bos_id());
-    tok.encode(p.context, ctx);
-    whole.push_back(tok.bos_id());
-    tok.encode(p.context + p.continuation, whole);
-  } else if (p.context.empty()) {
-    ctx.push_back(tok.eot_id());
+  if (p.context.empty()) {
+    // lm-eval's prefix token: the BOS where the tokenizer has one (LLaMA), else <|endoftext|>.
+    // (A non-empty context goes without a BOS, as lm-eval's Hugging Face model encodes by
+    // default: add_bos_token false.)
+    ctx.push_back(document_start_id(tok));
     whole = ctx;
     tok.encode(p.continuation, whole);
   } else {

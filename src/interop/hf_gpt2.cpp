@@ -318,7 +318,7 @@ void write_hf_gpt2(const ParameterStore& store, const GPTConfig& cfg, const Toke
       {"resid_pdrop", 0.0},
       {"embd_pdrop", 0.0},
       {"attn_pdrop", 0.0},
-      {"bos_token_id", eot},
+      {"bos_token_id", tokenizer && tokenizer->bos_id() >= 0 ? tokenizer->bos_id() : eot},
       {"eos_token_id", eot},
       {"torch_dtype", "float32"}};
   io::write_file_atomic((fs::path(dir) / "config.json").string(), c.dump(2) + "\n");

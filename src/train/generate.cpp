@@ -80,18 +80,23 @@ GenerateResult generate(const GenerateOptions& o,
   tok->encode(o.prompt, ids);
   if (ids.empty()) ids.push_back(tok->eot_id());
   ATTN_REQUIRE(int(ids.size()) <= T_max,
-               "the prompt is %zu tokens, longer than the model's context "
+               "the prompt is %zu tokens%s, longer than the model's context "
                "(model.block_size = %d)",
-               ids.size(), T_max);
+               ids.size(), tok->bos_id() >= 0 ? " with the BOS" : "", T_max);
 
   res.prompt_tokens = int(ids.size());
   res.context_length = T_max;
   std::mt19937_64 rng(o.seed);
   Buffer tok_dev(ctx->device, size_t(T_max) * sizeof(int32_t));
-  // Runs the last n ids from position 0 (a fresh cache).
+  // Runs n ids from position 0 (a fresh cache): the last n, or where the tokenizer has a BOS and
+  // the ids do not fit, the BOS and the last n - 1 (a LLaMA model's sequences start with it).
+  std::vector<int32_t> run;
   auto prefill_last = [&](size_t n) {
+    run.clear();
+    if (tok->bos_id() >= 0 && n < ids.size()) run.push_back(tok->bos_id());
+    run.insert(run.end(), ids.end() - int64_t(n - run.size()), ids.end());
     Tensor tokens = tok_dev.as(DType::i32, Shape{1, int64_t(n)});
-    copy_tensor(tokens, Tensor(ids.data() + ids.size() - n, DType::i32, Device::cpu, tokens.shape));
+    copy_tensor(tokens, Tensor(run.data(), DType::i32, Device::cpu, tokens.shape));
     return model.prefill(*ctx, store, tokens, cache);
   };
   std::vector<float> row(size_t(c.padded_vocab));
@@ -108,7 +113,8 @@ GenerateResult generate(const GenerateOptions& o,
       for (size_t i = 0; i < row.size(); ++i) row[i] = __bfloat162float(row_bf[i]);
     }
     const int32_t next = sample_token(row.data(), tok->vocab_size(), o.sampling, rng);
-    if (o.stop_at_eot && next == tok->eot_id()) {
+    // (A BOS sampled starts a new document: the end, for a model trained on BOS-separated shards.)
+    if (o.stop_at_eot && (next == tok->eot_id() || (tok->bos_id() >= 0 && next == tok->bos_id()))) {
       res.stopped_at_eot = true;
       break;
     }

@@ -398,24 +398,26 @@ TEST_F(EvalTest, ChoiceThatTokenisesToNothingIsAnError) {
   EXPECT_EQ(r.targets[0], ' ');
 }
 
-// A tokenizer with a BOS (LLaMA): every context starts with it, also an empty one (GPT-2's
-// tokenizers start an empty context with <|endoftext|> instead: above).
-TEST_F(EvalTest, BosTokenizerStartsEveryContextWithIt) {
+// A tokenizer with a BOS (LLaMA): an empty context is the BOS (lm-eval's prefix token; GPT-2's
+// is <|endoftext|>), a non-empty one goes without it (lm-eval's default, add_bos_token false).
+TEST_F(EvalTest, BosTokenizerPrefixesOnlyAnEmptyContext) {
   write(tmp_.path() / "sp.json", test::sp_json("legacy").dump());
   const auto tok = make_tokenizer("hf:" + (tmp_.path() / "sp.json").string());
   ASSERT_EQ(tok->bos_id(), 1);
   EXPECT_EQ(document_start_id(*tok), 1);
   EXPECT_EQ(document_start_id(ByteTokenizer()), ByteTokenizer::kEot);
-  for (const std::string context : {"hello", ""}) {
-    const ScoreRequest r = option_request(*tok, {context, "ab"}, 32, false, "x");
-    ASSERT_FALSE(r.inputs.empty());
-    EXPECT_EQ(r.inputs[0], 1) << "context '" << context << "'";
-    EXPECT_EQ(std::count(r.inputs.begin(), r.inputs.end(), 1), 1);
-    EXPECT_EQ(std::count(r.inputs.begin(), r.inputs.end(), 2), 0) << "no </s>";
-  }
-  // The GPT-2 form is unchanged: a context starts with its own text.
-  const ScoreRequest g = option_request(ByteTokenizer(), {"hi", "ab"}, 32, false, "x");
-  EXPECT_EQ(g.inputs[0], 'h');
+  const ScoreRequest empty = option_request(*tok, {"", "ab"}, 32, false, "x");
+  ASSERT_FALSE(empty.inputs.empty());
+  EXPECT_EQ(empty.inputs[0], 1);
+  std::vector<int32_t> ctx;
+  tok->encode("hello", ctx);
+  const ScoreRequest r = option_request(*tok, {"hello", "ab"}, 32, false, "x");
+  ASSERT_GT(r.inputs.size(), ctx.size());
+  EXPECT_EQ(std::vector<int32_t>(r.inputs.begin(), r.inputs.begin() + int64_t(ctx.size())), ctx);
+  EXPECT_EQ(std::count(r.inputs.begin(), r.inputs.end(), 1), 0);
+  // The GPT-2 form: an empty context is <|endoftext|>.
+  const ScoreRequest g = option_request(ByteTokenizer(), {"", "ab"}, 32, false, "x");
+  EXPECT_EQ(g.inputs[0], ByteTokenizer::kEot);
 }
 
 // A Focus model with the sequence-scope Sinkhorn reads later tokens, so right padding would move
