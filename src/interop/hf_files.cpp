@@ -116,6 +116,11 @@ std::string HfConfig::unknown_keys_note(const std::set<std::string>& known) cons
                    path_.c_str(), unknown.c_str());
 }
 
+namespace {
+
+// vocab.json and merges.txt of a GPT-2-form byte-level BPE tokenizer into dir; false (nothing
+// written) for a tokenizer of another kind, also a byte-level BPE with another pre-tokenizer
+// (LLaMA 3, Qwen2) or ignore_merges.
 bool write_hf_bpe_files(const Tokenizer& tokenizer, const std::string& dir) {
   // (vocab.json + merges.txt imply GPT-2's pre-tokenizer and merges: a LLaMA 3 / Qwen2 pattern or
   // ignore_merges has no place in them.)
@@ -136,6 +141,8 @@ bool write_hf_bpe_files(const Tokenizer& tokenizer, const std::string& dir) {
   io::write_file_atomic((fs::path(dir) / "merges.txt").string(), merges);
   return true;
 }
+
+}  // namespace
 
 HfTokenizerForm write_hf_tokenizer_files(const Tokenizer& tokenizer, const std::string& dir,
                                          int model_max_length) {

@@ -47,14 +47,10 @@ class HfConfig {
   std::string path_;
 };
 
-// Writes vocab.json and merges.txt of a byte-level BPE tokenizer into dir (the GPT-2 form every
-// transformers BPE tokenizer reads); false (nothing written) for a tokenizer of another kind,
-// also a byte-level BPE with another pre-tokenizer (LLaMA 3, Qwen2) or ignore_merges.
-bool write_hf_bpe_files(const Tokenizer& tokenizer, const std::string& dir);
-
 // The tokenizer files of an exported model directory, by form:
 //   kVocabMerges: GPT-2-form byte-level BPE (GPT-2 pre-tokenizer, no ignore_merges):
-//     write_hf_bpe_files, nothing else (the caller writes tokenizer_config.json, if any);
+//     vocab.json and merges.txt (the form every transformers BPE tokenizer reads), nothing else
+//     (the caller writes tokenizer_config.json, if any);
 //   kTokenizerJson: every other byte-level BPE (LLaMA 3, Qwen2) and SentencePiece-style BPE
 //     (LLaMA 1-2, Mistral): tokenizer.json (hf_tokenizer_json, src/tokenizer/hf_tokenizer_json.h),
 //     tokenizer_config.json (tokenizer_class PreTrainedTokenizerFast, so that transformers runs

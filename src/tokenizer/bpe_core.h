@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace attnlab::bpe_detail {
@@ -147,6 +148,34 @@ class MergeTable {
   std::vector<Slot> slots_;
   uint32_t count_ = 0;
 };
+
+// encode_with_special's walk: `text` as ordinary parts and special tokens. `specials` (text, id)
+// are sorted longest first, so the longest wins where several start at one position. Calls
+// on_part(part, offset) for the text before each special token (maybe empty) and after the last
+// (when not empty), and appends each special token's id to `out` in between.
+template <class OnPart>
+void walk_specials(const std::vector<std::pair<std::string, int32_t>>& specials,
+                   std::string_view text, std::vector<int32_t>& out, OnPart on_part) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t best = std::string_view::npos;
+    int32_t best_id = -1;
+    size_t best_len = 0;
+    for (const auto& [str, id] : specials) {
+      const size_t at = text.find(str, pos);
+      if (at < best) {
+        best = at;
+        best_id = id;
+        best_len = str.size();
+      }
+    }
+    const size_t end = best == std::string_view::npos ? text.size() : best;
+    on_part(text.substr(pos, end - pos), pos);
+    if (best == std::string_view::npos) return;
+    out.push_back(best_id);
+    pos = best + best_len;
+  }
+}
 
 // Token ids by their text: open addressing with linear probing over a power-of-two table of
 // (hash, id) slots, for the whole-piece shortcuts of the byte-level and SentencePiece-style

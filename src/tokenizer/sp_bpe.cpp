@@ -356,26 +356,9 @@ void SentencePieceBpeTokenizer::encode(std::string_view text, std::vector<int32_
 
 void SentencePieceBpeTokenizer::encode_with_special(std::string_view text,
                                                     std::vector<int32_t>& out) const {
-  const auto& specials = tables_->specials;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t best = std::string_view::npos;
-    int32_t best_id = -1;
-    size_t best_len = 0;
-    for (const auto& [str, id] : specials) {  // longest first: wins ties at the same position
-      const size_t at = text.find(str, pos);
-      if (at < best) {
-        best = at;
-        best_id = id;
-        best_len = str.size();
-      }
-    }
-    const size_t end = best == std::string_view::npos ? text.size() : best;
-    encode_part(text.substr(pos, end - pos), pos == 0, out);
-    if (best == std::string_view::npos) return;
-    out.push_back(best_id);
-    pos = best + best_len;
-  }
+  bpe_detail::walk_specials(tables_->specials, text, out, [&](std::string_view part, size_t at) {
+    encode_part(part, at == 0, out);
+  });
 }
 
 // Why a cut at p with text[p-1] an ASCII letter and text[p] == ' ' keeps the ids, for the
