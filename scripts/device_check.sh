@@ -18,7 +18,8 @@
 # focus_peer.py --quick and sfa_peer.py --quick, and scripts/attention_oracle_check.sh (Focus and
 # SFA through a whole GPT-2 against the independent PyTorch oracle: CPU, CUDA fp32 and bf16).
 # LLAMA=1 runs scripts/hf_llama_check.py (LlamaForCausalLM / MistralForCausalLM in transformers as
-# the oracle of the LLaMA block) and bench_train of recipes/{gpt2,llama}-124m-dense.yaml.
+# the oracle of the LLaMA block) and scripts/llama_step_check.sh (the 124M and 1B steps beside
+# their PyTorch peers).
 # Logs and CSVs go to $OUT (the device tool's folder) or /tmp/attnlab_device.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -134,10 +135,7 @@ fi
 # MistralForCausalLM checkpoints, and the 124M step of both blocks.
 if [ "${LLAMA:-0}" = 1 ]; then
   timeout 200 python3 scripts/hf_llama_check.py --build "$BUILD" >"$LOGS/hf_llama.log" 2>&1
-  for r in gpt2-124m-dense llama-124m-dense; do
-    timeout 90 "$BUILD/bench_train" --recipe "recipes/$r.yaml" --batch 64,32 --steps 10 --warmup 3 \
-      >>"$LOGS/bench_train_llama.log" 2>&1
-  done
+  OUT="$LOGS/llama_step" bash scripts/llama_step_check.sh "$BUILD" >"$LOGS/llama_step.log" 2>&1
 fi
 
 if [ -n "${BASE_SRC:-}" ]; then
@@ -195,9 +193,9 @@ if [ -f "$LOGS/ab.log" ]; then
   grep -v "^$" "$LOGS/ab.log"
 fi
 if [ -f "$LOGS/hf_llama.log" ]; then
-  echo "==== LLaMA block: transformers oracle, 124M step (docs/llama.md) ===="
+  echo "==== LLaMA block: transformers oracle, training step vs PyTorch (docs/llama.md) ===="
   grep -E "^(PASS|FAIL)" "$LOGS/hf_llama.log"
-  grep -E "^RESULT" "$LOGS/bench_train_llama.log"
+  sed -n '/==== LLaMA step/,$p' "$LOGS/llama_step.log"
 fi
 if [ "${VARIANTS:-0}" = 1 ]; then
   for b in bench_focus_soft bench_focus_hard bench_focus_decode bench_focus_assign bench_sfa focus_peer sfa_peer \

@@ -50,7 +50,7 @@ echo "== 3. bench_train (GPT-2 124M, T=1024, random data) =="
 "$BUILD/bench_train" --batch "$BATCH,32,16" --steps "$STEPS" 2>&1 | tee "$OUTDIR/bench_train.log"
 echo "== 4. PyTorch peer (eager, torch.compile) =="
 MB=$(sed -n 's/^RESULT bench_train mb=\([0-9]*\).*/\1/p' "$OUTDIR/bench_train.log" | head -1)
-python3 "$ROOT/scripts/bench/torch_gpt2_peer.py" --batch "${MB:-$BATCH}" --steps "$STEPS" \
+python3 "$ROOT/scripts/bench/torch_train_peer.py" --batch "${MB:-$BATCH}" --steps "$STEPS" \
   --modes "${PEER_MODES:-eager,compile}" 2>&1 | tee "$OUTDIR/torch_peer.log"
 
 val() { sed -n "s/^RESULT $1.*$2=\([0-9.]*\).*/\1/p" "$3" | head -1; }

@@ -105,6 +105,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   prepare->add_option("--threads", prep.threads, "encoding threads (0 = all cores)")
       ->capture_default_str();
+  prepare->add_flag("--eos", prep.eos,
+                    "also end each document with the end-of-text token (tokenizers with a BOS)");
   prepare->add_flag("!--no-progress", prep.progress, "no progress line");
 
   std::string tok_spec = "byte", tok_text;

@@ -34,6 +34,7 @@ namespace fs = std::filesystem;
 using prepare_detail::Batch;
 using prepare_detail::BatchQueue;
 using prepare_detail::Clock;
+using prepare_detail::DocumentFrame;
 using prepare_detail::EncodePool;
 using prepare_detail::kTasksPerThread;
 using prepare_detail::plan_tasks;
@@ -205,6 +206,12 @@ PrepareSummary prepare(const PrepareOptions& options) {
   options.validate();
   const auto start = Clock::now();
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(options.tokenizer);
+  ATTN_REQUIRE(!options.eos || tokenizer->bos_id() >= 0,
+               "prepare: --eos ends documents with the end-of-text token, but tokenizer '%s' has "
+               "no BOS: its documents are separated by that token already (it starts each one)",
+               tokenizer->name().c_str());
+  const DocumentFrame frame{document_start_id(*tokenizer),
+                            options.eos ? int32_t(tokenizer->eot_id()) : -1};
   const std::vector<std::string> files = expand_globs(options.inputs);
   for (const std::string& f : files)
     ATTN_REQUIRE(!fs::is_directory(f),
@@ -289,7 +296,7 @@ PrepareSummary prepare(const PrepareOptions& options) {
 
   // Destroyed in reverse order: the reader's decoders stop first, then the writer thread (which
   // may be waiting for the pool), then the pool.
-  EncodePool pool(*tokenizer, threads, options.seed, options.val_fraction);
+  EncodePool pool(*tokenizer, frame, threads, options.seed, options.val_fraction);
   // Each task is written as soon as it and the tasks before it are encoded, so that little
   // writing is left when the last task is done.
   BatchQueue queue(kBatches, [&](Batch& batch) {

@@ -37,12 +37,16 @@ struct PrepareOptions {
   // first batches are smaller so encoding starts early). Tests set it small to get many batches.
   int64_t batch_bytes = 0;
   bool progress = true;  // a progress line on stderr
+  // Also end every document with the end-of-text token (tokenizers with a BOS, which starts
+  // every document: <s> doc </s>, <|begin_of_text|> doc <|end_of_text|>, as torchtitan frames
+  // LLaMA 3's pretraining documents). GPT-2's documents are separated by <|endoftext|> already.
+  bool eos = false;
   void validate() const;
 };
 
 struct SplitSummary {
   int64_t documents = 0;
-  int64_t tokens = 0;  // including one <|endoftext|> per document
+  int64_t tokens = 0;  // including each document's start token (and end token with `eos`)
   int64_t bytes = 0;   // text bytes of the documents
   std::vector<std::string> shards;
   double tokens_per_byte() const { return bytes > 0 ? double(tokens) / double(bytes) : 0.0; }

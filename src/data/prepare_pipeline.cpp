@@ -54,17 +54,18 @@ void plan_tasks(const Tokenizer& tokenizer, size_t parts, bool spans_of_decoded,
   batch.task_done.assign(batch.num_tasks(), 0);
 }
 
-void encode_task(const Tokenizer& tokenizer, uint64_t seed, double val_fraction, Batch& batch,
-                 size_t t, std::vector<int32_t>& out) {
+void encode_task(const Tokenizer& tokenizer, DocumentFrame frame, uint64_t seed,
+                 double val_fraction, Batch& batch, size_t t, std::vector<int32_t>& out) {
   out.clear();
   for (size_t i = batch.task_first[t]; i < batch.task_first[t + 1]; ++i) {
     const Batch::Segment& seg = batch.segments[i];
     const std::string_view doc = batch.docs[seg.doc];
     if (seg.begin == 0) {
       batch.split[seg.doc] = is_val_document(doc, seed, val_fraction) ? kVal : kTrain;
-      out.push_back(document_start_id(tokenizer));
+      out.push_back(frame.start);
     }
     tokenizer.encode(doc.substr(seg.begin, seg.end - seg.begin), out);
+    if (frame.end >= 0 && seg.end == doc.size()) out.push_back(frame.end);
     batch.segment_end[i] = out.size();
   }
   batch.tokens[t].swap(out);  // `out` takes the batch's old buffer, for the next task
@@ -72,8 +73,9 @@ void encode_task(const Tokenizer& tokenizer, uint64_t seed, double val_fraction,
 
 // ---- EncodePool ---------------------------------------------------------------------------------
 
-EncodePool::EncodePool(const Tokenizer& tokenizer, int threads, uint64_t seed, double val_fraction)
-    : tokenizer_(tokenizer), seed_(seed), val_fraction_(val_fraction) {
+EncodePool::EncodePool(const Tokenizer& tokenizer, DocumentFrame frame, int threads, uint64_t seed,
+                       double val_fraction)
+    : tokenizer_(tokenizer), frame_(frame), seed_(seed), val_fraction_(val_fraction) {
   for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
 }
 
@@ -121,7 +123,7 @@ void EncodePool::work() {
     }
     const auto start = Clock::now();
     try {
-      encode_task(tokenizer_, seed_, val_fraction_, *batch, t, tokens);
+      encode_task(tokenizer_, frame_, seed_, val_fraction_, *batch, t, tokens);
     } catch (...) {
       batch->errors[t] = std::current_exception();
     }

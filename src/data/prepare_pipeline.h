@@ -68,15 +68,23 @@ struct Batch {
 // place where the task would be full (or not at all, when the tokenizer finds no cut nearby).
 void plan_tasks(const Tokenizer& tokenizer, size_t parts, bool spans_of_decoded, Batch& batch);
 
+// The tokens that frame each document: `start` (document_start_id) before it, and `end` (the
+// end-of-text token, or -1 for none) after it.
+struct DocumentFrame {
+  int32_t start = -1;
+  int32_t end = -1;
+};
+
 // Encodes task t of a batch into `out` (the calling thread's own vector, then swapped into the
-// batch): <|endoftext|> before the first segment of each document, and the train/val decision
+// batch): the frame's start token before the first segment of each document and its end token
+// (if any) after the last, and the train/val decision
 // (a hash of the whole document) where the document starts. Encoding straight into
 // batch.tokens[t] would be false sharing: the vectors of neighbouring tasks, encoded at the same
 // time on other threads, share cache lines, and every appended id writes the vector's end
 // pointer (the main cause of the poor thread scaling in docs/tokenizer.md, "What stopped the
 // scaling").
-void encode_task(const Tokenizer& tokenizer, uint64_t seed, double val_fraction, Batch& batch,
-                 size_t t, std::vector<int32_t>& out);
+void encode_task(const Tokenizer& tokenizer, DocumentFrame frame, uint64_t seed,
+                 double val_fraction, Batch& batch, size_t t, std::vector<int32_t>& out);
 
 // `threads` encoding threads that live for the whole run (the BPE tokenizer keeps a cache per
 // thread, which a thread per batch would throw away). Batches are queued; a worker takes the next
@@ -84,7 +92,8 @@ void encode_task(const Tokenizer& tokenizer, uint64_t seed, double val_fraction,
 // the previous one finish, and no thread waits at a batch boundary.
 class EncodePool {
  public:
-  EncodePool(const Tokenizer& tokenizer, int threads, uint64_t seed, double val_fraction);
+  EncodePool(const Tokenizer& tokenizer, DocumentFrame frame, int threads, uint64_t seed,
+             double val_fraction);
   ~EncodePool();
 
   void submit(std::shared_ptr<Batch> batch);
@@ -102,6 +111,7 @@ class EncodePool {
   void work();
 
   const Tokenizer& tokenizer_;
+  const DocumentFrame frame_;
   const uint64_t seed_;
   const double val_fraction_;
   std::mutex mutex_;

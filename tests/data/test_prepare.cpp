@@ -167,6 +167,47 @@ TEST_F(PrepareTest, BosTokenizerStartsEveryDocumentWithIt) {
   EXPECT_EQ(s.train.documents, 20);
 }
 
+// --eos: every document of a BOS tokenizer is <s> text </s>, also where a long document is
+// encoded as several segments on different threads; the text between the two is the document's.
+TEST_F(PrepareTest, EosEndsEveryDocumentOfABosTokenizer) {
+  auto docs = make_docs(30, 4);
+  std::string long_doc;
+  for (int i = 0; i < 400; ++i) long_doc += "a long document, sentence " + std::to_string(i) + ". ";
+  docs.insert(docs.begin() + 7, long_doc);
+  write("in/a.txt", join(docs));
+  // Metaspace with split: the form whose split_point cuts a document between words.
+  std::ofstream(path("sp.json"), std::ios::binary) << test::sp_json("always-split").dump();
+  auto o = options();
+  o.tokenizer = "hf:" + path("sp.json");
+  o.val_fraction = 0;
+  o.eos = true;
+  o.batch_bytes = 4096;  // the long document spans several tasks
+  const auto s = prepare(o);
+  const auto train = split_tokens(s.train);
+  ASSERT_EQ(s.train.documents, int64_t(docs.size()));
+  EXPECT_EQ(int64_t(train.size()), s.train.tokens);
+  const auto tok = make_tokenizer(o.tokenizer);
+  std::vector<std::string> seen;
+  size_t i = 0;
+  while (i < train.size()) {
+    ASSERT_EQ(train[i], 1) << "token " << i << " starts no document";   // <s>
+    const auto end = std::find(train.begin() + i + 1, train.end(), 2);  // </s>
+    ASSERT_NE(end, train.end()) << "the document at token " << i << " has no </s>";
+    const std::vector<int32_t> body(train.begin() + i + 1, end);
+    EXPECT_EQ(std::count(body.begin(), body.end(), 1), 0);
+    seen.push_back(tok->decode(body));
+    i = size_t(end - train.begin()) + 1;
+  }
+  EXPECT_EQ(seen, docs);
+}
+
+TEST_F(PrepareTest, EosIsRefusedForATokenizerWithoutBos) {
+  write("in/a.txt", join(make_docs(5, 1)));
+  auto o = options();
+  o.eos = true;
+  test::expect_error([&] { prepare(o); }, {"--eos", "has no BOS", "separated by that token"});
+}
+
 // tokenizer.json goes through io::write_file_atomic: an old one (and a temp file a crashed run
 // left) is replaced by exactly to_json() and a newline, and no temp file remains.
 TEST_F(PrepareTest, TokenizerJsonIsReplacedAtomically) {
