@@ -54,7 +54,8 @@ int cmd_generate(const GenerateOptions& options) {
                       r.context_length, r.context_slides, std::max(1, r.context_length / 2))
           : "";
   std::fprintf(stderr, "[%d prompt tokens, %d generated%s%s, %.1f tok/s]\n", r.prompt_tokens,
-               r.new_tokens, r.stopped_at_eot ? ", stopped at the end-of-text token" : "",
+               r.new_tokens,
+               r.stop_token >= 0 ? strformat(", stopped at %s", r.stop_piece.c_str()).c_str() : "",
                slides.c_str(), r.tokens_per_second);
   return 0;
 }

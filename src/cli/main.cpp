@@ -74,8 +74,15 @@ int main(int argc, char** argv) {
   generate->add_option("--tokenizer", gen.tokenizer,
                        "tokenizer spec (default: the checkpoint's tokenizer.json)");
   generate->add_option("--device", gen.device, "auto | cpu | cuda")->capture_default_str();
-  generate->add_flag("!--no-stop", gen.stop_at_eot,
-                     "keep going past the end-of-text token (and a BOS)");
+  generate->add_flag("!--no-stop", gen.stop,
+                     "keep going past the stop tokens (end-of-text, a BOS, the model's "
+                     "generation_config.json ids, --stop)");
+  generate->add_option("--stop", gen.stop_tokens,
+                       "one more stop token: an id or a token's text (e.g. '<|eot_id|>'); "
+                       "repeatable");
+  generate->add_flag("--special", gen.special,
+                     "special-token texts in the prompt are those tokens (a chat template "
+                     "written out), as transformers encodes text");
   generate->add_option("--set", gen.overrides,
                        "attention.focus.top_k=N, attention.focus.eval_routing=hard|soft or "
                        "attention.sfa.kernel=auto|flash|masked_dense");

@@ -1,8 +1,10 @@
 #include "interop/convert.h"
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "interop/hf_files.h"
 #include "interop/hf_gpt2.h"
 #include "interop/hf_llama.h"
 #include "interop/llmc.h"
@@ -35,6 +37,23 @@ void write_attnlab(const ParameterStore& store, const ModelSource& src, const Re
   if (tok) io::write_file_atomic(out("tokenizer.json"), tok->to_json());
 }
 
+// The source's generation_config.json (its stop ids, and sampling defaults transformers reads)
+// goes with the model; stop ids a Hugging Face directory gives in config.json only are written as
+// one, so that `generate` on the converted model stops where it did on the source.
+void carry_generation_config(const ModelSource& s, const std::string& dst, ConvertResult& res) {
+  const fs::path src = fs::path(s.weights_path) / "generation_config.json";
+  const fs::path out = fs::path(dst) / "generation_config.json";
+  if (s.format != ModelFormat::llmc && fs::exists(src)) {
+    io::write_file_atomic(out.string(), io::read_file(src.string()));
+  } else if (!s.stop_ids.empty()) {
+    io::write_file_atomic(out.string(),
+                          nlohmann::json{{"eos_token_id", s.stop_ids}}.dump(2) + "\n");
+  } else {
+    return;
+  }
+  res.written.push_back(out.string());
+}
+
 // The model in the requested format (options.to) at dst.
 void write_converted(const ParameterStore& out, const ModelSource& s, const Recipe& recipe,
                      const GPTConfig& config, const Tokenizer* tok, const std::string& dst,
@@ -42,6 +61,7 @@ void write_converted(const ParameterStore& out, const ModelSource& s, const Reci
   switch (options.to) {
     case ModelFormat::attnlab:
       write_attnlab(out, s, recipe, tok, dst, res);
+      carry_generation_config(s, dst, res);
       break;
     case ModelFormat::hf:
       // GPT-2's block to GPT2LMHeadModel, LLaMA's to LlamaForCausalLM (MistralForCausalLM with a
@@ -55,6 +75,7 @@ void write_converted(const ParameterStore& out, const ModelSource& s, const Reci
       for (const char* f : {"config.json", "model.safetensors", "vocab.json", "merges.txt",
                             "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
         if (fs::exists(fs::path(dst) / f)) res.written.push_back((fs::path(dst) / f).string());
+      carry_generation_config(s, dst, res);
       break;
     case ModelFormat::llmc:
       write_llmc(out, config, dst, options.llmc_bf16);

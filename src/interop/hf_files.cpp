@@ -74,6 +74,27 @@ HfConfig::HfConfig(const std::string& text, const std::string& path) : path_(pat
   ATTN_REQUIRE(j_.is_object(), "'%s' is not a JSON object", path.c_str());
 }
 
+std::vector<int32_t> hf_eos_token_ids(const std::string& dir, bool config_fallback) {
+  for (const char* name : {"generation_config.json", "config.json"}) {
+    const fs::path file = fs::path(dir) / name;
+    if (!fs::exists(file)) continue;
+    if (std::strcmp(name, "config.json") == 0 && !config_fallback) break;
+    const HfConfig c(io::read_file(file.string()), file.string());
+    if (!c.has("eos_token_id")) return {};
+    const json& v = c.json()["eos_token_id"];
+    std::vector<int32_t> ids;
+    for (const json& id : v.is_array() ? v : json::array({v})) {
+      ATTN_REQUIRE(
+          id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < INT32_MAX,
+          "'%s': eos_token_id must be a token id or a list of them, got %s", file.c_str(),
+          v.dump().c_str());
+      ids.push_back(id.get<int32_t>());
+    }
+    return ids;
+  }
+  return {};
+}
+
 int HfConfig::get_int(const char* key, int def) const {
   if (!has(key)) return def;
   ATTN_REQUIRE(j_[key].is_number_integer(), "'%s': %s must be an integer, got %s", path_.c_str(),

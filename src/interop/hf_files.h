@@ -47,6 +47,14 @@ class HfConfig {
   std::string path_;
 };
 
+// The ids generation stops at, as transformers' generate takes them: eos_token_id of the
+// directory's generation_config.json (an id or a list of ids; LLaMA 3 Instruct lists
+// <|end_of_text|>, <|eom_id|> and <|eot_id|>), else of its config.json when `config_fallback`
+// (a Hugging Face model directory: transformers builds the generation config from config.json
+// then). Empty when neither file gives one; another type, or a negative id, is refused naming the
+// file.
+std::vector<int32_t> hf_eos_token_ids(const std::string& dir, bool config_fallback);
+
 // The tokenizer files of an exported model directory, by form:
 //   kVocabMerges: GPT-2-form byte-level BPE (GPT-2 pre-tokenizer, no ignore_merges):
 //     vocab.json and merges.txt (the form every transformers BPE tokenizer reads), nothing else

@@ -6,6 +6,7 @@
 
 #include "config/recipe.h"
 #include "core/error.h"
+#include "interop/hf_files.h"
 #include "interop/hf_gpt2.h"
 #include "interop/hf_llama.h"
 #include "interop/llmc.h"
@@ -57,6 +58,7 @@ ModelSource inspect_attnlab(const std::string& path) {
   s.config = gpt_config_of(*recipe);
   fs::path tj = fs::path(s.weights_path) / "tokenizer.json";
   if (fs::exists(tj)) s.tokenizer = tj.string();
+  s.stop_ids = hf_eos_token_ids(s.weights_path, false);
   return s;
 }
 
@@ -98,6 +100,7 @@ ModelSource inspect_model_source(const std::string& path) {
     s.config = type == "llama" || type == "mistral" ? gpt_config_of_hf_llama(hc, &s.notes)
                                                     : gpt_config_of_hf(text, cfg_path, &s.notes);
     s.tokenizer = hf_tokenizer_spec(path);
+    s.stop_ids = hf_eos_token_ids(path, true);
     return s;
   }
   ATTN_FAIL(

@@ -29,6 +29,9 @@ struct ModelSource {
   GPTConfig config;          // the model the weights are for
   std::string recipe_yaml;   // attnlab: the run's resolved recipe; "" for other formats
   std::string tokenizer;     // make_tokenizer() spec of the tokenizer that travels with it, or ""
+  // Ids generation stops at besides the tokenizer's end-of-text (hf_eos_token_ids: the
+  // directory's generation_config.json, which `convert` carries, or a Hugging Face config.json).
+  std::vector<int32_t> stop_ids;
   // With an adapter (train/retrofit.h with_adapter): its file and the recipe of the run that made
   // it; config is then the adapter's model (e.g. Focus on the base's weights).
   std::string adapter;

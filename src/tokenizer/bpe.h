@@ -87,7 +87,7 @@ class BpeTokenizer final : public Tokenizer {
   std::string to_json() const override;
 
   // Like encode(), but every occurrence of a special token's text becomes its id.
-  void encode_with_special(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_with_special(std::string_view text, std::vector<int32_t>& out) const override;
   // BPE of one pre-token, without ignore_merges, the lookup table or the cache (tests compare the
   // methods).
   void encode_piece(std::string_view piece, std::vector<int32_t>& out,

@@ -93,7 +93,7 @@ class SentencePieceBpeTokenizer final : public Tokenizer {
 
   // Like encode(), but every occurrence of a special token's text becomes its id; the text
   // between them is normalized part by part, as Hugging Face does (see SpPrefix).
-  void encode_with_special(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_with_special(std::string_view text, std::vector<int32_t>& out) const override;
   // Whether no merge can join another character to a following "▁", so that every "▁" after
   // another character starts a new word (see above; for tests and docs).
   bool words_are_independent() const;

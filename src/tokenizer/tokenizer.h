@@ -24,6 +24,12 @@ class Tokenizer {
   virtual int bos_id() const { return -1; }
   // Appends the ids of `text` to `out`. Must be thread-safe (const, no shared mutable state).
   virtual void encode(std::string_view text, std::vector<int32_t>& out) const = 0;
+  // Like encode(), but the text of every special token ("<|eot_id|>", "</s>") becomes its id, as
+  // Hugging Face tokenizers encode a text (`generate --special`). encode() for tokenizers
+  // without special-token texts (the byte tokenizer).
+  virtual void encode_with_special(std::string_view text, std::vector<int32_t>& out) const {
+    encode(text, out);
+  }
   // A byte offset p >= near (or text.size() when near >= text.size() or no such offset is found
   // nearby) at which `text` can be cut into two parts encoded independently without changing
   // the ids: encode(text[0, p)) followed by encode(text[p, end)) == encode(text). `prepare` cuts

@@ -19,6 +19,38 @@
 #include "train/retrofit.h"
 
 namespace attnlab {
+namespace {
+
+// The ids that end generation (GenerateOptions::stop): the end-of-text token; a BOS (it starts a
+// new document: the end, for a model trained on BOS-separated shards); the source's
+// generation_config.json ids; each of `stop_tokens`, an id or the text of one token.
+std::vector<int32_t> stop_ids_of(const GenerateOptions& o, const ModelSource& source,
+                                 const Tokenizer& tok) {
+  std::vector<int32_t> stops = {tok.eot_id()};
+  if (tok.bos_id() >= 0) stops.push_back(tok.bos_id());
+  stops.insert(stops.end(), source.stop_ids.begin(), source.stop_ids.end());
+  for (const std::string& s : o.stop_tokens) {
+    std::vector<int32_t> ids;
+    if (!s.empty() && s.size() <= 9 && s.find_first_not_of("0123456789") == std::string::npos) {
+      ids.push_back(std::stoi(s));
+      ATTN_REQUIRE(ids[0] < tok.vocab_size(),
+                   "stop token %s is not an id of tokenizer '%s' (%d ids)", s.c_str(),
+                   tok.name().c_str(), tok.vocab_size());
+    } else {
+      tok.encode_with_special(s, ids);
+    }
+    std::string pieces;
+    for (int32_t id : ids) pieces += strformat("%s%d", pieces.empty() ? "" : " ", id);
+    ATTN_REQUIRE(ids.size() == 1,
+                 "stop token '%s' is %zu tokens (%s) of tokenizer '%s'; give one token: an id, "
+                 "or the text of one token such as a special token's (<|eot_id|>, </s>)",
+                 s.c_str(), ids.size(), pieces.c_str(), tok.name().c_str());
+    stops.push_back(ids[0]);
+  }
+  return stops;
+}
+
+}  // namespace
 
 GenerateResult generate(const GenerateOptions& o,
                         const std::function<void(const std::string&)>& on_text) {
@@ -73,11 +105,26 @@ GenerateResult generate(const GenerateOptions& o,
     if (!mode.empty()) res.notes.push_back("attention: " + mode);
   }
 
+  const std::vector<int32_t> stops = stop_ids_of(o, source, *tok);
+  if (o.stop && stops.size() > (tok->bos_id() >= 0 ? 2u : 1u)) {
+    std::string list;
+    for (int32_t id : stops)
+      list += strformat("%s%s (%d)", list.empty() ? "" : ", ", tok->piece(id).c_str(), id);
+    res.notes.push_back("stops at " + list);
+  }
   std::vector<int32_t> ids;
   // A prompt starts a document: after the BOS of a tokenizer that has one (LLaMA), as transformers
   // encodes it; GPT-2's prompts go as they are, an empty one as <|endoftext|>.
   if (tok->bos_id() >= 0) ids.push_back(tok->bos_id());
-  tok->encode(o.prompt, ids);
+  if (o.special) {
+    tok->encode_with_special(o.prompt, ids);
+    // A chat prompt written out starts with its own BOS: not two (transformers' tokenizer(text)
+    // would add one more).
+    if (ids.size() >= 2 && ids[0] == tok->bos_id() && ids[1] == tok->bos_id())
+      ids.erase(ids.begin());
+  } else {
+    tok->encode(o.prompt, ids);
+  }
   if (ids.empty()) ids.push_back(tok->eot_id());
   ATTN_REQUIRE(int(ids.size()) <= T_max,
                "the prompt is %zu tokens%s, longer than the model's context "
@@ -113,12 +160,13 @@ GenerateResult generate(const GenerateOptions& o,
       for (size_t i = 0; i < row.size(); ++i) row[i] = __bfloat162float(row_bf[i]);
     }
     const int32_t next = sample_token(row.data(), tok->vocab_size(), o.sampling, rng);
-    // (A BOS sampled starts a new document: the end, for a model trained on BOS-separated shards.)
-    if (o.stop_at_eot && (next == tok->eot_id() || (tok->bos_id() >= 0 && next == tok->bos_id()))) {
-      res.stopped_at_eot = true;
+    if (o.stop && std::find(stops.begin(), stops.end(), next) != stops.end()) {
+      res.stop_token = next;
+      res.stop_piece = tok->piece(next);
       break;
     }
     ++res.new_tokens;
+    res.new_ids.push_back(next);
     ids.push_back(next);
     std::string piece = tok->piece(next);
     res.text += piece;
@@ -135,7 +183,7 @@ GenerateResult generate(const GenerateOptions& o,
     }
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  res.tokens_per_second = s > 0 ? (res.new_tokens + (res.stopped_at_eot ? 1 : 0)) / s : 0.0;
+  res.tokens_per_second = s > 0 ? (res.new_tokens + (res.stop_token >= 0 ? 1 : 0)) / s : 0.0;
   return res;
 }
 

@@ -3,8 +3,9 @@
 // each new token is one decode step (GPT::decode_step). When the context reaches model.block_size
 // it slides: the last block_size / 2 tokens are prefilled again (positions restart at 0).
 // Bad input: a tokenizer with more ids than the model's vocabulary, a prompt longer than
-// block_size, or a checkpoint without tokenizer.json (and no --tokenizer) is an error. An empty
-// prompt starts a new document (<|endoftext|>); any bytes, valid UTF-8 or not, are a prompt.
+// block_size, a checkpoint without tokenizer.json (and no --tokenizer), or a stop token that is
+// not one token is an error. An empty prompt starts a new document (<|endoftext|>); any bytes,
+// valid UTF-8 or not, are a prompt.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -24,7 +25,15 @@ struct GenerateOptions {
   SamplingOptions sampling;
   uint64_t seed = 1337;
   std::string device = "auto";  // auto | cpu | cuda
-  bool stop_at_eot = true;
+  // Stop at a sampled stop token: the tokenizer's end-of-text, its BOS (a new document), the ids
+  // of the model's generation_config.json (ModelSource::stop_ids: LLaMA 3 Instruct's <|eot_id|>)
+  // and `stop_tokens`.
+  bool stop = true;
+  // More stop tokens: an id, or the text of one token (a special token's: "<|eot_id|>").
+  std::vector<std::string> stop_tokens;
+  // The prompt's special-token texts ("<|start_header_id|>") become their ids, as transformers
+  // encodes a text; a prompt that then starts with the BOS gets no second one.
+  bool special = false;
   std::vector<std::string> overrides;  // --set: attention.focus.top_k / eval_routing only
 };
 
@@ -32,9 +41,11 @@ struct GenerateResult {
   std::vector<std::string> notes;  // what the caller should show the user
   std::string text;                // the generated continuation (without the prompt)
   int prompt_tokens = 0;
-  int new_tokens = 0;              // tokens of `text` (an end-of-text that stopped it excluded)
-  bool stopped_at_eot = false;     // sampled <|endoftext|> and stopped (stop_at_eot)
-  double tokens_per_second = 0.0;  // sampled tokens (new_tokens, plus that end-of-text) over the
+  int new_tokens = 0;              // tokens of `text` (the stop token that ended it excluded)
+  std::vector<int32_t> new_ids;    // their ids
+  int32_t stop_token = -1;         // the stop token sampled, which ended generation; -1: none
+  std::string stop_piece;          // its text, for messages ("<|eot_id|>")
+  double tokens_per_second = 0.0;  // sampled tokens (new_tokens, plus a stop token) over the
                                    // time of prefill + decode steps
   int context_slides = 0;          // times the full context was cut to its last half
   int context_length = 0;          // the model's context (model.block_size)

@@ -212,7 +212,7 @@ log: {every: 1}
     o.prompt = prompt;
     o.max_new_tokens = 10;
     o.device = "cpu";
-    o.stop_at_eot = false;
+    o.stop = false;
     return o;
   }
   static std::string run_dir_;
@@ -237,19 +237,19 @@ TEST_F(GenerateTest, DeterministicForASeed) {
   EXPECT_NE(generate(o, nullptr).text, a.text);  // 10 bytes from 257 nearly uniform ids
 }
 
-// With stop_at_eot a sampled <|endoftext|> ends the text and is not counted as generated.
+// With stop a sampled <|endoftext|> ends the text and is not counted as generated.
 TEST_F(GenerateTest, StopsAtEndOfTextWithoutCountingIt) {
   GenerateOptions o = options("a");
-  o.stop_at_eot = true;
+  o.stop = true;
   o.max_new_tokens = 4000;  // 257 nearly uniform ids: end-of-text comes long before
   GenerateResult r = generate(o, nullptr);
-  ASSERT_TRUE(r.stopped_at_eot);
+  ASSERT_EQ(r.stop_token, 256);  // <|endoftext|>
   EXPECT_LT(r.new_tokens, o.max_new_tokens);
   EXPECT_EQ(size_t(r.new_tokens), r.text.size());  // the byte tokenizer: a byte per token
-  o.stop_at_eot = false;                           // the same samples go on past it
+  o.stop = false;                                  // the same samples go on past it
   o.max_new_tokens = r.new_tokens + 5;
   GenerateResult full = generate(o, nullptr);
-  EXPECT_FALSE(full.stopped_at_eot);
+  EXPECT_EQ(full.stop_token, -1);
   EXPECT_EQ(full.new_tokens, r.new_tokens + 5);
   EXPECT_EQ(full.text.substr(0, r.text.size()), r.text);
 }

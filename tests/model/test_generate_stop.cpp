@@ -1,0 +1,173 @@
+// attnlab::generate with a BOS tokenizer (the tiny SentencePiece-style tokenizer.json of the
+// tokenizer tests) on a checkpoint trained in the test: stop tokens from generation_config.json
+// and --stop, special tokens in the prompt (--special), and convert carrying
+// generation_config.json.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "config/recipe.h"
+#include "interop/convert.h"
+#include "interop/hf_files.h"
+#include "interop/model_source.h"
+#include "io/atomic_file.h"
+#include "test_util.h"
+#include "tokenizer/tiny_sp_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/generate.h"
+#include "train/trainer.h"
+
+namespace fs = std::filesystem;
+using namespace attnlab;
+
+namespace {
+
+// A model of 288 ids (the tokenizer has 281: <unk> 0, <s> 1, </s> 2, 256 byte tokens, words)
+// trained two steps: its samples are nearly uniform over the tokenizer's ids.
+class GenerateStopTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir("genstop");
+    const char* recipe = R"(
+model: {n_layer: 1, n_head: 2, n_embd: 32, vocab_size: 288, block_size: 64, vocab_multiple: 32}
+data: {source: synthetic, synthetic: {vocab_size: 64, train_tokens: 4096, val_tokens: 1024}}
+train: {steps: 2, micro_batch: 2, seq_len: 16, device: cpu, seed: 3}
+eval: {every: 0}
+checkpoint: {at_end: true}
+)";
+    TrainOptions o;
+    o.quiet = true;
+    train(parse_recipe(recipe, "genstop.yaml", {"train.out_dir=" + dir_->file("run")}), o);
+    ckpt_ = resolve_checkpoint_dir(dir_->file("run"));
+    std::ofstream(fs::path(ckpt_) / "tokenizer.json") << test::sp_json("legacy").dump();
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  GenerateOptions options(const std::string& prompt, int n) const {
+    GenerateOptions o;
+    o.checkpoint = ckpt_;
+    o.prompt = prompt;
+    o.max_new_tokens = n;
+    o.device = "cpu";
+    o.seed = 5;
+    return o;
+  }
+  // A copy of the checkpoint with this generation_config.json.
+  std::string with_generation_config(const std::string& name, const std::string& json) const {
+    const fs::path copy = dir_->file(name);
+    fs::copy(ckpt_, copy, fs::copy_options::recursive);
+    std::ofstream(copy / "generation_config.json") << json;
+    return copy.string();
+  }
+  static test::TempDir* dir_;
+  static std::string ckpt_;
+};
+test::TempDir* GenerateStopTest::dir_ = nullptr;
+std::string GenerateStopTest::ckpt_;
+
+// The k-th sampled id, k the first index >= 3 whose id is new and no default stop (<unk> aside).
+size_t first_fresh(const std::vector<int32_t>& ids) {
+  for (size_t k = 3; k < ids.size(); ++k)
+    if (ids[k] > 2 &&
+        std::find(ids.begin(), ids.begin() + int64_t(k), ids[k]) == ids.begin() + int64_t(k))
+      return k;
+  return ids.size();
+}
+
+}  // namespace
+
+TEST_F(GenerateStopTest, StopsAtTheIdsOfGenerationConfigAndOfStopTokens) {
+  GenerateOptions o = options("hello", 60);
+  o.stop = false;
+  const GenerateResult all = generate(o, nullptr);
+  ASSERT_EQ(all.new_ids.size(), 60u);
+  const size_t k = first_fresh(all.new_ids);
+  ASSERT_LT(k, all.new_ids.size());
+  const int32_t x = all.new_ids[k];
+  const std::vector<int32_t> before(all.new_ids.begin(), all.new_ids.begin() + int64_t(k));
+
+  // Without a stop id for x, stopping happens only at </s> or <s>, which these samples avoid
+  // until k (first_fresh); with one, at x, uncounted.
+  GenerateOptions s = options("hello", 60);
+  s.checkpoint = with_generation_config("gc", "{\"eos_token_id\": [2, " + std::to_string(x) + "]}");
+  const GenerateResult r = generate(s, nullptr);
+  EXPECT_EQ(r.stop_token, x);
+  EXPECT_EQ(r.new_ids, before);
+  EXPECT_EQ(r.new_tokens, int(k));
+  bool noted = false;
+  for (const auto& n : r.notes) noted |= n.rfind("stops at ", 0) == 0;
+  EXPECT_TRUE(noted);
+  s.stop = false;  // --no-stop goes past it
+  EXPECT_EQ(generate(s, nullptr).new_ids, all.new_ids);
+
+  GenerateOptions t = options("hello", 60);  // the same as --stop <id>
+  t.stop_tokens = {std::to_string(x)};
+  EXPECT_EQ(generate(t, nullptr).new_ids, before);
+  t.stop_tokens = {"<unk>"};  // a special token's text is its id
+  std::string notes;
+  for (const auto& n : generate(t, nullptr).notes) notes += n + "\n";
+  EXPECT_NE(notes.find("stops at </s> (2), <s> (1), <unk> (0)"), std::string::npos) << notes;
+}
+
+TEST_F(GenerateStopTest, BadStopTokensAndGenerationConfigsAreRefused) {
+  GenerateOptions o = options("hello", 3);
+  o.stop_tokens = {"hello world"};
+  test::expect_error([&] { generate(o, nullptr); },
+                     {"stop token 'hello world' is", "give one token"});
+  o.stop_tokens = {"100000"};
+  test::expect_error([&] { generate(o, nullptr); }, {"stop token 100000 is not an id", "281 ids"});
+  o.stop_tokens = {};
+  o.checkpoint = with_generation_config("bad", "{\"eos_token_id\": \"</s>\"}");
+  test::expect_error([&] { generate(o, nullptr); },
+                     {"generation_config.json", "eos_token_id must be a token id or a list"});
+}
+
+// --special: "<s>" in the prompt is the BOS (one, not two); without it the characters are text.
+TEST_F(GenerateStopTest, SpecialTokensInThePromptWithoutASecondBos) {
+  const auto tok = make_tokenizer((fs::path(ckpt_) / "tokenizer.json").string());
+  std::vector<int32_t> ab, text, mixed;
+  tok->encode("hello", ab);
+  tok->encode("<s>hello", text);
+  tok->encode_with_special("hello</s><s>hello", mixed);
+  ASSERT_EQ(std::count(mixed.begin(), mixed.end(), 1), 1);
+  ASSERT_EQ(std::count(mixed.begin(), mixed.end(), 2), 1);
+  GenerateOptions o = options("<s>hello", 2);
+  o.special = true;
+  EXPECT_EQ(generate(o, nullptr).prompt_tokens, int(1 + ab.size()));
+  o.prompt = "hello</s><s>hello";  // a special token inside the prompt: one id each
+  EXPECT_EQ(generate(o, nullptr).prompt_tokens, int(1 + mixed.size()));
+  o.special = false;
+  o.prompt = "<s>hello";
+  EXPECT_EQ(generate(o, nullptr).prompt_tokens, int(1 + text.size()));
+  EXPECT_GT(text.size(), ab.size() + 1);  // "<s>" as text is several tokens
+}
+
+// convert carries generation_config.json (to attnlab and to Hugging Face), and a Hugging Face
+// directory's config.json ids count where it has no generation_config.json.
+TEST_F(GenerateStopTest, ConvertCarriesGenerationConfig) {
+  const std::string src =
+      with_generation_config("conv", R"({"eos_token_id": [2, 77], "top_p": 0.9})");
+  for (ModelFormat to : {ModelFormat::attnlab, ModelFormat::hf}) {
+    const std::string out = dir_->file(std::string("converted_") + model_format_name(to));
+    ConvertOptions co;
+    co.to = to;
+    const ConvertResult res = convert_model(src, out, co);
+    EXPECT_EQ(hf_eos_token_ids(out, false), (std::vector<int32_t>{2, 77}));
+    EXPECT_NE(io::read_file(out + "/generation_config.json").find("top_p"), std::string::npos);
+    EXPECT_NE(std::find(res.written.begin(), res.written.end(), out + "/generation_config.json"),
+              res.written.end());
+    EXPECT_EQ(inspect_model_source(out).stop_ids, (std::vector<int32_t>{2, 77}));
+  }
+
+  const fs::path hf = dir_->file("hfdir");
+  fs::create_directories(hf);
+  std::ofstream(hf / "config.json") << R"({"eos_token_id": [5, 6]})";
+  EXPECT_EQ(hf_eos_token_ids(hf.string(), true), (std::vector<int32_t>{5, 6}));
+  EXPECT_TRUE(hf_eos_token_ids(hf.string(), false).empty());  // an attnlab checkpoint's rule
+  std::ofstream(hf / "generation_config.json") << R"({"eos_token_id": 7})";
+  EXPECT_EQ(hf_eos_token_ids(hf.string(), true), (std::vector<int32_t>{7}));
+}
