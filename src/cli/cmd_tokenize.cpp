@@ -57,10 +57,16 @@ std::string quote_piece(const std::string& bytes) {
 
 }  // namespace
 
-int run_tokenize(const std::string& tokenizer_spec, const std::string& text, bool show_pieces) {
+int run_tokenize(const std::string& tokenizer_spec, const std::string& text, bool show_pieces,
+                 bool special) {
   const auto tok = make_tokenizer(tokenizer_spec);
   std::vector<int32_t> ids;
-  tok->encode(text, ids);
+  if (special) {
+    if (tok->bos_id() >= 0) ids.push_back(tok->bos_id());
+    tok->encode_with_special(text, ids);
+  } else {
+    tok->encode(text, ids);
+  }
   // --ids-only: the ids alone on stdout (for scripts), the summary on stderr.
   std::fprintf(show_pieces ? stdout : stderr, "%zu tokens, %zu bytes, tokenizer %s (vocab %d)\n",
                ids.size(), text.size(), tok->name().c_str(), tok->vocab_size());

@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   prepare->add_flag("!--no-progress", prep.progress, "no progress line");
 
   std::string tok_spec = "byte", tok_text;
-  bool tok_pieces = true;
+  bool tok_pieces = true, tok_special = false;
   CLI::App* tokenize = app.add_subcommand("tokenize", "show the ids and pieces of a text");
   tokenize->add_option("text", tok_text, "text to tokenize")->required();
   tokenize
@@ -125,6 +125,9 @@ int main(int argc, char** argv) {
                    "byte | gpt2:<dir> | hf:<tokenizer.json> | <tokenizer.json>")
       ->capture_default_str();
   tokenize->add_flag("!--ids-only", tok_pieces, "print only the ids");
+  tokenize->add_flag("--special", tok_special,
+                     "as transformers' tokenizer(text): the BOS first, special-token texts as "
+                     "their tokens");
 
   std::string conv_src, conv_dst, conv_to;
   bool conv_bf16 = false;
@@ -167,7 +170,7 @@ int main(int argc, char** argv) {
     if (*info) return cli::cmd_info(info_args);
     if (*generate) return cli::cmd_generate(gen);
     if (*prepare) return cli::cmd_prepare(prep);
-    if (*tokenize) return run_tokenize(tok_spec, tok_text, tok_pieces);
+    if (*tokenize) return run_tokenize(tok_spec, tok_text, tok_pieces, tok_special);
     if (*convert) return cli::cmd_convert(conv_src, conv_dst, conv_to, conv_bf16, conv_adapter);
   } catch (const Error& e) {
     std::fprintf(stderr, "attnlab: error: %s\n", e.what());

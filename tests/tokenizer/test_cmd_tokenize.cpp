@@ -3,17 +3,21 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "cli/cmd_tokenize.h"
 #include "core/error.h"
+#include "test_util.h"
+#include "tokenizer/tiny_sp_tokenizer.h"
 
 namespace attnlab {
 namespace {
 
-std::string run(const std::string& spec, const std::string& text, bool pieces) {
+std::string run(const std::string& spec, const std::string& text, bool pieces,
+                bool special = false) {
   ::testing::internal::CaptureStdout();
-  const int rc = run_tokenize(spec, text, pieces);
+  const int rc = run_tokenize(spec, text, pieces, special);
   std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(rc, 0);
   return out;
@@ -40,6 +44,20 @@ TEST(CmdTokenize, Gpt2Pieces) {
   const std::string out = run(spec, " caf\xC3\xA9\t", true);
   EXPECT_NE(out.find("40304\t\" caf\xC3\xA9\""), std::string::npos) << out;
   EXPECT_NE(out.find("\"\\t\""), std::string::npos) << out;
+}
+
+// --special: transformers' tokenizer(text), the BOS first and "</s>" as its id; without it the
+// text as ordinary text.
+TEST(CmdTokenize, SpecialIsTransformersEncoding) {
+  const test::TempDir dir("cmdtok");
+  std::ofstream(dir.file("sp.json")) << test::sp_json("legacy").dump();
+  const std::string spec = "hf:" + dir.file("sp.json");
+  const std::string plain = run(spec, "a</s>", false), special = run(spec, "a</s>", false, true);
+  EXPECT_EQ(special.rfind("1 ", 0), 0u) << special;               // <s> first
+  EXPECT_NE(special.find(" 2\n"), std::string::npos) << special;  // </s> last, one id
+  EXPECT_NE(plain.rfind("1 ", 0), 0u) << plain;
+  EXPECT_EQ(plain.find(" 2\n"), std::string::npos) << plain;
+  EXPECT_EQ(run("byte", "hi", false, true), run("byte", "hi", false));  // no BOS, no specials
 }
 
 }  // namespace
