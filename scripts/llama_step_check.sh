@@ -4,7 +4,8 @@
 # llama3.2-1b-dense.yaml (T 2048), each LLaMA shape beside the PyTorch peer of the same shape
 # (scripts/bench/torch_train_peer.py, eager and torch.compile, at the micro-batch bench_train
 # took), then a table of tok/s and ratios.
-#   scripts/llama_step_check.sh [build_dir]     (GPU host; PEER_MODES, STEPS, SKIP_1B=1, LONG=1)
+#   scripts/llama_step_check.sh [build_dir]     (GPU host; PEER_MODES, STEPS, SKIP_1B=1, LONG=1,
+#   LONG_PEER=0 (no PyTorch peer at the long context), BENCH_TIMEOUT / PEER_TIMEOUT (s))
 # Logs go to $OUT (the device tool's folder) or /tmp/attnlab_device.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -17,26 +18,30 @@ export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 val() { sed -n "s/^RESULT $1.*$2=\([0-9.]*\).*/\1/p" "$3" | head -1; }
 ratio() { python3 -c "import sys; a,b=sys.argv[1:]; print(f'{float(a)/float(b):.3f}x' if a and b else 'n/a')" "${1:-}" "${2:-}"; }
 rows=()
+row() {  # one table row: kept for the table, and printed at once (a timed-out call keeps it)
+  rows+=("$1")
+  echo "ROW $1"
+}
 
 # name recipe batches seq peer_args...
 run_shape() {
   local name=$1 recipe=$2 batches=$3 seq=$4
   shift 4
   local log="$LOGS/step_$name.log" peer="$LOGS/peer_$name.log"
-  timeout 300 "$BUILD/bench_train" --recipe "$ROOT/recipes/$recipe" --batch "$batches" --seq "$seq" \
-    --steps "$STEPS" --warmup 3 >"$log" 2>&1
+  timeout "${BENCH_TIMEOUT:-300}" "$BUILD/bench_train" --recipe "$ROOT/recipes/$recipe" \
+    --batch "$batches" --seq "$seq" --steps "$STEPS" --warmup 3 >"$log" 2>&1
   local mb ours
   mb=$(sed -n 's/^RESULT bench_train mb=\([0-9]*\).*/\1/p' "$log" | head -1)
   ours=$(val bench_train tok_s "$log")
-  rows+=("$(printf '%-14s %4s %12s %9s' "$name" "${mb:-?}" "${ours:-n/a}" "$(val bench_train mem_gib "$log")")")
+  row "$(printf '%-14s %4s %12s %9s' "$name" "${mb:-?}" "${ours:-n/a}" "$(val bench_train mem_gib "$log")")"
   [ $# -eq 0 ] && return
-  timeout 420 python3 "$ROOT/scripts/bench/torch_train_peer.py" --batch "${mb:-8}" --seq "$seq" \
+  timeout "${PEER_TIMEOUT:-420}" python3 "$ROOT/scripts/bench/torch_train_peer.py" --batch "${mb:-8}" --seq "$seq" \
     --steps "$STEPS" --modes "${PEER_MODES:-eager,compile}" "$@" >"$peer" 2>&1
   local m t
   for m in eager compile; do
     t=$(val "torch_peer mode=$m" tok_s "$peer")
-    [ -n "$t" ] && rows+=("$(printf '%-14s %4s %12s %9s   attnlab / this: %s' "  torch $m" "$mb" "$t" \
-      "$(val "torch_peer mode=$m" mem_gib "$peer")" "$(ratio "$ours" "$t")")")
+    [ -n "$t" ] && row "$(printf '%-14s %4s %12s %9s   attnlab / this: %s' "  torch $m" "$mb" "$t" \
+      "$(val "torch_peer mode=$m" mem_gib "$peer")" "$(ratio "$ours" "$t")")"
   done
 }
 
@@ -49,18 +54,20 @@ run_shape llama-124m llama-124m-dense.yaml 64,32 1024 --model llama
 # and hard routing with the straight-through gate) and the PyTorch peer (dense, torch.compile).
 if [ "${LONG:-0}" = 1 ]; then
   LT=${LONG_T:-16384}
-  run_shape "1b-${LT}-dense" llama3.2-1b-dense.yaml 1 "$LT" --model llama --modes compile \
-    --layers 16 --embd 2048 --heads 32 --kv-heads 8 --ffn 8192 --vocab 128256 --rope-theta 500000
+  peer=(--model llama --modes compile --layers 16 --embd 2048 --heads 32 --kv-heads 8 --ffn 8192
+    --vocab 128256 --rope-theta 500000)
+  [ "${LONG_PEER:-1}" = 1 ] || peer=()
+  run_shape "1b-${LT}-dense" llama3.2-1b-dense.yaml 1 "$LT" "${peer[@]}"
   dense_long=$(val bench_train tok_s "$LOGS/step_1b-${LT}-dense.log")
   for v in focus focus-hard; do
     sets=(--set attention.type=focus)
     [ $v = focus-hard ] && sets+=(--set attention.focus.route_training=hard)
     log="$LOGS/step_1b-${LT}-$v.log"
-    timeout 300 "$BUILD/bench_train" --recipe "$ROOT/recipes/llama3.2-1b-dense.yaml" --batch 1 \
+    timeout "${BENCH_TIMEOUT:-300}" "$BUILD/bench_train" --recipe "$ROOT/recipes/llama3.2-1b-dense.yaml" --batch 1 \
       --seq "$LT" --steps "$STEPS" --warmup 3 "${sets[@]}" >"$log" 2>&1
     t=$(val bench_train tok_s "$log")
-    rows+=("$(printf '%-14s %4s %12s %9s   / dense: %s' "  $v" 1 "${t:-n/a}" \
-      "$(val bench_train mem_gib "$log")" "$(ratio "$t" "$dense_long")")")
+    row "$(printf '%-14s %4s %12s %9s   / dense: %s' "  $v" 1 "${t:-n/a}" \
+      "$(val bench_train mem_gib "$log")" "$(ratio "$t" "$dense_long")")"
   done
 fi
 
