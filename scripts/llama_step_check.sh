@@ -9,10 +9,11 @@
 # Logs go to $OUT (the device tool's folder) or /tmp/attnlab_device.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-BUILD=${1:-build-device}
+BUILD=$(cd "${1:-build-device}" && pwd) || exit 1
 LOGS=${OUT:-/tmp/attnlab_device}
 STEPS=${STEPS:-10}
 mkdir -p "$LOGS"
+rm -f "$LOGS"/step_*.log "$LOGS"/peer_*.log  # an earlier call's logs are not this one's
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 
 val() { sed -n "s/^RESULT $1.*$2=\([0-9.]*\).*/\1/p" "$3" | head -1; }
@@ -75,5 +76,6 @@ echo "==== LLaMA step (tok/s; attnlab memory in use, torch peak) ===="
 printf '%-14s %4s %12s %9s\n' shape mb tok/s GiB
 printf '%s\n' "${rows[@]}"
 for f in "$LOGS"/step_*.log "$LOGS"/peer_*.log; do
+  [ -f "$f" ] || continue
   grep -qE "^RESULT" "$f" || { echo "--- $f (no result):"; tail -5 "$f"; }
 done

@@ -16,6 +16,7 @@ Prints tok/s, ms/step and peak memory, then "RESULT torch_peer mode=... tok_s=..
       [--steps 10] [--modes eager,compile] [shape flags]
 """
 import argparse
+import gc
 import time
 
 import torch
@@ -46,7 +47,8 @@ class GPT2Block(nn.Module):
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
-def rotate(t, cos, sin):  # transformers' rotate_half convention
+def rotate(t, cos, sin):  # transformers' rotate_half convention, the tables in t's dtype as there
+    cos, sin = cos.to(t.dtype), sin.to(t.dtype)
     t1, t2 = t.chunk(2, dim=-1)
     return t * cos + torch.cat((-t2, t1), dim=-1) * sin
 
@@ -161,20 +163,27 @@ def main():
     ap.add_argument("--embd", type=int, default=768)
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--kv-heads", type=int, default=0, help="LLaMA: key/value heads (0: --heads)")
-    ap.add_argument("--ffn", type=int, default=0, help="MLP width (0: 3072 for gpt2, 2048 for llama)")
+    ap.add_argument("--ffn", type=int, default=0,
+                    help="MLP width (0: 4 x embd for gpt2; LLaMA's rule for llama: 8/3 x embd rounded up to 256)")
     ap.add_argument("--vocab", type=int, default=50257)
     ap.add_argument("--untied", action="store_true", help="an untied output head")
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     a = ap.parse_args()
     a.kv_heads = a.kv_heads or a.heads
-    a.ffn = a.ffn or (3072 if a.model == "gpt2" else 2048)
+    a.ffn = a.ffn or (4 * a.embd if a.model == "gpt2" else (8 * a.embd // 3 + 255) // 256 * 256)
     a.vocab_padded = (a.vocab + 127) // 128 * 128
     if a.model == "gpt2" and (a.kv_heads != a.heads or a.untied):
         ap.error("--kv-heads and --untied are LLaMA-block options")
     torch.backends.cuda.matmul.allow_tf32 = True
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}", flush=True)
     for m in a.modes.split(","):
-        bench(a, m)
+        try:
+            bench(a, m)
+        except torch.cuda.OutOfMemoryError:  # the next mode may fit (eager keeps more than compile)
+            print(f"torch {m:8s} | out of memory at B {a.batch} T {a.seq}", flush=True)
+            print(f"RESULT torch_peer mode={m} model={a.model} mb={a.batch} oom=1", flush=True)
+        gc.collect()  # the failed mode's model and optimizer, held by the exception until here
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

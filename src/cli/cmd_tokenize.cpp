@@ -3,59 +3,9 @@
 #include <cstdio>
 #include <vector>
 
-#include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
 
 namespace attnlab {
-
-namespace {
-
-// Double-quoted, escaped form of a token's bytes; whole UTF-8 characters are kept as they are.
-std::string quote_piece(const std::string& bytes) {
-  std::string out = "\"";
-  const auto* s = reinterpret_cast<const unsigned char*>(bytes.data());
-  size_t i = 0;
-  while (i < bytes.size()) {
-    const unsigned char c = s[i];
-    if (c >= 0x80) {
-      const Utf8Char ch = next_char(s + i, bytes.size() - i);
-      if (ch.len > 1) {
-        out.append(bytes, i, ch.len);
-        i += ch.len;
-        continue;
-      }
-    }
-    char buf[8];
-    switch (c) {
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '"':
-        out += "\\\"";
-        break;
-      default:
-        if (c >= 0x20 && c < 0x7F) {
-          out += char(c);
-        } else {
-          std::snprintf(buf, sizeof(buf), "\\x%02X", c);
-          out += buf;
-        }
-    }
-    ++i;
-  }
-  return out + "\"";
-}
-
-}  // namespace
 
 int run_tokenize(const std::string& tokenizer_spec, const std::string& text, bool show_pieces,
                  bool special) {

@@ -210,6 +210,10 @@ PrepareSummary prepare(const PrepareOptions& options) {
                "prepare: --eos ends documents with the end-of-text token, but tokenizer '%s' has "
                "no BOS: its documents are separated by that token already (it starts each one)",
                tokenizer->name().c_str());
+  ATTN_REQUIRE(!options.eos || tokenizer->bos_id() != tokenizer->eot_id(),
+               "prepare: --eos: tokenizer '%s' has one token (%d) for both its BOS and its "
+               "end-of-text; every document starts with it already",
+               tokenizer->name().c_str(), tokenizer->eot_id());
   const DocumentFrame frame{document_start_id(*tokenizer),
                             options.eos ? int32_t(tokenizer->eot_id()) : -1};
   const std::vector<std::string> files = expand_globs(options.inputs);

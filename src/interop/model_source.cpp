@@ -41,6 +41,14 @@ ModelFormat parse_model_format(const std::string& name) {
 
 namespace {
 
+void read_stop_ids(ModelSource& s, const std::string& dir, bool config_fallback) {
+  try {
+    s.stop_ids = hf_eos_token_ids(dir, config_fallback);
+  } catch (const Error& e) {
+    s.stop_ids_problem = e.what();
+  }
+}
+
 ModelSource inspect_attnlab(const std::string& path) {
   ModelSource s;
   s.path = path;
@@ -58,7 +66,12 @@ ModelSource inspect_attnlab(const std::string& path) {
   s.config = gpt_config_of(*recipe);
   fs::path tj = fs::path(s.weights_path) / "tokenizer.json";
   if (fs::exists(tj)) s.tokenizer = tj.string();
-  s.stop_ids = hf_eos_token_ids(s.weights_path, false);
+  // A run directory's own generation_config.json counts where its checkpoint has none (a run
+  // initialised from an Instruct model: its checkpoints do not carry the file).
+  read_stop_ids(s, s.weights_path, false);
+  if (s.stop_ids.empty() && s.stop_ids_problem.empty() &&
+      fs::exists(fs::path(path) / "checkpoints"))
+    read_stop_ids(s, path, false);
   return s;
 }
 
@@ -100,7 +113,7 @@ ModelSource inspect_model_source(const std::string& path) {
     s.config = type == "llama" || type == "mistral" ? gpt_config_of_hf_llama(hc, &s.notes)
                                                     : gpt_config_of_hf(text, cfg_path, &s.notes);
     s.tokenizer = hf_tokenizer_spec(path);
-    s.stop_ids = hf_eos_token_ids(path, true);
+    read_stop_ids(s, path, true);
     return s;
   }
   ATTN_FAIL(

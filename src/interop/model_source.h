@@ -32,6 +32,9 @@ struct ModelSource {
   // Ids generation stops at besides the tokenizer's end-of-text (hf_eos_token_ids: the
   // directory's generation_config.json, which `convert` carries, or a Hugging Face config.json).
   std::vector<int32_t> stop_ids;
+  // Why those files could not be read (a malformed eos_token_id), for `generate` to refuse with;
+  // the commands that do not generate go on without them.
+  std::string stop_ids_problem;
   // With an adapter (train/retrofit.h with_adapter): its file and the recipe of the run that made
   // it; config is then the adapter's model (e.g. Focus on the base's weights).
   std::string adapter;

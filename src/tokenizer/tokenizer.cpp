@@ -1,6 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <future>
 #include <nlohmann/json.hpp>
@@ -12,10 +13,55 @@
 #include "io/atomic_file.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/hf_tokenizer_json.h"
+#include "tokenizer/pretokenize.h"
 #include "tokenizer/sp_bpe.h"
 #include "tokenizer/vocab_json.h"
 
 namespace attnlab {
+
+std::string quote_piece(const std::string& bytes) {
+  std::string out = "\"";
+  const auto* s = reinterpret_cast<const unsigned char*>(bytes.data());
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const unsigned char c = s[i];
+    if (c >= 0x80) {
+      const Utf8Char ch = next_char(s + i, bytes.size() - i);
+      if (ch.len > 1) {
+        out.append(bytes, i, ch.len);
+        i += ch.len;
+        continue;
+      }
+    }
+    char buf[8];
+    switch (c) {
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      default:
+        if (c >= 0x20 && c < 0x7F) {
+          out += char(c);
+        } else {
+          std::snprintf(buf, sizeof(buf), "\\x%02X", c);
+          out += buf;
+        }
+    }
+    ++i;
+  }
+  return out + "\"";
+}
 
 void ByteTokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
   // Geometric growth: reserve(size + n) on every call would reallocate on every call when

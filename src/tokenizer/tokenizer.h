@@ -50,6 +50,10 @@ inline int32_t document_start_id(const Tokenizer& t) {
   return t.bos_id() >= 0 ? t.bos_id() : t.eot_id();
 }
 
+// A token's bytes double-quoted and escaped for a terminal (\n, \t, \", \\, other control and
+// stray bytes as \xNN), whole UTF-8 characters as they are: `attnlab tokenize`, messages.
+std::string quote_piece(const std::string& bytes);
+
 // "" when a and b map text and ids alike (the same ids, end-of-text and beginning-of-sequence
 // ids, every id's bytes, the same kind and settings (pre-tokenizer, ignore_merges, "▁" prefix,
 // byte fallback), and the ids of probe texts of every byte and some words, numbers, contractions

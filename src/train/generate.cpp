@@ -23,12 +23,19 @@ namespace {
 
 // The ids that end generation (GenerateOptions::stop): the end-of-text token; a BOS (it starts a
 // new document: the end, for a model trained on BOS-separated shards); the source's
-// generation_config.json ids; each of `stop_tokens`, an id or the text of one token.
+// generation_config.json ids that the tokenizer has (sampling is restricted to its ids: the
+// others cannot come); each of `stop_tokens`, an id (digits) or the text of one token. Each once.
 std::vector<int32_t> stop_ids_of(const GenerateOptions& o, const ModelSource& source,
                                  const Tokenizer& tok) {
-  std::vector<int32_t> stops = {tok.eot_id()};
-  if (tok.bos_id() >= 0) stops.push_back(tok.bos_id());
-  stops.insert(stops.end(), source.stop_ids.begin(), source.stop_ids.end());
+  if (!source.stop_ids_problem.empty()) ATTN_FAIL("%s", source.stop_ids_problem.c_str());
+  std::vector<int32_t> stops;
+  const auto add = [&](int32_t id) {
+    if (std::find(stops.begin(), stops.end(), id) == stops.end()) stops.push_back(id);
+  };
+  add(tok.eot_id());
+  if (tok.bos_id() >= 0) add(tok.bos_id());
+  for (int32_t id : source.stop_ids)
+    if (id < tok.vocab_size()) add(id);
   for (const std::string& s : o.stop_tokens) {
     std::vector<int32_t> ids;
     if (!s.empty() && s.size() <= 9 && s.find_first_not_of("0123456789") == std::string::npos) {
@@ -45,7 +52,7 @@ std::vector<int32_t> stop_ids_of(const GenerateOptions& o, const ModelSource& so
                  "stop token '%s' is %zu tokens (%s) of tokenizer '%s'; give one token: an id, "
                  "or the text of one token such as a special token's (<|eot_id|>, </s>)",
                  s.c_str(), ids.size(), pieces.c_str(), tok.name().c_str());
-    stops.push_back(ids[0]);
+    add(ids[0]);
   }
   return stops;
 }
@@ -109,7 +116,8 @@ GenerateResult generate(const GenerateOptions& o,
   if (o.stop && stops.size() > (tok->bos_id() >= 0 ? 2u : 1u)) {
     std::string list;
     for (int32_t id : stops)
-      list += strformat("%s%s (%d)", list.empty() ? "" : ", ", tok->piece(id).c_str(), id);
+      list +=
+          strformat("%s%s (%d)", list.empty() ? "" : ", ", quote_piece(tok->piece(id)).c_str(), id);
     res.notes.push_back("stops at " + list);
   }
   std::vector<int32_t> ids;
@@ -162,7 +170,7 @@ GenerateResult generate(const GenerateOptions& o,
     const int32_t next = sample_token(row.data(), tok->vocab_size(), o.sampling, rng);
     if (o.stop && std::find(stops.begin(), stops.end(), next) != stops.end()) {
       res.stop_token = next;
-      res.stop_piece = tok->piece(next);
+      res.stop_piece = quote_piece(tok->piece(next));
       break;
     }
     ++res.new_tokens;

@@ -29,7 +29,8 @@ struct GenerateOptions {
   // of the model's generation_config.json (ModelSource::stop_ids: LLaMA 3 Instruct's <|eot_id|>)
   // and `stop_tokens`.
   bool stop = true;
-  // More stop tokens: an id, or the text of one token (a special token's: "<|eot_id|>").
+  // More stop tokens: an id (a string of digits), or the text of one token (a special token's:
+  // "<|eot_id|>"; text of digits only is read as an id).
   std::vector<std::string> stop_tokens;
   // The prompt's special-token texts ("<|start_header_id|>") become their ids, as transformers
   // encodes a text; a prompt that then starts with the BOS gets no second one.
@@ -44,7 +45,7 @@ struct GenerateResult {
   int new_tokens = 0;              // tokens of `text` (the stop token that ended it excluded)
   std::vector<int32_t> new_ids;    // their ids
   int32_t stop_token = -1;         // the stop token sampled, which ended generation; -1: none
-  std::string stop_piece;          // its text, for messages ("<|eot_id|>")
+  std::string stop_piece;          // its text quoted for messages ("\"<|eot_id|>\"", quote_piece)
   double tokens_per_second = 0.0;  // sampled tokens (new_tokens, plus a stop token) over the
                                    // time of prefill + decode steps
   int context_slides = 0;          // times the full context was cut to its last half

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/recipe.h"
+#include "core/error.h"
 #include "interop/convert.h"
 #include "interop/hf_files.h"
 #include "interop/model_source.h"
@@ -69,12 +70,15 @@ checkpoint: {at_end: true}
 test::TempDir* GenerateStopTest::dir_ = nullptr;
 std::string GenerateStopTest::ckpt_;
 
-// The k-th sampled id, k the first index >= 3 whose id is new and no default stop (<unk> aside).
+// The first index k >= 3 whose id is new and no special token, with no default stop (</s>, <s>)
+// before it; ids.size() when there is none (the test's seed then needs changing).
 size_t first_fresh(const std::vector<int32_t>& ids) {
-  for (size_t k = 3; k < ids.size(); ++k)
-    if (ids[k] > 2 &&
+  for (size_t k = 0; k < ids.size(); ++k) {
+    if (ids[k] == 1 || ids[k] == 2) break;
+    if (k >= 3 && ids[k] > 2 &&
         std::find(ids.begin(), ids.begin() + int64_t(k), ids[k]) == ids.begin() + int64_t(k))
       return k;
+  }
   return ids.size();
 }
 
@@ -98,19 +102,24 @@ TEST_F(GenerateStopTest, StopsAtTheIdsOfGenerationConfigAndOfStopTokens) {
   EXPECT_EQ(r.stop_token, x);
   EXPECT_EQ(r.new_ids, before);
   EXPECT_EQ(r.new_tokens, int(k));
-  bool noted = false;
-  for (const auto& n : r.notes) noted |= n.rfind("stops at ", 0) == 0;
-  EXPECT_TRUE(noted);
+  std::string notes;
+  for (const auto& n : r.notes) notes += n + "\n";
+  EXPECT_NE(notes.find(strformat(
+                "stops at \"</s>\" (2), \"<s>\" (1), %s (%d)\n",
+                quote_piece(make_tokenizer(ckpt_ + "/tokenizer.json")->piece(x)).c_str(), x)),
+            std::string::npos)
+      << notes;
   s.stop = false;  // --no-stop goes past it
   EXPECT_EQ(generate(s, nullptr).new_ids, all.new_ids);
 
   GenerateOptions t = options("hello", 60);  // the same as --stop <id>
   t.stop_tokens = {std::to_string(x)};
   EXPECT_EQ(generate(t, nullptr).new_ids, before);
-  t.stop_tokens = {"<unk>"};  // a special token's text is its id
-  std::string notes;
+  t.stop_tokens = {"<unk>", "</s>", "2"};  // a special token's text is its id; each id once
+  notes.clear();
   for (const auto& n : generate(t, nullptr).notes) notes += n + "\n";
-  EXPECT_NE(notes.find("stops at </s> (2), <s> (1), <unk> (0)"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("stops at \"</s>\" (2), \"<s>\" (1), \"<unk>\" (0)\n"), std::string::npos)
+      << notes;
 }
 
 TEST_F(GenerateStopTest, BadStopTokensAndGenerationConfigsAreRefused) {
@@ -124,6 +133,21 @@ TEST_F(GenerateStopTest, BadStopTokensAndGenerationConfigsAreRefused) {
   o.checkpoint = with_generation_config("bad", "{\"eos_token_id\": \"</s>\"}");
   test::expect_error([&] { generate(o, nullptr); },
                      {"generation_config.json", "eos_token_id must be a token id or a list"});
+  // ... only for generate: the model itself loads (eval, score, convert, init_from).
+  EXPECT_NE(inspect_model_source(o.checkpoint).stop_ids_problem, "");
+  // Ids the tokenizer does not have cannot be sampled: left out, not an error.
+  o.checkpoint = with_generation_config("outside", "{\"eos_token_id\": [2, 100000]}");
+  const GenerateResult r = generate(o, nullptr);
+  for (const auto& n : r.notes) EXPECT_EQ(n.find("stops at"), std::string::npos) << n;
+}
+
+// A run directory's generation_config.json counts where its checkpoint has none.
+TEST_F(GenerateStopTest, RunDirectoryGenerationConfig) {
+  const fs::path run = dir_->file("run_copy");
+  fs::copy(dir_->file("run"), run, fs::copy_options::recursive);
+  EXPECT_TRUE(inspect_model_source(run.string()).stop_ids.empty());
+  std::ofstream(run / "generation_config.json") << R"({"eos_token_id": 9})";
+  EXPECT_EQ(inspect_model_source(run.string()).stop_ids, (std::vector<int32_t>{9}));
 }
 
 // --special: "<s>" in the prompt is the BOS (one, not two); without it the characters are text.
@@ -162,6 +186,19 @@ TEST_F(GenerateStopTest, ConvertCarriesGenerationConfig) {
               res.written.end());
     EXPECT_EQ(inspect_model_source(out).stop_ids, (std::vector<int32_t>{2, 77}));
   }
+
+  // A Hugging Face directory whose ids are in config.json only: convert writes them as a
+  // generation_config.json.
+  const std::string hf_out = dir_->file("converted_hf");
+  fs::remove(fs::path(hf_out) / "generation_config.json");
+  nlohmann::json cfg = nlohmann::json::parse(io::read_file(hf_out + "/config.json"));
+  cfg["eos_token_id"] = {2, 88};
+  std::ofstream(hf_out + "/config.json") << cfg.dump();
+  const std::string back = dir_->file("back");
+  ConvertOptions co;
+  co.to = ModelFormat::attnlab;
+  convert_model(hf_out, back, co);
+  EXPECT_EQ(hf_eos_token_ids(back, false), (std::vector<int32_t>{2, 88}));
 
   const fs::path hf = dir_->file("hfdir");
   fs::create_directories(hf);
