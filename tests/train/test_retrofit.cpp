@@ -319,6 +319,63 @@ TEST(Retrofit, HardRoutingOverEveryGroupEqualsTheDenseBase) {
   }
 }
 
+// The Focus retrofit of a LLaMA-family base given as a Hugging Face LlamaForCausalLM directory
+// (RMSNorm, SwiGLU, RoPE, GQA 2:1): the base weights stay bitwise, only W_g and C are added, and
+// hard routing over every group gives the base's logits bitwise (zero degradation on the LLaMA
+// block too).
+TEST(Retrofit, FocusOnAHuggingFaceLlamaBase) {
+  const test::TempDir tmp("rfllama");
+  const std::string base = tmp.file("base"), hf = tmp.file("hf"), rf = tmp.file("rf");
+  train(tiny(base, {"checkpoint.at_end=true", "model.family=llama", "model.n_kv_head=1"}), quiet());
+  ConvertOptions co;
+  co.to = ModelFormat::hf;
+  convert_model(base, hf, co);
+  EXPECT_HAS(io::read_file(hf + "/config.json"), "LlamaForCausalLM");
+  std::vector<std::string> keys = focus_retrofit(hf);
+  keys.push_back("checkpoint.at_end=true");
+  keys.push_back("model.vocab_multiple=128");  // the Hugging Face copy's padding
+  const TrainResult res = train(tiny(rf, keys), quiet());
+  EXPECT_TRUE(std::isfinite(res.final_train_loss));
+
+  const ModelSource hs = inspect_model_source(hf), rs = inspect_model_source(rf);
+  EXPECT_EQ(rs.config.norm, NormType::rmsnorm);
+  EXPECT_EQ(rs.config.n_kv_head, 1);
+  auto load = [](const GPTConfig& c, const ModelSource& src, ParameterStore& store) {
+    GPT(c).declare_params(store);
+    store.finalize(Device::cpu, DType::f32, {});
+    load_model_source(src, store);
+  };
+  ParameterStore hstore, rstore;
+  load(hs.config, hs, hstore);
+  load(rs.config, rs, rstore);
+  int focus_tensors = 0;
+  for (const auto& e : rstore.entries()) {
+    if (e.spec.name.find(".attn.focus.") != std::string::npos) {
+      ++focus_tensors;
+      continue;
+    }
+    const Tensor a = rstore.param(e.spec.name), b = hstore.param(e.spec.name);
+    ASSERT_EQ(a.numel(), b.numel()) << e.spec.name;
+    EXPECT_EQ(std::memcmp(a.data, b.data, size_t(a.numel()) * sizeof(float)), 0)
+        << e.spec.name << " changed";
+  }
+  EXPECT_EQ(focus_tensors, 4);
+
+  GPTConfig every = rs.config;  // hard routing over all 4 groups
+  every.attention.focus.top_k = every.attention.focus.groups;
+  every.attention.focus.eval_routing = FocusOptions::Routing::hard;
+  const auto ctx = ExecContext::make_cpu();
+  std::vector<int32_t> ids = test::random_ints(2 * 16, 5, 64);
+  auto logits = [&](const GPTConfig& c, const ParameterStore& store) {
+    GPT model(c);
+    model.allocate(*ctx, 2, 16, DType::f32);
+    model.forward(*ctx, store, test::cpu_tensor(ids, Shape{2, 16}), Tensor(), AttentionMode::eval);
+    const Tensor l = model.logits();
+    return std::vector<float>(l.ptr<float>(), l.ptr<float>() + l.numel());
+  };
+  EXPECT_EQ(logits(every, rstore), logits(hs.config, hstore));
+}
+
 namespace {
 
 std::vector<std::string> lora_retrofit(const std::string& base, int rank = 4) {
