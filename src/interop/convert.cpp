@@ -1,10 +1,8 @@
 #include "interop/convert.h"
 
 #include <filesystem>
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "interop/hf_files.h"
 #include "interop/hf_gpt2.h"
 #include "interop/hf_llama.h"
 #include "interop/llmc.h"
@@ -37,21 +35,13 @@ void write_attnlab(const ParameterStore& store, const ModelSource& src, const Re
   if (tok) io::write_file_atomic(out("tokenizer.json"), tok->to_json());
 }
 
-// The source's generation_config.json (its stop ids, and sampling defaults transformers reads)
-// goes with the model; stop ids a Hugging Face directory gives in config.json only are written as
-// one, so that `generate` on the converted model stops where it did on the source.
+// The source's generation_config.json (generation_config_of) goes with the model, so that
+// `generate` on the converted model stops where it did on the source.
 void carry_generation_config(const ModelSource& s, const std::string& dst, ConvertResult& res) {
-  const fs::path src = fs::path(s.weights_path) / "generation_config.json";
-  const fs::path out = fs::path(dst) / "generation_config.json";
-  if (s.format != ModelFormat::llmc && fs::exists(src)) {
-    io::write_file_atomic(out.string(), io::read_file(src.string()));
-  } else if (!s.stop_ids.empty()) {
-    io::write_file_atomic(out.string(),
-                          nlohmann::json{{"eos_token_id", s.stop_ids}}.dump(2) + "\n");
-  } else {
-    return;
-  }
-  res.written.push_back(out.string());
+  const std::string text = generation_config_of(s);
+  if (text.empty()) return;
+  res.written.push_back((fs::path(dst) / "generation_config.json").string());
+  io::write_file_atomic(res.written.back(), text);
 }
 
 // The model in the requested format (options.to) at dst.

@@ -123,6 +123,13 @@ ModelSource inspect_model_source(const std::string& path) {
       path.c_str());
 }
 
+std::string generation_config_of(const ModelSource& s) {
+  const fs::path file = fs::path(s.weights_path) / "generation_config.json";
+  if (s.format != ModelFormat::llmc && fs::exists(file)) return io::read_file(file.string());
+  if (s.stop_ids.empty()) return "";
+  return nlohmann::json{{"eos_token_id", s.stop_ids}}.dump(2) + "\n";
+}
+
 WeightLoadReport load_model_source(const ModelSource& source, const ParameterStore& store,
                                    const WeightLoadOptions& options) {
   if (!source.adapter.empty()) {

@@ -51,6 +51,12 @@ struct ModelSource {
 //   a directory with config.json                                     -> hf
 ModelSource inspect_model_source(const std::string& path);
 
+// The generation_config.json that goes with a model made from `s` (convert's output, the
+// checkpoints of a run initialised from it or resumed): the source's file as it is, else
+// {"eos_token_id": ids} where its stop ids come from elsewhere (a Hugging Face config.json, a
+// run directory's file); "" when it has none.
+std::string generation_config_of(const ModelSource& s);
+
 // The precision `eval`, `score` and `generate` run a model in on CUDA by default: an attnlab
 // run's as it computed (trainer_state.json: fp32 for a run on the CPU path whatever its
 // train.precision says; without one, as a converted model, the weights' dtype); with an adapter,

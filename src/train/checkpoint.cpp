@@ -124,6 +124,8 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointContents
   if (c.write_extra) c.write_extra(tmp_dir.string());
   if (!c.tokenizer_json.empty())
     io::write_file_atomic((tmp_dir / "tokenizer.json").string(), c.tokenizer_json);
+  if (!c.generation_config_json.empty())
+    io::write_file_atomic((tmp_dir / "generation_config.json").string(), c.generation_config_json);
 
   // An older checkpoint of the same step (a re-run after resume) is replaced so that the step's
   // directory holds a complete checkpoint at every moment: swapped with the new one in one

@@ -54,6 +54,9 @@ struct CheckpointContents {
   TrainerState state;
   std::string recipe_yaml;
   std::string tokenizer_json;  // may be empty
+  // generation_config.json (generate's stop ids) of the model the run started from: the
+  // train.init_from / retrofit.checkpoint source's, or the resumed checkpoint's; may be empty.
+  std::string generation_config_json;
   // Further files (a retrofit's adapter.safetensors): called with the checkpoint's temporary
   // directory before it is renamed into place, so they are part of the atomic checkpoint.
   std::function<void(const std::string& dir)> write_extra;

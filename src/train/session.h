@@ -33,6 +33,8 @@ struct Session {
   double unigram_baseline = std::nan("");
   int64_t unigram_tokens = 0;  // the validation tokens it was taken over (the first ones)
   std::string tokenizer_json;
+  // The start model's generation_config.json (CheckpointContents::generation_config_json).
+  std::string generation_config_json;
   // Where it came from: data.tokenizer, or the tokenizer.json beside the shards ("" for none).
   std::string tokenizer_spec;
   std::vector<std::string> data_warnings;  // from setup_data, printed by the trainer

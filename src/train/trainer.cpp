@@ -23,6 +23,7 @@
 #include "dist/shard_map.h"
 #include "eval/validation.h"
 #include "interop/foreign_tensors.h"
+#include "interop/model_source.h"
 #include "io/atomic_file.h"
 #include "io/dir_lock.h"
 #include "io/logger.h"
@@ -193,9 +194,14 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
                           "the resumed run continues at its data position in other data",
                           st.data_fingerprint.c_str(), data_fp.c_str());
     resumed_from = dir;
+    s.generation_config_json = generation_config_of(inspect_model_source(dir));
   } else {
     std::vector<float> exact;  // the source's values finer than the store's (load_init_from)
-    if (!init_source(recipe).empty()) init_report = load_init_from(recipe, s.store, &exact);
+    if (!init_source(recipe).empty()) {
+      init_report = load_init_from(recipe, s.store, &exact);
+      // An Instruct model's stop ids go on with its fine-tune (generate reads them).
+      s.generation_config_json = generation_config_of(inspect_model_source(init_source(recipe)));
+    }
     require_new_parameters_train(recipe, s.store, init_report.initialised);
     ATTN_REQUIRE(!run_has_checkpoints(run_dir),
                  "train.out_dir '%s' already holds a run with checkpoints; "
@@ -431,6 +437,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
     c.state.elapsed_seconds = elapsed_before + seconds_since(t_start);
     c.recipe_yaml = recipe_yaml;
     c.tokenizer_json = s.tokenizer_json;
+    c.generation_config_json = s.generation_config_json;
     if (write_adapter)
       c.write_extra = [&](const std::string& dir) {
         save_adapter((fs::path(dir) / kAdapterFileName).string(), s.store,

@@ -170,6 +170,31 @@ TEST_F(GenerateStopTest, SpecialTokensInThePromptWithoutASecondBos) {
   EXPECT_GT(text.size(), ab.size() + 1);  // "<s>" as text is several tokens
 }
 
+// A run initialised from a model with a generation_config.json writes it into its checkpoints,
+// and a resume keeps it: a fine-tuned Instruct model still stops where it did.
+TEST_F(GenerateStopTest, FineTuneCheckpointsCarryGenerationConfig) {
+  const std::string src = with_generation_config("ft_src", R"({"eos_token_id": [2, 99]})");
+  const char* recipe = R"(
+model: {n_layer: 1, n_head: 2, n_embd: 32, vocab_size: 288, block_size: 64, vocab_multiple: 32}
+data: {source: synthetic, synthetic: {vocab_size: 64, train_tokens: 4096, val_tokens: 1024}}
+train: {steps: 1, micro_batch: 2, seq_len: 16, device: cpu, seed: 3}
+eval: {every: 0}
+checkpoint: {every: 1}
+)";
+  const std::string run = dir_->file("ft");
+  TrainOptions o;
+  o.quiet = true;
+  train(parse_recipe(recipe, "ft.yaml", {"train.out_dir=" + run, "train.init_from=" + src}), o);
+  EXPECT_EQ(hf_eos_token_ids(resolve_checkpoint_dir(run), false), (std::vector<int32_t>{2, 99}));
+  o.resume = run;
+  train(parse_recipe(recipe, "ft.yaml",
+                     {"train.out_dir=" + run, "train.init_from=" + src, "train.steps=2"}),
+        o);
+  const std::string step2 = resolve_checkpoint_dir(run);
+  EXPECT_NE(step2.find("step_00000002"), std::string::npos) << step2;
+  EXPECT_EQ(hf_eos_token_ids(step2, false), (std::vector<int32_t>{2, 99}));
+}
+
 // convert carries generation_config.json (to attnlab and to Hugging Face), and a Hugging Face
 // directory's config.json ids count where it has no generation_config.json.
 TEST_F(GenerateStopTest, ConvertCarriesGenerationConfig) {
