@@ -45,6 +45,7 @@ int cmd_generate(const GenerateOptions& options) {
   });
   put_prompt();
   std::printf("\n");
+  std::fflush(stdout);  // the text before the notes on stderr, also where both go to one pipe
   for (const std::string& n : r.notes) std::fprintf(stderr, "note: %s\n", n.c_str());
   // A full context slides to its last block_size / 2 tokens (docs/generate.md): said, since the
   // later tokens then saw less context than a full window.

@@ -60,14 +60,19 @@ int main(int argc, char** argv) {
   generate->add_option("--prompt,-p", gen.prompt, "text to continue (default: a new document)");
   generate->add_option("--max-new-tokens,-n", gen.max_new_tokens, "tokens to generate")
       ->capture_default_str();
-  generate->add_option("--temperature,-t", gen.sampling.temperature, "0 = greedy")
-      ->capture_default_str();
-  generate
-      ->add_option("--top-k", gen.sampling.top_k,
-                   "keep the k most likely tokens and those tied with the k-th (0 = all)")
-      ->capture_default_str();
-  generate->add_option("--top-p", gen.sampling.top_p, "nucleus sampling mass")
-      ->capture_default_str();
+  // Given, they replace the model's generation_config.json sampling (GenerateOptions::sampling).
+  float temperature = 1.f, top_p = 1.f;
+  int top_k = 0;
+  CLI::Option* temperature_opt =
+      generate->add_option("--temperature,-t", temperature,
+                           "0 = greedy (default: the model's generation_config.json, else 1)");
+  CLI::Option* top_k_opt = generate->add_option(
+      "--top-k", top_k,
+      "keep the k most likely tokens and those tied with the k-th, 0 = all (default: the "
+      "model's generation_config.json, else 0)");
+  CLI::Option* top_p_opt = generate->add_option(
+      "--top-p", top_p,
+      "nucleus sampling mass (default: the model's generation_config.json, else 1)");
   generate->add_option("--seed", gen.seed, "sampling seed")
       ->check(cli::unsigned_64())
       ->capture_default_str();
@@ -168,7 +173,12 @@ int main(int argc, char** argv) {
     if (*eval) return cli::cmd_eval(eval_args);
     if (*score) return cli::cmd_score(score_args);
     if (*info) return cli::cmd_info(info_args);
-    if (*generate) return cli::cmd_generate(gen);
+    if (*generate) {
+      if (temperature_opt->count()) gen.sampling.temperature = temperature;
+      if (top_k_opt->count()) gen.sampling.top_k = top_k;
+      if (top_p_opt->count()) gen.sampling.top_p = top_p;
+      return cli::cmd_generate(gen);
+    }
     if (*prepare) return cli::cmd_prepare(prep);
     if (*tokenize) return run_tokenize(tok_spec, tok_text, tok_pieces, tok_special);
     if (*convert) return cli::cmd_convert(conv_src, conv_dst, conv_to, conv_bf16, conv_adapter);

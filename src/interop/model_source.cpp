@@ -69,9 +69,14 @@ ModelSource inspect_attnlab(const std::string& path) {
   // A run directory's own generation_config.json counts where its checkpoint has none (a run
   // initialised from an Instruct model: its checkpoints do not carry the file).
   read_stop_ids(s, s.weights_path, false);
-  if (s.stop_ids.empty() && s.stop_ids_problem.empty() &&
-      fs::exists(fs::path(path) / "checkpoints"))
-    read_stop_ids(s, path, false);
+  const bool run_dir = fs::exists(fs::path(path) / "checkpoints");
+  if (s.stop_ids.empty() && s.stop_ids_problem.empty() && run_dir) read_stop_ids(s, path, false);
+  for (const fs::path& dir : {fs::path(s.weights_path), fs::path(run_dir ? path : "")}) {
+    if (!dir.empty() && fs::exists(dir / "generation_config.json")) {
+      s.generation_config = (dir / "generation_config.json").string();
+      break;
+    }
+  }
   return s;
 }
 
@@ -114,6 +119,8 @@ ModelSource inspect_model_source(const std::string& path) {
                                                     : gpt_config_of_hf(text, cfg_path, &s.notes);
     s.tokenizer = hf_tokenizer_spec(path);
     read_stop_ids(s, path, true);
+    if (fs::exists(p / "generation_config.json"))
+      s.generation_config = (p / "generation_config.json").string();
     return s;
   }
   ATTN_FAIL(

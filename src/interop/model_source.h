@@ -35,6 +35,10 @@ struct ModelSource {
   // Why those files could not be read (a malformed eos_token_id), for `generate` to refuse with;
   // the commands that do not generate go on without them.
   std::string stop_ids_problem;
+  // The generation_config.json that goes with the model (its directory's; for an attnlab
+  // checkpoint without one, its run directory's), "" for none: generate's sampling defaults
+  // (interop/generation_config.h).
+  std::string generation_config;
   // With an adapter (train/retrofit.h with_adapter): its file and the recipe of the run that made
   // it; config is then the adapter's model (e.g. Focus on the base's weights).
   std::string adapter;

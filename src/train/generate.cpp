@@ -78,6 +78,9 @@ GenerateResult generate(const GenerateOptions& o,
                "vocabulary has %d",
                tok_spec.c_str(), tok->vocab_size(), r.model.vocab_size);
   GenerateResult res;
+  // Before the weights load: a bad value is refused at once.
+  const ResolvedSampling sampling = resolve_sampling(source.generation_config, o.sampling);
+  res.notes.insert(res.notes.end(), sampling.notes.begin(), sampling.notes.end());
   if (tok->vocab_size() < r.model.vocab_size)
     res.notes.push_back(strformat(
         "tokenizer '%s' has %d ids and the model %d: sampling is restricted to the first %d (the "
@@ -167,7 +170,7 @@ GenerateResult generate(const GenerateOptions& o,
       copy_tensor(Tensor(row_bf.data(), DType::bf16, Device::cpu, logits.shape), logits);
       for (size_t i = 0; i < row.size(); ++i) row[i] = __bfloat162float(row_bf[i]);
     }
-    const int32_t next = sample_token(row.data(), tok->vocab_size(), o.sampling, rng);
+    const int32_t next = sample_token(row.data(), tok->vocab_size(), sampling.options, rng);
     if (o.stop && std::find(stops.begin(), stops.end(), next) != stops.end()) {
       res.stop_token = next;
       res.stop_piece = quote_piece(tok->piece(next));

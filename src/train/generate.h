@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "model/sampler.h"
+#include "interop/generation_config.h"
 
 namespace attnlab {
 
@@ -22,7 +22,10 @@ struct GenerateOptions {
   std::string prompt;
   std::string tokenizer;  // "" = the checkpoint's tokenizer.json
   int max_new_tokens = 128;
-  SamplingOptions sampling;
+  // Sampling: the values given here replace the defaults, which are the model's
+  // generation_config.json's where it has do_sample (interop/generation_config.h), else
+  // temperature 1 and no top-k or top-p cut.
+  SamplingChoice sampling;
   uint64_t seed = 1337;
   std::string device = "auto";  // auto | cpu | cuda
   // Stop at a sampled stop token: the tokenizer's end-of-text, its BOS (a new document), the ids

@@ -124,6 +124,23 @@ TEST_F(Cli, TrainEvalGenerateInfo) {
   CliResult g = run("generate " + (dir_ / "run").string() + " -n 5 --seed 1 --tokenizer byte");
   ASSERT_EQ(g.code, 0) << g.out;
   EXPECT_EQ(g.out.find("slid"), std::string::npos) << g.out;
+  // The run's generation_config.json sets the sampling (greedy: do_sample false); a flag given
+  // replaces it. The generated text is what comes before the notes and the summary.
+  const auto text = [](const std::string& out) {
+    const size_t note = out.find("\nnote: ");
+    return out.substr(0, note != std::string::npos ? note : out.rfind("\n["));
+  };
+  const std::string gen = "generate " + (dir_ / "run").string() + " -n 5 --seed 1 --tokenizer byte";
+  CliResult argmax = run(gen + " -t 0");
+  ASSERT_EQ(argmax.code, 0) << argmax.out;
+  ASSERT_NE(text(argmax.out), text(g.out));
+  std::ofstream(dir_ / "run" / "generation_config.json") << R"({"do_sample": false})";
+  CliResult from_file = run(gen), flag = run(gen + " -t 1");
+  fs::remove(dir_ / "run" / "generation_config.json");
+  EXPECT_EQ(text(from_file.out), text(argmax.out));
+  EXPECT_NE(from_file.out.find("note: greedy decoding (do_sample false in '"), std::string::npos)
+      << from_file.out;
+  EXPECT_EQ(text(flag.out), text(g.out));
   // Past the context (block_size 32: a 2-token prompt and 40 tokens) it slides, and says so.
   CliResult slid = run("generate " + (dir_ / "run").string() +
                        " -p ab -n 40 --seed 1 --tokenizer byte --no-stop");

@@ -1,7 +1,7 @@
 // attnlab::generate with a BOS tokenizer (the tiny SentencePiece-style tokenizer.json of the
 // tokenizer tests) on a checkpoint trained in the test: stop tokens from generation_config.json
-// and --stop, special tokens in the prompt (--special), and convert carrying
-// generation_config.json.
+// and --stop, its sampling defaults (do_sample, temperature, top_k, top_p), special tokens in the
+// prompt (--special), and convert carrying generation_config.json.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -146,8 +146,51 @@ TEST_F(GenerateStopTest, RunDirectoryGenerationConfig) {
   const fs::path run = dir_->file("run_copy");
   fs::copy(dir_->file("run"), run, fs::copy_options::recursive);
   EXPECT_TRUE(inspect_model_source(run.string()).stop_ids.empty());
+  EXPECT_EQ(inspect_model_source(run.string()).generation_config, "");
   std::ofstream(run / "generation_config.json") << R"({"eos_token_id": 9})";
   EXPECT_EQ(inspect_model_source(run.string()).stop_ids, (std::vector<int32_t>{9}));
+  EXPECT_EQ(inspect_model_source(run.string()).generation_config,
+            (run / "generation_config.json").string());
+}
+
+// The samples follow generation_config.json's sampling as the same values given on the command
+// line would, and the command line's values replace the file's.
+TEST_F(GenerateStopTest, SamplingDefaultsOfGenerationConfig) {
+  const auto ids = [&](const std::string& checkpoint, const SamplingChoice& c) {
+    GenerateOptions o = options("hello", 24);
+    o.checkpoint = checkpoint;
+    o.stop = false;
+    o.sampling = c;
+    return generate(o, nullptr).new_ids;
+  };
+  const std::vector<int32_t> plain = ids(ckpt_, {});  // temperature 1, no cuts
+  SamplingChoice greedy, llama, attnlab_defaults;
+  greedy.temperature = 0.f;
+  llama.temperature = 0.6f;
+  llama.top_k = 50;
+  llama.top_p = 0.9f;
+  attnlab_defaults.temperature = 1.f;
+  attnlab_defaults.top_k = 0;
+  attnlab_defaults.top_p = 1.f;
+  const std::vector<int32_t> argmax = ids(ckpt_, greedy), cut = ids(ckpt_, llama);
+  ASSERT_NE(argmax, plain);
+  ASSERT_NE(cut, plain);
+
+  const std::string no_sampling = with_generation_config("gc_false", R"({"do_sample": false})");
+  EXPECT_EQ(ids(no_sampling, {}), argmax);
+  GenerateOptions o = options("hello", 2);
+  o.checkpoint = no_sampling;
+  EXPECT_EQ(generate(o, nullptr).notes.front().rfind("greedy decoding (do_sample false in '", 0),
+            0u);
+  const std::string sampled =
+      with_generation_config("gc_true", R"({"do_sample": true, "temperature": 0.6, "top_p": 0.9})");
+  EXPECT_EQ(ids(sampled, {}), cut);
+  EXPECT_EQ(ids(sampled, attnlab_defaults), plain);
+  EXPECT_EQ(ids(with_generation_config("gc_none", R"({"temperature": 0.6})"), {}), plain);
+
+  o.checkpoint = with_generation_config("gc_bad", R"({"do_sample": true, "top_p": 1.5})");
+  test::expect_error([&] { generate(o, nullptr); },
+                     {"generation_config.json': top_p must be a number in (0, 1]"});
 }
 
 // --special: "<s>" in the prompt is the BOS (one, not two); without it the characters are text.
