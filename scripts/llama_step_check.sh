@@ -4,8 +4,9 @@
 # llama3.2-1b-dense.yaml (T 2048), each LLaMA shape beside the PyTorch peer of the same shape
 # (scripts/bench/torch_train_peer.py, eager and torch.compile, at the micro-batch bench_train
 # took), then a table of tok/s and ratios.
-#   scripts/llama_step_check.sh [build_dir]     (GPU host; PEER_MODES, STEPS, SKIP_1B=1, LONG=1,
-#   LONG_PEER=0 (no PyTorch peer at the long context), BENCH_TIMEOUT / PEER_TIMEOUT (s))
+#   scripts/llama_step_check.sh [build_dir]     (GPU host; PEER_MODES, STEPS, SKIP_SMALL=1 (no
+#   124M shapes), SKIP_1B=1, LONG=1, LONG_PEER=0 (no PyTorch peer at the long context), BIG=1
+#   (Mistral 7B's shape: needs an H200's memory), BIG_T, BENCH_TIMEOUT / PEER_TIMEOUT (s))
 # Logs go to $OUT (the device tool's folder) or /tmp/attnlab_device.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -43,12 +44,16 @@ run_shape() {
     t=$(val "torch_peer mode=$m" tok_s "$peer")
     [ -n "$t" ] && row "$(printf '%-14s %4s %12s %9s   attnlab / this: %s' "  torch $m" "$mb" "$t" \
       "$(val "torch_peer mode=$m" mem_gib "$peer")" "$(ratio "$ours" "$t")")"
+    grep -q "^RESULT torch_peer mode=$m .*oom=1" "$peer" &&
+      row "$(printf '%-14s %4s %12s' "  torch $m" "$mb" "out of memory")"
   done
 }
 
 nvidia-smi --query-gpu=name --format=csv,noheader
-run_shape gpt2-124m gpt2-124m-dense.yaml 64,32 1024
-run_shape llama-124m llama-124m-dense.yaml 64,32 1024 --model llama
+if [ "${SKIP_SMALL:-0}" != 1 ]; then
+  run_shape gpt2-124m gpt2-124m-dense.yaml 64,32 1024
+  run_shape llama-124m llama-124m-dense.yaml 64,32 1024 --model llama
+fi
 [ "${SKIP_1B:-0}" = 1 ] || run_shape llama3.2-1b llama3.2-1b-dense.yaml 16,8,4 2048 --model llama \
   --layers 16 --embd 2048 --heads 32 --kv-heads 8 --ffn 8192 --vocab 128256 --rope-theta 500000
 # Long context (LONG=1): the 1B shape at T = LONG_T (16384) and B 1, dense beside Focus (soft gate,
@@ -70,6 +75,30 @@ if [ "${LONG:-0}" = 1 ]; then
     row "$(printf '%-14s %4s %12s %9s   / dense: %s' "  $v" 1 "${t:-n/a}" \
       "$(val bench_train mem_gib "$log")" "$(ratio "$t" "$dense_long")")"
   done
+fi
+
+# 7B on one GPU (BIG=1; an H200's 139 GiB, random weights): Mistral 7B's shape fully fine-tuned
+# at 4096 beside the PyTorch peer, and at each BIG_T the Focus retrofit (centroids train, the base
+# frozen) beside a LoRA (r 16 on the q/k/v projection, dense attention) of the same base.
+if [ "${BIG:-0}" = 1 ]; then
+  run_shape mistral-7b-ft finetune-mistral-7b.yaml 1 4096 --model llama --layers 32 --embd 4096 \
+    --heads 32 --kv-heads 8 --ffn 14336 --vocab 32768 --untied --rope-theta 1e6
+  for BT in ${BIG_T:-16384 32768}; do
+    lora_t=""
+    for v in lora focus; do
+      sets=()
+      [ $v = lora ] && sets=(--set attention.type=dense --set "retrofit.train_roles=[adapter]"
+        --set retrofit.lora.rank=16)
+      log="$LOGS/step_7b-${BT}-$v.log"
+      timeout "${BENCH_TIMEOUT:-300}" "$BUILD/bench_train" --recipe "$ROOT/recipes/retrofit-focus-mistral-7b.yaml" \
+        --batch 1 --seq "$BT" --steps "$STEPS" --warmup 3 "${sets[@]}" >"$log" 2>&1
+      t=$(val bench_train tok_s "$log")
+      [ $v = lora ] && lora_t=$t
+      row "$(printf '%-14s %4s %12s %9s   / lora: %s' "7b-$BT-$v" 1 "${t:-n/a}" \
+        "$(val bench_train mem_gib "$log")" "$(ratio "$t" "$lora_t")")"
+    done
+  done
+  grep -H "^RESULT\|^ *mfu\|MFU" "$LOGS"/step_mistral-7b-ft.log "$LOGS"/step_7b-*.log
 fi
 
 echo "==== LLaMA step (tok/s; attnlab memory in use, torch peak) ===="

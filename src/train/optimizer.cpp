@@ -103,6 +103,18 @@ std::vector<AdamW::SpanCopy> AdamW::shard_copies() const {
   return c;
 }
 
+std::vector<AdamW::SpanCopy> AdamW::shard_of(const std::vector<SpanCopy>& spans) const {
+  std::vector<SpanCopy> out;
+  const std::vector<SpanCopy> shard = shard_copies();
+  for (const SpanCopy& s : spans) {
+    for (const SpanCopy& c : shard) {  // c.src: flat offset, c.dst: this rank's
+      const int64_t lo = std::max(s.dst, c.src), hi = std::min(s.dst + s.numel, c.src + c.numel);
+      if (lo < hi) out.push_back(SpanCopy{s.src + (lo - s.dst), c.dst + (lo - c.src), hi - lo});
+    }
+  }
+  return out;
+}
+
 StepStats AdamW::step(float lr, int step) {
   ATTN_REQUIRE(step >= 1, "AdamW::step: step counts from 1, got %d", step);
   StepStats stats;
@@ -172,20 +184,34 @@ std::vector<std::pair<std::string, Tensor>> AdamW::gathered_state(
     std::vector<Buffer>& storage) const {
   auto state = state_tensors();
   if (!zero1_) return state;
+  // Bucket by bucket through one device buffer of the largest bucket into host memory on rank 0,
+  // the writer (the whole state on every device would add 12 bytes per parameter to each: 87 GB
+  // at 7B).
+  const bool root = zero1_->rank() == 0;
   const Shape whole{store_.trainable_buffer_numel()};
+  int64_t largest = 0;
+  for (const ZeroShardMap::Bucket& bk : map_.buckets()) largest = std::max(largest, bk.numel);
+  const Buffer staging(store_.device(), size_t(largest) * sizeof(float));
   for (auto& [name, t] : state) {
-    storage.emplace_back(store_.device(), size_t(whole.numel()) * sizeof(float));
-    const Tensor full = storage.back().as(DType::f32, whole);
+    Tensor full;
+    if (root) {
+      storage.emplace_back(Device::cpu, size_t(whole.numel()) * sizeof(float));
+      storage.back().zero();  // the padding between buckets
+      full = storage.back().as(DType::f32, whole);
+    }
     for (size_t k = 0; k < map_.pieces().size(); ++k) {
       const ZeroShardMap::Piece& p = map_.pieces()[k];
       const ZeroShardMap::Bucket& bk = map_.buckets()[k];
-      zero1_->all_gather(t.slice0(p.local, p.local + p.numel),
-                         full.slice0(bk.offset, bk.offset + bk.numel));
+      const Tensor bucket = staging.as(DType::f32, Shape{bk.numel});
+      zero1_->all_gather(t.slice0(p.local, p.local + p.numel), bucket);
+      zero1_->wait();
+      // (synchronous: the next bucket's gather reuses the staging buffer)
+      if (root) copy_state(full.slice0(bk.offset, bk.offset + bk.numel), bucket);
     }
     t = full;
   }
-  zero1_->wait();
   ctx_.synchronize();
+  if (!root) state.clear();
   return state;
 }
 
@@ -231,7 +257,7 @@ void AdamW::copy_spans(const Tensor& dst, const Tensor& src,
 
 void AdamW::load_each(const std::vector<std::pair<std::string, Tensor>>& state,
                       const std::string& source, int64_t expected_numel,
-                      const std::function<void(const Tensor&, const Tensor&)>& copy) {
+                      const std::vector<SpanCopy>& spans) {
   const std::string where = source.empty() ? "optimizer state" : "optimizer state in " + source;
   const auto mine = state_tensors();
   std::string valid;
@@ -278,13 +304,10 @@ void AdamW::load_each(const std::vector<std::pair<std::string, Tensor>>& state,
                  "%s: '%s' must be f32 with %lld elements (the trainable parameters), got %s",
                  where.c_str(), name.c_str(), (long long)expected_numel, src->str().c_str());
     if (!zero1_) {
-      copy(dst, *src);
-    } else {  // the whole state into a zeroed staging buffer, then this rank's shard of it
-      Buffer staging(store_.device(), size_t(store_.trainable_buffer_numel()) * sizeof(float));
-      staging.zero();
-      const Tensor full = staging.as(DType::f32, Shape{store_.trainable_buffer_numel()});
-      copy(full, *src);
-      copy_spans(dst, full, shard_copies());
+      copy_spans(dst, *src, spans);
+    } else {  // this rank's shard of the spans, straight from the source; zeros elsewhere
+      zero_tensor(dst);
+      copy_spans(dst, *src, shard_of(spans));
     }
     have_master |= name == "adamw.master";
   }
@@ -298,14 +321,14 @@ void AdamW::load_each(const std::vector<std::pair<std::string, Tensor>>& state,
                    "%s: 'adamw.master' must be f32 with %lld elements (the trainable parameters), "
                    "got %s",
                    where.c_str(), (long long)expected_numel, src.str().c_str());
-      if (store_.trainable_buffer_numel() > 0) copy(store_.trainable_params(), src);
+      if (store_.trainable_buffer_numel() > 0) copy_spans(store_.trainable_params(), src, spans);
     }
   }
 }
 
 void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& state) {
-  load_each(state, "", store_.trainable_buffer_numel(),
-            [&](const Tensor& dst, const Tensor& src) { copy_state(dst, src); });
+  const int64_t n = store_.trainable_buffer_numel();
+  load_each(state, "", n, {SpanCopy{0, 0, n}});
 }
 
 void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& state,
@@ -318,8 +341,7 @@ void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& state,
   // The same offsets on both sides (checked): copy the tensors, not the padding.
   std::vector<SpanCopy> spans;
   for (const ops::FlatSpan& s : spans_) spans.push_back(SpanCopy{s.offset, s.offset, s.numel});
-  load_each(state, source, saved.numel,
-            [&](const Tensor& dst, const Tensor& src) { copy_spans(dst, src, spans); });
+  load_each(state, source, saved.numel, spans);
 }
 
 void AdamW::load_packed_state(const std::vector<std::pair<std::string, Tensor>>& state,
@@ -332,8 +354,7 @@ void AdamW::load_packed_state(const std::vector<std::pair<std::string, Tensor>>&
     if (n > 0) spans.push_back(SpanCopy{packed, e.offset, n});
     packed += n;
   }
-  load_each(state, source, store_.num_trainable(),
-            [&](const Tensor& dst, const Tensor& src) { copy_spans(dst, src, spans); });
+  load_each(state, source, store_.num_trainable(), spans);
 }
 
 void AdamW::set_master(const std::vector<float>& trainable) {

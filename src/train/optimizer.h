@@ -17,7 +17,6 @@
 // takes the whole state and keeps this rank's slices, so files do not depend on the bucket size
 // and a run resumes on any number of ranks.
 #pragma once
-#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,7 +68,8 @@ class AdamW {
   // laid out as state_layout() says. Under ZeRO-1: this rank's shards, [shard numel] each.
   std::vector<std::pair<std::string, Tensor>> state_tensors() const;
   // The whole state as state_tensors() describes it without ZeRO-1: views of the optimizer's
-  // memory, or under ZeRO-1 all-gathered into `storage` (every rank must call it).
+  // memory, or under ZeRO-1 all-gathered, bucket by bucket, into host memory in `storage` on
+  // rank 0 (every rank must call it; the other ranks get an empty list).
   std::vector<std::pair<std::string, Tensor>> gathered_state(std::vector<Buffer>& storage) const;
   ParamLayout state_layout() const { return store_.trainable_layout(); }
   // Copies the whole state from tensors on any device (checked by name and dtype); under ZeRO-1
@@ -101,10 +101,11 @@ class AdamW {
   };
   void copy_state(const Tensor& dst, const Tensor& src) const;
   void copy_spans(const Tensor& dst, const Tensor& src, const std::vector<SpanCopy>& spans) const;
-  // The checks common to the load_state variants; calls copy(dst, src) per tensor present.
+  // The checks common to the load_state variants, then per tensor present the copy of `spans`
+  // (source elements -> the whole trainable range; under ZeRO-1 this rank's shard of them).
   void load_each(const std::vector<std::pair<std::string, Tensor>>& state,
                  const std::string& source, int64_t expected_numel,
-                 const std::function<void(const Tensor&, const Tensor&)>& copy);
+                 const std::vector<SpanCopy>& spans);
 
   const ExecContext& ctx_;
   ParameterStore& store_;
@@ -119,6 +120,8 @@ class AdamW {
   std::vector<ops::FlatSpan> spans_;  // the trainable tensors, padding excluded
   // Flat range -> this rank's state (copies of its pieces).
   std::vector<SpanCopy> shard_copies() const;
+  // Copies into the flat range (`spans`) composed with shard_copies(): source -> this rank's state.
+  std::vector<SpanCopy> shard_of(const std::vector<SpanCopy>& spans) const;
   Buffer m_, v_, master_;
 };
 
