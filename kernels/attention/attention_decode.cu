@@ -1,6 +1,6 @@
 // Attention against a KV cache (contract in attention_decode.cuh).
 //
-// attention_decode: one block of 4 warps per (split, head, b * Tq + i). Warp w walks the keys
+// attention_decode: one block of 4 warps per (b * Tq + i, head, split). Warp w walks the keys
 // w, w + 4, ... of the block's chunk that the row sees (AttentionMask); each lane holds the head
 // dims lane, lane + 32, ... (D <= 128), so a key's dot product is one warp reduction. Online
 // softmax in the log2 domain per warp, then the 4 warps merge in shared memory. One split writes o;
@@ -44,8 +44,8 @@ __global__ void kv_cache_write_kernel(KVCacheWriteParams<T> p) {
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32)
     decode_kernel(AttentionDecodeParams<T> p, int key_begin, int chunk, float* partial) {
-  const int split = blockIdx.x, h = blockIdx.y;
-  const int b = blockIdx.z / p.Tq, i = blockIdx.z % p.Tq;
+  const int split = blockIdx.z, h = blockIdx.y;  // query rows on x: B * Tq up to 2^31 - 1
+  const int b = int(blockIdx.x / unsigned(p.Tq)), i = int(blockIdx.x % unsigned(p.Tq));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = h / (p.n_head / p.n_kv_head);
   const int t = p.pos + i;  // the query's position
@@ -101,7 +101,7 @@ void launch_kv_cache_write(const KVCacheWriteParams<T>& p, Stream s) {
 template <typename T>
 void launch_attention_decode(const AttentionDecodeParams<T>& p_in, Stream s) {
   ATTN_ASSERT(p_in.D >= 1 && p_in.D <= 32 * kMaxDimsPerLane && p_in.n_head % p_in.n_kv_head == 0);
-  ATTN_ASSERT(int64_t(p_in.B) * p_in.Tq <= 65535 && p_in.pos + p_in.Tq <= p_in.max_T);
+  ATTN_ASSERT(int64_t(p_in.B) * p_in.Tq < (int64_t(1) << 31) && p_in.pos + p_in.Tq <= p_in.max_T);
   ATTN_ASSERT(p_in.mask.causal && p_in.mask.window >= 0);
   if (p_in.B == 0 || p_in.Tq == 0) return;
   AttentionDecodeParams<T> p = p_in;
@@ -115,7 +115,7 @@ void launch_attention_decode(const AttentionDecodeParams<T>& p_in, Stream s) {
   const int chunk = div_up(keys, p.n_splits);
   p.n_splits = div_up(keys, chunk);  // no empty trailing split
   const cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
-  const dim3 grid(p.n_splits, p.n_head, p.B * p.Tq);
+  const dim3 grid(unsigned(int64_t(p.B) * p.Tq), p.n_head, p.n_splits);
   if (p.n_splits == 1) {
     decode_kernel<T><<<grid, kWarps * 32, 0, st>>>(p, key_begin, chunk, nullptr);
     CUDA_CHECK_LAUNCH();

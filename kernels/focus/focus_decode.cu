@@ -77,8 +77,8 @@ __global__ void index_append_kernel(FocusGroupIndexParams p) {
 template <typename T>
 __global__ void __launch_bounds__(kWarps * 32)
     decode_kernel(FocusGroupDecodeParams<T> p, float* partial) {
-  const int split = blockIdx.x, h = blockIdx.y;
-  const int b = blockIdx.z / p.Tq, t = blockIdx.z % p.Tq;
+  const int split = blockIdx.z, h = blockIdx.y;  // query rows on x: B * Tq up to 2^31 - 1
+  const int b = int(blockIdx.x / unsigned(p.Tq)), t = int(blockIdx.x % unsigned(p.Tq));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int kvh = h / (p.n_head / p.n_kv_head);
   const int i = p.pos + t, near = i - p.local_window;  // distant keys: j < near
@@ -172,14 +172,14 @@ template <typename T>
 void launch_focus_group_decode(const FocusGroupDecodeParams<T>& p_in, Stream s) {
   ATTN_ASSERT(p_in.D >= 1 && p_in.D <= 32 * kMaxDimsPerLane && p_in.n_head % p_in.n_kv_head == 0);
   ATTN_ASSERT(p_in.top_k >= 1 && p_in.top_k <= kMaxTopK && p_in.local_window >= 0);
-  ATTN_ASSERT(int64_t(p_in.B) * p_in.Tq <= 65535 && p_in.pos + p_in.Tq <= p_in.max_T);
+  ATTN_ASSERT(int64_t(p_in.B) * p_in.Tq < (int64_t(1) << 31) && p_in.pos + p_in.Tq <= p_in.max_T);
   if (p_in.B == 0 || p_in.Tq == 0) return;
   FocusGroupDecodeParams<T> p = p_in;
   const int64_t rows = int64_t(p.B) * p.Tq * p.n_head;
   if (p.n_splits <= 0)
     p.n_splits = focus_group_decode_splits(rows, p.pos + p.Tq, p.local_window, p.K, p.top_k);
   const cudaStream_t st = reinterpret_cast<cudaStream_t>(s);
-  const dim3 grid(p.n_splits, p.n_head, p.B * p.Tq);
+  const dim3 grid(unsigned(int64_t(p.B) * p.Tq), p.n_head, p.n_splits);
   if (p.n_splits == 1) {
     decode_kernel<T><<<grid, kWarps * 32, 0, st>>>(p, nullptr);
     CUDA_CHECK_LAUNCH();

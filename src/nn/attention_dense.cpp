@@ -19,7 +19,11 @@ void DenseAttention::forward(const ExecContext& ctx, const AttentionInputs& in, 
     ATTN_REQUIRE(in.cache != nullptr, "dense attention: generate mode needs a decode cache");
     auto& cache = dynamic_cast<DenseKVCache&>(*in.cache);
     ops::kv_cache_write(ctx, cache.k, cache.v, in.qkv, in.pos, in.layout);
-    ops::attention_decode(ctx, out, in.qkv, cache.k, cache.v, in.pos, in.layout, 0, window_);
+    if (in.pos == 0 && in.qkv.dim(1) > 1)  // a prefill: the forward's kernel (tensor cores on CUDA)
+      ops::attention_fwd(ctx, out, cache.lse(in.qkv.dim(0), in.qkv.dim(1)), in.qkv, in.layout,
+                         window_);
+    else  // the new rows against every cached position
+      ops::attention_decode(ctx, out, in.qkv, cache.k, cache.v, in.pos, in.layout, 0, window_);
     return;
   }
   // A micro-batch may be shorter than the allocated [B, T] (eval, the last batch): the saved
@@ -53,6 +57,12 @@ DenseKVCache::DenseKVCache(const ExecContext& ctx, int B, int max_T, const QKVLa
   buf_ = Buffer(ctx.device, 2 * per);
   k = buf_.as(dtype, s, 0);
   v = buf_.as(dtype, s, per);
+  n_head_ = layout.n_head;
+  lse_buf_ = Buffer(ctx.device, size_t(B) * n_head_ * max_T * sizeof(float));
+}
+
+Tensor DenseKVCache::lse(int64_t B, int64_t T) const {
+  return lse_buf_.as(DType::f32, Shape{B, n_head_, T});
 }
 
 }  // namespace attnlab

@@ -1,6 +1,7 @@
 // Dense causal attention (optionally sliding-window): softmax(q k^T / sqrt(D)) v per head, with
 // grouped-query attention when n_kv_head < n_head. Saves the per-row log-sum-exp [B, H, T] for the
-// backward; no T x T tensor on any device. Its decode cache holds K and V of the cached positions.
+// backward; no T x T tensor on any device. Its decode cache holds K and V of the cached positions;
+// a prefill (a chunk of several tokens at position 0) runs the training forward's kernel.
 #pragma once
 #include "nn/attention.h"
 
@@ -29,11 +30,14 @@ class DenseAttention final : public AttentionModule {
 class DenseKVCache final : public AttentionCache {
  public:
   DenseKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout, DType dtype);
-  size_t bytes() const override { return buf_.bytes(); }
+  size_t bytes() const override { return buf_.bytes() + lse_buf_.bytes(); }
   Tensor k, v;
+  // The statistics a prefill's forward writes (unused after): f32 [B, n_head, T] for T <= max_T.
+  Tensor lse(int64_t B, int64_t T) const;
 
  private:
-  Buffer buf_;
+  Buffer buf_, lse_buf_;
+  int n_head_ = 0;
 };
 
 }  // namespace attnlab

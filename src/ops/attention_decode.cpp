@@ -37,8 +37,6 @@ CacheDims check_cache(const char* op, const ExecContext& ctx, DType* dt, const T
   ATTN_REQUIRE(pos >= 0 && pos + qkv.dim(1) <= max_T,
                "%s: %lld new tokens at position %d do not fit a cache of %lld positions", op,
                static_cast<long long>(qkv.dim(1)), pos, static_cast<long long>(max_T));
-  ATTN_REQUIRE(qkv.dim(0) * qkv.dim(1) <= 65535, "%s: B * T = %lld exceeds 65535", op,
-               static_cast<long long>(qkv.dim(0) * qkv.dim(1)));
   return {qkv.dim(0), qkv.dim(1), max_T};
 }
 }  // namespace

@@ -1,7 +1,8 @@
 // CUDA attention against a KV cache vs the CPU reference (skipped without a GPU): the cache append
 // is an exact copy; the decode output matches the reference on the same (rounded) inputs for
 // automatic and forced split-K counts, with GQA (groups of 2 and 4) and sliding windows (shorter
-// than a split-K chunk and longer); and the whole GPT decodes the logits of its own forward.
+// than a split-K chunk and longer), and with more than 65535 query rows; and the whole GPT decodes
+// the logits of its own forward.
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -94,6 +95,14 @@ TEST(AttentionDecodeCuda, F32MatchesReference) {
 TEST(AttentionDecodeCuda, Bf16MatchesReference) {
   CUDA_TEST_PREAMBLE();
   check_all_shapes<bf16>();
+}
+
+// More query rows than a grid's y or z dimension holds (B * Tq = 66000 > 65535: a long prefill
+// chunk; until 2026-12-07 refused): the rows are on grid x, and each still attends its own keys
+// (a window of 16 keeps the reference cheap).
+TEST(AttentionDecodeCuda, MoreThan65535QueryRows) {
+  CUDA_TEST_PREAMBLE();
+  for (int splits : {0, 3}) check_decode<float>(2, 2, 32, 0, 33000, splits, 1, 16);
 }
 
 // The GPT on CUDA: prefill + decode steps give the logits of forward() on the same prefix.
