@@ -121,6 +121,7 @@ void launch_attention_decode(const AttentionDecodeParams<T>& p_in, Stream s) {
     CUDA_CHECK_LAUNCH();
     return;
   }
+  ATTN_ASSERT(rows < (int64_t(1) << 31));  // the combine kernel's grid
   StreamScratch scratch(size_t(rows) * p.n_splits * (p.D + 2) * sizeof(float), s);
   decode_kernel<T><<<grid, kWarps * 32, 0, st>>>(p, key_begin, chunk, scratch.as<float>());
   CUDA_CHECK_LAUNCH();

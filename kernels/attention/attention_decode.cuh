@@ -68,7 +68,8 @@ inline int decode_max_splits(int64_t rows) {
 
 // Chunks for a call with `rows` = B * Tq * n_head query rows whose longest row sees `keys`
 // positions: enough blocks to fill a GPU when there are few rows (decoding), 1 when there are
-// many (prefill), which also keeps the scratch small.
+// many (a chunk at position > 0, or a prefill the forward's kernels do not take:
+// prefill_on_forward, src/nn/attention.h), which also keeps the scratch small.
 inline int attention_decode_splits(int64_t rows, int keys) {
   if (rows >= 256) return 1;
   const int s = (keys + kDecodeKeysPerSplit - 1) / kDecodeKeysPerSplit;

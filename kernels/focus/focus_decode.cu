@@ -185,6 +185,7 @@ void launch_focus_group_decode(const FocusGroupDecodeParams<T>& p_in, Stream s) 
     CUDA_CHECK_LAUNCH();
     return;
   }
+  ATTN_ASSERT(rows < (int64_t(1) << 31));  // the combine kernel's grid
   StreamScratch scratch(size_t(rows) * p.n_splits * (p.D + 2) * sizeof(float), s);
   decode_kernel<T><<<grid, kWarps * 32, 0, st>>>(p, scratch.as<float>());
   CUDA_CHECK_LAUNCH();

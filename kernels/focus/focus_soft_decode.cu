@@ -8,7 +8,8 @@
 // first), the gate (additive: + log2(a + eps); multiplicative: x sigmoid(lambda a + b); hard:
 // -inf unless the tokens share a group), then the online softmax of the gated logits in the
 // log2 domain. The splits merge in split order (deterministic). Grid: (B x Tq rows, heads,
-// splits), so no limit on the rows below 2^31 (soft routing prefills through here too). It
+// splits), so no limit on the rows below 2^31 (soft routing prefills through here where the
+// forward's kernels are not tensor-core ones: prefill_on_forward, src/nn/attention.h). It
 // replaces the one-thread-per-row
 // kernel of focus_attention.cu for decoding, whose B x n_head x Tq threads walked the whole cache
 // each (12 threads for one token of 12 heads).

@@ -53,6 +53,14 @@ class AttentionCache {
   virtual std::string decode_mode() const { return ""; }
 };
 
+// Whether a prefill (a chunk of several tokens at position 0) runs the forward's attention kernels
+// rather than decoding its rows against the cache: on the CPU, and on CUDA where the forward's are
+// the tensor-core kernels (bf16, head dim 64 or 128). CUDA fp32 and other head dims decode (the
+// split-K rows beat the forward's one-row-per-warp fallback, and bf16 forwards refuse other D).
+inline bool prefill_on_forward(Device device, DType dtype, int head_dim) {
+  return device == Device::cpu || (dtype == DType::bf16 && (head_dim == 64 || head_dim == 128));
+}
+
 struct AttentionInputs {
   Tensor h;    // [B, T, C]
   Tensor qkv;  // [B, T, layout.width()]

@@ -19,7 +19,8 @@ void DenseAttention::forward(const ExecContext& ctx, const AttentionInputs& in, 
     ATTN_REQUIRE(in.cache != nullptr, "dense attention: generate mode needs a decode cache");
     auto& cache = dynamic_cast<DenseKVCache&>(*in.cache);
     ops::kv_cache_write(ctx, cache.k, cache.v, in.qkv, in.pos, in.layout);
-    if (in.pos == 0 && in.qkv.dim(1) > 1)  // a prefill: the forward's kernel (tensor cores on CUDA)
+    if (in.pos == 0 && in.qkv.dim(1) > 1 &&
+        prefill_on_forward(ctx.device, in.qkv.dtype, in.layout.head_dim))  // tensor cores on CUDA
       ops::attention_fwd(ctx, out, cache.lse(in.qkv.dim(0), in.qkv.dim(1)), in.qkv, in.layout,
                          window_);
     else  // the new rows against every cached position

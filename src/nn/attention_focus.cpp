@@ -185,13 +185,17 @@ void FocusAttention::forward(const ExecContext& ctx, const AttentionInputs& in, 
     // The group index follows the cached groups whatever the routing (a switch of eval routing
     // mid-generation finds it current); it costs O(T K / 32) per chunk.
     ops::focus_group_index_append(ctx, cache.index, cache.counts, cache.groups, in.pos, int(T));
-    const bool hard = hard_in(in.mode), prefill = in.pos == 0 && T > 1;
-    // A prefill runs the forward's kernels (tensor cores on CUDA), decode steps the cache's.
+    const bool hard = hard_in(in.mode), at_0 = in.pos == 0 && T > 1;
+    // A prefill runs the forward's kernels where they are the tensor-core ones (prefill_on_forward;
+    // the hard-routed forward in any precision, as the eval forward); decode steps the cache's.
+    const bool prefill = at_0 && (prefill_on_forward(ctx.device, in.qkv.dtype,
+                                                     in.layout.head_dim) &&
+                                  (hard || K <= 64));  // (the tiled soft kernel's groups)
     if (hard && attends_every_pair(max_T) && prefill)
       ops::attention_fwd(ctx, out, v.lse, in.qkv, in.layout, 0);
     else if (hard && attends_every_pair(max_T))
       ops::attention_decode(ctx, out, in.qkv, cache.k, cache.v, in.pos, in.layout, 0, 0);
-    else if (prefill)
+    else if (prefill || (hard && at_0))
       ops::focus_attention_fwd(ctx, out, v.lse, in.qkv, in.layout, v.g, v.groups, gate(hard));
     else if (hard)  // window + the cached tokens of the query's groups, O(w + group) per row
       ops::focus_group_decode(ctx, out, in.qkv, cache.k, cache.v, cache.groups, cache.index,

@@ -262,29 +262,37 @@ void AdamW::load_each(const std::vector<std::pair<std::string, Tensor>>& state,
   const auto mine = state_tensors();
   std::string valid;
   for (const auto& [name, t] : mine) valid += (valid.empty() ? "" : ", ") + name;
+  const std::vector<SpanCopy> shard = zero1_ ? shard_of(spans) : std::vector<SpanCopy>{};
   for (const auto& [name, src] : state) {
     bool known = false;
     for (const auto& [n, t] : mine) known |= n == name;
     // A NaN or infinity in the moments or the master would make the first resumed step's weights
     // NaN, then fail as a divergence ("the last checkpoint is intact"): refused here, named.
     if (src.device == Device::cpu && src.dtype == DType::f32) {
-      const int64_t bad = io::first_non_finite(static_cast<const std::byte*>(src.data),
-                                               io::StDType::F32, src.numel());
-      ATTN_REQUIRE(bad < 0,
-                   "%s: '%s' holds %s at element %lld: the checkpoint is corrupt (resume from an "
-                   "earlier one)",
-                   where.c_str(), name.c_str(),
-                   bad >= 0 && std::isnan(src.ptr<float>()[bad]) ? "NaN" : "an infinity",
-                   (long long)bad);
-      // The second moment is a mean of squares: a negative one (the moments' names swapped)
-      // gave NaN weights after a few steps, reported as a divergence.
-      if (name == "adamw.v") {
-        const float* v = src.ptr<float>();
-        const int64_t neg = std::find_if(v, v + src.numel(), [](float x) { return x < 0.f; }) - v;
-        ATTN_REQUIRE(neg == src.numel(),
-                     "%s: 'adamw.v' (the second moment, a mean of squares) holds %g < 0 at "
-                     "element %lld: the checkpoint is corrupt",
-                     where.c_str(), neg < src.numel() ? double(v[neg]) : 0.0, (long long)neg);
+      // The elements this rank reads: under ZeRO-1 its shard's (each rank checks its own; not the
+      // whole file on every rank), else all (an f32 store reads the whole master).
+      std::vector<SpanCopy> read = {SpanCopy{0, 0, src.numel()}};
+      if (zero1_ && !(name == "adamw.master" && store_.dtype() == DType::f32)) read = shard;
+      const float* x = src.ptr<float>();
+      for (const SpanCopy& r : read) {
+        const int64_t lo = std::min(r.src, src.numel()), n = std::min(r.numel, src.numel() - lo);
+        int64_t bad =
+            io::first_non_finite(reinterpret_cast<const std::byte*>(x + lo), io::StDType::F32, n);
+        if (bad >= 0) bad += lo;
+        ATTN_REQUIRE(bad < 0,
+                     "%s: '%s' holds %s at element %lld: the checkpoint is corrupt (resume from "
+                     "an earlier one)",
+                     where.c_str(), name.c_str(),
+                     bad >= 0 && std::isnan(x[bad]) ? "NaN" : "an infinity", (long long)bad);
+        // The second moment is a mean of squares: a negative one (the moments' names swapped)
+        // gave NaN weights after a few steps, reported as a divergence.
+        if (name == "adamw.v") {
+          const int64_t neg = std::find_if(x + lo, x + lo + n, [](float y) { return y < 0.f; }) - x;
+          ATTN_REQUIRE(neg == lo + n,
+                       "%s: 'adamw.v' (the second moment, a mean of squares) holds %g < 0 at "
+                       "element %lld: the checkpoint is corrupt",
+                       where.c_str(), neg < lo + n ? double(x[neg]) : 0.0, (long long)neg);
+        }
       }
     }
     if (name == "adamw.master" && store_.dtype() == DType::f32) continue;  // a bf16 run's: below
@@ -307,7 +315,7 @@ void AdamW::load_each(const std::vector<std::pair<std::string, Tensor>>& state,
       copy_spans(dst, *src, spans);
     } else {  // this rank's shard of the spans, straight from the source; zeros elsewhere
       zero_tensor(dst);
-      copy_spans(dst, *src, shard_of(spans));
+      copy_spans(dst, *src, shard);
     }
     have_master |= name == "adamw.master";
   }

@@ -64,6 +64,10 @@ TEST(GenerationConfig, DoSampleTakesTheFileOverTransformersDefaults) {
   expect_options(resolve(dir, R"({"do_sample": true})").o, 1.f, 50, 1.f);
   expect_options(resolve(dir, R"({"do_sample": true, "top_k": 0, "temperature": 0})").o, 0.f, 0,
                  1.f);
+  // top_k null is transformers' None: no cut, and no note of its default.
+  const Resolved none = resolve(dir, R"({"do_sample": true, "top_k": null})");
+  expect_options(none.o, 1.f, 0, 1.f);
+  EXPECT_EQ(none.notes.find("transformers' default"), std::string::npos) << none.notes;
 }
 
 TEST(GenerationConfig, TheCommandLineReplacesEachValue) {
@@ -106,12 +110,19 @@ TEST(GenerationConfig, DoSampleFalseIsGreedyAndAbsentAppliesNothing) {
 
 TEST(GenerationConfig, KeysNotAppliedAreListed) {
   test::TempDir dir("gencfg");
+  // Token ids and transformers' own defaults (num_beams 1, typical_p 1) change nothing: unlisted.
   const Resolved r = resolve(dir, R"({"do_sample": true, "repetition_penalty": 1.1,
-      "num_beams": 1, "max_length": 4096, "pad_token_id": 0, "eos_token_id": 2, "min_p": null})");
-  EXPECT_NE(r.notes.find("keys attnlab's generate does not apply: max_length = 4096, num_beams = "
-                         "1, repetition_penalty = 1.1\n"),
+      "num_beams": 1, "typical_p": 1.0, "max_length": 4096, "pad_token_id": 0, "eos_token_id": 2,
+      "min_p": null, "num_return_sequences": 3})");
+  EXPECT_NE(r.notes.find("keys attnlab's generate does not apply: max_length = 4096, "
+                         "num_return_sequences = 3, repetition_penalty = 1.1\n"),
             std::string::npos)
       << r.notes;
+  // Greedy decoding with --top-k: said to change nothing.
+  SamplingChoice c;
+  c.top_k = 5;
+  EXPECT_NE(resolve(dir, R"({"do_sample": false})", c).notes.find("change nothing under greedy"),
+            std::string::npos);
 }
 
 TEST(GenerationConfig, MalformedValuesAreRefusedNamingTheFileAndKey) {
@@ -131,8 +142,8 @@ TEST(GenerationConfig, MalformedValuesAreRefusedNamingTheFileAndKey) {
   refused("[1, 2]", "is not a JSON object");
   SamplingChoice c;
   c.top_p = 2.f;
-  test::expect_error([&] { resolve_sampling("", c); }, {"top-p must be in (0, 1], got 2"});
+  test::expect_error([&] { resolve_sampling("", c); }, {"--top-p must be in (0, 1], got 2"});
   c = {};
   c.top_k = -3;
-  test::expect_error([&] { resolve_sampling("", c); }, {"top-k must be >= 0, got -3"});
+  test::expect_error([&] { resolve_sampling("", c); }, {"--top-k must be >= 0, got -3"});
 }
