@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "core/hash.h"
 #include "core/parameters.h"
 #include "test_util.h"
 
@@ -99,6 +102,31 @@ TEST(ParameterStore, InitialisationDoesNotDependOnTheLayout) {
     const Tensor ta = a.param(e.spec.name), tb = b.param(e.spec.name);
     for (int64_t i = 0; i < ta.numel(); ++i)
       ASSERT_EQ(ta.ptr<float>()[i], tb.ptr<float>()[i]) << e.spec.name << "[" << i << "]";
+  }
+}
+
+// Each tensor is its own generator's draws (seeded by the seed and the tensor's name), whatever
+// the number of threads drawing the tensors at once (since 2026-12-07 they are drawn in
+// parallel): a run's initial weights do not change with the machine.
+TEST(ParameterStore, InitialisationIsEachNamesDrawsOnAnyThreadCount) {
+  for (int threads : {1, 2, 5}) {
+    test::ScopedOmpThreads omp(threads);
+    ParameterStore s;
+    declare_odd(s);
+    s.finalize(Device::cpu, DType::f32, {ParamRole::base});
+    s.initialize(0x123456789ULL);
+    for (const char* name : {"w", "centroids", "full"}) {
+      const uint64_t seed = 0x123456789ULL, h = fnv1a(name, std::strlen(name));
+      std::seed_seq seq{uint32_t(seed), uint32_t(seed >> 32), uint32_t(h), uint32_t(h >> 32)};
+      std::mt19937_64 rng(seq);
+      std::normal_distribution<float> dist(0.f, 0.02f);
+      const Tensor t = s.param(name);
+      for (int64_t i = 0; i < t.numel(); ++i)
+        ASSERT_EQ(t.ptr<float>()[i], dist(rng))
+            << name << "[" << i << "], " << threads << " threads";
+    }
+    const Tensor ones = s.param("b");
+    for (int64_t i = 0; i < ones.numel(); ++i) ASSERT_EQ(ones.ptr<float>()[i], 1.f);
   }
 }
 
