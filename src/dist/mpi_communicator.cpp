@@ -143,6 +143,8 @@ class MpiCommunicator final : public Communicator {
   }
   void broadcast_host(void* data, size_t bytes, int root) override {
     check_root(root);
+    ATTN_REQUIRE(bytes < (size_t(1) << 31), "mpi broadcast of %zu host bytes: at most 2^31 - 1",
+                 bytes);
     MPI_Request req;
     MPI_Ibcast(data, int(bytes), MPI_BYTE, root, comm_, &req);
     finish(req, "broadcast (host bytes)", int64_t(bytes));
