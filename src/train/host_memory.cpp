@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/error.h"
+
 namespace attnlab {
 
 namespace {
@@ -68,6 +70,16 @@ size_t cgroup_memory_headroom(const std::string& proc_self_cgroup, const std::st
     }
   }
   return best;
+}
+
+std::string host_gather_warning(size_t need, size_t available) {
+  if (available == 0 || available >= need) return "";
+  const double gib = double(size_t(1) << 30);
+  return strformat(
+      "checkpoints gather the optimizer state (%.1f GiB under distributed.zero: 1) into rank 0's "
+      "host memory, and this host has %.1f GiB available now: a checkpoint may run out of "
+      "memory (free host memory, or run rank 0 on a host with more)",
+      double(need) / gib, double(available) / gib);
 }
 
 size_t host_memory_available() {

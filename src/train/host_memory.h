@@ -12,6 +12,11 @@ namespace attnlab {
 // Bytes; 0 when /proc/meminfo cannot be read (not Linux: nothing to compare with).
 size_t host_memory_available();
 
+// The warning for a run whose checkpoints gather `need` bytes into this host's memory (ZeRO-1's
+// optimizer state on rank 0) where `available` (host_memory_available) is less; "" otherwise,
+// and where available is 0 (unknown).
+std::string host_gather_warning(size_t need, size_t available);
+
 // The least headroom (limit - usage) over the cgroups named by `proc_self_cgroup` (the text of
 // /proc/self/cgroup) and their ancestors, under `v2_root` (cgroup v2, "0::/path" lines) and
 // `v1_memory_root` (cgroup v1, the memory controller's "N:...memory...:/path" line); SIZE_MAX

@@ -31,6 +31,7 @@
 #include "model/gpt.h"
 #include "train/checkpoint.h"
 #include "train/from_recipe.h"
+#include "train/host_memory.h"
 #include "train/init_from.h"
 #include "train/interrupt.h"
 #include "train/optimizer.h"
@@ -285,6 +286,13 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
         (long long)s.train_loader->num_windows(), recipe.train.seq_len, (long long)per_step,
         recipe.train.micro_batch, accum, s.comm->world_size());
   for (const std::string& w : s.data_warnings) log.warn("%s", w.c_str());
+  // Under ZeRO-1 a checkpoint gathers the whole optimizer state into rank 0's host memory
+  // (AdamW::gathered_state): said at the start where this host has less free now.
+  if (rank0 && zero == 1 && writes_checkpoints) {
+    const size_t need = opt.state_tensors().size() * size_t(s.store.trainable_buffer_numel()) * 4;
+    const std::string w = host_gather_warning(need, host_memory_available());
+    if (!w.empty()) log.warn("%s", w.c_str());
+  }
   st.data_fingerprint = data_fp;
   st.device = device_name(s.ctx->device);
   st.precision = dtype_name(s.dtype);

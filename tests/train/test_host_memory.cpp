@@ -54,5 +54,16 @@ TEST(HostMemory, CgroupHeadroomIsTheLeastOverTheHierarchy) {
   EXPECT_GT(host_memory_available(), 0u);
 }
 
+// ZeRO-1's checkpoint gather into rank 0's host memory: warned where the host has less available.
+TEST(HostMemory, GatherWarningOnlyWhereTheHostHasLess) {
+  const size_t gib = size_t(1) << 30;
+  EXPECT_EQ(host_gather_warning(87 * gib, 0), "");  // unknown
+  EXPECT_EQ(host_gather_warning(87 * gib, 100 * gib), "");
+  EXPECT_EQ(host_gather_warning(87 * gib, 60 * gib),
+            "checkpoints gather the optimizer state (87.0 GiB under distributed.zero: 1) into "
+            "rank 0's host memory, and this host has 60.0 GiB available now: a checkpoint may run "
+            "out of memory (free host memory, or run rank 0 on a host with more)");
+}
+
 }  // namespace
 }  // namespace attnlab
