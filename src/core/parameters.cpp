@@ -1,5 +1,7 @@
 #include "core/parameters.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <exception>
 #include <nlohmann/json.hpp>
@@ -205,52 +207,53 @@ Tensor ParameterStore::grads() const { return grads_.as(dtype_, Shape{trainable_
 
 void ParameterStore::initialize(uint64_t seed) {
   ATTN_ASSERT(finalized_);
-  // Each tensor draws from its own generator seeded by (seed, declaration name), so the values do
-  // not depend on the ordering of the flat buffer, on the device or on the threads: tensors are
-  // drawn in parallel (a 7B model's 7.2e9 normal draws took minutes on one thread), each copied
-  // to the device as soon as it is drawn, one copy at a time.
   ATTN_ASSERT(dtype_ == DType::f32 || dtype_ == DType::bf16);
-  const int64_t n_entries = int64_t(entries_.size());
-  std::exception_ptr failed;  // (an exception may not leave an OpenMP region: rethrown below)
+  // Each tensor draws from its own generator seeded by (seed, declaration name), so the values do
+  // not depend on the ordering of the flat buffer, on the device or on the threads. Tensors are
+  // drawn in parallel, a thread's worth at a time (a 7B model's 7.2e9 normal draws took minutes
+  // on one thread), and copied to the device by this thread: the one whose device is current
+  // (an OpenMP thread's is device 0, whatever the rank's).
+  const size_t n = entries_.size(), batch = size_t(std::max(1, omp_get_max_threads()));
+  for (size_t k0 = 0; k0 < n; k0 += batch) {
+    const size_t k1 = std::min(n, k0 + batch);
+    std::vector<std::vector<float>> host(k1 - k0);
+    std::exception_ptr failed;  // (an exception may not leave an OpenMP region: rethrown below)
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t k = 0; k < n_entries; ++k) {
-    try {
-      init_entry(entries_[size_t(k)], seed);
-    } catch (...) {
-#pragma omp critical(attnlab_param_init_error)
-      if (!failed) failed = std::current_exception();
+    for (int64_t k = int64_t(k0); k < int64_t(k1); ++k) {
+      try {
+        host[size_t(k) - k0] = draw(entries_[size_t(k)].spec, seed);
+      } catch (...) {
+#pragma omp critical(attnlab_param_draw_error)
+        if (!failed) failed = std::current_exception();
+      }
+    }
+    if (failed) std::rethrow_exception(failed);
+    for (size_t k = k0; k < k1; ++k) {
+      const ParamSpec& spec = entries_[k].spec;
+      std::vector<float>& h = host[k - k0];
+      if (dtype_ == DType::f32) {
+        copy_tensor(param(spec.name), Tensor(h.data(), DType::f32, Device::cpu, spec.shape));
+      } else {
+        std::vector<bf16> hb(h.size());
+        for (size_t i = 0; i < h.size(); ++i) hb[i] = __float2bfloat16(h[i]);
+        copy_tensor(param(spec.name), Tensor(hb.data(), DType::bf16, Device::cpu, spec.shape));
+      }
+      std::vector<float>().swap(h);
     }
   }
-  if (failed) std::rethrow_exception(failed);
 }
 
-void ParameterStore::init_entry(const Entry& e, uint64_t seed) {
-  std::vector<float> host(size_t(e.spec.shape.numel()), 0.f);
-  if (e.spec.init == ParamInit::ones) std::fill(host.begin(), host.end(), 1.f);
-  if (e.spec.init == ParamInit::normal) {
-    const uint64_t h = fnv1a(e.spec.name.data(), e.spec.name.size());  // stable everywhere
+std::vector<float> ParameterStore::draw(const ParamSpec& spec, uint64_t seed) {
+  std::vector<float> host(size_t(spec.shape.numel()), 0.f);
+  if (spec.init == ParamInit::ones) std::fill(host.begin(), host.end(), 1.f);
+  if (spec.init == ParamInit::normal) {
+    const uint64_t h = fnv1a(spec.name.data(), spec.name.size());  // stable everywhere
     std::seed_seq seq{uint32_t(seed), uint32_t(seed >> 32), uint32_t(h), uint32_t(h >> 32)};
     std::mt19937_64 rng(seq);
-    std::normal_distribution<float> dist(0.f, e.spec.init_std);
+    std::normal_distribution<float> dist(0.f, spec.init_std);
     for (float& x : host) x = dist(rng);
   }
-  std::vector<bf16> hb;
-  if (dtype_ == DType::bf16) {
-    hb.resize(host.size());
-    for (size_t i = 0; i < host.size(); ++i) hb[i] = __float2bfloat16(host[i]);
-    std::vector<float>().swap(host);
-  }
-  const Tensor src = dtype_ == DType::f32
-                         ? Tensor(host.data(), DType::f32, Device::cpu, e.spec.shape)
-                         : Tensor(hb.data(), DType::bf16, Device::cpu, e.spec.shape);
-  std::exception_ptr failed;  // (nor may one leave a critical section)
-#pragma omp critical(attnlab_param_init_copy)
-  try {
-    copy_tensor(param(e.spec.name), src);
-  } catch (...) {
-    failed = std::current_exception();
-  }
-  if (failed) std::rethrow_exception(failed);
+  return host;
 }
 
 void ParameterStore::zero_grads() { grads_.zero(); }

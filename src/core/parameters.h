@@ -121,7 +121,7 @@ class ParameterStore {
   void zero_grads();
 
  private:
-  void init_entry(const Entry& e, uint64_t seed);  // one tensor of initialize()
+  static std::vector<float> draw(const ParamSpec& spec, uint64_t seed);  // initialize()'s values
   std::vector<Entry> entries_;
   std::map<std::string, size_t> index_;
   Buffer params_, grads_;
