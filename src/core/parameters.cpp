@@ -210,12 +210,20 @@ void ParameterStore::initialize(uint64_t seed) {
   ATTN_ASSERT(dtype_ == DType::f32 || dtype_ == DType::bf16);
   // Each tensor draws from its own generator seeded by (seed, declaration name), so the values do
   // not depend on the ordering of the flat buffer, on the device or on the threads. Tensors are
-  // drawn in parallel, a thread's worth at a time (a 7B model's 7.2e9 normal draws took minutes
+  // drawn in parallel, a batch at a time (a 7B model's 7.2e9 normal draws took minutes
   // on one thread), and copied to the device by this thread: the one whose device is current
   // (an OpenMP thread's is device 0, whatever the rank's).
-  const size_t n = entries_.size(), batch = size_t(std::max(1, omp_get_max_threads()));
-  for (size_t k0 = 0; k0 < n; k0 += batch) {
-    const size_t k1 = std::min(n, k0 + batch);
+  // A batch: up to one tensor per thread and 4 GiB of draws (at least one tensor), so that the
+  // host memory stays bounded whatever the thread count (several ranks may share a host).
+  constexpr size_t kBatchBytes = size_t(4) << 30;
+  const size_t n = entries_.size(), threads = size_t(std::max(1, omp_get_max_threads()));
+  for (size_t k0 = 0, k1 = 0; k0 < n; k0 = k1) {
+    size_t bytes = 0;
+    for (k1 = k0; k1 < n && k1 - k0 < threads; ++k1) {
+      const size_t b = size_t(entries_[k1].spec.shape.numel()) * sizeof(float);
+      if (k1 > k0 && bytes + b > kBatchBytes) break;
+      bytes += b;
+    }
     std::vector<std::vector<float>> host(k1 - k0);
     std::exception_ptr failed;  // (an exception may not leave an OpenMP region: rethrown below)
 #pragma omp parallel for schedule(dynamic, 1)
