@@ -4,9 +4,12 @@
 // Each layer's state is made by its attention module (AttentionModule::make_cache: dense keeps K/V
 // [B, n_kv_head, max_T, D]; other variants keep what they need) on the context's device in the
 // model dtype. length() tokens of each sequence are cached (all B sequences advance together).
-// When the cache is full (length() == max_T, normally model.block_size) decode_step refuses; the
-// caller slides the context by re-prefilling a shorter suffix (generate() keeps the last max_T / 2
-// tokens).
+// When the cache is full (length() == max_T) decode_step refuses; the caller slides the context by
+// re-prefilling a shorter suffix (generate() keeps the last block_size / 2 tokens).
+//
+// The decoding activations (scratch) are sized for the largest chunk run so far, not for max_T:
+// a prefill of T tokens grows them to B x T rows, decode steps need B rows. A cache made for a long
+// context (a 128K model) costs its K/V, not 128K rows of activations, until a prompt that long.
 #pragma once
 #include <memory>
 #include <vector>
@@ -20,9 +23,9 @@ namespace attnlab {
 class KVCache {
  public:
   KVCache() = default;
-  // Takes the layers' states and allocates `scratch_bytes` of decoding activations (GPT sizes it).
+  // Takes the layers' states; the decoding activations are allocated by scratch_for.
   KVCache(const ExecContext& ctx, std::vector<std::unique_ptr<AttentionCache>> layers, int B,
-          int max_T, DType dtype, size_t scratch_bytes);
+          int max_T, DType dtype);
 
   AttentionCache& layer(int l) const;
   int n_layer() const { return int(layers_.size()); }
@@ -31,20 +34,24 @@ class KVCache {
   int length() const { return length_; }
   int free_positions() const { return max_T_ - length_; }
   DType dtype() const { return dtype_; }
-  Device device() const { return scratch_.device(); }
+  Device device() const { return device_; }
   bool empty() const { return layers_.empty(); }
   // Forgets the cached tokens (memory is kept; nothing is zeroed).
   void reset() { length_ = 0; }
   void set_length(int n);
   // Bytes of the layers' decode states (excluding scratch).
   size_t cache_bytes() const;
-  const Buffer& scratch() const { return scratch_; }
+  // The decoding activations, at least `bytes` (the model carves a chunk's): grown when smaller
+  // (a reallocation; nothing in it outlives a chunk), never shrunk.
+  const Buffer& scratch_for(size_t bytes);
+  size_t scratch_bytes() const { return scratch_.bytes(); }
 
  private:
   std::vector<std::unique_ptr<AttentionCache>> layers_;
   int B_ = 0, max_T_ = 0, length_ = 0;
   DType dtype_ = DType::f32;
-  Buffer scratch_;  // decoding activations, carved by the model
+  Device device_ = Device::cpu;
+  Buffer scratch_;  // decoding activations of the largest chunk so far, carved by the model
 };
 
 }  // namespace attnlab

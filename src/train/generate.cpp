@@ -108,12 +108,6 @@ GenerateResult generate(const GenerateOptions& o,
   store.finalize(ctx->device, dtype, {});
   load_model_source(source, store, whole_model_load());  // the model as trained, every tensor
   const int T_max = c.block_size;
-  KVCache cache = model.make_kv_cache(*ctx, 1, T_max, dtype);
-  if (c.n_layer > 0) {  // how the variant generates (Focus: "focus hard routing, top_k 2")
-    std::string mode = cache.layer(0).decode_mode();
-    if (mode.empty()) mode = model.attention(0).eval_mode();
-    if (!mode.empty()) res.notes.push_back("attention: " + mode);
-  }
 
   const std::vector<int32_t> stops = stop_ids_of(o, source, *tok);
   if (o.stop && stops.size() > (tok->bos_id() >= 0 ? 2u : 1u)) {
@@ -144,6 +138,17 @@ GenerateResult generate(const GenerateOptions& o,
 
   res.prompt_tokens = int(ids.size());
   res.context_length = T_max;
+  // The cache holds what this run can attend: the prompt and the new tokens, or the model's whole
+  // context where they pass it (then it slides). A 128K-context model prompted with a line costs a
+  // line's K/V, not 128K positions'; the output is the same (nothing is dropped before a slide).
+  const int cache_len = int(std::min<int64_t>(T_max, int64_t(ids.size()) + o.max_new_tokens));
+  KVCache cache = model.make_kv_cache(*ctx, 1, cache_len, dtype);
+  res.cache_positions = cache_len;
+  if (c.n_layer > 0) {  // how the variant generates (Focus: "focus hard routing, top_k 2")
+    std::string mode = cache.layer(0).decode_mode();
+    if (mode.empty()) mode = model.attention(0).eval_mode();
+    if (!mode.empty()) res.notes.push_back("attention: " + mode);
+  }
   std::mt19937_64 rng(o.seed);
   Buffer tok_dev(ctx->device, size_t(T_max) * sizeof(int32_t));
   // Runs n ids from position 0 (a fresh cache): the last n, or where the tokenizer has a BOS and

@@ -154,6 +154,38 @@ TEST(GPTDecode, LlamaBlockWithRopeScalingMatchesForward) {
   EXPECT_GT(test::max_rel_error(b, a), 1e-3) << "the same weights, so only the scaling differs";
 }
 
+// The decoding activations are sized by the chunks run, not by the cache's length: none at first,
+// a prefill's B x T rows, no more for a decode step or a shorter prefill, more for a longer one.
+TEST(GPTDecode, ScratchGrowsToTheLargestChunk) {
+  DecodeFixture f;
+  std::vector<int32_t> ids = test::random_ints(12, 8, f.c.vocab_size);
+  auto first = [&](int n) {
+    return test::cpu_tensor(ids, Shape{12}).slice0(0, n).view(Shape{1, n});
+  };
+  auto row = [](const Tensor& t) {
+    return std::vector<float>(t.ptr<float>(), t.ptr<float>() + t.numel());
+  };
+  KVCache whole = f.model.make_kv_cache(*f.ctx, 1, 12, DType::f32);
+  f.model.prefill(*f.ctx, f.store, first(12), whole);
+  const size_t rows12 = whole.scratch_bytes();
+  KVCache cache = f.model.make_kv_cache(*f.ctx, 1, 12, DType::f32);
+  EXPECT_EQ(cache.scratch_bytes(), 0u);
+  f.model.prefill(*f.ctx, f.store, first(3), cache);
+  const size_t rows3 = cache.scratch_bytes();
+  EXPECT_GT(rows3, 0u);
+  EXPECT_LT(rows3, rows12);
+  f.model.decode_step(*f.ctx, f.store, first(1), cache);
+  EXPECT_EQ(cache.scratch_bytes(), rows3);
+  const std::vector<float> grown = row(f.model.prefill(*f.ctx, f.store, first(8), cache));
+  const size_t rows8 = cache.scratch_bytes();
+  KVCache fresh = f.model.make_kv_cache(*f.ctx, 1, 12, DType::f32);
+  EXPECT_EQ(grown, row(f.model.prefill(*f.ctx, f.store, first(8), fresh)));
+  EXPECT_GT(rows8, rows3);
+  EXPECT_LT(rows8, rows12);
+  f.model.prefill(*f.ctx, f.store, first(2), cache);
+  EXPECT_EQ(cache.scratch_bytes(), rows8);
+}
+
 TEST(GPTDecode, RejectsMismatchedCacheAndInput) {
   DecodeFixture f;
   std::vector<int32_t> ids = test::random_ints(10, 6, f.c.vocab_size);
@@ -282,6 +314,25 @@ TEST_F(GenerateTest, ContextSlidesWhenTheCacheIsFull) {
   GenerateResult r = generate(o, nullptr);
   EXPECT_EQ(r.new_tokens, 50);
   EXPECT_EQ(r.context_slides, 3);  // full after 22, 35 and 48 generated tokens
+}
+
+// The KV cache holds the prompt and the new tokens, not the whole context, and the samples are
+// those of a longer run's (a larger cache, then a full one that slides) up to where they end.
+TEST_F(GenerateTest, CacheHoldsThePromptAndTheNewTokens) {
+  GenerateOptions o = options("abc");
+  o.max_new_tokens = 5;
+  const GenerateResult a = generate(o, nullptr);
+  EXPECT_EQ(a.cache_positions, 8);
+  o.max_new_tokens = 20;
+  const GenerateResult b = generate(o, nullptr);
+  EXPECT_EQ(b.cache_positions, 23);
+  o.max_new_tokens = 40;
+  const GenerateResult c = generate(o, nullptr);
+  EXPECT_EQ(c.cache_positions, 24);  // block_size: the context slides after 22 tokens
+  EXPECT_EQ(c.context_slides, 2);
+  ASSERT_EQ(a.text.size(), 5u);
+  EXPECT_EQ(b.text.substr(0, 5), a.text);
+  EXPECT_EQ(c.text.substr(0, 20), b.text);
 }
 
 TEST_F(GenerateTest, TokenizerLargerThanTheModelIsAnError) {
