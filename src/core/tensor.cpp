@@ -149,6 +149,14 @@ void Buffer::zero() {
     CUDA_CHECK(cudaMemset(data_, 0, bytes_));
 }
 
+const Buffer& GrowingBuffer::at_least(size_t bytes) {
+  if (buf_.bytes() < bytes) {
+    buf_ = Buffer();
+    buf_ = Buffer(device_, bytes);
+  }
+  return buf_;
+}
+
 void copy_tensor(const Tensor& dst, const Tensor& src) {
   ATTN_REQUIRE(dst.nbytes() == src.nbytes() && dst.dtype == src.dtype,
                "copy_tensor: %s <- %s mismatch", dst.str().c_str(), src.str().c_str());

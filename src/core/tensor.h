@@ -76,6 +76,21 @@ class Buffer {
   Device device_ = Device::cpu;
 };
 
+// Scratch whose size depends on the work (a decoding chunk's activations): at_least(n) reallocates
+// when the buffer is smaller than n (the old one freed first, so the peak is the new size), never
+// shrinks. Nothing in it outlives the call that asked for it.
+class GrowingBuffer {
+ public:
+  explicit GrowingBuffer(Device dev = Device::cpu) : device_(dev) {}
+  const Buffer& at_least(size_t bytes);
+  size_t bytes() const { return buf_.bytes(); }
+  Device device() const { return device_; }
+
+ private:
+  Device device_;
+  Buffer buf_;
+};
+
 // Copies between any two devices (sizes must match).
 void copy_tensor(const Tensor& dst, const Tensor& src);
 // Fill with zeros on its device.

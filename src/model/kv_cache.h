@@ -34,24 +34,22 @@ class KVCache {
   int length() const { return length_; }
   int free_positions() const { return max_T_ - length_; }
   DType dtype() const { return dtype_; }
-  Device device() const { return device_; }
+  Device device() const { return scratch_.device(); }
   bool empty() const { return layers_.empty(); }
   // Forgets the cached tokens (memory is kept; nothing is zeroed).
   void reset() { length_ = 0; }
   void set_length(int n);
   // Bytes of the layers' decode states (excluding scratch).
   size_t cache_bytes() const;
-  // The decoding activations, at least `bytes` (the model carves a chunk's): grown when smaller
-  // (a reallocation; nothing in it outlives a chunk), never shrunk.
-  const Buffer& scratch_for(size_t bytes);
+  // The decoding activations, at least `bytes` (the model carves a chunk's; GrowingBuffer).
+  const Buffer& scratch_for(size_t bytes) { return scratch_.at_least(bytes); }
   size_t scratch_bytes() const { return scratch_.bytes(); }
 
  private:
   std::vector<std::unique_ptr<AttentionCache>> layers_;
   int B_ = 0, max_T_ = 0, length_ = 0;
   DType dtype_ = DType::f32;
-  Device device_ = Device::cpu;
-  Buffer scratch_;  // decoding activations of the largest chunk so far, carved by the model
+  GrowingBuffer scratch_;  // decoding activations of the largest chunk so far, carved by the model
 };
 
 }  // namespace attnlab

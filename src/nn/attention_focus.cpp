@@ -161,8 +161,10 @@ void FocusAttention::forward(const ExecContext& ctx, const AttentionInputs& in, 
     auto& cache = dynamic_cast<FocusKVCache&>(*in.cache);
     const int64_t B = in.qkv.dim(0), T = in.qkv.dim(1), K = opts_.groups, tk = opts_.top_k;
     const int64_t max_T = cache.g.dim(1);
-    Layout l(&cache.scratch);
     Views v;
+    Layout count;
+    carve(count, v, opts_, B, T, in.layout.n_head, in.qkv.dtype);
+    Layout l(cache.scratch.at_least(count.bytes()));
     carve(l, v, opts_, B, T, in.layout.n_head, in.qkv.dtype);
     if (in.pos == 0) {  // a new sequence: the running column sums start empty
       std::vector<float> empty(size_t(cache.state.numel()), 0.f);  // (hi, lo) = (-inf, 0)
@@ -389,7 +391,8 @@ std::unique_ptr<AttentionCache> FocusAttention::make_cache(const ExecContext& ct
 }
 
 FocusKVCache::FocusKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout,
-                           DType dtype, const FocusOptions& o) {
+                           DType dtype, const FocusOptions& o)
+    : scratch(ctx.device) {
   ATTN_REQUIRE(B >= 1 && max_T >= 1, "KV cache: batch and length must be >= 1 (got %d, %d)", B,
                max_T);
   Layout count;
@@ -410,12 +413,6 @@ FocusKVCache::FocusKVCache(const ExecContext& ctx, int B, int max_T, const QKVLa
   lay(bind);
   std::vector<int32_t> empty(size_t(counts.numel()), 0);  // every list starts empty
   copy_tensor(counts, Tensor(empty.data(), DType::i32, Device::cpu, counts.shape));
-  Layout chunk;
-  struct {
-    Tensor z, dz, scores, iterates, g, dg, dscores, groups, lse;
-  } views;
-  carve(chunk, views, o, B, max_T, layout.n_head, dtype);
-  scratch = Buffer(ctx.device, chunk.bytes());
 }
 
 }  // namespace attnlab

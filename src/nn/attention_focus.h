@@ -93,13 +93,13 @@ class FocusKVCache final : public AttentionCache {
   FocusKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout, DType dtype,
                const FocusOptions& o);
   size_t bytes() const override { return buf_.bytes(); }
-  Tensor k, v;     // [B, n_kv_head, max_T, D]
-  Tensor g;        // [B, max_T, K] f32
-  Tensor groups;   // [B, max_T, top_k] i32
-  Tensor state;    // [B, iterations, K] f32
-  Tensor index;    // [B, K, max_T] i32: per group, the cached positions in it (increasing)
-  Tensor counts;   // [B, K] i32: the length of each list
-  Buffer scratch;  // z, scores, g, iterates, groups of a chunk of up to max_T tokens
+  Tensor k, v;            // [B, n_kv_head, max_T, D]
+  Tensor g;               // [B, max_T, K] f32
+  Tensor groups;          // [B, max_T, top_k] i32
+  Tensor state;           // [B, iterations, K] f32
+  Tensor index;           // [B, K, max_T] i32: per group, the cached positions in it (increasing)
+  Tensor counts;          // [B, K] i32: the length of each list
+  GrowingBuffer scratch;  // z, scores, g, iterates, groups of the chunk run (GrowingBuffer)
 
  private:
   Buffer buf_;

@@ -82,13 +82,30 @@ void SfaAttention::forward(const ExecContext& ctx, const AttentionInputs& in, co
   if (in.mode == AttentionMode::generate) {
     ATTN_REQUIRE(in.cache != nullptr, "sfa attention: generate mode needs a decode cache");
     auto& cache = dynamic_cast<SfaKVCache&>(*in.cache);
+    // A prefill runs the masked-dense forward (the training path's tensor-core flash attention)
+    // where prefill_on_forward says so; decode steps, and other prefills, the sparse cache's rows.
+    const bool prefill =
+        in.pos == 0 && T > 1 && prefill_on_forward(ctx.device, in.qkv.dtype, in.layout.head_dim);
     const Shape qs{B, T, in.layout.n_head, cache.k};
-    Carver c(&cache.scratch);
-    const Tensor q_idx = c.take(DType::i32, qs), q_val = c.take(in.qkv.dtype, qs);
+    Tensor q_idx, q_val, masked, lse;
+    auto lay = [&](Carver& c) {
+      q_idx = c.take(DType::i32, qs);
+      q_val = c.take(in.qkv.dtype, qs);
+      if (!prefill) return;
+      masked = c.take(in.qkv.dtype, in.qkv.shape);
+      lse = c.take(DType::f32, Shape{B, in.layout.n_head, T});
+    };
+    Carver count;
+    lay(count);
+    Carver c(cache.scratch.at_least(count.bytes()));
+    lay(c);
     ops::sfa_cache_write(ctx, q_idx, q_val, cache.k_idx, cache.k_val, cache.v, in.qkv, in.pos,
                          in.layout);
-    ops::sfa_attention_decode(ctx, out, Tensor(), q_idx, q_val, cache.k_idx, cache.k_val, cache.v,
-                              in.pos, in.layout);
+    if (prefill)
+      ops::sfa_attention_fwd(ctx, out, lse, masked, in.qkv, in.layout, cache.k);
+    else
+      ops::sfa_attention_decode(ctx, out, Tensor(), q_idx, q_val, cache.k_idx, cache.k_val, cache.v,
+                                in.pos, in.layout);
     return;
   }
   ATTN_ASSERT(in.pos == 0 && B <= shape_.B && T <= shape_.T);
@@ -169,7 +186,7 @@ std::string SfaAttention::config_warning(int64_t /*T*/) const {
 
 SfaKVCache::SfaKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout,
                        DType dtype, int k_)
-    : k(k_) {
+    : k(k_), scratch(ctx.device) {
   ATTN_REQUIRE(B >= 1 && max_T >= 1, "KV cache: batch and length must be >= 1 (got %d, %d)", B,
                max_T);
   const int Hkv = layout.n_kv_head, D = layout.head_dim;
@@ -187,11 +204,6 @@ SfaKVCache::SfaKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout
   buf_ = Buffer(ctx.device, count.bytes());
   Carver bind(&buf_);
   lay(bind);
-  Carver chunk;
-  const Shape qs{B, max_T, layout.n_head, k};
-  chunk.take(DType::i32, qs);
-  chunk.take(dtype, qs);
-  scratch = Buffer(ctx.device, chunk.bytes());
   bytes_per_token_ = size_t(Hkv) * (size_t(k) * (sizeof(uint8_t) + dtype_size(dtype)) +
                                     size_t(D) * dtype_size(dtype));
 }

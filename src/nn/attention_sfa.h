@@ -66,8 +66,9 @@ class SfaAttention final : public AttentionModule {
                              // teacher (train, lambda > 0)
 };
 
-// Decode state: k~ of the cached positions as k_idx (i32) + k_val, dense v, all
-// [B, n_kv_head, max_T, *]; and the q~ of one chunk (q_idx, q_val [B, max_T, n_head, k], scratch).
+// Decode state: k~ of the cached positions as k_idx (u8) + k_val, dense v, all
+// [B, n_kv_head, max_T, *]; and the scratch of the chunk run: q~ (q_idx, q_val [B, T, n_head, k]),
+// and for a prefill on the forward's kernels the masked q~, k~, v [B, T, width] and lse.
 class SfaKVCache final : public AttentionCache {
  public:
   SfaKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout, DType dtype, int k);
@@ -79,7 +80,7 @@ class SfaKVCache final : public AttentionCache {
   size_t bytes_per_token() const { return bytes_per_token_; }
   int k = 0;
   Tensor k_idx, k_val, v;  // [B, n_kv_head, max_T, k | k | D]; k_idx u8
-  Buffer scratch;          // q_idx, q_val of a chunk
+  GrowingBuffer scratch;   // the chunk's q_idx, q_val (and a prefill's masked qkv, lse)
 
  private:
   Buffer buf_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "nn/attention_sfa.h"
 #include "ops/ops.h"
 #include "ops/sfa_ops.h"
 
@@ -180,6 +181,60 @@ TEST(SfaCuda, SparseCacheDecodeMatchesTheReference) {
   decode_matches<float>(1, 40, 2, 1, 64, 8, 7);
   decode_matches<bf16>(2, 1000, 4, 2, 64, 8, 1000);
   decode_matches<bf16>(1, 33, 2, 2, 128, 16, 1);  // token by token
+}
+
+// The module in generate mode on a bf16 CUDA cache: a prefill runs the masked-dense forward
+// (prefill_on_forward), the decode steps after it the sparse cache's rows it wrote; both against
+// the CPU's sparse decode of the same rounded inputs (fp32, chunk by chunk as decode_matches).
+void module_prefill_matches(int D) {
+  SCOPED_TRACE(testing::Message() << "module prefill D " << D);
+  auto cpu = ExecContext::make_cpu();
+  auto gpu = ExecContext::make_cuda(0);
+  const int B = 2, P = 300, steps = 3, T_ = P + steps, H = 4, Hkv = 2, k = D / 8;
+  const QKVLayout l{H, Hkv, D};
+  const int W = int(l.width()), Q = int(l.q_width());
+  std::vector<float> x = test::to_precision<bf16>(sfa_inputs(B, T_, l, 21));
+  AttentionOptions o;
+  o.type = "sfa";
+  o.sfa.k = k;
+  SfaAttention module(o);
+  std::unique_ptr<AttentionCache> cache = module.make_cache(*gpu, B, T_, l, DType::bf16);
+  const Shape ks{B, Hkv, T_, k}, vs{B, Hkv, T_, D};
+  std::vector<uint8_t> ki(size_t(ks.numel()));
+  std::vector<float> kv(ki.size()), v(size_t(vs.numel()));
+  for (int pos = 0; pos < T_; pos += pos == 0 ? P : 1) {
+    const int n = pos == 0 ? P : 1;
+    std::vector<float> c;
+    for (int b = 0; b < B; ++b)
+      c.insert(c.end(), x.begin() + (int64_t(b) * T_ + pos) * W,
+               x.begin() + (int64_t(b) * T_ + pos + n) * W);
+    const Shape cs{B, n, W}, qs{B, n, H, k}, os{B, n, Q};
+    std::vector<int32_t> qi(size_t(qs.numel()));
+    std::vector<float> qv(qi.size()), want(size_t(os.numel()));
+    ops::sfa_cache_write(*cpu, cpu_tensor(qi, qs), cpu_tensor(qv, qs), cpu_tensor(ki, ks),
+                         cpu_tensor(kv, ks), cpu_tensor(v, vs), cpu_tensor(c, cs), pos, l);
+    ops::sfa_attention_decode(*cpu, cpu_tensor(want, os), Tensor(), cpu_tensor(qi, qs),
+                              cpu_tensor(qv, qs), cpu_tensor(ki, ks), cpu_tensor(kv, ks),
+                              cpu_tensor(v, vs), pos, l);
+    DeviceArray<bf16> dc(c), dout(want.size());
+    AttentionInputs in;
+    in.qkv = dev_tensor(dc, cs);
+    in.layout = l;
+    in.pos = pos;
+    in.mode = AttentionMode::generate;
+    in.cache = cache.get();
+    module.forward(*gpu, in, dev_tensor(dout, os));
+    EXPECT_LT(test::report(pos == 0 ? "sfa module prefill" : "sfa module decode step",
+                           test::max_rel_error(dout.download(), want)),
+              tol<bf16>())
+        << "at " << pos;
+  }
+}
+
+TEST(SfaCuda, ModulePrefillOnTheForwardMatchesTheSparseDecode) {
+  CUDA_TEST_PREAMBLE();
+  module_prefill_matches(64);
+  module_prefill_matches(128);
 }
 
 template <typename T>
