@@ -76,11 +76,11 @@ struct SparseHead {
   int64_t row_stride;
 };
 __device__ __forceinline__ SparseHead q_head(const Params& p, int b, int h) {
-  const int64_t row = int64_t(p.n_head) * p.k, at = b * p.T * row + int64_t(h) * p.k;
+  const int64_t row = int64_t(p.n_head) * p.k, at = int64_t(b) * p.T * row + int64_t(h) * p.k;
   return {p.q_idx + at, p.q_val + at, row};
 }
 __device__ __forceinline__ SparseHead k_head(const Params& p, int b, int hk) {
-  const int64_t row = int64_t(p.n_kv_head) * p.k, at = b * p.T * row + int64_t(hk) * p.k;
+  const int64_t row = int64_t(p.n_kv_head) * p.k, at = int64_t(b) * p.T * row + int64_t(hk) * p.k;
   return {p.k_idx + at, p.k_val + at, row};
 }
 
