@@ -134,45 +134,69 @@ TEST(SfaCuda, ReferencePathForwardBackwardMatchTheReference) {
   attention_matches<bf16>(1, 1000, 2, 1, 128, 16);
 }
 
-template <typename T>
-void decode_matches(int B, int T_, int H, int Hkv, int D, int k, int chunk) {
-  SCOPED_TRACE(testing::Message() << test::type_name<T>() << " T " << T_ << " chunk " << chunk);
-  auto cpu = ExecContext::make_cpu();
-  auto gpu = ExecContext::make_cuda(0);
-  const QKVLayout l{H, Hkv, D};
-  const int W = int(l.width()), Q = int(l.q_width());
-  std::vector<float> x = test::to_precision<T>(sfa_inputs(B, T_, l, 9));
-  const Shape ks{B, Hkv, T_, k}, vs{B, Hkv, T_, D};
-  std::vector<uint8_t> ki(size_t(ks.numel()));
-  std::vector<float> kv(ki.size()), v(size_t(vs.numel()));
-  DeviceIdx<uint8_t> dki(ki.size());
-  DeviceArray<T> dkv(kv.size()), dv(v.size());
-  for (int pos = 0; pos < T_; pos += chunk) {
-    const int n = std::min(chunk, T_ - pos);
+// The CPU's sparse cache [B, Hkv, max_T, *] of inputs x [B, max_T, W], decoded chunk by chunk.
+struct CpuSparseCache {
+  int B, max_T, H, k;
+  QKVLayout l;
+  const std::vector<float>& x;
+  Shape ks{B, l.n_kv_head, max_T, k}, vs{B, l.n_kv_head, max_T, l.head_dim};
+  std::vector<uint8_t> ki = std::vector<uint8_t>(size_t(ks.numel()));
+  std::vector<float> kv = std::vector<float>(ki.size()), v = std::vector<float>(size_t(vs.numel()));
+  std::vector<int32_t> qi;  // the last chunk's q~
+  std::vector<float> qv;
+
+  // Tokens pos .. pos + n - 1 of every sequence, [B, n, W].
+  std::vector<float> chunk(int pos, int n) const {
+    const int64_t W = l.width();
     std::vector<float> c;
     for (int b = 0; b < B; ++b)
-      c.insert(c.end(), x.begin() + (int64_t(b) * T_ + pos) * W,
-               x.begin() + (int64_t(b) * T_ + pos + n) * W);
-    const Shape cs{B, n, W}, qs{B, n, H, k}, os{B, n, Q};
-    std::vector<int32_t> qi(size_t(qs.numel()));
-    std::vector<float> qv(qi.size()), o(size_t(os.numel()));
+      c.insert(c.end(), x.begin() + (int64_t(b) * max_T + pos) * W,
+               x.begin() + (int64_t(b) * max_T + pos + n) * W);
+    return c;
+  }
+  // Writes the chunk into the cache and returns its attention output [B, n, n_head D].
+  std::vector<float> decode(std::vector<float>& c, int pos, int n) {
+    auto cpu = ExecContext::make_cpu();
+    const Shape cs{B, n, l.width()}, qs{B, n, H, k}, os{B, n, l.q_width()};
+    qi.assign(size_t(qs.numel()), 0);
+    qv.assign(qi.size(), 0.f);
+    std::vector<float> o(size_t(os.numel()));
     ops::sfa_cache_write(*cpu, cpu_tensor(qi, qs), cpu_tensor(qv, qs), cpu_tensor(ki, ks),
                          cpu_tensor(kv, ks), cpu_tensor(v, vs), cpu_tensor(c, cs), pos, l);
     ops::sfa_attention_decode(*cpu, cpu_tensor(o, os), Tensor(), cpu_tensor(qi, qs),
                               cpu_tensor(qv, qs), cpu_tensor(ki, ks), cpu_tensor(kv, ks),
                               cpu_tensor(v, vs), pos, l);
-    DeviceArray<T> dc(c), dqv(qv.size()), dout(o.size());
-    DeviceIdx<> dqi(qi.size());
+    return o;
+  }
+};
+
+template <typename T>
+void decode_matches(int B, int T_, int H, int Hkv, int D, int k, int chunk) {
+  SCOPED_TRACE(testing::Message() << test::type_name<T>() << " T " << T_ << " chunk " << chunk);
+  auto gpu = ExecContext::make_cuda(0);
+  const QKVLayout l{H, Hkv, D};
+  const std::vector<float> x = test::to_precision<T>(sfa_inputs(B, T_, l, 9));
+  CpuSparseCache ref{B, T_, H, k, l, x};
+  const Shape &ks = ref.ks, &vs = ref.vs;
+  DeviceIdx<uint8_t> dki(ref.ki.size());
+  DeviceArray<T> dkv(ref.kv.size()), dv(ref.v.size());
+  for (int pos = 0; pos < T_; pos += chunk) {
+    const int n = std::min(chunk, T_ - pos);
+    std::vector<float> c = ref.chunk(pos, n);
+    const std::vector<float> o = ref.decode(c, pos, n);
+    const Shape cs{B, n, l.width()}, qs{B, n, H, k}, os{B, n, l.q_width()};
+    DeviceArray<T> dc(c), dqv(ref.qv.size()), dout(o.size());
+    DeviceIdx<> dqi(ref.qi.size());
     ops::sfa_cache_write(*gpu, dqi.t(qs), dev_tensor(dqv, qs), dki.t(ks), dev_tensor(dkv, ks),
                          dev_tensor(dv, vs), dev_tensor(dc, cs), pos, l);
     ops::sfa_attention_decode(*gpu, dev_tensor(dout, os), Tensor(), dqi.t(qs), dev_tensor(dqv, qs),
                               dki.t(ks), dev_tensor(dkv, ks), dev_tensor(dv, vs), pos, l);
-    EXPECT_EQ(dqi.download(), qi);
+    EXPECT_EQ(dqi.download(), ref.qi);
     EXPECT_LT(test::report("sfa decode out", test::max_rel_error(dout.download(), o)), tol<T>());
   }
-  EXPECT_EQ(dki.download(), ki);
-  EXPECT_EQ(dkv.download(), kv);
-  EXPECT_EQ(dv.download(), v);
+  EXPECT_EQ(dki.download(), ref.ki);
+  EXPECT_EQ(dkv.download(), ref.kv);
+  EXPECT_EQ(dv.download(), ref.v);
 }
 
 TEST(SfaCuda, SparseCacheDecodeMatchesTheReference) {
@@ -188,42 +212,28 @@ TEST(SfaCuda, SparseCacheDecodeMatchesTheReference) {
 // the CPU's sparse decode of the same rounded inputs (fp32, chunk by chunk as decode_matches).
 void module_prefill_matches(int D) {
   SCOPED_TRACE(testing::Message() << "module prefill D " << D);
-  auto cpu = ExecContext::make_cpu();
   auto gpu = ExecContext::make_cuda(0);
-  const int B = 2, P = 300, steps = 3, T_ = P + steps, H = 4, Hkv = 2, k = D / 8;
-  const QKVLayout l{H, Hkv, D};
-  const int W = int(l.width()), Q = int(l.q_width());
-  std::vector<float> x = test::to_precision<bf16>(sfa_inputs(B, T_, l, 21));
+  const int B = 2, P = 300, T_ = P + 3, H = 4, k = D / 8;
+  const QKVLayout l{H, 2, D};
+  const std::vector<float> x = test::to_precision<bf16>(sfa_inputs(B, T_, l, 21));
+  CpuSparseCache ref{B, T_, H, k, l, x};
   AttentionOptions o;
   o.type = "sfa";
   o.sfa.k = k;
   SfaAttention module(o);
   std::unique_ptr<AttentionCache> cache = module.make_cache(*gpu, B, T_, l, DType::bf16);
-  const Shape ks{B, Hkv, T_, k}, vs{B, Hkv, T_, D};
-  std::vector<uint8_t> ki(size_t(ks.numel()));
-  std::vector<float> kv(ki.size()), v(size_t(vs.numel()));
   for (int pos = 0; pos < T_; pos += pos == 0 ? P : 1) {
-    const int n = pos == 0 ? P : 1;
-    std::vector<float> c;
-    for (int b = 0; b < B; ++b)
-      c.insert(c.end(), x.begin() + (int64_t(b) * T_ + pos) * W,
-               x.begin() + (int64_t(b) * T_ + pos + n) * W);
-    const Shape cs{B, n, W}, qs{B, n, H, k}, os{B, n, Q};
-    std::vector<int32_t> qi(size_t(qs.numel()));
-    std::vector<float> qv(qi.size()), want(size_t(os.numel()));
-    ops::sfa_cache_write(*cpu, cpu_tensor(qi, qs), cpu_tensor(qv, qs), cpu_tensor(ki, ks),
-                         cpu_tensor(kv, ks), cpu_tensor(v, vs), cpu_tensor(c, cs), pos, l);
-    ops::sfa_attention_decode(*cpu, cpu_tensor(want, os), Tensor(), cpu_tensor(qi, qs),
-                              cpu_tensor(qv, qs), cpu_tensor(ki, ks), cpu_tensor(kv, ks),
-                              cpu_tensor(v, vs), pos, l);
+    const int n = pos == 0 ? P : 1;  // the prefill, then decode steps
+    std::vector<float> c = ref.chunk(pos, n);
+    const std::vector<float> want = ref.decode(c, pos, n);
     DeviceArray<bf16> dc(c), dout(want.size());
     AttentionInputs in;
-    in.qkv = dev_tensor(dc, cs);
+    in.qkv = dev_tensor(dc, Shape{B, n, l.width()});
     in.layout = l;
     in.pos = pos;
     in.mode = AttentionMode::generate;
     in.cache = cache.get();
-    module.forward(*gpu, in, dev_tensor(dout, os));
+    module.forward(*gpu, in, dev_tensor(dout, Shape{B, n, l.q_width()}));
     EXPECT_LT(test::report(pos == 0 ? "sfa module prefill" : "sfa module decode step",
                            test::max_rel_error(dout.download(), want)),
               tol<bf16>())
