@@ -173,6 +173,7 @@ AttentionInputs Block::attention_inputs(const BlockActs& a, const BlockRun& run)
   in.pos = run.pos;
   in.mode = run.mode;
   in.cache = run.cache;
+  in.scratch = run.scratch;
   in.aux = run.aux;
   return in;
 }

@@ -67,8 +67,9 @@ const char* norm_scope(const GPTConfig& cfg, bool backward);
 // What one forward call of the block is for.
 struct BlockRun {
   AttentionMode mode = AttentionMode::train;
-  int pos = 0;                      // position of token 0 (decoding)
-  AttentionCache* cache = nullptr;  // decoding: this layer's cache
+  int pos = 0;                       // position of token 0 (decoding)
+  AttentionCache* cache = nullptr;   // decoding: this layer's cache
+  GrowingBuffer* scratch = nullptr;  // decoding: the layers' shared attention scratch
   AuxLossSink aux;
   bool with_output = true;  // false stops before the MLP projection (block recompute)
 };

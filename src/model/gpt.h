@@ -117,9 +117,14 @@ class GPT {
   void set_backward_hook(std::function<void(int layer)> hook) { backward_hook_ = std::move(hook); }
 
   // ==== Incremental decoding with a KV cache (implemented in model/gpt_decode.cpp) ====
-  // A cache for B sequences of up to max_T <= block_size tokens, with the decoding activations
-  // for chunks of up to max_T tokens; on ctx's device, in `dtype` (the parameters' dtype).
+  // A cache for B sequences of up to max_T <= block_size tokens, on ctx's device, in `dtype` (the
+  // parameters' dtype). The decoding activations are allocated by the chunks run (or reserved).
   KVCache make_kv_cache(const ExecContext& ctx, int B, int max_T, DType dtype) const;
+  // Allocates the decoding activations for prefills of up to T tokens now (the model's and every
+  // attention module's chunk scratch), so that a later prefill that long allocates nothing:
+  // generate reserves its context slide's before the first token, so that memory runs out before
+  // any text, not in the middle of it.
+  void reserve_decode(const ExecContext& ctx, KVCache& cache, int T) const;
   // Resets the cache and runs tokens [B, T] (i32, ctx's device) from position 0. Returns the
   // logits of the last position, [B, Vp] (a view into the cache, valid until its next call).
   Tensor prefill(const ExecContext& ctx, const ParameterStore& store, const Tensor& tokens,

@@ -8,6 +8,8 @@
 // carved for the chunk's B x T tokens by the same code that sizes it (the buffer grows to the
 // largest chunk run), so a prefill needs no training-sized allocation and a long-context cache no
 // max_T-sized one.
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "model/gpt.h"
@@ -48,6 +50,20 @@ KVCache GPT::make_kv_cache(const ExecContext& ctx, int B, int max_T, DType dtype
   for (const Block& b : blocks_)
     layers.push_back(b.attention().make_cache(ctx, B, max_T, cfg_.qkv_layout(), dtype));
   return KVCache(ctx, std::move(layers), B, max_T, dtype);
+}
+
+void GPT::reserve_decode(const ExecContext& ctx, KVCache& cache, int T) const {
+  ATTN_REQUIRE(T >= 1 && T <= cache.max_len(), "reserve_decode: %d tokens outside [1, %d]", T,
+               cache.max_len());
+  const int B = cache.batch();
+  Carver count;
+  carve_decode(count, cfg_, B, T, cache.dtype());
+  cache.scratch_for(count.bytes());
+  size_t attention = 0;
+  for (const Block& b : blocks_)
+    attention = std::max(attention, b.attention().decode_scratch_bytes(
+                                        ctx, B, T, /*pos=*/0, cfg_.qkv_layout(), cache.dtype()));
+  cache.attention_scratch().at_least(attention);
 }
 
 Tensor GPT::prefill(const ExecContext& ctx, const ParameterStore& store, const Tensor& tokens,
@@ -99,6 +115,7 @@ Tensor GPT::decode_chunk(const ExecContext& ctx, const ParameterStore& store, co
   BlockRun run;
   run.mode = AttentionMode::generate;
   run.pos = pos;
+  run.scratch = &cache.attention_scratch();
   for (int l = 0; l < cfg_.n_layer; ++l) {
     NvtxRange lr("layer.decode");
     a.out = y;

@@ -6,7 +6,12 @@ namespace attnlab {
 
 KVCache::KVCache(const ExecContext& ctx, std::vector<std::unique_ptr<AttentionCache>> layers, int B,
                  int max_T, DType dtype)
-    : layers_(std::move(layers)), B_(B), max_T_(max_T), dtype_(dtype), scratch_(ctx.device) {
+    : layers_(std::move(layers)),
+      B_(B),
+      max_T_(max_T),
+      dtype_(dtype),
+      scratch_(ctx.device),
+      attention_scratch_(ctx.device) {
   ATTN_REQUIRE(!layers_.empty() && B >= 1 && max_T >= 1,
                "KV cache: layers, batch and length must be >= 1 (got %d, %d, %d)",
                int(layers_.size()), B, max_T);

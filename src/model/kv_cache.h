@@ -7,9 +7,10 @@
 // When the cache is full (length() == max_T) decode_step refuses; the caller slides the context by
 // re-prefilling a shorter suffix (generate() keeps the last block_size / 2 tokens).
 //
-// The decoding activations (scratch) are sized for the largest chunk run so far, not for max_T:
-// a prefill of T tokens grows them to B x T rows, decode steps need B rows. A cache made for a long
-// context (a 128K model) costs its K/V, not 128K rows of activations, until a prompt that long.
+// The decoding activations (scratch, and the attention modules' chunk scratch shared by every
+// layer) are sized for the largest chunk run or reserved so far (GPT::reserve_decode), not for
+// max_T: a prefill of T tokens takes B x T rows, a decode step B. A cache made for a long context
+// (a 128K model) costs its K/V, not 128K rows of activations, until a prompt that long.
 #pragma once
 #include <memory>
 #include <vector>
@@ -44,12 +45,16 @@ class KVCache {
   // The decoding activations, at least `bytes` (the model carves a chunk's; GrowingBuffer).
   const Buffer& scratch_for(size_t bytes) { return scratch_.at_least(bytes); }
   size_t scratch_bytes() const { return scratch_.bytes(); }
+  // The attention modules' chunk scratch (AttentionInputs::scratch), one for every layer.
+  GrowingBuffer& attention_scratch() { return attention_scratch_; }
+  size_t attention_scratch_bytes() const { return attention_scratch_.bytes(); }
 
  private:
   std::vector<std::unique_ptr<AttentionCache>> layers_;
   int B_ = 0, max_T_ = 0, length_ = 0;
   DType dtype_ = DType::f32;
   GrowingBuffer scratch_;  // decoding activations of the largest chunk so far, carved by the model
+  GrowingBuffer attention_scratch_;  // the attention modules' (decode_scratch_bytes)
 };
 
 }  // namespace attnlab

@@ -68,6 +68,9 @@ struct AttentionInputs {
   int pos = 0;  // absolute position of token 0 of every sequence (0 unless decoding)
   AttentionMode mode = AttentionMode::train;
   AttentionCache* cache = nullptr;  // mode == generate: this layer's cache (make_cache)
+  // mode == generate: the chunk's scratch, shared by every layer (the KVCache's): at_least(n) with
+  // n = decode_scratch_bytes of this chunk; nothing in it outlives the call.
+  GrowingBuffer* scratch = nullptr;
   AuxLossSink aux;
 };
 
@@ -131,6 +134,12 @@ class AttentionModule {
   // Needs the inputs and output of the matching train forward. dqkv written; dh accumulated.
   virtual void backward(const ExecContext& ctx, const AttentionInputs& in, const Tensor& out,
                         const Tensor& dout, const Tensor& dqkv, const Tensor& dh) = 0;
+  // Bytes of AttentionInputs::scratch a generate-mode forward of B x T tokens at position pos
+  // takes (0: none). GPT::reserve_decode sizes the shared scratch with it before a run.
+  virtual size_t decode_scratch_bytes(const ExecContext& /*ctx*/, int /*B*/, int /*T*/, int /*pos*/,
+                                      const QKVLayout& /*layout*/, DType /*dtype*/) const {
+    return 0;
+  }
   // This layer's decode state for B sequences of up to max_T tokens.
   virtual std::unique_ptr<AttentionCache> make_cache(const ExecContext& /*ctx*/, int /*B*/,
                                                      int /*max_T*/, const QKVLayout& /*layout*/,

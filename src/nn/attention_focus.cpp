@@ -120,6 +120,14 @@ FocusAttention::Views FocusAttention::views(int64_t B, int64_t T) const {
 // Hard routing over every group, or a local band reaching every earlier position of a sequence
 // of up to T tokens, attends every causal pair: it is dense attention, and runs the dense op, so
 // that a retrofit evaluated this way gives the base model's logits bitwise (docs/retrofit.md).
+size_t FocusAttention::decode_scratch_bytes(const ExecContext& /*ctx*/, int B, int T, int /*pos*/,
+                                            const QKVLayout& layout, DType dtype) const {
+  Layout count;
+  Views v;
+  carve(count, v, opts_, B, T, layout.n_head, dtype);
+  return count.bytes();
+}
+
 bool FocusAttention::attends_every_pair(int64_t T) const {
   return opts_.top_k >= opts_.groups || int64_t(opts_.local_window) >= T - 1;
 }
@@ -161,10 +169,10 @@ void FocusAttention::forward(const ExecContext& ctx, const AttentionInputs& in, 
     auto& cache = dynamic_cast<FocusKVCache&>(*in.cache);
     const int64_t B = in.qkv.dim(0), T = in.qkv.dim(1), K = opts_.groups, tk = opts_.top_k;
     const int64_t max_T = cache.g.dim(1);
+    ATTN_ASSERT(in.scratch != nullptr);
     Views v;
-    Layout count;
-    carve(count, v, opts_, B, T, in.layout.n_head, in.qkv.dtype);
-    Layout l(cache.scratch.at_least(count.bytes()));
+    Layout l(in.scratch->at_least(
+        decode_scratch_bytes(ctx, int(B), int(T), in.pos, in.layout, in.qkv.dtype)));
     carve(l, v, opts_, B, T, in.layout.n_head, in.qkv.dtype);
     if (in.pos == 0) {  // a new sequence: the running column sums start empty
       std::vector<float> empty(size_t(cache.state.numel()), 0.f);  // (hi, lo) = (-inf, 0)
@@ -391,8 +399,7 @@ std::unique_ptr<AttentionCache> FocusAttention::make_cache(const ExecContext& ct
 }
 
 FocusKVCache::FocusKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout,
-                           DType dtype, const FocusOptions& o)
-    : scratch(ctx.device) {
+                           DType dtype, const FocusOptions& o) {
   ATTN_REQUIRE(B >= 1 && max_T >= 1, "KV cache: batch and length must be >= 1 (got %d, %d)", B,
                max_T);
   Layout count;

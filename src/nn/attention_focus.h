@@ -32,6 +32,8 @@ class FocusAttention final : public AttentionModule {
                 const Tensor& dout, const Tensor& dqkv, const Tensor& dh) override;
   std::unique_ptr<AttentionCache> make_cache(const ExecContext& ctx, int B, int max_T,
                                              const QKVLayout& layout, DType dtype) const override;
+  size_t decode_scratch_bytes(const ExecContext& ctx, int B, int T, int pos,
+                              const QKVLayout& layout, DType dtype) const override;
   // Telemetry sums: tokens per largest group (K), the sum of the tokens' entropies, tokens.
   void reset_telemetry() override;
   void count_telemetry(const std::vector<uint8_t>& scored) override;
@@ -86,20 +88,19 @@ class FocusAttention final : public AttentionModule {
 
 // Decode state: K/V and each token's assignment g and top_k groups, the per-group index of the
 // cached positions (kernels/focus/focus_decode.cuh; hard routing attends the window plus the
-// lists of the query's groups), the running Sinkhorn column sums (causal scope) and the scratch
-// of one chunk.
+// lists of the query's groups) and the running Sinkhorn column sums (causal scope). A chunk's z,
+// scores, g, iterates and groups go in the layers' shared scratch (decode_scratch_bytes).
 class FocusKVCache final : public AttentionCache {
  public:
   FocusKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout, DType dtype,
                const FocusOptions& o);
   size_t bytes() const override { return buf_.bytes(); }
-  Tensor k, v;            // [B, n_kv_head, max_T, D]
-  Tensor g;               // [B, max_T, K] f32
-  Tensor groups;          // [B, max_T, top_k] i32
-  Tensor state;           // [B, iterations, K] f32
-  Tensor index;           // [B, K, max_T] i32: per group, the cached positions in it (increasing)
-  Tensor counts;          // [B, K] i32: the length of each list
-  GrowingBuffer scratch;  // z, scores, g, iterates, groups of the chunk run (GrowingBuffer)
+  Tensor k, v;    // [B, n_kv_head, max_T, D]
+  Tensor g;       // [B, max_T, K] f32
+  Tensor groups;  // [B, max_T, top_k] i32
+  Tensor state;   // [B, iterations, K] f32
+  Tensor index;   // [B, K, max_T] i32: per group, the cached positions in it (increasing)
+  Tensor counts;  // [B, K] i32: the length of each list
 
  private:
   Buffer buf_;

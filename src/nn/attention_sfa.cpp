@@ -25,6 +25,30 @@ bool sfa_use_flash(SfaOptions::Kernel kernel, const ExecContext& ctx, DType dtyp
   return true;
 }
 
+namespace {
+// A generate-mode chunk's scratch: its q~ (q_idx, q_val [B, T, n_head, k]), and for a prefill on
+// the forward's kernels (pos 0, several tokens, prefill_on_forward: the masked-dense path's
+// tensor-core flash attention) the masked q~, k~, v [B, T, width] and the lse; decode steps, and
+// other prefills, run the sparse cache's rows.
+struct SfaChunk {
+  Tensor q_idx, q_val, masked, lse;
+  bool prefill = false;
+};
+
+SfaChunk carve_chunk(Carver& c, Device dev, int64_t B, int64_t T, int pos, const QKVLayout& l,
+                     DType dt, int k) {
+  SfaChunk ch;
+  ch.prefill = pos == 0 && T > 1 && prefill_on_forward(dev, dt, l.head_dim);
+  const Shape qs{B, T, l.n_head, k};
+  ch.q_idx = c.take(DType::i32, qs);
+  ch.q_val = c.take(dt, qs);
+  if (!ch.prefill) return ch;
+  ch.masked = c.take(dt, Shape{B, T, l.width()});
+  ch.lse = c.take(DType::f32, Shape{B, l.n_head, T});
+  return ch;
+}
+}  // namespace
+
 struct SfaAttention::Views {
   Tensor qkv_sparse;                  // [B, T, W]: q~, k~, v of the last forward (masked_dense)
   Tensor q_idx, q_val, k_idx, k_val;  // [B, T, heads, k]: the sparse form (flash)
@@ -82,30 +106,17 @@ void SfaAttention::forward(const ExecContext& ctx, const AttentionInputs& in, co
   if (in.mode == AttentionMode::generate) {
     ATTN_REQUIRE(in.cache != nullptr, "sfa attention: generate mode needs a decode cache");
     auto& cache = dynamic_cast<SfaKVCache&>(*in.cache);
-    // A prefill runs the masked-dense forward (the training path's tensor-core flash attention)
-    // where prefill_on_forward says so; decode steps, and other prefills, the sparse cache's rows.
-    const bool prefill =
-        in.pos == 0 && T > 1 && prefill_on_forward(ctx.device, in.qkv.dtype, in.layout.head_dim);
-    const Shape qs{B, T, in.layout.n_head, cache.k};
-    Tensor q_idx, q_val, masked, lse;
-    auto lay = [&](Carver& c) {
-      q_idx = c.take(DType::i32, qs);
-      q_val = c.take(in.qkv.dtype, qs);
-      if (!prefill) return;
-      masked = c.take(in.qkv.dtype, in.qkv.shape);
-      lse = c.take(DType::f32, Shape{B, in.layout.n_head, T});
-    };
-    Carver count;
-    lay(count);
-    Carver c(cache.scratch.at_least(count.bytes()));
-    lay(c);
-    ops::sfa_cache_write(ctx, q_idx, q_val, cache.k_idx, cache.k_val, cache.v, in.qkv, in.pos,
+    ATTN_ASSERT(in.scratch != nullptr);
+    Carver c(in.scratch->at_least(
+        decode_scratch_bytes(ctx, int(B), int(T), in.pos, in.layout, in.qkv.dtype)));
+    const SfaChunk ch = carve_chunk(c, ctx.device, B, T, in.pos, in.layout, in.qkv.dtype, cache.k);
+    ops::sfa_cache_write(ctx, ch.q_idx, ch.q_val, cache.k_idx, cache.k_val, cache.v, in.qkv, in.pos,
                          in.layout);
-    if (prefill)
-      ops::sfa_attention_fwd(ctx, out, lse, masked, in.qkv, in.layout, cache.k);
+    if (ch.prefill)
+      ops::sfa_attention_fwd(ctx, out, ch.lse, ch.masked, in.qkv, in.layout, cache.k);
     else
-      ops::sfa_attention_decode(ctx, out, Tensor(), q_idx, q_val, cache.k_idx, cache.k_val, cache.v,
-                                in.pos, in.layout);
+      ops::sfa_attention_decode(ctx, out, Tensor(), ch.q_idx, ch.q_val, cache.k_idx, cache.k_val,
+                                cache.v, in.pos, in.layout);
     return;
   }
   ATTN_ASSERT(in.pos == 0 && B <= shape_.B && T <= shape_.T);
@@ -154,6 +165,13 @@ size_t SfaAttention::state_bytes(const AttentionShape& s, DType dtype) const {
   return std::max(masked, flash);
 }
 
+size_t SfaAttention::decode_scratch_bytes(const ExecContext& ctx, int B, int T, int pos,
+                                          const QKVLayout& layout, DType dtype) const {
+  Carver count;
+  carve_chunk(count, ctx.device, B, T, pos, layout, dtype, sfa_resolve_k(opts_, layout.head_dim));
+  return count.bytes();
+}
+
 size_t SfaAttention::saved_bytes(const AttentionShape& s, DType dtype) const {
   return state_bytes(s, dtype);
 }
@@ -186,7 +204,7 @@ std::string SfaAttention::config_warning(int64_t /*T*/) const {
 
 SfaKVCache::SfaKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout,
                        DType dtype, int k_)
-    : k(k_), scratch(ctx.device) {
+    : k(k_) {
   ATTN_REQUIRE(B >= 1 && max_T >= 1, "KV cache: batch and length must be >= 1 (got %d, %d)", B,
                max_T);
   const int Hkv = layout.n_kv_head, D = layout.head_dim;

@@ -37,6 +37,8 @@ class SfaAttention final : public AttentionModule {
                 const Tensor& dout, const Tensor& dqkv, const Tensor& dh) override;
   std::unique_ptr<AttentionCache> make_cache(const ExecContext& ctx, int B, int max_T,
                                              const QKVLayout& layout, DType dtype) const override;
+  size_t decode_scratch_bytes(const ExecContext& ctx, int B, int T, int pos,
+                              const QKVLayout& layout, DType dtype) const override;
   size_t saved_bytes(const AttentionShape& s, DType dtype) const override;
   // "sfa k 2 of 16 (masked-dense path)": the resolved k and the path (attention.sfa.kernel).
   std::string eval_mode() const override;
@@ -66,9 +68,9 @@ class SfaAttention final : public AttentionModule {
                              // teacher (train, lambda > 0)
 };
 
-// Decode state: k~ of the cached positions as k_idx (u8) + k_val, dense v, all
-// [B, n_kv_head, max_T, *]; and the scratch of the chunk run: q~ (q_idx, q_val [B, T, n_head, k]),
-// and for a prefill on the forward's kernels the masked q~, k~, v [B, T, width] and lse.
+// Decode state: k~ of the cached positions as k_idx (u8) + k_val, and dense v, all
+// [B, n_kv_head, max_T, *]. A chunk's q~ (and a prefill's masked q~, k~, v) go in the layers'
+// shared scratch (decode_scratch_bytes).
 class SfaKVCache final : public AttentionCache {
  public:
   SfaKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout, DType dtype, int k);
@@ -80,7 +82,6 @@ class SfaKVCache final : public AttentionCache {
   size_t bytes_per_token() const { return bytes_per_token_; }
   int k = 0;
   Tensor k_idx, k_val, v;  // [B, n_kv_head, max_T, k | k | D]; k_idx u8
-  GrowingBuffer scratch;   // the chunk's q_idx, q_val (and a prefill's masked qkv, lse)
 
  private:
   Buffer buf_;

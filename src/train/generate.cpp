@@ -140,10 +140,18 @@ GenerateResult generate(const GenerateOptions& o,
   res.context_length = T_max;
   // The cache holds what this run can attend: the prompt and the new tokens, or the model's whole
   // context where they pass it (then it slides). A 128K-context model prompted with a line costs a
-  // line's K/V, not 128K positions'; the output is the same (nothing is dropped before a slide).
+  // line's K/V, not 128K positions'. The attention is the same (nothing is dropped before a slide;
+  // a hard-routed Focus model whose local window spans the cache decodes with the dense kernels,
+  // as its eval forward does on a sequence that short: the same pairs, another float order).
   const int cache_len = int(std::min<int64_t>(T_max, int64_t(ids.size()) + o.max_new_tokens));
   KVCache cache = model.make_kv_cache(*ctx, 1, cache_len, dtype);
   res.cache_positions = cache_len;
+  // The decoding activations of the longest prefill, the prompt's or a context slide's, now: a
+  // model too large for them stops here, before any text.
+  const bool slides = int64_t(ids.size()) + o.max_new_tokens > T_max;
+  if (o.max_new_tokens > 0)
+    model.reserve_decode(
+        *ctx, cache, slides ? std::max(int(ids.size()), std::max(1, T_max / 2)) : int(ids.size()));
   if (c.n_layer > 0) {  // how the variant generates (Focus: "focus hard routing, top_k 2")
     std::string mode = cache.layer(0).decode_mode();
     if (mode.empty()) mode = model.attention(0).eval_mode();

@@ -222,6 +222,11 @@ void module_prefill_matches(int D) {
   o.sfa.k = k;
   SfaAttention module(o);
   std::unique_ptr<AttentionCache> cache = module.make_cache(*gpu, B, T_, l, DType::bf16);
+  GrowingBuffer scratch(Device::cuda);
+  // The prefill's scratch holds the masked q~, k~, v of the forward's path; a decode step's not.
+  const size_t prefill_bytes = module.decode_scratch_bytes(*gpu, B, P, 0, l, DType::bf16);
+  EXPECT_GT(prefill_bytes, module.decode_scratch_bytes(*gpu, B, P, 1, l, DType::bf16) +
+                               size_t(B) * P * l.width() * sizeof(bf16) - 1);
   for (int pos = 0; pos < T_; pos += pos == 0 ? P : 1) {
     const int n = pos == 0 ? P : 1;  // the prefill, then decode steps
     std::vector<float> c = ref.chunk(pos, n);
@@ -233,7 +238,9 @@ void module_prefill_matches(int D) {
     in.pos = pos;
     in.mode = AttentionMode::generate;
     in.cache = cache.get();
+    in.scratch = &scratch;
     module.forward(*gpu, in, dev_tensor(dout, Shape{B, n, l.q_width()}));
+    EXPECT_EQ(scratch.bytes(), prefill_bytes);  // the prefill's, never grown after it
     EXPECT_LT(test::report(pos == 0 ? "sfa module prefill" : "sfa module decode step",
                            test::max_rel_error(dout.download(), want)),
               tol<bf16>())

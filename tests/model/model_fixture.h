@@ -123,6 +123,11 @@ struct ModelFixture {
     const int Vp = cfg.padded_vocab;
     for (int P : prefills) {
       KVCache cache = model.make_kv_cache(*ctx, B, T, DType::f32);
+      // What reserve_decode allocates for the prefill is all the run takes (the modules' counts
+      // equal what their chunks carve); the attention scratch is dense's none, the others' some.
+      model.reserve_decode(*ctx, cache, P);
+      const size_t reserved = cache.scratch_bytes(), attention = cache.attention_scratch_bytes();
+      EXPECT_EQ(attention > 0, model.attention(0).name() != "dense") << what;
       std::vector<int32_t> buf;
       auto cols = [&](int t0, int n) {
         buf.clear();
@@ -139,6 +144,8 @@ struct ModelFixture {
                     tol)
               << what << " P " << P << " t " << i << " b " << b;
       }
+      EXPECT_EQ(cache.scratch_bytes(), reserved) << what << " P " << P;
+      EXPECT_EQ(cache.attention_scratch_bytes(), attention) << what << " P " << P;
     }
   }
 };

@@ -323,9 +323,11 @@ TEST_F(GenerateTest, CacheHoldsThePromptAndTheNewTokens) {
   o.max_new_tokens = 5;
   const GenerateResult a = generate(o, nullptr);
   EXPECT_EQ(a.cache_positions, 8);
+  EXPECT_EQ(a.context_slides, 0);
   o.max_new_tokens = 20;
   const GenerateResult b = generate(o, nullptr);
   EXPECT_EQ(b.cache_positions, 23);
+  EXPECT_EQ(b.context_slides, 0);
   o.max_new_tokens = 40;
   const GenerateResult c = generate(o, nullptr);
   EXPECT_EQ(c.cache_positions, 24);  // block_size: the context slides after 22 tokens
