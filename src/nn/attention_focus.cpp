@@ -117,9 +117,8 @@ FocusAttention::Views FocusAttention::views(int64_t B, int64_t T) const {
   return v;
 }
 
-// Hard routing over every group, or a local band reaching every earlier position of a sequence
-// of up to T tokens, attends every causal pair: it is dense attention, and runs the dense op, so
-// that a retrofit evaluated this way gives the base model's logits bitwise (docs/retrofit.md).
+// A generate-mode chunk's views (the training forward's Views of B x T tokens) in the shared
+// scratch.
 size_t FocusAttention::decode_scratch_bytes(const ExecContext& /*ctx*/, int B, int T, int /*pos*/,
                                             const QKVLayout& layout, DType dtype) const {
   Layout count;
@@ -128,6 +127,9 @@ size_t FocusAttention::decode_scratch_bytes(const ExecContext& /*ctx*/, int B, i
   return count.bytes();
 }
 
+// Hard routing over every group, or a local band reaching every earlier position of a sequence
+// of up to T tokens, attends every causal pair: it is dense attention, and runs the dense op, so
+// that a retrofit evaluated this way gives the base model's logits bitwise (docs/retrofit.md).
 bool FocusAttention::attends_every_pair(int64_t T) const {
   return opts_.top_k >= opts_.groups || int64_t(opts_.local_window) >= T - 1;
 }
