@@ -19,12 +19,16 @@ void DenseAttention::forward(const ExecContext& ctx, const AttentionInputs& in, 
     ATTN_REQUIRE(in.cache != nullptr, "dense attention: generate mode needs a decode cache");
     auto& cache = dynamic_cast<DenseKVCache&>(*in.cache);
     ops::kv_cache_write(ctx, cache.k, cache.v, in.qkv, in.pos, in.layout);
-    if (in.pos == 0 && in.qkv.dim(1) > 1 &&
-        prefill_on_forward(ctx.device, in.qkv.dtype, in.layout.head_dim))  // tensor cores on CUDA
-      ops::attention_fwd(ctx, out, cache.lse(in.qkv.dim(0), in.qkv.dim(1)), in.qkv, in.layout,
-                         window_);
-    else  // the new rows against every cached position
+    const int B = int(in.qkv.dim(0)), T = int(in.qkv.dim(1));
+    const size_t lse_bytes = decode_scratch_bytes(ctx, B, T, in.pos, in.layout, in.qkv.dtype);
+    if (lse_bytes > 0) {  // a prefill on the forward's kernel (tensor cores on CUDA)
+      ATTN_ASSERT(in.scratch != nullptr);
+      const Tensor lse =
+          in.scratch->at_least(lse_bytes).as(DType::f32, Shape{B, in.layout.n_head, T});
+      ops::attention_fwd(ctx, out, lse, in.qkv, in.layout, window_);
+    } else {  // the new rows against every cached position
       ops::attention_decode(ctx, out, in.qkv, cache.k, cache.v, in.pos, in.layout, 0, window_);
+    }
     return;
   }
   // A micro-batch may be shorter than the allocated [B, T] (eval, the last batch): the saved
@@ -45,6 +49,12 @@ std::unique_ptr<AttentionCache> DenseAttention::make_cache(const ExecContext& ct
   return std::make_unique<DenseKVCache>(ctx, B, max_T, layout, dtype);
 }
 
+size_t DenseAttention::decode_scratch_bytes(const ExecContext& ctx, int B, int T, int pos,
+                                            const QKVLayout& layout, DType dtype) const {
+  if (pos != 0 || T <= 1 || !prefill_on_forward(ctx.device, dtype, layout.head_dim)) return 0;
+  return size_t(B) * layout.n_head * T * sizeof(float);
+}
+
 size_t DenseAttention::saved_bytes(const AttentionShape& s, DType /*dtype*/) const {
   return size_t(s.B) * s.layout.n_head * s.T * sizeof(float);
 }
@@ -58,12 +68,6 @@ DenseKVCache::DenseKVCache(const ExecContext& ctx, int B, int max_T, const QKVLa
   buf_ = Buffer(ctx.device, 2 * per);
   k = buf_.as(dtype, s, 0);
   v = buf_.as(dtype, s, per);
-  n_head_ = layout.n_head;
-  lse_buf_ = Buffer(ctx.device, size_t(B) * n_head_ * max_T * sizeof(float));
-}
-
-Tensor DenseKVCache::lse(int64_t B, int64_t T) const {
-  return lse_buf_.as(DType::f32, Shape{B, n_head_, T});
 }
 
 }  // namespace attnlab

@@ -17,6 +17,9 @@ class DenseAttention final : public AttentionModule {
                 const Tensor& dout, const Tensor& dqkv, const Tensor& dh) override;
   std::unique_ptr<AttentionCache> make_cache(const ExecContext& ctx, int B, int max_T,
                                              const QKVLayout& layout, DType dtype) const override;
+  // A prefill on the forward's kernel writes its lse [B, n_head, T] f32 there (unused after).
+  size_t decode_scratch_bytes(const ExecContext& ctx, int B, int T, int pos,
+                              const QKVLayout& layout, DType dtype) const override;
   size_t saved_bytes(const AttentionShape& s, DType dtype) const override;
 
  private:
@@ -30,14 +33,11 @@ class DenseAttention final : public AttentionModule {
 class DenseKVCache final : public AttentionCache {
  public:
   DenseKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout, DType dtype);
-  size_t bytes() const override { return buf_.bytes() + lse_buf_.bytes(); }
+  size_t bytes() const override { return buf_.bytes(); }
   Tensor k, v;
-  // The statistics a prefill's forward writes (unused after): f32 [B, n_head, T] for T <= max_T.
-  Tensor lse(int64_t B, int64_t T) const;
 
  private:
-  Buffer buf_, lse_buf_;
-  int n_head_ = 0;
+  Buffer buf_;
 };
 
 }  // namespace attnlab
