@@ -26,10 +26,10 @@ bool sfa_use_flash(SfaOptions::Kernel kernel, const ExecContext& ctx, DType dtyp
 }
 
 namespace {
-// A generate-mode chunk's scratch: its q~ (q_idx, q_val [B, T, n_head, k]), and for a prefill on
-// the forward's kernels (pos 0, several tokens, prefill_on_forward: the masked-dense path's
-// tensor-core flash attention) the masked q~, k~, v [B, T, width] and the lse; decode steps, and
-// other prefills, run the sparse cache's rows.
+// A generate-mode chunk's scratch: for a prefill on the forward's kernels (pos 0, several tokens,
+// prefill_on_forward: the masked-dense path's tensor-core flash attention) the masked q~, k~, v
+// [B, T, width] and the lse; else the q~ (q_idx, q_val [B, T, n_head, k]) that the sparse cache's
+// rows read (decode steps, and other prefills).
 struct SfaChunk {
   Tensor q_idx, q_val, masked, lse;
   bool prefill = false;
@@ -39,12 +39,14 @@ SfaChunk carve_chunk(Carver& c, Device dev, int64_t B, int64_t T, int pos, const
                      DType dt, int k) {
   SfaChunk ch;
   ch.prefill = pos == 0 && T > 1 && prefill_on_forward(dev, dt, l.head_dim);
-  const Shape qs{B, T, l.n_head, k};
-  ch.q_idx = c.take(DType::i32, qs);
-  ch.q_val = c.take(dt, qs);
-  if (!ch.prefill) return ch;
-  ch.masked = c.take(dt, Shape{B, T, l.width()});
-  ch.lse = c.take(DType::f32, Shape{B, l.n_head, T});
+  if (ch.prefill) {
+    ch.masked = c.take(dt, Shape{B, T, l.width()});
+    ch.lse = c.take(DType::f32, Shape{B, l.n_head, T});
+  } else {
+    const Shape qs{B, T, l.n_head, k};
+    ch.q_idx = c.take(DType::i32, qs);
+    ch.q_val = c.take(dt, qs);
+  }
   return ch;
 }
 }  // namespace

@@ -160,8 +160,8 @@ void sfa_cache_write(const ExecContext& ctx, const Tensor& q_idx, const Tensor& 
                "%s: %lld new tokens at position %d do not fit a cache of %lld positions", op,
                (long long)Tq, pos, (long long)max_T);
   const Shape qs{B, Tq, layout.n_head, k};
-  require_tensor(op, "q_idx", q_idx, DType::i32, qs, ctx);
-  require_tensor(op, "q_val", q_val, dt, qs, ctx);
+  if (!q_idx.empty()) require_tensor(op, "q_idx", q_idx, DType::i32, qs, ctx);
+  if (!q_val.empty()) require_tensor(op, "q_val", q_val, dt, qs, ctx);
   auto make = [&]<typename T_>() {
     SfaSelectParams<T_> p = select_params<T_>(qkv, layout, k);
     p.q_idx = ptr<int32_t>(q_idx);

@@ -46,7 +46,8 @@ void sfa_flash_bwd(const ExecContext& ctx, const Tensor& dqkv, const Tensor& dou
 
 // Decoding. sfa_cache_write: the Tq new tokens of qkv [B, Tq, width] at positions pos ..
 // pos+Tq-1: their k~ into k_idx_cache (u8) and k_val_cache [B, n_kv_head, max_T, k], their v into
-// v_cache [B, n_kv_head, max_T, D], and their q~ into q_idx (i32), q_val [B, Tq, n_head, k]. The
+// v_cache [B, n_kv_head, max_T, D], and their q~ into q_idx (i32), q_val [B, Tq, n_head, k] (each
+// may be empty: not written; a prefill on the masked-dense forward needs no q~). The
 // cache's key coordinates take one byte each, so both ops refuse head dims above
 // kSfaCacheMaxHeadDim.
 constexpr int kSfaCacheMaxHeadDim = 256;
