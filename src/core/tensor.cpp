@@ -84,6 +84,7 @@ std::string note_suffix() {
 }  // namespace
 
 void set_out_of_memory_note(std::string note) { out_of_memory_note() = std::move(note); }
+const std::string& current_out_of_memory_note() { return out_of_memory_note(); }
 
 Buffer::Buffer(Device dev, size_t bytes) : bytes_(bytes), device_(dev) {
   if (bytes == 0) return;

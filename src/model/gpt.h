@@ -120,8 +120,9 @@ class GPT {
   // A cache for B sequences of up to max_T <= block_size tokens, on ctx's device, in `dtype` (the
   // parameters' dtype). The decoding activations are allocated by the chunks run (or reserved).
   KVCache make_kv_cache(const ExecContext& ctx, int B, int max_T, DType dtype) const;
-  // Allocates the decoding activations for prefills of up to T tokens now (the model's and every
-  // attention module's chunk scratch), so that a later prefill that long allocates nothing:
+  // Allocates the decoding activations for prefills of up to T tokens and the decode steps after
+  // them now (the model's and every attention module's chunk scratch,
+  // AttentionModule::decode_reserve_bytes), so that such a run allocates nothing more:
   // generate reserves its context slide's before the first token, so that memory runs out before
   // any text, not in the middle of it.
   void reserve_decode(const ExecContext& ctx, KVCache& cache, int T) const;

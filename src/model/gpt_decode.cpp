@@ -61,8 +61,9 @@ void GPT::reserve_decode(const ExecContext& ctx, KVCache& cache, int T) const {
   cache.scratch_for(count.bytes());
   size_t attention = 0;
   for (const Block& b : blocks_)
-    attention = std::max(attention, b.attention().decode_scratch_bytes(
-                                        ctx, B, T, /*pos=*/0, cfg_.qkv_layout(), cache.dtype()));
+    attention =
+        std::max(attention, b.attention().decode_reserve_bytes(ctx, B, T, cache.max_len(),
+                                                               cfg_.qkv_layout(), cache.dtype()));
   cache.attention_scratch().at_least(attention);
 }
 

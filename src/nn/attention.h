@@ -11,6 +11,7 @@
 // dh (+=); gradients of its parameters are accumulated (+=) into store.grad(...) unless frozen.
 // Nothing here assumes T <= block_size of GPT-2 or materialises T x T.
 #pragma once
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -139,6 +140,15 @@ class AttentionModule {
   virtual size_t decode_scratch_bytes(const ExecContext& /*ctx*/, int /*B*/, int /*T*/, int /*pos*/,
                                       const QKVLayout& /*layout*/, DType /*dtype*/) const {
     return 0;
+  }
+  // What a run on a cache of max_T positions that prefills T tokens takes of that scratch at most:
+  // the prefill's, or a decode step's after it where that is more (SFA: its step carves the
+  // query's top-k features, its prefill on the forward's kernels the masked q, k, v).
+  size_t decode_reserve_bytes(const ExecContext& ctx, int B, int T, int max_T,
+                              const QKVLayout& layout, DType dtype) const {
+    const size_t prefill = decode_scratch_bytes(ctx, B, T, /*pos=*/0, layout, dtype);
+    if (max_T <= 1) return prefill;
+    return std::max(prefill, decode_scratch_bytes(ctx, B, 1, /*pos=*/1, layout, dtype));
   }
   // This layer's decode state for B sequences of up to max_T tokens.
   virtual std::unique_ptr<AttentionCache> make_cache(const ExecContext& /*ctx*/, int /*B*/,

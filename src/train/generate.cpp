@@ -9,6 +9,7 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "core/nvtx.h"
+#include "core/out_of_memory.h"
 #include "eval/harness.h"
 #include "interop/model_source.h"
 #include "model/gpt.h"
@@ -143,15 +144,21 @@ GenerateResult generate(const GenerateOptions& o,
   // line's K/V, not 128K positions'. The attention is the same (nothing is dropped before a slide;
   // a hard-routed Focus model whose local window spans the cache decodes with the dense kernels,
   // as its eval forward does on a sequence that short: the same pairs, another float order).
-  const int cache_len = int(std::min<int64_t>(T_max, int64_t(ids.size()) + o.max_new_tokens));
+  // The last new token is sampled, not run: the run takes P + max_new_tokens - 1 positions.
+  const int64_t positions = std::max<int64_t>(1, int64_t(ids.size()) + o.max_new_tokens - 1);
+  const int cache_len = int(std::min<int64_t>(T_max, positions));
+  const bool slides = positions > T_max;
+  const int reserve = slides ? std::max(int(ids.size()), std::max(1, T_max / 2)) : int(ids.size());
+  const OutOfMemoryNote oom_note(strformat(
+      "generate: a KV cache of %d positions (the prompt's %zu tokens + --max-new-tokens %d - 1, "
+      "at most model.block_size %d) and the activations of a %d-token prefill; hint: a shorter "
+      "prompt or fewer --max-new-tokens, or --device cpu",
+      cache_len, ids.size(), o.max_new_tokens, T_max, reserve));
   KVCache cache = model.make_kv_cache(*ctx, 1, cache_len, dtype);
   res.cache_positions = cache_len;
   // The decoding activations of the longest prefill, the prompt's or a context slide's, now: a
   // model too large for them stops here, before any text.
-  const bool slides = int64_t(ids.size()) + o.max_new_tokens > T_max;
-  if (o.max_new_tokens > 0)
-    model.reserve_decode(
-        *ctx, cache, slides ? std::max(int(ids.size()), std::max(1, T_max / 2)) : int(ids.size()));
+  if (o.max_new_tokens > 0) model.reserve_decode(*ctx, cache, reserve);
   if (c.n_layer > 0) {  // how the variant generates (Focus: "focus hard routing, top_k 2")
     std::string mode = cache.layer(0).decode_mode();
     if (mode.empty()) mode = model.attention(0).eval_mode();

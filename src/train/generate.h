@@ -53,8 +53,8 @@ struct GenerateResult {
                                    // time of prefill + decode steps
   int context_slides = 0;          // times the full context was cut to its last half
   int context_length = 0;          // the model's context (model.block_size)
-  int cache_positions = 0;         // positions the KV cache holds: prompt + new tokens, at most
-                                   // context_length
+  int cache_positions = 0;         // positions the KV cache holds: prompt + new tokens - 1 (the
+                                   // last is sampled, not run), at most context_length
 };
 
 // Calls on_text with each new piece of text as it is produced.

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/out_of_memory.h"
 #include "core/parameters.h"
 #include "core/tensor.h"
 #include "test_util.h"
@@ -25,6 +26,22 @@ TEST(Tensor, CopyChecksSizes) {
   Buffer a(Device::cpu, 16), b(Device::cpu, 32);
   Tensor ta = a.as(DType::f32, Shape{4}), tb = b.as(DType::f32, Shape{8});
   EXPECT_THROW(copy_tensor(ta, tb), Error);
+}
+
+// A command's out-of-memory note (generate's) is in the error of an allocation that fails in its
+// scope, and the one before it (a training run's) is back after it.
+TEST(Buffer, OutOfMemoryNoteHoldsForItsScope) {
+  const size_t too_much = size_t(1) << 62;
+  set_out_of_memory_note("the outer note");
+  {
+    const OutOfMemoryNote note("generate: a KV cache of 8 positions");
+    EXPECT_EQ(current_out_of_memory_note(), "generate: a KV cache of 8 positions");
+    test::expect_error([&] { Buffer b(Device::cpu, too_much); },
+                       {"out of host memory", "; generate: a KV cache of 8 positions"});
+  }
+  EXPECT_EQ(current_out_of_memory_note(), "the outer note");
+  test::expect_error([&] { Buffer b(Device::cpu, too_much); }, {"; the outer note"});
+  set_out_of_memory_note("");
 }
 
 TEST(ParameterStore, TrainableRolesFormAPrefix) {

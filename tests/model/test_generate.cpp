@@ -322,12 +322,17 @@ TEST_F(GenerateTest, CacheHoldsThePromptAndTheNewTokens) {
   GenerateOptions o = options("abc");
   o.max_new_tokens = 5;
   const GenerateResult a = generate(o, nullptr);
-  EXPECT_EQ(a.cache_positions, 8);
+  EXPECT_EQ(a.cache_positions, 7);  // the last new token is sampled, never run
   EXPECT_EQ(a.context_slides, 0);
   o.max_new_tokens = 20;
   const GenerateResult b = generate(o, nullptr);
-  EXPECT_EQ(b.cache_positions, 23);
+  EXPECT_EQ(b.cache_positions, 22);
   EXPECT_EQ(b.context_slides, 0);
+  o.max_new_tokens = 22;  // 3 + 21 positions run: block_size, no slide
+  const GenerateResult full = generate(o, nullptr);
+  EXPECT_EQ(full.cache_positions, 24);
+  EXPECT_EQ(full.context_slides, 0);
+  EXPECT_EQ(full.new_tokens, 22);
   o.max_new_tokens = 40;
   const GenerateResult c = generate(o, nullptr);
   EXPECT_EQ(c.cache_positions, 24);  // block_size: the context slides after 22 tokens
@@ -335,6 +340,7 @@ TEST_F(GenerateTest, CacheHoldsThePromptAndTheNewTokens) {
   ASSERT_EQ(a.text.size(), 5u);
   EXPECT_EQ(b.text.substr(0, 5), a.text);
   EXPECT_EQ(c.text.substr(0, 20), b.text);
+  EXPECT_EQ(c.text.substr(0, 22), full.text);
 }
 
 TEST_F(GenerateTest, TokenizerLargerThanTheModelIsAnError) {

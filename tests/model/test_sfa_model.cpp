@@ -230,6 +230,31 @@ TEST(SfaModel, DecodeWithTheSparseCacheEqualsTheForward) {
   }
 }
 
+// What a decoding run reserves of the shared attention scratch covers its decode steps too: on a
+// bf16 CUDA cache (only the context's device is read: no GPU needed) a prefill of 2 tokens runs
+// the forward's kernels and carves the masked q, k, v [B, 2, width] and the lse, a decode step the
+// query's top-k features [B, 1, n_head, k] (i32 + bf16), which at GQA 8:1, D 128 and k 120 are
+// more. Reserving the prefill's alone let the first decode step grow the buffer.
+TEST(SfaModel, DecodeReserveCoversTheStepAfterAShortPrefill) {
+  ExecContext on_cuda;
+  on_cuda.device = Device::cuda;
+  const QKVLayout l{32, 4, 128};
+  AttentionOptions o;
+  o.type = "sfa";
+  o.sfa.k = 120;
+  const SfaAttention module(o);
+  const size_t prefill = module.decode_scratch_bytes(on_cuda, 1, 2, 0, l, DType::bf16);
+  const size_t step = module.decode_scratch_bytes(on_cuda, 1, 1, 1, l, DType::bf16);
+  EXPECT_GE(step, size_t(32) * 120 * (4 + 2));
+  EXPECT_GT(step, prefill);
+  EXPECT_EQ(module.decode_reserve_bytes(on_cuda, 1, 2, 8, l, DType::bf16), step);
+  // A cache of one position has no decode step; a long prefill takes more than a step.
+  EXPECT_EQ(module.decode_reserve_bytes(on_cuda, 1, 1, 1, l, DType::bf16),
+            module.decode_scratch_bytes(on_cuda, 1, 1, 0, l, DType::bf16));
+  EXPECT_EQ(module.decode_reserve_bytes(on_cuda, 1, 64, 128, l, DType::bf16),
+            module.decode_scratch_bytes(on_cuda, 1, 64, 0, l, DType::bf16));
+}
+
 // The sparse cache's bytes per token: k (one-byte index + bf16 value) + D bf16 values per kv head,
 // vs 2 D bf16 values dense: D 64, k 8: 152 / 256 = 59%; D 128, k 8: 280 / 512 = 55%. The buffer
 // holds exactly that per position (the indices are u8), and head dims above 256 are refused.
