@@ -17,12 +17,12 @@ void DenseAttention::allocate(const ExecContext& ctx, const AttentionShape& s, D
 void DenseAttention::forward(const ExecContext& ctx, const AttentionInputs& in, const Tensor& out) {
   if (in.mode == AttentionMode::generate) {
     ATTN_REQUIRE(in.cache != nullptr, "dense attention: generate mode needs a decode cache");
+    ATTN_ASSERT(in.scratch != nullptr);  // every chunk, as Focus and SFA: not only where it is used
     auto& cache = dynamic_cast<DenseKVCache&>(*in.cache);
     ops::kv_cache_write(ctx, cache.k, cache.v, in.qkv, in.pos, in.layout);
     const int B = int(in.qkv.dim(0)), T = int(in.qkv.dim(1));
     const size_t lse_bytes = decode_scratch_bytes(ctx, B, T, in.pos, in.layout, in.qkv.dtype);
     if (lse_bytes > 0) {  // a prefill on the forward's kernel (tensor cores on CUDA)
-      ATTN_ASSERT(in.scratch != nullptr);
       const Tensor lse =
           in.scratch->at_least(lse_bytes).as(DType::f32, Shape{B, in.layout.n_head, T});
       ops::attention_fwd(ctx, out, lse, in.qkv, in.layout, window_);
