@@ -159,6 +159,25 @@ TEST(FocusModel, ConfigWarningWhereTheGroupsDoNothing) {
   FocusModel one(c);
   EXPECT_NE(one.model.attention(1).config_warning(12).find("attention.focus.groups is 1"),
             std::string::npos);
+  // The multiplicative gate's bf16 gradient error (docs/focus.md): a warning in bf16 only.
+  auto ctx = ExecContext::make_cpu();
+  AttentionOptions o;
+  o.type = "focus";
+  o.n_layer = 1;
+  o.focus.local_window = 2;
+  o.focus.gate = FocusOptions::Gate::multiplicative;
+  FocusAttention mul(o, 0);
+  const AttentionShape s{1, 16, QKVLayout{2, 2, 8}, 16};
+  for (DType dt : {DType::f32, DType::bf16}) {
+    mul.allocate(*ctx, s, dt);
+    EXPECT_EQ(mul.config_warning(16).find("attention.focus.gate multiplicative in bf16"),
+              dt == DType::bf16 ? size_t(0) : std::string::npos)
+        << dtype_name(dt);
+  }
+  o.focus.gate = FocusOptions::Gate::additive;
+  FocusAttention add(o, 0);
+  add.allocate(*ctx, s, DType::bf16);
+  EXPECT_EQ(add.config_warning(16), "");
 }
 
 }  // namespace
