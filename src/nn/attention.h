@@ -176,10 +176,11 @@ class AttentionModule {
   // A warning about the telemetry counted (metrics()), "" when healthy (Focus: a layer whose
   // groups collapsed).
   virtual std::string health_warning() const { return ""; }
-  // A warning about this module's settings for sequences of T tokens, "" when none (Focus: a
-  // local band covering every pair, or one group: its grouping does nothing). The trainer prints
-  // it at the start.
-  virtual std::string config_warning(int64_t /*T*/) const { return ""; }
+  // Warnings about this module's settings for sequences of T tokens as allocated (allocate's
+  // context and dtype), none when there is nothing to say (Focus: a local band covering every
+  // pair, or one group: its grouping does nothing; a backward that cannot honour
+  // train.deterministic). The trainer prints them at the start.
+  virtual std::vector<std::string> config_warnings(int64_t /*T*/) const { return {}; }
   // How eval and score run this module, for their output ("focus hard routing, top_k 2"), "" when
   // there is no choice (dense).
   virtual std::string eval_mode() const { return ""; }

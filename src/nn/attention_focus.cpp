@@ -102,6 +102,7 @@ void FocusAttention::allocate(const ExecContext& ctx, const AttentionShape& s, D
   }
   shape_ = s;
   dtype_ = dtype;
+  deterministic_cuda_ = ctx.device == Device::cuda && ctx.deterministic;
   Layout count;
   Views v;
   carve(count, v, opts_, s.B, s.T, s.layout.n_head, dtype);
@@ -276,21 +277,29 @@ std::string FocusAttention::eval_caveat() const {
          "model's (they can use the future; generate refuses this scope)";
 }
 
-std::string FocusAttention::config_warning(int64_t T) const {
+std::vector<std::string> FocusAttention::config_warnings(int64_t T) const {
+  std::vector<std::string> w;
   if (int64_t(opts_.local_window) >= T - 1)
-    return strformat(
+    w.push_back(strformat(
         "attention.focus.local_window (%d) >= the sequence length - 1 (%lld): every pair is in "
         "the local band, so Focus is dense attention here (its groups do nothing)",
-        opts_.local_window, (long long)(T - 1));
-  if (opts_.groups == 1)
-    return "attention.focus.groups is 1: every pair shares the one group, so the grouping does "
-           "nothing (the additive gate is then dense attention)";
+        opts_.local_window, (long long)(T - 1)));
+  else if (opts_.groups == 1)
+    w.push_back(
+        "attention.focus.groups is 1: every pair shares the one group, so the grouping does "
+        "nothing (the additive gate is then dense attention)");
   if (opts_.gate == FocusOptions::Gate::multiplicative && dtype_ == DType::bf16)
-    return "attention.focus.gate multiplicative in bf16: its W_g and C gradients (and, through "
-           "h, the layers' below) measured 2-3.6x the error of a bf16 reference that keeps the "
-           "gate in fp32 (docs/focus.md, \"An independent oracle\"); the additive gate (the "
-           "default) or train.precision fp32 do not show it";
-  return "";
+    w.push_back(
+        "attention.focus.gate multiplicative in bf16: its W_g and C gradients (and, through h, "
+        "the layers' below) measured 2-3.6x the error of a bf16 reference that keeps the gate "
+        "in fp32 (docs/focus.md, \"An independent oracle\"); the additive gate (the default) or "
+        "train.precision fp32 do not show it");
+  if (deterministic_cuda_)
+    w.push_back(
+        "train.deterministic is true, but Focus's CUDA attention backward adds dq and dg with "
+        "fp32 atomics (every gate and kernel; docs/focus.md): a rerun or a resume of this run "
+        "agrees with it to float rounding, not bit for bit");
+  return w;
 }
 
 double FocusAttention::collapse_threshold(int groups) {

@@ -53,7 +53,7 @@ class FocusAttention final : public AttentionModule {
   std::string eval_mode() const override;
   std::string eval_caveat() const override;
   bool reads_later_tokens() const override;
-  std::string config_warning(int64_t T) const override;
+  std::vector<std::string> config_warnings(int64_t T) const override;
   // Dominance above collapse_threshold(K) (collapse; 1/K is balance).
   std::string health_warning() const override;
   // 0.5 for K >= 4; (1 + 1/K) / 2 below (K 2: 75%, K 3: 67%, K 1: 100%, never passed).
@@ -78,6 +78,9 @@ class FocusAttention final : public AttentionModule {
   int layer_;
   AttentionShape shape_;
   DType dtype_ = DType::f32;
+  // allocate's context asked for bitwise-reproducible kernels on CUDA, which Focus's backward is
+  // not (config_warnings).
+  bool deterministic_cuda_ = false;
   Tensor w_g_, dw_g_, c_, dc_;
   Buffer buf_;
   int64_t last_B_ = 0, last_T_ = 0;

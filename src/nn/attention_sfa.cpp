@@ -195,13 +195,13 @@ std::string SfaKVCache::decode_mode() const {
   return strformat("sfa k %d of %d (sparse KV cache)", k, int(v.shape[3]));
 }
 
-std::string SfaAttention::config_warning(int64_t /*T*/) const {
+std::vector<std::string> SfaAttention::config_warnings(int64_t /*T*/) const {
   const int D = shape_.layout.head_dim;
-  if (D <= ops::kSfaCacheMaxHeadDim) return "";
-  return strformat(
+  if (D <= ops::kSfaCacheMaxHeadDim) return {};
+  return {strformat(
       "attention.sfa with head dim %d: the model trains and evaluates, but `generate` cannot "
       "decode it (its KV cache stores key coordinates in one byte: head dim <= %d)",
-      D, ops::kSfaCacheMaxHeadDim);
+      D, ops::kSfaCacheMaxHeadDim)};
 }
 
 SfaKVCache::SfaKVCache(const ExecContext& ctx, int B, int max_T, const QKVLayout& layout,

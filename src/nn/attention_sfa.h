@@ -43,7 +43,7 @@ class SfaAttention final : public AttentionModule {
   // "sfa k 2 of 16 (masked-dense path)": the resolved k and the path (attention.sfa.kernel).
   std::string eval_mode() const override;
   // Head dim past the KV cache's one-byte coordinates: trains and evaluates, cannot generate.
-  std::string config_warning(int64_t T) const override;
+  std::vector<std::string> config_warnings(int64_t T) const override;
   // The weight of this layer's mean((O~ - O)^2) over elements (the class comment); after allocate.
   float distill_weight() const {
     return opts_.distill * float(shape_.layout.head_dim) / float(n_layer_);

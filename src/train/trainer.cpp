@@ -264,8 +264,7 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   const double flops_tok =
       s.model->flops_per_token(recipe.train.seq_len, s.store, recipe.retrofit.trainable_roles());
   if (s.model->config().n_layer > 0)
-    if (const std::string w = s.model->attention(0).config_warning(recipe.train.seq_len);
-        !w.empty())
+    for (const std::string& w : s.model->attention(0).config_warnings(recipe.train.seq_len))
       log.warn("%s", w.c_str());
   for (const auto& [key, loader] :
        {std::pair{"data.train", s.train_loader.get()}, std::pair{"data.val", s.val_loader.get()}})

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "core/cuda_check.h"
 #include "model/gpt.h"
 #include "model/model_fixture.h"
 #include "nn/attention_focus.h"
@@ -146,19 +147,25 @@ TEST(FocusModel, CudaLimitsNameTheRecipeKeys) {
   EXPECT_EQ(focus_cuda_limits_error(o), "");
 }
 
+// The start-of-training warnings, one string per warning ("" when none).
+std::string warnings(const AttentionModule& a, int64_t T) {
+  std::string all;
+  for (const std::string& w : a.config_warnings(T)) all += (all.empty() ? "" : " | ") + w;
+  return all;
+}
+
 TEST(FocusModel, ConfigWarningWhereTheGroupsDoNothing) {
   GPTConfig c = focus_config();  // local_window 2, 3 groups
   FocusModel m(c);
   const AttentionModule& a = m.model.attention(0);
-  EXPECT_EQ(a.config_warning(12), "");
-  EXPECT_EQ(a.config_warning(4), "");
-  EXPECT_EQ(a.config_warning(3),
+  EXPECT_EQ(warnings(a, 12), "");
+  EXPECT_EQ(warnings(a, 4), "");
+  EXPECT_EQ(warnings(a, 3),
             "attention.focus.local_window (2) >= the sequence length - 1 (2): every pair is in the "
             "local band, so Focus is dense attention here (its groups do nothing)");
   c.attention.focus.groups = 1;
   FocusModel one(c);
-  EXPECT_NE(one.model.attention(1).config_warning(12).find("attention.focus.groups is 1"),
-            std::string::npos);
+  EXPECT_EQ(warnings(one.model.attention(1), 12).find("attention.focus.groups is 1"), 0u);
   // The multiplicative gate's bf16 gradient error (docs/focus.md): a warning in bf16 only.
   auto ctx = ExecContext::make_cpu();
   AttentionOptions o;
@@ -170,14 +177,41 @@ TEST(FocusModel, ConfigWarningWhereTheGroupsDoNothing) {
   const AttentionShape s{1, 16, QKVLayout{2, 2, 8}, 16};
   for (DType dt : {DType::f32, DType::bf16}) {
     mul.allocate(*ctx, s, dt);
-    EXPECT_EQ(mul.config_warning(16).find("attention.focus.gate multiplicative in bf16"),
+    EXPECT_EQ(warnings(mul, 16).find("attention.focus.gate multiplicative in bf16"),
               dt == DType::bf16 ? size_t(0) : std::string::npos)
         << dtype_name(dt);
   }
   o.focus.gate = FocusOptions::Gate::additive;
   FocusAttention add(o, 0);
   add.allocate(*ctx, s, DType::bf16);
-  EXPECT_EQ(add.config_warning(16), "");
+  EXPECT_EQ(warnings(add, 16), "");
+  // The CPU path is deterministic whatever the flag says.
+  ctx->deterministic = true;
+  add.allocate(*ctx, s, DType::bf16);
+  EXPECT_EQ(warnings(add, 16), "");
+}
+
+// train.deterministic on CUDA: Focus's backward adds dq and dg with fp32 atomics in every kernel,
+// so a run that asked for bitwise-reproducible kernels is told at its start (the module reads
+// allocate's context: a CUDA context with deterministic set, no GPU needed for the flag).
+TEST(FocusModelCuda, DeterministicIsAWarning) {
+  AttentionOptions o;
+  o.type = "focus";
+  o.n_layer = 1;
+  o.focus.local_window = 2;
+  const FocusAttention f(o, 0);
+  EXPECT_TRUE(f.config_warnings(16).empty());  // not allocated: no context seen
+  if (!cuda_available()) GTEST_SKIP() << "the CUDA allocation needs a GPU";
+  auto gpu = ExecContext::make_cuda(0);
+  FocusAttention g(o, 0);
+  const AttentionShape s{1, 16, QKVLayout{2, 2, 64}, 128};
+  for (bool det : {false, true}) {
+    gpu->deterministic = det;
+    g.allocate(*gpu, s, DType::bf16);
+    EXPECT_EQ(warnings(g, 16).find("train.deterministic is true, but Focus's CUDA attention "
+                                   "backward adds dq and dg with fp32 atomics"),
+              det ? size_t(0) : std::string::npos);
+  }
 }
 
 }  // namespace
