@@ -296,9 +296,10 @@ std::vector<std::string> FocusAttention::config_warnings(int64_t T) const {
         "train.precision fp32 do not show it");
   if (deterministic_cuda_)
     w.push_back(
-        "train.deterministic is true, but Focus's CUDA attention backward adds dq and dg with "
-        "fp32 atomics (every gate and kernel; docs/focus.md): a rerun or a resume of this run "
-        "agrees with it to float rounding, not bit for bit");
+        "train.deterministic is true, but Focus's CUDA backward adds gradients with fp32 "
+        "atomics (its attention kernels dg and dq or dk / dv, the assignment the centroids' dC; "
+        "docs/focus.md): a rerun or a resume of this run agrees with it to float rounding, not "
+        "bit for bit");
   return w;
 }
 

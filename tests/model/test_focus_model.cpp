@@ -191,7 +191,7 @@ TEST(FocusModel, ConfigWarningWhereTheGroupsDoNothing) {
   EXPECT_EQ(warnings(add, 16), "");
 }
 
-// train.deterministic on CUDA: Focus's backward adds dq and dg with fp32 atomics in every kernel,
+// train.deterministic on CUDA: Focus's backward adds gradients with fp32 atomics in every kernel,
 // so a run that asked for bitwise-reproducible kernels is told at its start (the module reads
 // allocate's context: a CUDA context with deterministic set, no GPU needed for the flag).
 TEST(FocusModelCuda, DeterministicIsAWarning) {
@@ -208,8 +208,8 @@ TEST(FocusModelCuda, DeterministicIsAWarning) {
   for (bool det : {false, true}) {
     gpu->deterministic = det;
     g.allocate(*gpu, s, DType::bf16);
-    EXPECT_EQ(warnings(g, 16).find("train.deterministic is true, but Focus's CUDA attention "
-                                   "backward adds dq and dg with fp32 atomics"),
+    EXPECT_EQ(warnings(g, 16).find("train.deterministic is true, but Focus's CUDA backward adds "
+                                   "gradients with fp32 atomics"),
               det ? size_t(0) : std::string::npos);
   }
 }
