@@ -106,8 +106,14 @@ GenerateResult generate(const GenerateOptions& o,
   GPT model(c);
   ParameterStore store;
   model.declare_params(store);
-  store.finalize(ctx->device, dtype, {});
-  load_model_source(source, store, whole_model_load());  // the model as trained, every tensor
+  {
+    const OutOfMemoryNote weights_note(
+        strformat("generate: the model's weights in %s (n_layer %d, n_embd %d); hint: --device "
+                  "cpu, or a smaller model",
+                  dtype_name(dtype), c.n_layer, c.n_embd));
+    store.finalize(ctx->device, dtype, {});
+    load_model_source(source, store, whole_model_load());  // the model as trained, every tensor
+  }
   const int T_max = c.block_size;
 
   const std::vector<int32_t> stops = stop_ids_of(o, source, *tok);
