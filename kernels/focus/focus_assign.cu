@@ -126,11 +126,14 @@ __global__ void focus_scores_dz_kernel(FocusScoresParams<T> p) {
 // dcu[k, e] = sum_i dscores[i, k] / tau * z_hat[i, e]. A grid-stride loop over tiles of `rows`
 // token rows: the tile's z_hat and dscores / tau staged in shared memory (one row per thread),
 // then thread j of the block adds the tile's sum for the pairs ke = j, j + blockDim.x, .. (at most
-// kMaxPairsPerThread) in double; one fp32 atomic per pair and block at the end.
+// kMaxPairsPerThread) in double; the block's sums written to its row of `partial` [blocks][K d_g]
+// (double), which focus_scores_dcu_sum_kernel adds in block order: deterministic, as the grid
+// depends on the shape only (kDcuBlocks).
 constexpr int kMaxPairsPerThread = 4;  // K d_g <= 1024 = kMaxPairsPerThread kThreads
+constexpr int64_t kDcuBlocks = 256;
 
 template <typename T>
-__global__ void focus_scores_dcu_kernel(FocusScoresParams<T> p, float* dcu, int rows) {
+__global__ void focus_scores_dcu_kernel(FocusScoresParams<T> p, double* partial, int rows) {
   extern __shared__ float tile[];  // z_hat [rows][d_g], then dscores / tau [rows][K]
   const int d = p.d_g, K = p.K, kd = K * d;
   float* zh = tile;
@@ -160,8 +163,18 @@ __global__ void focus_scores_dcu_kernel(FocusScoresParams<T> p, float* dcu, int 
 #pragma unroll
   for (int j = 0; j < kMaxPairsPerThread; ++j) {
     const int ke = threadIdx.x + j * blockDim.x;
-    if (ke < kd) atomicAdd(dcu + ke, float(acc[j]));
+    if (ke < kd) partial[int64_t(blockIdx.x) * kd + ke] = acc[j];
   }
+}
+
+// dcu[ke] = the blocks' partial sums in block order.
+__global__ void focus_scores_dcu_sum_kernel(const double* __restrict__ partial, int blocks, int kd,
+                                            float* __restrict__ dcu) {
+  const int ke = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ke >= kd) return;
+  double s = 0.0;
+  for (int i = 0; i < blocks; ++i) s += partial[int64_t(i) * kd + ke];
+  dcu[ke] = float(s);
 }
 
 template <typename T>
@@ -216,18 +229,22 @@ void launch_focus_scores_bwd(const FocusScoresParams<T>& p, Stream s) {
   focus_scores_dz_kernel<T><<<blocks_of(p.N), kThreads, size_t(kd) * sizeof(float), st(s)>>>(p);
   CUDA_CHECK_LAUNCH();
   if (!p.dcentroids) return;
-  StreamScratch dcu(size_t(kd) * sizeof(float), s);
-  CUDA_CHECK(cudaMemsetAsync(dcu.as<float>(), 0, size_t(kd) * sizeof(float), st(s)));
-  // Tiles of up to kThreads rows within 48 KiB of shared memory (d_g + K <= 1088 floats a row);
-  // at most 2 blocks per SM, so each pair takes a few hundred atomics at most.
+  // Tiles of up to kThreads rows within 48 KiB of shared memory (d_g + K <= 1088 floats a row),
+  // at most kDcuBlocks blocks (about 2 per SM on an H100 / H200).
   const int rows =
       std::max(1, std::min(kThreads, int(48 * 1024 / ((p.d_g + p.K) * sizeof(float)))));
-  const int64_t blocks = std::min<int64_t>(div_up(p.N, rows), 2 * current_sm_count());
+  const int blocks = int(std::min<int64_t>(div_up(p.N, rows), kDcuBlocks));
+  const size_t dcu_bytes = (size_t(kd) * sizeof(float) + 15) / 16 * 16;
+  StreamScratch scratch(dcu_bytes + size_t(blocks) * kd * sizeof(double), s);
+  float* dcu = scratch.as<float>();
+  double* partial = reinterpret_cast<double*>(scratch.as<unsigned char>() + dcu_bytes);
   focus_scores_dcu_kernel<T>
       <<<unsigned(blocks), kThreads, size_t(rows) * (p.d_g + p.K) * sizeof(float), st(s)>>>(
-          p, dcu.as<float>(), rows);
+          p, partial, rows);
   CUDA_CHECK_LAUNCH();
-  focus_scores_dc_kernel<T><<<1, div_up(p.K, 32) * 32, 0, st(s)>>>(p, dcu.as<float>());
+  focus_scores_dcu_sum_kernel<<<blocks_of(kd), kThreads, 0, st(s)>>>(partial, blocks, kd, dcu);
+  CUDA_CHECK_LAUNCH();
+  focus_scores_dc_kernel<T><<<1, div_up(p.K, 32) * 32, 0, st(s)>>>(p, dcu);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -77,6 +77,9 @@ struct FocusAttentionParams {
   int K = 0, top_k = 0;
   float scale = 0.f;
   FocusGateParams gate;
+  // bwd: every addition in a fixed order (bitwise reproducible), where the kernel has such a form
+  // (the wgmma backward: focus_wgmma_det.h); the others add with atomics (FocusAttention warns).
+  bool deterministic = false;
 };
 
 template <typename T>

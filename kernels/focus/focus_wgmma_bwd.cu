@@ -36,6 +36,7 @@
 #include "kernels/common/stream_scratch.h"
 #include "kernels/focus/focus_dense_params.h"
 #include "kernels/focus/focus_wgmma.cuh"
+#include "kernels/focus/focus_wgmma_det.h"
 #include "kernels/focus/focus_wgmma_gate.cuh"
 #include "kernels/focus/focus_wgmma_layout.h"
 
@@ -116,7 +117,7 @@ template <int D, int KP, bool kFusedDg, bool kHard>
 __global__ void __launch_bounds__(kThreads, 1)
     focus_wgmma_bwd_kernel(const FocusAttentionParams<bf16> p, const float* __restrict__ delta,
                            float* __restrict__ dq_accum, const bf16* __restrict__ gs,
-                           const unsigned* __restrict__ sets,
+                           const unsigned* __restrict__ sets, const focus_det::Scratch det,
                            const __grid_constant__ CUtensorMap tm_q,
                            const __grid_constant__ CUtensorMap tm_do) {
 #if ATTN_WGMMA_DEVICE
@@ -164,14 +165,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int w = p.gate.local_window;
 
   const TileRange tiles = mask.query_tiles(k0, kBlockN, kQ, T);
-  const int m_begin = tiles.begin, m_end = tiles.end;
-  const int per_head = max(0, m_end - m_begin);
+  const int per_head = max(0, tiles.end - tiles.begin);
   const int iters = group * per_head;
-
-  struct Tile {
-    int h, m;
+  // The deterministic form (focus_wgmma_det.h): query tiles descending, each tile's dq and
+  // dg_query added in key-tile order (turns), dg into per-head slices.
+  const bool ordered = det.turns != nullptr;
+  using Tile = focus_det::BwdTile;
+  auto next_tile = [&](Tile t) { return focus_det::next_tile(t, tiles, ordered); };
+  const int n_qtiles = (T + kQ - 1) / kQ;
+  auto turn_counter = [&](Tile t) {
+    return det.turns + focus_det::turn_index(b, t, p.n_head, n_qtiles);
   };
-  auto next_tile = [&](Tile t) { return ++t.m == m_end ? Tile{t.h + 1, m_begin} : t; };
+  // Where dg_query of head h (warpgroup wg's slice) and the block's dg_key are added.
+  auto dgq_rows = [&](int h, int wg_slice) {
+    return ordered ? det.dgq + ((int64_t(b) * p.n_head + h) * det.dgq_slices + wg_slice) * T * p.K
+                   : p.dg + int64_t(b) * T * p.K;
+  };
+  auto dgk_rows = [&]() {
+    return ordered ? det.dgk + (int64_t(b) * p.n_kv_head + hk) * T * p.K
+                   : p.dg + int64_t(b) * T * p.K;
+  };
   auto issue_loads = [&](Tile t, int buf) {
     const int q0 = t.m * kQ;
     if (threadIdx.x == 0) {
@@ -219,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kFusedDg && focus_wgmma::wgmma_dgq(KP)) {
     focus_wgmma::load_g_planes<kBlockN, kThreads>(sDgq, gsb, k0, T);
   }
-  Tile cur{hk * group, m_begin}, prev = cur;
+  Tile cur = focus_det::first_tile(hk * group, tiles, ordered), prev = cur;
   if (iters > 0) issue_loads(cur, 0);
   if constexpr (kGqBufs == 1) {
     if (iters > 0)
@@ -344,7 +357,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_proxy_async();
     issue_dv_dk<D, kQ>(dv, dk, pa, dsa, cdO, cQ);
 
-    if (threadIdx.x == 0) bulk_wait_read();
+    if (threadIdx.x == 0) {
+      if (ordered) {  // prev's additions complete: its turn passes on; then cur's turn
+        if (it > 0) {
+          bulk_wait_all();
+          focus_det::turn_pass(turn_counter(prev));
+        }
+        focus_det::turn_wait(turn_counter(cur), focus_det::turn_of(blockIdx.y));
+      } else {
+        bulk_wait_read();
+      }
+    }
     __syncthreads();
     if constexpr (kGqBufs == 1) {  // no warp reads the queries' g tile any more
       if (it + 1 < iters) {
@@ -367,12 +390,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_regs(dgq);
         const int rows_from = kQ == 128 ? k0 : k0 + 64 * wg;
         if (focus_wgmma::tile_has_distant_k_rows(rows_from, q0 + kQ - 1, w)) {
-          focus_wgmma::reduce_dgq(dgq, p.dg + int64_t(b) * T * p.K, p.K,
+          focus_wgmma::reduce_dgq(dgq, dgq_rows(cur.h, kQ == 128 ? 0 : wg), p.K,
                                   q0 + (kQ == 128 ? 64 * wg : 0), T, warp, lane);
         }
       } else if constexpr (kFusedDg) {  // every warp's dg_query of the tile is in the shared tile
         if (focus_wgmma::tile_has_distant_k_rows(k0, q0 + kQ - 1, w)) {
-          float* dgb = p.dg + int64_t(b) * T * p.K;
+          float* dgb = dgq_rows(cur.h, 0);
           for (int i = threadIdx.x; i < kQ * KP; i += kThreads) {
             const int q = i / KP, c = i - q * KP;
             const float v = dgq_tile[q * kDgqLd + c];
@@ -398,10 +421,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     float* dst = dq_rows(prev, &bytes);
     bulk_reduce_add_f32(dst, sdQ, bytes);
     bulk_wait_all();
+    if (ordered) focus_det::turn_pass(turn_counter(prev));
   }
   store_dk_dv<D>(dk, dv, p, b, hk, key0, tig);
   if constexpr (kFusedDg) {
-    float* dgb = p.dg + int64_t(b) * T * p.K;
+    float* dgb = dgk_rows();
     if constexpr (KP == 8) {
 #pragma unroll
       for (int v = 0; v < 4; ++v) dgk[0][v] += dgk[1][v];
@@ -418,7 +442,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 #else
-  (void)p, (void)delta, (void)dq_accum, (void)gs, (void)sets, (void)tm_q, (void)tm_do;
+  (void)p, (void)delta, (void)dq_accum, (void)gs, (void)sets, (void)det, (void)tm_q, (void)tm_do;
 #endif
 }
 
@@ -440,7 +464,8 @@ __global__ void dq_convert_kernel(const FocusAttentionParams<bf16> p,
 
 template <int D, int KP, bool kFusedDg, bool kHard>
 void launch_bwd(const FocusAttentionParams<bf16>& p, const float* delta, float* dq_accum,
-                const bf16* gs, const unsigned* sets, cudaStream_t st) {
+                const bf16* gs, const unsigned* sets, const focus_det::Scratch& det,
+                cudaStream_t st) {
   constexpr size_t smem = bwd_smem_bytes<D, KP, kFusedDg, kHard>();
   auto* kernel = focus_wgmma_bwd_kernel<D, KP, kFusedDg, kHard>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -449,7 +474,7 @@ void launch_bwd(const FocusAttentionParams<bf16>& p, const float* delta, float* 
                                     p.q_batch_stride, kQTile<D>),
                     tm_do = tile_map(p.dout, p.n_head * D, p.seq_len, p.B, p.o_row_stride,
                                      p.o_batch_stride, kQTile<D>);
-  kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum, gs, sets, tm_q, tm_do);
+  kernel<<<grid, kThreads, smem, st>>>(p, delta, dq_accum, gs, sets, det, tm_q, tm_do);
   CUDA_CHECK_LAUNCH();
   const dim3 convert_grid(div_up(int64_t(p.seq_len) * (D / 4), 256), p.n_head, p.B);
   dq_convert_kernel<D><<<convert_grid, 256, 0, st>>>(p, dq_accum);
@@ -458,15 +483,16 @@ void launch_bwd(const FocusAttentionParams<bf16>& p, const float* delta, float* 
 
 template <bool kFusedDg, bool kHard>
 void launch_bwd_for(const FocusAttentionParams<bf16>& p, const float* delta, float* dq_accum,
-                    const bf16* gs, const unsigned* sets, int KP, cudaStream_t st) {
+                    const bf16* gs, const unsigned* sets, const focus_det::Scratch& det, int KP,
+                    cudaStream_t st) {
   if (p.D == 64) {
-    KP == 8    ? launch_bwd<64, 8, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, st)
-    : KP == 16 ? launch_bwd<64, 16, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, st)
-               : launch_bwd<64, 32, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, st);
+    KP == 8    ? launch_bwd<64, 8, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, det, st)
+    : KP == 16 ? launch_bwd<64, 16, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, det, st)
+               : launch_bwd<64, 32, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, det, st);
   } else {
-    KP == 8    ? launch_bwd<128, 8, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, st)
-    : KP == 16 ? launch_bwd<128, 16, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, st)
-               : launch_bwd<128, 32, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, st);
+    KP == 8    ? launch_bwd<128, 8, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, det, st)
+    : KP == 16 ? launch_bwd<128, 16, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, det, st)
+               : launch_bwd<128, 32, kFusedDg, kHard>(p, delta, dq_accum, gs, sets, det, st);
   }
 }
 
@@ -486,23 +512,47 @@ void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s) {
   const int KP = focus_wgmma::padded_groups(p.K);
   const size_t gs_bytes = size_t(p.B) * p.seq_len * focus_wgmma::gs_width(KP) * sizeof(bf16);
   const size_t dq_bytes = (size_t(rows) * (p.D + 1) * sizeof(float) + 15) / 16 * 16;
-  const size_t sets_bytes = hard ? size_t(p.B) * p.seq_len * sizeof(unsigned) : 0;
-  StreamScratch scratch(dq_bytes + gs_bytes + sets_bytes, s);
+  const size_t sets_bytes = (hard ? size_t(p.B) * p.seq_len * sizeof(unsigned) + 15 : 0) / 16 * 16;
+  // The deterministic form (focus_wgmma_det.h): the turn counters and dg's slices, zeroed.
+  const int kQ = p.D == 64 ? kQTile<64> : kQTile<128>;
+  const int slices = focus_det::dgq_slices(kQ, KP);
+  const size_t per_slice = size_t(p.seq_len) * p.K;
+  const size_t turn_bytes =
+      p.deterministic ? (size_t(p.B) * p.n_head * div_up(p.seq_len, kQ) * 4 + 15) / 16 * 16 : 0;
+  const size_t part_bytes =
+      p.deterministic && p.dg
+          ? size_t(p.B) * (size_t(p.n_head) * slices + p.n_kv_head) * per_slice * sizeof(float)
+          : 0;
+  StreamScratch scratch(dq_bytes + gs_bytes + sets_bytes + turn_bytes + part_bytes, s);
   float* dq_accum = scratch.as<float>();  // [B, H, T, D] (dq_swizzle rows), 16-byte aligned
   float* delta = dq_accum + rows * p.D;   // [B, H, T]
   unsigned char* raw = scratch.as<unsigned char>();
   bf16* gs = reinterpret_cast<bf16*>(raw + dq_bytes);  // [B, T, 3 KP]
   unsigned* sets = hard ? reinterpret_cast<unsigned*>(raw + dq_bytes + gs_bytes) : nullptr;
+  focus_det::Scratch det;
+  if (p.deterministic) {
+    unsigned char* d = raw + dq_bytes + gs_bytes + sets_bytes;
+    det.turns = reinterpret_cast<unsigned*>(d);
+    if (p.dg) {
+      det.dgq = reinterpret_cast<float*>(d + turn_bytes);
+      det.dgk = det.dgq + size_t(p.B) * p.n_head * slices * per_slice;
+      det.dgq_slices = slices;
+    }
+    CUDA_CHECK(cudaMemsetAsync(d, 0, turn_bytes + part_bytes, st));
+  }
   launch_attention_bwd_delta(focus_dense_params(p), delta, dq_accum, s);
-  focus_wgmma_split_g(p, gs, KP, s, sets, p.dg);  // (which zeroes dg)
+  // (split_g zeroes dg for the fast form's additions; the deterministic one writes it at the end)
+  focus_wgmma_split_g(p, gs, KP, s, sets, p.deterministic ? nullptr : p.dg);
   // dg in the main loop (kFusedDg)
   if (p.dg) {
-    hard ? launch_bwd_for<true, true>(p, delta, dq_accum, gs, sets, KP, st)
-         : launch_bwd_for<true, false>(p, delta, dq_accum, gs, sets, KP, st);
+    hard ? launch_bwd_for<true, true>(p, delta, dq_accum, gs, sets, det, KP, st)
+         : launch_bwd_for<true, false>(p, delta, dq_accum, gs, sets, det, KP, st);
   } else {
-    hard ? launch_bwd_for<false, true>(p, delta, dq_accum, gs, sets, KP, st)
-         : launch_bwd_for<false, false>(p, delta, dq_accum, gs, sets, KP, st);
+    hard ? launch_bwd_for<false, true>(p, delta, dq_accum, gs, sets, det, KP, st)
+         : launch_bwd_for<false, false>(p, delta, dq_accum, gs, sets, det, KP, st);
   }
+  if (det.dgq)
+    focus_det::launch_focus_dg_sum(p.dg, det, p.B, p.seq_len, p.K, p.n_head, p.n_kv_head, s);
 }
 
 }  // namespace attnlab

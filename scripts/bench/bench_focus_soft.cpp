@@ -16,8 +16,11 @@
 // (route_training: hard) every forward is the hard-routed kernel (focus_hard_ops.h), so "tiled
 // f+b" is it plus the tiled backward and "wgmma f+b" it plus the wgmma kernel's hard-gate
 // backward (the straight-through dg in its loop), what training with hard routing runs on sm_90a.
-// Usage: bench_focus_soft [csv_out] [--gate=additive|multiplicative|hard] [--shape=D:T] (D 64 or
-// 128, T one of the lengths above; anything else is an error)
+// --deterministic times every backward in its deterministic form (ExecContext::deterministic, as
+// train.deterministic: dense's atomics-free mma.sync backward, Focus's wgmma one with ordered
+// additions, focus_wgmma_det.h); run with and without it in one call to compare.
+// Usage: bench_focus_soft [csv_out] [--gate=additive|multiplicative|hard] [--shape=D:T]
+// [--deterministic] (D 64 or 128, T one of the lengths above; anything else is an error)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -76,8 +79,11 @@ int main(int argc, char** argv) {
   gate.kind = FocusGateKind::additive;
   gate.local_window = 128;
   int only_D = 0, only_T = 0;
+  bool deterministic = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--gate=", 7) == 0) {
+    if (std::strcmp(argv[i], "--deterministic") == 0) {
+      deterministic = true;
+    } else if (std::strncmp(argv[i], "--gate=", 7) == 0) {
       const std::string v = argv[i] + 7;
       if (v == "additive") {
         gate.kind = FocusGateKind::additive;
@@ -104,7 +110,9 @@ int main(int argc, char** argv) {
     } else if (argv[i][0] != '-') {
       csv_path = argv[i];
     } else {
-      std::fprintf(stderr, "bench_focus_soft: unknown option %s (valid: --gate=, --shape=D:T)\n",
+      std::fprintf(stderr,
+                   "bench_focus_soft: unknown option %s (valid: --gate=, --shape=D:T, "
+                   "--deterministic)\n",
                    argv[i]);
       return 2;
     }
@@ -125,12 +133,15 @@ int main(int argc, char** argv) {
                           : gate.kind == FocusGateKind::multiplicative ? "multiplicative"
                                                                        : "hard";
   const int K = 8;
-  std::printf("focus gate %s, local_window %d, K %d, bf16, batch 1 (ratio = focus / dense)\n",
-              gate_name, gate.local_window, K);
+  std::printf(
+      "focus gate %s, local_window %d, K %d, bf16, batch 1, %s backward (ratio = focus / "
+      "dense)\n",
+      gate_name, gate.local_window, K, deterministic ? "deterministic" : "fast");
   std::printf("%4s %6s %3s %10s %10s %6s %10s %6s %10s %10s %6s %10s %6s %10s %6s %10s %6s\n", "D",
               "T", "H", "dense fwd", "tiled fwd", "ratio", "wgmma fwd", "ratio", "dense f+b",
               "tiled f+b", "ratio", "wgmma f+b", "ratio", "mma f+b", "vs mma", "no dg", "ratio");
   auto ctx = ExecContext::make_cuda(0);
+  ctx->deterministic = deterministic;
   for (int D : {64, 128}) {
     for (int T : kTs) {
       if (only_D != 0 && (D != only_D || T != only_T)) continue;

@@ -102,7 +102,13 @@ void FocusAttention::allocate(const ExecContext& ctx, const AttentionShape& s, D
   }
   shape_ = s;
   dtype_ = dtype;
-  deterministic_cuda_ = ctx.device == Device::cuda && ctx.deterministic;
+  // The deterministic backward is the wgmma kernel's (bf16, the additive gate or hard routing's
+  // straight-through one, Hopper, head dim 64 / 128, K <= 32); the others add with atomics.
+  const bool wgmma_backward = dtype == DType::bf16 &&
+                              (opts_.gate == FocusOptions::Gate::additive ||
+                               opts_.route_training == FocusOptions::Routing::hard) &&
+                              ops::focus_soft_wgmma_available(s.layout.head_dim, opts_.groups);
+  atomic_backward_ = ctx.device == Device::cuda && ctx.deterministic && !wgmma_backward;
   Layout count;
   Views v;
   carve(count, v, opts_, s.B, s.T, s.layout.n_head, dtype);
@@ -294,12 +300,13 @@ std::vector<std::string> FocusAttention::config_warnings(int64_t T) const {
         "the layers' below) measured 2-3.6x the error of a bf16 reference that keeps the gate "
         "in fp32 (docs/focus.md, \"An independent oracle\"); the additive gate (the default) or "
         "train.precision fp32 do not show it");
-  if (deterministic_cuda_)
+  if (atomic_backward_)
     w.push_back(
-        "train.deterministic is true, but Focus's CUDA backward adds gradients with fp32 "
-        "atomics (its attention kernels dg and dq or dk / dv, the assignment the centroids' dC; "
-        "docs/focus.md): a rerun or a resume of this run agrees with it to float rounding, not "
-        "bit for bit");
+        "train.deterministic is true, but this Focus layer's CUDA backward adds gradients with "
+        "fp32 atomics (its dg and dq or dk / dv): only the Hopper kernel (bf16, the additive gate "
+        "or route_training hard, head dim 64 or 128, at most 32 groups) has a deterministic "
+        "form (docs/focus.md), so a rerun or a resume of this run agrees with it to float "
+        "rounding, not bit for bit");
   return w;
 }
 

@@ -78,9 +78,9 @@ class FocusAttention final : public AttentionModule {
   int layer_;
   AttentionShape shape_;
   DType dtype_ = DType::f32;
-  // allocate's context asked for bitwise-reproducible kernels on CUDA, which Focus's backward is
-  // not (config_warnings).
-  bool deterministic_cuda_ = false;
+  // allocate's context asked for bitwise-reproducible kernels on CUDA, and this layer's backward
+  // runs a kernel without a deterministic form (config_warnings).
+  bool atomic_backward_ = false;
   Tensor w_g_, dw_g_, c_, dc_;
   Buffer buf_;
   int64_t last_B_ = 0, last_T_ = 0;

@@ -229,6 +229,7 @@ FocusAttentionParams<E> attention_params(const ExecContext& ctx, const Tensor& q
                (long long)l.width(), qkv.str().c_str());
   const int64_t B = qkv.dim(0), T = qkv.dim(1);
   FocusAttentionParams<E> p;
+  p.deterministic = ctx.deterministic;
   const bool hard = gate.kind == FocusGateKind::hard;
   if (!g.empty()) {
     ATTN_REQUIRE(g.ndim() == 3, "focus_attention: g must be [B, T, K], got %s", g.str().c_str());

@@ -35,8 +35,9 @@ using test::DeviceArray;
 struct TiledCase {
   FocusGateKind kind;
   int D, T, local_window, K;
-  int top_k = 0;        // the hard gate's groups per token; 0: min(2, K)
-  bool with_dg = true;  // false: the backward without dg (its own kernel instantiation)
+  int top_k = 0;               // the hard gate's groups per token; 0: min(2, K)
+  bool with_dg = true;         // false: the backward without dg (its own kernel instantiation)
+  bool deterministic = false;  // the wgmma backward's deterministic form (focus_wgmma_det.h)
 };
 
 struct Errors {
@@ -50,6 +51,7 @@ void run_case(const TiledCase& c, ops::FocusSoftKernel kernel = ops::FocusSoftKe
                                   << c.local_window << " K " << c.K << " kernel " << int(kernel));
   auto cpu = ExecContext::make_cpu();
   auto gpu = ExecContext::make_cuda(0);
+  gpu->deterministic = c.deterministic;
   const int B = 2, T = c.T, D = c.D, K = c.K, tk = c.top_k > 0 ? c.top_k : std::min(2, K);
   const int H = D == 64 ? 4 : 2, Hkv = H / 2;  // GQA: 2 query heads per kv head
   const QKVLayout l{H, Hkv, D};
@@ -227,6 +229,22 @@ TEST(FocusWgmmaCuda, HardBackwardMatchesTheReference) {
     for (TiledCase c : shapes) {
       c.kind = FocusGateKind::hard;
       c.D = D;
+      run_case(c, ops::FocusSoftKernel::wgmma);
+    }
+}
+
+// The same in the backward's deterministic form (train.deterministic).
+TEST(FocusWgmmaCuda, DeterministicHardBackwardMatchesTheReference) {
+  CUDA_TEST_PREAMBLE();
+  if (!ops::focus_soft_wgmma_available(64, 8)) GTEST_SKIP() << "no wgmma Focus kernel here";
+  const test::PoisonScratch poison;
+  for (int D : {64, 128})
+    for (TiledCase c : std::vector<TiledCase>{{FocusGateKind::hard, 0, 1000, 37, 8},
+                                              {FocusGateKind::hard, 0, 2048, 128, 8},
+                                              {FocusGateKind::hard, 0, 700, 37, 17},
+                                              {FocusGateKind::hard, 0, 1000, 0, 9}}) {
+      c.D = D;
+      c.deterministic = true;
       run_case(c, ops::FocusSoftKernel::wgmma);
     }
 }

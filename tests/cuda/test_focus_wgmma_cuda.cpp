@@ -34,6 +34,7 @@ using test::DeviceArray;
 
 struct WgmmaCase {
   int D, T, local_window, K;
+  bool deterministic = false;  // the backward's deterministic form (focus_wgmma_det.h)
 };
 
 struct Outputs {
@@ -57,9 +58,11 @@ bool wgmma_runs(int D, int K) {
 void run_case(const WgmmaCase& c) {
   const FocusSoftKernel kernel = FocusSoftKernel::wgmma, peer = FocusSoftKernel::tiled;
   SCOPED_TRACE(testing::Message() << "D " << c.D << " T " << c.T << " w " << c.local_window << " K "
-                                  << c.K << " kernel " << int(kernel));
+                                  << c.K << " kernel " << int(kernel) << " deterministic "
+                                  << c.deterministic);
   auto cpu = ExecContext::make_cpu();
   auto gpu = ExecContext::make_cuda(0);
+  gpu->deterministic = c.deterministic;
   const int B = 2, T = c.T, D = c.D, K = c.K;
   const int H = D == 64 ? 4 : 2, Hkv = H / 2;  // GQA: 2 query heads per kv head
   const QKVLayout l{H, Hkv, D};
@@ -241,6 +244,87 @@ TEST(FocusWgmmaCuda, AutomaticPicksWgmma) {
   EXPECT_EQ(o[0], o[1]);
   EXPECT_EQ(dk[0], dk[1]);
   EXPECT_LT(test::max_rel_error(dg[0], dg[1]), 1e-5);
+}
+
+// The deterministic backward (train.deterministic) against the same bounds, at the shapes that
+// reach its orderings: many query tiles, GQA, K of each KP, windows cutting the tiles.
+TEST(FocusWgmmaCuda, DeterministicMatchesTheReference) {
+  WGMMA_TEST_PREAMBLE(64, 8);
+  for (int D : {64, 128})
+    for (WgmmaCase c : std::vector<WgmmaCase>{{0, 1, 0, 4},
+                                              {0, 129, 0, 8},
+                                              {0, 1000, 37, 8},
+                                              {0, 2048, 128, 8},
+                                              {0, 1000, 128, 17},
+                                              {0, 700, 37, 16},
+                                              {0, 700, 0, 32},
+                                              {0, 300, 300, 1}}) {
+      c.D = D;
+      c.deterministic = true;
+      run_case(c);
+    }
+}
+
+// The deterministic backward is bitwise reproducible: dq, dk, dv and dg of repeated calls (with
+// the scratch and the blocks' timing free to differ) equal the first, and the fast form's within
+// its float rounding. Many key tiles per query tile, GQA 4:1, B 2, both gates of the kernel.
+TEST(FocusWgmmaCuda, DeterministicIsBitwiseReproducible) {
+  WGMMA_TEST_PREAMBLE(64, 8);
+  const test::PoisonScratch poison;  // an unwritten dg slice or turn reads NaN
+  for (int D : {64, 128})
+    for (int K : {8, 17})
+      for (FocusGateKind kind : {FocusGateKind::additive, FocusGateKind::hard}) {
+        SCOPED_TRACE(testing::Message() << "D " << D << " K " << K << " gate " << int(kind));
+        auto gpu = ExecContext::make_cuda(0);
+        const int B = 2, T = 3000, H = 8, tk = 2;
+        const QKVLayout l{H, 2, D};
+        const Shape qs{B, T, l.width()}, os{B, T, l.q_width()}, ls{B, H, T}, gs{B, T, K},
+            grs{B, T, tk};
+        DeviceArray<bf16> gq(test::random_vector(size_t(B) * T * l.width(), 31, -2, 2));
+        DeviceArray<bf16> gdo(test::random_vector(size_t(B) * T * l.q_width(), 32));
+        const std::vector<float> g = test::softmax_g(size_t(B) * T, K, 33);
+        std::vector<int32_t> groups(size_t(B) * T * tk);
+        auto cpu = ExecContext::make_cpu();
+        std::vector<float> g_host = g;
+        ops::focus_route_topk(*cpu, cpu_tensor(groups, grs), cpu_tensor(g_host, gs));
+        DeviceArray<float> gg(g);
+        const test::DeviceInts ggr(groups);
+        const Tensor tgr = kind == FocusGateKind::hard ? test::dev_ints(ggr, grs) : Tensor();
+        FocusGateParams gate;
+        gate.kind = kind;
+        gate.local_window = 128;
+        DeviceArray<bf16> go(size_t(B) * T * l.q_width()), gdq(size_t(B) * T * l.width());
+        DeviceArray<float> gl(size_t(B) * H * T), gdg(gg.size());
+        ops::focus_attention_fwd(*gpu, dev_tensor(go, os), dev_tensor(gl, ls), dev_tensor(gq, qs),
+                                 l, dev_tensor(gg, gs), tgr, gate);
+        struct Grads {
+          std::vector<bf16> dqkv_bits;
+          std::vector<float> dqkv, dg;
+        };
+        auto bwd = [&](bool det) {
+          gpu->deterministic = det;
+          gdq.poison();
+          gdg.poison();
+          ops::focus_attention_bwd(*gpu, dev_tensor(gdq, qs), dev_tensor(gdg, gs),
+                                   dev_tensor(gdo, os), dev_tensor(gq, qs), dev_tensor(go, os),
+                                   dev_tensor(gl, ls), l, dev_tensor(gg, gs), tgr, gate,
+                                   FocusSoftKernel::wgmma);
+          return Grads{gdq.raw(), gdq.download(), gdg.download()};
+        };
+        const Grads first = bwd(true);
+        for (int rep = 0; rep < 3; ++rep) {
+          const Grads again = bwd(true);
+          EXPECT_TRUE(test::bitwise_equal(first.dqkv_bits, again.dqkv_bits))
+              << "dqkv, rerun " << rep;
+          EXPECT_TRUE(test::bitwise_equal(first.dg, again.dg)) << "dg, rerun " << rep;
+        }
+        const Grads fast = bwd(false);
+        EXPECT_LE(test::max_rel_error(fast.dg, first.dg), 1e-5);
+        const double e_dqkv = test::max_rel_error(fast.dqkv, first.dqkv);
+        std::printf("  [focus wgmma det] D %d K %d gate %d: fast vs deterministic dqkv %.2e\n", D,
+                    K, int(kind), e_dqkv);
+        EXPECT_LE(e_dqkv, 1.0 / 256);
+      }
 }
 
 TEST(FocusWgmmaCuda, BackwardWritesDgAndIsZeroWhenAllLocal) {

@@ -14,6 +14,7 @@
 #include "model/gpt.h"
 #include "model/model_fixture.h"
 #include "nn/attention_focus.h"
+#include "ops/focus_ops.h"
 #include "test_util.h"
 #include "train/optimizer.h"
 
@@ -191,10 +192,11 @@ TEST(FocusModel, ConfigWarningWhereTheGroupsDoNothing) {
   EXPECT_EQ(warnings(add, 16), "");
 }
 
-// train.deterministic on CUDA: Focus's backward adds gradients with fp32 atomics in every kernel,
-// so a run that asked for bitwise-reproducible kernels is told at its start (the module reads
-// allocate's context: a CUDA context with deterministic set, no GPU needed for the flag).
-TEST(FocusModelCuda, DeterministicIsAWarning) {
+// train.deterministic on CUDA: the wgmma backward (bf16, the additive gate or route_training
+// hard, head dim 64 / 128, Hopper) has a deterministic form; the other kernels add with atomics,
+// and a run that asked for bitwise-reproducible kernels is told so at its start (the module reads
+// allocate's context: a CUDA context with deterministic set).
+TEST(FocusModelCuda, DeterministicWarnsWhereTheKernelHasNoDeterministicForm) {
   AttentionOptions o;
   o.type = "focus";
   o.n_layer = 1;
@@ -203,14 +205,32 @@ TEST(FocusModelCuda, DeterministicIsAWarning) {
   EXPECT_TRUE(f.config_warnings(16).empty());  // not allocated: no context seen
   if (!cuda_available()) GTEST_SKIP() << "the CUDA allocation needs a GPU";
   auto gpu = ExecContext::make_cuda(0);
-  FocusAttention g(o, 0);
   const AttentionShape s{1, 16, QKVLayout{2, 2, 64}, 128};
-  for (bool det : {false, true}) {
-    gpu->deterministic = det;
-    g.allocate(*gpu, s, DType::bf16);
-    EXPECT_EQ(warnings(g, 16).find("train.deterministic is true, but Focus's CUDA backward adds "
-                                   "gradients with fp32 atomics"),
-              det ? size_t(0) : std::string::npos);
+  const std::string atomic =
+      "train.deterministic is true, but this Focus layer's CUDA backward "
+      "adds gradients with fp32 atomics";
+  const bool wgmma = ops::focus_soft_wgmma_available(64, o.focus.groups);
+  struct Case {
+    FocusOptions::Gate gate;
+    FocusOptions::Routing route;
+    DType dtype;
+    bool deterministic_form;
+  };
+  for (const Case& c :
+       {Case{FocusOptions::Gate::additive, FocusOptions::Routing::soft, DType::bf16, wgmma},
+        Case{FocusOptions::Gate::multiplicative, FocusOptions::Routing::hard, DType::bf16, wgmma},
+        Case{FocusOptions::Gate::multiplicative, FocusOptions::Routing::soft, DType::bf16, false},
+        Case{FocusOptions::Gate::additive, FocusOptions::Routing::soft, DType::f32, false}}) {
+    o.focus.gate = c.gate;
+    o.focus.route_training = c.route;
+    FocusAttention g(o, 0);
+    for (bool det : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "gate " << int(c.gate) << " route " << int(c.route) << " "
+                                      << dtype_name(c.dtype) << " deterministic " << det);
+      gpu->deterministic = det;
+      g.allocate(*gpu, s, c.dtype);
+      EXPECT_EQ(warnings(g, 16).find(atomic) != std::string::npos, det && !c.deterministic_form);
+    }
   }
 }
 
