@@ -21,10 +21,11 @@
 //     (movmatrix-transposed dA^T) reduced in shared memory, on mma.sync (bf16 dA times g hi + lo),
 //     both by fp32 atomics into dg (zeroed first). dq and dg are not bitwise reproducible; dk, dv
 //     are. With FocusAttentionParams::deterministic the same loop adds dq and dg in a fixed order
-//     (turn counters per query tile, per-head dg slices: focus_wgmma_det.h). The hard gate's backward (route_training: hard, whose forward is the hard-routed
-//     kernel, focus_hard.cuh) is the same loop with the affinity replaced by the tokens' group
-//     sets (bit x: group x among the top_k, from split_g): a distant pair keeps P iff the sets
-//     meet, and dA (the straight-through gradient) and the dg products are the additive gate's.
+//     (turn counters per query tile, per-head dg slices: focus_wgmma_det.h). The hard gate's
+//     backward (route_training: hard, whose forward is the hard-routed kernel, focus_hard.cuh) is
+//     the same loop with the affinity replaced by the tokens' group sets (bit x: group x among the
+//     top_k, from split_g): a distant pair keeps P iff the sets meet, and dA (the straight-through
+//     gradient) and the dg products are the additive gate's.
 #pragma once
 #include "kernels/focus/focus_attention.cuh"
 

@@ -153,11 +153,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int T = p.seq_len;
   const AttentionMask mask{};
+  // The deterministic form (focus_wgmma_det.h): query tiles descending, each tile's dq and
+  // dg_query added in key-tile order (turns), dg into per-head slices; the block from a ticket
+  // (passed through the first word of the dQ tile, written much later).
+  const bool ordered = det.turns != nullptr;
+  focus_det::BlockCoord bc{int(blockIdx.x), int(blockIdx.y), int(blockIdx.z)};
+  if (ordered) {
+    unsigned* slot = reinterpret_cast<unsigned*>(smem_raw + (sdQ - raw));
+    if (threadIdx.x == 0) *slot = atomicAdd(det.ticket, 1u);
+    __syncthreads();
+    bc = focus_det::block_of_ticket(*slot, gridDim.x, gridDim.y);
+  }
   // Grid (kv heads, key tiles, batch): longest first, as the dense backward's.
-  const int hk = blockIdx.x, b = blockIdx.z, group = p.n_head / p.n_kv_head;
+  const int hk = bc.hk, b = bc.b, group = p.n_head / p.n_kv_head;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, tig = lane & 3;
-  const int k0 = blockIdx.y * kBlockN;
+  const int k0 = bc.n * kBlockN;
   const int key0 = k0 + 64 * wg + 16 * warp + g;
   const bf16* gk = p.k + b * p.kv_batch_stride + hk * D;
   const bf16* gv = p.v + b * p.kv_batch_stride + hk * D;
@@ -167,9 +178,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const TileRange tiles = mask.query_tiles(k0, kBlockN, kQ, T);
   const int per_head = max(0, tiles.end - tiles.begin);
   const int iters = group * per_head;
-  // The deterministic form (focus_wgmma_det.h): query tiles descending, each tile's dq and
-  // dg_query added in key-tile order (turns), dg into per-head slices.
-  const bool ordered = det.turns != nullptr;
   using Tile = focus_det::BwdTile;
   auto next_tile = [&](Tile t) { return focus_det::next_tile(t, tiles, ordered); };
   const int n_qtiles = (T + kQ - 1) / kQ;
@@ -363,7 +371,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           bulk_wait_all();
           focus_det::turn_pass(turn_counter(prev));
         }
-        focus_det::turn_wait(turn_counter(cur), focus_det::turn_of(blockIdx.y));
+        focus_det::turn_wait(turn_counter(cur), focus_det::turn_of(bc.n));
       } else {
         bulk_wait_read();
       }
@@ -513,14 +521,16 @@ void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s) {
   const size_t gs_bytes = size_t(p.B) * p.seq_len * focus_wgmma::gs_width(KP) * sizeof(bf16);
   const size_t dq_bytes = (size_t(rows) * (p.D + 1) * sizeof(float) + 15) / 16 * 16;
   const size_t sets_bytes = (hard ? size_t(p.B) * p.seq_len * sizeof(unsigned) + 15 : 0) / 16 * 16;
-  // The deterministic form (focus_wgmma_det.h): the turn counters and dg's slices, zeroed.
+  // The deterministic form (focus_wgmma_det.h; K <= 8 where dg is wanted, else the fast form):
+  // the turn counters, the ticket and dg's slices, zeroed.
+  const bool ordered = p.deterministic && focus_det::available(p.K, p.dg != nullptr);
   const int kQ = p.D == 64 ? kQTile<64> : kQTile<128>;
-  const int slices = focus_det::dgq_slices(kQ, KP);
+  const int slices = focus_det::dgq_slices(kQ);
   const size_t per_slice = size_t(p.seq_len) * p.K;
-  const size_t turn_bytes =
-      p.deterministic ? (size_t(p.B) * p.n_head * div_up(p.seq_len, kQ) * 4 + 15) / 16 * 16 : 0;
+  const size_t n_turns = size_t(p.B) * p.n_head * div_up(p.seq_len, kQ);
+  const size_t turn_bytes = ordered ? ((n_turns + 1) * 4 + 15) / 16 * 16 : 0;
   const size_t part_bytes =
-      p.deterministic && p.dg
+      ordered && p.dg
           ? size_t(p.B) * (size_t(p.n_head) * slices + p.n_kv_head) * per_slice * sizeof(float)
           : 0;
   StreamScratch scratch(dq_bytes + gs_bytes + sets_bytes + turn_bytes + part_bytes, s);
@@ -530,9 +540,10 @@ void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s) {
   bf16* gs = reinterpret_cast<bf16*>(raw + dq_bytes);  // [B, T, 3 KP]
   unsigned* sets = hard ? reinterpret_cast<unsigned*>(raw + dq_bytes + gs_bytes) : nullptr;
   focus_det::Scratch det;
-  if (p.deterministic) {
+  if (ordered) {
     unsigned char* d = raw + dq_bytes + gs_bytes + sets_bytes;
     det.turns = reinterpret_cast<unsigned*>(d);
+    det.ticket = det.turns + n_turns;
     if (p.dg) {
       det.dgq = reinterpret_cast<float*>(d + turn_bytes);
       det.dgk = det.dgq + size_t(p.B) * p.n_head * slices * per_slice;
@@ -542,7 +553,7 @@ void launch_focus_wgmma_bwd(const FocusAttentionParams<bf16>& p, Stream s) {
   }
   launch_attention_bwd_delta(focus_dense_params(p), delta, dq_accum, s);
   // (split_g zeroes dg for the fast form's additions; the deterministic one writes it at the end)
-  focus_wgmma_split_g(p, gs, KP, s, sets, p.deterministic ? nullptr : p.dg);
+  focus_wgmma_split_g(p, gs, KP, s, sets, ordered ? nullptr : p.dg);
   // dg in the main loop (kFusedDg)
   if (p.dg) {
     hard ? launch_bwd_for<true, true>(p, delta, dq_accum, gs, sets, det, KP, st)

@@ -9,16 +9,18 @@
 //   counter per (b, h, m) (`turns`, zeroed) holds the number of blocks that have added there;
 //   block n waits until it reads n (turn_wait, thread 0, before the tile's second barrier), adds
 //   its dQ tile (the bulk reduction, as the fast form) and dg_query, waits for the reduction to
-//   complete and passes the turn on (turn_pass). Waiting only on blocks of lower index (launched
-//   before it: the grid runs key tile 0 first, causal_grid) cannot deadlock.
+//   complete and passes the turn on (turn_pass). A block waits only on blocks of lower key tile,
+//   which took lower tickets (block_of_ticket) and so are running or done: no deadlock.
 // - The order of the tiles in a block: descending query tiles (ascending in the fast form). Block
 //   n + 1 then reaches each tile one step after block n, instead of after all of block n's earlier
 //   tiles (ascending, block n would wait n steps more at every tile: a staircase).
 // - dg: g is shared by the heads, so the heads' additions meet in dg. Here each query head's
 //   dg_query goes to its own slice of `dgq` [B, H, slices, T, K] (slices 2 where the two
-//   warpgroups both add into the same queries: kQ 64, KP 8), each kv head's dg_key to its slice
-//   of `dgk` [B, H_kv, T, K] (one block writes each row), and launch_focus_dg_sum adds the slices
-//   in a fixed order into dg.
+//   warpgroups both add into the same queries: kQ 64), each kv head's dg_key to its slice of
+//   `dgk` [B, H_kv, T, K] (one block writes each row), and launch_focus_dg_sum adds the slices in
+//   a fixed order into dg. Only at KP 8 (K <= 8): wider KP sum a tile's dg_query over the block's
+//   warps with shared-memory atomics (focus_wgmma_gate.cuh), so there the launcher runs the fast
+//   form (available()).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -36,11 +38,25 @@ namespace attnlab::focus_det {
 
 // Scratch of the deterministic backward (null turns: the fast form).
 struct Scratch {
-  unsigned* turns = nullptr;  // [B, H, query tiles], zeroed
-  float* dgq = nullptr;       // [B, H, dgq_slices, T, K], zeroed (null: no dg)
-  float* dgk = nullptr;       // [B, H_kv, T, K], zeroed
+  unsigned* turns = nullptr;   // [B, H, query tiles], zeroed
+  unsigned* ticket = nullptr;  // 1, zeroed (block_of_ticket)
+  float* dgq = nullptr;        // [B, H, dgq_slices, T, K], zeroed (null: no dg)
+  float* dgk = nullptr;        // [B, H_kv, T, K], zeroed
   int dgq_slices = 1;
 };
+
+// The block a ticket stands for: the grid's (kv heads, key tiles, batch) in its linear order (kv
+// head fastest, key tile 0 first). Each block of the deterministic form takes the next ticket
+// (an atomic increment) at its start instead of reading blockIdx, so the blocks start in ticket
+// order whatever order the hardware starts them in: a block waits only on blocks of lower key
+// tile, whose tickets are lower, so they are running or done (the turns cannot deadlock).
+struct BlockCoord {
+  int hk, n, b;
+};
+ATTN_FDET_FN BlockCoord block_of_ticket(unsigned ticket, unsigned kv_heads, unsigned key_tiles) {
+  return {int(ticket % kv_heads), int(ticket / kv_heads % key_tiles),
+          int(ticket / kv_heads / key_tiles)};
+}
 
 // A tile of a block's loop: query head h, query tile m.
 struct BwdTile {
@@ -55,15 +71,17 @@ ATTN_FDET_FN BwdTile next_tile(BwdTile t, TileRange r, bool descending) {
   if (descending) return t.m == r.begin ? BwdTile{t.h + 1, r.end - 1} : BwdTile{t.h, t.m - 1};
   return t.m + 1 == r.end ? BwdTile{t.h + 1, r.begin} : BwdTile{t.h, t.m + 1};
 }
-// The value of a tile's turn counter at which key tile n (blockIdx.y) adds into it.
+// Whether a backward with K groups (dg wanted or not) has the deterministic form.
+ATTN_FDET_FN bool available(int K, bool with_dg) { return K <= 8 || !with_dg; }
+// The value of a tile's turn counter at which key tile n adds into it.
 ATTN_FDET_FN unsigned turn_of(int key_tile) { return unsigned(key_tile); }
 // The index of the turn counter of tile t in batch row b (n_qtiles query tiles a head).
 ATTN_FDET_FN int64_t turn_index(int b, BwdTile t, int n_head, int n_qtiles) {
   return (int64_t(b) * n_head + t.h) * n_qtiles + t.m;
 }
 // dg_query's slices per query head: 2 where both warpgroups of a block add into the same queries
-// (kQ 64 at KP 8, whose dg_query is per warpgroup over its own keys), else 1.
-ATTN_FDET_FN int dgq_slices(int kQ, int KP) { return kQ == 64 && KP == 8 ? 2 : 1; }
+// (kQ 64, whose dg_query at KP 8 is per warpgroup over its own keys), else 1.
+ATTN_FDET_FN int dgq_slices(int kQ) { return kQ == 64 ? 2 : 1; }
 
 // dg = the sum over the slices of dgq (head by head, slice by slice) and of dgk (kv head by kv
 // head), in that order: [B, T, K] written (=).

@@ -103,12 +103,14 @@ void FocusAttention::allocate(const ExecContext& ctx, const AttentionShape& s, D
   shape_ = s;
   dtype_ = dtype;
   // The deterministic backward is the wgmma kernel's (bf16, the additive gate or hard routing's
-  // straight-through one, Hopper, head dim 64 / 128, K <= 32); the others add with atomics.
-  const bool wgmma_backward = dtype == DType::bf16 &&
-                              (opts_.gate == FocusOptions::Gate::additive ||
-                               opts_.route_training == FocusOptions::Routing::hard) &&
-                              ops::focus_soft_wgmma_available(s.layout.head_dim, opts_.groups);
-  atomic_backward_ = ctx.device == Device::cuda && ctx.deterministic && !wgmma_backward;
+  // straight-through one, Hopper, head dim 64 / 128) at K <= 8 (kernels/focus/focus_wgmma_det.h);
+  // the others add with atomics.
+  const bool deterministic_form = dtype == DType::bf16 &&
+                                  (opts_.gate == FocusOptions::Gate::additive ||
+                                   opts_.route_training == FocusOptions::Routing::hard) &&
+                                  opts_.groups <= 8 &&
+                                  ops::focus_soft_wgmma_available(s.layout.head_dim, opts_.groups);
+  atomic_backward_ = ctx.device == Device::cuda && ctx.deterministic && !deterministic_form;
   Layout count;
   Views v;
   carve(count, v, opts_, s.B, s.T, s.layout.n_head, dtype);
@@ -304,7 +306,7 @@ std::vector<std::string> FocusAttention::config_warnings(int64_t T) const {
     w.push_back(
         "train.deterministic is true, but this Focus layer's CUDA backward adds gradients with "
         "fp32 atomics (its dg and dq or dk / dv): only the Hopper kernel (bf16, the additive gate "
-        "or route_training hard, head dim 64 or 128, at most 32 groups) has a deterministic "
+        "or route_training hard, head dim 64 or 128, at most 8 groups) has a deterministic "
         "form (docs/focus.md), so a rerun or a resume of this run agrees with it to float "
         "rounding, not bit for bit");
   return w;

@@ -247,7 +247,8 @@ TEST(FocusWgmmaCuda, AutomaticPicksWgmma) {
 }
 
 // The deterministic backward (train.deterministic) against the same bounds, at the shapes that
-// reach its orderings: many query tiles, GQA, K of each KP, windows cutting the tiles.
+// reach its orderings: many query tiles, GQA, K 1 .. 8 (KP 8), windows cutting the tiles; K 17
+// (no deterministic form: the fast one runs).
 TEST(FocusWgmmaCuda, DeterministicMatchesTheReference) {
   WGMMA_TEST_PREAMBLE(64, 8);
   for (int D : {64, 128})
@@ -255,9 +256,8 @@ TEST(FocusWgmmaCuda, DeterministicMatchesTheReference) {
                                               {0, 129, 0, 8},
                                               {0, 1000, 37, 8},
                                               {0, 2048, 128, 8},
-                                              {0, 1000, 128, 17},
-                                              {0, 700, 37, 16},
-                                              {0, 700, 0, 32},
+                                              {0, 1000, 0, 5},
+                                              {0, 700, 37, 17},
                                               {0, 300, 300, 1}}) {
       c.D = D;
       c.deterministic = true;
@@ -267,12 +267,14 @@ TEST(FocusWgmmaCuda, DeterministicMatchesTheReference) {
 
 // The deterministic backward is bitwise reproducible: dq, dk, dv and dg of repeated calls (with
 // the scratch and the blocks' timing free to differ) equal the first, and the fast form's within
-// its float rounding. Many key tiles per query tile, GQA 4:1, B 2, both gates of the kernel.
+// its float rounding. Many key tiles per query tile, GQA 4:1, B 2, both gates of the kernel, K 8
+// and 5. The fast form's own reruns are compared too and the count that differed printed: that
+// they differ shows the reruns do reorder the blocks' additions.
 TEST(FocusWgmmaCuda, DeterministicIsBitwiseReproducible) {
   WGMMA_TEST_PREAMBLE(64, 8);
-  const test::PoisonScratch poison;  // an unwritten dg slice or turn reads NaN
+  const test::PoisonScratch poison;  // an unwritten dg slice reads NaN (a lost turn hangs)
   for (int D : {64, 128})
-    for (int K : {8, 17})
+    for (int K : {8, 5})
       for (FocusGateKind kind : {FocusGateKind::additive, FocusGateKind::hard}) {
         SCOPED_TRACE(testing::Message() << "D " << D << " K " << K << " gate " << int(kind));
         auto gpu = ExecContext::make_cuda(0);
@@ -319,10 +321,18 @@ TEST(FocusWgmmaCuda, DeterministicIsBitwiseReproducible) {
           EXPECT_TRUE(test::bitwise_equal(first.dg, again.dg)) << "dg, rerun " << rep;
         }
         const Grads fast = bwd(false);
+        int fast_differs = 0;
+        for (int rep = 0; rep < 3; ++rep) {
+          const Grads again = bwd(false);
+          fast_differs += !test::bitwise_equal(fast.dqkv_bits, again.dqkv_bits) ||
+                          !test::bitwise_equal(fast.dg, again.dg);
+        }
         EXPECT_LE(test::max_rel_error(fast.dg, first.dg), 1e-5);
         const double e_dqkv = test::max_rel_error(fast.dqkv, first.dqkv);
-        std::printf("  [focus wgmma det] D %d K %d gate %d: fast vs deterministic dqkv %.2e\n", D,
-                    K, int(kind), e_dqkv);
+        std::printf(
+            "  [focus wgmma det] D %d K %d gate %d: fast vs deterministic dqkv %.2e; fast "
+            "form's reruns that differed from its first: %d of 3\n",
+            D, K, int(kind), e_dqkv, fast_differs);
         EXPECT_LE(e_dqkv, 1.0 / 256);
       }
 }

@@ -193,9 +193,9 @@ TEST(FocusModel, ConfigWarningWhereTheGroupsDoNothing) {
 }
 
 // train.deterministic on CUDA: the wgmma backward (bf16, the additive gate or route_training
-// hard, head dim 64 / 128, Hopper) has a deterministic form; the other kernels add with atomics,
-// and a run that asked for bitwise-reproducible kernels is told so at its start (the module reads
-// allocate's context: a CUDA context with deterministic set).
+// hard, head dim 64 / 128, Hopper) has a deterministic form at K <= 8; the other kernels add with
+// atomics, and a run that asked for bitwise-reproducible kernels is told so at its start (the
+// module reads allocate's context: a CUDA context with deterministic set).
 TEST(FocusModelCuda, DeterministicWarnsWhereTheKernelHasNoDeterministicForm) {
   AttentionOptions o;
   o.type = "focus";
@@ -214,19 +214,25 @@ TEST(FocusModelCuda, DeterministicWarnsWhereTheKernelHasNoDeterministicForm) {
     FocusOptions::Gate gate;
     FocusOptions::Routing route;
     DType dtype;
+    int groups;
     bool deterministic_form;
   };
-  for (const Case& c :
-       {Case{FocusOptions::Gate::additive, FocusOptions::Routing::soft, DType::bf16, wgmma},
-        Case{FocusOptions::Gate::multiplicative, FocusOptions::Routing::hard, DType::bf16, wgmma},
-        Case{FocusOptions::Gate::multiplicative, FocusOptions::Routing::soft, DType::bf16, false},
-        Case{FocusOptions::Gate::additive, FocusOptions::Routing::soft, DType::f32, false}}) {
+  using G = FocusOptions::Gate;
+  using R = FocusOptions::Routing;
+  for (const Case& c : {Case{G::additive, R::soft, DType::bf16, 8, wgmma},
+                        Case{G::additive, R::soft, DType::bf16, 4, wgmma},
+                        Case{G::multiplicative, R::hard, DType::bf16, 8, wgmma},
+                        Case{G::additive, R::soft, DType::bf16, 16, false},  // K > 8
+                        Case{G::multiplicative, R::soft, DType::bf16, 8, false},
+                        Case{G::additive, R::soft, DType::f32, 8, false}}) {
     o.focus.gate = c.gate;
     o.focus.route_training = c.route;
+    o.focus.groups = c.groups;
     FocusAttention g(o, 0);
     for (bool det : {false, true}) {
-      SCOPED_TRACE(testing::Message() << "gate " << int(c.gate) << " route " << int(c.route) << " "
-                                      << dtype_name(c.dtype) << " deterministic " << det);
+      SCOPED_TRACE(testing::Message()
+                   << "gate " << int(c.gate) << " route " << int(c.route) << " "
+                   << dtype_name(c.dtype) << " K " << c.groups << " deterministic " << det);
       gpu->deterministic = det;
       g.allocate(*gpu, s, c.dtype);
       EXPECT_EQ(warnings(g, 16).find(atomic) != std::string::npos, det && !c.deterministic_form);
