@@ -1,12 +1,16 @@
 #include "core/cuda_check.h"
 
 #include "core/error.h"
+#include "core/out_of_memory.h"
 
 namespace attnlab {
 
 void cuda_fail(cudaError_t err, const char* call, const char* file, int line) {
   int dev = -1;
   cudaGetDevice(&dev);
+  if (err == cudaErrorMemoryAllocation)
+    ATTN_FAIL("out of GPU memory in %s at %s:%d on device %d%s", call, file, line, dev,
+              gpu_out_of_memory_detail().c_str());
   ATTN_FAIL("CUDA error %s (%s) in %s at %s:%d on device %d", cudaGetErrorName(err),
             cudaGetErrorString(err), call, file, line, dev);
 }

@@ -8,6 +8,11 @@ namespace attnlab {
 
 void set_out_of_memory_note(std::string note);  // "" clears it
 const std::string& current_out_of_memory_note();
+// What an out-of-GPU-memory error adds after naming the allocation: " (F MiB free of T MiB)" where
+// the device answers, then "; " and the note, or a hint where no note is set. Buffer's errors and
+// every CUDA_CHECK that fails with cudaErrorMemoryAllocation (the launchers' StreamScratch, cuBLAS
+// workspaces) end with it.
+std::string gpu_out_of_memory_detail();
 
 // Sets the note for a scope (a command that is not training: generate) and puts back the one
 // before it at the end.

@@ -86,6 +86,17 @@ std::string note_suffix() {
 void set_out_of_memory_note(std::string note) { out_of_memory_note() = std::move(note); }
 const std::string& current_out_of_memory_note() { return out_of_memory_note(); }
 
+std::string gpu_out_of_memory_detail() {
+  cudaGetLastError();  // the failed allocation's error, so that the queries below report theirs
+  size_t free_b = 0, total_b = 0;
+  std::string s;
+  if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+    s = strformat(" (%.1f MiB free of %.1f MiB)", free_b / 1048576.0, total_b / 1048576.0);
+  cudaGetLastError();
+  return s + (out_of_memory_note().empty() ? "; try a smaller train.micro_batch or train.seq_len"
+                                           : note_suffix());
+}
+
 Buffer::Buffer(Device dev, size_t bytes) : bytes_(bytes), device_(dev) {
   if (bytes == 0) return;
   if (dev == Device::cpu) {
@@ -95,15 +106,9 @@ Buffer::Buffer(Device dev, size_t bytes) : bytes_(bytes), device_(dev) {
                  note_suffix().c_str());
   } else {
     cudaError_t err = cudaMalloc(&data_, bytes);
-    if (err == cudaErrorMemoryAllocation) {
-      size_t free_b = 0, total_b = 0;
-      cudaGetLastError();
-      cudaMemGetInfo(&free_b, &total_b);
-      ATTN_FAIL("out of GPU memory allocating %.1f MiB (%.1f MiB free of %.1f MiB)%s",
-                bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0,
-                out_of_memory_note().empty() ? "; try a smaller train.micro_batch or train.seq_len"
-                                             : note_suffix().c_str());
-    }
+    if (err == cudaErrorMemoryAllocation)
+      ATTN_FAIL("out of GPU memory allocating %.1f MiB%s", bytes / 1048576.0,
+                gpu_out_of_memory_detail().c_str());
     CUDA_CHECK(err);
   }
 }

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/cuda_check.h"
 #include "core/out_of_memory.h"
 #include "core/parameters.h"
 #include "core/tensor.h"
@@ -42,6 +43,24 @@ TEST(Buffer, OutOfMemoryNoteHoldsForItsScope) {
   EXPECT_EQ(current_out_of_memory_note(), "the outer note");
   test::expect_error([&] { Buffer b(Device::cpu, too_much); }, {"; the outer note"});
   set_out_of_memory_note("");
+}
+
+// A CUDA call that fails for lack of memory (a launcher's StreamScratch, a cuBLAS workspace) says
+// so, names the call, and ends with the note or, without one, the hint, as Buffer's errors do.
+// (cuda_fail needs no GPU: on this machine the free-memory query fails and is left out.)
+TEST(CudaCheck, OutOfMemoryNamesTheCallAndTheNote) {
+  set_out_of_memory_note("");
+  test::expect_error([] { CUDA_CHECK(cudaErrorMemoryAllocation); },
+                     {"out of GPU memory in cudaErrorMemoryAllocation at ",
+                      "; try a smaller train.micro_batch or train.seq_len"});
+  {
+    const OutOfMemoryNote note("the run needs 70.0 GiB");
+    test::expect_error([] { CUDA_CHECK(cudaErrorMemoryAllocation); },
+                       {"out of GPU memory in ", "; the run needs 70.0 GiB"});
+  }
+  // Other errors keep their name.
+  test::expect_error([] { CUDA_CHECK(cudaErrorInvalidValue); },
+                     {"CUDA error cudaErrorInvalidValue"});
 }
 
 TEST(ParameterStore, TrainableRolesFormAPrefix) {
