@@ -123,8 +123,8 @@ RunStart start_run(const Recipe& recipe, const Recipe& resolved, const std::stri
   return r;
 }
 
-void warn_at_start(const Recipe& recipe, const Session& s, const AdamW& opt,
-                   const io::Logger& log, bool gathers_optimizer_state) {
+void warn_at_start(const Recipe& recipe, const Session& s, const AdamW& opt, const io::Logger& log,
+                   bool gathers_optimizer_state) {
   const int accum = recipe.train.grad_accum_steps(s.comm->world_size());
   if (s.model->config().n_layer > 0)
     for (const std::string& w : s.model->attention(0).config_warnings(recipe.train.seq_len))

@@ -16,12 +16,12 @@ namespace attnlab::train_session {
 
 // Where the run starts and what the resume found.
 struct RunStart {
-  TrainerState st;              // the resumed checkpoint's (step 0 for a new run)
-  std::string resumed_from;     // the checkpoint directory ("" for a new run)
-  std::string resume_changes;   // recipe keys changed from the checkpoint's
-  std::string data_changed;     // the data or its window order changed since (a warning)
-  std::string lr_change;        // the schedule changed at the resumed step (a warning)
-  bool own_run = false;         // resuming a checkpoint of train.out_dir itself
+  TrainerState st;               // the resumed checkpoint's (step 0 for a new run)
+  std::string resumed_from;      // the checkpoint directory ("" for a new run)
+  std::string resume_changes;    // recipe keys changed from the checkpoint's
+  std::string data_changed;      // the data or its window order changed since (a warning)
+  std::string lr_change;         // the schedule changed at the resumed step (a warning)
+  bool own_run = false;          // resuming a checkpoint of train.out_dir itself
   WeightLoadReport init_report;  // train.init_from's load (new runs)
 };
 
@@ -38,7 +38,7 @@ RunStart start_run(const Recipe& recipe, const Recipe& resolved, const std::stri
 // sources shorter than a window, fewer windows than a step reads, setup_data's warnings, and
 // (gathers_optimizer_state: ZeRO-1 with checkpoints) a checkpoint's gather of the optimizer
 // state into rank 0's host memory where the host has less free.
-void warn_at_start(const Recipe& recipe, const Session& s, const AdamW& opt,
-                   const io::Logger& log, bool gathers_optimizer_state);
+void warn_at_start(const Recipe& recipe, const Session& s, const AdamW& opt, const io::Logger& log,
+                   bool gathers_optimizer_state);
 
 }  // namespace attnlab::train_session
