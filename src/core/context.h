@@ -26,8 +26,9 @@ struct ExecContext {
   void* workspace = nullptr;            // cuBLASLt workspace (device memory)
   size_t workspace_bytes = 0;
   // Ops with a faster nondeterministic CUDA variant (today: the attention backward's fp32-atomic
-  // dQ) use their bitwise-reproducible variant when set (Focus's backward has none: it warns). The
-  // CPU path is always deterministic. The trainer sets it from train.deterministic.
+  // dQ, Focus's dq and dg) use their bitwise-reproducible variant when set (Focus: only its Hopper
+  // wgmma backward has one; its other kernels warn). The CPU path is always deterministic. The
+  // trainer sets it from train.deterministic.
   bool deterministic = false;
   MatmulCounts* matmul_counts = nullptr;
 
