@@ -79,6 +79,26 @@ void AtomicFileWriter::write(const void* data, size_t bytes) {
   bytes_written_ += bytes;
 }
 
+void AtomicFileWriter::overwrite(size_t offset, const void* data, size_t bytes) {
+  ATTN_REQUIRE(fd_ >= 0 && !committed_, "cannot write '%s': the file was already committed",
+               temp_path_.c_str());
+  ATTN_REQUIRE(offset + bytes <= bytes_written_,
+               "cannot overwrite bytes %zu .. %zu of '%s': only %zu were written", offset,
+               offset + bytes, temp_path_.c_str(), bytes_written_);
+  flush_buffer();
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::pwrite(fd_, p, bytes, off_t(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      ATTN_FAIL("cannot write '%s': %s", temp_path_.c_str(),
+                n < 0 ? errno_text(errno).c_str() : "pwrite wrote nothing");
+    p += n;
+    offset += size_t(n);
+    bytes -= size_t(n);
+  }
+}
+
 void AtomicFileWriter::flush_buffer() {
   if (buffered_ == 0) return;
   write_all(fd_, buffer_.data(), buffered_, temp_path_);

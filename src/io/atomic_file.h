@@ -28,6 +28,9 @@ class AtomicFileWriter {
   void write(std::span<const std::byte> data);
   void write(std::string_view data);
   void write(const void* data, size_t bytes);
+  // Replaces `bytes` bytes at `offset`, all written before (a header's field known only at the
+  // end).
+  void overwrite(size_t offset, const void* data, size_t bytes);
   // Flush, fsync, rename over the final path, fsync the directory. At most once.
   void commit();
 

@@ -15,6 +15,7 @@
 
 #include "core/cuda_check.h"
 #include "io/atomic_file.h"
+#include "io/data_hash.h"
 
 namespace attnlab::io {
 
@@ -240,11 +241,10 @@ std::vector<const SafetensorsWriter::Entry*> SafetensorsWriter::ordered() const 
 
 std::string SafetensorsWriter::header_json() const {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata_.empty()) {
-    nlohmann::ordered_json md = nlohmann::ordered_json::object();
-    for (const auto& [k, v] : metadata_) md[k] = v;
-    header[kMetadataKey] = md;
-  }
+  nlohmann::ordered_json md = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : metadata_) md[k] = v;
+  md[kDataHashKey] = hash_hex(0);  // write() puts the hash in its place
+  header[kMetadataKey] = md;
   uint64_t offset = 0;
   for (const Entry* e : ordered()) {
     header[e->name] = {{"dtype", st_dtype_name(e->dtype)},
@@ -259,10 +259,17 @@ std::string SafetensorsWriter::header_json() const {
 
 void SafetensorsWriter::write(const std::string& path) const {
   std::string header = header_json();
+  // The hash's value: the only unescaped `"<key>":"` of the header (in a JSON string a quote is
+  // escaped, so no key or value can contain that text).
+  const std::string field = std::string("\"") + kDataHashKey + "\":\"";
+  const size_t at = header.find(field);
+  ATTN_ASSERT(at != std::string::npos);
+  const size_t hash_offset = 8 + at + field.size();
   AtomicFileWriter out(path);
   uint64_t n = header.size();
   out.write(&n, sizeof(n));
   out.write(header);
+  DataHasher hash;
   // One staging buffer for the device tensors, as large as the largest of them up to
   // kStagingBytes (sized by the first one, a bias, it copied wte in tens of thousands of pieces).
   size_t largest = 0;
@@ -273,6 +280,7 @@ void SafetensorsWriter::write(const std::string& path) const {
   for (const Entry* e : ordered()) {
     if (e->device == Device::cpu) {
       out.write(e->data, e->bytes);
+      if (e->bytes > 0) hash.update(e->data, e->bytes);
       continue;
     }
     const char* src = static_cast<const char*>(e->data);
@@ -280,9 +288,11 @@ void SafetensorsWriter::write(const std::string& path) const {
       size_t chunk = std::min(staging.bytes(), e->bytes - done);
       CUDA_CHECK(cudaMemcpy(staging.data(), src + done, chunk, cudaMemcpyDeviceToHost));
       out.write(staging.data(), chunk);
+      hash.update(staging.data(), chunk);
       done += chunk;
     }
   }
+  out.overwrite(hash_offset, hash_hex(hash.digest()).data(), 16);
   out.commit();
 }
 
@@ -325,11 +335,28 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                  path.c_str(), (unsigned long long)n, (unsigned long long)kMaxHeaderBytes);
     data_start_ = 8 + size_t(n);
     parse_header(bytes + 8, size_t(n));
+    check_data_hash();
   } catch (...) {
     ::munmap(map_, file_size_);
     map_ = nullptr;
     throw;
   }
+}
+
+void SafetensorsFile::check_data_hash() const {
+  const auto it = metadata_.find(kDataHashKey);
+  if (it == metadata_.end()) return;
+  uint64_t recorded;
+  ATTN_REQUIRE(parse_hash_hex(it->second, &recorded),
+               "checkpoint '%s': metadata '%s' must be 16 hex digits, got '%s'", path_.c_str(),
+               kDataHashKey, it->second.c_str());
+  const uint64_t actual =
+      data_hash(static_cast<const std::byte*>(map_) + data_start_, file_size_ - data_start_);
+  ATTN_REQUIRE(actual == recorded,
+               "checkpoint '%s' is corrupt: its tensor bytes hash to %s, but its header records "
+               "%s from when it was written (metadata '%s'); a byte changed since (a disk or copy "
+               "error): restore the file from a copy or use another checkpoint",
+               path_.c_str(), hash_hex(actual).c_str(), it->second.c_str(), kDataHashKey);
 }
 
 SafetensorsFile::~SafetensorsFile() {

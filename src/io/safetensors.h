@@ -8,6 +8,10 @@
 // the last ends at the end of the file. The reader enforces all of this; the writer produces it,
 // ordering tensors by element size (largest first), then name, so every tensor is aligned to its
 // element size (as the reference implementation does).
+// Integrity: the writer records the hash of the byte buffer (io/data_hash.h) as the metadata value
+// kDataHashKey, and the reader recomputes it on open and refuses a file whose bytes changed since
+// (files without the key, written by other tools or before attnlab had it, are read unchecked).
+// Other readers (the safetensors library, transformers) ignore the key.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +23,8 @@
 #include "core/tensor.h"
 
 namespace attnlab::io {
+
+inline constexpr const char* kDataHashKey = "attnlab_data_hash";
 
 // dtypes a safetensors file may hold here. F16 and I64 exist for foreign checkpoints: they can be
 // read raw and (F16) converted on load, but have no attnlab DType of their own.
@@ -55,9 +61,11 @@ class SafetensorsWriter {
   void set_metadata(const std::string& key, const std::string& value);
   void set_metadata(const std::map<std::string, std::string>& metadata);
 
-  // Header as the file will contain it (padded), for tests and `attnlab info`.
+  // Header as the file will contain it (padded), but for kDataHashKey's value, which is 16
+  // zeros here and the data's hash in the file (the same length).
   std::string header_json() const;
   // Writes atomically (see io/atomic_file.h): an interrupted write leaves any old file intact.
+  // A kDataHashKey set as metadata is replaced by the hash of the data written.
   void write(const std::string& path) const;
 
   size_t size() const { return entries_.size(); }
@@ -77,8 +85,9 @@ class SafetensorsWriter {
   std::map<std::string, std::string> metadata_;
 };
 
-// A safetensors file, memory-mapped read-only and fully validated on open. Views point into the
-// mapping and stay valid for the lifetime of this object.
+// A safetensors file, memory-mapped read-only and fully validated on open (the header, and the
+// data's hash where the header records one: a read of the whole file, in parallel). Views point
+// into the mapping and stay valid for the lifetime of this object.
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);
@@ -104,6 +113,7 @@ class SafetensorsFile {
 
  private:
   void parse_header(const char* json, size_t len);
+  void check_data_hash() const;
   const std::byte* data_ptr(const TensorInfo& ti) const;
 
   std::string path_;

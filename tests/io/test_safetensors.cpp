@@ -12,6 +12,7 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/data_hash.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
@@ -358,6 +359,57 @@ TEST_F(Safetensors, RejectsOffsetsOutOfRangeOverlapsAndGaps) {
                                R"("data_offsets": [0, 16]}}   )",
                                d16));
   EXPECT_EQ(ok.view("a").shape, Shape({2, 4}));
+}
+
+// The writer records the hash of the data (metadata kDataHashKey, io/data_hash.h) and the reader
+// refuses a file whose tensor bytes or recorded hash changed since; a file without the key (other
+// tools' files, attnlab's before it) is read unchecked.
+TEST_F(Safetensors, RecordsTheDataHashAndRejectsChangedBytes) {
+  std::vector<float> a = random_values<float>(1000, 43);
+  std::vector<bf16> b = random_values<bf16>(77, 44);
+  SafetensorsWriter w;
+  w.add("a", Tensor(a.data(), DType::f32, Device::cpu, {1000}));
+  w.add("b", Tensor(b.data(), DType::bf16, Device::cpu, {7, 11}));
+  w.set_metadata(kDataHashKey, "0123456789abcdef");  // stale (copied metadata): replaced
+  std::string path = dir_ + "/h.safetensors";
+  w.write(path);
+  const std::string bytes = read_file(path);
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  EXPECT_EQ(w.header_json().size(), n);
+  const std::string data = bytes.substr(8 + n);
+  const std::string recorded = hash_hex(data_hash(data.data(), data.size()));
+  EXPECT_EQ(SafetensorsFile(path).metadata().at(kDataHashKey), recorded);
+  // The header as header_json() gives it but for the hash's 16 characters.
+  const size_t at = w.header_json().find(hash_hex(0));
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_EQ(bytes.substr(8, at) + hash_hex(0) + bytes.substr(8 + at + 16, n - at - 16),
+            w.header_json());
+
+  for (size_t pos : {size_t(8 + n), size_t(8 + n + 2001), bytes.size() - 1}) {
+    std::string bad = bytes;
+    bad[pos] ^= 0x10;
+    write_file_atomic(path, bad);
+    const std::string msg = open_error(path);
+    EXPECT_CONTAINS(msg, "checkpoint '" + path + "' is corrupt");
+    EXPECT_CONTAINS(msg, "its header records " + recorded);
+  }
+  std::string bad = bytes;
+  bad[8 + at] = bad[8 + at] == 'a' ? 'b' : 'a';  // the recorded hash itself
+  write_file_atomic(path, bad);
+  EXPECT_CONTAINS(open_error(path), "is corrupt");
+  bad[8 + at] = 'X';
+  write_file_atomic(path, bad);
+  EXPECT_CONTAINS(open_error(path), "'attnlab_data_hash' must be 16 hex digits, got '");
+  write_file_atomic(path, bytes);
+  EXPECT_EQ(SafetensorsFile(path).metadata().at(kDataHashKey), recorded);
+
+  // Without the key: read as it is, changed bytes and all.
+  const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  const std::string p2 = write_raw(header, std::string(8, '\x01'), "nohash.safetensors");
+  SafetensorsFile f(p2);
+  EXPECT_EQ(f.metadata().count(kDataHashKey), 0u);
+  EXPECT_EQ(f.raw("a")[0], std::byte{1});
 }
 
 }  // namespace
