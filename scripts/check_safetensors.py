@@ -12,6 +12,7 @@ Needs `pip install safetensors numpy`. Run manually (the C++ suite does not need
 Element formulas match tests/io/test_safetensors_xcheck.cpp; all values are exact in their dtype.
 """
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -83,7 +84,11 @@ def main():
 
         path = os.path.join(d, "attnlab.safetensors")
         with safe_open(path, framework="numpy") as f:
-            if f.metadata() != {"producer": "attnlab", **METADATA}:
+            meta = dict(f.metadata())
+            # attnlab's hash of the tensor bytes (src/io/data_hash.h): 16 hex digits.
+            if not re.fullmatch(r"[0-9a-f]{16}", meta.pop("attnlab_data_hash", "")):
+                failures.append(f"attnlab_data_hash missing or malformed: {f.metadata()}")
+            if meta != {"producer": "attnlab", **METADATA}:
                 failures.append(f"metadata: {f.metadata()}")
             if sorted(f.keys()) != sorted(arrays):
                 failures.append(f"names: {sorted(f.keys())}")
