@@ -115,8 +115,8 @@ uint64_t data_hash(const void* data, size_t bytes) {
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t i = 0; i < n_blocks; ++i) {
     const size_t begin = size_t(i) * DataHasher::kBlockBytes;
-    const size_t n = bytes - begin < DataHasher::kBlockBytes ? bytes - begin
-                                                             : DataHasher::kBlockBytes;
+    const size_t n =
+        bytes - begin < DataHasher::kBlockBytes ? bytes - begin : DataHasher::kBlockBytes;
     digests[size_t(i)] = DataHasher::block_digest(p + begin, n);
   }
   uint64_t state = DataHasher::kChainStart;

@@ -1,13 +1,13 @@
 // io/data_hash.h: the streaming hasher equals the one-call parallel hash for any split of the
 // input, any changed word or tail byte changes the hash, and known answers pin the function (a
 // change to it would make every checkpoint written before unreadable).
-#include "io/data_hash.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 #include <vector>
+
+#include "io/data_hash.h"
 
 namespace attnlab::io {
 namespace {
