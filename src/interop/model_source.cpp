@@ -186,7 +186,8 @@ Precision source_precision(const ModelSource& s) {
   }
   if (s.format != ModelFormat::attnlab) return Precision::fp32;
   if (const auto p = trainer_state_precision(s.weights_path)) return *p;
-  const io::SafetensorsFile f((fs::path(s.weights_path) / "model.safetensors").string());
+  const io::SafetensorsFile f((fs::path(s.weights_path) / "model.safetensors").string(),
+                              io::SafetensorsFile::DataCheck::header_only);
   return f.contains("wte.weight") && f.info("wte.weight").dtype == io::StDType::BF16
              ? Precision::bf16
              : Precision::fp32;

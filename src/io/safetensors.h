@@ -90,7 +90,10 @@ class SafetensorsWriter {
 // into the mapping and stay valid for the lifetime of this object.
 class SafetensorsFile {
  public:
-  explicit SafetensorsFile(const std::string& path);
+  // header_only: skip the data hash (a read of every byte), for callers that read the header and
+  // metadata only; one that reads tensors must open the file with verify.
+  enum class DataCheck { verify, header_only };
+  explicit SafetensorsFile(const std::string& path, DataCheck check = DataCheck::verify);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;

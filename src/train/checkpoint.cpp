@@ -196,7 +196,7 @@ std::optional<Recipe> read_checkpoint_recipe(const std::string& dir) {
   // The same resolved recipe rides in the weights' metadata (save_checkpoint).
   const fs::path model = fs::path(dir) / "model.safetensors";
   if (!fs::exists(model)) return yaml;
-  const io::SafetensorsFile f(model.string());
+  const io::SafetensorsFile f(model.string(), io::SafetensorsFile::DataCheck::header_only);
   const auto it = f.metadata().find("recipe");
   if (it == f.metadata().end() || it->second.empty()) return yaml;
   Recipe saved = parse_recipe(it->second, model.string() + " (metadata \"recipe\")", {});
@@ -450,7 +450,7 @@ void check_checkpoint_steps(const std::string& ckpt_dir, int64_t step) {
   for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
     const fs::path path = fs::path(ckpt_dir) / file;
     if (!fs::exists(path)) continue;
-    const io::SafetensorsFile f(path.string());
+    const io::SafetensorsFile f(path.string(), io::SafetensorsFile::DataCheck::header_only);
     const auto it = f.metadata().find("step");
     if (it == f.metadata().end()) continue;  // written by another tool: nothing to compare
     ATTN_REQUIRE(it->second == std::to_string(step),

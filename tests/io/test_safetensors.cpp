@@ -393,6 +393,9 @@ TEST_F(Safetensors, RecordsTheDataHashAndRejectsChangedBytes) {
     const std::string msg = open_error(path);
     EXPECT_CONTAINS(msg, "checkpoint '" + path + "' is corrupt");
     EXPECT_CONTAINS(msg, "its header records " + recorded);
+    // Header-only opens (metadata readers) skip the data.
+    const SafetensorsFile header(path, SafetensorsFile::DataCheck::header_only);
+    EXPECT_EQ(header.metadata().at(kDataHashKey), recorded);
   }
   std::string bad = bytes;
   bad[8 + at] = bad[8 + at] == 'a' ? 'b' : 'a';  // the recorded hash itself
