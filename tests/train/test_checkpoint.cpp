@@ -103,6 +103,36 @@ TEST(OptimizerCheckpoint, StateIsSavedWithItsLayoutAndLoadsBack) {
     EXPECT_EQ(to_vec(oa.state_tensors()[i].second), to_vec(ob.state_tensors()[i].second));
 }
 
+// A byte of a checkpoint that changed on disk stops both loads that read tensors (the files'
+// data hash, io/data_hash.h), naming the file; the header-only readers (the step check, the
+// recipe) still work, so the error comes from the load that would have used the bytes.
+TEST(Checkpoint, ChangedBytesStopTheLoadsNamingTheFile) {
+  const test::TempDir tmp("ckpt");
+  auto ctx = ExecContext::make_cpu();
+  ParameterStore a, b;
+  declare_model(a);
+  declare_model(b);
+  a.finalize(Device::cpu, DType::f32, {ParamRole::base});
+  b.finalize(Device::cpu, DType::f32, {ParamRole::base});
+  a.initialize(1);
+  AdamW oa(*ctx, a, AdamWConfig{}), ob(*ctx, b, AdamWConfig{});
+  const std::string dir = save_after_two_steps(tmp.file("run"), a, oa);
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    const std::string path = (fs::path(dir) / file).string();
+    std::string bytes = io::read_file(path);
+    bytes[bytes.size() - 5] ^= 0x08;  // a bit of the last tensor
+    io::write_file_atomic(path, bytes);
+  }
+  check_checkpoint_steps(dir, 2);
+  const std::vector<std::string> corrupt = {"is corrupt", "a byte changed since"};
+  expect_error([&] { load_optimizer_state(dir, ob); },
+               {"checkpoint '" + (fs::path(dir) / "optimizer.safetensors").string() + "'",
+                corrupt[0], corrupt[1]});
+  expect_error([&] { load_model_weights_by_role(dir, b, WeightLoadOptions{}); },
+               {"checkpoint '" + (fs::path(dir) / "model.safetensors").string() + "'", corrupt[0],
+                corrupt[1]});
+}
+
 // Re-saving a step that exists (a re-run after resume) replaces it whole: the new contents, no
 // temporary or aside directory left, `latest` resolving to it. A crash between the fallback's
 // two renames leaves the older checkpoint at <step>.old, which the run directory then resolves
