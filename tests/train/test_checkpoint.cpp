@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -80,16 +81,27 @@ std::map<std::string, std::vector<float>> state_by_tensor(const AdamW& opt,
   return out;
 }
 
+// Two stores of declare_model's model (the centroids frozen), a initialised, and their optimizers.
+struct StorePair {
+  std::unique_ptr<ExecContext> ctx = ExecContext::make_cpu();
+  ParameterStore a, b;
+  std::unique_ptr<AdamW> oa, ob;
+  StorePair() {
+    declare_model(a);
+    declare_model(b);
+    a.finalize(Device::cpu, DType::f32, {ParamRole::base});
+    b.finalize(Device::cpu, DType::f32, {ParamRole::base});
+    a.initialize(1);
+    oa = std::make_unique<AdamW>(*ctx, a, AdamWConfig{});
+    ob = std::make_unique<AdamW>(*ctx, b, AdamWConfig{});
+  }
+};
+
 TEST(OptimizerCheckpoint, StateIsSavedWithItsLayoutAndLoadsBack) {
   const test::TempDir tmp("ckpt");
-  auto ctx = ExecContext::make_cpu();
-  ParameterStore a, b;
-  declare_model(a);
-  declare_model(b);
-  a.finalize(Device::cpu, DType::f32, {ParamRole::base});
-  b.finalize(Device::cpu, DType::f32, {ParamRole::base});
-  a.initialize(1);
-  AdamW oa(*ctx, a, AdamWConfig{}), ob(*ctx, b, AdamWConfig{});
+  StorePair p;
+  ParameterStore& a = p.a;
+  AdamW &oa = *p.oa, &ob = *p.ob;
   const std::string dir = save_after_two_steps(tmp.file("run"), a, oa);
 
   io::SafetensorsFile f((fs::path(dir) / "optimizer.safetensors").string());
@@ -108,15 +120,8 @@ TEST(OptimizerCheckpoint, StateIsSavedWithItsLayoutAndLoadsBack) {
 // recipe) still work, so the error comes from the load that would have used the bytes.
 TEST(Checkpoint, ChangedBytesStopTheLoadsNamingTheFile) {
   const test::TempDir tmp("ckpt");
-  auto ctx = ExecContext::make_cpu();
-  ParameterStore a, b;
-  declare_model(a);
-  declare_model(b);
-  a.finalize(Device::cpu, DType::f32, {ParamRole::base});
-  b.finalize(Device::cpu, DType::f32, {ParamRole::base});
-  a.initialize(1);
-  AdamW oa(*ctx, a, AdamWConfig{}), ob(*ctx, b, AdamWConfig{});
-  const std::string dir = save_after_two_steps(tmp.file("run"), a, oa);
+  StorePair p;
+  const std::string dir = save_after_two_steps(tmp.file("run"), p.a, *p.oa);
   for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
     const std::string path = (fs::path(dir) / file).string();
     std::string bytes = io::read_file(path);
@@ -125,10 +130,10 @@ TEST(Checkpoint, ChangedBytesStopTheLoadsNamingTheFile) {
   }
   check_checkpoint_steps(dir, 2);
   const std::vector<std::string> corrupt = {"is corrupt", "a byte changed since"};
-  expect_error([&] { load_optimizer_state(dir, ob); },
+  expect_error([&] { load_optimizer_state(dir, *p.ob); },
                {"checkpoint '" + (fs::path(dir) / "optimizer.safetensors").string() + "'",
                 corrupt[0], corrupt[1]});
-  expect_error([&] { load_model_weights_by_role(dir, b, WeightLoadOptions{}); },
+  expect_error([&] { load_model_weights_by_role(dir, p.b, WeightLoadOptions{}); },
                {"checkpoint '" + (fs::path(dir) / "model.safetensors").string() + "'", corrupt[0],
                 corrupt[1]});
 }
