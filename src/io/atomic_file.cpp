@@ -86,17 +86,12 @@ void AtomicFileWriter::overwrite(size_t offset, const void* data, size_t bytes) 
                "cannot overwrite bytes %zu .. %zu of '%s': only %zu were written", offset,
                offset + bytes, temp_path_.c_str(), bytes_written_);
   flush_buffer();
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    ssize_t n = ::pwrite(fd_, p, bytes, off_t(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      ATTN_FAIL("cannot write '%s': %s", temp_path_.c_str(),
-                n < 0 ? errno_text(errno).c_str() : "pwrite wrote nothing");
-    p += n;
-    offset += size_t(n);
-    bytes -= size_t(n);
-  }
+  // There and back: later writes go on at the end.
+  if (::lseek(fd_, off_t(offset), SEEK_SET) < 0)
+    ATTN_FAIL("cannot write '%s': %s", temp_path_.c_str(), errno_text(errno).c_str());
+  write_all(fd_, data, bytes, temp_path_);
+  if (::lseek(fd_, 0, SEEK_END) < 0)
+    ATTN_FAIL("cannot write '%s': %s", temp_path_.c_str(), errno_text(errno).c_str());
 }
 
 void AtomicFileWriter::flush_buffer() {

@@ -7,8 +7,9 @@
 // four lanes (word i to lane i % 4), each step lane = rotl((lane ^ word) * P1, 31) * P2, and its
 // last n % 32 bytes go into the block's digest after the lanes. The block digests are chained in
 // order with the total length. Every step is a bijection of the state for a fixed input word, so
-// a file with one changed word (any number of changed bits within 8 aligned bytes) always gets
-// another hash; other changes go unnoticed with probability about 2^-64.
+// a file with one changed word (any number of changed bits within 8 aligned bytes; in the last
+// n % 8 bytes, each byte is a word) always gets another hash; other changes go unnoticed with
+// probability about 2^-64.
 //
 // DataHasher takes the stream in pieces of any size (the writer's chunks); data_hash() hashes a
 // buffer in one call, its blocks in parallel (OpenMP). Both give the same value.

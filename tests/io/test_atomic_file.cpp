@@ -69,6 +69,19 @@ TEST_F(AtomicFile, StreamingMixesSmallAndLargeChunksInOrder) {
   EXPECT_EQ(read_file(path), expect);
 }
 
+// overwrite() replaces written bytes (buffered or not yet flushed alike) and later writes go on
+// at the end; bytes not yet written cannot be overwritten.
+TEST_F(AtomicFile, OverwriteReplacesWrittenBytesAndWritingGoesOnAtTheEnd) {
+  const std::string path = dir_ + "/o.bin";
+  AtomicFileWriter w(path);
+  w.write("abcdef");
+  w.overwrite(1, "XY", 2);
+  w.write("gh");
+  test::expect_error([&] { w.overwrite(7, "ZZ", 2); }, "only 8 were written");
+  w.commit();
+  EXPECT_EQ(read_file(path), "aXYdefgh");
+}
+
 TEST_F(AtomicFile, AbandonedWriterKeepsOldFileAndRemovesTemp) {
   std::string path = dir_ + "/model.safetensors";
   std::string old = random_bytes(4096, 3);
