@@ -103,13 +103,13 @@ void FocusAttention::allocate(const ExecContext& ctx, const AttentionShape& s, D
   shape_ = s;
   dtype_ = dtype;
   // The deterministic backward is the wgmma kernel's (bf16, the additive gate or hard routing's
-  // straight-through one, Hopper, head dim 64 / 128) at K <= 8 (kernels/focus/focus_wgmma_det.h);
-  // the others add with atomics.
-  const bool deterministic_form = dtype == DType::bf16 &&
-                                  (opts_.gate == FocusOptions::Gate::additive ||
-                                   opts_.route_training == FocusOptions::Routing::hard) &&
-                                  opts_.groups <= 8 &&
-                                  ops::focus_soft_wgmma_available(s.layout.head_dim, opts_.groups);
+  // straight-through one, Hopper, head dim 64 / 128, K <= 8: ops::
+  // focus_deterministic_backward_available); the others add with atomics.
+  const bool deterministic_form =
+      dtype == DType::bf16 &&
+      (opts_.gate == FocusOptions::Gate::additive ||
+       opts_.route_training == FocusOptions::Routing::hard) &&
+      ops::focus_deterministic_backward_available(s.layout.head_dim, opts_.groups);
   atomic_backward_ = ctx.device == Device::cuda && ctx.deterministic && !deterministic_form;
   Layout count;
   Views v;

@@ -5,6 +5,7 @@
 #include "kernels/focus/focus_scores.cuh"
 #include "kernels/focus/focus_tiled.cuh"
 #include "kernels/focus/focus_wgmma.cuh"
+#include "kernels/focus/focus_wgmma_det.h"
 #include "kernels/focus/focus_wgmma_layout.h"
 #include "ops/focus_hard_ops.h"
 #include "ops/focus_ops.h"
@@ -295,6 +296,10 @@ bool use_wgmma(const FocusAttentionParams<bf16>& p, FocusSoftKernel kernel, bool
 bool focus_soft_wgmma_available(int head_dim, int K) {
   return (head_dim == 64 || head_dim == 128) && K >= 1 && K <= focus_wgmma::kMaxGroups &&
          focus_wgmma_device_supported();
+}
+
+bool focus_deterministic_backward_available(int head_dim, int K) {
+  return focus_soft_wgmma_available(head_dim, K) && focus_det::available(K, /*with_dg=*/true);
 }
 
 void focus_attention_fwd(const ExecContext& ctx, const Tensor& out, const Tensor& lse,

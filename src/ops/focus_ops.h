@@ -58,6 +58,9 @@ enum class FocusSoftKernel { automatic, tiled, wgmma };
 // True when this build holds the wgmma kernel's sm_90a code and the current device runs it, for
 // head dim 64 or 128 and K in [1, 32] (the additive gate, bf16).
 bool focus_soft_wgmma_available(int head_dim, int K);
+// True when, in addition, the wgmma backward with dg has its deterministic form at K groups
+// (ExecContext::deterministic; kernels/focus/focus_wgmma_det.h, focus_det::available).
+bool focus_deterministic_backward_available(int head_dim, int K);
 
 // Two-level attention over the packed qkv [B, T, layout.width()]: out [B, T, n_head*D], lse
 // [B, n_head, T] f32; g [B, T, K] f32 (soft gates; the straight-through backward), groups
