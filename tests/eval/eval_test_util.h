@@ -1,7 +1,11 @@
-// Shared by the evaluation tests: a tiny trained run (CPU) with a tokenizer, and CPU options.
+// Shared by the evaluation tests: a tiny trained run (CPU) with a tokenizer, CPU options, the
+// brute-force log-likelihoods the harness is checked against, and the fixture of test_eval*.cpp.
 #pragma once
+#include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -9,6 +13,7 @@
 
 #include "config/recipe.h"
 #include "eval/eval_model.h"
+#include "test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -50,5 +55,67 @@ inline EvalDeviceOptions cpu(int batch = 3) {
   d.batch = batch;
   return d;
 }
+
+// log p(ids[i+1] | ids[0..i]) for every i, from one unbatched forward and a log-softmax in double.
+inline std::vector<double> brute_force_logprobs(const ModelSource& src,
+                                                const std::vector<int32_t>& ids) {
+  auto ctx = ExecContext::make_cpu();
+  GPT model(src.config);
+  ParameterStore store;
+  model.declare_params(store);
+  store.finalize(Device::cpu, DType::f32, {});
+  load_model_source(src, store);
+  const int T = int(ids.size()) - 1;
+  model.allocate(*ctx, 1, T, DType::f32);
+  std::vector<int32_t> in(ids.begin(), ids.end() - 1);
+  model.forward(*ctx, store, cpu_tensor(in, Shape{1, T}), Tensor(), AttentionMode::eval);
+  const float* logits = static_cast<const float*>(model.logits().data);
+  const int Vp = src.config.padded_vocab, V = src.config.vocab_size;
+  std::vector<double> out;
+  for (int t = 0; t < T; ++t) {
+    const float* row = logits + size_t(t) * Vp;
+    double mx = -INFINITY, sum = 0.0;
+    for (int v = 0; v < V; ++v) mx = std::max(mx, double(row[v]));
+    for (int v = 0; v < V; ++v) sum += std::exp(double(row[v]) - mx);
+    out.push_back(double(row[ids[size_t(t) + 1]]) - mx - std::log(sum));
+  }
+  return out;
+}
+
+// The most likely next token after prefix, from one unbatched forward.
+inline int brute_force_argmax(const ModelSource& src, const std::vector<int32_t>& prefix) {
+  auto ctx = ExecContext::make_cpu();
+  GPT model(src.config);
+  ParameterStore store;
+  model.declare_params(store);
+  store.finalize(Device::cpu, DType::f32, {});
+  load_model_source(src, store);
+  const int T = int(prefix.size());
+  model.allocate(*ctx, 1, T, DType::f32);
+  std::vector<int32_t> in = prefix;
+  model.forward(*ctx, store, cpu_tensor(in, Shape{1, T}), Tensor(), AttentionMode::eval);
+  const float* row =
+      static_cast<const float*>(model.logits().data) + size_t(T - 1) * src.config.padded_vocab;
+  return int(std::max_element(row, row + src.config.vocab_size) - row);
+}
+
+inline std::vector<int32_t> bytes_of(const std::string& s) {
+  std::vector<int32_t> ids;
+  ByteTokenizer().encode(s, ids);
+  return ids;
+}
+
+inline void write(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream(p) << text;
+}
+
+// The tests of test_eval*.cpp on one tiny trained byte-level run (vocab 257, context 32).
+class EvalTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { run_ = make_run("byte", 257, "byte"); }
+  static void TearDownTestSuite() { std::filesystem::remove_all(run_); }
+  inline static std::string run_;
+  TempDir tmp_{"eval"};
+};
 
 }  // namespace attnlab::test

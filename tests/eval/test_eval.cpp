@@ -1,7 +1,7 @@
 // The evaluation harness (src/eval/) against brute force on a tiny random model: per-token
 // log-likelihoods equal log-softmax of a separate forward, acc / acc_norm on constructed cases,
-// sliding windows score every token once, validation scores every whole window, task files with
-// bad lines fail naming file:line, and (with ATTNLAB_SHARED_DATA) the real task files with GPT-2.
+// task files with bad lines fail naming file:line, a recipe must agree with the model. The
+// perplexity paths are in test_eval_perplexity.cpp.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,89 +9,26 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <numbers>
 
 #include "config/recipe.h"
 #include "eval/eval_model.h"
 #include "eval/harness.h"
-#include "eval/perplexity.h"
-#include "eval/score.h"
 #include "eval/tasks.h"
-#include "eval/validation.h"
 #include "eval_test_util.h"
 #include "test_util.h"
 #include "tokenizer/tiny_sp_tokenizer.h"
-#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace fs = std::filesystem;
 using namespace attnlab;
 
-namespace {
-
+using test::brute_force_argmax;
+using test::brute_force_logprobs;
+using test::bytes_of;
 using test::cpu;
+using test::EvalTest;
 using test::make_run;
-
-// log p(ids[i+1] | ids[0..i]) for every i, from one unbatched forward and a log-softmax in double.
-std::vector<double> brute_force_logprobs(const ModelSource& src, const std::vector<int32_t>& ids) {
-  auto ctx = ExecContext::make_cpu();
-  GPT model(src.config);
-  ParameterStore store;
-  model.declare_params(store);
-  store.finalize(Device::cpu, DType::f32, {});
-  load_model_source(src, store);
-  const int T = int(ids.size()) - 1;
-  model.allocate(*ctx, 1, T, DType::f32);
-  std::vector<int32_t> in(ids.begin(), ids.end() - 1);
-  model.forward(*ctx, store, test::cpu_tensor(in, Shape{1, T}), Tensor(), AttentionMode::eval);
-  const float* logits = static_cast<const float*>(model.logits().data);
-  const int Vp = src.config.padded_vocab, V = src.config.vocab_size;
-  std::vector<double> out;
-  for (int t = 0; t < T; ++t) {
-    const float* row = logits + size_t(t) * Vp;
-    double mx = -INFINITY, sum = 0.0;
-    for (int v = 0; v < V; ++v) mx = std::max(mx, double(row[v]));
-    for (int v = 0; v < V; ++v) sum += std::exp(double(row[v]) - mx);
-    out.push_back(double(row[ids[size_t(t) + 1]]) - mx - std::log(sum));
-  }
-  return out;
-}
-
-int brute_force_argmax(const ModelSource& src, const std::vector<int32_t>& prefix) {
-  auto ctx = ExecContext::make_cpu();
-  GPT model(src.config);
-  ParameterStore store;
-  model.declare_params(store);
-  store.finalize(Device::cpu, DType::f32, {});
-  load_model_source(src, store);
-  const int T = int(prefix.size());
-  model.allocate(*ctx, 1, T, DType::f32);
-  std::vector<int32_t> in = prefix;
-  model.forward(*ctx, store, test::cpu_tensor(in, Shape{1, T}), Tensor(), AttentionMode::eval);
-  const float* row =
-      static_cast<const float*>(model.logits().data) + size_t(T - 1) * src.config.padded_vocab;
-  return int(std::max_element(row, row + src.config.vocab_size) - row);
-}
-
-std::vector<int32_t> bytes_of(const std::string& s) {
-  std::vector<int32_t> ids;
-  ByteTokenizer().encode(s, ids);
-  return ids;
-}
-
-void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
-
-class EvalTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { run_ = make_run("byte", 257, "byte"); }
-  static void TearDownTestSuite() { fs::remove_all(run_); }
-  static std::string run_;
-  test::TempDir tmp_{"eval"};
-};
-std::string EvalTest::run_;
-
-}  // namespace
+using test::write;
 
 TEST_F(EvalTest, ChoiceLogLikelihoodIsTheSumOfLogSoftmax) {
   const ModelSource src = inspect_model_source(run_);
@@ -448,135 +385,6 @@ TEST(EvalPadding, SequenceScopeFocusScoresDoNotDependOnTheBatch) {
   fs::remove_all(run);
 }
 
-TEST_F(EvalTest, SlidingWindowPerplexityAgainstBruteForce) {
-  const ModelSource src = inspect_model_source(run_);
-  EvalModel model(src, cpu(4));
-  const std::vector<int32_t> doc = test::random_ints(90, 3, 257);
-  // stride == context: the sum over non-overlapping windows [kN, kN + N], each brute-forced.
-  const int N = 16;
-  double expect = 0.0;
-  for (size_t b = 0; b + 1 < doc.size(); b += N) {
-    std::vector<int32_t> w(doc.begin() + ptrdiff_t(b),
-                           doc.begin() + ptrdiff_t(std::min(doc.size(), b + N + 1)));
-    for (double lp : brute_force_logprobs(src, w)) expect -= lp;
-  }
-  const auto s = score_documents(model, {doc}, N, N, false);
-  double got = 0.0;
-  for (float lp : s[0].logprob) got -= lp;
-  EXPECT_NEAR(got, expect, 1e-3);
-  // Any stride: every token counted once; stride 1 at context 32 equals the full-context scores
-  // of the first 32 targets.
-  for (int stride : {1, 5, 16, 32}) {
-    size_t next = 0;
-    std::vector<std::vector<int32_t>> docs = {doc,
-                                              std::vector<int32_t>(doc.begin(), doc.begin() + 7)};
-    auto feed = [&](std::vector<int32_t>& t, int64_t&) {
-      if (next >= docs.size()) return false;
-      t = docs[next++];
-      return true;
-    };
-    const PerplexityResult r = perplexity(model, feed, 32, stride, /*cluster_break=*/-1);
-    EXPECT_EQ(r.tokens, 89 + 6) << stride;
-    EXPECT_EQ(r.documents, 2);
-  }
-  const auto full = score_documents(model, {doc}, 32, 1, false);
-  const std::vector<int32_t> head(doc.begin(), doc.begin() + 33);
-  const auto lp = brute_force_logprobs(src, head);
-  for (size_t i = 0; i < 32; ++i) EXPECT_NEAR(full[0].logprob[i], lp[i], 1e-4);
-}
-
-// The standard errors: clusters are the <|endoftext|>-separated texts of each document (the eot
-// that ends a text counts with it), and the loss's error is the ratio estimator's, recomputed here
-// from the per-target scores in two passes.
-TEST_F(EvalTest, PerplexityStandardErrorIsOverTextsNotTokens) {
-  const ModelSource src = inspect_model_source(run_);
-  EvalModel model(src, cpu(4));
-  constexpr int32_t kEot = 256;
-  std::vector<std::vector<int32_t>> docs = {
-      test::random_ints(70, 3, 256), test::random_ints(40, 3, 256), test::random_ints(9, 3, 256)};
-  docs[0][0] = kEot, docs[0][20] = kEot, docs[0][21] = kEot, docs[0][50] = kEot;
-  docs[1][0] = kEot;
-  const auto scores = score_documents(model, docs, 32, 8, false);
-  std::vector<std::pair<double, int64_t>> clusters;  // (nll, targets)
-  double nll = 0.0;
-  int64_t n = 0;
-  for (size_t d = 0; d < docs.size(); ++d) {
-    std::map<int, std::pair<double, int64_t>> by_text;
-    int breaks = 0;
-    for (size_t p = 1; p < docs[d].size(); ++p) {
-      breaks += docs[d][p - 1] == kEot;
-      by_text[breaks].first -= scores[d].logprob[p - 1];
-      by_text[breaks].second += 1;
-    }
-    for (const auto& [_, c] : by_text) clusters.push_back(c), nll += c.first, n += c.second;
-  }
-  // Document 0: four (one of them only the eot that ends an empty text); 1 and 2: one each.
-  ASSERT_EQ(clusters.size(), 4u + 1u + 1u);
-  const double loss = nll / double(n);
-  double ss = 0.0;
-  for (const auto& [x, m] : clusters) ss += (x - loss * double(m)) * (x - loss * double(m));
-  const double se =
-      std::sqrt(double(clusters.size()) / double(clusters.size() - 1) * ss) / double(n);
-  size_t next = 0;
-  auto feed = [&](std::vector<int32_t>& t, int64_t& bytes) {
-    if (next >= docs.size()) return false;
-    bytes = int64_t(docs[next].size()) * 2 + 37 * int64_t(next);  // bytes per token differ
-    t = docs[next++];
-    return true;
-  };
-  const PerplexityResult r = perplexity(model, feed, 32, 8, kEot);
-  EXPECT_EQ(r.tokens, n);
-  EXPECT_EQ(r.clusters, int64_t(clusters.size()));
-  EXPECT_NEAR(r.loss(), loss, 1e-9);
-  EXPECT_NEAR(r.loss_stderr(), se, 1e-9 * se);
-  EXPECT_NEAR(r.perplexity_stderr(), std::exp(loss) * se, 1e-9 * std::exp(loss) * se);
-  // Bits per byte: the ratio nats / bytes over the documents (bytes differ by document here).
-  double doc_ss = 0.0;
-  const double per_byte = nll / double(r.bytes);
-  for (size_t d = 0; d < docs.size(); ++d) {
-    double x = 0.0;
-    for (float lp : scores[d].logprob) x -= lp;
-    const double b = double(docs[d].size()) * 2 + 37.0 * double(d);
-    doc_ss += (x - per_byte * b) * (x - per_byte * b);
-  }
-  const double bpb_se = std::sqrt(3.0 / 2.0 * doc_ss) / double(r.bytes) / std::numbers::ln2;
-  EXPECT_NEAR(r.bits_per_byte_stderr(), bpb_se, 1e-9 * bpb_se);
-  EXPECT_GT(bpb_se, 0.0);
-  EXPECT_GT(se, 0.0);
-  // No cluster break: one cluster per document; a single cluster has no error.
-  next = 0;
-  const PerplexityResult whole = perplexity(model, feed, 32, 8, -1);
-  EXPECT_EQ(whole.clusters, 3);
-  EXPECT_NEAR(whole.loss(), loss, 1e-9);
-  next = 2;
-  EXPECT_TRUE(std::isnan(perplexity(model, feed, 32, 8, -1).loss_stderr()));
-}
-
-TEST_F(EvalTest, ValidationScoresEveryWholeWindow) {
-  const ModelSource src = inspect_model_source(run_);
-  Recipe r = parse_recipe(src.recipe_yaml, "ckpt", {"train.micro_batch=4"}, RecipeUse::eval);
-  // 1000 tokens, seq_len 16: 62 whole windows = 15 full batches of 4 + 2.
-  auto loader = validation_loader(r);
-  ASSERT_EQ(loader->num_windows(), 62);
-  EvalDeviceOptions d = cpu(4);
-  d.max_len = 16;
-  EvalModel model(src, d);
-  const ValidationResult all = model.validate(*loader, 1000);
-  EXPECT_EQ(all.windows, 62);
-  EXPECT_EQ(all.tokens, 62 * 16);
-  const ValidationResult part = model.validate(*loader, 3);
-  EXPECT_EQ(part.windows, 12);
-  EXPECT_EQ(part.tokens, 12 * 16);
-  // The same windows through the sliding-window path (stride == context) give the same mean.
-  std::vector<int32_t> stream(size_t(loader->num_tokens()));
-  loader->sources()[0]->read(0, loader->num_tokens(), stream.data());
-  stream.resize(62 * 16 + 1);  // the whole windows only
-  const auto s = score_documents(model, {stream}, 16, 16, false);
-  double nll = 0.0;
-  for (float lp : s[0].logprob) nll -= lp;
-  EXPECT_NEAR(all.loss, nll / double(62 * 16), 1e-5);
-}
-
 TEST_F(EvalTest, RecipeModelMustAgree) {
   const ModelSource src = inspect_model_source(run_);
   // Only data and eval keys: nothing to compare.
@@ -595,54 +403,6 @@ TEST_F(EvalTest, RecipeModelMustAgree) {
   EXPECT_NO_THROW(parse_recipe("data: {source: shards}\n", "e.yaml", {}, RecipeUse::eval));
   test::expect_error([] { parse_recipe("data: {source: shards}\n", "e.yaml", {}); },
                      {"data.train must name the training shards"});
-}
-
-TEST_F(EvalTest, ScoreWritesOneLinePerToken) {
-  write(tmp_.path() / "t.txt", "hello");
-  ScoreOptions o;
-  o.model = run_;
-  o.text = (tmp_.path() / "t.txt").string();
-  o.device = cpu();
-  const std::string out = (tmp_.path() / "s.jsonl").string();
-  std::FILE* f = std::fopen(out.c_str(), "wb");
-  const ScoreSummary s =
-      score_tokens(o, [&](std::string_view l) { std::fwrite(l.data(), 1, l.size(), f); });
-  std::fclose(f);
-  EXPECT_EQ(s.tokens, 5);
-  std::ifstream in(out);
-  std::string line;
-  std::vector<nlohmann::json> rows;
-  while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
-  ASSERT_EQ(rows.size(), 5u);
-  const ModelSource src = inspect_model_source(run_);
-  std::vector<int32_t> ids = {256};
-  ByteTokenizer().encode("hello", ids);
-  const auto lp = brute_force_logprobs(src, ids);
-  for (size_t i = 0; i < 5; ++i) {
-    EXPECT_EQ(rows[i]["pos"], i);
-    EXPECT_EQ(rows[i]["token"], ids[i + 1]);
-    EXPECT_EQ(rows[i]["piece"], std::string(1, "hello"[i]));
-    EXPECT_NEAR(rows[i]["logprob"].get<double>(), lp[i], 1e-4);
-    std::vector<int32_t> prefix(ids.begin(), ids.begin() + ptrdiff_t(i) + 1);
-    EXPECT_EQ(rows[i]["argmax"], brute_force_argmax(src, prefix));
-  }
-  // Token files: ids as text; the first token has no context.
-  write(tmp_.path() / "ids.txt", "104 101 108\n108 111");
-  EXPECT_EQ(read_token_file((tmp_.path() / "ids.txt").string()),
-            (std::vector<int32_t>{104, 101, 108, 108, 111}));
-  write(tmp_.path() / "bad.txt", "1 2 x3");
-  test::expect_error([&] { read_token_file((tmp_.path() / "bad.txt").string()); },
-                     {"bad.txt", "entry 2 (counting from 0), 'x3', is not a token id"});
-  test::expect_error([&] { read_token_file(tmp_.path().string()); }, {"is a directory"});
-  // Nothing to score (no token, or one: the first has no prediction) is an error, not 0 tokens.
-  for (const char* content : {"", "104"}) {
-    write(tmp_.path() / "few.txt", content);
-    ScoreOptions few = o;
-    few.text.clear();
-    few.tokens = (tmp_.path() / "few.txt").string();
-    test::expect_error([&] { score_tokens(few, [](std::string_view) {}); },
-                       {"few.txt", "nothing to score"});
-  }
 }
 
 // The default batch holds 4 (CPU) sequences of up to 1,024 tokens, fewer for longer contexts (a
