@@ -56,47 +56,45 @@ inline EvalDeviceOptions cpu(int batch = 3) {
   return d;
 }
 
-// log p(ids[i+1] | ids[0..i]) for every i, from one unbatched forward and a log-softmax in double.
-inline std::vector<double> brute_force_logprobs(const ModelSource& src,
-                                                const std::vector<int32_t>& ids) {
+// The logits [T, vocab_size] of one unbatched CPU forward of `in` (T = in.size()), row by row.
+inline std::vector<std::vector<float>> forward_logits(const ModelSource& src,
+                                                      std::vector<int32_t> in) {
   auto ctx = ExecContext::make_cpu();
   GPT model(src.config);
   ParameterStore store;
   model.declare_params(store);
   store.finalize(Device::cpu, DType::f32, {});
   load_model_source(src, store);
-  const int T = int(ids.size()) - 1;
+  const int T = int(in.size());
   model.allocate(*ctx, 1, T, DType::f32);
-  std::vector<int32_t> in(ids.begin(), ids.end() - 1);
   model.forward(*ctx, store, cpu_tensor(in, Shape{1, T}), Tensor(), AttentionMode::eval);
   const float* logits = static_cast<const float*>(model.logits().data);
-  const int Vp = src.config.padded_vocab, V = src.config.vocab_size;
-  std::vector<double> out;
+  std::vector<std::vector<float>> rows;
   for (int t = 0; t < T; ++t) {
-    const float* row = logits + size_t(t) * Vp;
+    const float* row = logits + size_t(t) * src.config.padded_vocab;
+    rows.emplace_back(row, row + src.config.vocab_size);
+  }
+  return rows;
+}
+
+// log p(ids[i+1] | ids[0..i]) for every i, from one unbatched forward and a log-softmax in double.
+inline std::vector<double> brute_force_logprobs(const ModelSource& src,
+                                                const std::vector<int32_t>& ids) {
+  const auto rows = forward_logits(src, std::vector<int32_t>(ids.begin(), ids.end() - 1));
+  std::vector<double> out;
+  for (size_t t = 0; t < rows.size(); ++t) {
     double mx = -INFINITY, sum = 0.0;
-    for (int v = 0; v < V; ++v) mx = std::max(mx, double(row[v]));
-    for (int v = 0; v < V; ++v) sum += std::exp(double(row[v]) - mx);
-    out.push_back(double(row[ids[size_t(t) + 1]]) - mx - std::log(sum));
+    for (float x : rows[t]) mx = std::max(mx, double(x));
+    for (float x : rows[t]) sum += std::exp(double(x) - mx);
+    out.push_back(double(rows[t][size_t(ids[t + 1])]) - mx - std::log(sum));
   }
   return out;
 }
 
 // The most likely next token after prefix, from one unbatched forward.
 inline int brute_force_argmax(const ModelSource& src, const std::vector<int32_t>& prefix) {
-  auto ctx = ExecContext::make_cpu();
-  GPT model(src.config);
-  ParameterStore store;
-  model.declare_params(store);
-  store.finalize(Device::cpu, DType::f32, {});
-  load_model_source(src, store);
-  const int T = int(prefix.size());
-  model.allocate(*ctx, 1, T, DType::f32);
-  std::vector<int32_t> in = prefix;
-  model.forward(*ctx, store, cpu_tensor(in, Shape{1, T}), Tensor(), AttentionMode::eval);
-  const float* row =
-      static_cast<const float*>(model.logits().data) + size_t(T - 1) * src.config.padded_vocab;
-  return int(std::max_element(row, row + src.config.vocab_size) - row);
+  const std::vector<float> last = forward_logits(src, prefix).back();
+  return int(std::max_element(last.begin(), last.end()) - last.begin());
 }
 
 inline std::vector<int32_t> bytes_of(const std::string& s) {
