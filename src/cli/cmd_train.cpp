@@ -15,6 +15,15 @@
 
 namespace attnlab::cli {
 
+namespace {
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  return strformat("%.2f %s", b, units[u]);
+}
+}  // namespace
+
 int cmd_train(const RecipeArgs& args, const std::string& resume_dir, int profile_steps) {
   Recipe r = load_recipe(args.recipe, args.overrides);
   TrainOptions o;
@@ -54,10 +63,12 @@ int cmd_generate(const GenerateOptions& options) {
           ? strformat(", the context (model.block_size %d) slid %d time(s) to its last %d tokens",
                       r.context_length, r.context_slides, std::max(1, r.context_length / 2))
           : "";
-  std::fprintf(stderr, "[%d prompt tokens, %d generated%s%s, %.1f tok/s]\n", r.prompt_tokens,
-               r.new_tokens,
+  std::fprintf(stderr,
+               "[%d prompt tokens, %d generated%s%s, %.1f tok/s, KV cache %d positions, %s]\n",
+               r.prompt_tokens, r.new_tokens,
                r.stop_token >= 0 ? strformat(", stopped at %s", r.stop_piece.c_str()).c_str() : "",
-               slides.c_str(), r.tokens_per_second);
+               slides.c_str(), r.tokens_per_second, r.cache_positions,
+               human_bytes(double(r.cache_bytes)).c_str());
   return 0;
 }
 
@@ -67,15 +78,6 @@ int cmd_prepare(PrepareOptions options) {
   std::printf("%s\n", s.to_string().c_str());
   return 0;
 }
-
-namespace {
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) b /= 1024, ++u;
-  return strformat("%.2f %s", b, units[u]);
-}
-}  // namespace
 
 int cmd_info(const RecipeArgs& args) {
   // A retrofit's (or init_from's) model keys come from its base checkpoint.

@@ -162,6 +162,7 @@ GenerateResult generate(const GenerateOptions& o,
       cache_len, ids.size(), o.max_new_tokens, T_max, reserve));
   KVCache cache = model.make_kv_cache(*ctx, 1, cache_len, dtype);
   res.cache_positions = cache_len;
+  res.cache_bytes = cache.cache_bytes();
   // The decoding activations of the longest prefill, the prompt's or a context slide's, now: a
   // model too large for them stops here, before any text.
   if (o.max_new_tokens > 0) model.reserve_decode(*ctx, cache, reserve);

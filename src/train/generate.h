@@ -55,6 +55,7 @@ struct GenerateResult {
   int context_length = 0;          // the model's context (model.block_size)
   int cache_positions = 0;         // positions the KV cache holds: prompt + new tokens - 1 (the
                                    // last is sampled, not run), at most context_length
+  size_t cache_bytes = 0;          // the cache's memory, every layer's (KVCache::cache_bytes)
 };
 
 // Calls on_text with each new piece of text as it is produced.

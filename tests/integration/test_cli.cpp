@@ -149,6 +149,7 @@ TEST_F(Cli, TrainEvalGenerateInfo) {
                           "1 time(s) to its last 16 tokens, "),
             std::string::npos)
       << slid.out;
+  EXPECT_NE(slid.out.find(" tok/s, KV cache 32 positions, "), std::string::npos) << slid.out;
   // Synthetic tokens have no text: a tokenizer the recipe names is not used, and that is said.
   CliResult synth = run(
       train_args("--set data.tokenizer=byte --set train.out_dir=" + (dir_ / "run_tok").string()));

@@ -324,6 +324,8 @@ TEST_F(GenerateTest, CacheHoldsThePromptAndTheNewTokens) {
   const GenerateResult a = generate(o, nullptr);
   EXPECT_EQ(a.cache_positions, 7);  // the last new token is sampled, never run
   EXPECT_EQ(a.context_slides, 0);
+  // K and V of 2 layers, 7 positions of 32 fp32 values each (the CPU cache)
+  EXPECT_EQ(a.cache_bytes, size_t(2 * 2 * 7 * 32) * sizeof(float));
   o.max_new_tokens = 20;
   const GenerateResult b = generate(o, nullptr);
   EXPECT_EQ(b.cache_positions, 22);
@@ -336,6 +338,7 @@ TEST_F(GenerateTest, CacheHoldsThePromptAndTheNewTokens) {
   o.max_new_tokens = 40;
   const GenerateResult c = generate(o, nullptr);
   EXPECT_EQ(c.cache_positions, 24);  // block_size: the context slides after 22 tokens
+  EXPECT_EQ(c.cache_bytes, size_t(2 * 2 * 24 * 32) * sizeof(float));
   EXPECT_EQ(c.context_slides, 2);
   ASSERT_EQ(a.text.size(), 5u);
   EXPECT_EQ(b.text.substr(0, 5), a.text);
