@@ -37,7 +37,6 @@ class MetricsWriter {
   int64_t dropped_on_resume() const { return dropped_; }
 
  private:
-  void open_append();
   std::string path_;
   int fd_ = -1;
   int64_t dropped_ = 0;
