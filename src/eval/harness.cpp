@@ -447,7 +447,7 @@ EvalReport run_evaluation(const EvalOptions& o) {
   std::string format = model_format_name(source.format);
   if (source.format == ModelFormat::attnlab &&
       fs::path(source.weights_path).filename() != fs::path(o.model).filename())
-    format += " " + fs::path(source.weights_path).filename().string();
+    format.append(" ").append(fs::path(source.weights_path).filename().string());
   rep.table = rep.table +
               strformat("model %s (%s, %s params) | %s %s | batch %d%s\n", o.model.c_str(),
                         format.c_str(), io::format_count(double(model.num_params())).c_str(),
