@@ -1,12 +1,10 @@
 // Shared by the retrofit tests (test_retrofit*.cpp): a tiny CPU recipe to train bases on, the
-// keys of a Focus retrofit of such a base, and the message of an expected error.
+// keys of a Focus retrofit of such a base.
 #pragma once
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "config/recipe.h"
-#include "core/error.h"
 #include "train/trainer.h"
 
 namespace attnlab::test {
@@ -39,15 +37,6 @@ inline std::vector<std::string> focus_retrofit(const std::string& base) {
   return {"attention.type=focus",           "attention.focus.groups=4", "attention.focus.d_g=8",
           "attention.focus.local_window=4", "attention.focus.top_k=2",  "retrofit.enabled=true",
           "retrofit.checkpoint=" + base};
-}
-
-inline std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace attnlab::test

@@ -32,9 +32,9 @@ using namespace attnlab;
 
 namespace {
 
-using test::error_of;
 using test::focus_retrofit;
 using test::quiet;
+using test::thrown_message;
 using test::tiny;
 
 // A store for `cfg` where exactly the tensors for which keep(name) holds are trainable: every
@@ -55,19 +55,19 @@ void declare_trainable_subset(const GPT& model, ParameterStore& store,
 TEST(Retrofit, RecipeErrorsNameTheBaseAndTheWayOut) {
   const test::TempDir tmp("rf");
   // A base that does not exist.
-  EXPECT_HAS(
-      error_of([&] { train(tiny(tmp.file("r1"), focus_retrofit(tmp.file("nope"))), quiet()); }),
-      "retrofit.checkpoint: ");
+  EXPECT_HAS(thrown_message(
+                 [&] { train(tiny(tmp.file("r1"), focus_retrofit(tmp.file("nope"))), quiet()); }),
+             "retrofit.checkpoint: ");
   const std::string base = tmp.file("base");
   train(tiny(base, {"checkpoint.at_end=true"}), quiet());
   // A base of another architecture than the recipe gives.
   std::vector<std::string> other = focus_retrofit(base);
   other.push_back("model.n_layer=3");
-  const std::string arch = error_of([&] { train(tiny(tmp.file("r2"), other), quiet()); });
+  const std::string arch = thrown_message([&] { train(tiny(tmp.file("r2"), other), quiet()); });
   EXPECT_HAS(arch, "retrofit.checkpoint '" + base);
   EXPECT_HAS(arch, "n_layer");
   // Dense attention has no attention-role tensor: nothing would train.
-  const std::string none = error_of([&] {
+  const std::string none = thrown_message([&] {
     train(tiny(tmp.file("r3"), {"retrofit.enabled=true", "retrofit.checkpoint=" + base}), quiet());
   });
   EXPECT_HAS(none,
@@ -76,10 +76,11 @@ TEST(Retrofit, RecipeErrorsNameTheBaseAndTheWayOut) {
   // A windowed dense base cannot take Focus at all: the message says so (no key would help).
   const std::string windowed = tmp.file("windowed");
   train(tiny(windowed, {"checkpoint.at_end=true", "attention.window=8"}), quiet());
-  EXPECT_HAS(error_of([&] { train(tiny(tmp.file("r5"), focus_retrofit(windowed)), quiet()); }),
-             "a base trained with attention.window 8 cannot take attention.type focus");
+  EXPECT_HAS(
+      thrown_message([&] { train(tiny(tmp.file("r5"), focus_retrofit(windowed)), quiet()); }),
+      "a base trained with attention.window 8 cannot take attention.type focus");
   // retrofit.checkpoint without retrofit.enabled would be ignored (a random model would train).
-  EXPECT_HAS(error_of([&] { tiny(tmp.file("r4"), {"retrofit.checkpoint=" + base}); }),
+  EXPECT_HAS(thrown_message([&] { tiny(tmp.file("r4"), {"retrofit.checkpoint=" + base}); }),
              "retrofit.checkpoint ('" + base + "') is set but retrofit.enabled is false");
   // A resume keeps what trains: another train_roles or retrofit.enabled is refused by name.
   const std::string rf = tmp.file("rf");
@@ -91,7 +92,7 @@ TEST(Retrofit, RecipeErrorsNameTheBaseAndTheWayOut) {
   std::vector<std::string> roles = every2;
   roles.push_back("retrofit.train_roles=[attention,base]");
   EXPECT_HAS(
-      error_of([&] { train(tiny(rf, roles), o); }),
+      thrown_message([&] { train(tiny(rf, roles), o); }),
       "retrofit.train_roles: [attention, base] in the recipe, [attention] in the checkpoint");
   // The same roles in another order (or repeated) are the same run: resumed.
   std::vector<std::string> both = every2;
@@ -104,7 +105,7 @@ TEST(Retrofit, RecipeErrorsNameTheBaseAndTheWayOut) {
   // Focus tensors the base lacks, left frozen by the roles (a LoRA trains), would stay random.
   std::vector<std::string> lora_only = focus_retrofit(base);
   lora_only.insert(lora_only.end(), {"retrofit.lora.rank=2", "retrofit.train_roles=[adapter]"});
-  EXPECT_HAS(error_of([&] { train(tiny(tmp.file("r6"), lora_only), quiet()); }),
+  EXPECT_HAS(thrown_message([&] { train(tiny(tmp.file("r6"), lora_only), quiet()); }),
              "retrofit: 4 parameter(s) are not in the base '" + base +
                  "' and retrofit.train_roles [adapter] leaves them frozen at their random "
                  "initialisation: h.0.attn.focus.w_g, h.0.attn.focus.centroids, "
@@ -170,12 +171,12 @@ TEST(Retrofit, FocusRetrofitFreezesTheBaseAndItsAdapterAppliesOnlyToThatBase) {
   model.declare_params(store2);
   store2.finalize(Device::cpu, DType::f32, {ParamRole::base});
   EXPECT_HAS(
-      error_of([&] { load_model_source(wrong, store2); }),
+      thrown_message([&] { load_model_source(wrong, store2); }),
       "was trained on another base model: its base hash is " + af.metadata().at("base_hash"));
   // A base of another architecture: refused naming the keys.
   const std::string wide = tmp.file("wide");
   train(tiny(wide, {"checkpoint.at_end=true", "model.n_embd=64"}), quiet());
-  EXPECT_HAS(error_of([&] { with_adapter(inspect_model_source(wide), adapter); }),
+  EXPECT_HAS(thrown_message([&] { with_adapter(inspect_model_source(wide), adapter); }),
              "model.n_embd: 32 in the adapter's model, 64 in the base");
   // The default precision of eval / generate on CUDA is the adapter's run's (its
   // trainer_state.json), not the base's: both CPU runs here (fp32), then the retrofit's made bf16.

@@ -28,9 +28,9 @@
 
 namespace fs = std::filesystem;
 using namespace attnlab;
-using test::error_of;
 using test::focus_retrofit;
 using test::quiet;
+using test::thrown_message;
 using test::tiny;
 
 namespace {
@@ -133,27 +133,28 @@ TEST(RetrofitLora, TrainsOnlyTheAdaptersAndItsAdapterAppliesAndMerges) {
   ParameterStore s2;
   GPT(src.config).declare_params(s2);
   s2.finalize(Device::cpu, DType::f32, {});
-  EXPECT_HAS(
-      error_of([&] { load_model_source(with_adapter(inspect_model_source(other), adapter), s2); }),
-      "was trained on another base model");
+  EXPECT_HAS(thrown_message([&] {
+               load_model_source(with_adapter(inspect_model_source(other), adapter), s2);
+             }),
+             "was trained on another base model");
   // A Focus retrofit of the base given in place of the base: named as such.
   std::vector<std::string> frf_keys = focus_retrofit(base);
   frf_keys.push_back("checkpoint.at_end=true");
   train(tiny(tmp.file("frf"), frf_keys), quiet());
-  EXPECT_HAS(error_of([&] { with_adapter(inspect_model_source(tmp.file("frf")), adapter); }),
+  EXPECT_HAS(thrown_message([&] { with_adapter(inspect_model_source(tmp.file("frf")), adapter); }),
              "attention.type: dense in the adapter's model, focus in the base (if '");
   const std::string bad_meta =
       edited_adapter(adapter, tmp.file("m.safetensors"), [](auto& m) { m["lora.rank"] = "8"; });
-  EXPECT_HAS(error_of([&] { with_adapter(inspect_model_source(base), bad_meta); }),
+  EXPECT_HAS(thrown_message([&] { with_adapter(inspect_model_source(base), bad_meta); }),
              "its metadata gives lora.rank 8 but its recipe retrofit.lora.rank 4");
   // Every setting the metadata repeats must agree with the recipe (only the rank was compared).
   const std::string bad_alpha =
       edited_adapter(adapter, tmp.file("a.safetensors"), [](auto& m) { m["lora.alpha"] = "32"; });
-  EXPECT_HAS(error_of([&] { with_adapter(inspect_model_source(base), bad_alpha); }),
+  EXPECT_HAS(thrown_message([&] { with_adapter(inspect_model_source(base), bad_alpha); }),
              "its metadata gives lora.alpha 32 but its recipe 8 (a damaged adapter)");
   const std::string no_targets =
       edited_adapter(adapter, tmp.file("t.safetensors"), [](auto& m) { m.erase("lora.targets"); });
-  EXPECT_HAS(error_of([&] { with_adapter(inspect_model_source(base), no_targets); }),
+  EXPECT_HAS(thrown_message([&] { with_adapter(inspect_model_source(base), no_targets); }),
              "its metadata gives lora.targets (none) but its recipe c_attn");
   const std::string bad_rank = edited_adapter(adapter, tmp.file("r.safetensors"), [](auto& m) {
     m["lora.rank"] = "8";
@@ -163,7 +164,7 @@ TEST(RetrofitLora, TrainsOnlyTheAdaptersAndItsAdapterAppliesAndMerges) {
   });
   const std::string v2 = edited_adapter(adapter, tmp.file("v.safetensors"),
                                         [](auto& m) { m["adapter_version"] = "2"; });
-  EXPECT_HAS(error_of([&] { with_adapter(inspect_model_source(base), v2); }),
+  EXPECT_HAS(thrown_message([&] { with_adapter(inspect_model_source(base), v2); }),
              "adapter_version 2 is not one this attnlab reads (1)");
 
   // A retrofit continuing from the LoRA run loads its adapters as they are: with another alpha
@@ -171,7 +172,7 @@ TEST(RetrofitLora, TrainsOnlyTheAdaptersAndItsAdapterAppliesAndMerges) {
   std::vector<std::string> cont = lora_retrofit(rf);
   cont.push_back("train.steps=2");
   cont.push_back("retrofit.lora.alpha=16");
-  EXPECT_HAS(error_of([&] { train(tiny(tmp.file("cont"), cont), quiet()); }),
+  EXPECT_HAS(thrown_message([&] { train(tiny(tmp.file("cont"), cont), quiet()); }),
              "holds LoRA adapters trained with other settings than the recipe's:\n"
              "  retrofit.lora.alpha: 16 in the recipe (--set 'retrofit.lora.alpha=16'), 8 in the "
              "checkpoint");
@@ -181,21 +182,22 @@ TEST(RetrofitLora, TrainsOnlyTheAdaptersAndItsAdapterAppliesAndMerges) {
   std::vector<std::string> ek = lora_retrofit(base);
   ek.push_back("retrofit.lora.alpha=16");
   const Recipe alpha16 = tiny(tmp.file("e"), ek);
-  EXPECT_HAS(error_of([&] { check_recipe_model(alpha16, alpha16.given, src, "m"); }),
+  EXPECT_HAS(thrown_message([&] { check_recipe_model(alpha16, alpha16.given, src, "m"); }),
              "retrofit.lora.alpha: 16 in the recipe (--set 'retrofit.lora.alpha=16'), 8 in the "
              "model");
   ek.back() = "retrofit.lora.alpha=8";
   const Recipe alpha8 = tiny(tmp.file("e"), ek);
   EXPECT_NO_THROW(check_recipe_model(alpha8, alpha8.given, src, "m"));
-  EXPECT_HAS(
-      error_of([&] { check_recipe_model(alpha8, alpha8.given, inspect_model_source(base), "m"); }),
-      "retrofit.lora.rank: 4 in the recipe (--set 'retrofit.lora.rank=4'), 0 in the model");
+  EXPECT_HAS(thrown_message([&] {
+               check_recipe_model(alpha8, alpha8.given, inspect_model_source(base), "m");
+             }),
+             "retrofit.lora.rank: 4 in the recipe (--set 'retrofit.lora.rank=4'), 0 in the model");
 
   const ModelSource r8 = with_adapter(inspect_model_source(base), bad_rank);
   ParameterStore s8;
   GPT(r8.config).declare_params(s8);
   s8.finalize(Device::cpu, DType::f32, {});
-  EXPECT_HAS(error_of([&] { load_model_source(r8, s8); }),
+  EXPECT_HAS(thrown_message([&] { load_model_source(r8, s8); }),
              "is a LoRA of rank 8 (its metadata) and its tensor h.0.attn.c_attn.lora_a has rank 4");
 }
 
@@ -203,7 +205,7 @@ TEST(RetrofitLora, TrainsOnlyTheAdaptersAndItsAdapterAppliesAndMerges) {
 TEST(RetrofitLora, RecipeErrorsNameTheKey) {
   const test::TempDir tmp("rfl");
   auto err = [&](std::vector<std::string> keys) {
-    return error_of([&] { tiny(tmp.file("x"), keys); });
+    return thrown_message([&] { tiny(tmp.file("x"), keys); });
   };
   EXPECT_HAS(err({"retrofit.enabled=true", "retrofit.checkpoint=b", "retrofit.lora.rank=-1"}),
              "retrofit.lora.rank must be >= 0, got -1");
@@ -282,14 +284,15 @@ TEST(Retrofit, AdapterAppliesAcrossAConvertedCopyOfItsBase) {
     m["base_hash"] = hash_hex(base_weights_hash(*h_store, 64, 1));
   });
   EXPECT_NO_THROW(loaded(with_adapter(hs, v1)));
-  EXPECT_HAS(error_of([&] { loaded(with_adapter(bs, v1)); }), "was trained on another base model");
+  EXPECT_HAS(thrown_message([&] { loaded(with_adapter(bs, v1)); }),
+             "was trained on another base model");
   const std::string v9 = edited_adapter(adapter, tmp.file("v9.safetensors"),
                                         [&](auto& m) { m["base_hash_kind"] = "fnv1a64-bf16-v9"; });
-  EXPECT_HAS(error_of([&] { with_adapter(bs, v9); }),
+  EXPECT_HAS(thrown_message([&] { with_adapter(bs, v9); }),
              "base hash kind 'fnv1a64-bf16-v9' is not one this attnlab computes");
   // A Focus setting in the metadata that its recipe does not give: a damaged adapter.
   const std::string tau = edited_adapter(adapter, tmp.file("tau.safetensors"),
                                          [&](auto& m) { m["focus.tau"] = "0.5"; });
-  EXPECT_HAS(error_of([&] { with_adapter(bs, tau); }),
+  EXPECT_HAS(thrown_message([&] { with_adapter(bs, tau); }),
              "its metadata gives focus.tau 0.5 but its recipe 0.10000000000000001");
 }
