@@ -7,6 +7,7 @@
 
 #include "config/suggest.h"
 #include "core/error.h"
+#include "io/data_hash.h"
 #include "io/safetensors.h"
 #include "model/gpt.h"
 #include "train/from_recipe.h"
@@ -115,8 +116,6 @@ uint64_t base_weights_hash(const ParameterStore& store, int64_t vocab_size, int 
   return hs.h;
 }
 
-std::string hash_hex(uint64_t h) { return strformat("%016llx", (unsigned long long)h); }
-
 std::map<std::string, std::string> adapter_metadata(const Recipe& r, uint64_t base_hash,
                                                     int64_t step) {
   std::map<std::string, std::string> m;
@@ -125,7 +124,7 @@ std::map<std::string, std::string> adapter_metadata(const Recipe& r, uint64_t ba
             kAdapterVersion);  // (operator= of a 1-char literal: GCC 12 -Wrestrict)
   m["step"] = std::to_string(step);
   m["base"] = r.retrofit.checkpoint;
-  m["base_hash"] = hash_hex(base_hash);
+  m["base_hash"] = io::hash_hex(base_hash);
   m["base_hash_kind"] = kBaseHashKind;
   m["attention"] = r.attention.type;
   if (r.attention.type == "focus") {
@@ -275,7 +274,7 @@ void load_adapter_tensors(const std::string& adapter_path, const ParameterStore&
   check_adapter_file(f);
   const int version = meta(f, "base_hash_kind") == kBaseHashKindV1 ? 1 : 2;
   const std::string want = meta(f, "base_hash"),
-                    have = hash_hex(base_weights_hash(store, vocab_size, version));
+                    have = io::hash_hex(base_weights_hash(store, vocab_size, version));
   ATTN_REQUIRE(want == have,
                "adapter '%s' was trained on another base model: its base hash is %s (base '%s' "
                "when it was made), the base '%s' given here hashes to %s; apply it to the base "

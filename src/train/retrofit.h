@@ -4,10 +4,10 @@
 // Adapters: the tensors a retrofit adds to its base (every tensor whose role is not `base`) in a
 // small safetensors file, adapter.safetensors in each checkpoint of a retrofit run, with metadata:
 //   format "attnlab-adapter", adapter_version "1", step, base (the path the run started from),
-//   base_hash (16 hex digits) and base_hash_kind "fnv1a64-bf16-v2" (see base_weights_hash; "-v1"
-//   adapters, made before 2026-12-06, are still read),
-//   attention (the type), focus.{groups,d_g,tau,local_window,top_k,assign} for Focus,
-//   lora.{rank,alpha,targets} with a LoRA, recipe (the run's resolved recipe).
+//   base_hash (16 hex digits, io::hash_hex) and base_hash_kind "fnv1a64-bf16-v2" (see
+//   base_weights_hash; "-v1" adapters, made before 2026-12-06, are still read), attention (the
+//   type), focus.{groups,d_g,tau,local_window,top_k,assign} for Focus, lora.{rank,alpha,targets}
+//   with a LoRA, recipe (the run's resolved recipe).
 // Applying one (attnlab eval/score/generate --adapter, convert --adapter) builds the model of the
 // adapter's recipe on the base's weights, refusing a base whose hash differs.
 #pragma once
@@ -45,7 +45,6 @@ void require_new_parameters_train(const Recipe& r, const ParameterStore& store,
 // rows, so a base and its Hugging Face or llm.c copy, whose vocabularies are padded to other
 // multiples, hash alike (the padding rows are zero in both); version 1 hashed every row.
 uint64_t base_weights_hash(const ParameterStore& store, int64_t vocab_size, int version = 2);
-std::string hash_hex(uint64_t h);  // 16 lower-case hex digits
 
 // The adapter's metadata for a run of recipe `r` (resolved) at `step`.
 std::map<std::string, std::string> adapter_metadata(const Recipe& r, uint64_t base_hash,

@@ -25,6 +25,7 @@
 #include "interop/foreign_tensors.h"
 #include "interop/model_source.h"
 #include "io/atomic_file.h"
+#include "io/data_hash.h"
 #include "io/dir_lock.h"
 #include "io/logger.h"
 #include "io/metrics.h"
@@ -234,15 +235,16 @@ TrainResult run_training(const Recipe& recipe, const TrainOptions& options, Sess
   const uint64_t base_hash =
       write_adapter ? base_weights_hash(s.store, s.model->config().vocab_size) : 0;
   if (recipe.retrofit.enabled)
-    log.info("retrofit of %s: %s of %s parameters train (roles %s)%s%s",
-             recipe.retrofit.checkpoint.c_str(),
-             // (the vocabulary's padding rows not counted, as in the run header and `info`)
-             io::format_count(double(s.model->num_trainable_unpadded(s.store))).c_str(),
-             io::format_count(double(s.model->num_params_unpadded(s.store))).c_str(),
-             roles_text(recipe.retrofit.train_roles).c_str(),
-             s.store.num_trainable() < s.store.num_params() ? ", the rest is frozen"
-                                                            : ": nothing is frozen",
-             write_adapter ? strformat("; base hash %s", hash_hex(base_hash).c_str()).c_str() : "");
+    log.info(
+        "retrofit of %s: %s of %s parameters train (roles %s)%s%s",
+        recipe.retrofit.checkpoint.c_str(),
+        // (the vocabulary's padding rows not counted, as in the run header and `info`)
+        io::format_count(double(s.model->num_trainable_unpadded(s.store))).c_str(),
+        io::format_count(double(s.model->num_params_unpadded(s.store))).c_str(),
+        roles_text(recipe.retrofit.train_roles).c_str(),
+        s.store.num_trainable() < s.store.num_params() ? ", the rest is frozen"
+                                                       : ": nothing is frozen",
+        write_adapter ? strformat("; base hash %s", io::hash_hex(base_hash).c_str()).c_str() : "");
   {
     log.info(
         "attnlab train %s | %s | %s params (%s trainable) | device %s (%s) | %s tok/step "

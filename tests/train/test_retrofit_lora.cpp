@@ -16,6 +16,7 @@
 #include "interop/convert.h"
 #include "interop/model_source.h"
 #include "io/atomic_file.h"
+#include "io/data_hash.h"
 #include "io/safetensors.h"
 #include "model/gpt.h"
 #include "model/model_fixture.h"
@@ -281,7 +282,7 @@ TEST(Retrofit, AdapterAppliesAcrossAConvertedCopyOfItsBase) {
   const std::string adapter = (fs::path(resolve_checkpoint_dir(rf)) / kAdapterFileName).string();
   const std::string v1 = edited_adapter(adapter, tmp.file("v1.safetensors"), [&](auto& m) {
     m["base_hash_kind"] = kBaseHashKindV1;
-    m["base_hash"] = hash_hex(base_weights_hash(*h_store, 64, 1));
+    m["base_hash"] = io::hash_hex(base_weights_hash(*h_store, 64, 1));
   });
   EXPECT_NO_THROW(loaded(with_adapter(hs, v1)));
   EXPECT_HAS(thrown_message([&] { loaded(with_adapter(bs, v1)); }),
